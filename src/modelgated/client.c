@@ -1,0 +1,851 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* A Client lives from accept() to close. States:
+ *   WAITING    between requests (keep-alive); idle timeout closes silently
+ *   READING    a request has begun; header timeout → 408
+ *   RESPONDING the request is complete; its response is being produced
+ *   CLOSING    the last bytes are flushed, then the connection closes
+ * Reading from the socket stops while a response is produced, so pipelined
+ * requests wait in the socket and in 'in', and are parsed one at a time.
+ * While a response streams, the socket is watched for EPOLLRDHUP only: a
+ * client that goes away cancels the host's work at once. */
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "modelgated/api-error.h"
+#include "modelgated/client.h"
+#include "modelgated/http.h"
+#include "modelgated/manager.h"
+#include "modelgated/models.h"
+#include "modelgated/route.h"
+#include "modelgated/sse.h"
+#include "modelgated/upstream.h"
+#include "shared/log.h"
+
+#define CLIENT_READ_SIZE (64 * 1024)
+#define CLIENT_OUT_HIGH (256 * 1024) /* above this, the host is not read until the client catches up */
+#define CLIENT_HELD_MAX (1024 * 1024) /* error bodies held back for rewording */
+
+typedef enum ClientState {
+        CLIENT_WAITING,
+        CLIENT_READING,
+        CLIENT_RESPONDING,
+        CLIENT_CLOSING,
+} ClientState;
+
+typedef enum ResponseMode {
+        MODE_PASS,   /* bytes go on as they are */
+        MODE_SSE,    /* line filter for error events */
+        MODE_HOLD,   /* an error body, held whole to be reworded */
+} ResponseMode;
+
+struct Client {
+        Manager *manager;
+        LIST_FIELDS(Client, clients);
+        int fd;
+        sd_event_source *io, *timer;
+        char peer[INET6_ADDRSTRLEN + 8];
+        ClientState state;
+        bool in_process;
+        bool close_after_response;
+
+        Buffer in;
+        HttpParser parser;
+        Buffer out;
+
+        /* the request being answered */
+        usec_t start;
+        char *method, *path, *model, *user_agent;
+        const HostConf *host;
+        ApiKind api;
+        bool head;
+        bool http10;
+        bool response_complete;
+        int status;
+        uint64_t bytes;
+
+        Upstream *upstream;
+        ModelsMerge *merge;
+        ResponseMode mode;
+        bool chunked;
+        bool head_sent;
+        SseFilter sse;
+        Buffer held_head, held, scratch;
+};
+
+static int client_io_cb(sd_event_source *s, int fd, uint32_t revents, void *userdata);
+static int client_timer_cb(sd_event_source *s, uint64_t usec, void *userdata);
+static void client_process(Client *c);
+
+static void request_reset(Client *c) {
+        c->method = mfree(c->method);
+        c->path = mfree(c->path);
+        c->model = mfree(c->model);
+        c->user_agent = mfree(c->user_agent);
+        c->host = NULL;
+        c->head = c->http10 = c->response_complete = c->head_sent = c->chunked = false;
+        c->status = 0;
+        c->bytes = 0;
+        c->mode = MODE_PASS;
+        c->upstream = upstream_cancel(c->upstream);
+        c->merge = models_merge_free(c->merge);
+        sse_filter_done(&c->sse);
+        buffer_clear(&c->held_head);
+        buffer_done(&c->held);
+}
+
+void client_free(Client *c) {
+        if (!c)
+                return;
+        request_reset(c);
+        LIST_REMOVE(clients, c->manager->clients, c);
+        c->manager->n_clients--;
+        sd_event_source_disable_unref(c->io);
+        sd_event_source_disable_unref(c->timer);
+        safe_close(c->fd);
+        http_parser_done(&c->parser);
+        buffer_done(&c->in);
+        buffer_done(&c->out);
+        buffer_done(&c->held_head);
+        buffer_done(&c->scratch);
+        Manager *m = c->manager;
+        free(c);
+        manager_client_gone(m);
+}
+
+static void client_set_timer(Client *c, usec_t rel) {
+        if (rel == USEC_INFINITY) {
+                (void) sd_event_source_set_enabled(c->timer, SD_EVENT_OFF);
+                return;
+        }
+        (void) sd_event_source_set_time_relative(c->timer, rel);
+        (void) sd_event_source_set_enabled(c->timer, SD_EVENT_ONESHOT);
+}
+
+static void client_update_events(Client *c) {
+        uint32_t ev = EPOLLRDHUP;
+
+        if ((c->state == CLIENT_WAITING || c->state == CLIENT_READING) &&
+            buffer_size(&c->in) < CLIENT_READ_SIZE)
+                ev |= EPOLLIN;
+        if (!buffer_is_empty(&c->out))
+                ev |= EPOLLOUT;
+        (void) sd_event_source_set_io_events(c->io, ev);
+}
+
+/* Writes what can be written now. < 0: the client is gone (the caller frees it). */
+static int client_flush(Client *c) {
+        bool progress = false;
+
+        while (!buffer_is_empty(&c->out)) {
+                ssize_t k = send(c->fd, buffer_peek(&c->out), buffer_size(&c->out), MSG_NOSIGNAL | MSG_DONTWAIT);
+                if (k < 0) {
+                        if (errno == EAGAIN || errno == EINTR)
+                                break;
+                        return -errno;
+                }
+                buffer_consume(&c->out, (size_t) k);
+                progress = true;
+        }
+        if (buffer_is_empty(&c->out)) {
+                if (c->upstream)
+                        upstream_set_reading(c->upstream, true);
+                if (c->state == CLIENT_RESPONDING && !c->response_complete)
+                        client_set_timer(c, USEC_INFINITY);
+        } else if (progress || c->state == CLIENT_RESPONDING)
+                /* a client that stops reading is dropped after IdleTimeoutSec without progress */
+                client_set_timer(c, c->manager->config.idle_timeout_usec);
+        if (!buffer_is_empty(&c->out) && buffer_size(&c->out) > CLIENT_OUT_HIGH && c->upstream)
+                upstream_set_reading(c->upstream, false);
+        client_update_events(c);
+        return 0;
+}
+
+static void log_escape(char *dst, size_t l, Span s) {
+        size_t o = 0;
+        for (size_t i = 0; i < s.n && o + 5 < l; i++) {
+                unsigned char ch = (unsigned char) s.p[i];
+                if (ch < 0x20 || ch == 0x7f || ch == '"' || ch == '\\')
+                        o += (size_t) snprintf(dst + o, l - o, "\\x%02x", ch);
+                else
+                        dst[o++] = (char) ch;
+        }
+        dst[o] = 0;
+}
+
+static void client_log_access(Client *c, const char *note) {
+        char model[256], ua[256], dur[32];
+        usec_t d = now_usec(CLOCK_MONOTONIC) - c->start;
+
+        log_escape(model, sizeof(model), (Span) { c->model ?: "", c->model ? strlen(c->model) : 0 });
+        log_escape(ua, sizeof(ua), (Span) { c->user_agent ?: "", c->user_agent ? strlen(c->user_agent) : 0 });
+        snprintf(dur, sizeof(dur), "%llu.%03llus", (unsigned long long) (d / USEC_PER_SEC),
+                 (unsigned long long) (d % USEC_PER_SEC / USEC_PER_MSEC));
+        log_info("%s %s model=\"%s\" host=%s status=%d bytes=%llu dur=%s from=%s ua=\"%s\"%s%s", strna(c->method),
+                 strna(c->path), model, c->host ? c->host->name : "-", c->status, (unsigned long long) c->bytes,
+                 dur, c->peer, ua, note ? " " : "", note ?: "");
+}
+
+/* The response's last byte is queued. */
+static void client_response_complete(Client *c, const char *note) {
+        client_log_access(c, note);
+        c->response_complete = true;
+        c->manager->n_requests++;
+}
+
+static int queue_head(Client *c, int status, const char *extra) {
+        int r = buffer_printf(&c->out, "HTTP/1.1 %d %s\r\n%s", status, http_status_reason(status), extra ?: "");
+        if (r < 0)
+                return r;
+        if (c->close_after_response)
+                r = buffer_append_str(&c->out, "Connection: close\r\n");
+        else if (c->http10)
+                r = buffer_append_str(&c->out, "Connection: keep-alive\r\n");
+        if (r < 0)
+                return r;
+        return buffer_append_str(&c->out, "\r\n");
+}
+
+/* A whole response of modelgate's own. */
+static void client_respond(Client *c, int status, const char *content_type, const char *body, size_t n,
+                           const char *extra_headers) {
+        char h[1024];
+
+        c->status = status;
+        snprintf(h, sizeof(h), "Content-Type: %s\r\nContent-Length: %zu\r\n%s", content_type, n,
+                 extra_headers ?: "");
+        if (queue_head(c, status, h) < 0 || (!c->head && buffer_append(&c->out, body, n) < 0))
+                c->close_after_response = true; /* out of memory: what is queued will be cut */
+        c->bytes = c->head ? 0 : n;
+        client_response_complete(c, NULL);
+}
+
+static void client_respond_error(Client *c, int status, const char *code, const char *message,
+                                 const char *extra_headers) {
+        _cleanup_free_ char *j = NULL;
+        size_t n = 0;
+
+        j = api_error_json(c->api, status, code, message, &n);
+        if (!j) {
+                c->close_after_response = true;
+                j = strdup("{}");
+                n = 2;
+        }
+        client_respond(c, status, "application/json", j ?: "", j ? n : 0, extra_headers);
+}
+
+static void client_host_down(Client *c, int error) {
+        char msg[512];
+        const char *reason = upstream_strerror(error);
+
+        manager_host_state(c->manager, c->host, false, reason);
+        snprintf(msg, sizeof(msg),
+                 "host '%s' is down: %s (%s); modelgate keeps trying it, retry in 30 s", c->host->name, reason,
+                 c->host->url.text);
+        client_respond_error(c, 503, "host_down", msg, "Retry-After: 30\r\nretry-after-ms: 30000\r\n");
+}
+
+static bool header_is_listed_in_connection(Span connection, Span name) {
+        _cleanup_free_ char *n = strndup(name.p, name.n);
+        return n && span_has_token(connection, n);
+}
+
+static int build_upstream_request(Client *c, const HttpUrl *target, Span url, const char *body, size_t body_len,
+                                  Buffer *out) {
+        HttpRequest *r = &c->parser.req;
+        Span connection = http_request_header(r, "Connection");
+        int k;
+
+        k = buffer_printf(out, "%s %s%.*s HTTP/1.1\r\nHost: %s\r\n", llhttp_method_name(r->method),
+                          target->base_path, (int) url.n, url.p, target->authority);
+        if (k < 0)
+                return k;
+        for (size_t i = 0; i < r->n_headers; i++) {
+                Span name = http_header_name(r, i), value = http_header_value(r, i);
+                if (http_header_is_hop_by_hop(name) || http_header_is_credential(name) ||
+                    header_is_listed_in_connection(connection, name))
+                        continue;
+                if (buffer_append(out, name.p, name.n) < 0 || buffer_append_str(out, ": ") < 0 ||
+                    buffer_append(out, value.p, value.n) < 0 || buffer_append_str(out, "\r\n") < 0)
+                        return -ENOMEM;
+        }
+        if (body_len > 0 || r->method == HTTP_POST || r->method == HTTP_PUT || r->method == HTTP_PATCH)
+                if (buffer_printf(out, "Content-Length: %zu\r\n", body_len) < 0)
+                        return -ENOMEM;
+        if (buffer_append_str(out, "\r\n") < 0 || buffer_append(out, body, body_len) < 0)
+                return -ENOMEM;
+        return 0;
+}
+
+/* Upstream callbacks: the host's answer, streamed */
+
+static int frame_body(Client *c, const char *p, size_t n) {
+        if (n == 0)
+                return 0;
+        if (c->chunked && buffer_printf(&c->out, "%zx\r\n", n) < 0)
+                return -ENOMEM;
+        if (buffer_append(&c->out, p, n) < 0)
+                return -ENOMEM;
+        if (c->chunked && buffer_append_str(&c->out, "\r\n") < 0)
+                return -ENOMEM;
+        c->bytes += n;
+        return 0;
+}
+
+static int client_upstream_headers(Upstream *u, const UpstreamResponse *resp, void *userdata) {
+        Client *c = userdata;
+        Span ct = upstream_response_header(resp, "Content-Type");
+        Span connection = upstream_response_header(resp, "Connection");
+        bool sse = ct.p && ct.n >= 17 && strncasecmp(ct.p, "text/event-stream", 17) == 0;
+        bool no_body = c->head || resp->status == 204 || resp->status == 304;
+        const char *framing = "";
+
+        manager_host_state(c->manager, c->host, true, NULL);
+        c->status = resp->status;
+        if (!no_body && resp->status >= 400 && !sse)
+                c->mode = MODE_HOLD;
+        else if (!no_body && sse) {
+                c->mode = MODE_SSE;
+                sse_filter_init(&c->sse, c->api);
+        } else
+                c->mode = MODE_PASS;
+
+        if (no_body || c->mode == MODE_HOLD)
+                c->chunked = false;
+        else if (c->mode == MODE_PASS && resp->has_content_length && !resp->chunked)
+                c->chunked = false;
+        else if (!c->http10) {
+                c->chunked = true;
+                framing = "Transfer-Encoding: chunked\r\n";
+        } else
+                c->close_after_response = true;
+
+        buffer_clear(&c->held_head);
+        if (buffer_printf(&c->held_head, "HTTP/1.1 %d %s\r\n", resp->status, http_status_reason(resp->status)) < 0)
+                return -1;
+        for (size_t i = 0; i < resp->n_headers; i++) {
+                Span name = upstream_response_header_name(resp, i), value = upstream_response_header_value(resp, i);
+                if (http_header_is_hop_by_hop(name) || header_is_listed_in_connection(connection, name))
+                        continue;
+                if (buffer_append(&c->held_head, name.p, name.n) < 0 || buffer_append_str(&c->held_head, ": ") < 0 ||
+                    buffer_append(&c->held_head, value.p, value.n) < 0 ||
+                    buffer_append_str(&c->held_head, "\r\n") < 0)
+                        return -1;
+        }
+        if (no_body || (!c->chunked && c->mode == MODE_PASS && resp->has_content_length)) {
+                /* Content-Length is framing, dropped above with the other hop-by-hop headers; when
+                 * the body goes on unchanged it is still right (and a HEAD answer keeps the length
+                 * the GET would have had, RFC 9110 §9.3.2) */
+                if (resp->has_content_length && buffer_printf(&c->held_head, "Content-Length: %llu\r\n",
+                                                              (unsigned long long) resp->content_length) < 0)
+                        return -1;
+        }
+        if (c->mode == MODE_HOLD)
+                return 0;
+
+        if (buffer_append(&c->out, buffer_peek(&c->held_head), buffer_size(&c->held_head)) < 0 ||
+            buffer_append_str(&c->out, framing) < 0)
+                return -1;
+        if (c->close_after_response && buffer_append_str(&c->out, "Connection: close\r\n") < 0)
+                return -1;
+        if (c->http10 && !c->close_after_response && buffer_append_str(&c->out, "Connection: keep-alive\r\n") < 0)
+                return -1;
+        if (buffer_append_str(&c->out, "\r\n") < 0)
+                return -1;
+        c->head_sent = true;
+        buffer_clear(&c->held_head);
+        if (client_flush(c) < 0) {
+                client_free(c);
+                return -1;
+        }
+        return 0;
+}
+
+static void release_held(Client *c) {
+        /* too big to reword: pass it on as it is */
+        c->chunked = !c->http10;
+        if (!c->chunked)
+                c->close_after_response = true;
+        (void) buffer_append(&c->out, buffer_peek(&c->held_head), buffer_size(&c->held_head));
+        (void) buffer_append_str(&c->out, c->chunked ? "Transfer-Encoding: chunked\r\n" : "Connection: close\r\n");
+        (void) buffer_append_str(&c->out, "\r\n");
+        c->head_sent = true;
+        c->mode = MODE_PASS;
+        (void) frame_body(c, buffer_peek(&c->held), buffer_size(&c->held));
+        buffer_done(&c->held);
+}
+
+static int client_upstream_body(Upstream *u, const char *p, size_t n, void *userdata) {
+        Client *c = userdata;
+        int r = 0;
+
+        switch (c->mode) {
+        case MODE_HOLD:
+                if (buffer_size(&c->held) + n <= CLIENT_HELD_MAX)
+                        return buffer_append(&c->held, p, n) < 0 ? -1 : 0;
+                release_held(c);
+                r = frame_body(c, p, n);
+                break;
+        case MODE_SSE:
+                buffer_clear(&c->scratch);
+                r = sse_filter_feed(&c->sse, p, n, &c->scratch);
+                if (r >= 0)
+                        r = frame_body(c, buffer_peek(&c->scratch), buffer_size(&c->scratch));
+                break;
+        case MODE_PASS:
+                r = frame_body(c, p, n);
+                break;
+        }
+        if (r < 0 || client_flush(c) < 0) {
+                client_free(c);
+                return -1;
+        }
+        return 0;
+}
+
+static void client_upstream_complete(Upstream *u, void *userdata) {
+        Client *c = userdata;
+
+        c->upstream = NULL;
+        if (c->mode == MODE_HOLD) {
+                _cleanup_free_ char *n = NULL;
+                size_t nl = 0;
+                char framing[64];
+                const char *body = buffer_peek(&c->held);
+                size_t bl = buffer_size(&c->held);
+
+                if (api_error_reword(c->api, body, bl, &n, &nl) > 0) {
+                        body = n;
+                        bl = nl;
+                }
+                snprintf(framing, sizeof(framing), "Content-Length: %zu\r\n", bl);
+                (void) buffer_append(&c->out, buffer_peek(&c->held_head), buffer_size(&c->held_head));
+                (void) buffer_append_str(&c->out, framing);
+                if (c->close_after_response)
+                        (void) buffer_append_str(&c->out, "Connection: close\r\n");
+                else if (c->http10)
+                        (void) buffer_append_str(&c->out, "Connection: keep-alive\r\n");
+                (void) buffer_append_str(&c->out, "\r\n");
+                (void) buffer_append(&c->out, body, bl);
+                c->bytes = bl;
+                c->head_sent = true;
+        } else {
+                if (c->mode == MODE_SSE) {
+                        buffer_clear(&c->scratch);
+                        (void) sse_filter_finish(&c->sse, &c->scratch);
+                        (void) frame_body(c, buffer_peek(&c->scratch), buffer_size(&c->scratch));
+                }
+                if (c->chunked)
+                        (void) buffer_append_str(&c->out, "0\r\n\r\n");
+        }
+        client_response_complete(c, NULL);
+        if (client_flush(c) < 0) {
+                client_free(c);
+                return;
+        }
+        client_process(c);
+}
+
+static void client_upstream_error(Upstream *u, int error, bool started, void *userdata) {
+        Client *c = userdata;
+        char msg[512];
+
+        c->upstream = NULL;
+        if (!started || (c->mode == MODE_HOLD && !c->head_sent)) {
+                if (!started) {
+                        log_debug("host %s: %s %s failed before an answer: %s", c->host->name, c->method, c->path,
+                                  upstream_strerror(error));
+                        client_host_down(c, error);
+                } else {
+                        snprintf(msg, sizeof(msg), "host '%s' ended its answer early (%s)", c->host->name,
+                                 upstream_strerror(error));
+                        client_respond_error(c, 502, "upstream_incomplete", msg, NULL);
+                }
+        } else if (c->mode == MODE_SSE) {
+                buffer_clear(&c->scratch);
+                (void) sse_filter_finish(&c->sse, &c->scratch);
+                if (!c->sse.saw_done) {
+                        snprintf(msg, sizeof(msg),
+                                 "host '%s' stopped the stream before it ended (%s); the answer is incomplete",
+                                 c->host->name, upstream_strerror(error));
+                        (void) sse_error_event(c->api, 502, "upstream_incomplete", msg, &c->scratch);
+                }
+                (void) frame_body(c, buffer_peek(&c->scratch), buffer_size(&c->scratch));
+                if (c->chunked)
+                        (void) buffer_append_str(&c->out, "0\r\n\r\n");
+                else
+                        c->close_after_response = true;
+                client_response_complete(c, c->sse.saw_done ? NULL : "cut=host");
+        } else {
+                /* no way to say it in-band: end the connection without the last chunk, so the client
+                 * sees an incomplete answer rather than a short one */
+                c->close_after_response = true;
+                c->state = CLIENT_CLOSING;
+                client_response_complete(c, "cut=host");
+        }
+        if (client_flush(c) < 0) {
+                client_free(c);
+                return;
+        }
+        client_process(c);
+}
+
+static const UpstreamCallbacks client_upstream_callbacks = {
+        .on_headers = client_upstream_headers,
+        .on_body = client_upstream_body,
+        .on_complete = client_upstream_complete,
+        .on_error = client_upstream_error,
+};
+
+static void client_models_done(ModelsMerge *mm, const char *json, size_t n, void *userdata) {
+        Client *c = userdata;
+
+        c->merge = models_merge_free(mm);
+        if (!json)
+                client_respond_error(c, 500, NULL, "out of memory", NULL);
+        else
+                client_respond(c, 200, "application/json", json, n, NULL);
+        if (client_flush(c) < 0) {
+                client_free(c);
+                return;
+        }
+        client_process(c);
+}
+
+static void client_respond_health(Client *c) {
+        char body[256];
+        int n = snprintf(body, sizeof(body), "{\"status\":\"ok\",\"version\":\"%s\",\"hosts\":%zu,\"connections\":%zu}",
+                         MODELGATE_VERSION, c->manager->config.n_hosts, c->manager->n_clients);
+        client_respond(c, 200, "application/json", body, (size_t) n, NULL);
+}
+
+static char *span_dup(Span s) {
+        return s.p ? strndup(s.p, s.n) : NULL;
+}
+
+/* Finds the model, the host and the key, rewrites, and sends the request on. */
+static void client_dispatch(Client *c) {
+        HttpRequest *r = &c->parser.req;
+        Span url = http_request_url(r), path = url_path(url), span = {};
+        _cleanup_free_ char *model = NULL, *quoted = NULL, *new_body = NULL, *new_url = NULL;
+        const char *key, *body = buffer_peek(&r->body);
+        size_t body_len = buffer_size(&r->body), url_len = url.n;
+        bool in_body = false;
+        char msg[512];
+        int k;
+
+        c->start = now_usec(CLOCK_MONOTONIC);
+        c->method = strdup(llhttp_method_name(r->method));
+        c->path = span_dup(path);
+        c->user_agent = span_dup(http_request_header(r, "User-Agent"));
+        c->api = api_kind_for_path(path);
+        c->head = r->method == HTTP_HEAD;
+        c->http10 = r->http_major == 1 && r->http_minor == 0;
+        if (!r->keep_alive || c->manager->stopping)
+                c->close_after_response = true;
+
+        if (url.n == 0 || url.p[0] != '/')
+                return client_respond_error(c, 400, "invalid_request",
+                                            "the request target must be a path (modelgate is not a forward proxy)",
+                                            NULL);
+
+        bool get = r->method == HTTP_GET || r->method == HTTP_HEAD;
+        if (get && span_eq(path, "/health"))
+                return client_respond_health(c);
+        if (get && (span_eq(path, "/models") || span_eq(path, "/v1/models"))) {
+                k = models_merge_start(c->manager, client_models_done, c, &c->merge);
+                if (k < 0)
+                        client_respond_error(c, 500, NULL, "out of memory", NULL);
+                return;
+        }
+
+        if (body_len > 0) {
+                k = json_find_model(body, body_len, &span, &model);
+                if (k == 0)
+                        in_body = true;
+                else if (k == -EBADMSG)
+                        return client_respond_error(c, 400, "invalid_json",
+                                                    "the request body is not valid JSON (or not a JSON object)", NULL);
+                else if (k == -EMEDIUMTYPE)
+                        return client_respond_error(c, 400, "invalid_model",
+                                                    "\"model\" in the request body must be a string", NULL);
+                else if (k == -ENOTUNIQ)
+                        return client_respond_error(c, 400, "invalid_model",
+                                                    "\"model\" appears more than once in the request body", NULL);
+                else if (k != -ENOENT)
+                        return client_respond_error(c, 500, NULL, "out of memory", NULL);
+        }
+        if (!in_body) {
+                k = query_find_model(url, &span, &model);
+                if (k == -ENOENT)
+                        return client_respond_error(
+                                c, 400, "missing_model",
+                                body_len > 0 ? "the request body has no \"model\"; name one as \"<host>-<key>\" "
+                                               "(GET /v1/models lists them)"
+                                             : "the request names no model; send \"model\" in a JSON body or "
+                                               "?model=<host>-<key> in the query (GET /v1/models lists them)",
+                                NULL);
+                if (k == -EBADMSG)
+                        return client_respond_error(c, 400, "invalid_model",
+                                                    "the query's model parameter has a bad %-escape", NULL);
+                if (k == -ENOTUNIQ)
+                        return client_respond_error(c, 400, "invalid_model",
+                                                    "the query names model more than once", NULL);
+                if (k < 0)
+                        return client_respond_error(c, 500, NULL, "out of memory", NULL);
+        }
+        c->model = strdup(model);
+
+        c->host = route_find_host(&c->manager->config, model, &key);
+        if (!c->host) {
+                char m2[160];
+                log_escape(m2, sizeof(m2), (Span) { model, strlen(model) });
+                snprintf(msg, sizeof(msg),
+                         "model '%s' does not start with a configured host name and '-'; GET /v1/models lists "
+                         "the models this proxy serves",
+                         m2);
+                return client_respond_error(c, 404, "model_not_found", msg, NULL);
+        }
+
+        if (in_body) {
+                quoted = json_quote(key);
+                new_body = quoted ? span_replace((Span) { body, body_len }, span, quoted, &body_len) : NULL;
+                body = new_body;
+        } else {
+                quoted = query_escape(key);
+                new_url = quoted ? span_replace(url, span, quoted, &url_len) : NULL;
+                url = (Span) { new_url, url_len };
+        }
+        if (!quoted || (!new_body && !new_url))
+                return client_respond_error(c, 500, NULL, "out of memory", NULL);
+
+        const EngineConf *engine = route_find_engine(&c->manager->config, c->host->name, key);
+        const HttpUrl *target = engine && engine->url.text ? &engine->url : &c->host->url;
+        Buffer req = {};
+        if (build_upstream_request(c, target, url, body ?: "", body ? body_len : 0, &req) < 0) {
+                buffer_done(&req);
+                return client_respond_error(c, 500, NULL, "out of memory", NULL);
+        }
+        /* the request's own copy of the body is not needed any more */
+        buffer_done(&r->body);
+        k = upstream_start(c->manager, target, &req, c->head, &client_upstream_callbacks, c, &c->upstream);
+        buffer_done(&req);
+        if (k < 0)
+                client_host_down(c, k);
+}
+
+static void client_parse_error(Client *c) {
+        int status = c->parser.error_status;
+        const char *msg = c->parser.error_message ?: "malformed request";
+        char m[256];
+
+        if (!c->method) {
+                c->start = now_usec(CLOCK_MONOTONIC);
+                c->method = strdup("-");
+        }
+        snprintf(m, sizeof(m), "%s", msg);
+        c->close_after_response = true;
+        c->api = API_OPENAI;
+        client_respond_error(c, status, status == 400 ? "invalid_request" : NULL, m, NULL);
+        c->state = CLIENT_CLOSING;
+}
+
+/* The one loop over the input: parses requests and starts their answers, one at a time. */
+static void client_process(Client *c) {
+        if (c->in_process)
+                return;
+        c->in_process = true;
+
+        for (;;) {
+                if (c->state == CLIENT_RESPONDING) {
+                        if (!c->response_complete || !buffer_is_empty(&c->out))
+                                break;
+                        request_reset(c);
+                        if (c->close_after_response) {
+                                c->state = CLIENT_CLOSING;
+                                continue;
+                        }
+                        http_parser_next(&c->parser);
+                        c->state = CLIENT_WAITING;
+                        client_set_timer(c, c->manager->config.idle_timeout_usec);
+                }
+                if (c->state == CLIENT_CLOSING) {
+                        if (buffer_is_empty(&c->out)) {
+                                client_free(c);
+                                return;
+                        }
+                        break;
+                }
+                if (buffer_is_empty(&c->in))
+                        break;
+
+                size_t consumed = 0;
+                int r = http_parser_feed(&c->parser, buffer_peek(&c->in), buffer_size(&c->in), &consumed);
+                buffer_consume(&c->in, consumed);
+                if (r < 0) {
+                        client_parse_error(c);
+                        continue;
+                }
+                if (c->state == CLIENT_WAITING && c->parser.started) {
+                        c->state = CLIENT_READING;
+                        client_set_timer(c, c->manager->config.header_timeout_usec);
+                }
+                if (r == HTTP_PARSE_HEADERS) {
+                        /* the body follows; a client that waits for "100 Continue" gets it now */
+                        if (c->parser.req.expect_continue && c->parser.req.has_body && c->parser.req.http_minor >= 1)
+                                (void) buffer_append_str(&c->out, "HTTP/1.1 100 Continue\r\n\r\n");
+                        client_set_timer(c, c->manager->config.idle_timeout_usec);
+                        continue;
+                }
+                if (r == HTTP_PARSE_DONE) {
+                        c->state = CLIENT_RESPONDING;
+                        client_set_timer(c, USEC_INFINITY);
+                        client_dispatch(c);
+                        if (client_flush(c) < 0) {
+                                client_free(c);
+                                return;
+                        }
+                        continue;
+                }
+                break;
+        }
+
+        c->in_process = false;
+        if (client_flush(c) < 0) {
+                client_free(c);
+                return;
+        }
+        /* the flush may have finished a response: close, or pick up pipelined requests */
+        if (buffer_is_empty(&c->out) &&
+            (c->state == CLIENT_CLOSING || (c->state == CLIENT_RESPONDING && c->response_complete)))
+                client_process(c);
+}
+
+static int client_read(Client *c) {
+        char buf[CLIENT_READ_SIZE];
+        ssize_t k = recv(c->fd, buf, sizeof(buf), MSG_DONTWAIT);
+
+        if (k < 0)
+                return errno == EAGAIN || errno == EINTR ? 0 : -errno;
+        if (k == 0)
+                return -ECONNRESET;
+        if (buffer_append(&c->in, buf, (size_t) k) < 0)
+                return -ENOMEM;
+        if (c->state == CLIENT_READING && c->parser.headers_complete)
+                client_set_timer(c, c->manager->config.idle_timeout_usec); /* the body makes progress */
+        return 1;
+}
+
+static int client_io_cb(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        Client *c = userdata;
+        int r;
+
+        if (revents & EPOLLIN) {
+                r = client_read(c);
+                if (r < 0) {
+                        /* EOF between requests is the normal end of a keep-alive connection */
+                        if (c->state == CLIENT_READING && r == -ECONNRESET)
+                                log_debug("Client %s closed in the middle of a request", c->peer);
+                        client_free(c);
+                        return 0;
+                }
+        } else if (revents & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+                /* not reading: the client went away while its answer was produced */
+                if (c->state == CLIENT_RESPONDING && !c->response_complete) {
+                        if (c->model || c->method)
+                                client_log_access(c, "cut=client");
+                }
+                client_free(c);
+                return 0;
+        }
+        if (revents & EPOLLOUT) {
+                if (client_flush(c) < 0) {
+                        client_free(c);
+                        return 0;
+                }
+        }
+        client_process(c);
+        return 0;
+}
+
+static int client_timer_cb(sd_event_source *s, uint64_t usec, void *userdata) {
+        Client *c = userdata;
+
+        switch (c->state) {
+        case CLIENT_READING:
+                c->close_after_response = true;
+                c->start = now_usec(CLOCK_MONOTONIC);
+                c->method = c->method ?: strdup("-");
+                client_respond_error(c, 408, "request_timeout",
+                                     c->parser.headers_complete ? "the client sent its request body too slowly"
+                                                                : "the client did not send its request headers in time",
+                                     NULL);
+                c->state = CLIENT_CLOSING;
+                if (client_flush(c) < 0) {
+                        client_free(c);
+                        return 0;
+                }
+                client_process(c);
+                return 0;
+        case CLIENT_RESPONDING:
+                log_info("Client %s does not read its answer, dropping the connection", c->peer);
+                if (!c->response_complete)
+                        client_log_access(c, "cut=slow-client");
+                client_free(c);
+                return 0;
+        default:
+                client_free(c);
+                return 0;
+        }
+}
+
+Client *client_next(Client *c) {
+        return c->clients_next;
+}
+
+void client_stop(Client *c) {
+        c->close_after_response = true;
+        if (c->state == CLIENT_WAITING && buffer_is_empty(&c->out))
+                client_free(c);
+}
+
+int client_new(Manager *m, int fd, const struct sockaddr *peer, socklen_t peer_len) {
+        Client *c;
+        int r;
+
+        c = calloc(1, sizeof(Client));
+        if (!c) {
+                safe_close(fd);
+                return -ENOMEM;
+        }
+        c->manager = m;
+        c->fd = fd;
+        http_parser_init(&c->parser, m->config.max_header_size, m->config.max_body_size);
+        if (peer->sa_family == AF_INET) {
+                const struct sockaddr_in *a = (const struct sockaddr_in *) peer;
+                inet_ntop(AF_INET, &a->sin_addr, c->peer, sizeof(c->peer));
+        } else if (peer->sa_family == AF_INET6) {
+                const struct sockaddr_in6 *a = (const struct sockaddr_in6 *) peer;
+                inet_ntop(AF_INET6, &a->sin6_addr, c->peer, sizeof(c->peer));
+        } else
+                snprintf(c->peer, sizeof(c->peer), "local");
+        (void) peer_len;
+
+        LIST_PREPEND(clients, m->clients, c);
+        m->n_clients++;
+
+        r = sd_event_add_io(m->event, &c->io, fd, EPOLLIN | EPOLLRDHUP, client_io_cb, c);
+        if (r >= 0)
+                r = sd_event_add_time_relative(m->event, &c->timer, CLOCK_MONOTONIC, m->config.idle_timeout_usec, 0,
+                                               client_timer_cb, c);
+        if (r < 0) {
+                client_free(c);
+                return r;
+        }
+        return 0;
+}

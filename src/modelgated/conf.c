@@ -1,0 +1,771 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* modelgate.conf(5). Owns the Config struct: the daemon reads it whole at
+ * start (and, later, on reload into a fresh Config), never piecemeal. Every
+ * error names file, line and key; any error refuses the whole configuration. */
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "modelgated/conf.h"
+#include "shared/log.h"
+#include "shared/parse-util.h"
+
+typedef enum SectionKind {
+        SECTION_PROXY,
+        SECTION_HOST,
+        SECTION_ENGINE,
+        _SECTION_MAX,
+        _SECTION_INVALID = -EINVAL,
+} SectionKind;
+
+static const char *const section_names[_SECTION_MAX] = {
+        [SECTION_PROXY] = "Proxy",
+        [SECTION_HOST] = "Host",
+        [SECTION_ENGINE] = "Engine",
+};
+
+/* Sections that SPEC.md describes for later work; named so the error says "not supported", not "unknown". */
+static const char *const later_sections[] = { "Fallback", "Access", "Tier" };
+
+typedef int (*ConfigParser)(const char *value, void *data);
+
+typedef struct ConfigItem {
+        SectionKind section;
+        const char *key;
+        ConfigParser parse;
+        size_t offset;
+} ConfigItem;
+
+static int parse_timespan_item(const char *v, void *data) {
+        return parse_timespan(v, data);
+}
+
+static int parse_timespan_override(const char *v, void *data) {
+        if (!*v) { /* empty: back to [Proxy]'s */
+                *(usec_t *) data = CONF_USEC_UNSET;
+                return 0;
+        }
+        return parse_timespan(v, data);
+}
+
+static int parse_size_item(const char *v, void *data) {
+        return parse_size(v, data);
+}
+
+static int parse_uint_item(const char *v, void *data) {
+        return safe_atou64(v, data);
+}
+
+static int parse_string_item(const char *v, void *data) {
+        char **s = data;
+        char *n = NULL;
+
+        if (*v && !(n = strdup(v)))
+                return -ENOMEM;
+        free(*s);
+        *s = n;
+        return 0;
+}
+
+/* Space-separated words, appended; an empty value resets the list, as systemd does. */
+static int parse_strv_item(const char *v, void *data) {
+        char ***l = data;
+        size_t n = strv_length(*l);
+
+        if (!*v) {
+                strv_free(*l);
+                *l = NULL;
+                return 0;
+        }
+        for (const char *p = v; *p;) {
+                while (isspace((unsigned char) *p))
+                        p++;
+                if (!*p)
+                        break;
+                const char *e = p;
+                while (*e && !isspace((unsigned char) *e))
+                        e++;
+                char **nl = realloc(*l, sizeof(char *) * (n + 2));
+                if (!nl)
+                        return -ENOMEM;
+                *l = nl;
+                if (!(nl[n] = strndup(p, (size_t) (e - p))))
+                        return -ENOMEM;
+                nl[++n] = NULL;
+                p = e;
+        }
+        return 0;
+}
+
+bool host_name_is_valid(const char *s) {
+        if (!s || !*s || strlen(s) > 64)
+                return false;
+        for (; *s; s++)
+                if (!isalnum((unsigned char) *s) && *s != '_' && *s != '.')
+                        return false;
+        return true;
+}
+
+static int parse_host_name_item(const char *v, void *data) {
+        if (!host_name_is_valid(v))
+                return -EINVAL;
+        return parse_string_item(v, data);
+}
+
+static int parse_engine_name_item(const char *v, void *data) {
+        if (!*v || strlen(v) > 64)
+                return -EINVAL;
+        for (const char *p = v; *p; p++)
+                if (!isalnum((unsigned char) *p) && !strchr("_.-@", *p))
+                        return -EINVAL;
+        return parse_string_item(v, data);
+}
+
+static int parse_unit_item(const char *v, void *data) {
+        const char *dot = strrchr(v, '.');
+        if (!*v || strlen(v) > 255 || !dot || dot == v || strchr(v, '/') || strpbrk(v, " \t"))
+                return -EINVAL;
+        return parse_string_item(v, data);
+}
+
+static int parse_bus_item(const char *v, void *data) {
+        if (!streq(v, "local") && !streq(v, "system")) {
+                const char *t = v;
+                if (strncmp(t, "ssh:", 4) != 0)
+                        return -EINVAL;
+                t += 4;
+                if (!*t || strpbrk(t, " \t'\"\\;`$"))
+                        return -EINVAL;
+        }
+        return parse_string_item(v, data);
+}
+
+void http_url_done(HttpUrl *u) {
+        free(u->text);
+        free(u->host);
+        free(u->authority);
+        free(u->base_path);
+        *u = (HttpUrl) {};
+}
+
+int http_url_parse(const char *s, HttpUrl *ret) {
+        _cleanup_free_ char *host = NULL, *authority = NULL, *base = NULL, *text = NULL;
+        const char *p, *hs, *he, *path;
+        uint64_t port = 80;
+
+        if (strncasecmp(s, "http://", 7) != 0)
+                return -EPROTONOSUPPORT;
+        p = s + 7;
+        if (*p == '[') {
+                hs = p + 1;
+                he = strchr(hs, ']');
+                if (!he)
+                        return -EINVAL;
+                p = he + 1;
+        } else {
+                hs = p;
+                he = p + strcspn(p, ":/?#");
+                p = he;
+        }
+        if (he == hs)
+                return -EINVAL;
+        if (*p == ':') {
+                char buf[8];
+                size_t n = strcspn(p + 1, "/?#");
+                if (n == 0 || n >= sizeof(buf))
+                        return -EINVAL;
+                memcpy(buf, p + 1, n);
+                buf[n] = 0;
+                if (safe_atou64(buf, &port) < 0 || port == 0 || port > 65535)
+                        return -EINVAL;
+                p += 1 + n;
+        }
+        path = p;
+        if (*path && *path != '/')
+                return -EINVAL;
+        if (strpbrk(path, "?# \t"))
+                return -EINVAL;
+
+        host = strndup(hs, (size_t) (he - hs));
+        if (!host)
+                return -ENOMEM;
+        for (const char *c = host; *c; c++)
+                if (!isalnum((unsigned char) *c) && !strchr(".-:_%", *c))
+                        return -EINVAL;
+        bool v6 = strchr(host, ':');
+        if (asprintf(&authority, v6 ? "[%s]:%u" : "%s:%u", host, (unsigned) port) < 0)
+                return -ENOMEM;
+        size_t pl = strlen(path);
+        while (pl > 0 && path[pl - 1] == '/')
+                pl--;
+        base = strndup(path, pl);
+        text = strdup(s);
+        if (!base || !text)
+                return -ENOMEM;
+
+        http_url_done(ret);
+        *ret = (HttpUrl) {
+                .text = TAKE_PTR(text),
+                .host = TAKE_PTR(host),
+                .authority = TAKE_PTR(authority),
+                .base_path = TAKE_PTR(base),
+                .port = (uint16_t) port,
+        };
+        return 0;
+}
+
+static int parse_url_item(const char *v, void *data) {
+        HttpUrl *u = data;
+        if (!*v) {
+                http_url_done(u);
+                return 0;
+        }
+        return http_url_parse(v, u);
+}
+
+static const ConfigItem config_items[] = {
+        { SECTION_PROXY, "Listen", parse_strv_item, offsetof(Config, listen) },
+        { SECTION_PROXY, "ExitIdleSec", parse_timespan_item, offsetof(Config, exit_idle_usec) },
+        { SECTION_PROXY, "IdleStopSec", parse_timespan_item, offsetof(Config, idle_stop_usec) },
+        { SECTION_PROXY, "HoldDownSec", parse_timespan_item, offsetof(Config, hold_down_usec) },
+        { SECTION_PROXY, "WaitBudgetSec", parse_timespan_item, offsetof(Config, wait_budget_usec) },
+        { SECTION_PROXY, "KeepaliveAfterSec", parse_timespan_item, offsetof(Config, keepalive_after_usec) },
+        { SECTION_PROXY, "KeepaliveIntervalSec", parse_timespan_item,
+          offsetof(Config, keepalive_interval_usec) },
+        { SECTION_PROXY, "PollIntervalSec", parse_timespan_item, offsetof(Config, poll_interval_usec) },
+        { SECTION_PROXY, "HeaderTimeoutSec", parse_timespan_item, offsetof(Config, header_timeout_usec) },
+        { SECTION_PROXY, "IdleTimeoutSec", parse_timespan_item, offsetof(Config, idle_timeout_usec) },
+        { SECTION_PROXY, "MaxBodySize", parse_size_item, offsetof(Config, max_body_size) },
+        { SECTION_PROXY, "MaxHeaderSize", parse_size_item, offsetof(Config, max_header_size) },
+        { SECTION_PROXY, "MaxConnections", parse_uint_item, offsetof(Config, max_connections) },
+
+        { SECTION_HOST, "Name", parse_host_name_item, offsetof(HostConf, name) },
+        { SECTION_HOST, "URL", parse_url_item, offsetof(HostConf, url) },
+        { SECTION_HOST, "Bus", parse_bus_item, offsetof(HostConf, bus) },
+        { SECTION_HOST, "SSHCommand", parse_string_item, offsetof(HostConf, ssh_command) },
+        { SECTION_HOST, "BusPath", parse_string_item, offsetof(HostConf, bus_path) },
+        { SECTION_HOST, "BusyUnits", parse_strv_item, offsetof(HostConf, busy_units) },
+        { SECTION_HOST, "IdleStopSec", parse_timespan_override, offsetof(HostConf, idle_stop_usec) },
+        { SECTION_HOST, "HoldDownSec", parse_timespan_override, offsetof(HostConf, hold_down_usec) },
+        { SECTION_HOST, "WaitBudgetSec", parse_timespan_override, offsetof(HostConf, wait_budget_usec) },
+
+        { SECTION_ENGINE, "Host", parse_host_name_item, offsetof(EngineConf, host) },
+        { SECTION_ENGINE, "Name", parse_engine_name_item, offsetof(EngineConf, name) },
+        { SECTION_ENGINE, "Unit", parse_unit_item, offsetof(EngineConf, unit) },
+        { SECTION_ENGINE, "Models", parse_strv_item, offsetof(EngineConf, models) },
+        { SECTION_ENGINE, "StartTimeoutSec", parse_timespan_item, offsetof(EngineConf, start_timeout_usec) },
+        { SECTION_ENGINE, "URL", parse_url_item, offsetof(EngineConf, url) },
+};
+
+void config_init(Config *c) {
+        *c = (Config) {
+                .exit_idle_usec = 60 * USEC_PER_SEC,
+                .idle_stop_usec = 15 * USEC_PER_MINUTE,
+                .hold_down_usec = 30 * USEC_PER_SEC,
+                .wait_budget_usec = 15 * USEC_PER_MINUTE,
+                .keepalive_after_usec = 10 * USEC_PER_SEC,
+                .keepalive_interval_usec = 15 * USEC_PER_SEC,
+                .poll_interval_usec = 30 * USEC_PER_SEC,
+                .header_timeout_usec = 30 * USEC_PER_SEC,
+                .idle_timeout_usec = 5 * USEC_PER_MINUTE,
+                .max_body_size = 64ULL * 1024 * 1024,
+                .max_header_size = 64ULL * 1024,
+                .max_connections = 16384,
+        };
+}
+
+static void host_conf_done(HostConf *h) {
+        free(h->name);
+        http_url_done(&h->url);
+        free(h->bus);
+        free(h->ssh_command);
+        free(h->bus_path);
+        strv_free(h->busy_units);
+        free(h->file);
+}
+
+static void engine_conf_done(EngineConf *e) {
+        free(e->host);
+        free(e->name);
+        free(e->unit);
+        strv_free(e->models);
+        http_url_done(&e->url);
+        free(e->file);
+}
+
+void config_done(Config *c) {
+        strv_free(c->listen);
+        for (size_t i = 0; i < c->n_hosts; i++)
+                host_conf_done(&c->hosts[i]);
+        free(c->hosts);
+        for (size_t i = 0; i < c->n_engines; i++)
+                engine_conf_done(&c->engines[i]);
+        free(c->engines);
+        *c = (Config) {};
+}
+
+const HostConf *config_find_host(const Config *c, const char *name) {
+        for (size_t i = 0; i < c->n_hosts; i++)
+                if (streq(c->hosts[i].name, name))
+                        return &c->hosts[i];
+        return NULL;
+}
+
+/* One parsed "Key=value" with where it came from. */
+typedef struct Assignment {
+        const ConfigItem *item;
+        char *value;
+        unsigned line;
+} Assignment;
+
+typedef struct Section {
+        SectionKind kind;
+        unsigned line;
+        Assignment *assignments;
+        size_t n_assignments;
+} Section;
+
+static void section_done(Section *s) {
+        for (size_t i = 0; i < s->n_assignments; i++)
+                free(s->assignments[i].value);
+        free(s->assignments);
+        *s = (Section) { .kind = _SECTION_INVALID };
+}
+
+static const char *section_last_value(const Section *s, const char *key) {
+        const char *v = NULL;
+        for (size_t i = 0; i < s->n_assignments; i++)
+                if (streq(s->assignments[i].item->key, key))
+                        v = s->assignments[i].value;
+        return v;
+}
+
+static int apply_assignment(const char *name, const Assignment *a, void *base) {
+        int r = a->item->parse(a->value, (char *) base + a->item->offset);
+        if (r == -ENOMEM)
+                return log_oom();
+        if (r < 0)
+                return log_error_errno(r, "%s:%u: [%s] %s='%s' is not valid%s", name, a->line,
+                                       section_names[a->item->section], a->item->key, a->value,
+                                       r == -EPROTONOSUPPORT ? " (only http:// URLs are supported)" : "");
+        return 0;
+}
+
+static int section_apply(Config *c, const char *name, Section *s) {
+        void *base = NULL;
+        int r;
+
+        if (s->kind == SECTION_PROXY)
+                base = c;
+        else if (s->kind == SECTION_HOST) {
+                const char *hn = section_last_value(s, "Name");
+                if (!hn)
+                        return log_error_errno(EINVAL, "%s:%u: [Host] section without Name=", name, s->line);
+                for (size_t i = 0; i < c->n_hosts; i++)
+                        if (streq(c->hosts[i].name, hn))
+                                base = &c->hosts[i];
+                if (!base) {
+                        HostConf *n = realloc(c->hosts, sizeof(HostConf) * (c->n_hosts + 1));
+                        if (!n)
+                                return log_oom();
+                        c->hosts = n;
+                        base = &c->hosts[c->n_hosts++];
+                        *(HostConf *) base = (HostConf) {
+                                .idle_stop_usec = CONF_USEC_UNSET,
+                                .hold_down_usec = CONF_USEC_UNSET,
+                                .wait_budget_usec = CONF_USEC_UNSET,
+                                .file = strdup(name),
+                                .line = s->line,
+                        };
+                }
+        } else if (s->kind == SECTION_ENGINE) {
+                const char *hn = section_last_value(s, "Host"), *en = section_last_value(s, "Name");
+                if (!hn || !en)
+                        return log_error_errno(EINVAL, "%s:%u: [Engine] section without %s=", name, s->line,
+                                               hn ? "Name" : "Host");
+                for (size_t i = 0; i < c->n_engines; i++)
+                        if (streq(c->engines[i].host, hn) && streq(c->engines[i].name, en))
+                                base = &c->engines[i];
+                if (!base) {
+                        EngineConf *n = realloc(c->engines, sizeof(EngineConf) * (c->n_engines + 1));
+                        if (!n)
+                                return log_oom();
+                        c->engines = n;
+                        base = &c->engines[c->n_engines++];
+                        *(EngineConf *) base = (EngineConf) {
+                                .start_timeout_usec = 5 * USEC_PER_MINUTE,
+                                .file = strdup(name),
+                                .line = s->line,
+                        };
+                }
+        } else
+                return 0;
+
+        for (size_t i = 0; i < s->n_assignments; i++) {
+                r = apply_assignment(name, &s->assignments[i], base);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+static char *strip(char *s) {
+        while (isspace((unsigned char) *s))
+                s++;
+        size_t l = strlen(s);
+        while (l > 0 && isspace((unsigned char) s[l - 1]))
+                s[--l] = 0;
+        return s;
+}
+
+int config_parse_text(Config *c, const char *name, const char *text, size_t size) {
+        _cleanup_free_ char *copy = NULL;
+        Section s = { .kind = _SECTION_INVALID };
+        unsigned line = 0;
+        bool seen_section = false;
+        int r = 0;
+
+        if (memchr(text, 0, size))
+                return log_error_errno(EINVAL, "%s: contains a NUL byte", name);
+        copy = strndup(text, size);
+        if (!copy)
+                return log_oom();
+
+        for (char *p = copy, *next; p; p = next) {
+                char *l, *eq;
+
+                line++;
+                next = strchr(p, '\n');
+                if (next)
+                        *next++ = 0;
+                l = strip(p);
+                if (*l == 0 || *l == '#' || *l == ';')
+                        continue;
+
+                if (*l == '[') {
+                        size_t n = strlen(l);
+                        if (l[n - 1] != ']' || n < 3) {
+                                r = log_error_errno(EINVAL, "%s:%u: invalid section header '%s'", name, line, l);
+                                goto finish;
+                        }
+                        l[n - 1] = 0;
+                        l++;
+                        r = section_apply(c, name, &s);
+                        section_done(&s);
+                        if (r < 0)
+                                goto finish;
+                        s.kind = _SECTION_INVALID;
+                        for (int k = 0; k < _SECTION_MAX; k++)
+                                if (streq(l, section_names[k]))
+                                        s.kind = k;
+                        if (s.kind < 0) {
+                                bool later = false;
+                                for (size_t k = 0; k < ELEMENTSOF(later_sections); k++)
+                                        later = later || streq(l, later_sections[k]);
+                                r = log_error_errno(EINVAL, "%s:%u: section [%s] is %s", name, line, l,
+                                                    later ? "not supported by this version of modelgated"
+                                                          : "unknown");
+                                goto finish;
+                        }
+                        s.line = line;
+                        seen_section = true;
+                        continue;
+                }
+
+                if (!seen_section) {
+                        r = log_error_errno(EINVAL, "%s:%u: assignment outside of a section", name, line);
+                        goto finish;
+                }
+                eq = strchr(l, '=');
+                if (!eq) {
+                        r = log_error_errno(EINVAL, "%s:%u: missing '=' in '%s'", name, line, l);
+                        goto finish;
+                }
+                *eq = 0;
+                char *key = strip(l), *value = eq + 1;
+                /* Inline comments, as SPEC.md's examples use them: '#' after whitespace. */
+                for (char *h = value; (h = strchr(h, '#')); h++)
+                        if (h == value || isspace((unsigned char) h[-1])) {
+                                *h = 0;
+                                break;
+                        }
+                value = strip(value);
+
+                const ConfigItem *item = NULL;
+                for (size_t k = 0; k < ELEMENTSOF(config_items); k++)
+                        if (config_items[k].section == s.kind && streq(config_items[k].key, key))
+                                item = &config_items[k];
+                if (!item) {
+                        r = log_error_errno(EINVAL, "%s:%u: unknown key '%s' in section [%s]", name, line, key,
+                                            section_names[s.kind]);
+                        goto finish;
+                }
+                /* Validate now, so the error points at this line even if the section is never applied */
+                Assignment *na = realloc(s.assignments, sizeof(Assignment) * (s.n_assignments + 1));
+                if (!na) {
+                        r = log_oom();
+                        goto finish;
+                }
+                s.assignments = na;
+                na[s.n_assignments] = (Assignment) { .item = item, .value = strdup(value), .line = line };
+                if (!na[s.n_assignments].value) {
+                        r = log_oom();
+                        goto finish;
+                }
+                s.n_assignments++;
+        }
+
+        r = section_apply(c, name, &s);
+finish:
+        section_done(&s);
+        return r;
+}
+
+static int read_file(const char *path, char **ret, size_t *ret_size) {
+        _cleanup_close_ int fd = -1;
+        _cleanup_free_ char *buf = NULL;
+        size_t n = 0, a = 0;
+
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        for (;;) {
+                if (a - n < 4096) {
+                        if (a > 16 * 1024 * 1024)
+                                return -EFBIG;
+                        a = a ? a * 2 : 8192;
+                        char *nb = realloc(buf, a);
+                        if (!nb)
+                                return -ENOMEM;
+                        buf = nb;
+                }
+                ssize_t k = read(fd, buf + n, a - n);
+                if (k < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                if (k == 0)
+                        break;
+                n += (size_t) k;
+        }
+        *ret = TAKE_PTR(buf);
+        *ret_size = n;
+        return 0;
+}
+
+static int config_load_one(Config *c, const char *path) {
+        _cleanup_free_ char *text = NULL;
+        size_t size = 0;
+        int r;
+
+        r = read_file(path, &text, &size);
+        if (r < 0)
+                return r;
+        return config_parse_text(c, path, text ?: "", size);
+}
+
+static int cmp_str(const void *a, const void *b) {
+        return strcmp(*(char *const *) a, *(char *const *) b);
+}
+
+int config_load(Config *c, const char *path) {
+        _cleanup_free_ char *dir = NULL;
+        _cleanup_strv_free_ char **names = NULL;
+        bool found = false;
+        size_t n = 0;
+        DIR *d;
+        int r;
+
+        r = config_load_one(c, path);
+        if (r == -ENOENT)
+                log_debug("%s does not exist, looking for drop-ins only", path);
+        else if (r < 0 && r != -EINVAL)
+                return log_error_errno(r, "Failed to read %s: %m", path);
+        else if (r < 0)
+                return r;
+        else
+                found = true;
+
+        if (asprintf(&dir, "%s.d", path) < 0)
+                return log_oom();
+        d = opendir(dir);
+        if (!d) {
+                if (errno != ENOENT)
+                        return log_error_errno(errno, "Failed to open %s: %m", dir);
+                return found ? 0 : -ENOENT;
+        }
+        for (struct dirent *de; (de = readdir(d));) {
+                size_t l = strlen(de->d_name);
+                if (de->d_name[0] == '.' || l < 6 || !streq(de->d_name + l - 5, ".conf"))
+                        continue;
+                char **nn = realloc(names, sizeof(char *) * (n + 2));
+                if (!nn) {
+                        closedir(d);
+                        return log_oom();
+                }
+                names = nn;
+                if (asprintf(&names[n], "%s/%s", dir, de->d_name) < 0) {
+                        names[n] = NULL;
+                        closedir(d);
+                        return log_oom();
+                }
+                names[++n] = NULL;
+        }
+        closedir(d);
+        if (n > 0)
+                qsort(names, n, sizeof(char *), cmp_str);
+        for (size_t i = 0; i < n; i++) {
+                r = config_load_one(c, names[i]);
+                if (r == -EINVAL)
+                        return r;
+                if (r < 0)
+                        return log_error_errno(r, "Failed to read %s: %m", names[i]);
+                found = true;
+        }
+        return found ? 0 : -ENOENT;
+}
+
+int config_verify(Config *c) {
+        int r = 0;
+
+        if (c->max_header_size < 1024 || c->max_header_size > 16 * 1024 * 1024)
+                r = log_error_errno(EINVAL, "[Proxy] MaxHeaderSize= must be between 1K and 16M");
+        if (c->max_connections < 1)
+                r = log_error_errno(EINVAL, "[Proxy] MaxConnections= must be at least 1");
+        if (c->keepalive_interval_usec == 0)
+                r = log_error_errno(EINVAL, "[Proxy] KeepaliveIntervalSec= must not be 0");
+        if (c->header_timeout_usec == 0 || c->idle_timeout_usec == 0)
+                r = log_error_errno(EINVAL, "[Proxy] HeaderTimeoutSec= and IdleTimeoutSec= must not be 0");
+
+        for (size_t i = 0; i < c->n_hosts; i++) {
+                HostConf *h = &c->hosts[i];
+                if (!h->url.text)
+                        r = log_error_errno(EINVAL, "%s:%u: [Host] '%s' has no URL=", h->file, h->line, h->name);
+                if (!h->bus && !(h->bus = strdup("local")))
+                        return log_oom();
+                h->bus_kind = streq(h->bus, "local") ? BUS_LOCAL : streq(h->bus, "system") ? BUS_SYSTEM : BUS_SSH;
+                if (!h->ssh_command && !(h->ssh_command = strdup("ssh")))
+                        return log_oom();
+                for (size_t j = 0; j < i; j++)
+                        /* a host name that is a prefix of another is fine: the longest match wins */
+                        if (strcasecmp(c->hosts[j].name, h->name) == 0 && !streq(c->hosts[j].name, h->name))
+                                log_warning("%s:%u: [Host] names '%s' and '%s' differ only in case", h->file,
+                                            h->line, h->name, c->hosts[j].name);
+        }
+        for (size_t i = 0; i < c->n_engines; i++) {
+                EngineConf *e = &c->engines[i];
+                if (!config_find_host(c, e->host))
+                        r = log_error_errno(EINVAL, "%s:%u: [Engine] '%s' names Host='%s', which no [Host] defines",
+                                            e->file, e->line, e->name, e->host);
+                if (!e->unit)
+                        r = log_error_errno(EINVAL, "%s:%u: [Engine] '%s' has no Unit=", e->file, e->line, e->name);
+                for (size_t j = 0; j < i; j++)
+                        if (e->unit && c->engines[j].unit && streq(c->engines[j].host, e->host) &&
+                            streq(c->engines[j].unit, e->unit))
+                                r = log_error_errno(EINVAL, "%s:%u: [Engine] '%s' and '%s' share Unit='%s'",
+                                                    e->file, e->line, c->engines[j].name, e->name, e->unit);
+        }
+        return r;
+}
+
+static int resolve_url(HttpUrl *u, const char *what) {
+        struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV }, *res = NULL;
+        char port[8];
+        int r;
+
+        snprintf(port, sizeof(port), "%u", u->port);
+        r = getaddrinfo(u->host, port, &hints, &res);
+        if (r != 0)
+                return log_error_errno(EHOSTUNREACH, "%s: cannot resolve '%s': %s", what, u->host,
+                                       gai_strerror(r));
+        memcpy(&u->address, res->ai_addr, res->ai_addrlen);
+        u->address_len = res->ai_addrlen;
+        freeaddrinfo(res);
+        return 0;
+}
+
+int config_resolve(Config *c) {
+        int r = 0, k;
+        for (size_t i = 0; i < c->n_hosts; i++) {
+                _cleanup_free_ char *what = NULL;
+                if (asprintf(&what, "[Host] %s URL=%s", c->hosts[i].name, c->hosts[i].url.text) < 0)
+                        return log_oom();
+                k = resolve_url(&c->hosts[i].url, what);
+                if (k < 0)
+                        r = k;
+        }
+        for (size_t i = 0; i < c->n_engines; i++) {
+                _cleanup_free_ char *what = NULL;
+                if (!c->engines[i].url.text)
+                        continue;
+                if (asprintf(&what, "[Engine] %s URL=%s", c->engines[i].name, c->engines[i].url.text) < 0)
+                        return log_oom();
+                k = resolve_url(&c->engines[i].url, what);
+                if (k < 0)
+                        r = k;
+        }
+        return r;
+}
+
+static void dump_usec(FILE *f, const char *key, usec_t u) {
+        char buf[FORMAT_TIMESPAN_MAX];
+        if (u != CONF_USEC_UNSET)
+                fprintf(f, "%s=%s\n", key, format_timespan(buf, sizeof(buf), u));
+}
+
+static void dump_strv(FILE *f, const char *key, char *const *l) {
+        if (!l)
+                return;
+        fprintf(f, "%s=", key);
+        STRV_FOREACH(s, l)
+        fprintf(f, "%s%s", s == l ? "" : " ", *s);
+        fputc('\n', f);
+}
+
+void config_dump(const Config *c, FILE *f) {
+        fprintf(f, "[Proxy]\n");
+        STRV_FOREACH(l, c->listen)
+        fprintf(f, "Listen=%s\n", *l);
+        dump_usec(f, "ExitIdleSec", c->exit_idle_usec);
+        dump_usec(f, "IdleStopSec", c->idle_stop_usec);
+        dump_usec(f, "HoldDownSec", c->hold_down_usec);
+        dump_usec(f, "WaitBudgetSec", c->wait_budget_usec);
+        dump_usec(f, "KeepaliveAfterSec", c->keepalive_after_usec);
+        dump_usec(f, "KeepaliveIntervalSec", c->keepalive_interval_usec);
+        dump_usec(f, "PollIntervalSec", c->poll_interval_usec);
+        dump_usec(f, "HeaderTimeoutSec", c->header_timeout_usec);
+        dump_usec(f, "IdleTimeoutSec", c->idle_timeout_usec);
+        fprintf(f, "MaxBodySize=%llu\nMaxHeaderSize=%llu\nMaxConnections=%llu\n",
+                (unsigned long long) c->max_body_size, (unsigned long long) c->max_header_size,
+                (unsigned long long) c->max_connections);
+        for (size_t i = 0; i < c->n_hosts; i++) {
+                const HostConf *h = &c->hosts[i];
+                fprintf(f, "\n[Host]\nName=%s\nURL=%s\nBus=%s\n", h->name, strna(h->url.text), strna(h->bus));
+                if (h->bus_kind == BUS_SSH)
+                        fprintf(f, "SSHCommand=%s\n", strna(h->ssh_command));
+                if (h->bus_path)
+                        fprintf(f, "BusPath=%s\n", h->bus_path);
+                dump_strv(f, "BusyUnits", h->busy_units);
+                dump_usec(f, "IdleStopSec", h->idle_stop_usec);
+                dump_usec(f, "HoldDownSec", h->hold_down_usec);
+                dump_usec(f, "WaitBudgetSec", h->wait_budget_usec);
+        }
+        for (size_t i = 0; i < c->n_engines; i++) {
+                const EngineConf *e = &c->engines[i];
+                fprintf(f, "\n[Engine]\nHost=%s\nName=%s\nUnit=%s\n", e->host, e->name, strna(e->unit));
+                dump_strv(f, "Models", e->models);
+                dump_usec(f, "StartTimeoutSec", e->start_timeout_usec);
+                if (e->url.text)
+                        fprintf(f, "URL=%s\n", e->url.text);
+        }
+}

@@ -1,0 +1,99 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/* modelgate.conf(5): a systemd-style INI reader driven by one table of
+ * {section, key, parser, offset}. A file is read into sections of
+ * assignments first and applied second, so that a [Host] or [Engine] in a
+ * drop-in amends the section of the same name (later wins for single values)
+ * instead of adding a second one. */
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/socket.h>
+
+#include "shared/time-util.h"
+
+/* per-host overrides not given: use [Proxy]'s */
+#define CONF_USEC_UNSET (USEC_INFINITY - 1)
+
+typedef enum BusKind {
+        BUS_LOCAL,
+        BUS_SYSTEM,
+        BUS_SSH,
+} BusKind;
+
+/* An http:// base URL, split. The address is resolved separately (conf_resolve). */
+typedef struct HttpUrl {
+        char *text;      /* as written */
+        char *host;      /* without brackets */
+        char *authority; /* for the Host: header, "host:port" or "[v6]:port" */
+        char *base_path; /* "" or "/prefix" without a trailing slash */
+        uint16_t port;
+        struct sockaddr_storage address;
+        socklen_t address_len;
+} HttpUrl;
+
+typedef struct HostConf {
+        char *name;
+        HttpUrl url;
+        char *bus; /* "local", "system", "ssh:[user@]host[:port]" */
+        BusKind bus_kind;
+        char *ssh_command;
+        char *bus_path;
+        char **busy_units;
+        usec_t idle_stop_usec, hold_down_usec, wait_budget_usec;
+        char *file;
+        unsigned line;
+} HostConf;
+
+typedef struct EngineConf {
+        char *host;
+        char *name;
+        char *unit;
+        char **models; /* globs */
+        usec_t start_timeout_usec;
+        HttpUrl url; /* url.text NULL: the host's */
+        char *file;
+        unsigned line;
+} EngineConf;
+
+typedef struct Config {
+        char **listen;
+        usec_t exit_idle_usec;
+        usec_t idle_stop_usec;
+        usec_t hold_down_usec;
+        usec_t wait_budget_usec;
+        usec_t keepalive_after_usec;
+        usec_t keepalive_interval_usec;
+        usec_t poll_interval_usec;
+        usec_t header_timeout_usec;
+        usec_t idle_timeout_usec;
+        uint64_t max_body_size;
+        uint64_t max_header_size;
+        uint64_t max_connections;
+
+        HostConf *hosts;
+        size_t n_hosts;
+        EngineConf *engines;
+        size_t n_engines;
+} Config;
+
+void config_init(Config *c);
+void config_done(Config *c);
+
+/* Reads one file's text into c. 'name' labels error messages. 0 or -EINVAL (errors logged with file:line). */
+int config_parse_text(Config *c, const char *name, const char *text, size_t size);
+/* Reads path and, beside it, path.d/ *.conf in lexical order. -ENOENT if neither exists. */
+int config_load(Config *c, const char *path);
+/* Checks what only the whole configuration can tell (engines name existing hosts, hosts have URLs, …). */
+int config_verify(Config *c);
+/* Resolves every URL to an address (blocking getaddrinfo, once at load). */
+int config_resolve(Config *c);
+void config_dump(const Config *c, FILE *f);
+
+const HostConf *config_find_host(const Config *c, const char *name);
+
+int http_url_parse(const char *s, HttpUrl *ret);
+void http_url_done(HttpUrl *u);
+bool host_name_is_valid(const char *s);

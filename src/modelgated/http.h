@@ -1,0 +1,83 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/* The client side of HTTP/1.1: an llhttp request parser that builds one
+ * HttpRequest at a time, with the limits of modelgate.conf(5) applied as the
+ * bytes arrive, and the refusals that request smuggling needs (RFC 9112 §6.3,
+ * §5.2: both Content-Length and Transfer-Encoding, duplicate lengths,
+ * obsolete line folding, bare LF line ends). Non-logging; no I/O. */
+
+#include <llhttp.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "shared/buffer.h"
+
+typedef struct HttpHeader {
+        size_t name, name_len; /* offsets into HttpRequest.head */
+        size_t value, value_len;
+} HttpHeader;
+
+typedef struct HttpRequest {
+        llhttp_method_t method;
+        uint8_t http_major, http_minor;
+        bool keep_alive;
+        bool expect_continue;
+        bool has_body;
+        Buffer head; /* the URL and the header names and values, back to back */
+        size_t url, url_len;
+        HttpHeader *headers;
+        size_t n_headers, n_headers_alloc;
+        Buffer body;
+} HttpRequest;
+
+typedef enum HttpParseResult {
+        HTTP_PARSE_MORE,    /* everything consumed, the request is not complete */
+        HTTP_PARSE_HEADERS, /* headers complete (reported once per request), body pending */
+        HTTP_PARSE_DONE,    /* a request is complete; bytes after it are not consumed */
+} HttpParseResult;
+
+typedef struct HttpParser {
+        llhttp_t llhttp;
+        HttpRequest req;
+        uint64_t max_header_size, max_body_size;
+        size_t header_bytes;
+        unsigned n_content_length, n_transfer_encoding;
+        bool in_header_value;
+        bool headers_complete;
+        bool headers_reported;
+        bool message_complete;
+        bool last_was_cr;
+        bool started; /* a byte of this request has been seen */
+        /* on error: the status to answer with and a message for people */
+        int error_status;
+        const char *error_message;
+} HttpParser;
+
+void http_parser_init(HttpParser *p, uint64_t max_header_size, uint64_t max_body_size);
+void http_parser_done(HttpParser *p);
+/* Forget the finished request and get ready for the next one on the same connection. */
+void http_parser_next(HttpParser *p);
+
+/* Feeds bytes. Returns an HttpParseResult, with *ret_consumed set; or a negative errno
+ * with p->error_status (400, 405, 413, 431) and p->error_message set. After an error the
+ * connection cannot be read further and must be closed after the answer. */
+int http_parser_feed(HttpParser *p, const char *data, size_t n, size_t *ret_consumed);
+
+static inline Span http_request_url(const HttpRequest *r) {
+        return (Span) { buffer_peek(&r->head) + r->url, r->url_len };
+}
+Span http_header_name(const HttpRequest *r, size_t i);
+Span http_header_value(const HttpRequest *r, size_t i);
+/* The value of the first header called name (case-insensitive), or a NULL span */
+Span http_request_header(const HttpRequest *r, const char *name);
+
+bool span_caseeq(Span s, const char *t);
+bool span_eq(Span s, const char *t);
+/* A token in a comma-separated header value, case-insensitive ("close" in "keep-alive, Close") */
+bool span_has_token(Span list, const char *token);
+
+/* RFC 9110 §7.6.1 hop-by-hop headers, plus what modelgate owns on each hop (framing, Host,
+ * Expect) and the credentials that must never reach a host (SPEC §4). */
+bool http_header_is_hop_by_hop(Span name);
+bool http_header_is_credential(Span name);

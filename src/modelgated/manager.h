@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/* The Manager is the top owner: the event loop, the configuration, the
+ * listening sockets, every client connection and the pool of idle upstream
+ * connections. Everything else reaches the loop through it. */
+
+#include <stdbool.h>
+#include <systemd/sd-event.h>
+
+#include "modelgated/conf.h"
+#include "shared/list.h"
+#include "shared/macro.h"
+
+typedef struct Manager Manager;
+typedef struct Client Client;
+typedef struct Upstream Upstream;
+
+typedef struct Listener {
+        Manager *manager;
+        int fd;
+        char *name; /* FileDescriptorName= or the Listen= value */
+        char *address; /* for logs and STATUS= */
+        sd_event_source *source;
+} Listener;
+
+struct Manager {
+        sd_event *event;
+        Config config;
+        char *config_path;
+
+        Listener *listeners;
+        size_t n_listeners;
+        bool socket_activated;
+        bool listeners_paused;
+        sd_event_source *accept_retry;
+
+        Client *clients;
+        size_t n_clients;
+
+        bool *host_down; /* per config.hosts[], for logging state changes once */
+
+        Upstream *idle_upstreams;
+        size_t n_idle_upstreams;
+
+        bool stopping;
+        sd_event_source *stop_timer;
+
+        uint64_t n_requests;
+        usec_t start_usec;
+};
+
+int manager_new(Manager **ret);
+Manager *manager_free(Manager *m);
+DEFINE_TRIVIAL_CLEANUP_FUNC(Manager *, manager_free);
+
+int manager_load_config(Manager *m, const char *path);
+int manager_start(Manager *m);
+int manager_run(Manager *m);
+
+/* A client connection went away: a slot for the listeners, maybe the end of a clean stop. */
+void manager_client_gone(Manager *m);
+/* A host answered (up) or failed to (down, with the reason): logged once per change (SPEC §6). */
+void manager_host_state(Manager *m, const HostConf *h, bool up, const char *reason);
+/* Re-enables listeners paused by MaxConnections= or EMFILE. */
+void manager_resume_accepting(Manager *m);

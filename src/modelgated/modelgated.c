@@ -1,0 +1,141 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* modelgated(8): reads the configuration, listens (socket-activated or on
+ * Listen=), tells systemd it is ready and runs the loop until stopped. */
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+
+#include "modelgated/manager.h"
+#include "shared/log.h"
+
+static char *arg_config = NULL;
+static bool arg_check_config = false;
+static int arg_user = -1; /* -1: decide by uid */
+
+static void help(void) {
+        printf("%s [OPTIONS...]\n\n"
+               "One OpenAI- and Anthropic-compatible URL in front of llama.cpp engines on GPU hosts.\n\n"
+               "  -h --help           Show this help\n"
+               "     --version        Show the version\n"
+               "     --config=PATH    Read this file (and PATH.d/*.conf) instead of the default\n"
+               "     --check-config   Validate the configuration, print the effective one, exit\n"
+               "     --user           A user instance: $XDG_CONFIG_HOME/modelgate/modelgate.conf\n"
+               "     --system         A system instance: /etc/modelgate/modelgate.conf\n"
+               "  -v --verbose        Log debug messages too\n\n"
+               "See modelgated(8) and modelgate.conf(5).\n",
+               program_invocation_short_name);
+}
+
+static int parse_argv(int argc, char *argv[]) {
+        enum { ARG_VERSION = 0x100, ARG_CONFIG, ARG_CHECK, ARG_USER, ARG_SYSTEM };
+        static const struct option options[] = {
+                { "help", no_argument, NULL, 'h' },           { "version", no_argument, NULL, ARG_VERSION },
+                { "config", required_argument, NULL, ARG_CONFIG }, { "check-config", no_argument, NULL, ARG_CHECK },
+                { "user", no_argument, NULL, ARG_USER },      { "system", no_argument, NULL, ARG_SYSTEM },
+                { "verbose", no_argument, NULL, 'v' },        {},
+        };
+        int c;
+
+        while ((c = getopt_long(argc, argv, "hv", options, NULL)) >= 0)
+                switch (c) {
+                case 'h':
+                        help();
+                        return 0;
+                case ARG_VERSION:
+                        printf("modelgated %s\n", MODELGATE_VERSION);
+                        return 0;
+                case ARG_CONFIG:
+                        arg_config = optarg;
+                        break;
+                case ARG_CHECK:
+                        arg_check_config = true;
+                        break;
+                case ARG_USER:
+                        arg_user = 1;
+                        break;
+                case ARG_SYSTEM:
+                        arg_user = 0;
+                        break;
+                case 'v':
+                        log_set_max_level(LOG_DEBUG);
+                        break;
+                default:
+                        return -EINVAL;
+                }
+        if (optind < argc)
+                return log_error_errno(EINVAL, "%s takes no arguments.", program_invocation_short_name);
+        return 1;
+}
+
+static char *default_config_path(void) {
+        const char *xdg, *home;
+        char *p = NULL;
+
+        if (arg_user == 0 || (arg_user < 0 && getuid() == 0))
+                return strdup("/etc/modelgate/modelgate.conf");
+        xdg = getenv("XDG_CONFIG_HOME");
+        if (xdg && xdg[0] == '/')
+                return asprintf(&p, "%s/modelgate/modelgate.conf", xdg) < 0 ? NULL : p;
+        home = getenv("HOME");
+        if (!home || home[0] != '/')
+                return NULL;
+        return asprintf(&p, "%s/.config/modelgate/modelgate.conf", home) < 0 ? NULL : p;
+}
+
+/* Many idle keep-alive clients need many descriptors; select() is not used anywhere, so raising
+ * the soft limit to the hard one is safe (systemd's rlimit_nofile_bump() does the same). */
+static void bump_nofile(void) {
+        struct rlimit rl;
+        if (getrlimit(RLIMIT_NOFILE, &rl) >= 0 && rl.rlim_cur < rl.rlim_max) {
+                rl.rlim_cur = rl.rlim_max;
+                (void) setrlimit(RLIMIT_NOFILE, &rl);
+        }
+}
+
+int main(int argc, char *argv[]) {
+        _cleanup_(manager_freep) Manager *m = NULL;
+        _cleanup_free_ char *path = NULL;
+        int r;
+
+        r = parse_argv(argc, argv);
+        if (r <= 0)
+                return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+
+        path = arg_config ? strdup(arg_config) : default_config_path();
+        if (!path) {
+                log_error("Cannot tell where the configuration is: set $HOME or pass --config=PATH");
+                return EXIT_FAILURE;
+        }
+
+        r = manager_new(&m);
+        if (r < 0) {
+                log_error_errno(r, "Failed to set up the event loop: %m");
+                return EXIT_FAILURE;
+        }
+        r = manager_load_config(m, path);
+        if (r < 0) {
+                log_error("Refusing to start: the configuration has errors.");
+                return EXIT_FAILURE;
+        }
+        r = config_resolve(&m->config);
+        if (r < 0)
+                return EXIT_FAILURE;
+        if (arg_check_config) {
+                config_dump(&m->config, stdout);
+                return EXIT_SUCCESS;
+        }
+
+        bump_nofile();
+        r = manager_start(m);
+        if (r < 0)
+                return EXIT_FAILURE;
+        r = manager_run(m);
+        if (r < 0) {
+                log_error_errno(r, "Event loop failed: %m");
+                return EXIT_FAILURE;
+        }
+        log_info("Stopped.");
+        return EXIT_SUCCESS;
+}

@@ -1,0 +1,404 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Routing without a tree: the JSON body is validated and walked once by a
+ * small scanner that remembers where the top-level "model" value starts and
+ * ends, so the rewrite can splice the key in and keep every other byte as the
+ * client sent it. A multi-megabyte body costs one pass and no allocation
+ * besides the copy; json-c only decodes the model string itself. */
+
+#include <ctype.h>
+#include <fnmatch.h>
+#include <json-c/json.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "modelgated/route.h"
+#include "shared/buffer.h"
+
+const HostConf *route_find_host(const Config *c, const char *model, const char **ret_key) {
+        const HostConf *best = NULL;
+        size_t best_len = 0;
+
+        for (size_t i = 0; i < c->n_hosts; i++) {
+                const char *n = c->hosts[i].name;
+                size_t l = strlen(n);
+                if (l > best_len && strncmp(model, n, l) == 0 && model[l] == '-' && model[l + 1]) {
+                        best = &c->hosts[i];
+                        best_len = l;
+                }
+        }
+        if (best && ret_key)
+                *ret_key = model + best_len + 1;
+        return best;
+}
+
+const EngineConf *route_find_engine(const Config *c, const char *host, const char *key) {
+        for (size_t i = 0; i < c->n_engines; i++) {
+                if (!streq(c->engines[i].host, host))
+                        continue;
+                STRV_FOREACH(g, c->engines[i].models)
+                if (fnmatch(*g, key, 0) == 0)
+                        return &c->engines[i];
+        }
+        return NULL;
+}
+
+typedef struct Scanner {
+        const char *p, *end;
+} Scanner;
+
+static void skip_ws(Scanner *s) {
+        while (s->p < s->end && (*s->p == ' ' || *s->p == '\t' || *s->p == '\n' || *s->p == '\r'))
+                s->p++;
+}
+
+static int scan_string(Scanner *s, bool *ret_escaped) {
+        bool escaped = false;
+
+        if (s->p >= s->end || *s->p != '"')
+                return -EBADMSG;
+        s->p++;
+        for (;;) {
+                /* memchr-like fast path over the plain bytes */
+                while (s->p < s->end && *s->p != '"' && *s->p != '\\' && (unsigned char) *s->p >= 0x20)
+                        s->p++;
+                if (s->p >= s->end || (unsigned char) *s->p < 0x20)
+                        return -EBADMSG;
+                if (*s->p == '"') {
+                        s->p++;
+                        break;
+                }
+                escaped = true;
+                s->p++;
+                if (s->p >= s->end)
+                        return -EBADMSG;
+                if (*s->p == 'u') {
+                        if (s->end - s->p < 5)
+                                return -EBADMSG;
+                        for (int i = 1; i <= 4; i++)
+                                if (!isxdigit((unsigned char) s->p[i]))
+                                        return -EBADMSG;
+                        s->p += 5;
+                } else if (strchr("\"\\/bfnrt", *s->p) && *s->p)
+                        s->p++;
+                else
+                        return -EBADMSG;
+        }
+        if (ret_escaped)
+                *ret_escaped = escaped;
+        return 0;
+}
+
+static int scan_digits(Scanner *s) {
+        const char *b = s->p;
+        while (s->p < s->end && isdigit((unsigned char) *s->p))
+                s->p++;
+        return s->p > b ? 0 : -EBADMSG;
+}
+
+static int scan_scalar(Scanner *s) {
+        static const char *const literals[] = { "true", "false", "null" };
+
+        for (size_t i = 0; i < ELEMENTSOF(literals); i++) {
+                size_t l = strlen(literals[i]);
+                if ((size_t) (s->end - s->p) >= l && memcmp(s->p, literals[i], l) == 0) {
+                        s->p += l;
+                        return 0;
+                }
+        }
+        if (s->p < s->end && *s->p == '-')
+                s->p++;
+        if (s->p < s->end && *s->p == '0')
+                s->p++;
+        else if (scan_digits(s) < 0)
+                return -EBADMSG;
+        if (s->p < s->end && *s->p == '.') {
+                s->p++;
+                if (scan_digits(s) < 0)
+                        return -EBADMSG;
+        }
+        if (s->p < s->end && (*s->p == 'e' || *s->p == 'E')) {
+                s->p++;
+                if (s->p < s->end && (*s->p == '+' || *s->p == '-'))
+                        s->p++;
+                if (scan_digits(s) < 0)
+                        return -EBADMSG;
+        }
+        return 0;
+}
+
+#define JSON_MAX_DEPTH 512
+
+static bool key_is_model(const char *b, const char *e, bool escaped) {
+        if (!escaped)
+                return e - b == 7 && memcmp(b, "\"model\"", 7) == 0;
+        /* rare: a key written with escapes ("mo\u0064el") */
+        _cleanup_free_ char *copy = strndup(b, (size_t) (e - b));
+        if (!copy)
+                return false;
+        json_object *o = json_tokener_parse(copy);
+        bool r = o && json_object_is_type(o, json_type_string) && json_object_get_string_len(o) == 5 &&
+                 memcmp(json_object_get_string(o), "model", 5) == 0;
+        json_object_put(o);
+        return r;
+}
+
+int json_find_model(const char *body, size_t n, Span *ret_span, char **ret_model) {
+        Scanner s = { body, body + n };
+        char stack[JSON_MAX_DEPTH]; /* '{' or '[' */
+        unsigned depth = 0;
+        const char *vb = NULL, *ve = NULL;
+        bool capture = false, capturing = false, duplicate = false;
+        int r;
+
+        skip_ws(&s);
+        if (s.p >= s.end || *s.p != '{')
+                return -EBADMSG;
+
+value:
+        skip_ws(&s);
+        if (s.p >= s.end)
+                return -EBADMSG;
+        if (capture) {
+                capture = false;
+                capturing = true;
+                vb = s.p;
+        }
+        if (*s.p == '{' || *s.p == '[') {
+                if (depth >= JSON_MAX_DEPTH)
+                        return -EBADMSG;
+                char open = *s.p++;
+                stack[depth++] = open;
+                skip_ws(&s);
+                if (s.p < s.end && *s.p == (open == '{' ? '}' : ']')) {
+                        s.p++;
+                        depth--;
+                        goto after_value;
+                }
+                if (open == '[')
+                        goto value;
+                goto object_key;
+        }
+        r = *s.p == '"' ? scan_string(&s, NULL) : scan_scalar(&s);
+        if (r < 0)
+                return r;
+        goto after_value;
+
+object_key: {
+        bool escaped;
+        const char *kb;
+
+        skip_ws(&s);
+        kb = s.p;
+        r = scan_string(&s, &escaped);
+        if (r < 0)
+                return r;
+        if (depth == 1 && key_is_model(kb, s.p, escaped)) {
+                if (vb)
+                        duplicate = true;
+                capture = true;
+        }
+        skip_ws(&s);
+        if (s.p >= s.end || *s.p != ':')
+                return -EBADMSG;
+        s.p++;
+        goto value;
+}
+
+after_value:
+        if (capturing && depth == 1) {
+                capturing = false;
+                ve = s.p;
+        }
+        if (depth == 0) {
+                skip_ws(&s);
+                if (s.p != s.end)
+                        return -EBADMSG;
+                goto done;
+        }
+        skip_ws(&s);
+        if (s.p >= s.end)
+                return -EBADMSG;
+        if (*s.p == ',') {
+                s.p++;
+                if (stack[depth - 1] == '{')
+                        goto object_key;
+                goto value;
+        }
+        if (*s.p == (stack[depth - 1] == '{' ? '}' : ']')) {
+                s.p++;
+                depth--;
+                goto after_value;
+        }
+        return -EBADMSG;
+
+done:
+        if (duplicate)
+                return -ENOTUNIQ;
+        if (!vb || !ve)
+                return -ENOENT;
+        if (*vb != '"')
+                return -EMEDIUMTYPE;
+
+        _cleanup_free_ char *copy = strndup(vb, (size_t) (ve - vb));
+        if (!copy)
+                return -ENOMEM;
+        json_object *o = json_tokener_parse(copy);
+        if (!o || !json_object_is_type(o, json_type_string)) {
+                json_object_put(o);
+                return -EBADMSG;
+        }
+        size_t l = (size_t) json_object_get_string_len(o);
+        const char *m = json_object_get_string(o);
+        if (strlen(m) != l) {
+                json_object_put(o);
+                return -EMEDIUMTYPE;
+        }
+        char *model = strdup(m);
+        json_object_put(o);
+        if (!model)
+                return -ENOMEM;
+        *ret_span = (Span) { vb, (size_t) (ve - vb) };
+        *ret_model = model;
+        return 0;
+}
+
+char *json_quote(const char *s) {
+        Buffer b = {};
+
+        if (buffer_append(&b, "\"", 1) < 0)
+                goto fail;
+        for (const unsigned char *p = (const unsigned char *) s; *p; p++) {
+                int r;
+                if (*p == '"' || *p == '\\')
+                        r = buffer_printf(&b, "\\%c", *p);
+                else if (*p < 0x20)
+                        r = buffer_printf(&b, "\\u%04x", *p);
+                else
+                        r = buffer_append(&b, p, 1);
+                if (r < 0)
+                        goto fail;
+        }
+        if (buffer_append(&b, "\"", 1) < 0)
+                goto fail;
+        return buffer_steal(&b, NULL);
+fail:
+        buffer_done(&b);
+        return NULL;
+}
+
+Span url_path(Span url) {
+        size_t i = 0;
+        while (i < url.n && url.p[i] != '?' && url.p[i] != '#')
+                i++;
+        return (Span) { url.p, i };
+}
+
+static int unhex(char c) {
+        if (c >= '0' && c <= '9')
+                return c - '0';
+        if (c >= 'a' && c <= 'f')
+                return c - 'a' + 10;
+        if (c >= 'A' && c <= 'F')
+                return c - 'A' + 10;
+        return -1;
+}
+
+static int query_unescape(Span v, char **ret) {
+        char *o = malloc(v.n + 1), *q = o;
+        if (!o)
+                return -ENOMEM;
+        for (size_t i = 0; i < v.n; i++) {
+                if (v.p[i] == '%') {
+                        int a, b;
+                        if (i + 2 >= v.n) {
+                                free(o);
+                                return -EBADMSG;
+                        }
+                        a = unhex(v.p[i + 1]);
+                        b = unhex(v.p[i + 2]);
+                        if (a < 0 || b < 0 || (a == 0 && b == 0)) {
+                                free(o);
+                                return -EBADMSG;
+                        }
+                        *q++ = (char) (a * 16 + b);
+                        i += 2;
+                } else if (v.p[i] == '+')
+                        *q++ = ' ';
+                else
+                        *q++ = v.p[i];
+        }
+        *q = 0;
+        *ret = o;
+        return 0;
+}
+
+int query_find_model(Span url, Span *ret_span, char **ret_model) {
+        Span path = url_path(url);
+        size_t i = path.n, qend = url.n;
+        Span found = {};
+
+        if (i >= url.n || url.p[i] != '?')
+                return -ENOENT;
+        for (size_t k = i; k < url.n; k++)
+                if (url.p[k] == '#') {
+                        qend = k;
+                        break;
+                }
+        i++;
+        while (i < qend) {
+                size_t s = i;
+                while (i < qend && url.p[i] != '&')
+                        i++;
+                Span param = { url.p + s, i - s };
+                if (param.n >= 6 && memcmp(param.p, "model=", 6) == 0) {
+                        if (found.p)
+                                return -ENOTUNIQ;
+                        found = (Span) { param.p + 6, param.n - 6 };
+                }
+                i++;
+        }
+        if (!found.p)
+                return -ENOENT;
+        int r = query_unescape(found, ret_model);
+        if (r < 0)
+                return r;
+        *ret_span = found;
+        return 0;
+}
+
+char *query_escape(const char *s) {
+        Buffer b = {};
+        for (const unsigned char *p = (const unsigned char *) s; *p; p++) {
+                int r;
+                if (isalnum(*p) || strchr("-._~", *p))
+                        r = buffer_append(&b, p, 1);
+                else
+                        r = buffer_printf(&b, "%%%02X", *p);
+                if (r < 0) {
+                        buffer_done(&b);
+                        return NULL;
+                }
+        }
+        if (buffer_terminate(&b) < 0) {
+                buffer_done(&b);
+                return NULL;
+        }
+        return buffer_steal(&b, NULL);
+}
+
+char *span_replace(Span src, Span span, const char *with, size_t *ret_size) {
+        size_t pre = (size_t) (span.p - src.p), wl = strlen(with);
+        size_t post = src.n - pre - span.n;
+        char *o = malloc(pre + wl + post + 1);
+
+        if (!o)
+                return NULL;
+        memcpy(o, src.p, pre);
+        memcpy(o + pre, with, wl);
+        memcpy(o + pre + wl, span.p + span.n, post);
+        o[pre + wl + post] = 0;
+        if (ret_size)
+                *ret_size = pre + wl + post;
+        return o;
+}

@@ -1,0 +1,42 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/* SPEC §4 routing, as pure functions: which host a model name names, where
+ * the model is in a request (top-level "model" of a JSON body, or the
+ * "model" query parameter), and the rewrite that replaces that value by the
+ * key and leaves every other byte alone. No I/O, no logging: fuzzed. */
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "modelgated/conf.h"
+#include "shared/macro.h"
+
+/* The host named by "<host>-<key>": the longest configured host name followed by '-'.
+ * Returns the host and sets *ret_key to the rest, or NULL. */
+const HostConf *route_find_host(const Config *c, const char *model, const char **ret_key);
+
+/* The first [Engine] of host whose Models= globs match key, or NULL. */
+const EngineConf *route_find_engine(const Config *c, const char *host, const char *key);
+
+/* Validates body as JSON (RFC 8259, nesting at most 512 deep) and finds the top-level "model".
+ * Returns 0 with *ret_span (the value's bytes, quotes included) and *ret_model (decoded, malloc'ed);
+ * -ENOENT: an object without "model"; -EMEDIUMTYPE: "model" is not a string (or holds a NUL);
+ * -ENOTUNIQ: "model" appears twice; -EBADMSG: not JSON, or not an object. */
+int json_find_model(const char *body, size_t n, Span *ret_span, char **ret_model);
+
+/* Encodes s as a JSON string, quotes included. */
+char *json_quote(const char *s);
+
+/* The "model" parameter of a URL's query. 0 with the value's span (still %-encoded) and the decoded
+ * value; -ENOENT when there is none; -ENOTUNIQ when it is there twice; -EBADMSG on bad %-escapes. */
+int query_find_model(Span url, Span *ret_span, char **ret_model);
+
+/* %-encodes a query value (RFC 3986 unreserved characters stay as they are). */
+char *query_escape(const char *s);
+
+/* A copy of src with the bytes of span replaced by 'with'. */
+char *span_replace(Span src, Span span, const char *with, size_t *ret_size);
+
+/* The path of a URL: up to '?' or '#' */
+Span url_path(Span url);

@@ -1,0 +1,600 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Upstream connections. Lifecycle: CONNECTING → SENDING → RECEIVING, then
+ * either IDLE in the manager's pool (the host keeps it alive) or freed.
+ * Callbacks into the owner run from inside llhttp_execute(); the owner never
+ * frees the Upstream there, it returns < 0 and this module cancels after the
+ * parser has returned. */
+
+#include <fcntl.h>
+#include <llhttp.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "modelgated/manager.h"
+#include "modelgated/upstream.h"
+#include "shared/log.h"
+
+#define UPSTREAM_READ_SIZE (64 * 1024)
+#define UPSTREAM_CONNECT_TIMEOUT_USEC (10 * USEC_PER_SEC)
+/* below llama.cpp's (cpp-httplib's) 5 s keep-alive, so that we rarely send into a closing socket */
+#define UPSTREAM_IDLE_TIMEOUT_USEC (4 * USEC_PER_SEC)
+#define UPSTREAM_IDLE_MAX 64
+
+typedef enum UpstreamState {
+        UPSTREAM_CONNECTING,
+        UPSTREAM_SENDING,
+        UPSTREAM_RECEIVING,
+        UPSTREAM_IDLE,
+} UpstreamState;
+
+struct Upstream {
+        Manager *manager;
+        UpstreamState state;
+        int fd;
+        sd_event_source *io, *timer;
+        struct sockaddr_storage address;
+        socklen_t address_len;
+        char *authority;
+
+        Buffer request;
+        size_t request_sent;
+        bool head_request;
+        bool reused;
+        bool retried;
+        bool got_bytes;
+        bool headers_done;
+        bool complete;
+        bool reading;
+        bool in_parser;
+        int cancel_error; /* set by a callback's refusal or an error while in the parser */
+
+        llhttp_t parser;
+        UpstreamResponse resp;
+        bool in_value;
+
+        const UpstreamCallbacks *cb;
+        void *userdata;
+        usec_t deadline;
+
+        LIST_FIELDS(Upstream, idle);
+};
+
+static int upstream_io_cb(sd_event_source *s, int fd, uint32_t revents, void *userdata);
+static int upstream_timer_cb(sd_event_source *s, uint64_t usec, void *userdata);
+
+const char *upstream_strerror(int error) {
+        switch (error < 0 ? -error : error) {
+        case ECONNREFUSED: return "connection refused";
+        case ECONNRESET: return "connection reset";
+        case EHOSTUNREACH: return "no route to host";
+        case ENETUNREACH: return "network unreachable";
+        case ETIMEDOUT: return "no answer in time";
+        case EPIPE: return "connection closed";
+        case EPROTO: return "malformed response";
+        case ECONNABORTED: return "connection closed before the response ended";
+        case EMFILE:
+        case ENFILE: return "out of file descriptors";
+        default: return strerror(error < 0 ? -error : error);
+        }
+}
+
+Span upstream_response_header_name(const UpstreamResponse *r, size_t i) {
+        return (Span) { buffer_peek(&r->head) + r->headers[i].name, r->headers[i].name_len };
+}
+
+Span upstream_response_header_value(const UpstreamResponse *r, size_t i) {
+        return (Span) { buffer_peek(&r->head) + r->headers[i].value, r->headers[i].value_len };
+}
+
+Span upstream_response_header(const UpstreamResponse *r, const char *name) {
+        size_t l = strlen(name);
+        for (size_t i = 0; i < r->n_headers; i++) {
+                Span n = upstream_response_header_name(r, i);
+                if (n.n == l && strncasecmp(n.p, name, l) == 0)
+                        return upstream_response_header_value(r, i);
+        }
+        return (Span) {};
+}
+
+static void response_reset(UpstreamResponse *r) {
+        buffer_clear(&r->head);
+        r->n_headers = 0;
+        r->status = 0;
+        r->chunked = r->has_content_length = r->keep_alive = false;
+        r->content_length = 0;
+}
+
+static Upstream *upstream_free(Upstream *u) {
+        if (!u)
+                return NULL;
+        if (u->state == UPSTREAM_IDLE) {
+                LIST_REMOVE(idle, u->manager->idle_upstreams, u);
+                u->manager->n_idle_upstreams--;
+        }
+        sd_event_source_disable_unref(u->io);
+        sd_event_source_disable_unref(u->timer);
+        safe_close(u->fd);
+        buffer_done(&u->request);
+        buffer_done(&u->resp.head);
+        free(u->resp.headers);
+        free(u->authority);
+        free(u);
+        return NULL;
+}
+
+void upstream_pool_flush(Manager *m) {
+        while (m->idle_upstreams)
+                upstream_free(m->idle_upstreams);
+}
+
+static Upstream *upstream_detach(Upstream *u) {
+        u->cb = NULL;
+        u->userdata = NULL;
+        return u;
+}
+
+/* Ends the exchange with an error towards the owner, and frees the connection. */
+static void upstream_fail(Upstream *u, int error) {
+        const UpstreamCallbacks *cb = u->cb;
+        void *userdata = u->userdata;
+        bool started = u->headers_done;
+
+        upstream_detach(u);
+        upstream_free(u);
+        if (cb && cb->on_error)
+                cb->on_error(NULL, error, started, userdata);
+}
+
+Upstream *upstream_cancel(Upstream *u) {
+        if (!u)
+                return NULL;
+        upstream_detach(u);
+        if (u->in_parser) {
+                /* we are inside one of our own callbacks; finish there */
+                u->cancel_error = -ECANCELED;
+                return NULL;
+        }
+        return upstream_free(u);
+}
+
+static int update_io(Upstream *u) {
+        uint32_t events = 0;
+
+        switch (u->state) {
+        case UPSTREAM_CONNECTING:
+                events = EPOLLOUT;
+                break;
+        case UPSTREAM_SENDING:
+                events = EPOLLOUT | EPOLLIN; /* a host may answer (an error) before it read everything */
+                break;
+        case UPSTREAM_RECEIVING:
+                events = u->reading ? EPOLLIN : 0;
+                break;
+        case UPSTREAM_IDLE:
+                events = EPOLLIN; /* the host closing its end, or garbage */
+                break;
+        }
+        if (events == 0)
+                return sd_event_source_set_enabled(u->io, SD_EVENT_OFF);
+        int r = sd_event_source_set_io_events(u->io, events);
+        if (r < 0)
+                return r;
+        return sd_event_source_set_enabled(u->io, SD_EVENT_ON);
+}
+
+static int arm_timer(Upstream *u, usec_t deadline) {
+        if (deadline == USEC_INFINITY)
+                return u->timer ? sd_event_source_set_enabled(u->timer, SD_EVENT_OFF) : 0;
+        if (!u->timer)
+                return sd_event_add_time(u->manager->event, &u->timer, CLOCK_MONOTONIC, deadline, 0,
+                                         upstream_timer_cb, u);
+        int r = sd_event_source_set_time(u->timer, deadline);
+        if (r < 0)
+                return r;
+        return sd_event_source_set_enabled(u->timer, SD_EVENT_ONESHOT);
+}
+
+int upstream_set_deadline(Upstream *u, usec_t usec) {
+        u->deadline = usec == USEC_INFINITY ? USEC_INFINITY : now_usec(CLOCK_MONOTONIC) + usec;
+        if (u->state != UPSTREAM_CONNECTING)
+                return arm_timer(u, u->deadline);
+        return 0;
+}
+
+void upstream_set_reading(Upstream *u, bool on) {
+        if (!u || u->reading == on)
+                return;
+        u->reading = on;
+        (void) update_io(u);
+}
+
+/* llhttp callbacks for the response */
+
+static Upstream *upstream_of(llhttp_t *l) {
+        return l->data;
+}
+
+static int on_message_begin(llhttp_t *l) {
+        Upstream *u = upstream_of(l);
+        response_reset(&u->resp);
+        u->in_value = false;
+        return 0;
+}
+
+static int on_header_field(llhttp_t *l, const char *at, size_t n) {
+        Upstream *u = upstream_of(l);
+        UpstreamResponse *r = &u->resp;
+
+        if (buffer_size(&r->head) + n > 256 * 1024)
+                return -1;
+        if (r->n_headers == 0 || u->in_value) {
+                if (r->n_headers == r->n_headers_alloc) {
+                        size_t a = r->n_headers_alloc ? r->n_headers_alloc * 2 : 16;
+                        if (a > 1024)
+                                return -1;
+                        __typeof__(r->headers) h = realloc(r->headers, a * sizeof(*r->headers));
+                        if (!h)
+                                return -1;
+                        r->headers = h;
+                        r->n_headers_alloc = a;
+                }
+                r->headers[r->n_headers].name = buffer_size(&r->head);
+                r->headers[r->n_headers].name_len = 0;
+                r->headers[r->n_headers].value = 0;
+                r->headers[r->n_headers].value_len = 0;
+                r->n_headers++;
+                u->in_value = false;
+        }
+        if (buffer_append(&r->head, at, n) < 0)
+                return -1;
+        r->headers[r->n_headers - 1].name_len += n;
+        return 0;
+}
+
+static int on_header_field_complete(llhttp_t *l) {
+        Upstream *u = upstream_of(l);
+        u->resp.headers[u->resp.n_headers - 1].value = buffer_size(&u->resp.head);
+        u->in_value = true;
+        return 0;
+}
+
+static int on_header_value(llhttp_t *l, const char *at, size_t n) {
+        Upstream *u = upstream_of(l);
+        UpstreamResponse *r = &u->resp;
+
+        if (buffer_size(&r->head) + n > 256 * 1024)
+                return -1;
+        if (buffer_append(&r->head, at, n) < 0)
+                return -1;
+        r->headers[r->n_headers - 1].value_len += n;
+        return 0;
+}
+
+static int on_headers_complete(llhttp_t *l) {
+        Upstream *u = upstream_of(l);
+        UpstreamResponse *r = &u->resp;
+
+        r->status = l->status_code;
+        /* 1xx interim responses are not forwarded: we never send "Expect:" upstream */
+        if (r->status >= 100 && r->status < 200)
+                return 0;
+        r->chunked = (l->flags & F_CHUNKED) != 0;
+        r->has_content_length = (l->flags & F_CONTENT_LENGTH) != 0;
+        r->content_length = l->content_length;
+        r->keep_alive = llhttp_should_keep_alive(l);
+        u->headers_done = true;
+
+        if (u->cb && u->cb->on_headers && u->cb->on_headers(u, r, u->userdata) < 0) {
+                u->cancel_error = -ECANCELED;
+                return -1;
+        }
+        if (u->cancel_error)
+                return -1;
+        /* RFC 9110 §9.3.2, §15.3.5, §15.4.5: no body, whatever the headers say */
+        if (u->head_request || r->status == 204 || r->status == 304)
+                return 1;
+        return 0;
+}
+
+static int on_body(llhttp_t *l, const char *at, size_t n) {
+        Upstream *u = upstream_of(l);
+
+        if (u->cb && u->cb->on_body && u->cb->on_body(u, at, n, u->userdata) < 0) {
+                u->cancel_error = -ECANCELED;
+                return -1;
+        }
+        return u->cancel_error ? -1 : 0;
+}
+
+static int on_message_complete(llhttp_t *l) {
+        Upstream *u = upstream_of(l);
+
+        if (u->resp.status >= 100 && u->resp.status < 200) {
+                u->headers_done = false;
+                return 0;
+        }
+        u->complete = true;
+        u->resp.keep_alive = llhttp_should_keep_alive(l);
+        return HPE_PAUSED;
+}
+
+static const llhttp_settings_t response_settings = {
+        .on_message_begin = on_message_begin,
+        .on_header_field = on_header_field,
+        .on_header_field_complete = on_header_field_complete,
+        .on_header_value = on_header_value,
+        .on_headers_complete = on_headers_complete,
+        .on_body = on_body,
+        .on_message_complete = on_message_complete,
+};
+
+static void upstream_finish_ok(Upstream *u, size_t leftover) {
+        const UpstreamCallbacks *cb = u->cb;
+        void *userdata = u->userdata;
+        Manager *m = u->manager;
+        bool reuse = u->resp.keep_alive && leftover == 0 && !m->stopping &&
+                     m->n_idle_upstreams < UPSTREAM_IDLE_MAX;
+
+        upstream_detach(u);
+        if (reuse) {
+                u->state = UPSTREAM_IDLE;
+                u->reused = u->retried = u->got_bytes = u->headers_done = u->complete = false;
+                u->head_request = false;
+                buffer_done(&u->request);
+                u->request_sent = 0;
+                u->reading = true;
+                llhttp_init(&u->parser, HTTP_RESPONSE, &response_settings);
+                u->parser.data = u;
+                LIST_PREPEND(idle, m->idle_upstreams, u);
+                m->n_idle_upstreams++;
+                if (update_io(u) < 0 || arm_timer(u, now_usec(CLOCK_MONOTONIC) + UPSTREAM_IDLE_TIMEOUT_USEC) < 0)
+                        upstream_free(u);
+        } else
+                upstream_free(u);
+
+        if (cb && cb->on_complete)
+                cb->on_complete(NULL, userdata);
+}
+
+static int upstream_connect(Upstream *u);
+
+/* A failure before the host said anything, on a connection from the pool: try a fresh one once. */
+static bool upstream_maybe_retry(Upstream *u) {
+        if (!u->reused || u->retried || u->got_bytes)
+                return false;
+        log_debug("Pooled connection to %s failed before an answer, retrying on a new one", u->authority);
+        sd_event_source_disable_unref(u->io);
+        u->io = NULL;
+        u->fd = safe_close(u->fd);
+        u->reused = false;
+        u->retried = true;
+        u->request_sent = 0;
+        if (upstream_connect(u) < 0)
+                return false;
+        return true;
+}
+
+static void upstream_handle_eof(Upstream *u) {
+        if (!u->got_bytes) {
+                if (upstream_maybe_retry(u))
+                        return;
+                return upstream_fail(u, -ECONNRESET);
+        }
+        /* A response without length ends here (older llama.cpp builds end streams like this) */
+        u->in_parser = true;
+        llhttp_errno_t e = llhttp_finish(&u->parser);
+        u->in_parser = false;
+        if (u->complete && !u->cancel_error)
+                return upstream_finish_ok(u, 1); /* never reuse a closed connection */
+        if (u->cancel_error)
+                return upstream_fail(u, u->cancel_error);
+        (void) e;
+        upstream_fail(u, -ECONNABORTED);
+}
+
+static void upstream_read(Upstream *u) {
+        char buf[UPSTREAM_READ_SIZE];
+
+        /* A few reads per wakeup: each goes to the owner at once; then others get a turn */
+        for (int i = 0; i < 4 && u->reading; i++) {
+                ssize_t k = read(u->fd, buf, sizeof(buf));
+                if (k < 0) {
+                        if (errno == EAGAIN || errno == EINTR)
+                                return;
+                        if (!u->got_bytes && upstream_maybe_retry(u))
+                                return;
+                        return upstream_fail(u, -errno);
+                }
+                if (k == 0)
+                        return upstream_handle_eof(u);
+
+                if (u->state == UPSTREAM_SENDING) {
+                        /* the host answers before reading the whole request; stop sending */
+                        u->state = UPSTREAM_RECEIVING;
+                        if (update_io(u) < 0)
+                                return upstream_fail(u, -ENOMEM);
+                }
+                u->got_bytes = true;
+                u->in_parser = true;
+                llhttp_errno_t e = llhttp_execute(&u->parser, buf, (size_t) k);
+                u->in_parser = false;
+
+                if (u->cancel_error) {
+                        if (!u->cb) /* the owner cancelled: nobody to tell */
+                                return (void) upstream_free(u);
+                        return upstream_fail(u, u->cancel_error);
+                }
+                if (e == HPE_PAUSED && u->complete) {
+                        size_t used = (size_t) (llhttp_get_error_pos(&u->parser) - buf);
+                        return upstream_finish_ok(u, (size_t) k - used);
+                }
+                if (e != HPE_OK) {
+                        log_debug("Malformed response from %s: %s", u->authority,
+                                  llhttp_get_error_reason(&u->parser));
+                        return upstream_fail(u, -EPROTO);
+                }
+                if (u->state != UPSTREAM_RECEIVING)
+                        return;
+        }
+}
+
+static void upstream_write(Upstream *u) {
+        while (u->request_sent < buffer_size(&u->request)) {
+                ssize_t k = send(u->fd, buffer_peek(&u->request) + u->request_sent,
+                                 buffer_size(&u->request) - u->request_sent, MSG_NOSIGNAL);
+                if (k < 0) {
+                        if (errno == EAGAIN || errno == EINTR)
+                                return;
+                        if (upstream_maybe_retry(u))
+                                return;
+                        return upstream_fail(u, -errno);
+                }
+                u->request_sent += (size_t) k;
+        }
+        u->state = UPSTREAM_RECEIVING;
+        if (update_io(u) < 0)
+                upstream_fail(u, -ENOMEM);
+}
+
+static int upstream_io_cb(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        Upstream *u = userdata;
+
+        switch (u->state) {
+        case UPSTREAM_IDLE:
+                /* the host closed (or sent something unasked): this connection is done */
+                upstream_free(u);
+                return 0;
+
+        case UPSTREAM_CONNECTING: {
+                int error = 0;
+                socklen_t l = sizeof(error);
+                if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &l) < 0)
+                        error = errno;
+                if (error != 0) {
+                        upstream_fail(u, -error);
+                        return 0;
+                }
+                u->state = UPSTREAM_SENDING;
+                if (update_io(u) < 0 || arm_timer(u, u->deadline) < 0) {
+                        upstream_fail(u, -ENOMEM);
+                        return 0;
+                }
+                upstream_write(u);
+                return 0;
+        }
+
+        case UPSTREAM_SENDING:
+                if (revents & EPOLLIN) {
+                        upstream_read(u);
+                        return 0;
+                }
+                if (revents & (EPOLLOUT | EPOLLERR | EPOLLHUP))
+                        upstream_write(u);
+                return 0;
+
+        case UPSTREAM_RECEIVING:
+                upstream_read(u);
+                return 0;
+        }
+        return 0;
+}
+
+static int upstream_timer_cb(sd_event_source *s, uint64_t usec, void *userdata) {
+        Upstream *u = userdata;
+
+        if (u->state == UPSTREAM_IDLE)
+                upstream_free(u);
+        else
+                upstream_fail(u, -ETIMEDOUT);
+        return 0;
+}
+
+static int upstream_connect(Upstream *u) {
+        _cleanup_close_ int fd = -1;
+        int r, one = 1;
+
+        fd = socket(u->address.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return -errno;
+        if (u->address.ss_family != AF_UNIX)
+                (void) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        r = connect(fd, (struct sockaddr *) &u->address, u->address_len);
+        if (r < 0 && errno != EINPROGRESS)
+                return -errno;
+
+        r = sd_event_add_io(u->manager->event, &u->io, fd, EPOLLOUT, upstream_io_cb, u);
+        if (r < 0)
+                return r;
+        u->fd = TAKE_FD(fd);
+        u->state = UPSTREAM_CONNECTING;
+        u->got_bytes = u->headers_done = u->complete = false;
+        llhttp_init(&u->parser, HTTP_RESPONSE, &response_settings);
+        u->parser.data = u;
+        r = update_io(u);
+        if (r < 0)
+                return r;
+        return arm_timer(u, now_usec(CLOCK_MONOTONIC) + UPSTREAM_CONNECT_TIMEOUT_USEC);
+}
+
+static Upstream *pool_take(Manager *m, const HttpUrl *url) {
+        LIST_FOREACH(idle, u, m->idle_upstreams)
+        if (u->address_len == url->address_len && memcmp(&u->address, &url->address, url->address_len) == 0) {
+                LIST_REMOVE(idle, m->idle_upstreams, u);
+                m->n_idle_upstreams--;
+                return u;
+        }
+        return NULL;
+}
+
+int upstream_start(Manager *m, const HttpUrl *url, Buffer *request, bool head_request,
+                   const UpstreamCallbacks *cb, void *userdata, Upstream **ret) {
+        Upstream *u;
+        int r;
+
+        u = pool_take(m, url);
+        if (u) {
+                u->reused = true;
+                u->state = UPSTREAM_SENDING;
+        } else {
+                u = calloc(1, sizeof(Upstream));
+                if (!u)
+                        return -ENOMEM;
+                u->manager = m;
+                u->fd = -1;
+                memcpy(&u->address, &url->address, url->address_len);
+                u->address_len = url->address_len;
+                u->authority = strdup(url->authority);
+                if (!u->authority) {
+                        free(u);
+                        return -ENOMEM;
+                }
+        }
+        u->request = *request;
+        *request = (Buffer) {};
+        u->request_sent = 0;
+        u->head_request = head_request;
+        u->cb = cb;
+        u->userdata = userdata;
+        u->reading = true;
+        u->deadline = USEC_INFINITY;
+        u->cancel_error = 0;
+
+        if (u->reused) {
+                /* Send from the loop (the idle socket is writable at once), not from here: a failure
+                 * must reach the owner after it has stored the pointer we return. */
+                r = update_io(u);
+                if (r >= 0)
+                        r = arm_timer(u, USEC_INFINITY);
+        } else
+                r = upstream_connect(u);
+        if (r < 0) {
+                upstream_detach(u);
+                upstream_free(u);
+                return r;
+        }
+        *ret = u;
+        return 0;
+}

@@ -1,0 +1,40 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/* A growable byte queue: appended at the end, consumed from the front.
+ * Every Buffer that a peer can fill has a cap, checked by the caller with
+ * buffer_would_exceed() before appending; the buffer itself only grows. */
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "shared/macro.h"
+
+typedef struct Buffer {
+        char *data;
+        size_t start; /* consumed bytes at the front */
+        size_t end;   /* first free byte */
+        size_t alloc;
+} Buffer;
+
+static inline size_t buffer_size(const Buffer *b) {
+        return b->end - b->start;
+}
+static inline const char *buffer_peek(const Buffer *b) {
+        return b->data ? b->data + b->start : "";
+}
+static inline bool buffer_is_empty(const Buffer *b) {
+        return b->end == b->start;
+}
+
+int buffer_append(Buffer *b, const void *p, size_t n);
+int buffer_append_str(Buffer *b, const char *s);
+int buffer_printf(Buffer *b, const char *fmt, ...) _printf_(2, 3);
+void buffer_consume(Buffer *b, size_t n);
+void buffer_clear(Buffer *b);
+void buffer_done(Buffer *b);
+/* Makes the contents a NUL-terminated string (the NUL is not counted) */
+int buffer_terminate(Buffer *b);
+/* Hands the contents to the caller as a malloc'ed NUL-terminated string and empties the buffer */
+char *buffer_steal(Buffer *b, size_t *ret_size);

@@ -1,0 +1,42 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/* Logging with systemd's semantics, written small: messages go to stderr,
+ * prefixed "<N>" (sd-daemon(3)) when stderr is not a terminal so that the
+ * journal keeps the priority. log_*_errno() return -abs(error) so that
+ * "return log_error_errno(r, ...)" reads naturally, and "%m" means that error. */
+
+#include <errno.h>
+#include <stdbool.h>
+#include <syslog.h>
+
+#include "shared/macro.h"
+
+void log_set_max_level(int level);
+int log_get_max_level(void);
+void log_set_prefix(bool on);
+
+int log_internal(int level, int error, const char *file, int line, const char *fmt, ...) _printf_(5, 6);
+
+#define log_full_errno(level, error, ...)                                                                   \
+        ({                                                                                                   \
+                int _l = (level), _e = (error);                                                              \
+                _e = _e < 0 ? -_e : _e;                                                                      \
+                (log_get_max_level() >= LOG_PRI(_l)) ? log_internal(_l, _e, __FILE__, __LINE__, __VA_ARGS__) \
+                                                     : -_e;                                                  \
+        })
+#define log_full(level, ...) (void) log_full_errno(level, 0, __VA_ARGS__)
+
+#define log_debug(...) log_full(LOG_DEBUG, __VA_ARGS__)
+#define log_info(...) log_full(LOG_INFO, __VA_ARGS__)
+#define log_notice(...) log_full(LOG_NOTICE, __VA_ARGS__)
+#define log_warning(...) log_full(LOG_WARNING, __VA_ARGS__)
+#define log_error(...) log_full(LOG_ERR, __VA_ARGS__)
+
+#define log_debug_errno(e, ...) log_full_errno(LOG_DEBUG, e, __VA_ARGS__)
+#define log_info_errno(e, ...) log_full_errno(LOG_INFO, e, __VA_ARGS__)
+#define log_notice_errno(e, ...) log_full_errno(LOG_NOTICE, e, __VA_ARGS__)
+#define log_warning_errno(e, ...) log_full_errno(LOG_WARNING, e, __VA_ARGS__)
+#define log_error_errno(e, ...) log_full_errno(LOG_ERR, e, __VA_ARGS__)
+
+#define log_oom() log_error_errno(ENOMEM, "Out of memory.")

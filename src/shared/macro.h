@@ -1,0 +1,98 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/* The few systemd idioms modelgate uses everywhere: scope-bound cleanup,
+ * ownership transfer, array sizes. Written from the public description in
+ * systemd's docs/CODING_STYLE.md, not copied. */
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define _cleanup_(f) __attribute__((cleanup(f)))
+#define _unused_ __attribute__((unused))
+#define _printf_(a, b) __attribute__((format(printf, a, b)))
+#define _noreturn_ __attribute__((noreturn))
+#define _likely_(x) (__builtin_expect(!!(x), 1))
+#define _unlikely_(x) (__builtin_expect(!!(x), 0))
+
+#define ELEMENTSOF(x) (sizeof(x) / sizeof((x)[0]))
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
+
+#define TAKE_PTR(p)                                                                                          \
+        ({                                                                                                   \
+                __typeof__(p) _p = (p);                                                                      \
+                (p) = NULL;                                                                                  \
+                _p;                                                                                          \
+        })
+#define TAKE_FD(fd)                                                                                          \
+        ({                                                                                                   \
+                int _fd = (fd);                                                                              \
+                (fd) = -1;                                                                                   \
+                _fd;                                                                                         \
+        })
+
+static inline void freep(void *p) {
+        free(*(void **) p);
+}
+#define _cleanup_free_ _cleanup_(freep)
+
+static inline void *mfree(void *p) {
+        free(p);
+        return NULL;
+}
+
+static inline int safe_close(int fd) {
+        if (fd >= 0) {
+                int saved = errno;
+                (void) close(fd);
+                errno = saved;
+        }
+        return -1;
+}
+static inline void closep(int *fd) {
+        safe_close(*fd);
+}
+#define _cleanup_close_ _cleanup_(closep)
+
+#define DEFINE_TRIVIAL_CLEANUP_FUNC(type, func)                                                              \
+        static inline void func##p(type *p) {                                                                \
+                if (*p)                                                                                      \
+                        func(*p);                                                                            \
+        }
+
+static inline void strv_free(char **l) {
+        if (!l)
+                return;
+        for (char **i = l; *i; i++)
+                free(*i);
+        free(l);
+}
+DEFINE_TRIVIAL_CLEANUP_FUNC(char **, strv_free);
+#define _cleanup_strv_free_ _cleanup_(strv_freep)
+
+static inline size_t strv_length(char *const *l) {
+        size_t n = 0;
+        if (l)
+                while (l[n])
+                        n++;
+        return n;
+}
+
+#define STRV_FOREACH(s, l) for (char *const *s = (l); s && *s; s++)
+
+#define streq(a, b) (strcmp((a), (b)) == 0)
+#define strcaseeq(a, b) (strcasecmp((a), (b)) == 0)
+
+static inline const char *strna(const char *s) {
+        return s ?: "n/a";
+}
+
+/* A span of bytes that does not own its memory. */
+typedef struct {
+        const char *p;
+        size_t n;
+} Span;

@@ -1,0 +1,471 @@
+#!/usr/bin/python3
+"""A stand-in for llama.cpp's llama-server in router mode (../shared/llama-server-api.md).
+
+It behaves like the real server where a proxy can see it: /health, /models with
+per-model status, /models/load and /models/unload, /models/sse, streaming chat,
+completions and Anthropic messages in their real event formats, llama.cpp's error
+shapes (exceed_context_size_error included), cpp-httplib's keep-alive rules
+(connection closed after any status >= 400).
+
+Knobs, per process (command line) or per request (a marker in the prompt text):
+  --load-delay S     seconds a model takes to load (autoload blocks that long)
+  --token-delay S    seconds between streamed tokens
+  --end chunk|close  end streams with the last chunk (current builds) or by
+                     closing the connection (older builds)
+  [[tokens:N]]       answer with N tokens
+  [[cut:N]]          stop after N tokens by closing the connection mid-stream
+  [[hang]]           never send the first token (headers only)
+  [[overflow]]       400 exceed_context_size_error
+  [[error:N]]        a mid-stream error after N tokens
+  [[crash]]          the process exits at once
+  [[delay:S]]        sleep S seconds before answering
+
+For tests: GET /_double/requests lists what it received (method, path, headers,
+body length, sha256, and the body when under 64 KiB); DELETE clears the list.
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+ARGS = None
+LOCK = threading.Lock()
+MODELS = {}  # id -> {"status": ..., "failed": bool}
+REQUESTS = []
+SSE_LISTENERS = []
+START = int(time.time())
+
+
+def now():
+    return int(time.time())
+
+
+def notify(model, event, data=None):
+    ev = {"model": model, "event": event}
+    if data is not None:
+        ev["data"] = data
+    line = ("data: " + json.dumps(ev, separators=(",", ":")) + "\n\n").encode()
+    with LOCK:
+        listeners = list(SSE_LISTENERS)
+    for q in listeners:
+        q.append(line)
+
+
+def model_entry(mid):
+    m = MODELS[mid]
+    status = {"value": m["status"], "args": ["llama-server", "--port", str(ARGS.port), "--alias", mid]}
+    if m.get("failed"):
+        status["failed"] = True
+        status["exit_code"] = 1
+    e = {"id": mid, "aliases": [], "tags": [], "object": "model", "owned_by": "llamacpp",
+         "created": now(), "status": status,
+         "architecture": {"input_modalities": ["text"], "output_modalities": ["text"]},
+         "source": "models_dir", "can_remove": False}
+    if m["status"] == "loaded":
+        e["meta"] = {"n_ctx": ARGS.n_ctx, "n_vocab": 32000, "n_params": 1000000}
+    return e
+
+
+def do_load(mid):
+    with LOCK:
+        MODELS[mid]["status"] = "loading"
+    notify(mid, "model_status", {"status": "loading"})
+
+    def finish():
+        time.sleep(ARGS.load_delay / 2)
+        notify(mid, "status_change", {"status": "loading", "progress": {"stage": "text_model", "value": 0.5}})
+        time.sleep(ARGS.load_delay / 2)
+        with LOCK:
+            MODELS[mid]["status"] = "loaded"
+        notify(mid, "status_change", {"status": "loaded", "info": model_entry(mid)})
+
+    threading.Thread(target=finish, daemon=True).start()
+
+
+def wait_loaded(mid):
+    while True:
+        with LOCK:
+            st = MODELS[mid]["status"]
+        if st == "loaded":
+            return
+        time.sleep(0.02)
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "llama.cpp"
+    sys_version = ""
+
+    def log_message(self, fmt, *args):
+        if ARGS.verbose:
+            sys.stderr.write("double: " + (fmt % args) + "\n")
+
+    # -- plumbing ---------------------------------------------------------
+    def read_body(self):
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            data = b""
+            while True:
+                size = int(self.rfile.readline().strip().split(b";")[0], 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    return data
+                data += self.rfile.read(size)
+                self.rfile.readline()
+        n = int(self.headers.get("Content-Length", "0") or 0)
+        return self.rfile.read(n) if n else b""
+
+    def record(self, body):
+        entry = {"method": self.command, "path": self.path,
+                 "headers": [[k, v] for k, v in self.headers.items()],
+                 "body_length": len(body), "body_sha256": hashlib.sha256(body).hexdigest()}
+        if len(body) < 65536:
+            entry["body"] = body.decode("utf-8", "replace")
+        with LOCK:
+            REQUESTS.append(entry)
+            del REQUESTS[:-200]
+
+    def send_json(self, status, obj):
+        body = json.dumps(obj, separators=(",", ":")).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        if status >= 400:
+            # cpp-httplib >= 0.28: "Don't leave connections open after errors"
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        else:
+            self.send_header("Keep-Alive", "timeout=5, max=100")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def send_error_json(self, status, message, etype, **extra):
+        err = {"code": status, "message": message, "type": etype}
+        err.update(extra)
+        self.send_json(status, {"error": err})
+
+    def start_stream(self):
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("X-Accel-Buffering", "no")
+        if ARGS.end == "close":
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        else:
+            self.send_header("Transfer-Encoding", "chunked")
+            self.send_header("Keep-Alive", "timeout=5, max=100")
+        self.end_headers()
+        self.wfile.flush()
+
+    def chunk(self, data):
+        if isinstance(data, str):
+            data = data.encode()
+        if ARGS.end == "close":
+            self.wfile.write(data)
+        else:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def end_stream(self):
+        if ARGS.end == "close":
+            self.wfile.flush()
+            self.close_connection = True
+        else:
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+
+    def cut(self):
+        self.wfile.flush()
+        self.close_connection = True
+        try:
+            import socket
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    # -- requests ----------------------------------------------------------
+    def do_GET(self):
+        self.handle_any(b"")
+
+    def do_HEAD(self):
+        self.handle_any(b"")
+
+    def do_DELETE(self):
+        self.handle_any(self.read_body())
+
+    def do_POST(self):
+        self.handle_any(self.read_body())
+
+    def handle_any(self, body):
+        url = urlsplit(self.path)
+        path, query = url.path, parse_qs(url.query)
+        if path == "/_double/requests":
+            if self.command == "DELETE":
+                with LOCK:
+                    REQUESTS.clear()
+                return self.send_json(200, {"success": True})
+            with LOCK:
+                return self.send_json(200, list(REQUESTS))
+        self.record(body)
+        if path in ("/health", "/v1/health"):
+            return self.send_json(200, {"status": "ok"})
+        if path in ("/models", "/v1/models") and self.command in ("GET", "HEAD"):
+            with LOCK:
+                data = [model_entry(m) for m in MODELS]
+            return self.send_json(200, {"data": data, "object": "list"})
+        if path == "/models/sse":
+            return self.models_sse()
+
+        if self.command in ("GET", "HEAD"):
+            model = query.get("model", [None])[0]
+            req = {}
+        else:
+            try:
+                req = json.loads(body or b"{}")
+            except ValueError:
+                return self.send_error_json(500, "[json.exception.parse_error.101] parse error", "server_error")
+            if not isinstance(req, dict):
+                return self.send_error_json(400, "invalid request", "invalid_request_error")
+            model = req.get("model")
+
+        if path == "/models/load":
+            return self.models_load(model)
+        if path == "/models/unload":
+            return self.models_unload(model)
+        if path == "/props" and not model:
+            return self.send_json(200, {"role": "router", "max_instances": 1, "models_autoload": True})
+
+        if not model:
+            return self.send_error_json(400, "model name is missing from the request", "invalid_request_error")
+        with LOCK:
+            known = model in MODELS
+            st = MODELS[model]["status"] if known else None
+        if not known:
+            return self.send_error_json(400, "model '%s' not found" % model, "invalid_request_error")
+        if st == "unloaded":
+            do_load(model)
+        wait_loaded(model)
+
+        if path in ("/props",):
+            return self.send_json(200, {"model_alias": model, "model_path": "/m/%s.gguf" % model,
+                                        "default_generation_settings": {"n_ctx": ARGS.n_ctx},
+                                        "query": url.query})
+        if path == "/slots":
+            return self.send_json(200, [{"id": 0, "n_ctx": ARGS.n_ctx, "is_processing": False,
+                                         "model": model}])
+        if path == "/tokenize":
+            return self.send_json(200, {"tokens": list(range(len(str(req.get("content", "")).split())))})
+        if path in ("/v1/embeddings", "/embeddings"):
+            return self.send_json(200, {"model": model, "object": "list",
+                                        "usage": {"prompt_tokens": 1, "total_tokens": 1},
+                                        "data": [{"embedding": [0.1, 0.2, 0.3], "index": 0,
+                                                  "object": "embedding"}]})
+        if path in ("/v1/chat/completions", "/chat/completions", "/v1/completions", "/completion",
+                    "/completions", "/v1/messages"):
+            return self.generate(path, model, req, body)
+        return self.send_error_json(404, "File Not Found", "not_found_error")
+
+    def models_sse(self):
+        q = []
+        with LOCK:
+            SSE_LISTENERS.append(q)
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.wfile.flush()
+            while True:
+                while q:
+                    self.chunk(q.pop(0))
+                time.sleep(0.02)
+        except OSError:
+            pass
+        finally:
+            with LOCK:
+                SSE_LISTENERS.remove(q)
+            self.close_connection = True
+
+    def models_load(self, model):
+        with LOCK:
+            if model not in MODELS:
+                known = False
+            else:
+                known = True
+                st = MODELS[model]["status"]
+        if not known:
+            return self.send_error_json(404, "model is not found", "not_found_error")
+        if st in ("loading", "loaded", "sleeping"):
+            return self.send_error_json(400, "model is already running", "invalid_request_error")
+        do_load(model)
+        return self.send_json(200, {"success": True})
+
+    def models_unload(self, model):
+        with LOCK:
+            if model not in MODELS:
+                return self.send_error_json(400, "model is not found", "invalid_request_error")
+            if MODELS[model]["status"] not in ("loading", "loaded", "sleeping"):
+                return self.send_error_json(400, "model is not running", "invalid_request_error")
+            MODELS[model]["status"] = "unloaded"
+        notify(model, "status_change", {"status": "unloaded", "exit_code": 0})
+        return self.send_json(200, {"success": True})
+
+    def prompt_text(self, req):
+        parts = []
+        for m in req.get("messages", []) or []:
+            c = m.get("content") if isinstance(m, dict) else None
+            if isinstance(c, str):
+                parts.append(c)
+            elif isinstance(c, list):
+                parts += [b.get("text", "") for b in c if isinstance(b, dict)]
+        if isinstance(req.get("prompt"), str):
+            parts.append(req["prompt"])
+        return " ".join(parts)
+
+    def generate(self, path, model, req, body):
+        text = self.prompt_text(req)
+        knob = lambda name: (re.search(r"\[\[%s(?::([0-9.]+))?\]\]" % name, text))
+        if knob("crash"):
+            os._exit(3)
+        if knob("delay"):
+            time.sleep(float(knob("delay").group(1)))
+        n_prompt = max(1, len(text.split()))
+        if knob("overflow"):
+            return self.send_error_json(400, "request (%d tokens) exceeds the available context size (%d tokens), "
+                                        "try increasing it" % (n_prompt + ARGS.n_ctx, ARGS.n_ctx),
+                                        "exceed_context_size_error", n_prompt_tokens=n_prompt + ARGS.n_ctx,
+                                        n_ctx=ARGS.n_ctx)
+        n = int(knob("tokens").group(1)) if knob("tokens") else 5
+        cut = int(knob("cut").group(1)) if knob("cut") else None
+        err = int(knob("error").group(1)) if knob("error") else None
+        tokens = ["tok%d " % i for i in range(n)]
+        stream = bool(req.get("stream"))
+        anthropic = path == "/v1/messages"
+        cid = "chatcmpl-%032x" % (hash((time.time(), threading.get_ident())) & (2**128 - 1))
+        if not stream:
+            if knob("hang"):
+                time.sleep(3600)
+            time.sleep(ARGS.token_delay * n)
+            content = "".join(tokens)
+            if anthropic:
+                return self.send_json(200, {"id": "msg_" + cid[9:], "type": "message", "role": "assistant",
+                                            "content": [{"type": "text", "text": content}], "model": model,
+                                            "stop_reason": "end_turn", "stop_sequence": None,
+                                            "usage": {"input_tokens": n_prompt, "output_tokens": n}})
+            if path in ("/completion", "/completions"):
+                return self.send_json(200, {"index": 0, "content": content, "stop": True, "model": model,
+                                            "tokens_predicted": n, "tokens_evaluated": n_prompt})
+            obj = "text_completion" if path == "/v1/completions" else "chat.completion"
+            choice = ({"text": content, "index": 0, "logprobs": None, "finish_reason": "stop"}
+                      if obj == "text_completion" else
+                      {"finish_reason": "stop", "index": 0, "message": {"role": "assistant", "content": content}})
+            return self.send_json(200, {"choices": [choice], "created": now(), "model": model,
+                                        "system_fingerprint": "b9500-double", "object": obj,
+                                        "usage": {"completion_tokens": n, "prompt_tokens": n_prompt,
+                                                  "total_tokens": n + n_prompt},
+                                        "id": cid, "timings": {"prompt_n": n_prompt, "predicted_n": n}})
+
+        self.start_stream()
+        self.chunk(":\n\n")
+        if knob("hang"):
+            while True:
+                time.sleep(1)
+                self.chunk(":\n\n") if ARGS.ping else None
+        ev = lambda name, obj: self.chunk("event: %s\ndata: %s\n\n" % (name, json.dumps(obj, separators=(",", ":"))))
+        data = lambda obj: self.chunk("data: %s\n\n" % json.dumps(obj, separators=(",", ":")))
+        base = {"created": now(), "id": cid, "model": model, "system_fingerprint": "b9500-double",
+                "object": "chat.completion.chunk"}
+        if anthropic:
+            ev("message_start", {"type": "message_start", "message": {
+                "id": "msg_" + cid[9:], "type": "message", "role": "assistant", "content": [], "model": model,
+                "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": n_prompt, "output_tokens": 0}}})
+            ev("content_block_start", {"type": "content_block_start", "index": 0,
+                                       "content_block": {"type": "text", "text": ""}})
+        elif path == "/v1/chat/completions" or path == "/chat/completions":
+            data(dict(base, choices=[{"finish_reason": None, "index": 0,
+                                      "delta": {"role": "assistant", "content": None}}]))
+        for i, t in enumerate(tokens):
+            if cut is not None and i == cut:
+                return self.cut()
+            if err is not None and i == err:
+                if anthropic:
+                    ev("error", {"code": 500, "message": "generation failed", "type": "server_error"})
+                else:
+                    data({"error": {"code": 500, "message": "generation failed", "type": "server_error"}})
+                return self.end_stream()
+            time.sleep(ARGS.token_delay)
+            if anthropic:
+                ev("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                           "delta": {"type": "text_delta", "text": t}})
+            elif path in ("/completion", "/completions"):
+                data({"index": 0, "content": t, "tokens": [i], "stop": False, "id_slot": 0})
+            elif path == "/v1/completions":
+                data(dict(base, object="text_completion",
+                          choices=[{"text": t, "index": 0, "logprobs": None, "finish_reason": None}]))
+            else:
+                data(dict(base, choices=[{"finish_reason": None, "index": 0, "delta": {"content": t}}]))
+        if anthropic:
+            ev("content_block_stop", {"type": "content_block_stop", "index": 0})
+            ev("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                                 "usage": {"output_tokens": n}})
+            ev("message_stop", {"type": "message_stop"})
+        elif path in ("/completion", "/completions"):
+            data({"index": 0, "content": "", "stop": True, "model": model, "tokens_predicted": n,
+                  "timings": {"predicted_n": n}})
+        else:
+            data(dict(base, choices=[{"finish_reason": "stop", "index": 0, "delta": {}}],
+                      timings={"prompt_n": n_prompt, "predicted_n": n}))
+            self.chunk("data: [DONE]\n\n")
+        self.end_stream()
+
+
+def main():
+    global ARGS
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--models", default="laguna-xs", help="comma-separated model ids")
+    p.add_argument("--loaded", default="", help="comma-separated ids loaded at start")
+    p.add_argument("--load-delay", type=float, default=0.2)
+    p.add_argument("--token-delay", type=float, default=0.01)
+    p.add_argument("--end", choices=["chunk", "close"], default="chunk")
+    p.add_argument("--n-ctx", type=int, default=4096)
+    p.add_argument("--ping", action="store_true", help="send ':' pings while a request hangs")
+    p.add_argument("--port-file", help="write the bound port here once listening")
+    p.add_argument("--verbose", action="store_true")
+    ARGS = p.parse_args()
+    for m in ARGS.models.split(","):
+        if m:
+            MODELS[m] = {"status": "unloaded"}
+    for m in ARGS.loaded.split(","):
+        if m in MODELS:
+            MODELS[m]["status"] = "loaded"
+    family = ThreadingHTTPServer
+    if ":" in ARGS.host:
+        import socket
+
+        class V6(ThreadingHTTPServer):
+            address_family = socket.AF_INET6
+        family = V6
+    srv = family((ARGS.host, ARGS.port), Handler)
+    srv.daemon_threads = True
+    ARGS.port = srv.server_address[1]
+    if ARGS.port_file:
+        tmp = ARGS.port_file + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(str(ARGS.port))
+        os.rename(tmp, ARGS.port_file)
+    print("llama-double listening on %s:%d" % (ARGS.host, ARGS.port), file=sys.stderr, flush=True)
+    srv.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
