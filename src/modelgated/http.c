@@ -202,7 +202,7 @@ void http_parser_next(HttpParser *p) {
         p->header_bytes = 0;
         p->n_content_length = p->n_transfer_encoding = 0;
         p->in_header_value = p->headers_complete = p->headers_reported = false;
-        p->message_complete = p->started = p->last_was_cr = false;
+        p->message_complete = p->started = p->last_was_cr = p->last_was_lf = false;
         if (llhttp_get_errno(&p->llhttp) == HPE_PAUSED)
                 llhttp_resume(&p->llhttp);
 }
@@ -242,13 +242,26 @@ int http_parser_feed(HttpParser *p, const char *data, size_t n, size_t *ret_cons
                 /* llhttp 8 takes a bare LF as a line end in the head; a peer in front of us may
                  * not, which is the stuff of smuggling. So the head is fed up to the first bare
                  * LF only, and if the head is not complete by then, the request is refused. */
+                bool fold = false;
                 if (!p->headers_complete) {
                         for (size_t i = 0; i < len; i++) {
                                 bool cr = i > 0 ? d[i - 1] == '\r' : p->last_was_cr;
+                                bool lf = i > 0 ? d[i - 1] == '\n' : p->last_was_lf;
                                 if (d[i] == '\n' && !cr) {
                                         len = i;
                                         break;
                                 }
+                                /* obs-fold (RFC 9112 §5.2): a line of the head that starts with
+                                 * whitespace; llhttp 8 would join it to the previous value */
+                                if ((d[i] == ' ' || d[i] == '\t') && lf && (i > 0 || p->started)) {
+                                        len = i;
+                                        fold = true;
+                                        break;
+                                }
+                        }
+                        if (len == 0 && fold && !p->headers_complete) {
+                                fail(p, 400, "obsolete line folding in a request header");
+                                return -EBADMSG;
                         }
                         if (len == 0) {
                                 /* a bare LF before any byte of a request is a stray line end
@@ -265,8 +278,10 @@ int http_parser_feed(HttpParser *p, const char *data, size_t n, size_t *ret_cons
                 r = feed_chunk(p, d, len, &k);
                 if (r < 0)
                         return r;
-                if (k > 0)
+                if (k > 0) {
                         p->last_was_cr = d[k - 1] == '\r';
+                        p->last_was_lf = d[k - 1] == '\n';
+                }
                 done += k;
                 if (k < len)
                         break; /* paused */

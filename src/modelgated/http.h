@@ -47,7 +47,7 @@ typedef struct HttpParser {
         bool headers_complete;
         bool headers_reported;
         bool message_complete;
-        bool last_was_cr;
+        bool last_was_cr, last_was_lf;
         bool started; /* a byte of this request has been seen */
         /* on error: the status to answer with and a message for people */
         int error_status;

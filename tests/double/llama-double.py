@@ -13,6 +13,7 @@ Knobs, per process (command line) or per request (a marker in the prompt text):
   --end chunk|close  end streams with the last chunk (current builds) or by
                      closing the connection (older builds)
   [[tokens:N]]       answer with N tokens
+  [[size:N]]         pad each token to N bytes
   [[cut:N]]          stop after N tokens by closing the connection mid-stream
   [[hang]]           never send the first token (headers only)
   [[overflow]]       400 exceed_context_size_error
@@ -346,7 +347,8 @@ class Handler(BaseHTTPRequestHandler):
         n = int(knob("tokens").group(1)) if knob("tokens") else 5
         cut = int(knob("cut").group(1)) if knob("cut") else None
         err = int(knob("error").group(1)) if knob("error") else None
-        tokens = ["tok%d " % i for i in range(n)]
+        size = int(knob("size").group(1)) if knob("size") else 0
+        tokens = [("tok%d " % i).ljust(size, "x") for i in range(n)]
         stream = bool(req.get("stream"))
         anthropic = path == "/v1/messages"
         cid = "chatcmpl-%032x" % (hash((time.time(), threading.get_ident())) & (2**128 - 1))

@@ -1,0 +1,208 @@
+"""Fixtures: the llama.cpp double and modelgated, each a real process on loopback,
+started and stopped by pid. Every wait is a wait for a condition with a deadline."""
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+MODELGATED = os.environ.get("MODELGATED", os.path.join(os.path.dirname(__file__), "../../build/modelgated"))
+DOUBLE = os.environ.get("LLAMA_DOUBLE", os.path.join(os.path.dirname(__file__), "../double/llama-double.py"))
+PYTHON = "/usr/bin/python3"
+
+
+def wait_for(cond, timeout=10.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for " + what)
+        time.sleep(0.01)
+
+
+def free_port(family=socket.AF_INET, host="127.0.0.1"):
+    s = socket.socket(family, socket.SOCK_STREAM)
+    s.bind((host, 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+class Double:
+    def __init__(self, tmp, *args, host="127.0.0.1"):
+        self.host = host
+        portfile = os.path.join(tmp, "double-%d.port" % id(self))
+        self.log = open(os.path.join(tmp, "double-%d.log" % id(self)), "w")
+        self.proc = subprocess.Popen([PYTHON, DOUBLE, "--host", host, "--port-file", portfile] + list(args),
+                                     stdout=self.log, stderr=self.log)
+        wait_for(lambda: os.path.exists(portfile) or self.proc.poll() is not None, what="the double to listen")
+        assert self.proc.poll() is None, "the double did not start"
+        self.port = int(open(portfile).read())
+        self.url = "http://%s:%d" % ("[%s]" % host if ":" in host else host, self.port)
+
+    def conn(self):
+        return http.client.HTTPConnection(self.host, self.port, timeout=30)
+
+    def requests(self):
+        c = self.conn()
+        c.request("GET", "/_double/requests")
+        r = json.loads(c.getresponse().read())
+        c.close()
+        return [x for x in r if x["path"] != "/_double/requests"]
+
+    def clear(self):
+        c = self.conn()
+        c.request("DELETE", "/_double/requests")
+        c.getresponse().read()
+        c.close()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+class Gate:
+    def __init__(self, tmp, config, extra_args=()):
+        self.port = free_port()
+        self.conf = os.path.join(tmp, "modelgate-%d.conf" % id(self))
+        with open(self.conf, "w") as f:
+            f.write("[Proxy]\nListen=127.0.0.1:%d\n" % self.port + config)
+        self.logpath = os.path.join(tmp, "modelgated-%d.log" % id(self))
+        self.log = open(self.logpath, "w")
+        self.proc = subprocess.Popen([MODELGATED, "--config=" + self.conf] + list(extra_args),
+                                     stdout=self.log, stderr=self.log)
+        wait_for(self.ready, what="modelgated to answer /health")
+
+    def ready(self):
+        if self.proc.poll() is not None:
+            raise AssertionError("modelgated exited with %s:\n%s" % (self.proc.returncode, self.logtext()))
+        try:
+            c = self.conn()
+            c.request("GET", "/health")
+            ok = c.getresponse().status == 200
+            c.close()
+            return ok
+        except OSError:
+            return False
+
+    def conn(self, timeout=30):
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
+    def sock(self):
+        return socket.create_connection(("127.0.0.1", self.port), timeout=30)
+
+    def logtext(self):
+        self.log.flush()
+        return open(self.logpath).read()
+
+    def rss_kb(self, field="VmRSS"):
+        for line in open("/proc/%d/status" % self.proc.pid):
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+        raise AssertionError("no " + field)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=70)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+@pytest.fixture
+def tmp():
+    with tempfile.TemporaryDirectory(prefix="modelgate-test.") as d:
+        yield d
+
+
+@pytest.fixture
+def make_double(tmp):
+    made = []
+
+    def make(*args, host="127.0.0.1"):
+        d = Double(tmp, *args, host=host)
+        made.append(d)
+        return d
+    yield make
+    for d in made:
+        d.stop()
+
+
+@pytest.fixture
+def make_gate(tmp):
+    made = []
+
+    def make(config, extra_args=()):
+        g = Gate(tmp, config, extra_args)
+        made.append(g)
+        return g
+    yield make
+    for g in made:
+        g.stop()
+
+
+def host_conf(name, url, extra=""):
+    return "[Host]\nName=%s\nURL=%s\n%s" % (name, url, extra)
+
+
+@pytest.fixture
+def double(make_double):
+    return make_double("--models", "laguna-xs,qwen3-8b", "--loaded", "laguna-xs")
+
+
+@pytest.fixture
+def gate(make_gate, double):
+    return make_gate(host_conf("3090", double.url))
+
+
+def read_sse(resp):
+    """(arrival time, raw line) for every line of a streamed response"""
+    out = []
+    while True:
+        line = resp.readline()
+        if not line:
+            return out
+        out.append((time.monotonic(), line.decode()))
+
+
+def post(conn, path, obj, headers=None):
+    body = json.dumps(obj).encode() if not isinstance(obj, bytes) else obj
+    h = {"Content-Type": "application/json"}
+    h.update(headers or {})
+    conn.request("POST", path, body, h)
+    return conn.getresponse()
+
+
+def read_response(f):
+    """(status, {header: value}, body) of one response from a binary file, keep-alive safe"""
+    status = int(f.readline().split()[1])
+    headers = {}
+    while True:
+        line = f.readline().decode()
+        if line in ("\r\n", ""):
+            break
+        k, _, v = line.partition(":")
+        headers[k.strip().lower()] = v.strip()
+    if headers.get("transfer-encoding") == "chunked":
+        body = b""
+        while True:
+            n = int(f.readline().strip(), 16)
+            if n == 0:
+                f.readline()
+                return status, headers, body
+            body += f.read(n)
+            f.readline()
+    return status, headers, f.read(int(headers.get("content-length", "0")))

@@ -1,0 +1,195 @@
+"""SPEC §7: statuses, shapes and wording of every error modelgate makes or rewords."""
+
+import json
+import re
+import socket
+import time
+
+import pytest
+
+from conftest import host_conf, post, read_sse
+
+CHAT = "/v1/chat/completions"
+MSGS = "/v1/messages"
+# words that make coding agents retry a refusal anyway (SPEC §7)
+RETRY_WORDS = re.compile(r"429|500|502|503|504|overloaded|rate limit|too many requests|service unavailable|"
+                         r"server error|internal error|connection (error|refused)|fetch failed|terminated|"
+                         r"other side closed|timeout|x-api-key|prompt is too long", re.I)
+
+
+def shape(path, status, body):
+    obj = json.loads(body)
+    if path == MSGS:
+        assert obj["type"] == "error" and set(obj) >= {"type", "error"}
+        assert isinstance(obj["error"]["message"], str) and obj["error"]["type"]
+        return obj["error"]
+    assert set(obj) == {"error"}
+    assert isinstance(obj["error"]["message"], str) and obj["error"]["type"]
+    return obj["error"]
+
+
+def raw(gate, data, read_timeout=10):
+    s = gate.sock()
+    s.sendall(data)
+    s.settimeout(read_timeout)
+    out = b""
+    while True:
+        try:
+            k = s.recv(65536)
+        except socket.timeout:
+            break
+        if not k:
+            break
+        out += k
+    s.close()
+    head, _, body = out.partition(b"\r\n\r\n")
+    return int(head.split()[1]), head.decode(), body
+
+
+@pytest.mark.parametrize("path", [CHAT, MSGS])
+@pytest.mark.parametrize("body,status,words", [
+    (b'{"model": "3090-laguna-xs", ', 400, "not valid JSON"),
+    (b'[1,2]', 400, "not valid JSON"),
+    (b'{"messages": []}', 400, "no \"model\""),
+    (b'{"model": 42}', 400, "must be a string"),
+    (b'{"model": "3090-a", "model": "3090-b"}', 400, "more than once"),
+    (b'{"model": "nohost-laguna"}', 404, "GET /v1/models"),
+    (b'{"model": "laguna-xs"}', 404, "GET /v1/models"),
+])
+def test_bad_requests(gate, path, body, status, words):
+    c = gate.conn()
+    r = post(c, path, body)
+    assert r.status == status
+    err = shape(path, status, r.read())
+    assert words in err["message"]
+    assert not RETRY_WORDS.search(err["message"]), err["message"]
+    if path == MSGS:
+        assert err["type"] == ("not_found_error" if status == 404 else "invalid_request_error")
+    # the connection survives a refusal of a well-framed request
+    c.request("GET", "/health")
+    assert c.getresponse().status == 200
+
+
+def test_get_without_model_is_400(gate):
+    c = gate.conn()
+    c.request("GET", "/slots")
+    r = c.getresponse()
+    assert r.status == 400
+    assert "?model=<host>-<key>" in shape("/slots", 400, r.read())["message"]
+
+
+def test_body_too_large_is_413(make_gate, double):
+    g = make_gate(host_conf("3090", double.url) + "[Proxy]\nMaxBodySize=1K\n")
+    c = g.conn()
+    r = post(c, CHAT, {"model": "3090-laguna-xs", "pad": "x" * 2000})
+    assert r.status == 413
+    assert "MaxBodySize" in shape(CHAT, 413, r.read())["message"]
+    # chunked bodies are counted as they arrive
+    status, _, body = raw(g, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                             b"800\r\n" + b"x" * 2048 + b"\r\n0\r\n\r\n")
+    assert status == 413
+
+
+def test_headers_too_large_is_431(make_gate, double):
+    g = make_gate(host_conf("3090", double.url) + "[Proxy]\nMaxHeaderSize=2K\n")
+    status, head, body = raw(g, b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 4000 + b"\r\n\r\n")
+    assert status == 431
+    assert "MaxHeaderSize" in shape("/", 431, body)["message"]
+    assert "Connection: close" in head
+
+
+def test_slow_headers_get_408(make_gate, double):
+    g = make_gate(host_conf("3090", double.url) + "[Proxy]\nHeaderTimeoutSec=1s\n")
+    s = g.sock()
+    s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+    s.settimeout(10)
+    t0 = time.monotonic()
+    data = s.recv(4096)
+    assert data.startswith(b"HTTP/1.1 408 ")
+    assert time.monotonic() - t0 < 5
+    assert b"request headers in time" in data
+
+
+@pytest.mark.parametrize("path", [CHAT, MSGS])
+def test_host_unreachable_is_503_with_retry_after(make_gate, path):
+    g = make_gate(host_conf("3090", "http://127.0.0.1:9"))
+    c = g.conn()
+    r = post(c, path, {"model": "3090-laguna-xs", "messages": []})
+    assert r.status == 503
+    assert r.getheader("Retry-After") == "30" and r.getheader("retry-after-ms") == "30000"
+    err = shape(path, 503, r.read())
+    assert "host '3090' is down" in err["message"] and "connection refused" in err["message"]
+    if path == MSGS:
+        assert err["type"] == "api_error"
+    assert "host 3090 down: connection refused" in g.logtext()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_context_overflow_is_reworded_openai(gate, stream):
+    r = post(gate.conn(), CHAT, {"model": "3090-laguna-xs", "stream": stream,
+                                 "messages": [{"role": "user", "content": "a b c [[overflow]]"}]})
+    assert r.status == 400
+    err = shape(CHAT, 400, r.read())
+    assert err["message"] == "prompt is too long: 4100 tokens > 4096 maximum"
+    assert err["code"] == "context_length_exceeded" and err["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_context_overflow_is_reworded_anthropic(gate, stream):
+    r = post(gate.conn(), MSGS, {"model": "3090-laguna-xs", "stream": stream, "max_tokens": 5,
+                                 "messages": [{"role": "user", "content": "a b c [[overflow]]"}]})
+    assert r.status == 400
+    err = shape(MSGS, 400, r.read())
+    assert err == {"type": "invalid_request_error", "message": "prompt is too long: 4100 tokens > 4096 maximum"}
+
+
+def test_bare_anthropic_stream_error_is_rewrapped(gate):
+    r = post(gate.conn(), MSGS, {"model": "3090-laguna-xs", "stream": True, "max_tokens": 5,
+                                 "messages": [{"role": "user", "content": "[[error:1]]"}]})
+    assert r.status == 200
+    lines = [l for (_, l) in read_sse(r)]
+    i = lines.index("event: error\n")
+    assert json.loads(lines[i + 1][6:]) == {"type": "error",
+                                            "error": {"type": "api_error", "message": "generation failed"}}
+
+
+def test_openai_stream_error_passes_through(gate):
+    r = post(gate.conn(), CHAT, {"model": "3090-laguna-xs", "stream": True,
+                                 "messages": [{"role": "user", "content": "[[error:1]]"}]})
+    data = [l for (_, l) in read_sse(r) if l.startswith("data: ")]
+    assert json.loads(data[-1][6:]) == {"error": {"code": 500, "message": "generation failed", "type": "server_error"}}
+    assert "data: [DONE]\n" not in data
+
+
+def test_host_errors_pass_through_unchanged(gate):
+    r = post(gate.conn(), CHAT, {"model": "3090-unknown-model"})
+    assert r.status == 400
+    assert json.loads(r.read()) == {"error": {"code": 400, "message": "model 'unknown-model' not found",
+                                              "type": "invalid_request_error"}}
+
+
+def test_stream_cut_by_host_ends_with_an_error_event(gate):
+    r = post(gate.conn(), CHAT, {"model": "3090-laguna-xs", "stream": True,
+                                 "messages": [{"role": "user", "content": "[[cut:2]]"}]})
+    assert r.status == 200
+    data = [l for (_, l) in read_sse(r) if l.startswith("data: ")]
+    err = json.loads(data[-1][6:])["error"]
+    assert "stopped the stream before it ended" in err["message"]
+    assert "data: [DONE]\n" not in data
+
+
+@pytest.mark.parametrize("request_bytes", [
+    b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n{}",
+    b"GET /health HTTP/1.1\r\nHost: x\r\nX-Folded: a\r\n b\r\n\r\n",
+    b"GET /health HTTP/1.1\nHost: x\n\n",
+    b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+    b"GET /health HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+], ids=["cl+te", "dup-cl", "obs-fold", "bare-lf", "bad-chunk", "te-gzip"])
+def test_smuggling_attempts_are_400_and_close(gate, double, request_bytes):
+    double.clear()
+    status, head, body = raw(gate, request_bytes)
+    assert status == 400
+    assert "Connection: close" in head
+    assert json.loads(body)["error"]["type"] == "invalid_request_error"
+    assert double.requests() == []

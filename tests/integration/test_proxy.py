@@ -1,0 +1,217 @@
+"""The request path through modelgated: routing, rewrite, streaming, framing."""
+
+import hashlib
+import json
+import socket
+import time
+
+from conftest import host_conf, post, read_response, read_sse
+
+CHAT = "/v1/chat/completions"
+
+
+def chat(model="3090-laguna-xs", text="hi", **kw):
+    d = {"model": model, "messages": [{"role": "user", "content": text}]}
+    d.update(kw)
+    return d
+
+
+def test_streaming_chat_arrives_intact_and_as_it_is_sent(make_double, make_gate):
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs", "--token-delay", "0.4")
+    g = make_gate(host_conf("3090", d.url))
+    c = g.conn()
+    t0 = time.monotonic()
+    r = post(c, CHAT, chat(text="[[tokens:5]]", stream=True))
+    assert r.status == 200
+    assert r.getheader("Content-Type") == "text/event-stream"
+    assert r.getheader("Transfer-Encoding") == "chunked"
+    lines = read_sse(r)
+    data = [l for (_, l) in lines if l.startswith("data: ")]
+    assert data[-1] == "data: [DONE]\n"
+    events = [json.loads(l[6:]) for l in data[:-1]]
+    assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": None}
+    assert "".join(e["choices"][0]["delta"].get("content") or "" for e in events) == "tok0 tok1 tok2 tok3 tok4 "
+    assert events[-1]["choices"][0]["finish_reason"] == "stop" and "timings" in events[-1]
+    # real time: the first token is there long before the last is generated (5 × 0.4 s apart)
+    first_tok = next(t for (t, l) in lines if "tok0" in l)
+    last_tok = next(t for (t, l) in lines if "tok4" in l)
+    assert last_tok - first_tok > 1.2, "tokens arrived together: the stream was buffered"
+    assert first_tok - t0 < last_tok - t0 - 1.2
+
+
+def test_non_streaming_chat(gate, double):
+    c = gate.conn()
+    r = post(c, CHAT, chat())
+    assert r.status == 200
+    body = json.loads(r.read())
+    assert body["choices"][0]["message"]["content"] == "tok0 tok1 tok2 tok3 tok4 "
+    assert body["model"] == "laguna-xs"
+    assert "timings" in body
+    # the connection is kept alive for the next request
+    r = post(c, CHAT, chat())
+    assert r.status == 200 and json.loads(r.read())["object"] == "chat.completion"
+
+
+def test_anthropic_messages_streaming(gate):
+    c = gate.conn()
+    r = post(c, "/v1/messages", {"model": "3090-laguna-xs", "max_tokens": 10, "stream": True,
+                                 "messages": [{"role": "user", "content": "hi [[tokens:3]]"}]})
+    assert r.status == 200
+    names = [l[7:].strip() for (_, l) in read_sse(r) if l.startswith("event: ")]
+    assert names == ["message_start", "content_block_start", "content_block_delta", "content_block_delta",
+                     "content_block_delta", "content_block_stop", "message_delta", "message_stop"]
+
+
+def test_props_query_model_is_rewritten(gate, double):
+    c = gate.conn()
+    c.request("GET", "/props?model=3090-laguna-xs&autoload=false")
+    r = c.getresponse()
+    assert r.status == 200
+    assert json.loads(r.read())["model_alias"] == "laguna-xs"
+    seen = [x for x in double.requests() if x["path"].startswith("/props")]
+    assert seen[-1]["path"] == "/props?model=laguna-xs&autoload=false"
+
+
+def test_body_is_forwarded_byte_for_byte_except_the_model(gate, double):
+    # odd spacing, escapes, unicode and 3 MB of padding must reach the host untouched
+    pad = "x\\u00e9\\n\\\"" * 300000
+    raw = ('{ "messages" : [ {"role":"user","content":"h\\u00e9llo [[tokens:1]]"} ],\n'
+           '  "model"   :   "3090-laguna-xs" ,"temperature":0.5e0, "pad":"%s", "nested":{"model":"keep"} }' % pad)
+    expected = raw.replace('"3090-laguna-xs"', '"laguna-xs"')
+    c = gate.conn()
+    r = post(c, CHAT, raw.encode())
+    assert r.status == 200, r.read()
+    r.read()
+    seen = [x for x in double.requests() if x["path"] == CHAT][-1]
+    assert seen["body_length"] == len(expected.encode())
+    assert seen["body_sha256"] == hashlib.sha256(expected.encode()).hexdigest()
+    length = [v for (k, v) in seen["headers"] if k.lower() == "content-length"]
+    assert length == [str(len(expected.encode()))]
+
+
+def test_credentials_and_hop_by_hop_headers_stop_at_modelgate(gate, double):
+    c = gate.conn()
+    r = post(c, CHAT, chat(), headers={
+        "Authorization": "Bearer sk-secret", "X-Api-Key": "sk-ant-secret", "Cookie": "a=b",
+        "Proxy-Authorization": "Basic Zm9v", "Connection": "keep-alive, X-Private", "X-Private": "hop",
+        "Keep-Alive": "timeout=5", "TE": "trailers", "Proxy-Connection": "keep-alive", "X-Kept": "yes"})
+    assert r.status == 200
+    r.read()
+    headers = {k.lower(): v for (k, v) in [x for x in double.requests() if x["path"] == CHAT][-1]["headers"]}
+    for h in ("authorization", "x-api-key", "cookie", "proxy-authorization", "connection", "x-private",
+              "keep-alive", "te", "proxy-connection", "transfer-encoding"):
+        assert h not in headers, h
+    assert headers["x-kept"] == "yes"
+    assert headers["host"] == "127.0.0.1:%d" % double.port
+
+
+def test_second_request_after_a_stream_ended_by_closing(make_double, make_gate):
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs", "--end", "close")
+    g = make_gate(host_conf("3090", d.url) + "\n[Proxy]\nIdleTimeoutSec=10min\n")
+    c = g.conn()
+    for _ in range(2):
+        t0 = time.monotonic()
+        r = post(c, CHAT, chat(stream=True))
+        lines = read_sse(r)
+        # the client's response ends when the host closes, not at some idle timeout
+        assert time.monotonic() - t0 < 5
+        assert lines[-2][1] == "data: [DONE]\n"
+        assert r.getheader("Transfer-Encoding") == "chunked"
+        assert not r.will_close
+
+
+def test_pipelined_requests_are_answered_in_order(gate):
+    s = gate.sock()
+    reqs = b""
+    for i, path in enumerate(["/health", CHAT, "/props?model=3090-laguna-xs", CHAT]):
+        if path == CHAT:
+            body = json.dumps(chat(text="[[tokens:%d]]" % (i + 1))).encode()
+            reqs += b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (path.encode(), len(body), body)
+        else:
+            reqs += b"GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path.encode()
+    s.sendall(reqs)
+    f = s.makefile("rb")
+    out = [read_response(f)[2] for _ in range(4)]
+    assert json.loads(out[0])["status"] == "ok"
+    assert json.loads(out[1])["choices"][0]["message"]["content"] == "tok0 tok1 "
+    assert json.loads(out[2])["model_alias"] == "laguna-xs"
+    assert json.loads(out[3])["choices"][0]["message"]["content"] == "tok0 tok1 tok2 tok3 "
+
+
+def test_chunked_request_body_and_expect_continue(gate, double):
+    s = gate.sock()
+    body = json.dumps(chat()).encode()
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+              b"Expect: 100-continue\r\n\r\n")
+    s.settimeout(10)
+    assert s.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"
+    half = len(body) // 2
+    s.sendall(b"%x\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n" % (half, body[:half], len(body) - half, body[half:]))
+    status, _, body = read_response(s.makefile("rb"))
+    assert status == 200
+    assert json.loads(body)["object"] == "chat.completion"
+    seen = [x for x in double.requests() if x["path"] == CHAT][-1]
+    assert json.loads(seen["body"])["model"] == "laguna-xs"
+    assert "expect" not in {k.lower() for k, _ in seen["headers"]}
+
+
+def test_head_and_health(gate):
+    c = gate.conn()
+    c.request("HEAD", "/health")
+    r = c.getresponse()
+    assert r.status == 200 and r.read() == b""
+    assert int(r.getheader("Content-Length")) > 0
+    c.request("GET", "/health")
+    assert json.loads(c.getresponse().read())["status"] == "ok"
+
+
+def test_models_are_merged_with_host_prefix(make_double, make_gate):
+    a = make_double("--models", "laguna-xs,qwen3-8b", "--loaded", "laguna-xs")
+    b = make_double("--models", "flint-40b")
+    g = make_gate(host_conf("3090", a.url) + host_conf("a9", b.url) + host_conf("gone", "http://127.0.0.1:9") +
+                  "[Engine]\nHost=3090\nName=mainline\nUnit=llama-mainline.service\nModels=laguna-*\n")
+    c = g.conn()
+    for path in ("/v1/models", "/models"):
+        c.request("GET", path)
+        r = json.loads(c.getresponse().read())
+        assert r["object"] == "list"
+        ids = {m["id"]: m for m in r["data"]}
+        assert set(ids) == {"3090-laguna-xs", "3090-qwen3-8b", "a9-flint-40b"}
+        assert ids["3090-laguna-xs"]["proxy"] == {"host": "3090", "key": "laguna-xs", "engine": "mainline"}
+        assert ids["3090-laguna-xs"]["status"]["value"] == "loaded"
+        assert ids["a9-flint-40b"]["status"]["value"] == "unloaded"
+
+
+def test_longest_host_prefix_wins_and_ipv6_upstream(make_double, make_gate):
+    short = make_double("--models", "big-laguna", "--loaded", "big-laguna")
+    long = make_double("--models", "laguna", "--loaded", "laguna", host="::1")
+    g = make_gate(host_conf("gpu", short.url) + host_conf("gpu.big", long.url))
+    c = g.conn()
+    r = post(c, CHAT, chat(model="gpu.big-laguna"))
+    assert r.status == 200 and json.loads(r.read())["model"] == "laguna"
+    r = post(c, CHAT, chat(model="gpu-big-laguna"))
+    assert r.status == 200 and json.loads(r.read())["model"] == "big-laguna"
+
+
+def test_slow_reader_does_not_grow_memory_and_others_are_served(make_double, make_gate):
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs", "--token-delay", "0")
+    g = make_gate(host_conf("3090", d.url))
+    before = g.rss_kb()
+    s = g.sock()
+    body = json.dumps(chat(text="[[tokens:12000]] [[size:8192]]", stream=True)).encode()
+    s.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (CHAT.encode(), len(body), body))
+    # the client reads nothing while the host produces ~100 MB as fast as it can
+    time.sleep(3)
+    c = g.conn()
+    r = post(c, CHAT, chat())
+    assert r.status == 200 and json.loads(r.read())["object"] == "chat.completion"
+    peak_while_stalled = g.rss_kb("VmHWM")
+    total, tail = 0, b""
+    s.settimeout(60)
+    while not tail.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n"):
+        chunk = s.recv(1 << 20)
+        assert chunk, "the stream ended early"
+        total += len(chunk)
+        tail = (tail + chunk)[-64:]
+    assert total > 98_000_000, total
+    assert peak_while_stalled - before < 8_000, (before, peak_while_stalled)
