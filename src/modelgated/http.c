@@ -154,6 +154,15 @@ static int on_body(llhttp_t *l, const char *at, size_t n) {
         return 0;
 }
 
+/* a chunk announced larger than what is left of MaxBodySize is refused before it arrives */
+static int on_chunk_header(llhttp_t *l) {
+        HttpParser *p = parser_of(l);
+
+        if (l->content_length > p->max_body_size - buffer_size(&p->req.body))
+                return fail(p, 413, "request body is larger than MaxBodySize");
+        return 0;
+}
+
 static int on_message_complete(llhttp_t *l) {
         HttpParser *p = parser_of(l);
         p->req.keep_alive = llhttp_should_keep_alive(l);
@@ -170,6 +179,7 @@ static const llhttp_settings_t settings = {
         .on_header_value_complete = on_header_value_complete,
         .on_headers_complete = on_headers_complete,
         .on_body = on_body,
+        .on_chunk_header = on_chunk_header,
         .on_message_complete = on_message_complete,
 };
 

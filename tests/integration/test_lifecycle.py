@@ -1,0 +1,87 @@
+"""Clean stop on SIGTERM, and socket activation in a boxed systemd user manager."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import MODELGATED, DOUBLE, PYTHON, free_port, host_conf, post, read_sse
+
+BOX = os.path.join(os.path.dirname(__file__), "box.sh")
+
+
+def test_sigterm_lets_a_running_stream_finish(make_double, make_gate):
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs", "--token-delay", "0.3")
+    g = make_gate(host_conf("3090", d.url))
+    c = g.conn()
+    r = post(c, "/v1/chat/completions", {"model": "3090-laguna-xs", "stream": True,
+                                         "messages": [{"role": "user", "content": "[[tokens:6]]"}]})
+    assert r.status == 200
+    first = r.readline()
+    assert first
+    g.proc.send_signal(signal.SIGTERM)
+    lines = read_sse(r)
+    assert lines[-2][1] == "data: [DONE]\n", "the stream was cut by the stop"
+    assert g.proc.wait(timeout=30) == 0
+    # and it no longer accepts
+    with pytest.raises(OSError):
+        g.sock()
+    assert "Stopping: no new connections" in g.logtext()
+
+
+def test_check_config_prints_effective_configuration(tmp):
+    conf = os.path.join(tmp, "m.conf")
+    open(conf, "w").write("[Host]\nName=a\nURL=http://127.0.0.1:1\n")
+    os.mkdir(conf + ".d")
+    open(os.path.join(conf + ".d", "10-x.conf"), "w").write("[Host]\nName=a\nHoldDownSec=1min\n")
+    out = subprocess.run([MODELGATED, "--config=" + conf, "--check-config"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "[Host]\nName=a\nURL=http://127.0.0.1:1\nBus=local\nHoldDownSec=1min\n" in out.stdout
+    open(os.path.join(conf + ".d", "20-bad.conf"), "w").write("[Host]\nName=a\nIdleStopSec=soon\n")
+    out = subprocess.run([MODELGATED, "--config=" + conf, "--check-config"], capture_output=True, text=True)
+    assert out.returncode == 1
+    assert "20-bad.conf:3: [Host] IdleStopSec='soon' is not valid" in out.stderr
+
+
+def test_socket_activation_in_a_boxed_user_manager(make_double, tmp):
+    if os.geteuid() != 0:
+        pytest.skip("the boxed systemd user manager needs root (cgroups, namespaces)")
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    port = free_port()
+    conf = os.path.join(tmp, "modelgate.conf")
+    open(conf, "w").write(host_conf("3090", d.url))
+    units = os.path.join(os.path.dirname(__file__), "../../units")
+    service = open(os.path.join(units, "modelgate.service.in")).read().replace(
+        "@libexecdir@/modelgated --user", "%s --user --config=%s" % (os.path.abspath(MODELGATED), conf))
+    socket_unit = open(os.path.join(units, "modelgate.socket")).read().replace(
+        "ListenStream=127.0.0.1:8080", "ListenStream=127.0.0.1:%d" % port)
+    open(os.path.join(tmp, "modelgate.service"), "w").write(service)
+    open(os.path.join(tmp, "modelgate.socket"), "w").write(socket_unit)
+    script = os.path.join(tmp, "inside.sh")
+    open(script, "w").write("""set -eu
+mkdir -p "$XDG_RUNTIME_DIR/systemd/user"
+cp %(tmp)s/modelgate.service %(tmp)s/modelgate.socket "$XDG_RUNTIME_DIR/systemd/user/"
+systemctl --user daemon-reload
+systemctl --user start modelgate.socket
+echo "before: $(systemctl --user is-active modelgate.service || true)"
+trap 'systemctl --user status --no-pager modelgate.service modelgate.socket >&2 || true' ERR
+curl -sS --max-time 20 -H 'Content-Type: application/json' \
+     -d '{"model":"3090-laguna-xs","messages":[{"role":"user","content":"hi"}]}' \
+     http://127.0.0.1:%(port)d/v1/chat/completions > %(tmp)s/answer.json
+echo "after: $(systemctl --user is-active modelgate.service)"
+echo "status: $(systemctl --user show -p StatusText --value modelgate.service)"
+systemctl --user stop modelgate.service modelgate.socket
+echo "stopped: $(systemctl --user is-active modelgate.service || true)"
+journalctl --user -u modelgate.service --no-pager -o cat 2>/dev/null | tail -5 || true
+""" % {"tmp": tmp, "port": port})
+    out = subprocess.run([BOX, "bash", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "before: inactive" in out.stdout, out.stdout
+    assert "after: active" in out.stdout, out.stdout
+    assert "status: Listening on 127.0.0.1:%d; 1 host(s)" % port in out.stdout, out.stdout
+    assert "stopped: inactive" in out.stdout
+    answer = json.load(open(os.path.join(tmp, "answer.json")))
+    assert answer["choices"][0]["message"]["content"] == "tok0 tok1 tok2 tok3 tok4 "

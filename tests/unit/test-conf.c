@@ -1,0 +1,115 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include "modelgated/conf.h"
+#include "shared/time-util.h"
+#include "tests.h"
+
+static int parse(Config *c, const char *text) {
+        config_init(c);
+        return config_parse_text(c, "test.conf", text, strlen(text));
+}
+
+TEST(defaults_and_proxy_keys) {
+        Config c;
+        ASSERT_OK(parse(&c, "[Proxy]\nListen=127.0.0.1:8080   # inline comment\nListen=[::1]:9\n"
+                            "IdleStopSec=1h 30min\nMaxBodySize=2M\nHoldDownSec=infinity\n; comment\n"));
+        ASSERT_EQ(strv_length(c.listen), 2);
+        ASSERT_STREQ(c.listen[0], "127.0.0.1:8080");
+        ASSERT_EQ(c.idle_stop_usec, 90 * USEC_PER_MINUTE);
+        ASSERT_EQ(c.max_body_size, 2 * 1024 * 1024);
+        ASSERT_EQ(c.hold_down_usec, USEC_INFINITY);
+        ASSERT_EQ(c.wait_budget_usec, 15 * USEC_PER_MINUTE);
+        ASSERT_OK(config_verify(&c));
+        config_done(&c);
+}
+
+TEST(repeated_sections_and_merge_by_name) {
+        Config c;
+        ASSERT_OK(parse(&c, "[Host]\nName=3090\nURL=http://127.0.0.1:8080\n"
+                            "[Host]\nName=a9\nURL=http://[::1]:81/base/\nBus=ssh:gpu@a9:2222\nBusyUnits=x.service\n"
+                            "[Engine]\nHost=3090\nName=mainline\nUnit=llama-mainline.service\nModels=laguna-* qwen\n"
+                            "[Engine]\nHost=3090\nName=fork\nUnit=llama-fork.service\n"));
+        /* a drop-in amends the host of the same name instead of adding one */
+        const char *dropin = "[Host]\nName=3090\nIdleStopSec=5min\n[Engine]\nHost=3090\nName=fork\nModels=flint\n";
+        ASSERT_OK(config_parse_text(&c, "drop.conf", dropin, strlen(dropin)));
+        ASSERT_OK(config_verify(&c));
+        ASSERT_EQ(c.n_hosts, 2);
+        ASSERT_EQ(c.n_engines, 2);
+        ASSERT_STREQ(c.hosts[0].url.authority, "127.0.0.1:8080");
+        ASSERT_EQ(c.hosts[0].idle_stop_usec, 5 * USEC_PER_MINUTE);
+        ASSERT_EQ(c.hosts[1].hold_down_usec, CONF_USEC_UNSET);
+        ASSERT_STREQ(c.hosts[1].url.authority, "[::1]:81");
+        ASSERT_STREQ(c.hosts[1].url.base_path, "/base");
+        ASSERT_EQ(c.hosts[1].bus_kind, BUS_SSH);
+        ASSERT_EQ(c.hosts[0].bus_kind, BUS_LOCAL);
+        ASSERT_STREQ(c.engines[1].models[0], "flint");
+        ASSERT_EQ(strv_length(c.engines[0].models), 2);
+        config_done(&c);
+}
+
+TEST(errors_are_refused) {
+        static const char *const bad[] = {
+                "Listen=1\n",                                  /* outside a section */
+                "[Proxy]\nBogus=1\n",                          /* unknown key */
+                "[Nope]\n",                                    /* unknown section */
+                "[Fallback]\nName=x\n",                        /* not supported yet */
+                "[Proxy]\nIdleStopSec=soon\n",                 /* bad time */
+                "[Proxy]\nMaxBodySize=-1\n",                   /* bad size */
+                "[Proxy]\nListen\n",                           /* no '=' */
+                "[Host]\nURL=http://x:1\n",                    /* no Name= */
+                "[Host]\nName=has-dash\nURL=http://x:1\n",     /* '-' in a host name */
+                "[Host]\nName=a\nURL=https://x:1\n",           /* https */
+                "[Host]\nName=a\nURL=http://x:99999\n",        /* port */
+                "[Host]\nName=a\nURL=http://x\nBus=tcp:x\n",   /* bus */
+                "[Host]\nName=a\nURL=http://x\nBus=ssh:a;rm\n", /* shell metacharacters */
+                "[Engine]\nName=a\nUnit=a.service\n",          /* no Host= */
+                "[Engine]\nHost=a\nName=b\nUnit=noextension\n",
+                "[Proxy\n",
+        };
+        for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
+                Config c;
+                if (parse(&c, bad[i]) == 0)
+                        FAIL("accepted: %s", bad[i]);
+                config_done(&c);
+        }
+}
+
+TEST(verify_checks_the_whole) {
+        static const char *const bad[] = {
+                "[Host]\nName=a\n",                                             /* no URL */
+                "[Engine]\nHost=ghost\nName=e\nUnit=e.service\n",               /* unknown host */
+                "[Host]\nName=a\nURL=http://x:1\n[Engine]\nHost=a\nName=e\n",   /* no Unit */
+                "[Host]\nName=a\nURL=http://x:1\n[Engine]\nHost=a\nName=e\nUnit=u.service\n"
+                "[Engine]\nHost=a\nName=f\nUnit=u.service\n", /* shared unit */
+        };
+        for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
+                Config c;
+                ASSERT_OK(parse(&c, bad[i]));
+                if (config_verify(&c) == 0)
+                        FAIL("verified: %s", bad[i]);
+                config_done(&c);
+        }
+}
+
+TEST(timespans) {
+        usec_t u;
+        ASSERT_OK(parse_timespan("30s", &u));
+        ASSERT_EQ(u, 30 * USEC_PER_SEC);
+        ASSERT_OK(parse_timespan("15min", &u));
+        ASSERT_EQ(u, 15 * USEC_PER_MINUTE);
+        ASSERT_OK(parse_timespan("1h 30min", &u));
+        ASSERT_EQ(u, 90 * USEC_PER_MINUTE);
+        ASSERT_OK(parse_timespan("2", &u));
+        ASSERT_EQ(u, 2 * USEC_PER_SEC);
+        ASSERT_OK(parse_timespan("1.5s", &u));
+        ASSERT_EQ(u, 1500 * USEC_PER_MSEC);
+        ASSERT_OK(parse_timespan("250ms", &u));
+        ASSERT_EQ(u, 250 * USEC_PER_MSEC);
+        ASSERT_TRUE(parse_timespan("", &u) < 0);
+        ASSERT_TRUE(parse_timespan("-1s", &u) < 0);
+        ASSERT_TRUE(parse_timespan("5 parsecs", &u) < 0);
+        char buf[FORMAT_TIMESPAN_MAX];
+        ASSERT_STREQ(format_timespan(buf, sizeof(buf), 90 * USEC_PER_MINUTE), "1h 30min");
+        ASSERT_STREQ(format_timespan(buf, sizeof(buf), 15 * USEC_PER_MINUTE), "15min");
+}
+
+TESTS_MAIN

@@ -1,0 +1,112 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include "modelgated/http.h"
+#include "tests.h"
+
+/* Feeds msg split at every point (picohttpparser's "incomplete N" idea) and checks the result. */
+static int feed_split(const char *msg, size_t split, HttpParser *p, size_t *ret_used) {
+        size_t n = strlen(msg), used = 0, k;
+        int r = HTTP_PARSE_MORE;
+
+        for (size_t part = 0; part < 2 && r != HTTP_PARSE_DONE; part++) {
+                size_t from = part == 0 ? 0 : split, to = part == 0 ? split : n;
+                size_t off = from;
+                while (off < to) {
+                        r = http_parser_feed(p, msg + off, to - off, &k);
+                        if (r < 0)
+                                return r;
+                        off += k;
+                        used += k;
+                        if (r == HTTP_PARSE_DONE || k == 0)
+                                break;
+                }
+        }
+        *ret_used = used;
+        return r;
+}
+
+TEST(request_at_every_split_point) {
+        const char *msg = "POST /v1/chat/completions?x=1 HTTP/1.1\r\nHost: h\r\nContent-Length: 11\r\n"
+                          "X-Thing:  spaced value  \r\n\r\n{\"model\":1}GET /next HTTP/1.1\r\n\r\n";
+        for (size_t split = 0; split <= strlen(msg); split++) {
+                HttpParser p;
+                size_t used;
+                http_parser_init(&p, 64 * 1024, 1024);
+                ASSERT_EQ(feed_split(msg, split, &p, &used), HTTP_PARSE_DONE);
+                ASSERT_EQ(p.req.method, HTTP_POST);
+                Span url = http_request_url(&p.req);
+                ASSERT_TRUE(span_eq(url, "/v1/chat/completions?x=1"));
+                ASSERT_TRUE(span_eq(http_request_header(&p.req, "x-thing"), "spaced value"));
+                ASSERT_EQ(buffer_size(&p.req.body), 11);
+                ASSERT_TRUE(p.req.keep_alive);
+                /* the pipelined request is not consumed */
+                ASSERT_TRUE(strncmp(msg + used, "GET /next", 9) == 0);
+                http_parser_next(&p);
+                size_t k;
+                ASSERT_EQ(http_parser_feed(&p, msg + used, strlen(msg) - used, &k), HTTP_PARSE_DONE);
+                ASSERT_TRUE(span_eq(http_request_url(&p.req), "/next"));
+                http_parser_done(&p);
+        }
+}
+
+TEST(chunked_body) {
+        const char *msg = "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;ext=1\r\nde\r\n0\r\n\r\n";
+        for (size_t split = 0; split <= strlen(msg); split++) {
+                HttpParser p;
+                size_t used;
+                http_parser_init(&p, 64 * 1024, 1024);
+                ASSERT_EQ(feed_split(msg, split, &p, &used), HTTP_PARSE_DONE);
+                ASSERT_TRUE(buffer_size(&p.req.body) == 5 && memcmp(buffer_peek(&p.req.body), "abcde", 5) == 0);
+                http_parser_done(&p);
+        }
+}
+
+static void expect_error(const char *msg, int status, uint64_t max_header, uint64_t max_body) {
+        for (size_t split = 0; split <= strlen(msg); split++) {
+                HttpParser p;
+                size_t used;
+                http_parser_init(&p, max_header, max_body);
+                int r = feed_split(msg, split, &p, &used);
+                if (r >= 0)
+                        FAIL("accepted (split %zu): %s", split, msg);
+                ASSERT_EQ(p.error_status, status);
+                http_parser_done(&p);
+        }
+}
+
+TEST(refusals) {
+        expect_error("POST / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n", 400, 65536, 100);
+        expect_error("POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx", 400, 65536, 100);
+        expect_error("GET / HTTP/1.1\r\nA: b\r\n c\r\n\r\n", 400, 65536, 100);
+        expect_error("GET / HTTP/1.1\r\nA: b\r\n\tc\r\n\r\n", 400, 65536, 100);
+        expect_error("GET / HTTP/1.1\nA: b\n\n", 400, 65536, 100);
+        expect_error("GET / HTTP/1.1\r\nA: b\n\r\n", 400, 65536, 100);
+        expect_error("POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", 400, 65536, 100);
+        expect_error("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400, 65536, 100);
+        expect_error("CONNECT h:1 HTTP/1.1\r\n\r\n", 405, 65536, 100);
+        expect_error("POST / HTTP/1.1\r\nContent-Length: 101\r\n\r\n", 413, 65536, 100);
+        expect_error("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n65\r\n", 413, 65536, 100);
+        char big[3000];
+        snprintf(big, sizeof(big), "GET / HTTP/1.1\r\nX: %02000d\r\n\r\n", 0);
+        expect_error(big, 431, 1024, 100);
+}
+
+TEST(expect_continue_reports_headers_first) {
+        HttpParser p;
+        size_t k;
+        const char *head = "POST / HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n";
+        http_parser_init(&p, 65536, 100);
+        ASSERT_EQ(http_parser_feed(&p, head, strlen(head), &k), HTTP_PARSE_HEADERS);
+        ASSERT_TRUE(p.req.expect_continue && p.req.has_body);
+        ASSERT_EQ(http_parser_feed(&p, "{}", 2, &k), HTTP_PARSE_DONE);
+        http_parser_done(&p);
+}
+
+TEST(header_tokens) {
+        ASSERT_TRUE(span_has_token((Span) { "keep-alive, X-Foo", 17 }, "x-foo"));
+        ASSERT_TRUE(!span_has_token((Span) { "keep-alive, X-Foo", 17 }, "x-fo"));
+        ASSERT_TRUE(http_header_is_hop_by_hop((Span) { "transfer-encoding", 17 }));
+        ASSERT_TRUE(http_header_is_credential((Span) { "x-api-key", 9 }));
+        ASSERT_TRUE(!http_header_is_credential((Span) { "x-api-keys", 10 }));
+}
+
+TESTS_MAIN

@@ -1,0 +1,106 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include "modelgated/route.h"
+#include "tests.h"
+
+static char *rewrite(const char *body, int *ret) {
+        Span span;
+        char *model = NULL;
+        *ret = json_find_model(body, strlen(body), &span, &model);
+        if (*ret < 0)
+                return NULL;
+        const char *dash = strchr(model, '-');
+        _cleanup_free_ char *q = json_quote(dash ? dash + 1 : model);
+        free(model);
+        return span_replace((Span) { body, strlen(body) }, span, q, NULL);
+}
+
+TEST(model_rewrite_keeps_every_other_byte) {
+        static const struct {
+                const char *in, *out;
+        } cases[] = {
+                { "{\"model\":\"h-k\"}", "{\"model\":\"k\"}" },
+                { " {\n \"a\" : [1, {\"model\":\"x\"}] , \"model\" : \"h-k\\u00e9\" , \"z\":null} ",
+                  " {\n \"a\" : [1, {\"model\":\"x\"}] , \"model\" : \"k\xc3\xa9\" , \"z\":null} " },
+                { "{\"mo\\u0064el\":\"h-q\\\"uote\",\"n\":-1.5e+3}", "{\"mo\\u0064el\":\"q\\\"uote\",\"n\":-1.5e+3}" },
+                { "{\"nested\":{\"model\":\"no\"},\"model\":\"h-yes\"}", "{\"nested\":{\"model\":\"no\"},\"model\":\"yes\"}" },
+        };
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                int r;
+                _cleanup_free_ char *o = rewrite(cases[i].in, &r);
+                ASSERT_OK(r);
+                ASSERT_STREQ(o, cases[i].out);
+        }
+}
+
+TEST(model_errors) {
+        static const struct {
+                const char *in;
+                int error;
+        } cases[] = {
+                { "", -EBADMSG },
+                { "[]", -EBADMSG },
+                { "{\"model\":\"a\"", -EBADMSG },
+                { "{\"model\":\"a\"} x", -EBADMSG },
+                { "{\"model\":'a'}", -EBADMSG },
+                { "{\"a\":01}", -EBADMSG },
+                { "{\"a\":\"\x01\"}", -EBADMSG },
+                { "{\"a\":tru}", -EBADMSG },
+                { "{\"a\":1}", -ENOENT },
+                { "{\"model\":1}", -EMEDIUMTYPE },
+                { "{\"model\":null}", -EMEDIUMTYPE },
+                { "{\"model\":\"a\\u0000b\"}", -EMEDIUMTYPE },
+                { "{\"model\":\"a\",\"model\":\"b\"}", -ENOTUNIQ },
+        };
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                int r;
+                _cleanup_free_ char *o = rewrite(cases[i].in, &r);
+                if (r != cases[i].error)
+                        FAIL("'%s': %d != %d", cases[i].in, r, cases[i].error);
+        }
+        /* deep nesting is bounded, not a stack overflow */
+        char deep[2000];
+        memset(deep, '[', sizeof(deep));
+        deep[0] = '{';
+        int r;
+        deep[sizeof(deep) - 1] = 0;
+        free(rewrite(deep, &r));
+        ASSERT_EQ(r, -EBADMSG);
+}
+
+TEST(query_model) {
+        Span s;
+        char *m = NULL;
+        const char *url = "/props?autoload=false&model=3090-org%2Fmodel%3AQ4&x=1#frag";
+        ASSERT_OK(query_find_model((Span) { url, strlen(url) }, &s, &m));
+        ASSERT_STREQ(m, "3090-org/model:Q4");
+        free(m);
+        _cleanup_free_ char *e = query_escape("org/model:Q4");
+        ASSERT_STREQ(e, "org%2Fmodel%3AQ4");
+        _cleanup_free_ char *o = span_replace((Span) { url, strlen(url) }, s, e, NULL);
+        ASSERT_STREQ(o, "/props?autoload=false&model=org%2Fmodel%3AQ4&x=1#frag");
+        ASSERT_EQ(query_find_model((Span) { "/slots", 6 }, &s, &m), -ENOENT);
+        ASSERT_EQ(query_find_model((Span) { "/s?model=a&model=b", 18 }, &s, &m), -ENOTUNIQ);
+        ASSERT_EQ(query_find_model((Span) { "/s?model=a%2", 12 }, &s, &m), -EBADMSG);
+        ASSERT_EQ(query_find_model((Span) { "/s?model=a%zz", 13 }, &s, &m), -EBADMSG);
+}
+
+TEST(longest_host_prefix) {
+        Config c;
+        const char *text = "[Host]\nName=gpu\nURL=http://a:1\n[Host]\nName=gpu.big\nURL=http://b:1\n"
+                           "[Engine]\nHost=gpu\nName=e1\nUnit=e1.service\nModels=big-*\n";
+        const char *key;
+        config_init(&c);
+        ASSERT_OK(config_parse_text(&c, "t", text, strlen(text)));
+        ASSERT_STREQ(route_find_host(&c, "gpu.big-laguna", &key)->name, "gpu.big");
+        ASSERT_STREQ(key, "laguna");
+        ASSERT_STREQ(route_find_host(&c, "gpu-big-laguna", &key)->name, "gpu");
+        ASSERT_STREQ(key, "big-laguna");
+        ASSERT_TRUE(route_find_host(&c, "gpu-", &key) == NULL);
+        ASSERT_TRUE(route_find_host(&c, "gpux-a", &key) == NULL);
+        ASSERT_TRUE(route_find_host(&c, "laguna", &key) == NULL);
+        ASSERT_STREQ(route_find_engine(&c, "gpu", "big-laguna")->name, "e1");
+        ASSERT_TRUE(route_find_engine(&c, "gpu", "small") == NULL);
+        config_done(&c);
+}
+
+TESTS_MAIN
