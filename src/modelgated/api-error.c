@@ -18,63 +18,103 @@ ApiKind api_kind_for_path(Span path) {
 
 const char *http_status_reason(int status) {
         switch (status) {
-        case 100: return "Continue";
-        case 200: return "OK";
-        case 201: return "Created";
-        case 202: return "Accepted";
-        case 204: return "No Content";
-        case 206: return "Partial Content";
-        case 301: return "Moved Permanently";
-        case 302: return "Found";
-        case 304: return "Not Modified";
-        case 400: return "Bad Request";
-        case 401: return "Unauthorized";
-        case 403: return "Forbidden";
-        case 404: return "Not Found";
-        case 405: return "Method Not Allowed";
-        case 408: return "Request Timeout";
-        case 409: return "Conflict";
-        case 411: return "Length Required";
-        case 413: return "Content Too Large";
-        case 417: return "Expectation Failed";
-        case 422: return "Unprocessable Content";
-        case 423: return "Locked";
-        case 429: return "Too Many Requests";
-        case 431: return "Request Header Fields Too Large";
-        case 500: return "Internal Server Error";
-        case 501: return "Not Implemented";
-        case 502: return "Bad Gateway";
-        case 503: return "Service Unavailable";
-        case 504: return "Gateway Timeout";
-        default: return "Unknown";
+        case 100:
+                return "Continue";
+        case 200:
+                return "OK";
+        case 201:
+                return "Created";
+        case 202:
+                return "Accepted";
+        case 204:
+                return "No Content";
+        case 206:
+                return "Partial Content";
+        case 301:
+                return "Moved Permanently";
+        case 302:
+                return "Found";
+        case 304:
+                return "Not Modified";
+        case 400:
+                return "Bad Request";
+        case 401:
+                return "Unauthorized";
+        case 403:
+                return "Forbidden";
+        case 404:
+                return "Not Found";
+        case 405:
+                return "Method Not Allowed";
+        case 408:
+                return "Request Timeout";
+        case 409:
+                return "Conflict";
+        case 411:
+                return "Length Required";
+        case 413:
+                return "Content Too Large";
+        case 417:
+                return "Expectation Failed";
+        case 422:
+                return "Unprocessable Content";
+        case 423:
+                return "Locked";
+        case 429:
+                return "Too Many Requests";
+        case 431:
+                return "Request Header Fields Too Large";
+        case 500:
+                return "Internal Server Error";
+        case 501:
+                return "Not Implemented";
+        case 502:
+                return "Bad Gateway";
+        case 503:
+                return "Service Unavailable";
+        case 504:
+                return "Gateway Timeout";
+        default:
+                return "Unknown";
         }
 }
 
 static const char *anthropic_type_for_status(int status) {
         switch (status) {
-        case 401: return "authentication_error";
-        case 403: return "permission_error";
-        case 404: return "not_found_error";
-        case 413: return "request_too_large";
-        case 429: return "rate_limit_error";
-        case 504: return "timeout_error";
-        default: return status >= 500 ? "api_error" : "invalid_request_error";
+        case 401:
+                return "authentication_error";
+        case 403:
+                return "permission_error";
+        case 404:
+                return "not_found_error";
+        case 413:
+                return "request_too_large";
+        case 429:
+                return "rate_limit_error";
+        case 504:
+                return "timeout_error";
+        default:
+                return status >= 500 ? "api_error" : "invalid_request_error";
         }
 }
 
 static const char *openai_type_for_status(int status) {
         switch (status) {
-        case 401: return "authentication_error";
-        case 403: return "permission_error";
-        case 404: return "not_found_error";
-        default: return status >= 500 ? "server_error" : "invalid_request_error";
+        case 401:
+                return "authentication_error";
+        case 403:
+                return "permission_error";
+        case 404:
+                return "not_found_error";
+        default:
+                return status >= 500 ? "server_error" : "invalid_request_error";
         }
 }
 
 static char *json_steal(json_object *o, size_t *ret_size) {
         size_t l = 0;
-        const char *s = json_object_to_json_string_length(o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE,
-                                                          &l);
+        const char *s = json_object_to_json_string_length(
+                o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &l);
         char *r = s ? strndup(s, l) : NULL;
         if (r && ret_size)
                 *ret_size = l;
@@ -115,7 +155,7 @@ static bool get_int(json_object *o, const char *key, int64_t *ret) {
 
 static const char *anthropic_type_for_llama(const char *t, int64_t code) {
         if (!t)
-                return anthropic_type_for_status((int) code);
+                return anthropic_type_for_status((int)code);
         if (streq(t, "invalid_request_error") || streq(t, "exceed_context_size_error") ||
             streq(t, "not_supported_error"))
                 return "invalid_request_error";
@@ -135,7 +175,7 @@ int api_error_reword(ApiKind api, const char *body, size_t n, char **ret, size_t
         tok = json_tokener_new();
         if (!tok)
                 return 0;
-        root = json_tokener_parse_ex(tok, body, (int) MIN(n, (size_t) INT32_MAX));
+        root = json_tokener_parse_ex(tok, body, (int)MIN(n, (size_t)INT32_MAX));
         json_tokener_free(tok);
         if (!root || !json_object_is_type(root, json_type_object))
                 return 0;
@@ -152,14 +192,14 @@ int api_error_reword(ApiKind api, const char *body, size_t n, char **ret, size_t
 
         type = get_string(e, "type");
         message = get_string(e, "message") ?: "error";
-        (void) get_int(e, "code", &code);
+        (void)get_int(e, "code", &code);
 
         if (type && streq(type, "exceed_context_size_error")) {
                 int64_t np = 0, nc = 0;
-                (void) get_int(e, "n_prompt_tokens", &np);
-                (void) get_int(e, "n_ctx", &nc);
-                snprintf(buf, sizeof(buf), "prompt is too long: %lld tokens > %lld maximum", (long long) np,
-                         (long long) nc);
+                (void)get_int(e, "n_prompt_tokens", &np);
+                (void)get_int(e, "n_ctx", &nc);
+                snprintf(buf, sizeof(buf), "prompt is too long: %lld tokens > %lld maximum", (long long)np,
+                         (long long)nc);
                 if (api == API_ANTHROPIC) {
                         *ret = api_error_json(API_ANTHROPIC, 400, NULL, buf, ret_size);
                         return *ret ? 1 : 0;

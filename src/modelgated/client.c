@@ -28,7 +28,7 @@
 #include "shared/log.h"
 
 #define CLIENT_READ_SIZE (64 * 1024)
-#define CLIENT_OUT_HIGH (256 * 1024) /* above this, the host is not read until the client catches up */
+#define CLIENT_OUT_HIGH (256 * 1024)  /* above this, the host is not read until the client catches up */
 #define CLIENT_HELD_MAX (1024 * 1024) /* error bodies held back for rewording */
 
 typedef enum ClientState {
@@ -39,9 +39,9 @@ typedef enum ClientState {
 } ClientState;
 
 typedef enum ResponseMode {
-        MODE_PASS,   /* bytes go on as they are */
-        MODE_SSE,    /* line filter for error events */
-        MODE_HOLD,   /* an error body, held whole to be reworded */
+        MODE_PASS, /* bytes go on as they are */
+        MODE_SSE,  /* line filter for error events */
+        MODE_HOLD, /* an error body, held whole to be reworded */
 } ResponseMode;
 
 struct Client {
@@ -120,11 +120,11 @@ void client_free(Client *c) {
 
 static void client_set_timer(Client *c, usec_t rel) {
         if (rel == USEC_INFINITY) {
-                (void) sd_event_source_set_enabled(c->timer, SD_EVENT_OFF);
+                (void)sd_event_source_set_enabled(c->timer, SD_EVENT_OFF);
                 return;
         }
-        (void) sd_event_source_set_time_relative(c->timer, rel);
-        (void) sd_event_source_set_enabled(c->timer, SD_EVENT_ONESHOT);
+        (void)sd_event_source_set_time_relative(c->timer, rel);
+        (void)sd_event_source_set_enabled(c->timer, SD_EVENT_ONESHOT);
 }
 
 static void client_update_events(Client *c) {
@@ -135,7 +135,7 @@ static void client_update_events(Client *c) {
                 ev |= EPOLLIN;
         if (!buffer_is_empty(&c->out))
                 ev |= EPOLLOUT;
-        (void) sd_event_source_set_io_events(c->io, ev);
+        (void)sd_event_source_set_io_events(c->io, ev);
 }
 
 /* Writes what can be written now. < 0: the client is gone (the caller frees it). */
@@ -143,13 +143,14 @@ static int client_flush(Client *c) {
         bool progress = false;
 
         while (!buffer_is_empty(&c->out)) {
-                ssize_t k = send(c->fd, buffer_peek(&c->out), buffer_size(&c->out), MSG_NOSIGNAL | MSG_DONTWAIT);
+                ssize_t k =
+                        send(c->fd, buffer_peek(&c->out), buffer_size(&c->out), MSG_NOSIGNAL | MSG_DONTWAIT);
                 if (k < 0) {
                         if (errno == EAGAIN || errno == EINTR)
                                 break;
                         return -errno;
                 }
-                buffer_consume(&c->out, (size_t) k);
+                buffer_consume(&c->out, (size_t)k);
                 progress = true;
         }
         if (buffer_is_empty(&c->out)) {
@@ -169,11 +170,11 @@ static int client_flush(Client *c) {
 static void log_escape(char *dst, size_t l, Span s) {
         size_t o = 0;
         for (size_t i = 0; i < s.n && o + 5 < l; i++) {
-                unsigned char ch = (unsigned char) s.p[i];
+                unsigned char ch = (unsigned char)s.p[i];
                 if (ch < 0x20 || ch == 0x7f || ch == '"' || ch == '\\')
-                        o += (size_t) snprintf(dst + o, l - o, "\\x%02x", ch);
+                        o += (size_t)snprintf(dst + o, l - o, "\\x%02x", ch);
                 else
-                        dst[o++] = (char) ch;
+                        dst[o++] = (char)ch;
         }
         dst[o] = 0;
 }
@@ -182,13 +183,13 @@ static void client_log_access(Client *c, const char *note) {
         char model[256], ua[256], dur[32];
         usec_t d = now_usec(CLOCK_MONOTONIC) - c->start;
 
-        log_escape(model, sizeof(model), (Span) { c->model ?: "", c->model ? strlen(c->model) : 0 });
-        log_escape(ua, sizeof(ua), (Span) { c->user_agent ?: "", c->user_agent ? strlen(c->user_agent) : 0 });
-        snprintf(dur, sizeof(dur), "%llu.%03llus", (unsigned long long) (d / USEC_PER_SEC),
-                 (unsigned long long) (d % USEC_PER_SEC / USEC_PER_MSEC));
-        log_info("%s %s model=\"%s\" host=%s status=%d bytes=%llu dur=%s from=%s ua=\"%s\"%s%s", strna(c->method),
-                 strna(c->path), model, c->host ? c->host->name : "-", c->status, (unsigned long long) c->bytes,
-                 dur, c->peer, ua, note ? " " : "", note ?: "");
+        log_escape(model, sizeof(model), (Span){c->model ?: "", c->model ? strlen(c->model) : 0});
+        log_escape(ua, sizeof(ua), (Span){c->user_agent ?: "", c->user_agent ? strlen(c->user_agent) : 0});
+        snprintf(dur, sizeof(dur), "%llu.%03llus", (unsigned long long)(d / USEC_PER_SEC),
+                 (unsigned long long)(d % USEC_PER_SEC / USEC_PER_MSEC));
+        log_info("%s %s model=\"%s\" host=%s status=%d bytes=%llu dur=%s from=%s ua=\"%s\"%s%s",
+                 strna(c->method), strna(c->path), model, c->host ? c->host->name : "-", c->status,
+                 (unsigned long long)c->bytes, dur, c->peer, ua, note ? " " : "", note ?: "");
 }
 
 /* The response's last byte is queued. */
@@ -199,7 +200,8 @@ static void client_response_complete(Client *c, const char *note) {
 }
 
 static int queue_head(Client *c, int status, const char *extra) {
-        int r = buffer_printf(&c->out, "HTTP/1.1 %d %s\r\n%s", status, http_status_reason(status), extra ?: "");
+        int r = buffer_printf(&c->out, "HTTP/1.1 %d %s\r\n%s", status, http_status_reason(status),
+                              extra ?: "");
         if (r < 0)
                 return r;
         if (c->close_after_response)
@@ -244,9 +246,8 @@ static void client_host_down(Client *c, int error) {
         const char *reason = upstream_strerror(error);
 
         manager_host_state(c->manager, c->host, false, reason);
-        snprintf(msg, sizeof(msg),
-                 "host '%s' is down: %s (%s); modelgate keeps trying it, retry in 30 s", c->host->name, reason,
-                 c->host->url.text);
+        snprintf(msg, sizeof(msg), "host '%s' is down: %s (%s); modelgate keeps trying it, retry in 30 s",
+                 c->host->name, reason, c->host->url.text);
         client_respond_error(c, 503, "host_down", msg, "Retry-After: 30\r\nretry-after-ms: 30000\r\n");
 }
 
@@ -255,14 +256,14 @@ static bool header_is_listed_in_connection(Span connection, Span name) {
         return n && span_has_token(connection, n);
 }
 
-static int build_upstream_request(Client *c, const HttpUrl *target, Span url, const char *body, size_t body_len,
-                                  Buffer *out) {
+static int build_upstream_request(Client *c, const HttpUrl *target, Span url, const char *body,
+                                  size_t body_len, Buffer *out) {
         HttpRequest *r = &c->parser.req;
         Span connection = http_request_header(r, "Connection");
         int k;
 
         k = buffer_printf(out, "%s %s%.*s HTTP/1.1\r\nHost: %s\r\n", llhttp_method_name(r->method),
-                          target->base_path, (int) url.n, url.p, target->authority);
+                          target->base_path, (int)url.n, url.p, target->authority);
         if (k < 0)
                 return k;
         for (size_t i = 0; i < r->n_headers; i++) {
@@ -326,13 +327,16 @@ static int client_upstream_headers(Upstream *u, const UpstreamResponse *resp, vo
                 c->close_after_response = true;
 
         buffer_clear(&c->held_head);
-        if (buffer_printf(&c->held_head, "HTTP/1.1 %d %s\r\n", resp->status, http_status_reason(resp->status)) < 0)
+        if (buffer_printf(&c->held_head, "HTTP/1.1 %d %s\r\n", resp->status,
+                          http_status_reason(resp->status)) < 0)
                 return -1;
         for (size_t i = 0; i < resp->n_headers; i++) {
-                Span name = upstream_response_header_name(resp, i), value = upstream_response_header_value(resp, i);
+                Span name = upstream_response_header_name(resp, i),
+                     value = upstream_response_header_value(resp, i);
                 if (http_header_is_hop_by_hop(name) || header_is_listed_in_connection(connection, name))
                         continue;
-                if (buffer_append(&c->held_head, name.p, name.n) < 0 || buffer_append_str(&c->held_head, ": ") < 0 ||
+                if (buffer_append(&c->held_head, name.p, name.n) < 0 ||
+                    buffer_append_str(&c->held_head, ": ") < 0 ||
                     buffer_append(&c->held_head, value.p, value.n) < 0 ||
                     buffer_append_str(&c->held_head, "\r\n") < 0)
                         return -1;
@@ -342,7 +346,7 @@ static int client_upstream_headers(Upstream *u, const UpstreamResponse *resp, vo
                  * the body goes on unchanged it is still right (and a HEAD answer keeps the length
                  * the GET would have had, RFC 9110 §9.3.2) */
                 if (resp->has_content_length && buffer_printf(&c->held_head, "Content-Length: %llu\r\n",
-                                                              (unsigned long long) resp->content_length) < 0)
+                                                              (unsigned long long)resp->content_length) < 0)
                         return -1;
         }
         if (c->mode == MODE_HOLD)
@@ -353,7 +357,8 @@ static int client_upstream_headers(Upstream *u, const UpstreamResponse *resp, vo
                 return -1;
         if (c->close_after_response && buffer_append_str(&c->out, "Connection: close\r\n") < 0)
                 return -1;
-        if (c->http10 && !c->close_after_response && buffer_append_str(&c->out, "Connection: keep-alive\r\n") < 0)
+        if (c->http10 && !c->close_after_response &&
+            buffer_append_str(&c->out, "Connection: keep-alive\r\n") < 0)
                 return -1;
         if (buffer_append_str(&c->out, "\r\n") < 0)
                 return -1;
@@ -371,12 +376,13 @@ static void release_held(Client *c) {
         c->chunked = !c->http10;
         if (!c->chunked)
                 c->close_after_response = true;
-        (void) buffer_append(&c->out, buffer_peek(&c->held_head), buffer_size(&c->held_head));
-        (void) buffer_append_str(&c->out, c->chunked ? "Transfer-Encoding: chunked\r\n" : "Connection: close\r\n");
-        (void) buffer_append_str(&c->out, "\r\n");
+        (void)buffer_append(&c->out, buffer_peek(&c->held_head), buffer_size(&c->held_head));
+        (void)buffer_append_str(&c->out,
+                                c->chunked ? "Transfer-Encoding: chunked\r\n" : "Connection: close\r\n");
+        (void)buffer_append_str(&c->out, "\r\n");
         c->head_sent = true;
         c->mode = MODE_PASS;
-        (void) frame_body(c, buffer_peek(&c->held), buffer_size(&c->held));
+        (void)frame_body(c, buffer_peek(&c->held), buffer_size(&c->held));
         buffer_done(&c->held);
 }
 
@@ -424,24 +430,24 @@ static void client_upstream_complete(Upstream *u, void *userdata) {
                         bl = nl;
                 }
                 snprintf(framing, sizeof(framing), "Content-Length: %zu\r\n", bl);
-                (void) buffer_append(&c->out, buffer_peek(&c->held_head), buffer_size(&c->held_head));
-                (void) buffer_append_str(&c->out, framing);
+                (void)buffer_append(&c->out, buffer_peek(&c->held_head), buffer_size(&c->held_head));
+                (void)buffer_append_str(&c->out, framing);
                 if (c->close_after_response)
-                        (void) buffer_append_str(&c->out, "Connection: close\r\n");
+                        (void)buffer_append_str(&c->out, "Connection: close\r\n");
                 else if (c->http10)
-                        (void) buffer_append_str(&c->out, "Connection: keep-alive\r\n");
-                (void) buffer_append_str(&c->out, "\r\n");
-                (void) buffer_append(&c->out, body, bl);
+                        (void)buffer_append_str(&c->out, "Connection: keep-alive\r\n");
+                (void)buffer_append_str(&c->out, "\r\n");
+                (void)buffer_append(&c->out, body, bl);
                 c->bytes = bl;
                 c->head_sent = true;
         } else {
                 if (c->mode == MODE_SSE) {
                         buffer_clear(&c->scratch);
-                        (void) sse_filter_finish(&c->sse, &c->scratch);
-                        (void) frame_body(c, buffer_peek(&c->scratch), buffer_size(&c->scratch));
+                        (void)sse_filter_finish(&c->sse, &c->scratch);
+                        (void)frame_body(c, buffer_peek(&c->scratch), buffer_size(&c->scratch));
                 }
                 if (c->chunked)
-                        (void) buffer_append_str(&c->out, "0\r\n\r\n");
+                        (void)buffer_append_str(&c->out, "0\r\n\r\n");
         }
         client_response_complete(c, NULL);
         if (client_flush(c) < 0) {
@@ -458,8 +464,8 @@ static void client_upstream_error(Upstream *u, int error, bool started, void *us
         c->upstream = NULL;
         if (!started || (c->mode == MODE_HOLD && !c->head_sent)) {
                 if (!started) {
-                        log_debug("host %s: %s %s failed before an answer: %s", c->host->name, c->method, c->path,
-                                  upstream_strerror(error));
+                        log_debug("host %s: %s %s failed before an answer: %s", c->host->name, c->method,
+                                  c->path, upstream_strerror(error));
                         client_host_down(c, error);
                 } else {
                         snprintf(msg, sizeof(msg), "host '%s' ended its answer early (%s)", c->host->name,
@@ -468,16 +474,17 @@ static void client_upstream_error(Upstream *u, int error, bool started, void *us
                 }
         } else if (c->mode == MODE_SSE) {
                 buffer_clear(&c->scratch);
-                (void) sse_filter_finish(&c->sse, &c->scratch);
+                (void)sse_filter_finish(&c->sse, &c->scratch);
                 if (!c->sse.saw_done) {
                         snprintf(msg, sizeof(msg),
-                                 "host '%s' stopped the stream before it ended (%s); the answer is incomplete",
+                                 "host '%s' stopped the stream before it ended (%s); the answer is "
+                                 "incomplete",
                                  c->host->name, upstream_strerror(error));
-                        (void) sse_error_event(c->api, 502, "upstream_incomplete", msg, &c->scratch);
+                        (void)sse_error_event(c->api, 502, "upstream_incomplete", msg, &c->scratch);
                 }
-                (void) frame_body(c, buffer_peek(&c->scratch), buffer_size(&c->scratch));
+                (void)frame_body(c, buffer_peek(&c->scratch), buffer_size(&c->scratch));
                 if (c->chunked)
-                        (void) buffer_append_str(&c->out, "0\r\n\r\n");
+                        (void)buffer_append_str(&c->out, "0\r\n\r\n");
                 else
                         c->close_after_response = true;
                 client_response_complete(c, c->sse.saw_done ? NULL : "cut=host");
@@ -519,9 +526,10 @@ static void client_models_done(ModelsMerge *mm, const char *json, size_t n, void
 
 static void client_respond_health(Client *c) {
         char body[256];
-        int n = snprintf(body, sizeof(body), "{\"status\":\"ok\",\"version\":\"%s\",\"hosts\":%zu,\"connections\":%zu}",
+        int n = snprintf(body, sizeof(body),
+                         "{\"status\":\"ok\",\"version\":\"%s\",\"hosts\":%zu,\"connections\":%zu}",
                          MODELGATE_VERSION, c->manager->config.n_hosts, c->manager->n_clients);
-        client_respond(c, 200, "application/json", body, (size_t) n, NULL);
+        client_respond(c, 200, "application/json", body, (size_t)n, NULL);
 }
 
 static char *span_dup(Span s) {
@@ -550,9 +558,9 @@ static void client_dispatch(Client *c) {
                 c->close_after_response = true;
 
         if (url.n == 0 || url.p[0] != '/')
-                return client_respond_error(c, 400, "invalid_request",
-                                            "the request target must be a path (modelgate is not a forward proxy)",
-                                            NULL);
+                return client_respond_error(
+                        c, 400, "invalid_request",
+                        "the request target must be a path (modelgate is not a forward proxy)", NULL);
 
         bool get = r->method == HTTP_GET || r->method == HTTP_HEAD;
         if (get && span_eq(path, "/health"))
@@ -569,14 +577,16 @@ static void client_dispatch(Client *c) {
                 if (k == 0)
                         in_body = true;
                 else if (k == -EBADMSG)
-                        return client_respond_error(c, 400, "invalid_json",
-                                                    "the request body is not valid JSON (or not a JSON object)", NULL);
+                        return client_respond_error(
+                                c, 400, "invalid_json",
+                                "the request body is not valid JSON (or not a JSON object)", NULL);
                 else if (k == -EMEDIUMTYPE)
                         return client_respond_error(c, 400, "invalid_model",
                                                     "\"model\" in the request body must be a string", NULL);
                 else if (k == -ENOTUNIQ)
                         return client_respond_error(c, 400, "invalid_model",
-                                                    "\"model\" appears more than once in the request body", NULL);
+                                                    "\"model\" appears more than once in the request body",
+                                                    NULL);
                 else if (k != -ENOENT)
                         return client_respond_error(c, 500, NULL, "out of memory", NULL);
         }
@@ -585,10 +595,11 @@ static void client_dispatch(Client *c) {
                 if (k == -ENOENT)
                         return client_respond_error(
                                 c, 400, "missing_model",
-                                body_len > 0 ? "the request body has no \"model\"; name one as \"<host>-<key>\" "
-                                               "(GET /v1/models lists them)"
-                                             : "the request names no model; send \"model\" in a JSON body or "
-                                               "?model=<host>-<key> in the query (GET /v1/models lists them)",
+                                body_len > 0
+                                        ? "the request body has no \"model\"; name one as \"<host>-<key>\" "
+                                          "(GET /v1/models lists them)"
+                                        : "the request names no model; send \"model\" in a JSON body or "
+                                          "?model=<host>-<key> in the query (GET /v1/models lists them)",
                                 NULL);
                 if (k == -EBADMSG)
                         return client_respond_error(c, 400, "invalid_model",
@@ -604,9 +615,10 @@ static void client_dispatch(Client *c) {
         c->host = route_find_host(&c->manager->config, model, &key);
         if (!c->host) {
                 char m2[160];
-                log_escape(m2, sizeof(m2), (Span) { model, strlen(model) });
+                log_escape(m2, sizeof(m2), (Span){model, strlen(model)});
                 snprintf(msg, sizeof(msg),
-                         "model '%s' does not start with a configured host name and '-'; GET /v1/models lists "
+                         "model '%s' does not start with a configured host name and '-'; GET /v1/models "
+                         "lists "
                          "the models this proxy serves",
                          m2);
                 return client_respond_error(c, 404, "model_not_found", msg, NULL);
@@ -614,12 +626,12 @@ static void client_dispatch(Client *c) {
 
         if (in_body) {
                 quoted = json_quote(key);
-                new_body = quoted ? span_replace((Span) { body, body_len }, span, quoted, &body_len) : NULL;
+                new_body = quoted ? span_replace((Span){body, body_len}, span, quoted, &body_len) : NULL;
                 body = new_body;
         } else {
                 quoted = query_escape(key);
                 new_url = quoted ? span_replace(url, span, quoted, &url_len) : NULL;
-                url = (Span) { new_url, url_len };
+                url = (Span){new_url, url_len};
         }
         if (!quoted || (!new_body && !new_url))
                 return client_respond_error(c, 500, NULL, "out of memory", NULL);
@@ -697,8 +709,9 @@ static void client_process(Client *c) {
                 }
                 if (r == HTTP_PARSE_HEADERS) {
                         /* the body follows; a client that waits for "100 Continue" gets it now */
-                        if (c->parser.req.expect_continue && c->parser.req.has_body && c->parser.req.http_minor >= 1)
-                                (void) buffer_append_str(&c->out, "HTTP/1.1 100 Continue\r\n\r\n");
+                        if (c->parser.req.expect_continue && c->parser.req.has_body &&
+                            c->parser.req.http_minor >= 1)
+                                (void)buffer_append_str(&c->out, "HTTP/1.1 100 Continue\r\n\r\n");
                         client_set_timer(c, c->manager->config.idle_timeout_usec);
                         continue;
                 }
@@ -734,7 +747,7 @@ static int client_read(Client *c) {
                 return errno == EAGAIN || errno == EINTR ? 0 : -errno;
         if (k == 0)
                 return -ECONNRESET;
-        if (buffer_append(&c->in, buf, (size_t) k) < 0)
+        if (buffer_append(&c->in, buf, (size_t)k) < 0)
                 return -ENOMEM;
         if (c->state == CLIENT_READING && c->parser.headers_complete)
                 client_set_timer(c, c->manager->config.idle_timeout_usec); /* the body makes progress */
@@ -782,8 +795,9 @@ static int client_timer_cb(sd_event_source *s, uint64_t usec, void *userdata) {
                 c->start = now_usec(CLOCK_MONOTONIC);
                 c->method = c->method ?: strdup("-");
                 client_respond_error(c, 408, "request_timeout",
-                                     c->parser.headers_complete ? "the client sent its request body too slowly"
-                                                                : "the client did not send its request headers in time",
+                                     c->parser.headers_complete
+                                             ? "the client sent its request body too slowly"
+                                             : "the client did not send its request headers in time",
                                      NULL);
                 c->state = CLIENT_CLOSING;
                 if (client_flush(c) < 0) {
@@ -827,22 +841,22 @@ int client_new(Manager *m, int fd, const struct sockaddr *peer, socklen_t peer_l
         c->fd = fd;
         http_parser_init(&c->parser, m->config.max_header_size, m->config.max_body_size);
         if (peer->sa_family == AF_INET) {
-                const struct sockaddr_in *a = (const struct sockaddr_in *) peer;
+                const struct sockaddr_in *a = (const struct sockaddr_in *)peer;
                 inet_ntop(AF_INET, &a->sin_addr, c->peer, sizeof(c->peer));
         } else if (peer->sa_family == AF_INET6) {
-                const struct sockaddr_in6 *a = (const struct sockaddr_in6 *) peer;
+                const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)peer;
                 inet_ntop(AF_INET6, &a->sin6_addr, c->peer, sizeof(c->peer));
         } else
                 snprintf(c->peer, sizeof(c->peer), "local");
-        (void) peer_len;
+        (void)peer_len;
 
         LIST_PREPEND(clients, m->clients, c);
         m->n_clients++;
 
         r = sd_event_add_io(m->event, &c->io, fd, EPOLLIN | EPOLLRDHUP, client_io_cb, c);
         if (r >= 0)
-                r = sd_event_add_time_relative(m->event, &c->timer, CLOCK_MONOTONIC, m->config.idle_timeout_usec, 0,
-                                               client_timer_cb, c);
+                r = sd_event_add_time_relative(m->event, &c->timer, CLOCK_MONOTONIC,
+                                               m->config.idle_timeout_usec, 0, client_timer_cb, c);
         if (r < 0) {
                 client_free(c);
                 return r;

@@ -34,7 +34,7 @@ static const char *const section_names[_SECTION_MAX] = {
 };
 
 /* Sections that SPEC.md describes for later work; named so the error says "not supported", not "unknown". */
-static const char *const later_sections[] = { "Fallback", "Access", "Tier" };
+static const char *const later_sections[] = {"Fallback", "Access", "Tier"};
 
 typedef int (*ConfigParser)(const char *value, void *data);
 
@@ -51,7 +51,7 @@ static int parse_timespan_item(const char *v, void *data) {
 
 static int parse_timespan_override(const char *v, void *data) {
         if (!*v) { /* empty: back to [Proxy]'s */
-                *(usec_t *) data = CONF_USEC_UNSET;
+                *(usec_t *)data = CONF_USEC_UNSET;
                 return 0;
         }
         return parse_timespan(v, data);
@@ -87,18 +87,18 @@ static int parse_strv_item(const char *v, void *data) {
                 return 0;
         }
         for (const char *p = v; *p;) {
-                while (isspace((unsigned char) *p))
+                while (isspace((unsigned char)*p))
                         p++;
                 if (!*p)
                         break;
                 const char *e = p;
-                while (*e && !isspace((unsigned char) *e))
+                while (*e && !isspace((unsigned char)*e))
                         e++;
                 char **nl = realloc(*l, sizeof(char *) * (n + 2));
                 if (!nl)
                         return -ENOMEM;
                 *l = nl;
-                if (!(nl[n] = strndup(p, (size_t) (e - p))))
+                if (!(nl[n] = strndup(p, (size_t)(e - p))))
                         return -ENOMEM;
                 nl[++n] = NULL;
                 p = e;
@@ -110,7 +110,7 @@ bool host_name_is_valid(const char *s) {
         if (!s || !*s || strlen(s) > 64)
                 return false;
         for (; *s; s++)
-                if (!isalnum((unsigned char) *s) && *s != '_' && *s != '.')
+                if (!isalnum((unsigned char)*s) && *s != '_' && *s != '.')
                         return false;
         return true;
 }
@@ -125,7 +125,7 @@ static int parse_engine_name_item(const char *v, void *data) {
         if (!*v || strlen(v) > 64)
                 return -EINVAL;
         for (const char *p = v; *p; p++)
-                if (!isalnum((unsigned char) *p) && !strchr("_.-@", *p))
+                if (!isalnum((unsigned char)*p) && !strchr("_.-@", *p))
                         return -EINVAL;
         return parse_string_item(v, data);
 }
@@ -154,7 +154,7 @@ void http_url_done(HttpUrl *u) {
         free(u->host);
         free(u->authority);
         free(u->base_path);
-        *u = (HttpUrl) {};
+        *u = (HttpUrl){};
 }
 
 int http_url_parse(const char *s, HttpUrl *ret) {
@@ -195,14 +195,14 @@ int http_url_parse(const char *s, HttpUrl *ret) {
         if (strpbrk(path, "?# \t"))
                 return -EINVAL;
 
-        host = strndup(hs, (size_t) (he - hs));
+        host = strndup(hs, (size_t)(he - hs));
         if (!host)
                 return -ENOMEM;
         for (const char *c = host; *c; c++)
-                if (!isalnum((unsigned char) *c) && !strchr(".-:_%", *c))
+                if (!isalnum((unsigned char)*c) && !strchr(".-:_%", *c))
                         return -EINVAL;
         bool v6 = strchr(host, ':');
-        if (asprintf(&authority, v6 ? "[%s]:%u" : "%s:%u", host, (unsigned) port) < 0)
+        if (asprintf(&authority, v6 ? "[%s]:%u" : "%s:%u", host, (unsigned)port) < 0)
                 return -ENOMEM;
         size_t pl = strlen(path);
         while (pl > 0 && path[pl - 1] == '/')
@@ -213,12 +213,12 @@ int http_url_parse(const char *s, HttpUrl *ret) {
                 return -ENOMEM;
 
         http_url_done(ret);
-        *ret = (HttpUrl) {
+        *ret = (HttpUrl){
                 .text = TAKE_PTR(text),
                 .host = TAKE_PTR(host),
                 .authority = TAKE_PTR(authority),
                 .base_path = TAKE_PTR(base),
-                .port = (uint16_t) port,
+                .port = (uint16_t)port,
         };
         return 0;
 }
@@ -233,41 +233,41 @@ static int parse_url_item(const char *v, void *data) {
 }
 
 static const ConfigItem config_items[] = {
-        { SECTION_PROXY, "Listen", parse_strv_item, offsetof(Config, listen) },
-        { SECTION_PROXY, "ExitIdleSec", parse_timespan_item, offsetof(Config, exit_idle_usec) },
-        { SECTION_PROXY, "IdleStopSec", parse_timespan_item, offsetof(Config, idle_stop_usec) },
-        { SECTION_PROXY, "HoldDownSec", parse_timespan_item, offsetof(Config, hold_down_usec) },
-        { SECTION_PROXY, "WaitBudgetSec", parse_timespan_item, offsetof(Config, wait_budget_usec) },
-        { SECTION_PROXY, "KeepaliveAfterSec", parse_timespan_item, offsetof(Config, keepalive_after_usec) },
-        { SECTION_PROXY, "KeepaliveIntervalSec", parse_timespan_item,
-          offsetof(Config, keepalive_interval_usec) },
-        { SECTION_PROXY, "PollIntervalSec", parse_timespan_item, offsetof(Config, poll_interval_usec) },
-        { SECTION_PROXY, "HeaderTimeoutSec", parse_timespan_item, offsetof(Config, header_timeout_usec) },
-        { SECTION_PROXY, "IdleTimeoutSec", parse_timespan_item, offsetof(Config, idle_timeout_usec) },
-        { SECTION_PROXY, "MaxBodySize", parse_size_item, offsetof(Config, max_body_size) },
-        { SECTION_PROXY, "MaxHeaderSize", parse_size_item, offsetof(Config, max_header_size) },
-        { SECTION_PROXY, "MaxConnections", parse_uint_item, offsetof(Config, max_connections) },
+        {SECTION_PROXY, "Listen", parse_strv_item, offsetof(Config, listen)},
+        {SECTION_PROXY, "ExitIdleSec", parse_timespan_item, offsetof(Config, exit_idle_usec)},
+        {SECTION_PROXY, "IdleStopSec", parse_timespan_item, offsetof(Config, idle_stop_usec)},
+        {SECTION_PROXY, "HoldDownSec", parse_timespan_item, offsetof(Config, hold_down_usec)},
+        {SECTION_PROXY, "WaitBudgetSec", parse_timespan_item, offsetof(Config, wait_budget_usec)},
+        {SECTION_PROXY, "KeepaliveAfterSec", parse_timespan_item, offsetof(Config, keepalive_after_usec)},
+        {SECTION_PROXY, "KeepaliveIntervalSec", parse_timespan_item,
+         offsetof(Config, keepalive_interval_usec)},
+        {SECTION_PROXY, "PollIntervalSec", parse_timespan_item, offsetof(Config, poll_interval_usec)},
+        {SECTION_PROXY, "HeaderTimeoutSec", parse_timespan_item, offsetof(Config, header_timeout_usec)},
+        {SECTION_PROXY, "IdleTimeoutSec", parse_timespan_item, offsetof(Config, idle_timeout_usec)},
+        {SECTION_PROXY, "MaxBodySize", parse_size_item, offsetof(Config, max_body_size)},
+        {SECTION_PROXY, "MaxHeaderSize", parse_size_item, offsetof(Config, max_header_size)},
+        {SECTION_PROXY, "MaxConnections", parse_uint_item, offsetof(Config, max_connections)},
 
-        { SECTION_HOST, "Name", parse_host_name_item, offsetof(HostConf, name) },
-        { SECTION_HOST, "URL", parse_url_item, offsetof(HostConf, url) },
-        { SECTION_HOST, "Bus", parse_bus_item, offsetof(HostConf, bus) },
-        { SECTION_HOST, "SSHCommand", parse_string_item, offsetof(HostConf, ssh_command) },
-        { SECTION_HOST, "BusPath", parse_string_item, offsetof(HostConf, bus_path) },
-        { SECTION_HOST, "BusyUnits", parse_strv_item, offsetof(HostConf, busy_units) },
-        { SECTION_HOST, "IdleStopSec", parse_timespan_override, offsetof(HostConf, idle_stop_usec) },
-        { SECTION_HOST, "HoldDownSec", parse_timespan_override, offsetof(HostConf, hold_down_usec) },
-        { SECTION_HOST, "WaitBudgetSec", parse_timespan_override, offsetof(HostConf, wait_budget_usec) },
+        {SECTION_HOST, "Name", parse_host_name_item, offsetof(HostConf, name)},
+        {SECTION_HOST, "URL", parse_url_item, offsetof(HostConf, url)},
+        {SECTION_HOST, "Bus", parse_bus_item, offsetof(HostConf, bus)},
+        {SECTION_HOST, "SSHCommand", parse_string_item, offsetof(HostConf, ssh_command)},
+        {SECTION_HOST, "BusPath", parse_string_item, offsetof(HostConf, bus_path)},
+        {SECTION_HOST, "BusyUnits", parse_strv_item, offsetof(HostConf, busy_units)},
+        {SECTION_HOST, "IdleStopSec", parse_timespan_override, offsetof(HostConf, idle_stop_usec)},
+        {SECTION_HOST, "HoldDownSec", parse_timespan_override, offsetof(HostConf, hold_down_usec)},
+        {SECTION_HOST, "WaitBudgetSec", parse_timespan_override, offsetof(HostConf, wait_budget_usec)},
 
-        { SECTION_ENGINE, "Host", parse_host_name_item, offsetof(EngineConf, host) },
-        { SECTION_ENGINE, "Name", parse_engine_name_item, offsetof(EngineConf, name) },
-        { SECTION_ENGINE, "Unit", parse_unit_item, offsetof(EngineConf, unit) },
-        { SECTION_ENGINE, "Models", parse_strv_item, offsetof(EngineConf, models) },
-        { SECTION_ENGINE, "StartTimeoutSec", parse_timespan_item, offsetof(EngineConf, start_timeout_usec) },
-        { SECTION_ENGINE, "URL", parse_url_item, offsetof(EngineConf, url) },
+        {SECTION_ENGINE, "Host", parse_host_name_item, offsetof(EngineConf, host)},
+        {SECTION_ENGINE, "Name", parse_engine_name_item, offsetof(EngineConf, name)},
+        {SECTION_ENGINE, "Unit", parse_unit_item, offsetof(EngineConf, unit)},
+        {SECTION_ENGINE, "Models", parse_strv_item, offsetof(EngineConf, models)},
+        {SECTION_ENGINE, "StartTimeoutSec", parse_timespan_item, offsetof(EngineConf, start_timeout_usec)},
+        {SECTION_ENGINE, "URL", parse_url_item, offsetof(EngineConf, url)},
 };
 
 void config_init(Config *c) {
-        *c = (Config) {
+        *c = (Config){
                 .exit_idle_usec = 60 * USEC_PER_SEC,
                 .idle_stop_usec = 15 * USEC_PER_MINUTE,
                 .hold_down_usec = 30 * USEC_PER_SEC,
@@ -310,7 +310,7 @@ void config_done(Config *c) {
         for (size_t i = 0; i < c->n_engines; i++)
                 engine_conf_done(&c->engines[i]);
         free(c->engines);
-        *c = (Config) {};
+        *c = (Config){};
 }
 
 const HostConf *config_find_host(const Config *c, const char *name) {
@@ -338,7 +338,7 @@ static void section_done(Section *s) {
         for (size_t i = 0; i < s->n_assignments; i++)
                 free(s->assignments[i].value);
         free(s->assignments);
-        *s = (Section) { .kind = _SECTION_INVALID };
+        *s = (Section){.kind = _SECTION_INVALID};
 }
 
 static const char *section_last_value(const Section *s, const char *key) {
@@ -350,7 +350,7 @@ static const char *section_last_value(const Section *s, const char *key) {
 }
 
 static int apply_assignment(const char *name, const Assignment *a, void *base) {
-        int r = a->item->parse(a->value, (char *) base + a->item->offset);
+        int r = a->item->parse(a->value, (char *)base + a->item->offset);
         if (r == -ENOMEM)
                 return log_oom();
         if (r < 0)
@@ -379,7 +379,7 @@ static int section_apply(Config *c, const char *name, Section *s) {
                                 return log_oom();
                         c->hosts = n;
                         base = &c->hosts[c->n_hosts++];
-                        *(HostConf *) base = (HostConf) {
+                        *(HostConf *)base = (HostConf){
                                 .idle_stop_usec = CONF_USEC_UNSET,
                                 .hold_down_usec = CONF_USEC_UNSET,
                                 .wait_budget_usec = CONF_USEC_UNSET,
@@ -401,7 +401,7 @@ static int section_apply(Config *c, const char *name, Section *s) {
                                 return log_oom();
                         c->engines = n;
                         base = &c->engines[c->n_engines++];
-                        *(EngineConf *) base = (EngineConf) {
+                        *(EngineConf *)base = (EngineConf){
                                 .start_timeout_usec = 5 * USEC_PER_MINUTE,
                                 .file = strdup(name),
                                 .line = s->line,
@@ -419,17 +419,17 @@ static int section_apply(Config *c, const char *name, Section *s) {
 }
 
 static char *strip(char *s) {
-        while (isspace((unsigned char) *s))
+        while (isspace((unsigned char)*s))
                 s++;
         size_t l = strlen(s);
-        while (l > 0 && isspace((unsigned char) s[l - 1]))
+        while (l > 0 && isspace((unsigned char)s[l - 1]))
                 s[--l] = 0;
         return s;
 }
 
 int config_parse_text(Config *c, const char *name, const char *text, size_t size) {
         _cleanup_free_ char *copy = NULL;
-        Section s = { .kind = _SECTION_INVALID };
+        Section s = {.kind = _SECTION_INVALID};
         unsigned line = 0;
         bool seen_section = false;
         int r = 0;
@@ -454,7 +454,8 @@ int config_parse_text(Config *c, const char *name, const char *text, size_t size
                 if (*l == '[') {
                         size_t n = strlen(l);
                         if (l[n - 1] != ']' || n < 3) {
-                                r = log_error_errno(EINVAL, "%s:%u: invalid section header '%s'", name, line, l);
+                                r = log_error_errno(EINVAL, "%s:%u: invalid section header '%s'", name, line,
+                                                    l);
                                 goto finish;
                         }
                         l[n - 1] = 0;
@@ -494,7 +495,7 @@ int config_parse_text(Config *c, const char *name, const char *text, size_t size
                 char *key = strip(l), *value = eq + 1;
                 /* Inline comments, as SPEC.md's examples use them: '#' after whitespace. */
                 for (char *h = value; (h = strchr(h, '#')); h++)
-                        if (h == value || isspace((unsigned char) h[-1])) {
+                        if (h == value || isspace((unsigned char)h[-1])) {
                                 *h = 0;
                                 break;
                         }
@@ -505,8 +506,8 @@ int config_parse_text(Config *c, const char *name, const char *text, size_t size
                         if (config_items[k].section == s.kind && streq(config_items[k].key, key))
                                 item = &config_items[k];
                 if (!item) {
-                        r = log_error_errno(EINVAL, "%s:%u: unknown key '%s' in section [%s]", name, line, key,
-                                            section_names[s.kind]);
+                        r = log_error_errno(EINVAL, "%s:%u: unknown key '%s' in section [%s]", name, line,
+                                            key, section_names[s.kind]);
                         goto finish;
                 }
                 /* Validate now, so the error points at this line even if the section is never applied */
@@ -516,7 +517,7 @@ int config_parse_text(Config *c, const char *name, const char *text, size_t size
                         goto finish;
                 }
                 s.assignments = na;
-                na[s.n_assignments] = (Assignment) { .item = item, .value = strdup(value), .line = line };
+                na[s.n_assignments] = (Assignment){.item = item, .value = strdup(value), .line = line};
                 if (!na[s.n_assignments].value) {
                         r = log_oom();
                         goto finish;
@@ -556,7 +557,7 @@ static int read_file(const char *path, char **ret, size_t *ret_size) {
                 }
                 if (k == 0)
                         break;
-                n += (size_t) k;
+                n += (size_t)k;
         }
         *ret = TAKE_PTR(buf);
         *ret_size = n;
@@ -575,7 +576,7 @@ static int config_load_one(Config *c, const char *path) {
 }
 
 static int cmp_str(const void *a, const void *b) {
-        return strcmp(*(char *const *) a, *(char *const *) b);
+        return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
 int config_load(Config *c, const char *path) {
@@ -650,10 +651,13 @@ int config_verify(Config *c) {
         for (size_t i = 0; i < c->n_hosts; i++) {
                 HostConf *h = &c->hosts[i];
                 if (!h->url.text)
-                        r = log_error_errno(EINVAL, "%s:%u: [Host] '%s' has no URL=", h->file, h->line, h->name);
+                        r = log_error_errno(EINVAL, "%s:%u: [Host] '%s' has no URL=", h->file, h->line,
+                                            h->name);
                 if (!h->bus && !(h->bus = strdup("local")))
                         return log_oom();
-                h->bus_kind = streq(h->bus, "local") ? BUS_LOCAL : streq(h->bus, "system") ? BUS_SYSTEM : BUS_SSH;
+                h->bus_kind = streq(h->bus, "local")    ? BUS_LOCAL
+                              : streq(h->bus, "system") ? BUS_SYSTEM
+                                                        : BUS_SSH;
                 if (!h->ssh_command && !(h->ssh_command = strdup("ssh")))
                         return log_oom();
                 for (size_t j = 0; j < i; j++)
@@ -665,10 +669,12 @@ int config_verify(Config *c) {
         for (size_t i = 0; i < c->n_engines; i++) {
                 EngineConf *e = &c->engines[i];
                 if (!config_find_host(c, e->host))
-                        r = log_error_errno(EINVAL, "%s:%u: [Engine] '%s' names Host='%s', which no [Host] defines",
+                        r = log_error_errno(EINVAL,
+                                            "%s:%u: [Engine] '%s' names Host='%s', which no [Host] defines",
                                             e->file, e->line, e->name, e->host);
                 if (!e->unit)
-                        r = log_error_errno(EINVAL, "%s:%u: [Engine] '%s' has no Unit=", e->file, e->line, e->name);
+                        r = log_error_errno(EINVAL, "%s:%u: [Engine] '%s' has no Unit=", e->file, e->line,
+                                            e->name);
                 for (size_t j = 0; j < i; j++)
                         if (e->unit && c->engines[j].unit && streq(c->engines[j].host, e->host) &&
                             streq(c->engines[j].unit, e->unit))
@@ -679,7 +685,7 @@ int config_verify(Config *c) {
 }
 
 static int resolve_url(HttpUrl *u, const char *what) {
-        struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV }, *res = NULL;
+        struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV}, *res = NULL;
         char port[8];
         int r;
 
@@ -746,11 +752,12 @@ void config_dump(const Config *c, FILE *f) {
         dump_usec(f, "HeaderTimeoutSec", c->header_timeout_usec);
         dump_usec(f, "IdleTimeoutSec", c->idle_timeout_usec);
         fprintf(f, "MaxBodySize=%llu\nMaxHeaderSize=%llu\nMaxConnections=%llu\n",
-                (unsigned long long) c->max_body_size, (unsigned long long) c->max_header_size,
-                (unsigned long long) c->max_connections);
+                (unsigned long long)c->max_body_size, (unsigned long long)c->max_header_size,
+                (unsigned long long)c->max_connections);
         for (size_t i = 0; i < c->n_hosts; i++) {
                 const HostConf *h = &c->hosts[i];
-                fprintf(f, "\n[Host]\nName=%s\nURL=%s\nBus=%s\n", h->name, strna(h->url.text), strna(h->bus));
+                fprintf(f, "\n[Host]\nName=%s\nURL=%s\nBus=%s\n", h->name, strna(h->url.text),
+                        strna(h->bus));
                 if (h->bus_kind == BUS_SSH)
                         fprintf(f, "SSHCommand=%s\n", strna(h->ssh_command));
                 if (h->bus_path)

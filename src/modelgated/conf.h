@@ -82,7 +82,8 @@ typedef struct Config {
 void config_init(Config *c);
 void config_done(Config *c);
 
-/* Reads one file's text into c. 'name' labels error messages. 0 or -EINVAL (errors logged with file:line). */
+/* Reads one file's text into c. 'name' labels error messages. 0 or -EINVAL (errors logged with file:line).
+ */
 int config_parse_text(Config *c, const char *name, const char *text, size_t size);
 /* Reads path and, beside it, path.d/ *.conf in lexical order. -ENOENT if neither exists. */
 int config_load(Config *c, const char *path);

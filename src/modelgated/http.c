@@ -66,7 +66,7 @@ static int on_header_field(llhttp_t *l, const char *at, size_t n) {
                         r->headers = h;
                         r->n_headers_alloc = a;
                 }
-                r->headers[r->n_headers++] = (HttpHeader) { .name = buffer_size(&r->head) };
+                r->headers[r->n_headers++] = (HttpHeader){.name = buffer_size(&r->head)};
                 p->in_header_value = false;
         }
         if (buffer_append(&r->head, at, n) < 0)
@@ -192,7 +192,7 @@ static void request_reset(HttpRequest *r) {
 }
 
 void http_parser_init(HttpParser *p, uint64_t max_header_size, uint64_t max_body_size) {
-        *p = (HttpParser) {
+        *p = (HttpParser){
                 .max_header_size = max_header_size,
                 .max_body_size = max_body_size,
         };
@@ -230,7 +230,7 @@ static int feed_chunk(HttpParser *p, const char *data, size_t n, size_t *ret_con
                         p->req.keep_alive = false;
                         p->message_complete = true;
                 }
-                *ret_consumed = (size_t) (llhttp_get_error_pos(&p->llhttp) - data);
+                *ret_consumed = (size_t)(llhttp_get_error_pos(&p->llhttp) - data);
                 return 0;
         }
         if (p->error_status == 0)
@@ -310,18 +310,18 @@ int http_parser_feed(HttpParser *p, const char *data, size_t n, size_t *ret_cons
 }
 
 Span http_header_name(const HttpRequest *r, size_t i) {
-        return (Span) { buffer_peek(&r->head) + r->headers[i].name, r->headers[i].name_len };
+        return (Span){buffer_peek(&r->head) + r->headers[i].name, r->headers[i].name_len};
 }
 
 Span http_header_value(const HttpRequest *r, size_t i) {
-        return (Span) { buffer_peek(&r->head) + r->headers[i].value, r->headers[i].value_len };
+        return (Span){buffer_peek(&r->head) + r->headers[i].value, r->headers[i].value_len};
 }
 
 Span http_request_header(const HttpRequest *r, const char *name) {
         for (size_t i = 0; i < r->n_headers; i++)
                 if (span_caseeq(http_header_name(r, i), name))
                         return http_header_value(r, i);
-        return (Span) {};
+        return (Span){};
 }
 
 bool span_caseeq(Span s, const char *t) {
@@ -344,7 +344,7 @@ bool span_has_token(Span list, const char *token) {
                 size_t e = i;
                 while (e > s && (list.p[e - 1] == ' ' || list.p[e - 1] == '\t'))
                         e--;
-                if (span_caseeq((Span) { list.p + s, e - s }, token))
+                if (span_caseeq((Span){list.p + s, e - s}, token))
                         return true;
         }
         return false;
@@ -352,8 +352,8 @@ bool span_has_token(Span list, const char *token) {
 
 bool http_header_is_hop_by_hop(Span name) {
         static const char *const names[] = {
-                "Connection", "Keep-Alive", "Proxy-Connection", "TE",   "Trailer", "Transfer-Encoding",
-                "Upgrade",    "Content-Length", "Host",         "Expect",
+                "Connection",        "Keep-Alive", "Proxy-Connection", "TE",   "Trailer",
+                "Transfer-Encoding", "Upgrade",    "Content-Length",   "Host", "Expect",
         };
         for (size_t i = 0; i < ELEMENTSOF(names); i++)
                 if (span_caseeq(name, names[i]))

@@ -65,7 +65,7 @@ void http_parser_next(HttpParser *p);
 int http_parser_feed(HttpParser *p, const char *data, size_t n, size_t *ret_consumed);
 
 static inline Span http_request_url(const HttpRequest *r) {
-        return (Span) { buffer_peek(&r->head) + r->url, r->url_len };
+        return (Span){buffer_peek(&r->head) + r->url, r->url_len};
 }
 Span http_header_name(const HttpRequest *r, size_t i);
 Span http_header_value(const HttpRequest *r, size_t i);

@@ -73,8 +73,9 @@ int manager_load_config(Manager *m, const char *path) {
 
         r = config_load(&m->config, path);
         if (r == -ENOENT)
-                return log_error_errno(r, "No configuration: neither %s nor %s.d/*.conf exists. See modelgate.conf(5).",
-                                       path, path);
+                return log_error_errno(
+                        r, "No configuration: neither %s nor %s.d/*.conf exists. See modelgate.conf(5).",
+                        path, path);
         if (r < 0)
                 return r;
         r = config_verify(&m->config);
@@ -90,7 +91,7 @@ int manager_load_config(Manager *m, const char *path) {
 }
 
 void manager_host_state(Manager *m, const HostConf *h, bool up, const char *reason) {
-        size_t i = (size_t) (h - m->config.hosts);
+        size_t i = (size_t)(h - m->config.hosts);
 
         if (i >= m->config.n_hosts || m->host_down[i] == !up)
                 return;
@@ -105,14 +106,15 @@ static void format_address(const struct sockaddr *sa, char *buf, size_t l) {
         char a[INET6_ADDRSTRLEN];
 
         if (sa->sa_family == AF_INET) {
-                const struct sockaddr_in *in = (const struct sockaddr_in *) sa;
-                snprintf(buf, l, "%s:%u", inet_ntop(AF_INET, &in->sin_addr, a, sizeof(a)), ntohs(in->sin_port));
+                const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+                snprintf(buf, l, "%s:%u", inet_ntop(AF_INET, &in->sin_addr, a, sizeof(a)),
+                         ntohs(in->sin_port));
         } else if (sa->sa_family == AF_INET6) {
-                const struct sockaddr_in6 *in = (const struct sockaddr_in6 *) sa;
+                const struct sockaddr_in6 *in = (const struct sockaddr_in6 *)sa;
                 snprintf(buf, l, "[%s]:%u", inet_ntop(AF_INET6, &in->sin6_addr, a, sizeof(a)),
                          ntohs(in->sin6_port));
         } else if (sa->sa_family == AF_UNIX)
-                snprintf(buf, l, "%s", ((const struct sockaddr_un *) sa)->sun_path);
+                snprintf(buf, l, "%s", ((const struct sockaddr_un *)sa)->sun_path);
         else
                 snprintf(buf, l, "?");
 }
@@ -128,14 +130,14 @@ static int add_listener(Manager *m, int fd, const char *name) {
         if (!l)
                 return -ENOMEM;
         m->listeners = l;
-        if (getsockname(fd, (struct sockaddr *) &ss, &sl) >= 0)
-                format_address((struct sockaddr *) &ss, addr, sizeof(addr));
+        if (getsockname(fd, (struct sockaddr *)&ss, &sl) >= 0)
+                format_address((struct sockaddr *)&ss, addr, sizeof(addr));
         l = &m->listeners[m->n_listeners];
-        *l = (Listener) { .manager = m, .fd = fd, .name = strdup(name), .address = strdup(addr) };
+        *l = (Listener){.manager = m, .fd = fd, .name = strdup(name), .address = strdup(addr)};
         r = sd_event_add_io(m->event, &l->source, fd, EPOLLIN, accept_cb, l);
         if (r < 0)
                 return r;
-        (void) sd_event_source_set_exit_on_failure(l->source, true);
+        (void)sd_event_source_set_exit_on_failure(l->source, true);
         m->n_listeners++;
         return 0;
 }
@@ -148,7 +150,7 @@ static int parse_listen(const char *s, struct sockaddr_storage *ss, socklen_t *s
 
         memset(ss, 0, sizeof(*ss));
         if (s[0] == '/') {
-                struct sockaddr_un *un = (struct sockaddr_un *) ss;
+                struct sockaddr_un *un = (struct sockaddr_un *)ss;
                 if (strlen(s) >= sizeof(un->sun_path))
                         return -ENAMETOOLONG;
                 un->sun_family = AF_UNIX;
@@ -157,40 +159,40 @@ static int parse_listen(const char *s, struct sockaddr_storage *ss, socklen_t *s
                 return 0;
         }
         if (safe_atou64(s, &port) == 0) {
-                struct sockaddr_in6 *in6 = (struct sockaddr_in6 *) ss;
+                struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
                 if (port == 0 || port > 65535)
                         return -EINVAL;
                 in6->sin6_family = AF_INET6;
                 in6->sin6_addr = in6addr_any;
-                in6->sin6_port = htons((uint16_t) port);
+                in6->sin6_port = htons((uint16_t)port);
                 *sl = sizeof(*in6);
                 return 0;
         }
         if (s[0] == '[') {
                 const char *e = strchr(s, ']');
-                if (!e || e[1] != ':' || (size_t) (e - s - 1) >= sizeof(host))
+                if (!e || e[1] != ':' || (size_t)(e - s - 1) >= sizeof(host))
                         return -EINVAL;
-                memcpy(host, s + 1, (size_t) (e - s - 1));
+                memcpy(host, s + 1, (size_t)(e - s - 1));
                 host[e - s - 1] = 0;
                 colon = e + 1;
         } else {
                 colon = strrchr(s, ':');
-                if (!colon || (size_t) (colon - s) >= sizeof(host))
+                if (!colon || (size_t)(colon - s) >= sizeof(host))
                         return -EINVAL;
-                memcpy(host, s, (size_t) (colon - s));
+                memcpy(host, s, (size_t)(colon - s));
                 host[colon - s] = 0;
         }
         if (safe_atou64(colon + 1, &port) < 0 || port == 0 || port > 65535)
                 return -EINVAL;
-        struct sockaddr_in *in = (struct sockaddr_in *) ss;
-        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *) ss;
+        struct sockaddr_in *in = (struct sockaddr_in *)ss;
+        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
         if (inet_pton(AF_INET, host, &in->sin_addr) == 1) {
                 in->sin_family = AF_INET;
-                in->sin_port = htons((uint16_t) port);
+                in->sin_port = htons((uint16_t)port);
                 *sl = sizeof(*in);
         } else if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
                 in6->sin6_family = AF_INET6;
-                in6->sin6_port = htons((uint16_t) port);
+                in6->sin6_port = htons((uint16_t)port);
                 *sl = sizeof(*in6);
         } else
                 return -EINVAL;
@@ -205,15 +207,16 @@ static int listen_on(Manager *m, const char *spec) {
 
         r = parse_listen(spec, &ss, &sl);
         if (r < 0)
-                return log_error_errno(r, "[Proxy] Listen='%s' is not an address, a port or an absolute path", spec);
+                return log_error_errno(
+                        r, "[Proxy] Listen='%s' is not an address, a port or an absolute path", spec);
         fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (fd < 0)
                 return log_error_errno(errno, "Failed to create a socket for %s: %m", spec);
         if (ss.ss_family == AF_UNIX)
-                (void) unlink(((struct sockaddr_un *) &ss)->sun_path);
+                (void)unlink(((struct sockaddr_un *)&ss)->sun_path);
         else
-                (void) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-        if (bind(fd, (struct sockaddr *) &ss, sl) < 0)
+                (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (bind(fd, (struct sockaddr *)&ss, sl) < 0)
                 return log_error_errno(errno, "Failed to bind %s: %m", spec);
         if (listen(fd, SOMAXCONN) < 0)
                 return log_error_errno(errno, "Failed to listen on %s: %m", spec);
@@ -237,18 +240,20 @@ static int manager_listen(Manager *m) {
                         int fd = SD_LISTEN_FDS_START + i;
                         const char *name = names && names[i] ? names[i] : "unknown";
                         if (sd_is_socket(fd, AF_UNSPEC, SOCK_STREAM, 1) <= 0) {
-                                log_warning("Passed file descriptor %d ('%s') is not a listening stream socket, closing it",
+                                log_warning("Passed file descriptor %d ('%s') is not a listening stream "
+                                            "socket, closing it",
                                             fd, name);
                                 safe_close(fd);
                                 continue;
                         }
-                        (void) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+                        (void)fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
                         r = add_listener(m, fd, name);
                         if (r < 0)
                                 return log_error_errno(r, "Failed to watch socket '%s': %m", name);
                 }
                 if (m->n_listeners == 0)
-                        return log_error_errno(EBADF, "None of the %d sockets passed by systemd can be used", n);
+                        return log_error_errno(EBADF, "None of the %d sockets passed by systemd can be used",
+                                               n);
                 if (m->config.listen)
                         log_info("Socket-activated: [Proxy] Listen= is not used");
                 return 0;
@@ -266,7 +271,7 @@ static int manager_listen(Manager *m) {
 
 static void set_accepting(Manager *m, bool on) {
         for (size_t i = 0; i < m->n_listeners; i++)
-                (void) sd_event_source_set_enabled(m->listeners[i].source, on ? SD_EVENT_ON : SD_EVENT_OFF);
+                (void)sd_event_source_set_enabled(m->listeners[i].source, on ? SD_EVENT_ON : SD_EVENT_OFF);
         m->listeners_paused = !on;
 }
 
@@ -292,11 +297,11 @@ static int accept_cb(sd_event_source *s, int fd, uint32_t revents, void *userdat
                 if (m->n_clients >= m->config.max_connections) {
                         /* the rest wait in the kernel's backlog until a connection closes */
                         log_debug("MaxConnections=%llu reached, not accepting for now",
-                                  (unsigned long long) m->config.max_connections);
+                                  (unsigned long long)m->config.max_connections);
                         set_accepting(m, false);
                         return 0;
                 }
-                cfd = accept4(fd, (struct sockaddr *) &peer, &pl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+                cfd = accept4(fd, (struct sockaddr *)&peer, &pl, SOCK_NONBLOCK | SOCK_CLOEXEC);
                 if (cfd < 0) {
                         if (errno == EAGAIN || errno == EINTR)
                                 return 0;
@@ -304,11 +309,13 @@ static int accept_cb(sd_event_source *s, int fd, uint32_t revents, void *userdat
                                 log_warning_errno(errno, "Cannot accept connections for now: %m");
                                 set_accepting(m, false);
                                 if (!m->accept_retry)
-                                        (void) sd_event_add_time_relative(m->event, &m->accept_retry, CLOCK_MONOTONIC,
-                                                                          ACCEPT_RETRY_USEC, 0, accept_retry_cb, m);
+                                        (void)sd_event_add_time_relative(m->event, &m->accept_retry,
+                                                                         CLOCK_MONOTONIC, ACCEPT_RETRY_USEC,
+                                                                         0, accept_retry_cb, m);
                                 else {
-                                        (void) sd_event_source_set_time_relative(m->accept_retry, ACCEPT_RETRY_USEC);
-                                        (void) sd_event_source_set_enabled(m->accept_retry, SD_EVENT_ONESHOT);
+                                        (void)sd_event_source_set_time_relative(m->accept_retry,
+                                                                                ACCEPT_RETRY_USEC);
+                                        (void)sd_event_source_set_enabled(m->accept_retry, SD_EVENT_ONESHOT);
                                 }
                                 return 0;
                         }
@@ -316,8 +323,8 @@ static int accept_cb(sd_event_source *s, int fd, uint32_t revents, void *userdat
                         continue;
                 }
                 if (peer.ss_family != AF_UNIX)
-                        (void) setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-                if (client_new(m, cfd, (struct sockaddr *) &peer, pl) < 0)
+                        (void)setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+                if (client_new(m, cfd, (struct sockaddr *)&peer, pl) < 0)
                         log_oom();
         }
         return 0;
@@ -325,7 +332,7 @@ static int accept_cb(sd_event_source *s, int fd, uint32_t revents, void *userdat
 
 void manager_client_gone(Manager *m) {
         if (m->stopping && m->n_clients == 0) {
-                (void) sd_event_exit(m->event, 0);
+                (void)sd_event_exit(m->event, 0);
                 return;
         }
         manager_resume_accepting(m);
@@ -340,11 +347,11 @@ static int stop_timeout_cb(sd_event_source *s, uint64_t usec, void *userdata) {
 static void manager_stop(Manager *m) {
         if (m->stopping) {
                 log_notice("Second stop request, exiting now");
-                (void) sd_event_exit(m->event, 0);
+                (void)sd_event_exit(m->event, 0);
                 return;
         }
         m->stopping = true;
-        (void) sd_notify(false, "STOPPING=1\nSTATUS=Stopping: finishing running answers");
+        (void)sd_notify(false, "STOPPING=1\nSTATUS=Stopping: finishing running answers");
         log_info("Stopping: no new connections; %zu open", m->n_clients);
         for (size_t i = 0; i < m->n_listeners; i++) {
                 m->listeners[i].source = sd_event_source_disable_unref(m->listeners[i].source);
@@ -356,18 +363,19 @@ static void manager_stop(Manager *m) {
         }
         upstream_pool_flush(m);
         if (m->n_clients == 0) {
-                (void) sd_event_exit(m->event, 0);
+                (void)sd_event_exit(m->event, 0);
                 return;
         }
-        (void) sd_event_add_time_relative(m->event, &m->stop_timer, CLOCK_MONOTONIC, STOP_DRAIN_USEC, 0,
-                                          stop_timeout_cb, m);
+        (void)sd_event_add_time_relative(m->event, &m->stop_timer, CLOCK_MONOTONIC, STOP_DRAIN_USEC, 0,
+                                         stop_timeout_cb, m);
 }
 
 static int signal_cb(sd_event_source *s, const struct signalfd_siginfo *si, void *userdata) {
         Manager *m = userdata;
 
         if (si->ssi_signo == SIGHUP) {
-                log_warning("SIGHUP: reloading the configuration is not implemented yet; restart to apply changes");
+                log_warning("SIGHUP: reloading the configuration is not implemented yet; restart to apply "
+                            "changes");
                 return 0;
         }
         manager_stop(m);
@@ -389,21 +397,22 @@ int manager_start(Manager *m) {
         sigaddset(&mask, SIGINT);
         sigaddset(&mask, SIGHUP);
         sigprocmask(SIG_BLOCK, &mask, NULL);
-        (void) signal(SIGPIPE, SIG_IGN);
+        (void)signal(SIGPIPE, SIG_IGN);
         for (int sig = SIGHUP; sig <= SIGTERM; sig++)
                 if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP) {
                         r = sd_event_add_signal(m->event, NULL, sig, signal_cb, m);
                         if (r < 0)
                                 return log_error_errno(r, "Failed to watch signal %d: %m", sig);
                 }
-        (void) sd_event_set_watchdog(m->event, true);
+        (void)sd_event_set_watchdog(m->event, true);
 
-        o += (size_t) snprintf(status + o, sizeof(status) - o, "Listening on");
+        o += (size_t)snprintf(status + o, sizeof(status) - o, "Listening on");
         for (size_t i = 0; i < m->n_listeners && o < sizeof(status) - 64; i++)
-                o += (size_t) snprintf(status + o, sizeof(status) - o, "%s %s", i ? "," : "", m->listeners[i].address);
+                o += (size_t)snprintf(status + o, sizeof(status) - o, "%s %s", i ? "," : "",
+                                      m->listeners[i].address);
         snprintf(status + o, sizeof(status) - o, "; %zu host(s)", m->config.n_hosts);
         log_info("%s%s", status, m->socket_activated ? " (socket-activated)" : "");
-        (void) sd_notifyf(false, "READY=1\nSTATUS=%s", status);
+        (void)sd_notifyf(false, "READY=1\nSTATUS=%s", status);
         return 0;
 }
 

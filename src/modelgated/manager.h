@@ -19,7 +19,7 @@ typedef struct Upstream Upstream;
 typedef struct Listener {
         Manager *manager;
         int fd;
-        char *name; /* FileDescriptorName= or the Listen= value */
+        char *name;    /* FileDescriptorName= or the Listen= value */
         char *address; /* for logs and STATUS= */
         sd_event_source *source;
 } Listener;

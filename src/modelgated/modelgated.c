@@ -31,10 +31,14 @@ static void help(void) {
 static int parse_argv(int argc, char *argv[]) {
         enum { ARG_VERSION = 0x100, ARG_CONFIG, ARG_CHECK, ARG_USER, ARG_SYSTEM };
         static const struct option options[] = {
-                { "help", no_argument, NULL, 'h' },           { "version", no_argument, NULL, ARG_VERSION },
-                { "config", required_argument, NULL, ARG_CONFIG }, { "check-config", no_argument, NULL, ARG_CHECK },
-                { "user", no_argument, NULL, ARG_USER },      { "system", no_argument, NULL, ARG_SYSTEM },
-                { "verbose", no_argument, NULL, 'v' },        {},
+                {"help", no_argument, NULL, 'h'},
+                {"version", no_argument, NULL, ARG_VERSION},
+                {"config", required_argument, NULL, ARG_CONFIG},
+                {"check-config", no_argument, NULL, ARG_CHECK},
+                {"user", no_argument, NULL, ARG_USER},
+                {"system", no_argument, NULL, ARG_SYSTEM},
+                {"verbose", no_argument, NULL, 'v'},
+                {},
         };
         int c;
 
@@ -90,7 +94,7 @@ static void bump_nofile(void) {
         struct rlimit rl;
         if (getrlimit(RLIMIT_NOFILE, &rl) >= 0 && rl.rlim_cur < rl.rlim_max) {
                 rl.rlim_cur = rl.rlim_max;
-                (void) setrlimit(RLIMIT_NOFILE, &rl);
+                (void)setrlimit(RLIMIT_NOFILE, &rl);
         }
 }
 

@@ -36,7 +36,7 @@ int models_merge_host(const Config *c, const HostConf *h, const char *body, size
 
         if (!tok)
                 return -ENOMEM;
-        root = json_tokener_parse_ex(tok, body, (int) MIN(n, (size_t) INT32_MAX));
+        root = json_tokener_parse_ex(tok, body, (int)MIN(n, (size_t)INT32_MAX));
         json_tokener_free(tok);
         if (!root || !json_object_object_get_ex(root, "data", &list) ||
             !json_object_is_type(list, json_type_array)) {
@@ -76,7 +76,7 @@ static int merge_done_cb(sd_event_source *s, void *userdata) {
         const char *j;
         size_t l = 0;
 
-        (void) sd_event_source_set_enabled(s, SD_EVENT_OFF);
+        (void)sd_event_source_set_enabled(s, SD_EVENT_OFF);
         if (!root || !data) {
                 json_object_put(root);
                 json_object_put(data);
@@ -93,7 +93,8 @@ static int merge_done_cb(sd_event_source *s, void *userdata) {
         }
         json_object_object_add(root, "object", json_object_new_string("list"));
         json_object_object_add(root, "data", data);
-        j = json_object_to_json_string_length(root, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &l);
+        j = json_object_to_json_string_length(root, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE,
+                                              &l);
         mm->done(mm, j, l, mm->userdata); /* may free mm */
         json_object_put(root);
         return 0;
@@ -103,7 +104,7 @@ static void fetch_finished(ModelsFetch *f) {
         f->upstream = NULL;
         f->done = true;
         if (--f->merge->n_pending == 0)
-                (void) sd_event_source_set_enabled(f->merge->done_source, SD_EVENT_ONESHOT);
+                (void)sd_event_source_set_enabled(f->merge->done_source, SD_EVENT_ONESHOT);
 }
 
 static int fetch_on_headers(Upstream *u, const UpstreamResponse *resp, void *userdata) {
@@ -169,15 +170,16 @@ int models_merge_start(Manager *m, ModelsMergeDone done, void *userdata, ModelsM
                 models_merge_free(mm);
                 return r;
         }
-        (void) sd_event_source_set_enabled(mm->done_source, SD_EVENT_OFF);
+        (void)sd_event_source_set_enabled(mm->done_source, SD_EVENT_OFF);
 
         for (size_t i = 0; i < m->config.n_hosts; i++) {
                 const HostConf *h = &m->config.hosts[i];
                 ModelsFetch *f = &mm->fetches[mm->n_fetches++];
                 Buffer req = {};
 
-                *f = (ModelsFetch) { .merge = mm, .host = h };
-                if (buffer_printf(&req, "GET %s/models HTTP/1.1\r\nHost: %s\r\nAccept: application/json\r\n\r\n",
+                *f = (ModelsFetch){.merge = mm, .host = h};
+                if (buffer_printf(&req,
+                                  "GET %s/models HTTP/1.1\r\nHost: %s\r\nAccept: application/json\r\n\r\n",
                                   h->url.base_path, h->url.authority) < 0) {
                         buffer_done(&req);
                         models_merge_free(mm);
@@ -190,11 +192,11 @@ int models_merge_start(Manager *m, ModelsMergeDone done, void *userdata, ModelsM
                         f->done = true;
                         continue;
                 }
-                (void) upstream_set_deadline(f->upstream, MODELS_FETCH_TIMEOUT_USEC);
+                (void)upstream_set_deadline(f->upstream, MODELS_FETCH_TIMEOUT_USEC);
                 mm->n_pending++;
         }
         if (mm->n_pending == 0)
-                (void) sd_event_source_set_enabled(mm->done_source, SD_EVENT_ONESHOT);
+                (void)sd_event_source_set_enabled(mm->done_source, SD_EVENT_ONESHOT);
         *ret = mm;
         return 0;
 }

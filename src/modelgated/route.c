@@ -60,9 +60,9 @@ static int scan_string(Scanner *s, bool *ret_escaped) {
         s->p++;
         for (;;) {
                 /* memchr-like fast path over the plain bytes */
-                while (s->p < s->end && *s->p != '"' && *s->p != '\\' && (unsigned char) *s->p >= 0x20)
+                while (s->p < s->end && *s->p != '"' && *s->p != '\\' && (unsigned char)*s->p >= 0x20)
                         s->p++;
-                if (s->p >= s->end || (unsigned char) *s->p < 0x20)
+                if (s->p >= s->end || (unsigned char)*s->p < 0x20)
                         return -EBADMSG;
                 if (*s->p == '"') {
                         s->p++;
@@ -76,7 +76,7 @@ static int scan_string(Scanner *s, bool *ret_escaped) {
                         if (s->end - s->p < 5)
                                 return -EBADMSG;
                         for (int i = 1; i <= 4; i++)
-                                if (!isxdigit((unsigned char) s->p[i]))
+                                if (!isxdigit((unsigned char)s->p[i]))
                                         return -EBADMSG;
                         s->p += 5;
                 } else if (strchr("\"\\/bfnrt", *s->p) && *s->p)
@@ -91,17 +91,17 @@ static int scan_string(Scanner *s, bool *ret_escaped) {
 
 static int scan_digits(Scanner *s) {
         const char *b = s->p;
-        while (s->p < s->end && isdigit((unsigned char) *s->p))
+        while (s->p < s->end && isdigit((unsigned char)*s->p))
                 s->p++;
         return s->p > b ? 0 : -EBADMSG;
 }
 
 static int scan_scalar(Scanner *s) {
-        static const char *const literals[] = { "true", "false", "null" };
+        static const char *const literals[] = {"true", "false", "null"};
 
         for (size_t i = 0; i < ELEMENTSOF(literals); i++) {
                 size_t l = strlen(literals[i]);
-                if ((size_t) (s->end - s->p) >= l && memcmp(s->p, literals[i], l) == 0) {
+                if ((size_t)(s->end - s->p) >= l && memcmp(s->p, literals[i], l) == 0) {
                         s->p += l;
                         return 0;
                 }
@@ -133,7 +133,7 @@ static bool key_is_model(const char *b, const char *e, bool escaped) {
         if (!escaped)
                 return e - b == 7 && memcmp(b, "\"model\"", 7) == 0;
         /* rare: a key written with escapes ("mo\u0064el") */
-        _cleanup_free_ char *copy = strndup(b, (size_t) (e - b));
+        _cleanup_free_ char *copy = strndup(b, (size_t)(e - b));
         if (!copy)
                 return false;
         json_object *o = json_tokener_parse(copy);
@@ -144,7 +144,7 @@ static bool key_is_model(const char *b, const char *e, bool escaped) {
 }
 
 int json_find_model(const char *body, size_t n, Span *ret_span, char **ret_model) {
-        Scanner s = { body, body + n };
+        Scanner s = {body, body + n};
         char stack[JSON_MAX_DEPTH]; /* '{' or '[' */
         unsigned depth = 0;
         const char *vb = NULL, *ve = NULL;
@@ -184,7 +184,7 @@ value:
                 return r;
         goto after_value;
 
-object_key: {
+object_key : {
         bool escaped;
         const char *kb;
 
@@ -240,7 +240,7 @@ done:
         if (*vb != '"')
                 return -EMEDIUMTYPE;
 
-        _cleanup_free_ char *copy = strndup(vb, (size_t) (ve - vb));
+        _cleanup_free_ char *copy = strndup(vb, (size_t)(ve - vb));
         if (!copy)
                 return -ENOMEM;
         json_object *o = json_tokener_parse(copy);
@@ -248,7 +248,7 @@ done:
                 json_object_put(o);
                 return -EBADMSG;
         }
-        size_t l = (size_t) json_object_get_string_len(o);
+        size_t l = (size_t)json_object_get_string_len(o);
         const char *m = json_object_get_string(o);
         if (strlen(m) != l) {
                 json_object_put(o);
@@ -258,7 +258,7 @@ done:
         json_object_put(o);
         if (!model)
                 return -ENOMEM;
-        *ret_span = (Span) { vb, (size_t) (ve - vb) };
+        *ret_span = (Span){vb, (size_t)(ve - vb)};
         *ret_model = model;
         return 0;
 }
@@ -268,7 +268,7 @@ char *json_quote(const char *s) {
 
         if (buffer_append(&b, "\"", 1) < 0)
                 goto fail;
-        for (const unsigned char *p = (const unsigned char *) s; *p; p++) {
+        for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
                 int r;
                 if (*p == '"' || *p == '\\')
                         r = buffer_printf(&b, "\\%c", *p);
@@ -291,7 +291,7 @@ Span url_path(Span url) {
         size_t i = 0;
         while (i < url.n && url.p[i] != '?' && url.p[i] != '#')
                 i++;
-        return (Span) { url.p, i };
+        return (Span){url.p, i};
 }
 
 static int unhex(char c) {
@@ -321,7 +321,7 @@ static int query_unescape(Span v, char **ret) {
                                 free(o);
                                 return -EBADMSG;
                         }
-                        *q++ = (char) (a * 16 + b);
+                        *q++ = (char)(a * 16 + b);
                         i += 2;
                 } else if (v.p[i] == '+')
                         *q++ = ' ';
@@ -350,11 +350,11 @@ int query_find_model(Span url, Span *ret_span, char **ret_model) {
                 size_t s = i;
                 while (i < qend && url.p[i] != '&')
                         i++;
-                Span param = { url.p + s, i - s };
+                Span param = {url.p + s, i - s};
                 if (param.n >= 6 && memcmp(param.p, "model=", 6) == 0) {
                         if (found.p)
                                 return -ENOTUNIQ;
-                        found = (Span) { param.p + 6, param.n - 6 };
+                        found = (Span){param.p + 6, param.n - 6};
                 }
                 i++;
         }
@@ -369,7 +369,7 @@ int query_find_model(Span url, Span *ret_span, char **ret_model) {
 
 char *query_escape(const char *s) {
         Buffer b = {};
-        for (const unsigned char *p = (const unsigned char *) s; *p; p++) {
+        for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
                 int r;
                 if (isalnum(*p) || strchr("-._~", *p))
                         r = buffer_append(&b, p, 1);
@@ -388,7 +388,7 @@ char *query_escape(const char *s) {
 }
 
 char *span_replace(Span src, Span span, const char *with, size_t *ret_size) {
-        size_t pre = (size_t) (span.p - src.p), wl = strlen(with);
+        size_t pre = (size_t)(span.p - src.p), wl = strlen(with);
         size_t post = src.n - pre - span.n;
         char *o = malloc(pre + wl + post + 1);
 

@@ -4,7 +4,7 @@
 #include "modelgated/sse.h"
 
 void sse_filter_init(SseFilter *f, ApiKind api) {
-        *f = (SseFilter) { .api = api };
+        *f = (SseFilter){.api = api};
 }
 
 void sse_filter_done(SseFilter *f) {
@@ -60,11 +60,11 @@ int sse_filter_feed(SseFilter *f, const char *p, size_t n, Buffer *out) {
         int r;
 
         while (p < end) {
-                const char *nl = memchr(p, '\n', (size_t) (end - p));
+                const char *nl = memchr(p, '\n', (size_t)(end - p));
 
                 if (f->raw_until_newline) {
                         const char *stop = nl ? nl + 1 : end;
-                        if (buffer_append(out, p, (size_t) (stop - p)) < 0)
+                        if (buffer_append(out, p, (size_t)(stop - p)) < 0)
                                 return -ENOMEM;
                         if (nl)
                                 f->raw_until_newline = false;
@@ -72,23 +72,23 @@ int sse_filter_feed(SseFilter *f, const char *p, size_t n, Buffer *out) {
                         continue;
                 }
                 if (!nl) {
-                        if (buffer_size(&f->line) + (size_t) (end - p) > SSE_LINE_MAX) {
+                        if (buffer_size(&f->line) + (size_t)(end - p) > SSE_LINE_MAX) {
                                 if (buffer_append(out, buffer_peek(&f->line), buffer_size(&f->line)) < 0 ||
-                                    buffer_append(out, p, (size_t) (end - p)) < 0)
+                                    buffer_append(out, p, (size_t)(end - p)) < 0)
                                         return -ENOMEM;
                                 buffer_clear(&f->line);
                                 f->raw_until_newline = true;
-                        } else if (buffer_append(&f->line, p, (size_t) (end - p)) < 0)
+                        } else if (buffer_append(&f->line, p, (size_t)(end - p)) < 0)
                                 return -ENOMEM;
                         break;
                 }
                 if (!buffer_is_empty(&f->line)) {
-                        if (buffer_append(&f->line, p, (size_t) (nl - p)) < 0)
+                        if (buffer_append(&f->line, p, (size_t)(nl - p)) < 0)
                                 return -ENOMEM;
                         r = filter_line(f, buffer_peek(&f->line), buffer_size(&f->line), "\n", out);
                         buffer_clear(&f->line);
                 } else
-                        r = filter_line(f, p, (size_t) (nl - p), "\n", out);
+                        r = filter_line(f, p, (size_t)(nl - p), "\n", out);
                 if (r < 0)
                         return r;
                 p = nl + 1;

@@ -67,26 +67,36 @@ static int upstream_timer_cb(sd_event_source *s, uint64_t usec, void *userdata);
 
 const char *upstream_strerror(int error) {
         switch (error < 0 ? -error : error) {
-        case ECONNREFUSED: return "connection refused";
-        case ECONNRESET: return "connection reset";
-        case EHOSTUNREACH: return "no route to host";
-        case ENETUNREACH: return "network unreachable";
-        case ETIMEDOUT: return "no answer in time";
-        case EPIPE: return "connection closed";
-        case EPROTO: return "malformed response";
-        case ECONNABORTED: return "connection closed before the response ended";
+        case ECONNREFUSED:
+                return "connection refused";
+        case ECONNRESET:
+                return "connection reset";
+        case EHOSTUNREACH:
+                return "no route to host";
+        case ENETUNREACH:
+                return "network unreachable";
+        case ETIMEDOUT:
+                return "no answer in time";
+        case EPIPE:
+                return "connection closed";
+        case EPROTO:
+                return "malformed response";
+        case ECONNABORTED:
+                return "connection closed before the response ended";
         case EMFILE:
-        case ENFILE: return "out of file descriptors";
-        default: return strerror(error < 0 ? -error : error);
+        case ENFILE:
+                return "out of file descriptors";
+        default:
+                return strerror(error < 0 ? -error : error);
         }
 }
 
 Span upstream_response_header_name(const UpstreamResponse *r, size_t i) {
-        return (Span) { buffer_peek(&r->head) + r->headers[i].name, r->headers[i].name_len };
+        return (Span){buffer_peek(&r->head) + r->headers[i].name, r->headers[i].name_len};
 }
 
 Span upstream_response_header_value(const UpstreamResponse *r, size_t i) {
-        return (Span) { buffer_peek(&r->head) + r->headers[i].value, r->headers[i].value_len };
+        return (Span){buffer_peek(&r->head) + r->headers[i].value, r->headers[i].value_len};
 }
 
 Span upstream_response_header(const UpstreamResponse *r, const char *name) {
@@ -96,7 +106,7 @@ Span upstream_response_header(const UpstreamResponse *r, const char *name) {
                 if (n.n == l && strncasecmp(n.p, name, l) == 0)
                         return upstream_response_header_value(r, i);
         }
-        return (Span) {};
+        return (Span){};
 }
 
 static void response_reset(UpstreamResponse *r) {
@@ -208,7 +218,7 @@ void upstream_set_reading(Upstream *u, bool on) {
         if (!u || u->reading == on)
                 return;
         u->reading = on;
-        (void) update_io(u);
+        (void)update_io(u);
 }
 
 /* llhttp callbacks for the response */
@@ -350,7 +360,8 @@ static void upstream_finish_ok(Upstream *u, size_t leftover) {
                 u->parser.data = u;
                 LIST_PREPEND(idle, m->idle_upstreams, u);
                 m->n_idle_upstreams++;
-                if (update_io(u) < 0 || arm_timer(u, now_usec(CLOCK_MONOTONIC) + UPSTREAM_IDLE_TIMEOUT_USEC) < 0)
+                if (update_io(u) < 0 ||
+                    arm_timer(u, now_usec(CLOCK_MONOTONIC) + UPSTREAM_IDLE_TIMEOUT_USEC) < 0)
                         upstream_free(u);
         } else
                 upstream_free(u);
@@ -391,7 +402,7 @@ static void upstream_handle_eof(Upstream *u) {
                 return upstream_finish_ok(u, 1); /* never reuse a closed connection */
         if (u->cancel_error)
                 return upstream_fail(u, u->cancel_error);
-        (void) e;
+        (void)e;
         upstream_fail(u, -ECONNABORTED);
 }
 
@@ -419,17 +430,17 @@ static void upstream_read(Upstream *u) {
                 }
                 u->got_bytes = true;
                 u->in_parser = true;
-                llhttp_errno_t e = llhttp_execute(&u->parser, buf, (size_t) k);
+                llhttp_errno_t e = llhttp_execute(&u->parser, buf, (size_t)k);
                 u->in_parser = false;
 
                 if (u->cancel_error) {
                         if (!u->cb) /* the owner cancelled: nobody to tell */
-                                return (void) upstream_free(u);
+                                return (void)upstream_free(u);
                         return upstream_fail(u, u->cancel_error);
                 }
                 if (e == HPE_PAUSED && u->complete) {
-                        size_t used = (size_t) (llhttp_get_error_pos(&u->parser) - buf);
-                        return upstream_finish_ok(u, (size_t) k - used);
+                        size_t used = (size_t)(llhttp_get_error_pos(&u->parser) - buf);
+                        return upstream_finish_ok(u, (size_t)k - used);
                 }
                 if (e != HPE_OK) {
                         log_debug("Malformed response from %s: %s", u->authority,
@@ -452,7 +463,7 @@ static void upstream_write(Upstream *u) {
                                 return;
                         return upstream_fail(u, -errno);
                 }
-                u->request_sent += (size_t) k;
+                u->request_sent += (size_t)k;
         }
         u->state = UPSTREAM_RECEIVING;
         if (update_io(u) < 0)
@@ -520,8 +531,8 @@ static int upstream_connect(Upstream *u) {
         if (fd < 0)
                 return -errno;
         if (u->address.ss_family != AF_UNIX)
-                (void) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        r = connect(fd, (struct sockaddr *) &u->address, u->address_len);
+                (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        r = connect(fd, (struct sockaddr *)&u->address, u->address_len);
         if (r < 0 && errno != EINPROGRESS)
                 return -errno;
 
@@ -540,12 +551,13 @@ static int upstream_connect(Upstream *u) {
 }
 
 static Upstream *pool_take(Manager *m, const HttpUrl *url) {
-        LIST_FOREACH(idle, u, m->idle_upstreams)
-        if (u->address_len == url->address_len && memcmp(&u->address, &url->address, url->address_len) == 0) {
-                LIST_REMOVE(idle, m->idle_upstreams, u);
-                m->n_idle_upstreams--;
-                return u;
-        }
+        LIST_FOREACH (idle, u, m->idle_upstreams)
+                if (u->address_len == url->address_len &&
+                    memcmp(&u->address, &url->address, url->address_len) == 0) {
+                        LIST_REMOVE(idle, m->idle_upstreams, u);
+                        m->n_idle_upstreams--;
+                        return u;
+                }
         return NULL;
 }
 
@@ -573,7 +585,7 @@ int upstream_start(Manager *m, const HttpUrl *url, Buffer *request, bool head_re
                 }
         }
         u->request = *request;
-        *request = (Buffer) {};
+        *request = (Buffer){};
         u->request_sent = 0;
         u->head_request = head_request;
         u->cb = cb;

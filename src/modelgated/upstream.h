@@ -25,7 +25,7 @@ typedef struct UpstreamResponse {
         Buffer head; /* header names and values */
         struct {
                 size_t name, name_len, value, value_len;
-        } *headers;
+        } * headers;
         size_t n_headers, n_headers_alloc;
         bool chunked;
         bool has_content_length;

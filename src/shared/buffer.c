@@ -58,12 +58,12 @@ int buffer_printf(Buffer *b, const char *fmt, ...) {
         va_end(ap);
         if (k < 0)
                 return -EINVAL;
-        if (buffer_reserve(b, (size_t) k + 1) < 0)
+        if (buffer_reserve(b, (size_t)k + 1) < 0)
                 return -ENOMEM;
         va_start(ap, fmt);
-        (void) vsnprintf(b->data + b->end, (size_t) k + 1, fmt, ap);
+        (void)vsnprintf(b->data + b->end, (size_t)k + 1, fmt, ap);
         va_end(ap);
-        b->end += (size_t) k;
+        b->end += (size_t)k;
         return 0;
 }
 
@@ -81,7 +81,7 @@ void buffer_clear(Buffer *b) {
 
 void buffer_done(Buffer *b) {
         free(b->data);
-        *b = (Buffer) {};
+        *b = (Buffer){};
 }
 
 int buffer_terminate(Buffer *b) {
@@ -101,6 +101,6 @@ char *buffer_steal(Buffer *b, size_t *ret_size) {
         if (ret_size)
                 *ret_size = b->end - b->start;
         s = b->data;
-        *b = (Buffer) {};
+        *b = (Buffer){};
         return s;
 }

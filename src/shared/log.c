@@ -24,8 +24,8 @@ int log_internal(int level, int error, const char *file, int line, const char *f
         char buf[4096];
         va_list ap;
 
-        (void) file;
-        (void) line;
+        (void)file;
+        (void)line;
 
         if (use_prefix < 0)
                 use_prefix = !isatty(STDERR_FILENO);
@@ -33,7 +33,7 @@ int log_internal(int level, int error, const char *file, int line, const char *f
         /* %m must mean the error we were given, not whatever errno is now */
         errno = error;
         va_start(ap, fmt);
-        (void) vsnprintf(buf, sizeof(buf), fmt, ap);
+        (void)vsnprintf(buf, sizeof(buf), fmt, ap);
         va_end(ap);
 
         if (use_prefix)

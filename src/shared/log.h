@@ -19,13 +19,14 @@ void log_set_prefix(bool on);
 int log_internal(int level, int error, const char *file, int line, const char *fmt, ...) _printf_(5, 6);
 
 #define log_full_errno(level, error, ...)                                                                   \
-        ({                                                                                                   \
-                int _l = (level), _e = (error);                                                              \
-                _e = _e < 0 ? -_e : _e;                                                                      \
-                (log_get_max_level() >= LOG_PRI(_l)) ? log_internal(_l, _e, __FILE__, __LINE__, __VA_ARGS__) \
-                                                     : -_e;                                                  \
+        ({                                                                                                  \
+                int _l = (level), _e = (error);                                                             \
+                _e = _e < 0 ? -_e : _e;                                                                     \
+                (log_get_max_level() >= LOG_PRI(_l))                                                        \
+                        ? log_internal(_l, _e, __FILE__, __LINE__, __VA_ARGS__)                             \
+                        : -_e;                                                                              \
         })
-#define log_full(level, ...) (void) log_full_errno(level, 0, __VA_ARGS__)
+#define log_full(level, ...) (void)log_full_errno(level, 0, __VA_ARGS__)
 
 #define log_debug(...) log_full(LOG_DEBUG, __VA_ARGS__)
 #define log_info(...) log_full(LOG_INFO, __VA_ARGS__)

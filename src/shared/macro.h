@@ -22,21 +22,21 @@
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 #define MAX(a, b) ((a) > (b) ? (a) : (b))
 
-#define TAKE_PTR(p)                                                                                          \
-        ({                                                                                                   \
-                __typeof__(p) _p = (p);                                                                      \
-                (p) = NULL;                                                                                  \
-                _p;                                                                                          \
+#define TAKE_PTR(p)                                                                                         \
+        ({                                                                                                  \
+                __typeof__(p) _p = (p);                                                                     \
+                (p) = NULL;                                                                                 \
+                _p;                                                                                         \
         })
-#define TAKE_FD(fd)                                                                                          \
-        ({                                                                                                   \
-                int _fd = (fd);                                                                              \
-                (fd) = -1;                                                                                   \
-                _fd;                                                                                         \
+#define TAKE_FD(fd)                                                                                         \
+        ({                                                                                                  \
+                int _fd = (fd);                                                                             \
+                (fd) = -1;                                                                                  \
+                _fd;                                                                                        \
         })
 
 static inline void freep(void *p) {
-        free(*(void **) p);
+        free(*(void **)p);
 }
 #define _cleanup_free_ _cleanup_(freep)
 
@@ -48,7 +48,7 @@ static inline void *mfree(void *p) {
 static inline int safe_close(int fd) {
         if (fd >= 0) {
                 int saved = errno;
-                (void) close(fd);
+                (void)close(fd);
                 errno = saved;
         }
         return -1;
@@ -58,10 +58,10 @@ static inline void closep(int *fd) {
 }
 #define _cleanup_close_ _cleanup_(closep)
 
-#define DEFINE_TRIVIAL_CLEANUP_FUNC(type, func)                                                              \
-        static inline void func##p(type *p) {                                                                \
-                if (*p)                                                                                      \
-                        func(*p);                                                                            \
+#define DEFINE_TRIVIAL_CLEANUP_FUNC(type, func)                                                             \
+        static inline void func##p(type *p) {                                                               \
+                if (*p)                                                                                     \
+                        func(*p);                                                                           \
         }
 
 static inline void strv_free(char **l) {

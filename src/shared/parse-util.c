@@ -10,14 +10,14 @@
 int safe_atou64(const char *s, uint64_t *ret) {
         uint64_t v = 0;
 
-        if (!s || !isdigit((unsigned char) *s))
+        if (!s || !isdigit((unsigned char)*s))
                 return -EINVAL;
         for (; *s; s++) {
-                if (!isdigit((unsigned char) *s))
+                if (!isdigit((unsigned char)*s))
                         return -EINVAL;
                 if (v > (UINT64_MAX - 9) / 10)
                         return -ERANGE;
-                v = v * 10 + (uint64_t) (*s - '0');
+                v = v * 10 + (uint64_t)(*s - '0');
         }
         *ret = v;
         return 0;
@@ -29,14 +29,14 @@ int parse_size(const char *s, uint64_t *ret) {
 
         if (!s)
                 return -EINVAL;
-        while (isspace((unsigned char) *p))
+        while (isspace((unsigned char)*p))
                 p++;
-        if (!isdigit((unsigned char) *p))
+        if (!isdigit((unsigned char)*p))
                 return -EINVAL;
-        for (; isdigit((unsigned char) *p); p++) {
+        for (; isdigit((unsigned char)*p); p++) {
                 if (v > (UINT64_MAX - 9) / 10)
                         return -ERANGE;
-                v = v * 10 + (uint64_t) (*p - '0');
+                v = v * 10 + (uint64_t)(*p - '0');
         }
         switch (*p) {
         case 'K':
@@ -54,7 +54,7 @@ int parse_size(const char *s, uint64_t *ret) {
         }
         if (*p == 'B')
                 p++;
-        while (isspace((unsigned char) *p))
+        while (isspace((unsigned char)*p))
                 p++;
         if (*p)
                 return -EINVAL;
@@ -65,8 +65,8 @@ int parse_size(const char *s, uint64_t *ret) {
 }
 
 int parse_boolean(const char *s) {
-        static const char *const yes[] = { "1", "yes", "y", "true", "t", "on" };
-        static const char *const no[] = { "0", "no", "n", "false", "f", "off" };
+        static const char *const yes[] = {"1", "yes", "y", "true", "t", "on"};
+        static const char *const no[] = {"0", "no", "n", "false", "f", "off"};
 
         for (size_t i = 0; i < ELEMENTSOF(yes); i++)
                 if (strcasecmp(s, yes[i]) == 0)

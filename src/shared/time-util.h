@@ -6,12 +6,12 @@
 
 typedef uint64_t usec_t;
 
-#define USEC_INFINITY ((usec_t) UINT64_MAX)
-#define USEC_PER_SEC ((usec_t) 1000000ULL)
-#define USEC_PER_MSEC ((usec_t) 1000ULL)
-#define USEC_PER_MINUTE ((usec_t) (60ULL * USEC_PER_SEC))
-#define USEC_PER_HOUR ((usec_t) (60ULL * USEC_PER_MINUTE))
-#define USEC_PER_DAY ((usec_t) (24ULL * USEC_PER_HOUR))
+#define USEC_INFINITY ((usec_t)UINT64_MAX)
+#define USEC_PER_SEC ((usec_t)1000000ULL)
+#define USEC_PER_MSEC ((usec_t)1000ULL)
+#define USEC_PER_MINUTE ((usec_t)(60ULL * USEC_PER_SEC))
+#define USEC_PER_HOUR ((usec_t)(60ULL * USEC_PER_MINUTE))
+#define USEC_PER_DAY ((usec_t)(24ULL * USEC_PER_HOUR))
 
 usec_t now_usec(int clock);
 

@@ -10,39 +10,47 @@ static char *reword(ApiKind api, const char *in) {
 }
 
 TEST(context_overflow) {
-        const char *in = "{\"error\":{\"code\":400,\"message\":\"request (9000 tokens) exceeds the available context "
-                         "size (4096 tokens)\",\"type\":\"exceed_context_size_error\",\"n_prompt_tokens\":9000,"
-                         "\"n_ctx\":4096}}";
+        const char *in =
+                "{\"error\":{\"code\":400,\"message\":\"request (9000 tokens) exceeds the available context "
+                "size (4096 tokens)\",\"type\":\"exceed_context_size_error\",\"n_prompt_tokens\":9000,"
+                "\"n_ctx\":4096}}";
         _cleanup_free_ char *a = reword(API_ANTHROPIC, in), *o = reword(API_OPENAI, in);
-        ASSERT_STREQ(a, "{\"type\":\"error\",\"error\":{\"message\":\"prompt is too long: 9000 tokens > 4096 "
-                        "maximum\",\"type\":\"invalid_request_error\"}}");
+        ASSERT_STREQ(a,
+                     "{\"type\":\"error\",\"error\":{\"message\":\"prompt is too long: 9000 tokens > 4096 "
+                     "maximum\",\"type\":\"invalid_request_error\"}}");
         ASSERT_TRUE(strstr(o, "\"message\":\"prompt is too long: 9000 tokens > 4096 maximum\""));
         ASSERT_TRUE(strstr(o, "\"code\":\"context_length_exceeded\""));
 }
 
 TEST(anthropic_rewrap) {
-        _cleanup_free_ char *bare = reword(API_ANTHROPIC, "{\"code\":500,\"message\":\"boom\",\"type\":\"server_error\"}");
+        _cleanup_free_ char *bare =
+                reword(API_ANTHROPIC, "{\"code\":500,\"message\":\"boom\",\"type\":\"server_error\"}");
         ASSERT_STREQ(bare, "{\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"boom\"}}");
-        _cleanup_free_ char *wrapped =
-                reword(API_ANTHROPIC, "{\"error\":{\"code\":404,\"message\":\"nf\",\"type\":\"not_found_error\"}}");
-        ASSERT_STREQ(wrapped, "{\"type\":\"error\",\"error\":{\"type\":\"not_found_error\",\"message\":\"nf\"}}");
+        _cleanup_free_ char *wrapped = reword(
+                API_ANTHROPIC, "{\"error\":{\"code\":404,\"message\":\"nf\",\"type\":\"not_found_error\"}}");
+        ASSERT_STREQ(wrapped,
+                     "{\"type\":\"error\",\"error\":{\"type\":\"not_found_error\",\"message\":\"nf\"}}");
         /* already Anthropic's, OpenAI's on OpenAI routes, and non-errors stay */
-        ASSERT_TRUE(!reword(API_ANTHROPIC, "{\"type\":\"error\",\"error\":{\"type\":\"x\",\"message\":\"m\"}}"));
-        ASSERT_TRUE(!reword(API_OPENAI, "{\"error\":{\"code\":500,\"message\":\"m\",\"type\":\"server_error\"}}"));
+        ASSERT_TRUE(
+                !reword(API_ANTHROPIC, "{\"type\":\"error\",\"error\":{\"type\":\"x\",\"message\":\"m\"}}"));
+        ASSERT_TRUE(!reword(API_OPENAI,
+                            "{\"error\":{\"code\":500,\"message\":\"m\",\"type\":\"server_error\"}}"));
         ASSERT_TRUE(!reword(API_ANTHROPIC, "{\"choices\":[]}"));
         ASSERT_TRUE(!reword(API_ANTHROPIC, "not json"));
 }
 
 TEST(own_errors) {
         _cleanup_free_ char *a = api_error_json(API_ANTHROPIC, 423, "gpu_busy", "GPU busy", NULL);
-        ASSERT_STREQ(a, "{\"type\":\"error\",\"error\":{\"message\":\"GPU busy\",\"type\":\"invalid_request_error\"}}");
+        ASSERT_STREQ(a, "{\"type\":\"error\",\"error\":{\"message\":\"GPU "
+                        "busy\",\"type\":\"invalid_request_error\"}}");
         _cleanup_free_ char *o = api_error_json(API_OPENAI, 404, "model_not_found", "no", NULL);
-        ASSERT_STREQ(o, "{\"error\":{\"message\":\"no\",\"type\":\"not_found_error\",\"code\":\"model_not_found\"}}");
+        ASSERT_STREQ(o, "{\"error\":{\"message\":\"no\",\"type\":\"not_found_error\",\"code\":\"model_not_"
+                        "found\"}}");
         _cleanup_free_ char *d = api_error_json(API_ANTHROPIC, 503, NULL, "down", NULL);
         ASSERT_TRUE(strstr(d, "api_error") && !strstr(d, "overloaded"));
-        ASSERT_EQ(api_kind_for_path((Span) { "/v1/messages", 12 }), API_ANTHROPIC);
-        ASSERT_EQ(api_kind_for_path((Span) { "/v1/messages/count_tokens", 25 }), API_ANTHROPIC);
-        ASSERT_EQ(api_kind_for_path((Span) { "/v1/messagesx", 13 }), API_OPENAI);
+        ASSERT_EQ(api_kind_for_path((Span){"/v1/messages", 12}), API_ANTHROPIC);
+        ASSERT_EQ(api_kind_for_path((Span){"/v1/messages/count_tokens", 25}), API_ANTHROPIC);
+        ASSERT_EQ(api_kind_for_path((Span){"/v1/messagesx", 13}), API_OPENAI);
 }
 
 static void sse_run(ApiKind api, const char *in, size_t step, const char *expect) {
@@ -59,14 +67,18 @@ static void sse_run(ApiKind api, const char *in, size_t step, const char *expect
 }
 
 TEST(sse_filter) {
-        const char *in = ":\n\nevent: message_start\ndata: {\"a\":1}\n\nevent: error\r\ndata: {\"code\":500,"
-                         "\"message\":\"m\",\"type\":\"server_error\"}\r\n\r\ndata: {\"error\":\"x\"}\n\ntail";
-        const char *out = ":\n\nevent: message_start\ndata: {\"a\":1}\n\nevent: error\r\ndata: {\"type\":\"error\","
-                          "\"error\":{\"type\":\"api_error\",\"message\":\"m\"}}\r\n\r\ndata: {\"error\":\"x\"}\n\ntail";
+        const char *in =
+                ":\n\nevent: message_start\ndata: {\"a\":1}\n\nevent: error\r\ndata: {\"code\":500,"
+                "\"message\":\"m\",\"type\":\"server_error\"}\r\n\r\ndata: {\"error\":\"x\"}\n\ntail";
+        const char *out =
+                ":\n\nevent: message_start\ndata: {\"a\":1}\n\nevent: error\r\ndata: {\"type\":\"error\","
+                "\"error\":{\"type\":\"api_error\",\"message\":\"m\"}}\r\n\r\ndata: "
+                "{\"error\":\"x\"}\n\ntail";
         for (size_t step = 1; step <= strlen(in); step++)
                 sse_run(API_ANTHROPIC, in, step, out);
         /* OpenAI streams: only a context overflow is reworded */
-        sse_run(API_OPENAI, "data: {\"error\":{\"code\":500,\"message\":\"m\",\"type\":\"server_error\"}}\n\n", 7,
+        sse_run(API_OPENAI,
+                "data: {\"error\":{\"code\":500,\"message\":\"m\",\"type\":\"server_error\"}}\n\n", 7,
                 "data: {\"error\":{\"code\":500,\"message\":\"m\",\"type\":\"server_error\"}}\n\n");
 }
 

@@ -24,12 +24,14 @@ TEST(defaults_and_proxy_keys) {
 
 TEST(repeated_sections_and_merge_by_name) {
         Config c;
-        ASSERT_OK(parse(&c, "[Host]\nName=3090\nURL=http://127.0.0.1:8080\n"
-                            "[Host]\nName=a9\nURL=http://[::1]:81/base/\nBus=ssh:gpu@a9:2222\nBusyUnits=x.service\n"
-                            "[Engine]\nHost=3090\nName=mainline\nUnit=llama-mainline.service\nModels=laguna-* qwen\n"
-                            "[Engine]\nHost=3090\nName=fork\nUnit=llama-fork.service\n"));
+        ASSERT_OK(parse(
+                &c, "[Host]\nName=3090\nURL=http://127.0.0.1:8080\n"
+                    "[Host]\nName=a9\nURL=http://[::1]:81/base/\nBus=ssh:gpu@a9:2222\nBusyUnits=x.service\n"
+                    "[Engine]\nHost=3090\nName=mainline\nUnit=llama-mainline.service\nModels=laguna-* qwen\n"
+                    "[Engine]\nHost=3090\nName=fork\nUnit=llama-fork.service\n"));
         /* a drop-in amends the host of the same name instead of adding one */
-        const char *dropin = "[Host]\nName=3090\nIdleStopSec=5min\n[Engine]\nHost=3090\nName=fork\nModels=flint\n";
+        const char *dropin =
+                "[Host]\nName=3090\nIdleStopSec=5min\n[Engine]\nHost=3090\nName=fork\nModels=flint\n";
         ASSERT_OK(config_parse_text(&c, "drop.conf", dropin, strlen(dropin)));
         ASSERT_OK(config_verify(&c));
         ASSERT_EQ(c.n_hosts, 2);
@@ -48,20 +50,20 @@ TEST(repeated_sections_and_merge_by_name) {
 
 TEST(errors_are_refused) {
         static const char *const bad[] = {
-                "Listen=1\n",                                  /* outside a section */
-                "[Proxy]\nBogus=1\n",                          /* unknown key */
-                "[Nope]\n",                                    /* unknown section */
-                "[Fallback]\nName=x\n",                        /* not supported yet */
-                "[Proxy]\nIdleStopSec=soon\n",                 /* bad time */
-                "[Proxy]\nMaxBodySize=-1\n",                   /* bad size */
-                "[Proxy]\nListen\n",                           /* no '=' */
-                "[Host]\nURL=http://x:1\n",                    /* no Name= */
-                "[Host]\nName=has-dash\nURL=http://x:1\n",     /* '-' in a host name */
-                "[Host]\nName=a\nURL=https://x:1\n",           /* https */
-                "[Host]\nName=a\nURL=http://x:99999\n",        /* port */
-                "[Host]\nName=a\nURL=http://x\nBus=tcp:x\n",   /* bus */
+                "Listen=1\n",                                   /* outside a section */
+                "[Proxy]\nBogus=1\n",                           /* unknown key */
+                "[Nope]\n",                                     /* unknown section */
+                "[Fallback]\nName=x\n",                         /* not supported yet */
+                "[Proxy]\nIdleStopSec=soon\n",                  /* bad time */
+                "[Proxy]\nMaxBodySize=-1\n",                    /* bad size */
+                "[Proxy]\nListen\n",                            /* no '=' */
+                "[Host]\nURL=http://x:1\n",                     /* no Name= */
+                "[Host]\nName=has-dash\nURL=http://x:1\n",      /* '-' in a host name */
+                "[Host]\nName=a\nURL=https://x:1\n",            /* https */
+                "[Host]\nName=a\nURL=http://x:99999\n",         /* port */
+                "[Host]\nName=a\nURL=http://x\nBus=tcp:x\n",    /* bus */
                 "[Host]\nName=a\nURL=http://x\nBus=ssh:a;rm\n", /* shell metacharacters */
-                "[Engine]\nName=a\nUnit=a.service\n",          /* no Host= */
+                "[Engine]\nName=a\nUnit=a.service\n",           /* no Host= */
                 "[Engine]\nHost=a\nName=b\nUnit=noextension\n",
                 "[Proxy\n",
         };
@@ -75,9 +77,9 @@ TEST(errors_are_refused) {
 
 TEST(verify_checks_the_whole) {
         static const char *const bad[] = {
-                "[Host]\nName=a\n",                                             /* no URL */
-                "[Engine]\nHost=ghost\nName=e\nUnit=e.service\n",               /* unknown host */
-                "[Host]\nName=a\nURL=http://x:1\n[Engine]\nHost=a\nName=e\n",   /* no Unit */
+                "[Host]\nName=a\n",                                           /* no URL */
+                "[Engine]\nHost=ghost\nName=e\nUnit=e.service\n",             /* unknown host */
+                "[Host]\nName=a\nURL=http://x:1\n[Engine]\nHost=a\nName=e\n", /* no Unit */
                 "[Host]\nName=a\nURL=http://x:1\n[Engine]\nHost=a\nName=e\nUnit=u.service\n"
                 "[Engine]\nHost=a\nName=f\nUnit=u.service\n", /* shared unit */
         };

@@ -49,13 +49,15 @@ TEST(request_at_every_split_point) {
 }
 
 TEST(chunked_body) {
-        const char *msg = "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;ext=1\r\nde\r\n0\r\n\r\n";
+        const char *msg = "POST / HTTP/1.1\r\nTransfer-Encoding: "
+                          "chunked\r\n\r\n3\r\nabc\r\n2;ext=1\r\nde\r\n0\r\n\r\n";
         for (size_t split = 0; split <= strlen(msg); split++) {
                 HttpParser p;
                 size_t used;
                 http_parser_init(&p, 64 * 1024, 1024);
                 ASSERT_EQ(feed_split(msg, split, &p, &used), HTTP_PARSE_DONE);
-                ASSERT_TRUE(buffer_size(&p.req.body) == 5 && memcmp(buffer_peek(&p.req.body), "abcde", 5) == 0);
+                ASSERT_TRUE(buffer_size(&p.req.body) == 5 &&
+                            memcmp(buffer_peek(&p.req.body), "abcde", 5) == 0);
                 http_parser_done(&p);
         }
 }
@@ -74,7 +76,8 @@ static void expect_error(const char *msg, int status, uint64_t max_header, uint6
 }
 
 TEST(refusals) {
-        expect_error("POST / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n", 400, 65536, 100);
+        expect_error("POST / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n", 400,
+                     65536, 100);
         expect_error("POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx", 400, 65536, 100);
         expect_error("GET / HTTP/1.1\r\nA: b\r\n c\r\n\r\n", 400, 65536, 100);
         expect_error("GET / HTTP/1.1\r\nA: b\r\n\tc\r\n\r\n", 400, 65536, 100);
@@ -102,11 +105,11 @@ TEST(expect_continue_reports_headers_first) {
 }
 
 TEST(header_tokens) {
-        ASSERT_TRUE(span_has_token((Span) { "keep-alive, X-Foo", 17 }, "x-foo"));
-        ASSERT_TRUE(!span_has_token((Span) { "keep-alive, X-Foo", 17 }, "x-fo"));
-        ASSERT_TRUE(http_header_is_hop_by_hop((Span) { "transfer-encoding", 17 }));
-        ASSERT_TRUE(http_header_is_credential((Span) { "x-api-key", 9 }));
-        ASSERT_TRUE(!http_header_is_credential((Span) { "x-api-keys", 10 }));
+        ASSERT_TRUE(span_has_token((Span){"keep-alive, X-Foo", 17}, "x-foo"));
+        ASSERT_TRUE(!span_has_token((Span){"keep-alive, X-Foo", 17}, "x-fo"));
+        ASSERT_TRUE(http_header_is_hop_by_hop((Span){"transfer-encoding", 17}));
+        ASSERT_TRUE(http_header_is_credential((Span){"x-api-key", 9}));
+        ASSERT_TRUE(!http_header_is_credential((Span){"x-api-keys", 10}));
 }
 
 TESTS_MAIN

@@ -11,18 +11,20 @@ static char *rewrite(const char *body, int *ret) {
         const char *dash = strchr(model, '-');
         _cleanup_free_ char *q = json_quote(dash ? dash + 1 : model);
         free(model);
-        return span_replace((Span) { body, strlen(body) }, span, q, NULL);
+        return span_replace((Span){body, strlen(body)}, span, q, NULL);
 }
 
 TEST(model_rewrite_keeps_every_other_byte) {
         static const struct {
                 const char *in, *out;
         } cases[] = {
-                { "{\"model\":\"h-k\"}", "{\"model\":\"k\"}" },
-                { " {\n \"a\" : [1, {\"model\":\"x\"}] , \"model\" : \"h-k\\u00e9\" , \"z\":null} ",
-                  " {\n \"a\" : [1, {\"model\":\"x\"}] , \"model\" : \"k\xc3\xa9\" , \"z\":null} " },
-                { "{\"mo\\u0064el\":\"h-q\\\"uote\",\"n\":-1.5e+3}", "{\"mo\\u0064el\":\"q\\\"uote\",\"n\":-1.5e+3}" },
-                { "{\"nested\":{\"model\":\"no\"},\"model\":\"h-yes\"}", "{\"nested\":{\"model\":\"no\"},\"model\":\"yes\"}" },
+                {"{\"model\":\"h-k\"}", "{\"model\":\"k\"}"},
+                {" {\n \"a\" : [1, {\"model\":\"x\"}] , \"model\" : \"h-k\\u00e9\" , \"z\":null} ",
+                 " {\n \"a\" : [1, {\"model\":\"x\"}] , \"model\" : \"k\xc3\xa9\" , \"z\":null} "},
+                {"{\"mo\\u0064el\":\"h-q\\\"uote\",\"n\":-1.5e+3}",
+                 "{\"mo\\u0064el\":\"q\\\"uote\",\"n\":-1.5e+3}"},
+                {"{\"nested\":{\"model\":\"no\"},\"model\":\"h-yes\"}",
+                 "{\"nested\":{\"model\":\"no\"},\"model\":\"yes\"}"},
         };
         for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
                 int r;
@@ -37,19 +39,19 @@ TEST(model_errors) {
                 const char *in;
                 int error;
         } cases[] = {
-                { "", -EBADMSG },
-                { "[]", -EBADMSG },
-                { "{\"model\":\"a\"", -EBADMSG },
-                { "{\"model\":\"a\"} x", -EBADMSG },
-                { "{\"model\":'a'}", -EBADMSG },
-                { "{\"a\":01}", -EBADMSG },
-                { "{\"a\":\"\x01\"}", -EBADMSG },
-                { "{\"a\":tru}", -EBADMSG },
-                { "{\"a\":1}", -ENOENT },
-                { "{\"model\":1}", -EMEDIUMTYPE },
-                { "{\"model\":null}", -EMEDIUMTYPE },
-                { "{\"model\":\"a\\u0000b\"}", -EMEDIUMTYPE },
-                { "{\"model\":\"a\",\"model\":\"b\"}", -ENOTUNIQ },
+                {"", -EBADMSG},
+                {"[]", -EBADMSG},
+                {"{\"model\":\"a\"", -EBADMSG},
+                {"{\"model\":\"a\"} x", -EBADMSG},
+                {"{\"model\":'a'}", -EBADMSG},
+                {"{\"a\":01}", -EBADMSG},
+                {"{\"a\":\"\x01\"}", -EBADMSG},
+                {"{\"a\":tru}", -EBADMSG},
+                {"{\"a\":1}", -ENOENT},
+                {"{\"model\":1}", -EMEDIUMTYPE},
+                {"{\"model\":null}", -EMEDIUMTYPE},
+                {"{\"model\":\"a\\u0000b\"}", -EMEDIUMTYPE},
+                {"{\"model\":\"a\",\"model\":\"b\"}", -ENOTUNIQ},
         };
         for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
                 int r;
@@ -71,17 +73,17 @@ TEST(query_model) {
         Span s;
         char *m = NULL;
         const char *url = "/props?autoload=false&model=3090-org%2Fmodel%3AQ4&x=1#frag";
-        ASSERT_OK(query_find_model((Span) { url, strlen(url) }, &s, &m));
+        ASSERT_OK(query_find_model((Span){url, strlen(url)}, &s, &m));
         ASSERT_STREQ(m, "3090-org/model:Q4");
         free(m);
         _cleanup_free_ char *e = query_escape("org/model:Q4");
         ASSERT_STREQ(e, "org%2Fmodel%3AQ4");
-        _cleanup_free_ char *o = span_replace((Span) { url, strlen(url) }, s, e, NULL);
+        _cleanup_free_ char *o = span_replace((Span){url, strlen(url)}, s, e, NULL);
         ASSERT_STREQ(o, "/props?autoload=false&model=org%2Fmodel%3AQ4&x=1#frag");
-        ASSERT_EQ(query_find_model((Span) { "/slots", 6 }, &s, &m), -ENOENT);
-        ASSERT_EQ(query_find_model((Span) { "/s?model=a&model=b", 18 }, &s, &m), -ENOTUNIQ);
-        ASSERT_EQ(query_find_model((Span) { "/s?model=a%2", 12 }, &s, &m), -EBADMSG);
-        ASSERT_EQ(query_find_model((Span) { "/s?model=a%zz", 13 }, &s, &m), -EBADMSG);
+        ASSERT_EQ(query_find_model((Span){"/slots", 6}, &s, &m), -ENOENT);
+        ASSERT_EQ(query_find_model((Span){"/s?model=a&model=b", 18}, &s, &m), -ENOTUNIQ);
+        ASSERT_EQ(query_find_model((Span){"/s?model=a%2", 12}, &s, &m), -EBADMSG);
+        ASSERT_EQ(query_find_model((Span){"/s?model=a%zz", 13}, &s, &m), -EBADMSG);
 }
 
 TEST(longest_host_prefix) {
