@@ -112,6 +112,7 @@ class Gate:
         raise AssertionError("no " + field)
 
     def stop(self):
+        """A clean stop: exit 0 and no sanitizer report (ASan/UBSan/LSan builds print them to stderr)."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -119,7 +120,11 @@ class Gate:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+                raise AssertionError("modelgated did not stop within 70 s of SIGTERM")
+        log = self.logtext()
         self.log.close()
+        assert "Sanitizer" not in log and "runtime error:" not in log, log
+        assert self.proc.returncode == 0, "modelgated exited with %d:\n%s" % (self.proc.returncode, log)
 
 
 @pytest.fixture
