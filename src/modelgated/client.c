@@ -252,6 +252,8 @@ static void client_host_down(Client *c, int error) {
 }
 
 static bool header_is_listed_in_connection(Span connection, Span name) {
+        if (!connection.p)
+                return false;
         _cleanup_free_ char *n = strndup(name.p, name.n);
         return n && span_has_token(connection, n);
 }
@@ -295,6 +297,23 @@ static int frame_body(Client *c, const char *p, size_t n) {
         if (c->chunked && buffer_append_str(&c->out, "\r\n") < 0)
                 return -ENOMEM;
         c->bytes += n;
+        return 0;
+}
+
+/* The host's status line and headers, kept in held_head, with this hop's framing and connection lines. */
+static int send_held_head(Client *c, const char *framing) {
+        if (buffer_append(&c->out, buffer_peek(&c->held_head), buffer_size(&c->held_head)) < 0 ||
+            buffer_append_str(&c->out, framing) < 0)
+                return -ENOMEM;
+        if (c->close_after_response && buffer_append_str(&c->out, "Connection: close\r\n") < 0)
+                return -ENOMEM;
+        if (c->http10 && !c->close_after_response &&
+            buffer_append_str(&c->out, "Connection: keep-alive\r\n") < 0)
+                return -ENOMEM;
+        if (buffer_append_str(&c->out, "\r\n") < 0)
+                return -ENOMEM;
+        c->head_sent = true;
+        buffer_clear(&c->held_head);
         return 0;
 }
 
@@ -352,18 +371,8 @@ static int client_upstream_headers(Upstream *u, const UpstreamResponse *resp, vo
         if (c->mode == MODE_HOLD)
                 return 0;
 
-        if (buffer_append(&c->out, buffer_peek(&c->held_head), buffer_size(&c->held_head)) < 0 ||
-            buffer_append_str(&c->out, framing) < 0)
+        if (send_held_head(c, framing) < 0)
                 return -1;
-        if (c->close_after_response && buffer_append_str(&c->out, "Connection: close\r\n") < 0)
-                return -1;
-        if (c->http10 && !c->close_after_response &&
-            buffer_append_str(&c->out, "Connection: keep-alive\r\n") < 0)
-                return -1;
-        if (buffer_append_str(&c->out, "\r\n") < 0)
-                return -1;
-        c->head_sent = true;
-        buffer_clear(&c->held_head);
         if (client_flush(c) < 0) {
                 client_free(c);
                 return -1;
@@ -376,11 +385,7 @@ static void release_held(Client *c) {
         c->chunked = !c->http10;
         if (!c->chunked)
                 c->close_after_response = true;
-        (void)buffer_append(&c->out, buffer_peek(&c->held_head), buffer_size(&c->held_head));
-        (void)buffer_append_str(&c->out,
-                                c->chunked ? "Transfer-Encoding: chunked\r\n" : "Connection: close\r\n");
-        (void)buffer_append_str(&c->out, "\r\n");
-        c->head_sent = true;
+        (void)send_held_head(c, c->chunked ? "Transfer-Encoding: chunked\r\n" : "");
         c->mode = MODE_PASS;
         (void)frame_body(c, buffer_peek(&c->held), buffer_size(&c->held));
         buffer_done(&c->held);
@@ -430,16 +435,9 @@ static void client_upstream_complete(Upstream *u, void *userdata) {
                         bl = nl;
                 }
                 snprintf(framing, sizeof(framing), "Content-Length: %zu\r\n", bl);
-                (void)buffer_append(&c->out, buffer_peek(&c->held_head), buffer_size(&c->held_head));
-                (void)buffer_append_str(&c->out, framing);
-                if (c->close_after_response)
-                        (void)buffer_append_str(&c->out, "Connection: close\r\n");
-                else if (c->http10)
-                        (void)buffer_append_str(&c->out, "Connection: keep-alive\r\n");
-                (void)buffer_append_str(&c->out, "\r\n");
+                (void)send_held_head(c, framing);
                 (void)buffer_append(&c->out, body, bl);
                 c->bytes = bl;
-                c->head_sent = true;
         } else {
                 if (c->mode == MODE_SSE) {
                         buffer_clear(&c->scratch);

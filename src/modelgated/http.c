@@ -297,8 +297,6 @@ int http_parser_feed(HttpParser *p, const char *data, size_t n, size_t *ret_cons
                         break; /* paused */
         }
 
-        if (done > n)
-                done = n;
         *ret_consumed = done;
         if (p->message_complete)
                 return HTTP_PARSE_DONE;

@@ -26,6 +26,8 @@
 #define STOP_DRAIN_USEC (60 * USEC_PER_SEC)
 #define ACCEPT_RETRY_USEC (1 * USEC_PER_SEC)
 
+static const int handled_signals[] = {SIGTERM, SIGINT, SIGHUP};
+
 static int accept_cb(sd_event_source *s, int fd, uint32_t revents, void *userdata);
 
 int manager_new(Manager **ret) {
@@ -393,17 +395,15 @@ int manager_start(Manager *m) {
 
         sigset_t mask;
         sigemptyset(&mask);
-        sigaddset(&mask, SIGTERM);
-        sigaddset(&mask, SIGINT);
-        sigaddset(&mask, SIGHUP);
+        for (size_t i = 0; i < ELEMENTSOF(handled_signals); i++)
+                sigaddset(&mask, handled_signals[i]);
         sigprocmask(SIG_BLOCK, &mask, NULL);
         (void)signal(SIGPIPE, SIG_IGN);
-        for (int sig = SIGHUP; sig <= SIGTERM; sig++)
-                if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP) {
-                        r = sd_event_add_signal(m->event, NULL, sig, signal_cb, m);
-                        if (r < 0)
-                                return log_error_errno(r, "Failed to watch signal %d: %m", sig);
-                }
+        for (size_t i = 0; i < ELEMENTSOF(handled_signals); i++) {
+                r = sd_event_add_signal(m->event, NULL, handled_signals[i], signal_cb, m);
+                if (r < 0)
+                        return log_error_errno(r, "Failed to watch signal %d: %m", handled_signals[i]);
+        }
         (void)sd_event_set_watchdog(m->event, true);
 
         o += (size_t)snprintf(status + o, sizeof(status) - o, "Listening on");
