@@ -19,6 +19,7 @@
 
 #include "modelgated/api-error.h"
 #include "modelgated/client.h"
+#include "modelgated/host.h"
 #include "modelgated/http.h"
 #include "modelgated/manager.h"
 #include "modelgated/models.h"
@@ -69,6 +70,10 @@ struct Client {
         int status;
         uint64_t bytes;
 
+        HostWaiter waiter; /* for an engine of the host */
+        Buffer pending;    /* the upstream request, while waiting for the engine */
+        const HttpUrl *target;
+
         Upstream *upstream;
         ModelsMerge *merge;
         ResponseMode mode;
@@ -93,6 +98,9 @@ static void request_reset(Client *c) {
         c->bytes = 0;
         c->mode = MODE_PASS;
         c->upstream = upstream_cancel(c->upstream);
+        host_release(&c->waiter);
+        buffer_done(&c->pending);
+        c->target = NULL;
         c->merge = models_merge_free(c->merge);
         sse_filter_done(&c->sse);
         buffer_clear(&c->held_head);
@@ -194,6 +202,8 @@ static void client_log_access(Client *c, const char *note) {
 
 /* The response's last byte is queued. */
 static void client_response_complete(Client *c, const char *note) {
+        /* the engine is free for a switch as soon as the answer has fully arrived */
+        host_release(&c->waiter);
         client_log_access(c, note);
         c->response_complete = true;
         c->manager->n_requests++;
@@ -245,7 +255,7 @@ static void client_host_down(Client *c, int error) {
         char msg[512];
         const char *reason = upstream_strerror(error);
 
-        manager_host_state(c->manager, c->host, false, reason);
+        host_report_http(manager_host(c->manager, c->host), reason);
         snprintf(msg, sizeof(msg), "host '%s' is down: %s (%s); modelgate keeps trying it, retry in 30 s",
                  c->host->name, reason, c->host->url.text);
         client_respond_error(c, 503, "host_down", msg, "Retry-After: 30\r\nretry-after-ms: 30000\r\n");
@@ -325,7 +335,7 @@ static int client_upstream_headers(Upstream *u, const UpstreamResponse *resp, vo
         bool no_body = c->head || resp->status == 204 || resp->status == 304;
         const char *framing = "";
 
-        manager_host_state(c->manager, c->host, true, NULL);
+        host_report_http(manager_host(c->manager, c->host), NULL);
         c->status = resp->status;
         if (!no_body && resp->status >= 400 && !sse)
                 c->mode = MODE_HOLD;
@@ -534,6 +544,41 @@ static char *span_dup(Span s) {
         return s.p ? strndup(s.p, s.n) : NULL;
 }
 
+static void client_send_upstream(Client *c) {
+        int k = upstream_start(c->manager, c->target, &c->pending, c->head, &client_upstream_callbacks, c,
+                               &c->upstream);
+        buffer_done(&c->pending);
+        if (k < 0)
+                client_host_down(c, k);
+}
+
+/* A refusal from the host's engine side: SPEC §7 statuses, with the headers that steer retrying clients. */
+static void client_respond_host_error(Client *c, int status, const char *message) {
+        switch (status) {
+        case 503:
+                return client_respond_error(c, 503, "host_down", message,
+                                            "Retry-After: 30\r\nretry-after-ms: 30000\r\n");
+        case 423:
+                return client_respond_error(c, 423, "gpu_busy", message, "x-should-retry: false\r\n");
+        default:
+                return client_respond_error(c, status, "engine_failed", message, NULL);
+        }
+}
+
+static void client_engine_ready(HostWaiter *w, int status, const char *message) {
+        Client *c = container_of(w, Client, waiter);
+
+        if (status != 0)
+                client_respond_host_error(c, status, message);
+        else
+                client_send_upstream(c);
+        if (client_flush(c) < 0) {
+                client_free(c);
+                return;
+        }
+        client_process(c);
+}
+
 /* Finds the model, the host and the key, rewrites, and sends the request on. */
 static void client_dispatch(Client *c) {
         HttpRequest *r = &c->parser.req;
@@ -634,19 +679,37 @@ static void client_dispatch(Client *c) {
         if (!quoted || (!new_body && !new_url))
                 return client_respond_error(c, 500, NULL, "out of memory", NULL);
 
-        const EngineConf *engine = route_find_engine(&c->manager->config, c->host->name, key);
-        const HttpUrl *target = engine && engine->url.text ? &engine->url : &c->host->url;
-        Buffer req = {};
-        if (build_upstream_request(c, target, url, body ?: "", body ? body_len : 0, &req) < 0) {
-                buffer_done(&req);
-                return client_respond_error(c, 500, NULL, "out of memory", NULL);
+        Host *host = manager_host(c->manager, c->host);
+        ssize_t engine = -1;
+        c->target = &c->host->url;
+        if (host_has_engines(host)) {
+                engine = host_find_engine(host, key);
+                if (engine < 0) {
+                        char k2[160];
+                        log_escape(k2, sizeof(k2), (Span){key, strlen(key)});
+                        snprintf(msg, sizeof(msg),
+                                 "no engine of host '%s' serves '%s': no [Engine] of that host lists it in "
+                                 "Models=, and no engine runs there now; GET /v1/models lists the models "
+                                 "this "
+                                 "proxy serves",
+                                 c->host->name, k2);
+                        return client_respond_error(c, 404, "model_not_found", msg, NULL);
+                }
+                c->target = host_engine(host, (size_t)engine)->url;
         }
+        if (build_upstream_request(c, c->target, url, body ?: "", body ? body_len : 0, &c->pending) < 0)
+                return client_respond_error(c, 500, NULL, "out of memory", NULL);
         /* the request's own copy of the body is not needed any more */
         buffer_done(&r->body);
-        k = upstream_start(c->manager, target, &req, c->head, &client_upstream_callbacks, c, &c->upstream);
-        buffer_done(&req);
-        if (k < 0)
-                client_host_down(c, k);
+        if (engine >= 0) {
+                HostRefusal refusal;
+                k = host_acquire(host, (size_t)engine, &c->waiter, client_engine_ready, c->model, &refusal);
+                if (k < 0)
+                        return client_respond_host_error(c, refusal.status, refusal.message);
+                if (k > 0)
+                        return; /* client_engine_ready() goes on */
+        }
+        client_send_upstream(c);
 }
 
 static void client_parse_error(Client *c) {

@@ -6,6 +6,7 @@
  * lets running answers finish within STOP_DRAIN_USEC, then exits. */
 
 #include <arpa/inet.h>
+#include <assert.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -18,6 +19,7 @@
 #include <systemd/sd-daemon.h>
 
 #include "modelgated/client.h"
+#include "modelgated/host.h"
 #include "modelgated/manager.h"
 #include "modelgated/upstream.h"
 #include "shared/log.h"
@@ -62,7 +64,9 @@ Manager *manager_free(Manager *m) {
         free(m->listeners);
         sd_event_source_disable_unref(m->accept_retry);
         sd_event_source_disable_unref(m->stop_timer);
-        free(m->host_down);
+        for (size_t i = 0; m->hosts && i < m->config.n_hosts; i++)
+                host_free(m->hosts[i]);
+        free(m->hosts);
         config_done(&m->config);
         free(m->config_path);
         sd_event_unref(m->event);
@@ -85,23 +89,14 @@ int manager_load_config(Manager *m, const char *path) {
                 return r;
         if (m->config.n_hosts == 0)
                 log_warning("%s: no [Host] is configured; every model request will get 404", path);
-        m->host_down = calloc(MAX(m->config.n_hosts, 1u), sizeof(bool));
-        if (!m->host_down)
-                return log_oom();
         m->config_path = strdup(path);
         return 0;
 }
 
-void manager_host_state(Manager *m, const HostConf *h, bool up, const char *reason) {
+Host *manager_host(Manager *m, const HostConf *h) {
         size_t i = (size_t)(h - m->config.hosts);
-
-        if (i >= m->config.n_hosts || m->host_down[i] == !up)
-                return;
-        m->host_down[i] = !up;
-        if (up)
-                log_notice("host %s up", h->name);
-        else
-                log_warning("host %s down: %s", h->name, reason);
+        assert(i < m->config.n_hosts);
+        return m->hosts[i];
 }
 
 static void format_address(const struct sockaddr *sa, char *buf, size_t l) {
@@ -392,6 +387,15 @@ int manager_start(Manager *m) {
         r = manager_listen(m);
         if (r < 0)
                 return r;
+
+        m->hosts = calloc(MAX(m->config.n_hosts, 1u), sizeof(Host *));
+        if (!m->hosts)
+                return log_oom();
+        for (size_t i = 0; i < m->config.n_hosts; i++)
+                if (!(m->hosts[i] = host_new(m, &m->config.hosts[i])))
+                        return log_oom();
+        for (size_t i = 0; i < m->config.n_hosts; i++)
+                host_start(m->hosts[i]);
 
         sigset_t mask;
         sigemptyset(&mask);

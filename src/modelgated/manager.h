@@ -15,6 +15,7 @@
 typedef struct Manager Manager;
 typedef struct Client Client;
 typedef struct Upstream Upstream;
+typedef struct Host Host;
 
 typedef struct Listener {
         Manager *manager;
@@ -38,7 +39,7 @@ struct Manager {
         Client *clients;
         size_t n_clients;
 
-        bool *host_down; /* per config.hosts[], for logging state changes once */
+        Host **hosts; /* per config.hosts[] */
 
         Upstream *idle_upstreams;
         size_t n_idle_upstreams;
@@ -60,7 +61,6 @@ int manager_run(Manager *m);
 
 /* A client connection went away: a slot for the listeners, maybe the end of a clean stop. */
 void manager_client_gone(Manager *m);
-/* A host answered (up) or failed to (down, with the reason): logged once per change (SPEC §6). */
-void manager_host_state(Manager *m, const HostConf *h, bool up, const char *reason);
+Host *manager_host(Manager *m, const HostConf *h);
 /* Re-enables listeners paused by MaxConnections= or EMFILE. */
 void manager_resume_accepting(Manager *m);

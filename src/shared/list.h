@@ -30,3 +30,16 @@
 #define LIST_FOREACH_SAFE(name, i, n, head)                                                                 \
         for (__typeof__(*(head)) *i = (head), *n = i ? i->name##_next : NULL; i;                            \
              i = n, n = i ? i->name##_next : NULL)
+
+/* O(n): for short queues whose order matters (waiters in arrival order). */
+#define LIST_APPEND(name, head, item)                                                                       \
+        do {                                                                                                \
+                __typeof__(*(head)) **_head = &(head), *_item = (item), *_tail = *_head;                    \
+                while (_tail && _tail->name##_next)                                                         \
+                        _tail = _tail->name##_next;                                                         \
+                _item->name##_next = NULL;                                                                  \
+                if ((_item->name##_prev = _tail))                                                           \
+                        _tail->name##_next = _item;                                                         \
+                else                                                                                        \
+                        *_head = _item;                                                                     \
+        } while (0)

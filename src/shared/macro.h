@@ -6,6 +6,7 @@
  * systemd's docs/CODING_STYLE.md, not copied. */
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,6 +88,19 @@ static inline size_t strv_length(char *const *l) {
 #define streq(a, b) (strcmp((a), (b)) == 0)
 #define strcaseeq(a, b) (strcasecmp((a), (b)) == 0)
 
+static inline bool streq_ptr(const char *a, const char *b) {
+        return a && b ? streq(a, b) : a == b;
+}
+
+static inline const char *startswith(const char *s, const char *prefix) {
+        size_t l = strlen(prefix);
+        return strncmp(s, prefix, l) == 0 ? s + l : NULL;
+}
+
+static inline bool strv_isempty(char *const *l) {
+        return !l || !*l;
+}
+
 static inline const char *strna(const char *s) {
         return s ?: "n/a";
 }
@@ -96,3 +110,5 @@ typedef struct {
         const char *p;
         size_t n;
 } Span;
+
+#define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))

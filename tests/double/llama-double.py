@@ -99,6 +99,9 @@ def wait_loaded(mid):
         time.sleep(0.02)
 
 
+STARTED = 0.0
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "llama.cpp"
@@ -137,6 +140,8 @@ class Handler(BaseHTTPRequestHandler):
         body = json.dumps(obj, separators=(",", ":")).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json; charset=utf-8")
+        if ARGS.name:
+            self.send_header("X-Double", ARGS.name)
         self.send_header("Content-Length", str(len(body)))
         if status >= 400:
             # cpp-httplib >= 0.28: "Don't leave connections open after errors"
@@ -156,6 +161,8 @@ class Handler(BaseHTTPRequestHandler):
     def start_stream(self):
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
+        if ARGS.name:
+            self.send_header("X-Double", ARGS.name)
         self.send_header("X-Accel-Buffering", "no")
         if ARGS.end == "close":
             self.send_header("Connection", "close")
@@ -216,6 +223,10 @@ class Handler(BaseHTTPRequestHandler):
             with LOCK:
                 return self.send_json(200, list(REQUESTS))
         self.record(body)
+        if time.monotonic() < STARTED + ARGS.startup_delay:
+            # llama-server binds its port early and answers 503 until the model is loaded
+            return self.send_json(503, {"error": {"code": 503, "message": "Loading model",
+                                                  "type": "unavailable_error"}})
         if path in ("/health", "/v1/health"):
             return self.send_json(200, {"status": "ok"})
         if path in ("/models", "/v1/models") and self.command in ("GET", "HEAD"):
@@ -442,8 +453,13 @@ def main():
     p.add_argument("--n-ctx", type=int, default=4096)
     p.add_argument("--ping", action="store_true", help="send ':' pings while a request hangs")
     p.add_argument("--port-file", help="write the bound port here once listening")
+    p.add_argument("--startup-delay", type=float, default=0.0,
+                   help="answer 503 'Loading model' to everything for this long after start")
+    p.add_argument("--name", default="", help="sent back in an X-Double header (which engine answered)")
     p.add_argument("--verbose", action="store_true")
     ARGS = p.parse_args()
+    global STARTED
+    STARTED = time.monotonic()
     for m in ARGS.models.split(","):
         if m:
             MODELS[m] = {"status": "unloaded"}

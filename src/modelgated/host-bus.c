@@ -1,0 +1,772 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* A HostBus owns one sd_bus at a time. Coming up: match Disconnected and
+ * JobRemoved, match each unit's PropertiesChanged, Subscribe(), then per unit
+ * LoadUnit(), Ref(), GetAll(Unit), GetAll(Service) and GetUnitFileState(),
+ * all pipelined (one connection delivers in order, so the matches are in
+ * place before anything they must see). When every reply is in, the bus is
+ * up. A lost bus fails every pending operation, is closed from a defer
+ * source (never inside its own callback), and is replaced after a backoff.
+ * systemd-notes.md §1 and §2 have the facts this relies on. */
+
+#include <assert.h>
+#include <stdio.h>
+#include <string.h>
+#include <systemd/sd-bus.h>
+
+#include "modelgated/host-bus.h"
+#include "shared/list.h"
+#include "shared/log.h"
+#include "shared/strv.h"
+
+#define RECONNECT_MIN_USEC (1 * USEC_PER_SEC)
+#define RECONNECT_MAX_USEC (60 * USEC_PER_SEC)
+
+#define SD1 "org.freedesktop.systemd1"
+#define SD1_PATH "/org/freedesktop/systemd1"
+#define SD1_MANAGER SD1 ".Manager"
+
+typedef struct FollowedUnit {
+        HostBus *bus;
+        size_t index;
+        UnitInfo info;
+} FollowedUnit;
+
+typedef struct BusOp BusOp;
+struct BusOp {
+        HostBus *bus;
+        LIST_FIELDS(BusOp, ops);
+        sd_bus_slot *slot;
+        size_t unit;
+        char *job; /* the job's path, once StartUnit/StopUnit answered */
+        HostBusJobDone job_done;
+        HostBusDone done;
+        void *userdata;
+};
+
+struct HostBus {
+        sd_event *event;
+        const HostConf *host;
+        HostBusCallbacks cb;
+        void *userdata;
+        char *label;
+
+        sd_bus *bus;
+        bool up;
+        bool subscribed;
+        unsigned n_setup_pending;
+        bool setup_failed;
+        sd_event_source *close_source, *retry_source;
+        usec_t backoff;
+        char *down_reason;
+
+        FollowedUnit *units;
+        size_t n_units;
+        BusOp *ops;
+};
+
+static void unit_info_done(UnitInfo *u) {
+        free(u->name);
+        free(u->path);
+        free(u->load_state);
+        free(u->active_state);
+        free(u->sub_state);
+        free(u->result);
+        free(u->restart);
+        free(u->file_state);
+        strv_free(u->conflicts);
+        *u = (UnitInfo){};
+}
+
+bool unit_info_is_running(const UnitInfo *u) {
+        return u->active_state &&
+               (streq(u->active_state, "active") || streq(u->active_state, "activating") ||
+                streq(u->active_state, "reloading") || streq(u->active_state, "deactivating"));
+}
+
+static BusOp *bus_op_free(BusOp *op) {
+        if (!op)
+                return NULL;
+        LIST_REMOVE(ops, op->bus->ops, op);
+        sd_bus_slot_unref(op->slot);
+        free(op->job);
+        free(op);
+        return NULL;
+}
+
+static BusOp *bus_op_new(HostBus *b, size_t unit, void *userdata) {
+        BusOp *op = calloc(1, sizeof(BusOp));
+        if (!op)
+                return NULL;
+        op->bus = b;
+        op->unit = unit;
+        op->userdata = userdata;
+        LIST_PREPEND(ops, b->ops, op);
+        return op;
+}
+
+/* Ends an operation: its callback runs after it is unlinked, so the callback may start the next one. */
+static void bus_op_finish(BusOp *op, const char *result, char **units, const char *error) {
+        HostBus *b = op->bus;
+        HostBusJobDone job_done = op->job_done;
+        HostBusDone done = op->done;
+        void *ud = op->userdata;
+        size_t unit = op->unit;
+        _cleanup_free_ char *e = error ? strdup(error) : NULL;
+
+        bus_op_free(op);
+        if (job_done)
+                job_done(b, unit, result, e ?: (result ? NULL : "out of memory"), ud);
+        else if (done)
+                done(b, units, e, ud);
+}
+
+static const char *message_error(sd_bus_message *m) {
+        const sd_bus_error *e = sd_bus_message_get_error(m);
+        if (!e)
+                return NULL;
+        return e->message ?: e->name ?: "unknown error";
+}
+
+/* Reads the properties this module follows from an a{sv}; others are skipped. */
+static int read_properties(sd_bus_message *m, UnitInfo *u) {
+        int r;
+
+        r = sd_bus_message_enter_container(m, 'a', "{sv}");
+        if (r < 0)
+                return r;
+        while ((r = sd_bus_message_enter_container(m, 'e', "sv")) > 0) {
+                const char *name, *s;
+                char **target = NULL;
+
+                r = sd_bus_message_read(m, "s", &name);
+                if (r < 0)
+                        return r;
+                if (streq(name, "LoadState"))
+                        target = &u->load_state;
+                else if (streq(name, "ActiveState"))
+                        target = &u->active_state;
+                else if (streq(name, "SubState"))
+                        target = &u->sub_state;
+                else if (streq(name, "Result"))
+                        target = &u->result;
+                else if (streq(name, "Restart"))
+                        target = &u->restart;
+
+                if (target) {
+                        r = sd_bus_message_read(m, "v", "s", &s);
+                        if (r < 0)
+                                return r;
+                        char *d = strdup(s);
+                        if (!d)
+                                return -ENOMEM;
+                        free(*target);
+                        *target = d;
+                } else if (streq(name, "ConditionResult")) {
+                        int v;
+                        r = sd_bus_message_read(m, "v", "b", &v);
+                        if (r < 0)
+                                return r;
+                        u->condition_result = v;
+                } else if (streq(name, "Conflicts")) {
+                        char **l = NULL;
+                        r = sd_bus_message_enter_container(m, 'v', "as");
+                        if (r < 0)
+                                return r;
+                        r = sd_bus_message_read_strv(m, &l);
+                        if (r < 0)
+                                return r;
+                        strv_free(u->conflicts);
+                        u->conflicts = l;
+                        r = sd_bus_message_exit_container(m);
+                        if (r < 0)
+                                return r;
+                } else {
+                        r = sd_bus_message_skip(m, "v");
+                        if (r < 0)
+                                return r;
+                }
+                r = sd_bus_message_exit_container(m);
+                if (r < 0)
+                        return r;
+        }
+        if (r < 0)
+                return r;
+        return sd_bus_message_exit_container(m);
+}
+
+static void setup_step_done(HostBus *b) {
+        assert(b->n_setup_pending > 0);
+        if (--b->n_setup_pending > 0 || b->setup_failed || !b->subscribed)
+                return;
+        for (size_t i = 0; i < b->n_units; i++)
+                b->units[i].info.read = true;
+        b->up = true;
+        b->backoff = 0;
+        b->down_reason = mfree(b->down_reason);
+        if (b->cb.on_up)
+                b->cb.on_up(b, b->userdata);
+}
+
+static int setup_reply_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
+        FollowedUnit *fu = userdata;
+        HostBus *b = fu->bus;
+        const char *e = message_error(m);
+        int r;
+
+        if (e) {
+                /* a missing unit answers LoadUnit with LoadState=not-found, but Ref() and the Service
+                 * interface fail: the unit check reports it, the bus is still usable */
+                log_debug("host %s: reading %s: %s", b->host->name, fu->info.name, e);
+        } else if (sd_bus_message_has_signature(m, "a{sv}")) {
+                r = read_properties(m, &fu->info);
+                if (r < 0)
+                        log_warning_errno(r, "host %s: cannot read the properties of %s: %m", b->host->name,
+                                          fu->info.name);
+        } else if (sd_bus_message_has_signature(m, "s")) {
+                const char *s;
+                if (sd_bus_message_read(m, "s", &s) >= 0) {
+                        free(fu->info.file_state);
+                        fu->info.file_state = strdup(s);
+                }
+        }
+        setup_step_done(b);
+        return 0;
+}
+
+static int subscribe_reply_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
+        HostBus *b = userdata;
+        const char *e = message_error(m);
+
+        if (e) {
+                /* the bus fails as a whole (Disconnected follows) or the manager refused us */
+                b->setup_failed = true;
+                free(b->down_reason);
+                b->down_reason = strdup(e);
+                log_debug("host %s: Subscribe() failed: %s", b->host->name, e);
+                return 0;
+        }
+        b->subscribed = true;
+        setup_step_done(b);
+        return 0;
+}
+
+static int properties_changed_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
+        FollowedUnit *fu = userdata;
+        HostBus *b = fu->bus;
+        const char *iface;
+        int r;
+
+        r = sd_bus_message_read(m, "s", &iface);
+        if (r < 0 || (!streq(iface, SD1 ".Unit") && !streq(iface, SD1 ".Service")))
+                return 0;
+        r = read_properties(m, &fu->info);
+        if (r < 0) {
+                log_debug_errno(r, "host %s: bad PropertiesChanged for %s: %m", b->host->name,
+                                fu->info.name);
+                return 0;
+        }
+        if (b->up && b->cb.on_unit_changed)
+                b->cb.on_unit_changed(b, fu->index, b->userdata);
+        return 0;
+}
+
+static int job_removed_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
+        HostBus *b = userdata;
+        const char *path, *unit, *result;
+        uint32_t id;
+
+        if (sd_bus_message_read(m, "uoss", &id, &path, &unit, &result) < 0)
+                return 0;
+        LIST_FOREACH (ops, op, b->ops)
+                if (op->job && streq(op->job, path)) {
+                        bus_op_finish(op, result, NULL, NULL);
+                        break;
+                }
+        return 0;
+}
+
+static void fail_ops(HostBus *b, const char *why) {
+        /* callbacks may add operations; they fail at once on a closed bus, so this ends */
+        while (b->ops)
+                bus_op_finish(b->ops, NULL, NULL, why);
+}
+
+static int close_cb(sd_event_source *s, void *userdata);
+
+static void bus_lost(HostBus *b, const char *reason) {
+        bool was_up = b->up;
+        _cleanup_free_ char *why = NULL;
+
+        if (b->close_source && sd_event_source_get_enabled(b->close_source, NULL) > 0)
+                return; /* already going */
+        if (b->host->bus_kind == BUS_SSH)
+                asprintf(&why, "ssh: %s%s", reason,
+                         was_up || b->subscribed ? "" : " (ssh's own message is in the log above)");
+        else
+                asprintf(&why, "%s: %s", b->label, reason);
+        b->up = false;
+        (void)sd_event_source_set_enabled(b->close_source, SD_EVENT_ONESHOT);
+        fail_ops(b, why ?: reason);
+        if (b->cb.on_down)
+                b->cb.on_down(b, why ?: reason, b->userdata);
+}
+
+static int disconnected_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
+        HostBus *b = userdata;
+        _cleanup_free_ char *reason = NULL;
+
+        if (b->up)
+                reason = strdup("bus connection lost");
+        else if (b->down_reason)
+                reason = strdup(b->down_reason);
+        else
+                reason = strdup("cannot connect");
+        bus_lost(b, reason ?: "bus connection lost");
+        return 0;
+}
+
+static int retry_cb(sd_event_source *s, uint64_t usec, void *userdata) {
+        host_bus_connect(userdata);
+        return 0;
+}
+
+static void schedule_retry(HostBus *b) {
+        b->backoff = b->backoff ? MIN(b->backoff * 2, RECONNECT_MAX_USEC) : RECONNECT_MIN_USEC;
+        if (!b->retry_source) {
+                if (sd_event_add_time_relative(b->event, &b->retry_source, CLOCK_MONOTONIC, b->backoff, 0,
+                                               retry_cb, b) < 0)
+                        log_error("host %s: cannot arm the reconnect timer; the host stays down",
+                                  b->host->name);
+                return;
+        }
+        (void)sd_event_source_set_time_relative(b->retry_source, b->backoff);
+        (void)sd_event_source_set_enabled(b->retry_source, SD_EVENT_ONESHOT);
+}
+
+static int close_cb(sd_event_source *s, void *userdata) {
+        HostBus *b = userdata;
+
+        (void)sd_event_source_set_enabled(s, SD_EVENT_OFF);
+        /* not flushed: a stalled ssh would block the loop; closing stops and reaps the child */
+        b->bus = sd_bus_close_unref(b->bus);
+        schedule_retry(b);
+        return 0;
+}
+
+static char *address_escape(const char *s) {
+        char *r = malloc(strlen(s) * 3 + 1), *p = r;
+        if (!r)
+                return NULL;
+        for (; *s; s++) {
+                if ((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+                    strchr("_-/.", *s))
+                        *p++ = *s;
+                else
+                        p += sprintf(p, "%%%02x", (unsigned char)*s);
+        }
+        *p = 0;
+        return r;
+}
+
+int host_bus_ssh_argv(const HostConf *h, char ***ret) {
+        _cleanup_strv_free_ char **argv = NULL;
+        _cleanup_free_ char *target = NULL, *port = NULL, *bus_path = NULL;
+        const char *spec = h->bus + 4, *at = strrchr(spec, '@'), *hostpart = at ? at + 1 : spec;
+        int r;
+
+        r = strv_split_words(h->ssh_command ?: "ssh", &argv);
+        if (r < 0)
+                return r;
+        if (!argv[0])
+                return -EINVAL;
+
+        if (hostpart[0] == '[') {
+                const char *close = strchr(hostpart, ']');
+                if (!close || close == hostpart + 1 || (close[1] && close[1] != ':'))
+                        return -EINVAL;
+                if (asprintf(&target, "%.*s%.*s", at ? (int)(at - spec + 1) : 0, spec,
+                             (int)(close - hostpart - 1), hostpart + 1) < 0)
+                        return -ENOMEM;
+                if (close[1] == ':' && !(port = strdup(close + 2)))
+                        return -ENOMEM;
+        } else {
+                const char *colon = strchr(hostpart, ':');
+                if (colon && strchr(colon + 1, ':'))
+                        colon = NULL; /* a bare IPv6 address */
+                if (asprintf(&target, "%.*s", colon ? (int)(colon - spec) : (int)strlen(spec), spec) < 0)
+                        return -ENOMEM;
+                if (colon && !(port = strdup(colon + 1)))
+                        return -ENOMEM;
+        }
+        if (port && (!*port || strspn(port, "0123456789") != strlen(port)))
+                return -EINVAL;
+
+        if (h->bus_path) {
+                if (strchr(h->bus_path, '\''))
+                        return -EINVAL;
+                /* quoted for the remote shell, which runs the command ssh sends */
+                if (asprintf(&bus_path, "--bus-path='%s'", h->bus_path) < 0)
+                        return -ENOMEM;
+        } else if (!(bus_path = strdup("--bus-path=unix:path=/run/user/$(id -u)/bus")))
+                return -ENOMEM;
+
+        const char *opts[] = {"-xT", "-oBatchMode=yes", "-oConnectTimeout=10", "-oServerAliveInterval=15",
+                              "-oServerAliveCountMax=3"};
+        for (size_t i = 0; i < ELEMENTSOF(opts); i++)
+                if (strv_extend(&argv, opts[i]) < 0)
+                        return -ENOMEM;
+        if (port && (strv_extend(&argv, "-p") < 0 || strv_extend(&argv, port) < 0))
+                return -ENOMEM;
+        /* "--": a host string can never be read as an ssh option; the bridge logs to ssh's stderr, which
+         * is ours, instead of the remote journal */
+        if (strv_extend(&argv, "--") < 0 || strv_extend(&argv, target) < 0 ||
+            strv_extend(&argv, "SYSTEMD_LOG_TARGET=console") < 0 ||
+            strv_extend(&argv, "systemd-stdio-bridge") < 0 || strv_push(&argv, bus_path) < 0)
+                return -ENOMEM;
+        bus_path = NULL;
+        *ret = TAKE_PTR(argv);
+        return 0;
+}
+
+static int bus_setup_address(HostBus *b, char **ret_reason) {
+        int r;
+
+        switch (b->host->bus_kind) {
+        case BUS_LOCAL: {
+                const char *a = getenv("DBUS_SESSION_BUS_ADDRESS"), *rt = getenv("XDG_RUNTIME_DIR");
+                _cleanup_free_ char *addr = NULL, *e = NULL;
+                if (!a) {
+                        if (!rt) {
+                                *ret_reason = strdup("no user bus (neither DBUS_SESSION_BUS_ADDRESS nor "
+                                                     "XDG_RUNTIME_DIR is set)");
+                                return -ENOMEDIUM;
+                        }
+                        e = address_escape(rt);
+                        if (!e || asprintf(&addr, "unix:path=%s/bus", e) < 0)
+                                return -ENOMEM;
+                        a = addr;
+                }
+                return sd_bus_set_address(b->bus, a);
+        }
+        case BUS_SYSTEM:
+                return sd_bus_set_address(b->bus, getenv("DBUS_SYSTEM_BUS_ADDRESS")
+                                                          ?: "unix:path=/run/dbus/system_bus_socket");
+        case BUS_SSH: {
+                _cleanup_strv_free_ char **argv = NULL;
+                r = host_bus_ssh_argv(b->host, &argv);
+                if (r < 0)
+                        return r;
+                return sd_bus_set_exec(b->bus, argv[0], argv);
+        }
+        }
+        return -EINVAL;
+}
+
+static int bus_send_setup(HostBus *b) {
+        int r;
+
+        r = sd_bus_match_signal_async(b->bus, NULL, "org.freedesktop.DBus.Local", NULL,
+                                      "org.freedesktop.DBus.Local", "Disconnected", disconnected_cb, NULL,
+                                      b);
+        if (r < 0)
+                return r;
+        r = sd_bus_match_signal_async(b->bus, NULL, SD1, SD1_PATH, SD1_MANAGER, "JobRemoved", job_removed_cb,
+                                      NULL, b);
+        if (r < 0)
+                return r;
+        for (size_t i = 0; i < b->n_units; i++) {
+                FollowedUnit *fu = &b->units[i];
+                r = sd_bus_match_signal_async(b->bus, NULL, SD1, fu->info.path,
+                                              "org.freedesktop.DBus.Properties", "PropertiesChanged",
+                                              properties_changed_cb, NULL, fu);
+                if (r < 0)
+                        return r;
+        }
+        b->n_setup_pending = 1;
+        r = sd_bus_call_method_async(b->bus, NULL, SD1, SD1_PATH, SD1_MANAGER, "Subscribe",
+                                     subscribe_reply_cb, b, NULL);
+        if (r < 0)
+                return r;
+        for (size_t i = 0; i < b->n_units; i++) {
+                FollowedUnit *fu = &b->units[i];
+                struct {
+                        const char *path, *iface, *member, *sig;
+                        const void *arg;
+                } calls[] = {
+                        {SD1_PATH, SD1_MANAGER, "LoadUnit", "s", fu->info.name},
+                        /* keeps the unit loaded, so an inactive outcome stays readable (§2.5) */
+                        {fu->info.path, SD1 ".Unit", "Ref", NULL, NULL},
+                        /* "": every interface, so Unit and Service properties in one answer */
+                        {fu->info.path, "org.freedesktop.DBus.Properties", "GetAll", "s", ""},
+                        /* computed on every call; the Unit property is cached until daemon-reload (§2.8) */
+                        {SD1_PATH, SD1_MANAGER, "GetUnitFileState", "s", fu->info.name},
+                };
+                for (size_t k = 0; k < ELEMENTSOF(calls); k++) {
+                        r = sd_bus_call_method_async(b->bus, NULL, SD1, calls[k].path, calls[k].iface,
+                                                     calls[k].member, setup_reply_cb, fu, calls[k].sig,
+                                                     calls[k].arg);
+                        if (r < 0)
+                                return r;
+                        b->n_setup_pending++;
+                }
+        }
+        return 0;
+}
+
+void host_bus_connect(HostBus *b) {
+        _cleanup_free_ char *reason = NULL;
+        int r;
+
+        if (b->bus)
+                return;
+        b->up = b->subscribed = b->setup_failed = false;
+        b->down_reason = mfree(b->down_reason);
+        for (size_t i = 0; i < b->n_units; i++) {
+                UnitInfo *u = &b->units[i].info;
+                char *name = TAKE_PTR(u->name), *path = TAKE_PTR(u->path);
+                unit_info_done(u);
+                u->name = name;
+                u->path = path;
+        }
+
+        r = sd_bus_new(&b->bus);
+        if (r >= 0)
+                r = bus_setup_address(b, &reason);
+        if (r >= 0)
+                r = sd_bus_set_bus_client(b->bus, true);
+        if (r >= 0)
+                r = sd_bus_set_description(b->bus, b->host->name);
+        if (r >= 0)
+                r = sd_bus_attach_event(b->bus, b->event, SD_EVENT_PRIORITY_NORMAL);
+        if (r >= 0)
+                r = sd_bus_start(b->bus);
+        if (r >= 0)
+                r = bus_send_setup(b);
+        if (r < 0) {
+                if (!reason)
+                        reason = strdup(strerror(-r));
+                b->up = false;
+                if (b->bus) {
+                        /* the close waits for the loop: we may be inside a callback of the caller */
+                        b->down_reason = strdup(reason ?: "cannot connect");
+                        bus_lost(b, reason ?: "cannot connect");
+                } else {
+                        if (b->cb.on_down)
+                                b->cb.on_down(b, reason ?: "cannot connect", b->userdata);
+                        schedule_retry(b);
+                }
+        }
+}
+
+int host_bus_new(sd_event *e, const HostConf *h, char **units, const HostBusCallbacks *cb, void *userdata,
+                 HostBus **ret) {
+        _cleanup_(host_bus_freep) HostBus *b = NULL;
+        int r;
+
+        b = calloc(1, sizeof(HostBus));
+        if (!b)
+                return -ENOMEM;
+        b->event = sd_event_ref(e);
+        b->host = h;
+        b->cb = *cb;
+        b->userdata = userdata;
+        if (h->bus_kind == BUS_SSH)
+                r = asprintf(&b->label, "ssh %s", h->bus + 4);
+        else
+                r = asprintf(&b->label, "%s bus", h->bus_kind == BUS_LOCAL ? "user" : "system");
+        if (r < 0)
+                return -ENOMEM;
+        b->n_units = strv_length(units);
+        b->units = calloc(MAX(b->n_units, 1u), sizeof(FollowedUnit));
+        if (!b->units)
+                return -ENOMEM;
+        for (size_t i = 0; i < b->n_units; i++) {
+                FollowedUnit *fu = &b->units[i];
+                fu->bus = b;
+                fu->index = i;
+                if (!(fu->info.name = strdup(units[i])))
+                        return -ENOMEM;
+                r = sd_bus_path_encode(SD1_PATH "/unit", units[i], &fu->info.path);
+                if (r < 0)
+                        return r;
+        }
+        r = sd_event_add_defer(e, &b->close_source, close_cb, b);
+        if (r < 0)
+                return r;
+        (void)sd_event_source_set_enabled(b->close_source, SD_EVENT_OFF);
+        *ret = TAKE_PTR(b);
+        return 0;
+}
+
+HostBus *host_bus_free(HostBus *b) {
+        if (!b)
+                return NULL;
+        while (b->ops)
+                bus_op_free(b->ops);
+        b->bus = sd_bus_close_unref(b->bus);
+        sd_event_source_disable_unref(b->close_source);
+        sd_event_source_disable_unref(b->retry_source);
+        for (size_t i = 0; i < b->n_units; i++)
+                unit_info_done(&b->units[i].info);
+        free(b->units);
+        free(b->label);
+        free(b->down_reason);
+        sd_event_unref(b->event);
+        free(b);
+        return NULL;
+}
+
+bool host_bus_is_up(const HostBus *b) {
+        return b && b->up;
+}
+
+size_t host_bus_n_units(const HostBus *b) {
+        return b->n_units;
+}
+
+const UnitInfo *host_bus_unit(const HostBus *b, size_t i) {
+        assert(i < b->n_units);
+        return &b->units[i].info;
+}
+
+const char *host_bus_label(const HostBus *b) {
+        return b->label;
+}
+
+void host_bus_forget(HostBus *b, void *userdata) {
+        LIST_FOREACH_SAFE(ops, op, next, b->ops)
+        if (op->userdata == userdata)
+                bus_op_free(op);
+}
+
+static int job_reply_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
+        BusOp *op = userdata;
+        const char *e = message_error(m), *path;
+        int r;
+
+        op->slot = sd_bus_slot_unref(op->slot);
+        if (e) {
+                bus_op_finish(op, NULL, NULL, e);
+                return 0;
+        }
+        r = sd_bus_message_read(m, "o", &path);
+        if (r < 0 || !(op->job = strdup(path))) {
+                bus_op_finish(op, NULL, NULL, "bad reply from the service manager");
+                return 0;
+        }
+        /* JobRemoved comes later: the reply is sent before the job runs (systemd-notes.md §2.4) */
+        return 0;
+}
+
+int host_bus_job(HostBus *b, const char *method, size_t i, const char *mode, HostBusJobDone cb,
+                 void *userdata) {
+        BusOp *op;
+        int r;
+
+        if (!b->up)
+                return -ENOTCONN;
+        op = bus_op_new(b, i, userdata);
+        if (!op)
+                return -ENOMEM;
+        op->job_done = cb;
+        r = sd_bus_call_method_async(b->bus, &op->slot, SD1, SD1_PATH, SD1_MANAGER, method, job_reply_cb, op,
+                                     "ss", b->units[i].info.name, mode);
+        if (r < 0) {
+                bus_op_free(op);
+                return r;
+        }
+        return 0;
+}
+
+static int refresh_reply_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
+        BusOp *op = userdata;
+        const char *e = message_error(m);
+
+        op->slot = sd_bus_slot_unref(op->slot);
+        if (!e && read_properties(m, &op->bus->units[op->unit].info) < 0)
+                e = "bad reply from the service manager";
+        bus_op_finish(op, NULL, NULL, e);
+        return 0;
+}
+
+int host_bus_refresh_unit(HostBus *b, size_t i, HostBusDone cb, void *userdata) {
+        BusOp *op;
+        int r;
+
+        if (!b->up)
+                return -ENOTCONN;
+        op = bus_op_new(b, i, userdata);
+        if (!op)
+                return -ENOMEM;
+        op->done = cb;
+        r = sd_bus_call_method_async(b->bus, &op->slot, SD1, b->units[i].info.path,
+                                     "org.freedesktop.DBus.Properties", "GetAll", refresh_reply_cb, op, "s",
+                                     "");
+        if (r < 0) {
+                bus_op_free(op);
+                return r;
+        }
+        return 0;
+}
+
+static int list_reply_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
+        BusOp *op = userdata;
+        _cleanup_strv_free_ char **names = NULL;
+        const char *e = message_error(m);
+        int r;
+
+        op->slot = sd_bus_slot_unref(op->slot);
+        if (e) {
+                bus_op_finish(op, NULL, NULL, e);
+                return 0;
+        }
+        r = sd_bus_message_enter_container(m, 'a', "(ssssssouso)");
+        while (r >= 0) {
+                const char *name, *d, *load, *active, *sub, *following, *upath, *jtype, *jpath;
+                uint32_t jid;
+                r = sd_bus_message_read(m, "(ssssssouso)", &name, &d, &load, &active, &sub, &following,
+                                        &upath, &jid, &jtype, &jpath);
+                if (r <= 0)
+                        break;
+                if (strv_extend(&names, name) < 0)
+                        r = -ENOMEM;
+        }
+        if (r < 0) {
+                bus_op_finish(op, NULL, NULL, "bad reply from the service manager");
+                return 0;
+        }
+        if (!names && !(names = calloc(1, sizeof(char *)))) {
+                bus_op_finish(op, NULL, NULL, "out of memory");
+                return 0;
+        }
+        bus_op_finish(op, NULL, names, NULL);
+        return 0;
+}
+
+int host_bus_list_active(HostBus *b, char **patterns, HostBusDone cb, void *userdata) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+        char *states[] = {(char *)"active", (char *)"activating", (char *)"reloading",
+                          (char *)"deactivating", NULL};
+        BusOp *op;
+        int r;
+
+        if (!b->up)
+                return -ENOTCONN;
+        r = sd_bus_message_new_method_call(b->bus, &m, SD1, SD1_PATH, SD1_MANAGER, "ListUnitsByPatterns");
+        if (r >= 0)
+                r = sd_bus_message_append_strv(m, states);
+        if (r >= 0)
+                r = sd_bus_message_append_strv(m, patterns);
+        if (r < 0)
+                return r;
+        op = bus_op_new(b, 0, userdata);
+        if (!op)
+                return -ENOMEM;
+        op->done = cb;
+        r = sd_bus_call_async(b->bus, &op->slot, m, list_reply_cb, op, 0);
+        if (r < 0) {
+                bus_op_free(op);
+                return r;
+        }
+        return 0;
+}

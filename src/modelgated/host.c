@@ -1,0 +1,839 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* One Host per [Host]. A host with engines owns a HostBus and runs at most
+ * one switch at a time, in phases:
+ *   BUSY_CHECK  BusyUnits= active? (ListUnitsByPatterns)
+ *   PORT_PROBE  no engine unit runs, yet something answers on the engine's port?
+ *   STOPPING    StopUnit(replace) of each other running engine unit, to its JobRemoved
+ *   STARTING    StartUnit(fail) of the target, to its JobRemoved, then a fresh read of the
+ *               unit: "done" can hide a condition refusal or an instant death (SPEC §5)
+ *   HEALTH      GET /health until 200, bounded by StartTimeoutSec= (rule 7)
+ * A refusal (423) or failure (502) ends the switch and answers everyone who
+ * waited for that engine. The same HEALTH phase adopts an engine found
+ * running when the bus comes up. */
+
+#include <assert.h>
+#include <fnmatch.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "modelgated/host-bus.h"
+#include "modelgated/host.h"
+#include "modelgated/manager.h"
+#include "modelgated/upstream.h"
+#include "shared/log.h"
+#include "shared/strv.h"
+
+#define HEALTH_PROBE_INTERVAL_USEC (250 * USEC_PER_MSEC)
+#define HEALTH_PROBE_TIMEOUT_USEC (2 * USEC_PER_SEC)
+#define PORT_PROBE_TIMEOUT_USEC (2 * USEC_PER_SEC)
+
+typedef enum SwitchPhase {
+        PHASE_NONE,
+        PHASE_BUSY_CHECK,
+        PHASE_PORT_PROBE,
+        PHASE_STOPPING,
+        PHASE_STARTING,
+        PHASE_HEALTH,
+        PHASE_GIVING_UP, /* stopping an engine that never became healthy */
+} SwitchPhase;
+
+struct Host {
+        Manager *manager;
+        const HostConf *conf;
+        HostEngine *engines;
+        size_t n_engines;
+        HostBus *bus;
+
+        HostState state;
+        bool bus_down;
+        char *down_reason;
+        bool http_down;
+        bool logged_down;
+
+        ssize_t running; /* the engine whose unit runs, -1 for none */
+        bool engine_up;  /* and whose /health answered 200 */
+        usec_t up_since;
+        bool busy; /* the last switch was refused */
+
+        SwitchPhase phase;
+        ssize_t target;
+        bool adopting;
+        char *for_model;
+        usec_t switch_start;
+        Upstream *probe;
+        int probe_status;
+        sd_event_source *deadline, *probe_timer;
+
+        HostWaiter *waiters;
+        unsigned n_in_flight, n_waiting;
+        bool logged_wait;
+        char **warnings;
+        sd_event_source *schedule_source;
+};
+
+static const char *const host_state_table[_HOST_STATE_MAX] = {
+        [HOST_DOWN] = "down",       [HOST_IDLE] = "idle",           [HOST_STARTING] = "starting",
+        [HOST_SERVING] = "serving", [HOST_SWITCHING] = "switching", [HOST_BUSY] = "busy",
+};
+
+const char *host_state_to_string(HostState s) {
+        return s >= 0 && s < _HOST_STATE_MAX ? host_state_table[s] : NULL;
+}
+
+static void host_begin_switch(Host *h);
+static void phase_stop_others(Host *h);
+static void phase_health(Host *h, bool adopting);
+
+static const char *engine_name(const Host *h, ssize_t i) {
+        return i >= 0 && (size_t)i < h->n_engines ? h->engines[i].conf->name : "-";
+}
+
+static const char *engine_unit(const Host *h, ssize_t i) {
+        return i >= 0 && (size_t)i < h->n_engines ? h->engines[i].conf->unit : "-";
+}
+
+static void host_update_state(Host *h) {
+        HostState s;
+
+        if (h->bus_down || h->http_down)
+                s = HOST_DOWN;
+        else if (h->phase != PHASE_NONE)
+                /* another engine still holds the GPU, or is being stopped: a switch; else a start */
+                s = h->phase == PHASE_STOPPING || h->phase == PHASE_GIVING_UP ||
+                                    (h->running >= 0 && h->running != h->target)
+                            ? HOST_SWITCHING
+                            : HOST_STARTING;
+        else if (h->running >= 0 && h->engine_up)
+                s = HOST_SERVING;
+        else if (h->busy)
+                s = HOST_BUSY;
+        else
+                s = HOST_IDLE;
+        if (s != h->state)
+                log_debug("host %s: state %s → %s", h->conf->name, host_state_to_string(h->state),
+                          host_state_to_string(s));
+        h->state = s;
+
+        /* SPEC §6: going down and coming back are logged once each, with the reason */
+        bool down = h->bus_down || h->http_down;
+        if (down && !h->logged_down)
+                log_warning("host %s down: %s", h->conf->name, h->down_reason ?: "unreachable");
+        else if (!down && h->logged_down)
+                log_notice("host %s up", h->conf->name);
+        h->logged_down = down;
+}
+
+static void host_schedule_later(Host *h) {
+        (void)sd_event_source_set_enabled(h->schedule_source, SD_EVENT_ONESHOT);
+}
+
+/* Answers and removes the waiters for engine i (-1: all). Each callback may release or acquire. */
+static void fail_waiters(Host *h, ssize_t i, int status, const char *message) {
+        for (;;) {
+                HostWaiter *w = NULL;
+                LIST_FOREACH (waiters, x, h->waiters)
+                        if (i < 0 || x->engine == i) {
+                                w = x;
+                                break;
+                        }
+                if (!w)
+                        return;
+                LIST_REMOVE(waiters, h->waiters, w);
+                h->n_waiting--;
+                w->queued = false;
+                w->host = NULL;
+                w->ready(w, status, message);
+        }
+}
+
+static void grant_waiters(Host *h) {
+        for (;;) {
+                HostWaiter *w = NULL;
+                LIST_FOREACH (waiters, x, h->waiters)
+                        if (x->engine == h->running) {
+                                w = x;
+                                break;
+                        }
+                if (!w)
+                        return;
+                LIST_REMOVE(waiters, h->waiters, w);
+                h->n_waiting--;
+                w->queued = false;
+                w->in_flight = true;
+                h->n_in_flight++;
+                w->ready(w, 0, NULL);
+        }
+}
+
+static void switch_reset(Host *h) {
+        h->phase = PHASE_NONE;
+        h->target = -1;
+        h->adopting = false;
+        h->for_model = mfree(h->for_model);
+        h->probe = upstream_cancel(h->probe);
+        (void)sd_event_source_set_enabled(h->deadline, SD_EVENT_OFF);
+        (void)sd_event_source_set_enabled(h->probe_timer, SD_EVENT_OFF);
+        if (h->bus)
+                host_bus_forget(h->bus, h);
+}
+
+/* The switch ends without the engine: everyone waiting for it gets 'status'. */
+static void switch_fail(Host *h, int status, const char *message) {
+        ssize_t target = h->target;
+
+        switch_reset(h);
+        h->busy = status == 423;
+        host_update_state(h);
+        fail_waiters(h, target, status, message);
+        host_schedule_later(h);
+}
+
+static void switch_refuse_busy(Host *h, const char *reason) {
+        char msg[512];
+
+        log_warning("host %s: GPU busy (%s), switch to %s refused", h->conf->name, reason,
+                    engine_name(h, h->target));
+        snprintf(msg, sizeof(msg),
+                 "the GPU of host '%s' is in use by someone else (%s), so modelgate did not switch it to "
+                 "engine '%s'; ask again once that work is done",
+                 h->conf->name, reason, engine_name(h, h->target));
+        switch_fail(h, 423, msg);
+}
+
+static void switch_fail_engine(Host *h, const char *what) {
+        char msg[512];
+
+        log_error("host %s: engine %s (%s) %s", h->conf->name, engine_name(h, h->target),
+                  engine_unit(h, h->target), what);
+        snprintf(msg, sizeof(msg), "engine '%s' of host '%s' (unit %s) %s", engine_name(h, h->target),
+                 h->conf->name, engine_unit(h, h->target), what);
+        switch_fail(h, 502, msg);
+}
+
+static void engine_is_up(Host *h) {
+        char t[32];
+        usec_t took = now_usec(CLOCK_MONOTONIC) - h->switch_start;
+
+        snprintf(t, sizeof(t), "%llu.%01llus", (unsigned long long)(took / USEC_PER_SEC),
+                 (unsigned long long)(took % USEC_PER_SEC / (100 * USEC_PER_MSEC)));
+        if (h->adopting)
+                log_notice("host %s: engine %s adopted, it was already running", h->conf->name,
+                           engine_name(h, h->target));
+        else
+                log_notice("host %s: engine %s up after %s", h->conf->name, engine_name(h, h->target), t);
+        h->running = h->target;
+        h->engine_up = true;
+        h->busy = false;
+        h->up_since = now_usec(CLOCK_MONOTONIC);
+        switch_reset(h);
+        host_update_state(h);
+        host_schedule_later(h);
+}
+
+/* HEALTH: GET /health until 200 */
+
+static int probe_on_headers(Upstream *u, const UpstreamResponse *resp, void *userdata) {
+        Host *h = userdata;
+        h->probe_status = resp->status;
+        return 0;
+}
+
+static void probe_again(Host *h) {
+        (void)sd_event_source_set_time_relative(h->probe_timer, HEALTH_PROBE_INTERVAL_USEC);
+        (void)sd_event_source_set_enabled(h->probe_timer, SD_EVENT_ONESHOT);
+}
+
+static void health_on_complete(Upstream *u, void *userdata) {
+        Host *h = userdata;
+
+        h->probe = NULL;
+        if (h->probe_status == 200)
+                engine_is_up(h);
+        else
+                probe_again(h);
+}
+
+static void health_on_error(Upstream *u, int error, bool started, void *userdata) {
+        Host *h = userdata;
+
+        h->probe = NULL;
+        probe_again(h);
+}
+
+static const UpstreamCallbacks health_callbacks = {
+        .on_headers = probe_on_headers,
+        .on_complete = health_on_complete,
+        .on_error = health_on_error,
+};
+
+static int probe_start(Host *h, const UpstreamCallbacks *cb, usec_t timeout) {
+        const HttpUrl *url = h->engines[h->target].url;
+        Buffer req = {};
+        int r;
+
+        h->probe_status = 0;
+        if (buffer_printf(&req, "GET %s/health HTTP/1.1\r\nHost: %s\r\nUser-Agent: modelgate\r\n\r\n",
+                          url->base_path, url->authority) < 0) {
+                buffer_done(&req);
+                return -ENOMEM;
+        }
+        r = upstream_start(h->manager, url, &req, false, cb, h, &h->probe);
+        buffer_done(&req);
+        if (r < 0)
+                return r;
+        (void)upstream_set_deadline(h->probe, timeout);
+        return 0;
+}
+
+static int probe_timer_cb(sd_event_source *s, uint64_t usec, void *userdata) {
+        Host *h = userdata;
+
+        if (h->phase != PHASE_HEALTH)
+                return 0;
+        if (probe_start(h, &health_callbacks, HEALTH_PROBE_TIMEOUT_USEC) < 0)
+                probe_again(h);
+        return 0;
+}
+
+static void give_up_stopped(HostBus *b, size_t i, const char *result, const char *error, void *userdata) {
+        Host *h = userdata;
+
+        h->phase = PHASE_NONE;
+        h->running = -1;
+        host_update_state(h);
+        host_schedule_later(h);
+}
+
+static int deadline_cb(sd_event_source *s, uint64_t usec, void *userdata) {
+        Host *h = userdata;
+        char what[256], t[FORMAT_TIMESPAN_MAX];
+        ssize_t target = h->target;
+
+        if (h->phase != PHASE_HEALTH)
+                return 0;
+        snprintf(what, sizeof(what),
+                 "did not answer /health with 200 within %s (result: timeout); it was stopped",
+                 format_timespan(t, sizeof(t), h->engines[target].conf->start_timeout_usec) ?: "?");
+        switch_fail_engine(h, what);
+        /* an engine that never became healthy must not keep the GPU */
+        if (host_bus_job(h->bus, "StopUnit", (size_t)target, "replace", give_up_stopped, h) >= 0) {
+                h->phase = PHASE_GIVING_UP;
+                h->running = target;
+                host_update_state(h);
+        }
+        return 0;
+}
+
+static void phase_health(Host *h, bool adopting) {
+        usec_t timeout = h->engines[h->target].conf->start_timeout_usec;
+
+        h->phase = PHASE_HEALTH;
+        h->adopting = adopting;
+        h->running = h->target;
+        h->engine_up = false;
+        host_update_state(h);
+        if (timeout != USEC_INFINITY) {
+                usec_t left = now_usec(CLOCK_MONOTONIC) - h->switch_start;
+                left = left < timeout ? timeout - left : 0;
+                (void)sd_event_source_set_time_relative(h->deadline, left);
+                (void)sd_event_source_set_enabled(h->deadline, SD_EVENT_ONESHOT);
+        }
+        if (probe_start(h, &health_callbacks, HEALTH_PROBE_TIMEOUT_USEC) < 0)
+                probe_again(h);
+}
+
+/* STARTING */
+
+static void start_checked(HostBus *b, char **units, const char *error, void *userdata) {
+        Host *h = userdata;
+        const UnitInfo *u = host_bus_unit(b, (size_t)h->target);
+        char what[256];
+
+        if (error) {
+                snprintf(what, sizeof(what), "could not be read after its start: %s", error);
+                return switch_fail_engine(h, what);
+        }
+        if (unit_info_is_running(u))
+                return phase_health(h, false);
+        if (!u->condition_result || streq_ptr(u->result, "exec-condition")) {
+                snprintf(what, sizeof(what), "%s refused to start: its %s failed", u->name,
+                         streq_ptr(u->result, "exec-condition") ? "ExecCondition=" : "Condition…=");
+                return switch_refuse_busy(h, what);
+        }
+        snprintf(what, sizeof(what), "failed to start (result: %s, state: %s)",
+                 u->result && !streq(u->result, "success") ? u->result : "exit-code",
+                 strna(u->active_state));
+        switch_fail_engine(h, what);
+}
+
+static void start_done(HostBus *b, size_t i, const char *result, const char *error, void *userdata) {
+        Host *h = userdata;
+        char what[512];
+
+        if (!result) {
+                snprintf(what, sizeof(what), "could not be started: %s", error);
+                return switch_fail_engine(h, what);
+        }
+        /* "done" says little (systemd-notes.md §2.6); the unit's own state says the rest */
+        if (host_bus_refresh_unit(b, i, start_checked, h) < 0) {
+                snprintf(what, sizeof(what), "could not be read after its start (job result: %s)", result);
+                switch_fail_engine(h, what);
+        }
+}
+
+static void phase_start(Host *h) {
+        char what[256];
+        int r;
+
+        if (unit_info_is_running(host_bus_unit(h->bus, (size_t)h->target)))
+                return phase_health(h, false);
+        h->phase = PHASE_STARTING;
+        h->running = -1;
+        h->engine_up = false;
+        host_update_state(h);
+        r = host_bus_job(h->bus, "StartUnit", (size_t)h->target, "fail", start_done, h);
+        if (r < 0) {
+                snprintf(what, sizeof(what), "could not be started: %s", strerror(-r));
+                switch_fail_engine(h, what);
+        }
+}
+
+/* STOPPING */
+
+static void stop_done(HostBus *b, size_t i, const char *result, const char *error, void *userdata) {
+        Host *h = userdata;
+        char msg[512];
+
+        if (!result || !streq(result, "done")) {
+                snprintf(msg, sizeof(msg), "could not stop engine unit %s of host '%s' (%s)",
+                         engine_unit(h, i), h->conf->name, result ?: error);
+                log_error("host %s: %s", h->conf->name, msg);
+                ssize_t target = h->target;
+                switch_reset(h);
+                host_update_state(h);
+                fail_waiters(h, target, 502, msg);
+                host_schedule_later(h);
+                return;
+        }
+        if ((ssize_t)i == h->running) {
+                h->running = -1;
+                h->engine_up = false;
+        }
+        phase_stop_others(h);
+}
+
+static void phase_stop_others(Host *h) {
+        int r;
+
+        for (size_t i = 0; i < h->n_engines; i++) {
+                if ((ssize_t)i == h->target || !unit_info_is_running(host_bus_unit(h->bus, i)))
+                        continue;
+                h->phase = PHASE_STOPPING;
+                host_update_state(h);
+                r = host_bus_job(h->bus, "StopUnit", i, "replace", stop_done, h);
+                if (r < 0) {
+                        char what[256];
+                        snprintf(what, sizeof(what), "could not be started: stopping %s failed: %s",
+                                 engine_unit(h, (ssize_t)i), strerror(-r));
+                        switch_fail_engine(h, what);
+                }
+                return;
+        }
+        phase_start(h);
+}
+
+/* PORT_PROBE: something answers where the engine would listen, while none of our units runs */
+
+static void port_probe_answered(Host *h) {
+        char reason[300];
+
+        snprintf(reason, sizeof(reason), "a server answers on %s while no engine unit of the host is active",
+                 h->engines[h->target].url->text);
+        switch_refuse_busy(h, reason);
+}
+
+static void port_on_complete(Upstream *u, void *userdata) {
+        Host *h = userdata;
+        h->probe = NULL;
+        port_probe_answered(h);
+}
+
+static void port_on_error(Upstream *u, int error, bool started, void *userdata) {
+        Host *h = userdata;
+
+        h->probe = NULL;
+        if (started)
+                return port_probe_answered(h);
+        phase_stop_others(h);
+}
+
+static const UpstreamCallbacks port_callbacks = {
+        .on_headers = probe_on_headers,
+        .on_complete = port_on_complete,
+        .on_error = port_on_error,
+};
+
+static bool any_engine_running(Host *h) {
+        for (size_t i = 0; i < h->n_engines; i++)
+                if (unit_info_is_running(host_bus_unit(h->bus, i)))
+                        return true;
+        return false;
+}
+
+static void phase_port_probe(Host *h) {
+        if (any_engine_running(h))
+                return phase_stop_others(h);
+        h->phase = PHASE_PORT_PROBE;
+        if (probe_start(h, &port_callbacks, PORT_PROBE_TIMEOUT_USEC) < 0)
+                phase_stop_others(h);
+}
+
+/* BUSY_CHECK */
+
+static void busy_listed(HostBus *b, char **units, const char *error, void *userdata) {
+        Host *h = userdata;
+        char msg[512];
+
+        if (error) {
+                snprintf(msg, sizeof(msg), "could not be started: checking BusyUnits= failed: %s", error);
+                return switch_fail_engine(h, msg);
+        }
+        if (!strv_isempty(units)) {
+                _cleanup_free_ char *names = strv_join(units, ", ");
+                snprintf(msg, sizeof(msg), "%s %s active", names ?: units[0], units[1] ? "are" : "is");
+                return switch_refuse_busy(h, msg);
+        }
+        phase_port_probe(h);
+}
+
+static void host_begin_switch(Host *h) {
+        int r;
+
+        h->switch_start = now_usec(CLOCK_MONOTONIC);
+        h->logged_wait = false;
+        log_notice("host %s: switching to engine %s for %s", h->conf->name, engine_name(h, h->target),
+                   h->for_model ?: "a request");
+        h->phase = PHASE_BUSY_CHECK;
+        host_update_state(h);
+        if (strv_isempty(h->conf->busy_units))
+                return phase_port_probe(h);
+        r = host_bus_list_active(h->bus, h->conf->busy_units, busy_listed, h);
+        if (r < 0)
+                busy_listed(h->bus, NULL, strerror(-r), h);
+}
+
+/* The policy: the smallest one that never cuts a stream. */
+static int schedule_cb(sd_event_source *s, void *userdata) {
+        Host *h = userdata;
+        HostWaiter *first;
+
+        if (h->bus_down) {
+                char msg[512];
+                snprintf(msg, sizeof(msg), "host '%s' is down: %s; modelgate keeps trying it, retry in 30 s",
+                         h->conf->name, strna(h->down_reason));
+                fail_waiters(h, -1, 503, msg);
+                return 0;
+        }
+        if (!host_bus_is_up(h->bus) || h->phase != PHASE_NONE)
+                return 0;
+        if (h->running >= 0 && h->engine_up)
+                grant_waiters(h);
+        first = h->waiters;
+        if (!first)
+                return 0;
+        if (h->running >= 0 && h->n_in_flight > 0) {
+                if (!h->logged_wait)
+                        log_notice("host %s: %s waits for the running engine before switching to %s",
+                                   h->conf->name, strna(first->model), engine_name(h, first->engine));
+                h->logged_wait = true;
+                return 0;
+        }
+        h->target = first->engine;
+        h->for_model = first->model ? strdup(first->model) : NULL;
+        host_begin_switch(h);
+        return 0;
+}
+
+/* The bus */
+
+static void check_units(Host *h) {
+        strv_free(h->warnings);
+        h->warnings = NULL;
+
+        for (size_t i = 0; i < h->n_engines; i++) {
+                const UnitInfo *u = host_bus_unit(h->bus, i);
+                _cleanup_free_ char *w = NULL;
+
+                if (u->load_state && !streq(u->load_state, "loaded")) {
+                        if (asprintf(&w, "engine unit %s is %s", u->name, u->load_state) >= 0)
+                                (void)strv_push(&h->warnings, TAKE_PTR(w));
+                        continue;
+                }
+                if (u->file_state &&
+                    (startswith(u->file_state, "enabled") || streq(u->file_state, "indirect") ||
+                     startswith(u->file_state, "linked")))
+                        if (asprintf(&w,
+                                     "engine unit %s is %s; modelgate starts engines itself, so it should "
+                                     "have no [Install] section and not be enabled",
+                                     u->name, u->file_state) >= 0)
+                                (void)strv_push(&h->warnings, TAKE_PTR(w));
+                if (u->restart && !streq(u->restart, "no"))
+                        if (asprintf(
+                                    &w,
+                                    "engine unit %s has Restart=%s; use Restart=no, so that a crash is seen "
+                                    "and not hidden by a restart that takes the GPU back",
+                                    u->name, u->restart) >= 0)
+                                (void)strv_push(&h->warnings, TAKE_PTR(w));
+                for (size_t j = 0; j < h->n_engines; j++) {
+                        const char *other = h->engines[j].conf->unit;
+                        if (j == i || strv_contains(u->conflicts, other))
+                                continue;
+                        if (asprintf(&w, "engine unit %s lacks Conflicts=%s, so both could run at once",
+                                     u->name, other) >= 0)
+                                (void)strv_push(&h->warnings, TAKE_PTR(w));
+                }
+        }
+        STRV_FOREACH(w, h->warnings)
+        log_warning("host %s: %s", h->conf->name, *w);
+}
+
+static void bus_up(HostBus *b, void *userdata) {
+        Host *h = userdata;
+        ssize_t found = -1;
+
+        h->bus_down = false;
+        h->down_reason = mfree(h->down_reason);
+        check_units(h);
+        for (size_t i = 0; i < h->n_engines; i++)
+                if (unit_info_is_running(host_bus_unit(b, i))) {
+                        if (found >= 0)
+                                log_warning("host %s: engine units %s and %s are both active", h->conf->name,
+                                            engine_unit(h, found), engine_unit(h, (ssize_t)i));
+                        else
+                                found = (ssize_t)i;
+                }
+        h->running = -1;
+        h->engine_up = false;
+        if (found >= 0) {
+                /* the daemon may have exited idle and come back: the running engine is ours */
+                h->target = found;
+                h->switch_start = now_usec(CLOCK_MONOTONIC);
+                phase_health(h, true);
+        }
+        host_update_state(h);
+        host_schedule_later(h);
+}
+
+static void bus_down(HostBus *b, const char *reason, void *userdata) {
+        Host *h = userdata;
+
+        switch_reset(h);
+        h->running = -1;
+        h->engine_up = false;
+        h->bus_down = true;
+        free(h->down_reason);
+        h->down_reason = strdup(reason);
+        host_update_state(h);
+        host_schedule_later(h);
+}
+
+static void unit_changed(HostBus *b, size_t i, void *userdata) {
+        Host *h = userdata;
+        const UnitInfo *u = host_bus_unit(b, i);
+        char what[256];
+
+        if (!unit_info_is_running(u)) {
+                if ((ssize_t)i != h->running || h->phase == PHASE_STOPPING || h->phase == PHASE_GIVING_UP)
+                        return;
+                snprintf(what, sizeof(what), "stopped (state: %s, result: %s)", strna(u->active_state),
+                         strna(u->result));
+                if (h->phase == PHASE_HEALTH && h->target == (ssize_t)i)
+                        return switch_fail_engine(h, what);
+                log_warning("host %s: engine %s %s%s", h->conf->name, engine_name(h, (ssize_t)i), what,
+                            h->engine_up ? " on its own" : "");
+                h->running = -1;
+                h->engine_up = false;
+                host_update_state(h);
+                host_schedule_later(h);
+                return;
+        }
+        if (h->running < 0 && h->phase == PHASE_NONE) {
+                /* started by someone else (or restarted by systemd): ours all the same, once healthy */
+                log_notice("host %s: engine unit %s became %s without modelgate", h->conf->name, u->name,
+                           u->active_state);
+                h->target = (ssize_t)i;
+                h->switch_start = now_usec(CLOCK_MONOTONIC);
+                phase_health(h, true);
+        }
+}
+
+static const HostBusCallbacks host_bus_callbacks = {
+        .on_up = bus_up,
+        .on_down = bus_down,
+        .on_unit_changed = unit_changed,
+};
+
+/* Life */
+
+Host *host_new(Manager *m, const HostConf *conf) {
+        Host *h = calloc(1, sizeof(Host));
+        _cleanup_strv_free_ char **units = NULL;
+        int r;
+
+        if (!h)
+                return NULL;
+        h->manager = m;
+        h->conf = conf;
+        h->running = h->target = -1;
+        h->state = HOST_IDLE;
+
+        for (size_t i = 0; i < m->config.n_engines; i++) {
+                const EngineConf *e = &m->config.engines[i];
+                if (!streq(e->host, conf->name))
+                        continue;
+                HostEngine *n = realloc(h->engines, sizeof(HostEngine) * (h->n_engines + 1));
+                if (!n)
+                        goto fail;
+                h->engines = n;
+                h->engines[h->n_engines++] =
+                        (HostEngine){.conf = e, .url = e->url.text ? &e->url : &conf->url};
+                if (strv_extend(&units, e->unit) < 0)
+                        goto fail;
+        }
+        r = sd_event_add_defer(m->event, &h->schedule_source, schedule_cb, h);
+        if (r >= 0)
+                r = sd_event_add_time_relative(m->event, &h->deadline, CLOCK_MONOTONIC, 0, 0, deadline_cb,
+                                               h);
+        if (r >= 0)
+                r = sd_event_add_time_relative(m->event, &h->probe_timer, CLOCK_MONOTONIC, 0, 0,
+                                               probe_timer_cb, h);
+        if (r < 0)
+                goto fail;
+        (void)sd_event_source_set_enabled(h->schedule_source, SD_EVENT_OFF);
+        (void)sd_event_source_set_enabled(h->deadline, SD_EVENT_OFF);
+        (void)sd_event_source_set_enabled(h->probe_timer, SD_EVENT_OFF);
+        if (h->n_engines > 0) {
+                if (host_bus_new(m->event, conf, units, &host_bus_callbacks, h, &h->bus) < 0)
+                        goto fail;
+                /* until the bus says otherwise: requests must not be sent to an engine nobody started */
+                h->bus_down = true;
+                h->logged_down = true;
+                h->down_reason = strdup("connecting");
+                h->state = HOST_DOWN;
+        }
+        return h;
+fail:
+        host_free(h);
+        return NULL;
+}
+
+Host *host_free(Host *h) {
+        if (!h)
+                return NULL;
+        while (h->waiters) {
+                HostWaiter *w = h->waiters;
+                LIST_REMOVE(waiters, h->waiters, w);
+                w->host = NULL;
+                w->queued = false;
+        }
+        switch_reset(h);
+        h->bus = host_bus_free(h->bus);
+        sd_event_source_disable_unref(h->schedule_source);
+        sd_event_source_disable_unref(h->deadline);
+        sd_event_source_disable_unref(h->probe_timer);
+        free(h->engines);
+        free(h->down_reason);
+        strv_free(h->warnings);
+        free(h);
+        return NULL;
+}
+
+void host_start(Host *h) {
+        if (h->bus)
+                host_bus_connect(h->bus);
+}
+
+const HostConf *host_conf(const Host *h) {
+        return h->conf;
+}
+
+HostState host_state(const Host *h) {
+        return h->state;
+}
+
+bool host_has_engines(const Host *h) {
+        return h->n_engines > 0;
+}
+
+size_t host_n_engines(const Host *h) {
+        return h->n_engines;
+}
+
+const HostEngine *host_engine(const Host *h, size_t i) {
+        return i < h->n_engines ? &h->engines[i] : NULL;
+}
+
+char *const *host_warnings(const Host *h) {
+        return h->warnings;
+}
+
+ssize_t host_find_engine(const Host *h, const char *key) {
+        for (size_t i = 0; i < h->n_engines; i++)
+                STRV_FOREACH(g, h->engines[i].conf->models)
+        if (fnmatch(*g, key, 0) == 0)
+                return (ssize_t)i;
+        return h->running;
+}
+
+int host_acquire(Host *h, size_t i, HostWaiter *w, HostReadyFn ready, const char *model, HostRefusal *ret) {
+        assert(i < h->n_engines);
+
+        if (h->bus_down) {
+                ret->status = 503;
+                snprintf(ret->message, sizeof(ret->message),
+                         "host '%s' is down: %s; modelgate keeps trying it, retry in 30 s", h->conf->name,
+                         strna(h->down_reason));
+                return -1;
+        }
+        *w = (HostWaiter){.host = h, .engine = (ssize_t)i, .model = model, .ready = ready};
+        if (h->phase == PHASE_NONE && h->running == (ssize_t)i && h->engine_up) {
+                w->in_flight = true;
+                h->n_in_flight++;
+                return 0;
+        }
+        w->queued = true;
+        LIST_APPEND(waiters, h->waiters, w);
+        h->n_waiting++;
+        host_schedule_later(h);
+        return 1;
+}
+
+void host_release(HostWaiter *w) {
+        Host *h = w->host;
+
+        if (!h)
+                return;
+        if (w->in_flight) {
+                assert(h->n_in_flight > 0);
+                h->n_in_flight--;
+        } else if (w->queued) {
+                LIST_REMOVE(waiters, h->waiters, w);
+                h->n_waiting--;
+        }
+        w->in_flight = w->queued = false;
+        w->host = NULL;
+        host_schedule_later(h);
+}
+
+void host_report_http(Host *h, const char *reason) {
+        bool down = reason != NULL;
+
+        if (down == h->http_down)
+                return;
+        h->http_down = down;
+        if (down && !h->bus_down) {
+                free(h->down_reason);
+                h->down_reason = strdup(reason);
+        }
+        host_update_state(h);
+}

@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/* A Host at run time: its bus, its engines and which one runs, the requests
+ * in flight and the requests waiting for an engine, and the switch in
+ * progress. The switch *mechanics* live here (busy checks, StopUnit,
+ * StartUnit, the unit's real outcome, /health); *when* to switch is decided
+ * by host_schedule(), a deliberately small policy (switch when nothing is in
+ * flight) that the scheduler replaces. */
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "modelgated/conf.h"
+#include "shared/list.h"
+#include "shared/time-util.h"
+
+typedef struct Manager Manager;
+typedef struct Host Host;
+typedef struct HostBus HostBus;
+typedef struct HostWaiter HostWaiter;
+
+typedef enum HostState {
+        HOST_DOWN,      /* bus unreachable, or the engine's URL fails while its unit is active */
+        HOST_IDLE,      /* bus up, no engine running */
+        HOST_STARTING,  /* an engine is starting (no engine was running) */
+        HOST_SERVING,   /* an engine is up */
+        HOST_SWITCHING, /* one engine is stopping for another */
+        HOST_BUSY,      /* the last switch was refused: the GPU is someone else's */
+        _HOST_STATE_MAX,
+} HostState;
+
+const char *host_state_to_string(HostState s);
+
+/* The outcome for a waiting request: status 0 means "go, the engine is up"; otherwise an HTTP status
+ * (423, 502, 503) and a message for the client. */
+typedef void (*HostReadyFn)(HostWaiter *w, int status, const char *message);
+
+struct HostWaiter {
+        Host *host;
+        ssize_t engine; /* index into the host's engines */
+        const char *model;
+        bool queued, in_flight;
+        HostReadyFn ready;
+        LIST_FIELDS(HostWaiter, waiters);
+};
+
+typedef struct HostEngine {
+        const EngineConf *conf;
+        const HttpUrl *url; /* the engine's, else the host's */
+} HostEngine;
+
+typedef struct HostRefusal {
+        int status;
+        char message[512];
+        const char *extra_headers;
+} HostRefusal;
+
+Host *host_new(Manager *m, const HostConf *conf);
+Host *host_free(Host *h);
+/* Connects the bus of a host that has engines. */
+void host_start(Host *h);
+
+const HostConf *host_conf(const Host *h);
+HostState host_state(const Host *h);
+bool host_has_engines(const Host *h);
+size_t host_n_engines(const Host *h);
+const HostEngine *host_engine(const Host *h, size_t i);
+/* The engine for 'key' (Models= globs), else the running one; -1 when neither. */
+ssize_t host_find_engine(const Host *h, const char *key);
+char *const *host_warnings(const Host *h);
+
+/* Asks for engine i. 0: go now (counted in flight until host_release); 1: queued, w->ready is called
+ * later; -1: refused now, *ret says why. */
+int host_acquire(Host *h, size_t i, HostWaiter *w, HostReadyFn ready, const char *model, HostRefusal *ret);
+/* The request is done or its client has gone; safe to call twice or on a waiter never used. */
+void host_release(HostWaiter *w);
+
+/* An HTTP exchange with the host failed at the network level (reason) or succeeded (NULL). */
+void host_report_http(Host *h, const char *reason);
