@@ -47,6 +47,14 @@ extern size_t tests_n;
                         FAIL("%s == %s: %lld != %lld", #a, #b, _a, _b);                                     \
         } while (0)
 #define ASSERT_OK(a) ASSERT_EQ(a, 0)
+#define ASSERT_NULL(x)                                                                                      \
+        do {                                                                                                \
+                __typeof__(x) _x = (x);                                                                     \
+                if (_x) {                                                                                   \
+                        free(_x);                                                                           \
+                        FAIL("expected NULL: %s", #x);                                                      \
+                }                                                                                           \
+        } while (0)
 #define ASSERT_STREQ(a, b)                                                                                  \
         do {                                                                                                \
                 const char *_a = (a), *_b = (b);                                                            \

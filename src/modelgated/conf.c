@@ -18,6 +18,7 @@
 #include "modelgated/conf.h"
 #include "shared/log.h"
 #include "shared/parse-util.h"
+#include "shared/strv.h"
 
 typedef enum SectionKind {
         SECTION_PROXY,
@@ -660,6 +661,17 @@ int config_verify(Config *c) {
                                                         : BUS_SSH;
                 if (!h->ssh_command && !(h->ssh_command = strdup("ssh")))
                         return log_oom();
+                if (h->bus_kind == BUS_SSH) {
+                        _cleanup_strv_free_ char **argv = NULL;
+                        if (host_conf_ssh_argv(h, &argv) < 0)
+                                r = log_error_errno(
+                                        EINVAL,
+                                        "%s:%u: [Host] '%s': cannot make an ssh command from "
+                                        "Bus='%s', SSHCommand='%s' and BusPath='%s' (a bad port, "
+                                        "an open quote, or a ' in BusPath=)",
+                                        h->file, h->line, h->name, h->bus, h->ssh_command,
+                                        strna(h->bus_path));
+                }
                 for (size_t j = 0; j < i; j++)
                         /* a host name that is a prefix of another is fine: the longest match wins */
                         if (strcasecmp(c->hosts[j].name, h->name) == 0 && !streq(c->hosts[j].name, h->name))
@@ -758,8 +770,16 @@ void config_dump(const Config *c, FILE *f) {
                 const HostConf *h = &c->hosts[i];
                 fprintf(f, "\n[Host]\nName=%s\nURL=%s\nBus=%s\n", h->name, strna(h->url.text),
                         strna(h->bus));
-                if (h->bus_kind == BUS_SSH)
+                if (h->bus_kind == BUS_SSH) {
+                        _cleanup_strv_free_ char **argv = NULL;
                         fprintf(f, "SSHCommand=%s\n", strna(h->ssh_command));
+                        if (host_conf_ssh_argv(h, &argv) >= 0) {
+                                fputs("# the bus runs:", f);
+                                STRV_FOREACH(a, argv)
+                                        fprintf(f, strpbrk(*a, " \t\"") ? " '%s'" : " %s", *a);
+                                fputc('\n', f);
+                        }
+                }
                 if (h->bus_path)
                         fprintf(f, "BusPath=%s\n", h->bus_path);
                 dump_strv(f, "BusyUnits", h->busy_units);
@@ -775,4 +795,64 @@ void config_dump(const Config *c, FILE *f) {
                 if (e->url.text)
                         fprintf(f, "URL=%s\n", e->url.text);
         }
+}
+
+int host_conf_ssh_argv(const HostConf *h, char ***ret) {
+        _cleanup_strv_free_ char **argv = NULL;
+        _cleanup_free_ char *target = NULL, *port = NULL, *bus_path = NULL;
+        const char *spec = h->bus + 4, *at = strrchr(spec, '@'), *hostpart = at ? at + 1 : spec;
+        int r;
+
+        r = strv_split_words(h->ssh_command ?: "ssh", &argv);
+        if (r < 0)
+                return r;
+        if (!argv[0])
+                return -EINVAL;
+
+        if (hostpart[0] == '[') {
+                const char *close = strchr(hostpart, ']');
+                if (!close || close == hostpart + 1 || (close[1] && close[1] != ':'))
+                        return -EINVAL;
+                if (asprintf(&target, "%.*s%.*s", at ? (int)(at - spec + 1) : 0, spec,
+                             (int)(close - hostpart - 1), hostpart + 1) < 0)
+                        return -ENOMEM;
+                if (close[1] == ':' && !(port = strdup(close + 2)))
+                        return -ENOMEM;
+        } else {
+                const char *colon = strchr(hostpart, ':');
+                if (colon && strchr(colon + 1, ':'))
+                        colon = NULL; /* a bare IPv6 address */
+                if (asprintf(&target, "%.*s", colon ? (int)(colon - spec) : (int)strlen(spec), spec) < 0)
+                        return -ENOMEM;
+                if (colon && !(port = strdup(colon + 1)))
+                        return -ENOMEM;
+        }
+        if (port && (!*port || strspn(port, "0123456789") != strlen(port)))
+                return -EINVAL;
+
+        if (h->bus_path) {
+                if (strchr(h->bus_path, '\''))
+                        return -EINVAL;
+                /* quoted for the remote shell, which runs the command ssh sends */
+                if (asprintf(&bus_path, "--bus-path='%s'", h->bus_path) < 0)
+                        return -ENOMEM;
+        } else if (!(bus_path = strdup("--bus-path=unix:path=/run/user/$(id -u)/bus")))
+                return -ENOMEM;
+
+        const char *opts[] = {"-xT", "-oBatchMode=yes", "-oConnectTimeout=10", "-oServerAliveInterval=15",
+                              "-oServerAliveCountMax=3"};
+        for (size_t i = 0; i < ELEMENTSOF(opts); i++)
+                if (strv_extend(&argv, opts[i]) < 0)
+                        return -ENOMEM;
+        if (port && (strv_extend(&argv, "-p") < 0 || strv_extend(&argv, port) < 0))
+                return -ENOMEM;
+        /* "--": a host string can never be read as an ssh option; the bridge logs to ssh's stderr, which
+         * is ours, instead of the remote journal */
+        if (strv_extend(&argv, "--") < 0 || strv_extend(&argv, target) < 0 ||
+            strv_extend(&argv, "SYSTEMD_LOG_TARGET=console") < 0 ||
+            strv_extend(&argv, "systemd-stdio-bridge") < 0 || strv_push(&argv, bus_path) < 0)
+                return -ENOMEM;
+        bus_path = NULL;
+        *ret = TAKE_PTR(argv);
+        return 0;
 }

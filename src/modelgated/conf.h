@@ -95,6 +95,11 @@ void config_dump(const Config *c, FILE *f);
 
 const HostConf *config_find_host(const Config *c, const char *name);
 
+/* The command a Bus=ssh:… host's bus runs (SPEC §6): SSHCommand= split into words, ssh's options, the
+ * target, and systemd-stdio-bridge with BusPath= (quoted for the remote shell) or the remote user's own
+ * bus (expanded by it). -EINVAL when SSHCommand=, the target or BusPath= cannot make one. */
+int host_conf_ssh_argv(const HostConf *h, char ***ret);
+
 int http_url_parse(const char *s, HttpUrl *ret);
 void http_url_done(HttpUrl *u);
 bool host_name_is_valid(const char *s);

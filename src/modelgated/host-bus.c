@@ -368,66 +368,6 @@ static char *address_escape(const char *s) {
         return r;
 }
 
-int host_bus_ssh_argv(const HostConf *h, char ***ret) {
-        _cleanup_strv_free_ char **argv = NULL;
-        _cleanup_free_ char *target = NULL, *port = NULL, *bus_path = NULL;
-        const char *spec = h->bus + 4, *at = strrchr(spec, '@'), *hostpart = at ? at + 1 : spec;
-        int r;
-
-        r = strv_split_words(h->ssh_command ?: "ssh", &argv);
-        if (r < 0)
-                return r;
-        if (!argv[0])
-                return -EINVAL;
-
-        if (hostpart[0] == '[') {
-                const char *close = strchr(hostpart, ']');
-                if (!close || close == hostpart + 1 || (close[1] && close[1] != ':'))
-                        return -EINVAL;
-                if (asprintf(&target, "%.*s%.*s", at ? (int)(at - spec + 1) : 0, spec,
-                             (int)(close - hostpart - 1), hostpart + 1) < 0)
-                        return -ENOMEM;
-                if (close[1] == ':' && !(port = strdup(close + 2)))
-                        return -ENOMEM;
-        } else {
-                const char *colon = strchr(hostpart, ':');
-                if (colon && strchr(colon + 1, ':'))
-                        colon = NULL; /* a bare IPv6 address */
-                if (asprintf(&target, "%.*s", colon ? (int)(colon - spec) : (int)strlen(spec), spec) < 0)
-                        return -ENOMEM;
-                if (colon && !(port = strdup(colon + 1)))
-                        return -ENOMEM;
-        }
-        if (port && (!*port || strspn(port, "0123456789") != strlen(port)))
-                return -EINVAL;
-
-        if (h->bus_path) {
-                if (strchr(h->bus_path, '\''))
-                        return -EINVAL;
-                /* quoted for the remote shell, which runs the command ssh sends */
-                if (asprintf(&bus_path, "--bus-path='%s'", h->bus_path) < 0)
-                        return -ENOMEM;
-        } else if (!(bus_path = strdup("--bus-path=unix:path=/run/user/$(id -u)/bus")))
-                return -ENOMEM;
-
-        const char *opts[] = {"-xT", "-oBatchMode=yes", "-oConnectTimeout=10", "-oServerAliveInterval=15",
-                              "-oServerAliveCountMax=3"};
-        for (size_t i = 0; i < ELEMENTSOF(opts); i++)
-                if (strv_extend(&argv, opts[i]) < 0)
-                        return -ENOMEM;
-        if (port && (strv_extend(&argv, "-p") < 0 || strv_extend(&argv, port) < 0))
-                return -ENOMEM;
-        /* "--": a host string can never be read as an ssh option; the bridge logs to ssh's stderr, which
-         * is ours, instead of the remote journal */
-        if (strv_extend(&argv, "--") < 0 || strv_extend(&argv, target) < 0 ||
-            strv_extend(&argv, "SYSTEMD_LOG_TARGET=console") < 0 ||
-            strv_extend(&argv, "systemd-stdio-bridge") < 0 || strv_push(&argv, bus_path) < 0)
-                return -ENOMEM;
-        bus_path = NULL;
-        *ret = TAKE_PTR(argv);
-        return 0;
-}
-
 static int bus_setup_address(HostBus *b, char **ret_reason) {
         int r;
 
@@ -453,7 +393,7 @@ static int bus_setup_address(HostBus *b, char **ret_reason) {
                                                           ?: "unix:path=/run/dbus/system_bus_socket");
         case BUS_SSH: {
                 _cleanup_strv_free_ char **argv = NULL;
-                r = host_bus_ssh_argv(b->host, &argv);
+                r = host_conf_ssh_argv(b->host, &argv);
                 if (r < 0)
                         return r;
                 return sd_bus_set_exec(b->bus, argv[0], argv);

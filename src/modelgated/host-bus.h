@@ -71,5 +71,3 @@ int host_bus_list_active(HostBus *b, char **patterns, HostBusDone cb, void *user
 void host_bus_forget(HostBus *b, void *userdata);
 
 bool unit_info_is_running(const UnitInfo *u);
-/* The remote command line for an ssh bus, as run (for --check-config and tests). */
-int host_bus_ssh_argv(const HostConf *h, char ***ret);

@@ -48,7 +48,7 @@ struct Host {
         bool bus_down;
         char *down_reason;
         bool http_down;
-        bool logged_down;
+        int logged_down; /* -1: nothing logged yet, so the first outcome is */
 
         ssize_t running; /* the engine whose unit runs, -1 for none */
         bool engine_up;  /* and whose /health answered 200 */
@@ -115,10 +115,12 @@ static void host_update_state(Host *h) {
         h->state = s;
 
         /* SPEC §6: going down and coming back are logged once each, with the reason */
-        bool down = h->bus_down || h->http_down;
-        if (down && !h->logged_down)
+        int down = h->bus_down || h->http_down;
+        if (h->bus && h->bus_down && streq_ptr(h->down_reason, "connecting"))
+                return; /* the first connection is not an outcome yet */
+        if (down && h->logged_down != 1)
                 log_warning("host %s down: %s", h->conf->name, h->down_reason ?: "unreachable");
-        else if (!down && h->logged_down)
+        else if (!down && h->logged_down != 0)
                 log_notice("host %s up", h->conf->name);
         h->logged_down = down;
 }
@@ -645,12 +647,11 @@ static void unit_changed(HostBus *b, size_t i, void *userdata) {
         if (!unit_info_is_running(u)) {
                 if ((ssize_t)i != h->running || h->phase == PHASE_STOPPING || h->phase == PHASE_GIVING_UP)
                         return;
-                snprintf(what, sizeof(what), "stopped (state: %s, result: %s)", strna(u->active_state),
-                         strna(u->result));
+                snprintf(what, sizeof(what), "stopped%s (state: %s, result: %s)",
+                         h->engine_up ? " on its own" : "", strna(u->active_state), strna(u->result));
                 if (h->phase == PHASE_HEALTH && h->target == (ssize_t)i)
                         return switch_fail_engine(h, what);
-                log_warning("host %s: engine %s %s%s", h->conf->name, engine_name(h, (ssize_t)i), what,
-                            h->engine_up ? " on its own" : "");
+                log_warning("host %s: engine %s %s", h->conf->name, engine_name(h, (ssize_t)i), what);
                 h->running = -1;
                 h->engine_up = false;
                 host_update_state(h);
@@ -717,7 +718,7 @@ Host *host_new(Manager *m, const HostConf *conf) {
                         goto fail;
                 /* until the bus says otherwise: requests must not be sent to an engine nobody started */
                 h->bus_down = true;
-                h->logged_down = true;
+                h->logged_down = -1;
                 h->down_reason = strdup("connecting");
                 h->state = HOST_DOWN;
         }

@@ -72,7 +72,7 @@ class Double:
 
 
 class Gate:
-    def __init__(self, tmp, config, extra_args=()):
+    def __init__(self, tmp, config, extra_args=(), env=None):
         self.port = free_port()
         self.conf = os.path.join(tmp, "modelgate-%d.conf" % id(self))
         with open(self.conf, "w") as f:
@@ -80,7 +80,7 @@ class Gate:
         self.logpath = os.path.join(tmp, "modelgated-%d.log" % id(self))
         self.log = open(self.logpath, "w")
         self.proc = subprocess.Popen([MODELGATED, "--config=" + self.conf] + list(extra_args),
-                                     stdout=self.log, stderr=self.log)
+                                     stdout=self.log, stderr=self.log, env=env)
         wait_for(self.ready, what="modelgated to answer /health")
 
     def ready(self):
@@ -100,6 +100,16 @@ class Gate:
 
     def sock(self):
         return socket.create_connection(("127.0.0.1", self.port), timeout=30)
+
+    def wait_log(self, text, timeout=30, count=1):
+        """waits until the log has count lines containing text; returns the last of them"""
+        def find():
+            found = [line for line in self.logtext().splitlines() if text in line]
+            return found[count - 1] if len(found) >= count else None
+        try:
+            return wait_for(find, timeout, what="log line %r" % text)
+        except AssertionError as e:
+            raise AssertionError("%s; the log:\n%s" % (e, self.logtext())) from None
 
     def logtext(self):
         self.log.flush()
@@ -150,8 +160,8 @@ def make_double(tmp):
 def make_gate(tmp):
     made = []
 
-    def make(config, extra_args=()):
-        g = Gate(tmp, config, extra_args)
+    def make(config, extra_args=(), env=None):
+        g = Gate(tmp, config, extra_args, env)
         made.append(g)
         return g
     yield make

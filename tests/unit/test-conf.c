@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include "modelgated/conf.h"
+#include "shared/strv.h"
 #include "shared/time-util.h"
 #include "tests.h"
 
@@ -112,6 +113,46 @@ TEST(timespans) {
         char buf[FORMAT_TIMESPAN_MAX];
         ASSERT_STREQ(format_timespan(buf, sizeof(buf), 90 * USEC_PER_MINUTE), "1h 30min");
         ASSERT_STREQ(format_timespan(buf, sizeof(buf), 15 * USEC_PER_MINUTE), "15min");
+}
+
+static char *ssh_line(const char *bus, const char *command, const char *bus_path) {
+        HostConf h = {.bus = (char *)bus, .ssh_command = (char *)command, .bus_path = (char *)bus_path};
+        char **argv = NULL;
+        char *j;
+
+        if (host_conf_ssh_argv(&h, &argv) < 0)
+                return NULL;
+        j = strv_join(argv, "|");
+        strv_free(argv);
+        return j;
+}
+
+TEST(ssh_command_lines) {
+        char *s;
+
+        /* SPEC §6: the options, "--" before the target, the bridge with an explicit bus path */
+        s = ssh_line("ssh:gpu@a9", "ssh", NULL);
+        ASSERT_STREQ(s, "ssh|-xT|-oBatchMode=yes|-oConnectTimeout=10|-oServerAliveInterval=15|"
+                        "-oServerAliveCountMax=3|--|gpu@a9|SYSTEMD_LOG_TARGET=console|systemd-stdio-bridge|"
+                        "--bus-path=unix:path=/run/user/$(id -u)/bus");
+        free(s);
+        s = ssh_line("ssh:a9:2222", "ssh -F '/etc/modelgate/ssh config' -i \"k\"", "unix:path=/b/bus");
+        ASSERT_STREQ(s, "ssh|-F|/etc/modelgate/ssh config|-i|k|-xT|-oBatchMode=yes|-oConnectTimeout=10|"
+                        "-oServerAliveInterval=15|-oServerAliveCountMax=3|-p|2222|--|a9|"
+                        "SYSTEMD_LOG_TARGET=console|systemd-stdio-bridge|--bus-path='unix:path=/b/bus'");
+        free(s);
+        s = ssh_line("ssh:u@[fd00::1]:22", "ssh", NULL);
+        ASSERT_TRUE(s && strstr(s, "|-p|22|--|u@fd00::1|"));
+        free(s);
+        s = ssh_line("ssh:fd00::1", "ssh", NULL); /* a bare IPv6 address has no port */
+        ASSERT_TRUE(s && strstr(s, "|--|fd00::1|"));
+        free(s);
+        ASSERT_NULL(ssh_line("ssh:a9:", "ssh", NULL));
+        ASSERT_NULL(ssh_line("ssh:a9:22x", "ssh", NULL));
+        ASSERT_NULL(ssh_line("ssh:[::1", "ssh", NULL));
+        ASSERT_NULL(ssh_line("ssh:a9", "ssh 'open", NULL));
+        ASSERT_NULL(ssh_line("ssh:a9", "", NULL));
+        ASSERT_NULL(ssh_line("ssh:a9", "ssh", "unix:path=/it's"));
 }
 
 TESTS_MAIN

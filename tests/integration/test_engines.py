@@ -1,0 +1,326 @@
+"""Engines as systemd user units in boxed managers: started, switched, refused, failed, crashed, and
+reached through ssh and systemd-stdio-bridge (SPEC §5 mechanics and rules 7, 8, 10; §6)."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from boxes import Box, Sshd, box_skip_reason, children, engine_unit
+from conftest import DOUBLE, PYTHON, Double, free_port, post, read_sse, wait_for
+
+CHAT = "/v1/chat/completions"
+
+pytestmark = pytest.mark.skipif(box_skip_reason() is not None, reason=str(box_skip_reason()))
+
+
+def chat(model, content="hi", stream=False):
+    return {"model": model, "stream": stream, "messages": [{"role": "user", "content": content}]}
+
+
+@pytest.fixture
+def make_box():
+    made = []
+
+    def make():
+        b = Box()
+        made.append(b)
+        return b
+    yield make
+    for b in made:
+        b.stop()
+
+
+@pytest.fixture
+def box(make_box):
+    return make_box()
+
+
+@pytest.fixture
+def sshd(tmp):
+    s = Sshd(tmp)
+    yield s
+    s.stop()
+
+
+def two_engines(box, port, startup_delay=0.0, extra=""):
+    """engines 'mainline' (serves laguna-*) and 'fork' (flint-*) on one port, conflicting both ways"""
+    args = "--startup-delay %g" % startup_delay
+    box.add_unit("llama-mainline.service", engine_unit("mainline", port, "laguna-xs", ["llama-fork.service"],
+                                                       double_args=args))
+    box.add_unit("llama-fork.service", engine_unit("fork", port, "flint-40b", ["llama-mainline.service"],
+                                                   double_args=args))
+    box.reload()
+    return """
+[Engine]
+Host=%(host)s
+Name=mainline
+Unit=llama-mainline.service
+Models=laguna-*
+StartTimeoutSec=30s
+%(extra)s
+[Engine]
+Host=%(host)s
+Name=fork
+Unit=llama-fork.service
+Models=flint-*
+StartTimeoutSec=30s
+%(extra)s
+"""
+
+
+def local_host(name, port, extra=""):
+    return "[Host]\nName=%s\nURL=http://127.0.0.1:%d\nBus=local\n%s" % (name, port, extra)
+
+
+def engines_conf(box, host, port, **kw):
+    return two_engines(box, port, **kw) % {"host": host, "extra": ""}
+
+
+def gate_env(box):
+    return dict(os.environ, DBUS_SESSION_BUS_ADDRESS="unix:path=" + box.bus)
+
+
+def test_request_for_stopped_engine_starts_it_and_waits_for_health(box, make_gate):
+    port = free_port()
+    g = make_gate(local_host("3090", port) + engines_conf(box, "3090", port, startup_delay=3),
+                  env=gate_env(box))
+    g.wait_log("host 3090 up")
+    assert box.active_state("llama-mainline.service") == "inactive"
+    c = g.conn(timeout=60)
+    t0 = time.monotonic()
+    r = post(c, CHAT, chat("3090-laguna-xs"))
+    body = r.read()
+    took = time.monotonic() - t0
+    # the double answers 503 "Loading model" to everything for 3 s: a request sent early would show it
+    assert r.status == 200, body
+    assert r.getheader("X-Double") == "mainline"
+    assert json.loads(body)["model"] == "laguna-xs"
+    assert took >= 3.0
+    assert box.active_state("llama-mainline.service") == "active"
+    assert "host 3090: switching to engine mainline for 3090-laguna-xs" in g.logtext()
+    assert "host 3090: engine mainline up after" in g.logtext()
+
+
+def test_other_engine_of_the_host_replaces_the_running_one(box, make_gate):
+    port = free_port()
+    g = make_gate(local_host("3090", port) + engines_conf(box, "3090", port), env=gate_env(box))
+    g.wait_log("host 3090 up")
+    c = g.conn(timeout=60)
+    for model, engine, unit, other in (("3090-laguna-xs", "mainline", "llama-mainline.service", "llama-fork.service"),
+                                       ("3090-flint-40b", "fork", "llama-fork.service", "llama-mainline.service"),
+                                       ("3090-laguna-xs", "mainline", "llama-mainline.service", "llama-fork.service")):
+        r = post(c, CHAT, chat(model))
+        assert r.status == 200, r.read()
+        assert r.getheader("X-Double") == engine
+        r.read()
+        assert box.active_state(unit) == "active"
+        assert box.active_state(other) == "inactive"
+    assert g.logtext().count("switching to engine") == 3
+
+
+def test_running_engine_is_adopted_at_start(box, make_gate):
+    port = free_port()
+    conf = local_host("3090", port) + engines_conf(box, "3090", port)
+    box.systemctl("start", "llama-fork.service")
+    g = make_gate(conf, env=gate_env(box))
+    g.wait_log("host 3090: engine fork adopted")
+    r = post(g.conn(), CHAT, chat("3090-flint-40b"))
+    assert r.status == 200 and r.getheader("X-Double") == "fork"
+    assert "switching to engine" not in g.logtext()
+
+
+def test_engine_killed_mid_stream_ends_the_answer_and_starts_again(box, make_gate):
+    port = free_port()
+    g = make_gate(local_host("3090", port) + engines_conf(box, "3090", port), env=gate_env(box))
+    g.wait_log("host 3090 up")
+    c = g.conn(timeout=30)
+    r = post(c, CHAT, chat("3090-laguna-xs", "[[tokens:100000]]", stream=True))
+    assert r.status == 200
+    wait_for(lambda: r.readline().startswith(b"data: "), what="the first token")
+    box.systemctl("kill", "--signal=KILL", "llama-mainline.service")
+    killed = time.monotonic()
+    lines = read_sse(r)
+    assert lines[-1][0] - killed < 5, "the answer did not end promptly"
+    errors = [l for _, l in lines if l.startswith('data: {"error"')]
+    assert errors and "stopped the stream before it ended" in errors[0]
+    assert not any("[DONE]" in l for _, l in lines)
+    g.wait_log("host 3090: engine mainline stopped on its own")
+    c = g.conn(timeout=60)
+    r = post(c, CHAT, chat("3090-laguna-xs"))
+    assert r.status == 200 and r.getheader("X-Double") == "mainline"
+    assert box.active_state("llama-mainline.service") == "active"
+
+
+def test_busy_unit_foreign_server_and_exec_condition_refuse_with_423(box, make_gate, tmp):
+    port = free_port()
+    owner = os.path.join(tmp, "gpu-owner")
+    box.add_unit("gpu-bench.service", "[Service]\nType=exec\nExecStart=/bin/sleep 1000\n")
+    conf = local_host("3090", port, "BusyUnits=gpu-bench.service bench-*.service\n") + engines_conf(box, "3090", port)
+    # a third engine whose ExecCondition= refuses while the owner file names someone else
+    box.add_unit("llama-guarded.service", engine_unit(
+        "guarded", port, "qwen3-8b", ["llama-mainline.service", "llama-fork.service"],
+        extra_service="ExecCondition=/bin/sh -c '! test -s %s'\n" % owner))
+    box.reload()
+    conf += "[Engine]\nHost=3090\nName=guarded\nUnit=llama-guarded.service\nModels=qwen3-*\n"
+    box.systemctl("start", "gpu-bench.service")
+    g = make_gate(conf, env=gate_env(box))
+    g.wait_log("host 3090 up")
+    c = g.conn()
+
+    def refused(model, reason):
+        r = post(c, CHAT, chat(model))
+        body = r.read()
+        assert r.status == 423, body
+        assert r.getheader("x-should-retry") == "false"
+        msg = json.loads(body)["error"]["message"]
+        assert reason in msg, msg
+        for word in ("timeout", "overloaded", "503", "server error", "rate limit"):
+            assert word not in msg.lower()
+        return msg
+
+    refused("3090-laguna-xs", "gpu-bench.service is active")
+    assert "host 3090: GPU busy (gpu-bench.service is active), switch to mainline refused" in g.logtext()
+    assert box.active_state("gpu-bench.service") == "active"
+    box.systemctl("stop", "gpu-bench.service")
+
+    # a server nobody started through an engine unit answers on the engine's port
+    foreign = subprocess.Popen([PYTHON, DOUBLE, "--port", str(port), "--models", "x"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: subprocess.run(["curl", "-sf", "http://127.0.0.1:%d/health" % port],
+                                        capture_output=True).returncode == 0, what="the foreign server")
+        refused("3090-flint-40b", "a server answers on http://127.0.0.1:%d" % port)
+    finally:
+        foreign.kill()
+        foreign.wait()
+
+    open(owner, "w").write("someone else\n")
+    refused("3090-qwen3-8b", "llama-guarded.service refused to start: its ExecCondition= failed")
+    for unit in ("llama-mainline.service", "llama-fork.service", "llama-guarded.service"):
+        assert box.active_state(unit) == "inactive", unit
+    os.unlink(owner)
+    r = post(c, CHAT, chat("3090-qwen3-8b"))
+    assert r.status == 200 and r.getheader("X-Double") == "guarded"
+
+
+def test_engine_that_cannot_start_gets_502_with_the_unit_result(box, make_gate):
+    port = free_port()
+    box.add_unit("llama-broken.service", "[Service]\nType=exec\nExecStart=/bin/sh -c 'exit 3'\n")
+    box.add_unit("llama-missing.service", "[Service]\nType=exec\nExecStart=/nonexistent/llama-server\n")
+    box.reload()
+    conf = local_host("3090", port) + "".join(
+        "[Engine]\nHost=3090\nName=%s\nUnit=llama-%s.service\nModels=%s-*\nStartTimeoutSec=10s\n" % (n, n, n)
+        for n in ("broken", "missing"))
+    g = make_gate(conf, env=gate_env(box))
+    g.wait_log("host 3090 up")
+    c = g.conn()
+    r = post(c, CHAT, chat("3090-broken-1"))
+    body = json.loads(r.read())
+    assert r.status == 502
+    # Type=exec: the exec succeeded, the process then exited 3; the unit says so
+    assert "llama-broken.service" in body["error"]["message"]
+    assert "exit-code" in body["error"]["message"], body
+    r = post(c, CHAT, chat("3090-missing-1"))
+    body = json.loads(r.read())
+    assert r.status == 502
+    assert "llama-missing.service" in body["error"]["message"] and "exit-code" in body["error"]["message"]
+
+
+def test_engine_that_never_gets_healthy_is_stopped_after_start_timeout(box, make_gate):
+    port = free_port()
+    box.add_unit("llama-slow.service", engine_unit("slow", port, "slow-1", double_args="--startup-delay 3600"))
+    box.reload()
+    conf = local_host("3090", port) + "[Engine]\nHost=3090\nName=slow\nUnit=llama-slow.service\nModels=slow-*\n" \
+        "StartTimeoutSec=2s\n"
+    g = make_gate(conf, env=gate_env(box))
+    g.wait_log("host 3090 up")
+    r = post(g.conn(), CHAT, chat("3090-slow-1"))
+    body = json.loads(r.read())
+    assert r.status == 502
+    assert "did not answer /health with 200 within 2s (result: timeout)" in body["error"]["message"]
+    wait_for(lambda: box.active_state("llama-slow.service") == "inactive", what="the engine to be stopped")
+
+
+def test_unit_checks_warn_about_enabled_restarting_and_unconflicted_engines(box, make_gate):
+    port = free_port()
+    box.add_unit("llama-a.service", engine_unit("a", port, "a", ["llama-b.service", "llama-c.service"],
+                                                extra_service="[Install]\nWantedBy=default.target\n"))
+    box.add_unit("llama-b.service", engine_unit("b", port, "b", ["llama-a.service", "llama-c.service"])
+                 .replace("Restart=no", "Restart=always"))
+    box.add_unit("llama-c.service", engine_unit("c", port, "c", ["llama-a.service"]))
+    box.reload()
+    box.enable("llama-a.service")
+    conf = local_host("3090", port) + "".join(
+        "[Engine]\nHost=3090\nName=%s\nUnit=llama-%s.service\nModels=%s\n" % (n, n, n) for n in "abc")
+    g = make_gate(conf, env=gate_env(box))
+    g.wait_log("host 3090 up")
+    log = g.logtext()
+    assert "host 3090: engine unit llama-a.service is enabled;" in log
+    assert "host 3090: engine unit llama-b.service has Restart=always;" in log
+    assert "host 3090: engine unit llama-c.service lacks Conflicts=llama-b.service" in log
+    assert log.count("lacks Conflicts=") == 1
+    assert log.count("is enabled") == 1 and log.count("has Restart=") == 1
+
+
+def remote_conf(box2, sshd, port, bus_path=None):
+    return ("[Host]\nName=a9\nURL=http://127.0.0.1:%d\nBus=ssh:root@127.0.0.1:%d\nSSHCommand=%s\n"
+            "BusPath=unix:path=%s\n" % (port, sshd.port, sshd.ssh_command, bus_path or box2.bus)) + \
+        two_engines(box2, port) % {"host": "a9", "extra": ""}
+
+
+def test_engines_of_a_host_reached_through_ssh(make_box, sshd, make_gate):
+    local, remote = make_box(), make_box()
+    lport, rport = free_port(), free_port()
+    conf = local_host("3090", lport) + engines_conf(local, "3090", lport) + remote_conf(remote, sshd, rport)
+    g = make_gate(conf, env=gate_env(local))
+    g.wait_log("host a9 up")
+    g.wait_log("host 3090 up")
+    c = g.conn(timeout=60)
+    for model, engine in (("a9-laguna-xs", "mainline"), ("a9-flint-40b", "fork"), ("3090-flint-40b", "fork")):
+        r = post(c, CHAT, chat(model))
+        assert r.status == 200, r.read()
+        assert r.getheader("X-Double") == engine
+        r.read()
+    # the remote box's manager runs a9's engine; the local one knows nothing of it
+    assert remote.active_state("llama-fork.service") == "active"
+    assert remote.active_state("llama-mainline.service") == "inactive"
+    assert local.active_state("llama-fork.service") == "active"
+    assert local.active_state("llama-mainline.service") == "inactive"
+    # one ssh child of modelgated, running the bridge with the explicit bus path
+    ssh = [p for p in children(g.proc.pid) if open("/proc/%d/comm" % p).read().strip() == "ssh"]
+    assert len(ssh) == 1
+    argv = open("/proc/%d/cmdline" % ssh[0]).read().split("\0")
+    assert "-oBatchMode=yes" in argv and "systemd-stdio-bridge" in argv
+    assert "--bus-path='unix:path=%s'" % remote.bus in argv
+
+
+def test_killed_ssh_takes_the_host_down_and_it_comes_back(make_box, sshd, make_gate):
+    remote = make_box()
+    rport = free_port()
+    g = make_gate(remote_conf(remote, sshd, rport))
+    g.wait_log("host a9 up")
+    c = g.conn(timeout=60)
+    r = post(c, CHAT, chat("a9-laguna-xs"))
+    assert r.status == 200
+    r.read()
+    # no new ssh session can be made while we look at the down host
+    sshd.stop()
+    ssh = [p for p in children(g.proc.pid) if open("/proc/%d/comm" % p).read().strip() == "ssh"]
+    assert len(ssh) == 1
+    os.kill(ssh[0], signal.SIGKILL)
+    g.wait_log("host a9 down: ssh:")
+    r = post(g.conn(), CHAT, chat("a9-laguna-xs"))
+    body = json.loads(r.read())
+    assert r.status == 503
+    assert r.getheader("Retry-After") == "30"
+    assert "host 'a9' is down" in body["error"]["message"]
+    sshd.start()
+    g.wait_log("host a9 up", timeout=90, count=2)
+    r = post(g.conn(timeout=60), CHAT, chat("a9-laguna-xs"))
+    assert r.status == 200 and r.getheader("X-Double") == "mainline"
+    # the engine kept running on the remote host while the bus was away: adopted, not restarted
+    assert "engine mainline adopted" in g.logtext()
