@@ -3,6 +3,7 @@ reached through ssh and systemd-stdio-bridge (SPEC §5 mechanics and rules 7, 8,
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -324,3 +325,37 @@ def test_killed_ssh_takes_the_host_down_and_it_comes_back(make_box, sshd, make_g
     assert r.status == 200 and r.getheader("X-Double") == "mainline"
     # the engine kept running on the remote host while the bus was away: adopted, not restarted
     assert "engine mainline adopted" in g.logtext()
+
+
+EXAMPLES = os.path.join(os.path.dirname(__file__), "../../units/examples")
+
+
+def test_example_units_pass_the_checks_and_refuse_while_someone_owns_the_gpu(box, make_gate):
+    port = free_port()
+    for name, models in (("mainline", "laguna-xs"), ("fork", "flint-40b"), ("podman", "gemma-3")):
+        text = open(os.path.join(EXAMPLES, "llama-%s.service" % name)).read()
+        # the double stands in for llama-server and podman; everything else is the example as shipped
+        text = re.sub(r"ExecStart=.*?[^\\]\n", "ExecStart=%s %s --port %d --name %s --models %s --loaded %s\n"
+                      % (PYTHON, os.path.abspath(DOUBLE), port, name, models, models), text, flags=re.S)
+        text = re.sub(r"ExecStop=.*\n", "", text)
+        box.add_unit("llama-%s.service" % name, text)
+    box.reload()
+    conf = open(os.path.join(EXAMPLES, "modelgate.conf")).read()
+    conf = conf.replace("URL=http://192.0.2.20:8081", "URL=http://127.0.0.1:%d" % port)
+    conf = conf.replace("Bus=ssh:gpu@192.0.2.20", "Bus=local")
+    g = make_gate(conf, env=gate_env(box))
+    g.wait_log("host 3090 up")
+    assert "engine unit" not in g.logtext(), "the examples should raise no unit warning"
+    c = g.conn(timeout=60)
+    r = post(c, CHAT, chat("3090-gemma-3"))
+    assert r.status == 200 and r.getheader("X-Double") == "podman"
+    r.read()
+    # %t/gpu.owner naming someone else: the next engine refuses to start, and says so as a 423
+    open(os.path.join(box.dir, "xdg", "gpu.owner"), "w").write("alice's training run\n")
+    r = post(c, CHAT, chat("3090-laguna-xs"))
+    assert r.status == 423, r.read()
+    assert "llama-mainline.service refused to start: its ExecCondition= failed" in json.loads(r.read())["error"]["message"]
+    open(os.path.join(box.dir, "xdg", "gpu.owner"), "w").write("modelgate\n")
+    r = post(c, CHAT, chat("3090-laguna-xs"))
+    assert r.status == 200 and r.getheader("X-Double") == "mainline"
+    assert box.active_state("llama-podman.service") == "inactive"
