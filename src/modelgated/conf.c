@@ -776,7 +776,7 @@ void config_dump(const Config *c, FILE *f) {
                         if (host_conf_ssh_argv(h, &argv) >= 0) {
                                 fputs("# the bus runs:", f);
                                 STRV_FOREACH(a, argv)
-                                        fprintf(f, strpbrk(*a, " \t\"") ? " '%s'" : " %s", *a);
+                                fprintf(f, strpbrk(*a, " \t\"") ? " '%s'" : " %s", *a);
                                 fputc('\n', f);
                         }
                 }

@@ -233,16 +233,20 @@ static int setup_reply_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_e
         return 0;
 }
 
+static void bus_lost(HostBus *b, const char *reason);
+
 static int subscribe_reply_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
         HostBus *b = userdata;
         const char *e = message_error(m);
 
         if (e) {
-                /* the bus fails as a whole (Disconnected follows) or the manager refused us */
+                /* a transport that failed (Disconnected follows), or a manager that refused us: either
+                 * way this bus is no use, and a new one is tried after the backoff */
                 b->setup_failed = true;
-                free(b->down_reason);
-                b->down_reason = strdup(e);
                 log_debug("host %s: Subscribe() failed: %s", b->host->name, e);
+                bus_lost(b, sd_bus_message_is_method_error(m, SD_BUS_ERROR_NO_REPLY)
+                                    ? "connection closed before the bus came up"
+                                    : e);
                 return 0;
         }
         b->subscribed = true;
@@ -300,15 +304,17 @@ static void bus_lost(HostBus *b, const char *reason) {
         if (b->close_source && sd_event_source_get_enabled(b->close_source, NULL) > 0)
                 return; /* already going */
         if (b->host->bus_kind == BUS_SSH)
-                asprintf(&why, "ssh: %s%s", reason,
-                         was_up || b->subscribed ? "" : " (ssh's own message is in the log above)");
+                (void)asprintf(&why, "ssh: %s%s", reason,
+                               was_up || b->subscribed ? "" : " (ssh's own message is in modelgated's log)");
         else
-                asprintf(&why, "%s: %s", b->label, reason);
+                (void)asprintf(&why, "%s: %s", b->label, reason);
         b->up = false;
         (void)sd_event_source_set_enabled(b->close_source, SD_EVENT_ONESHOT);
-        fail_ops(b, why ?: reason);
+        /* the owner first: it forgets its own operations and answers its waiters as "host down",
+         * rather than each operation failing on its own */
         if (b->cb.on_down)
                 b->cb.on_down(b, why ?: reason, b->userdata);
+        fail_ops(b, why ?: reason);
 }
 
 static int disconnected_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
@@ -320,7 +326,7 @@ static int disconnected_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_
         else if (b->down_reason)
                 reason = strdup(b->down_reason);
         else
-                reason = strdup("cannot connect");
+                reason = strdup("connection closed before the bus came up");
         bus_lost(b, reason ?: "bus connection lost");
         return 0;
 }

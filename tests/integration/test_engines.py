@@ -277,10 +277,16 @@ def test_engines_of_a_host_reached_through_ssh(make_box, sshd, make_gate):
     local, remote = make_box(), make_box()
     lport, rport = free_port(), free_port()
     conf = local_host("3090", lport) + engines_conf(local, "3090", lport) + remote_conf(remote, sshd, rport)
+    # a host whose ssh cannot connect at all: it is down, and nobody else waits for it
+    conf += "[Host]\nName=gone\nURL=http://127.0.0.1:%d\nBus=ssh:root@127.0.0.1:%d\nSSHCommand=%s\n" \
+        "[Engine]\nHost=gone\nName=x\nUnit=x.service\nModels=*\n" % (free_port(), free_port(), sshd.ssh_command)
     g = make_gate(conf, env=gate_env(local))
     g.wait_log("host a9 up")
     g.wait_log("host 3090 up")
+    g.wait_log("host gone down: ssh: connection closed before the bus came up")
     c = g.conn(timeout=60)
+    r = post(c, CHAT, chat("gone-x"))
+    assert r.status == 503 and "host 'gone' is down: ssh:" in json.loads(r.read())["error"]["message"]
     for model, engine in (("a9-laguna-xs", "mainline"), ("a9-flint-40b", "fork"), ("3090-flint-40b", "fork")):
         r = post(c, CHAT, chat(model))
         assert r.status == 200, r.read()
