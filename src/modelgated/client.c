@@ -65,6 +65,7 @@ struct Client {
         const HostConf *host;
         ApiKind api;
         bool head;
+        bool streaming; /* "stream": true in the body */
         bool http10;
         bool response_complete;
         int status;
@@ -93,7 +94,7 @@ static void request_reset(Client *c) {
         c->model = mfree(c->model);
         c->user_agent = mfree(c->user_agent);
         c->host = NULL;
-        c->head = c->http10 = c->response_complete = c->head_sent = c->chunked = false;
+        c->head = c->http10 = c->response_complete = c->head_sent = c->chunked = c->streaming = false;
         c->status = 0;
         c->bytes = 0;
         c->mode = MODE_PASS;
@@ -616,7 +617,7 @@ static void client_dispatch(Client *c) {
         }
 
         if (body_len > 0) {
-                k = json_find_model(body, body_len, &span, &model);
+                k = json_find_model(body, body_len, &span, &model, &c->streaming);
                 if (k == 0)
                         in_body = true;
                 else if (k == -EBADMSG)

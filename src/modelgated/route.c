@@ -143,12 +143,12 @@ static bool key_is_model(const char *b, const char *e, bool escaped) {
         return r;
 }
 
-int json_find_model(const char *body, size_t n, Span *ret_span, char **ret_model) {
+int json_find_model(const char *body, size_t n, Span *ret_span, char **ret_model, bool *ret_stream) {
         Scanner s = {body, body + n};
         char stack[JSON_MAX_DEPTH]; /* '{' or '[' */
         unsigned depth = 0;
         const char *vb = NULL, *ve = NULL;
-        bool capture = false, capturing = false, duplicate = false;
+        bool capture = false, capturing = false, duplicate = false, stream = false, stream_key = false;
         int r;
 
         skip_ws(&s);
@@ -198,10 +198,16 @@ object_key : {
                         duplicate = true;
                 capture = true;
         }
+        /* "stream": true (the last one wins, as in most parsers); validated with the rest */
+        stream_key = depth == 1 && !escaped && s.p - kb == 8 && memcmp(kb, "\"stream\"", 8) == 0;
         skip_ws(&s);
         if (s.p >= s.end || *s.p != ':')
                 return -EBADMSG;
         s.p++;
+        if (stream_key) {
+                skip_ws(&s);
+                stream = s.end - s.p >= 4 && memcmp(s.p, "true", 4) == 0;
+        }
         goto value;
 }
 
@@ -233,6 +239,8 @@ after_value:
         return -EBADMSG;
 
 done:
+        if (ret_stream)
+                *ret_stream = stream;
         if (duplicate)
                 return -ENOTUNIQ;
         if (!vb || !ve)

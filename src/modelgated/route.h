@@ -22,8 +22,9 @@ const EngineConf *route_find_engine(const Config *c, const char *host, const cha
 /* Validates body as JSON (RFC 8259, nesting at most 512 deep) and finds the top-level "model".
  * Returns 0 with *ret_span (the value's bytes, quotes included) and *ret_model (decoded, malloc'ed);
  * -ENOENT: an object without "model"; -EMEDIUMTYPE: "model" is not a string (or holds a NUL);
- * -ENOTUNIQ: "model" appears twice; -EBADMSG: not JSON, or not an object. */
-int json_find_model(const char *body, size_t n, Span *ret_span, char **ret_model);
+ * -ENOTUNIQ: "model" appears twice; -EBADMSG: not JSON, or not an object. On 0, -ENOENT, -EMEDIUMTYPE and
+ * -ENOTUNIQ, *ret_stream (optional) says whether the top-level "stream" is true. */
+int json_find_model(const char *body, size_t n, Span *ret_span, char **ret_model, bool *ret_stream);
 
 /* Encodes s as a JSON string, quotes included. */
 char *json_quote(const char *s);

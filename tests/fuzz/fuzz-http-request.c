@@ -25,7 +25,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 if (r == HTTP_PARSE_DONE) {
                         Span s;
                         char *m = NULL;
-                        if (json_find_model(buffer_peek(&p.req.body), buffer_size(&p.req.body), &s, &m) == 0)
+                        bool stream;
+                        if (json_find_model(buffer_peek(&p.req.body), buffer_size(&p.req.body), &s, &m,
+                                            &stream) == 0)
                                 free(m);
                         if (query_find_model(http_request_url(&p.req), &s, &m) == 0)
                                 free(m);

@@ -5,7 +5,7 @@
 static char *rewrite(const char *body, int *ret) {
         Span span;
         char *model = NULL;
-        *ret = json_find_model(body, strlen(body), &span, &model);
+        *ret = json_find_model(body, strlen(body), &span, &model, NULL);
         if (*ret < 0)
                 return NULL;
         const char *dash = strchr(model, '-');
@@ -103,6 +103,33 @@ TEST(longest_host_prefix) {
         ASSERT_STREQ(route_find_engine(&c, "gpu", "big-laguna")->name, "e1");
         ASSERT_TRUE(route_find_engine(&c, "gpu", "small") == NULL);
         config_done(&c);
+}
+
+TEST(stream_flag) {
+        static const struct {
+                const char *in;
+                bool stream;
+        } cases[] = {
+                {"{\"model\":\"h-k\",\"stream\":true}", true},
+                {"{\"stream\" :  true , \"model\":\"h-k\"}", true},
+                {"{\"model\":\"h-k\",\"stream\":false}", false},
+                {"{\"model\":\"h-k\"}", false},
+                {"{\"model\":\"h-k\",\"o\":{\"stream\":true}}", false},          /* not top-level */
+                {"{\"model\":\"h-k\",\"stream\":\"true\"}", false},              /* a string is not true */
+                {"{\"stream\":true,\"model\":\"h-k\",\"stream\":false}", false}, /* the last wins */
+        };
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                Span span;
+                char *model = NULL;
+                bool stream = !cases[i].stream;
+                ASSERT_OK(json_find_model(cases[i].in, strlen(cases[i].in), &span, &model, &stream));
+                ASSERT_EQ(stream, cases[i].stream);
+                free(model);
+        }
+        bool stream = false;
+        char *model = NULL;
+        Span span;
+        ASSERT_EQ(json_find_model("{\"stream\":truex}", 15, &span, &model, &stream), -EBADMSG);
 }
 
 TESTS_MAIN
