@@ -1,0 +1,106 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/* The switch scheduler of one host: SPEC §5 rules 1–6 and 9 as a pure state
+ * machine. It is told what happens (a request arrives or ends, an engine is
+ * up or down, a switch failed, the host went down) and the time, and it is
+ * asked, one at a time, what to do next (sched_next): release a request,
+ * fail one, start a switch, stop an idle engine, or log a wait or an
+ * abandoned switch. No I/O, no clock of its own: tests drive it with a fake
+ * clock, the host drives it with CLOCK_MONOTONIC.
+ *
+ * Why these rules: coding agents re-send a cut turn at once and forever, so
+ * "switch at once" makes two agents on two engines of one GPU switch it back
+ * and forth without end; with "wait for zero in flight" plus a hold-down plus
+ * "queue behind a pending switch", they take turns. */
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "shared/list.h"
+#include "shared/time-util.h"
+
+typedef struct SchedConfig {
+        usec_t hold_down;   /* HoldDownSec= */
+        usec_t idle_stop;   /* IdleStopSec=, USEC_INFINITY: never */
+        usec_t wait_budget; /* WaitBudgetSec=, USEC_INFINITY: never */
+} SchedConfig;
+
+typedef enum SchedRequestState {
+        SCHED_WAITING,
+        SCHED_IN_FLIGHT,
+        SCHED_FAILED, /* to be answered with fail_status by the next sched_next() */
+} SchedRequestState;
+
+/* Embedded in whatever the caller uses for a request; the caller owns the memory. */
+typedef struct SchedRequest {
+        LIST_FIELDS(struct SchedRequest, requests);
+        size_t engine;
+        usec_t arrived;
+        SchedRequestState state;
+        int fail_status;
+} SchedRequest;
+
+typedef enum SchedActionType {
+        SCHED_NONE,
+        SCHED_GO,      /* req: its engine is up, send it (it is in flight from now) */
+        SCHED_FAIL,    /* req, status: answer it with this error (423, 502, 503, 504); it is forgotten */
+        SCHED_START,   /* engine, req: switch the host to engine (req is its first waiter) */
+        SCHED_STOP,    /* engine, idle_for: stop the idle engine */
+        SCHED_WAIT,    /* engine, req: log that req waits for the running engine before this switch */
+        SCHED_ABANDON, /* engine: the pending switch lost its last waiter before it started */
+} SchedActionType;
+
+typedef struct SchedAction {
+        SchedActionType type;
+        SchedRequest *req;
+        ssize_t engine;
+        int status;
+        usec_t idle_for;
+} SchedAction;
+
+typedef struct Sched {
+        SchedConfig config;
+        size_t n_engines;
+        SchedRequest *requests; /* waiting, in flight and failed, in arrival order */
+        unsigned n_waiting, n_in_flight;
+
+        ssize_t running;     /* the engine that is up, -1 for none */
+        usec_t up_at;        /* when it came up */
+        usec_t last_done;    /* when the last in-flight request ended, for the idle clock */
+        ssize_t starting;    /* a START in progress (or an engine being adopted), -1 for none */
+        bool stopping;       /* a STOP in progress */
+        bool down;           /* the host is down: no switches, no idle stop */
+        ssize_t wait_logged; /* the pending switch whose wait was logged */
+        bool *abandoned;     /* per engine: an ABANDON to report */
+} Sched;
+
+int sched_init(Sched *s, const SchedConfig *config, size_t n_engines);
+void sched_done(Sched *s);
+
+/* A request for engine arrives. true: it may go at once (it is in flight); false: it waits. */
+bool sched_add(Sched *s, usec_t now, SchedRequest *r, size_t engine);
+/* A request ended (answered, or its client went away): in flight, waiting or failed. */
+void sched_remove(Sched *s, usec_t now, SchedRequest *r);
+
+/* The engine a START named (or one found running) is up: its hold-down and idle clock start now. */
+void sched_engine_up(Sched *s, usec_t now, size_t engine);
+/* An engine found running that is not up yet (it is being checked): nothing else starts meanwhile. */
+void sched_engine_starting(Sched *s, size_t engine);
+/* No engine runs any more (it stopped on its own, the idle stop finished, or a failed start). */
+void sched_engine_down(Sched *s, usec_t now);
+/* The START failed: every request waiting for that engine fails with status. still_running: the engine
+ * that kept running (a refusal before anything was stopped), or -1. */
+void sched_switch_failed(Sched *s, usec_t now, int status, ssize_t still_running);
+/* The host is down (every waiting request fails with 503) or back. */
+void sched_host_down(Sched *s, bool down);
+
+/* What to do next. Returns false (and SCHED_NONE) when nothing is to be done now. Each action is
+ * already accounted for: carry it out, then ask again. */
+bool sched_next(Sched *s, usec_t now, SchedAction *ret);
+/* When sched_next() may have something new to say without any event: a budget, the end of a
+ * hold-down, an idle stop. USEC_INFINITY: never. */
+usec_t sched_next_timer(const Sched *s, usec_t now);
+
+/* Requests ahead of r: those in flight, and those waiting that arrived before it. */
+unsigned sched_ahead(const Sched *s, const SchedRequest *r);
