@@ -35,6 +35,7 @@ typedef enum SwitchPhase {
         PHASE_STARTING,
         PHASE_HEALTH,
         PHASE_GIVING_UP, /* stopping an engine that never became healthy */
+        PHASE_IDLE_STOP, /* stopping an engine nobody used for IdleStopSec= */
 } SwitchPhase;
 
 struct Host {
@@ -64,11 +65,11 @@ struct Host {
         int probe_status;
         sd_event_source *deadline, *probe_timer;
 
-        HostWaiter *waiters;
-        unsigned n_in_flight, n_waiting;
-        bool logged_wait;
+        Sched sched;
+        char *fail_message; /* for the requests a failed switch answers */
+        usec_t idle_for;
         char **warnings;
-        sd_event_source *schedule_source;
+        sd_event_source *schedule_source, *sched_timer;
 };
 
 static const char *const host_state_table[_HOST_STATE_MAX] = {
@@ -129,44 +130,6 @@ static void host_schedule_later(Host *h) {
         (void)sd_event_source_set_enabled(h->schedule_source, SD_EVENT_ONESHOT);
 }
 
-/* Answers and removes the waiters for engine i (-1: all). Each callback may release or acquire. */
-static void fail_waiters(Host *h, ssize_t i, int status, const char *message) {
-        for (;;) {
-                HostWaiter *w = NULL;
-                LIST_FOREACH (waiters, x, h->waiters)
-                        if (i < 0 || x->engine == i) {
-                                w = x;
-                                break;
-                        }
-                if (!w)
-                        return;
-                LIST_REMOVE(waiters, h->waiters, w);
-                h->n_waiting--;
-                w->queued = false;
-                w->host = NULL;
-                w->ready(w, status, message);
-        }
-}
-
-static void grant_waiters(Host *h) {
-        for (;;) {
-                HostWaiter *w = NULL;
-                LIST_FOREACH (waiters, x, h->waiters)
-                        if (x->engine == h->running) {
-                                w = x;
-                                break;
-                        }
-                if (!w)
-                        return;
-                LIST_REMOVE(waiters, h->waiters, w);
-                h->n_waiting--;
-                w->queued = false;
-                w->in_flight = true;
-                h->n_in_flight++;
-                w->ready(w, 0, NULL);
-        }
-}
-
 static void switch_reset(Host *h) {
         h->phase = PHASE_NONE;
         h->target = -1;
@@ -181,12 +144,19 @@ static void switch_reset(Host *h) {
 
 /* The switch ends without the engine: everyone waiting for it gets 'status'. */
 static void switch_fail(Host *h, int status, const char *message) {
-        ssize_t target = h->target;
+        /* a refusal before anything was stopped leaves the running engine as it was */
+        ssize_t still = h->engine_up && h->running >= 0 && h->running != h->target ? h->running : -1;
 
         switch_reset(h);
         h->busy = status == 423;
+        free(h->fail_message);
+        h->fail_message = strdup(message);
+        sched_switch_failed(&h->sched, now_usec(CLOCK_MONOTONIC), status, still);
+        if (still < 0) {
+                h->running = -1;
+                h->engine_up = false;
+        }
         host_update_state(h);
-        fail_waiters(h, target, status, message);
         host_schedule_later(h);
 }
 
@@ -227,6 +197,7 @@ static void engine_is_up(Host *h) {
         h->engine_up = true;
         h->busy = false;
         h->up_since = now_usec(CLOCK_MONOTONIC);
+        sched_engine_up(&h->sched, h->up_since, (size_t)h->target);
         switch_reset(h);
         host_update_state(h);
         host_schedule_later(h);
@@ -302,6 +273,7 @@ static void give_up_stopped(HostBus *b, size_t i, const char *result, const char
 
         h->phase = PHASE_NONE;
         h->running = -1;
+        sched_engine_down(&h->sched, now_usec(CLOCK_MONOTONIC));
         host_update_state(h);
         host_schedule_later(h);
 }
@@ -321,6 +293,7 @@ static int deadline_cb(sd_event_source *s, uint64_t usec, void *userdata) {
         if (host_bus_job(h->bus, "StopUnit", (size_t)target, "replace", give_up_stopped, h) >= 0) {
                 h->phase = PHASE_GIVING_UP;
                 h->running = target;
+                sched_engine_stopping(&h->sched);
                 host_update_state(h);
         }
         return 0;
@@ -329,6 +302,8 @@ static int deadline_cb(sd_event_source *s, uint64_t usec, void *userdata) {
 static void phase_health(Host *h, bool adopting) {
         usec_t timeout = h->engines[h->target].conf->start_timeout_usec;
 
+        if (adopting)
+                sched_engine_starting(&h->sched, (size_t)h->target);
         h->phase = PHASE_HEALTH;
         h->adopting = adopting;
         h->running = h->target;
@@ -410,11 +385,7 @@ static void stop_done(HostBus *b, size_t i, const char *result, const char *erro
                 snprintf(msg, sizeof(msg), "could not stop engine unit %s of host '%s' (%s)",
                          engine_unit(h, i), h->conf->name, result ?: error);
                 log_error("host %s: %s", h->conf->name, msg);
-                ssize_t target = h->target;
-                switch_reset(h);
-                host_update_state(h);
-                fail_waiters(h, target, 502, msg);
-                host_schedule_later(h);
+                switch_fail(h, 502, msg);
                 return;
         }
         if ((ssize_t)i == h->running) {
@@ -512,7 +483,6 @@ static void host_begin_switch(Host *h) {
         int r;
 
         h->switch_start = now_usec(CLOCK_MONOTONIC);
-        h->logged_wait = false;
         log_notice("host %s: switching to engine %s for %s", h->conf->name, engine_name(h, h->target),
                    h->for_model ?: "a request");
         h->phase = PHASE_BUSY_CHECK;
@@ -524,36 +494,109 @@ static void host_begin_switch(Host *h) {
                 busy_listed(h->bus, NULL, strerror(-r), h);
 }
 
-/* The policy: the smallest one that never cuts a stream. */
-static int schedule_cb(sd_event_source *s, void *userdata) {
-        Host *h = userdata;
-        HostWaiter *first;
+/* IDLE_STOP */
 
-        if (h->bus_down) {
-                char msg[512];
+static void idle_stopped(HostBus *b, size_t i, const char *result, const char *error, void *userdata) {
+        Host *h = userdata;
+        char t[FORMAT_TIMESPAN_MAX];
+
+        if (result && streq(result, "done"))
+                log_notice("host %s: idle %s, engine %s stopped", h->conf->name,
+                           format_timespan(t, sizeof(t), h->idle_for) ?: "?", engine_name(h, (ssize_t)i));
+        else
+                log_warning("host %s: idle stop of engine %s failed: %s", h->conf->name,
+                            engine_name(h, (ssize_t)i), result ?: strna(error));
+        h->phase = PHASE_NONE;
+        h->running = -1;
+        h->engine_up = false;
+        sched_engine_down(&h->sched, now_usec(CLOCK_MONOTONIC));
+        host_update_state(h);
+        host_schedule_later(h);
+}
+
+static void host_idle_stop(Host *h, ssize_t engine, usec_t idle_for) {
+        h->idle_for = idle_for;
+        h->phase = PHASE_IDLE_STOP;
+        h->target = -1;
+        host_update_state(h);
+        if (host_bus_job(h->bus, "StopUnit", (size_t)engine, "replace", idle_stopped, h) < 0)
+                idle_stopped(h->bus, (size_t)engine, NULL, "the bus is not connected", h);
+}
+
+static void answer_failed(Host *h, HostWaiter *w, int status) {
+        char msg[512], t[FORMAT_TIMESPAN_MAX];
+
+        w->host = NULL;
+        switch (status) {
+        case 503:
                 snprintf(msg, sizeof(msg), "host '%s' is down: %s; modelgate keeps trying it, retry in 30 s",
                          h->conf->name, strna(h->down_reason));
-                fail_waiters(h, -1, 503, msg);
-                return 0;
+                break;
+        case 504:
+                snprintf(
+                        msg, sizeof(msg),
+                        "waited %s for engine '%s' of host '%s' (WaitBudgetSec=), and it is still busy with "
+                        "other requests or switching; send the request again later",
+                        format_timespan(t, sizeof(t), h->sched.config.wait_budget) ?: "?",
+                        engine_name(h, w->engine), h->conf->name);
+                break;
+        default:
+                snprintf(msg, sizeof(msg), "%s", h->fail_message ?: "the engine could not be started");
         }
-        if (!host_bus_is_up(h->bus) || h->phase != PHASE_NONE)
-                return 0;
-        if (h->running >= 0 && h->engine_up)
-                grant_waiters(h);
-        first = h->waiters;
-        if (!first)
-                return 0;
-        if (h->running >= 0 && h->n_in_flight > 0) {
-                if (!h->logged_wait)
+        w->ready(w, status, msg);
+}
+
+/* Carries out what the scheduler decides, one action at a time: each may re-enter (a client that is
+ * answered can go away, or ask again). */
+static int schedule_cb(sd_event_source *s, void *userdata) {
+        Host *h = userdata;
+        SchedAction a;
+        usec_t now = now_usec(CLOCK_MONOTONIC), next;
+
+        while (sched_next(&h->sched, now, &a)) {
+                HostWaiter *w = a.req ? container_of(a.req, HostWaiter, req) : NULL;
+
+                switch (a.type) {
+                case SCHED_GO:
+                        w->ready(w, 0, NULL);
+                        break;
+                case SCHED_FAIL:
+                        answer_failed(h, w, a.status);
+                        break;
+                case SCHED_START:
+                        h->target = a.engine;
+                        free(h->for_model);
+                        h->for_model = w->model ? strdup(w->model) : NULL;
+                        host_begin_switch(h);
+                        break;
+                case SCHED_STOP:
+                        host_idle_stop(h, a.engine, a.idle_for);
+                        break;
+                case SCHED_WAIT:
                         log_notice("host %s: %s waits for the running engine before switching to %s",
-                                   h->conf->name, strna(first->model), engine_name(h, first->engine));
-                h->logged_wait = true;
-                return 0;
+                                   h->conf->name, strna(w->model), engine_name(h, a.engine));
+                        break;
+                case SCHED_ABANDON:
+                        log_notice("host %s: switch to %s abandoned, no client is waiting", h->conf->name,
+                                   engine_name(h, a.engine));
+                        break;
+                case SCHED_NONE:
+                        break;
+                }
+                now = now_usec(CLOCK_MONOTONIC);
         }
-        h->target = first->engine;
-        h->for_model = first->model ? strdup(first->model) : NULL;
-        host_begin_switch(h);
+        next = sched_next_timer(&h->sched, now);
+        if (next == USEC_INFINITY)
+                (void)sd_event_source_set_enabled(h->sched_timer, SD_EVENT_OFF);
+        else {
+                (void)sd_event_source_set_time(h->sched_timer, next);
+                (void)sd_event_source_set_enabled(h->sched_timer, SD_EVENT_ONESHOT);
+        }
         return 0;
+}
+
+static int sched_timer_cb(sd_event_source *s, uint64_t usec, void *userdata) {
+        return schedule_cb(NULL, userdata);
 }
 
 /* The bus */
@@ -605,6 +648,8 @@ static void bus_up(HostBus *b, void *userdata) {
 
         h->bus_down = false;
         h->down_reason = mfree(h->down_reason);
+        sched_host_down(&h->sched, false);
+        sched_engine_down(&h->sched, now_usec(CLOCK_MONOTONIC));
         check_units(h);
         for (size_t i = 0; i < h->n_engines; i++)
                 if (unit_info_is_running(host_bus_unit(b, i))) {
@@ -635,6 +680,7 @@ static void bus_down(HostBus *b, const char *reason, void *userdata) {
         h->bus_down = true;
         free(h->down_reason);
         h->down_reason = strdup(reason);
+        sched_host_down(&h->sched, true);
         host_update_state(h);
         host_schedule_later(h);
 }
@@ -645,7 +691,8 @@ static void unit_changed(HostBus *b, size_t i, void *userdata) {
         char what[256];
 
         if (!unit_info_is_running(u)) {
-                if ((ssize_t)i != h->running || h->phase == PHASE_STOPPING || h->phase == PHASE_GIVING_UP)
+                if ((ssize_t)i != h->running || h->phase == PHASE_STOPPING || h->phase == PHASE_GIVING_UP ||
+                    h->phase == PHASE_IDLE_STOP)
                         return;
                 snprintf(what, sizeof(what), "stopped%s (state: %s, result: %s)",
                          h->engine_up ? " on its own" : "", strna(u->active_state), strna(u->result));
@@ -654,6 +701,7 @@ static void unit_changed(HostBus *b, size_t i, void *userdata) {
                 log_warning("host %s: engine %s %s", h->conf->name, engine_name(h, (ssize_t)i), what);
                 h->running = -1;
                 h->engine_up = false;
+                sched_engine_down(&h->sched, now_usec(CLOCK_MONOTONIC));
                 host_update_state(h);
                 host_schedule_later(h);
                 return;
@@ -701,7 +749,25 @@ Host *host_new(Manager *m, const HostConf *conf) {
                 if (strv_extend(&units, e->unit) < 0)
                         goto fail;
         }
+        SchedConfig sc = {
+                .hold_down = conf->hold_down_usec != CONF_USEC_UNSET ? conf->hold_down_usec
+                                                                     : m->config.hold_down_usec,
+                .idle_stop = conf->idle_stop_usec != CONF_USEC_UNSET ? conf->idle_stop_usec
+                                                                     : m->config.idle_stop_usec,
+                .wait_budget = conf->wait_budget_usec != CONF_USEC_UNSET ? conf->wait_budget_usec
+                                                                         : m->config.wait_budget_usec,
+        };
+        /* 0 means "never" for both, as ExitIdleSec=0 does */
+        if (sc.idle_stop == 0)
+                sc.idle_stop = USEC_INFINITY;
+        if (sc.wait_budget == 0)
+                sc.wait_budget = USEC_INFINITY;
+        if (sched_init(&h->sched, &sc, h->n_engines) < 0)
+                goto fail;
         r = sd_event_add_defer(m->event, &h->schedule_source, schedule_cb, h);
+        if (r >= 0)
+                r = sd_event_add_time(m->event, &h->sched_timer, CLOCK_MONOTONIC, USEC_INFINITY, 0,
+                                      sched_timer_cb, h);
         if (r >= 0)
                 r = sd_event_add_time_relative(m->event, &h->deadline, CLOCK_MONOTONIC, 0, 0, deadline_cb,
                                                h);
@@ -711,6 +777,7 @@ Host *host_new(Manager *m, const HostConf *conf) {
         if (r < 0)
                 goto fail;
         (void)sd_event_source_set_enabled(h->schedule_source, SD_EVENT_OFF);
+        (void)sd_event_source_set_enabled(h->sched_timer, SD_EVENT_OFF);
         (void)sd_event_source_set_enabled(h->deadline, SD_EVENT_OFF);
         (void)sd_event_source_set_enabled(h->probe_timer, SD_EVENT_OFF);
         if (h->n_engines > 0) {
@@ -731,15 +798,14 @@ fail:
 Host *host_free(Host *h) {
         if (!h)
                 return NULL;
-        while (h->waiters) {
-                HostWaiter *w = h->waiters;
-                LIST_REMOVE(waiters, h->waiters, w);
-                w->host = NULL;
-                w->queued = false;
-        }
+        LIST_FOREACH (requests, r, h->sched.requests)
+                container_of(r, HostWaiter, req)->host = NULL;
+        sched_done(&h->sched);
         switch_reset(h);
         h->bus = host_bus_free(h->bus);
         sd_event_source_disable_unref(h->schedule_source);
+        sd_event_source_disable_unref(h->sched_timer);
+        free(h->fail_message);
         sd_event_source_disable_unref(h->deadline);
         sd_event_source_disable_unref(h->probe_timer);
         free(h->engines);
@@ -797,14 +863,8 @@ int host_acquire(Host *h, size_t i, HostWaiter *w, HostReadyFn ready, const char
                 return -1;
         }
         *w = (HostWaiter){.host = h, .engine = (ssize_t)i, .model = model, .ready = ready};
-        if (h->phase == PHASE_NONE && h->running == (ssize_t)i && h->engine_up) {
-                w->in_flight = true;
-                h->n_in_flight++;
+        if (sched_add(&h->sched, now_usec(CLOCK_MONOTONIC), &w->req, i))
                 return 0;
-        }
-        w->queued = true;
-        LIST_APPEND(waiters, h->waiters, w);
-        h->n_waiting++;
         host_schedule_later(h);
         return 1;
 }
@@ -814,16 +874,18 @@ void host_release(HostWaiter *w) {
 
         if (!h)
                 return;
-        if (w->in_flight) {
-                assert(h->n_in_flight > 0);
-                h->n_in_flight--;
-        } else if (w->queued) {
-                LIST_REMOVE(waiters, h->waiters, w);
-                h->n_waiting--;
-        }
-        w->in_flight = w->queued = false;
+        sched_remove(&h->sched, now_usec(CLOCK_MONOTONIC), &w->req);
         w->host = NULL;
         host_schedule_later(h);
+}
+
+int host_waiter_describe(const HostWaiter *w, char *buf, size_t l) {
+        const Host *h = w->host;
+
+        if (!h)
+                return -ESTALE;
+        return snprintf(buf, l, "engine %s on %s, %u ahead", engine_name(h, w->engine), h->conf->name,
+                        sched_ahead(&h->sched, &w->req));
 }
 
 void host_report_http(Host *h, const char *reason) {

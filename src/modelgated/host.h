@@ -4,14 +4,14 @@
 /* A Host at run time: its bus, its engines and which one runs, the requests
  * in flight and the requests waiting for an engine, and the switch in
  * progress. The switch *mechanics* live here (busy checks, StopUnit,
- * StartUnit, the unit's real outcome, /health); *when* to switch is decided
- * by host_schedule(), a deliberately small policy (switch when nothing is in
- * flight) that the scheduler replaces. */
+ * StartUnit, the unit's real outcome, /health); *when* to switch, and who
+ * goes, is the Sched's (sched.h), whose actions this module carries out. */
 
 #include <stdbool.h>
 #include <sys/types.h>
 
 #include "modelgated/conf.h"
+#include "modelgated/sched.h"
 #include "shared/list.h"
 #include "shared/time-util.h"
 
@@ -37,12 +37,11 @@ const char *host_state_to_string(HostState s);
 typedef void (*HostReadyFn)(HostWaiter *w, int status, const char *message);
 
 struct HostWaiter {
-        Host *host;
+        Host *host;     /* NULL once released or answered with an error */
         ssize_t engine; /* index into the host's engines */
         const char *model;
-        bool queued, in_flight;
         HostReadyFn ready;
-        LIST_FIELDS(HostWaiter, waiters);
+        SchedRequest req;
 };
 
 typedef struct HostEngine {
@@ -75,6 +74,8 @@ char *const *host_warnings(const Host *h);
 int host_acquire(Host *h, size_t i, HostWaiter *w, HostReadyFn ready, const char *model, HostRefusal *ret);
 /* The request is done or its client has gone; safe to call twice or on a waiter never used. */
 void host_release(HostWaiter *w);
+/* For a waiting client's keepalive comments: "engine fork on 3090, 2 ahead". */
+int host_waiter_describe(const HostWaiter *w, char *buf, size_t l);
 
 /* An HTTP exchange with the host failed at the network level (reason) or succeeded (NULL). */
 void host_report_http(Host *h, const char *reason);

@@ -126,6 +126,11 @@ void sched_engine_starting(Sched *s, size_t engine) {
         s->starting = (ssize_t)engine;
 }
 
+void sched_engine_stopping(Sched *s) {
+        s->running = -1;
+        s->stopping = true;
+}
+
 void sched_engine_down(Sched *s, usec_t now) {
         s->running = -1;
         s->starting = -1;

@@ -87,6 +87,8 @@ void sched_remove(Sched *s, usec_t now, SchedRequest *r);
 void sched_engine_up(Sched *s, usec_t now, size_t engine);
 /* An engine found running that is not up yet (it is being checked): nothing else starts meanwhile. */
 void sched_engine_starting(Sched *s, size_t engine);
+/* The engine is being stopped outside a STOP (it never became healthy): nothing starts meanwhile. */
+void sched_engine_stopping(Sched *s);
 /* No engine runs any more (it stopped on its own, the idle stop finished, or a failed start). */
 void sched_engine_down(Sched *s, usec_t now);
 /* The START failed: every request waiting for that engine fails with status. still_running: the engine

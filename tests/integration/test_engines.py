@@ -14,6 +14,8 @@ from boxes import Box, Sshd, box_skip_reason, children, engine_unit
 from conftest import DOUBLE, PYTHON, Double, free_port, post, read_sse, wait_for
 
 CHAT = "/v1/chat/completions"
+# these tests are about the mechanics; test_scheduler.py is about hold-downs
+FAST = "[Proxy]\nHoldDownSec=1s\n"
 
 pytestmark = pytest.mark.skipif(box_skip_reason() is not None, reason=str(box_skip_reason()))
 
@@ -87,7 +89,7 @@ def gate_env(box):
 
 def test_request_for_stopped_engine_starts_it_and_waits_for_health(box, make_gate):
     port = free_port()
-    g = make_gate(local_host("3090", port) + engines_conf(box, "3090", port, startup_delay=3),
+    g = make_gate(FAST + local_host("3090", port) + engines_conf(box, "3090", port, startup_delay=3),
                   env=gate_env(box))
     g.wait_log("host 3090 up")
     assert box.active_state("llama-mainline.service") == "inactive"
@@ -108,7 +110,7 @@ def test_request_for_stopped_engine_starts_it_and_waits_for_health(box, make_gat
 
 def test_other_engine_of_the_host_replaces_the_running_one(box, make_gate):
     port = free_port()
-    g = make_gate(local_host("3090", port) + engines_conf(box, "3090", port), env=gate_env(box))
+    g = make_gate(FAST + local_host("3090", port) + engines_conf(box, "3090", port), env=gate_env(box))
     g.wait_log("host 3090 up")
     c = g.conn(timeout=60)
     for model, engine, unit, other in (("3090-laguna-xs", "mainline", "llama-mainline.service", "llama-fork.service"),
@@ -127,7 +129,7 @@ def test_running_engine_is_adopted_at_start(box, make_gate):
     port = free_port()
     conf = local_host("3090", port) + engines_conf(box, "3090", port)
     box.systemctl("start", "llama-fork.service")
-    g = make_gate(conf, env=gate_env(box))
+    g = make_gate(FAST + conf, env=gate_env(box))
     g.wait_log("host 3090: engine fork adopted")
     r = post(g.conn(), CHAT, chat("3090-flint-40b"))
     assert r.status == 200 and r.getheader("X-Double") == "fork"
@@ -136,7 +138,7 @@ def test_running_engine_is_adopted_at_start(box, make_gate):
 
 def test_engine_killed_mid_stream_ends_the_answer_and_starts_again(box, make_gate):
     port = free_port()
-    g = make_gate(local_host("3090", port) + engines_conf(box, "3090", port), env=gate_env(box))
+    g = make_gate(FAST + local_host("3090", port) + engines_conf(box, "3090", port), env=gate_env(box))
     g.wait_log("host 3090 up")
     c = g.conn(timeout=30)
     r = post(c, CHAT, chat("3090-laguna-xs", "[[tokens:100000]]", stream=True))
@@ -168,7 +170,7 @@ def test_busy_unit_foreign_server_and_exec_condition_refuse_with_423(box, make_g
     box.reload()
     conf += "[Engine]\nHost=3090\nName=guarded\nUnit=llama-guarded.service\nModels=qwen3-*\n"
     box.systemctl("start", "gpu-bench.service")
-    g = make_gate(conf, env=gate_env(box))
+    g = make_gate(FAST + conf, env=gate_env(box))
     g.wait_log("host 3090 up")
     c = g.conn()
 
@@ -216,7 +218,7 @@ def test_engine_that_cannot_start_gets_502_with_the_unit_result(box, make_gate):
     conf = local_host("3090", port) + "".join(
         "[Engine]\nHost=3090\nName=%s\nUnit=llama-%s.service\nModels=%s-*\nStartTimeoutSec=10s\n" % (n, n, n)
         for n in ("broken", "missing"))
-    g = make_gate(conf, env=gate_env(box))
+    g = make_gate(FAST + conf, env=gate_env(box))
     g.wait_log("host 3090 up")
     c = g.conn()
     r = post(c, CHAT, chat("3090-broken-1"))
@@ -237,7 +239,7 @@ def test_engine_that_never_gets_healthy_is_stopped_after_start_timeout(box, make
     box.reload()
     conf = local_host("3090", port) + "[Engine]\nHost=3090\nName=slow\nUnit=llama-slow.service\nModels=slow-*\n" \
         "StartTimeoutSec=2s\n"
-    g = make_gate(conf, env=gate_env(box))
+    g = make_gate(FAST + conf, env=gate_env(box))
     g.wait_log("host 3090 up")
     r = post(g.conn(), CHAT, chat("3090-slow-1"))
     body = json.loads(r.read())
@@ -257,7 +259,7 @@ def test_unit_checks_warn_about_enabled_restarting_and_unconflicted_engines(box,
     box.enable("llama-a.service")
     conf = local_host("3090", port) + "".join(
         "[Engine]\nHost=3090\nName=%s\nUnit=llama-%s.service\nModels=%s\n" % (n, n, n) for n in "abc")
-    g = make_gate(conf, env=gate_env(box))
+    g = make_gate(FAST + conf, env=gate_env(box))
     g.wait_log("host 3090 up")
     log = g.logtext()
     assert "host 3090: engine unit llama-a.service is enabled;" in log
@@ -280,7 +282,7 @@ def test_engines_of_a_host_reached_through_ssh(make_box, sshd, make_gate):
     # a host whose ssh cannot connect at all: it is down, and nobody else waits for it
     conf += "[Host]\nName=gone\nURL=http://127.0.0.1:%d\nBus=ssh:root@127.0.0.1:%d\nSSHCommand=%s\n" \
         "[Engine]\nHost=gone\nName=x\nUnit=x.service\nModels=*\n" % (free_port(), free_port(), sshd.ssh_command)
-    g = make_gate(conf, env=gate_env(local))
+    g = make_gate(FAST + conf, env=gate_env(local))
     g.wait_log("host a9 up")
     g.wait_log("host 3090 up")
     g.wait_log("host gone down: ssh: connection closed before the bus came up")
@@ -308,7 +310,7 @@ def test_engines_of_a_host_reached_through_ssh(make_box, sshd, make_gate):
 def test_killed_ssh_takes_the_host_down_and_it_comes_back(make_box, sshd, make_gate):
     remote = make_box()
     rport = free_port()
-    g = make_gate(remote_conf(remote, sshd, rport))
+    g = make_gate(FAST + remote_conf(remote, sshd, rport))
     g.wait_log("host a9 up")
     c = g.conn(timeout=60)
     r = post(c, CHAT, chat("a9-laguna-xs"))
@@ -349,7 +351,7 @@ def test_example_units_pass_the_checks_and_refuse_while_someone_owns_the_gpu(box
     conf = open(os.path.join(EXAMPLES, "modelgate.conf")).read()
     conf = conf.replace("URL=http://192.0.2.20:8081", "URL=http://127.0.0.1:%d" % port)
     conf = conf.replace("Bus=ssh:gpu@192.0.2.20", "Bus=local")
-    g = make_gate(conf, env=gate_env(box))
+    g = make_gate(FAST + conf, env=gate_env(box))
     g.wait_log("host 3090 up")
     assert "engine unit" not in g.logtext(), "the examples should raise no unit warning"
     c = g.conn(timeout=60)
