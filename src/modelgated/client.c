@@ -69,10 +69,13 @@ struct Client {
         bool http10;
         bool response_complete;
         int status;
+        int error_status; /* an error told inside an early 200, for the log */
         uint64_t bytes;
 
         HostWaiter waiter; /* for an engine of the host */
-        Buffer pending;    /* the upstream request, while waiting for the engine */
+        sd_event_source *keepalive;
+        bool early;     /* modelgate's own 200 went out while the request waited (SPEC §5 rule 5) */
+        Buffer pending; /* the upstream request, while waiting for the engine */
         const HttpUrl *target;
 
         Upstream *upstream;
@@ -95,11 +98,13 @@ static void request_reset(Client *c) {
         c->user_agent = mfree(c->user_agent);
         c->host = NULL;
         c->head = c->http10 = c->response_complete = c->head_sent = c->chunked = c->streaming = false;
-        c->status = 0;
+        c->status = c->error_status = 0;
         c->bytes = 0;
         c->mode = MODE_PASS;
         c->upstream = upstream_cancel(c->upstream);
         host_release(&c->waiter);
+        (void)sd_event_source_set_enabled(c->keepalive, SD_EVENT_OFF);
+        c->early = false;
         buffer_done(&c->pending);
         c->target = NULL;
         c->merge = models_merge_free(c->merge);
@@ -116,6 +121,7 @@ void client_free(Client *c) {
         c->manager->n_clients--;
         sd_event_source_disable_unref(c->io);
         sd_event_source_disable_unref(c->timer);
+        sd_event_source_disable_unref(c->keepalive);
         safe_close(c->fd);
         http_parser_done(&c->parser);
         buffer_done(&c->in);
@@ -196,9 +202,13 @@ static void client_log_access(Client *c, const char *note) {
         log_escape(ua, sizeof(ua), (Span){c->user_agent ?: "", c->user_agent ? strlen(c->user_agent) : 0});
         snprintf(dur, sizeof(dur), "%llu.%03llus", (unsigned long long)(d / USEC_PER_SEC),
                  (unsigned long long)(d % USEC_PER_SEC / USEC_PER_MSEC));
-        log_info("%s %s model=\"%s\" host=%s status=%d bytes=%llu dur=%s from=%s ua=\"%s\"%s%s",
+        char early[48] = "";
+        if (c->early)
+                snprintf(early, sizeof(early), c->error_status ? " early=200 error=%d" : " early=200",
+                         c->error_status);
+        log_info("%s %s model=\"%s\" host=%s status=%d bytes=%llu dur=%s from=%s ua=\"%s\"%s%s%s",
                  strna(c->method), strna(c->path), model, c->host ? c->host->name : "-", c->status,
-                 (unsigned long long)c->bytes, dur, c->peer, ua, note ? " " : "", note ?: "");
+                 (unsigned long long)c->bytes, dur, c->peer, ua, early, note ? " " : "", note ?: "");
 }
 
 /* The response's last byte is queued. */
@@ -238,10 +248,29 @@ static void client_respond(Client *c, int status, const char *content_type, cons
         client_response_complete(c, NULL);
 }
 
+static int frame_body(Client *c, const char *p, size_t n);
+
+/* After the early 200 the status line is gone: an error is an SSE error event in the API's shape,
+ * and the response ends cleanly (SPEC §7). */
+static void client_end_early(Client *c, const Buffer *event) {
+        if (frame_body(c, buffer_peek(event), buffer_size(event)) < 0 ||
+            (c->chunked && buffer_append_str(&c->out, "0\r\n\r\n") < 0) || !c->chunked)
+                c->close_after_response = true;
+        client_response_complete(c, NULL);
+}
+
 static void client_respond_error(Client *c, int status, const char *code, const char *message,
                                  const char *extra_headers) {
         _cleanup_free_ char *j = NULL;
         size_t n = 0;
+
+        if (c->early) {
+                buffer_clear(&c->scratch);
+                if (sse_error_event(c->api, status, code, message, &c->scratch) < 0)
+                        c->close_after_response = true;
+                c->error_status = status;
+                return client_end_early(c, &c->scratch);
+        }
 
         j = api_error_json(c->api, status, code, message, &n);
         if (!j) {
@@ -337,6 +366,18 @@ static int client_upstream_headers(Upstream *u, const UpstreamResponse *resp, vo
         const char *framing = "";
 
         host_report_http(manager_host(c->manager, c->host), NULL);
+        if (c->early) {
+                /* the 200 and its framing are out: a stream continues it, anything else becomes an error
+                 * event when it is complete */
+                if (sse && resp->status == 200) {
+                        c->mode = MODE_SSE;
+                        sse_filter_init(&c->sse, c->api);
+                } else {
+                        c->mode = MODE_HOLD;
+                        c->error_status = resp->status;
+                }
+                return 0;
+        }
         c->status = resp->status;
         if (!no_body && resp->status >= 400 && !sse)
                 c->mode = MODE_HOLD;
@@ -410,6 +451,10 @@ static int client_upstream_body(Upstream *u, const char *p, size_t n, void *user
         case MODE_HOLD:
                 if (buffer_size(&c->held) + n <= CLIENT_HELD_MAX)
                         return buffer_append(&c->held, p, n) < 0 ? -1 : 0;
+                if (c->early) {
+                        /* an error answer of more than 1 MiB after an early 200: its start will do */
+                        return 0;
+                }
                 release_held(c);
                 r = frame_body(c, p, n);
                 break;
@@ -434,6 +479,19 @@ static void client_upstream_complete(Upstream *u, void *userdata) {
         Client *c = userdata;
 
         c->upstream = NULL;
+        if (c->mode == MODE_HOLD && c->early) {
+                buffer_clear(&c->scratch);
+                if (sse_error_event_from_answer(c->api, c->error_status, buffer_peek(&c->held),
+                                                buffer_size(&c->held), &c->scratch) < 0)
+                        c->close_after_response = true;
+                client_end_early(c, &c->scratch);
+                if (client_flush(c) < 0) {
+                        client_free(c);
+                        return;
+                }
+                client_process(c);
+                return;
+        }
         if (c->mode == MODE_HOLD) {
                 _cleanup_free_ char *n = NULL;
                 size_t nl = 0;
@@ -471,7 +529,15 @@ static void client_upstream_error(Upstream *u, int error, bool started, void *us
         char msg[512];
 
         c->upstream = NULL;
-        if (!started || (c->mode == MODE_HOLD && !c->head_sent)) {
+        if (c->early && (!started || c->mode == MODE_HOLD)) {
+                if (!started)
+                        client_host_down(c, error);
+                else {
+                        snprintf(msg, sizeof(msg), "host '%s' ended its answer early (%s)", c->host->name,
+                                 upstream_strerror(error));
+                        client_respond_error(c, 502, "upstream_incomplete", msg, NULL);
+                }
+        } else if (!started || (c->mode == MODE_HOLD && !c->head_sent)) {
                 if (!started) {
                         log_debug("host %s: %s %s failed before an answer: %s", c->host->name, c->method,
                                   c->path, upstream_strerror(error));
@@ -566,9 +632,60 @@ static void client_respond_host_error(Client *c, int status, const char *message
         }
 }
 
+/* SPEC §5 rule 5: a streaming request that waits gets modelgate's own 200 after KeepaliveAfterSec=, then
+ * an SSE comment every KeepaliveIntervalSec= saying what it waits for; comments are ignored by every SSE
+ * parser and keep clients' idle watchdogs and "waiting" banners quiet. */
+static int client_keepalive_cb(sd_event_source *s, uint64_t usec, void *userdata) {
+        Client *c = userdata;
+        char what[256], line[320];
+        int n;
+
+        if (!c->early) {
+                c->chunked = !c->http10;
+                if (!c->chunked)
+                        c->close_after_response = true;
+                c->status = 200;
+                if (queue_head(c, 200,
+                               c->chunked
+                                       ? "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                                         "Transfer-Encoding: chunked\r\n"
+                                       : "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\n") <
+                    0) {
+                        client_free(c);
+                        return 0;
+                }
+                c->early = c->head_sent = true;
+        }
+        if (host_waiter_describe(&c->waiter, what, sizeof(what)) < 0)
+                snprintf(what, sizeof(what), "engine");
+        n = snprintf(line, sizeof(line), ": waiting for %s\n\n", what);
+        if (frame_body(c, line, (size_t)MIN((size_t)n, sizeof(line) - 1)) < 0 || client_flush(c) < 0) {
+                client_free(c);
+                return 0;
+        }
+        (void)sd_event_source_set_time_relative(s, c->manager->config.keepalive_interval_usec);
+        (void)sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
+        return 0;
+}
+
+static void client_wait_for_engine(Client *c) {
+        const Config *cf = &c->manager->config;
+
+        if (!c->streaming || c->head || cf->keepalive_after_usec == USEC_INFINITY)
+                return;
+        if (!c->keepalive) {
+                if (sd_event_add_time_relative(c->manager->event, &c->keepalive, CLOCK_MONOTONIC,
+                                               cf->keepalive_after_usec, 0, client_keepalive_cb, c) < 0)
+                        return; /* no keepalives: the client waits in silence */
+        } else
+                (void)sd_event_source_set_time_relative(c->keepalive, cf->keepalive_after_usec);
+        (void)sd_event_source_set_enabled(c->keepalive, SD_EVENT_ONESHOT);
+}
+
 static void client_engine_ready(HostWaiter *w, int status, const char *message) {
         Client *c = container_of(w, Client, waiter);
 
+        (void)sd_event_source_set_enabled(c->keepalive, SD_EVENT_OFF);
         if (status != 0)
                 client_respond_host_error(c, status, message);
         else
@@ -707,8 +824,10 @@ static void client_dispatch(Client *c) {
                 k = host_acquire(host, (size_t)engine, &c->waiter, client_engine_ready, c->model, &refusal);
                 if (k < 0)
                         return client_respond_host_error(c, refusal.status, refusal.message);
-                if (k > 0)
+                if (k > 0) {
+                        client_wait_for_engine(c);
                         return; /* client_engine_ready() goes on */
+                }
         }
         client_send_upstream(c);
 }

@@ -501,8 +501,10 @@ static void idle_stopped(HostBus *b, size_t i, const char *result, const char *e
         char t[FORMAT_TIMESPAN_MAX];
 
         if (result && streq(result, "done"))
+                /* the rule's time, not the timer's (which fires a little after it) */
                 log_notice("host %s: idle %s, engine %s stopped", h->conf->name,
-                           format_timespan(t, sizeof(t), h->idle_for) ?: "?", engine_name(h, (ssize_t)i));
+                           format_timespan(t, sizeof(t), h->sched.config.idle_stop) ?: "?",
+                           engine_name(h, (ssize_t)i));
         else
                 log_warning("host %s: idle stop of engine %s failed: %s", h->conf->name,
                             engine_name(h, (ssize_t)i), result ?: strna(error));

@@ -1,4 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <json.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "modelgated/sse.h"
@@ -117,4 +120,49 @@ int sse_error_event(ApiKind api, int status, const char *code, const char *messa
             buffer_append_str(out, "\n\n") < 0)
                 return -ENOMEM;
         return 0;
+}
+
+int sse_error_event_from_answer(ApiKind api, int status, const char *body, size_t n, Buffer *out) {
+        _cleanup_free_ char *reworded = NULL;
+        size_t rl = 0;
+        json_object *o = NULL, *e = NULL;
+        int r;
+
+        if (api_error_reword(api, body, n, &reworded, &rl) > 0) {
+                body = reworded;
+                n = rl;
+        }
+        json_tokener *tok = json_tokener_new();
+        if (!tok)
+                return -ENOMEM;
+        o = json_tokener_parse_ex(tok, body, (int)MIN(n, (size_t)INT32_MAX));
+        if (o) {
+                size_t end = json_tokener_get_parse_end(tok);
+                while (end < n && strchr(" \t\r\n", body[end]))
+                        end++;
+                if (end < n)
+                        o = (json_object_put(o), NULL); /* trailing bytes: not one JSON value */
+        }
+        json_tokener_free(tok);
+        if (o && json_object_is_type(o, json_type_object) && json_object_object_get_ex(o, "error", &e)) {
+                /* printed again on one line: an SSE data line cannot hold a line break */
+                const char *j = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
+                                                                          JSON_C_TO_STRING_NOSLASHESCAPE);
+                r = (api == API_ANTHROPIC ? buffer_append_str(out, "event: error\n") : 0) < 0 ||
+                                    buffer_append_str(out, "data: ") < 0 || buffer_append_str(out, j) < 0 ||
+                                    buffer_append_str(out, "\n\n") < 0
+                            ? -ENOMEM
+                            : 0;
+                json_object_put(o);
+                return r;
+        }
+        json_object_put(o);
+
+        char msg[512];
+        size_t k = 0;
+        k += (size_t)snprintf(msg, sizeof(msg), "the host answered %d: ", status);
+        for (size_t i = 0; i < n && k + 2 < sizeof(msg) && i < 200; i++)
+                msg[k++] = (unsigned char)body[i] < 0x20 ? ' ' : body[i];
+        msg[k] = 0;
+        return sse_error_event(api, status, "upstream_error", msg, out);
 }

@@ -30,3 +30,6 @@ int sse_filter_finish(SseFilter *f, Buffer *out);
 
 /* An error event in the API's shape, for a stream modelgate must end itself (SPEC §7). */
 int sse_error_event(ApiKind api, int status, const char *code, const char *message, Buffer *out);
+/* A host's whole error answer as one error event in the API's shape, reworded as SPEC §7 says: for an
+ * error that arrives after modelgate's early 200 (a client waited for its engine). */
+int sse_error_event_from_answer(ApiKind api, int status, const char *body, size_t n, Buffer *out);

@@ -160,3 +160,45 @@ def children(pid):
         if ppid == pid:
             out.append(int(p))
     return out
+
+
+def chat(model, content="hi", stream=False):
+    return {"model": model, "stream": stream, "messages": [{"role": "user", "content": content}]}
+
+
+def two_engines(box, port, startup_delay=0.0, extra="", double_args=""):
+    """engines 'mainline' (serves laguna-*) and 'fork' (flint-*) on one port, conflicting both ways"""
+    args = "--startup-delay %g %s" % (startup_delay, double_args)
+    box.add_unit("llama-mainline.service", engine_unit("mainline", port, "laguna-xs", ["llama-fork.service"],
+                                                       double_args=args))
+    box.add_unit("llama-fork.service", engine_unit("fork", port, "flint-40b", ["llama-mainline.service"],
+                                                   double_args=args))
+    box.reload()
+    return """
+[Engine]
+Host=%(host)s
+Name=mainline
+Unit=llama-mainline.service
+Models=laguna-*
+StartTimeoutSec=30s
+%(extra)s
+[Engine]
+Host=%(host)s
+Name=fork
+Unit=llama-fork.service
+Models=flint-*
+StartTimeoutSec=30s
+%(extra)s
+"""
+
+
+def local_host(name, port, extra=""):
+    return "[Host]\nName=%s\nURL=http://127.0.0.1:%d\nBus=local\n%s" % (name, port, extra)
+
+
+def engines_conf(box, host, port, **kw):
+    return two_engines(box, port, **kw) % {"host": host, "extra": ""}
+
+
+def gate_env(box):
+    return dict(os.environ, DBUS_SESSION_BUS_ADDRESS="unix:path=" + box.bus)

@@ -221,3 +221,31 @@ def read_response(f):
             body += f.read(n)
             f.readline()
     return status, headers, f.read(int(headers.get("content-length", "0")))
+
+
+# boxed user managers and sshd (boxes.py), stopped by the fixtures
+@pytest.fixture
+def make_box():
+    made = []
+
+    def make():
+        from boxes import Box
+        b = Box()
+        made.append(b)
+        return b
+    yield make
+    for b in made:
+        b.stop()
+
+
+@pytest.fixture
+def box(make_box):
+    return make_box()
+
+
+@pytest.fixture
+def sshd(tmp):
+    from boxes import Sshd
+    s = Sshd(tmp)
+    yield s
+    s.stop()

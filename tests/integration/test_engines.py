@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from boxes import Box, Sshd, box_skip_reason, children, engine_unit
+from boxes import (Sshd, box_skip_reason, chat, children, engine_unit, engines_conf, gate_env, local_host,
+                   two_engines)
 from conftest import DOUBLE, PYTHON, Double, free_port, post, read_sse, wait_for
 
 CHAT = "/v1/chat/completions"
@@ -18,73 +19,6 @@ CHAT = "/v1/chat/completions"
 FAST = "[Proxy]\nHoldDownSec=1s\n"
 
 pytestmark = pytest.mark.skipif(box_skip_reason() is not None, reason=str(box_skip_reason()))
-
-
-def chat(model, content="hi", stream=False):
-    return {"model": model, "stream": stream, "messages": [{"role": "user", "content": content}]}
-
-
-@pytest.fixture
-def make_box():
-    made = []
-
-    def make():
-        b = Box()
-        made.append(b)
-        return b
-    yield make
-    for b in made:
-        b.stop()
-
-
-@pytest.fixture
-def box(make_box):
-    return make_box()
-
-
-@pytest.fixture
-def sshd(tmp):
-    s = Sshd(tmp)
-    yield s
-    s.stop()
-
-
-def two_engines(box, port, startup_delay=0.0, extra=""):
-    """engines 'mainline' (serves laguna-*) and 'fork' (flint-*) on one port, conflicting both ways"""
-    args = "--startup-delay %g" % startup_delay
-    box.add_unit("llama-mainline.service", engine_unit("mainline", port, "laguna-xs", ["llama-fork.service"],
-                                                       double_args=args))
-    box.add_unit("llama-fork.service", engine_unit("fork", port, "flint-40b", ["llama-mainline.service"],
-                                                   double_args=args))
-    box.reload()
-    return """
-[Engine]
-Host=%(host)s
-Name=mainline
-Unit=llama-mainline.service
-Models=laguna-*
-StartTimeoutSec=30s
-%(extra)s
-[Engine]
-Host=%(host)s
-Name=fork
-Unit=llama-fork.service
-Models=flint-*
-StartTimeoutSec=30s
-%(extra)s
-"""
-
-
-def local_host(name, port, extra=""):
-    return "[Host]\nName=%s\nURL=http://127.0.0.1:%d\nBus=local\n%s" % (name, port, extra)
-
-
-def engines_conf(box, host, port, **kw):
-    return two_engines(box, port, **kw) % {"host": host, "extra": ""}
-
-
-def gate_env(box):
-    return dict(os.environ, DBUS_SESSION_BUS_ADDRESS="unix:path=" + box.bus)
 
 
 def test_request_for_stopped_engine_starts_it_and_waits_for_health(box, make_gate):

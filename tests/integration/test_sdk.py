@@ -1,0 +1,100 @@
+"""The official OpenAI and Anthropic SDKs (npm, run with the machine's Node.js) through modelgate: streaming
+through a wait long enough for modelgate's early 200 and keepalive comments, and plain requests through an
+engine switch. Every answer must arrive whole."""
+
+import json
+import os
+import shutil
+import subprocess
+import threading
+
+import pytest
+
+from boxes import box_skip_reason, chat, engines_conf, gate_env, local_host
+from conftest import free_port, post, read_sse
+
+SDK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../sdk")
+EXPECTED = "".join("tok%d " % i for i in range(12))
+
+
+def sdk_missing():
+    if shutil.which("node") is None:
+        return "node is not installed (tests/setup-and-test installs it)"
+    for p in ("openai", "@anthropic-ai/sdk"):
+        if not os.path.isdir(os.path.join(SDK, "node_modules", p)):
+            return "the npm package %s is not installed in tests/sdk (tests/setup-and-test runs npm ci)" % p
+    return None
+
+
+def skip_reason():
+    r = box_skip_reason()
+    if r:
+        return r
+    r = sdk_missing()
+    if r and os.environ.get("MODELGATE_REQUIRE_SDK"):
+        return None  # CI installs them: a missing SDK must fail there, not skip
+    return r
+
+
+pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason()))
+
+
+def run_sdk(script, base, model, mode):
+    assert sdk_missing() is None, sdk_missing()
+    out = subprocess.run(["node", os.path.join(SDK, script), base, model, mode], capture_output=True, text=True,
+                         timeout=180, cwd=SDK)
+    assert out.returncode == 0, "%s %s %s failed:\n%s%s" % (script, model, mode, out.stdout, out.stderr)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def busy_engine(g, model, tokens):
+    """streams from model in the background; returns once the stream has begun"""
+    started = threading.Event()
+    done = {}
+
+    def run():
+        r = post(g.conn(timeout=120), "/v1/chat/completions", chat(model, "[[tokens:%d]]" % tokens, stream=True))
+        r.readline()
+        started.set()
+        lines = read_sse(r)
+        done["complete"] = bool(lines) and lines[-2][1] == "data: [DONE]\n"
+
+    t = threading.Thread(target=run)
+    t.start()
+    assert started.wait(60), "the background stream did not start"
+    return t, done
+
+
+def test_sdks_stream_through_a_wait_with_keepalives_and_get_the_whole_answer(box, make_gate):
+    port = free_port()
+    conf = "[Proxy]\nHoldDownSec=1s\nKeepaliveAfterSec=1s\nKeepaliveIntervalSec=1s\n" + local_host("3090", port) + \
+        engines_conf(box, "3090", port, double_args="--token-delay 0.1")
+    g = make_gate(conf, env=gate_env(box))
+    g.wait_log("host 3090 up")
+    base = "http://127.0.0.1:%d" % g.port
+
+    # OpenAI SDK, streaming, waits ~4 s for fork while mainline streams
+    t, done = busy_engine(g, "3090-laguna-xs", 40)
+    r = run_sdk("openai.mjs", base + "/v1", "3090-flint-40b", "stream")
+    t.join()
+    assert done["complete"], "the running stream was cut"
+    assert r["text"] == EXPECTED and r["finish"] == "stop"
+
+    # Anthropic SDK, streaming, waits for mainline while fork streams
+    t, done = busy_engine(g, "3090-flint-40b", 40)
+    r = run_sdk("anthropic.mjs", base, "3090-laguna-xs", "stream")
+    t.join()
+    assert done["complete"]
+    assert r["text"] == EXPECTED and r["stop"] == "end_turn"
+
+    log = g.logtext()
+    early = [l for l in log.splitlines() if " early=200" in l]
+    assert any('model="3090-flint-40b"' in l and "/v1/chat/completions" in l for l in early), log
+    assert any('model="3090-laguna-xs"' in l and "/v1/messages" in l for l in early), log
+
+    # plain (non-streaming) requests through a switch each: no early answer, the whole answer
+    r = run_sdk("openai.mjs", base + "/v1", "3090-flint-40b", "plain")
+    assert r["text"] == EXPECTED
+    r = run_sdk("anthropic.mjs", base, "3090-laguna-xs", "plain")
+    assert r["text"] == EXPECTED
+    assert g.logtext().count("switching to engine") >= 4

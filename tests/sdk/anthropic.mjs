@@ -1,0 +1,18 @@
+// The official Anthropic SDK through modelgate: node anthropic.mjs BASE_URL MODEL stream|plain
+// Prints one JSON line: {"text": ..., "events": N, "stop": ...}; exits non-zero on any error.
+import Anthropic from "@anthropic-ai/sdk";
+
+const [baseURL, model, mode] = process.argv.slice(2);
+const client = new Anthropic({ baseURL, apiKey: "unused", maxRetries: 0, timeout: 120_000 });
+const params = { model, max_tokens: 64, messages: [{ role: "user", content: "[[tokens:12]]" }] };
+
+if (mode === "stream") {
+  const stream = client.messages.stream(params);
+  let events = 0;
+  stream.on("streamEvent", () => events++);
+  const msg = await stream.finalMessage();
+  console.log(JSON.stringify({ text: msg.content.map((b) => b.text ?? "").join(""), events, stop: msg.stop_reason }));
+} else {
+  const msg = await client.messages.create(params);
+  console.log(JSON.stringify({ text: msg.content.map((b) => b.text ?? "").join(""), events: 1, stop: msg.stop_reason }));
+}
