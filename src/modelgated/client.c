@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "modelgated/api-error.h"
+#include "modelgated/catalog.h"
 #include "modelgated/client.h"
 #include "modelgated/host.h"
 #include "modelgated/http.h"
@@ -31,6 +32,7 @@
 #define CLIENT_READ_SIZE (64 * 1024)
 #define CLIENT_OUT_HIGH (256 * 1024)  /* above this, the host is not read until the client catches up */
 #define CLIENT_HELD_MAX (1024 * 1024) /* error bodies held back for rewording */
+#define CLIENT_FEED_OUT_MAX (256 * 1024) /* a /models/sse subscriber this far behind is dropped */
 
 typedef enum ClientState {
         CLIENT_WAITING,
@@ -48,6 +50,8 @@ typedef enum ResponseMode {
 struct Client {
         Manager *manager;
         LIST_FIELDS(Client, clients);
+        LIST_FIELDS(Client, feed); /* in manager->feed_clients while it follows /models/sse */
+        bool feed;
         int fd;
         sd_event_source *io, *timer;
         char peer[INET6_ADDRSTRLEN + 8];
@@ -116,6 +120,11 @@ static void request_reset(Client *c) {
 void client_free(Client *c) {
         if (!c)
                 return;
+        if (c->feed) {
+                LIST_REMOVE(feed, c->manager->feed_clients, c);
+                c->manager->n_feed_clients--;
+                c->feed = false;
+        }
         request_reset(c);
         LIST_REMOVE(clients, c->manager->clients, c);
         c->manager->n_clients--;
@@ -516,6 +525,10 @@ static void client_upstream_complete(Upstream *u, void *userdata) {
                 if (c->chunked)
                         (void)buffer_append_str(&c->out, "0\r\n\r\n");
         }
+        /* SPEC §4: the list is re-read after every load or unload that worked */
+        if (c->status >= 200 && c->status < 300 && c->path &&
+            (streq(c->path, "/models/load") || streq(c->path, "/models/unload")))
+                catalog_refresh(host_catalog(manager_host(c->manager, c->host)));
         client_response_complete(c, NULL);
         if (client_flush(c) < 0) {
                 client_free(c);
@@ -605,6 +618,50 @@ static void client_respond_health(Client *c) {
                          "{\"status\":\"ok\",\"version\":\"%s\",\"hosts\":%zu,\"connections\":%zu}",
                          MODELGATE_VERSION, c->manager->config.n_hosts, c->manager->n_clients);
         client_respond(c, 200, "application/json", body, (size_t)n, NULL);
+}
+
+/* GET /models/sse: every host's feed, relabelled, until the client goes */
+static void client_start_feed(Client *c) {
+        Manager *m = c->manager;
+        char hello[128];
+        int n;
+
+        c->status = 200;
+        c->chunked = !c->http10;
+        if (!c->chunked)
+                c->close_after_response = true;
+        if (queue_head(c, 200,
+                       c->chunked ? "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                                    "Transfer-Encoding: chunked\r\n"
+                                  : "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\n") < 0)
+                return client_respond_error(c, 500, NULL, "out of memory", NULL);
+        c->head_sent = true;
+        if (c->head) {
+                c->bytes = 0;
+                return client_response_complete(c, NULL);
+        }
+        c->feed = true;
+        LIST_PREPEND(feed, m->feed_clients, c);
+        m->n_feed_clients++;
+        n = snprintf(hello, sizeof(hello), ": modelgate model events from %zu host(s)\n\n", m->config.n_hosts);
+        (void)frame_body(c, hello, (size_t)n);
+        manager_feed_subscribed(m);
+}
+
+void client_feed_broadcast(Manager *m, const char *p, size_t n) {
+        LIST_FOREACH_SAFE (feed, c, next, m->feed_clients) {
+                if (buffer_size(&c->out) > CLIENT_FEED_OUT_MAX) {
+                        /* bounded: a subscriber that does not read is dropped, not buffered for ever */
+                        log_info("Client %s does not read /models/sse, dropping it", c->peer);
+                        client_log_access(c, "cut=slow-client");
+                        client_free(c);
+                        continue;
+                }
+                if (frame_body(c, p, n) < 0 || client_flush(c) < 0) {
+                        client_free(c);
+                        continue;
+                }
+        }
 }
 
 static char *span_dup(Span s) {
@@ -726,6 +783,8 @@ static void client_dispatch(Client *c) {
         bool get = r->method == HTTP_GET || r->method == HTTP_HEAD;
         if (get && span_eq(path, "/health"))
                 return client_respond_health(c);
+        if (get && span_eq(path, "/models/sse"))
+                return client_start_feed(c);
         if (get && (span_eq(path, "/models") || span_eq(path, "/v1/models"))) {
                 k = models_merge_start(c->manager, client_models_done, c, &c->merge);
                 if (k < 0)
@@ -814,6 +873,16 @@ static void client_dispatch(Client *c) {
                         return client_respond_error(c, 404, "model_not_found", msg, NULL);
                 }
                 c->target = host_engine(host, (size_t)engine)->url;
+        } else if (!span_startswith(path, "/models") && catalog_lists(host_catalog(host), key) == 0) {
+                /* SPEC §4: a key the host does not list (its list is known) is 404; /models/... calls
+                 * (a download of a new model, say) are the host's to judge */
+                char k2[160];
+                log_escape(k2, sizeof(k2), (Span){key, strlen(key)});
+                snprintf(msg, sizeof(msg),
+                         "host '%s' does not list a model '%s'; GET /v1/models lists the models this proxy "
+                         "serves",
+                         c->host->name, k2);
+                return client_respond_error(c, 404, "model_not_found", msg, NULL);
         }
         if (build_upstream_request(c, c->target, url, body ?: "", body ? body_len : 0, &c->pending) < 0)
                 return client_respond_error(c, 500, NULL, "out of memory", NULL);
@@ -951,7 +1020,9 @@ static int client_io_cb(sd_event_source *s, int fd, uint32_t revents, void *user
         } else if (revents & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
                 /* not reading: the client went away while its answer was produced */
                 if (c->state == CLIENT_RESPONDING && !c->response_complete) {
-                        if (c->model || c->method)
+                        if (c->feed)
+                                client_log_access(c, "feed");
+                        else if (c->model || c->method)
                                 client_log_access(c, "cut=client");
                 }
                 client_free(c);
@@ -1005,6 +1076,22 @@ Client *client_next(Client *c) {
 
 void client_stop(Client *c) {
         c->close_after_response = true;
+        if (c->feed) {
+                /* a feed has no end of its own: it ends cleanly with the daemon */
+                LIST_REMOVE(feed, c->manager->feed_clients, c);
+                c->manager->n_feed_clients--;
+                c->feed = false;
+                if (c->chunked)
+                        (void)buffer_append_str(&c->out, "0\r\n\r\n");
+                client_response_complete(c, "feed");
+                c->state = CLIENT_CLOSING;
+                if (client_flush(c) < 0) {
+                        client_free(c);
+                        return;
+                }
+                client_process(c);
+                return;
+        }
         if (c->state == CLIENT_WAITING && buffer_is_empty(&c->out))
                 client_free(c);
 }

@@ -15,5 +15,7 @@ typedef struct Client Client;
 int client_new(Manager *m, int fd, const struct sockaddr *peer, socklen_t peer_len);
 void client_free(Client *c);
 Client *client_next(Client *c);
+/* Sends an event (or comment) to every /models/sse subscriber; one that is too far behind is dropped. */
+void client_feed_broadcast(Manager *m, const char *p, size_t n);
 /* A clean stop: idle connections close now, busy ones after their response. */
 void client_stop(Client *c);

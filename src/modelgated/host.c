@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "modelgated/catalog.h"
 #include "modelgated/host-bus.h"
 #include "modelgated/host.h"
 #include "modelgated/manager.h"
@@ -66,6 +67,7 @@ struct Host {
         sd_event_source *deadline, *probe_timer;
 
         Sched sched;
+        Catalog *catalog;
         char *fail_message; /* for the requests a failed switch answers */
         usec_t idle_for;
         char **warnings;
@@ -119,10 +121,15 @@ static void host_update_state(Host *h) {
         int down = h->bus_down || h->http_down;
         if (h->bus && h->bus_down && streq_ptr(h->down_reason, "connecting"))
                 return; /* the first connection is not an outcome yet */
-        if (down && h->logged_down != 1)
+        if (down && h->logged_down != 1) {
                 log_warning("host %s down: %s", h->conf->name, h->down_reason ?: "unreachable");
-        else if (!down && h->logged_down != 0)
+                if (h->catalog)
+                        catalog_host_state(h->catalog, h->down_reason ?: "unreachable");
+        } else if (!down && h->logged_down != 0) {
                 log_notice("host %s up", h->conf->name);
+                if (h->catalog)
+                        catalog_host_state(h->catalog, NULL);
+        }
         h->logged_down = down;
 }
 
@@ -155,6 +162,7 @@ static void switch_fail(Host *h, int status, const char *message) {
         if (still < 0) {
                 h->running = -1;
                 h->engine_up = false;
+                catalog_engine_down(h->catalog);
         }
         host_update_state(h);
         host_schedule_later(h);
@@ -198,6 +206,7 @@ static void engine_is_up(Host *h) {
         h->busy = false;
         h->up_since = now_usec(CLOCK_MONOTONIC);
         sched_engine_up(&h->sched, h->up_since, (size_t)h->target);
+        catalog_engine_up(h->catalog, (size_t)h->target);
         switch_reset(h);
         host_update_state(h);
         host_schedule_later(h);
@@ -512,6 +521,7 @@ static void idle_stopped(HostBus *b, size_t i, const char *result, const char *e
         h->running = -1;
         h->engine_up = false;
         sched_engine_down(&h->sched, now_usec(CLOCK_MONOTONIC));
+        catalog_engine_down(h->catalog);
         host_update_state(h);
         host_schedule_later(h);
 }
@@ -663,6 +673,7 @@ static void bus_up(HostBus *b, void *userdata) {
                 }
         h->running = -1;
         h->engine_up = false;
+        catalog_engine_down(h->catalog);
         if (found >= 0) {
                 /* the daemon may have exited idle and come back: the running engine is ours */
                 h->target = found;
@@ -683,6 +694,7 @@ static void bus_down(HostBus *b, const char *reason, void *userdata) {
         free(h->down_reason);
         h->down_reason = strdup(reason);
         sched_host_down(&h->sched, true);
+        catalog_engine_down(h->catalog);
         host_update_state(h);
         host_schedule_later(h);
 }
@@ -704,6 +716,7 @@ static void unit_changed(HostBus *b, size_t i, void *userdata) {
                 h->running = -1;
                 h->engine_up = false;
                 sched_engine_down(&h->sched, now_usec(CLOCK_MONOTONIC));
+                catalog_engine_down(h->catalog);
                 host_update_state(h);
                 host_schedule_later(h);
                 return;
@@ -782,6 +795,11 @@ Host *host_new(Manager *m, const HostConf *conf) {
         (void)sd_event_source_set_enabled(h->sched_timer, SD_EVENT_OFF);
         (void)sd_event_source_set_enabled(h->deadline, SD_EVENT_OFF);
         (void)sd_event_source_set_enabled(h->probe_timer, SD_EVENT_OFF);
+        /* hold-downs and budgets are rules with numbers: no 250 ms coalescing */
+        (void)sd_event_source_set_time_accuracy(h->sched_timer, USEC_PER_MSEC);
+        h->catalog = catalog_new(m, h);
+        if (!h->catalog)
+                goto fail;
         if (h->n_engines > 0) {
                 if (host_bus_new(m->event, conf, units, &host_bus_callbacks, h, &h->bus) < 0)
                         goto fail;
@@ -804,6 +822,7 @@ Host *host_free(Host *h) {
                 container_of(r, HostWaiter, req)->host = NULL;
         sched_done(&h->sched);
         switch_reset(h);
+        h->catalog = catalog_free(h->catalog);
         h->bus = host_bus_free(h->bus);
         sd_event_source_disable_unref(h->schedule_source);
         sd_event_source_disable_unref(h->sched_timer);
@@ -820,6 +839,7 @@ Host *host_free(Host *h) {
 void host_start(Host *h) {
         if (h->bus)
                 host_bus_connect(h->bus);
+        catalog_start(h->catalog);
 }
 
 const HostConf *host_conf(const Host *h) {
@@ -844,6 +864,14 @@ const HostEngine *host_engine(const Host *h, size_t i) {
 
 char *const *host_warnings(const Host *h) {
         return h->warnings;
+}
+
+Catalog *host_catalog(const Host *h) {
+        return h->catalog;
+}
+
+ssize_t host_engine_up(const Host *h) {
+        return h->engine_up ? h->running : -1;
 }
 
 ssize_t host_find_engine(const Host *h, const char *key) {

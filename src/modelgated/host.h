@@ -19,6 +19,7 @@ typedef struct Manager Manager;
 typedef struct Host Host;
 typedef struct HostBus HostBus;
 typedef struct HostWaiter HostWaiter;
+typedef struct Catalog Catalog;
 
 typedef enum HostState {
         HOST_DOWN,      /* bus unreachable, or the engine's URL fails while its unit is active */
@@ -65,9 +66,14 @@ HostState host_state(const Host *h);
 bool host_has_engines(const Host *h);
 size_t host_n_engines(const Host *h);
 const HostEngine *host_engine(const Host *h, size_t i);
-/* The engine for 'key' (Models= globs), else the running one; -1 when neither. */
+/* The engine for 'key' (SPEC §4): the first whose Models= globs match; else the one whose key list, last
+ * seen while it ran, has it; else the running one, if it lists the key now (or nothing is known yet);
+ * -1 when none. */
 ssize_t host_find_engine(const Host *h, const char *key);
 char *const *host_warnings(const Host *h);
+Catalog *host_catalog(const Host *h);
+/* The engine that is up (its /health answered 200), or -1. */
+ssize_t host_engine_up(const Host *h);
 
 /* Asks for engine i. 0: go now (counted in flight until host_release); 1: queued, w->ready is called
  * later; -1: refused now, *ret says why. */

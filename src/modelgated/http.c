@@ -326,6 +326,11 @@ bool span_caseeq(Span s, const char *t) {
         return s.p && strlen(t) == s.n && strncasecmp(s.p, t, s.n) == 0;
 }
 
+bool span_startswith(Span s, const char *prefix) {
+        size_t l = strlen(prefix);
+        return s.n >= l && memcmp(s.p, prefix, l) == 0;
+}
+
 bool span_eq(Span s, const char *t) {
         return s.p && strlen(t) == s.n && memcmp(s.p, t, s.n) == 0;
 }

@@ -74,6 +74,7 @@ Span http_request_header(const HttpRequest *r, const char *name);
 
 bool span_caseeq(Span s, const char *t);
 bool span_eq(Span s, const char *t);
+bool span_startswith(Span s, const char *prefix);
 /* A token in a comma-separated header value, case-insensitive ("close" in "keep-alive, Close") */
 bool span_has_token(Span list, const char *token);
 

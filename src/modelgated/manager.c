@@ -20,6 +20,7 @@
 
 #include "modelgated/client.h"
 #include "modelgated/host.h"
+#include "modelgated/models.h"
 #include "modelgated/manager.h"
 #include "modelgated/upstream.h"
 #include "shared/log.h"
@@ -64,6 +65,7 @@ Manager *manager_free(Manager *m) {
         free(m->listeners);
         sd_event_source_disable_unref(m->accept_retry);
         sd_event_source_disable_unref(m->stop_timer);
+        sd_event_source_disable_unref(m->feed_keepalive);
         for (size_t i = 0; m->hosts && i < m->config.n_hosts; i++)
                 host_free(m->hosts[i]);
         free(m->hosts);
@@ -91,6 +93,37 @@ int manager_load_config(Manager *m, const char *path) {
                 log_warning("%s: no [Host] is configured; every model request will get 404", path);
         m->config_path = strdup(path);
         return 0;
+}
+
+#define FEED_KEEPALIVE_USEC (15 * USEC_PER_SEC)
+
+/* An SSE comment every 15 s keeps idle /models/sse feeds alive through intermediaries. */
+static int feed_keepalive_cb(sd_event_source *s, uint64_t usec, void *userdata) {
+        Manager *m = userdata;
+        static const char comment[] = ": keepalive\n\n";
+
+        if (m->n_feed_clients == 0)
+                return 0;
+        client_feed_broadcast(m, comment, sizeof(comment) - 1);
+        (void)sd_event_source_set_time_relative(s, FEED_KEEPALIVE_USEC);
+        (void)sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
+        return 0;
+}
+
+void manager_feed_subscribed(Manager *m) {
+        if (!m->feed_keepalive) {
+                if (sd_event_add_time_relative(m->event, &m->feed_keepalive, CLOCK_MONOTONIC, FEED_KEEPALIVE_USEC,
+                                               0, feed_keepalive_cb, m) < 0)
+                        return;
+        } else if (sd_event_source_get_enabled(m->feed_keepalive, NULL) > 0)
+                return;
+        else
+                (void)sd_event_source_set_time_relative(m->feed_keepalive, FEED_KEEPALIVE_USEC);
+        (void)sd_event_source_set_enabled(m->feed_keepalive, SD_EVENT_ONESHOT);
+}
+
+void manager_catalog_ready(Manager *m) {
+        models_catalogs_ready(m);
 }
 
 Host *manager_host(Manager *m, const HostConf *h) {

@@ -40,6 +40,10 @@ struct Manager {
         size_t n_clients;
 
         Host **hosts; /* per config.hosts[] */
+        struct ModelsMerge *merges; /* /models answers waiting for the first reads */
+        Client *feed_clients;       /* /models/sse subscribers */
+        size_t n_feed_clients;
+        sd_event_source *feed_keepalive;
 
         Upstream *idle_upstreams;
         size_t n_idle_upstreams;
@@ -62,5 +66,9 @@ int manager_run(Manager *m);
 /* A client connection went away: a slot for the listeners, maybe the end of a clean stop. */
 void manager_client_gone(Manager *m);
 Host *manager_host(Manager *m, const HostConf *h);
+/* A client began to follow /models/sse: keepalive comments run while anyone does. */
+void manager_feed_subscribed(Manager *m);
+/* A host catalog's first read ended. */
+void manager_catalog_ready(Manager *m);
 /* Re-enables listeners paused by MaxConnections= or EMFILE. */
 void manager_resume_accepting(Manager *m);

@@ -2,35 +2,30 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "modelgated/catalog.h"
+#include "modelgated/host.h"
 #include "modelgated/manager.h"
 #include "modelgated/models.h"
 #include "modelgated/route.h"
 #include "modelgated/upstream.h"
 #include "shared/log.h"
+#include "shared/strv.h"
 
 #define MODELS_FETCH_TIMEOUT_USEC (5 * USEC_PER_SEC)
 #define MODELS_BODY_MAX (16 * 1024 * 1024)
 
-typedef struct ModelsFetch {
-        ModelsMerge *merge;
-        const HostConf *host;
-        Upstream *upstream;
-        Buffer body;
-        int status;
-        bool ok;
-        bool done;
-} ModelsFetch;
+#define MODELS_FIRST_WAIT_USEC (2 * USEC_PER_SEC)
 
 struct ModelsMerge {
         Manager *manager;
-        ModelsFetch *fetches;
-        size_t n_fetches, n_pending;
-        sd_event_source *done_source;
+        LIST_FIELDS(ModelsMerge, merges);
+        sd_event_source *timer, *done_source;
         ModelsMergeDone done;
         void *userdata;
 };
 
-int models_merge_host(const Config *c, const HostConf *h, const char *body, size_t n, json_object *data) {
+int models_merge_host(const Config *c, const HostConf *h, const char *engine, const char *body, size_t n,
+                      json_object *data) {
         json_tokener *tok = json_tokener_new();
         json_object *root, *list;
 
@@ -57,10 +52,12 @@ int models_merge_host(const Config *c, const HostConf *h, const char *body, size
                 proxy = json_object_new_object();
                 if (!proxy)
                         break;
-                const EngineConf *eng = route_find_engine(c, h->name, key);
+                const EngineConf *eng = engine ? NULL : route_find_engine(c, h->name, key);
                 json_object_object_add(proxy, "host", json_object_new_string(h->name));
                 json_object_object_add(proxy, "key", json_object_new_string(key));
-                json_object_object_add(proxy, "engine", eng ? json_object_new_string(eng->name) : NULL);
+                json_object_object_add(proxy, "engine", engine ? json_object_new_string(engine)
+                                                        : eng  ? json_object_new_string(eng->name)
+                                                               : NULL);
                 /* "key" above copied the old id before it is replaced */
                 json_object_object_add(e, "id", json_object_new_string(nid));
                 json_object_object_add(e, "proxy", proxy);
@@ -70,8 +67,46 @@ int models_merge_host(const Config *c, const HostConf *h, const char *body, size
         return 0;
 }
 
+/* A stopped engine's learned keys: listed as llama.cpp lists a model it does not run. */
+static void merge_learned(Manager *m, Host *h, json_object *data) {
+        const HostConf *hc = host_conf(h);
+        Catalog *c = host_catalog(h);
+
+        for (size_t e = 0; e < host_n_engines(h); e++) {
+                if ((ssize_t)e == host_engine_up(h))
+                        continue;
+                STRV_FOREACH(k, catalog_engine_keys(c, e)) {
+                        _cleanup_free_ char *id = NULL;
+                        bool dup = false;
+                        if (asprintf(&id, "%s-%s", hc->name, *k) < 0)
+                                return;
+                        for (size_t i = 0; i < json_object_array_length(data) && !dup; i++) {
+                                json_object *x, *xid;
+                                x = json_object_array_get_idx(data, i);
+                                dup = json_object_object_get_ex(x, "id", &xid) &&
+                                      streq(json_object_get_string(xid), id);
+                        }
+                        if (dup)
+                                continue;
+                        json_object *o = json_object_new_object(), *st = json_object_new_object(),
+                                    *proxy = json_object_new_object();
+                        json_object_object_add(o, "id", json_object_new_string(id));
+                        json_object_object_add(o, "object", json_object_new_string("model"));
+                        json_object_object_add(o, "owned_by", json_object_new_string("llamacpp"));
+                        json_object_object_add(st, "value", json_object_new_string("unloaded"));
+                        json_object_object_add(o, "status", st);
+                        json_object_object_add(proxy, "host", json_object_new_string(hc->name));
+                        json_object_object_add(proxy, "key", json_object_new_string(*k));
+                        json_object_object_add(proxy, "engine", json_object_new_string(host_engine(h, e)->conf->name));
+                        json_object_object_add(o, "proxy", proxy);
+                        json_object_array_add(data, o);
+                }
+        }
+}
+
 static int merge_done_cb(sd_event_source *s, void *userdata) {
         ModelsMerge *mm = userdata;
+        Manager *m = mm->manager;
         json_object *root = json_object_new_object(), *data = json_object_new_array();
         const char *j;
         size_t l = 0;
@@ -83,13 +118,20 @@ static int merge_done_cb(sd_event_source *s, void *userdata) {
                 mm->done(mm, NULL, 0, mm->userdata);
                 return 0;
         }
-        for (size_t i = 0; i < mm->n_fetches; i++) {
-                ModelsFetch *f = &mm->fetches[i];
-                if (!f->ok)
+        for (size_t i = 0; i < m->config.n_hosts; i++) {
+                Host *h = m->hosts[i];
+                const char *body;
+                size_t n;
+                ssize_t e = host_engine_up(h);
+
+                /* SPEC §4: hosts that are down are left out, not guessed at */
+                if (host_state(h) == HOST_DOWN)
                         continue;
-                if (models_merge_host(&mm->manager->config, f->host, buffer_peek(&f->body),
-                                      buffer_size(&f->body), data) < 0)
-                        log_warning("host %s: /models answer is not a model list, left out", f->host->name);
+                body = catalog_snapshot(host_catalog(h), &n);
+                if (body && models_merge_host(&m->config, host_conf(h), e >= 0 ? host_engine(h, e)->conf->name : NULL,
+                                              body, n, data) < 0)
+                        log_warning("host %s: /models answer is not a model list, left out", host_conf(h)->name);
+                merge_learned(m, h, data);
         }
         json_object_object_add(root, "object", json_object_new_string("list"));
         json_object_object_add(root, "data", data);
@@ -100,55 +142,31 @@ static int merge_done_cb(sd_event_source *s, void *userdata) {
         return 0;
 }
 
-static void fetch_finished(ModelsFetch *f) {
-        f->upstream = NULL;
-        f->done = true;
-        if (--f->merge->n_pending == 0)
-                (void)sd_event_source_set_enabled(f->merge->done_source, SD_EVENT_ONESHOT);
+static bool all_ready(Manager *m) {
+        for (size_t i = 0; i < m->config.n_hosts; i++)
+                if (!catalog_ready(host_catalog(m->hosts[i])))
+                        return false;
+        return true;
 }
 
-static int fetch_on_headers(Upstream *u, const UpstreamResponse *resp, void *userdata) {
-        ModelsFetch *f = userdata;
-        f->status = resp->status;
+static int merge_timer_cb(sd_event_source *s, uint64_t usec, void *userdata) {
+        ModelsMerge *mm = userdata;
+        (void)sd_event_source_set_enabled(mm->done_source, SD_EVENT_ONESHOT);
         return 0;
 }
 
-static int fetch_on_body(Upstream *u, const char *p, size_t n, void *userdata) {
-        ModelsFetch *f = userdata;
-        if (buffer_size(&f->body) + n > MODELS_BODY_MAX)
-                return -1;
-        return buffer_append(&f->body, p, n);
+void models_catalogs_ready(Manager *m) {
+        if (!all_ready(m))
+                return;
+        LIST_FOREACH (merges, mm, m->merges)
+                (void)sd_event_source_set_enabled(mm->done_source, SD_EVENT_ONESHOT);
 }
-
-static void fetch_on_complete(Upstream *u, void *userdata) {
-        ModelsFetch *f = userdata;
-        f->ok = f->status == 200;
-        if (!f->ok)
-                log_debug("host %s: GET /models answered %d", f->host->name, f->status);
-        fetch_finished(f);
-}
-
-static void fetch_on_error(Upstream *u, int error, bool started, void *userdata) {
-        ModelsFetch *f = userdata;
-        log_debug("host %s: GET /models failed: %s", f->host->name, upstream_strerror(error));
-        fetch_finished(f);
-}
-
-static const UpstreamCallbacks fetch_callbacks = {
-        .on_headers = fetch_on_headers,
-        .on_body = fetch_on_body,
-        .on_complete = fetch_on_complete,
-        .on_error = fetch_on_error,
-};
 
 ModelsMerge *models_merge_free(ModelsMerge *mm) {
         if (!mm)
                 return NULL;
-        for (size_t i = 0; i < mm->n_fetches; i++) {
-                upstream_cancel(mm->fetches[i].upstream);
-                buffer_done(&mm->fetches[i].body);
-        }
-        free(mm->fetches);
+        LIST_REMOVE(merges, mm->manager->merges, mm);
+        sd_event_source_disable_unref(mm->timer);
         sd_event_source_disable_unref(mm->done_source);
         free(mm);
         return NULL;
@@ -164,39 +182,25 @@ int models_merge_start(Manager *m, ModelsMergeDone done, void *userdata, ModelsM
         mm->manager = m;
         mm->done = done;
         mm->userdata = userdata;
-        mm->fetches = calloc(MAX(m->config.n_hosts, 1u), sizeof(ModelsFetch));
-        r = mm->fetches ? sd_event_add_defer(m->event, &mm->done_source, merge_done_cb, mm) : -ENOMEM;
+        LIST_PREPEND(merges, m->merges, mm);
+        r = sd_event_add_defer(m->event, &mm->done_source, merge_done_cb, mm);
         if (r < 0) {
                 models_merge_free(mm);
                 return r;
         }
-        (void)sd_event_source_set_enabled(mm->done_source, SD_EVENT_OFF);
-
-        for (size_t i = 0; i < m->config.n_hosts; i++) {
-                const HostConf *h = &m->config.hosts[i];
-                ModelsFetch *f = &mm->fetches[mm->n_fetches++];
-                Buffer req = {};
-
-                *f = (ModelsFetch){.merge = mm, .host = h};
-                if (buffer_printf(&req,
-                                  "GET %s/models HTTP/1.1\r\nHost: %s\r\nAccept: application/json\r\n\r\n",
-                                  h->url.base_path, h->url.authority) < 0) {
-                        buffer_done(&req);
-                        models_merge_free(mm);
-                        return -ENOMEM;
-                }
-                r = upstream_start(m, &h->url, &req, false, &fetch_callbacks, f, &f->upstream);
-                buffer_done(&req);
-                if (r < 0) {
-                        log_debug("host %s: GET /models: %s", h->name, upstream_strerror(r));
-                        f->done = true;
-                        continue;
-                }
-                (void)upstream_set_deadline(f->upstream, MODELS_FETCH_TIMEOUT_USEC);
-                mm->n_pending++;
+        if (all_ready(m)) {
+                *ret = mm;
+                return 0;
         }
-        if (mm->n_pending == 0)
-                (void)sd_event_source_set_enabled(mm->done_source, SD_EVENT_ONESHOT);
+        /* the first request after a start waits (bounded) for the first read of each reachable host,
+         * instead of answering an empty list */
+        (void)sd_event_source_set_enabled(mm->done_source, SD_EVENT_OFF);
+        r = sd_event_add_time_relative(m->event, &mm->timer, CLOCK_MONOTONIC, MODELS_FIRST_WAIT_USEC, 0,
+                                       merge_timer_cb, mm);
+        if (r < 0) {
+                models_merge_free(mm);
+                return r;
+        }
         *ret = mm;
         return 0;
 }

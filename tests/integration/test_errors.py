@@ -161,10 +161,14 @@ def test_openai_stream_error_passes_through(gate):
     assert "data: [DONE]\n" not in data
 
 
-def test_host_errors_pass_through_unchanged(gate):
+def test_unknown_model_of_a_known_host_is_404_and_host_errors_pass_through(gate):
     r = post(gate.conn(), CHAT, {"model": "3090-unknown-model"})
+    assert r.status == 404
+    msg = json.loads(r.read())["error"]["message"]
+    assert "host '3090' does not list a model 'unknown-model'" in msg and "GET /v1/models" in msg
+    r = post(gate.conn(), "/models/unload", {"model": "3090-qwen3-8b"})
     assert r.status == 400
-    assert json.loads(r.read()) == {"error": {"code": 400, "message": "model 'unknown-model' not found",
+    assert json.loads(r.read()) == {"error": {"code": 400, "message": "model is not running",
                                               "type": "invalid_request_error"}}
 
 

@@ -1,0 +1,616 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* One Catalog per host, owned by its Host. Two upstream exchanges at most:
+ * a /models read (one at a time; a refresh asked for meanwhile runs right
+ * after it, so no change is missed) and the /models/sse feed (reconnected
+ * with backoff). Both go to the running engine's URL for a host with engines,
+ * else to the host's URL. */
+
+#include <fcntl.h>
+#include <json-c/json.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "modelgated/catalog.h"
+#include "modelgated/client.h"
+#include "modelgated/host.h"
+#include "modelgated/manager.h"
+#include "modelgated/upstream.h"
+#include "shared/log.h"
+#include "shared/strv.h"
+
+#define CATALOG_FETCH_TIMEOUT_USEC (5 * USEC_PER_SEC)
+#define CATALOG_BODY_MAX (16 * 1024 * 1024)
+#define CATALOG_FEED_REFRESH_USEC (2 * USEC_PER_SEC)
+#define CATALOG_FEED_RETRY_MIN_USEC (1 * USEC_PER_SEC)
+#define CATALOG_FEED_RETRY_MAX_USEC (30 * USEC_PER_SEC)
+#define CATALOG_FEED_LINE_MAX (1024 * 1024)
+
+struct Catalog {
+        Manager *manager;
+        Host *host;
+        const HostConf *conf;
+
+        char *body; /* the last good /models answer */
+        size_t body_len;
+        bool first_done;
+
+        Upstream *fetch;
+        Buffer fetch_body;
+        int fetch_status;
+        ssize_t fetch_engine; /* the engine that was up when the read began */
+        bool again;
+        sd_event_source *poll_timer, *refresh_timer;
+        usec_t last_refresh;
+
+        Upstream *feed;
+        bool feed_ok;
+        Buffer feed_line;
+        sd_event_source *feed_retry;
+        usec_t feed_backoff;
+
+        ssize_t engine_up; /* -1: none */
+        char ***keys;      /* per engine: learned keys */
+};
+
+static void catalog_fetch(Catalog *c);
+static void feed_connect(Catalog *c);
+
+static const HttpUrl *catalog_url(const Catalog *c) {
+        if (!host_has_engines(c->host))
+                return &c->conf->url;
+        if (c->engine_up < 0)
+                return NULL;
+        return host_engine(c->host, (size_t)c->engine_up)->url;
+}
+
+/* Learned keys, on disk */
+
+char *catalog_state_path(void) {
+        const char *d = getenv("STATE_DIRECTORY"), *x = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
+        char *p = NULL;
+
+        if (d) {
+                /* StateDirectory= may list several, separated by ':'; the first is ours */
+                size_t l = strcspn(d, ":");
+                return asprintf(&p, "%.*s/engine-keys.json", (int)l, d) < 0 ? NULL : p;
+        }
+        if (x && *x)
+                return asprintf(&p, "%s/modelgate/engine-keys.json", x) < 0 ? NULL : p;
+        if (home && *home)
+                return asprintf(&p, "%s/.local/state/modelgate/engine-keys.json", home) < 0 ? NULL : p;
+        return NULL;
+}
+
+static void keys_save(Manager *m) {
+        _cleanup_free_ char *path = catalog_state_path(), *tmp = NULL;
+        json_object *root = json_object_new_object();
+        FILE *f;
+
+        if (!path || !root)
+                goto out;
+        for (size_t i = 0; i < m->config.n_hosts; i++) {
+                Host *h = m->hosts[i];
+                Catalog *c = host_catalog(h);
+                json_object *ho = json_object_new_object();
+                for (size_t e = 0; c && e < host_n_engines(h); e++) {
+                        json_object *l = json_object_new_array();
+                        STRV_FOREACH(k, c->keys[e])
+                                json_object_array_add(l, json_object_new_string(*k));
+                        json_object_object_add(ho, host_engine(h, e)->conf->name, l);
+                }
+                json_object_object_add(root, m->config.hosts[i].name, ho);
+        }
+        /* the directory systemd made (StateDirectory=), or ours */
+        char *slash = strrchr(path, '/');
+        *slash = 0;
+        (void)mkdir(path, 0755);
+        *slash = '/';
+        if (asprintf(&tmp, "%s.tmp", path) < 0)
+                goto out;
+        f = fopen(tmp, "we");
+        if (!f) {
+                log_warning_errno(errno, "Cannot write %s, learned engine keys will not survive a restart: %m",
+                                  tmp);
+                goto out;
+        }
+        fputs(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE), f);
+        fputc('\n', f);
+        if (fclose(f) != 0 || rename(tmp, path) < 0) {
+                log_warning_errno(errno, "Cannot write %s: %m", path);
+                (void)unlink(tmp);
+        }
+out:
+        json_object_put(root);
+}
+
+static void keys_load(Catalog *c) {
+        _cleanup_free_ char *path = catalog_state_path();
+        json_object *root, *ho;
+
+        if (!path || access(path, F_OK) < 0)
+                return;
+        root = json_object_from_file(path);
+        if (!root || !json_object_is_type(root, json_type_object)) {
+                log_warning("%s is not a JSON object, ignoring it (learned engine keys start empty)", path);
+                json_object_put(root);
+                return;
+        }
+        if (json_object_object_get_ex(root, c->conf->name, &ho) && json_object_is_type(ho, json_type_object))
+                for (size_t e = 0; e < host_n_engines(c->host); e++) {
+                        json_object *l;
+                        if (!json_object_object_get_ex(ho, host_engine(c->host, e)->conf->name, &l) ||
+                            !json_object_is_type(l, json_type_array))
+                                continue;
+                        for (size_t k = 0; k < json_object_array_length(l); k++) {
+                                json_object *s = json_object_array_get_idx(l, k);
+                                if (json_object_is_type(s, json_type_string))
+                                        (void)strv_extend(&c->keys[e], json_object_get_string(s));
+                        }
+                }
+        json_object_put(root);
+}
+
+/* The ids a /models answer lists; NULL when it is not a model list. */
+static char **snapshot_ids(const char *body, size_t n, bool aliases) {
+        json_tokener *tok = json_tokener_new();
+        json_object *root, *list;
+        char **ids = NULL;
+
+        if (!tok)
+                return NULL;
+        root = json_tokener_parse_ex(tok, body, (int)MIN(n, (size_t)INT32_MAX));
+        json_tokener_free(tok);
+        if (!root || !json_object_object_get_ex(root, "data", &list) || !json_object_is_type(list, json_type_array)) {
+                json_object_put(root);
+                return NULL;
+        }
+        if (!(ids = calloc(1, sizeof(char *))))
+                goto out;
+        for (size_t i = 0; i < json_object_array_length(list); i++) {
+                json_object *e = json_object_array_get_idx(list, i), *id, *al;
+                if (json_object_object_get_ex(e, "id", &id) && json_object_is_type(id, json_type_string))
+                        (void)strv_extend(&ids, json_object_get_string(id));
+                if (aliases && json_object_object_get_ex(e, "aliases", &al) &&
+                    json_object_is_type(al, json_type_array))
+                        for (size_t k = 0; k < json_object_array_length(al); k++) {
+                                json_object *a = json_object_array_get_idx(al, k);
+                                if (json_object_is_type(a, json_type_string))
+                                        (void)strv_extend(&ids, json_object_get_string(a));
+                        }
+        }
+out:
+        json_object_put(root);
+        return ids;
+}
+
+static bool strv_equal(char *const *a, char *const *b) {
+        size_t n = strv_length(a);
+        if (n != strv_length(b))
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (!streq(a[i], b[i]))
+                        return false;
+        return true;
+}
+
+/* The /models read */
+
+static void fetch_finished(Catalog *c, bool ok) {
+        bool first = !c->first_done;
+
+        c->fetch = NULL;
+        c->first_done = true;
+        if (ok) {
+                free(c->body);
+                c->body_len = buffer_size(&c->fetch_body);
+                c->body = strndup(buffer_peek(&c->fetch_body), c->body_len);
+                if (c->fetch_engine >= 0 && c->fetch_engine == c->engine_up) {
+                        _cleanup_strv_free_ char **ids = snapshot_ids(c->body, c->body_len, false);
+                        char ***slot = &c->keys[c->fetch_engine];
+                        if (ids && !strv_equal(ids, *slot)) {
+                                strv_free(*slot);
+                                *slot = TAKE_PTR(ids);
+                                keys_save(c->manager);
+                        }
+                }
+        }
+        buffer_done(&c->fetch_body);
+        if (first)
+                manager_catalog_ready(c->manager);
+        if (c->again) {
+                c->again = false;
+                catalog_fetch(c);
+        }
+}
+
+static int fetch_on_headers(Upstream *u, const UpstreamResponse *resp, void *userdata) {
+        Catalog *c = userdata;
+        c->fetch_status = resp->status;
+        return 0;
+}
+
+static int fetch_on_body(Upstream *u, const char *p, size_t n, void *userdata) {
+        Catalog *c = userdata;
+        if (buffer_size(&c->fetch_body) + n > CATALOG_BODY_MAX)
+                return -1;
+        return buffer_append(&c->fetch_body, p, n);
+}
+
+static void fetch_on_complete(Upstream *u, void *userdata) {
+        Catalog *c = userdata;
+        _cleanup_strv_free_ char **ids = NULL;
+        bool ok = c->fetch_status == 200 &&
+                  (ids = snapshot_ids(buffer_peek(&c->fetch_body), buffer_size(&c->fetch_body), false));
+
+        if (!ok)
+                log_debug("host %s: GET /models answered %d%s", c->conf->name, c->fetch_status,
+                          c->fetch_status == 200 ? ", not a model list" : "");
+        host_report_http(c->host, NULL);
+        fetch_finished(c, ok);
+}
+
+static void fetch_on_error(Upstream *u, int error, bool started, void *userdata) {
+        Catalog *c = userdata;
+
+        log_debug("host %s: GET /models failed: %s", c->conf->name, upstream_strerror(error));
+        /* an engine that runs but does not answer makes the host down (SPEC §6); so does a plain host */
+        if (!host_has_engines(c->host) || c->engine_up >= 0)
+                host_report_http(c->host, upstream_strerror(error));
+        fetch_finished(c, false);
+}
+
+static const UpstreamCallbacks fetch_callbacks = {
+        .on_headers = fetch_on_headers,
+        .on_body = fetch_on_body,
+        .on_complete = fetch_on_complete,
+        .on_error = fetch_on_error,
+};
+
+static void catalog_fetch(Catalog *c) {
+        const HttpUrl *url = catalog_url(c);
+        Buffer req = {};
+        int r;
+
+        if (c->fetch) {
+                c->again = true;
+                return;
+        }
+        c->last_refresh = now_usec(CLOCK_MONOTONIC);
+        if (!url) {
+                /* no engine runs: nothing to read, nothing listed but the learned keys */
+                c->body = mfree(c->body);
+                c->body_len = 0;
+                if (!c->first_done) {
+                        c->first_done = true;
+                        manager_catalog_ready(c->manager);
+                }
+                return;
+        }
+        c->fetch_status = 0;
+        c->fetch_engine = c->engine_up;
+        if (buffer_printf(&req, "GET %s/models HTTP/1.1\r\nHost: %s\r\nAccept: application/json\r\n\r\n",
+                          url->base_path, url->authority) < 0) {
+                buffer_done(&req);
+                return;
+        }
+        r = upstream_start(c->manager, url, &req, false, &fetch_callbacks, c, &c->fetch);
+        buffer_done(&req);
+        if (r < 0) {
+                c->fetch = NULL;
+                fetch_finished(c, false);
+                return;
+        }
+        (void)upstream_set_deadline(c->fetch, CATALOG_FETCH_TIMEOUT_USEC);
+}
+
+static int poll_cb(sd_event_source *s, uint64_t usec, void *userdata) {
+        Catalog *c = userdata;
+
+        catalog_fetch(c);
+        (void)sd_event_source_set_time_relative(s, c->manager->config.poll_interval_usec);
+        (void)sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
+        return 0;
+}
+
+static int refresh_cb(sd_event_source *s, uint64_t usec, void *userdata) {
+        catalog_fetch(userdata);
+        return 0;
+}
+
+void catalog_refresh(Catalog *c) {
+        catalog_fetch(c);
+}
+
+/* A feed event said something changed: re-read, but at most once every 2 s. */
+static void refresh_from_feed(Catalog *c) {
+        usec_t now = now_usec(CLOCK_MONOTONIC), at = c->last_refresh + CATALOG_FEED_REFRESH_USEC;
+
+        if (now >= at) {
+                catalog_fetch(c);
+                return;
+        }
+        if (sd_event_source_get_enabled(c->refresh_timer, NULL) > 0)
+                return;
+        (void)sd_event_source_set_time(c->refresh_timer, at);
+        (void)sd_event_source_set_enabled(c->refresh_timer, SD_EVENT_ONESHOT);
+}
+
+/* The feed */
+
+int catalog_relabel_event(const char *host, const char *json, size_t n, Buffer *out, bool *ret_changes) {
+        json_tokener *tok = json_tokener_new();
+        json_object *o, *model, *event, *proxy;
+        const char *key;
+        _cleanup_free_ char *label = NULL;
+        int r = 0;
+
+        if (!tok)
+                return -ENOMEM;
+        o = json_tokener_parse_ex(tok, json, (int)MIN(n, (size_t)INT32_MAX));
+        json_tokener_free(tok);
+        if (!o || !json_object_is_type(o, json_type_object)) {
+                json_object_put(o);
+                return -EBADMSG;
+        }
+        key = json_object_object_get_ex(o, "model", &model) && json_object_is_type(model, json_type_string)
+                      ? json_object_get_string(model)
+                      : "";
+        if (asprintf(&label, "%s-%s", host, *key ? key : "*") < 0) {
+                json_object_put(o);
+                return -ENOMEM;
+        }
+        proxy = json_object_new_object();
+        json_object_object_add(proxy, "host", json_object_new_string(host));
+        json_object_object_add(proxy, "key", json_object_new_string(*key ? key : "*"));
+        json_object_object_add(o, "model", json_object_new_string(label));
+        json_object_object_add(o, "proxy", proxy);
+        if (ret_changes)
+                *ret_changes = !(json_object_object_get_ex(o, "event", &event) &&
+                                 json_object_is_type(event, json_type_string) &&
+                                 streq(json_object_get_string(event), "download_progress"));
+        if (buffer_append_str(out, "data: ") < 0 ||
+            buffer_append_str(out, json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
+                                                                            JSON_C_TO_STRING_NOSLASHESCAPE)) < 0 ||
+            buffer_append_str(out, "\n\n") < 0)
+                r = -ENOMEM;
+        json_object_put(o);
+        return r;
+}
+
+static void feed_line(Catalog *c, const char *p, size_t n) {
+        Buffer out = {};
+        bool changes = false;
+
+        if (n > 0 && p[n - 1] == '\r')
+                n--;
+        if (n < 5 || memcmp(p, "data:", 5) != 0)
+                return; /* blank separators, comments, other fields */
+        p += 5;
+        n -= 5;
+        if (n > 0 && *p == ' ')
+                p++, n--;
+        if (catalog_relabel_event(c->conf->name, p, n, &out, &changes) < 0) {
+                log_debug("host %s: /models/sse sent something that is not an event, ignoring", c->conf->name);
+                buffer_done(&out);
+                return;
+        }
+        client_feed_broadcast(c->manager, buffer_peek(&out), buffer_size(&out));
+        buffer_done(&out);
+        if (changes)
+                refresh_from_feed(c);
+}
+
+static void feed_schedule(Catalog *c) {
+        c->feed_backoff = c->feed_backoff ? MIN(c->feed_backoff * 2, CATALOG_FEED_RETRY_MAX_USEC)
+                                          : CATALOG_FEED_RETRY_MIN_USEC;
+        (void)sd_event_source_set_time_relative(c->feed_retry, c->feed_backoff);
+        (void)sd_event_source_set_enabled(c->feed_retry, SD_EVENT_ONESHOT);
+}
+
+static int feed_on_headers(Upstream *u, const UpstreamResponse *resp, void *userdata) {
+        Catalog *c = userdata;
+
+        if (resp->status != 200)
+                return -1; /* a host without a feed (an old build): no events, the polls remain */
+        c->feed_ok = true;
+        c->feed_backoff = 0;
+        /* events may have been missed while the feed was away */
+        catalog_fetch(c);
+        return 0;
+}
+
+static int feed_on_body(Upstream *u, const char *p, size_t n, void *userdata) {
+        Catalog *c = userdata;
+
+        while (n > 0) {
+                const char *nl = memchr(p, '\n', n);
+                size_t k = nl ? (size_t)(nl - p) : n;
+                if (buffer_size(&c->feed_line) + k > CATALOG_FEED_LINE_MAX)
+                        buffer_clear(&c->feed_line); /* an absurd line: dropped */
+                else if (buffer_append(&c->feed_line, p, k) < 0)
+                        return -1;
+                if (!nl)
+                        break;
+                feed_line(c, buffer_peek(&c->feed_line), buffer_size(&c->feed_line));
+                buffer_clear(&c->feed_line);
+                p += k + 1;
+                n -= k + 1;
+        }
+        return 0;
+}
+
+static void feed_ended(Catalog *c) {
+        c->feed = NULL;
+        c->feed_ok = false;
+        buffer_clear(&c->feed_line);
+        if (catalog_url(c))
+                feed_schedule(c);
+}
+
+static void feed_on_complete(Upstream *u, void *userdata) {
+        feed_ended(userdata);
+}
+
+static void feed_on_error(Upstream *u, int error, bool started, void *userdata) {
+        Catalog *c = userdata;
+        log_debug("host %s: /models/sse ended: %s", c->conf->name, upstream_strerror(error));
+        feed_ended(c);
+}
+
+static const UpstreamCallbacks feed_callbacks = {
+        .on_headers = feed_on_headers,
+        .on_body = feed_on_body,
+        .on_complete = feed_on_complete,
+        .on_error = feed_on_error,
+};
+
+static void feed_connect(Catalog *c) {
+        const HttpUrl *url = catalog_url(c);
+        Buffer req = {};
+
+        if (c->feed || !url)
+                return;
+        if (buffer_printf(&req, "GET %s/models/sse HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\n\r\n",
+                          url->base_path, url->authority) < 0 ||
+            upstream_start(c->manager, url, &req, false, &feed_callbacks, c, &c->feed) < 0) {
+                c->feed = NULL;
+                feed_schedule(c);
+        }
+        buffer_done(&req);
+}
+
+static void feed_stop(Catalog *c) {
+        c->feed = upstream_cancel(c->feed);
+        c->feed_ok = false;
+        c->feed_backoff = 0;
+        buffer_clear(&c->feed_line);
+        (void)sd_event_source_set_enabled(c->feed_retry, SD_EVENT_OFF);
+}
+
+static int feed_retry_cb(sd_event_source *s, uint64_t usec, void *userdata) {
+        feed_connect(userdata);
+        return 0;
+}
+
+/* Life */
+
+Catalog *catalog_new(Manager *m, Host *h) {
+        Catalog *c = calloc(1, sizeof(Catalog));
+        int r;
+
+        if (!c)
+                return NULL;
+        c->manager = m;
+        c->host = h;
+        c->conf = host_conf(h);
+        c->engine_up = -1;
+        c->keys = calloc(MAX(host_n_engines(h), 1u), sizeof(char **));
+        r = c->keys ? 0 : -ENOMEM;
+        if (r >= 0)
+                r = sd_event_add_time_relative(m->event, &c->poll_timer, CLOCK_MONOTONIC, 0, 0, poll_cb, c);
+        if (r >= 0)
+                r = sd_event_add_time(m->event, &c->refresh_timer, CLOCK_MONOTONIC, 0, 0, refresh_cb, c);
+        if (r >= 0)
+                r = sd_event_add_time(m->event, &c->feed_retry, CLOCK_MONOTONIC, 0, 0, feed_retry_cb, c);
+        if (r < 0)
+                return catalog_free(c);
+        (void)sd_event_source_set_enabled(c->poll_timer, SD_EVENT_OFF);
+        (void)sd_event_source_set_enabled(c->refresh_timer, SD_EVENT_OFF);
+        (void)sd_event_source_set_enabled(c->feed_retry, SD_EVENT_OFF);
+        keys_load(c);
+        return c;
+}
+
+Catalog *catalog_free(Catalog *c) {
+        if (!c)
+                return NULL;
+        upstream_cancel(c->fetch);
+        upstream_cancel(c->feed);
+        buffer_done(&c->fetch_body);
+        buffer_done(&c->feed_line);
+        sd_event_source_disable_unref(c->poll_timer);
+        sd_event_source_disable_unref(c->refresh_timer);
+        sd_event_source_disable_unref(c->feed_retry);
+        for (size_t i = 0; c->keys && i < host_n_engines(c->host); i++)
+                strv_free(c->keys[i]);
+        free(c->keys);
+        free(c->body);
+        free(c);
+        return NULL;
+}
+
+void catalog_start(Catalog *c) {
+        /* a host with engines is read once its bus says which engine runs */
+        if (host_has_engines(c->host)) {
+                if (host_state(c->host) == HOST_DOWN)
+                        return;
+        } else
+                feed_connect(c);
+        (void)sd_event_source_set_enabled(c->poll_timer, SD_EVENT_ONESHOT);
+}
+
+void catalog_engine_up(Catalog *c, size_t i) {
+        feed_stop(c);
+        c->engine_up = (ssize_t)i;
+        catalog_fetch(c);
+        feed_connect(c);
+        (void)sd_event_source_set_time_relative(c->poll_timer, c->manager->config.poll_interval_usec);
+        (void)sd_event_source_set_enabled(c->poll_timer, SD_EVENT_ONESHOT);
+}
+
+void catalog_engine_down(Catalog *c) {
+        if (c->engine_up < 0 && c->first_done)
+                return;
+        feed_stop(c);
+        c->engine_up = -1;
+        catalog_fetch(c); /* clears the snapshot: nothing runs */
+}
+
+void catalog_host_state(Catalog *c, const char *down_reason) {
+        char line[512];
+        int n;
+
+        if (down_reason)
+                n = snprintf(line, sizeof(line), ": host %s down: %s\n\n", c->conf->name, down_reason);
+        else
+                n = snprintf(line, sizeof(line), ": host %s up\n\n", c->conf->name);
+        client_feed_broadcast(c->manager, line, (size_t)MIN((size_t)n, sizeof(line) - 1));
+        if (!down_reason && !host_has_engines(c->host)) {
+                catalog_fetch(c);
+                feed_connect(c);
+        }
+        if (down_reason && !c->first_done) {
+                c->first_done = true;
+                manager_catalog_ready(c->manager);
+        }
+}
+
+bool catalog_ready(const Catalog *c) {
+        return c->first_done;
+}
+
+const char *catalog_snapshot(const Catalog *c, size_t *ret_size) {
+        *ret_size = c->body_len;
+        return c->body;
+}
+
+int catalog_lists(const Catalog *c, const char *key) {
+        _cleanup_strv_free_ char **ids = NULL;
+
+        if (!c->body)
+                return -ENODATA;
+        ids = snapshot_ids(c->body, c->body_len, true);
+        return ids && strv_contains(ids, key);
+}
+
+ssize_t catalog_engine_for_key(const Catalog *c, const char *key) {
+        for (size_t i = 0; i < host_n_engines(c->host); i++)
+                if (strv_contains(c->keys[i], key))
+                        return (ssize_t)i;
+        return -1;
+}
+
+char *const *catalog_engine_keys(const Catalog *c, size_t i) {
+        return i < host_n_engines(c->host) ? c->keys[i] : NULL;
+}
