@@ -40,6 +40,7 @@ struct Catalog {
         int fetch_status;
         ssize_t fetch_engine; /* the engine that was up when the read began */
         bool again;
+        bool changed; /* a change was reported and is not read yet: merges wait for it */
         sd_event_source *poll_timer, *refresh_timer;
         usec_t last_refresh;
 
@@ -95,7 +96,7 @@ static void keys_save(Manager *m) {
                 json_object *ho = json_object_new_object();
                 for (size_t e = 0; c && e < host_n_engines(h); e++) {
                         json_object *l = json_object_new_array();
-                        STRV_FOREACH(k, c->keys[e])
+                        STRV_FOREACH (k, c->keys[e])
                                 json_object_array_add(l, json_object_new_string(*k));
                         json_object_object_add(ho, host_engine(h, e)->conf->name, l);
                 }
@@ -110,11 +111,12 @@ static void keys_save(Manager *m) {
                 goto out;
         f = fopen(tmp, "we");
         if (!f) {
-                log_warning_errno(errno, "Cannot write %s, learned engine keys will not survive a restart: %m",
-                                  tmp);
+                log_warning_errno(
+                        errno, "Cannot write %s, learned engine keys will not survive a restart: %m", tmp);
                 goto out;
         }
-        fputs(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE), f);
+        fputs(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE),
+              f);
         fputc('\n', f);
         if (fclose(f) != 0 || rename(tmp, path) < 0) {
                 log_warning_errno(errno, "Cannot write %s: %m", path);
@@ -161,7 +163,8 @@ static char **snapshot_ids(const char *body, size_t n, bool aliases) {
                 return NULL;
         root = json_tokener_parse_ex(tok, body, (int)MIN(n, (size_t)INT32_MAX));
         json_tokener_free(tok);
-        if (!root || !json_object_object_get_ex(root, "data", &list) || !json_object_is_type(list, json_type_array)) {
+        if (!root || !json_object_object_get_ex(root, "data", &list) ||
+            !json_object_is_type(list, json_type_array)) {
                 json_object_put(root);
                 return NULL;
         }
@@ -216,12 +219,14 @@ static void fetch_finished(Catalog *c, bool ok) {
                 }
         }
         buffer_done(&c->fetch_body);
-        if (first)
-                manager_catalog_ready(c->manager);
         if (c->again) {
                 c->again = false;
                 catalog_fetch(c);
         }
+        if (!c->fetch && !(c->refresh_timer && sd_event_source_get_enabled(c->refresh_timer, NULL) > 0))
+                c->changed = false;
+        if (first || !c->changed)
+                manager_catalog_ready(c->manager);
 }
 
 static int fetch_on_headers(Upstream *u, const UpstreamResponse *resp, void *userdata) {
@@ -281,10 +286,9 @@ static void catalog_fetch(Catalog *c) {
                 /* no engine runs: nothing to read, nothing listed but the learned keys */
                 c->body = mfree(c->body);
                 c->body_len = 0;
-                if (!c->first_done) {
-                        c->first_done = true;
-                        manager_catalog_ready(c->manager);
-                }
+                c->first_done = true;
+                c->changed = false;
+                manager_catalog_ready(c->manager);
                 return;
         }
         c->fetch_status = 0;
@@ -319,6 +323,7 @@ static int refresh_cb(sd_event_source *s, uint64_t usec, void *userdata) {
 }
 
 void catalog_refresh(Catalog *c) {
+        c->changed = true;
         catalog_fetch(c);
 }
 
@@ -326,6 +331,7 @@ void catalog_refresh(Catalog *c) {
 static void refresh_from_feed(Catalog *c) {
         usec_t now = now_usec(CLOCK_MONOTONIC), at = c->last_refresh + CATALOG_FEED_REFRESH_USEC;
 
+        c->changed = true;
         if (now >= at) {
                 catalog_fetch(c);
                 return;
@@ -370,8 +376,9 @@ int catalog_relabel_event(const char *host, const char *json, size_t n, Buffer *
                                  json_object_is_type(event, json_type_string) &&
                                  streq(json_object_get_string(event), "download_progress"));
         if (buffer_append_str(out, "data: ") < 0 ||
-            buffer_append_str(out, json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
-                                                                            JSON_C_TO_STRING_NOSLASHESCAPE)) < 0 ||
+            buffer_append_str(out, json_object_to_json_string_ext(
+                                           o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE)) <
+                    0 ||
             buffer_append_str(out, "\n\n") < 0)
                 r = -ENOMEM;
         json_object_put(o);
@@ -391,7 +398,8 @@ static void feed_line(Catalog *c, const char *p, size_t n) {
         if (n > 0 && *p == ' ')
                 p++, n--;
         if (catalog_relabel_event(c->conf->name, p, n, &out, &changes) < 0) {
-                log_debug("host %s: /models/sse sent something that is not an event, ignoring", c->conf->name);
+                log_debug("host %s: /models/sse sent something that is not an event, ignoring",
+                          c->conf->name);
                 buffer_done(&out);
                 return;
         }
@@ -471,7 +479,8 @@ static void feed_connect(Catalog *c) {
 
         if (c->feed || !url)
                 return;
-        if (buffer_printf(&req, "GET %s/models/sse HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\n\r\n",
+        if (buffer_printf(&req,
+                          "GET %s/models/sse HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\n\r\n",
                           url->base_path, url->authority) < 0 ||
             upstream_start(c->manager, url, &req, false, &feed_callbacks, c, &c->feed) < 0) {
                 c->feed = NULL;
@@ -553,6 +562,7 @@ void catalog_start(Catalog *c) {
 void catalog_engine_up(Catalog *c, size_t i) {
         feed_stop(c);
         c->engine_up = (ssize_t)i;
+        c->changed = true;
         catalog_fetch(c);
         feed_connect(c);
         (void)sd_event_source_set_time_relative(c->poll_timer, c->manager->config.poll_interval_usec);
@@ -587,7 +597,7 @@ void catalog_host_state(Catalog *c, const char *down_reason) {
 }
 
 bool catalog_ready(const Catalog *c) {
-        return c->first_done;
+        return c->first_done && !c->changed;
 }
 
 const char *catalog_snapshot(const Catalog *c, size_t *ret_size) {

@@ -34,7 +34,8 @@ void catalog_engine_down(Catalog *c);
 /* The host went down (reason) or came back (NULL): feed subscribers are told. */
 void catalog_host_state(Catalog *c, const char *down_reason);
 
-/* The first read after start has ended (or there was nothing to read). */
+/* The first read after start has ended (or there was nothing to read), and no reported change is
+ * waiting to be read: a /models answer now would not be stale. */
 bool catalog_ready(const Catalog *c);
 /* The last good /models body, or NULL. */
 const char *catalog_snapshot(const Catalog *c, size_t *ret_size);

@@ -4,6 +4,9 @@
  *   READING    a request has begun; header timeout → 408
  *   RESPONDING the request is complete; its response is being produced
  *   CLOSING    the last bytes are flushed, then the connection closes
+ *   LINGERING  after an error that left request bytes unread: our side is shut down and input is
+ *              drained for a moment, so that the client reads the error instead of a reset (a close
+ *              with unread input makes the kernel send RST, which can destroy the answer in flight)
  * Reading from the socket stops while a response is produced, so pipelined
  * requests wait in the socket and in 'in', and are parsed one at a time.
  * While a response streams, the socket is watched for EPOLLRDHUP only: a
@@ -13,6 +16,7 @@
 #include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -30,8 +34,8 @@
 #include "shared/log.h"
 
 #define CLIENT_READ_SIZE (64 * 1024)
-#define CLIENT_OUT_HIGH (256 * 1024)  /* above this, the host is not read until the client catches up */
-#define CLIENT_HELD_MAX (1024 * 1024) /* error bodies held back for rewording */
+#define CLIENT_OUT_HIGH (256 * 1024)     /* above this, the host is not read until the client catches up */
+#define CLIENT_HELD_MAX (1024 * 1024)    /* error bodies held back for rewording */
 #define CLIENT_FEED_OUT_MAX (256 * 1024) /* a /models/sse subscriber this far behind is dropped */
 
 typedef enum ClientState {
@@ -39,6 +43,7 @@ typedef enum ClientState {
         CLIENT_READING,
         CLIENT_RESPONDING,
         CLIENT_CLOSING,
+        CLIENT_LINGERING, /* our side is shut; what the client still sends is read and dropped */
 } ClientState;
 
 typedef enum ResponseMode {
@@ -94,6 +99,7 @@ struct Client {
 static int client_io_cb(sd_event_source *s, int fd, uint32_t revents, void *userdata);
 static int client_timer_cb(sd_event_source *s, uint64_t usec, void *userdata);
 static void client_process(Client *c);
+static void client_linger(Client *c);
 
 static void request_reset(Client *c) {
         c->method = mfree(c->method);
@@ -154,8 +160,9 @@ static void client_set_timer(Client *c, usec_t rel) {
 static void client_update_events(Client *c) {
         uint32_t ev = EPOLLRDHUP;
 
-        if ((c->state == CLIENT_WAITING || c->state == CLIENT_READING) &&
-            buffer_size(&c->in) < CLIENT_READ_SIZE)
+        if (((c->state == CLIENT_WAITING || c->state == CLIENT_READING) &&
+             buffer_size(&c->in) < CLIENT_READ_SIZE) ||
+            c->state == CLIENT_LINGERING)
                 ev |= EPOLLIN;
         if (!buffer_is_empty(&c->out))
                 ev |= EPOLLOUT;
@@ -640,10 +647,14 @@ static void client_start_feed(Client *c) {
                 c->bytes = 0;
                 return client_response_complete(c, NULL);
         }
+        /* a feed is a trickle: a small kernel buffer lets a subscriber that stopped reading be seen (and
+         * dropped) after a few hundred KiB instead of after megabytes */
+        (void)setsockopt(c->fd, SOL_SOCKET, SO_SNDBUF, &(int){64 * 1024}, sizeof(int));
         c->feed = true;
         LIST_PREPEND(feed, m->feed_clients, c);
         m->n_feed_clients++;
-        n = snprintf(hello, sizeof(hello), ": modelgate model events from %zu host(s)\n\n", m->config.n_hosts);
+        n = snprintf(hello, sizeof(hello), ": modelgate model events from %zu host(s)\n\n",
+                     m->config.n_hosts);
         (void)frame_body(c, hello, (size_t)n);
         manager_feed_subscribed(m);
 }
@@ -938,11 +949,13 @@ static void client_process(Client *c) {
                 }
                 if (c->state == CLIENT_CLOSING) {
                         if (buffer_is_empty(&c->out)) {
-                                client_free(c);
+                                client_linger(c);
                                 return;
                         }
                         break;
                 }
+                if (c->state == CLIENT_LINGERING)
+                        break;
                 if (buffer_is_empty(&c->in))
                         break;
 
@@ -989,6 +1002,28 @@ static void client_process(Client *c) {
                 client_process(c);
 }
 
+#define CLIENT_LINGER_USEC (2 * USEC_PER_SEC)
+
+/* The end of a connection we close: at once when nothing of the client's is left unread, else after
+ * shutting our side and draining what still comes, for at most CLIENT_LINGER_USEC. */
+static void client_linger(Client *c) {
+        int unread = 0;
+
+        if (buffer_is_empty(&c->in) && (ioctl(c->fd, FIONREAD, &unread) < 0 || unread == 0) &&
+            c->parser.error_status == 0) {
+                client_free(c);
+                return;
+        }
+        if (shutdown(c->fd, SHUT_WR) < 0) {
+                client_free(c);
+                return;
+        }
+        c->state = CLIENT_LINGERING;
+        buffer_clear(&c->in);
+        client_set_timer(c, CLIENT_LINGER_USEC);
+        (void)sd_event_source_set_io_events(c->io, EPOLLIN | EPOLLRDHUP);
+}
+
 static int client_read(Client *c) {
         char buf[CLIENT_READ_SIZE];
         ssize_t k = recv(c->fd, buf, sizeof(buf), MSG_DONTWAIT);
@@ -997,6 +1032,8 @@ static int client_read(Client *c) {
                 return errno == EAGAIN || errno == EINTR ? 0 : -errno;
         if (k == 0)
                 return -ECONNRESET;
+        if (c->state == CLIENT_LINGERING)
+                return 1; /* dropped */
         if (buffer_append(&c->in, buf, (size_t)k) < 0)
                 return -ENOMEM;
         if (c->state == CLIENT_READING && c->parser.headers_complete)

@@ -745,15 +745,15 @@ static void dump_strv(FILE *f, const char *key, char *const *l) {
         if (!l)
                 return;
         fprintf(f, "%s=", key);
-        STRV_FOREACH(s, l)
-        fprintf(f, "%s%s", s == l ? "" : " ", *s);
+        STRV_FOREACH (s, l)
+                fprintf(f, "%s%s", s == l ? "" : " ", *s);
         fputc('\n', f);
 }
 
 void config_dump(const Config *c, FILE *f) {
         fprintf(f, "[Proxy]\n");
-        STRV_FOREACH(l, c->listen)
-        fprintf(f, "Listen=%s\n", *l);
+        STRV_FOREACH (l, c->listen)
+                fprintf(f, "Listen=%s\n", *l);
         dump_usec(f, "ExitIdleSec", c->exit_idle_usec);
         dump_usec(f, "IdleStopSec", c->idle_stop_usec);
         dump_usec(f, "HoldDownSec", c->hold_down_usec);
@@ -775,8 +775,8 @@ void config_dump(const Config *c, FILE *f) {
                         fprintf(f, "SSHCommand=%s\n", strna(h->ssh_command));
                         if (host_conf_ssh_argv(h, &argv) >= 0) {
                                 fputs("# the bus runs:", f);
-                                STRV_FOREACH(a, argv)
-                                fprintf(f, strpbrk(*a, " \t\"") ? " '%s'" : " %s", *a);
+                                STRV_FOREACH (a, argv)
+                                        fprintf(f, strpbrk(*a, " \t\"") ? " '%s'" : " %s", *a);
                                 fputc('\n', f);
                         }
                 }

@@ -580,9 +580,9 @@ const char *host_bus_label(const HostBus *b) {
 }
 
 void host_bus_forget(HostBus *b, void *userdata) {
-        LIST_FOREACH_SAFE(ops, op, next, b->ops)
-        if (op->userdata == userdata)
-                bus_op_free(op);
+        LIST_FOREACH_SAFE (ops, op, next, b->ops)
+                if (op->userdata == userdata)
+                        bus_op_free(op);
 }
 
 static int job_reply_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {

@@ -650,8 +650,8 @@ static void check_units(Host *h) {
                                 (void)strv_push(&h->warnings, TAKE_PTR(w));
                 }
         }
-        STRV_FOREACH(w, h->warnings)
-        log_warning("host %s: %s", h->conf->name, *w);
+        STRV_FOREACH (w, h->warnings)
+                log_warning("host %s: %s", h->conf->name, *w);
 }
 
 static void bus_up(HostBus *b, void *userdata) {
@@ -875,11 +875,18 @@ ssize_t host_engine_up(const Host *h) {
 }
 
 ssize_t host_find_engine(const Host *h, const char *key) {
-        for (size_t i = 0; i < h->n_engines; i++)
-                STRV_FOREACH(g, h->engines[i].conf->models)
-        if (fnmatch(*g, key, 0) == 0)
-                return (ssize_t)i;
-        return h->running;
+        ssize_t i;
+
+        for (size_t e = 0; e < h->n_engines; e++)
+                STRV_FOREACH (g, h->engines[e].conf->models)
+                        if (fnmatch(*g, key, 0) == 0)
+                                return (ssize_t)e;
+        i = catalog_engine_for_key(h->catalog, key);
+        if (i >= 0)
+                return i;
+        if (h->running >= 0 && catalog_lists(h->catalog, key) != 0)
+                return h->running; /* it lists the key now, or its list is not known yet */
+        return -1;
 }
 
 int host_acquire(Host *h, size_t i, HostWaiter *w, HostReadyFn ready, const char *model, HostRefusal *ret) {

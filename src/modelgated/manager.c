@@ -112,8 +112,8 @@ static int feed_keepalive_cb(sd_event_source *s, uint64_t usec, void *userdata) 
 
 void manager_feed_subscribed(Manager *m) {
         if (!m->feed_keepalive) {
-                if (sd_event_add_time_relative(m->event, &m->feed_keepalive, CLOCK_MONOTONIC, FEED_KEEPALIVE_USEC,
-                                               0, feed_keepalive_cb, m) < 0)
+                if (sd_event_add_time_relative(m->event, &m->feed_keepalive, CLOCK_MONOTONIC,
+                                               FEED_KEEPALIVE_USEC, 0, feed_keepalive_cb, m) < 0)
                         return;
         } else if (sd_event_source_get_enabled(m->feed_keepalive, NULL) > 0)
                 return;
@@ -291,7 +291,7 @@ static int manager_listen(Manager *m) {
 
         if (!m->config.listen)
                 return listen_on(m, "127.0.0.1:8080");
-        STRV_FOREACH(l, m->config.listen) {
+        STRV_FOREACH (l, m->config.listen) {
                 r = listen_on(m, *l);
                 if (r < 0)
                         return r;

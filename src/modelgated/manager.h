@@ -39,7 +39,7 @@ struct Manager {
         Client *clients;
         size_t n_clients;
 
-        Host **hosts; /* per config.hosts[] */
+        Host **hosts;               /* per config.hosts[] */
         struct ModelsMerge *merges; /* /models answers waiting for the first reads */
         Client *feed_clients;       /* /models/sse subscribers */
         size_t n_feed_clients;

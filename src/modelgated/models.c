@@ -55,9 +55,10 @@ int models_merge_host(const Config *c, const HostConf *h, const char *engine, co
                 const EngineConf *eng = engine ? NULL : route_find_engine(c, h->name, key);
                 json_object_object_add(proxy, "host", json_object_new_string(h->name));
                 json_object_object_add(proxy, "key", json_object_new_string(key));
-                json_object_object_add(proxy, "engine", engine ? json_object_new_string(engine)
-                                                        : eng  ? json_object_new_string(eng->name)
-                                                               : NULL);
+                json_object_object_add(proxy, "engine",
+                                       engine ? json_object_new_string(engine)
+                                       : eng  ? json_object_new_string(eng->name)
+                                              : NULL);
                 /* "key" above copied the old id before it is replaced */
                 json_object_object_add(e, "id", json_object_new_string(nid));
                 json_object_object_add(e, "proxy", proxy);
@@ -75,7 +76,7 @@ static void merge_learned(Manager *m, Host *h, json_object *data) {
         for (size_t e = 0; e < host_n_engines(h); e++) {
                 if ((ssize_t)e == host_engine_up(h))
                         continue;
-                STRV_FOREACH(k, catalog_engine_keys(c, e)) {
+                STRV_FOREACH (k, catalog_engine_keys(c, e)) {
                         _cleanup_free_ char *id = NULL;
                         bool dup = false;
                         if (asprintf(&id, "%s-%s", hc->name, *k) < 0)
@@ -97,7 +98,8 @@ static void merge_learned(Manager *m, Host *h, json_object *data) {
                         json_object_object_add(o, "status", st);
                         json_object_object_add(proxy, "host", json_object_new_string(hc->name));
                         json_object_object_add(proxy, "key", json_object_new_string(*k));
-                        json_object_object_add(proxy, "engine", json_object_new_string(host_engine(h, e)->conf->name));
+                        json_object_object_add(proxy, "engine",
+                                               json_object_new_string(host_engine(h, e)->conf->name));
                         json_object_object_add(o, "proxy", proxy);
                         json_object_array_add(data, o);
                 }
@@ -128,9 +130,11 @@ static int merge_done_cb(sd_event_source *s, void *userdata) {
                 if (host_state(h) == HOST_DOWN)
                         continue;
                 body = catalog_snapshot(host_catalog(h), &n);
-                if (body && models_merge_host(&m->config, host_conf(h), e >= 0 ? host_engine(h, e)->conf->name : NULL,
-                                              body, n, data) < 0)
-                        log_warning("host %s: /models answer is not a model list, left out", host_conf(h)->name);
+                if (body &&
+                    models_merge_host(&m->config, host_conf(h),
+                                      e >= 0 ? host_engine(h, e)->conf->name : NULL, body, n, data) < 0)
+                        log_warning("host %s: /models answer is not a model list, left out",
+                                    host_conf(h)->name);
                 merge_learned(m, h, data);
         }
         json_object_object_add(root, "object", json_object_new_string("list"));
@@ -193,7 +197,8 @@ int models_merge_start(Manager *m, ModelsMergeDone done, void *userdata, ModelsM
                 return 0;
         }
         /* the first request after a start waits (bounded) for the first read of each reachable host,
-         * instead of answering an empty list */
+         * instead of answering an empty list; later ones for a read of a reported change, instead of
+         * answering a stale one */
         (void)sd_event_source_set_enabled(mm->done_source, SD_EVENT_OFF);
         r = sd_event_add_time_relative(m->event, &mm->timer, CLOCK_MONOTONIC, MODELS_FIRST_WAIT_USEC, 0,
                                        merge_timer_cb, mm);

@@ -36,9 +36,9 @@ const EngineConf *route_find_engine(const Config *c, const char *host, const cha
         for (size_t i = 0; i < c->n_engines; i++) {
                 if (!streq(c->engines[i].host, host))
                         continue;
-                STRV_FOREACH(g, c->engines[i].models)
-                if (fnmatch(*g, key, 0) == 0)
-                        return &c->engines[i];
+                STRV_FOREACH (g, c->engines[i].models)
+                        if (fnmatch(*g, key, 0) == 0)
+                                return &c->engines[i];
         }
         return NULL;
 }

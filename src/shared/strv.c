@@ -28,9 +28,9 @@ int strv_extend(char ***l, const char *s) {
 }
 
 bool strv_contains(char *const *l, const char *s) {
-        STRV_FOREACH(i, l)
-        if (streq(*i, s))
-                return true;
+        STRV_FOREACH (i, l)
+                if (streq(*i, s))
+                        return true;
         return false;
 }
 
@@ -94,13 +94,13 @@ char *strv_join(char *const *l, const char *sep) {
         size_t n = 1, k = strlen(sep);
         char *r, *p;
 
-        STRV_FOREACH(i, l)
-        n += strlen(*i) + k;
+        STRV_FOREACH (i, l)
+                n += strlen(*i) + k;
         r = p = malloc(n);
         if (!r)
                 return NULL;
         *p = 0;
-        STRV_FOREACH(i, l) {
+        STRV_FOREACH (i, l) {
                 if (i != l)
                         p = stpcpy(p, sep);
                 p = stpcpy(p, *i);

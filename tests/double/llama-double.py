@@ -21,7 +21,9 @@ Knobs, per process (command line) or per request (a marker in the prompt text):
   [[crash]]          the process exits at once
   [[delay:S]]        sleep S seconds before answering
 
-For tests: GET /_double/requests lists what it received (method, path, headers,
+For tests: POST /_double/events {"n":N,"size":S} sends N download_progress feed
+events padded to S bytes; GET /models?reload=1 sends models_reload ("*").
+GET /_double/requests lists what it received (method, path, headers,
 body length, sha256, and the body when under 64 KiB); DELETE clears the list.
 """
 
@@ -215,6 +217,13 @@ class Handler(BaseHTTPRequestHandler):
     def handle_any(self, body):
         url = urlsplit(self.path)
         path, query = url.path, parse_qs(url.query)
+        if path == "/_double/events" and self.command == "POST":
+            # a burst of feed events for tests: {"n": N, "size": bytes of padding each}
+            req = json.loads(body or b"{}")
+            for i in range(int(req.get("n", 1))):
+                notify(req.get("model", "laguna-xs"), "download_progress",
+                       {"progress": {"x" * int(req.get("size", 0)): {"done": i, "total": int(req.get("n", 1))}}})
+            return self.send_json(200, {"success": True})
         if path == "/_double/requests":
             if self.command == "DELETE":
                 with LOCK:
@@ -229,6 +238,8 @@ class Handler(BaseHTTPRequestHandler):
                                                   "type": "unavailable_error"}})
         if path in ("/health", "/v1/health"):
             return self.send_json(200, {"status": "ok"})
+        if path == "/models" and self.command == "GET" and query.get("reload"):
+            notify("*", "models_reload")
         if path in ("/models", "/v1/models") and self.command in ("GET", "HEAD"):
             with LOCK:
                 data = [model_entry(m) for m in MODELS]

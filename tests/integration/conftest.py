@@ -123,6 +123,9 @@ class Gate:
 
     def stop(self):
         """A clean stop: exit 0 and no sanitizer report (ASan/UBSan/LSan builds print them to stderr)."""
+        if getattr(self, "stopped", False):
+            return
+        self.stopped = True
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:

@@ -1,0 +1,234 @@
+"""The host catalog (SPEC §4 "Served by modelgate itself", "The model list is never stale after a change",
+§6): a load seen within two polls at any phase of the periodic refresh, the merged and relabelled event
+feed, hosts going down and coming back, learned engine keys surviving a restart, and bounded memory with
+a subscriber that never reads."""
+
+import json
+import os
+import select
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+from boxes import box_skip_reason, chat, engine_unit, gate_env, local_host
+from conftest import DOUBLE, PYTHON, free_port, host_conf, post, wait_for
+
+CHAT = "/v1/chat/completions"
+
+
+def models(g):
+    c = g.conn()
+    c.request("GET", "/models")
+    r = c.getresponse()
+    assert r.status == 200
+    return {m["id"]: m for m in json.loads(r.read())["data"]}
+
+
+class Feed:
+    """a /models/sse subscriber that reads in a thread and keeps every line"""
+
+    def __init__(self, g):
+        self.s = g.sock()
+        self.s.sendall(b"GET /models/sse HTTP/1.1\r\nHost: x\r\n\r\n")
+        self.f = self.s.makefile("rb")
+        assert b" 200 " in self.f.readline()
+        while self.f.readline() not in (b"\r\n", b""):
+            pass
+        self.lines = []
+        self.t = threading.Thread(target=self.run, daemon=True)
+        self.t.start()
+
+    def run(self):
+        # chunked framing: size lines, then data; the data is what we keep
+        while True:
+            size = self.f.readline()
+            if not size:
+                return
+            n = int(size.strip() or b"0", 16)
+            if n == 0:
+                return
+            data = self.f.read(n)
+            self.f.readline()
+            self.lines.extend(l for l in data.decode().split("\n") if l)
+
+    def events(self):
+        return [json.loads(l[6:]) for l in list(self.lines) if l.startswith("data: ")]
+
+    def comments(self):
+        return [l for l in list(self.lines) if l.startswith(":")]
+
+    def close(self):
+        self.s.close()
+
+
+def load_and_poll(g, double, key, give_up_after=15):
+    """what a careful client does: POST /models/load, then GET /models every 2 s; gives up if the model
+    still reads unloaded 15 s after the load was accepted"""
+    r = post(g.conn(), "/models/load", {"model": "3090-" + key})
+    assert r.status == 200, r.read()
+    r.read()
+    accepted = time.monotonic()
+    seen = []
+    while True:
+        st = models(g)["3090-" + key]["status"]["value"]
+        seen.append(st)
+        if st == "loaded":
+            return seen
+        assert not (st == "unloaded" and time.monotonic() - accepted > give_up_after), seen
+        assert time.monotonic() - accepted < 60, seen
+        time.sleep(2)  # the client's own polling interval: what is being tested
+
+
+@pytest.mark.parametrize("phase", ["just-after", "just-before"])
+def test_a_load_through_modelgate_is_seen_at_any_phase_of_the_periodic_poll(make_double, make_gate, phase):
+    d = make_double("--models", "laguna-xs,big-70b", "--loaded", "laguna-xs", "--load-delay", "20")
+    poll = 6
+    g = make_gate("[Proxy]\nPollIntervalSec=%ds\n" % poll + host_conf("3090", d.url))
+    assert models(g)["3090-big-70b"]["status"]["value"] == "unloaded"
+    # place the load relative to modelgate's own periodic GET /models, seen in the double's request log
+    d.clear()
+    wait_for(lambda: any(r["path"] == "/models" for r in d.requests()), poll + 2, "a periodic poll")
+    if phase == "just-before":
+        time.sleep(poll - 0.5)  # deliberately placed: the next periodic poll is half a second away
+    seen = load_and_poll(g, d, "big-70b")
+    assert seen[0] in ("loading", "loaded"), seen
+    assert seen[-1] == "loaded"
+
+
+def test_feed_is_relabelled_and_host_down_and_up_reach_list_and_feed(make_double, make_gate, tmp):
+    port = free_port()
+    d = make_double("--models", "laguna-xs,qwen3-8b", "--loaded", "laguna-xs", "--port", str(port))
+    g = make_gate("[Proxy]\nPollIntervalSec=1s\n" + host_conf("3090", "http://127.0.0.1:%d" % port))
+    assert set(models(g)) == {"3090-laguna-xs", "3090-qwen3-8b"}
+    f = Feed(g)
+    wait_for(lambda: any(r["path"] == "/models/sse" for r in d.requests()), 10, "modelgate to follow the feed")
+    r = post(g.conn(), "/models/load", {"model": "3090-qwen3-8b"})
+    assert r.status == 200
+    wait_for(lambda: any(e.get("data", {}).get("status") == "loaded" for e in f.events()), 10, "the loaded event")
+    ev = f.events()
+    assert ev[0] == {"model": "3090-qwen3-8b", "event": "model_status", "data": {"status": "loading"},
+                     "proxy": {"host": "3090", "key": "qwen3-8b"}}
+    assert models(g)["3090-qwen3-8b"]["status"]["value"] == "loaded"
+    # a reload of the host's list: model "*" becomes "<host>-*"
+    c = d.conn()
+    c.request("GET", "/models?reload=1")
+    c.getresponse().read()
+    wait_for(lambda: any(e["event"] == "models_reload" for e in f.events()), 10, "models_reload")
+    assert [e for e in f.events() if e["event"] == "models_reload"][0] == {
+        "model": "3090-*", "event": "models_reload", "proxy": {"host": "3090", "key": "*"}}
+
+    # the host goes away: left out of the list, and the feed says why
+    d.stop()
+    g.wait_log("host 3090 down: connection refused")
+    wait_for(lambda: any("host 3090 down: connection refused" in l for l in f.comments()), 10, "the comment")
+    assert models(g) == {}
+    # and comes back on the same port
+    d2 = make_double("--models", "laguna-xs,qwen3-8b", "--loaded", "laguna-xs", "--port", str(port))
+    g.wait_log("host 3090 up")
+    wait_for(lambda: any(": host 3090 up" == l for l in f.comments()), 10, "the up comment")
+    wait_for(lambda: set(models(g)) == {"3090-laguna-xs", "3090-qwen3-8b"}, 10, "the list back")
+    f.close()
+
+
+def test_two_hundred_subscribers_and_one_that_never_reads_stay_bounded(make_double, make_gate):
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    g = make_gate(host_conf("3090", d.url))
+    models(g)
+    readers = []
+    for _ in range(199):
+        s = g.sock()
+        s.sendall(b"GET /models/sse HTTP/1.1\r\nHost: x\r\n\r\n")
+        readers.append(s)
+    lazy = socket.socket()
+    lazy.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    lazy.connect(("127.0.0.1", g.port))
+    lazy.sendall(b"GET /models/sse HTTP/1.1\r\nHost: x\r\n\r\n")
+    wait_for(lambda: any(r["path"] == "/models/sse" for r in d.requests()), 10, "modelgate to follow the feed")
+    got = {s: 0 for s in readers}
+    before = g.rss_kb()
+    n, size = 2000, 600
+    c = d.conn()
+    c.request("POST", "/_double/events", json.dumps({"n": n, "size": size}))
+    assert c.getresponse().status == 200
+    # the readers read everything (one thread, select): about n * size bytes each
+    deadline = time.monotonic() + 60
+    while min(got.values()) < n * size and time.monotonic() < deadline:
+        rl, _, _ = select.select(readers, [], [], 1)
+        for s in rl:
+            got[s] += len(s.recv(1 << 20))
+    assert min(got.values()) >= n * size, "a reading subscriber fell behind"
+    g.wait_log("does not read /models/sse, dropping it")
+    assert g.rss_kb() - before < 16 * 1024, "memory grew by %d KiB" % (g.rss_kb() - before)
+    for s in readers:
+        s.close()
+    lazy.close()
+
+
+box_reason = box_skip_reason()
+
+
+@pytest.mark.skipif(box_reason is not None, reason=str(box_reason))
+def test_after_a_switch_the_new_engines_feed_and_list_are_followed(box, make_gate):
+    port = free_port()
+    box.add_unit("llama-mainline.service", engine_unit("mainline", port, "laguna-xs", ["llama-fork.service"]))
+    box.add_unit("llama-fork.service", engine_unit("fork", port, "flint-40b", ["llama-mainline.service"])
+                 .replace("--loaded flint-40b", "--loaded flint-40b --load-delay 1").replace(
+                     "--models flint-40b", "--models flint-40b,flint-mini"))
+    box.reload()
+    conf = "[Proxy]\nHoldDownSec=1s\n" + local_host("3090", port) + \
+        "[Engine]\nHost=3090\nName=mainline\nUnit=llama-mainline.service\nModels=laguna-*\n" \
+        "[Engine]\nHost=3090\nName=fork\nUnit=llama-fork.service\nModels=flint-*\n"
+    g = make_gate(conf, env=gate_env(box))
+    g.wait_log("host 3090 up")
+    f = Feed(g)
+    assert post(g.conn(timeout=60), CHAT, chat("3090-laguna-xs")).status == 200
+    m = models(g)
+    assert m["3090-laguna-xs"]["proxy"]["engine"] == "mainline"
+    assert post(g.conn(timeout=60), CHAT, chat("3090-flint-40b")).status == 200
+    wait_for(lambda: "3090-flint-mini" in models(g), 10, "fork's list")
+    m = models(g)
+    assert m["3090-flint-40b"]["proxy"]["engine"] == "fork"
+    # mainline is stopped: its learned key is listed as unloaded, with its engine
+    assert m["3090-laguna-xs"]["status"]["value"] == "unloaded" and m["3090-laguna-xs"]["proxy"]["engine"] == "mainline"
+    r = post(g.conn(), "/models/load", {"model": "3090-flint-mini"})
+    assert r.status == 200
+    wait_for(lambda: any(e["model"] == "3090-flint-mini" and e.get("data", {}).get("status") == "loaded"
+                         for e in f.events()), 15, "fork's load in the merged feed")
+    assert models(g)["3090-flint-mini"]["status"]["value"] == "loaded"
+    f.close()
+
+
+@pytest.mark.skipif(box_reason is not None, reason=str(box_reason))
+def test_a_stopped_engines_keys_still_route_after_a_restart(box, make_gate, tmp):
+    port = free_port()
+    state = os.path.join(tmp, "state")
+    box.add_unit("llama-mainline.service", engine_unit("mainline", port, "laguna-xs", ["llama-fork.service"]))
+    box.add_unit("llama-fork.service", engine_unit("fork", port, "flint-40b", ["llama-mainline.service"]))
+    box.reload()
+    # no Models= at all: what an engine serves is learned from its own list
+    conf = "[Proxy]\nHoldDownSec=1s\n" + local_host("3090", port) + \
+        "[Engine]\nHost=3090\nName=mainline\nUnit=llama-mainline.service\n" \
+        "[Engine]\nHost=3090\nName=fork\nUnit=llama-fork.service\n"
+    env = dict(gate_env(box), STATE_DIRECTORY=state)
+    box.systemctl("start", "llama-fork.service")
+    g = make_gate(conf, env=env)
+    g.wait_log("engine fork adopted")
+    wait_for(lambda: "3090-flint-40b" in models(g), 10, "fork's list")
+    saved = json.load(open(os.path.join(state, "engine-keys.json")))
+    assert saved["3090"]["fork"] == ["flint-40b"]
+    g.stop()
+    box.systemctl("stop", "llama-fork.service")
+    # a new instance (as after an idle exit): fork is stopped, yet its key routes and starts it
+    g2 = make_gate(conf, env=env)
+    g2.wait_log("host 3090 up")
+    r = post(g2.conn(timeout=60), CHAT, chat("3090-flint-40b"))
+    assert r.status == 200 and r.getheader("X-Double") == "fork", (r.read(), g2.logtext())
+    assert "host 3090: switching to engine fork for 3090-flint-40b" in g2.logtext()
+    # a corrupt file is ignored with a warning
+    g2.stop()
+    open(os.path.join(state, "engine-keys.json"), "w").write("{not json")
+    g3 = make_gate(conf, env=env)
+    g3.wait_log("engine-keys.json is not a JSON object, ignoring it")
