@@ -277,14 +277,21 @@ static int probe_timer_cb(sd_event_source *s, uint64_t usec, void *userdata) {
         return 0;
 }
 
+/* No engine runs on the host any more (stopped on its own, idle-stopped, or given up on). */
+static void engine_gone(Host *h) {
+        h->running = -1;
+        h->engine_up = false;
+        sched_engine_down(&h->sched, now_usec(CLOCK_MONOTONIC));
+        catalog_engine_down(h->catalog);
+        host_update_state(h);
+        host_schedule_later(h);
+}
+
 static void give_up_stopped(HostBus *b, size_t i, const char *result, const char *error, void *userdata) {
         Host *h = userdata;
 
         h->phase = PHASE_NONE;
-        h->running = -1;
-        sched_engine_down(&h->sched, now_usec(CLOCK_MONOTONIC));
-        host_update_state(h);
-        host_schedule_later(h);
+        engine_gone(h);
 }
 
 static int deadline_cb(sd_event_source *s, uint64_t usec, void *userdata) {
@@ -518,12 +525,7 @@ static void idle_stopped(HostBus *b, size_t i, const char *result, const char *e
                 log_warning("host %s: idle stop of engine %s failed: %s", h->conf->name,
                             engine_name(h, (ssize_t)i), result ?: strna(error));
         h->phase = PHASE_NONE;
-        h->running = -1;
-        h->engine_up = false;
-        sched_engine_down(&h->sched, now_usec(CLOCK_MONOTONIC));
-        catalog_engine_down(h->catalog);
-        host_update_state(h);
-        host_schedule_later(h);
+        engine_gone(h);
 }
 
 static void host_idle_stop(Host *h, ssize_t engine, usec_t idle_for) {
@@ -713,13 +715,7 @@ static void unit_changed(HostBus *b, size_t i, void *userdata) {
                 if (h->phase == PHASE_HEALTH && h->target == (ssize_t)i)
                         return switch_fail_engine(h, what);
                 log_warning("host %s: engine %s %s", h->conf->name, engine_name(h, (ssize_t)i), what);
-                h->running = -1;
-                h->engine_up = false;
-                sched_engine_down(&h->sched, now_usec(CLOCK_MONOTONIC));
-                catalog_engine_down(h->catalog);
-                host_update_state(h);
-                host_schedule_later(h);
-                return;
+                return engine_gone(h);
         }
         if (h->running < 0 && h->phase == PHASE_NONE) {
                 /* started by someone else (or restarted by systemd): ours all the same, once healthy */
