@@ -33,6 +33,7 @@ struct Catalog {
 
         char *body; /* the last good /models answer */
         size_t body_len;
+        char **ids; /* its ids and aliases: asked on every request, so parsed once */
         bool first_done;
 
         Upstream *fetch;
@@ -208,6 +209,8 @@ static void fetch_finished(Catalog *c, bool ok) {
                 free(c->body);
                 c->body_len = buffer_size(&c->fetch_body);
                 c->body = strndup(buffer_peek(&c->fetch_body), c->body_len);
+                strv_free(c->ids);
+                c->ids = c->body ? snapshot_ids(c->body, c->body_len, true) : NULL;
                 if (c->fetch_engine >= 0 && c->fetch_engine == c->engine_up) {
                         _cleanup_strv_free_ char **ids = snapshot_ids(c->body, c->body_len, false);
                         char ***slot = &c->keys[c->fetch_engine];
@@ -286,6 +289,8 @@ static void catalog_fetch(Catalog *c) {
                 /* no engine runs: nothing to read, nothing listed but the learned keys */
                 c->body = mfree(c->body);
                 c->body_len = 0;
+                strv_free(c->ids);
+                c->ids = NULL;
                 c->first_done = true;
                 c->changed = false;
                 manager_catalog_ready(c->manager);
@@ -545,6 +550,7 @@ Catalog *catalog_free(Catalog *c) {
                 strv_free(c->keys[i]);
         free(c->keys);
         free(c->body);
+        strv_free(c->ids);
         free(c);
         return NULL;
 }
@@ -606,12 +612,9 @@ const char *catalog_snapshot(const Catalog *c, size_t *ret_size) {
 }
 
 int catalog_lists(const Catalog *c, const char *key) {
-        _cleanup_strv_free_ char **ids = NULL;
-
-        if (!c->body)
+        if (!c->ids)
                 return -ENODATA;
-        ids = snapshot_ids(c->body, c->body_len, true);
-        return ids && strv_contains(ids, key);
+        return strv_contains(c->ids, key);
 }
 
 ssize_t catalog_engine_for_key(const Catalog *c, const char *key) {

@@ -254,21 +254,26 @@ int http_parser_feed(HttpParser *p, const char *data, size_t n, size_t *ret_cons
                  * LF only, and if the head is not complete by then, the request is refused. */
                 bool fold = false;
                 if (!p->headers_complete) {
-                        for (size_t i = 0; i < len; i++) {
-                                bool cr = i > 0 ? d[i - 1] == '\r' : p->last_was_cr;
-                                bool lf = i > 0 ? d[i - 1] == '\n' : p->last_was_lf;
-                                if (d[i] == '\n' && !cr) {
-                                        len = i;
-                                        break;
+                        /* obs-fold (RFC 9112 §5.2): a line of the head that starts with whitespace;
+                         * llhttp 8 would join it to the previous value. Only the bytes around each
+                         * LF matter, so the scan goes from LF to LF. */
+                        if ((d[0] == ' ' || d[0] == '\t') && p->last_was_lf && p->started) {
+                                len = 0;
+                                fold = true;
+                        } else
+                                for (const char *q = d, *end = d + len;
+                                     (q = memchr(q, '\n', (size_t)(end - q))); q++) {
+                                        size_t i = (size_t)(q - d);
+                                        if (!(i > 0 ? d[i - 1] == '\r' : p->last_was_cr)) {
+                                                len = i;
+                                                break;
+                                        }
+                                        if (i + 1 < len && (d[i + 1] == ' ' || d[i + 1] == '\t')) {
+                                                len = i + 1;
+                                                fold = true;
+                                                break;
+                                        }
                                 }
-                                /* obs-fold (RFC 9112 §5.2): a line of the head that starts with
-                                 * whitespace; llhttp 8 would join it to the previous value */
-                                if ((d[i] == ' ' || d[i] == '\t') && lf && (i > 0 || p->started)) {
-                                        len = i;
-                                        fold = true;
-                                        break;
-                                }
-                        }
                         if (len == 0 && fold && !p->headers_complete) {
                                 fail(p, 400, "obsolete line folding in a request header");
                                 return -EBADMSG;

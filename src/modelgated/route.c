@@ -248,6 +248,15 @@ done:
         if (*vb != '"')
                 return -EMEDIUMTYPE;
 
+        if (!memchr(vb + 1, '\\', (size_t)(ve - vb - 2))) {
+                /* no escapes (the usual case): the bytes between the quotes are the value */
+                char *model = strndup(vb + 1, (size_t)(ve - vb - 2));
+                if (!model)
+                        return -ENOMEM;
+                *ret_span = (Span){vb, (size_t)(ve - vb)};
+                *ret_model = model;
+                return 0;
+        }
         _cleanup_free_ char *copy = strndup(vb, (size_t)(ve - vb));
         if (!copy)
                 return -ENOMEM;

@@ -58,6 +58,11 @@ class Double:
         c.close()
         return [x for x in r if x["path"] != "/_double/requests"]
 
+    def forwarded(self):
+        """what clients sent through modelgate: its own catalog reads (GET /models, the feed) left out"""
+        return [x for x in self.requests()
+                if not (x["method"] == "GET" and x["path"].split("?")[0] in ("/models", "/models/sse"))]
+
     def clear(self):
         c = self.conn()
         c.request("DELETE", "/_double/requests")

@@ -196,4 +196,4 @@ def test_smuggling_attempts_are_400_and_close(gate, double, request_bytes):
     assert status == 400
     assert "Connection: close" in head
     assert json.loads(body)["error"]["type"] == "invalid_request_error"
-    assert double.requests() == []
+    assert double.forwarded() == []

@@ -1,0 +1,3 @@
+module modelgate/bench/goproxy
+
+go 1.19

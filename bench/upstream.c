@@ -1,0 +1,271 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The benchmark's upstream: a small, fast llama-server stand-in (one thread, epoll), so that the
+ * proxies are what is measured, not the Python double.
+ *
+ *   GET  /health                 {"status":"ok"}
+ *   GET  /models                 a one-model list
+ *   POST /v1/chat/completions    body with "stream":true → SSE: N chunks (default 8) then
+ *                                "data: [DONE]", chunked, kept alive; else a small JSON answer.
+ *                                ?n=N sets the chunk count, ?gap_us=U the time between chunks.
+ *
+ * usage: upstream PORT */
+
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAXC 65536
+
+typedef struct Conn {
+        int fd;
+        char in[16384];
+        size_t n_in;
+        /* a stream in progress */
+        int chunks_left;
+        long gap_us;
+        long long next_at;
+} Conn;
+
+static Conn *conns[MAXC];
+static int streams[MAXC]; /* fds with a stream in progress */
+static size_t n_streams;
+static int ep;
+
+static long long now_us(void) {
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        return (long long)t.tv_sec * 1000000 + t.tv_nsec / 1000;
+}
+
+static void conn_close(Conn *c) {
+        close(c->fd);
+        conns[c->fd] = NULL;
+        free(c);
+}
+
+static int send_all(Conn *c, const char *p, size_t n) {
+        while (n > 0) {
+                ssize_t k = send(c->fd, p, n, MSG_NOSIGNAL);
+                if (k < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        if (errno == EAGAIN) {
+                                /* the benchmark's clients read: a short block is fine here */
+                                struct timespec ts = {0, 100000};
+                                nanosleep(&ts, NULL);
+                                continue;
+                        }
+                        return -1;
+                }
+                p += k;
+                n -= (size_t)k;
+        }
+        return 0;
+}
+
+static const char chunk_json[] =
+        "data: {\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\","
+        "\"choices\":[{\"index\":0,\"delta\":{\"content\":\"tok \"},\"finish_reason\":null}]}\n\n";
+
+static int send_chunk(Conn *c) {
+        char buf[512];
+        int n;
+
+        if (c->chunks_left > 0) {
+                n = snprintf(buf, sizeof(buf), "%zx\r\n%s\r\n", sizeof(chunk_json) - 1, chunk_json);
+                c->chunks_left--;
+        } else {
+                static const char done[] = "data: [DONE]\n\n";
+                n = snprintf(buf, sizeof(buf), "%zx\r\n%s\r\n0\r\n\r\n", sizeof(done) - 1, done);
+                c->chunks_left = -1;
+        }
+        return send_all(c, buf, (size_t)n);
+}
+
+static void stream_run(Conn *c) {
+        while (c->chunks_left >= 0 && (c->gap_us == 0 || now_us() >= c->next_at)) {
+                if (send_chunk(c) < 0) {
+                        conn_close(c);
+                        return;
+                }
+                c->next_at += c->gap_us;
+        }
+}
+
+static int send_json(Conn *c, const char *body) {
+        char buf[1024];
+        int n = snprintf(buf, sizeof(buf),
+                         "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                         strlen(body), body);
+        return send_all(c, buf, (size_t)n);
+}
+
+static long query_num(const char *line, const char *key, long dflt) {
+        const char *q = strchr(line, '?'), *sp = strchr(line + 5, ' ');
+        size_t kl = strlen(key);
+        for (const char *p = q; p && p < sp; p = strchr(p + 1, '&')) {
+                if (strncmp(p + 1, key, kl) == 0 && p[1 + kl] == '=')
+                        return atol(p + 2 + kl);
+                if (!strchr(p + 1, '&'))
+                        break;
+        }
+        return dflt;
+}
+
+/* One complete request in c->in: answer it. Returns bytes used, 0 for "incomplete", -1 to close. */
+static ssize_t handle(Conn *c) {
+        char *end = memmem(c->in, c->n_in, "\r\n\r\n", 4);
+        size_t head, body = 0, total;
+        char *cl;
+        static const char health[] = "{\"status\":\"ok\"}";
+        static const char models[] =
+                "{\"object\":\"list\",\"data\":[{\"id\":\"m\",\"object\":\"model\",\"status\":{\"value\":\"loaded\"}}]}";
+        static const char answer[] =
+                "{\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion\",\"created\":1,\"model\":\"m\",\"choices\":"
+                "[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"tok tok tok tok\"},\"finish_reason\":"
+                "\"stop\"}],\"usage\":{\"total_tokens\":4}}";
+        static const char sse_head[] = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                                       "Transfer-Encoding: chunked\r\n\r\n";
+
+        if (!end)
+                return c->n_in >= sizeof(c->in) ? -1 : 0;
+        head = (size_t)(end - c->in) + 4;
+        *end = 0;
+        cl = strcasestr(c->in, "\r\ncontent-length:");
+        if (cl)
+                body = (size_t)atol(cl + 17);
+        total = head + body;
+        if (total > sizeof(c->in))
+                return -1;
+        if (c->n_in < total) {
+                *end = '\r';
+                return 0;
+        }
+        if (strncmp(c->in, "GET /health", 11) == 0) {
+                if (send_json(c, health) < 0)
+                        return -1;
+        } else if (strncmp(c->in, "GET /models", 11) == 0) {
+                if (send_json(c, models) < 0)
+                        return -1;
+        } else if (memmem(c->in + head, body, "\"stream\":true", 13)) {
+                if (send_all(c, sse_head, sizeof(sse_head) - 1) < 0)
+                        return -1;
+                c->chunks_left = (int)query_num(c->in, "n", 8);
+                c->gap_us = query_num(c->in, "gap_us", 0);
+                c->next_at = now_us();
+                streams[n_streams++] = c->fd;
+                stream_run(c);
+                if (!conns[c->fd] || conns[c->fd] != c)
+                        return -2; /* closed */
+        } else if (send_json(c, answer) < 0)
+                return -1;
+        return (ssize_t)total;
+}
+
+static void on_readable(Conn *c) {
+        for (;;) {
+                ssize_t k = recv(c->fd, c->in + c->n_in, sizeof(c->in) - c->n_in, MSG_DONTWAIT);
+                if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) {
+                        conn_close(c);
+                        return;
+                }
+                if (k < 0)
+                        break;
+                c->n_in += (size_t)k;
+                while (c->chunks_left < 0 && c->n_in > 0) {
+                        ssize_t used = handle(c);
+                        if (used == -2)
+                                return;
+                        if (used < 0) {
+                                conn_close(c);
+                                return;
+                        }
+                        if (used == 0)
+                                break;
+                        memmove(c->in, c->in + used, c->n_in - (size_t)used);
+                        c->n_in -= (size_t)used;
+                }
+                if (c->n_in == sizeof(c->in))
+                        break;
+        }
+}
+
+int main(int argc, char **argv) {
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        struct epoll_event ev, evs[256];
+        int lfd, tfd, one = 1;
+
+        if (argc < 2) {
+                fprintf(stderr, "usage: %s PORT\n", argv[0]);
+                return 2;
+        }
+        signal(SIGPIPE, SIG_IGN);
+        a.sin_port = htons((uint16_t)atoi(argv[1]));
+        lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (bind(lfd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(lfd, 4096) < 0) {
+                perror("bind");
+                return 1;
+        }
+        ep = epoll_create1(0);
+        ev = (struct epoll_event){.events = EPOLLIN, .data.fd = lfd};
+        epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev);
+        /* streams with a gap between chunks are served from a 200 µs tick */
+        tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK);
+        struct itimerspec its = {{0, 200000}, {0, 200000}};
+        timerfd_settime(tfd, 0, &its, NULL);
+        ev = (struct epoll_event){.events = EPOLLIN, .data.fd = tfd};
+        epoll_ctl(ep, EPOLL_CTL_ADD, tfd, &ev);
+
+        for (;;) {
+                int n = epoll_wait(ep, evs, 256, -1);
+                for (int i = 0; i < n; i++) {
+                        int fd = evs[i].data.fd;
+                        if (fd == lfd) {
+                                int c;
+                                while ((c = accept4(lfd, NULL, NULL, SOCK_NONBLOCK)) >= 0) {
+                                        if (c >= MAXC) {
+                                                close(c);
+                                                continue;
+                                        }
+                                        setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+                                        Conn *cn = calloc(1, sizeof(Conn));
+                                        cn->fd = c;
+                                        cn->chunks_left = -1;
+                                        conns[c] = cn;
+                                        ev = (struct epoll_event){.events = EPOLLIN, .data.fd = c};
+                                        epoll_ctl(ep, EPOLL_CTL_ADD, c, &ev);
+                                }
+                        } else if (fd == tfd) {
+                                uint64_t x;
+                                (void)!read(tfd, &x, sizeof(x));
+                                size_t k = 0, n0 = n_streams;
+                                for (size_t j = 0; j < n0; j++) {
+                                        int f = streams[j];
+                                        Conn *c = conns[f];
+                                        if (!c || c->chunks_left < 0)
+                                                continue;
+                                        stream_run(c);
+                                        if (conns[f] == c && c->chunks_left >= 0)
+                                                streams[k++] = f;
+                                }
+                                /* streams started meanwhile were appended after n0 */
+                                for (size_t j = n0; j < n_streams; j++)
+                                        streams[k++] = streams[j];
+                                n_streams = k;
+                        } else if (conns[fd])
+                                on_readable(conns[fd]);
+                }
+        }
+}
