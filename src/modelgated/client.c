@@ -160,7 +160,9 @@ static void client_set_timer(Client *c, usec_t rel) {
 static void client_update_events(Client *c) {
         uint32_t ev = EPOLLRDHUP;
 
-        if (((c->state == CLIENT_WAITING || c->state == CLIENT_READING) &&
+        /* input is read while an answer is produced too (up to CLIENT_READ_SIZE, for pipelined
+         * requests), so that the common keep-alive exchange needs no epoll change per request */
+        if (((c->state == CLIENT_WAITING || c->state == CLIENT_READING || c->state == CLIENT_RESPONDING) &&
              buffer_size(&c->in) < CLIENT_READ_SIZE) ||
             c->state == CLIENT_LINGERING)
                 ev |= EPOLLIN;
@@ -449,13 +451,8 @@ static int client_upstream_headers(Upstream *u, const UpstreamResponse *resp, vo
         if (c->mode == MODE_HOLD)
                 return 0;
 
-        if (send_held_head(c, framing) < 0)
-                return -1;
-        if (client_flush(c) < 0) {
-                client_free(c);
-                return -1;
-        }
-        return 0;
+        /* written with the body bytes of the same read (client_upstream_read_end) */
+        return send_held_head(c, framing) < 0 ? -1 : 0;
 }
 
 static void release_held(Client *c) {
@@ -494,11 +491,23 @@ static int client_upstream_body(Upstream *u, const char *p, size_t n, void *user
                 r = frame_body(c, p, n);
                 break;
         }
-        if (r < 0 || client_flush(c) < 0) {
+        if (r < 0) {
+                client_free(c);
+                return -1;
+        }
+        /* a slow reader: stop reading the host before the end of this read (backpressure) */
+        if (buffer_size(&c->out) > CLIENT_OUT_HIGH && client_flush(c) < 0) {
                 client_free(c);
                 return -1;
         }
         return 0;
+}
+
+static void client_upstream_read_end(Upstream *u, void *userdata) {
+        Client *c = userdata;
+
+        if (client_flush(c) < 0)
+                client_free(c); /* cancels u, which the upstream handles after this returns */
 }
 
 static void client_upstream_complete(Upstream *u, void *userdata) {
@@ -610,6 +619,7 @@ static void client_upstream_error(Upstream *u, int error, bool started, void *us
 static const UpstreamCallbacks client_upstream_callbacks = {
         .on_headers = client_upstream_headers,
         .on_body = client_upstream_body,
+        .on_read_end = client_upstream_read_end,
         .on_complete = client_upstream_complete,
         .on_error = client_upstream_error,
 };
@@ -1055,17 +1065,17 @@ static int client_io_cb(sd_event_source *s, int fd, uint32_t revents, void *user
         Client *c = userdata;
         int r;
 
-        if (revents & EPOLLIN) {
+        if (revents & EPOLLIN)
                 r = client_read(c);
-                if (r < 0) {
-                        /* EOF between requests is the normal end of a keep-alive connection */
-                        if (c->state == CLIENT_READING && r == -ECONNRESET)
-                                log_debug("Client %s closed in the middle of a request", c->peer);
-                        client_free(c);
-                        return 0;
-                }
-        } else if (revents & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
-                /* not reading: the client went away while its answer was produced */
+        else if (revents & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+                r = -ECONNRESET; /* not reading (the input buffer is full): the end shows here */
+        else
+                r = 0;
+        if (r < 0) {
+                /* EOF between requests is the normal end of a keep-alive connection */
+                if (c->state == CLIENT_READING && r == -ECONNRESET)
+                        log_debug("Client %s closed in the middle of a request", c->peer);
+                /* the client went away while its answer was produced */
                 if (c->state == CLIENT_RESPONDING && !c->response_complete) {
                         if (c->feed)
                                 client_log_access(c, "feed");

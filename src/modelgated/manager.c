@@ -33,6 +33,18 @@ static const int handled_signals[] = {SIGTERM, SIGINT, SIGHUP};
 
 static int accept_cb(sd_event_source *s, int fd, uint32_t revents, void *userdata);
 
+/* log.c's buffered lines are written when the loop has nothing else to do */
+static sd_event_source *log_flush_source;
+
+static int log_flush_cb(sd_event_source *s, void *userdata) {
+        log_flush();
+        return 0;
+}
+
+static void log_request_flush(void) {
+        (void)sd_event_source_set_enabled(log_flush_source, SD_EVENT_ONESHOT);
+}
+
 int manager_new(Manager **ret) {
         Manager *m = calloc(1, sizeof(Manager));
         int r;
@@ -66,6 +78,8 @@ Manager *manager_free(Manager *m) {
         sd_event_source_disable_unref(m->accept_retry);
         sd_event_source_disable_unref(m->stop_timer);
         sd_event_source_disable_unref(m->feed_keepalive);
+        log_set_buffered(NULL);
+        log_flush_source = sd_event_source_disable_unref(log_flush_source);
         for (size_t i = 0; m->hosts && i < m->config.n_hosts; i++)
                 host_free(m->hosts[i]);
         free(m->hosts);
@@ -442,6 +456,11 @@ int manager_start(Manager *m) {
                         return log_error_errno(r, "Failed to watch signal %d: %m", handled_signals[i]);
         }
         (void)sd_event_set_watchdog(m->event, true);
+        if (sd_event_add_defer(m->event, &log_flush_source, log_flush_cb, NULL) >= 0) {
+                (void)sd_event_source_set_priority(log_flush_source, SD_EVENT_PRIORITY_IDLE);
+                (void)sd_event_source_set_enabled(log_flush_source, SD_EVENT_OFF);
+                log_set_buffered(log_request_flush);
+        }
 
         o += (size_t)snprintf(status + o, sizeof(status) - o, "Listening on");
         for (size_t i = 0; i < m->n_listeners && o < sizeof(status) - 64; i++)

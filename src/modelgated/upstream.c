@@ -447,6 +447,17 @@ static void upstream_read(Upstream *u) {
                                   llhttp_get_error_reason(&u->parser));
                         return upstream_fail(u, -EPROTO);
                 }
+                /* what this read gave the owner goes on now, in one write (head and body alike) */
+                if (u->cb && u->cb->on_read_end) {
+                        u->in_parser = true;
+                        u->cb->on_read_end(u, u->userdata);
+                        u->in_parser = false;
+                        if (u->cancel_error) {
+                                if (!u->cb)
+                                        return (void)upstream_free(u);
+                                return upstream_fail(u, u->cancel_error);
+                        }
+                }
                 if (u->state != UPSTREAM_RECEIVING)
                         return;
         }
@@ -595,11 +606,19 @@ int upstream_start(Manager *m, const HttpUrl *url, Buffer *request, bool head_re
         u->cancel_error = 0;
 
         if (u->reused) {
-                /* Send from the loop (the idle socket is writable at once), not from here: a failure
-                 * must reach the owner after it has stored the pointer we return. */
+                /* A pooled socket is writable: the request goes now, in one send() as a rule, and no
+                 * epoll change is needed to wait for the answer. Anything but a full send is left to
+                 * the loop, so that a failure reaches the owner after it has stored the pointer we
+                 * return (and a stale connection is retried there). */
+                ssize_t k = send(u->fd, buffer_peek(&u->request), buffer_size(&u->request),
+                                 MSG_NOSIGNAL | MSG_DONTWAIT);
+                if (k > 0)
+                        u->request_sent = (size_t)k;
+                if (u->request_sent == buffer_size(&u->request))
+                        u->state = UPSTREAM_RECEIVING;
                 r = update_io(u);
                 if (r >= 0)
-                        r = arm_timer(u, USEC_INFINITY);
+                        r = arm_timer(u, u->deadline);
         } else
                 r = upstream_connect(u);
         if (r < 0) {

@@ -38,6 +38,9 @@ typedef struct UpstreamCallbacks {
         int (*on_headers)(Upstream *u, const UpstreamResponse *resp, void *userdata);
         /* A piece of body (de-chunked). < 0: cancel the request. */
         int (*on_body)(Upstream *u, const char *p, size_t n, void *userdata);
+        /* Optional: one read from the host has been handed over (headers, body, or both) and more may
+         * follow; the owner writes out what it has. It may cancel u here. */
+        void (*on_read_end)(Upstream *u, void *userdata);
         /* The end of the response. The owner must forget u afterwards. */
         void (*on_complete)(Upstream *u, void *userdata);
         /* The request failed (-ECONNREFUSED, -ETIMEDOUT, -ECONNRESET, -EPROTO…); 'started' says whether

@@ -20,9 +20,27 @@ void log_set_prefix(bool on) {
         use_prefix = on;
 }
 
+static void (*flush_hook)(void);
+
+void log_set_buffered(void (*request_flush)(void)) {
+        /* access lines come one per request: under load they are gathered and written when the loop
+         * has nothing else to do (or the buffer is full), instead of one write(2) each */
+        static char buf[64 * 1024];
+        if (request_flush && !flush_hook)
+                setvbuf(stderr, buf, _IOFBF, sizeof(buf));
+        if (!request_flush)
+                fflush(stderr);
+        flush_hook = request_flush;
+}
+
+void log_flush(void) {
+        fflush(stderr);
+}
+
 int log_internal(int level, int error, const char *file, int line, const char *fmt, ...) {
         char buf[4096];
         va_list ap;
+        int n = 0, k;
 
         (void)file;
         (void)line;
@@ -30,16 +48,20 @@ int log_internal(int level, int error, const char *file, int line, const char *f
         if (use_prefix < 0)
                 use_prefix = !isatty(STDERR_FILENO);
 
+        if (use_prefix)
+                n = snprintf(buf, sizeof(buf), "<%i>", LOG_PRI(level));
         /* %m must mean the error we were given, not whatever errno is now */
         errno = error;
         va_start(ap, fmt);
-        (void)vsnprintf(buf, sizeof(buf), fmt, ap);
+        k = vsnprintf(buf + n, sizeof(buf) - (size_t)n - 1, fmt, ap);
         va_end(ap);
+        n = k < 0 ? n : MIN(n + k, (int)sizeof(buf) - 2);
+        buf[n++] = '\n';
+        fwrite(buf, 1, (size_t)n, stderr);
 
-        if (use_prefix)
-                fprintf(stderr, "<%i>%s\n", LOG_PRI(level), buf);
+        if (!flush_hook || LOG_PRI(level) <= LOG_WARNING)
+                fflush(stderr);
         else
-                fprintf(stderr, "%s\n", buf);
-
+                flush_hook();
         return -error;
 }

@@ -17,6 +17,10 @@ int log_get_max_level(void);
 void log_set_prefix(bool on);
 
 int log_internal(int level, int error, const char *file, int line, const char *fmt, ...) _printf_(5, 6);
+/* Buffers messages below LOG_WARNING; request_flush() is called after each one, and must arrange for
+ * log_flush() soon (the daemon: when its loop is idle). Warnings and errors are written at once. */
+void log_set_buffered(void (*request_flush)(void));
+void log_flush(void);
 
 #define log_full_errno(level, error, ...)                                                                   \
         ({                                                                                                  \
