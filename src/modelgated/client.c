@@ -158,7 +158,9 @@ static void client_set_timer(Client *c, usec_t rel) {
 }
 
 static void client_update_events(Client *c) {
-        uint32_t ev = EPOLLRDHUP;
+        /* edge-triggered: with many clients ready at once, level-triggered sockets would be polled
+         * again by every epoll_wait (one per event sd-event dispatches) until they are served */
+        uint32_t ev = EPOLLRDHUP | EPOLLET;
 
         /* input is read while an answer is produced too (up to CLIENT_READ_SIZE, for pipelined
          * requests), so that the common keep-alive exchange needs no epoll change per request */
@@ -1041,24 +1043,35 @@ static void client_linger(Client *c) {
         c->state = CLIENT_LINGERING;
         buffer_clear(&c->in);
         client_set_timer(c, CLIENT_LINGER_USEC);
-        (void)sd_event_source_set_io_events(c->io, EPOLLIN | EPOLLRDHUP);
+        (void)sd_event_source_set_io_events(c->io, EPOLLIN | EPOLLRDHUP | EPOLLET);
 }
 
+/* The socket is edge-triggered: read until it is empty (or the input buffer is full; then EPOLLIN is
+ * dropped, and taking it back re-arms the edge). */
 static int client_read(Client *c) {
         char buf[CLIENT_READ_SIZE];
-        ssize_t k = recv(c->fd, buf, sizeof(buf), MSG_DONTWAIT);
+        bool got = false;
 
-        if (k < 0)
-                return errno == EAGAIN || errno == EINTR ? 0 : -errno;
-        if (k == 0)
-                return -ECONNRESET;
-        if (c->state == CLIENT_LINGERING)
-                return 1; /* dropped */
-        if (buffer_append(&c->in, buf, (size_t)k) < 0)
-                return -ENOMEM;
-        if (c->state == CLIENT_READING && c->parser.headers_complete)
+        while (c->state == CLIENT_LINGERING || buffer_size(&c->in) < CLIENT_READ_SIZE) {
+                ssize_t k = recv(c->fd, buf, sizeof(buf), MSG_DONTWAIT);
+                if (k < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        if (errno == EAGAIN)
+                                break;
+                        return -errno;
+                }
+                if (k == 0)
+                        return -ECONNRESET;
+                got = true;
+                if (c->state == CLIENT_LINGERING)
+                        continue; /* dropped */
+                if (buffer_append(&c->in, buf, (size_t)k) < 0)
+                        return -ENOMEM;
+        }
+        if (got && c->state == CLIENT_READING && c->parser.headers_complete)
                 client_set_timer(c, c->manager->config.idle_timeout_usec); /* the body makes progress */
-        return 1;
+        return got;
 }
 
 static int client_io_cb(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
@@ -1178,7 +1191,7 @@ int client_new(Manager *m, int fd, const struct sockaddr *peer, socklen_t peer_l
         LIST_PREPEND(clients, m->clients, c);
         m->n_clients++;
 
-        r = sd_event_add_io(m->event, &c->io, fd, EPOLLIN | EPOLLRDHUP, client_io_cb, c);
+        r = sd_event_add_io(m->event, &c->io, fd, EPOLLIN | EPOLLRDHUP | EPOLLET, client_io_cb, c);
         if (r >= 0)
                 r = sd_event_add_time_relative(m->event, &c->timer, CLOCK_MONOTONIC,
                                                m->config.idle_timeout_usec, 0, client_timer_cb, c);

@@ -189,7 +189,8 @@ static int update_io(Upstream *u) {
         }
         if (events == 0)
                 return sd_event_source_set_enabled(u->io, SD_EVENT_OFF);
-        int r = sd_event_source_set_io_events(u->io, events);
+        /* edge-triggered, like the client side (see client_update_events()) */
+        int r = sd_event_source_set_io_events(u->io, events | EPOLLET);
         if (r < 0)
                 return r;
         return sd_event_source_set_enabled(u->io, SD_EVENT_ON);
@@ -409,11 +410,14 @@ static void upstream_handle_eof(Upstream *u) {
 static void upstream_read(Upstream *u) {
         char buf[UPSTREAM_READ_SIZE];
 
-        /* A few reads per wakeup: each goes to the owner at once; then others get a turn */
-        for (int i = 0; i < 4 && u->reading; i++) {
+        /* edge-triggered: read until the socket is empty, or the owner cannot take more (then the
+         * source is disabled, and enabling it again re-arms the edge); each read goes on at once */
+        while (u->reading) {
                 ssize_t k = read(u->fd, buf, sizeof(buf));
                 if (k < 0) {
-                        if (errno == EAGAIN || errno == EINTR)
+                        if (errno == EINTR)
+                                continue;
+                        if (errno == EAGAIN)
                                 return;
                         if (!u->got_bytes && upstream_maybe_retry(u))
                                 return;
@@ -547,7 +551,7 @@ static int upstream_connect(Upstream *u) {
         if (r < 0 && errno != EINPROGRESS)
                 return -errno;
 
-        r = sd_event_add_io(u->manager->event, &u->io, fd, EPOLLOUT, upstream_io_cb, u);
+        r = sd_event_add_io(u->manager->event, &u->io, fd, EPOLLOUT | EPOLLET, upstream_io_cb, u);
         if (r < 0)
                 return r;
         u->fd = TAKE_FD(fd);
