@@ -51,20 +51,36 @@ int buffer_append_str(Buffer *b, const char *s) {
 
 int buffer_printf(Buffer *b, const char *fmt, ...) {
         va_list ap;
+        size_t room;
         int k;
 
+        /* one pass as a rule: format into the room there is, and only again when it was too small */
+        if (buffer_reserve(b, 256) < 0)
+                return -ENOMEM;
+        room = b->alloc - b->end;
         va_start(ap, fmt);
-        k = vsnprintf(NULL, 0, fmt, ap);
+        k = vsnprintf(b->data + b->end, room, fmt, ap);
         va_end(ap);
         if (k < 0)
                 return -EINVAL;
-        if (buffer_reserve(b, (size_t)k + 1) < 0)
-                return -ENOMEM;
-        va_start(ap, fmt);
-        (void)vsnprintf(b->data + b->end, (size_t)k + 1, fmt, ap);
-        va_end(ap);
+        if ((size_t)k >= room) {
+                if (buffer_reserve(b, (size_t)k + 1) < 0)
+                        return -ENOMEM;
+                va_start(ap, fmt);
+                (void)vsnprintf(b->data + b->end, (size_t)k + 1, fmt, ap);
+                va_end(ap);
+        }
         b->end += (size_t)k;
         return 0;
+}
+
+int buffer_append_u64(Buffer *b, uint64_t v) {
+        char t[24], *e = t + sizeof(t), *q = e;
+
+        do
+                *--q = (char)('0' + v % 10);
+        while (v /= 10);
+        return buffer_append(b, q, (size_t)(e - q));
 }
 
 void buffer_consume(Buffer *b, size_t n) {

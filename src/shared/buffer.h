@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "shared/macro.h"
 
@@ -31,6 +32,8 @@ static inline bool buffer_is_empty(const Buffer *b) {
 int buffer_append(Buffer *b, const void *p, size_t n);
 int buffer_append_str(Buffer *b, const char *s);
 int buffer_printf(Buffer *b, const char *fmt, ...) _printf_(2, 3);
+/* decimal, without printf: for what every request writes */
+int buffer_append_u64(Buffer *b, uint64_t v);
 void buffer_consume(Buffer *b, size_t n);
 void buffer_clear(Buffer *b);
 void buffer_done(Buffer *b);

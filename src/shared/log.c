@@ -65,3 +65,20 @@ int log_internal(int level, int error, const char *file, int line, const char *f
                 flush_hook();
         return -error;
 }
+
+void log_line(int level, const char *s, size_t n) {
+        if (LOG_PRI(level) > max_level)
+                return;
+        if (use_prefix < 0)
+                use_prefix = !isatty(STDERR_FILENO);
+        if (use_prefix) {
+                char p[3] = {'<', (char)('0' + LOG_PRI(level)), '>'};
+                fwrite(p, 1, sizeof(p), stderr);
+        }
+        fwrite(s, 1, n, stderr);
+        fputc('\n', stderr);
+        if (!flush_hook || LOG_PRI(level) <= LOG_WARNING)
+                fflush(stderr);
+        else
+                flush_hook();
+}

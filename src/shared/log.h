@@ -21,6 +21,8 @@ int log_internal(int level, int error, const char *file, int line, const char *f
  * log_flush() soon (the daemon: when its loop is idle). Warnings and errors are written at once. */
 void log_set_buffered(void (*request_flush)(void));
 void log_flush(void);
+/* A line formatted by the caller (no printf pass): the access log writes one per request. */
+void log_line(int level, const char *s, size_t n);
 
 #define log_full_errno(level, error, ...)                                                                   \
         ({                                                                                                  \
