@@ -4,11 +4,14 @@
  *   client latency PORT N            N streaming requests, one after another on one keep-alive
  *                                    connection; prints "first_us end_us" per request (time to the
  *                                    first SSE byte and to the end of the stream)
- *   client plain PORT N              the same with non-streaming requests; prints "end_us"
+ *   client plain PORT N [MODEL]      the same with non-streaming requests; prints "end_us"
  *   client streams PORT C CHUNKS GAP C concurrent streams of CHUNKS chunks GAP µs apart; prints
  *                                    "total_us worst_gap_us" and, per stream, its largest gap
  *   client idle PORT C               C keep-alive connections that made one request each and stay
  *                                    open; prints "ready", then holds them until stdin closes
+ *   client waiting PORT C MODEL      C streaming requests for MODEL that wait for their engine; prints
+ *                                    "ready" once each has had a keepalive comment, holds them until
+ *                                    stdin closes
  *
  * Requests name the model "b-m" (host "b" for modelgate; the others pass it through). */
 
@@ -21,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -46,9 +50,12 @@ static int dial(void) {
         return fd;
 }
 
+static const char *model = "b-m";
+
 static int request(char *buf, size_t l, bool stream, int chunks, int gap) {
-        const char *body = stream ? "{\"model\":\"b-m\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}"
-                                  : "{\"model\":\"b-m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+        char body[256];
+        snprintf(body, sizeof(body), "{\"model\":\"%s\",%s\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}",
+                 model, stream ? "\"stream\":true," : "");
         return snprintf(buf, l,
                         "POST /v1/chat/completions?n=%d&gap_us=%d HTTP/1.1\r\nHost: bench\r\n"
                         "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
@@ -262,6 +269,55 @@ static int run_idle(int c) {
         return 0;
 }
 
+/* C streaming requests for MODEL that wait for their engine: holds them once each has had a keepalive
+ * comment (so modelgate's early 200 and its comments are flowing). */
+static int run_waiting(int c) {
+        int *fds = calloc((size_t)c, sizeof(int)), ep = epoll_create1(0), left = c;
+        bool *seen = calloc((size_t)c, sizeof(bool));
+        struct epoll_event ev, evs[512];
+        char req[512], buf[4096];
+        int l = request(req, sizeof(req), true, 8, 0);
+
+        for (int i = 0; i < c; i++) {
+                fds[i] = dial();
+                if (send(fds[i], req, (size_t)l, 0) != l)
+                        return 1;
+                ev = (struct epoll_event){.events = EPOLLIN, .data.u32 = (uint32_t)i};
+                epoll_ctl(ep, EPOLL_CTL_ADD, fds[i], &ev);
+        }
+        while (left > 0) {
+                int n = epoll_wait(ep, evs, 512, 60000);
+                if (n <= 0) {
+                        fprintf(stderr, "waiting: no keepalive comment within 60 s (%d left)\n", left);
+                        return 1;
+                }
+                for (int j = 0; j < n; j++) {
+                        int i = (int)evs[j].data.u32;
+                        ssize_t k = recv(fds[i], buf, sizeof(buf) - 1, MSG_DONTWAIT);
+                        if (k <= 0) {
+                                fprintf(stderr, "waiting: a connection ended\n");
+                                return 1;
+                        }
+                        buf[k] = 0;
+                        if (!seen[i] && strstr(buf, ": waiting for")) {
+                                seen[i] = true;
+                                left--;
+                        }
+                }
+        }
+        printf("ready\n");
+        fflush(stdout);
+        /* keep reading (the comments keep coming) until told to stop */
+        for (;;) {
+                struct pollfd pfd = {.fd = 0, .events = POLLIN};
+                if (poll(&pfd, 1, 0) > 0 && read(0, buf, sizeof(buf)) <= 0)
+                        return 0;
+                int n = epoll_wait(ep, evs, 512, 200);
+                for (int j = 0; j < n; j++)
+                        (void)recv(fds[evs[j].data.u32], buf, sizeof(buf), MSG_DONTWAIT);
+        }
+}
+
 int main(int argc, char **argv) {
         if (argc < 4) {
                 fprintf(stderr, "usage: client latency|plain|streams|idle PORT N [CHUNKS GAP]\n");
@@ -270,11 +326,18 @@ int main(int argc, char **argv) {
         port = atoi(argv[2]);
         if (strcmp(argv[1], "latency") == 0)
                 return run_sequential(atoi(argv[3]), true);
-        if (strcmp(argv[1], "plain") == 0)
+        if (strcmp(argv[1], "plain") == 0) {
+                if (argc >= 5)
+                        model = argv[4];
                 return run_sequential(atoi(argv[3]), false);
+        }
         if (strcmp(argv[1], "streams") == 0 && argc >= 6)
                 return run_streams(atoi(argv[3]), atoi(argv[4]), atoi(argv[5]));
         if (strcmp(argv[1], "idle") == 0)
                 return run_idle(atoi(argv[3]));
+        if (strcmp(argv[1], "waiting") == 0 && argc >= 5) {
+                model = argv[4];
+                return run_waiting(atoi(argv[3]));
+        }
         return 2;
 }

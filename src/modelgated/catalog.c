@@ -103,11 +103,12 @@ static void keys_save(Manager *m) {
                 }
                 json_object_object_add(root, m->config.hosts[i].name, ho);
         }
-        /* the directory systemd made (StateDirectory=), or ours */
-        char *slash = strrchr(path, '/');
-        *slash = 0;
-        (void)mkdir(path, 0755);
-        *slash = '/';
+        /* the directory systemd made (StateDirectory=), or ours, with its parents (~/.local/state) */
+        for (char *slash = strchr(path + 1, '/'); slash; slash = strchr(slash + 1, '/')) {
+                *slash = 0;
+                (void)mkdir(path, 0755);
+                *slash = '/';
+        }
         if (asprintf(&tmp, "%s.tmp", path) < 0)
                 goto out;
         f = fopen(tmp, "we");
