@@ -72,7 +72,7 @@ char *catalog_state_path(void) {
         const char *d = getenv("STATE_DIRECTORY"), *x = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
         char *p = NULL;
 
-        if (d) {
+        if (d && *d) {
                 /* StateDirectory= may list several, separated by ':'; the first is ours */
                 size_t l = strcspn(d, ":");
                 return asprintf(&p, "%.*s/engine-keys.json", (int)l, d) < 0 ? NULL : p;

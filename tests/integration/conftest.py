@@ -84,6 +84,9 @@ class Gate:
             f.write("[Proxy]\nListen=127.0.0.1:%d\n" % self.port + config)
         self.logpath = os.path.join(tmp, "modelgated-%d.log" % id(self))
         self.log = open(self.logpath, "w")
+        # learned engine keys go to the test's own directory, never the machine's ~/.local/state
+        env = dict(env if env is not None else os.environ)
+        env.setdefault("STATE_DIRECTORY", os.path.join(tmp, "state-%d" % id(self)))
         self.proc = subprocess.Popen([MODELGATED, "--config=" + self.conf] + list(extra_args),
                                      stdout=self.log, stderr=self.log, env=env)
         wait_for(self.ready, what="modelgated to answer /health")

@@ -225,7 +225,12 @@ def test_a_stopped_engines_keys_still_route_after_a_restart(box, make_gate, tmp)
     conf = "[Proxy]\nHoldDownSec=1s\n" + local_host("3090", port) + \
         "[Engine]\nHost=3090\nName=mainline\nUnit=llama-mainline.service\n" \
         "[Engine]\nHost=3090\nName=fork\nUnit=llama-fork.service\n"
-    env = dict(gate_env(box), STATE_DIRECTORY=state)
+    # no $STATE_DIRECTORY nor $XDG_STATE_HOME: the file goes to ~/.local/state/modelgate, made with its parents
+    home = os.path.join(tmp, "home")
+    os.mkdir(home)
+    env = {k: v for k, v in gate_env(box).items() if k not in ("STATE_DIRECTORY", "XDG_STATE_HOME")}
+    env.update(HOME=home, STATE_DIRECTORY="")
+    state = os.path.join(home, ".local", "state", "modelgate")
     box.systemctl("start", "llama-fork.service")
     g = make_gate(conf, env=env)
     g.wait_log("engine fork adopted")
