@@ -162,6 +162,10 @@ def test_openai_stream_error_passes_through(gate):
 
 
 def test_unknown_model_of_a_known_host_is_404_and_host_errors_pass_through(gate):
+    # the 404 needs the host's list: the first /v1/models after a start waits for its first read
+    c = gate.conn()
+    c.request("GET", "/v1/models")
+    assert "3090-laguna-xs" in c.getresponse().read().decode()
     r = post(gate.conn(), CHAT, {"model": "3090-unknown-model"})
     assert r.status == 404
     msg = json.loads(r.read())["error"]["message"]
