@@ -46,7 +46,6 @@ struct Catalog {
         usec_t last_refresh;
 
         Upstream *feed;
-        bool feed_ok;
         Buffer feed_line;
         sd_event_source *feed_retry;
         usec_t feed_backoff;
@@ -427,7 +426,6 @@ static int feed_on_headers(Upstream *u, const UpstreamResponse *resp, void *user
 
         if (resp->status != 200)
                 return -1; /* a host without a feed (an old build): no events, the polls remain */
-        c->feed_ok = true;
         c->feed_backoff = 0;
         /* events may have been missed while the feed was away */
         catalog_fetch(c);
@@ -456,7 +454,6 @@ static int feed_on_body(Upstream *u, const char *p, size_t n, void *userdata) {
 
 static void feed_ended(Catalog *c) {
         c->feed = NULL;
-        c->feed_ok = false;
         buffer_clear(&c->feed_line);
         if (catalog_url(c))
                 feed_schedule(c);
@@ -497,7 +494,6 @@ static void feed_connect(Catalog *c) {
 
 static void feed_stop(Catalog *c) {
         c->feed = upstream_cancel(c->feed);
-        c->feed_ok = false;
         c->feed_backoff = 0;
         buffer_clear(&c->feed_line);
         (void)sd_event_source_set_enabled(c->feed_retry, SD_EVENT_OFF);

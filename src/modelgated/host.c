@@ -69,7 +69,6 @@ struct Host {
         Sched sched;
         Catalog *catalog;
         char *fail_message; /* for the requests a failed switch answers */
-        usec_t idle_for;
         char **warnings;
         sd_event_source *schedule_source, *sched_timer;
 };
@@ -528,8 +527,7 @@ static void idle_stopped(HostBus *b, size_t i, const char *result, const char *e
         engine_gone(h);
 }
 
-static void host_idle_stop(Host *h, ssize_t engine, usec_t idle_for) {
-        h->idle_for = idle_for;
+static void host_idle_stop(Host *h, ssize_t engine) {
         h->phase = PHASE_IDLE_STOP;
         h->target = -1;
         host_update_state(h);
@@ -584,7 +582,7 @@ static int schedule_cb(sd_event_source *s, void *userdata) {
                         host_begin_switch(h);
                         break;
                 case SCHED_STOP:
-                        host_idle_stop(h, a.engine, a.idle_for);
+                        host_idle_stop(h, a.engine);
                         break;
                 case SCHED_WAIT:
                         log_notice("host %s: %s waits for the running engine before switching to %s",

@@ -53,7 +53,6 @@ typedef struct HostEngine {
 typedef struct HostRefusal {
         int status;
         char message[512];
-        const char *extra_headers;
 } HostRefusal;
 
 Host *host_new(Manager *m, const HostConf *conf);

@@ -7,12 +7,8 @@
 #include "modelgated/manager.h"
 #include "modelgated/models.h"
 #include "modelgated/route.h"
-#include "modelgated/upstream.h"
 #include "shared/log.h"
 #include "shared/strv.h"
-
-#define MODELS_FETCH_TIMEOUT_USEC (5 * USEC_PER_SEC)
-#define MODELS_BODY_MAX (16 * 1024 * 1024)
 
 #define MODELS_FIRST_WAIT_USEC (2 * USEC_PER_SEC)
 
