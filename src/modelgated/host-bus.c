@@ -604,24 +604,35 @@ static int job_reply_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_err
         return 0;
 }
 
+/* Sends m as operation on unit i; reply_cb gets it, and ends it with bus_op_finish(). */
+static int bus_op_send(HostBus *b, size_t i, void *userdata, HostBusJobDone job_done, HostBusDone done,
+                       sd_bus_message *m, sd_bus_message_handler_t reply_cb) {
+        BusOp *op = bus_op_new(b, i, userdata);
+        int r;
+
+        if (!op)
+                return -ENOMEM;
+        op->job_done = job_done;
+        op->done = done;
+        r = sd_bus_call_async(b->bus, &op->slot, m, reply_cb, op, 0);
+        if (r < 0)
+                bus_op_free(op);
+        return r < 0 ? r : 0;
+}
+
 int host_bus_job(HostBus *b, const char *method, size_t i, const char *mode, HostBusJobDone cb,
                  void *userdata) {
-        BusOp *op;
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
         int r;
 
         if (!b->up)
                 return -ENOTCONN;
-        op = bus_op_new(b, i, userdata);
-        if (!op)
-                return -ENOMEM;
-        op->job_done = cb;
-        r = sd_bus_call_method_async(b->bus, &op->slot, SD1, SD1_PATH, SD1_MANAGER, method, job_reply_cb, op,
-                                     "ss", b->units[i].info.name, mode);
-        if (r < 0) {
-                bus_op_free(op);
+        r = sd_bus_message_new_method_call(b->bus, &m, SD1, SD1_PATH, SD1_MANAGER, method);
+        if (r >= 0)
+                r = sd_bus_message_append(m, "ss", b->units[i].info.name, mode);
+        if (r < 0)
                 return r;
-        }
-        return 0;
+        return bus_op_send(b, i, userdata, cb, NULL, m, job_reply_cb);
 }
 
 static int refresh_reply_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
@@ -636,23 +647,18 @@ static int refresh_reply_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret
 }
 
 int host_bus_refresh_unit(HostBus *b, size_t i, HostBusDone cb, void *userdata) {
-        BusOp *op;
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
         int r;
 
         if (!b->up)
                 return -ENOTCONN;
-        op = bus_op_new(b, i, userdata);
-        if (!op)
-                return -ENOMEM;
-        op->done = cb;
-        r = sd_bus_call_method_async(b->bus, &op->slot, SD1, b->units[i].info.path,
-                                     "org.freedesktop.DBus.Properties", "GetAll", refresh_reply_cb, op, "s",
-                                     "");
-        if (r < 0) {
-                bus_op_free(op);
+        r = sd_bus_message_new_method_call(b->bus, &m, SD1, b->units[i].info.path,
+                                           "org.freedesktop.DBus.Properties", "GetAll");
+        if (r >= 0)
+                r = sd_bus_message_append(m, "s", ""); /* "": every interface */
+        if (r < 0)
                 return r;
-        }
-        return 0;
+        return bus_op_send(b, i, userdata, NULL, cb, m, refresh_reply_cb);
 }
 
 static int list_reply_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
@@ -693,7 +699,6 @@ int host_bus_list_active(HostBus *b, char **patterns, HostBusDone cb, void *user
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
         char *states[] = {(char *)"active", (char *)"activating", (char *)"reloading",
                           (char *)"deactivating", NULL};
-        BusOp *op;
         int r;
 
         if (!b->up)
@@ -705,14 +710,5 @@ int host_bus_list_active(HostBus *b, char **patterns, HostBusDone cb, void *user
                 r = sd_bus_message_append_strv(m, patterns);
         if (r < 0)
                 return r;
-        op = bus_op_new(b, 0, userdata);
-        if (!op)
-                return -ENOMEM;
-        op->done = cb;
-        r = sd_bus_call_async(b->bus, &op->slot, m, list_reply_cb, op, 0);
-        if (r < 0) {
-                bus_op_free(op);
-                return r;
-        }
-        return 0;
+        return bus_op_send(b, 0, userdata, NULL, cb, m, list_reply_cb);
 }

@@ -201,3 +201,24 @@ def test_smuggling_attempts_are_400_and_close(gate, double, request_bytes):
     assert "Connection: close" in head
     assert json.loads(body)["error"]["type"] == "invalid_request_error"
     assert double.forwarded() == []
+
+
+def test_after_a_refusal_the_rest_of_the_request_is_drained_not_reset(gate):
+    """a client still sending when it is refused reads the 400, and its sends do not fail: modelgated
+    shuts its side and drains for a moment instead of closing with unread input (which sends RST)"""
+    s = gate.sock()
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nX-Folded: a\r\n b\r\n\r\n{}")
+    head = s.recv(4096)
+    assert head.startswith(b"HTTP/1.1 400 "), head
+    # what a client that had more to send does: keep sending for a while
+    for _ in range(64):
+        s.sendall(b"x" * 16384)
+    s.shutdown(socket.SHUT_WR)
+    rest = b""
+    while True:
+        k = s.recv(65536)
+        if not k:
+            break
+        rest += k
+    s.close()
+    assert b"obsolete line folding" in head + rest

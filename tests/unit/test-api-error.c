@@ -82,4 +82,44 @@ TEST(sse_filter) {
                 "data: {\"error\":{\"code\":500,\"message\":\"m\",\"type\":\"server_error\"}}\n\n");
 }
 
+static char *event_from(ApiKind api, int status, const char *body) {
+        Buffer out = {};
+        ASSERT_OK(sse_error_event_from_answer(api, status, body, strlen(body), &out));
+        char *s = strndup(buffer_peek(&out) ?: "", buffer_size(&out));
+        buffer_done(&out);
+        return s;
+}
+
+/* after modelgate's early 200 a host's error answer becomes one SSE error event (SPEC §7) */
+TEST(host_error_answer_after_an_early_200) {
+        char *s;
+
+        /* OpenAI route: llama.cpp's body is already OpenAI's shape, printed on one line */
+        s = event_from(
+                API_OPENAI, 500,
+                "{\"error\": {\"code\": 500,\n \"message\": \"boom\", \"type\": \"server_error\"}}\n");
+        ASSERT_STREQ(s,
+                     "data: {\"error\":{\"code\":500,\"message\":\"boom\",\"type\":\"server_error\"}}\n\n");
+        free(s);
+        /* Anthropic route: an event: error line and Anthropic's shape */
+        s = event_from(API_ANTHROPIC, 500,
+                       "{\"error\":{\"code\":500,\"message\":\"boom\",\"type\":\"server_error\"}}");
+        ASSERT_TRUE(startswith(s, "event: error\ndata: {\"type\":\"error\",\"error\":{"));
+        ASSERT_TRUE(strstr(s, "\"message\":\"boom\"") != NULL);
+        free(s);
+        /* the context overflow is reworded there too */
+        s = event_from(
+                API_OPENAI, 400,
+                "{\"error\":{\"code\":400,\"message\":\"the request exceeds the available context size\","
+                "\"type\":\"exceed_context_size_error\",\"n_prompt_tokens\":9000,\"n_ctx\":4096}}");
+        ASSERT_TRUE(strstr(s, "prompt is too long: 9000 tokens > 4096 maximum") != NULL);
+        ASSERT_TRUE(strstr(s, "\n") == s + strlen(s) - 2); /* one line, then the blank one */
+        free(s);
+        /* not JSON: an error event that quotes the start of it */
+        s = event_from(API_OPENAI, 502, "<html>Bad Gateway</html>");
+        ASSERT_TRUE(strstr(s, "the host answered 502: <html>Bad Gateway</html>") != NULL);
+        ASSERT_TRUE(startswith(s, "data: {\"error\":"));
+        free(s);
+}
+
 TESTS_MAIN

@@ -58,6 +58,15 @@ static const char *run(Sched *s, usec_t now) {
         return out;
 }
 
+/* The usual start: engine A comes up at 0 for request r0, which is in flight. */
+static void serving_r0_on_a(Sched *s, usec_t hold, usec_t idle, usec_t budget) {
+        setup(s, hold, idle, budget);
+        ASSERT_TRUE(!sched_add(s, 0, &req[0], A));
+        ASSERT_STREQ(run(s, 0), "start:A/r0");
+        sched_engine_up(s, 0, A);
+        ASSERT_STREQ(run(s, 0), "go:r0");
+}
+
 /* A request arrives; "go" when it may go at once. */
 static const char *add(Sched *s, usec_t now, int id, size_t engine) {
         return sched_add(s, now, &req[id], engine) ? "go" : "waits";
@@ -111,11 +120,7 @@ TEST(rule2_hold_down_keeps_a_fresh_engine) {
 
 TEST(rule3_running_engine_requests_queue_behind_a_pending_switch_except_in_hold_down) {
         Sched s;
-        setup(&s, S(30), USEC_INFINITY, USEC_INFINITY);
-        add(&s, 0, 0, A);
-        run(&s, 0);
-        sched_engine_up(&s, 0, A);
-        ASSERT_STREQ(run(&s, 0), "go:r0");
+        serving_r0_on_a(&s, S(30), USEC_INFINITY, USEC_INFINITY);
         ASSERT_STREQ(add(&s, S(1), 1, B), "waits");
         run(&s, S(1));
         /* inside A's hold-down: more for A are served at once */
@@ -136,11 +141,7 @@ TEST(rule3_running_engine_requests_queue_behind_a_pending_switch_except_in_hold_
 
 TEST(rule3_a_trickle_for_the_running_engine_cannot_starve_a_switch) {
         Sched s;
-        setup(&s, S(30), USEC_INFINITY, USEC_INFINITY);
-        add(&s, 0, 0, A);
-        run(&s, 0);
-        sched_engine_up(&s, 0, A);
-        run(&s, 0);
+        serving_r0_on_a(&s, S(30), USEC_INFINITY, USEC_INFINITY);
         sched_remove(&s, S(1), &req[0]);
         ASSERT_STREQ(add(&s, S(40), 1, B), "waits");
         /* past the hold-down nothing is in flight, so B starts at once ... */
@@ -162,11 +163,7 @@ TEST(rule3_a_trickle_for_the_running_engine_cannot_starve_a_switch) {
 
 TEST(rule4_pending_switches_in_arrival_order) {
         Sched s;
-        setup(&s, 0, USEC_INFINITY, USEC_INFINITY);
-        add(&s, 0, 0, A);
-        run(&s, 0);
-        sched_engine_up(&s, 0, A);
-        run(&s, 0);
+        serving_r0_on_a(&s, 0, USEC_INFINITY, USEC_INFINITY);
         add(&s, S(1), 1, C);
         add(&s, S(2), 2, B);
         add(&s, S(3), 3, C);
@@ -180,11 +177,7 @@ TEST(rule4_pending_switches_in_arrival_order) {
 
 TEST(rule5_wait_budget_ends_a_wait_with_504) {
         Sched s;
-        setup(&s, 0, USEC_INFINITY, S(60));
-        add(&s, 0, 0, A);
-        run(&s, 0);
-        sched_engine_up(&s, 0, A);
-        run(&s, 0);
+        serving_r0_on_a(&s, 0, USEC_INFINITY, S(60));
         add(&s, S(10), 1, B);
         add(&s, S(20), 2, B);
         run(&s, S(20));
@@ -201,11 +194,7 @@ TEST(rule5_wait_budget_ends_a_wait_with_504) {
 
 TEST(rule6_abandoned_switch_is_dropped) {
         Sched s;
-        setup(&s, 0, USEC_INFINITY, USEC_INFINITY);
-        add(&s, 0, 0, A);
-        run(&s, 0);
-        sched_engine_up(&s, 0, A);
-        run(&s, 0);
+        serving_r0_on_a(&s, 0, USEC_INFINITY, USEC_INFINITY);
         add(&s, S(1), 1, B);
         add(&s, S(2), 2, B);
         ASSERT_STREQ(run(&s, S(2)), "wait:B/r1");
@@ -223,11 +212,7 @@ TEST(rule6_abandoned_switch_is_dropped) {
 
 TEST(resend_joins_the_same_switch) {
         Sched s;
-        setup(&s, 0, USEC_INFINITY, USEC_INFINITY);
-        add(&s, 0, 0, A);
-        run(&s, 0);
-        sched_engine_up(&s, 0, A);
-        run(&s, 0);
+        serving_r0_on_a(&s, 0, USEC_INFINITY, USEC_INFINITY);
         add(&s, S(1), 1, B);
         run(&s, S(1));
         sched_remove(&s, S(2), &req[1]); /* the client gave up (a stall, an in-band error) ... */
@@ -261,11 +246,7 @@ TEST(rule9_idle_stop_counted_from_up_or_the_last_request) {
         sched_done(&s);
 
         /* a host that is down is skipped */
-        setup(&s, 0, S(60), USEC_INFINITY);
-        add(&s, 0, 0, A);
-        run(&s, 0);
-        sched_engine_up(&s, 0, A);
-        run(&s, 0);
+        serving_r0_on_a(&s, 0, S(60), USEC_INFINITY);
         sched_remove(&s, S(1), &req[0]);
         sched_host_down(&s, true);
         ASSERT_STREQ(run(&s, S(100)), "");
