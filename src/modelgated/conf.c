@@ -80,7 +80,6 @@ static int parse_string_item(const char *v, void *data) {
 /* Space-separated words, appended; an empty value resets the list, as systemd does. */
 static int parse_strv_item(const char *v, void *data) {
         char ***l = data;
-        size_t n = strv_length(*l);
 
         if (!*v) {
                 strv_free(*l);
@@ -95,13 +94,11 @@ static int parse_strv_item(const char *v, void *data) {
                 const char *e = p;
                 while (*e && !isspace((unsigned char)*e))
                         e++;
-                char **nl = realloc(*l, sizeof(char *) * (n + 2));
-                if (!nl)
+                char *w = strndup(p, (size_t)(e - p));
+                if (!w || strv_push(l, w) < 0) {
+                        free(w);
                         return -ENOMEM;
-                *l = nl;
-                if (!(nl[n] = strndup(p, (size_t)(e - p))))
-                        return -ENOMEM;
-                nl[++n] = NULL;
+                }
                 p = e;
         }
         return 0;
@@ -610,18 +607,13 @@ int config_load(Config *c, const char *path) {
                 size_t l = strlen(de->d_name);
                 if (de->d_name[0] == '.' || l < 6 || !streq(de->d_name + l - 5, ".conf"))
                         continue;
-                char **nn = realloc(names, sizeof(char *) * (n + 2));
-                if (!nn) {
+                char *name = NULL;
+                if (asprintf(&name, "%s/%s", dir, de->d_name) < 0 || strv_push(&names, name) < 0) {
+                        free(name);
                         closedir(d);
                         return log_oom();
                 }
-                names = nn;
-                if (asprintf(&names[n], "%s/%s", dir, de->d_name) < 0) {
-                        names[n] = NULL;
-                        closedir(d);
-                        return log_oom();
-                }
-                names[++n] = NULL;
+                n++;
         }
         closedir(d);
         if (n > 0)
