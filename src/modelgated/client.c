@@ -1272,6 +1272,7 @@ int client_new(Manager *m, int fd, const struct sockaddr *peer, socklen_t peer_l
 
         LIST_PREPEND(clients, m->clients, c);
         m->n_clients++;
+        manager_changed(m);
 
         r = sd_event_add_io(m->event, &c->io, fd, EPOLLIN | EPOLLRDHUP | EPOLLET, client_io_cb, c);
         if (r >= 0)

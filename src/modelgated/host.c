@@ -55,7 +55,8 @@ struct Host {
         ssize_t running; /* the engine whose unit runs, -1 for none */
         bool engine_up;  /* and whose /health answered 200 */
         usec_t up_since;
-        bool busy; /* the last switch was refused */
+        bool busy;           /* the last switch was refused */
+        bool stop_requested; /* the stop in progress is StopEngine()'s */
 
         SwitchPhase phase;
         ssize_t target;
@@ -69,6 +70,7 @@ struct Host {
         Sched sched;
         Catalog *catalog;
         char *fail_message; /* for the requests a failed switch answers */
+        char *last_error;   /* LastError: the last failed switch or the last reason to be down */
         char **warnings;
         sd_event_source *schedule_source, *sched_timer;
 };
@@ -130,6 +132,9 @@ static void host_update_state(Host *h) {
                         catalog_host_state(h->catalog, NULL);
         }
         h->logged_down = down;
+        if (down && h->down_reason && !streq(h->down_reason, "connecting"))
+                (void)free_and_strdup(&h->last_error, h->down_reason);
+        manager_host_changed(h->manager, h);
 }
 
 static void host_schedule_later(Host *h) {
@@ -157,6 +162,7 @@ static void switch_fail(Host *h, int status, const char *message) {
         h->busy = status == 423;
         free(h->fail_message);
         h->fail_message = strdup(message);
+        (void)free_and_strdup(&h->last_error, message);
         sched_switch_failed(&h->sched, now_usec(CLOCK_MONOTONIC), status, still);
         if (still < 0) {
                 h->running = -1;
@@ -280,6 +286,7 @@ static int probe_timer_cb(sd_event_source *s, uint64_t usec, void *userdata) {
 static void engine_gone(Host *h) {
         h->running = -1;
         h->engine_up = false;
+        h->http_down = false; /* it was that engine's URL that failed */
         sched_engine_down(&h->sched, now_usec(CLOCK_MONOTONIC));
         catalog_engine_down(h->catalog);
         host_update_state(h);
@@ -515,7 +522,10 @@ static void idle_stopped(HostBus *b, size_t i, const char *result, const char *e
         Host *h = userdata;
         char t[FORMAT_TIMESPAN_MAX];
 
-        if (result && streq(result, "done"))
+        if (result && streq(result, "done") && h->stop_requested)
+                log_notice("host %s: engine %s stopped on request", h->conf->name,
+                           engine_name(h, (ssize_t)i));
+        else if (result && streq(result, "done"))
                 /* the rule's time, not the timer's (which fires a little after it) */
                 log_notice("host %s: idle %s, engine %s stopped", h->conf->name,
                            format_timespan(t, sizeof(t), h->sched.config.idle_stop) ?: "?",
@@ -524,11 +534,13 @@ static void idle_stopped(HostBus *b, size_t i, const char *result, const char *e
                 log_warning("host %s: idle stop of engine %s failed: %s", h->conf->name,
                             engine_name(h, (ssize_t)i), result ?: strna(error));
         h->phase = PHASE_NONE;
+        h->stop_requested = false;
         engine_gone(h);
 }
 
-static void host_idle_stop(Host *h, ssize_t engine) {
+static void host_idle_stop(Host *h, ssize_t engine, bool requested) {
         h->phase = PHASE_IDLE_STOP;
+        h->stop_requested = requested;
         h->target = -1;
         host_update_state(h);
         if (host_bus_job(h->bus, "StopUnit", (size_t)engine, "replace", idle_stopped, h) < 0)
@@ -582,7 +594,7 @@ static int schedule_cb(sd_event_source *s, void *userdata) {
                         host_begin_switch(h);
                         break;
                 case SCHED_STOP:
-                        host_idle_stop(h, a.engine);
+                        host_idle_stop(h, a.engine, a.requested);
                         break;
                 case SCHED_WAIT:
                         log_notice("host %s: %s waits for the running engine before switching to %s",
@@ -604,6 +616,7 @@ static int schedule_cb(sd_event_source *s, void *userdata) {
                 (void)sd_event_source_set_time(h->sched_timer, next);
                 (void)sd_event_source_set_enabled(h->sched_timer, SD_EVENT_ONESHOT);
         }
+        manager_host_changed(h->manager, h);
         return 0;
 }
 
@@ -821,6 +834,7 @@ Host *host_free(Host *h) {
         sd_event_source_disable_unref(h->schedule_source);
         sd_event_source_disable_unref(h->sched_timer);
         free(h->fail_message);
+        free(h->last_error);
         sd_event_source_disable_unref(h->deadline);
         sd_event_source_disable_unref(h->probe_timer);
         free(h->engines);
@@ -894,8 +908,10 @@ int host_acquire(Host *h, size_t i, HostWaiter *w, HostReadyFn ready, const char
                 return -1;
         }
         *w = (HostWaiter){.host = h, .engine = (ssize_t)i, .model = model, .ready = ready};
-        if (sched_add(&h->sched, now_usec(CLOCK_MONOTONIC), &w->req, i))
+        if (sched_add(&h->sched, now_usec(CLOCK_MONOTONIC), &w->req, i)) {
+                manager_host_changed(h->manager, h);
                 return 0;
+        }
         host_schedule_later(h);
         return 1;
 }
@@ -922,6 +938,10 @@ int host_waiter_describe(const HostWaiter *w, char *buf, size_t l) {
 void host_report_http(Host *h, const char *reason) {
         bool down = reason != NULL;
 
+        /* with engines, only the engine that is up can fail: one stopping (an idle stop, a switch) is
+         * expected to refuse connections */
+        if (down && h->n_engines > 0 && (!h->engine_up || h->phase != PHASE_NONE))
+                return;
         if (down == h->http_down)
                 return;
         h->http_down = down;
@@ -930,4 +950,50 @@ void host_report_http(Host *h, const char *reason) {
                 h->down_reason = strdup(reason);
         }
         host_update_state(h);
+}
+
+unsigned host_in_flight(const Host *h) {
+        return h->sched.n_in_flight;
+}
+
+unsigned host_waiting(const Host *h) {
+        return h->sched.n_waiting;
+}
+
+ssize_t host_running(const Host *h) {
+        return h->running;
+}
+
+const char *host_last_error(const Host *h) {
+        return h->last_error;
+}
+
+usec_t host_hold_down_until(const Host *h) {
+        return sched_hold_down_until(&h->sched, now_usec(CLOCK_MONOTONIC));
+}
+
+usec_t host_idle_stop_at(const Host *h) {
+        return h->phase == PHASE_NONE ? sched_idle_stop_at(&h->sched) : USEC_INFINITY;
+}
+
+int host_request_stop(Host *h) {
+        if (h->bus_down)
+                return -ENOTCONN;
+        if (h->running < 0 && h->phase == PHASE_NONE)
+                return 0;
+        if (h->phase != PHASE_NONE && h->phase != PHASE_IDLE_STOP)
+                return -EBUSY; /* a switch is under way: its waiters decide */
+        sched_request_stop(&h->sched);
+        host_schedule_later(h);
+        return 1;
+}
+
+bool host_keeps_daemon(const Host *h) {
+        /* an engine it runs must still get its idle stop, which only a running daemon can do */
+        return h->sched.n_in_flight > 0 || h->sched.n_waiting > 0 || h->phase != PHASE_NONE ||
+               (h->running >= 0 && h->sched.config.idle_stop != USEC_INFINITY);
+}
+
+Manager *host_manager(const Host *h) {
+        return h->manager;
 }

@@ -84,3 +84,19 @@ int host_waiter_describe(const HostWaiter *w, char *buf, size_t l);
 
 /* An HTTP exchange with the host failed at the network level (reason) or succeeded (NULL). */
 void host_report_http(Host *h, const char *reason);
+
+unsigned host_in_flight(const Host *h);
+unsigned host_waiting(const Host *h);
+/* The engine whose unit runs (up or being checked), or -1. */
+ssize_t host_running(const Host *h);
+const char *host_last_error(const Host *h);
+/* CLOCK_MONOTONIC: the end of the running engine's hold-down (0: none, USEC_INFINITY: forever), and when
+ * its idle stop happens as things are (USEC_INFINITY: not now). */
+usec_t host_hold_down_until(const Host *h);
+usec_t host_idle_stop_at(const Host *h);
+/* StopEngine(): the running engine stops once nothing is in flight or waiting. 1: requested; 0: nothing
+ * runs; -EBUSY: a switch is under way; -ENOTCONN: the host is down. */
+int host_request_stop(Host *h);
+/* Something still needs this daemon: requests, a switch, or an engine whose idle stop is still due. */
+bool host_keeps_daemon(const Host *h);
+Manager *host_manager(const Host *h);

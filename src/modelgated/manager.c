@@ -18,6 +18,7 @@
 #include <sys/un.h>
 #include <systemd/sd-daemon.h>
 
+#include "modelgated/bus-object.h"
 #include "modelgated/client.h"
 #include "modelgated/host.h"
 #include "modelgated/models.h"
@@ -65,6 +66,7 @@ int manager_new(Manager **ret) {
 Manager *manager_free(Manager *m) {
         if (!m)
                 return NULL;
+        m->bus_object = bus_object_free(TAKE_PTR(m->bus_object));
         while (m->clients)
                 client_free(m->clients);
         upstream_pool_flush(m);
@@ -77,6 +79,7 @@ Manager *manager_free(Manager *m) {
         free(m->listeners);
         sd_event_source_disable_unref(m->accept_retry);
         sd_event_source_disable_unref(m->stop_timer);
+        sd_event_source_disable_unref(m->exit_idle_timer);
         sd_event_source_disable_unref(m->feed_keepalive);
         log_set_buffered(NULL);
         log_flush_source = sd_event_source_disable_unref(log_flush_source);
@@ -380,6 +383,52 @@ void manager_client_gone(Manager *m) {
                 return;
         }
         manager_resume_accepting(m);
+        manager_changed(m);
+}
+
+/* SPEC §8: nothing is lost by exiting when nobody is connected, waiting or subscribed and no engine still
+ * needs its idle stop; a connection arriving now waits in the socket systemd holds, and starts the next
+ * instance. */
+static bool manager_is_idle(Manager *m) {
+        if (m->n_clients > 0 || bus_object_busy(m->bus_object))
+                return false;
+        for (size_t i = 0; i < m->config.n_hosts; i++)
+                if (host_keeps_daemon(m->hosts[i]))
+                        return false;
+        return true;
+}
+
+static int exit_idle_cb(sd_event_source *s, uint64_t usec, void *userdata) {
+        Manager *m = userdata;
+        char t[FORMAT_TIMESPAN_MAX];
+
+        if (!manager_is_idle(m))
+                return 0;
+        /* no accept() from here on: whatever arrives is the next instance's */
+        for (size_t i = 0; i < m->n_listeners; i++)
+                (void)sd_event_source_set_enabled(m->listeners[i].source, SD_EVENT_OFF);
+        m->stopping = true;
+        format_timespan(t, sizeof(t), m->config.exit_idle_usec);
+        log_info("Idle for %s, exiting; the socket stays with systemd", t);
+        (void)sd_notifyf(false,
+                         "STOPPING=1\nSTATUS=Exited after %s idle (ExitIdleSec=); the next connection "
+                         "starts it again",
+                         t);
+        bus_object_release_name(m->bus_object);
+        return sd_event_exit(m->event, 0);
+}
+
+void manager_changed(Manager *m) {
+        bus_object_changed(m->bus_object);
+        if (!m->exit_idle_timer || m->stopping)
+                return;
+        bool idle = manager_is_idle(m);
+        bool armed = sd_event_source_get_enabled(m->exit_idle_timer, NULL) > 0;
+        if (idle && !armed) {
+                (void)sd_event_source_set_time_relative(m->exit_idle_timer, m->config.exit_idle_usec);
+                (void)sd_event_source_set_enabled(m->exit_idle_timer, SD_EVENT_ONESHOT);
+        } else if (!idle && armed)
+                (void)sd_event_source_set_enabled(m->exit_idle_timer, SD_EVENT_OFF);
 }
 
 static int stop_timeout_cb(sd_event_source *s, uint64_t usec, void *userdata) {
@@ -396,6 +445,9 @@ static void manager_stop(Manager *m) {
         }
         m->stopping = true;
         (void)sd_notify(false, "STOPPING=1\nSTATUS=Stopping: finishing running answers");
+        bus_object_release_name(m->bus_object);
+        if (m->exit_idle_timer)
+                (void)sd_event_source_set_enabled(m->exit_idle_timer, SD_EVENT_OFF);
         log_info("Stopping: no new connections; %zu open", m->n_clients);
         for (size_t i = 0; i < m->n_listeners; i++) {
                 m->listeners[i].source = sd_event_source_disable_unref(m->listeners[i].source);
@@ -418,8 +470,10 @@ static int signal_cb(sd_event_source *s, const struct signalfd_siginfo *si, void
         Manager *m = userdata;
 
         if (si->ssi_signo == SIGHUP) {
-                log_warning("SIGHUP: reloading the configuration is not implemented yet; restart to apply "
-                            "changes");
+                _cleanup_free_ char *why = NULL;
+                if (manager_reload(m, &why) < 0)
+                        log_error("SIGHUP: configuration not reloaded, the running one stays: %s",
+                                  strna(why));
                 return 0;
         }
         manager_stop(m);
@@ -443,6 +497,17 @@ int manager_start(Manager *m) {
                         return log_oom();
         for (size_t i = 0; i < m->config.n_hosts; i++)
                 host_start(m->hosts[i]);
+        (void)bus_object_new(m, m->user, &m->bus_object);
+        /* "always 0 without socket activation": nothing would start it again */
+        if (m->socket_activated && m->config.exit_idle_usec != 0 &&
+            m->config.exit_idle_usec != USEC_INFINITY) {
+                r = sd_event_add_time_relative(m->event, &m->exit_idle_timer, CLOCK_MONOTONIC,
+                                               m->config.exit_idle_usec, USEC_PER_SEC / 10, exit_idle_cb, m);
+                if (r < 0)
+                        return log_error_errno(r, "Failed to set up the idle exit: %m");
+                (void)sd_event_source_set_enabled(m->exit_idle_timer, SD_EVENT_OFF);
+                manager_changed(m);
+        }
 
         sigset_t mask;
         sigemptyset(&mask);
@@ -474,4 +539,9 @@ int manager_start(Manager *m) {
 
 int manager_run(Manager *m) {
         return sd_event_loop(m->event);
+}
+
+int manager_reload(Manager *m, char **ret_error) {
+        *ret_error = strdup("reloading is not implemented yet");
+        return -EOPNOTSUPP;
 }

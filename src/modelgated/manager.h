@@ -16,6 +16,7 @@ typedef struct Manager Manager;
 typedef struct Client Client;
 typedef struct Upstream Upstream;
 typedef struct Host Host;
+typedef struct BusObject BusObject;
 
 typedef struct Listener {
         Manager *manager;
@@ -50,6 +51,10 @@ struct Manager {
 
         bool stopping;
         sd_event_source *stop_timer;
+        sd_event_source *exit_idle_timer; /* armed while nothing needs the daemon */
+
+        bool user;             /* a user instance: the user bus; else the system bus and polkit */
+        BusObject *bus_object; /* NULL without a bus */
 
         uint64_t n_requests;
         usec_t start_usec;
@@ -70,5 +75,11 @@ Host *manager_host(Manager *m, const HostConf *h);
 void manager_feed_subscribed(Manager *m);
 /* A host catalog's first read ended. */
 void manager_catalog_ready(Manager *m);
+/* Something the D-Bus object shows, or what keeps the daemon from its idle exit, may have changed. */
+void manager_changed(Manager *m);
+#define manager_host_changed(m, h) manager_changed(m)
+/* Reads the configuration again and applies it without dropping a connection (SPEC §3). On failure
+ * nothing changes and *ret_error says why. */
+int manager_reload(Manager *m, char **ret_error);
 /* Re-enables listeners paused by MaxConnections= or EMFILE. */
 void manager_resume_accepting(Manager *m);

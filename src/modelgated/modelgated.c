@@ -131,6 +131,7 @@ int main(int argc, char *argv[]) {
                 return EXIT_SUCCESS;
         }
 
+        m->user = !(arg_user == 0 || (arg_user < 0 && getuid() == 0));
         bump_nofile();
         r = manager_start(m);
         if (r < 0)

@@ -116,6 +116,7 @@ void sched_engine_up(Sched *s, usec_t now, size_t engine) {
         s->running = (ssize_t)engine;
         s->up_at = s->last_done = now;
         s->starting = -1;
+        s->stop_requested = false;
         s->stopping = false;
         s->wait_logged = -1;
 }
@@ -133,6 +134,7 @@ void sched_engine_stopping(Sched *s) {
 
 void sched_engine_down(Sched *s, usec_t now) {
         s->running = -1;
+        s->stop_requested = false;
         s->starting = -1;
         s->stopping = false;
         s->wait_logged = -1;
@@ -165,6 +167,7 @@ void sched_host_down(Sched *s, bool down) {
         fail_waiting(s, -1, 503);
         s->running = s->starting = -1;
         s->stopping = false;
+        s->stop_requested = false;
         s->wait_logged = -1;
 }
 
@@ -176,9 +179,28 @@ static usec_t deadline_of(const Sched *s, const SchedRequest *r) {
 
 static usec_t idle_stop_at(const Sched *s) {
         if (s->running < 0 || s->down || s->starting >= 0 || s->stopping || s->n_waiting > 0 ||
-            s->n_in_flight > 0 || s->config.idle_stop == USEC_INFINITY)
+            s->n_in_flight > 0)
+                return USEC_INFINITY;
+        if (s->stop_requested)
+                return 0;
+        if (s->config.idle_stop == USEC_INFINITY)
                 return USEC_INFINITY;
         return MAX(s->up_at, s->last_done) + s->config.idle_stop;
+}
+
+usec_t sched_idle_stop_at(const Sched *s) {
+        return idle_stop_at(s);
+}
+
+usec_t sched_hold_down_until(const Sched *s, usec_t now) {
+        if (!in_hold_down(s, now) || s->config.hold_down == USEC_INFINITY)
+                return in_hold_down(s, now) ? USEC_INFINITY : 0;
+        return s->up_at + s->config.hold_down;
+}
+
+void sched_request_stop(Sched *s) {
+        if (s->running >= 0 && s->starting < 0)
+                s->stop_requested = true;
 }
 
 bool sched_next(Sched *s, usec_t now, SchedAction *ret) {
@@ -246,10 +268,12 @@ bool sched_next(Sched *s, usec_t now, SchedAction *ret) {
                         return false;
                 }
                 if (idle_stop_at(s) <= now) {
-                        s->stopping = true;
                         *ret = (SchedAction){.type = SCHED_STOP,
                                              .engine = s->running,
-                                             .idle_for = now - MAX(s->up_at, s->last_done)};
+                                             .idle_for = now - MAX(s->up_at, s->last_done),
+                                             .requested = s->stop_requested};
+                        s->stopping = true;
+                        s->stop_requested = false;
                         return true;
                 }
                 return false;

@@ -57,6 +57,7 @@ typedef struct SchedAction {
         ssize_t engine;
         int status;
         usec_t idle_for;
+        bool requested; /* SCHED_STOP: asked for (sched_request_stop), not the idle rule's */
 } SchedAction;
 
 typedef struct Sched {
@@ -72,6 +73,7 @@ typedef struct Sched {
         bool stopping;       /* a STOP in progress */
         bool down;           /* the host is down: no switches, no idle stop */
         ssize_t wait_logged; /* the pending switch whose wait was logged */
+        bool stop_requested; /* StopEngine(): stop the running engine once nothing is in flight or waiting */
         bool *abandoned;     /* per engine: an ABANDON to report */
 } Sched;
 
@@ -97,12 +99,21 @@ void sched_switch_failed(Sched *s, usec_t now, int status, ssize_t still_running
 /* The host is down (every waiting request fails with 503) or back. */
 void sched_host_down(Sched *s, bool down);
 
+/* Stop the running engine as soon as nothing is in flight or waiting, hold-down and IdleStopSec= aside
+ * (an operator's StopEngine()). Nothing when no engine is up; forgotten when another one comes up. */
+void sched_request_stop(Sched *s);
+
 /* What to do next. Returns false (and SCHED_NONE) when nothing is to be done now. Each action is
  * already accounted for: carry it out, then ask again. */
 bool sched_next(Sched *s, usec_t now, SchedAction *ret);
 /* When sched_next() may have something new to say without any event: a budget, the end of a
  * hold-down, an idle stop. USEC_INFINITY: never. */
 usec_t sched_next_timer(const Sched *s, usec_t now);
+
+/* When the running engine's hold-down ends, or 0 when none is running or it is over. */
+usec_t sched_hold_down_until(const Sched *s, usec_t now);
+/* When the idle stop will happen as things are, USEC_INFINITY if it will not. */
+usec_t sched_idle_stop_at(const Sched *s);
 
 /* Requests ahead of r: those in flight, and those waiting that arrived before it. */
 unsigned sched_ahead(const Sched *s, const SchedRequest *r);

@@ -97,6 +97,17 @@ static inline const char *startswith(const char *s, const char *prefix) {
         return strncmp(s, prefix, l) == 0 ? s + l : NULL;
 }
 
+/* *p becomes a copy of s (NULL stays NULL); -ENOMEM leaves *p as it was. */
+static inline int free_and_strdup(char **p, const char *s) {
+        char *t = NULL;
+
+        if (s && !(t = strdup(s)))
+                return -ENOMEM;
+        free(*p);
+        *p = t;
+        return 0;
+}
+
 static inline bool strv_isempty(char *const *l) {
         return !l || !*l;
 }

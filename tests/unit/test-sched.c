@@ -288,6 +288,28 @@ TEST(host_down_fails_the_waiting_and_an_engine_crash_restarts_on_demand) {
         sched_done(&s);
 }
 
+/* StopEngine(): inside the hold-down and long before IdleStopSec=, but only once the stream in flight has
+ * ended; a request arriving meanwhile is served first. */
+TEST(requested_stop_waits_for_in_flight_and_ignores_hold_down) {
+        Sched s;
+        serving_r0_on_a(&s, S(30), S(900), S(900));
+        ASSERT_EQ(sched_hold_down_until(&s, S(1)), S(30));
+        sched_request_stop(&s);
+        ASSERT_STREQ(run(&s, S(2)), ""); /* r0 streams */
+        ASSERT_EQ(sched_idle_stop_at(&s), USEC_INFINITY);
+        ASSERT_STREQ(add(&s, S(3), 1, A), "go");
+        sched_remove(&s, S(4), &req[0]);
+        ASSERT_STREQ(run(&s, S(4)), "");
+        sched_remove(&s, S(5), &req[1]);
+        ASSERT_EQ(sched_idle_stop_at(&s), 0);
+        ASSERT_STREQ(run(&s, S(5)), "stop:A:0s");
+        sched_engine_down(&s, S(6));
+        sched_request_stop(&s); /* nothing runs: nothing to do */
+        ASSERT_EQ(s.stop_requested, false);
+        ASSERT_EQ(sched_hold_down_until(&s, S(6)), 0);
+        sched_done(&s);
+}
+
 /* The seed's timeline: client 1 streams on A; client 2 asks for B during it and waits for the
  * stream to end and for A's hold-down; B comes up; client 1's next turn (for A) arrives as B comes
  * up and waits out B's hold-down. With HoldDownSec=30s every switch time follows from the rules. */
