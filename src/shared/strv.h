@@ -13,6 +13,8 @@ int strv_extend(char ***l, const char *s);
 /* Appends s itself (taken on success). */
 int strv_push(char ***l, char *s);
 bool strv_contains(char *const *l, const char *s);
+#define STRV_MAKE(...) ((char *[]){__VA_ARGS__, NULL})
+#define STR_IN_SET(x, ...) strv_contains(STRV_MAKE(__VA_ARGS__), (x))
 /* Splits like a POSIX shell word list without expansion: blanks separate words, '…' and "…" quote,
  * a backslash escapes the next character. -EINVAL on an open quote or a trailing backslash. */
 int strv_split_words(const char *s, char ***ret);

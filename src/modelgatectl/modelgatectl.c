@@ -1,0 +1,453 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* modelgatectl(1): reads and drives org.modelgate1. Everything it shows comes from the bus, in the
+ * bus's own names (--json prints the properties as they are), so the tool never knows more than busctl
+ * would. */
+
+#include <getopt.h>
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <systemd/sd-bus.h>
+#include <unistd.h>
+
+#include "modelgated/conf.h"
+#include "shared/log.h"
+#include "shared/strv.h"
+#include "shared/time-util.h"
+
+#define BUS_NAME "org.modelgate1"
+#define OBJECT_PATH "/org/modelgate1"
+
+/* exit codes, modelgatectl(1) */
+enum {
+        EXIT_OK = 0,
+        EXIT_FAILED = 1,      /* the daemon refused or the operation failed */
+        EXIT_USAGE = 2,       /* bad command line */
+        EXIT_UNREACHABLE = 3, /* no bus, or no modelgated on it */
+        EXIT_NOT_FOUND = 4,   /* no such host or engine */
+        EXIT_DENIED = 5,      /* polkit or the bus said no */
+};
+
+static int arg_user = -1;
+static bool arg_json = false;
+static const char *arg_host = NULL;
+static uint64_t arg_timeout = 0;
+
+static void help(void) {
+        printf("%s [OPTIONS...] COMMAND\n\n"
+               "Show and control modelgated through org.modelgate1.\n\n"
+               "Commands:\n"
+               "  status                 Hosts, engines, requests, countdowns, warnings (default)\n"
+               "  hosts                  One line per host\n"
+               "  switch HOST ENGINE     Switch HOST to ENGINE, by the scheduler's rules; waits for it\n"
+               "  stop HOST              Stop HOST's engine once nothing is in flight\n"
+               "  reload                 Read the configuration again\n\n"
+               "Options:\n"
+               "  -h --help              Show this help\n"
+               "     --version           Show the version\n"
+               "     --user              The user instance (default unless root)\n"
+               "     --system            The system instance (default for root)\n"
+               "  -H --host=[USER@]HOST[:PORT]  The instance on HOST, through ssh\n"
+               "     --json              Print the bus's properties as JSON\n"
+               "     --timeout=SPAN      How long switch waits (default: 24h)\n\n"
+               "See modelgatectl(1).\n",
+               program_invocation_short_name);
+}
+
+static int parse_argv(int argc, char *argv[]) {
+        enum { ARG_VERSION = 0x100, ARG_USER, ARG_SYSTEM, ARG_JSON, ARG_TIMEOUT };
+        static const struct option options[] = {
+                {"help", no_argument, NULL, 'h'},
+                {"version", no_argument, NULL, ARG_VERSION},
+                {"user", no_argument, NULL, ARG_USER},
+                {"system", no_argument, NULL, ARG_SYSTEM},
+                {"host", required_argument, NULL, 'H'},
+                {"json", no_argument, NULL, ARG_JSON},
+                {"timeout", required_argument, NULL, ARG_TIMEOUT},
+                {},
+        };
+        int c;
+
+        while ((c = getopt_long(argc, argv, "hH:", options, NULL)) >= 0)
+                switch (c) {
+                case 'h':
+                        help();
+                        return 0;
+                case ARG_VERSION:
+                        printf("modelgatectl %s\n", MODELGATE_VERSION);
+                        return 0;
+                case ARG_USER:
+                        arg_user = 1;
+                        break;
+                case ARG_SYSTEM:
+                        arg_user = 0;
+                        break;
+                case 'H':
+                        arg_host = optarg;
+                        break;
+                case ARG_JSON:
+                        arg_json = true;
+                        break;
+                case ARG_TIMEOUT:
+                        if (parse_timespan(optarg, &arg_timeout) < 0 || arg_timeout == 0) {
+                                log_error("--timeout='%s' is not a time span like 30s or 20min", optarg);
+                                return -EINVAL;
+                        }
+                        break;
+                default:
+                        return -EINVAL;
+                }
+        if (arg_user < 0)
+                arg_user = getuid() != 0;
+        return 1;
+}
+
+static int connect_bus(sd_bus **ret) {
+        _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
+        _cleanup_strv_free_ char **argv = NULL;
+        _cleanup_free_ char *spec = NULL;
+        int r;
+
+        if (!arg_host)
+                return arg_user ? sd_bus_open_user(ret) : sd_bus_open_system(ret);
+
+        /* the same ssh command line modelgated uses for Bus=ssh: (modelgate.conf(5)) */
+        if (asprintf(&spec, "ssh:%s", arg_host) < 0)
+                return -ENOMEM;
+        HostConf h = {.bus = spec,
+                      .bus_kind = BUS_SSH,
+                      .bus_path = arg_user ? NULL : (char *)"unix:path=/run/dbus/system_bus_socket"};
+        r = host_conf_ssh_argv(&h, &argv);
+        if (r < 0)
+                return log_error_errno(r, "-H '%s' is not [USER@]HOST[:PORT]", arg_host), -EINVAL;
+        r = sd_bus_new(&bus);
+        if (r >= 0)
+                r = sd_bus_set_exec(bus, argv[0], argv);
+        if (r >= 0)
+                r = sd_bus_set_bus_client(bus, true);
+        if (r >= 0)
+                r = sd_bus_start(bus);
+        if (r < 0)
+                return r;
+        *ret = TAKE_PTR(bus);
+        return 0;
+}
+
+static int error_exit(const sd_bus_error *e, int r) {
+        if (!e || !e->name)
+                return EXIT_FAILED;
+        if (sd_bus_error_has_names(e, SD_BUS_ERROR_SERVICE_UNKNOWN, SD_BUS_ERROR_NAME_HAS_NO_OWNER,
+                                   SD_BUS_ERROR_NO_REPLY, SD_BUS_ERROR_DISCONNECTED))
+                return EXIT_UNREACHABLE;
+        if (sd_bus_error_has_names(e, "org.modelgate1.Error.NoSuchHost", "org.modelgate1.Error.NoSuchEngine",
+                                   SD_BUS_ERROR_UNKNOWN_OBJECT))
+                return EXIT_NOT_FOUND;
+        if (sd_bus_error_has_names(e, SD_BUS_ERROR_ACCESS_DENIED,
+                                   SD_BUS_ERROR_INTERACTIVE_AUTHORIZATION_REQUIRED))
+                return EXIT_DENIED;
+        return EXIT_FAILED;
+}
+
+static int report(const char *what, const sd_bus_error *e, int r) {
+        if (e && sd_bus_error_has_names(e, SD_BUS_ERROR_SERVICE_UNKNOWN, SD_BUS_ERROR_NAME_HAS_NO_OWNER))
+                log_error("%s: modelgated is not running on the %s bus%s", what,
+                          arg_user ? "user" : "system", arg_host ? " of that host" : "");
+        else
+                log_error("%s: %s", what, e && e->message ? e->message : strerror(r < 0 ? -r : r));
+        return error_exit(e, r);
+}
+
+/* a{sv} of basic types and string arrays, as JSON */
+static int read_properties(sd_bus_message *m, json_object *o) {
+        int r;
+
+        r = sd_bus_message_enter_container(m, 'a', "{sv}");
+        if (r < 0)
+                return r;
+        while ((r = sd_bus_message_enter_container(m, 'e', "sv")) > 0) {
+                const char *name, *contents;
+                char type;
+                json_object *v = NULL;
+
+                r = sd_bus_message_read(m, "s", &name);
+                if (r < 0)
+                        return r;
+                r = sd_bus_message_peek_type(m, &type, &contents);
+                if (r < 0)
+                        return r;
+                r = sd_bus_message_enter_container(m, 'v', contents);
+                if (r < 0)
+                        return r;
+                if (streq(contents, "s")) {
+                        const char *s;
+                        r = sd_bus_message_read(m, "s", &s);
+                        v = json_object_new_string(s);
+                } else if (streq(contents, "u")) {
+                        uint32_t u;
+                        r = sd_bus_message_read(m, "u", &u);
+                        v = json_object_new_int64(u);
+                } else if (streq(contents, "t")) {
+                        uint64_t t;
+                        r = sd_bus_message_read(m, "t", &t);
+                        v = json_object_new_uint64(t);
+                } else if (streq(contents, "as")) {
+                        _cleanup_strv_free_ char **l = NULL;
+                        r = sd_bus_message_read_strv(m, &l);
+                        v = json_object_new_array();
+                        STRV_FOREACH (s, l)
+                                json_object_array_add(v, json_object_new_string(*s));
+                } else
+                        r = sd_bus_message_skip(m, contents);
+                if (r < 0)
+                        return r;
+                if (v)
+                        json_object_object_add(o, name, v);
+                r = sd_bus_message_exit_container(m);
+                if (r >= 0)
+                        r = sd_bus_message_exit_container(m);
+                if (r < 0)
+                        return r;
+        }
+        if (r < 0)
+                return r;
+        return sd_bus_message_exit_container(m);
+}
+
+static int get_all(sd_bus *bus, const char *path, const char *interface, json_object *o, sd_bus_error *e) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+        int r;
+
+        r = sd_bus_call_method(bus, BUS_NAME, path, "org.freedesktop.DBus.Properties", "GetAll", e, &reply,
+                               "s", interface);
+        if (r < 0)
+                return r;
+        return read_properties(reply, o);
+}
+
+/* The Manager's properties with a "Hosts" array of every Host's. */
+static int read_state(sd_bus *bus, json_object **ret, sd_bus_error *e) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+        json_object *state = json_object_new_object(), *hosts = json_object_new_array();
+        const char *name, *st, *engine, *path;
+        int r;
+
+        json_object_object_add(state, "Hosts", hosts);
+        r = get_all(bus, OBJECT_PATH, "org.modelgate1.Manager", state, e);
+        if (r >= 0)
+                r = sd_bus_call_method(bus, BUS_NAME, OBJECT_PATH, "org.modelgate1.Manager", "ListHosts", e,
+                                       &reply, "");
+        if (r >= 0)
+                r = sd_bus_message_enter_container(reply, 'a', "(ssso)");
+        while (r >= 0 && (r = sd_bus_message_read(reply, "(ssso)", &name, &st, &engine, &path)) > 0) {
+                json_object *h = json_object_new_object();
+                json_object_array_add(hosts, h);
+                r = get_all(bus, path, "org.modelgate1.Host", h, e);
+        }
+        if (r < 0) {
+                json_object_put(state);
+                return r;
+        }
+        *ret = state;
+        return 0;
+}
+
+static const char *str(json_object *o, const char *key) {
+        json_object *v;
+        return json_object_object_get_ex(o, key, &v) ? json_object_get_string(v) : "";
+}
+
+static uint64_t num(json_object *o, const char *key) {
+        json_object *v;
+        return json_object_object_get_ex(o, key, &v) ? json_object_get_uint64(v) : 0;
+}
+
+static char *join(json_object *o, const char *key, const char *sep) {
+        json_object *a;
+        _cleanup_strv_free_ char **l = NULL;
+
+        if (json_object_object_get_ex(o, key, &a))
+                for (size_t i = 0; i < json_object_array_length(a); i++)
+                        (void)strv_extend(&l, json_object_get_string(json_object_array_get_idx(a, i)));
+        return strv_join(l, sep);
+}
+
+/* "12s left"-style countdowns from the realtime timestamps the bus shows */
+static const char *until(char *buf, size_t l, uint64_t at) {
+        usec_t now = now_usec(CLOCK_REALTIME);
+        char t[FORMAT_TIMESPAN_MAX];
+
+        if (at == 0)
+                return NULL;
+        snprintf(buf, l, "%s",
+                 format_timespan(t, sizeof(t), at > now ? (at - now) / USEC_PER_SEC * USEC_PER_SEC : 0)
+                         ?: "?");
+        return buf;
+}
+
+static void print_json(json_object *o) {
+        printf("%s\n",
+               json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE));
+}
+
+static int do_status(sd_bus *bus, bool brief) {
+        _cleanup_(sd_bus_error_free) sd_bus_error e = SD_BUS_ERROR_NULL;
+        json_object *state = NULL, *hosts;
+        int r;
+
+        r = read_state(bus, &state, &e);
+        if (r < 0)
+                return report("Cannot read modelgated's state", &e, r);
+        hosts = json_object_object_get(state, "Hosts");
+        if (arg_json) {
+                print_json(brief ? hosts : state);
+                json_object_put(state);
+                return EXIT_OK;
+        }
+
+        if (!brief) {
+                _cleanup_free_ char *listening = join(state, "Listening", ", ");
+                printf("modelgate %s, listening on %s\n", str(state, "Version"),
+                       listening && *listening ? listening : "nothing");
+                printf("%llu connection(s), %llu request(s) in flight, %llu waiting\n",
+                       (unsigned long long)num(state, "Connections"),
+                       (unsigned long long)num(state, "InFlight"),
+                       (unsigned long long)num(state, "Waiting"));
+        } else
+                printf("%-12s %-10s %-14s %9s %7s\n", "HOST", "STATE", "ENGINE", "IN-FLIGHT", "WAITING");
+
+        for (size_t i = 0; i < json_object_array_length(hosts); i++) {
+                json_object *h = json_object_array_get_idx(hosts, i);
+                char b1[FORMAT_TIMESPAN_MAX + 16], b2[FORMAT_TIMESPAN_MAX + 16];
+                const char *engine = str(h, "Engine"), *hold, *idle;
+
+                if (brief) {
+                        printf("%-12s %-10s %-14s %9llu %7llu\n", str(h, "Name"), str(h, "State"),
+                               *engine ? engine : "-", (unsigned long long)num(h, "InFlight"),
+                               (unsigned long long)num(h, "Waiting"));
+                        continue;
+                }
+                _cleanup_free_ char *engines = join(h, "Engines", " ");
+                printf("\n%s (%s): %s", str(h, "Name"), str(h, "URL"), str(h, "State"));
+                if (*engine)
+                        printf(", engine %s (%s)", engine, str(h, "Unit"));
+                printf("\n");
+                if (engines && *engines)
+                        printf("  engines:    %s (bus %s)\n", engines, str(h, "Bus"));
+                printf("  requests:   %llu in flight, %llu waiting\n",
+                       (unsigned long long)num(h, "InFlight"), (unsigned long long)num(h, "Waiting"));
+                hold = until(b1, sizeof(b1), num(h, "HoldDownUntilUSec"));
+                idle = until(b2, sizeof(b2), num(h, "IdleStopAtUSec"));
+                if (hold)
+                        printf("  hold-down:  %s left\n", hold);
+                if (idle)
+                        printf("  idle stop:  in %s\n", idle);
+                if (*str(h, "LastError"))
+                        printf("  last error: %s\n", str(h, "LastError"));
+        }
+        if (!brief) {
+                json_object *w = json_object_object_get(state, "Warnings");
+                if (w && json_object_array_length(w) > 0) {
+                        printf("\nwarnings:\n");
+                        for (size_t i = 0; i < json_object_array_length(w); i++)
+                                printf("  %s\n", json_object_get_string(json_object_array_get_idx(w, i)));
+                }
+        }
+        json_object_put(state);
+        return EXIT_OK;
+}
+
+static int host_object_path(const char *host, char **ret) {
+        return sd_bus_path_encode(OBJECT_PATH "/host", host, ret);
+}
+
+static int call_host(sd_bus *bus, const char *host, const char *method, uint64_t timeout, const char *what,
+                     const char *types, ...) {
+        _cleanup_(sd_bus_error_free) sd_bus_error e = SD_BUS_ERROR_NULL;
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL, *reply = NULL;
+        _cleanup_free_ char *path = NULL;
+        va_list ap;
+        int r;
+
+        r = host_object_path(host, &path);
+        if (r < 0)
+                return log_oom(), EXIT_FAILED;
+        r = sd_bus_message_new_method_call(bus, &m, BUS_NAME, path, "org.modelgate1.Host", method);
+        if (r >= 0)
+                r = sd_bus_message_set_allow_interactive_authorization(m, isatty(STDIN_FILENO) > 0);
+        va_start(ap, types);
+        if (r >= 0 && types)
+                r = sd_bus_message_appendv(m, types, ap);
+        va_end(ap);
+        if (r < 0)
+                return log_error_errno(r, "Cannot build the call: %m"), EXIT_FAILED;
+        r = sd_bus_call(bus, m, timeout, &e, &reply);
+        if (r < 0) {
+                if (sd_bus_error_has_name(&e, SD_BUS_ERROR_UNKNOWN_OBJECT) ||
+                    sd_bus_error_has_name(&e, SD_BUS_ERROR_UNKNOWN_METHOD)) {
+                        log_error("%s: modelgated has no host '%s'", what, host);
+                        return EXIT_NOT_FOUND;
+                }
+                return report(what, &e, r);
+        }
+        return EXIT_OK;
+}
+
+int main(int argc, char *argv[]) {
+        _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
+        const char *verb;
+        int r, n;
+
+        log_set_prefix(false);
+        r = parse_argv(argc, argv);
+        if (r <= 0)
+                return r < 0 ? EXIT_USAGE : EXIT_OK;
+        verb = optind < argc ? argv[optind] : "status";
+        n = argc - optind - 1;
+        if (!STR_IN_SET(verb, "status", "hosts", "switch", "stop", "reload")) {
+                log_error("Unknown command '%s'; see %s --help", verb, program_invocation_short_name);
+                return EXIT_USAGE;
+        }
+        if ((STR_IN_SET(verb, "status", "hosts", "reload") && n > 0) || (streq(verb, "switch") && n != 2) ||
+            (streq(verb, "stop") && n != 1)) {
+                log_error("Wrong arguments for '%s'; see %s --help", verb, program_invocation_short_name);
+                return EXIT_USAGE;
+        }
+
+        r = connect_bus(&bus);
+        if (r < 0) {
+                if (r != -EINVAL)
+                        log_error_errno(r, "Cannot connect to the %s bus%s: %m",
+                                        arg_user ? "user" : "system", arg_host ? " through ssh" : "");
+                return r == -EINVAL ? EXIT_USAGE : EXIT_UNREACHABLE;
+        }
+
+        if (streq(verb, "status") || streq(verb, "hosts"))
+                return do_status(bus, streq(verb, "hosts"));
+        if (streq(verb, "switch")) {
+                const char *host = argv[optind + 1], *engine = argv[optind + 2];
+                r = call_host(bus, host, "SwitchEngine", arg_timeout ?: 24 * USEC_PER_HOUR, "Switch failed",
+                              "s", engine);
+                if (r == EXIT_OK && !arg_json)
+                        printf("host %s: engine %s is up\n", host, engine);
+                return r;
+        }
+        if (streq(verb, "stop")) {
+                const char *host = argv[optind + 1];
+                r = call_host(bus, host, "StopEngine", 0, "Stop failed", NULL);
+                if (r == EXIT_OK && !arg_json)
+                        printf("host %s: its engine stops once nothing is in flight\n", host);
+                return r;
+        }
+        /* reload */
+        _cleanup_(sd_bus_error_free) sd_bus_error e = SD_BUS_ERROR_NULL;
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+        r = sd_bus_message_new_method_call(bus, &m, BUS_NAME, OBJECT_PATH, "org.modelgate1.Manager",
+                                           "Reload");
+        if (r >= 0)
+                r = sd_bus_message_set_allow_interactive_authorization(m, isatty(STDIN_FILENO) > 0);
+        if (r >= 0)
+                r = sd_bus_call(bus, m, 0, &e, NULL);
+        if (r < 0)
+                return report("Reload failed", &e, r);
+        return EXIT_OK;
+}
