@@ -68,8 +68,8 @@ struct BusObject {
 };
 
 static Host *host_by_name(Manager *m, const char *name) {
-        for (size_t i = 0; name && i < m->config.n_hosts; i++)
-                if (streq(m->config.hosts[i].name, name))
+        for (size_t i = 0; name && i < m->config->n_hosts; i++)
+                if (streq(m->config->hosts[i].name, name))
                         return m->hosts[i];
         return NULL;
 }
@@ -87,7 +87,7 @@ static usec_t to_realtime(const BusObject *o, usec_t mono) {
 
 static void totals(Manager *m, unsigned *in_flight, unsigned *waiting) {
         *in_flight = *waiting = 0;
-        for (size_t i = 0; i < m->config.n_hosts; i++) {
+        for (size_t i = 0; i < m->config->n_hosts; i++) {
                 *in_flight += host_in_flight(m->hosts[i]);
                 *waiting += host_waiting(m->hosts[i]);
         }
@@ -128,10 +128,10 @@ static int property_get_warnings(sd_bus *bus, const char *path, const char *inte
         int r;
 
         r = sd_bus_message_open_container(reply, 'a', "s");
-        for (size_t i = 0; r >= 0 && i < m->config.n_hosts; i++)
+        for (size_t i = 0; r >= 0 && i < m->config->n_hosts; i++)
                 STRV_FOREACH (w, host_warnings(m->hosts[i])) {
                         _cleanup_free_ char *s = NULL;
-                        if (asprintf(&s, "host %s: %s", m->config.hosts[i].name, *w) < 0)
+                        if (asprintf(&s, "host %s: %s", m->config->hosts[i].name, *w) < 0)
                                 return -ENOMEM;
                         r = sd_bus_message_append(reply, "s", s);
                         if (r < 0)
@@ -142,7 +142,7 @@ static int property_get_warnings(sd_bus *bus, const char *path, const char *inte
 
 static unsigned n_warnings(Manager *m) {
         unsigned n = 0;
-        for (size_t i = 0; i < m->config.n_hosts; i++)
+        for (size_t i = 0; i < m->config->n_hosts; i++)
                 n += (unsigned)strv_length(host_warnings(m->hosts[i]));
         return n;
 }
@@ -330,7 +330,7 @@ static int method_list_hosts(sd_bus_message *message, void *userdata, sd_bus_err
         r = sd_bus_message_new_method_return(message, &reply);
         if (r >= 0)
                 r = sd_bus_message_open_container(reply, 'a', "(ssso)");
-        for (size_t i = 0; r >= 0 && i < m->config.n_hosts; i++) {
+        for (size_t i = 0; r >= 0 && i < m->config->n_hosts; i++) {
                 Host *h = m->hosts[i];
                 ssize_t e = host_running(h);
                 _cleanup_free_ char *p = host_path(h);
@@ -542,11 +542,11 @@ static int host_find(sd_bus *bus, const char *path, const char *interface, void 
 static int host_enumerate(sd_bus *bus, const char *path, void *userdata, char ***nodes,
                           sd_bus_error *error) {
         Manager *m = userdata;
-        char **l = calloc(m->config.n_hosts + 1, sizeof(char *));
+        char **l = calloc(m->config->n_hosts + 1, sizeof(char *));
 
         if (!l)
                 return -ENOMEM;
-        for (size_t i = 0; i < m->config.n_hosts; i++)
+        for (size_t i = 0; i < m->config->n_hosts; i++)
                 if (!(l[i] = host_path(m->hosts[i]))) {
                         strv_free(l);
                         return -ENOMEM;
@@ -564,18 +564,18 @@ static int emit_cb(sd_event_source *s, uint64_t usec, void *userdata) {
         const char *changed[8];
         size_t n = 0;
 
-        if (o->n_seen != m->config.n_hosts) {
-                HostSeen *s2 = reallocarray(o->seen, m->config.n_hosts ?: 1, sizeof(HostSeen));
+        if (o->n_seen != m->config->n_hosts) {
+                HostSeen *s2 = reallocarray(o->seen, m->config->n_hosts ?: 1, sizeof(HostSeen));
                 if (!s2)
                         return 0;
-                for (size_t i = m->config.n_hosts; i < o->n_seen; i++)
+                for (size_t i = m->config->n_hosts; i < o->n_seen; i++)
                         free(s2[i].last_error);
-                for (size_t i = o->n_seen; i < m->config.n_hosts; i++)
+                for (size_t i = o->n_seen; i < m->config->n_hosts; i++)
                         s2[i] = (HostSeen){};
                 o->seen = s2;
-                o->n_seen = m->config.n_hosts;
+                o->n_seen = m->config->n_hosts;
         }
-        for (size_t i = 0; i < m->config.n_hosts; i++) {
+        for (size_t i = 0; i < m->config->n_hosts; i++) {
                 Host *h = m->hosts[i];
                 HostSeen *v = &o->seen[i], now = {
                                                    .host = h,

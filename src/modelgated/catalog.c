@@ -90,7 +90,7 @@ static void keys_save(Manager *m) {
 
         if (!path || !root)
                 goto out;
-        for (size_t i = 0; i < m->config.n_hosts; i++) {
+        for (size_t i = 0; i < m->config->n_hosts; i++) {
                 Host *h = m->hosts[i];
                 Catalog *c = host_catalog(h);
                 json_object *ho = json_object_new_object();
@@ -100,7 +100,7 @@ static void keys_save(Manager *m) {
                                 json_object_array_add(l, json_object_new_string(*k));
                         json_object_object_add(ho, host_engine(h, e)->conf->name, l);
                 }
-                json_object_object_add(root, m->config.hosts[i].name, ho);
+                json_object_object_add(root, m->config->hosts[i].name, ho);
         }
         /* the directory systemd made (StateDirectory=), or ours, with its parents (~/.local/state) */
         for (char *slash = strchr(path + 1, '/'); slash; slash = strchr(slash + 1, '/')) {
@@ -186,16 +186,6 @@ static char **snapshot_ids(const char *body, size_t n, bool aliases) {
 out:
         json_object_put(root);
         return ids;
-}
-
-static bool strv_equal(char *const *a, char *const *b) {
-        size_t n = strv_length(a);
-        if (n != strv_length(b))
-                return false;
-        for (size_t i = 0; i < n; i++)
-                if (!streq(a[i], b[i]))
-                        return false;
-        return true;
 }
 
 /* The /models read */
@@ -317,7 +307,7 @@ static int poll_cb(sd_event_source *s, uint64_t usec, void *userdata) {
         Catalog *c = userdata;
 
         catalog_fetch(c);
-        (void)sd_event_source_set_time_relative(s, c->manager->config.poll_interval_usec);
+        (void)sd_event_source_set_time_relative(s, c->manager->config->poll_interval_usec);
         (void)sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
         return 0;
 }
@@ -568,7 +558,7 @@ void catalog_engine_up(Catalog *c, size_t i) {
         c->changed = true;
         catalog_fetch(c);
         feed_connect(c);
-        (void)sd_event_source_set_time_relative(c->poll_timer, c->manager->config.poll_interval_usec);
+        (void)sd_event_source_set_time_relative(c->poll_timer, c->manager->config->poll_interval_usec);
         (void)sd_event_source_set_enabled(c->poll_timer, SD_EVENT_ONESHOT);
 }
 
@@ -623,4 +613,8 @@ ssize_t catalog_engine_for_key(const Catalog *c, const char *key) {
 
 char *const *catalog_engine_keys(const Catalog *c, size_t i) {
         return i < host_n_engines(c->host) ? c->keys[i] : NULL;
+}
+
+void catalog_set_conf(Catalog *c, const HostConf *conf) {
+        c->conf = conf;
 }

@@ -25,6 +25,8 @@ typedef struct Catalog Catalog;
 Catalog *catalog_new(Manager *m, Host *h);
 Catalog *catalog_free(Catalog *c);
 void catalog_start(Catalog *c);
+/* A reload kept the host (same name and URL): the new configuration's copy. */
+void catalog_set_conf(Catalog *c, const HostConf *conf);
 
 /* Re-reads the snapshot soon (coalesced with a read in progress). */
 void catalog_refresh(Catalog *c);

@@ -72,6 +72,7 @@ struct Client {
         usec_t start;
         char *method, *path, *model, *user_agent;
         const HostConf *host;
+        Config *config; /* host's: a reload meanwhile must not free it */
         ApiKind api;
         bool head;
         bool streaming; /* "stream": true in the body */
@@ -107,6 +108,7 @@ static void request_reset(Client *c) {
         c->model = mfree(c->model);
         c->user_agent = mfree(c->user_agent);
         c->host = NULL;
+        c->config = config_unref(c->config);
         c->head = c->http10 = c->response_complete = c->head_sent = c->chunked = c->streaming = false;
         c->status = c->error_status = 0;
         c->bytes = 0;
@@ -195,7 +197,7 @@ static int client_flush(Client *c) {
                         client_set_timer(c, USEC_INFINITY);
         } else if (progress || c->state == CLIENT_RESPONDING)
                 /* a client that stops reading is dropped after IdleTimeoutSec without progress */
-                client_set_timer(c, c->manager->config.idle_timeout_usec);
+                client_set_timer(c, c->manager->config->idle_timeout_usec);
         if (!buffer_is_empty(&c->out) && buffer_size(&c->out) > CLIENT_OUT_HIGH && c->upstream)
                 upstream_set_reading(c->upstream, false);
         client_update_events(c);
@@ -377,7 +379,9 @@ static void client_host_down(Client *c, int error) {
         char msg[512];
         const char *reason = upstream_strerror(error);
 
-        host_report_http(manager_host(c->manager, c->host), reason);
+        Host *h = manager_host(c->manager, c->host);
+        if (h)
+                host_report_http(h, reason);
         snprintf(msg, sizeof(msg), "host '%s' is down: %s (%s); modelgate keeps trying it, retry in 30 s",
                  c->host->name, reason, c->host->url.text);
         client_respond_error(c, 503, "host_down", msg, "Retry-After: 30\r\nretry-after-ms: 30000\r\n");
@@ -478,7 +482,9 @@ static int client_upstream_headers(Upstream *u, const UpstreamResponse *resp, vo
         bool no_body = c->head || resp->status == 204 || resp->status == 304;
         const char *framing = "";
 
-        host_report_http(manager_host(c->manager, c->host), NULL);
+        Host *h = manager_host(c->manager, c->host);
+        if (h)
+                host_report_http(h, NULL);
         if (c->early) {
                 /* the 200 and its framing are out: a stream continues it, anything else becomes an error
                  * event when it is complete */
@@ -637,8 +643,11 @@ static void client_upstream_complete(Upstream *u, void *userdata) {
         }
         /* SPEC §4: the list is re-read after every load or unload that worked */
         if (c->status >= 200 && c->status < 300 && c->path &&
-            (streq(c->path, "/models/load") || streq(c->path, "/models/unload")))
-                catalog_refresh(host_catalog(manager_host(c->manager, c->host)));
+            (streq(c->path, "/models/load") || streq(c->path, "/models/unload"))) {
+                Host *h = manager_host(c->manager, c->host);
+                if (h)
+                        catalog_refresh(host_catalog(h));
+        }
         client_response_complete(c, NULL);
         if (client_flush(c) < 0) {
                 client_free(c);
@@ -727,7 +736,7 @@ static void client_respond_health(Client *c) {
         char body[256];
         int n = snprintf(body, sizeof(body),
                          "{\"status\":\"ok\",\"version\":\"%s\",\"hosts\":%zu,\"connections\":%zu}",
-                         MODELGATE_VERSION, c->manager->config.n_hosts, c->manager->n_clients);
+                         MODELGATE_VERSION, c->manager->config->n_hosts, c->manager->n_clients);
         client_respond(c, 200, "application/json", body, (size_t)n, NULL);
 }
 
@@ -758,7 +767,7 @@ static void client_start_feed(Client *c) {
         LIST_PREPEND(feed, m->feed_clients, c);
         m->n_feed_clients++;
         n = snprintf(hello, sizeof(hello), ": modelgate model events from %zu host(s)\n\n",
-                     m->config.n_hosts);
+                     m->config->n_hosts);
         (void)frame_body(c, hello, (size_t)n);
         manager_feed_subscribed(m);
 }
@@ -835,13 +844,13 @@ static int client_keepalive_cb(sd_event_source *s, uint64_t usec, void *userdata
                 client_free(c);
                 return 0;
         }
-        (void)sd_event_source_set_time_relative(s, c->manager->config.keepalive_interval_usec);
+        (void)sd_event_source_set_time_relative(s, c->manager->config->keepalive_interval_usec);
         (void)sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
         return 0;
 }
 
 static void client_wait_for_engine(Client *c) {
-        const Config *cf = &c->manager->config;
+        const Config *cf = c->manager->config;
 
         if (!c->streaming || c->head || cf->keepalive_after_usec == USEC_INFINITY)
                 return;
@@ -947,7 +956,8 @@ static void client_dispatch(Client *c) {
         }
         c->model = strdup(model);
 
-        c->host = route_find_host(&c->manager->config, model, &key);
+        c->config = config_ref(c->manager->config);
+        c->host = route_find_host(c->config, model, &key);
         if (!c->host) {
                 char m2[160];
                 log_escape(m2, sizeof(m2), (Span){model, strlen(model)});
@@ -1049,7 +1059,7 @@ static void client_process(Client *c) {
                         }
                         http_parser_next(&c->parser);
                         c->state = CLIENT_WAITING;
-                        client_set_timer(c, c->manager->config.idle_timeout_usec);
+                        client_set_timer(c, c->manager->config->idle_timeout_usec);
                 }
                 if (c->state == CLIENT_CLOSING) {
                         if (buffer_is_empty(&c->out)) {
@@ -1072,14 +1082,14 @@ static void client_process(Client *c) {
                 }
                 if (c->state == CLIENT_WAITING && c->parser.started) {
                         c->state = CLIENT_READING;
-                        client_set_timer(c, c->manager->config.header_timeout_usec);
+                        client_set_timer(c, c->manager->config->header_timeout_usec);
                 }
                 if (r == HTTP_PARSE_HEADERS) {
                         /* the body follows; a client that waits for "100 Continue" gets it now */
                         if (c->parser.req.expect_continue && c->parser.req.has_body &&
                             c->parser.req.http_minor >= 1)
                                 (void)buffer_append_str(&c->out, "HTTP/1.1 100 Continue\r\n\r\n");
-                        client_set_timer(c, c->manager->config.idle_timeout_usec);
+                        client_set_timer(c, c->manager->config->idle_timeout_usec);
                         continue;
                 }
                 if (r == HTTP_PARSE_DONE) {
@@ -1152,7 +1162,7 @@ static int client_read(Client *c) {
                         return -ENOMEM;
         }
         if (got && c->state == CLIENT_READING && c->parser.headers_complete)
-                client_set_timer(c, c->manager->config.idle_timeout_usec); /* the body makes progress */
+                client_set_timer(c, c->manager->config->idle_timeout_usec); /* the body makes progress */
         return got;
 }
 
@@ -1259,7 +1269,7 @@ int client_new(Manager *m, int fd, const struct sockaddr *peer, socklen_t peer_l
         }
         c->manager = m;
         c->fd = fd;
-        http_parser_init(&c->parser, m->config.max_header_size, m->config.max_body_size);
+        http_parser_init(&c->parser, m->config->max_header_size, m->config->max_body_size);
         if (peer->sa_family == AF_INET) {
                 const struct sockaddr_in *a = (const struct sockaddr_in *)peer;
                 inet_ntop(AF_INET, &a->sin_addr, c->peer, sizeof(c->peer));
@@ -1277,7 +1287,7 @@ int client_new(Manager *m, int fd, const struct sockaddr *peer, socklen_t peer_l
         r = sd_event_add_io(m->event, &c->io, fd, EPOLLIN | EPOLLRDHUP | EPOLLET, client_io_cb, c);
         if (r >= 0)
                 r = sd_event_add_time_relative(m->event, &c->timer, CLOCK_MONOTONIC,
-                                               m->config.idle_timeout_usec, 0, client_timer_cb, c);
+                                               m->config->idle_timeout_usec, 0, client_timer_cb, c);
         if (r < 0) {
                 client_free(c);
                 return r;

@@ -311,6 +311,30 @@ void config_done(Config *c) {
         *c = (Config){};
 }
 
+Config *config_new(void) {
+        Config *c = malloc(sizeof(Config));
+
+        if (!c)
+                return NULL;
+        config_init(c);
+        c->n_ref = 1;
+        return c;
+}
+
+Config *config_ref(Config *c) {
+        if (c)
+                c->n_ref++;
+        return c;
+}
+
+Config *config_unref(Config *c) {
+        if (c && --c->n_ref == 0) {
+                config_done(c);
+                free(c);
+        }
+        return NULL;
+}
+
 const HostConf *config_find_host(const Config *c, const char *name) {
         for (size_t i = 0; i < c->n_hosts; i++)
                 if (streq(c->hosts[i].name, name))

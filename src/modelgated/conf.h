@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <sys/socket.h>
 
+#include "shared/macro.h"
 #include "shared/time-util.h"
 
 /* per-host overrides not given: use [Proxy]'s */
@@ -59,6 +60,7 @@ typedef struct EngineConf {
 } EngineConf;
 
 typedef struct Config {
+        unsigned n_ref; /* config_new()'s: a reload keeps the old one while requests and hosts use it */
         char **listen;
         usec_t exit_idle_usec;
         usec_t idle_stop_usec;
@@ -81,6 +83,10 @@ typedef struct Config {
 
 void config_init(Config *c);
 void config_done(Config *c);
+Config *config_new(void);
+Config *config_ref(Config *c);
+Config *config_unref(Config *c);
+DEFINE_TRIVIAL_CLEANUP_FUNC(Config *, config_unref);
 
 /* Reads one file's text into c. 'name' labels error messages. 0 or -EINVAL (errors logged with file:line).
  */

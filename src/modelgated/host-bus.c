@@ -712,3 +712,7 @@ int host_bus_list_active(HostBus *b, char **patterns, HostBusDone cb, void *user
                 return r;
         return bus_op_send(b, 0, userdata, NULL, cb, m, list_reply_cb);
 }
+
+void host_bus_set_conf(HostBus *b, const HostConf *h) {
+        b->host = h;
+}

@@ -71,3 +71,5 @@ int host_bus_list_active(HostBus *b, char **patterns, HostBusDone cb, void *user
 void host_bus_forget(HostBus *b, void *userdata);
 
 bool unit_info_is_running(const UnitInfo *u);
+/* A reload with the same bus settings: the new configuration's copy. */
+void host_bus_set_conf(HostBus *b, const HostConf *h);

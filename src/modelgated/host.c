@@ -41,6 +41,7 @@ typedef enum SwitchPhase {
 
 struct Host {
         Manager *manager;
+        Config *config; /* the configuration conf belongs to: a reload keeps it while this host lives */
         const HostConf *conf;
         HostEngine *engines;
         size_t n_engines;
@@ -746,6 +747,49 @@ static const HostBusCallbacks host_bus_callbacks = {
 
 /* Life */
 
+/* The engines of host conf in config, in the order of the file. */
+static int collect_engines(const Config *config, const HostConf *conf, HostEngine **ret, size_t *ret_n,
+                           char ***ret_units) {
+        _cleanup_free_ HostEngine *engines = NULL;
+        _cleanup_strv_free_ char **units = NULL;
+        size_t n = 0;
+
+        for (size_t i = 0; i < config->n_engines; i++) {
+                const EngineConf *e = &config->engines[i];
+                if (!streq(e->host, conf->name))
+                        continue;
+                HostEngine *x = realloc(engines, sizeof(HostEngine) * (n + 1));
+                if (!x)
+                        return -ENOMEM;
+                engines = x;
+                engines[n++] = (HostEngine){.conf = e, .url = e->url.text ? &e->url : &conf->url};
+                if (ret_units && strv_extend(&units, e->unit) < 0)
+                        return -ENOMEM;
+        }
+        *ret = TAKE_PTR(engines);
+        *ret_n = n;
+        if (ret_units)
+                *ret_units = TAKE_PTR(units);
+        return 0;
+}
+
+static SchedConfig sched_config_of(const Config *config, const HostConf *conf) {
+        SchedConfig sc = {
+                .hold_down = conf->hold_down_usec != CONF_USEC_UNSET ? conf->hold_down_usec
+                                                                     : config->hold_down_usec,
+                .idle_stop = conf->idle_stop_usec != CONF_USEC_UNSET ? conf->idle_stop_usec
+                                                                     : config->idle_stop_usec,
+                .wait_budget = conf->wait_budget_usec != CONF_USEC_UNSET ? conf->wait_budget_usec
+                                                                         : config->wait_budget_usec,
+        };
+        /* 0 means "never" for both, as ExitIdleSec=0 does */
+        if (sc.idle_stop == 0)
+                sc.idle_stop = USEC_INFINITY;
+        if (sc.wait_budget == 0)
+                sc.wait_budget = USEC_INFINITY;
+        return sc;
+}
+
 Host *host_new(Manager *m, const HostConf *conf) {
         Host *h = calloc(1, sizeof(Host));
         _cleanup_strv_free_ char **units = NULL;
@@ -755,35 +799,13 @@ Host *host_new(Manager *m, const HostConf *conf) {
                 return NULL;
         h->manager = m;
         h->conf = conf;
+        h->config = config_ref(m->config);
         h->running = h->target = -1;
         h->state = HOST_IDLE;
 
-        for (size_t i = 0; i < m->config.n_engines; i++) {
-                const EngineConf *e = &m->config.engines[i];
-                if (!streq(e->host, conf->name))
-                        continue;
-                HostEngine *n = realloc(h->engines, sizeof(HostEngine) * (h->n_engines + 1));
-                if (!n)
-                        goto fail;
-                h->engines = n;
-                h->engines[h->n_engines++] =
-                        (HostEngine){.conf = e, .url = e->url.text ? &e->url : &conf->url};
-                if (strv_extend(&units, e->unit) < 0)
-                        goto fail;
-        }
-        SchedConfig sc = {
-                .hold_down = conf->hold_down_usec != CONF_USEC_UNSET ? conf->hold_down_usec
-                                                                     : m->config.hold_down_usec,
-                .idle_stop = conf->idle_stop_usec != CONF_USEC_UNSET ? conf->idle_stop_usec
-                                                                     : m->config.idle_stop_usec,
-                .wait_budget = conf->wait_budget_usec != CONF_USEC_UNSET ? conf->wait_budget_usec
-                                                                         : m->config.wait_budget_usec,
-        };
-        /* 0 means "never" for both, as ExitIdleSec=0 does */
-        if (sc.idle_stop == 0)
-                sc.idle_stop = USEC_INFINITY;
-        if (sc.wait_budget == 0)
-                sc.wait_budget = USEC_INFINITY;
+        if (collect_engines(m->config, conf, &h->engines, &h->n_engines, &units) < 0)
+                goto fail;
+        SchedConfig sc = sched_config_of(m->config, conf);
         if (sched_init(&h->sched, &sc, h->n_engines) < 0)
                 goto fail;
         r = sd_event_add_defer(m->event, &h->schedule_source, schedule_cb, h);
@@ -815,6 +837,7 @@ Host *host_new(Manager *m, const HostConf *conf) {
                 h->logged_down = -1;
                 h->down_reason = strdup("connecting");
                 h->state = HOST_DOWN;
+                sched_host_down(&h->sched, true); /* requests wait (budgets apply) until it is known */
         }
         return h;
 fail:
@@ -840,8 +863,50 @@ Host *host_free(Host *h) {
         free(h->engines);
         free(h->down_reason);
         strv_free(h->warnings);
+        config_unref(h->config);
         free(h);
         return NULL;
+}
+
+bool host_can_take(const Host *h, const Config *config, const HostConf *conf) {
+        _cleanup_free_ HostEngine *engines = NULL;
+        size_t n;
+
+        if (!streq(h->conf->name, conf->name) || !streq(h->conf->url.text, conf->url.text) ||
+            !streq_ptr(h->conf->bus, conf->bus) || !streq_ptr(h->conf->ssh_command, conf->ssh_command) ||
+            !streq_ptr(h->conf->bus_path, conf->bus_path))
+                return false;
+        if (collect_engines(config, conf, &engines, &n, NULL) < 0 || n != h->n_engines)
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (!streq(engines[i].conf->name, h->engines[i].conf->name) ||
+                    !streq(engines[i].conf->unit, h->engines[i].conf->unit))
+                        return false;
+        return true;
+}
+
+int host_set_conf(Host *h, Config *config, const HostConf *conf) {
+        HostEngine *engines;
+        size_t n;
+
+        assert(host_can_take(h, config, conf));
+        if (collect_engines(config, conf, &engines, &n, NULL) < 0)
+                return -ENOMEM;
+        free(h->engines);
+        h->engines = engines;
+        h->conf = conf;
+        h->sched.config = sched_config_of(config, conf);
+        catalog_set_conf(h->catalog, conf);
+        if (h->bus)
+                host_bus_set_conf(h->bus, conf);
+        config_unref(h->config);
+        h->config = config_ref(config);
+        host_schedule_later(h); /* a new hold-down, idle stop or budget may apply now */
+        return 0;
+}
+
+bool host_drained(const Host *h) {
+        return h->sched.n_in_flight == 0 && h->sched.n_waiting == 0 && h->phase == PHASE_NONE;
 }
 
 void host_start(Host *h) {
@@ -900,7 +965,9 @@ ssize_t host_find_engine(const Host *h, const char *key) {
 int host_acquire(Host *h, size_t i, HostWaiter *w, HostReadyFn ready, const char *model, HostRefusal *ret) {
         assert(i < h->n_engines);
 
-        if (h->bus_down) {
+        /* the first connection is not an outcome yet: after an idle exit, the request that started this
+         * instance must wait for the bus, not get a 503 */
+        if (h->bus_down && !streq_ptr(h->down_reason, "connecting")) {
                 ret->status = 503;
                 snprintf(ret->message, sizeof(ret->message),
                          "host '%s' is down: %s; modelgate keeps trying it, retry in 30 s", h->conf->name,

@@ -100,3 +100,10 @@ int host_request_stop(Host *h);
 /* Something still needs this daemon: requests, a switch, or an engine whose idle stop is still due. */
 bool host_keeps_daemon(const Host *h);
 Manager *host_manager(const Host *h);
+
+/* Reload: whether this host can carry on with conf (same URL, bus and engine units, in order: only
+ * values change), and doing so. */
+bool host_can_take(const Host *h, const Config *config, const HostConf *conf);
+int host_set_conf(Host *h, Config *config, const HostConf *conf);
+/* Nothing in flight or waiting and no switch under way: a host a reload removed can go. */
+bool host_drained(const Host *h);

@@ -26,6 +26,7 @@
 #include "modelgated/upstream.h"
 #include "shared/log.h"
 #include "shared/parse-util.h"
+#include "shared/strv.h"
 
 #define STOP_DRAIN_USEC (60 * USEC_PER_SEC)
 #define ACCEPT_RETRY_USEC (1 * USEC_PER_SEC)
@@ -52,7 +53,11 @@ int manager_new(Manager **ret) {
 
         if (!m)
                 return -ENOMEM;
-        config_init(&m->config);
+        m->config = config_new();
+        if (!m->config) {
+                free(m);
+                return -ENOMEM;
+        }
         r = sd_event_default(&m->event);
         if (r < 0) {
                 manager_free(m);
@@ -83,10 +88,14 @@ Manager *manager_free(Manager *m) {
         sd_event_source_disable_unref(m->feed_keepalive);
         log_set_buffered(NULL);
         log_flush_source = sd_event_source_disable_unref(log_flush_source);
-        for (size_t i = 0; m->hosts && i < m->config.n_hosts; i++)
+        for (size_t i = 0; m->hosts && i < m->config->n_hosts; i++)
                 host_free(m->hosts[i]);
         free(m->hosts);
-        config_done(&m->config);
+        for (size_t i = 0; i < m->n_draining; i++)
+                host_free(m->draining[i]);
+        free(m->draining);
+        sd_event_source_disable_unref(m->drain_source);
+        config_unref(m->config);
         free(m->config_path);
         sd_event_unref(m->event);
         free(m);
@@ -96,17 +105,17 @@ Manager *manager_free(Manager *m) {
 int manager_load_config(Manager *m, const char *path) {
         int r;
 
-        r = config_load(&m->config, path);
+        r = config_load(m->config, path);
         if (r == -ENOENT)
                 return log_error_errno(
                         r, "No configuration: neither %s nor %s.d/*.conf exists. See modelgate.conf(5).",
                         path, path);
         if (r < 0)
                 return r;
-        r = config_verify(&m->config);
+        r = config_verify(m->config);
         if (r < 0)
                 return r;
-        if (m->config.n_hosts == 0)
+        if (m->config->n_hosts == 0)
                 log_warning("%s: no [Host] is configured; every model request will get 404", path);
         m->config_path = strdup(path);
         return 0;
@@ -144,9 +153,17 @@ void manager_catalog_ready(Manager *m) {
 }
 
 Host *manager_host(Manager *m, const HostConf *h) {
-        size_t i = (size_t)(h - m->config.hosts);
-        assert(i < m->config.n_hosts);
-        return m->hosts[i];
+        size_t i = (size_t)(h - m->config->hosts);
+
+        if (h >= m->config->hosts && i < m->config->n_hosts)
+                return m->hosts[i];
+        for (i = 0; i < m->config->n_hosts; i++)
+                if (streq(m->config->hosts[i].name, h->name))
+                        return m->hosts[i];
+        for (i = 0; i < m->n_draining; i++)
+                if (streq(host_conf(m->draining[i])->name, h->name))
+                        return m->draining[i];
+        return NULL;
 }
 
 static void format_address(const struct sockaddr *sa, char *buf, size_t l) {
@@ -301,14 +318,14 @@ static int manager_listen(Manager *m) {
                 if (m->n_listeners == 0)
                         return log_error_errno(EBADF, "None of the %d sockets passed by systemd can be used",
                                                n);
-                if (m->config.listen)
+                if (m->config->listen)
                         log_info("Socket-activated: [Proxy] Listen= is not used");
                 return 0;
         }
 
-        if (!m->config.listen)
+        if (!m->config->listen)
                 return listen_on(m, "127.0.0.1:8080");
-        STRV_FOREACH (l, m->config.listen) {
+        STRV_FOREACH (l, m->config->listen) {
                 r = listen_on(m, *l);
                 if (r < 0)
                         return r;
@@ -323,7 +340,7 @@ static void set_accepting(Manager *m, bool on) {
 }
 
 void manager_resume_accepting(Manager *m) {
-        if (m->listeners_paused && !m->stopping && m->n_clients < m->config.max_connections)
+        if (m->listeners_paused && !m->stopping && m->n_clients < m->config->max_connections)
                 set_accepting(m, true);
 }
 
@@ -341,10 +358,10 @@ static int accept_cb(sd_event_source *s, int fd, uint32_t revents, void *userdat
                 socklen_t pl = sizeof(peer);
                 int one = 1, cfd;
 
-                if (m->n_clients >= m->config.max_connections) {
+                if (m->n_clients >= m->config->max_connections) {
                         /* the rest wait in the kernel's backlog until a connection closes */
                         log_debug("MaxConnections=%llu reached, not accepting for now",
-                                  (unsigned long long)m->config.max_connections);
+                                  (unsigned long long)m->config->max_connections);
                         set_accepting(m, false);
                         return 0;
                 }
@@ -392,10 +409,10 @@ void manager_client_gone(Manager *m) {
 static bool manager_is_idle(Manager *m) {
         if (m->n_clients > 0 || bus_object_busy(m->bus_object))
                 return false;
-        for (size_t i = 0; i < m->config.n_hosts; i++)
+        for (size_t i = 0; i < m->config->n_hosts; i++)
                 if (host_keeps_daemon(m->hosts[i]))
                         return false;
-        return true;
+        return m->n_draining == 0;
 }
 
 static int exit_idle_cb(sd_event_source *s, uint64_t usec, void *userdata) {
@@ -408,7 +425,7 @@ static int exit_idle_cb(sd_event_source *s, uint64_t usec, void *userdata) {
         for (size_t i = 0; i < m->n_listeners; i++)
                 (void)sd_event_source_set_enabled(m->listeners[i].source, SD_EVENT_OFF);
         m->stopping = true;
-        format_timespan(t, sizeof(t), m->config.exit_idle_usec);
+        format_timespan(t, sizeof(t), m->config->exit_idle_usec);
         log_info("Idle for %s, exiting; the socket stays with systemd", t);
         (void)sd_notifyf(false,
                          "STOPPING=1\nSTATUS=Exited after %s idle (ExitIdleSec=); the next connection "
@@ -420,12 +437,15 @@ static int exit_idle_cb(sd_event_source *s, uint64_t usec, void *userdata) {
 
 void manager_changed(Manager *m) {
         bus_object_changed(m->bus_object);
+        if (m->n_draining > 0)
+                /* not from here: this runs inside the hosts' own callbacks */
+                (void)sd_event_source_set_enabled(m->drain_source, SD_EVENT_ONESHOT);
         if (!m->exit_idle_timer || m->stopping)
                 return;
         bool idle = manager_is_idle(m);
         bool armed = sd_event_source_get_enabled(m->exit_idle_timer, NULL) > 0;
         if (idle && !armed) {
-                (void)sd_event_source_set_time_relative(m->exit_idle_timer, m->config.exit_idle_usec);
+                (void)sd_event_source_set_time_relative(m->exit_idle_timer, m->config->exit_idle_usec);
                 (void)sd_event_source_set_enabled(m->exit_idle_timer, SD_EVENT_ONESHOT);
         } else if (!idle && armed)
                 (void)sd_event_source_set_enabled(m->exit_idle_timer, SD_EVENT_OFF);
@@ -489,20 +509,21 @@ int manager_start(Manager *m) {
         if (r < 0)
                 return r;
 
-        m->hosts = calloc(MAX(m->config.n_hosts, 1u), sizeof(Host *));
+        m->hosts = calloc(MAX(m->config->n_hosts, 1u), sizeof(Host *));
         if (!m->hosts)
                 return log_oom();
-        for (size_t i = 0; i < m->config.n_hosts; i++)
-                if (!(m->hosts[i] = host_new(m, &m->config.hosts[i])))
+        for (size_t i = 0; i < m->config->n_hosts; i++)
+                if (!(m->hosts[i] = host_new(m, &m->config->hosts[i])))
                         return log_oom();
-        for (size_t i = 0; i < m->config.n_hosts; i++)
+        for (size_t i = 0; i < m->config->n_hosts; i++)
                 host_start(m->hosts[i]);
         (void)bus_object_new(m, m->user, &m->bus_object);
         /* "always 0 without socket activation": nothing would start it again */
-        if (m->socket_activated && m->config.exit_idle_usec != 0 &&
-            m->config.exit_idle_usec != USEC_INFINITY) {
+        if (m->socket_activated && m->config->exit_idle_usec != 0 &&
+            m->config->exit_idle_usec != USEC_INFINITY) {
                 r = sd_event_add_time_relative(m->event, &m->exit_idle_timer, CLOCK_MONOTONIC,
-                                               m->config.exit_idle_usec, USEC_PER_SEC / 10, exit_idle_cb, m);
+                                               m->config->exit_idle_usec, USEC_PER_SEC / 10, exit_idle_cb,
+                                               m);
                 if (r < 0)
                         return log_error_errno(r, "Failed to set up the idle exit: %m");
                 (void)sd_event_source_set_enabled(m->exit_idle_timer, SD_EVENT_OFF);
@@ -531,7 +552,7 @@ int manager_start(Manager *m) {
         for (size_t i = 0; i < m->n_listeners && o < sizeof(status) - 64; i++)
                 o += (size_t)snprintf(status + o, sizeof(status) - o, "%s %s", i ? "," : "",
                                       m->listeners[i].address);
-        snprintf(status + o, sizeof(status) - o, "; %zu host(s)", m->config.n_hosts);
+        snprintf(status + o, sizeof(status) - o, "; %zu host(s)", m->config->n_hosts);
         log_info("%s%s", status, m->socket_activated ? " (socket-activated)" : "");
         (void)sd_notifyf(false, "READY=1\nSTATUS=%s", status);
         return 0;
@@ -541,7 +562,125 @@ int manager_run(Manager *m) {
         return sd_event_loop(m->event);
 }
 
+static bool host_is_draining(Manager *m, const char *name) {
+        for (size_t i = 0; i < m->n_draining; i++)
+                if (streq(host_conf(m->draining[i])->name, name))
+                        return true;
+        return false;
+}
+
+/* Frees the draining hosts that have answered everything, and starts the hosts that replaced them: two
+ * Hosts switching one GPU at once could cut a stream. */
+static int drain_cb(sd_event_source *s, void *userdata) {
+        Manager *m = userdata;
+
+        for (size_t i = 0; i < m->n_draining;) {
+                Host *h = m->draining[i];
+                if (!host_drained(h)) {
+                        i++;
+                        continue;
+                }
+                log_info("host %s: drained, the previous configuration's host is gone", host_conf(h)->name);
+                _cleanup_free_ char *name = strdup(host_conf(h)->name);
+                host_free(h);
+                memmove(m->draining + i, m->draining + i + 1, (m->n_draining - i - 1) * sizeof(Host *));
+                m->n_draining--;
+                for (size_t j = 0; name && j < m->config->n_hosts; j++)
+                        if (streq(m->config->hosts[j].name, name) && !host_is_draining(m, name))
+                                host_start(m->hosts[j]);
+        }
+        manager_changed(m);
+        return 0;
+}
+
+static int fail_reload(char **ret_error, int r, const char *why) {
+        *ret_error = strdup(why);
+        return r;
+}
+
 int manager_reload(Manager *m, char **ret_error) {
-        *ret_error = strdup("reloading is not implemented yet");
-        return -EOPNOTSUPP;
+        _cleanup_(config_unrefp) Config *n = NULL;
+        _cleanup_free_ Host **hosts = NULL;
+        size_t kept = 0, added = 0, drained = 0;
+        Host **draining;
+        int r;
+
+        *ret_error = NULL;
+        if (m->stopping)
+                return fail_reload(ret_error, -ESHUTDOWN, "modelgated is stopping");
+        n = config_new();
+        if (!n)
+                return fail_reload(ret_error, -ENOMEM, "out of memory");
+        log_info("Reloading %s", m->config_path);
+        r = config_load(n, m->config_path);
+        if (r >= 0)
+                r = config_verify(n);
+        if (r >= 0)
+                r = config_resolve(n); /* getaddrinfo() blocks the loop for a moment: names are rare here */
+        if (r < 0) {
+                log_error("Reload refused, the running configuration stays: %s has errors (above)",
+                          m->config_path);
+                return fail_reload(ret_error, r,
+                                   r == -ENOENT
+                                           ? "the configuration file is gone"
+                                           : "the configuration has errors; the log names file, line and "
+                                             "key; the running configuration stays");
+        }
+
+        hosts = calloc(MAX(n->n_hosts, 1u), sizeof(Host *));
+        draining = reallocarray(m->draining, m->n_draining + m->config->n_hosts + 1, sizeof(Host *));
+        if (!hosts || !draining)
+                return fail_reload(ret_error, -ENOMEM, "out of memory");
+        m->draining = draining;
+
+        /* the same URL, bus and engine units: the Host carries on with the new values, waiters and all */
+        for (size_t i = 0; i < n->n_hosts; i++)
+                for (size_t j = 0; j < m->config->n_hosts; j++)
+                        if (m->hosts[j] && host_can_take(m->hosts[j], n, &n->hosts[i])) {
+                                hosts[i] = m->hosts[j];
+                                m->hosts[j] = NULL;
+                                break;
+                        }
+        /* the rest finish what they have; nothing new reaches them */
+        for (size_t j = 0; j < m->config->n_hosts; j++)
+                if (m->hosts[j]) {
+                        m->draining[m->n_draining++] = m->hosts[j];
+                        drained++;
+                }
+
+        Config *old = m->config;
+        m->config = TAKE_PTR(n);
+        free(m->hosts);
+        m->hosts = TAKE_PTR(hosts);
+        for (size_t i = 0; i < m->config->n_hosts; i++) {
+                if (m->hosts[i]) {
+                        (void)host_set_conf(m->hosts[i], m->config, &m->config->hosts[i]);
+                        kept++;
+                        continue;
+                }
+                m->hosts[i] = host_new(m, &m->config->hosts[i]);
+                if (!m->hosts[i]) {
+                        /* keep the table whole: an empty host config cannot be half-applied */
+                        log_oom();
+                        abort();
+                }
+                added++;
+                if (!host_is_draining(m, m->config->hosts[i].name))
+                        host_start(m->hosts[i]);
+                else
+                        log_info(
+                                "host %s: changed; it starts once the previous one has answered what it has",
+                                m->config->hosts[i].name);
+        }
+        if (!m->socket_activated && !strv_equal(old->listen, m->config->listen))
+                log_warning("[Proxy] Listen= changed: it applies at the next start of modelgated");
+        config_unref(old);
+
+        log_notice("Reloaded %s: %zu host(s), %zu kept, %zu new, %zu draining", m->config_path,
+                   m->config->n_hosts, kept, added, drained);
+        (void)sd_notifyf(false, "STATUS=Reloaded; %zu host(s)", m->config->n_hosts);
+        if (!m->drain_source && sd_event_add_defer(m->event, &m->drain_source, drain_cb, m) >= 0)
+                (void)sd_event_source_set_enabled(m->drain_source, SD_EVENT_OFF);
+        manager_changed(m);
+        return 0;
 }

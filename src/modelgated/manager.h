@@ -28,7 +28,7 @@ typedef struct Listener {
 
 struct Manager {
         sd_event *event;
-        Config config;
+        Config *config;
         char *config_path;
 
         Listener *listeners;
@@ -40,7 +40,10 @@ struct Manager {
         Client *clients;
         size_t n_clients;
 
-        Host **hosts;               /* per config.hosts[] */
+        Host **hosts;    /* per config->hosts[] */
+        Host **draining; /* removed or replaced by a reload, answering what they had */
+        size_t n_draining;
+        sd_event_source *drain_source;
         struct ModelsMerge *merges; /* /models answers waiting for the first reads */
         Client *feed_clients;       /* /models/sse subscribers */
         size_t n_feed_clients;
@@ -70,6 +73,8 @@ int manager_run(Manager *m);
 
 /* A client connection went away: a slot for the listeners, maybe the end of a clean stop. */
 void manager_client_gone(Manager *m);
+/* The Host for h, which may be of an older configuration (a request that began before a reload): the
+ * current host of that name, else the draining one, else NULL. */
 Host *manager_host(Manager *m, const HostConf *h);
 /* A client began to follow /models/sse: keepalive comments run while anyone does. */
 void manager_feed_subscribed(Manager *m);

@@ -123,11 +123,11 @@ int main(int argc, char *argv[]) {
                 log_error("Refusing to start: the configuration has errors.");
                 return EXIT_FAILURE;
         }
-        r = config_resolve(&m->config);
+        r = config_resolve(m->config);
         if (r < 0)
                 return EXIT_FAILURE;
         if (arg_check_config) {
-                config_dump(&m->config, stdout);
+                config_dump(m->config, stdout);
                 return EXIT_SUCCESS;
         }
 

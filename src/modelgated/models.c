@@ -116,7 +116,7 @@ static int merge_done_cb(sd_event_source *s, void *userdata) {
                 mm->done(mm, NULL, 0, mm->userdata);
                 return 0;
         }
-        for (size_t i = 0; i < m->config.n_hosts; i++) {
+        for (size_t i = 0; i < m->config->n_hosts; i++) {
                 Host *h = m->hosts[i];
                 const char *body;
                 size_t n;
@@ -127,8 +127,8 @@ static int merge_done_cb(sd_event_source *s, void *userdata) {
                         continue;
                 body = catalog_snapshot(host_catalog(h), &n);
                 if (body &&
-                    models_merge_host(&m->config, host_conf(h),
-                                      e >= 0 ? host_engine(h, e)->conf->name : NULL, body, n, data) < 0)
+                    models_merge_host(m->config, host_conf(h), e >= 0 ? host_engine(h, e)->conf->name : NULL,
+                                      body, n, data) < 0)
                         log_warning("host %s: /models answer is not a model list, left out",
                                     host_conf(h)->name);
                 merge_learned(m, h, data);
@@ -143,7 +143,7 @@ static int merge_done_cb(sd_event_source *s, void *userdata) {
 }
 
 static bool all_ready(Manager *m) {
-        for (size_t i = 0; i < m->config.n_hosts; i++)
+        for (size_t i = 0; i < m->config->n_hosts; i++)
                 if (!catalog_ready(host_catalog(m->hosts[i])))
                         return false;
         return true;

@@ -107,3 +107,12 @@ char *strv_join(char *const *l, const char *sep) {
         }
         return r;
 }
+
+bool strv_equal(char *const *a, char *const *b) {
+        size_t i = 0;
+
+        for (; a && a[i] && b && b[i]; i++)
+                if (!streq(a[i], b[i]))
+                        return false;
+        return !(a && a[i]) && !(b && b[i]);
+}

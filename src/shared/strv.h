@@ -13,6 +13,7 @@ int strv_extend(char ***l, const char *s);
 /* Appends s itself (taken on success). */
 int strv_push(char ***l, char *s);
 bool strv_contains(char *const *l, const char *s);
+bool strv_equal(char *const *a, char *const *b);
 #define STRV_MAKE(...) ((char *[]){__VA_ARGS__, NULL})
 #define STR_IN_SET(x, ...) strv_contains(STRV_MAKE(__VA_ARGS__), (x))
 /* Splits like a POSIX shell word list without expansion: blanks separate words, '…' and "…" quote,

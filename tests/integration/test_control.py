@@ -1,0 +1,291 @@
+"""org.modelgate1 on a boxed user bus, modelgatectl, reload, and the idle exit under socket activation."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import threading
+import time
+import urllib.request
+
+import pytest
+
+from boxes import box_skip_reason, chat, engines_conf, gate_env, local_host
+from conftest import MODELGATED, free_port, host_conf, post, read_sse, wait_for
+
+pytestmark = pytest.mark.skipif(box_skip_reason() is not None, reason=str(box_skip_reason()))
+
+MODELGATECTL = os.environ.get("MODELGATECTL", os.path.join(os.path.dirname(MODELGATED), "modelgatectl"))
+HOST_PATH = "/org/modelgate1/host/h"
+
+
+def busctl(box, *args, check=True):
+    return box.run("busctl", "--user", *args, check=check)
+
+
+def prop(box, path, iface, name):
+    return json.loads(busctl(box, "-j", "get-property", "org.modelgate1", path, iface, name))["data"]
+
+
+def ctl(box, *args):
+    return subprocess.run([MODELGATECTL, "--user"] + list(args), env=box.env, capture_output=True, text=True,
+                          timeout=120)
+
+
+@pytest.fixture
+def engine_gate(box, make_gate):
+    port = free_port()
+    conf = local_host("h", port) + engines_conf(box, "h", port)
+    g = make_gate(conf, extra_args=["--user"], env=gate_env(box))
+    wait_for(lambda: prop(box, HOST_PATH, "org.modelgate1.Host", "State") == "idle", what="host h idle")
+    return g
+
+
+def test_introspection_shows_the_spec_members(box, engine_gate):
+    manager = busctl(box, "introspect", "org.modelgate1", "/org/modelgate1")
+    for member in ("org.modelgate1.Manager", ".Version", ".Listening", ".Connections", ".InFlight", ".Waiting",
+                   ".Warnings", ".ListHosts", ".Reload"):
+        assert member in manager, manager
+    host = busctl(box, "introspect", "org.modelgate1", HOST_PATH)
+    for member in ("org.modelgate1.Host", ".Name", ".URL", ".Bus", ".State", ".Engine", ".Unit", ".Engines",
+                   ".InFlight", ".Waiting", ".HoldDownUntilUSec", ".IdleStopAtUSec", ".LastError",
+                   ".SwitchEngine", ".StopEngine"):
+        assert member in host, host
+    assert "/org/modelgate1/host/h" in busctl(box, "tree", "org.modelgate1")
+    assert prop(box, HOST_PATH, "org.modelgate1.Host", "Engines") == ["mainline", "fork"]
+    assert prop(box, "/org/modelgate1", "org.modelgate1.Manager", "Listening") == \
+        ["127.0.0.1:%d" % engine_gate.port]
+
+
+def test_switch_engine_waits_for_a_running_stream_and_announces_the_change(box, engine_gate):
+    # mainline up, with a slow stream running on it
+    c = engine_gate.conn()
+    r = post(c, "/v1/chat/completions", chat("h-laguna-xs", "[[tokens:3]]"))
+    assert r.status == 200
+    r.read()
+    monitor = subprocess.Popen(["busctl", "--user", "monitor", "--match",
+                                "type='signal',interface='org.freedesktop.DBus.Properties',path='%s'" % HOST_PATH],
+                               env=box.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # busctl says so once it is a monitor: from then on it sees every signal
+        assert "Monitoring bus message stream" in monitor.stderr.readline()
+        s = engine_gate.conn()
+        stream = post(s, "/v1/chat/completions", chat("h-laguna-xs", "[[tokens:30]]", stream=True))
+        assert stream.status == 200
+        first = stream.readline()
+        assert first
+        started = time.monotonic()
+        switch = subprocess.Popen(["busctl", "--user", "--timeout=120", "call", "org.modelgate1", HOST_PATH,
+                                   "org.modelgate1.Host", "SwitchEngine", "s", "fork"], env=box.env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        lines = read_sse(stream)
+        stream_end = time.monotonic()
+        assert lines[-2][1] == "data: [DONE]\n", "the running stream was cut"
+        assert switch.wait(timeout=120) == 0, switch.stderr.read()
+        switch_end = time.monotonic()
+        assert switch_end >= stream_end, "SwitchEngine returned before the running stream ended"
+        assert switch_end - started > 0.2
+        assert prop(box, HOST_PATH, "org.modelgate1.Host", "Engine") == "fork"
+        assert prop(box, HOST_PATH, "org.modelgate1.Host", "Unit") == "llama-fork.service"
+        assert box.active_state("llama-fork.service") == "active"
+        assert box.active_state("llama-mainline.service") == "inactive"
+        engine_gate.wait_log("host h: switching to engine fork for SwitchEngine()")
+        time.sleep(0.3)  # PropertiesChanged is sent at most 50 ms after a change; give the monitor time
+    finally:
+        monitor.terminate()
+        out = monitor.communicate(timeout=10)[0]
+    assert "PropertiesChanged" in out, out
+    # the engine changed, and the state went through the switch and back to serving
+    assert 'STRING "fork"' in out, out
+    assert 'STRING "switching"' in out or 'STRING "starting"' in out, out
+
+
+def test_switch_and_stop_errors_name_what_was_wrong(box, engine_gate):
+    out = ctl(box, "switch", "h", "nope")
+    assert out.returncode == 4 and "host 'h' has no engine 'nope'" in out.stderr, out
+    out = ctl(box, "switch", "nohost", "fork")
+    assert out.returncode == 4 and "no host 'nohost'" in out.stderr, out
+    out = ctl(box, "frobnicate")
+    assert out.returncode == 2 and "Unknown command 'frobnicate'" in out.stderr, out
+    out = subprocess.run([MODELGATECTL, "--user", "status"], capture_output=True, text=True, timeout=60,
+                         env=dict(box.env, DBUS_SESSION_BUS_ADDRESS="unix:path=/nonexistent/bus"))
+    assert out.returncode == 3, out
+
+
+def test_modelgatectl_status_matches_the_bus_and_stop_engine_stops(box, engine_gate):
+    out = ctl(box, "switch", "h", "mainline")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "host h: engine mainline is up\n"
+    status = json.loads(ctl(box, "--json", "status").stdout)
+    for name in ("Version", "Listening", "Connections", "InFlight", "Waiting", "Warnings"):
+        assert status[name] == prop(box, "/org/modelgate1", "org.modelgate1.Manager", name), name
+    (h,) = status["Hosts"]
+    for name in ("Name", "URL", "Bus", "State", "Engine", "Unit", "Engines", "InFlight", "Waiting",
+                 "HoldDownUntilUSec", "IdleStopAtUSec", "LastError"):
+        assert h[name] == prop(box, HOST_PATH, "org.modelgate1.Host", name), name
+    assert h["State"] == "serving" and h["Engine"] == "mainline"
+    assert h["HoldDownUntilUSec"] > time.time() * 1e6
+    human = ctl(box, "status").stdout
+    assert "h (http://127.0.0.1:" in human and "serving, engine mainline (llama-mainline.service)" in human
+    assert "hold-down:" in human and "idle stop:  in 14min" in human, human
+    hosts = ctl(box, "hosts").stdout.splitlines()
+    assert hosts[0].split() == ["HOST", "STATE", "ENGINE", "IN-FLIGHT", "WAITING"]
+    assert hosts[1].split() == ["h", "serving", "mainline", "0", "0"]
+
+    # StopEngine inside the hold-down: stops at once, nothing is in flight
+    out = ctl(box, "stop", "h")
+    assert out.returncode == 0, out.stderr
+    engine_gate.wait_log("host h: engine mainline stopped on request")
+    wait_for(lambda: prop(box, HOST_PATH, "org.modelgate1.Host", "State") == "idle", what="host idle")
+    assert box.active_state("llama-mainline.service") == "inactive"
+    assert prop(box, HOST_PATH, "org.modelgate1.Host", "Engine") == ""
+
+
+def write_conf(gate, text):
+    with open(gate.conf, "w") as f:
+        f.write("[Proxy]\nListen=127.0.0.1:%d\n" % gate.port + text)
+
+
+def test_reload_keeps_a_running_stream_and_drains_a_removed_host(make_double, make_gate, box):
+    a = make_double("--models", "laguna-xs", "--loaded", "laguna-xs", "--token-delay", "0.1")
+    b = make_double("--models", "flint", "--loaded", "flint")
+    g = make_gate(host_conf("a", a.url), extra_args=["--user"], env=gate_env(box))
+    c = g.conn()
+    stream = post(c, "/v1/chat/completions", chat("a-laguna-xs", "[[tokens:30]]", stream=True))
+    assert stream.status == 200
+    assert stream.readline()
+
+    # a bad file is refused and changes nothing
+    write_conf(g, host_conf("a", a.url) + "[Host]\nName=b\nURL=http://127.0.0.1:%d\nHoldDownSec=soon\n" % b.port)
+    out = ctl(box, "reload")
+    assert out.returncode == 1 and "the configuration has errors" in out.stderr, out
+    g.wait_log("HoldDownSec='soon' is not valid")
+
+    # host a removed, b added, through SIGHUP this time
+    write_conf(g, host_conf("b", b.url))
+    g.proc.send_signal(signal.SIGHUP)
+    g.wait_log("Reloaded %s: 1 host(s), 0 kept, 1 new, 1 draining" % g.conf)
+    r = post(g.conn(), "/v1/chat/completions", chat("b-flint"))
+    assert r.status == 200, r.read()
+    r.read()
+    r = post(g.conn(), "/v1/chat/completions", chat("a-laguna-xs"))
+    assert r.status == 404
+    r.read()
+    lines = read_sse(stream)
+    assert lines[-2][1] == "data: [DONE]\n", "the reload cut the stream"
+    assert sum(1 for _, l in lines if l.startswith("data: {")) >= 30
+    g.wait_log("host a: drained")
+    assert busctl(box, "tree", "org.modelgate1").count("/org/modelgate1/host/b") == 1
+
+
+def test_reload_keeps_an_engine_host_with_its_running_engine(box, make_gate):
+    port = free_port()
+    base = local_host("h", port) + engines_conf(box, "h", port)
+    g = make_gate(base, extra_args=["--user"], env=gate_env(box))
+    assert ctl(box, "switch", "h", "fork").returncode == 0
+    write_conf(g, local_host("h", port, "HoldDownSec=7min\n") + engines_conf(box, "h", port))
+    out = ctl(box, "reload")
+    assert out.returncode == 0, out.stderr
+    g.wait_log("1 kept, 0 new, 0 draining")
+    assert prop(box, HOST_PATH, "org.modelgate1.Host", "Engine") == "fork"
+    until = prop(box, HOST_PATH, "org.modelgate1.Host", "HoldDownUntilUSec")
+    assert until > (time.time() + 5 * 60) * 1e6, "the new HoldDownSec= does not apply"
+
+
+def activated_units(box, tmp, port, conf_text, exit_idle):
+    conf = os.path.join(tmp, "modelgate.conf")
+    with open(conf, "w") as f:
+        f.write("[Proxy]\nExitIdleSec=%s\n" % exit_idle + conf_text)
+    units = os.path.join(os.path.dirname(__file__), "../../units")
+    log = os.path.join(tmp, "activated.log")
+    service = open(os.path.join(units, "modelgate.service.in")).read()
+    service = service.replace("@libexecdir@/modelgated --user",
+                              "%s --user --config=%s" % (os.path.abspath(MODELGATED), conf))
+    service = service.replace("ExecReload=@bindir@/modelgatectl --user reload",
+                              "ExecReload=%s --user reload" % os.path.abspath(MODELGATECTL))
+    service = service.replace("[Service]\n", "[Service]\nStandardError=append:%s\nEnvironment=STATE_DIRECTORY=%s\n"
+                              % (log, tmp))
+    box.add_unit("modelgate.service", service)
+    box.add_unit("modelgate.socket", open(os.path.join(units, "modelgate.socket")).read().replace(
+        "ListenStream=127.0.0.1:8080", "ListenStream=127.0.0.1:%d" % port))
+    box.reload()
+    box.systemctl("start", "modelgate.socket")
+    return log
+
+
+def request(port, content="hi"):
+    body = json.dumps(chat("3090-laguna-xs", content)).encode()
+    req = urllib.request.Request("http://127.0.0.1:%d/v1/chat/completions" % port, data=body,
+                                 headers={"Content-Type": "application/json", "Connection": "close"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return r.status, json.load(r)
+
+
+def test_idle_exit_and_reactivation_lose_no_connection(box, make_double, tmp):
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs", "--token-delay", "0")
+    port = free_port()
+    log = activated_units(box, tmp, port, host_conf("3090", d.url), "300ms")
+
+    assert request(port)[0] == 200
+    wait_for(lambda: box.active_state("modelgate.service") == "inactive", timeout=30, what="the idle exit")
+    # systemctl status says why it is gone, and that it went cleanly
+    show = box.systemctl("show", "-p", "StatusText", "-p", "Result", "-p", "ExecMainStatus", "modelgate.service")
+    assert "Result=success" in show and "ExecMainStatus=0" in show, show
+    assert "Idle for 300ms, exiting; the socket stays with systemd" in open(log).read()
+    assert box.active_state("modelgate.socket") == "active"
+
+    # 1000 requests, 20 clients, in rounds with pauses around ExitIdleSec so that exits and arrivals meet
+    errors, statuses = [], []
+    lock = threading.Lock()
+
+    def client(i, n, rnd):
+        for k in range(n):
+            try:
+                status, answer = request(port, "c%d-%d" % (i, k))
+                with lock:
+                    statuses.append(status)
+                    if answer["choices"][0]["message"]["content"] != "tok0 tok1 tok2 tok3 tok4 ":
+                        errors.append("wrong answer %r" % answer)
+            except Exception as e:  # every failure is a lost connection: collect, report them all
+                with lock:
+                    errors.append(repr(e))
+
+    rnd = random.Random(6)
+    for _ in range(10):
+        threads = [threading.Thread(target=client, args=(i, 5, rnd)) for i in range(20)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        time.sleep(rnd.uniform(0.25, 0.9))
+    assert errors == [], errors[:5]
+    assert len(statuses) == 1000 and set(statuses) == {200}
+    exits = open(log).read().count("Idle for 300ms, exiting")
+    assert exits >= 5, "only %d idle exits: the test did not exercise re-activation" % exits
+    starts = int(box.systemctl("show", "-P", "NRestarts", "modelgate.service").strip() or 0)
+    assert starts == 0, "modelgated failed and was restarted"
+
+
+def test_idle_exit_waits_for_an_engine_idle_stop(box, tmp):
+    port = free_port()
+    conf = local_host("h", port, "IdleStopSec=2s\n") + engines_conf(box, "h", port)
+    sock_port = free_port()
+    log = activated_units(box, tmp, sock_port, conf, "300ms")
+    status, _ = request_model(sock_port, "h-laguna-xs")
+    assert status == 200
+    assert box.active_state("llama-mainline.service") == "active"
+    # the daemon stays for the engine's idle stop, then goes
+    wait_for(lambda: "engine mainline stopped" in open(log).read(), timeout=30, what="the idle stop")
+    wait_for(lambda: box.active_state("modelgate.service") == "inactive", timeout=30, what="the idle exit")
+    text = open(log).read()
+    assert text.index("idle 2s, engine mainline stopped") < text.index("Idle for 300ms, exiting")
+    assert box.active_state("llama-mainline.service") == "inactive"
+
+
+def request_model(port, model):
+    body = json.dumps(chat(model)).encode()
+    req = urllib.request.Request("http://127.0.0.1:%d/v1/chat/completions" % port, data=body,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return r.status, json.load(r)
