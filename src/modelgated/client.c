@@ -27,6 +27,7 @@
 #include "modelgated/host.h"
 #include "modelgated/http.h"
 #include "modelgated/manager.h"
+#include "modelgated/metrics.h"
 #include "modelgated/models.h"
 #include "modelgated/route.h"
 #include "modelgated/sse.h"
@@ -72,7 +73,9 @@ struct Client {
         usec_t start;
         char *method, *path, *model, *user_agent;
         const HostConf *host;
-        Config *config; /* host's: a reload meanwhile must not free it */
+        Config *config;          /* host's: a reload meanwhile must not free it */
+        const char *engine_name; /* in config */
+        bool first_byte_seen;
         ApiKind api;
         bool head;
         bool streaming; /* "stream": true in the body */
@@ -109,6 +112,8 @@ static void request_reset(Client *c) {
         c->user_agent = mfree(c->user_agent);
         c->host = NULL;
         c->config = config_unref(c->config);
+        c->engine_name = NULL;
+        c->first_byte_seen = false;
         c->head = c->http10 = c->response_complete = c->head_sent = c->chunked = c->streaming = false;
         c->status = c->error_status = 0;
         c->bytes = 0;
@@ -286,6 +291,8 @@ static void client_log_access(Client *c, const char *note) {
                 out_str(&o, note);
         }
         log_line(LOG_INFO, line, (size_t)(o.p - line));
+        metrics_request(c->manager->metrics, c->host ? c->host->name : "", c->engine_name,
+                        c->error_status ?: c->status);
 }
 
 /* The response's last byte is queued. */
@@ -485,6 +492,10 @@ static int client_upstream_headers(Upstream *u, const UpstreamResponse *resp, vo
         Host *h = manager_host(c->manager, c->host);
         if (h)
                 host_report_http(h, NULL);
+        if (!c->first_byte_seen) {
+                c->first_byte_seen = true;
+                metrics_first_byte(c->manager->metrics, c->host->name, now_usec(CLOCK_MONOTONIC) - c->start);
+        }
         if (c->early) {
                 /* the 200 and its framing are out: a stream continues it, anything else becomes an error
                  * event when it is complete */
@@ -740,6 +751,15 @@ static void client_respond_health(Client *c) {
         client_respond(c, 200, "application/json", body, (size_t)n, NULL);
 }
 
+static void client_respond_metrics(Client *c) {
+        _cleanup_(buffer_done) Buffer b = {};
+
+        if (metrics_render(c->manager, &b) < 0)
+                return client_respond_error(c, 500, NULL, "out of memory", NULL);
+        client_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", buffer_peek(&b), buffer_size(&b),
+                       NULL);
+}
+
 /* GET /models/sse: every host's feed, relabelled, until the client goes */
 static void client_start_feed(Client *c) {
         Manager *m = c->manager;
@@ -869,8 +889,10 @@ static void client_engine_ready(HostWaiter *w, int status, const char *message) 
         (void)sd_event_source_set_enabled(c->keepalive, SD_EVENT_OFF);
         if (status != 0)
                 client_respond_host_error(c, status, message);
-        else
+        else {
+                metrics_wait(c->manager->metrics, c->host->name, now_usec(CLOCK_MONOTONIC) - c->start);
                 client_send_upstream(c);
+        }
         if (client_flush(c) < 0) {
                 client_free(c);
                 return;
@@ -909,6 +931,8 @@ static void client_dispatch(Client *c) {
                 return client_respond_health(c);
         if (get && span_eq(path, "/models/sse"))
                 return client_start_feed(c);
+        if (get && span_eq(path, "/metrics"))
+                return client_respond_metrics(c);
         if (get && (span_eq(path, "/models") || span_eq(path, "/v1/models"))) {
                 k = models_merge_start(c->manager, client_models_done, c, &c->merge);
                 if (k < 0)
@@ -998,6 +1022,7 @@ static void client_dispatch(Client *c) {
                         return client_respond_error(c, 404, "model_not_found", msg, NULL);
                 }
                 c->target = host_engine(host, (size_t)engine)->url;
+                c->engine_name = host_engine(host, (size_t)engine)->conf->name;
         } else if (!span_startswith(path, "/models") && catalog_lists(host_catalog(host), key) == 0) {
                 /* SPEC §4: a key the host does not list (its list is known) is 404; /models/... calls
                  * (a download of a new model, say) are the host's to judge */
@@ -1022,6 +1047,7 @@ static void client_dispatch(Client *c) {
                         client_wait_for_engine(c);
                         return; /* client_engine_ready() goes on */
                 }
+                metrics_wait(c->manager->metrics, c->host->name, 0);
         }
         client_send_upstream(c);
 }

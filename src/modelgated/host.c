@@ -20,6 +20,7 @@
 #include "modelgated/host-bus.h"
 #include "modelgated/host.h"
 #include "modelgated/manager.h"
+#include "modelgated/metrics.h"
 #include "modelgated/upstream.h"
 #include "shared/log.h"
 #include "shared/strv.h"
@@ -179,6 +180,7 @@ static void switch_refuse_busy(Host *h, const char *reason) {
 
         log_warning("host %s: GPU busy (%s), switch to %s refused", h->conf->name, reason,
                     engine_name(h, h->target));
+        metrics_refusal(h->manager->metrics, h->conf->name);
         snprintf(msg, sizeof(msg),
                  "the GPU of host '%s' is in use by someone else (%s), so modelgate did not switch it to "
                  "engine '%s'; ask again once that work is done",
@@ -558,6 +560,7 @@ static void answer_failed(Host *h, HostWaiter *w, int status) {
                          h->conf->name, strna(h->down_reason));
                 break;
         case 504:
+                metrics_budget_expired(h->manager->metrics, h->conf->name);
                 snprintf(
                         msg, sizeof(msg),
                         "waited %s for engine '%s' of host '%s' (WaitBudgetSec=), and it is still busy with "
@@ -590,6 +593,7 @@ static int schedule_cb(sd_event_source *s, void *userdata) {
                         break;
                 case SCHED_START:
                         h->target = a.engine;
+                        metrics_switch(h->manager->metrics, h->conf->name, engine_name(h, a.engine));
                         free(h->for_model);
                         h->for_model = w->model ? strdup(w->model) : NULL;
                         host_begin_switch(h);
@@ -1063,4 +1067,8 @@ bool host_keeps_daemon(const Host *h) {
 
 Manager *host_manager(const Host *h) {
         return h->manager;
+}
+
+usec_t host_up_since(const Host *h) {
+        return h->up_since;
 }

@@ -107,3 +107,5 @@ bool host_can_take(const Host *h, const Config *config, const HostConf *conf);
 int host_set_conf(Host *h, Config *config, const HostConf *conf);
 /* Nothing in flight or waiting and no switch under way: a host a reload removed can go. */
 bool host_drained(const Host *h);
+/* CLOCK_MONOTONIC: when the engine that is up came up. */
+usec_t host_up_since(const Host *h);

@@ -23,6 +23,7 @@
 #include "modelgated/host.h"
 #include "modelgated/models.h"
 #include "modelgated/manager.h"
+#include "modelgated/metrics.h"
 #include "modelgated/upstream.h"
 #include "shared/log.h"
 #include "shared/parse-util.h"
@@ -54,7 +55,10 @@ int manager_new(Manager **ret) {
         if (!m)
                 return -ENOMEM;
         m->config = config_new();
-        if (!m->config) {
+        m->metrics = metrics_new();
+        if (!m->config || !m->metrics) {
+                config_unref(m->config);
+                metrics_free(m->metrics);
                 free(m);
                 return -ENOMEM;
         }
@@ -96,6 +100,7 @@ Manager *manager_free(Manager *m) {
         free(m->draining);
         sd_event_source_disable_unref(m->drain_source);
         config_unref(m->config);
+        metrics_free(m->metrics);
         free(m->config_path);
         sd_event_unref(m->event);
         free(m);

@@ -59,6 +59,7 @@ struct Manager {
         bool user;             /* a user instance: the user bus; else the system bus and polkit */
         BusObject *bus_object; /* NULL without a bus */
 
+        struct Metrics *metrics;
         uint64_t n_requests;
         usec_t start_usec;
 };

@@ -260,3 +260,27 @@ def sshd(tmp):
     s = Sshd(tmp)
     yield s
     s.stop()
+
+
+def metric_samples(gate):
+    """every sample of GET /metrics, parsed by the Prometheus client's own text-format parser"""
+    from prometheus_client.parser import text_string_to_metric_families
+    c = gate.conn()
+    c.request("GET", "/metrics")
+    r = c.getresponse()
+    assert r.status == 200
+    assert r.getheader("Content-Type").startswith("text/plain; version=0.0.4")
+    text = r.read().decode()
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def unit_for_tests(service_text):
+    """the unit as shipped, but under a sanitizer build its seccomp filter is lifted: LeakSanitizer stops
+    the world with ptrace(), which @system-service does not allow, and would fail the exit"""
+    if b"__asan_init" in open(MODELGATED, "rb").read():
+        service_text = service_text.rstrip("\n") + "\nSystemCallFilter=\n"
+    return service_text

@@ -12,7 +12,7 @@ import urllib.request
 import pytest
 
 from boxes import box_skip_reason, chat, engines_conf, gate_env, local_host
-from conftest import MODELGATED, free_port, host_conf, post, read_sse, wait_for
+from conftest import MODELGATED, free_port, host_conf, metric_samples, post, read_sse, unit_for_tests, wait_for
 
 pytestmark = pytest.mark.skipif(box_skip_reason() is not None, reason=str(box_skip_reason()))
 
@@ -117,6 +117,9 @@ def test_modelgatectl_status_matches_the_bus_and_stop_engine_stops(box, engine_g
     out = ctl(box, "switch", "h", "mainline")
     assert out.returncode == 0, out.stderr
     assert out.stdout == "host h: engine mainline is up\n"
+    samples = metric_samples(engine_gate)
+    assert samples[("modelgate_switches_total", (("engine", "mainline"), ("host", "h")))] == 1
+    assert samples[("modelgate_engine_up_seconds", (("engine", "mainline"), ("host", "h")))] >= 0
     status = json.loads(ctl(box, "--json", "status").stdout)
     for name in ("Version", "Listening", "Connections", "InFlight", "Waiting", "Warnings"):
         assert status[name] == prop(box, "/org/modelgate1", "org.modelgate1.Manager", name), name
@@ -206,7 +209,7 @@ def activated_units(box, tmp, port, conf_text, exit_idle):
                               "ExecReload=%s --user reload" % os.path.abspath(MODELGATECTL))
     service = service.replace("[Service]\n", "[Service]\nStandardError=append:%s\nEnvironment=STATE_DIRECTORY=%s\n"
                               % (log, tmp))
-    box.add_unit("modelgate.service", service)
+    box.add_unit("modelgate.service", unit_for_tests(service))
     box.add_unit("modelgate.socket", open(os.path.join(units, "modelgate.socket")).read().replace(
         "ListenStream=127.0.0.1:8080", "ListenStream=127.0.0.1:%d" % port))
     box.reload()

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import MODELGATED, DOUBLE, PYTHON, free_port, host_conf, post, read_sse
+from conftest import MODELGATED, DOUBLE, PYTHON, free_port, host_conf, post, read_sse, unit_for_tests
 
 BOX = os.path.join(os.path.dirname(__file__), "box.sh")
 
@@ -55,10 +55,11 @@ def test_socket_activation_in_a_boxed_user_manager(make_double, tmp):
     open(conf, "w").write(host_conf("3090", d.url))
     units = os.path.join(os.path.dirname(__file__), "../../units")
     service = open(os.path.join(units, "modelgate.service.in")).read().replace(
-        "@libexecdir@/modelgated --user", "%s --user --config=%s" % (os.path.abspath(MODELGATED), conf))
+        "@libexecdir@/modelgated --user", "%s --user --config=%s" % (os.path.abspath(MODELGATED), conf)).replace(
+        "@bindir@/modelgatectl", os.path.join(os.path.dirname(os.path.abspath(MODELGATED)), "modelgatectl"))
     socket_unit = open(os.path.join(units, "modelgate.socket")).read().replace(
         "ListenStream=127.0.0.1:8080", "ListenStream=127.0.0.1:%d" % port)
-    open(os.path.join(tmp, "modelgate.service"), "w").write(service)
+    open(os.path.join(tmp, "modelgate.service"), "w").write(unit_for_tests(service))
     open(os.path.join(tmp, "modelgate.socket"), "w").write(socket_unit)
     script = os.path.join(tmp, "inside.sh")
     open(script, "w").write("""set -eu

@@ -5,7 +5,7 @@ import json
 import socket
 import time
 
-from conftest import host_conf, post, read_response, read_sse
+from conftest import host_conf, metric_samples, post, read_response, read_sse
 
 CHAT = "/v1/chat/completions"
 
@@ -215,3 +215,28 @@ def test_slow_reader_does_not_grow_memory_and_others_are_served(make_double, mak
         tail = (tail + chunk)[-64:]
     assert total > 98_000_000, total
     assert peak_while_stalled - before < 8_000, (before, peak_while_stalled)
+
+
+def test_metrics_parse_and_move_with_requests(make_double, make_gate):
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    g = make_gate(host_conf("3090", d.url))
+    before = metric_samples(g)
+    ok = ("modelgate_requests_total", (("engine", ""), ("host", "3090"), ("status", "200")))
+    missing = ("modelgate_requests_total", (("engine", ""), ("host", ""), ("status", "404")))
+    first_byte = ("modelgate_first_byte_seconds_count", (("host", "3090"),))
+    for _ in range(3):
+        r = post(g.conn(), "/v1/chat/completions", {"model": "3090-laguna-xs",
+                                                     "messages": [{"role": "user", "content": "hi"}]})
+        assert r.status == 200
+        r.read()
+    r = post(g.conn(), "/v1/chat/completions", {"model": "nohost-x", "messages": []})
+    assert r.status == 404
+    r.read()
+    after = metric_samples(g)
+    assert after[ok] - before.get(ok, 0) == 3
+    assert after[missing] - before.get(missing, 0) == 1
+    assert after[first_byte] - before.get(first_byte, 0) == 3
+    assert after[("modelgate_first_byte_seconds_bucket", (("host", "3090"), ("le", "+Inf")))] == after[first_byte]
+    assert after[("modelgate_in_flight", (("host", "3090"),))] == 0
+    assert after[("modelgate_host_state", (("host", "3090"), ("state", "idle")))] == 1
+    assert after[("modelgate_connections", ())] >= 1

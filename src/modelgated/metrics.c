@@ -1,0 +1,243 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Prometheus metrics: see metrics.h and modelgated(8), METRICS. */
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "modelgated/host.h"
+#include "modelgated/manager.h"
+#include "modelgated/metrics.h"
+#include "shared/macro.h"
+
+typedef enum Family {
+        F_REQUESTS,
+        F_SWITCHES,
+        F_REFUSALS,
+        F_BUDGET,
+        F_WAIT,
+        F_FIRST_BYTE,
+        _F_MAX,
+} Family;
+
+static const struct {
+        const char *name, *type, *help;
+} families[_F_MAX] = {
+        [F_REQUESTS] = {"modelgate_requests_total", "counter",
+                        "Answered requests by host, engine and status"},
+        [F_SWITCHES] = {"modelgate_switches_total", "counter",
+                        "Engine switches started, by the engine started"},
+        [F_REFUSALS] = {"modelgate_busy_refusals_total", "counter",
+                        "Switches refused because the GPU was busy (423)"},
+        [F_BUDGET] = {"modelgate_wait_budget_expired_total", "counter",
+                      "Requests answered 504 after WaitBudgetSec="},
+        [F_WAIT] = {"modelgate_wait_seconds", "histogram",
+                    "Time a request waited for its engine (0 when it was up)"},
+        [F_FIRST_BYTE] = {"modelgate_first_byte_seconds", "histogram",
+                          "Time from a request to the first byte of the host's answer"},
+};
+
+static const double wait_buckets[] = {0.005, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900};
+static const double first_byte_buckets[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+#define MAX_BUCKETS 13
+
+typedef struct Series {
+        Family family;
+        char *labels; /* host="3090",engine="fork" */
+        uint64_t value;
+        uint64_t buckets[MAX_BUCKETS]; /* histograms: counts per upper bound, not cumulative */
+        double sum;
+} Series;
+
+struct Metrics {
+        Series *series;
+        size_t n_series;
+};
+
+Metrics *metrics_new(void) {
+        return calloc(1, sizeof(Metrics));
+}
+
+Metrics *metrics_free(Metrics *m) {
+        if (!m)
+                return NULL;
+        for (size_t i = 0; i < m->n_series; i++)
+                free(m->series[i].labels);
+        free(m->series);
+        free(m);
+        return NULL;
+}
+
+/* label values: \, " and newline escaped (the text format's rules) */
+static void append_label(Buffer *b, const char *name, const char *value) {
+        if (!buffer_is_empty(b))
+                (void)buffer_append_str(b, ",");
+        (void)buffer_append_str(b, name);
+        (void)buffer_append_str(b, "=\"");
+        for (const char *p = value ?: ""; *p; p++) {
+                if (*p == '\\' || *p == '"')
+                        (void)buffer_append(b, "\\", 1);
+                if (*p == '\n')
+                        (void)buffer_append_str(b, "\\n");
+                else
+                        (void)buffer_append(b, p, 1);
+        }
+        (void)buffer_append_str(b, "\"");
+}
+
+static Series *series_get(Metrics *m, Family f, const char *host, const char *engine, int status) {
+        _cleanup_(buffer_done) Buffer l = {};
+        Series *s;
+
+        if (!m)
+                return NULL;
+        append_label(&l, "host", host);
+        if (engine)
+                append_label(&l, "engine", engine);
+        if (status > 0) {
+                char st[16];
+                snprintf(st, sizeof(st), "%d", status);
+                append_label(&l, "status", st);
+        }
+        if (buffer_terminate(&l) < 0)
+                return NULL;
+        for (size_t i = 0; i < m->n_series; i++)
+                if (m->series[i].family == f && streq(m->series[i].labels, buffer_peek(&l)))
+                        return &m->series[i];
+        s = reallocarray(m->series, m->n_series + 1, sizeof(Series));
+        if (!s)
+                return NULL;
+        m->series = s;
+        s = &m->series[m->n_series];
+        *s = (Series){.family = f, .labels = buffer_steal(&l, NULL)};
+        if (!s->labels)
+                return NULL;
+        m->n_series++;
+        return s;
+}
+
+static void count(Metrics *m, Family f, const char *host, const char *engine, int status) {
+        Series *s = series_get(m, f, host, engine, status);
+        if (s)
+                s->value++;
+}
+
+static void observe(Metrics *m, Family f, const char *host, usec_t t, const double *bounds, size_t n) {
+        Series *s = series_get(m, f, host, NULL, 0);
+        double v = (double)t / USEC_PER_SEC;
+        size_t i = 0;
+
+        if (!s)
+                return;
+        while (i < n && v > bounds[i])
+                i++;
+        if (i < n)
+                s->buckets[i]++;
+        s->value++;
+        s->sum += v;
+}
+
+void metrics_request(Metrics *m, const char *host, const char *engine, int status) {
+        count(m, F_REQUESTS, host, engine ?: "", status);
+}
+
+void metrics_wait(Metrics *m, const char *host, usec_t waited) {
+        observe(m, F_WAIT, host, waited, wait_buckets, ELEMENTSOF(wait_buckets));
+}
+
+void metrics_first_byte(Metrics *m, const char *host, usec_t t) {
+        observe(m, F_FIRST_BYTE, host, t, first_byte_buckets, ELEMENTSOF(first_byte_buckets));
+}
+
+void metrics_switch(Metrics *m, const char *host, const char *engine) {
+        count(m, F_SWITCHES, host, engine, 0);
+}
+
+void metrics_refusal(Metrics *m, const char *host) {
+        count(m, F_REFUSALS, host, NULL, 0);
+}
+
+void metrics_budget_expired(Metrics *m, const char *host) {
+        count(m, F_BUDGET, host, NULL, 0);
+}
+
+static void header(Buffer *b, const char *name, const char *type, const char *help) {
+        (void)buffer_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void render_histogram(Buffer *b, const Series *s, const double *bounds, size_t n) {
+        const char *name = families[s->family].name;
+        uint64_t cumulative = 0;
+
+        for (size_t i = 0; i < n; i++) {
+                cumulative += s->buckets[i];
+                (void)buffer_printf(b, "%s_bucket{%s,le=\"%g\"} %llu\n", name, s->labels, bounds[i],
+                                    (unsigned long long)cumulative);
+        }
+        (void)buffer_printf(b, "%s_bucket{%s,le=\"+Inf\"} %llu\n%s_sum{%s} %.6f\n%s_count{%s} %llu\n", name,
+                            s->labels, (unsigned long long)s->value, name, s->labels, s->sum, name,
+                            s->labels, (unsigned long long)s->value);
+}
+
+int metrics_render(Manager *manager, Buffer *b) {
+        Metrics *m = manager->metrics;
+        usec_t now = now_usec(CLOCK_MONOTONIC);
+
+        for (Family f = 0; f < _F_MAX; f++) {
+                header(b, families[f].name, families[f].type, families[f].help);
+                for (size_t i = 0; m && i < m->n_series; i++) {
+                        const Series *s = &m->series[i];
+                        if (s->family != f)
+                                continue;
+                        if (f == F_WAIT)
+                                render_histogram(b, s, wait_buckets, ELEMENTSOF(wait_buckets));
+                        else if (f == F_FIRST_BYTE)
+                                render_histogram(b, s, first_byte_buckets, ELEMENTSOF(first_byte_buckets));
+                        else
+                                (void)buffer_printf(b, "%s{%s} %llu\n", families[f].name, s->labels,
+                                                    (unsigned long long)s->value);
+                }
+        }
+
+        header(b, "modelgate_connections", "gauge", "Open client connections");
+        (void)buffer_printf(b, "modelgate_connections %zu\n", manager->n_clients);
+        header(b, "modelgate_in_flight", "gauge", "Requests sent to a host and not yet answered");
+        for (size_t i = 0; i < manager->config->n_hosts; i++) {
+                _cleanup_(buffer_done) Buffer l = {};
+                append_label(&l, "host", manager->config->hosts[i].name);
+                (void)buffer_terminate(&l);
+                (void)buffer_printf(b, "modelgate_in_flight{%s} %u\n", buffer_peek(&l),
+                                    host_in_flight(manager->hosts[i]));
+        }
+        header(b, "modelgate_waiting", "gauge", "Requests waiting for their engine");
+        for (size_t i = 0; i < manager->config->n_hosts; i++) {
+                _cleanup_(buffer_done) Buffer l = {};
+                append_label(&l, "host", manager->config->hosts[i].name);
+                (void)buffer_terminate(&l);
+                (void)buffer_printf(b, "modelgate_waiting{%s} %u\n", buffer_peek(&l),
+                                    host_waiting(manager->hosts[i]));
+        }
+        header(b, "modelgate_host_state", "gauge", "1 for the state each host is in (org.modelgate1(5))");
+        for (size_t i = 0; i < manager->config->n_hosts; i++)
+                for (HostState st = 0; st < _HOST_STATE_MAX; st++) {
+                        _cleanup_(buffer_done) Buffer l = {};
+                        append_label(&l, "host", manager->config->hosts[i].name);
+                        append_label(&l, "state", host_state_to_string(st));
+                        (void)buffer_terminate(&l);
+                        (void)buffer_printf(b, "modelgate_host_state{%s} %d\n", buffer_peek(&l),
+                                            host_state(manager->hosts[i]) == st);
+                }
+        header(b, "modelgate_engine_up_seconds", "gauge", "How long the running engine has been up");
+        for (size_t i = 0; i < manager->config->n_hosts; i++) {
+                Host *h = manager->hosts[i];
+                ssize_t e = host_engine_up(h);
+                if (e < 0)
+                        continue;
+                _cleanup_(buffer_done) Buffer l = {};
+                append_label(&l, "host", manager->config->hosts[i].name);
+                append_label(&l, "engine", host_engine(h, (size_t)e)->conf->name);
+                (void)buffer_terminate(&l);
+                (void)buffer_printf(b, "modelgate_engine_up_seconds{%s} %.3f\n", buffer_peek(&l),
+                                    (double)(now - host_up_since(h)) / USEC_PER_SEC);
+        }
+        return buffer_terminate(b);
+}

@@ -1,0 +1,31 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/* GET /metrics (Prometheus text format 0.0.4). Counters and histograms are
+ * kept here by label set, under host and engine *names*, so that a reload
+ * that replaces a Host object does not reset them; gauges (in flight,
+ * waiting, state, engine up time) are read from the hosts when rendered.
+ * Recording is a short linear search over a few dozen series: hosts and
+ * engines are few. */
+
+#include <stdint.h>
+
+#include "shared/buffer.h"
+#include "shared/time-util.h"
+
+typedef struct Manager Manager;
+typedef struct Metrics Metrics;
+
+Metrics *metrics_new(void);
+Metrics *metrics_free(Metrics *m);
+
+/* One answered request: host "" for modelgate's own endpoints, engine "" for hosts without engines. */
+void metrics_request(Metrics *m, const char *host, const char *engine, int status);
+/* A request's wait for its engine (0 when it went at once), and its time to the first response byte. */
+void metrics_wait(Metrics *m, const char *host, usec_t waited);
+void metrics_first_byte(Metrics *m, const char *host, usec_t t);
+void metrics_switch(Metrics *m, const char *host, const char *engine);
+void metrics_refusal(Metrics *m, const char *host);
+void metrics_budget_expired(Metrics *m, const char *host);
+
+int metrics_render(Manager *manager, Buffer *out);
