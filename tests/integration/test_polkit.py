@@ -1,0 +1,155 @@
+"""The system flavour's authorization: a private system bus (dbus-daemon, our bus policy included) with a
+real polkitd that sees polkit/org.modelgate1.policy, and modelgated --system on it. Engines live in a
+boxed user manager, as elsewhere. polkitd reads its actions and rules from fixed paths, so it runs in a
+mount namespace of its own where those paths are bind mounts of this test's directories."""
+
+import os
+import shutil
+import signal
+import subprocess
+
+import pytest
+
+from boxes import box_skip_reason, engines_conf, local_host
+from conftest import MODELGATED, free_port, wait_for
+
+POLKITD = "/usr/lib/polkit-1/polkitd"
+UNITS = os.path.join(os.path.dirname(__file__), "../../units")
+POLICY = os.path.join(os.path.dirname(__file__), "../../polkit/org.modelgate1.policy")
+MODELGATECTL = os.environ.get("MODELGATECTL", os.path.join(os.path.dirname(MODELGATED), "modelgatectl"))
+HOST_PATH = "/org/modelgate1/host/h"
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+def skip_reason():
+    if box_skip_reason():
+        return box_skip_reason()
+    if not os.path.exists(POLKITD):
+        return "polkitd is not installed (Debian: polkitd); tests/setup-and-test installs it"
+    return None
+
+
+pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason()))
+
+
+@pytest.fixture
+def system_bus(tmp):
+    d = os.path.join(tmp, "sysbus")
+    actions, rules = os.path.join(d, "actions"), os.path.join(d, "rules.d")
+    os.makedirs(actions)
+    os.makedirs(rules)
+    for f in os.listdir("/usr/share/polkit-1/actions"):
+        shutil.copy(os.path.join("/usr/share/polkit-1/actions", f), actions)
+    shutil.copy(POLICY, actions)
+    # a local rule, as an administrator would write one: nobody may stop engines, nothing else
+    with open(os.path.join(rules, "50-test.rules"), "w") as f:
+        f.write('polkit.addRule(function(action, subject) {\n'
+                '  if (action.id == "org.modelgate1.stop-engine" && subject.user == "nobody")\n'
+                '    return polkit.Result.YES;\n'
+                '});\n')
+    for p in (d, actions, rules):
+        os.chmod(p, 0o755)
+    for p in os.listdir(actions) + os.listdir(rules):
+        full = os.path.join(actions if p.endswith(".policy") else rules, p)
+        os.chmod(full, 0o644)
+    sock = os.path.join(d, "system_bus_socket")
+    conf = os.path.join(d, "bus.conf")
+    with open(conf, "w") as f:
+        f.write("""<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>system</type>
+  <listen>unix:path=%s</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default">
+    <allow user="*"/>
+    <allow own="*"/>
+    <allow send_destination="*"/>
+    <allow receive_sender="*"/>
+  </policy>
+  <include>%s</include>
+</busconfig>
+""" % (sock, os.path.abspath(os.path.join(UNITS, "dbus/org.modelgate1.conf"))))
+    os.chmod(d, 0o755)
+    os.chmod(tmp, 0o711)  # polkitd runs as its own user and must reach the socket
+    log = open(os.path.join(d, "daemons.log"), "w")
+    bus = subprocess.Popen(["dbus-daemon", "--config-file=" + conf, "--nofork", "--nopidfile"],
+                           stdout=log, stderr=log)
+    wait_for(lambda: os.path.exists(sock), what="the private system bus")
+    os.chmod(sock, 0o777)
+    env = dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS="unix:path=" + sock)
+    polkit = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                               "mount --bind %s /usr/share/polkit-1/actions && mount --bind %s /etc/polkit-1/rules.d "
+                               "&& exec %s --no-debug" % (actions, rules, POLKITD)],
+                              env=env, stdout=log, stderr=log)
+    try:
+        try:
+            wait_for(lambda: "org.freedesktop.PolicyKit1" in subprocess.run(
+                ["busctl", "--system", "list", "--acquired"], env=env, capture_output=True, text=True).stdout,
+                what="polkitd on the private system bus")
+        except AssertionError as e:
+            log.flush()
+            raise AssertionError("%s:\n%s" % (e, open(log.name).read())) from None
+        yield env
+    finally:
+        for p in (polkit, bus):
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        log.close()
+
+
+def call(env, *args, user=None):
+    return subprocess.run((user or []) + ["busctl", "--system"] + list(args), env=env, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_polkit_guards_the_methods_on_the_system_bus(box, make_gate, system_bus):
+    port = free_port()
+    env = dict(system_bus, DBUS_SESSION_BUS_ADDRESS="unix:path=" + box.bus)
+    g = make_gate(local_host("h", port) + engines_conf(box, "h", port), extra_args=["--system"], env=env)
+    wait_for(lambda: 'State s "idle"' in "State " + call(
+        env, "get-property", "org.modelgate1", HOST_PATH, "org.modelgate1.Host", "State").stdout,
+        what="host h idle")
+
+    # everyone may read
+    out = call(env, "get-property", "org.modelgate1", "/org/modelgate1", "org.modelgate1.Manager", "Version",
+               user=NOBODY)
+    assert out.returncode == 0 and out.stdout.strip() == 's "0.1"', out
+
+    # an unprivileged caller is refused SwitchEngine (auth_admin, and no agent to ask), nothing starts
+    for interactive in ("yes", "no"):
+        out = call(env, "--allow-interactive-authorization=" + interactive, "call", "org.modelgate1", HOST_PATH,
+                   "org.modelgate1.Host", "SwitchEngine", "s", "fork", user=NOBODY)
+        assert out.returncode != 0, out
+        assert "interactive authentication is required" in out.stderr or "polkit denied it" in out.stderr, out
+    ctl = subprocess.run(NOBODY + [MODELGATECTL, "--system", "switch", "h", "fork"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert ctl.returncode == 5, ctl
+    out = call(env, "call", "org.modelgate1", "/org/modelgate1", "org.modelgate1.Manager", "Reload", user=NOBODY)
+    assert out.returncode != 0, out
+    assert box.active_state("llama-fork.service") == "inactive"
+    assert "Reloading" not in g.logtext()
+
+    # root is allowed
+    out = call(env, "--timeout=60", "call", "org.modelgate1", HOST_PATH, "org.modelgate1.Host", "SwitchEngine",
+               "s", "fork")
+    assert out.returncode == 0, out
+    assert box.active_state("llama-fork.service") == "active"
+
+    # and polkit's own answer counts: the local rule lets nobody stop engines
+    out = call(env, "call", "org.modelgate1", HOST_PATH, "org.modelgate1.Host", "StopEngine", user=NOBODY)
+    assert out.returncode == 0, out
+    g.wait_log("host h: engine fork stopped on request")
+
+
+def test_pkaction_reads_the_policy(system_bus):
+    for action in ("org.modelgate1.switch-engine", "org.modelgate1.stop-engine", "org.modelgate1.reload"):
+        out = subprocess.run(["pkaction", "--verbose", "--action-id", action], env=system_bus,
+                             capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out
+        assert "implicit any:      auth_admin\n" in out.stdout, out.stdout
+        assert "implicit active:   auth_admin_keep\n" in out.stdout, out.stdout
