@@ -3,6 +3,7 @@
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import threading
@@ -230,13 +231,27 @@ def test_idle_exit_and_reactivation_lose_no_connection(box, make_double, tmp):
     port = free_port()
     log = activated_units(box, tmp, port, host_conf("3090", d.url), "300ms")
 
+    # D-Bus activation as installed: the bus asks systemd for modelgate.service
+    # (in the runtime directory: the session bus finds the home directory through getpwuid(), which is
+    # the real root's here, not the box's)
+    services = os.path.join(box.dir, "xdg", "dbus-1", "services")
+    os.makedirs(services, exist_ok=True)
+    shutil.copy(os.path.join(os.path.dirname(__file__), "../../units/dbus/org.modelgate1.service"), services)
+    busctl(box, "call", "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus", "ReloadConfig")
+
     assert request(port)[0] == 200
     wait_for(lambda: box.active_state("modelgate.service") == "inactive", timeout=30, what="the idle exit")
     # systemctl status says why it is gone, and that it went cleanly
     show = box.systemctl("show", "-p", "StatusText", "-p", "Result", "-p", "ExecMainStatus", "modelgate.service")
     assert "Result=success" in show and "ExecMainStatus=0" in show, show
+    assert "StatusText=Exited after 300ms idle (ExitIdleSec=); the next connection starts it again" in show, show
     assert "Idle for 300ms, exiting; the socket stays with systemd" in open(log).read()
     assert box.active_state("modelgate.socket") == "active"
+
+    # asking the bus for org.modelgate1 starts it again
+    assert prop(box, "/org/modelgate1", "org.modelgate1.Manager", "Version") == "0.1"
+    assert box.active_state("modelgate.service") in ("active", "deactivating")
+    wait_for(lambda: box.active_state("modelgate.service") == "inactive", timeout=30, what="the next idle exit")
 
     # 1000 requests, 20 clients, in rounds with pauses around ExitIdleSec so that exits and arrivals meet
     errors, statuses = [], []
