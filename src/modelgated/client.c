@@ -672,7 +672,18 @@ static void client_upstream_error(Upstream *u, int error, bool started, void *us
         char msg[512];
 
         c->upstream = NULL;
-        if (c->early && (!started || c->mode == MODE_HOLD)) {
+        if (!started && (error == ETIME || error == -ETIME)) {
+                /* stuck, not down: the connection is closed (so the GPU stops working on it) */
+                char t[FORMAT_TIMESPAN_MAX];
+                snprintf(msg, sizeof(msg),
+                         "host '%s' sent nothing for %s (UpstreamIdleTimeoutSec=), so modelgate cancelled "
+                         "the "
+                         "request",
+                         c->host->name,
+                         format_timespan(t, sizeof(t), c->manager->config->upstream_idle_timeout_usec)
+                                 ?: "?");
+                client_respond_error(c, 504, "upstream_timeout", msg, NULL);
+        } else if (c->early && (!started || c->mode == MODE_HOLD)) {
                 if (!started)
                         client_host_down(c, error);
                 else {
@@ -817,7 +828,8 @@ static void client_send_upstream(Client *c) {
                                &c->upstream);
         buffer_done(&c->pending);
         if (k < 0)
-                client_host_down(c, k);
+                return client_host_down(c, k);
+        (void)upstream_set_idle_timeout(c->upstream, c->manager->config->upstream_idle_timeout_usec);
 }
 
 /* A refusal from the host's engine side: SPEC §7 statuses, with the headers that steer retrying clients. */

@@ -242,6 +242,8 @@ static const ConfigItem config_items[] = {
         {SECTION_PROXY, "PollIntervalSec", parse_timespan_item, offsetof(Config, poll_interval_usec)},
         {SECTION_PROXY, "HeaderTimeoutSec", parse_timespan_item, offsetof(Config, header_timeout_usec)},
         {SECTION_PROXY, "IdleTimeoutSec", parse_timespan_item, offsetof(Config, idle_timeout_usec)},
+        {SECTION_PROXY, "UpstreamIdleTimeoutSec", parse_timespan_item,
+         offsetof(Config, upstream_idle_timeout_usec)},
         {SECTION_PROXY, "MaxBodySize", parse_size_item, offsetof(Config, max_body_size)},
         {SECTION_PROXY, "MaxHeaderSize", parse_size_item, offsetof(Config, max_header_size)},
         {SECTION_PROXY, "MaxConnections", parse_uint_item, offsetof(Config, max_connections)},
@@ -275,6 +277,7 @@ void config_init(Config *c) {
                 .poll_interval_usec = 30 * USEC_PER_SEC,
                 .header_timeout_usec = 30 * USEC_PER_SEC,
                 .idle_timeout_usec = 5 * USEC_PER_MINUTE,
+                .upstream_idle_timeout_usec = 10 * USEC_PER_MINUTE,
                 .max_body_size = 64ULL * 1024 * 1024,
                 .max_header_size = 64ULL * 1024,
                 .max_connections = 16384,
@@ -779,6 +782,7 @@ void config_dump(const Config *c, FILE *f) {
         dump_usec(f, "PollIntervalSec", c->poll_interval_usec);
         dump_usec(f, "HeaderTimeoutSec", c->header_timeout_usec);
         dump_usec(f, "IdleTimeoutSec", c->idle_timeout_usec);
+        dump_usec(f, "UpstreamIdleTimeoutSec", c->upstream_idle_timeout_usec);
         fprintf(f, "MaxBodySize=%llu\nMaxHeaderSize=%llu\nMaxConnections=%llu\n",
                 (unsigned long long)c->max_body_size, (unsigned long long)c->max_header_size,
                 (unsigned long long)c->max_connections);

@@ -71,6 +71,7 @@ typedef struct Config {
         usec_t poll_interval_usec;
         usec_t header_timeout_usec;
         usec_t idle_timeout_usec;
+        usec_t upstream_idle_timeout_usec;
         uint64_t max_body_size;
         uint64_t max_header_size;
         uint64_t max_connections;

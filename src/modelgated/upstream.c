@@ -58,12 +58,14 @@ struct Upstream {
         const UpstreamCallbacks *cb;
         void *userdata;
         usec_t deadline;
+        usec_t idle_timeout; /* the host may send nothing this long (USEC_INFINITY: no bound) */
 
         LIST_FIELDS(Upstream, idle);
 };
 
 static int upstream_io_cb(sd_event_source *s, int fd, uint32_t revents, void *userdata);
 static int upstream_timer_cb(sd_event_source *s, uint64_t usec, void *userdata);
+static void touch(Upstream *u);
 
 const char *upstream_strerror(int error) {
         switch (error < 0 ? -error : error) {
@@ -77,6 +79,8 @@ const char *upstream_strerror(int error) {
                 return "network unreachable";
         case ETIMEDOUT:
                 return "no answer in time";
+        case ETIME:
+                return "it sent nothing for UpstreamIdleTimeoutSec=";
         case EPIPE:
                 return "connection closed";
         case EPROTO:
@@ -425,6 +429,7 @@ static void upstream_read(Upstream *u) {
                 }
                 if (k == 0)
                         return upstream_handle_eof(u);
+                touch(u);
 
                 if (u->state == UPSTREAM_SENDING) {
                         /* the host answers before reading the whole request; stop sending */
@@ -534,7 +539,26 @@ static int upstream_timer_cb(sd_event_source *s, uint64_t usec, void *userdata) 
         if (u->state == UPSTREAM_IDLE)
                 upstream_free(u);
         else
-                upstream_fail(u, -ETIMEDOUT);
+                /* a connect that never completes is a host that is not there; silence after it is a host
+                 * that is stuck (or a prompt longer than the bound allows) */
+                upstream_fail(u, u->state == UPSTREAM_CONNECTING || u->idle_timeout == USEC_INFINITY
+                                         ? -ETIMEDOUT
+                                         : -ETIME);
+        return 0;
+}
+
+/* Each sign of life from the host pushes the idle bound back. */
+static void touch(Upstream *u) {
+        if (u->idle_timeout == USEC_INFINITY)
+                return;
+        u->deadline = now_usec(CLOCK_MONOTONIC) + u->idle_timeout;
+        if (u->state != UPSTREAM_CONNECTING)
+                (void)arm_timer(u, u->deadline);
+}
+
+int upstream_set_idle_timeout(Upstream *u, usec_t usec) {
+        u->idle_timeout = usec == 0 ? USEC_INFINITY : usec;
+        touch(u);
         return 0;
 }
 
@@ -607,6 +631,7 @@ int upstream_start(Manager *m, const HttpUrl *url, Buffer *request, bool head_re
         u->userdata = userdata;
         u->reading = true;
         u->deadline = USEC_INFINITY;
+        u->idle_timeout = USEC_INFINITY;
         u->cancel_error = 0;
 
         if (u->reused) {

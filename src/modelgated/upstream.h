@@ -55,6 +55,9 @@ int upstream_start(Manager *m, const HttpUrl *url, Buffer *request, bool head_re
 void upstream_set_reading(Upstream *u, bool on);
 /* Bounds the whole exchange from now; expiry calls on_error(-ETIMEDOUT). */
 int upstream_set_deadline(Upstream *u, usec_t usec);
+/* Once connected, fail with -ETIME when the host sends nothing for usec (from now, and after each
+ * read); 0 or USEC_INFINITY: no bound. */
+int upstream_set_idle_timeout(Upstream *u, usec_t usec);
 /* The owner gives up: the connection is closed (so the host stops working on it). */
 Upstream *upstream_cancel(Upstream *u);
 

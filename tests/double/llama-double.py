@@ -477,6 +477,9 @@ def main():
     for m in ARGS.loaded.split(","):
         if m in MODELS:
             MODELS[m]["status"] = "loaded"
+    # llama-server accepts on its own thread at once; Python's accept loop is slower, and with the
+    # default backlog of 5 a burst of connections (a switch releasing a hundred waiting requests) is reset
+    ThreadingHTTPServer.request_queue_size = 1024
     family = ThreadingHTTPServer
     if ":" in ARGS.host:
         import socket

@@ -76,8 +76,12 @@ class Double:
         self.log.close()
 
 
+# e.g. "valgrind --error-exitcode=99 --leak-check=full": every modelgated of the tests runs under it
+WRAPPER = os.environ.get("MODELGATED_WRAPPER", "").split()
+
+
 class Gate:
-    def __init__(self, tmp, config, extra_args=(), env=None):
+    def __init__(self, tmp, config, extra_args=(), env=None, prefix=()):
         self.port = free_port()
         self.conf = os.path.join(tmp, "modelgate-%d.conf" % id(self))
         with open(self.conf, "w") as f:
@@ -87,9 +91,9 @@ class Gate:
         # learned engine keys go to the test's own directory, never the machine's ~/.local/state
         env = dict(env if env is not None else os.environ)
         env.setdefault("STATE_DIRECTORY", os.path.join(tmp, "state-%d" % id(self)))
-        self.proc = subprocess.Popen([MODELGATED, "--config=" + self.conf] + list(extra_args),
+        self.proc = subprocess.Popen(list(prefix) + WRAPPER + [MODELGATED, "--config=" + self.conf] + list(extra_args),
                                      stdout=self.log, stderr=self.log, env=env)
-        wait_for(self.ready, what="modelgated to answer /health")
+        wait_for(self.ready, timeout=30 if WRAPPER else 10, what="modelgated to answer /health")
 
     def ready(self):
         if self.proc.poll() is not None:
@@ -171,8 +175,8 @@ def make_double(tmp):
 def make_gate(tmp):
     made = []
 
-    def make(config, extra_args=(), env=None):
-        g = Gate(tmp, config, extra_args, env)
+    def make(config, extra_args=(), env=None, prefix=()):
+        g = Gate(tmp, config, extra_args, env, prefix)
         made.append(g)
         return g
     yield make

@@ -277,7 +277,8 @@ def test_idle_exit_and_reactivation_lose_no_connection(box, make_double, tmp):
         for t in threads:
             t.join()
         time.sleep(rnd.uniform(0.25, 0.9))
-    assert errors == [], errors[:5]
+    assert errors == [], "%s\n%s\n%s" % (errors[:5], open(log).read()[-4000:], box.systemctl(
+        "status", "--no-pager", "modelgate.service", "modelgate.socket", check=False))
     assert len(statuses) == 1000 and set(statuses) == {200}
     exits = open(log).read().count("Idle for 300ms, exiting")
     assert exits >= 5, "only %d idle exits: the test did not exercise re-activation" % exits

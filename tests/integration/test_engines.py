@@ -6,6 +6,7 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
 
 import pytest
@@ -203,10 +204,10 @@ def test_unit_checks_warn_about_enabled_restarting_and_unconflicted_engines(box,
     assert log.count("is enabled") == 1 and log.count("has Restart=") == 1
 
 
-def remote_conf(box2, sshd, port, bus_path=None):
+def remote_conf(box2, sshd, port, bus_path=None, startup_delay=0.0):
     return ("[Host]\nName=a9\nURL=http://127.0.0.1:%d\nBus=ssh:root@127.0.0.1:%d\nSSHCommand=%s\n"
             "BusPath=unix:path=%s\n" % (port, sshd.port, sshd.ssh_command, bus_path or box2.bus)) + \
-        two_engines(box2, port) % {"host": "a9", "extra": ""}
+        two_engines(box2, port, startup_delay=startup_delay) % {"host": "a9", "extra": ""}
 
 
 def test_engines_of_a_host_reached_through_ssh(make_box, sshd, make_gate):
@@ -267,6 +268,39 @@ def test_killed_ssh_takes_the_host_down_and_it_comes_back(make_box, sshd, make_g
     assert r.status == 200 and r.getheader("X-Double") == "mainline"
     # the engine kept running on the remote host while the bus was away: adopted, not restarted
     assert "engine mainline adopted" in g.logtext()
+
+
+def test_ssh_killed_during_a_switch_answers_the_waiting_request_at_once(make_box, sshd, make_gate):
+    remote = make_box()
+    rport = free_port()
+    g = make_gate(FAST + remote_conf(remote, sshd, rport, startup_delay=4))
+    g.wait_log("host a9 up")
+    result = {}
+
+    def ask():
+        r = post(g.conn(timeout=60), CHAT, chat("a9-flint-40b"))
+        result["status"], result["body"], result["at"] = r.status, r.read(), time.monotonic()
+
+    t = threading.Thread(target=ask)
+    t.start()
+    g.wait_log("host a9: switching to engine fork")
+    sshd.stop()
+    ssh = [p for p in children(g.proc.pid) if open("/proc/%d/comm" % p).read().strip() == "ssh"]
+    assert len(ssh) == 1
+    killed = time.monotonic()
+    os.kill(ssh[0], signal.SIGKILL)
+    t.join(timeout=30)
+    assert not t.is_alive(), "the waiting request hangs"
+    assert result["status"] == 503 and b"host 'a9' is down: ssh:" in result["body"], result
+    assert result["at"] - killed < 2, "the answer waited for something other than the lost bus"
+    # the engine went on starting over there; once the bus is back it is adopted, not started again
+    sshd.start()
+    g.wait_log("host a9 up", timeout=90, count=2)
+    r = post(g.conn(timeout=60), CHAT, chat("a9-flint-40b"))
+    assert r.status == 200 and r.getheader("X-Double") == "fork"
+    r.read()
+    assert "engine fork adopted" in g.logtext()
+    assert g.logtext().count("switching to engine fork") == 1
 
 
 EXAMPLES = os.path.join(os.path.dirname(__file__), "../../units/examples")
