@@ -754,12 +754,27 @@ static void client_models_done(ModelsMerge *mm, const char *json, size_t n, void
         client_process(c);
 }
 
-static void client_respond_health(Client *c) {
-        char body[256];
-        int n = snprintf(body, sizeof(body),
-                         "{\"status\":\"ok\",\"version\":\"%s\",\"hosts\":%zu,\"connections\":%zu}",
-                         MODELGATE_VERSION, c->manager->config->n_hosts, c->manager->n_clients);
-        client_respond(c, 200, "application/json", body, (size_t)n, NULL);
+/* GET /health: cheap (no I/O, the hosts' states as they are) and true: "ok" while at least one host can
+ * serve (is not down), "degraded" when none can; ?strict=1 makes the latter a 503, for load balancers. */
+static void client_respond_health(Client *c, bool strict) {
+        Manager *m = c->manager;
+        _cleanup_(buffer_done) Buffer b = {};
+        size_t up = 0;
+
+        for (size_t i = 0; i < m->config->n_hosts; i++)
+                up += host_state(m->hosts[i]) != HOST_DOWN;
+        bool ok = up > 0 || m->config->n_hosts == 0;
+        (void)buffer_printf(&b, "{\"status\":\"%s\",\"version\":\"%s\",\"hosts\":%zu,\"hosts_up\":%zu,"
+                                "\"connections\":%zu,\"host_states\":{",
+                            ok ? "ok" : "degraded", MODELGATE_VERSION, m->config->n_hosts, up, m->n_clients);
+        for (size_t i = 0; i < m->config->n_hosts; i++)
+                /* host names are letters, digits, '_' and '.': nothing to escape */
+                (void)buffer_printf(&b, "%s\"%s\":\"%s\"", i ? "," : "", m->config->hosts[i].name,
+                                    host_state_to_string(host_state(m->hosts[i])));
+        if (buffer_append_str(&b, "}}") < 0)
+                return client_respond_error(c, 500, NULL, "out of memory", NULL);
+        client_respond(c, strict && !ok ? 503 : 200, "application/json", buffer_peek(&b), buffer_size(&b),
+                       strict && !ok ? "Retry-After: 30\r\n" : NULL);
 }
 
 static void client_respond_metrics(Client *c) {
@@ -940,7 +955,7 @@ static void client_dispatch(Client *c) {
 
         bool get = r->method == HTTP_GET || r->method == HTTP_HEAD;
         if (get && span_eq(path, "/health"))
-                return client_respond_health(c);
+                return client_respond_health(c, query_flag(url, "strict"));
         if (get && span_eq(path, "/models/sse"))
                 return client_start_feed(c);
         if (get && span_eq(path, "/metrics"))

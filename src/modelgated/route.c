@@ -419,3 +419,29 @@ char *span_replace(Span src, Span span, const char *with, size_t *ret_size) {
                 *ret_size = pre + wl + post;
         return o;
 }
+
+static bool value_is(Span v, const char *t) {
+        return v.n == strlen(t) && memcmp(v.p, t, v.n) == 0;
+}
+
+bool query_flag(Span url, const char *name) {
+        const char *q = memchr(url.p, '?', url.n), *end = url.p + url.n;
+        size_t nl = strlen(name);
+
+        if (!q)
+                return false;
+        for (const char *p = q + 1; p < end;) {
+                const char *amp = memchr(p, '&', (size_t)(end - p)), *e = amp ?: end;
+                if ((size_t)(e - p) >= nl && memcmp(p, name, nl) == 0) {
+                        Span v = {p + nl, (size_t)(e - p) - nl};
+                        if (v.n == 0)
+                                return true;
+                        if (v.p[0] == '=')
+                                return value_is((Span){v.p + 1, v.n - 1}, "1") ||
+                                       value_is((Span){v.p + 1, v.n - 1}, "true") ||
+                                       value_is((Span){v.p + 1, v.n - 1}, "yes");
+                }
+                p = e + 1;
+        }
+        return false;
+}

@@ -33,6 +33,9 @@ char *json_quote(const char *s);
  * value; -ENOENT when there is none; -ENOTUNIQ when it is there twice; -EBADMSG on bad %-escapes. */
 int query_find_model(Span url, Span *ret_span, char **ret_model);
 
+/* Whether the query sets a flag: "name", "name=1", "name=true" or "name=yes". */
+bool query_flag(Span url, const char *name);
+
 /* %-encodes a query value (RFC 3986 unreserved characters stay as they are). */
 char *query_escape(const char *s);
 

@@ -240,3 +240,25 @@ def test_metrics_parse_and_move_with_requests(make_double, make_gate):
     assert after[("modelgate_in_flight", (("host", "3090"),))] == 0
     assert after[("modelgate_host_state", (("host", "3090"), ("state", "idle")))] == 1
     assert after[("modelgate_connections", ())] >= 1
+
+
+def health(g, query=""):
+    c = g.conn()
+    c.request("GET", "/health" + query)
+    r = c.getresponse()
+    return r.status, json.loads(r.read())
+
+
+def test_health_says_which_hosts_can_serve_and_strict_fails_when_none_can(make_double, make_gate):
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    g = make_gate("[Proxy]\nPollIntervalSec=1s\n" + host_conf("3090", d.url) + host_conf("a9", "http://127.0.0.1:9"))
+    g.wait_log("host a9 down")
+    status, body = health(g, "?strict=1")
+    assert status == 200 and body["status"] == "ok" and body["hosts_up"] == 1, body
+    assert body["host_states"] == {"3090": "idle", "a9": "down"}, body
+    d.stop()
+    g.wait_log("host 3090 down")
+    status, body = health(g)
+    assert status == 200 and body["status"] == "degraded" and body["hosts_up"] == 0, body
+    status, body = health(g, "?strict=1")
+    assert status == 503 and body["status"] == "degraded", body

@@ -132,4 +132,17 @@ TEST(stream_flag) {
         ASSERT_EQ(json_find_model("{\"stream\":truex}", 15, &span, &model, &stream), -EBADMSG);
 }
 
+#define SPAN(s) ((Span){(s), sizeof(s) - 1})
+
+TEST(query_flags) {
+        ASSERT_TRUE(query_flag(SPAN("/health?strict=1"), "strict"));
+        ASSERT_TRUE(query_flag(SPAN("/health?x=2&strict"), "strict"));
+        ASSERT_TRUE(query_flag(SPAN("/health?strict=true&x"), "strict"));
+        ASSERT_TRUE(!query_flag(SPAN("/health?strict=0"), "strict"));
+        ASSERT_TRUE(!query_flag(SPAN("/health?strictly=1"), "strict"));
+        ASSERT_TRUE(!query_flag(SPAN("/health?nostrict=1"), "strict"));
+        ASSERT_TRUE(!query_flag(SPAN("/health"), "strict"));
+        ASSERT_TRUE(!query_flag(SPAN("/health?"), "strict"));
+}
+
 TESTS_MAIN
