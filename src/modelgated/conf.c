@@ -24,18 +24,17 @@ typedef enum SectionKind {
         SECTION_PROXY,
         SECTION_HOST,
         SECTION_ENGINE,
+        SECTION_FALLBACK,
+        SECTION_ACCESS,
+        SECTION_TIER,
         _SECTION_MAX,
         _SECTION_INVALID = -EINVAL,
 } SectionKind;
 
 static const char *const section_names[_SECTION_MAX] = {
-        [SECTION_PROXY] = "Proxy",
-        [SECTION_HOST] = "Host",
-        [SECTION_ENGINE] = "Engine",
+        [SECTION_PROXY] = "Proxy",       [SECTION_HOST] = "Host",     [SECTION_ENGINE] = "Engine",
+        [SECTION_FALLBACK] = "Fallback", [SECTION_ACCESS] = "Access", [SECTION_TIER] = "Tier",
 };
-
-/* Sections that SPEC.md describes for later work; named so the error says "not supported", not "unknown". */
-static const char *const later_sections[] = {"Fallback", "Access", "Tier"};
 
 typedef int (*ConfigParser)(const char *value, void *data);
 
@@ -62,8 +61,39 @@ static int parse_size_item(const char *v, void *data) {
         return parse_size(v, data);
 }
 
+static int parse_string_item(const char *v, void *data);
+
 static int parse_uint_item(const char *v, void *data) {
         return safe_atou64(v, data);
+}
+
+/* a count, or "infinity" for none */
+static int parse_cap_item(const char *v, void *data) {
+        if (streq(v, "infinity")) {
+                *(uint64_t *)data = UINT64_MAX;
+                return 0;
+        }
+        return safe_atou64(v, data);
+}
+
+static int parse_tristate_item(const char *v, void *data) {
+        int b = parse_boolean(v);
+        if (b < 0)
+                return b;
+        *(int *)data = b;
+        return 0;
+}
+
+static int parse_absolute_path_item(const char *v, void *data) {
+        if (*v && v[0] != '/')
+                return -EINVAL;
+        return parse_string_item(v, data);
+}
+
+static int parse_credential_item(const char *v, void *data) {
+        if (*v && (strchr(v, '/') || streq(v, ".") || streq(v, "..")))
+                return -EINVAL;
+        return parse_string_item(v, data);
 }
 
 static int parse_string_item(const char *v, void *data) {
@@ -264,6 +294,28 @@ static const ConfigItem config_items[] = {
         {SECTION_ENGINE, "Models", parse_strv_item, offsetof(EngineConf, models)},
         {SECTION_ENGINE, "StartTimeoutSec", parse_timespan_item, offsetof(EngineConf, start_timeout_usec)},
         {SECTION_ENGINE, "URL", parse_url_item, offsetof(EngineConf, url)},
+        {SECTION_ENGINE, "Fallback", parse_engine_name_item, offsetof(EngineConf, fallback)},
+        {SECTION_ENGINE, "FirstTokenBudgetSec", parse_timespan_item,
+         offsetof(EngineConf, first_token_budget_usec)},
+        {SECTION_ENGINE, "RequestBudgetSec", parse_timespan_item, offsetof(EngineConf, request_budget_usec)},
+        {SECTION_ENGINE, "WarmupRequest", parse_absolute_path_item, offsetof(EngineConf, warmup_request)},
+        {SECTION_ENGINE, "PrimeAfterIdleSec", parse_timespan_item,
+         offsetof(EngineConf, prime_after_idle_usec)},
+
+        {SECTION_FALLBACK, "Name", parse_engine_name_item, offsetof(FallbackConf, name)},
+        {SECTION_FALLBACK, "URL", parse_url_item, offsetof(FallbackConf, url)},
+        {SECTION_FALLBACK, "Model", parse_string_item, offsetof(FallbackConf, model)},
+        {SECTION_FALLBACK, "KeyCredential", parse_credential_item, offsetof(FallbackConf, key_credential)},
+        {SECTION_FALLBACK, "KeyFile", parse_absolute_path_item, offsetof(FallbackConf, key_file)},
+        {SECTION_FALLBACK, "OnBusy", parse_tristate_item, offsetof(FallbackConf, on_busy)},
+
+        {SECTION_ACCESS, "KeysFile", parse_absolute_path_item, offsetof(AccessConf, keys_file)},
+        {SECTION_ACCESS, "AnonymousDailyRequests", parse_cap_item,
+         offsetof(AccessConf, anonymous_daily_requests)},
+
+        {SECTION_TIER, "Name", parse_engine_name_item, offsetof(TierConf, name)},
+        {SECTION_TIER, "DailyRequests", parse_cap_item, offsetof(TierConf, daily_requests)},
+        {SECTION_TIER, "Models", parse_strv_item, offsetof(TierConf, models)},
 };
 
 void config_init(Config *c) {
@@ -281,6 +333,7 @@ void config_init(Config *c) {
                 .max_body_size = 64ULL * 1024 * 1024,
                 .max_header_size = 64ULL * 1024,
                 .max_connections = 16384,
+                .access.anonymous_daily_requests = UINT64_MAX,
         };
 }
 
@@ -300,7 +353,34 @@ static void engine_conf_done(EngineConf *e) {
         free(e->unit);
         strv_free(e->models);
         http_url_done(&e->url);
+        free(e->fallback);
+        free(e->warmup_request);
+        free(e->warmup_body);
         free(e->file);
+}
+
+static void fallback_conf_done(FallbackConf *f) {
+        free(f->name);
+        http_url_done(&f->url);
+        free(f->model);
+        free(f->key_credential);
+        free(f->key_file);
+        free(f->key);
+        free(f->file);
+}
+
+static void tier_conf_done(TierConf *t) {
+        free(t->name);
+        strv_free(t->models);
+        free(t->file);
+}
+
+static void access_keys_done(AccessConf *a) {
+        free(a->key_hashes);
+        free(a->key_tiers);
+        a->key_hashes = NULL;
+        a->key_tiers = NULL;
+        a->n_keys = 0;
 }
 
 void config_done(Config *c) {
@@ -311,6 +391,14 @@ void config_done(Config *c) {
         for (size_t i = 0; i < c->n_engines; i++)
                 engine_conf_done(&c->engines[i]);
         free(c->engines);
+        for (size_t i = 0; i < c->n_fallbacks; i++)
+                fallback_conf_done(&c->fallbacks[i]);
+        free(c->fallbacks);
+        for (size_t i = 0; i < c->n_tiers; i++)
+                tier_conf_done(&c->tiers[i]);
+        free(c->tiers);
+        free(c->access.keys_file);
+        access_keys_done(&c->access);
         *c = (Config){};
 }
 
@@ -335,6 +423,13 @@ Config *config_unref(Config *c) {
                 config_done(c);
                 free(c);
         }
+        return NULL;
+}
+
+const FallbackConf *config_find_fallback(const Config *c, const char *name) {
+        for (size_t i = 0; name && i < c->n_fallbacks; i++)
+                if (streq(c->fallbacks[i].name, name))
+                        return &c->fallbacks[i];
         return NULL;
 }
 
@@ -432,6 +527,36 @@ static int section_apply(Config *c, const char *name, Section *s) {
                                 .line = s->line,
                         };
                 }
+        } else if (s->kind == SECTION_FALLBACK || s->kind == SECTION_TIER) {
+                bool fb = s->kind == SECTION_FALLBACK;
+                const char *n = section_last_value(s, "Name");
+                if (!n)
+                        return log_error_errno(EINVAL, "%s:%u: [%s] section without Name=", name, s->line,
+                                               section_names[s->kind]);
+                for (size_t i = 0; i < (fb ? c->n_fallbacks : c->n_tiers); i++)
+                        if (streq(fb ? c->fallbacks[i].name : c->tiers[i].name, n))
+                                base = fb ? (void *)&c->fallbacks[i] : (void *)&c->tiers[i];
+                if (!base && fb) {
+                        FallbackConf *x =
+                                reallocarray(c->fallbacks, c->n_fallbacks + 1, sizeof(FallbackConf));
+                        if (!x)
+                                return log_oom();
+                        c->fallbacks = x;
+                        base = &c->fallbacks[c->n_fallbacks++];
+                        *(FallbackConf *)base =
+                                (FallbackConf){.on_busy = -1, .file = strdup(name), .line = s->line};
+                } else if (!base) {
+                        TierConf *x = reallocarray(c->tiers, c->n_tiers + 1, sizeof(TierConf));
+                        if (!x)
+                                return log_oom();
+                        c->tiers = x;
+                        base = &c->tiers[c->n_tiers++];
+                        *(TierConf *)base = (TierConf){
+                                .daily_requests = UINT64_MAX, .file = strdup(name), .line = s->line};
+                }
+        } else if (s->kind == SECTION_ACCESS) {
+                c->access.enabled = true;
+                base = &c->access;
         } else
                 return 0;
 
@@ -494,12 +619,7 @@ int config_parse_text(Config *c, const char *name, const char *text, size_t size
                                 if (streq(l, section_names[k]))
                                         s.kind = k;
                         if (s.kind < 0) {
-                                bool later = false;
-                                for (size_t k = 0; k < ELEMENTSOF(later_sections); k++)
-                                        later = later || streq(l, later_sections[k]);
-                                r = log_error_errno(EINVAL, "%s:%u: section [%s] is %s", name, line, l,
-                                                    later ? "not supported by this version of modelgated"
-                                                          : "unknown");
+                                r = log_error_errno(EINVAL, "%s:%u: section [%s] is unknown", name, line, l);
                                 goto finish;
                         }
                         s.line = line;
@@ -584,6 +704,7 @@ static int read_file(const char *path, char **ret, size_t *ret_size) {
                         break;
                 n += (size_t)k;
         }
+        buf[n] = 0; /* there is room: a read of 0 left at least 4096 bytes */
         *ret = TAKE_PTR(buf);
         *ret_size = n;
         return 0;
@@ -711,8 +832,111 @@ int config_verify(Config *c) {
                             streq(c->engines[j].unit, e->unit))
                                 r = log_error_errno(EINVAL, "%s:%u: [Engine] '%s' and '%s' share Unit='%s'",
                                                     e->file, e->line, c->engines[j].name, e->name, e->unit);
+                if (e->fallback && !config_find_fallback(c, e->fallback))
+                        r = log_error_errno(
+                                EINVAL,
+                                "%s:%u: [Engine] '%s' names Fallback='%s', which no [Fallback] defines",
+                                e->file, e->line, e->name, e->fallback);
+                if (e->prime_after_idle_usec != 0 && !e->warmup_request)
+                        r = log_error_errno(
+                                EINVAL,
+                                "%s:%u: [Engine] '%s' has PrimeAfterIdleSec= but no WarmupRequest=", e->file,
+                                e->line, e->name);
         }
+        for (size_t i = 0; i < c->n_fallbacks; i++) {
+                FallbackConf *f = &c->fallbacks[i];
+                if (!f->url.text || !f->model)
+                        r = log_error_errno(EINVAL, "%s:%u: [Fallback] '%s' needs URL= and Model=", f->file,
+                                            f->line, f->name);
+                if (f->key_credential && f->key_file)
+                        r = log_error_errno(EINVAL,
+                                            "%s:%u: [Fallback] '%s' has both KeyCredential= and KeyFile=",
+                                            f->file, f->line, f->name);
+        }
+        if (c->n_tiers > 0 && !c->access.enabled)
+                r = log_error_errno(EINVAL, "[Tier] sections need an [Access] section with KeysFile=");
         return r;
+}
+
+/* A secret in a file: the first line, without its line end. */
+static int read_secret(const char *path, char **ret) {
+        _cleanup_free_ char *s = NULL;
+        size_t n;
+        int r;
+
+        r = read_file(path, &s, &n);
+        if (r < 0)
+                return r;
+        s[strcspn(s, "\r\n")] = 0;
+        if (!*s)
+                return -ENODATA;
+        *ret = TAKE_PTR(s);
+        return 0;
+}
+
+static int hex_digit(char c) {
+        return c >= '0' && c <= '9'   ? c - '0'
+               : c >= 'a' && c <= 'f' ? c - 'a' + 10
+               : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                      : -1;
+}
+
+int config_load_keys(Config *c, const char *path) {
+        _cleanup_free_ char *text = NULL;
+        size_t n;
+        unsigned line = 0;
+        int r;
+
+        r = read_file(path, &text, &n);
+        if (r == -ENOENT) {
+                log_warning("[Access] KeysFile=%s does not exist: no client has a key", path);
+                return 0;
+        }
+        if (r < 0)
+                return log_error_errno(r, "[Access] KeysFile=%s cannot be read: %m", path);
+        for (char *p = text, *next; p; p = next) {
+                char *l, *tier;
+                uint8_t h[32];
+
+                line++;
+                next = strchr(p, '\n');
+                if (next)
+                        *next++ = 0;
+                l = strip(p);
+                if (!*l || *l == '#')
+                        continue;
+                tier = strpbrk(l, " \t");
+                if (!tier || tier - l != 64)
+                        return log_error_errno(EINVAL, "%s:%u: not '<sha256 hex of a key> <tier>'", path,
+                                               line);
+                *tier++ = 0;
+                tier = strip(tier);
+                for (size_t i = 0; i < 32; i++) {
+                        int hi = hex_digit(l[2 * i]), lo = hex_digit(l[2 * i + 1]);
+                        if (hi < 0 || lo < 0)
+                                return log_error_errno(EINVAL, "%s:%u: '%s' is not a SHA-256 in hex", path,
+                                                       line, l);
+                        h[i] = (uint8_t)(hi << 4 | lo);
+                }
+                ssize_t t = -1;
+                for (size_t i = 0; i < c->n_tiers; i++)
+                        if (streq(c->tiers[i].name, tier))
+                                t = (ssize_t)i;
+                if (t < 0)
+                        return log_error_errno(EINVAL, "%s:%u: tier '%s' has no [Tier] section", path, line,
+                                               tier);
+                uint8_t(*nh)[32] = reallocarray(c->access.key_hashes, c->access.n_keys + 1, 32);
+                if (!nh)
+                        return log_oom();
+                c->access.key_hashes = nh;
+                size_t *nt = reallocarray(c->access.key_tiers, c->access.n_keys + 1, sizeof(size_t));
+                if (!nt)
+                        return log_oom();
+                c->access.key_tiers = nt;
+                memcpy(c->access.key_hashes[c->access.n_keys], h, 32);
+                c->access.key_tiers[c->access.n_keys++] = (size_t)t;
+        }
+        return 0;
 }
 
 static int resolve_url(HttpUrl *u, const char *what) {
@@ -733,6 +957,50 @@ static int resolve_url(HttpUrl *u, const char *what) {
 
 int config_resolve(Config *c) {
         int r = 0, k;
+        for (size_t i = 0; i < c->n_fallbacks; i++) {
+                FallbackConf *f = &c->fallbacks[i];
+                _cleanup_free_ char *what = NULL, *path = NULL;
+                if (asprintf(&what, "[Fallback] %s URL=%s", f->name, f->url.text) < 0)
+                        return log_oom();
+                k = resolve_url(&f->url, what);
+                if (k < 0)
+                        r = k;
+                if (f->key_credential) {
+                        const char *d = getenv("CREDENTIALS_DIRECTORY");
+                        if (!d) {
+                                r = log_error_errno(
+                                        ENOENT,
+                                        "%s:%u: [Fallback] '%s' KeyCredential=%s: $CREDENTIALS_DIRECTORY is "
+                                        "not set (LoadCredential= in the unit)",
+                                        f->file, f->line, f->name, f->key_credential);
+                                continue;
+                        }
+                        if (asprintf(&path, "%s/%s", d, f->key_credential) < 0)
+                                return log_oom();
+                }
+                if (path || f->key_file) {
+                        k = read_secret(path ?: f->key_file, &f->key);
+                        if (k < 0)
+                                r = log_error_errno(
+                                        k, "%s:%u: [Fallback] '%s': the key in %s cannot be read: %m",
+                                        f->file, f->line, f->name, path ?: f->key_file);
+                }
+        }
+        for (size_t i = 0; i < c->n_engines; i++) {
+                EngineConf *e = &c->engines[i];
+                if (!e->warmup_request)
+                        continue;
+                k = read_file(e->warmup_request, &e->warmup_body, &e->warmup_size);
+                if (k < 0)
+                        r = log_error_errno(k, "%s:%u: [Engine] '%s' WarmupRequest=%s cannot be read: %m",
+                                            e->file, e->line, e->name, e->warmup_request);
+        }
+        if (c->access.keys_file) {
+                access_keys_done(&c->access);
+                k = config_load_keys(c, c->access.keys_file);
+                if (k < 0)
+                        r = k;
+        }
         for (size_t i = 0; i < c->n_hosts; i++) {
                 _cleanup_free_ char *what = NULL;
                 if (asprintf(&what, "[Host] %s URL=%s", c->hosts[i].name, c->hosts[i].url.text) < 0)
@@ -814,6 +1082,41 @@ void config_dump(const Config *c, FILE *f) {
                 dump_usec(f, "StartTimeoutSec", e->start_timeout_usec);
                 if (e->url.text)
                         fprintf(f, "URL=%s\n", e->url.text);
+                if (e->fallback)
+                        fprintf(f, "Fallback=%s\n", e->fallback);
+                if (e->first_token_budget_usec)
+                        dump_usec(f, "FirstTokenBudgetSec", e->first_token_budget_usec);
+                if (e->request_budget_usec)
+                        dump_usec(f, "RequestBudgetSec", e->request_budget_usec);
+                if (e->warmup_request)
+                        fprintf(f, "WarmupRequest=%s\n", e->warmup_request);
+                if (e->prime_after_idle_usec)
+                        dump_usec(f, "PrimeAfterIdleSec", e->prime_after_idle_usec);
+        }
+        for (size_t i = 0; i < c->n_fallbacks; i++) {
+                const FallbackConf *fb = &c->fallbacks[i];
+                fprintf(f, "\n[Fallback]\nName=%s\nURL=%s\nModel=%s\n", fb->name, strna(fb->url.text),
+                        strna(fb->model));
+                if (fb->key_credential)
+                        fprintf(f, "KeyCredential=%s\n", fb->key_credential);
+                if (fb->key_file)
+                        fprintf(f, "KeyFile=%s\n", fb->key_file);
+                fprintf(f, "OnBusy=%s\n", fb->on_busy == 0 ? "no" : "yes");
+        }
+        if (c->access.enabled) {
+                fprintf(f, "\n[Access]\n");
+                if (c->access.keys_file)
+                        fprintf(f, "KeysFile=%s\n# %zu key(s)\n", c->access.keys_file, c->access.n_keys);
+                if (c->access.anonymous_daily_requests != UINT64_MAX)
+                        fprintf(f, "AnonymousDailyRequests=%llu\n",
+                                (unsigned long long)c->access.anonymous_daily_requests);
+        }
+        for (size_t i = 0; i < c->n_tiers; i++) {
+                const TierConf *t = &c->tiers[i];
+                fprintf(f, "\n[Tier]\nName=%s\n", t->name);
+                if (t->daily_requests != UINT64_MAX)
+                        fprintf(f, "DailyRequests=%llu\n", (unsigned long long)t->daily_requests);
+                dump_strv(f, "Models", t->models);
         }
 }
 

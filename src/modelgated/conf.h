@@ -54,10 +54,48 @@ typedef struct EngineConf {
         char *unit;
         char **models; /* globs */
         usec_t start_timeout_usec;
-        HttpUrl url; /* url.text NULL: the host's */
+        HttpUrl url;                    /* url.text NULL: the host's */
+        char *fallback;                 /* a [Fallback] Name=, or NULL */
+        usec_t first_token_budget_usec; /* streaming: to the first data line; 0: none */
+        usec_t request_budget_usec;     /* not streaming: to the whole answer; 0: none */
+        char *warmup_request;           /* a file with a JSON body for POST /v1/chat/completions */
+        usec_t prime_after_idle_usec;   /* 0: never */
+        char *warmup_body;              /* its contents, read by config_resolve() */
+        size_t warmup_size;
         char *file;
         unsigned line;
 } EngineConf;
+
+/* An OpenAI- or Anthropic-compatible upstream that answers when an engine cannot (SPEC §3). */
+typedef struct FallbackConf {
+        char *name;
+        HttpUrl url;
+        char *model;
+        char *key_credential; /* a name in $CREDENTIALS_DIRECTORY */
+        char *key_file;
+        int on_busy; /* -1: not set (yes) */
+        char *key;   /* read by config_resolve(); NULL: none is sent */
+        char *file;
+        unsigned line;
+} FallbackConf;
+
+typedef struct TierConf {
+        char *name;
+        uint64_t daily_requests; /* UINT64_MAX: no cap */
+        char **models;           /* globs over client-visible names; NULL: all */
+        char *file;
+        unsigned line;
+} TierConf;
+
+typedef struct AccessConf {
+        bool enabled; /* an [Access] section exists */
+        char *keys_file;
+        uint64_t anonymous_daily_requests; /* UINT64_MAX: no cap; 0: anonymous clients are refused */
+        /* the keys file, read by config_resolve(): SHA-256 digests and the index of their tier */
+        uint8_t (*key_hashes)[32];
+        size_t *key_tiers;
+        size_t n_keys;
+} AccessConf;
 
 typedef struct Config {
         unsigned n_ref; /* config_new()'s: a reload keeps the old one while requests and hosts use it */
@@ -80,6 +118,11 @@ typedef struct Config {
         size_t n_hosts;
         EngineConf *engines;
         size_t n_engines;
+        FallbackConf *fallbacks;
+        size_t n_fallbacks;
+        AccessConf access;
+        TierConf *tiers;
+        size_t n_tiers;
 } Config;
 
 void config_init(Config *c);
@@ -101,6 +144,9 @@ int config_resolve(Config *c);
 void config_dump(const Config *c, FILE *f);
 
 const HostConf *config_find_host(const Config *c, const char *name);
+const FallbackConf *config_find_fallback(const Config *c, const char *name);
+/* Reads a keys file ("<sha256 hex> <tier>" lines, '#' comments) against c's tiers into c->access. */
+int config_load_keys(Config *c, const char *path);
 
 /* The command a Bus=ssh:… host's bus runs (SPEC §6): SSHCommand= split into words, ssh's options, the
  * target, and systemd-stdio-bridge with BusPath= (quoted for the remote shell) or the remote user's own

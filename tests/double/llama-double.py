@@ -15,7 +15,8 @@ Knobs, per process (command line) or per request (a marker in the prompt text):
   [[tokens:N]]       answer with N tokens
   [[size:N]]         pad each token to N bytes
   [[cut:N]]          stop after N tokens by closing the connection mid-stream
-  [[hang]]           never send the first token (headers only)
+  [[hang]]           never send the first token (headers only); a closed connection ends it,
+                     and the request's entry in /_double/requests gets "disconnected": true
   [[overflow]]       400 exceed_context_size_error
   [[error:N]]        a mid-stream error after N tokens
   [[crash]]          the process exits at once
@@ -137,6 +138,27 @@ class Handler(BaseHTTPRequestHandler):
         with LOCK:
             REQUESTS.append(entry)
             del REQUESTS[:-200]
+        self.entry = entry
+
+    def hang(self, ping=False):
+        """[[hang]]: never answer (more), like a GPU stuck in a long prompt, until the client closes the
+        connection, which llama-server notices and cancels the task for; the request's entry records it"""
+        import select
+        import socket
+        while True:
+            r, _, _ = select.select([self.connection], [], [], 1.0)
+            if r:
+                try:
+                    gone = self.connection.recv(1, socket.MSG_PEEK) == b""
+                except OSError:
+                    gone = True
+                if gone:
+                    with LOCK:
+                        self.entry["disconnected"] = True
+                    self.close_connection = True
+                    return
+            elif ping:
+                self.chunk(":\n\n")
 
     def send_json(self, status, obj):
         body = json.dumps(obj, separators=(",", ":")).encode()
@@ -376,7 +398,7 @@ class Handler(BaseHTTPRequestHandler):
         cid = "chatcmpl-%032x" % (hash((time.time(), threading.get_ident())) & (2**128 - 1))
         if not stream:
             if knob("hang"):
-                time.sleep(3600)
+                return self.hang()
             time.sleep(ARGS.token_delay * n)
             content = "".join(tokens)
             if anthropic:
@@ -400,9 +422,7 @@ class Handler(BaseHTTPRequestHandler):
         self.start_stream()
         self.chunk(":\n\n")
         if knob("hang"):
-            while True:
-                time.sleep(1)
-                self.chunk(":\n\n") if ARGS.ping else None
+            return self.hang(ping=ARGS.ping)
         ev = lambda name, obj: self.chunk("event: %s\ndata: %s\n\n" % (name, json.dumps(obj, separators=(",", ":"))))
         data = lambda obj: self.chunk("data: %s\n\n" % json.dumps(obj, separators=(",", ":")))
         base = {"created": now(), "id": cid, "model": model, "system_fingerprint": "b9500-double",

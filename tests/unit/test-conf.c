@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include "modelgated/conf.h"
+#include "shared/sha256.h"
 #include "shared/strv.h"
 #include "shared/time-util.h"
 #include "tests.h"
@@ -51,10 +52,15 @@ TEST(repeated_sections_and_merge_by_name) {
 
 TEST(errors_are_refused) {
         static const char *const bad[] = {
-                "Listen=1\n",                                   /* outside a section */
-                "[Proxy]\nBogus=1\n",                           /* unknown key */
-                "[Nope]\n",                                     /* unknown section */
-                "[Fallback]\nName=x\n",                         /* not supported yet */
+                "Listen=1\n",                                        /* outside a section */
+                "[Proxy]\nBogus=1\n",                                /* unknown key */
+                "[Nope]\n",                                          /* unknown section */
+                "[Fallback]\nName=x\nURL=https://api.example.net\n", /* https */
+                "[Fallback]\nName=x\nKeyFile=relative\n",            /* not absolute */
+                "[Fallback]\nName=x\nKeyCredential=../k\n",          /* not a credential name */
+                "[Fallback]\nName=x\nOnBusy=maybe\n",
+                "[Tier]\nName=x\nDailyRequests=lots\n",
+                "[Fallback]\nURL=http://x:1\n",                 /* no Name= */
                 "[Proxy]\nIdleStopSec=soon\n",                  /* bad time */
                 "[Proxy]\nMaxBodySize=-1\n",                    /* bad size */
                 "[Proxy]\nListen\n",                            /* no '=' */
@@ -83,6 +89,12 @@ TEST(verify_checks_the_whole) {
                 "[Host]\nName=a\nURL=http://x:1\n[Engine]\nHost=a\nName=e\n", /* no Unit */
                 "[Host]\nName=a\nURL=http://x:1\n[Engine]\nHost=a\nName=e\nUnit=u.service\n"
                 "[Engine]\nHost=a\nName=f\nUnit=u.service\n", /* shared unit */
+                "[Host]\nName=a\nURL=http://x:1\n[Engine]\nHost=a\nName=e\nUnit=u.service\nFallback=nope\n",
+                "[Fallback]\nName=f\nURL=http://x:1\n", /* no Model= */
+                "[Fallback]\nName=f\nURL=http://x:1\nModel=m\nKeyFile=/k\nKeyCredential=k\n",
+                "[Tier]\nName=t\n", /* no [Access] */
+                "[Host]\nName=a\nURL=http://"
+                "x:1\n[Engine]\nHost=a\nName=e\nUnit=u.service\nPrimeAfterIdleSec=1h\n",
         };
         for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
                 Config c;
@@ -153,6 +165,22 @@ TEST(ssh_command_lines) {
         ASSERT_NULL(ssh_line("ssh:a9", "ssh 'open", NULL));
         ASSERT_NULL(ssh_line("ssh:a9", "", NULL));
         ASSERT_NULL(ssh_line("ssh:a9", "ssh", "unix:path=/it's"));
+}
+
+TEST(sha256_vectors) {
+        char h[65];
+        sha256_hex("", 0, h);
+        ASSERT_STREQ(h, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+        sha256_hex("abc", 3, h);
+        ASSERT_STREQ(h, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+        static const char m[] =
+                "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"; /* 56 bytes: two blocks */
+        sha256_hex(m, sizeof(m) - 1, h);
+        ASSERT_STREQ(h, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+        char a[1000];
+        memset(a, 'a', sizeof(a));
+        sha256_hex(a, sizeof(a), h);
+        ASSERT_STREQ(h, "41edece42d63e8d9bf515a9ba6932e1c20cbc9f5a5d134645adb5db1b9737ea3");
 }
 
 TESTS_MAIN
