@@ -75,7 +75,18 @@ struct Client {
         const HostConf *host;
         Config *config;          /* host's: a reload meanwhile must not free it */
         const char *engine_name; /* in config */
+        const EngineConf *engine_conf;
         bool first_byte_seen;
+
+        /* the fallback (SPEC §3): it may answer until a byte of the engine's answer reaches the client */
+        const FallbackConf *fallback;
+        bool via_fallback;
+        bool engine_bytes_sent;
+        char *fb_body, *fb_target; /* the client's body and request target, kept for it */
+        size_t fb_body_len;
+        sd_event_source *budget;   /* FirstTokenBudgetSec= or RequestBudgetSec= */
+        bool awaiting_first_token; /* a stream's head and comments are held until its first data line */
+        const char *held_framing;
         ApiKind api;
         bool head;
         bool streaming; /* "stream": true in the body */
@@ -113,7 +124,14 @@ static void request_reset(Client *c) {
         c->host = NULL;
         c->config = config_unref(c->config);
         c->engine_name = NULL;
+        c->engine_conf = NULL;
         c->first_byte_seen = false;
+        c->fallback = NULL;
+        c->via_fallback = c->engine_bytes_sent = c->awaiting_first_token = false;
+        c->fb_body = mfree(c->fb_body);
+        c->fb_target = mfree(c->fb_target);
+        c->fb_body_len = 0;
+        (void)sd_event_source_set_enabled(c->budget, SD_EVENT_OFF);
         c->head = c->http10 = c->response_complete = c->head_sent = c->chunked = c->streaming = false;
         c->status = c->error_status = 0;
         c->bytes = 0;
@@ -144,6 +162,7 @@ void client_free(Client *c) {
         sd_event_source_disable_unref(c->io);
         sd_event_source_disable_unref(c->timer);
         sd_event_source_disable_unref(c->keepalive);
+        sd_event_source_disable_unref(c->budget);
         safe_close(c->fd);
         http_parser_done(&c->parser);
         buffer_done(&c->in);
@@ -286,6 +305,10 @@ static void client_log_access(Client *c, const char *note) {
                         out_u64(&o, (uint64_t)c->error_status, 0);
                 }
         }
+        if (c->via_fallback) {
+                out_str(&o, " via=fallback/");
+                out_str(&o, c->fallback ? c->fallback->name : "?");
+        }
         if (note) {
                 out_str(&o, " ");
                 out_str(&o, note);
@@ -382,10 +405,20 @@ static void client_respond_error(Client *c, int status, const char *code, const 
         client_respond(c, status, "application/json", j ?: "", j ? n : 0, extra_headers);
 }
 
+static bool client_fall_back(Client *c, const char *why);
+
 static void client_host_down(Client *c, int error) {
         char msg[512];
         const char *reason = upstream_strerror(error);
 
+        if (c->via_fallback) {
+                /* not chained, and not the host's fault: the fallback's own failure, as it is */
+                snprintf(msg, sizeof(msg), "fallback '%s' (%s) failed: %s", c->fallback->name,
+                         c->fallback->url.text, reason);
+                return client_respond_error(c, 502, "fallback_failed", msg, NULL);
+        }
+        if (client_fall_back(c, reason))
+                return;
         Host *h = manager_host(c->manager, c->host);
         if (h)
                 host_report_http(h, reason);
@@ -402,7 +435,7 @@ static bool header_is_listed_in_connection(Span connection, Span name) {
 }
 
 static int build_upstream_request(Client *c, const HttpUrl *target, Span url, const char *body,
-                                  size_t body_len, Buffer *out) {
+                                  size_t body_len, const char *extra_headers, Buffer *out) {
         HttpRequest *r = &c->parser.req;
         Span connection = http_request_header(r, "Connection");
         int k;
@@ -431,6 +464,8 @@ static int build_upstream_request(Client *c, const HttpUrl *target, Span url, co
                     buffer_append(out, value.p, value.n) < 0 || buffer_append_str(out, "\r\n") < 0)
                         return -ENOMEM;
         }
+        if (extra_headers && buffer_append_str(out, extra_headers) < 0)
+                return -ENOMEM;
         if (body_len > 0 || r->method == HTTP_POST || r->method == HTTP_PUT || r->method == HTTP_PATCH)
                 if (append_content_length(out, body_len) < 0)
                         return -ENOMEM;
@@ -477,6 +512,7 @@ static int send_held_head(Client *c, const char *framing) {
         if (buffer_append_str(&c->out, "\r\n") < 0)
                 return -ENOMEM;
         c->head_sent = true;
+        c->engine_bytes_sent = true; /* from here on, the answer is the engine's (or the fallback's) */
         buffer_clear(&c->held_head);
         return 0;
 }
@@ -489,9 +525,18 @@ static int client_upstream_headers(Upstream *u, const UpstreamResponse *resp, vo
         bool no_body = c->head || resp->status == 204 || resp->status == 304;
         const char *framing = "";
 
-        Host *h = manager_host(c->manager, c->host);
-        if (h)
-                host_report_http(h, NULL);
+        if (!c->via_fallback) {
+                Host *h = manager_host(c->manager, c->host);
+                if (h)
+                        host_report_http(h, NULL);
+                /* "not here (yet)": a host that has not registered the model, or is loading */
+                if ((resp->status == 404 || resp->status == 503) && !c->head) {
+                        char why[64];
+                        snprintf(why, sizeof(why), "the engine answered %d", resp->status);
+                        if (client_fall_back(c, why))
+                                return 0;
+                }
+        }
         if (!c->first_byte_seen) {
                 c->first_byte_seen = true;
                 metrics_first_byte(c->manager->metrics, c->host->name, now_usec(CLOCK_MONOTONIC) - c->start);
@@ -516,6 +561,8 @@ static int client_upstream_headers(Upstream *u, const UpstreamResponse *resp, vo
                 sse_filter_init(&c->sse, c->api);
         } else
                 c->mode = MODE_PASS;
+        if (c->mode != MODE_SSE)
+                c->awaiting_first_token = false;
 
         if (no_body || c->mode == MODE_HOLD)
                 c->chunked = false;
@@ -529,6 +576,13 @@ static int client_upstream_headers(Upstream *u, const UpstreamResponse *resp, vo
 
         buffer_clear(&c->held_head);
         if (append_status_line(&c->held_head, resp->status) < 0)
+                return -1;
+        /* where the answer came from: host/engine, or fallback/name */
+        if (buffer_append_str(&c->held_head, "X-Modelgate-Served-By: ") < 0 ||
+            buffer_append_str(&c->held_head, c->via_fallback ? "fallback" : c->host->name) < 0 ||
+            buffer_append_str(&c->held_head, c->via_fallback || c->engine_name ? "/" : "") < 0 ||
+            buffer_append_str(&c->held_head, c->via_fallback ? c->fallback->name : c->engine_name ?: "") < 0 ||
+            buffer_append_str(&c->held_head, "\r\n") < 0)
                 return -1;
         for (size_t i = 0; i < resp->n_headers; i++) {
                 Span name = upstream_response_header_name(resp, i),
@@ -551,6 +605,12 @@ static int client_upstream_headers(Upstream *u, const UpstreamResponse *resp, vo
         }
         if (c->mode == MODE_HOLD)
                 return 0;
+        if (c->awaiting_first_token) {
+                /* held with the comments before it until the first data line: until then the fallback may
+                 * still answer instead */
+                c->held_framing = framing;
+                return 0;
+        }
 
         /* written with the body bytes of the same read (client_upstream_read_end) */
         return send_held_head(c, framing) < 0 ? -1 : 0;
@@ -565,6 +625,24 @@ static void release_held(Client *c) {
         c->mode = MODE_PASS;
         (void)frame_body(c, buffer_peek(&c->held), buffer_size(&c->held));
         buffer_done(&c->held);
+}
+
+/* A data line (a token, or an error event) in what a stream has sent so far. */
+static bool has_data_line(const Buffer *b) {
+        const char *p = buffer_peek(b);
+        size_t n = buffer_size(b);
+        return (n >= 5 && memcmp(p, "data:", 5) == 0) || memmem(p, n, "\ndata:", 6);
+}
+
+/* The first token is here: the engine answers after all, and what was held goes out. */
+static int release_first_token(Client *c) {
+        c->awaiting_first_token = false;
+        (void)sd_event_source_set_enabled(c->budget, SD_EVENT_OFF);
+        if (!c->early && send_held_head(c, c->held_framing ?: "") < 0)
+                return -ENOMEM;
+        int r = frame_body(c, buffer_peek(&c->held), buffer_size(&c->held));
+        buffer_done(&c->held);
+        return r;
 }
 
 static int client_upstream_body(Upstream *u, const char *p, size_t n, void *userdata) {
@@ -585,6 +663,12 @@ static int client_upstream_body(Upstream *u, const char *p, size_t n, void *user
         case MODE_SSE:
                 buffer_clear(&c->scratch);
                 r = sse_filter_feed(&c->sse, p, n, &c->scratch);
+                if (r >= 0 && c->awaiting_first_token) {
+                        r = buffer_append(&c->held, buffer_peek(&c->scratch), buffer_size(&c->scratch));
+                        if (r >= 0 && has_data_line(&c->held))
+                                r = release_first_token(c);
+                        break;
+                }
                 if (r >= 0)
                         r = frame_body(c, buffer_peek(&c->scratch), buffer_size(&c->scratch));
                 break;
@@ -592,6 +676,8 @@ static int client_upstream_body(Upstream *u, const char *p, size_t n, void *user
                 r = frame_body(c, p, n);
                 break;
         }
+        if (!c->awaiting_first_token && c->mode != MODE_HOLD)
+                c->engine_bytes_sent = true;
         if (r < 0) {
                 client_free(c);
                 return -1;
@@ -615,6 +701,9 @@ static void client_upstream_complete(Upstream *u, void *userdata) {
         Client *c = userdata;
 
         c->upstream = NULL;
+        (void)sd_event_source_set_enabled(c->budget, SD_EVENT_OFF);
+        if (c->awaiting_first_token && c->mode == MODE_SSE)
+                (void)release_first_token(c); /* a stream that ended without a data line, as it is */
         if (c->mode == MODE_HOLD && c->early) {
                 buffer_clear(&c->scratch);
                 if (sse_error_event_from_answer(c->api, c->error_status, buffer_peek(&c->held),
@@ -672,6 +761,16 @@ static void client_upstream_error(Upstream *u, int error, bool started, void *us
         char msg[512];
 
         c->upstream = NULL;
+        (void)sd_event_source_set_enabled(c->budget, SD_EVENT_OFF);
+        if (!c->engine_bytes_sent && !c->via_fallback && client_fall_back(c, upstream_strerror(error))) {
+                /* the engine failed before any of its answer reached the client */
+                if (client_flush(c) < 0)
+                        client_free(c);
+                return;
+        }
+        if (c->awaiting_first_token && c->mode == MODE_SSE)
+                (void)release_first_token(c);
+        c->awaiting_first_token = false;
         if (!started && (error == ETIME || error == -ETIME)) {
                 /* stuck, not down: the connection is closed (so the GPU stops working on it) */
                 char t[FORMAT_TIMESPAN_MAX];
@@ -764,8 +863,9 @@ static void client_respond_health(Client *c, bool strict) {
         for (size_t i = 0; i < m->config->n_hosts; i++)
                 up += host_state(m->hosts[i]) != HOST_DOWN;
         bool ok = up > 0 || m->config->n_hosts == 0;
-        (void)buffer_printf(&b, "{\"status\":\"%s\",\"version\":\"%s\",\"hosts\":%zu,\"hosts_up\":%zu,"
-                                "\"connections\":%zu,\"host_states\":{",
+        (void)buffer_printf(&b,
+                            "{\"status\":\"%s\",\"version\":\"%s\",\"hosts\":%zu,\"hosts_up\":%zu,"
+                            "\"connections\":%zu,\"host_states\":{",
                             ok ? "ok" : "degraded", MODELGATE_VERSION, m->config->n_hosts, up, m->n_clients);
         for (size_t i = 0; i < m->config->n_hosts; i++)
                 /* host names are letters, digits, '_' and '.': nothing to escape */
@@ -838,6 +938,26 @@ static char *span_dup(Span s) {
         return s.p ? strndup(s.p, s.n) : NULL;
 }
 
+static int client_budget_cb(sd_event_source *s, uint64_t usec, void *userdata);
+
+/* FirstTokenBudgetSec= (streaming) or RequestBudgetSec=, from the moment the engine gets the request */
+static void client_start_budget(Client *c) {
+        usec_t b;
+
+        if (!c->engine_conf || c->via_fallback)
+                return;
+        b = c->streaming ? c->engine_conf->first_token_budget_usec : c->engine_conf->request_budget_usec;
+        if (b == 0 || b == USEC_INFINITY)
+                return;
+        if (!c->budget) {
+                if (sd_event_add_time_relative(c->manager->event, &c->budget, CLOCK_MONOTONIC, b, 0,
+                                               client_budget_cb, c) < 0)
+                        return;
+        } else
+                (void)sd_event_source_set_time_relative(c->budget, b);
+        (void)sd_event_source_set_enabled(c->budget, SD_EVENT_ONESHOT);
+}
+
 static void client_send_upstream(Client *c) {
         int k = upstream_start(c->manager, c->target, &c->pending, c->head, &client_upstream_callbacks, c,
                                &c->upstream);
@@ -845,10 +965,100 @@ static void client_send_upstream(Client *c) {
         if (k < 0)
                 return client_host_down(c, k);
         (void)upstream_set_idle_timeout(c->upstream, c->manager->config->upstream_idle_timeout_usec);
+        client_start_budget(c);
 }
 
-/* A refusal from the host's engine side: SPEC §7 statuses, with the headers that steer retrying clients. */
+/* SPEC §3: an availability failure of the engine, before any byte of its answer reached the client (an early
+ * 200 with keepalive comments still counts as before), sends the request to the engine's fallback instead,
+ * once. true: it went there, and the request is the fallback's now. */
+static bool client_fall_back(Client *c, const char *why) {
+        const FallbackConf *f = c->fallback;
+        _cleanup_free_ char *quoted = NULL, *body = NULL, *model = NULL;
+        _cleanup_free_ char *key_header = NULL;
+        size_t n;
+        Span span;
+
+        if (!f || c->via_fallback || c->engine_bytes_sent || !c->fb_body)
+                return false;
+        if (json_find_model(c->fb_body, c->fb_body_len, &span, &model, NULL) < 0)
+                return false;
+        quoted = json_quote(f->model);
+        body = quoted ? span_replace((Span){c->fb_body, c->fb_body_len}, span, quoted, &n) : NULL;
+        if (f->key &&
+            asprintf(&key_header,
+                     c->api == API_ANTHROPIC ? "x-api-key: %s\r\n" : "Authorization: Bearer %s\r\n",
+                     f->key) < 0)
+                return false;
+        if (!body)
+                return false;
+
+        log_notice("host %s: %s goes to fallback %s: %s", c->host->name, strna(c->model), f->name, why);
+        metrics_fallback(c->manager->metrics, c->host->name, c->engine_name, f->name);
+        c->via_fallback = true;
+        /* the engine's request is cancelled (its connection closed, so the GPU stops), and the engine is
+         * free */
+        c->upstream = upstream_cancel(c->upstream);
+        host_release(&c->waiter);
+        (void)sd_event_source_set_enabled(c->budget, SD_EVENT_OFF);
+        (void)sd_event_source_set_enabled(c->keepalive, SD_EVENT_OFF);
+        sse_filter_done(&c->sse);
+        c->mode = MODE_PASS;
+        c->awaiting_first_token = false;
+        buffer_clear(&c->held_head);
+        buffer_done(&c->held);
+        c->error_status = 0;
+        c->target = &f->url;
+        buffer_done(&c->pending);
+        if (build_upstream_request(c, &f->url, (Span){c->fb_target, strlen(c->fb_target)}, body, n,
+                                   key_header, &c->pending) < 0) {
+                client_respond_error(c, 500, NULL, "out of memory", NULL);
+                return true;
+        }
+        client_send_upstream(c);
+        return true;
+}
+
+static int client_budget_cb(sd_event_source *s, uint64_t usec, void *userdata) {
+        Client *c = userdata;
+        char why[256], t[FORMAT_TIMESPAN_MAX];
+        bool stream = c->streaming;
+
+        snprintf(why, sizeof(why), "%s not within %s (%s)", stream ? "no first token" : "no whole answer",
+                 format_timespan(t, sizeof(t),
+                                 stream ? c->engine_conf->first_token_budget_usec
+                                        : c->engine_conf->request_budget_usec)
+                         ?: "?",
+                 stream ? "FirstTokenBudgetSec=" : "RequestBudgetSec=");
+        if (client_fall_back(c, why)) {
+                if (client_flush(c) < 0)
+                        client_free(c);
+                return 0;
+        }
+        /* no fallback: the request is cancelled all the same, so that the GPU stops working on it */
+        c->upstream = upstream_cancel(c->upstream);
+        if (!c->engine_bytes_sent) {
+                char msg[512];
+                snprintf(msg, sizeof(msg), "engine '%s' of host '%s': %s; the request was cancelled",
+                         strna(c->engine_name), c->host->name, why);
+                client_respond_error(c, 504, "budget_exceeded", msg, NULL);
+        } else {
+                c->close_after_response = true;
+                c->state = CLIENT_CLOSING;
+                client_response_complete(c, "cut=budget");
+        }
+        if (client_flush(c) < 0) {
+                client_free(c);
+                return 0;
+        }
+        client_process(c);
+        return 0;
+}
+
+/* A refusal from the host's engine side: SPEC §7 statuses, with the headers that steer retrying clients;
+ * or the fallback, for the availability failures (a busy GPU unless OnBusy=no). */
 static void client_respond_host_error(Client *c, int status, const char *message) {
+        if ((status != 423 || (c->fallback && c->fallback->on_busy != 0)) && client_fall_back(c, message))
+                return;
         switch (status) {
         case 503:
                 return client_respond_error(c, 503, "host_down", message,
@@ -1049,7 +1259,20 @@ static void client_dispatch(Client *c) {
                         return client_respond_error(c, 404, "model_not_found", msg, NULL);
                 }
                 c->target = host_engine(host, (size_t)engine)->url;
-                c->engine_name = host_engine(host, (size_t)engine)->conf->name;
+                c->engine_conf = host_engine(host, (size_t)engine)->conf;
+                c->engine_name = c->engine_conf->name;
+                c->fallback = config_find_fallback(c->config, c->engine_conf->fallback);
+                /* the fallback needs the client's own body; only a model in the body can be renamed there */
+                if (c->fallback && in_body) {
+                        c->fb_body = memdup(body, body_len);
+                        c->fb_target = strndup(url.p, url.n);
+                        c->fb_body_len = body_len;
+                        if (!c->fb_body || !c->fb_target)
+                                return client_respond_error(c, 500, NULL, "out of memory", NULL);
+                        c->awaiting_first_token = c->streaming && !c->head;
+                }
+                if (c->streaming && c->engine_conf->first_token_budget_usec != 0)
+                        c->awaiting_first_token = !c->head;
         } else if (!span_startswith(path, "/models") && catalog_lists(host_catalog(host), key) == 0) {
                 /* SPEC §4: a key the host does not list (its list is known) is 404; /models/... calls
                  * (a download of a new model, say) are the host's to judge */
@@ -1061,7 +1284,8 @@ static void client_dispatch(Client *c) {
                          c->host->name, k2);
                 return client_respond_error(c, 404, "model_not_found", msg, NULL);
         }
-        if (build_upstream_request(c, c->target, url, body ?: "", body ? body_len : 0, &c->pending) < 0)
+        if (build_upstream_request(c, c->target, url, body ?: "", body ? body_len : 0, NULL, &c->pending) <
+            0)
                 return client_respond_error(c, 500, NULL, "out of memory", NULL);
         /* the request's own copy of the body is not needed any more */
         buffer_done(&r->body);

@@ -14,6 +14,7 @@ typedef enum Family {
         F_SWITCHES,
         F_REFUSALS,
         F_BUDGET,
+        F_FALLBACK,
         F_WAIT,
         F_FIRST_BYTE,
         _F_MAX,
@@ -30,6 +31,8 @@ static const struct {
                         "Switches refused because the GPU was busy (423)"},
         [F_BUDGET] = {"modelgate_wait_budget_expired_total", "counter",
                       "Requests answered 504 after WaitBudgetSec="},
+        [F_FALLBACK] = {"modelgate_fallbacks_total", "counter",
+                        "Requests sent to an engine's fallback, by host, engine and fallback"},
         [F_WAIT] = {"modelgate_wait_seconds", "histogram",
                     "Time a request waited for its engine (0 when it was up)"},
         [F_FIRST_BYTE] = {"modelgate_first_byte_seconds", "histogram",
@@ -84,7 +87,15 @@ static void append_label(Buffer *b, const char *name, const char *value) {
         (void)buffer_append_str(b, "\"");
 }
 
+static Series *series_get3(Metrics *m, Family f, const char *host, const char *engine, int status,
+                           const char *fallback);
+
 static Series *series_get(Metrics *m, Family f, const char *host, const char *engine, int status) {
+        return series_get3(m, f, host, engine, status, NULL);
+}
+
+static Series *series_get3(Metrics *m, Family f, const char *host, const char *engine, int status,
+                           const char *fallback) {
         _cleanup_(buffer_done) Buffer l = {};
         Series *s;
 
@@ -93,6 +104,8 @@ static Series *series_get(Metrics *m, Family f, const char *host, const char *en
         append_label(&l, "host", host);
         if (engine)
                 append_label(&l, "engine", engine);
+        if (fallback)
+                append_label(&l, "fallback", fallback);
         if (status > 0) {
                 char st[16];
                 snprintf(st, sizeof(st), "%d", status);
@@ -150,6 +163,12 @@ void metrics_first_byte(Metrics *m, const char *host, usec_t t) {
 
 void metrics_switch(Metrics *m, const char *host, const char *engine) {
         count(m, F_SWITCHES, host, engine, 0);
+}
+
+void metrics_fallback(Metrics *m, const char *host, const char *engine, const char *fallback) {
+        Series *s = series_get3(m, F_FALLBACK, host, engine ?: "", 0, fallback);
+        if (s)
+                s->value++;
 }
 
 void metrics_refusal(Metrics *m, const char *host) {

@@ -27,5 +27,6 @@ void metrics_first_byte(Metrics *m, const char *host, usec_t t);
 void metrics_switch(Metrics *m, const char *host, const char *engine);
 void metrics_refusal(Metrics *m, const char *host);
 void metrics_budget_expired(Metrics *m, const char *host);
+void metrics_fallback(Metrics *m, const char *host, const char *engine, const char *fallback);
 
 int metrics_render(Manager *manager, Buffer *out);

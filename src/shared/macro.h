@@ -97,6 +97,11 @@ static inline const char *startswith(const char *s, const char *prefix) {
         return strncmp(s, prefix, l) == 0 ? s + l : NULL;
 }
 
+static inline void *memdup(const void *p, size_t n) {
+        void *q = malloc(n ?: 1);
+        return q ? memcpy(q, p, n) : NULL;
+}
+
 /* *p becomes a copy of s (NULL stays NULL); -ENOMEM leaves *p as it was. */
 static inline int free_and_strdup(char **p, const char *s) {
         char *t = NULL;

@@ -21,6 +21,7 @@ Knobs, per process (command line) or per request (a marker in the prompt text):
   [[error:N]]        a mid-stream error after N tokens
   [[crash]]          the process exits at once
   [[delay:S]]        sleep S seconds before answering
+  [[status:N]]       answer N with llama.cpp's error shape (404 not_found_error, 503 unavailable_error, ...)
 
 For tests: POST /_double/events {"n":N,"size":S} sends N download_progress feed
 events padded to S bytes; GET /models?reload=1 sends models_reload ("*").
@@ -377,7 +378,14 @@ class Handler(BaseHTTPRequestHandler):
 
     def generate(self, path, model, req, body):
         text = self.prompt_text(req)
-        knob = lambda name: (re.search(r"\[\[%s(?::([0-9.]+))?\]\]" % name, text))
+        knob = lambda name: (None if ARGS.no_knobs else re.search(r"\[\[%s(?::([0-9.]+))?\]\]" % name, text))
+        if knob("status"):
+            code = int(knob("status").group(1))
+            kinds = {401: "authentication_error", 403: "permission_error", 404: "not_found_error",
+                     413: "invalid_request_error", 422: "invalid_request_error", 429: "rate_limit_error",
+                     503: "unavailable_error"}
+            return self.send_error_json(code, "the double answers %d as asked" % code,
+                                        kinds.get(code, "server_error"))
         if knob("crash"):
             os._exit(3)
         if knob("delay"):
@@ -488,6 +496,7 @@ def main():
                    help="answer 503 'Loading model' to everything for this long after start")
     p.add_argument("--name", default="", help="sent back in an X-Double header (which engine answered)")
     p.add_argument("--verbose", action="store_true")
+    p.add_argument("--no-knobs", action="store_true", help="ignore [[...]] in prompts (a stand-in for a cloud API)")
     ARGS = p.parse_args()
     global STARTED
     STARTED = time.monotonic()

@@ -1,0 +1,200 @@
+"""The availability fallback and the time budgets (SPEC §3): engines in a boxed user manager, a second double
+as the "cloud". It answers only when the engine cannot — before any of the engine's answer reached the
+client — never for errors that would fail the same anywhere, once, and with its own key."""
+
+import json
+import os
+import time
+
+import pytest
+
+from boxes import box_skip_reason, chat, engine_unit, gate_env, local_host
+from conftest import free_port, post, read_sse, wait_for
+
+pytestmark = pytest.mark.skipif(box_skip_reason() is not None, reason=str(box_skip_reason()))
+
+CHAT = "/v1/chat/completions"
+KEY = "sk-cloud-test-0123456789"
+
+
+@pytest.fixture
+def cloud(make_double, tmp):
+    d = make_double("--models", "cloud-model", "--loaded", "cloud-model", "--name", "cloud", "--no-knobs")
+    keyfile = os.path.join(tmp, "cloud.key")
+    with open(keyfile, "w") as f:
+        f.write(KEY + "\n")
+    d.keyfile = keyfile
+    return d
+
+
+def gate_with_fallback(box, make_gate, cloud, engine_extra="", proxy="", double_args="", fallback_extra="", unit_extra=""):
+    port = free_port()
+    box.add_unit("llama-main.service", engine_unit("main", port, "laguna-xs", double_args=double_args,
+                                                   extra_service=unit_extra))
+    box.reload()
+    conf = "[Proxy]\nHoldDownSec=1s\nKeepaliveAfterSec=1s\nKeepaliveIntervalSec=1s\n%s" % proxy
+    conf += local_host("h", port)
+    conf += "[Engine]\nHost=h\nName=main\nUnit=llama-main.service\nModels=laguna-*\nStartTimeoutSec=20s\n"
+    conf += "Fallback=cloud\n" + engine_extra
+    conf += "[Fallback]\nName=cloud\nURL=%s\nModel=cloud-model\nKeyFile=%s\n%s" % (cloud.url, cloud.keyfile,
+                                                                                   fallback_extra)
+    g = make_gate(conf, env=gate_env(box))
+    g.wait_log("host h up")
+    g.engine_port = port
+    return g
+
+
+def engine_requests(g):
+    import http.client
+    c = http.client.HTTPConnection("127.0.0.1", g.engine_port, timeout=10)
+    c.request("GET", "/_double/requests")
+    return json.loads(c.getresponse().read())
+
+
+def ask(g, content="hi", stream=False, model="h-laguna-xs", headers=None):
+    c = g.conn(timeout=60)
+    r = post(c, CHAT, chat(model, content, stream=stream), headers=headers)
+    if stream:
+        return r, "".join(l for _, l in read_sse(r))
+    return r, r.read()
+
+
+def cloud_requests(cloud):
+    return [r for r in cloud.requests() if r["path"] == CHAT]
+
+
+def assert_from_cloud(r, body, cloud, stream=False):
+    assert r.status == 200, body
+    assert r.getheader("X-Modelgate-Served-By") in ("fallback/cloud", None)  # None: after an early 200
+    if stream:
+        assert "data: [DONE]" in body, body
+    else:
+        assert json.loads(body)["model"] == "cloud-model", body
+    (req,) = cloud_requests(cloud)[-1:]
+    sent = json.loads(req["body"])
+    assert sent["model"] == "cloud-model"  # the client's model is renamed to the fallback's
+    headers = {k.lower(): v for k, v in req["headers"]}
+    assert headers["authorization"] == "Bearer " + KEY
+    assert "x-api-key" not in headers
+
+
+def test_engine_that_cannot_start_falls_back_with_the_server_key(box, make_gate, cloud):
+    g = gate_with_fallback(box, make_gate, cloud, unit_extra="ExecStartPre=/bin/false\n")
+    r, body = ask(g, headers={"Authorization": "Bearer client-secret"})
+    assert_from_cloud(r, body, cloud)
+    # the client's own credential never travels, the server's key does
+    assert "client-secret" not in json.dumps(cloud_requests(cloud))
+    line = g.wait_log("POST /v1/chat/completions")
+    assert "via=fallback/cloud" in line, line
+    assert "goes to fallback cloud: engine 'main' of host 'h' (unit llama-main.service) failed to start" in g.logtext()
+
+
+def test_reset_before_the_answer_and_404_503_fall_back(box, make_gate, cloud):
+    g = gate_with_fallback(box, make_gate, cloud)
+    r, body = ask(g, "warm up")
+    assert r.status == 200 and r.getheader("X-Modelgate-Served-By") == "h/main"
+    for content in ("[[status:503]]", "[[status:404]]"):
+        r, body = ask(g, content)
+        assert_from_cloud(r, body, cloud)
+    # the engine process dies on this one: the connection resets before any answer
+    r, body = ask(g, "[[crash]]", stream=True)
+    assert_from_cloud(r, body, cloud, stream=True)
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 413, 422, 429])
+def test_errors_that_would_fail_anywhere_do_not_fall_back(box, make_gate, cloud, status):
+    g = gate_with_fallback(box, make_gate, cloud)
+    r, body = ask(g, "[[status:%d]]" % status)
+    assert r.status == status, body
+    assert r.getheader("X-Modelgate-Served-By") == "h/main"
+    assert cloud_requests(cloud) == []
+
+
+def test_a_stream_cut_after_its_first_byte_is_not_retried(box, make_gate, cloud):
+    g = gate_with_fallback(box, make_gate, cloud)
+    r, body = ask(g, "[[tokens:6]] [[cut:3]]", stream=True)
+    assert r.status == 200
+    assert "tok0" in body and "stopped the stream before it ended" in body, body
+    assert cloud_requests(cloud) == []
+
+
+def test_the_fallback_failing_is_the_clients_error_not_chained(box, make_gate, make_double, tmp):
+    # a "cloud" that is still loading: 503 to everything
+    bad = make_double("--models", "cloud-model", "--startup-delay", "3600", "--no-knobs")
+    bad.keyfile = os.path.join(tmp, "bad.key")
+    open(bad.keyfile, "w").write(KEY)
+    g = gate_with_fallback(box, make_gate, bad)
+    r, body = ask(g, "[[status:503]]")
+    assert r.status == 503 and b"Loading model" in body, body
+    assert r.getheader("X-Modelgate-Served-By") == "fallback/cloud"
+    assert len(cloud_requests(bad)) == 1
+
+
+def test_first_token_budget_cancels_the_engine_request_and_the_fallback_answers(box, make_gate, cloud):
+    g = gate_with_fallback(box, make_gate, cloud, engine_extra="FirstTokenBudgetSec=1s\n")
+    start = time.monotonic()
+    r, body = ask(g, "[[hang]]", stream=True)
+    took = time.monotonic() - start
+    assert_from_cloud(r, body, cloud, stream=True)
+    assert r.getheader("X-Modelgate-Served-By") == "fallback/cloud"
+    assert 0.9 < took < 5, took
+    # the engine saw its connection closed: the GPU stops working on it
+    wait_for(lambda: any(q.get("disconnected") for q in engine_requests(g) if "[[hang]]" in q.get("body", "")),
+             what="the engine to see the disconnect")
+    assert "no first token not within 1s (FirstTokenBudgetSec=)" in g.logtext()
+
+
+def test_request_budget_without_fallback_is_504(box, make_gate, cloud):
+    port = free_port()
+    box.add_unit("llama-main.service", engine_unit("main", port, "laguna-xs"))
+    box.reload()
+    conf = local_host("h", port) + "[Engine]\nHost=h\nName=main\nUnit=llama-main.service\nModels=laguna-*\n" \
+        "RequestBudgetSec=1s\n"
+    g = make_gate(conf, env=gate_env(box))
+    g.wait_log("host h up")
+    r, body = ask(g, "[[hang]]")
+    assert r.status == 504, body
+    assert "no whole answer not within 1s (RequestBudgetSec=); the request was cancelled" in \
+        json.loads(body)["error"]["message"]
+
+
+def test_wait_budget_after_an_early_200_falls_back_into_the_same_stream(box, make_gate, cloud):
+    g = gate_with_fallback(box, make_gate, cloud, proxy="WaitBudgetSec=3s\n", double_args="--startup-delay 30")
+    start = time.monotonic()
+    r, body = ask(g, "hi", stream=True)
+    assert r.status == 200
+    assert ": waiting for engine main on h" in body, body  # keepalives first ...
+    assert body.rstrip().endswith("data: [DONE]"), body     # ... then the cloud's stream in the same response
+    assert "error" not in body
+    assert 2.5 < time.monotonic() - start < 10
+    assert "via=fallback/cloud" in g.wait_log("POST /v1/chat/completions")
+
+
+def test_busy_gpu_falls_back_unless_on_busy_is_no(box, make_gate, cloud):
+    box.add_unit("gpu-bench.service", "[Service]\nExecStart=/bin/sleep 600\n")
+    box.reload()
+    box.systemctl("start", "gpu-bench.service")
+    for on_busy, expect in (("yes", 200), ("no", 423)):
+        port = free_port()
+        box.add_unit("llama-main.service", engine_unit("main", port, "laguna-xs"))
+        box.reload()
+        conf = local_host("h", port, "BusyUnits=gpu-bench.service\n")
+        conf += "[Engine]\nHost=h\nName=main\nUnit=llama-main.service\nModels=laguna-*\nFallback=cloud\n"
+        conf += "[Fallback]\nName=cloud\nURL=%s\nModel=cloud-model\nOnBusy=%s\n" % (cloud.url, on_busy)
+        g = make_gate(conf, env=gate_env(box))
+        g.wait_log("host h up")
+        r, body = ask(g)
+        assert r.status == expect, body
+        g.stop()
+
+
+def test_clients_cannot_name_the_fallback_and_the_list_does_not_show_it(box, make_gate, cloud):
+    g = gate_with_fallback(box, make_gate, cloud)
+    for model in ("cloud", "cloud-model", "h-cloud-model"):
+        r, body = ask(g, model=model)
+        assert r.status == 404, (model, body)
+    c = g.conn()
+    c.request("GET", "/v1/models")
+    ids = [m["id"] for m in json.loads(c.getresponse().read())["data"]]
+    assert not any("cloud" in i for i in ids), ids
+    assert cloud_requests(cloud) == []
