@@ -4,6 +4,8 @@
  * would. */
 
 #include <getopt.h>
+#include <sys/random.h>
+#include <time.h>
 #include <json-c/json.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +14,8 @@
 
 #include "modelgated/conf.h"
 #include "shared/log.h"
+#include "shared/sha256.h"
+#include "shared/state-file.h"
 #include "shared/strv.h"
 #include "shared/time-util.h"
 
@@ -32,6 +36,7 @@ static int arg_user = -1;
 static bool arg_json = false;
 static const char *arg_host = NULL;
 static uint64_t arg_timeout = 0;
+static const char *arg_config = NULL;
 
 static void help(void) {
         printf("%s [OPTIONS...] COMMAND\n\n"
@@ -41,7 +46,10 @@ static void help(void) {
                "  hosts                  One line per host\n"
                "  switch HOST ENGINE     Switch HOST to ENGINE, by the scheduler's rules; waits for it\n"
                "  stop HOST              Stop HOST's engine once nothing is in flight\n"
-               "  reload                 Read the configuration again\n\n"
+               "  reload                 Read the configuration again\n"
+               "  key add TIER           Make an API key of TIER, print it once, store its digest\n"
+               "  key list               The keys' digests (a prefix) and tiers\n"
+               "  key remove DIGEST      Remove the key whose digest starts with DIGEST\n\n"
                "Options:\n"
                "  -h --help              Show this help\n"
                "     --version           Show the version\n"
@@ -49,13 +57,14 @@ static void help(void) {
                "     --system            The system instance (default for root)\n"
                "  -H --host=[USER@]HOST[:PORT]  The instance on HOST, through ssh\n"
                "     --json              Print the bus's properties as JSON\n"
-               "     --timeout=SPAN      How long switch waits (default: 24h)\n\n"
+               "     --timeout=SPAN      How long switch waits (default: 24h)\n"
+               "     --config=PATH       For key: the modelgate.conf that names KeysFile=\n\n"
                "See modelgatectl(1).\n",
                program_invocation_short_name);
 }
 
 static int parse_argv(int argc, char *argv[]) {
-        enum { ARG_VERSION = 0x100, ARG_USER, ARG_SYSTEM, ARG_JSON, ARG_TIMEOUT };
+        enum { ARG_VERSION = 0x100, ARG_USER, ARG_SYSTEM, ARG_JSON, ARG_TIMEOUT, ARG_CONFIG };
         static const struct option options[] = {
                 {"help", no_argument, NULL, 'h'},
                 {"version", no_argument, NULL, ARG_VERSION},
@@ -64,6 +73,7 @@ static int parse_argv(int argc, char *argv[]) {
                 {"host", required_argument, NULL, 'H'},
                 {"json", no_argument, NULL, ARG_JSON},
                 {"timeout", required_argument, NULL, ARG_TIMEOUT},
+                {"config", required_argument, NULL, ARG_CONFIG},
                 {},
         };
         int c;
@@ -87,6 +97,9 @@ static int parse_argv(int argc, char *argv[]) {
                         break;
                 case ARG_JSON:
                         arg_json = true;
+                        break;
+                case ARG_CONFIG:
+                        arg_config = optarg;
                         break;
                 case ARG_TIMEOUT:
                         if (parse_timespan(optarg, &arg_timeout) < 0 || arg_timeout == 0) {
@@ -392,6 +405,169 @@ static int call_host(sd_bus *bus, const char *host, const char *method, uint64_t
         return EXIT_OK;
 }
 
+/* key: the keys file that modelgate.conf names, edited in place (atomically), then Reload() so that the
+ * daemon knows at once; the key itself is printed once and stored nowhere. */
+
+static char *config_path(void) {
+        const char *xdg = getenv("XDG_CONFIG_HOME"), *home = getenv("HOME");
+        char *p = NULL;
+
+        if (arg_config)
+                return strdup(arg_config);
+        if (!arg_user)
+                return strdup("/etc/modelgate/modelgate.conf");
+        if (xdg && xdg[0] == '/')
+                return asprintf(&p, "%s/modelgate/modelgate.conf", xdg) < 0 ? NULL : p;
+        if (home && home[0] == '/')
+                return asprintf(&p, "%s/.config/modelgate/modelgate.conf", home) < 0 ? NULL : p;
+        return NULL;
+}
+
+static int load_config(Config *c) {
+        _cleanup_free_ char *path = config_path();
+        int r;
+
+        config_init(c);
+        if (!path)
+                return log_error_errno(EINVAL, "Cannot tell where modelgate.conf is: pass --config=PATH");
+        r = config_load(c, path);
+        if (r < 0)
+                return log_error_errno(r, "Cannot read %s (see above)", path);
+        if (!c->access.keys_file)
+                return log_error_errno(EINVAL, "%s has no [Access] KeysFile=: there is nowhere to keep keys",
+                                       path);
+        return 0;
+}
+
+static int read_text(const char *path, char **ret) {
+        FILE *f = fopen(path, "re");
+        char *buf = NULL;
+        size_t n = 0;
+
+        if (!f) {
+                if (errno != ENOENT)
+                        return -errno;
+                *ret = strdup("");
+                return *ret ? 0 : -ENOMEM;
+        }
+        ssize_t k = getdelim(&buf, &n, 0, f);
+        fclose(f);
+        if (k < 0) {
+                free(buf);
+                buf = strdup("");
+        }
+        *ret = buf;
+        return buf ? 0 : -ENOMEM;
+}
+
+static void reload_daemon(void) {
+        _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
+        _cleanup_(sd_bus_error_free) sd_bus_error e = SD_BUS_ERROR_NULL;
+
+        if (connect_bus(&bus) < 0 || sd_bus_call_method(bus, BUS_NAME, OBJECT_PATH, "org.modelgate1.Manager",
+                                                        "Reload", &e, NULL, "") < 0)
+                fprintf(stderr,
+                        "modelgated was not reloaded (%s); it reads the keys at its next start or reload\n",
+                        e.message ?: "not running");
+}
+
+static int do_key(int argc, char **argv) {
+        _cleanup_(config_done) Config c = {};
+        _cleanup_free_ char *text = NULL;
+        const char *verb = argv[0];
+        int r;
+
+        r = load_config(&c);
+        if (r < 0)
+                return EXIT_FAILED;
+        r = read_text(c.access.keys_file, &text);
+        if (r < 0)
+                return log_error_errno(r, "Cannot read %s: %m", c.access.keys_file), EXIT_FAILED;
+
+        if (streq(verb, "list")) {
+                for (char *l = text, *next; l && *l; l = next) {
+                        next = strchr(l, '\n');
+                        if (next)
+                                *next++ = 0;
+                        if (*l == '#' || !*l)
+                                continue;
+                        char *tier = strpbrk(l, " \t");
+                        printf("%.12s  %s\n", l, tier ? tier + strspn(tier, " \t") : "?");
+                }
+                return EXIT_OK;
+        }
+
+        if (streq(verb, "add")) {
+                const char *tier = argv[1];
+                uint8_t raw[24];
+                char key[64], hex[2 * SHA256_DIGEST_SIZE + 1], day[16];
+                bool known = false;
+                time_t now = time(NULL);
+                struct tm tm;
+
+                for (size_t i = 0; i < c.n_tiers; i++)
+                        known = known || streq(c.tiers[i].name, tier);
+                if (!known) {
+                        log_error("There is no [Tier] named '%s' in the configuration", tier);
+                        return EXIT_NOT_FOUND;
+                }
+                if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
+                        return log_error_errno(errno, "getrandom() failed: %m"), EXIT_FAILED;
+                strcpy(key, "mg-");
+                for (size_t i = 0; i < sizeof(raw); i++)
+                        snprintf(key + 3 + 2 * i, 3, "%02x", raw[i]);
+                sha256_hex(key, strlen(key), hex);
+                gmtime_r(&now, &tm);
+                strftime(day, sizeof(day), "%Y-%m-%d", &tm);
+                _cleanup_free_ char *out = NULL;
+                if (asprintf(&out, "%s%s# added %s by modelgatectl\n%s %s\n", text,
+                             *text && text[strlen(text) - 1] != '\n' ? "\n" : "", day, hex, tier) < 0)
+                        return log_oom(), EXIT_FAILED;
+                r = state_file_write(c.access.keys_file, out, strlen(out));
+                if (r < 0)
+                        return log_error_errno(r, "Cannot write %s: %m", c.access.keys_file), EXIT_FAILED;
+                /* the only time the key is shown */
+                printf("%s\n", key);
+                fprintf(stderr, "key %.12s of tier %s added to %s\n", hex, tier, c.access.keys_file);
+                reload_daemon();
+                return EXIT_OK;
+        }
+
+        /* remove */
+        const char *prefix = argv[1];
+        _cleanup_free_ char *out = strdup("");
+        size_t matches = 0;
+        if (strlen(prefix) < 8) {
+                log_error("Give at least 8 digits of the digest ('modelgatectl key list' shows them)");
+                return EXIT_USAGE;
+        }
+        for (char *l = text, *next; out && l && *l; l = next) {
+                next = strchr(l, '\n');
+                if (next)
+                        *next++ = 0;
+                if (*l != '#' && strncasecmp(l, prefix, strlen(prefix)) == 0) {
+                        matches++;
+                        continue;
+                }
+                char *o = NULL;
+                if (asprintf(&o, "%s%s\n", out, l) < 0)
+                        return log_oom(), EXIT_FAILED;
+                free(out);
+                out = o;
+        }
+        if (matches != 1) {
+                log_error("%zu keys have a digest starting with '%s'; give a longer prefix", matches,
+                          prefix);
+                return matches == 0 ? EXIT_NOT_FOUND : EXIT_USAGE;
+        }
+        r = state_file_write(c.access.keys_file, out, strlen(out));
+        if (r < 0)
+                return log_error_errno(r, "Cannot write %s: %m", c.access.keys_file), EXIT_FAILED;
+        fprintf(stderr, "key %s removed from %s\n", prefix, c.access.keys_file);
+        reload_daemon();
+        return EXIT_OK;
+}
+
 int main(int argc, char *argv[]) {
         _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
         const char *verb;
@@ -403,6 +579,14 @@ int main(int argc, char *argv[]) {
                 return r < 0 ? EXIT_USAGE : EXIT_OK;
         verb = optind < argc ? argv[optind] : "status";
         n = argc - optind - 1;
+        if (streq(verb, "key")) {
+                const char *kv = n >= 1 ? argv[optind + 1] : "";
+                if (!((streq(kv, "list") && n == 1) || (STR_IN_SET(kv, "add", "remove") && n == 2))) {
+                        log_error("Use 'key add TIER', 'key list' or 'key remove DIGEST'");
+                        return EXIT_USAGE;
+                }
+                return do_key(n, argv + optind + 1);
+        }
         if (!STR_IN_SET(verb, "status", "hosts", "switch", "stop", "reload")) {
                 log_error("Unknown command '%s'; see %s --help", verb, program_invocation_short_name);
                 return EXIT_USAGE;

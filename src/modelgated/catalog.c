@@ -17,6 +17,7 @@
 #include "modelgated/manager.h"
 #include "modelgated/upstream.h"
 #include "shared/log.h"
+#include "shared/state-file.h"
 #include "shared/strv.h"
 
 #define CATALOG_FETCH_TIMEOUT_USEC (5 * USEC_PER_SEC)
@@ -68,19 +69,7 @@ static const HttpUrl *catalog_url(const Catalog *c) {
 /* Learned keys, on disk */
 
 char *catalog_state_path(void) {
-        const char *d = getenv("STATE_DIRECTORY"), *x = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
-        char *p = NULL;
-
-        if (d && *d) {
-                /* StateDirectory= may list several, separated by ':'; the first is ours */
-                size_t l = strcspn(d, ":");
-                return asprintf(&p, "%.*s/engine-keys.json", (int)l, d) < 0 ? NULL : p;
-        }
-        if (x && *x)
-                return asprintf(&p, "%s/modelgate/engine-keys.json", x) < 0 ? NULL : p;
-        if (home && *home)
-                return asprintf(&p, "%s/.local/state/modelgate/engine-keys.json", home) < 0 ? NULL : p;
-        return NULL;
+        return state_file_path("engine-keys.json");
 }
 
 static void keys_save(Manager *m) {

@@ -21,6 +21,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "modelgated/access.h"
 #include "modelgated/api-error.h"
 #include "modelgated/catalog.h"
 #include "modelgated/client.h"
@@ -77,6 +78,7 @@ struct Client {
         const char *engine_name; /* in config */
         const EngineConf *engine_conf;
         bool first_byte_seen;
+        AccessCaller caller; /* with [Access]: who asks (caller.id[0] == 0: not checked) */
 
         /* the fallback (SPEC §3): it may answer until a byte of the engine's answer reaches the client */
         const FallbackConf *fallback;
@@ -126,6 +128,7 @@ static void request_reset(Client *c) {
         c->engine_name = NULL;
         c->engine_conf = NULL;
         c->first_byte_seen = false;
+        c->caller.id[0] = 0;
         c->fallback = NULL;
         c->via_fallback = c->engine_bytes_sent = c->awaiting_first_token = false;
         c->fb_body = mfree(c->fb_body);
@@ -304,6 +307,10 @@ static void client_log_access(Client *c, const char *note) {
                         out_str(&o, " error=");
                         out_u64(&o, (uint64_t)c->error_status, 0);
                 }
+        }
+        if (c->caller.id[0]) {
+                out_str(&o, " key=");
+                out_str(&o, c->caller.id);
         }
         if (c->via_fallback) {
                 out_str(&o, " via=fallback/");
@@ -838,10 +845,40 @@ static const UpstreamCallbacks client_upstream_callbacks = {
         .on_error = client_upstream_error,
 };
 
+/* Only what the caller's tier may use (SPEC §3, [Tier] Models=). */
+static char *filter_models(const AccessCaller *caller, const char *json, size_t *n) {
+        json_object *root = json_tokener_parse(json), *data, *kept = json_object_new_array();
+        char *out = NULL;
+
+        if (root && json_object_object_get_ex(root, "data", &data) &&
+            json_object_is_type(data, json_type_array)) {
+                for (size_t i = 0; i < json_object_array_length(data); i++) {
+                        json_object *e = json_object_array_get_idx(data, i), *id;
+                        if (json_object_object_get_ex(e, "id", &id) &&
+                            access_model_allowed(caller, json_object_get_string(id)))
+                                json_object_array_add(kept, json_object_get(e));
+                }
+                json_object_object_add(root, "data", kept);
+                kept = NULL;
+                out = strdup(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN |
+                                                                          JSON_C_TO_STRING_NOSLASHESCAPE));
+                if (out)
+                        *n = strlen(out);
+        }
+        json_object_put(kept);
+        json_object_put(root);
+        return out;
+}
+
 static void client_models_done(ModelsMerge *mm, const char *json, size_t n, void *userdata) {
         Client *c = userdata;
+        _cleanup_free_ char *filtered = NULL;
 
         c->merge = models_merge_free(mm);
+        if (json && c->caller.tier && !strv_isempty(c->caller.tier->models)) {
+                filtered = filter_models(&c->caller, json, &n);
+                json = filtered;
+        }
         if (!json)
                 client_respond_error(c, 500, NULL, "out of memory", NULL);
         else
@@ -1137,6 +1174,25 @@ static void client_engine_ready(HostWaiter *w, int status, const char *message) 
         client_process(c);
 }
 
+/* [Access]: who the client is. false: answered already (401). */
+static bool client_admit(Client *c, bool unused) {
+        HttpRequest *r = &c->parser.req;
+        Span auth = http_request_header(r, "Authorization"), xkey = http_request_header(r, "X-Api-Key");
+        _cleanup_free_ char *key = NULL;
+        AccessDenial d;
+
+        if (auth.p && auth.n > 7 && strncasecmp(auth.p, "Bearer ", 7) == 0)
+                key = strndup(auth.p + 7, auth.n - 7);
+        else if (xkey.p)
+                key = strndup(xkey.p, xkey.n);
+        if (access_identify(c->manager->config, key, c->peer, &c->caller, &d) < 0) {
+                client_respond_error(c, d.status, d.code, d.message, "WWW-Authenticate: Bearer\r\n");
+                c->caller.id[0] = 0;
+                return false;
+        }
+        return true;
+}
+
 /* Finds the model, the host and the key, rewrites, and sends the request on. */
 static void client_dispatch(Client *c) {
         HttpRequest *r = &c->parser.req;
@@ -1170,6 +1226,8 @@ static void client_dispatch(Client *c) {
                 return client_start_feed(c);
         if (get && span_eq(path, "/metrics"))
                 return client_respond_metrics(c);
+        if (c->manager->config->access.enabled && !client_admit(c, false))
+                return;
         if (get && (span_eq(path, "/models") || span_eq(path, "/v1/models"))) {
                 k = models_merge_start(c->manager, client_models_done, c, &c->merge);
                 if (k < 0)
@@ -1217,6 +1275,25 @@ static void client_dispatch(Client *c) {
         }
         c->model = strdup(model);
 
+        /* a tier's Models= limits routing as much as the list */
+        if (c->caller.id[0] && !access_model_allowed(&c->caller, model)) {
+                snprintf(msg, sizeof(msg),
+                         "this key (tier '%s') may not use model '%s'; GET /v1/models lists "
+                         "the ones it may",
+                         c->caller.tier->name, c->model);
+                return client_respond_error(c, 403, "model_not_allowed", msg, NULL);
+        }
+        if (c->caller.id[0]) {
+                AccessDenial d;
+                k = access_count(c->manager->access, c->manager->config, &c->caller, &d);
+                if (k == -EDQUOT) {
+                        char h[96];
+                        snprintf(h, sizeof(h), "Retry-After: %llu\r\n", (unsigned long long)d.retry_after);
+                        return client_respond_error(c, 429, d.code, d.message, h);
+                }
+                if (k < 0)
+                        return client_respond_error(c, 500, NULL, "out of memory", NULL);
+        }
         c->config = config_ref(c->manager->config);
         c->host = route_find_host(c->config, model, &key);
         if (!c->host) {

@@ -18,6 +18,7 @@
 #include <sys/un.h>
 #include <systemd/sd-daemon.h>
 
+#include "modelgated/access.h"
 #include "modelgated/bus-object.h"
 #include "modelgated/client.h"
 #include "modelgated/host.h"
@@ -76,6 +77,7 @@ Manager *manager_free(Manager *m) {
         if (!m)
                 return NULL;
         m->bus_object = bus_object_free(TAKE_PTR(m->bus_object));
+        m->access = access_free(m->access);
         while (m->clients)
                 client_free(m->clients);
         upstream_pool_flush(m);
@@ -523,6 +525,9 @@ int manager_start(Manager *m) {
         for (size_t i = 0; i < m->config->n_hosts; i++)
                 host_start(m->hosts[i]);
         (void)bus_object_new(m, m->user, &m->bus_object);
+        m->access = access_new(m);
+        if (!m->access)
+                return log_oom();
         /* "always 0 without socket activation": nothing would start it again */
         if (m->socket_activated && m->config->exit_idle_usec != 0 &&
             m->config->exit_idle_usec != USEC_INFINITY) {

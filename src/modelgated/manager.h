@@ -60,6 +60,7 @@ struct Manager {
         BusObject *bus_object; /* NULL without a bus */
 
         struct Metrics *metrics;
+        struct Access *access; /* daily counts; NULL until started */
         uint64_t n_requests;
         usec_t start_usec;
 };

@@ -1,0 +1,215 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* API keys, tiers and daily caps: see access.h and modelgate.conf(5), [Access]. */
+
+#include <fnmatch.h>
+#include <json-c/json.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "modelgated/access.h"
+#include "modelgated/manager.h"
+#include "shared/log.h"
+#include "shared/sha256.h"
+#include "shared/state-file.h"
+
+typedef struct Counter {
+        char *name;
+        uint64_t n;
+} Counter;
+
+struct Access {
+        Manager *manager;
+        char day[16]; /* "2026-11-30", UTC: the day the counts are for */
+        Counter *counters;
+        size_t n_counters;
+        bool dirty;
+        sd_event_source *save_timer;
+};
+
+static void today(char day[16], uint64_t *ret_seconds_left) {
+        time_t now = time(NULL);
+        struct tm tm;
+
+        gmtime_r(&now, &tm);
+        strftime(day, 16, "%Y-%m-%d", &tm);
+        if (ret_seconds_left)
+                *ret_seconds_left = (uint64_t)(86400 - (tm.tm_hour * 3600 + tm.tm_min * 60 + tm.tm_sec));
+}
+
+static void counters_clear(Access *a) {
+        for (size_t i = 0; i < a->n_counters; i++)
+                free(a->counters[i].name);
+        free(a->counters);
+        a->counters = NULL;
+        a->n_counters = 0;
+}
+
+static Counter *counter_get(Access *a, const char *name) {
+        Counter *c;
+
+        for (size_t i = 0; i < a->n_counters; i++)
+                if (streq(a->counters[i].name, name))
+                        return &a->counters[i];
+        c = reallocarray(a->counters, a->n_counters + 1, sizeof(Counter));
+        if (!c)
+                return NULL;
+        a->counters = c;
+        c = &a->counters[a->n_counters];
+        *c = (Counter){.name = strdup(name)};
+        if (!c->name)
+                return NULL;
+        a->n_counters++;
+        return c;
+}
+
+static void usage_save(Access *a) {
+        _cleanup_free_ char *path = state_file_path("usage.json");
+        json_object *root = json_object_new_object(), *counts = json_object_new_object();
+        int r;
+
+        json_object_object_add(root, "day", json_object_new_string(a->day));
+        json_object_object_add(root, "counts", counts);
+        for (size_t i = 0; i < a->n_counters; i++)
+                json_object_object_add(counts, a->counters[i].name,
+                                       json_object_new_uint64(a->counters[i].n));
+        if (!path)
+                log_warning("No state directory: daily request counts will not survive a restart");
+        else {
+                const char *s = json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN);
+                r = state_file_write(path, s, strlen(s));
+                if (r < 0)
+                        log_warning_errno(r, "Cannot write %s, daily request counts may be lost: %m", path);
+        }
+        a->dirty = false;
+        json_object_put(root);
+}
+
+static void usage_load(Access *a) {
+        _cleanup_free_ char *path = state_file_path("usage.json");
+        json_object *root, *day, *counts;
+
+        today(a->day, NULL);
+        if (!path)
+                return;
+        root = json_object_from_file(path);
+        if (!root)
+                return; /* a first start: nothing counted yet */
+        if (json_object_object_get_ex(root, "day", &day) && streq(json_object_get_string(day), a->day) &&
+            json_object_object_get_ex(root, "counts", &counts) &&
+            json_object_is_type(counts, json_type_object)) {
+                json_object_object_foreach(counts, k, v) {
+                        Counter *c = counter_get(a, k);
+                        if (c)
+                                c->n = json_object_get_uint64(v);
+                }
+        }
+        json_object_put(root);
+}
+
+static int save_cb(sd_event_source *s, uint64_t usec, void *userdata) {
+        usage_save(userdata);
+        return 0;
+}
+
+Access *access_new(Manager *m) {
+        Access *a = calloc(1, sizeof(Access));
+
+        if (!a)
+                return NULL;
+        a->manager = m;
+        usage_load(a);
+        if (sd_event_add_time_relative(m->event, &a->save_timer, CLOCK_MONOTONIC, USAGE_SAVE_DELAY_USEC, 0,
+                                       save_cb, a) < 0)
+                return access_free(a);
+        (void)sd_event_source_set_enabled(a->save_timer, SD_EVENT_OFF);
+        return a;
+}
+
+Access *access_free(Access *a) {
+        if (!a)
+                return NULL;
+        if (a->dirty)
+                usage_save(a);
+        sd_event_source_disable_unref(a->save_timer);
+        counters_clear(a);
+        free(a);
+        return NULL;
+}
+
+int access_identify(const Config *c, const char *key, const char *peer, AccessCaller *ret, AccessDenial *d) {
+        *ret = (AccessCaller){};
+        if (key && *key) {
+                uint8_t h[SHA256_DIGEST_SIZE];
+                char hex[2 * SHA256_DIGEST_SIZE + 1];
+
+                sha256(key, strlen(key), h);
+                sha256_hex(key, strlen(key), hex);
+                for (size_t i = 0; i < c->access.n_keys; i++)
+                        if (memcmp(c->access.key_hashes[i], h, sizeof(h)) == 0) {
+                                ret->tier = &c->tiers[c->access.key_tiers[i]];
+                                /* never the key: its tier and the start of its digest */
+                                snprintf(ret->id, sizeof(ret->id), "%s:%.8s", ret->tier->name, hex);
+                                snprintf(ret->counter, sizeof(ret->counter), "k:%.16s", hex);
+                                return 0;
+                        }
+                *d = (AccessDenial){.status = 401, .code = "invalid_api_key"};
+                snprintf(d->message, sizeof(d->message),
+                         "the API key is not known to this proxy (digest %.8s…); ask its operator for one",
+                         hex);
+                return -EPERM;
+        }
+        if (c->access.anonymous_daily_requests == 0) {
+                *d = (AccessDenial){.status = 401, .code = "missing_api_key"};
+                snprintf(d->message, sizeof(d->message),
+                         "this proxy needs an API key: send it as \"Authorization: Bearer <key>\" or "
+                         "\"X-Api-Key: <key>\"");
+                return -EPERM;
+        }
+        snprintf(ret->id, sizeof(ret->id), "anonymous");
+        snprintf(ret->counter, sizeof(ret->counter), "ip:%s", peer);
+        return 0;
+}
+
+bool access_model_allowed(const AccessCaller *caller, const char *model) {
+        if (!caller->tier || strv_isempty(caller->tier->models))
+                return true;
+        STRV_FOREACH (g, caller->tier->models)
+                if (fnmatch(*g, model, 0) == 0)
+                        return true;
+        return false;
+}
+
+int access_count(Access *a, const Config *c, const AccessCaller *caller, AccessDenial *d) {
+        uint64_t cap = caller->tier ? caller->tier->daily_requests : c->access.anonymous_daily_requests;
+        uint64_t left;
+        char day[16];
+        Counter *n;
+
+        today(day, &left);
+        if (!streq(day, a->day)) {
+                /* the day rolled over: everyone starts again */
+                counters_clear(a);
+                memcpy(a->day, day, sizeof(day));
+                a->dirty = true;
+        }
+        n = counter_get(a, caller->counter);
+        if (!n)
+                return -ENOMEM;
+        if (cap != UINT64_MAX && n->n >= cap) {
+                *d = (AccessDenial){.status = 429, .code = "rate_limit_exceeded", .retry_after = left};
+                snprintf(d->message, sizeof(d->message),
+                         "%s has used its %llu requests for today (%s, UTC); the count starts again in %llu "
+                         "s",
+                         caller->tier ? "this key" : "this address", (unsigned long long)cap, a->day,
+                         (unsigned long long)left);
+                return -EDQUOT;
+        }
+        n->n++;
+        if (!a->dirty || sd_event_source_get_enabled(a->save_timer, NULL) <= 0) {
+                a->dirty = true;
+                (void)sd_event_source_set_time_relative(a->save_timer, USAGE_SAVE_DELAY_USEC);
+                (void)sd_event_source_set_enabled(a->save_timer, SD_EVENT_ONESHOT);
+        }
+        return 0;
+}

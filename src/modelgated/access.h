@@ -1,0 +1,46 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/* [Access] and [Tier] (SPEC §3): who may send model requests, and how many a day. A key (from
+ * "Authorization: Bearer" or "X-Api-Key") is known by its SHA-256 only; its tier caps its requests per UTC
+ * day and may limit the models it sees. Clients without a key are counted per source address. Counts are
+ * kept in the state directory (usage.json), written atomically at most USAGE_SAVE_DELAY behind, so that an
+ * idle exit, a restart or a crash resets nobody's quota. */
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "modelgated/conf.h"
+#include "shared/time-util.h"
+
+#define USAGE_SAVE_DELAY_USEC (2 * USEC_PER_SEC)
+
+typedef struct Manager Manager;
+typedef struct Access Access;
+
+/* Who is asking: the tier and a printable id ("free:3f2a9c1e" or "anonymous"), set by access_identify(). */
+typedef struct AccessCaller {
+        const TierConf *tier; /* NULL: anonymous */
+        char id[80];
+        char counter[80]; /* the usage counter's name: "k:<hash prefix>" or "ip:<address>" */
+} AccessCaller;
+
+typedef struct AccessDenial {
+        int status; /* 401, 403 or 429 */
+        const char *code;
+        char message[256];
+        uint64_t retry_after; /* 429: seconds until the day rolls over */
+} AccessDenial;
+
+Access *access_new(Manager *m);
+/* Writes what is not written yet. */
+Access *access_free(Access *a);
+
+/* Who the caller is. -EPERM with *ret_denial filled when it cannot be served at all (an unknown key, or no
+ * key where anonymous clients are refused). */
+int access_identify(const Config *c, const char *key, const char *peer, AccessCaller *ret,
+                    AccessDenial *ret_denial);
+/* Whether the caller's tier may use this client-visible model name. */
+bool access_model_allowed(const AccessCaller *caller, const char *model);
+/* Counts a request against the caller's daily cap: 0, or -EDQUOT with *ret_denial (429). */
+int access_count(Access *a, const Config *c, const AccessCaller *caller, AccessDenial *ret_denial);

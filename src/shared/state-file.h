@@ -1,0 +1,13 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/* Files in modelgated's state directory: $STATE_DIRECTORY (the unit's StateDirectory=; the first of a
+ * ':'-separated list), else $XDG_STATE_HOME/modelgate, else ~/.local/state/modelgate. */
+
+#include <stddef.h>
+
+/* The path of name there (malloc'ed), or NULL when none can be told. */
+char *state_file_path(const char *name);
+/* Writes data to path so that a crash leaves the old file or the new one, never a mix: a temporary file
+ * beside it, fsync, rename. Creates missing parent directories. */
+int state_file_write(const char *path, const char *data, size_t n);

@@ -1,0 +1,148 @@
+"""[Access] and [Tier]: API keys made by modelgatectl, daily caps that survive restarts and crashes, caps
+for anonymous clients per address, and a tier's model allowlist for routing and the model list."""
+
+import http.client
+import json
+import os
+import signal
+import subprocess
+import time
+
+from conftest import MODELGATED, Gate, host_conf, post, wait_for
+
+MODELGATECTL = os.environ.get("MODELGATECTL", os.path.join(os.path.dirname(MODELGATED), "modelgatectl"))
+CHAT = "/v1/chat/completions"
+
+
+def conf_text(keys, anonymous="10"):
+    return ("[Access]\nKeysFile=%s\nAnonymousDailyRequests=%s\n"
+            "[Tier]\nName=free\nDailyRequests=3\nModels=3090-*\n"
+            "[Tier]\nName=pro\n" % (keys, anonymous))
+
+
+def make_key(tmp, conf_body, tier):
+    path = os.path.join(tmp, "keys-conf.conf")
+    with open(path, "w") as f:
+        f.write(conf_body)
+    out = subprocess.run([MODELGATECTL, "--user", "--config=" + path, "key", "add", tier], capture_output=True,
+                         text=True, timeout=30, env=dict(os.environ, DBUS_SESSION_BUS_ADDRESS="unix:path=/nonexistent"))
+    assert out.returncode == 0, out
+    assert "modelgated was not reloaded" in out.stderr  # none runs yet: said, not fatal
+    return out.stdout.strip()
+
+
+def ask(g, key=None, model="3090-laguna-xs", header="Authorization", source="127.0.0.1"):
+    c = http.client.HTTPConnection("127.0.0.1", g.port, timeout=30, source_address=(source, 0))
+    headers = {}
+    if key:
+        headers[header] = ("Bearer " + key) if header == "Authorization" else key
+    r = post(c, CHAT, {"model": model, "messages": [{"role": "user", "content": "hi"}]}, headers=headers)
+    return r, json.loads(r.read() or b"{}")
+
+
+def test_keys_caps_and_allowlist(make_double, tmp):
+    d3090 = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    da9 = make_double("--models", "qwen", "--loaded", "qwen")
+    keys = os.path.join(tmp, "keys")
+    hosts = host_conf("3090", d3090.url) + host_conf("a9", da9.url)
+    free = make_key(tmp, conf_text(keys) + hosts, "free")
+    pro = make_key(tmp, conf_text(keys) + hosts, "pro")
+    assert free.startswith("mg-") and free != pro
+    text = open(keys).read()
+    assert free not in text and pro not in text  # digests only
+    listed = subprocess.run([MODELGATECTL, "--config=" + os.path.join(tmp, "keys-conf.conf"), "key", "list"],
+                            capture_output=True, text=True, timeout=30)
+    assert [l.split()[1] for l in listed.stdout.splitlines()] == ["free", "pro"], listed
+
+    state = os.path.join(tmp, "state")
+    env = dict(os.environ, STATE_DIRECTORY=state)
+    g = Gate(tmp, conf_text(keys) + hosts, env=env)
+    try:
+        # the free key: 3 a day, and only 3090-*
+        for header in ("Authorization", "X-Api-Key", "Authorization"):
+            r, body = ask(g, free, header=header)
+            assert r.status == 200, body
+        r, body = ask(g, free)
+        assert r.status == 429, body
+        retry = int(r.getheader("Retry-After"))
+        assert 0 < retry <= 86400
+        assert "this key has used its 3 requests for today" in body["error"]["message"]
+        assert body["error"]["code"] == "rate_limit_exceeded"
+        # another key is not affected, and may use every host
+        for model in ("3090-laguna-xs", "a9-qwen"):
+            r, body = ask(g, pro, model=model)
+            assert r.status == 200, body
+        r, body = ask(g, free, model="a9-qwen")
+        assert r.status == 403 and "may not use model 'a9-qwen'" in body["error"]["message"], body
+        # the list shows what the caller may use
+        c = g.conn()
+        c.request("GET", "/v1/models", headers={"Authorization": "Bearer " + free})
+        ids = [m["id"] for m in json.loads(c.getresponse().read())["data"]]
+        assert ids == ["3090-laguna-xs"], ids
+        c.request("GET", "/v1/models", headers={"Authorization": "Bearer " + pro})
+        ids = sorted(m["id"] for m in json.loads(c.getresponse().read())["data"])
+        assert ids == ["3090-laguna-xs", "a9-qwen"], ids
+        # unknown keys are refused; keys never reach a host or the log, their tier and digest prefix do
+        r, body = ask(g, "mg-not-a-key")
+        assert r.status == 401 and "not known to this proxy" in body["error"]["message"]
+        log = g.logtext()
+        assert free not in log and pro not in log
+        assert " key=free:" in log and " key=pro:" in log
+        for dd in (d3090, da9):
+            for req in dd.requests():
+                names = [k.lower() for k, _ in req["headers"]]
+                assert "authorization" not in names and "x-api-key" not in names
+        # a clean restart keeps the count ...
+        g.stop()
+        g = Gate(tmp, conf_text(keys) + hosts, env=env)
+        r, body = ask(g, free)
+        assert r.status == 429, body
+        r, body = ask(g, pro)
+        assert r.status == 200
+        # ... and so does a crash, once the count is written (at most 2 s behind)
+        time.sleep(2.5)
+        g.proc.send_signal(signal.SIGKILL)
+        g.proc.wait()
+        g.stopped = True
+        usage = json.load(open(os.path.join(state, "usage.json")))
+        assert sum(v for k, v in usage["counts"].items() if k.startswith("k:")) == 3 + 3
+        g = Gate(tmp, conf_text(keys) + hosts, env=env)
+        r, body = ask(g, free)
+        assert r.status == 429, body
+        # removing a key: it is refused after the reload
+        prefix = [l.split()[0] for l in open(keys) if l.strip().endswith(" pro")][0][:12]
+        out = subprocess.run([MODELGATECTL, "--config=" + os.path.join(tmp, "keys-conf.conf"), "key", "remove",
+                              prefix], capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out
+        g.proc.send_signal(signal.SIGHUP)
+        g.wait_log("Reloaded")
+        r, body = ask(g, pro)
+        assert r.status == 401, body
+    finally:
+        g.stop()
+
+
+def test_anonymous_clients_are_capped_per_address_or_refused(make_double, make_gate, tmp):
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    keys = os.path.join(tmp, "keys")
+    g = make_gate(conf_text(keys, anonymous="2") + host_conf("3090", d.url))
+    for _ in range(2):
+        r, body = ask(g)
+        assert r.status == 200, body
+    r, body = ask(g)
+    assert r.status == 429 and "this address has used its 2 requests" in body["error"]["message"], body
+    # another address has its own count
+    r, body = ask(g, source="127.0.0.2")
+    assert r.status == 200, body
+    assert "key=anonymous" in g.logtext()
+
+    g2 = make_gate(conf_text(keys, anonymous="0") + host_conf("3090", d.url))
+    r, body = ask(g2)
+    assert r.status == 401 and "needs an API key" in body["error"]["message"], body
+    assert r.getheader("WWW-Authenticate") == "Bearer"
+    # Anthropic's shape on /v1/messages
+    c = g2.conn()
+    r = post(c, "/v1/messages", {"model": "3090-laguna-xs", "max_tokens": 8,
+                                 "messages": [{"role": "user", "content": "hi"}]})
+    body = json.loads(r.read())
+    assert r.status == 401 and body["type"] == "error" and body["error"]["type"] == "authentication_error", body
