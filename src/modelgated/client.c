@@ -65,6 +65,7 @@ struct Client {
         ClientState state;
         bool in_process;
         bool close_after_response;
+        bool answered_one; /* a response went out on this connection */
 
         Buffer in;
         HttpParser parser;
@@ -332,6 +333,7 @@ static void client_response_complete(Client *c, const char *note) {
         client_log_access(c, note);
         c->response_complete = true;
         c->manager->n_requests++;
+        c->answered_one = true;
 }
 
 /* "HTTP/1.1 200 OK\r\n", without printf: every response writes one */
@@ -1608,7 +1610,10 @@ void client_stop(Client *c) {
                 client_process(c);
                 return;
         }
-        if (c->state == CLIENT_WAITING && buffer_is_empty(&c->out))
+        /* an idle keep-alive connection goes now; a fresh one (accepted as the stop began) has its request
+         * on the way: it is answered, then closed */
+        if (c->state == CLIENT_WAITING && buffer_is_empty(&c->out) && buffer_is_empty(&c->in) &&
+            c->answered_one)
                 client_free(c);
 }
 

@@ -75,6 +75,15 @@ struct Host {
         char *last_error;   /* LastError: the last failed switch or the last reason to be down */
         char **warnings;
         sd_event_source *schedule_source, *sched_timer;
+
+        /* WarmupRequest=: sent after /health answers 200, before the engine counts as up; and again after
+         * PrimeAfterIdleSec= without traffic, as a request in flight of modelgate's own */
+        Upstream *warmup, *prime_upstream;
+        usec_t warmup_start;
+        SchedRequest prime;
+        bool priming;
+        usec_t primed_for; /* the idle period (its start) a prime was sent for */
+        sd_event_source *prime_timer;
 };
 
 static const char *const host_state_table[_HOST_STATE_MAX] = {
@@ -149,6 +158,7 @@ static void switch_reset(Host *h) {
         h->adopting = false;
         h->for_model = mfree(h->for_model);
         h->probe = upstream_cancel(h->probe);
+        h->warmup = upstream_cancel(h->warmup);
         (void)sd_event_source_set_enabled(h->deadline, SD_EVENT_OFF);
         (void)sd_event_source_set_enabled(h->probe_timer, SD_EVENT_OFF);
         if (h->bus)
@@ -233,14 +243,168 @@ static void probe_again(Host *h) {
         (void)sd_event_source_set_enabled(h->probe_timer, SD_EVENT_ONESHOT);
 }
 
+static int warmup_send(Host *h, size_t engine, const UpstreamCallbacks *cb);
+
+static void warmup_done(Host *h, const char *error) {
+        usec_t took = now_usec(CLOCK_MONOTONIC) - h->warmup_start;
+        char t[FORMAT_TIMESPAN_MAX];
+
+        h->warmup = NULL;
+        if (error)
+                log_warning("host %s: warm-up request of engine %s failed (%s); it serves all the same",
+                            h->conf->name, engine_name(h, h->target), error);
+        else
+                log_info("host %s: engine %s warmed up in %s", h->conf->name, engine_name(h, h->target),
+                         format_timespan(t, sizeof(t), took / USEC_PER_MSEC * USEC_PER_MSEC) ?: "?");
+        engine_is_up(h);
+}
+
+static int warmup_on_headers(Upstream *u, const UpstreamResponse *resp, void *userdata) {
+        Host *h = userdata;
+        h->probe_status = resp->status;
+        return 0;
+}
+
+static void warmup_on_complete(Upstream *u, void *userdata) {
+        Host *h = userdata;
+        char what[32];
+
+        snprintf(what, sizeof(what), "it answered %d", h->probe_status);
+        warmup_done(h, h->probe_status / 100 == 2 ? NULL : what);
+}
+
+static void warmup_on_error(Upstream *u, int error, bool started, void *userdata) {
+        warmup_done(userdata, upstream_strerror(error));
+}
+
+static const UpstreamCallbacks warmup_callbacks = {
+        .on_headers = warmup_on_headers,
+        .on_complete = warmup_on_complete,
+        .on_error = warmup_on_error,
+};
+
+int warmup_send(Host *h, size_t engine, const UpstreamCallbacks *cb) {
+        const EngineConf *e = h->engines[engine].conf;
+        const HttpUrl *url = h->engines[engine].url;
+        Buffer req = {};
+        Upstream **slot = cb == &warmup_callbacks ? &h->warmup : &h->prime_upstream;
+        int r;
+
+        h->probe_status = 0;
+        if (buffer_printf(
+                    &req,
+                    "POST %s/v1/chat/completions HTTP/1.1\r\nHost: %s\r\nUser-Agent: modelgate (warm-up)\r\n"
+                    "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
+                    url->base_path, url->authority, e->warmup_size) < 0 ||
+            buffer_append(&req, e->warmup_body, e->warmup_size) < 0) {
+                buffer_done(&req);
+                return -ENOMEM;
+        }
+        r = upstream_start(h->manager, url, &req, false, cb, h, slot);
+        buffer_done(&req);
+        if (r < 0)
+                return r;
+        (void)upstream_set_idle_timeout(*slot, h->manager->config->upstream_idle_timeout_usec);
+        return 0;
+}
+
+/* PrimeAfterIdleSec=: the warm-up again after that long without traffic, once per idle period. It is a
+ * request in flight like any other (a switch waits for it), but not traffic for the idle stop. */
+static void prime_finished(Host *h, const char *error) {
+        h->prime_upstream = NULL;
+        if (h->priming) {
+                sched_remove(&h->sched, now_usec(CLOCK_MONOTONIC), &h->prime);
+                h->priming = false;
+        }
+        if (error)
+                log_warning("host %s: priming engine %s failed: %s", h->conf->name,
+                            engine_name(h, h->running), error);
+        else if (h->running >= 0) {
+                char t[FORMAT_TIMESPAN_MAX];
+                log_info("host %s: engine %s primed after %s idle (PrimeAfterIdleSec=)", h->conf->name,
+                         engine_name(h, h->running),
+                         format_timespan(t, sizeof(t), h->engines[h->running].conf->prime_after_idle_usec)
+                                 ?: "?");
+        }
+        host_schedule_later(h);
+}
+
+static void prime_on_complete(Upstream *u, void *userdata) {
+        Host *h = userdata;
+        char what[32];
+        snprintf(what, sizeof(what), "it answered %d", h->probe_status);
+        prime_finished(h, h->probe_status / 100 == 2 ? NULL : what);
+}
+
+static void prime_on_error(Upstream *u, int error, bool started, void *userdata) {
+        prime_finished(userdata, upstream_strerror(error));
+}
+
+static const UpstreamCallbacks prime_callbacks = {
+        .on_headers = warmup_on_headers,
+        .on_complete = prime_on_complete,
+        .on_error = prime_on_error,
+};
+
+/* When the running engine is due for a prime, or USEC_INFINITY. */
+static usec_t prime_at(const Host *h) {
+        usec_t idle_since;
+
+        if (!h->engine_up || h->running < 0 || h->phase != PHASE_NONE || h->priming ||
+            h->sched.n_in_flight > 0 || h->sched.n_waiting > 0)
+                return USEC_INFINITY;
+        const EngineConf *e = h->engines[h->running].conf;
+        if (!e->warmup_body || e->prime_after_idle_usec == 0 || e->prime_after_idle_usec == USEC_INFINITY)
+                return USEC_INFINITY;
+        idle_since = MAX(h->sched.up_at, h->sched.last_done);
+        if (h->primed_for == idle_since)
+                return USEC_INFINITY; /* primed already; the next traffic starts a new idle period */
+        return idle_since + e->prime_after_idle_usec;
+}
+
+static int prime_timer_cb(sd_event_source *s, uint64_t usec, void *userdata) {
+        Host *h = userdata;
+        usec_t now = now_usec(CLOCK_MONOTONIC), at = prime_at(h);
+
+        if (at == USEC_INFINITY || at > now)
+                return 0;
+        h->primed_for = MAX(h->sched.up_at, h->sched.last_done);
+        if (!sched_add(&h->sched, now, &h->prime, (size_t)h->running))
+                /* it waits behind something: let the scheduler have it back */
+                return sched_remove(&h->sched, now, &h->prime), 0;
+        h->prime.background = true;
+        h->priming = true;
+        if (warmup_send(h, (size_t)h->running, &prime_callbacks) < 0)
+                prime_finished(h, "out of memory");
+        return 0;
+}
+
+static void prime_rearm(Host *h) {
+        usec_t at = prime_at(h);
+
+        if (!h->prime_timer)
+                return;
+        if (at == USEC_INFINITY) {
+                (void)sd_event_source_set_enabled(h->prime_timer, SD_EVENT_OFF);
+                return;
+        }
+        (void)sd_event_source_set_time(h->prime_timer, at);
+        (void)sd_event_source_set_enabled(h->prime_timer, SD_EVENT_ONESHOT);
+}
+
 static void health_on_complete(Upstream *u, void *userdata) {
         Host *h = userdata;
 
         h->probe = NULL;
-        if (h->probe_status == 200)
-                engine_is_up(h);
-        else
-                probe_again(h);
+        if (h->probe_status != 200)
+                return probe_again(h);
+        /* ready means answers at once: the first request must not pay the model's cold start */
+        if (!h->adopting && h->engines[h->target].conf->warmup_body) {
+                h->warmup_start = now_usec(CLOCK_MONOTONIC);
+                if (warmup_send(h, (size_t)h->target, &warmup_callbacks) >= 0)
+                        return;
+        }
+        engine_is_up(h);
 }
 
 static void health_on_error(Upstream *u, int error, bool started, void *userdata) {
@@ -621,6 +785,7 @@ static int schedule_cb(sd_event_source *s, void *userdata) {
                 (void)sd_event_source_set_time(h->sched_timer, next);
                 (void)sd_event_source_set_enabled(h->sched_timer, SD_EVENT_ONESHOT);
         }
+        prime_rearm(h);
         manager_host_changed(h->manager, h);
         return 0;
 }
@@ -822,12 +987,16 @@ Host *host_new(Manager *m, const HostConf *conf) {
         if (r >= 0)
                 r = sd_event_add_time_relative(m->event, &h->probe_timer, CLOCK_MONOTONIC, 0, 0,
                                                probe_timer_cb, h);
+        if (r >= 0)
+                r = sd_event_add_time(m->event, &h->prime_timer, CLOCK_MONOTONIC, USEC_INFINITY,
+                                      USEC_PER_SEC / 10, prime_timer_cb, h);
         if (r < 0)
                 goto fail;
         (void)sd_event_source_set_enabled(h->schedule_source, SD_EVENT_OFF);
         (void)sd_event_source_set_enabled(h->sched_timer, SD_EVENT_OFF);
         (void)sd_event_source_set_enabled(h->deadline, SD_EVENT_OFF);
         (void)sd_event_source_set_enabled(h->probe_timer, SD_EVENT_OFF);
+        (void)sd_event_source_set_enabled(h->prime_timer, SD_EVENT_OFF);
         /* hold-downs and budgets are rules with numbers: no 250 ms coalescing */
         (void)sd_event_source_set_time_accuracy(h->sched_timer, USEC_PER_MSEC);
         h->catalog = catalog_new(m, h);
@@ -854,8 +1023,10 @@ Host *host_free(Host *h) {
                 return NULL;
         LIST_FOREACH (requests, r, h->sched.requests)
                 container_of(r, HostWaiter, req)->host = NULL;
+        h->prime_upstream = upstream_cancel(h->prime_upstream);
         sched_done(&h->sched);
         switch_reset(h);
+        sd_event_source_disable_unref(h->prime_timer);
         h->catalog = catalog_free(h->catalog);
         h->bus = host_bus_free(h->bus);
         sd_event_source_disable_unref(h->schedule_source);

@@ -477,6 +477,12 @@ static void manager_stop(Manager *m) {
                 (void)sd_event_source_set_enabled(m->exit_idle_timer, SD_EVENT_OFF);
         log_info("Stopping: no new connections; %zu open", m->n_clients);
         for (size_t i = 0; i < m->n_listeners; i++) {
+                /* Our own socket dies with our descriptor, and with it every connection still in its backlog
+                 * (reset): those arrived before the stop, so they are accepted and answered first. An
+                 * activated socket stays with systemd, backlog and all, for the next instance. */
+                if (!m->socket_activated)
+                        (void)accept_cb(m->listeners[i].source, m->listeners[i].fd, EPOLLIN,
+                                        &m->listeners[i]);
                 m->listeners[i].source = sd_event_source_disable_unref(m->listeners[i].source);
                 m->listeners[i].fd = safe_close(m->listeners[i].fd);
         }

@@ -93,7 +93,7 @@ void sched_remove(Sched *s, usec_t now, SchedRequest *r) {
         switch (r->state) {
         case SCHED_IN_FLIGHT:
                 assert(s->n_in_flight > 0);
-                if (--s->n_in_flight == 0)
+                if (--s->n_in_flight == 0 && !r->background)
                         s->last_done = now;
                 break;
         case SCHED_WAITING:

@@ -39,6 +39,7 @@ typedef struct SchedRequest {
         usec_t arrived;
         SchedRequestState state;
         int fail_status;
+        bool background; /* modelgate's own (a warm-up): not traffic for the idle clock */
 } SchedRequest;
 
 typedef enum SchedActionType {

@@ -310,6 +310,29 @@ TEST(requested_stop_waits_for_in_flight_and_ignores_hold_down) {
         sched_done(&s);
 }
 
+/* A prime (modelgate's own request) is in flight like any other, so a switch waits for it, but it is not
+ * traffic: the idle stop still counts from the last client request. */
+TEST(background_request_is_in_flight_but_not_traffic) {
+        Sched s;
+        serving_r0_on_a(&s, 0, S(10), S(900));
+        sched_remove(&s, S(1), &req[0]);
+        ASSERT_EQ(sched_idle_stop_at(&s), S(11));
+        ASSERT_STREQ(add(&s, S(5), 1, A), "go");
+        req[1].background = true;
+        ASSERT_STREQ(add(&s, S(6), 2, B), "waits");
+        ASSERT_STREQ(run(&s, S(6)), "wait:B/r2"); /* the prime is in flight: the switch waits for it */
+        sched_remove(&s, S(7), &req[1]);
+        ASSERT_STREQ(run(&s, S(7)), "start:B/r2");
+        sched_done(&s);
+        serving_r0_on_a(&s, 0, S(10), S(900));
+        sched_remove(&s, S(1), &req[0]);
+        ASSERT_STREQ(add(&s, S(5), 1, A), "go");
+        req[1].background = true;
+        sched_remove(&s, S(6), &req[1]);
+        ASSERT_EQ(sched_idle_stop_at(&s), S(11)); /* not S(16) */
+        sched_done(&s);
+}
+
 /* The seed's timeline: client 1 streams on A; client 2 asks for B during it and waits for the
  * stream to end and for A's hold-down; B comes up; client 1's next turn (for A) arrives as B comes
  * up and waits out B's hold-down. With HoldDownSec=30s every switch time follows from the rules. */
