@@ -674,7 +674,8 @@ static int client_upstream_body(Upstream *u, const char *p, size_t n, void *user
                 r = sse_filter_feed(&c->sse, p, n, &c->scratch);
                 if (r >= 0 && c->awaiting_first_token) {
                         r = buffer_append(&c->held, buffer_peek(&c->scratch), buffer_size(&c->scratch));
-                        if (r >= 0 && has_data_line(&c->held))
+                        /* a data line, or more comments than are worth holding: the engine's answer it is */
+                        if (r >= 0 && (has_data_line(&c->held) || buffer_size(&c->held) > CLIENT_HELD_MAX))
                                 r = release_first_token(c);
                         break;
                 }
