@@ -198,3 +198,18 @@ def test_clients_cannot_name_the_fallback_and_the_list_does_not_show_it(box, mak
     ids = [m["id"] for m in json.loads(c.getresponse().read())["data"]]
     assert not any("cloud" in i for i in ids), ids
     assert cloud_requests(cloud) == []
+
+
+def test_host_down_falls_back(make_gate, cloud):
+    # a host whose bus cannot be reached: down, and its engine's requests go to the fallback at once
+    conf = "[Host]\nName=gone\nURL=http://127.0.0.1:%d\nBus=ssh:root@127.0.0.1:%d\nSSHCommand=ssh -F /dev/null\n" \
+        "[Engine]\nHost=gone\nName=main\nUnit=llama-main.service\nModels=*\nFallback=cloud\n" \
+        "[Fallback]\nName=cloud\nURL=%s\nModel=cloud-model\nKeyFile=%s\n" % (free_port(), free_port(), cloud.url,
+                                                                          cloud.keyfile)
+    g = make_gate(conf)
+    g.wait_log("host gone down")
+    start = time.monotonic()
+    r, body = ask(g, model="gone-anything")
+    assert_from_cloud(r, body, cloud)
+    assert time.monotonic() - start < 5
+    assert "goes to fallback cloud: host 'gone' is down" in g.logtext()
