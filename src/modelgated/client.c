@@ -766,6 +766,14 @@ static void client_upstream_complete(Upstream *u, void *userdata) {
         client_process(c);
 }
 
+/* An answer that cannot be finished and has no way to say so in-band: the connection ends without the last
+ * chunk (or before Content-Length is reached), so the client sees an incomplete answer, not a short one. */
+static void client_cut(Client *c, const char *note) {
+        c->close_after_response = true;
+        c->state = CLIENT_CLOSING;
+        client_response_complete(c, note);
+}
+
 static void client_upstream_error(Upstream *u, int error, bool started, void *userdata) {
         Client *c = userdata;
         char msg[512];
@@ -826,13 +834,8 @@ static void client_upstream_error(Upstream *u, int error, bool started, void *us
                 else
                         c->close_after_response = true;
                 client_response_complete(c, c->sse.saw_done ? NULL : "cut=host");
-        } else {
-                /* no way to say it in-band: end the connection without the last chunk, so the client
-                 * sees an incomplete answer rather than a short one */
-                c->close_after_response = true;
-                c->state = CLIENT_CLOSING;
-                client_response_complete(c, "cut=host");
-        }
+        } else
+                client_cut(c, "cut=host");
         if (client_flush(c) < 0) {
                 client_free(c);
                 return;
@@ -1081,11 +1084,8 @@ static int client_budget_cb(sd_event_source *s, uint64_t usec, void *userdata) {
                 snprintf(msg, sizeof(msg), "engine '%s' of host '%s': %s; the request was cancelled",
                          strna(c->engine_name), c->host->name, why);
                 client_respond_error(c, 504, "budget_exceeded", msg, NULL);
-        } else {
-                c->close_after_response = true;
-                c->state = CLIENT_CLOSING;
-                client_response_complete(c, "cut=budget");
-        }
+        } else
+                client_cut(c, "cut=budget");
         if (client_flush(c) < 0) {
                 client_free(c);
                 return 0;

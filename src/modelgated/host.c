@@ -265,12 +265,17 @@ static int warmup_on_headers(Upstream *u, const UpstreamResponse *resp, void *us
         return 0;
 }
 
-static void warmup_on_complete(Upstream *u, void *userdata) {
-        Host *h = userdata;
-        char what[32];
+/* NULL for a 2xx answer to a warm-up, else what was wrong with it */
+static const char *warmup_error(const Host *h, char what[static 32]) {
+        if (h->probe_status / 100 == 2)
+                return NULL;
+        snprintf(what, 32, "it answered %d", h->probe_status);
+        return what;
+}
 
-        snprintf(what, sizeof(what), "it answered %d", h->probe_status);
-        warmup_done(h, h->probe_status / 100 == 2 ? NULL : what);
+static void warmup_on_complete(Upstream *u, void *userdata) {
+        char what[32];
+        warmup_done(userdata, warmup_error(userdata, what));
 }
 
 static void warmup_on_error(Upstream *u, int error, bool started, void *userdata) {
@@ -330,10 +335,8 @@ static void prime_finished(Host *h, const char *error) {
 }
 
 static void prime_on_complete(Upstream *u, void *userdata) {
-        Host *h = userdata;
         char what[32];
-        snprintf(what, sizeof(what), "it answered %d", h->probe_status);
-        prime_finished(h, h->probe_status / 100 == 2 ? NULL : what);
+        prime_finished(userdata, warmup_error(userdata, what));
 }
 
 static void prime_on_error(Upstream *u, int error, bool started, void *userdata) {
