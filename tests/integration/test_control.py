@@ -308,3 +308,30 @@ def request_model(port, model):
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=60) as r:
         return r.status, json.load(r)
+
+
+def test_systemctl_reload_applies_a_good_file_and_refuses_a_bad_one(box, make_double, tmp):
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    port = free_port()
+    log = activated_units(box, tmp, port, host_conf("3090", d.url), "0")
+    assert request(port)[0] == 200
+    assert box.active_state("modelgate.service") == "active"
+    conf = os.path.join(tmp, "modelgate.conf")
+    # a second host appears: systemctl reload runs modelgatectl reload (ExecReload=), which waits for it
+    with open(conf, "a") as f:
+        f.write(host_conf("a9", d.url))
+    box.systemctl("reload", "modelgate.service")
+    # (lines below warning are written when the loop is idle: a moment after the reply)
+    wait_for(lambda: "Reloaded %s: 2 host(s), 1 kept, 1 new, 0 draining" % conf in open(log).read(),
+             what="the reload's log line")
+    # a broken file: the reload fails, and the running configuration stays
+    with open(conf, "a") as f:
+        f.write("[Host]\nName=bad-name\n")
+    failed = subprocess.run(["systemctl", "--user", "reload", "modelgate.service"], env=box.env,
+                            capture_output=True, text=True, timeout=60)
+    assert failed.returncode != 0, failed
+    assert box.active_state("modelgate.service") == "active"
+    wait_for(lambda: "Reload refused, the running configuration stays" in open(log).read(),
+             what="the refusal's log line")
+    assert request(port)[0] == 200
+    assert prop(box, "/org/modelgate1/host/a9", "org.modelgate1.Host", "Name") == "a9"
