@@ -148,9 +148,9 @@ int access_identify(const Config *c, const char *key, const char *peer, AccessCa
                 for (size_t i = 0; i < c->access.n_keys; i++)
                         if (memcmp(c->access.key_hashes[i], h, sizeof(h)) == 0) {
                                 ret->tier = &c->tiers[c->access.key_tiers[i]];
-                                /* never the key: its tier and the start of its digest */
-                                snprintf(ret->id, sizeof(ret->id), "%s:%.8s", ret->tier->name, hex);
-                                snprintf(ret->counter, sizeof(ret->counter), "k:%.16s", hex);
+                                ret->admitted = true;
+                                memcpy(ret->digest, hex, 16);
+                                ret->digest[16] = 0;
                                 return 0;
                         }
                 *d = (AccessDenial){.status = 401, .code = "invalid_api_key"};
@@ -166,9 +166,15 @@ int access_identify(const Config *c, const char *key, const char *peer, AccessCa
                          "\"X-Api-Key: <key>\"");
                 return -EPERM;
         }
-        snprintf(ret->id, sizeof(ret->id), "anonymous");
-        snprintf(ret->counter, sizeof(ret->counter), "ip:%s", peer);
+        ret->admitted = true;
         return 0;
+}
+
+const char *access_caller_id(const AccessCaller *caller, char buf[static 80]) {
+        if (!caller->tier)
+                return "anonymous";
+        snprintf(buf, 80, "%s:%.8s", caller->tier->name, caller->digest);
+        return buf;
 }
 
 bool access_model_allowed(const AccessCaller *caller, const char *model) {
@@ -180,7 +186,7 @@ bool access_model_allowed(const AccessCaller *caller, const char *model) {
         return false;
 }
 
-int access_count(Access *a, const Config *c, const AccessCaller *caller, AccessDenial *d) {
+int access_count(Access *a, const Config *c, const AccessCaller *caller, const char *peer, AccessDenial *d) {
         uint64_t cap = caller->tier ? caller->tier->daily_requests : c->access.anonymous_daily_requests;
         uint64_t left;
         char day[16];
@@ -193,7 +199,10 @@ int access_count(Access *a, const Config *c, const AccessCaller *caller, AccessD
                 memcpy(a->day, day, sizeof(day));
                 a->dirty = true;
         }
-        n = counter_get(a, caller->counter);
+        char name[80];
+        /* the key's digest prefix, or the anonymous client's address */
+        snprintf(name, sizeof(name), caller->tier ? "k:%s" : "ip:%s", caller->tier ? caller->digest : peer);
+        n = counter_get(a, name);
         if (!n)
                 return -ENOMEM;
         if (cap != UINT64_MAX && n->n >= cap) {

@@ -18,12 +18,15 @@
 typedef struct Manager Manager;
 typedef struct Access Access;
 
-/* Who is asking: the tier and a printable id ("free:3f2a9c1e" or "anonymous"), set by access_identify(). */
+/* Who is asking, set by access_identify(); small, since every connection carries one. */
 typedef struct AccessCaller {
         const TierConf *tier; /* NULL: anonymous */
-        char id[80];
-        char counter[80]; /* the usage counter's name: "k:<hash prefix>" or "ip:<address>" */
+        bool admitted;
+        char digest[17]; /* a key's: the first 16 hex digits of its SHA-256 */
 } AccessCaller;
+
+/* For the log: "free:3f2a9c1e" (tier and digest prefix, never the key) or "anonymous". */
+const char *access_caller_id(const AccessCaller *caller, char buf[static 80]);
 
 typedef struct AccessDenial {
         int status; /* 401, 403 or 429 */
@@ -43,4 +46,5 @@ int access_identify(const Config *c, const char *key, const char *peer, AccessCa
 /* Whether the caller's tier may use this client-visible model name. */
 bool access_model_allowed(const AccessCaller *caller, const char *model);
 /* Counts a request against the caller's daily cap: 0, or -EDQUOT with *ret_denial (429). */
-int access_count(Access *a, const Config *c, const AccessCaller *caller, AccessDenial *ret_denial);
+int access_count(Access *a, const Config *c, const AccessCaller *caller, const char *peer,
+                 AccessDenial *ret_denial);

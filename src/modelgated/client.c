@@ -79,7 +79,7 @@ struct Client {
         const char *engine_name; /* in config */
         const EngineConf *engine_conf;
         bool first_byte_seen;
-        AccessCaller caller; /* with [Access]: who asks (caller.id[0] == 0: not checked) */
+        AccessCaller caller; /* with [Access]: who asks */
 
         /* the fallback (SPEC §3): it may answer until a byte of the engine's answer reaches the client */
         const FallbackConf *fallback;
@@ -129,7 +129,7 @@ static void request_reset(Client *c) {
         c->engine_name = NULL;
         c->engine_conf = NULL;
         c->first_byte_seen = false;
-        c->caller.id[0] = 0;
+        c->caller.admitted = false;
         c->fallback = NULL;
         c->via_fallback = c->engine_bytes_sent = c->awaiting_first_token = false;
         c->fb_body = mfree(c->fb_body);
@@ -309,9 +309,10 @@ static void client_log_access(Client *c, const char *note) {
                         out_u64(&o, (uint64_t)c->error_status, 0);
                 }
         }
-        if (c->caller.id[0]) {
+        if (c->caller.admitted) {
+                char id[80];
                 out_str(&o, " key=");
-                out_str(&o, c->caller.id);
+                out_str(&o, access_caller_id(&c->caller, id));
         }
         if (c->via_fallback) {
                 out_str(&o, " via=fallback/");
@@ -1190,7 +1191,7 @@ static bool client_admit(Client *c, bool unused) {
                 key = strndup(xkey.p, xkey.n);
         if (access_identify(c->manager->config, key, c->peer, &c->caller, &d) < 0) {
                 client_respond_error(c, d.status, d.code, d.message, "WWW-Authenticate: Bearer\r\n");
-                c->caller.id[0] = 0;
+                c->caller.admitted = false;
                 return false;
         }
         return true;
@@ -1279,16 +1280,16 @@ static void client_dispatch(Client *c) {
         c->model = strdup(model);
 
         /* a tier's Models= limits routing as much as the list */
-        if (c->caller.id[0] && !access_model_allowed(&c->caller, model)) {
+        if (c->caller.admitted && !access_model_allowed(&c->caller, model)) {
                 snprintf(msg, sizeof(msg),
                          "this key (tier '%s') may not use model '%s'; GET /v1/models lists "
                          "the ones it may",
                          c->caller.tier->name, c->model);
                 return client_respond_error(c, 403, "model_not_allowed", msg, NULL);
         }
-        if (c->caller.id[0]) {
+        if (c->caller.admitted) {
                 AccessDenial d;
-                k = access_count(c->manager->access, c->manager->config, &c->caller, &d);
+                k = access_count(c->manager->access, c->manager->config, &c->caller, c->peer, &d);
                 if (k == -EDQUOT) {
                         char h[96];
                         snprintf(h, sizeof(h), "Retry-After: %llu\r\n", (unsigned long long)d.retry_after);

@@ -45,7 +45,10 @@ static const double first_byte_buckets[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
 
 typedef struct Series {
         Family family;
-        char *labels; /* host="3090",engine="fork" */
+        /* the labels, kept apart so that recording compares a few short strings and builds nothing; the
+         * text (host="3090",engine="fork") is made when /metrics is rendered */
+        char *host, *engine, *fallback; /* engine, fallback: NULL when not a label of the family */
+        int status;                     /* 0: not a label */
         uint64_t value;
         uint64_t buckets[MAX_BUCKETS]; /* histograms: counts per upper bound, not cumulative */
         double sum;
@@ -54,17 +57,24 @@ typedef struct Series {
 struct Metrics {
         Series *series;
         size_t n_series;
+        size_t last; /* the series found last: requests come in runs for the same one */
 };
 
 Metrics *metrics_new(void) {
         return calloc(1, sizeof(Metrics));
 }
 
+static void series_done(Series *s) {
+        free(s->host);
+        free(s->engine);
+        free(s->fallback);
+}
+
 Metrics *metrics_free(Metrics *m) {
         if (!m)
                 return NULL;
         for (size_t i = 0; i < m->n_series; i++)
-                free(m->series[i].labels);
+                series_done(&m->series[i]);
         free(m->series);
         free(m);
         return NULL;
@@ -87,45 +97,60 @@ static void append_label(Buffer *b, const char *name, const char *value) {
         (void)buffer_append_str(b, "\"");
 }
 
-static Series *series_get3(Metrics *m, Family f, const char *host, const char *engine, int status,
-                           const char *fallback);
-
-static Series *series_get(Metrics *m, Family f, const char *host, const char *engine, int status) {
-        return series_get3(m, f, host, engine, status, NULL);
+static bool series_is(const Series *s, Family f, const char *host, const char *engine, int status,
+                      const char *fallback) {
+        return s->family == f && s->status == status && streq_ptr(s->host, host) &&
+               streq_ptr(s->engine, engine) && streq_ptr(s->fallback, fallback);
 }
 
 static Series *series_get3(Metrics *m, Family f, const char *host, const char *engine, int status,
                            const char *fallback) {
-        _cleanup_(buffer_done) Buffer l = {};
         Series *s;
 
         if (!m)
                 return NULL;
-        append_label(&l, "host", host);
-        if (engine)
-                append_label(&l, "engine", engine);
-        if (fallback)
-                append_label(&l, "fallback", fallback);
-        if (status > 0) {
-                char st[16];
-                snprintf(st, sizeof(st), "%d", status);
-                append_label(&l, "status", st);
-        }
-        if (buffer_terminate(&l) < 0)
-                return NULL;
+        if (m->last < m->n_series && series_is(&m->series[m->last], f, host, engine, status, fallback))
+                return &m->series[m->last];
         for (size_t i = 0; i < m->n_series; i++)
-                if (m->series[i].family == f && streq(m->series[i].labels, buffer_peek(&l)))
+                if (series_is(&m->series[i], f, host, engine, status, fallback)) {
+                        m->last = i;
                         return &m->series[i];
+                }
         s = reallocarray(m->series, m->n_series + 1, sizeof(Series));
         if (!s)
                 return NULL;
         m->series = s;
         s = &m->series[m->n_series];
-        *s = (Series){.family = f, .labels = buffer_steal(&l, NULL)};
-        if (!s->labels)
+        *s = (Series){.family = f,
+                      .host = strdup(host ?: ""),
+                      .engine = engine ? strdup(engine) : NULL,
+                      .fallback = fallback ? strdup(fallback) : NULL,
+                      .status = status};
+        if (!s->host || (engine && !s->engine) || (fallback && !s->fallback)) {
+                series_done(s);
                 return NULL;
-        m->n_series++;
+        }
+        m->last = m->n_series++;
         return s;
+}
+
+static Series *series_get(Metrics *m, Family f, const char *host, const char *engine, int status) {
+        return series_get3(m, f, host, engine, status, NULL);
+}
+
+/* host="3090",engine="fork",… for the text format */
+static int series_labels(const Series *s, Buffer *b) {
+        append_label(b, "host", s->host);
+        if (s->engine)
+                append_label(b, "engine", s->engine);
+        if (s->fallback)
+                append_label(b, "fallback", s->fallback);
+        if (s->status > 0) {
+                char st[16];
+                snprintf(st, sizeof(st), "%d", s->status);
+                append_label(b, "status", st);
+        }
+        return buffer_terminate(b);
 }
 
 static void count(Metrics *m, Family f, const char *host, const char *engine, int status) {
@@ -183,18 +208,19 @@ static void header(Buffer *b, const char *name, const char *type, const char *he
         (void)buffer_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-static void render_histogram(Buffer *b, const Series *s, const double *bounds, size_t n) {
+static void render_histogram(Buffer *b, const Series *s, const char *labels, const double *bounds,
+                             size_t n) {
         const char *name = families[s->family].name;
         uint64_t cumulative = 0;
 
         for (size_t i = 0; i < n; i++) {
                 cumulative += s->buckets[i];
-                (void)buffer_printf(b, "%s_bucket{%s,le=\"%g\"} %llu\n", name, s->labels, bounds[i],
+                (void)buffer_printf(b, "%s_bucket{%s,le=\"%g\"} %llu\n", name, labels, bounds[i],
                                     (unsigned long long)cumulative);
         }
         (void)buffer_printf(b, "%s_bucket{%s,le=\"+Inf\"} %llu\n%s_sum{%s} %.6f\n%s_count{%s} %llu\n", name,
-                            s->labels, (unsigned long long)s->value, name, s->labels, s->sum, name,
-                            s->labels, (unsigned long long)s->value);
+                            labels, (unsigned long long)s->value, name, labels, s->sum, name, labels,
+                            (unsigned long long)s->value);
 }
 
 int metrics_render(Manager *manager, Buffer *b) {
@@ -205,14 +231,17 @@ int metrics_render(Manager *manager, Buffer *b) {
                 header(b, families[f].name, families[f].type, families[f].help);
                 for (size_t i = 0; m && i < m->n_series; i++) {
                         const Series *s = &m->series[i];
-                        if (s->family != f)
+                        _cleanup_(buffer_done) Buffer l = {};
+                        if (s->family != f || series_labels(s, &l) < 0)
                                 continue;
                         if (f == F_WAIT)
-                                render_histogram(b, s, wait_buckets, ELEMENTSOF(wait_buckets));
+                                render_histogram(b, s, buffer_peek(&l), wait_buckets,
+                                                 ELEMENTSOF(wait_buckets));
                         else if (f == F_FIRST_BYTE)
-                                render_histogram(b, s, first_byte_buckets, ELEMENTSOF(first_byte_buckets));
+                                render_histogram(b, s, buffer_peek(&l), first_byte_buckets,
+                                                 ELEMENTSOF(first_byte_buckets));
                         else
-                                (void)buffer_printf(b, "%s{%s} %llu\n", families[f].name, s->labels,
+                                (void)buffer_printf(b, "%s{%s} %llu\n", families[f].name, buffer_peek(&l),
                                                     (unsigned long long)s->value);
                 }
         }

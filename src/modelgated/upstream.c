@@ -58,7 +58,8 @@ struct Upstream {
         const UpstreamCallbacks *cb;
         void *userdata;
         usec_t deadline;
-        usec_t idle_timeout; /* the host may send nothing this long (USEC_INFINITY: no bound) */
+        usec_t idle_timeout;  /* the host may send nothing this long (USEC_INFINITY: no bound) */
+        usec_t last_activity; /* when it last sent something (the loop's time: no clock read per read) */
 
         LIST_FIELDS(Upstream, idle);
 };
@@ -538,28 +539,35 @@ static int upstream_timer_cb(sd_event_source *s, uint64_t usec, void *userdata) 
 
         if (u->state == UPSTREAM_IDLE)
                 upstream_free(u);
-        else
-                /* a connect that never completes is a host that is not there; silence after it is a host
-                 * that is stuck (or a prompt longer than the bound allows) */
-                upstream_fail(u, u->state == UPSTREAM_CONNECTING || u->idle_timeout == USEC_INFINITY
-                                         ? -ETIMEDOUT
-                                         : -ETIME);
+        else if (u->state != UPSTREAM_CONNECTING && u->idle_timeout != USEC_INFINITY) {
+                /* the bound moves with each read lazily: the timer is only pushed back when it fires */
+                usec_t due = u->last_activity + u->idle_timeout;
+                if (due > usec) {
+                        u->deadline = due;
+                        (void)arm_timer(u, due);
+                        return 0;
+                }
+                /* silence after connecting: a host that is stuck (or a prompt longer than the bound) */
+                upstream_fail(u, -ETIME);
+        } else
+                /* a connect that never completes is a host that is not there */
+                upstream_fail(u, -ETIMEDOUT);
         return 0;
 }
 
 /* Each sign of life from the host pushes the idle bound back. */
 static void touch(Upstream *u) {
-        if (u->idle_timeout == USEC_INFINITY)
-                return;
-        u->deadline = now_usec(CLOCK_MONOTONIC) + u->idle_timeout;
-        if (u->state != UPSTREAM_CONNECTING)
-                (void)arm_timer(u, u->deadline);
+        if (u->idle_timeout != USEC_INFINITY)
+                (void)sd_event_now(u->manager->event, CLOCK_MONOTONIC, &u->last_activity);
 }
 
 int upstream_set_idle_timeout(Upstream *u, usec_t usec) {
         u->idle_timeout = usec == 0 ? USEC_INFINITY : usec;
+        if (u->idle_timeout == USEC_INFINITY)
+                return 0;
         touch(u);
-        return 0;
+        u->deadline = u->last_activity + u->idle_timeout;
+        return u->state == UPSTREAM_CONNECTING ? 0 : arm_timer(u, u->deadline);
 }
 
 static int upstream_connect(Upstream *u) {
