@@ -189,10 +189,16 @@ int http_url_parse(const char *s, HttpUrl *ret) {
         _cleanup_free_ char *host = NULL, *authority = NULL, *base = NULL, *text = NULL;
         const char *p, *hs, *he, *path;
         uint64_t port = 80;
+        bool tls = false;
 
-        if (strncasecmp(s, "http://", 7) != 0)
+        if (strncasecmp(s, "https://", 8) == 0) {
+                tls = true;
+                port = 443;
+                p = s + 8;
+        } else if (strncasecmp(s, "http://", 7) == 0)
+                p = s + 7;
+        else
                 return -EPROTONOSUPPORT;
-        p = s + 7;
         if (*p == '[') {
                 hs = p + 1;
                 he = strchr(hs, ']');
@@ -247,6 +253,7 @@ int http_url_parse(const char *s, HttpUrl *ret) {
                 .authority = TAKE_PTR(authority),
                 .base_path = TAKE_PTR(base),
                 .port = (uint16_t)port,
+                .tls = tls,
         };
         return 0;
 }
@@ -474,9 +481,10 @@ static int apply_assignment(const char *name, const Assignment *a, void *base) {
         if (r == -ENOMEM)
                 return log_oom();
         if (r < 0)
-                return log_error_errno(r, "%s:%u: [%s] %s='%s' is not valid%s", name, a->line,
-                                       section_names[a->item->section], a->item->key, a->value,
-                                       r == -EPROTONOSUPPORT ? " (only http:// URLs are supported)" : "");
+                return log_error_errno(
+                        r, "%s:%u: [%s] %s='%s' is not valid%s", name, a->line,
+                        section_names[a->item->section], a->item->key, a->value,
+                        r == -EPROTONOSUPPORT ? " (only http:// and https:// URLs are supported)" : "");
         return 0;
 }
 

@@ -31,6 +31,7 @@ typedef struct HttpUrl {
         char *authority; /* for the Host: header, "host:port" or "[v6]:port" */
         char *base_path; /* "" or "/prefix" without a trailing slash */
         uint16_t port;
+        bool tls; /* https:// */
         struct sockaddr_storage address;
         socklen_t address_len;
 } HttpUrl;

@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <openssl/ssl.h>
 #include <systemd/sd-daemon.h>
 
 #include "modelgated/access.h"
@@ -103,6 +104,7 @@ Manager *manager_free(Manager *m) {
         sd_event_source_disable_unref(m->drain_source);
         config_unref(m->config);
         metrics_free(m->metrics);
+        SSL_CTX_free(m->tls_ctx);
         free(m->config_path);
         sd_event_unref(m->event);
         free(m);

@@ -61,6 +61,7 @@ struct Manager {
 
         struct Metrics *metrics;
         struct Access *access; /* daily counts; NULL until started */
+        struct ssl_ctx_st *tls_ctx; /* for https:// hosts and fallbacks, made when first needed */
         uint64_t n_requests;
         usec_t start_usec;
 };

@@ -13,6 +13,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
 #include "modelgated/manager.h"
 #include "modelgated/upstream.h"
 #include "shared/log.h"
@@ -25,6 +30,7 @@
 
 typedef enum UpstreamState {
         UPSTREAM_CONNECTING,
+        UPSTREAM_HANDSHAKE, /* https: TLS after the TCP connect */
         UPSTREAM_SENDING,
         UPSTREAM_RECEIVING,
         UPSTREAM_IDLE,
@@ -38,6 +44,9 @@ struct Upstream {
         struct sockaddr_storage address;
         socklen_t address_len;
         char *authority;
+        SSL *ssl;            /* https */
+        char *tls_host;      /* https: the name (or address) the certificate must be for; NULL: http */
+        uint32_t tls_events; /* what the handshake waits for */
 
         Buffer request;
         size_t request_sent;
@@ -85,7 +94,9 @@ const char *upstream_strerror(int error) {
         case EPIPE:
                 return "connection closed";
         case EPROTO:
-                return "malformed response";
+                return "malformed response (or a failed TLS handshake)";
+        case EKEYREJECTED:
+                return "its TLS certificate is not trusted (SSL_CERT_FILE= names other trusted CAs)";
         case ECONNABORTED:
                 return "connection closed before the response ended";
         case EMFILE:
@@ -131,6 +142,8 @@ static Upstream *upstream_free(Upstream *u) {
         }
         sd_event_source_disable_unref(u->io);
         sd_event_source_disable_unref(u->timer);
+        SSL_free(u->ssl);
+        free(u->tls_host);
         safe_close(u->fd);
         buffer_done(&u->request);
         buffer_done(&u->resp.head);
@@ -181,6 +194,9 @@ static int update_io(Upstream *u) {
         switch (u->state) {
         case UPSTREAM_CONNECTING:
                 events = EPOLLOUT;
+                break;
+        case UPSTREAM_HANDSHAKE:
+                events = u->tls_events;
                 break;
         case UPSTREAM_SENDING:
                 events = EPOLLOUT | EPOLLIN; /* a host may answer (an error) before it read everything */
@@ -385,6 +401,8 @@ static bool upstream_maybe_retry(Upstream *u) {
         log_debug("Pooled connection to %s failed before an answer, retrying on a new one", u->authority);
         sd_event_source_disable_unref(u->io);
         u->io = NULL;
+        SSL_free(u->ssl);
+        u->ssl = NULL;
         u->fd = safe_close(u->fd);
         u->reused = false;
         u->retried = true;
@@ -412,13 +430,61 @@ static void upstream_handle_eof(Upstream *u) {
         upstream_fail(u, -ECONNABORTED);
 }
 
+/* read(2) and send(2), through TLS for https: the same results (bytes, 0 at the end, -1 with errno, EAGAIN
+ * when it must wait), so that one state machine serves both */
+static ssize_t io_read(Upstream *u, void *buf, size_t n) {
+        if (!u->ssl)
+                return read(u->fd, buf, n);
+        ERR_clear_error();
+        int k = SSL_read(u->ssl, buf, (int)MIN(n, (size_t)INT_MAX));
+        if (k > 0)
+                return k;
+        switch (SSL_get_error(u->ssl, k)) {
+        case SSL_ERROR_ZERO_RETURN:
+                return 0;
+        case SSL_ERROR_WANT_READ:
+        case SSL_ERROR_WANT_WRITE:
+                errno = EAGAIN;
+                return -1;
+        case SSL_ERROR_SYSCALL:
+                if (errno == 0)
+                        return 0; /* closed without close_notify: as plain HTTP would see it */
+                return -1;
+        default:
+                errno = EPROTO;
+                return -1;
+        }
+}
+
+static ssize_t io_write(Upstream *u, const void *buf, size_t n) {
+        if (!u->ssl)
+                return send(u->fd, buf, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        ERR_clear_error();
+        int k = SSL_write(u->ssl, buf, (int)MIN(n, (size_t)INT_MAX));
+        if (k > 0)
+                return k;
+        switch (SSL_get_error(u->ssl, k)) {
+        case SSL_ERROR_WANT_READ:
+        case SSL_ERROR_WANT_WRITE:
+                errno = EAGAIN;
+                return -1;
+        case SSL_ERROR_SYSCALL:
+                if (errno == 0)
+                        errno = EPIPE;
+                return -1;
+        default:
+                errno = EPROTO;
+                return -1;
+        }
+}
+
 static void upstream_read(Upstream *u) {
         char buf[UPSTREAM_READ_SIZE];
 
         /* edge-triggered: read until the socket is empty, or the owner cannot take more (then the
          * source is disabled, and enabling it again re-arms the edge); each read goes on at once */
         while (u->reading) {
-                ssize_t k = read(u->fd, buf, sizeof(buf));
+                ssize_t k = io_read(u, buf, sizeof(buf));
                 if (k < 0) {
                         if (errno == EINTR)
                                 continue;
@@ -473,10 +539,12 @@ static void upstream_read(Upstream *u) {
         }
 }
 
+static void upstream_handshake(Upstream *u);
+
 static void upstream_write(Upstream *u) {
         while (u->request_sent < buffer_size(&u->request)) {
-                ssize_t k = send(u->fd, buffer_peek(&u->request) + u->request_sent,
-                                 buffer_size(&u->request) - u->request_sent, MSG_NOSIGNAL);
+                ssize_t k = io_write(u, buffer_peek(&u->request) + u->request_sent,
+                                     buffer_size(&u->request) - u->request_sent);
                 if (k < 0) {
                         if (errno == EAGAIN || errno == EINTR)
                                 return;
@@ -487,6 +555,38 @@ static void upstream_write(Upstream *u) {
                 u->request_sent += (size_t)k;
         }
         u->state = UPSTREAM_RECEIVING;
+        if (update_io(u) < 0)
+                upstream_fail(u, -ENOMEM);
+}
+
+static void upstream_handshake(Upstream *u) {
+        ERR_clear_error();
+        int k = SSL_do_handshake(u->ssl);
+
+        if (k == 1) {
+                u->state = UPSTREAM_SENDING;
+                if (update_io(u) < 0 || arm_timer(u, u->deadline) < 0)
+                        return upstream_fail(u, -ENOMEM);
+                return upstream_write(u);
+        }
+        switch (SSL_get_error(u->ssl, k)) {
+        case SSL_ERROR_WANT_READ:
+                u->tls_events = EPOLLIN;
+                break;
+        case SSL_ERROR_WANT_WRITE:
+                u->tls_events = EPOLLOUT;
+                break;
+        default: {
+                long v = SSL_get_verify_result(u->ssl);
+                if (v != X509_V_OK) {
+                        log_debug("TLS to %s: %s", u->authority, X509_verify_cert_error_string(v));
+                        return upstream_fail(u, -EKEYREJECTED);
+                }
+                log_debug("TLS to %s failed: %s", u->authority,
+                          ERR_reason_error_string(ERR_peek_last_error()) ?: "?");
+                return upstream_fail(u, -EPROTO);
+        }
+        }
         if (update_io(u) < 0)
                 upstream_fail(u, -ENOMEM);
 }
@@ -509,6 +609,13 @@ static int upstream_io_cb(sd_event_source *s, int fd, uint32_t revents, void *us
                         upstream_fail(u, -error);
                         return 0;
                 }
+                if (u->ssl) {
+                        /* the connect timer keeps running: a TLS handshake that stalls is no answer either
+                         */
+                        u->state = UPSTREAM_HANDSHAKE;
+                        upstream_handshake(u);
+                        return 0;
+                }
                 u->state = UPSTREAM_SENDING;
                 if (update_io(u) < 0 || arm_timer(u, u->deadline) < 0) {
                         upstream_fail(u, -ENOMEM);
@@ -517,6 +624,10 @@ static int upstream_io_cb(sd_event_source *s, int fd, uint32_t revents, void *us
                 upstream_write(u);
                 return 0;
         }
+
+        case UPSTREAM_HANDSHAKE:
+                upstream_handshake(u);
+                return 0;
 
         case UPSTREAM_SENDING:
                 if (revents & EPOLLIN) {
@@ -570,6 +681,47 @@ int upstream_set_idle_timeout(Upstream *u, usec_t usec) {
         return u->state == UPSTREAM_CONNECTING ? 0 : arm_timer(u, u->deadline);
 }
 
+/* One TLS context for the process: the system's trusted CAs ($SSL_CERT_FILE/$SSL_CERT_DIR when set),
+ * certificates verified, TLS 1.2 at least. */
+static SSL_CTX *tls_context(Manager *m) {
+        if (m->tls_ctx)
+                return m->tls_ctx;
+        SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+        if (!ctx)
+                return NULL;
+        if (SSL_CTX_set_default_verify_paths(ctx) != 1 ||
+            SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION) != 1) {
+                SSL_CTX_free(ctx);
+                return NULL;
+        }
+        SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+        SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+        m->tls_ctx = ctx;
+        return ctx;
+}
+
+static int upstream_tls_new(Upstream *u, int fd) {
+        SSL_CTX *ctx = tls_context(u->manager);
+        struct in6_addr a;
+        bool ip = inet_pton(AF_INET, u->tls_host, &a) == 1 || inet_pton(AF_INET6, u->tls_host, &a) == 1;
+
+        if (!ctx)
+                return -ENOMEM;
+        SSL_free(u->ssl);
+        u->ssl = SSL_new(ctx);
+        if (!u->ssl || SSL_set_fd(u->ssl, fd) != 1)
+                return -ENOMEM;
+        if (ip) {
+                if (X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(u->ssl), u->tls_host) != 1)
+                        return -EINVAL;
+        } else if (SSL_set_tlsext_host_name(u->ssl, u->tls_host) != 1 ||
+                   SSL_set1_host(u->ssl, u->tls_host) != 1)
+                return -ENOMEM;
+        SSL_set_connect_state(u->ssl);
+        u->tls_events = EPOLLOUT;
+        return 0;
+}
+
 static int upstream_connect(Upstream *u) {
         _cleanup_close_ int fd = -1;
         int r, one = 1;
@@ -583,6 +735,11 @@ static int upstream_connect(Upstream *u) {
         if (r < 0 && errno != EINPROGRESS)
                 return -errno;
 
+        if (u->tls_host) {
+                r = upstream_tls_new(u, fd);
+                if (r < 0)
+                        return r;
+        }
         r = sd_event_add_io(u->manager->event, &u->io, fd, EPOLLOUT | EPOLLET, upstream_io_cb, u);
         if (r < 0)
                 return r;
@@ -600,7 +757,8 @@ static int upstream_connect(Upstream *u) {
 static Upstream *pool_take(Manager *m, const HttpUrl *url) {
         LIST_FOREACH (idle, u, m->idle_upstreams)
                 if (u->address_len == url->address_len &&
-                    memcmp(&u->address, &url->address, url->address_len) == 0) {
+                    memcmp(&u->address, &url->address, url->address_len) == 0 && !!u->tls_host == url->tls &&
+                    (!url->tls || streq(u->tls_host, url->host))) {
                         LIST_REMOVE(idle, m->idle_upstreams, u);
                         m->n_idle_upstreams--;
                         return u;
@@ -626,7 +784,10 @@ int upstream_start(Manager *m, const HttpUrl *url, Buffer *request, bool head_re
                 memcpy(&u->address, &url->address, url->address_len);
                 u->address_len = url->address_len;
                 u->authority = strdup(url->authority);
-                if (!u->authority) {
+                u->tls_host = url->tls ? strdup(url->host) : NULL;
+                if (!u->authority || (url->tls && !u->tls_host)) {
+                        free(u->authority);
+                        free(u->tls_host);
                         free(u);
                         return -ENOMEM;
                 }
@@ -647,8 +808,7 @@ int upstream_start(Manager *m, const HttpUrl *url, Buffer *request, bool head_re
                  * epoll change is needed to wait for the answer. Anything but a full send is left to
                  * the loop, so that a failure reaches the owner after it has stored the pointer we
                  * return (and a stale connection is retried there). */
-                ssize_t k = send(u->fd, buffer_peek(&u->request), buffer_size(&u->request),
-                                 MSG_NOSIGNAL | MSG_DONTWAIT);
+                ssize_t k = io_write(u, buffer_peek(&u->request), buffer_size(&u->request));
                 if (k > 0)
                         u->request_sent = (size_t)k;
                 if (u->request_sent == buffer_size(&u->request))

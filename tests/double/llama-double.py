@@ -496,6 +496,8 @@ def main():
                    help="answer 503 'Loading model' to everything for this long after start")
     p.add_argument("--name", default="", help="sent back in an X-Double header (which engine answered)")
     p.add_argument("--verbose", action="store_true")
+    p.add_argument("--tls-cert", help="serve https with this certificate (PEM) ...")
+    p.add_argument("--tls-key", help="... and this key")
     p.add_argument("--no-knobs", action="store_true", help="ignore [[...]] in prompts (a stand-in for a cloud API)")
     ARGS = p.parse_args()
     global STARTED
@@ -518,6 +520,12 @@ def main():
         family = V6
     srv = family((ARGS.host, ARGS.port), Handler)
     srv.daemon_threads = True
+    if ARGS.tls_cert:
+        # https, for the fallback's tests: a cloud API speaks TLS
+        import ssl
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(ARGS.tls_cert, ARGS.tls_key)
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
     ARGS.port = srv.server_address[1]
     if ARGS.port_file:
         tmp = ARGS.port_file + ".tmp"

@@ -4,6 +4,7 @@ client — never for errors that would fail the same anywhere, once, and with it
 
 import json
 import os
+import subprocess
 import time
 
 import pytest
@@ -213,3 +214,56 @@ def test_host_down_falls_back(make_gate, cloud):
     assert_from_cloud(r, body, cloud)
     assert time.monotonic() - start < 5
     assert "goes to fallback cloud: host 'gone' is down" in g.logtext()
+
+
+def make_ca_and_server_cert(tmp):
+    """a CA of the test's own and a certificate for 127.0.0.1 signed by it"""
+    d = os.path.join(tmp, "tls")
+    os.makedirs(d)
+    run = lambda *a: subprocess.run(list(a), cwd=d, check=True, capture_output=True)
+    run("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
+        "-days", "2", "-subj", "/CN=modelgate test CA")
+    run("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "srv.key", "-out", "srv.csr",
+        "-subj", "/CN=127.0.0.1")
+    with open(os.path.join(d, "ext"), "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1\n")
+    run("openssl", "x509", "-req", "-in", "srv.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+        "-out", "srv.pem", "-days", "2", "-extfile", "ext")
+    return os.path.join(d, "ca.pem"), os.path.join(d, "srv.pem"), os.path.join(d, "srv.key")
+
+
+def tls_requests(cloud, ca):
+    import http.client
+    import ssl
+    c = http.client.HTTPSConnection("127.0.0.1", cloud.port, timeout=10, context=ssl.create_default_context(cafile=ca))
+    c.request("GET", "/_double/requests")
+    return [q for q in json.loads(c.getresponse().read()) if q["path"] == CHAT]
+
+
+def test_https_fallback_verifies_its_certificate(box, make_gate, make_double, tmp):
+    ca, cert, key = make_ca_and_server_cert(tmp)
+    cloud = make_double("--models", "cloud-model", "--loaded", "cloud-model", "--no-knobs",
+                        "--tls-cert", cert, "--tls-key", key)
+    cloud.url = "https://127.0.0.1:%d" % cloud.port
+    cloud.keyfile = os.path.join(tmp, "k")
+    open(cloud.keyfile, "w").write(KEY)
+    port = free_port()
+    box.add_unit("llama-main.service", engine_unit("main", port, "laguna-xs", extra_service="ExecStartPre=/bin/false\n"))
+    box.reload()
+    conf = local_host("h", port) + "[Engine]\nHost=h\nName=main\nUnit=llama-main.service\nModels=laguna-*\n" \
+        "Fallback=cloud\n[Fallback]\nName=cloud\nURL=%s\nModel=cloud-model\nKeyFile=%s\n" % (cloud.url, cloud.keyfile)
+    # trusted through SSL_CERT_FILE (as a system CA would be): the answer comes over TLS
+    g = make_gate(conf, env=dict(gate_env(box), SSL_CERT_FILE=ca))
+    g.wait_log("host h up")
+    r, body = ask(g, "over tls", stream=True)
+    assert r.status == 200 and r.getheader("X-Modelgate-Served-By") == "fallback/cloud", body
+    assert body.rstrip().endswith("data: [DONE]"), body
+    (req,) = tls_requests(cloud, ca)
+    assert dict((k.lower(), v) for k, v in req["headers"])["authorization"] == "Bearer " + KEY
+    # the same fallback with the system's CAs only: its certificate is refused, nothing is sent
+    g2 = make_gate(conf, env=gate_env(box))
+    g2.wait_log("host h up")
+    r, body = ask(g2, "not over an untrusted tls")
+    assert r.status == 502, body
+    assert b"its TLS certificate is not trusted" in body, body
+    assert len(tls_requests(cloud, ca)) == 1

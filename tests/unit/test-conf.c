@@ -55,7 +55,7 @@ TEST(errors_are_refused) {
                 "Listen=1\n",                                        /* outside a section */
                 "[Proxy]\nBogus=1\n",                                /* unknown key */
                 "[Nope]\n",                                          /* unknown section */
-                "[Fallback]\nName=x\nURL=https://api.example.net\n", /* https */
+                "[Host]\nName=a\nURL=ftp://x:1\n",                   /* not http(s) */
                 "[Fallback]\nName=x\nKeyFile=relative\n",            /* not absolute */
                 "[Fallback]\nName=x\nKeyCredential=../k\n",          /* not a credential name */
                 "[Fallback]\nName=x\nOnBusy=maybe\n",
@@ -66,7 +66,6 @@ TEST(errors_are_refused) {
                 "[Proxy]\nListen\n",                            /* no '=' */
                 "[Host]\nURL=http://x:1\n",                     /* no Name= */
                 "[Host]\nName=has-dash\nURL=http://x:1\n",      /* '-' in a host name */
-                "[Host]\nName=a\nURL=https://x:1\n",            /* https */
                 "[Host]\nName=a\nURL=http://x:99999\n",         /* port */
                 "[Host]\nName=a\nURL=http://x\nBus=tcp:x\n",    /* bus */
                 "[Host]\nName=a\nURL=http://x\nBus=ssh:a;rm\n", /* shell metacharacters */
