@@ -432,23 +432,26 @@ static void upstream_handle_eof(Upstream *u) {
 
 /* read(2) and send(2), through TLS for https: the same results (bytes, 0 at the end, -1 with errno, EAGAIN
  * when it must wait), so that one state machine serves both */
-static ssize_t io_read(Upstream *u, void *buf, size_t n) {
-        if (!u->ssl)
-                return read(u->fd, buf, n);
-        ERR_clear_error();
-        int k = SSL_read(u->ssl, buf, (int)MIN(n, (size_t)INT_MAX));
+static ssize_t tls_result(Upstream *u, int k, bool reading) {
         if (k > 0)
                 return k;
         switch (SSL_get_error(u->ssl, k)) {
         case SSL_ERROR_ZERO_RETURN:
-                return 0;
+                if (reading)
+                        return 0;
+                errno = EPIPE;
+                return -1;
         case SSL_ERROR_WANT_READ:
         case SSL_ERROR_WANT_WRITE:
                 errno = EAGAIN;
                 return -1;
         case SSL_ERROR_SYSCALL:
-                if (errno == 0)
-                        return 0; /* closed without close_notify: as plain HTTP would see it */
+                if (errno == 0) {
+                        /* closed without close_notify: what plain HTTP would see */
+                        if (reading)
+                                return 0;
+                        errno = EPIPE;
+                }
                 return -1;
         default:
                 errno = EPROTO;
@@ -456,26 +459,18 @@ static ssize_t io_read(Upstream *u, void *buf, size_t n) {
         }
 }
 
+static ssize_t io_read(Upstream *u, void *buf, size_t n) {
+        if (!u->ssl)
+                return read(u->fd, buf, n);
+        ERR_clear_error();
+        return tls_result(u, SSL_read(u->ssl, buf, (int)MIN(n, (size_t)INT_MAX)), true);
+}
+
 static ssize_t io_write(Upstream *u, const void *buf, size_t n) {
         if (!u->ssl)
                 return send(u->fd, buf, n, MSG_NOSIGNAL | MSG_DONTWAIT);
         ERR_clear_error();
-        int k = SSL_write(u->ssl, buf, (int)MIN(n, (size_t)INT_MAX));
-        if (k > 0)
-                return k;
-        switch (SSL_get_error(u->ssl, k)) {
-        case SSL_ERROR_WANT_READ:
-        case SSL_ERROR_WANT_WRITE:
-                errno = EAGAIN;
-                return -1;
-        case SSL_ERROR_SYSCALL:
-                if (errno == 0)
-                        errno = EPIPE;
-                return -1;
-        default:
-                errno = EPROTO;
-                return -1;
-        }
+        return tls_result(u, SSL_write(u->ssl, buf, (int)MIN(n, (size_t)INT_MAX)), false);
 }
 
 static void upstream_read(Upstream *u) {
