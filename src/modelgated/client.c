@@ -1287,17 +1287,6 @@ static void client_dispatch(Client *c) {
                          c->caller.tier->name, c->model);
                 return client_respond_error(c, 403, "model_not_allowed", msg, NULL);
         }
-        if (c->caller.admitted) {
-                AccessDenial d;
-                k = access_count(c->manager->access, c->manager->config, &c->caller, c->peer, &d);
-                if (k == -EDQUOT) {
-                        char h[96];
-                        snprintf(h, sizeof(h), "Retry-After: %llu\r\n", (unsigned long long)d.retry_after);
-                        return client_respond_error(c, 429, d.code, d.message, h);
-                }
-                if (k < 0)
-                        return client_respond_error(c, 500, NULL, "out of memory", NULL);
-        }
         c->config = config_ref(c->manager->config);
         c->host = route_find_host(c->config, model, &key);
         if (!c->host) {
@@ -1309,6 +1298,18 @@ static void client_dispatch(Client *c) {
                          "the models this proxy serves",
                          m2);
                 return client_respond_error(c, 404, "model_not_found", msg, NULL);
+        }
+        /* counted once it routes: a mistyped model name costs nobody a request of the day */
+        if (c->caller.admitted) {
+                AccessDenial d;
+                k = access_count(c->manager->access, c->manager->config, &c->caller, c->peer, &d);
+                if (k == -EDQUOT) {
+                        char h[96];
+                        snprintf(h, sizeof(h), "Retry-After: %llu\r\n", (unsigned long long)d.retry_after);
+                        return client_respond_error(c, 429, d.code, d.message, h);
+                }
+                if (k < 0)
+                        return client_respond_error(c, 500, NULL, "out of memory", NULL);
         }
 
         if (in_body) {

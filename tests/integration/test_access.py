@@ -126,6 +126,9 @@ def test_anonymous_clients_are_capped_per_address_or_refused(make_double, make_g
     d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
     keys = os.path.join(tmp, "keys")
     g = make_gate(conf_text(keys, anonymous="2") + host_conf("3090", d.url))
+    # a model that routes nowhere is not a request of the day
+    r, body = ask(g, model="nohost-x")
+    assert r.status == 404, body
     for _ in range(2):
         r, body = ask(g)
         assert r.status == 200, body
