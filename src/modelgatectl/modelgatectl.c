@@ -408,23 +408,8 @@ static int call_host(sd_bus *bus, const char *host, const char *method, uint64_t
 /* key: the keys file that modelgate.conf names, edited in place (atomically), then Reload() so that the
  * daemon knows at once; the key itself is printed once and stored nowhere. */
 
-static char *config_path(void) {
-        const char *xdg = getenv("XDG_CONFIG_HOME"), *home = getenv("HOME");
-        char *p = NULL;
-
-        if (arg_config)
-                return strdup(arg_config);
-        if (!arg_user)
-                return strdup("/etc/modelgate/modelgate.conf");
-        if (xdg && xdg[0] == '/')
-                return asprintf(&p, "%s/modelgate/modelgate.conf", xdg) < 0 ? NULL : p;
-        if (home && home[0] == '/')
-                return asprintf(&p, "%s/.config/modelgate/modelgate.conf", home) < 0 ? NULL : p;
-        return NULL;
-}
-
 static int load_config(Config *c) {
-        _cleanup_free_ char *path = config_path();
+        _cleanup_free_ char *path = arg_config ? strdup(arg_config) : config_default_path(arg_user);
         int r;
 
         config_init(c);

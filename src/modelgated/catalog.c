@@ -68,14 +68,9 @@ static const HttpUrl *catalog_url(const Catalog *c) {
 
 /* Learned keys, on disk */
 
-char *catalog_state_path(void) {
-        return state_file_path("engine-keys.json");
-}
-
 static void keys_save(Manager *m) {
-        _cleanup_free_ char *path = catalog_state_path(), *tmp = NULL;
+        _cleanup_free_ char *path = state_file_path("engine-keys.json");
         json_object *root = json_object_new_object();
-        FILE *f;
 
         if (!path || !root)
                 goto out;
@@ -91,33 +86,18 @@ static void keys_save(Manager *m) {
                 }
                 json_object_object_add(root, m->config->hosts[i].name, ho);
         }
-        /* the directory systemd made (StateDirectory=), or ours, with its parents (~/.local/state) */
-        for (char *slash = strchr(path + 1, '/'); slash; slash = strchr(slash + 1, '/')) {
-                *slash = 0;
-                (void)mkdir(path, 0755);
-                *slash = '/';
-        }
-        if (asprintf(&tmp, "%s.tmp", path) < 0)
-                goto out;
-        f = fopen(tmp, "we");
-        if (!f) {
-                log_warning_errno(
-                        errno, "Cannot write %s, learned engine keys will not survive a restart: %m", tmp);
-                goto out;
-        }
-        fputs(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE),
-              f);
-        fputc('\n', f);
-        if (fclose(f) != 0 || rename(tmp, path) < 0) {
-                log_warning_errno(errno, "Cannot write %s: %m", path);
-                (void)unlink(tmp);
-        }
+        const char *text = json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY |
+                                                                        JSON_C_TO_STRING_NOSLASHESCAPE);
+        int r = state_file_write(path, text, strlen(text));
+        if (r < 0)
+                log_warning_errno(r, "Cannot write %s, learned engine keys will not survive a restart: %m",
+                                  path);
 out:
         json_object_put(root);
 }
 
 static void keys_load(Catalog *c) {
-        _cleanup_free_ char *path = catalog_state_path();
+        _cleanup_free_ char *path = state_file_path("engine-keys.json");
         json_object *root, *ho;
 
         if (!path || access(path, F_OK) < 0)

@@ -53,7 +53,3 @@ char *const *catalog_engine_keys(const Catalog *c, size_t i);
  * 0; -EBADMSG when the line is not such an event. Sets *ret_changes when the event may change the
  * model list (anything but download progress). */
 int catalog_relabel_event(const char *host, const char *json, size_t n, Buffer *out, bool *ret_changes);
-
-/* The state file of learned keys: $STATE_DIRECTORY, else $XDG_STATE_HOME/modelgate, else
- * ~/.local/state/modelgate; malloc'ed path of engine-keys.json, or NULL. */
-char *catalog_state_path(void);

@@ -781,7 +781,7 @@ static void client_upstream_error(Upstream *u, int error, bool started, void *us
 
         c->upstream = NULL;
         (void)sd_event_source_set_enabled(c->budget, SD_EVENT_OFF);
-        if (!c->engine_bytes_sent && !c->via_fallback && client_fall_back(c, upstream_strerror(error))) {
+        if (client_fall_back(c, upstream_strerror(error))) {
                 /* the engine failed before any of its answer reached the client */
                 if (client_flush(c) < 0)
                         client_free(c);
@@ -1179,7 +1179,7 @@ static void client_engine_ready(HostWaiter *w, int status, const char *message) 
 }
 
 /* [Access]: who the client is. false: answered already (401). */
-static bool client_admit(Client *c, bool unused) {
+static bool client_admit(Client *c) {
         HttpRequest *r = &c->parser.req;
         Span auth = http_request_header(r, "Authorization"), xkey = http_request_header(r, "X-Api-Key");
         _cleanup_free_ char *key = NULL;
@@ -1230,7 +1230,7 @@ static void client_dispatch(Client *c) {
                 return client_start_feed(c);
         if (get && span_eq(path, "/metrics"))
                 return client_respond_metrics(c);
-        if (c->manager->config->access.enabled && !client_admit(c, false))
+        if (c->manager->config->access.enabled && !client_admit(c))
                 return;
         if (get && (span_eq(path, "/models") || span_eq(path, "/v1/models"))) {
                 k = models_merge_start(c->manager, client_models_done, c, &c->merge);
@@ -1302,7 +1302,11 @@ static void client_dispatch(Client *c) {
         /* counted once it routes: a mistyped model name costs nobody a request of the day */
         if (c->caller.admitted) {
                 AccessDenial d;
-                k = access_count(c->manager->access, c->manager->config, &c->caller, c->peer, &d);
+                if (!c->manager->access) /* no file read at start unless [Access] is used */
+                        c->manager->access = access_new(c->manager);
+                k = c->manager->access
+                            ? access_count(c->manager->access, c->manager->config, &c->caller, c->peer, &d)
+                            : -ENOMEM;
                 if (k == -EDQUOT) {
                         char h[96];
                         snprintf(h, sizeof(h), "Retry-After: %llu\r\n", (unsigned long long)d.retry_after);

@@ -1187,3 +1187,16 @@ int host_conf_ssh_argv(const HostConf *h, char ***ret) {
         *ret = TAKE_PTR(argv);
         return 0;
 }
+
+char *config_default_path(bool user) {
+        const char *xdg = getenv("XDG_CONFIG_HOME"), *home = getenv("HOME");
+        char *p = NULL;
+
+        if (!user)
+                return strdup("/etc/modelgate/modelgate.conf");
+        if (xdg && xdg[0] == '/')
+                return asprintf(&p, "%s/modelgate/modelgate.conf", xdg) < 0 ? NULL : p;
+        if (home && home[0] == '/')
+                return asprintf(&p, "%s/.config/modelgate/modelgate.conf", home) < 0 ? NULL : p;
+        return NULL;
+}

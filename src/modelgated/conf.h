@@ -143,6 +143,9 @@ int config_verify(Config *c);
 /* Resolves every URL to an address (blocking getaddrinfo, once at load). */
 int config_resolve(Config *c);
 void config_dump(const Config *c, FILE *f);
+/* modelgate.conf of a user instance ($XDG_CONFIG_HOME/modelgate, ~/.config/modelgate) or of the system
+ * (/etc/modelgate); NULL when a user's cannot be told. */
+char *config_default_path(bool user);
 
 const HostConf *config_find_host(const Config *c, const char *name);
 const FallbackConf *config_find_fallback(const Config *c, const char *name);

@@ -145,7 +145,7 @@ static void host_update_state(Host *h) {
         h->logged_down = down;
         if (down && h->down_reason && !streq(h->down_reason, "connecting"))
                 (void)free_and_strdup(&h->last_error, h->down_reason);
-        manager_host_changed(h->manager, h);
+        manager_changed(h->manager);
 }
 
 static void host_schedule_later(Host *h) {
@@ -789,7 +789,7 @@ static int schedule_cb(sd_event_source *s, void *userdata) {
                 (void)sd_event_source_set_enabled(h->sched_timer, SD_EVENT_ONESHOT);
         }
         prime_rearm(h);
-        manager_host_changed(h->manager, h);
+        manager_changed(h->manager);
         return 0;
 }
 
@@ -962,7 +962,7 @@ static SchedConfig sched_config_of(const Config *config, const HostConf *conf) {
         return sc;
 }
 
-Host *host_new(Manager *m, const HostConf *conf) {
+Host *host_new(Manager *m, Config *config, const HostConf *conf) {
         Host *h = calloc(1, sizeof(Host));
         _cleanup_strv_free_ char **units = NULL;
         int r;
@@ -971,13 +971,13 @@ Host *host_new(Manager *m, const HostConf *conf) {
                 return NULL;
         h->manager = m;
         h->conf = conf;
-        h->config = config_ref(m->config);
+        h->config = config_ref(config);
         h->running = h->target = -1;
         h->state = HOST_IDLE;
 
-        if (collect_engines(m->config, conf, &h->engines, &h->n_engines, &units) < 0)
+        if (collect_engines(config, conf, &h->engines, &h->n_engines, &units) < 0)
                 goto fail;
-        SchedConfig sc = sched_config_of(m->config, conf);
+        SchedConfig sc = sched_config_of(config, conf);
         if (sched_init(&h->sched, &sc, h->n_engines) < 0)
                 goto fail;
         r = sd_event_add_defer(m->event, &h->schedule_source, schedule_cb, h);
@@ -1154,7 +1154,7 @@ int host_acquire(Host *h, size_t i, HostWaiter *w, HostReadyFn ready, const char
         }
         *w = (HostWaiter){.host = h, .engine = (ssize_t)i, .model = model, .ready = ready};
         if (sched_add(&h->sched, now_usec(CLOCK_MONOTONIC), &w->req, i)) {
-                manager_host_changed(h->manager, h);
+                manager_changed(h->manager);
                 return 0;
         }
         host_schedule_later(h);
@@ -1235,8 +1235,7 @@ int host_request_stop(Host *h) {
 
 bool host_keeps_daemon(const Host *h) {
         /* an engine it runs must still get its idle stop, which only a running daemon can do */
-        return h->sched.n_in_flight > 0 || h->sched.n_waiting > 0 || h->phase != PHASE_NONE ||
-               (h->running >= 0 && h->sched.config.idle_stop != USEC_INFINITY);
+        return !host_drained(h) || (h->running >= 0 && h->sched.config.idle_stop != USEC_INFINITY);
 }
 
 Manager *host_manager(const Host *h) {

@@ -55,7 +55,8 @@ typedef struct HostRefusal {
         char message[512];
 } HostRefusal;
 
-Host *host_new(Manager *m, const HostConf *conf);
+/* A host of config (the running one, or a reload's new one). */
+Host *host_new(Manager *m, Config *config, const HostConf *conf);
 Host *host_free(Host *h);
 /* Connects the bus of a host that has engines. */
 void host_start(Host *h);

@@ -444,11 +444,9 @@ static int exit_idle_cb(sd_event_source *s, uint64_t usec, void *userdata) {
         return sd_event_exit(m->event, 0);
 }
 
-void manager_changed(Manager *m) {
+/* The idle exit's timer runs exactly while nothing needs the daemon, and the bus hears of changes. */
+static void manager_update(Manager *m) {
         bus_object_changed(m->bus_object);
-        if (m->n_draining > 0)
-                /* not from here: this runs inside the hosts' own callbacks */
-                (void)sd_event_source_set_enabled(m->drain_source, SD_EVENT_ONESHOT);
         if (!m->exit_idle_timer || m->stopping)
                 return;
         bool idle = manager_is_idle(m);
@@ -458,6 +456,13 @@ void manager_changed(Manager *m) {
                 (void)sd_event_source_set_enabled(m->exit_idle_timer, SD_EVENT_ONESHOT);
         } else if (!idle && armed)
                 (void)sd_event_source_set_enabled(m->exit_idle_timer, SD_EVENT_OFF);
+}
+
+void manager_changed(Manager *m) {
+        if (m->n_draining > 0)
+                /* a draining host may be done now; not freed from here, which runs inside its callbacks */
+                (void)sd_event_source_set_enabled(m->drain_source, SD_EVENT_ONESHOT);
+        manager_update(m);
 }
 
 static int stop_timeout_cb(sd_event_source *s, uint64_t usec, void *userdata) {
@@ -528,14 +533,11 @@ int manager_start(Manager *m) {
         if (!m->hosts)
                 return log_oom();
         for (size_t i = 0; i < m->config->n_hosts; i++)
-                if (!(m->hosts[i] = host_new(m, &m->config->hosts[i])))
+                if (!(m->hosts[i] = host_new(m, m->config, &m->config->hosts[i])))
                         return log_oom();
         for (size_t i = 0; i < m->config->n_hosts; i++)
                 host_start(m->hosts[i]);
         (void)bus_object_new(m, m->user, &m->bus_object);
-        m->access = access_new(m);
-        if (!m->access)
-                return log_oom();
         /* "always 0 without socket activation": nothing would start it again */
         if (m->socket_activated && m->config->exit_idle_usec != 0 &&
             m->config->exit_idle_usec != USEC_INFINITY) {
@@ -607,7 +609,8 @@ static int drain_cb(sd_event_source *s, void *userdata) {
                         if (streq(m->config->hosts[j].name, name) && !host_is_draining(m, name))
                                 host_start(m->hosts[j]);
         }
-        manager_changed(m);
+        /* not manager_changed(): that would wake this up again at once while a host still drains */
+        manager_update(m);
         return 0;
 }
 
@@ -616,9 +619,17 @@ static int fail_reload(char **ret_error, int r, const char *why) {
         return r;
 }
 
+static bool taken_by(Host *const *hosts, size_t n, const Host *h) {
+        for (size_t i = 0; i < n; i++)
+                if (hosts[i] == h)
+                        return true;
+        return false;
+}
+
 int manager_reload(Manager *m, char **ret_error) {
         _cleanup_(config_unrefp) Config *n = NULL;
         _cleanup_free_ Host **hosts = NULL;
+        _cleanup_free_ bool *kept_from = NULL;
         size_t kept = 0, added = 0, drained = 0;
         Host **draining;
         int r;
@@ -646,22 +657,31 @@ int manager_reload(Manager *m, char **ret_error) {
         }
 
         hosts = calloc(MAX(n->n_hosts, 1u), sizeof(Host *));
+        kept_from = calloc(MAX(n->n_hosts, 1u), sizeof(bool));
         draining = reallocarray(m->draining, m->n_draining + m->config->n_hosts + 1, sizeof(Host *));
-        if (!hosts || !draining)
+        if (!hosts || !kept_from || !draining)
                 return fail_reload(ret_error, -ENOMEM, "out of memory");
         m->draining = draining;
 
-        /* the same URL, bus and engine units: the Host carries on with the new values, waiters and all */
-        for (size_t i = 0; i < n->n_hosts; i++)
-                for (size_t j = 0; j < m->config->n_hosts; j++)
-                        if (m->hosts[j] && host_can_take(m->hosts[j], n, &n->hosts[i])) {
+        /* the same URL, bus and engine units: the Host carries on with the new values, waiters and all;
+         * the others are made now, so that running out of memory changes nothing */
+        for (size_t i = 0; i < n->n_hosts; i++) {
+                for (size_t j = 0; j < m->config->n_hosts && !hosts[i]; j++)
+                        if (!taken_by(hosts, i, m->hosts[j]) &&
+                            host_can_take(m->hosts[j], n, &n->hosts[i])) {
                                 hosts[i] = m->hosts[j];
-                                m->hosts[j] = NULL;
-                                break;
+                                kept_from[i] = true;
                         }
+                if (!hosts[i] && !(hosts[i] = host_new(m, n, &n->hosts[i]))) {
+                        for (size_t k = 0; k <= i; k++)
+                                if (!kept_from[k])
+                                        host_free(hosts[k]);
+                        return fail_reload(ret_error, -ENOMEM, "out of memory");
+                }
+        }
         /* the rest finish what they have; nothing new reaches them */
         for (size_t j = 0; j < m->config->n_hosts; j++)
-                if (m->hosts[j]) {
+                if (!taken_by(hosts, n->n_hosts, m->hosts[j])) {
                         m->draining[m->n_draining++] = m->hosts[j];
                         drained++;
                 }
@@ -671,16 +691,10 @@ int manager_reload(Manager *m, char **ret_error) {
         free(m->hosts);
         m->hosts = TAKE_PTR(hosts);
         for (size_t i = 0; i < m->config->n_hosts; i++) {
-                if (m->hosts[i]) {
+                if (kept_from[i]) {
                         (void)host_set_conf(m->hosts[i], m->config, &m->config->hosts[i]);
                         kept++;
                         continue;
-                }
-                m->hosts[i] = host_new(m, &m->config->hosts[i]);
-                if (!m->hosts[i]) {
-                        /* keep the table whole: an empty host config cannot be half-applied */
-                        log_oom();
-                        abort();
                 }
                 added++;
                 if (!host_is_draining(m, m->config->hosts[i].name))

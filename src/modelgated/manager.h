@@ -60,7 +60,7 @@ struct Manager {
         BusObject *bus_object; /* NULL without a bus */
 
         struct Metrics *metrics;
-        struct Access *access; /* daily counts; NULL until started */
+        struct Access *access;      /* daily counts; made by the first request [Access] counts */
         struct ssl_ctx_st *tls_ctx; /* for https:// hosts and fallbacks, made when first needed */
         uint64_t n_requests;
         usec_t start_usec;
@@ -85,7 +85,6 @@ void manager_feed_subscribed(Manager *m);
 void manager_catalog_ready(Manager *m);
 /* Something the D-Bus object shows, or what keeps the daemon from its idle exit, may have changed. */
 void manager_changed(Manager *m);
-#define manager_host_changed(m, h) manager_changed(m)
 /* Reads the configuration again and applies it without dropping a connection (SPEC §3). On failure
  * nothing changes and *ret_error says why. */
 int manager_reload(Manager *m, char **ret_error);

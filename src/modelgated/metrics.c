@@ -248,21 +248,22 @@ int metrics_render(Manager *manager, Buffer *b) {
 
         header(b, "modelgate_connections", "gauge", "Open client connections");
         (void)buffer_printf(b, "modelgate_connections %zu\n", manager->n_clients);
-        header(b, "modelgate_in_flight", "gauge", "Requests sent to a host and not yet answered");
-        for (size_t i = 0; i < manager->config->n_hosts; i++) {
-                _cleanup_(buffer_done) Buffer l = {};
-                append_label(&l, "host", manager->config->hosts[i].name);
-                (void)buffer_terminate(&l);
-                (void)buffer_printf(b, "modelgate_in_flight{%s} %u\n", buffer_peek(&l),
-                                    host_in_flight(manager->hosts[i]));
-        }
-        header(b, "modelgate_waiting", "gauge", "Requests waiting for their engine");
-        for (size_t i = 0; i < manager->config->n_hosts; i++) {
-                _cleanup_(buffer_done) Buffer l = {};
-                append_label(&l, "host", manager->config->hosts[i].name);
-                (void)buffer_terminate(&l);
-                (void)buffer_printf(b, "modelgate_waiting{%s} %u\n", buffer_peek(&l),
-                                    host_waiting(manager->hosts[i]));
+        static const struct {
+                const char *name, *help;
+                unsigned (*get)(const Host *h);
+        } per_host[] = {
+                {"modelgate_in_flight", "Requests sent to a host and not yet answered", host_in_flight},
+                {"modelgate_waiting", "Requests waiting for their engine", host_waiting},
+        };
+        for (size_t g = 0; g < ELEMENTSOF(per_host); g++) {
+                header(b, per_host[g].name, "gauge", per_host[g].help);
+                for (size_t i = 0; i < manager->config->n_hosts; i++) {
+                        _cleanup_(buffer_done) Buffer l = {};
+                        append_label(&l, "host", manager->config->hosts[i].name);
+                        (void)buffer_terminate(&l);
+                        (void)buffer_printf(b, "%s{%s} %u\n", per_host[g].name, buffer_peek(&l),
+                                            per_host[g].get(manager->hosts[i]));
+                }
         }
         header(b, "modelgate_host_state", "gauge", "1 for the state each host is in (org.modelgate1(5))");
         for (size_t i = 0; i < manager->config->n_hosts; i++)

@@ -73,21 +73,6 @@ static int parse_argv(int argc, char *argv[]) {
         return 1;
 }
 
-static char *default_config_path(void) {
-        const char *xdg, *home;
-        char *p = NULL;
-
-        if (arg_user == 0 || (arg_user < 0 && getuid() == 0))
-                return strdup("/etc/modelgate/modelgate.conf");
-        xdg = getenv("XDG_CONFIG_HOME");
-        if (xdg && xdg[0] == '/')
-                return asprintf(&p, "%s/modelgate/modelgate.conf", xdg) < 0 ? NULL : p;
-        home = getenv("HOME");
-        if (!home || home[0] != '/')
-                return NULL;
-        return asprintf(&p, "%s/.config/modelgate/modelgate.conf", home) < 0 ? NULL : p;
-}
-
 /* Many idle keep-alive clients need many descriptors; select() is not used anywhere, so raising
  * the soft limit to the hard one is safe (systemd's rlimit_nofile_bump() does the same). */
 static void bump_nofile(void) {
@@ -107,7 +92,8 @@ int main(int argc, char *argv[]) {
         if (r <= 0)
                 return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
 
-        path = arg_config ? strdup(arg_config) : default_config_path();
+        bool user = !(arg_user == 0 || (arg_user < 0 && getuid() == 0));
+        path = arg_config ? strdup(arg_config) : config_default_path(user);
         if (!path) {
                 log_error("Cannot tell where the configuration is: set $HOME or pass --config=PATH");
                 return EXIT_FAILURE;
@@ -131,7 +117,7 @@ int main(int argc, char *argv[]) {
                 return EXIT_SUCCESS;
         }
 
-        m->user = !(arg_user == 0 || (arg_user < 0 && getuid() == 0));
+        m->user = user;
         bump_nofile();
         r = manager_start(m);
         if (r < 0)

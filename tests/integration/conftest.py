@@ -13,6 +13,8 @@ import time
 import pytest
 
 MODELGATED = os.environ.get("MODELGATED", os.path.join(os.path.dirname(__file__), "../../build/modelgated"))
+# an ASan build (its own memory rules: LeakSanitizer needs ptrace, the quarantine grows)
+SANITIZED = os.path.exists(MODELGATED) and b"__asan_init" in open(MODELGATED, "rb").read()
 DOUBLE = os.environ.get("LLAMA_DOUBLE", os.path.join(os.path.dirname(__file__), "../double/llama-double.py"))
 PYTHON = "/usr/bin/python3"
 
@@ -36,6 +38,15 @@ def free_port(family=socket.AF_INET, host="127.0.0.1"):
     return p
 
 
+def double_requests(port, path=None):
+    """what the double on port received (only path's requests when given)"""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("GET", "/_double/requests")
+    r = json.loads(c.getresponse().read())
+    c.close()
+    return [x for x in r if x["path"] != "/_double/requests" and (path is None or x["path"] == path)]
+
+
 class Double:
     def __init__(self, tmp, *args, host="127.0.0.1"):
         self.host = host
@@ -52,11 +63,7 @@ class Double:
         return http.client.HTTPConnection(self.host, self.port, timeout=30)
 
     def requests(self):
-        c = self.conn()
-        c.request("GET", "/_double/requests")
-        r = json.loads(c.getresponse().read())
-        c.close()
-        return [x for x in r if x["path"] != "/_double/requests"]
+        return double_requests(self.port)
 
     def forwarded(self):
         """what clients sent through modelgate: its own catalog reads (GET /models, the feed) left out"""
@@ -285,6 +292,6 @@ def metric_samples(gate):
 def unit_for_tests(service_text):
     """the unit as shipped, but under a sanitizer build its seccomp filter is lifted: LeakSanitizer stops
     the world with ptrace(), which @system-service does not allow, and would fail the exit"""
-    if b"__asan_init" in open(MODELGATED, "rb").read():
+    if SANITIZED:
         service_text = service_text.rstrip("\n") + "\nSystemCallFilter=\n"
     return service_text

@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from boxes import box_skip_reason, chat, engines_conf, gate_env, local_host
+from boxes import box_skip_reason, chat, engines_conf, gate_env, local_host, two_engines
 from conftest import MODELGATED, free_port, host_conf, metric_samples, post, read_sse, unit_for_tests, wait_for
 
 pytestmark = pytest.mark.skipif(box_skip_reason() is not None, reason=str(box_skip_reason()))
@@ -218,8 +218,9 @@ def activated_units(box, tmp, port, conf_text, exit_idle):
     return log
 
 
-def request(port, content="hi"):
-    body = json.dumps(chat("3090-laguna-xs", content)).encode()
+def request(port, content="hi", model="3090-laguna-xs"):
+    """one request on a new connection, as the idle-exit tests need"""
+    body = json.dumps(chat(model, content)).encode()
     req = urllib.request.Request("http://127.0.0.1:%d/v1/chat/completions" % port, data=body,
                                  headers={"Content-Type": "application/json", "Connection": "close"})
     with urllib.request.urlopen(req, timeout=60) as r:
@@ -291,7 +292,7 @@ def test_idle_exit_waits_for_an_engine_idle_stop(box, tmp):
     conf = local_host("h", port, "IdleStopSec=2s\n") + engines_conf(box, "h", port)
     sock_port = free_port()
     log = activated_units(box, tmp, sock_port, conf, "300ms")
-    status, _ = request_model(sock_port, "h-laguna-xs")
+    status, _ = request(sock_port, model="h-laguna-xs")
     assert status == 200
     assert box.active_state("llama-mainline.service") == "active"
     # the daemon stays for the engine's idle stop, then goes
@@ -300,14 +301,6 @@ def test_idle_exit_waits_for_an_engine_idle_stop(box, tmp):
     text = open(log).read()
     assert text.index("idle 2s, engine mainline stopped") < text.index("Idle for 300ms, exiting")
     assert box.active_state("llama-mainline.service") == "inactive"
-
-
-def request_model(port, model):
-    body = json.dumps(chat(model)).encode()
-    req = urllib.request.Request("http://127.0.0.1:%d/v1/chat/completions" % port, data=body,
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=60) as r:
-        return r.status, json.load(r)
 
 
 def test_systemctl_reload_applies_a_good_file_and_refuses_a_bad_one(box, make_double, tmp):
@@ -335,3 +328,36 @@ def test_systemctl_reload_applies_a_good_file_and_refuses_a_bad_one(box, make_do
              what="the refusal's log line")
     assert request(port)[0] == 200
     assert prop(box, "/org/modelgate1/host/a9", "org.modelgate1.Host", "Name") == "a9"
+
+
+def test_a_changed_engine_host_starts_only_after_the_old_one_drained(box, make_gate):
+    port = free_port()
+    engines = two_engines(box, port, double_args="--token-delay 0.1") % {"host": "h", "extra": ""}
+    g = make_gate("[Proxy]\nHoldDownSec=1s\n" + local_host("h", port) + engines, extra_args=["--user"],
+                  env=gate_env(box))
+    g.wait_log("host h up")
+    stream = post(g.conn(timeout=60), "/v1/chat/completions", chat("h-laguna-xs", "[[tokens:30]]", stream=True))
+    assert stream.status == 200 and stream.readline()
+
+    # a third engine changes the host itself: the old Host keeps the stream, the new one waits for it
+    write_conf(g, "[Proxy]\nHoldDownSec=1s\n" + local_host("h", port) + engines +
+               "[Engine]\nHost=h\nName=third\nUnit=llama-third.service\nModels=third-*\n")
+    g.proc.send_signal(signal.SIGHUP)
+    g.wait_log("host h: changed; it starts once the previous one has answered what it has")
+    answer = {}
+
+    def other_engine():
+        r = post(g.conn(timeout=60), "/v1/chat/completions", chat("h-flint-40b"))
+        answer["status"], answer["at"], answer["engine"] = r.status, time.monotonic(), r.getheader("X-Double")
+        r.read()
+
+    t = threading.Thread(target=other_engine)
+    t.start()
+    lines = read_sse(stream)
+    stream_end = time.monotonic()
+    assert lines[-2][1] == "data: [DONE]\n", "the reload cut the stream"
+    t.join(timeout=60)
+    assert answer["status"] == 200 and answer["engine"] == "fork", answer
+    assert answer["at"] >= stream_end, "the new Host switched the GPU under the old one's stream"
+    log = g.logtext()
+    assert log.index("host h: drained") < log.index("host h: switching to engine fork")

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from boxes import box_skip_reason, chat, engine_unit, gate_env, local_host
-from conftest import free_port, post, read_sse, wait_for
+from conftest import double_requests, free_port, metric_samples, post, read_sse, wait_for
 
 pytestmark = pytest.mark.skipif(box_skip_reason() is not None, reason=str(box_skip_reason()))
 
@@ -43,13 +43,6 @@ def gate_with_fallback(box, make_gate, cloud, engine_extra="", proxy="", double_
     g.wait_log("host h up")
     g.engine_port = port
     return g
-
-
-def engine_requests(g):
-    import http.client
-    c = http.client.HTTPConnection("127.0.0.1", g.engine_port, timeout=10)
-    c.request("GET", "/_double/requests")
-    return json.loads(c.getresponse().read())
 
 
 def ask(g, content="hi", stream=False, model="h-laguna-xs", headers=None):
@@ -88,6 +81,8 @@ def test_engine_that_cannot_start_falls_back_with_the_server_key(box, make_gate,
     line = g.wait_log("POST /v1/chat/completions")
     assert "via=fallback/cloud" in line, line
     assert "goes to fallback cloud: engine 'main' of host 'h' (unit llama-main.service) failed to start" in g.logtext()
+    samples = metric_samples(g)
+    assert samples[("modelgate_fallbacks_total", (("engine", "main"), ("fallback", "cloud"), ("host", "h")))] == 1
 
 
 def test_reset_before_the_answer_and_404_503_fall_back(box, make_gate, cloud):
@@ -140,7 +135,7 @@ def test_first_token_budget_cancels_the_engine_request_and_the_fallback_answers(
     assert r.getheader("X-Modelgate-Served-By") == "fallback/cloud"
     assert 0.9 < took < 5, took
     # the engine saw its connection closed: the GPU stops working on it
-    wait_for(lambda: any(q.get("disconnected") for q in engine_requests(g) if "[[hang]]" in q.get("body", "")),
+    wait_for(lambda: any(q.get("disconnected") for q in double_requests(g.engine_port) if "[[hang]]" in q.get("body", "")),
              what="the engine to see the disconnect")
     assert "no first token not within 1s (FirstTokenBudgetSec=)" in g.logtext()
 

@@ -9,11 +9,8 @@ import socket
 import threading
 import time
 
-from conftest import host_conf, post, read_response, read_sse, wait_for
-
-
-def chat(model, content="hi", stream=False):
-    return {"model": model, "stream": stream, "messages": [{"role": "user", "content": content}]}
+from boxes import chat
+from conftest import host_conf, post, read_sse, wait_for
 
 
 def blackhole():

@@ -9,16 +9,9 @@ import time
 import pytest
 
 from boxes import box_skip_reason, chat, engine_unit, gate_env, local_host
-from conftest import free_port, post, wait_for
+from conftest import double_requests, free_port, post, wait_for
 
 pytestmark = pytest.mark.skipif(box_skip_reason() is not None, reason=str(box_skip_reason()))
-
-
-def engine_requests(port):
-    import http.client
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    c.request("GET", "/_double/requests")
-    return [r for r in json.loads(c.getresponse().read()) if r["path"] == "/v1/chat/completions"]
 
 
 def test_warmup_before_up_and_prime_after_idle(box, make_gate, tmp):
@@ -36,17 +29,17 @@ def test_warmup_before_up_and_prime_after_idle(box, make_gate, tmp):
     r = post(g.conn(timeout=60), "/v1/chat/completions", chat("h-laguna-xs", "the client"))
     assert r.status == 200
     r.read()
-    bodies = [json.loads(q["body"])["messages"][0]["content"] for q in engine_requests(port)]
+    bodies = [json.loads(q["body"])["messages"][0]["content"] for q in double_requests(port, "/v1/chat/completions")]
     assert bodies == ["warm-up please", "the client"], bodies
     log = g.logtext()
     assert log.index("engine main warmed up in") < log.index("engine main up after"), log
-    agents = [dict(q["headers"]).get("User-Agent") for q in engine_requests(port)]
+    agents = [dict(q["headers"]).get("User-Agent") for q in double_requests(port, "/v1/chat/completions")]
     assert agents[0] == "modelgate (warm-up)"
 
     # idle for PrimeAfterIdleSec: primed once, not again while nothing else happens
     g.wait_log("engine main primed after 2s idle (PrimeAfterIdleSec=)", timeout=10)
     time.sleep(3)  # a second idle period would have primed again by now; none may
-    bodies = [json.loads(q["body"])["messages"][0]["content"] for q in engine_requests(port)]
+    bodies = [json.loads(q["body"])["messages"][0]["content"] for q in double_requests(port, "/v1/chat/completions")]
     assert bodies == ["warm-up please", "the client", "warm-up please"], bodies
     # traffic starts a new idle period, and with it a new prime
     r = post(g.conn(timeout=60), "/v1/chat/completions", chat("h-laguna-xs", "again"))

@@ -52,12 +52,12 @@ TEST(repeated_sections_and_merge_by_name) {
 
 TEST(errors_are_refused) {
         static const char *const bad[] = {
-                "Listen=1\n",                                        /* outside a section */
-                "[Proxy]\nBogus=1\n",                                /* unknown key */
-                "[Nope]\n",                                          /* unknown section */
-                "[Host]\nName=a\nURL=ftp://x:1\n",                   /* not http(s) */
-                "[Fallback]\nName=x\nKeyFile=relative\n",            /* not absolute */
-                "[Fallback]\nName=x\nKeyCredential=../k\n",          /* not a credential name */
+                "Listen=1\n",                               /* outside a section */
+                "[Proxy]\nBogus=1\n",                       /* unknown key */
+                "[Nope]\n",                                 /* unknown section */
+                "[Host]\nName=a\nURL=ftp://x:1\n",          /* not http(s) */
+                "[Fallback]\nName=x\nKeyFile=relative\n",   /* not absolute */
+                "[Fallback]\nName=x\nKeyCredential=../k\n", /* not a credential name */
                 "[Fallback]\nName=x\nOnBusy=maybe\n",
                 "[Tier]\nName=x\nDailyRequests=lots\n",
                 "[Fallback]\nURL=http://x:1\n",                 /* no Name= */

@@ -311,23 +311,28 @@ TEST(requested_stop_waits_for_in_flight_and_ignores_hold_down) {
 }
 
 /* A prime (modelgate's own request) is in flight like any other, so a switch waits for it, but it is not
- * traffic: the idle stop still counts from the last client request. */
-TEST(background_request_is_in_flight_but_not_traffic) {
-        Sched s;
-        serving_r0_on_a(&s, 0, S(10), S(900));
-        sched_remove(&s, S(1), &req[0]);
-        ASSERT_EQ(sched_idle_stop_at(&s), S(11));
-        ASSERT_STREQ(add(&s, S(5), 1, A), "go");
+ * traffic: the idle stop still counts from the last client request. A (after r0 at 1 s) primed at 5 s: */
+static void primed_at_5s(Sched *s) {
+        serving_r0_on_a(s, 0, S(10), S(900));
+        sched_remove(s, S(1), &req[0]);
+        ASSERT_EQ(sched_idle_stop_at(s), S(11));
+        ASSERT_STREQ(add(s, S(5), 1, A), "go");
         req[1].background = true;
+}
+
+TEST(background_request_is_in_flight) {
+        Sched s;
+        primed_at_5s(&s);
         ASSERT_STREQ(add(&s, S(6), 2, B), "waits");
         ASSERT_STREQ(run(&s, S(6)), "wait:B/r2"); /* the prime is in flight: the switch waits for it */
         sched_remove(&s, S(7), &req[1]);
         ASSERT_STREQ(run(&s, S(7)), "start:B/r2");
         sched_done(&s);
-        serving_r0_on_a(&s, 0, S(10), S(900));
-        sched_remove(&s, S(1), &req[0]);
-        ASSERT_STREQ(add(&s, S(5), 1, A), "go");
-        req[1].background = true;
+}
+
+TEST(background_request_is_not_traffic) {
+        Sched s;
+        primed_at_5s(&s);
         sched_remove(&s, S(6), &req[1]);
         ASSERT_EQ(sched_idle_stop_at(&s), S(11)); /* not S(16) */
         sched_done(&s);
