@@ -233,7 +233,7 @@ static int setup_reply_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_e
         return 0;
 }
 
-static void bus_lost(HostBus *b, const char *reason);
+static bool bus_lost(HostBus *b, const char *reason);
 
 static int subscribe_reply_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
         HostBus *b = userdata;
@@ -297,12 +297,13 @@ static void fail_ops(HostBus *b, const char *why) {
 
 static int close_cb(sd_event_source *s, void *userdata);
 
-static void bus_lost(HostBus *b, const char *reason) {
+/* false: it was lost already (its operations failed then) */
+static bool bus_lost(HostBus *b, const char *reason) {
         bool was_up = b->up;
         _cleanup_free_ char *why = NULL;
 
         if (b->close_source && sd_event_source_get_enabled(b->close_source, NULL) > 0)
-                return; /* already going */
+                return false; /* already going */
         if (b->host->bus_kind == BUS_SSH)
                 (void)asprintf(&why, "ssh: %s%s", reason,
                                was_up || b->subscribed ? "" : " (ssh's own message is in modelgated's log)");
@@ -315,6 +316,7 @@ static void bus_lost(HostBus *b, const char *reason) {
         if (b->cb.on_down)
                 b->cb.on_down(b, why ?: reason, b->userdata);
         fail_ops(b, why ?: reason);
+        return true;
 }
 
 static int disconnected_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
@@ -585,11 +587,25 @@ void host_bus_forget(HostBus *b, void *userdata) {
                         bus_op_free(op);
 }
 
+/* An error reply that sd-bus makes up for each pending call when the connection closes ("Connection
+ * terminated") arrives before the Disconnected signal: the news is the lost bus, so the owner hears "host
+ * down" first, as for any other lost bus, and the operation fails with it. true: op is gone. */
+static bool op_bus_closing(BusOp *op, sd_bus_message *m) {
+        if (!sd_bus_message_is_method_error(m, NULL) || sd_bus_is_open(op->bus->bus) > 0)
+                return false;
+        op->slot = sd_bus_slot_unref(op->slot);
+        if (!bus_lost(op->bus, "bus connection lost"))
+                bus_op_finish(op, NULL, NULL, "bus connection lost");
+        return true;
+}
+
 static int job_reply_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
         BusOp *op = userdata;
         const char *e = message_error(m), *path;
         int r;
 
+        if (op_bus_closing(op, m))
+                return 0;
         op->slot = sd_bus_slot_unref(op->slot);
         if (e) {
                 bus_op_finish(op, NULL, NULL, e);
@@ -639,6 +655,8 @@ static int refresh_reply_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret
         BusOp *op = userdata;
         const char *e = message_error(m);
 
+        if (op_bus_closing(op, m))
+                return 0;
         op->slot = sd_bus_slot_unref(op->slot);
         if (!e && read_properties(m, &op->bus->units[op->unit].info) < 0)
                 e = "bad reply from the service manager";
@@ -667,6 +685,8 @@ static int list_reply_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_er
         const char *e = message_error(m);
         int r;
 
+        if (op_bus_closing(op, m))
+                return 0;
         op->slot = sd_bus_slot_unref(op->slot);
         if (e) {
                 bus_op_finish(op, NULL, NULL, e);
