@@ -437,17 +437,9 @@ static void client_host_down(Client *c, int error) {
         client_respond_error(c, 503, "host_down", msg, "Retry-After: 30\r\nretry-after-ms: 30000\r\n");
 }
 
-static bool header_is_listed_in_connection(Span connection, Span name) {
-        if (!connection.p)
-                return false;
-        _cleanup_free_ char *n = strndup(name.p, name.n);
-        return n && span_has_token(connection, n);
-}
-
 static int build_upstream_request(Client *c, const HttpUrl *target, Span url, const char *body,
                                   size_t body_len, const char *extra_headers, Buffer *out) {
         HttpRequest *r = &c->parser.req;
-        Span connection = http_request_header(r, "Connection");
         int k;
 
         k = buffer_append_str(out, llhttp_method_name(r->method));
@@ -465,15 +457,8 @@ static int build_upstream_request(Client *c, const HttpUrl *target, Span url, co
                 k = buffer_append_str(out, "\r\n");
         if (k < 0)
                 return k;
-        for (size_t i = 0; i < r->n_headers; i++) {
-                Span name = http_header_name(r, i), value = http_header_value(r, i);
-                if (http_header_is_hop_by_hop(name) || http_header_is_credential(name) ||
-                    header_is_listed_in_connection(connection, name))
-                        continue;
-                if (buffer_append(out, name.p, name.n) < 0 || buffer_append_str(out, ": ") < 0 ||
-                    buffer_append(out, value.p, value.n) < 0 || buffer_append_str(out, "\r\n") < 0)
-                        return -ENOMEM;
-        }
+        if (http_request_append_forwarded_headers(r, out) < 0)
+                return -ENOMEM;
         if (extra_headers && buffer_append_str(out, extra_headers) < 0)
                 return -ENOMEM;
         if (body_len > 0 || r->method == HTTP_POST || r->method == HTTP_PUT || r->method == HTTP_PATCH)
@@ -597,7 +582,7 @@ static int client_upstream_headers(Upstream *u, const UpstreamResponse *resp, vo
         for (size_t i = 0; i < resp->n_headers; i++) {
                 Span name = upstream_response_header_name(resp, i),
                      value = upstream_response_header_value(resp, i);
-                if (http_header_is_hop_by_hop(name) || header_is_listed_in_connection(connection, name))
+                if (http_header_is_hop_by_hop(name) || (connection.p && span_list_has(connection, name)))
                         continue;
                 if (buffer_append(&c->held_head, name.p, name.n) < 0 ||
                     buffer_append_str(&c->held_head, ": ") < 0 ||

@@ -39,6 +39,18 @@ static int on_url(llhttp_t *l, const char *at, size_t n) {
         HttpParser *p = parser_of(l);
         if (account(p, n) < 0)
                 return -1;
+        /* RFC 9112 §3.2, RFC 3986: no control character, TAB or byte above 0x7F goes raw in a target
+         * (llhttp 8 lets TAB and 0x80-0xFF through, and they would reach the host and the log); a
+         * fragment is never sent by a client, and would not be the host's business */
+        for (size_t i = 0; i < n; i++) {
+                unsigned char c = (unsigned char)at[i];
+                if (c <= 0x20 || c >= 0x7f)
+                        return fail(p, 400,
+                                    "the request target holds a byte that must be %-encoded (a control "
+                                    "character, TAB, or a byte above 0x7E)");
+                if (c == '#')
+                        return fail(p, 400, "the request target has a #fragment");
+        }
         if (buffer_append(&p->req.head, at, n) < 0)
                 return fail(p, 500, "out of memory");
         p->req.url_len += n;
@@ -55,6 +67,12 @@ static int on_header_field(llhttp_t *l, const char *at, size_t n) {
 
         if (account(p, n) < 0)
                 return -1;
+        if (p->headers_complete) {
+                /* a trailer (RFC 9112 §7.1.2): its syntax is checked by the chunk scan; it is dropped,
+                 * never forwarded and never used for admission */
+                r->had_trailers = true;
+                return 0;
+        }
         if (r->n_headers == 0 || p->in_header_value) {
                 if (r->n_headers >= 1000)
                         return fail(p, 431, "request has too many headers");
@@ -75,8 +93,28 @@ static int on_header_field(llhttp_t *l, const char *at, size_t n) {
         return 0;
 }
 
+bool http_is_tchar(unsigned char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+               (c != 0 && strchr("!#$%&'*+-.^_`|~", c));
+}
+
 static int on_header_field_complete(llhttp_t *l) {
         HttpParser *p = parser_of(l);
+        if (p->headers_complete)
+                return account(p, 4);
+        Span name = http_header_name(&p->req, p->req.n_headers - 1);
+
+        /* RFC 9112 §5.1: no whitespace between a field name and the colon, a server MUST answer 400.
+         * llhttp 8 keeps "Authorization " as the name, which no filter would recognise. */
+        for (size_t i = 0; i < name.n; i++) {
+                unsigned char c = (unsigned char)name.p[i];
+                if (c == ' ' || c == '\t')
+                        return fail(p, 400, "a request header has whitespace before its colon");
+                if (!http_is_tchar(c))
+                        return fail(p, 400, "a request header name holds a character that is not allowed");
+        }
+        if (name.n == 0)
+                return fail(p, 400, "a request header has an empty name");
         current_header(p)->value = buffer_size(&p->req.head);
         p->in_header_value = true;
         return account(p, 4); /* ": " and CRLF count too, as they do for a peer */
@@ -90,6 +128,13 @@ static int on_header_value(llhttp_t *l, const char *at, size_t n) {
         /* llhttp hands an obs-fold continuation to us as part of the value */
         if (memchr(at, '\r', n) || memchr(at, '\n', n))
                 return fail(p, 400, "obsolete line folding in a request header");
+        for (size_t i = 0; i < n; i++) {
+                unsigned char c = (unsigned char)at[i];
+                if ((c < 0x20 && c != '\t') || c == 0x7f)
+                        return fail(p, 400, "a request header value holds a control character");
+        }
+        if (p->headers_complete)
+                return 0;
         if (buffer_append(&p->req.head, at, n) < 0)
                 return fail(p, 500, "out of memory");
         current_header(p)->value_len += n;
@@ -98,6 +143,8 @@ static int on_header_value(llhttp_t *l, const char *at, size_t n) {
 
 static int on_header_value_complete(llhttp_t *l) {
         HttpParser *p = parser_of(l);
+        if (p->headers_complete)
+                return 0;
         HttpHeader *h = current_header(p);
         Span name = http_header_name(&p->req, p->req.n_headers - 1);
         Span value = http_header_value(&p->req, p->req.n_headers - 1);
@@ -117,7 +164,8 @@ static int on_header_value_complete(llhttp_t *l) {
                 if (!span_caseeq(value, "100-continue"))
                         return fail(p, 417, "only 'Expect: 100-continue' is supported");
                 p->req.expect_continue = true;
-        }
+        } else if (span_caseeq(name, "Host"))
+                p->n_host++;
         return 0;
 }
 
@@ -133,14 +181,52 @@ static int on_headers_complete(llhttp_t *l) {
                 return fail(p, 400, "request has more than one Transfer-Encoding header");
         if (l->method == HTTP_CONNECT || l->method == HTTP_TRACE)
                 return fail(p, 405, "method is not allowed here");
+        if (l->http_major == 0) /* llhttp's HTTP/0.9: a request line without a version */
+                return fail(p, 400, "the request line has no HTTP version");
+        if (l->http_major != 1 || l->http_minor > 1)
+                return fail(p, 505, "modelgate speaks HTTP/1.1 and HTTP/1.0 only");
+        /* RFC 9112 §3.2: exactly one Host in HTTP/1.1 */
+        if (p->n_host > 1 || (l->http_minor == 1 && p->n_host == 0))
+                return fail(p, 400,
+                            p->n_host ? "request has more than one Host header"
+                                      : "an HTTP/1.1 request must have a Host header");
         if (p->n_content_length > 0 && l->content_length > p->max_body_size)
                 return fail(p, 413, "request body is larger than MaxBodySize");
+
+        /* RFC 9112 §3.2.2: a server MUST accept the absolute form; the path is what matters here */
+        Span url = http_request_url(r);
+        size_t skip = 0;
+        if (url.n >= 7 && strncasecmp(url.p, "http://", 7) == 0)
+                skip = 7;
+        else if (url.n >= 8 && strncasecmp(url.p, "https://", 8) == 0)
+                skip = 8;
+        if (skip > 0) {
+                const char *slash = memchr(url.p + skip, '/', url.n - skip);
+                if (!slash)
+                        return fail(p, 400, "an absolute request target must have a path");
+                r->url += (size_t)(slash - url.p);
+                r->url_len -= (size_t)(slash - url.p);
+        }
+
+        /* modelgate never switches protocols: Upgrade is dropped as a hop-by-hop header and the request
+         * is an ordinary one, so that llhttp does not take what follows for another protocol's bytes */
+        if (l->upgrade) {
+                r->upgrade = true;
+                l->upgrade = 0;
+        }
 
         r->method = l->method;
         r->http_major = l->http_major;
         r->http_minor = l->http_minor;
         r->has_body = p->n_content_length > 0 ? l->content_length > 0 : p->n_transfer_encoding > 0;
+        r->chunked = p->n_transfer_encoding > 0;
         p->headers_complete = true;
+        if (r->chunked) {
+                /* stop where the body starts, so that the chunk scan sees every byte of it */
+                p->chunk = (ChunkScan){};
+                p->body_paused = true;
+                return HPE_PAUSED;
+        }
         return 0;
 }
 
@@ -166,6 +252,10 @@ static int on_chunk_header(llhttp_t *l) {
 static int on_message_complete(llhttp_t *l) {
         HttpParser *p = parser_of(l);
         p->req.keep_alive = llhttp_should_keep_alive(l);
+        /* RFC 9112 §6.1: an HTTP/1.0 message with Transfer-Encoding has faulty framing: answer, then close
+         */
+        if (p->req.chunked && p->req.http_minor == 0)
+                p->req.keep_alive = false;
         p->message_complete = true;
         return HPE_PAUSED;
 }
@@ -189,6 +279,7 @@ static void request_reset(HttpRequest *r) {
         r->n_headers = 0;
         r->url = r->url_len = 0;
         r->keep_alive = r->expect_continue = r->has_body = false;
+        r->chunked = r->upgrade = r->had_trailers = false;
 }
 
 void http_parser_init(HttpParser *p, uint64_t max_header_size, uint64_t max_body_size) {
@@ -210,11 +301,129 @@ void http_parser_done(HttpParser *p) {
 void http_parser_next(HttpParser *p) {
         request_reset(&p->req);
         p->header_bytes = 0;
-        p->n_content_length = p->n_transfer_encoding = 0;
-        p->in_header_value = p->headers_complete = p->headers_reported = false;
+        p->n_content_length = p->n_transfer_encoding = p->n_host = 0;
+        p->in_header_value = p->headers_complete = p->headers_reported = p->body_paused = false;
         p->message_complete = p->started = p->last_was_cr = p->last_was_lf = false;
         if (llhttp_get_errno(&p->llhttp) == HPE_PAUSED)
                 llhttp_resume(&p->llhttp);
+}
+
+enum {
+        CS_SIZE_START, /* the first hex digit of a chunk size */
+        CS_SIZE,
+        CS_EXT, /* after ';': extensions are not forwarded (the body goes on de-chunked) */
+        CS_SIZE_LF,
+        CS_DATA,
+        CS_DATA_CR,
+        CS_DATA_LF,
+        CS_LINE_START, /* a trailer line, or the empty line that ends the message */
+        CS_NAME,
+        CS_VALUE,
+        CS_VALUE_LF,
+        CS_END_LF,
+        CS_DONE,
+};
+
+/* Checks bytes of a chunked body. Returns how many belong to this message (all of them, or up to its
+ * last byte), or -EBADMSG with the error set. */
+static ssize_t chunk_scan(HttpParser *p, const char *d, size_t n) {
+        ChunkScan *cs = &p->chunk;
+        size_t i = 0;
+
+        while (i < n && cs->state != CS_DONE) {
+                unsigned char c = (unsigned char)d[i];
+                int x = c >= '0' && c <= '9'   ? c - '0'
+                        : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                        : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                               : -1;
+
+                switch (cs->state) {
+                case CS_SIZE_START:
+                case CS_SIZE:
+                        if (x >= 0) {
+                                if (++cs->digits > 16)
+                                        goto bad_size;
+                                cs->size = cs->size * 16 + (uint64_t)x;
+                                cs->state = CS_SIZE;
+                        } else if (cs->state == CS_SIZE && c == ';')
+                                cs->state = CS_EXT;
+                        else if (cs->state == CS_SIZE && c == '\r')
+                                cs->state = CS_SIZE_LF;
+                        else
+                                goto bad_size;
+                        break;
+                case CS_EXT:
+                        if (c == '\r')
+                                cs->state = CS_SIZE_LF;
+                        else if ((c < 0x20 && c != '\t') || c == 0x7f)
+                                return fail(p, 400, "a chunk extension holds a control character"), -EBADMSG;
+                        break;
+                case CS_SIZE_LF:
+                        if (c != '\n')
+                                goto bad_crlf;
+                        cs->left = cs->size;
+                        cs->state = cs->size > 0 ? CS_DATA : CS_LINE_START;
+                        cs->size = 0;
+                        cs->digits = 0;
+                        break;
+                case CS_DATA: {
+                        uint64_t k = MIN(cs->left, (uint64_t)(n - i));
+                        cs->left -= k;
+                        i += (size_t)k;
+                        if (cs->left == 0)
+                                cs->state = CS_DATA_CR;
+                        continue;
+                }
+                case CS_DATA_CR:
+                        if (c != '\r')
+                                return fail(p, 400, "chunk data is not followed by CRLF"), -EBADMSG;
+                        cs->state = CS_DATA_LF;
+                        break;
+                case CS_DATA_LF:
+                        if (c != '\n')
+                                return fail(p, 400, "chunk data is not followed by CRLF"), -EBADMSG;
+                        cs->state = CS_SIZE_START;
+                        break;
+                case CS_LINE_START:
+                        if (c == '\r')
+                                cs->state = CS_END_LF;
+                        else if (c == '\n')
+                                goto bad_crlf;
+                        else if (c == ' ' || c == '\t')
+                                return fail(p, 400, "obsolete line folding in a request trailer"), -EBADMSG;
+                        else if (http_is_tchar(c))
+                                cs->state = CS_NAME;
+                        else
+                                return fail(p, 400, "a request trailer has a malformed name"), -EBADMSG;
+                        break;
+                case CS_NAME:
+                        if (c == ':')
+                                cs->state = CS_VALUE;
+                        else if (!http_is_tchar(c))
+                                return fail(p, 400, "a request trailer has a malformed name"), -EBADMSG;
+                        break;
+                case CS_VALUE:
+                        if (c == '\r')
+                                cs->state = CS_VALUE_LF;
+                        else if ((c < 0x20 && c != '\t') || c == 0x7f)
+                                return fail(p, 400, "a request trailer value holds a control character"),
+                                       -EBADMSG;
+                        break;
+                case CS_VALUE_LF:
+                case CS_END_LF:
+                        if (c != '\n')
+                                goto bad_crlf;
+                        cs->state = cs->state == CS_END_LF ? CS_DONE : CS_LINE_START;
+                        break;
+                }
+                i++;
+        }
+        return (ssize_t)i;
+
+bad_size:
+        return fail(p, 400, "a chunk size is not a hexadecimal number of at most 16 digits"), -EBADMSG;
+bad_crlf:
+        return fail(p, 400, "a line of the chunked body does not end with CRLF"), -EBADMSG;
 }
 
 static int feed_chunk(HttpParser *p, const char *data, size_t n, size_t *ret_consumed) {
@@ -225,7 +434,8 @@ static int feed_chunk(HttpParser *p, const char *data, size_t n, size_t *ret_con
                 return 0;
         }
         if (e == HPE_PAUSED || e == HPE_PAUSED_UPGRADE) {
-                /* A request with "Upgrade:" is served as a plain one; the connection closes after it */
+                /* not reached (on_headers_complete clears the upgrade); were it, the connection would
+                 * not be read further */
                 if (e == HPE_PAUSED_UPGRADE) {
                         p->req.keep_alive = false;
                         p->message_complete = true;
@@ -233,7 +443,9 @@ static int feed_chunk(HttpParser *p, const char *data, size_t n, size_t *ret_con
                 *ret_consumed = (size_t)(llhttp_get_error_pos(&p->llhttp) - data);
                 return 0;
         }
-        if (p->error_status == 0)
+        if (p->error_status == 0 && (e == HPE_INVALID_VERSION || e == HPE_PAUSED_H2_UPGRADE))
+                fail(p, 505, "modelgate speaks HTTP/1.1 and HTTP/1.0 only");
+        else if (p->error_status == 0)
                 fail(p, 400, llhttp_get_error_reason(&p->llhttp) ?: "malformed request");
         return -EBADMSG;
 }
@@ -252,8 +464,14 @@ int http_parser_feed(HttpParser *p, const char *data, size_t n, size_t *ret_cons
                 /* llhttp 8 takes a bare LF as a line end in the head; a peer in front of us may
                  * not, which is the stuff of smuggling. So the head is fed up to the first bare
                  * LF only, and if the head is not complete by then, the request is refused. */
-                bool fold = false;
-                if (!p->headers_complete) {
+                bool fold = false, scanned = false;
+                if (p->headers_complete && p->req.chunked) {
+                        ssize_t m = chunk_scan(p, d, len);
+                        if (m < 0)
+                                return -EBADMSG;
+                        len = (size_t)m;
+                        scanned = true;
+                } else if (!p->headers_complete) {
                         /* obs-fold (RFC 9112 §5.2): a line of the head that starts with whitespace;
                          * llhttp 8 would join it to the previous value. Only the bytes around each
                          * LF matter, so the scan goes from LF to LF. */
@@ -298,6 +516,17 @@ int http_parser_feed(HttpParser *p, const char *data, size_t n, size_t *ret_cons
                         p->last_was_lf = d[k - 1] == '\n';
                 }
                 done += k;
+                if (p->body_paused) {
+                        /* the head of a chunked request: the body goes through the chunk scan */
+                        p->body_paused = false;
+                        llhttp_resume(&p->llhttp);
+                        continue;
+                }
+                /* llhttp and the scan must agree on where the message ends */
+                if (scanned && (p->message_complete != (p->chunk.state == CS_DONE) || k != len)) {
+                        fail(p, 400, "malformed chunked body");
+                        return -EBADMSG;
+                }
                 if (k < len)
                         break; /* paused */
         }
@@ -372,4 +601,48 @@ bool http_header_is_hop_by_hop(Span name) {
 bool http_header_is_credential(Span name) {
         return span_caseeq(name, "Authorization") || span_caseeq(name, "X-Api-Key") ||
                span_caseeq(name, "Proxy-Authorization") || span_caseeq(name, "Cookie");
+}
+
+bool span_list_has(Span list, Span token) {
+        size_t i = 0;
+
+        while (list.p && i < list.n) {
+                while (i < list.n && (list.p[i] == ' ' || list.p[i] == '\t' || list.p[i] == ','))
+                        i++;
+                size_t s = i;
+                while (i < list.n && list.p[i] != ',')
+                        i++;
+                size_t e = i;
+                while (e > s && (list.p[e - 1] == ' ' || list.p[e - 1] == '\t'))
+                        e--;
+                if (e - s == token.n && strncasecmp(list.p + s, token.p, token.n) == 0)
+                        return true;
+        }
+        return false;
+}
+
+bool http_request_connection_lists(const HttpRequest *r, Span name) {
+        /* RFC 9110 §5.3: several Connection lines are one list */
+        for (size_t i = 0; i < r->n_headers; i++)
+                if (span_caseeq(http_header_name(r, i), "Connection") &&
+                    span_list_has(http_header_value(r, i), name))
+                        return true;
+        return false;
+}
+
+int http_request_append_forwarded_headers(const HttpRequest *r, Buffer *out) {
+        bool connection = false;
+
+        for (size_t i = 0; i < r->n_headers && !connection; i++)
+                connection = span_caseeq(http_header_name(r, i), "Connection");
+        for (size_t i = 0; i < r->n_headers; i++) {
+                Span name = http_header_name(r, i), value = http_header_value(r, i);
+                if (http_header_is_hop_by_hop(name) || http_header_is_credential(name) ||
+                    (connection && http_request_connection_lists(r, name)))
+                        continue;
+                if (buffer_append(out, name.p, name.n) < 0 || buffer_append_str(out, ": ") < 0 ||
+                    buffer_append(out, value.p, value.n) < 0 || buffer_append_str(out, "\r\n") < 0)
+                        return -ENOMEM;
+        }
+        return 0;
 }

@@ -24,7 +24,11 @@ typedef struct HttpRequest {
         bool keep_alive;
         bool expect_continue;
         bool has_body;
-        Buffer head; /* the URL and the header names and values, back to back */
+        bool chunked;
+        bool upgrade; /* asked for an Upgrade, which modelgate never honours (the request is plain HTTP/1.1)
+                       */
+        bool had_trailers; /* a chunked body ended with a trailer section, which was dropped */
+        Buffer head;       /* the URL and the header names and values, back to back */
         size_t url, url_len;
         HttpHeader *headers;
         size_t n_headers, n_headers_alloc;
@@ -37,15 +41,25 @@ typedef enum HttpParseResult {
         HTTP_PARSE_DONE,    /* a request is complete; bytes after it are not consumed */
 } HttpParseResult;
 
+/* The chunked framing of a request body (RFC 9112 §7.1), checked byte by byte beside llhttp, which
+ * takes any two bytes after chunk data for CRLF, a bare LF at the end, and folded trailer lines. */
+typedef struct ChunkScan {
+        unsigned state;
+        unsigned digits;
+        uint64_t size, left;
+} ChunkScan;
+
 typedef struct HttpParser {
         llhttp_t llhttp;
+        ChunkScan chunk;
         HttpRequest req;
         uint64_t max_header_size, max_body_size;
         size_t header_bytes;
-        unsigned n_content_length, n_transfer_encoding;
+        unsigned n_content_length, n_transfer_encoding, n_host;
         bool in_header_value;
         bool headers_complete;
         bool headers_reported;
+        bool body_paused; /* llhttp stopped at the end of a chunked request's head */
         bool message_complete;
         bool last_was_cr, last_was_lf;
         bool started; /* a byte of this request has been seen */
@@ -60,7 +74,7 @@ void http_parser_done(HttpParser *p);
 void http_parser_next(HttpParser *p);
 
 /* Feeds bytes. Returns an HttpParseResult, with *ret_consumed set; or a negative errno
- * with p->error_status (400, 405, 413, 431) and p->error_message set. After an error the
+ * with p->error_status (400, 405, 413, 417, 431, 505) and p->error_message set. After an error the
  * connection cannot be read further and must be closed after the answer. */
 int http_parser_feed(HttpParser *p, const char *data, size_t n, size_t *ret_consumed);
 
@@ -77,6 +91,17 @@ bool span_eq(Span s, const char *t);
 bool span_startswith(Span s, const char *prefix);
 /* A token in a comma-separated header value, case-insensitive ("close" in "keep-alive, Close") */
 bool span_has_token(Span list, const char *token);
+bool span_list_has(Span list, Span token);
+
+/* Whether a Connection header (any of them: the tokens of every one count) names this header. */
+bool http_request_connection_lists(const HttpRequest *r, Span name);
+
+/* The request's headers as they go on to a host: everything but the hop-by-hop headers (and those
+ * that a Connection header names), Host, framing, Expect and the credentials; "Name: value\r\n" each. */
+int http_request_append_forwarded_headers(const HttpRequest *r, Buffer *out);
+
+/* RFC 9110 §5.6.2 token characters: what a header name is made of */
+bool http_is_tchar(unsigned char c);
 
 /* RFC 9110 §7.6.1 hop-by-hop headers, plus what modelgate owns on each hop (framing, Host,
  * Expect) and the credentials that must never reach a host (SPEC §4). */

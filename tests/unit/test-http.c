@@ -25,8 +25,9 @@ static int feed_split(const char *msg, size_t split, HttpParser *p, size_t *ret_
 }
 
 TEST(request_at_every_split_point) {
-        const char *msg = "POST /v1/chat/completions?x=1 HTTP/1.1\r\nHost: h\r\nContent-Length: 11\r\n"
-                          "X-Thing:  spaced value  \r\n\r\n{\"model\":1}GET /next HTTP/1.1\r\n\r\n";
+        const char *msg =
+                "POST /v1/chat/completions?x=1 HTTP/1.1\r\nHost: h\r\nContent-Length: 11\r\n"
+                "X-Thing:  spaced value  \r\n\r\n{\"model\":1}GET /next HTTP/1.1\r\nHost: h\r\n\r\n";
         for (size_t split = 0; split <= strlen(msg); split++) {
                 HttpParser p;
                 size_t used;
@@ -49,7 +50,7 @@ TEST(request_at_every_split_point) {
 }
 
 TEST(chunked_body) {
-        const char *msg = "POST / HTTP/1.1\r\nTransfer-Encoding: "
+        const char *msg = "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: "
                           "chunked\r\n\r\n3\r\nabc\r\n2;ext=1\r\nde\r\n0\r\n\r\n";
         for (size_t split = 0; split <= strlen(msg); split++) {
                 HttpParser p;
@@ -76,27 +77,30 @@ static void expect_error(const char *msg, int status, uint64_t max_header, uint6
 }
 
 TEST(refusals) {
-        expect_error("POST / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n", 400,
+        expect_error("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+                     400, 65536, 100);
+        expect_error("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx", 400,
                      65536, 100);
-        expect_error("POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx", 400, 65536, 100);
-        expect_error("GET / HTTP/1.1\r\nA: b\r\n c\r\n\r\n", 400, 65536, 100);
-        expect_error("GET / HTTP/1.1\r\nA: b\r\n\tc\r\n\r\n", 400, 65536, 100);
+        expect_error("GET / HTTP/1.1\r\nHost: h\r\nA: b\r\n c\r\n\r\n", 400, 65536, 100);
+        expect_error("GET / HTTP/1.1\r\nHost: h\r\nA: b\r\n\tc\r\n\r\n", 400, 65536, 100);
         expect_error("GET / HTTP/1.1\nA: b\n\n", 400, 65536, 100);
-        expect_error("GET / HTTP/1.1\r\nA: b\n\r\n", 400, 65536, 100);
-        expect_error("POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", 400, 65536, 100);
-        expect_error("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400, 65536, 100);
-        expect_error("CONNECT h:1 HTTP/1.1\r\n\r\n", 405, 65536, 100);
-        expect_error("POST / HTTP/1.1\r\nContent-Length: 101\r\n\r\n", 413, 65536, 100);
-        expect_error("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n65\r\n", 413, 65536, 100);
+        expect_error("GET / HTTP/1.1\r\nHost: h\r\nA: b\n\r\n", 400, 65536, 100);
+        expect_error("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\n\r\n", 400, 65536, 100);
+        expect_error("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400, 65536,
+                     100);
+        expect_error("CONNECT h:1 HTTP/1.1\r\nHost: h\r\n\r\n", 405, 65536, 100);
+        expect_error("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 101\r\n\r\n", 413, 65536, 100);
+        expect_error("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n65\r\n", 413, 65536,
+                     100);
         char big[3000];
-        snprintf(big, sizeof(big), "GET / HTTP/1.1\r\nX: %02000d\r\n\r\n", 0);
+        snprintf(big, sizeof(big), "GET / HTTP/1.1\r\nHost: h\r\nX: %02000d\r\n\r\n", 0);
         expect_error(big, 431, 1024, 100);
 }
 
 TEST(expect_continue_reports_headers_first) {
         HttpParser p;
         size_t k;
-        const char *head = "POST / HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n";
+        const char *head = "POST / HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n";
         http_parser_init(&p, 65536, 100);
         ASSERT_EQ(http_parser_feed(&p, head, strlen(head), &k), HTTP_PARSE_HEADERS);
         ASSERT_TRUE(p.req.expect_continue && p.req.has_body);
