@@ -66,6 +66,7 @@ struct Client {
         bool in_process;
         bool close_after_response;
         bool answered_one; /* a response went out on this connection */
+        bool read_eof;     /* the client shut its side: what it sent is answered, then the connection ends */
 
         Buffer in;
         HttpParser parser;
@@ -223,8 +224,9 @@ static int client_flush(Client *c) {
                         upstream_set_reading(c->upstream, true);
                 if (c->state == CLIENT_RESPONDING && !c->response_complete)
                         client_set_timer(c, USEC_INFINITY);
-        } else if (progress || c->state == CLIENT_RESPONDING)
-                /* a client that stops reading is dropped after IdleTimeoutSec without progress */
+        } else if (progress || c->state == CLIENT_RESPONDING || c->state == CLIENT_CLOSING)
+                /* a client that stops reading is dropped after IdleTimeoutSec without progress (a last
+                 * answer before a close included: every state has a deadline) */
                 client_set_timer(c, c->manager->config->idle_timeout_usec);
         if (!buffer_is_empty(&c->out) && buffer_size(&c->out) > CLIENT_OUT_HIGH && c->upstream)
                 upstream_set_reading(c->upstream, false);
@@ -1185,8 +1187,8 @@ static bool client_admit(Client *c) {
 /* Finds the model, the host and the key, rewrites, and sends the request on. */
 static void client_dispatch(Client *c) {
         HttpRequest *r = &c->parser.req;
-        Span url = http_request_url(r), path = url_path(url), span = {};
-        _cleanup_free_ char *model = NULL, *quoted = NULL, *new_body = NULL, *new_url = NULL;
+        Span url = http_request_url(r), path = url_path(url), span = {}, qspan = {};
+        _cleanup_free_ char *model = NULL, *qmodel = NULL, *quoted = NULL, *new_body = NULL, *new_url = NULL;
         const char *key, *body = buffer_peek(&r->body);
         size_t body_len = buffer_size(&r->body), url_len = url.n;
         bool in_body = false;
@@ -1209,6 +1211,12 @@ static void client_dispatch(Client *c) {
                         "the request target must be a path (modelgate is not a forward proxy)", NULL);
 
         bool get = r->method == HTTP_GET || r->method == HTTP_HEAD;
+        if (get && span_eq(path, "/")) {
+                /* clients (Claude Code among them) probe the root before their first request */
+                static const char root[] = "{\"name\":\"modelgate\",\"version\":\"" MODELGATE_VERSION
+                                           "\",\"models\":\"/v1/models\",\"health\":\"/health\"}";
+                return client_respond(c, 200, "application/json", root, sizeof(root) - 1, NULL);
+        }
         if (get && span_eq(path, "/health"))
                 return client_respond_health(c, query_flag(url, "strict"));
         if (get && span_eq(path, "/models/sse"))
@@ -1242,26 +1250,40 @@ static void client_dispatch(Client *c) {
                 else if (k != -ENOENT)
                         return client_respond_error(c, 500, NULL, "out of memory", NULL);
         }
+        /* a model in the query too: the host reads both, so both must name the same one (else a tier's
+         * Models= would be checked against one and the host would load the other) */
+        k = query_find_model(url, &qspan, &qmodel);
+        bool in_query = k == 0;
+        if (k == -ENOENT && !in_body)
+                return client_respond_error(
+                        c, 400, "missing_model",
+                        body_len > 0 ? "the request body has no \"model\"; name one as \"<host>-<key>\" "
+                                       "(GET /v1/models lists them)"
+                                     : "the request names no model; send \"model\" in a JSON body or "
+                                       "?model=<host>-<key> in the query (GET /v1/models lists them)",
+                        NULL);
+        if (k == -EBADMSG)
+                return client_respond_error(c, 400, "invalid_model",
+                                            "the query's model parameter has a bad %-escape", NULL);
+        if (k == -ENOTUNIQ)
+                return client_respond_error(c, 400, "invalid_model", "the query names model more than once",
+                                            NULL);
+        if (k < 0 && k != -ENOENT)
+                return client_respond_error(c, 500, NULL, "out of memory", NULL);
+        if (in_body && in_query && !streq(model, qmodel))
+                return client_respond_error(c, 400, "invalid_model",
+                                            "the request names one model in its body and another in its "
+                                            "query; name it once",
+                                            NULL);
         if (!in_body) {
-                k = query_find_model(url, &span, &model);
-                if (k == -ENOENT)
-                        return client_respond_error(
-                                c, 400, "missing_model",
-                                body_len > 0
-                                        ? "the request body has no \"model\"; name one as \"<host>-<key>\" "
-                                          "(GET /v1/models lists them)"
-                                        : "the request names no model; send \"model\" in a JSON body or "
-                                          "?model=<host>-<key> in the query (GET /v1/models lists them)",
-                                NULL);
-                if (k == -EBADMSG)
-                        return client_respond_error(c, 400, "invalid_model",
-                                                    "the query's model parameter has a bad %-escape", NULL);
-                if (k == -ENOTUNIQ)
-                        return client_respond_error(c, 400, "invalid_model",
-                                                    "the query names model more than once", NULL);
-                if (k < 0)
-                        return client_respond_error(c, 500, NULL, "out of memory", NULL);
+                model = TAKE_PTR(qmodel);
+                span = qspan;
         }
+        /* control characters would go into log lines and the host's request as they are */
+        for (const char *q = model; *q; q++)
+                if ((unsigned char)*q < 0x20 || *q == 0x7f)
+                        return client_respond_error(c, 400, "invalid_model",
+                                                    "the model name holds a control character", NULL);
         c->model = strdup(model);
 
         /* a tier's Models= limits routing as much as the list */
@@ -1305,13 +1327,17 @@ static void client_dispatch(Client *c) {
                 quoted = json_quote(key);
                 new_body = quoted ? span_replace((Span){body, body_len}, span, quoted, &body_len) : NULL;
                 body = new_body;
-        } else {
-                quoted = query_escape(key);
-                new_url = quoted ? span_replace(url, span, quoted, &url_len) : NULL;
-                url = (Span){new_url, url_len};
+                if (!new_body)
+                        return client_respond_error(c, 500, NULL, "out of memory", NULL);
         }
-        if (!quoted || (!new_body && !new_url))
-                return client_respond_error(c, 500, NULL, "out of memory", NULL);
+        if (in_query) {
+                free(quoted);
+                quoted = query_escape(key);
+                new_url = quoted ? span_replace(url, qspan, quoted, &url_len) : NULL;
+                url = (Span){new_url, url_len};
+                if (!new_url)
+                        return client_respond_error(c, 500, NULL, "out of memory", NULL);
+        }
 
         Host *host = manager_host(c->manager, c->host);
         ssize_t engine = -1;
@@ -1397,11 +1423,22 @@ static void client_process(Client *c) {
         c->in_process = true;
 
         for (;;) {
+                if (c->read_eof && c->state == CLIENT_RESPONDING && !c->response_complete) {
+                        /* the end of the client's input while its answer is produced by a host: a
+                         * closed and a half-closed connection look the same, and an agent that went away
+                         * must not keep a GPU busy (nor a switch waiting), so the host's work is cut */
+                        if (c->feed)
+                                client_log_access(c, "feed");
+                        else
+                                client_log_access(c, "cut=client");
+                        client_free(c);
+                        return;
+                }
                 if (c->state == CLIENT_RESPONDING) {
                         if (!c->response_complete || !buffer_is_empty(&c->out))
                                 break;
                         request_reset(c);
-                        if (c->close_after_response) {
+                        if (c->close_after_response || (c->read_eof && buffer_is_empty(&c->in))) {
                                 c->state = CLIENT_CLOSING;
                                 continue;
                         }
@@ -1418,8 +1455,15 @@ static void client_process(Client *c) {
                 }
                 if (c->state == CLIENT_LINGERING)
                         break;
-                if (buffer_is_empty(&c->in))
+                if (buffer_is_empty(&c->in)) {
+                        if (c->read_eof && (c->state == CLIENT_WAITING || c->state == CLIENT_READING)) {
+                                if (c->state == CLIENT_READING)
+                                        log_debug("Client %s closed in the middle of a request", c->peer);
+                                client_free(c);
+                                return;
+                        }
                         break;
+                }
 
                 size_t consumed = 0;
                 int r = http_parser_feed(&c->parser, buffer_peek(&c->in), buffer_size(&c->in), &consumed);
@@ -1501,8 +1545,13 @@ static int client_read(Client *c) {
                                 break;
                         return -errno;
                 }
-                if (k == 0)
-                        return -ECONNRESET;
+                if (k == 0) {
+                        if (c->state == CLIENT_LINGERING)
+                                return -ECONNRESET;
+                        /* a half-close (or a close) after whole requests: they are answered first */
+                        c->read_eof = true;
+                        return 1;
+                }
                 got = true;
                 if (c->state == CLIENT_LINGERING)
                         continue; /* dropped */
@@ -1518,7 +1567,9 @@ static int client_io_cb(sd_event_source *s, int fd, uint32_t revents, void *user
         Client *c = userdata;
         int r;
 
-        if (revents & EPOLLIN)
+        if (c->read_eof)
+                r = revents & (EPOLLHUP | EPOLLERR) ? -ECONNRESET : 0;
+        else if (revents & EPOLLIN)
                 r = client_read(c);
         else if (revents & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
                 r = -ECONNRESET; /* not reading (the input buffer is full): the end shows here */

@@ -129,16 +129,19 @@ static int scan_scalar(Scanner *s) {
 
 #define JSON_MAX_DEPTH 512
 
-static bool key_is_model(const char *b, const char *e, bool escaped) {
+/* Whether the key at b..e (quotes included) is name: the host's JSON parser decodes escapes, so
+ * "mo\u0064el" and "str\u0065am" are what they spell */
+static bool key_is(const char *b, const char *e, bool escaped, const char *name) {
+        size_t l = strlen(name);
         if (!escaped)
-                return e - b == 7 && memcmp(b, "\"model\"", 7) == 0;
-        /* rare: a key written with escapes ("mo\u0064el") */
+                return (size_t)(e - b) == l + 2 && memcmp(b + 1, name, l) == 0;
         _cleanup_free_ char *copy = strndup(b, (size_t)(e - b));
         if (!copy)
                 return false;
         json_object *o = json_tokener_parse(copy);
-        bool r = o && json_object_is_type(o, json_type_string) && json_object_get_string_len(o) == 5 &&
-                 memcmp(json_object_get_string(o), "model", 5) == 0;
+        bool r = o && json_object_is_type(o, json_type_string) &&
+                 (size_t)json_object_get_string_len(o) == l &&
+                 memcmp(json_object_get_string(o), name, l) == 0;
         json_object_put(o);
         return r;
 }
@@ -193,13 +196,13 @@ object_key : {
         r = scan_string(&s, &escaped);
         if (r < 0)
                 return r;
-        if (depth == 1 && key_is_model(kb, s.p, escaped)) {
+        if (depth == 1 && key_is(kb, s.p, escaped, "model")) {
                 if (vb)
                         duplicate = true;
                 capture = true;
         }
         /* "stream": true (the last one wins, as in most parsers); validated with the rest */
-        stream_key = depth == 1 && !escaped && s.p - kb == 8 && memcmp(kb, "\"stream\"", 8) == 0;
+        stream_key = depth == 1 && key_is(kb, s.p, escaped, "stream");
         skip_ws(&s);
         if (s.p >= s.end || *s.p != ':')
                 return -EBADMSG;
@@ -368,10 +371,22 @@ int query_find_model(Span url, Span *ret_span, char **ret_model) {
                 while (i < qend && url.p[i] != '&')
                         i++;
                 Span param = {url.p + s, i - s};
-                if (param.n >= 6 && memcmp(param.p, "model=", 6) == 0) {
+                const char *eq = memchr(param.p, '=', param.n);
+                Span name = {param.p, eq ? (size_t)(eq - param.p) : param.n};
+                /* names compare after %-decoding, as the host reads them ("mod%65l" is "model") */
+                bool is_model = name.n == 5 && memcmp(name.p, "model", 5) == 0;
+                if (!is_model && name.n >= 5 && name.n <= 15 && memchr(name.p, '%', name.n)) {
+                        _cleanup_free_ char *d = NULL;
+                        int r = query_unescape(name, &d);
+                        if (r == -ENOMEM)
+                                return r;
+                        is_model = r == 0 && streq(d, "model");
+                }
+                if (is_model) {
                         if (found.p)
                                 return -ENOTUNIQ;
-                        found = (Span){param.p + 6, param.n - 6};
+                        found = eq ? (Span){eq + 1, (size_t)(param.p + param.n - eq - 1)}
+                                   : (Span){param.p + param.n, 0};
                 }
                 i++;
         }

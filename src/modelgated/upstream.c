@@ -51,6 +51,7 @@ struct Upstream {
         Buffer request;
         size_t request_sent;
         bool head_request;
+        bool idempotent; /* not POST or PATCH: may be sent again after a failure */
         bool reused;
         bool retried;
         bool got_bytes;
@@ -367,8 +368,11 @@ static void upstream_finish_ok(Upstream *u, size_t leftover) {
         const UpstreamCallbacks *cb = u->cb;
         void *userdata = u->userdata;
         Manager *m = u->manager;
-        bool reuse = u->resp.keep_alive && leftover == 0 && !m->stopping &&
-                     m->n_idle_upstreams < UPSTREAM_IDLE_MAX;
+        /* only a connection whose request went out whole and whose answer was read whole: a host that
+         * answered early (413 before reading a big body) would take the next request's bytes for the
+         * rest of this body */
+        bool reuse = u->resp.keep_alive && leftover == 0 && u->request_sent == buffer_size(&u->request) &&
+                     !m->stopping && m->n_idle_upstreams < UPSTREAM_IDLE_MAX;
 
         upstream_detach(u);
         if (reuse) {
@@ -394,9 +398,11 @@ static void upstream_finish_ok(Upstream *u, size_t leftover) {
 
 static int upstream_connect(Upstream *u);
 
-/* A failure before the host said anything, on a connection from the pool: try a fresh one once. */
+/* A failure before the host said anything, on a connection from the pool: try a fresh one once, when
+ * nothing of the request can have been acted on (as nginx does): nothing of it was written, or the
+ * method is idempotent. A POST whose bytes went out may have been read, and is not sent twice. */
 static bool upstream_maybe_retry(Upstream *u) {
-        if (!u->reused || u->retried || u->got_bytes)
+        if (!u->reused || u->retried || u->got_bytes || (u->request_sent > 0 && !u->idempotent))
                 return false;
         log_debug("Pooled connection to %s failed before an answer, retrying on a new one", u->authority);
         sd_event_source_disable_unref(u->io);
@@ -766,7 +772,15 @@ int upstream_start(Manager *m, const HttpUrl *url, Buffer *request, bool head_re
         Upstream *u;
         int r;
 
-        u = pool_take(m, url);
+        /* a pooled connection the host has closed meanwhile (its FIN not yet seen by the loop) is
+         * dropped before anything is written on it */
+        while ((u = pool_take(m, url))) {
+                char b;
+                ssize_t k = recv(u->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+                if ((k < 0 && (errno == EAGAIN || errno == EINTR)) || (k > 0 && u->ssl))
+                        break; /* alive (through TLS, bytes may be a session ticket) */
+                upstream_free(u);
+        }
         if (u) {
                 u->reused = true;
                 u->state = UPSTREAM_SENDING;
@@ -790,6 +804,10 @@ int upstream_start(Manager *m, const HttpUrl *url, Buffer *request, bool head_re
         u->request = *request;
         *request = (Buffer){};
         u->request_sent = 0;
+        u->retried = false;
+        u->idempotent =
+                !(buffer_size(&u->request) >= 5 && memcmp(buffer_peek(&u->request), "POST ", 5) == 0) &&
+                !(buffer_size(&u->request) >= 6 && memcmp(buffer_peek(&u->request), "PATCH ", 6) == 0);
         u->head_request = head_request;
         u->cb = cb;
         u->userdata = userdata;

@@ -69,6 +69,8 @@ TEST(model_errors) {
         ASSERT_EQ(r, -EBADMSG);
 }
 
+#define SPAN_OF(s) ((Span){(s), sizeof(s) - 1})
+
 TEST(query_model) {
         Span s;
         char *m = NULL;
@@ -84,6 +86,13 @@ TEST(query_model) {
         ASSERT_EQ(query_find_model((Span){"/s?model=a&model=b", 18}, &s, &m), -ENOTUNIQ);
         ASSERT_EQ(query_find_model((Span){"/s?model=a%2", 12}, &s, &m), -EBADMSG);
         ASSERT_EQ(query_find_model((Span){"/s?model=a%zz", 13}, &s, &m), -EBADMSG);
+        /* names compare after %-decoding, as the host reads them */
+        ASSERT_EQ(query_find_model(SPAN_OF("/p?mod%65l=a&model=b"), &s, &m), -ENOTUNIQ);
+        ASSERT_EQ(query_find_model(SPAN_OF("/p?%6dodel=a&model=b"), &s, &m), -ENOTUNIQ);
+        ASSERT_OK(query_find_model(SPAN_OF("/p?x=1&mod%65l=3090-a"), &s, &m));
+        ASSERT_STREQ(m, "3090-a");
+        ASSERT_TRUE(s.n == 6 && memcmp(s.p, "3090-a", 6) == 0);
+        free(m);
 }
 
 TEST(longest_host_prefix) {
@@ -117,6 +126,7 @@ TEST(stream_flag) {
                 {"{\"model\":\"h-k\",\"o\":{\"stream\":true}}", false},          /* not top-level */
                 {"{\"model\":\"h-k\",\"stream\":\"true\"}", false},              /* a string is not true */
                 {"{\"stream\":true,\"model\":\"h-k\",\"stream\":false}", false}, /* the last wins */
+                {"{\"model\":\"h-k\",\"str\\u0065am\":true}", true}, /* an escape spells it too */
         };
         for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
                 Span span;

@@ -1,0 +1,344 @@
+"""HTTP conformance through a running modelgated: the reproducers of each hole a review found (raw
+bytes in, what the client gets, what reached the host, whether the connection goes on). The parser's
+full table of cases is tests/unit/test-http-conformance.c; these are the ones that need the whole
+path: the host behind, the pool of host connections, the access check, the socket's half-close."""
+
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+from conftest import host_conf, read_response, wait_for
+
+H = b"Host: gate\r\n"
+
+
+def exchange(gate, data, n_responses=1, shut=False, timeout=10, check_close=True):
+    """sends raw bytes, reads n responses; returns ([(status, headers, body)], whether modelgate closed the
+    connection after them: None unless check_close)"""
+    s = gate.sock()
+    s.settimeout(timeout)
+    s.sendall(data)
+    if shut:
+        s.shutdown(socket.SHUT_WR)
+    f = s.makefile("rb")
+    out = [read_response(f) for _ in range(n_responses)]
+    closed = None
+    if check_close:
+        try:
+            closed = f.read(1) == b""
+        except socket.timeout:
+            closed = False
+    s.close()
+    return out, closed
+
+
+def still_open(gate, data):
+    """sends data, reads one response, then checks that a second request on the connection is answered"""
+    s = gate.sock()
+    s.settimeout(10)
+    s.sendall(data)
+    f = s.makefile("rb")
+    first = read_response(f)
+    s.sendall(b"GET /health HTTP/1.1\r\n" + H + b"\r\n")
+    second = read_response(f)
+    s.close()
+    return first, second
+
+
+@pytest.mark.parametrize("line", [b"Authorization : Bearer S", b"X-Api-Key  : S", b"Cookie : S",
+                                  b"Host : evil", b"Authorization\t: Bearer S"])
+def test_whitespace_before_colon_is_refused(gate, double, line):
+    double.clear()
+    req = (b"POST /v1/chat/completions HTTP/1.1\r\n" + H + line + b"\r\nContent-Type: application/json\r\n"
+           b"Content-Length: 27\r\n\r\n{\"model\":\"3090-laguna-xs\"}")
+    [(status, headers, body)], closed = exchange(gate, req)
+    assert status == 400 and b"header" in body.lower()
+    assert closed and headers.get("connection") == "close"
+    assert double.forwarded() == []  # nothing reached the host
+
+
+def test_query_cannot_name_a_second_model(gate, double):
+    double.clear()
+    for target, body in [(b"/props?mod%65l=3090-qwen3-8b&model=3090-laguna-xs", b""),
+                         (b"/props?model=3090-laguna-xs&mod%65l=3090-qwen3-8b", b""),
+                         (b"/slots?model=3090-qwen3-8b", b'{"model":"3090-laguna-xs"}')]:
+        method = b"POST" if body else b"GET"
+        req = (method + b" " + target + b" HTTP/1.1\r\n" + H + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        first, second = still_open(gate, req)
+        assert first[0] == 400, (target, first)
+        assert b"more than once" in first[2] or b"another in its query" in first[2], first
+        assert second[0] == 200
+    assert double.forwarded() == []
+    # one model, spelled with an escape in its name: rewritten like any other
+    first, _ = still_open(gate, b"GET /props?mod%65l=3090-qwen3-8b HTTP/1.1\r\n" + H + b"\r\n")
+    assert first[0] == 200
+    assert [r["path"] for r in double.forwarded()] == ["/props?mod%65l=qwen3-8b"]
+    # the same model in the body and the query: both rewritten
+    double.clear()
+    body = b'{"model":"3090-laguna-xs"}'
+    first, _ = still_open(gate, b"POST /slots?model=3090-laguna-xs HTTP/1.1\r\n" + H +
+                          b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    assert first[0] == 200
+    [fwd] = double.forwarded()
+    assert fwd["path"] == "/slots?model=laguna-xs" and json.loads(fwd["body"])["model"] == "laguna-xs"
+
+
+def test_tier_models_cannot_be_escaped_through_the_query(make_gate, double, tmp):
+    key = "mg-test-key-conformance"
+    keys = os.path.join(tmp, "keys")
+    with open(keys, "w") as f:
+        f.write("%s narrow\n" % hashlib.sha256(key.encode()).hexdigest())
+    g = make_gate("[Access]\nKeysFile=%s\nAnonymousDailyRequests=0\n[Tier]\nName=narrow\nModels=3090-laguna-xs\n"
+                  % keys + host_conf("3090", double.url))
+    double.clear()
+    auth = b"Authorization: Bearer " + key.encode() + b"\r\n"
+    for target in [b"/props?mod%65l=3090-qwen3-8b&model=3090-laguna-xs", b"/props?mod%65l=3090-qwen3-8b"]:
+        [(status, _, body)], _ = exchange(g, b"GET " + target + b" HTTP/1.1\r\n" + H + auth + b"\r\n",
+                                          check_close=False)
+        assert status in (400, 403), body
+    assert double.forwarded() == []
+
+
+def test_upgrade_is_never_honoured(gate, double):
+    # curl --http2 on http:// asks for h2c on each request of a reused connection
+    urls = ["http://127.0.0.1:%d/health" % gate.port] * 2
+    out = subprocess.run(["curl", "-sS", "--http2", "-o", "/dev/null", "-o", "/dev/null", "-w", "%{http_code} %{num_connects}\\n"]
+                         + urls, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out
+    assert out.stdout.split("\n")[:2] == ["200 1", "200 0"], out.stdout  # both answered, on one connection
+    # pipelined after an Upgrade: websocket request, the next request is answered
+    req = (b"GET /health HTTP/1.1\r\n" + H + b"Connection: Upgrade\r\nUpgrade: websocket\r\n\r\n"
+           b"GET /health HTTP/1.1\r\n" + H + b"\r\n")
+    responses, _ = exchange(gate, req, 2, check_close=False)
+    assert [r[0] for r in responses] == [200, 200]
+    # and what goes on to a host carries no Upgrade
+    double.clear()
+    body = b'{"model":"3090-laguna-xs","messages":[{"role":"user","content":"hi"}]}'
+    first, second = still_open(gate, b"POST /v1/chat/completions HTTP/1.1\r\n" + H +
+                               b"Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AA\r\n"
+                               b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    assert first[0] == 200 and second[0] == 200
+    [fwd] = double.forwarded()
+    names = {k.lower() for k, _ in fwd["headers"]}
+    assert "upgrade" not in names and "http2-settings" not in names
+
+
+def test_request_trailers_are_dropped(gate, double):
+    double.clear()
+    body = b'{"model":"3090-laguna-xs","messages":[{"role":"user","content":"hi"}]}'
+    req = (b"POST /v1/chat/completions HTTP/1.1\r\n" + H + b"Transfer-Encoding: chunked\r\n\r\n" +
+           b"%x\r\n" % len(body) + body + b"\r\n0\r\nX-Injected: yes\r\nAuthorization: Bearer S\r\n\r\n")
+    first, second = still_open(gate, req)
+    assert first[0] == 200 and second[0] == 200
+    [fwd] = double.forwarded()
+    names = {k.lower() for k, _ in fwd["headers"]}
+    assert "x-injected" not in names and "authorization" not in names
+
+
+def test_a_trailer_never_authenticates(make_gate, double, tmp):
+    key = "mg-test-key-trailer"
+    keys = os.path.join(tmp, "keys")
+    with open(keys, "w") as f:
+        f.write("%s pro\n" % hashlib.sha256(key.encode()).hexdigest())
+    g = make_gate("[Access]\nKeysFile=%s\nAnonymousDailyRequests=0\n[Tier]\nName=pro\n" % keys +
+                  host_conf("3090", double.url))
+    body = b'{"model":"3090-laguna-xs","messages":[{"role":"user","content":"hi"}]}'
+    chunked = b"%x\r\n" % len(body) + body + b"\r\n0\r\nAuthorization: Bearer " + key.encode() + b"\r\n\r\n"
+    [(status, _, _)], _ = exchange(g, b"POST /v1/chat/completions HTTP/1.1\r\n" + H +
+                                   b"Transfer-Encoding: chunked\r\n\r\n" + chunked, check_close=False)
+    assert status == 401
+    # the same key in the head is admitted
+    [(status, _, _)], _ = exchange(g, b"POST /v1/chat/completions HTTP/1.1\r\n" + H + b"Authorization: Bearer " +
+                                   key.encode() + b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body,
+                                   check_close=False)
+    assert status == 200
+
+
+@pytest.mark.parametrize("chunks", [b"3\r\nabcXY0\r\n\r\n", b"3\r\nabc\n0\r\n\r\n", b"3\r\nabc\r\n0\r\n\n",
+                                    b"3\r\nabc\r\n0\r\nX-A: a\r\n folded\r\n\r\n"])
+def test_bad_chunk_framing_is_refused(gate, double, chunks):
+    double.clear()
+    req = (b"POST /v1/chat/completions HTTP/1.1\r\n" + H + b"Transfer-Encoding: chunked\r\n\r\n" + chunks +
+           b"GET /health HTTP/1.1\r\n" + H + b"\r\n")
+    [(status, headers, _)], closed = exchange(gate, req)
+    assert status == 400 and closed and headers.get("connection") == "close"
+    assert double.forwarded() == []
+
+
+def test_half_close_after_a_complete_request_is_answered(gate):
+    [(status, _, body)], closed = exchange(gate, b"GET /health HTTP/1.1\r\n" + H + b"\r\n", shut=True)
+    assert status == 200 and json.loads(body)["status"] == "ok" and closed
+    # pipelined requests before the half-close: each answered, in order
+    responses, closed = exchange(gate, b"GET /health HTTP/1.1\r\n" + H + b"\r\nGET / HTTP/1.1\r\n" + H + b"\r\n",
+                                 2, shut=True)
+    assert [r[0] for r in responses] == [200, 200] and json.loads(responses[1][2])["name"] == "modelgate"
+    assert closed
+
+
+def test_http10_with_transfer_encoding_closes(gate):
+    body = b'{"model":"3090-laguna-xs","messages":[{"role":"user","content":"hi"}]}'
+    req = (b"POST /v1/chat/completions HTTP/1.0\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n" +
+           b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n")
+    s = gate.sock()
+    s.settimeout(10)
+    s.sendall(req)
+    data = b""
+    while True:
+        k = s.recv(65536)
+        if not k:
+            break
+        data += k
+    s.close()
+    assert data.startswith(b"HTTP/1.1 200") and b"\r\nConnection: close\r\n" in data
+
+
+def test_root_versions_and_fragments(gate):
+    for method in (b"GET", b"HEAD"):
+        s = gate.sock()
+        s.sendall(method + b" / HTTP/1.1\r\n" + H + b"\r\n")
+        f = s.makefile("rb")
+        status, headers, body = read_response(f) if method == b"GET" else (None, None, None)
+        if method == b"HEAD":
+            line = f.readline()
+            assert line.startswith(b"HTTP/1.1 200")
+        else:
+            assert status == 200 and headers["content-type"] == "application/json"
+            j = json.loads(body)
+            assert j["name"] == "modelgate" and j["models"] == "/v1/models" and j["health"] == "/health"
+        s.close()
+    [(status, _, _)], closed = exchange(gate, b"GET /health HTTP/2.0\r\n" + H + b"\r\n")
+    assert status == 505 and closed
+    [(status, _, _)], closed = exchange(gate, b"GET /health\r\n\r\n")
+    assert status == 400 and closed
+    [(status, _, body)], closed = exchange(gate, b"GET /health#x HTTP/1.1\r\n" + H + b"\r\n")
+    assert status == 400 and b"fragment" in body
+
+
+class RawHost:
+    """A host written for faults the double cannot make: it answers a request for 'early' with 413 before
+    reading its body (keep-alive, as a server that refuses a big upload does), and on 'drop' reads the
+    request, then closes without an answer. Everything else gets 200 after its body is read."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.url = "http://127.0.0.1:%d" % self.port
+        self.seen = []  # (connection number, first line)
+        self.lock = threading.Lock()
+        self.conns = 0
+        self.stopping = False
+        self.thread = threading.Thread(target=self.accept, daemon=True)
+        self.thread.start()
+
+    def accept(self):
+        while not self.stopping:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns += 1
+            threading.Thread(target=self.serve, args=(c, self.conns), daemon=True).start()
+
+    def serve(self, c, n):
+        f = c.makefile("rb")
+        try:
+            while True:
+                line = f.readline()
+                if not line:
+                    return
+                length = 0
+                while True:
+                    h = f.readline()
+                    if h in (b"\r\n", b""):
+                        break
+                    if h.lower().startswith(b"content-length:"):
+                        length = int(h.split(b":")[1])
+                parts = line.split()
+                if len(parts) != 3:
+                    return  # not a request line: the rest of a body that was never read
+                with self.lock:
+                    self.seen.append((n, line.decode().strip()))
+                path = parts[1].decode()
+                if path.startswith("/models"):
+                    f.read(length)
+                    body = b'{"data":[{"id":"m","status":{"value":"loaded"}}],"object":"list"}' \
+                        if path == "/models" else b"{}"
+                    code = b"200 OK" if path == "/models" else b"404 Not Found"
+                    c.sendall(b"HTTP/1.1 " + code + b"\r\nContent-Type: application/json\r\n"
+                              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+                    continue
+                if "early" in path:
+                    body = b'{"error":{"message":"too big","type":"invalid_request_error","code":413}}'
+                    c.sendall(b"HTTP/1.1 413 Payload Too Large\r\nContent-Type: application/json\r\n"
+                              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+                    # then the body is skipped, as a server that keeps the connection must: whatever
+                    # comes next on it (a pooled request's bytes) would be swallowed as the body's rest
+                    if len(f.read(length)) < length:
+                        return
+                    continue
+                f.read(length)
+                if "drop" in path:
+                    c.close()
+                    return
+                body = b'{"ok":true}'
+                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                          % len(body) + body)
+        except OSError:
+            return
+        finally:
+            c.close()
+
+    def stop(self):
+        self.stopping = True
+        self.sock.close()
+
+
+@pytest.fixture
+def rawhost():
+    h = RawHost()
+    yield h
+    h.stop()
+
+
+def test_a_connection_whose_request_was_not_all_sent_is_not_pooled(make_gate, rawhost):
+    g = make_gate("[Proxy]\nMaxBodySize=64M\n" + host_conf("h", rawhost.url))
+    big = b'{"model":"h-m","pad":"' + b"x" * (24 << 20) + b'"}'
+    s = g.sock()
+    s.settimeout(30)
+    s.sendall(b"POST /v1/early HTTP/1.1\r\n" + H + b"Content-Length: %d\r\n\r\n" % len(big) + big)
+    status, _, _ = read_response(s.makefile("rb"))
+    s.close()
+    assert status == 413
+    # the next request goes on a connection of its own and is answered
+    for _ in range(3):
+        s = g.sock()
+        s.settimeout(10)
+        body = b'{"model":"h-m"}'
+        s.sendall(b"POST /v1/next HTTP/1.1\r\n" + H + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        status, _, reply = read_response(s.makefile("rb"))
+        s.close()
+        assert status == 200 and reply == b'{"ok":true}'
+
+
+def test_a_post_is_not_sent_twice_after_a_pooled_connection_fails(make_gate, rawhost):
+    g = make_gate(host_conf("h", rawhost.url))
+    c = g.conn()
+    body = json.dumps({"model": "h-m"})
+    c.request("POST", "/v1/first", body, {"Content-Type": "application/json"})
+    assert c.getresponse().read() == b'{"ok":true}'
+    # the pooled connection reads this POST and closes without an answer: it may have been acted on
+    c.request("POST", "/v1/drop", body, {"Content-Type": "application/json"})
+    r = c.getresponse()
+    r.read()
+    assert r.status in (502, 503)
+    with rawhost.lock:
+        drops = [x for x in rawhost.seen if "/v1/drop" in x[1]]
+    assert len(drops) == 1, rawhost.seen
