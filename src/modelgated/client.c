@@ -86,7 +86,8 @@ struct Client {
         const FallbackConf *fallback;
         bool via_fallback;
         bool engine_bytes_sent;
-        char *fb_body, *fb_target; /* the client's body and request target, kept for it */
+        char *fb_body;       /* the client's body, kept for it */
+        const char *fb_path; /* modelgate's own path for the fallback (inference only) */
         size_t fb_body_len;
         sd_event_source *budget;   /* FirstTokenBudgetSec= or RequestBudgetSec= */
         bool awaiting_first_token; /* a stream's head and comments are held until its first data line */
@@ -134,7 +135,7 @@ static void request_reset(Client *c) {
         c->fallback = NULL;
         c->via_fallback = c->engine_bytes_sent = c->awaiting_first_token = false;
         c->fb_body = mfree(c->fb_body);
-        c->fb_target = mfree(c->fb_target);
+        c->fb_path = NULL;
         c->fb_body_len = 0;
         (void)sd_event_source_set_enabled(c->budget, SD_EVENT_OFF);
         c->head = c->http10 = c->response_complete = c->head_sent = c->chunked = c->streaming = false;
@@ -999,6 +1000,54 @@ static void client_send_upstream(Client *c) {
         client_start_budget(c);
 }
 
+/* The paths a fallback serves: inference, nothing that reads or changes the cloud account. The path
+ * sent is this table's string, never the client's bytes. */
+static const char *fallback_path(llhttp_method_t method, Span path) {
+        static const char *const paths[] = {
+                "/v1/chat/completions",
+                "/v1/completions",
+                "/v1/messages",
+                "/v1/messages/count_tokens",
+        };
+        if (method != HTTP_POST)
+                return NULL;
+        for (size_t i = 0; i < ELEMENTSOF(paths); i++)
+                if (span_eq(path, paths[i]))
+                        return paths[i];
+        return NULL;
+}
+
+/* The fallback's request is modelgate's: POST to its path under the fallback's URL, no query, and of the
+ * client's headers only what the API needs to read the body and shape the answer. The client's vendor
+ * and account headers (OpenAI-Organization, OpenAI-Project, anthropic-beta, ...) never go with the
+ * operator's key. */
+static int build_fallback_request(Client *c, const FallbackConf *f, const char *body, size_t body_len,
+                                  const char *key_header, Buffer *out) {
+        HttpRequest *r = &c->parser.req;
+        Span accept = http_request_header(r, "Accept"),
+             version = http_request_header(r, "anthropic-version");
+
+        if (buffer_append_str(out, "POST ") < 0 || buffer_append_str(out, f->url.base_path) < 0 ||
+            buffer_append_str(out, c->fb_path) < 0 || buffer_append_str(out, " HTTP/1.1\r\nHost: ") < 0 ||
+            buffer_append_str(out, f->url.authority) < 0 ||
+            buffer_append_str(out, "\r\nUser-Agent: modelgate/" MODELGATE_VERSION
+                                   "\r\nContent-Type: application/json\r\n") < 0)
+                return -ENOMEM;
+        if (accept.p && (buffer_append_str(out, "Accept: ") < 0 ||
+                         buffer_append(out, accept.p, accept.n) < 0 || buffer_append_str(out, "\r\n") < 0))
+                return -ENOMEM;
+        if (c->api == API_ANTHROPIC && (buffer_append_str(out, "anthropic-version: ") < 0 ||
+                                        (version.p ? buffer_append(out, version.p, version.n)
+                                                   : buffer_append_str(out, "2023-06-01")) < 0 ||
+                                        buffer_append_str(out, "\r\n") < 0))
+                return -ENOMEM;
+        if ((key_header && buffer_append_str(out, key_header) < 0) ||
+            append_content_length(out, body_len) < 0 || buffer_append_str(out, "\r\n") < 0 ||
+            buffer_append(out, body, body_len) < 0)
+                return -ENOMEM;
+        return 0;
+}
+
 /* SPEC §3: an availability failure of the engine, before any byte of its answer reached the client (an early
  * 200 with keepalive comments still counts as before), sends the request to the engine's fallback instead,
  * once. true: it went there, and the request is the fallback's now. */
@@ -1040,8 +1089,7 @@ static bool client_fall_back(Client *c, const char *why) {
         c->error_status = 0;
         c->target = &f->url;
         buffer_done(&c->pending);
-        if (build_upstream_request(c, &f->url, (Span){c->fb_target, strlen(c->fb_target)}, body, n,
-                                   key_header, &c->pending) < 0) {
+        if (build_fallback_request(c, f, body, n, key_header, &c->pending) < 0) {
                 client_respond_error(c, 500, NULL, "out of memory", NULL);
                 return true;
         }
@@ -1358,13 +1406,16 @@ static void client_dispatch(Client *c) {
                 c->target = host_engine(host, (size_t)engine)->url;
                 c->engine_conf = host_engine(host, (size_t)engine)->conf;
                 c->engine_name = c->engine_conf->name;
-                c->fallback = config_find_fallback(c->config, c->engine_conf->fallback);
-                /* the fallback needs the client's own body; only a model in the body can be renamed there */
-                if (c->fallback && in_body) {
+                /* the fallback spends the operator's cloud key: inference only, on a path of modelgate's
+                 * own, and only for a model in the body (the only place it can be renamed) */
+                c->fb_path = fallback_path(r->method, path);
+                c->fallback = c->fb_path && in_body
+                                      ? config_find_fallback(c->config, c->engine_conf->fallback)
+                                      : NULL;
+                if (c->fallback) {
                         c->fb_body = memdup(body, body_len);
-                        c->fb_target = strndup(url.p, url.n);
                         c->fb_body_len = body_len;
-                        if (!c->fb_body || !c->fb_target)
+                        if (!c->fb_body)
                                 return client_respond_error(c, 500, NULL, "out of memory", NULL);
                         c->awaiting_first_token = c->streaming && !c->head;
                 }

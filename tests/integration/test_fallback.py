@@ -10,7 +10,7 @@ import time
 import pytest
 
 from boxes import box_skip_reason, chat, engine_unit, gate_env, local_host
-from conftest import double_requests, free_port, metric_samples, post, read_sse, wait_for
+from conftest import double_requests, free_port, metric_samples, post, read_response, read_sse, wait_for
 
 pytestmark = pytest.mark.skipif(box_skip_reason() is not None, reason=str(box_skip_reason()))
 
@@ -262,3 +262,33 @@ def test_https_fallback_verifies_its_certificate(box, make_gate, make_double, tm
     assert r.status == 502, body
     assert b"its TLS certificate is not trusted" in body, body
     assert len(tls_requests(cloud, ca)) == 1
+
+
+def test_the_fallback_key_serves_inference_only(box, make_gate, cloud):
+    """The reproducers of the review: the engine answers 404 to a path it does not know, which used to send
+    the client's method, path and query to the cloud with the operator's key."""
+    g = gate_with_fallback(box, make_gate, cloud)
+    cloud.clear()
+    body = json.dumps({"model": "h-laguna-xs"}).encode()
+    for method, target in [("GET", "/v1/files?purpose=x"), ("DELETE", "/../../organization/projects/p1"),
+                           ("POST", "/v1/files"), ("POST", "/v1/../v1/chat/completions"),
+                           ("POST", "/v1/chat/completions/../../organization/projects")]:
+        s = g.sock()
+        s.settimeout(60)
+        s.sendall(b"%s %s HTTP/1.1\r\nHost: g\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                  % (method.encode(), target.encode(), len(body)) + body)
+        status, headers, reply = read_response(s.makefile("rb"))
+        s.close()
+        # the engine's own answer (llama.cpp's 404), never the cloud's
+        assert headers.get("x-modelgate-served-by") == "h/main", (target, status, headers, reply)
+    assert cloud.requests() == []
+    # inference does go there: on modelgate's own path, without the client's query or account headers
+    c = g.conn(timeout=60)
+    r = post(c, CHAT + "?api-version=x&model=h-laguna-xs", chat("h-laguna-xs", "[[status:503]]"),
+             headers={"OpenAI-Organization": "org-client", "OpenAI-Project": "p-client", "anthropic-beta": "x",
+                      "Authorization": "Bearer client-secret"})
+    assert_from_cloud(r, r.read(), cloud)
+    (req,) = cloud.requests()
+    assert req["method"] == "POST" and req["path"] == CHAT
+    names = {k.lower() for k, _ in req["headers"]}
+    assert not names & {"openai-organization", "openai-project", "anthropic-beta", "x-api-key"}, names
