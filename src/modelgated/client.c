@@ -235,21 +235,6 @@ static int client_flush(Client *c) {
         return 0;
 }
 
-static void log_escape(char *dst, size_t l, Span s) {
-        size_t o = 0;
-        for (size_t i = 0; i < s.n && o + 5 < l; i++) {
-                unsigned char ch = (unsigned char)s.p[i];
-                if (ch < 0x20 || ch == 0x7f || ch == '"' || ch == '\\') {
-                        dst[o++] = '\\';
-                        dst[o++] = 'x';
-                        dst[o++] = "0123456789abcdef"[ch >> 4];
-                        dst[o++] = "0123456789abcdef"[ch & 15];
-                } else
-                        dst[o++] = (char)ch;
-        }
-        dst[o] = 0;
-}
-
 /* The access line is built by hand: it is written for every request, and printf was a third of the
  * instructions a small request cost. */
 typedef struct LineOut {
@@ -276,7 +261,7 @@ static void out_u64(LineOut *o, uint64_t v, int width) {
 
 static void out_escaped(LineOut *o, const char *s) {
         char t[256];
-        log_escape(t, sizeof(t), (Span){s ?: "", s ? strlen(s) : 0});
+        log_escape(t, sizeof(t), s ?: "", s ? strlen(s) : 0);
         out_str(o, t);
 }
 
@@ -287,7 +272,7 @@ static void client_log_access(Client *c, const char *note) {
 
         out_str(&o, strna(c->method));
         out_str(&o, " ");
-        out_str(&o, strna(c->path));
+        out_escaped(&o, strna(c->path));
         out_str(&o, " model=\"");
         out_escaped(&o, c->model);
         out_str(&o, "\" host=");
@@ -1072,7 +1057,8 @@ static bool client_fall_back(Client *c, const char *why) {
         if (!body)
                 return false;
 
-        log_notice("host %s: %s goes to fallback %s: %s", c->host->name, strna(c->model), f->name, why);
+        _cleanup_free_ char *m = log_escape_dup(c->model);
+        log_notice("host %s: %s goes to fallback %s: %s", c->host->name, strna(m), f->name, why);
         metrics_fallback(c->manager->metrics, c->host->name, c->engine_name, f->name);
         c->via_fallback = true;
         /* the engine's request is cancelled (its connection closed, so the GPU stops), and the engine is
@@ -1346,7 +1332,7 @@ static void client_dispatch(Client *c) {
         c->host = route_find_host(c->config, model, &key);
         if (!c->host) {
                 char m2[160];
-                log_escape(m2, sizeof(m2), (Span){model, strlen(model)});
+                log_escape(m2, sizeof(m2), model, strlen(model));
                 snprintf(msg, sizeof(msg),
                          "model '%s' does not start with a configured host name and '-'; GET /v1/models "
                          "lists "
@@ -1394,7 +1380,7 @@ static void client_dispatch(Client *c) {
                 engine = host_find_engine(host, key);
                 if (engine < 0) {
                         char k2[160];
-                        log_escape(k2, sizeof(k2), (Span){key, strlen(key)});
+                        log_escape(k2, sizeof(k2), key, strlen(key));
                         snprintf(msg, sizeof(msg),
                                  "no engine of host '%s' serves '%s': no [Engine] of that host lists it in "
                                  "Models=, and no engine runs there now; GET /v1/models lists the models "
@@ -1425,7 +1411,7 @@ static void client_dispatch(Client *c) {
                 /* SPEC §4: a key the host does not list (its list is known) is 404; /models/... calls
                  * (a download of a new model, say) are the host's to judge */
                 char k2[160];
-                log_escape(k2, sizeof(k2), (Span){key, strlen(key)});
+                log_escape(k2, sizeof(k2), key, strlen(key));
                 snprintf(msg, sizeof(msg),
                          "host '%s' does not list a model '%s'; GET /v1/models lists the models this proxy "
                          "serves",

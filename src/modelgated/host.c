@@ -762,16 +762,18 @@ static int schedule_cb(sd_event_source *s, void *userdata) {
                         h->target = a.engine;
                         metrics_switch(h->manager->metrics, h->conf->name, engine_name(h, a.engine));
                         free(h->for_model);
-                        h->for_model = w->model ? strdup(w->model) : NULL;
+                        h->for_model = log_escape_dup(w->model); /* for log lines only */
                         host_begin_switch(h);
                         break;
                 case SCHED_STOP:
                         host_idle_stop(h, a.engine, a.requested);
                         break;
-                case SCHED_WAIT:
+                case SCHED_WAIT: {
+                        _cleanup_free_ char *model = log_escape_dup(w->model);
                         log_notice("host %s: %s waits for the running engine before switching to %s",
-                                   h->conf->name, strna(w->model), engine_name(h, a.engine));
+                                   h->conf->name, strna(model), engine_name(h, a.engine));
                         break;
+                }
                 case SCHED_ABANDON:
                         log_notice("host %s: switch to %s abandoned, no client is waiting", h->conf->name,
                                    engine_name(h, a.engine));

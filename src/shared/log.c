@@ -82,3 +82,28 @@ void log_line(int level, const char *s, size_t n) {
         else
                 flush_hook();
 }
+
+void log_escape(char *dst, size_t l, const char *s, size_t n) {
+        size_t o = 0;
+        for (size_t i = 0; i < n && o + 5 < l; i++) {
+                unsigned char ch = (unsigned char)s[i];
+                if (ch < 0x20 || ch == 0x7f || ch == '"' || ch == '\\') {
+                        dst[o++] = '\\';
+                        dst[o++] = 'x';
+                        dst[o++] = "0123456789abcdef"[ch >> 4];
+                        dst[o++] = "0123456789abcdef"[ch & 15];
+                } else
+                        dst[o++] = (char)ch;
+        }
+        dst[o] = 0;
+}
+
+char *log_escape_dup(const char *s) {
+        if (!s)
+                return NULL;
+        size_t n = strlen(s), l = n * 4 + 6;
+        char *d = malloc(l);
+        if (d)
+                log_escape(d, l, s, n);
+        return d;
+}

@@ -21,6 +21,13 @@ int log_internal(int level, int error, const char *file, int line, const char *f
  * log_flush() soon (the daemon: when its loop is idle). Warnings and errors are written at once. */
 void log_set_buffered(void (*request_flush)(void));
 void log_flush(void);
+/* The one escaping of client- and host-supplied text for log lines: control characters, '"' and '\\'
+ * become \xNN, so that no such string can start a line of its own (a forged "<3>" priority) or move the
+ * terminal. Truncates to fit dst (size l, at least 1). */
+void log_escape(char *dst, size_t l, const char *s, size_t n);
+/* The same, malloc'ed; NULL for NULL (or out of memory). */
+char *log_escape_dup(const char *s);
+
 /* A line formatted by the caller (no printf pass): the access log writes one per request. */
 void log_line(int level, const char *s, size_t n);
 

@@ -342,3 +342,26 @@ def test_a_post_is_not_sent_twice_after_a_pooled_connection_fails(make_gate, raw
     with rawhost.lock:
         drops = [x for x in rawhost.seen if "/v1/drop" in x[1]]
     assert len(drops) == 1, rawhost.seen
+
+
+def test_log_lines_cannot_be_forged(gate, double):
+    double.clear()
+    forged = "3090-laguna-xs\nFAKE <3>modelgated: forged\u001b[2J"
+    for body in [json.dumps({"model": forged}).encode(),
+                 b'{"model":"3090-laguna-xs\\u0000x"}', b'{"model":"3090-laguna-xs\\u007f"}']:
+        first, second = still_open(gate, b"POST /v1/chat/completions HTTP/1.1\r\n" + H +
+                                   b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        assert first[0] == 400 and (b"control character" in first[2] or b"\\u0000" in body), first
+        assert second[0] == 200
+    first, _ = still_open(gate, b"GET /props?model=3090-laguna-xs%0AFAKE%1B HTTP/1.1\r\n" + H + b"\r\n")
+    assert first[0] == 400
+    # a TAB or a byte above 0x7E in the path never reaches a host or the log
+    [(status, _, _)], _ = exchange(gate, b"GET /props\t?model=3090-laguna-xs HTTP/1.1\r\n" + H + b"\r\n")
+    assert status == 400
+    [(status, _, _)], _ = exchange(gate, b"GET /pr\xffops?model=3090-laguna-xs HTTP/1.1\r\n" + H + b"\r\n")
+    assert status == 400
+    assert double.forwarded() == []
+    gate.wait_log("status=400", count=6)
+    log = gate.logtext()
+    assert "\x1b" not in log and "\t" not in log and "\xff" not in log
+    assert not any(line.startswith("FAKE") for line in log.splitlines()), log
