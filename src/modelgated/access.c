@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* API keys, tiers and daily caps: see access.h and modelgate.conf(5), [Access]. */
 
+#include <arpa/inet.h>
 #include <fnmatch.h>
 #include <json-c/json.h>
 #include <stdio.h>
@@ -14,15 +15,20 @@
 #include "shared/state-file.h"
 
 typedef struct Counter {
-        char *name;
+        char *name; /* NULL: a free slot */
         uint64_t n;
 } Counter;
 
+/* Anonymous clients are counted per address (IPv6 per /64, which is what one client has): at most this many
+ * a day. At the cap a new anonymous address is refused (429) until the day rolls over, rather than
+ * forgetting a count, which would give its address a fresh quota. Keys are bounded by the keys file. */
+#define ACCESS_ANONYMOUS_MAX 65536
+
 struct Access {
         Manager *manager;
-        char day[16]; /* "2026-11-30", UTC: the day the counts are for */
-        Counter *counters;
-        size_t n_counters;
+        char day[16];   /* "2026-11-30", UTC: the day the counts are for */
+        Counter *slots; /* open addressing, linear probing; a power of two, at most half full */
+        size_t n_slots, n_counters, n_anonymous;
         bool dirty;
         sd_event_source *save_timer;
 };
@@ -38,28 +44,69 @@ static void today(char day[16], uint64_t *ret_seconds_left) {
 }
 
 static void counters_clear(Access *a) {
-        for (size_t i = 0; i < a->n_counters; i++)
-                free(a->counters[i].name);
-        free(a->counters);
-        a->counters = NULL;
-        a->n_counters = 0;
+        for (size_t i = 0; i < a->n_slots; i++)
+                free(a->slots[i].name);
+        free(a->slots);
+        a->slots = NULL;
+        a->n_slots = a->n_counters = a->n_anonymous = 0;
 }
 
+static uint64_t hash(const char *s) {
+        uint64_t h = 14695981039346656037ULL; /* FNV-1a */
+        for (; *s; s++)
+                h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+        return h;
+}
+
+static Counter *slot_for(Counter *slots, size_t n_slots, const char *name) {
+        size_t i = (size_t)hash(name) & (n_slots - 1);
+        while (slots[i].name && !streq(slots[i].name, name))
+                i = (i + 1) & (n_slots - 1);
+        return &slots[i];
+}
+
+static int grow(Access *a) {
+        size_t n = a->n_slots ? a->n_slots * 2 : 64;
+        Counter *slots = calloc(n, sizeof(Counter));
+
+        if (!slots)
+                return -ENOMEM;
+        for (size_t i = 0; i < a->n_slots; i++)
+                if (a->slots[i].name)
+                        *slot_for(slots, n, a->slots[i].name) = a->slots[i];
+        free(a->slots);
+        a->slots = slots;
+        a->n_slots = n;
+        return 0;
+}
+
+/* The counter called name, made if need be. NULL with errno: ENOMEM, or EDQUOT when an anonymous one
+ * would pass ACCESS_ANONYMOUS_MAX. */
 static Counter *counter_get(Access *a, const char *name) {
+        bool anonymous = startswith(name, "ip:");
         Counter *c;
 
-        for (size_t i = 0; i < a->n_counters; i++)
-                if (streq(a->counters[i].name, name))
-                        return &a->counters[i];
-        c = reallocarray(a->counters, a->n_counters + 1, sizeof(Counter));
-        if (!c)
+        if (a->n_slots > 0) {
+                c = slot_for(a->slots, a->n_slots, name);
+                if (c->name)
+                        return c;
+        }
+        if (anonymous && a->n_anonymous >= ACCESS_ANONYMOUS_MAX) {
+                errno = EDQUOT;
                 return NULL;
-        a->counters = c;
-        c = &a->counters[a->n_counters];
+        }
+        if ((a->n_counters + 1) * 2 > a->n_slots && grow(a) < 0) {
+                errno = ENOMEM;
+                return NULL;
+        }
+        c = slot_for(a->slots, a->n_slots, name);
         *c = (Counter){.name = strdup(name)};
-        if (!c->name)
+        if (!c->name) {
+                errno = ENOMEM;
                 return NULL;
+        }
         a->n_counters++;
+        a->n_anonymous += anonymous;
         return c;
 }
 
@@ -70,9 +117,10 @@ static void usage_save(Access *a) {
 
         json_object_object_add(root, "day", json_object_new_string(a->day));
         json_object_object_add(root, "counts", counts);
-        for (size_t i = 0; i < a->n_counters; i++)
-                json_object_object_add(counts, a->counters[i].name,
-                                       json_object_new_uint64(a->counters[i].n));
+        for (size_t i = 0; i < a->n_slots; i++)
+                if (a->slots[i].name)
+                        json_object_object_add(counts, a->slots[i].name,
+                                               json_object_new_uint64(a->slots[i].n));
         if (!path)
                 log_warning("No state directory: daily request counts will not survive a restart");
         else {
@@ -93,11 +141,24 @@ static void usage_load(Access *a) {
         if (!path)
                 return;
         root = json_object_from_file(path);
-        if (!root)
-                return; /* a first start: nothing counted yet */
+        if (!root) {
+                if (access(path, F_OK) < 0)
+                        return; /* a first start: nothing counted yet */
+                /* kept aside for a look, and said: every quota starts again */
+                _cleanup_free_ char *aside = NULL;
+                if (asprintf(&aside, "%s.corrupt", path) >= 0 && rename(path, aside) >= 0)
+                        log_warning(
+                                "%s cannot be read (%s); moved to %s, today's request counts start again",
+                                path, json_util_get_last_err() ?: "not JSON", aside);
+                else
+                        log_warning("%s cannot be read (%s); today's request counts start again", path,
+                                    json_util_get_last_err() ?: "not JSON");
+                return;
+        }
         if (json_object_object_get_ex(root, "day", &day) && streq(json_object_get_string(day), a->day) &&
             json_object_object_get_ex(root, "counts", &counts) &&
             json_object_is_type(counts, json_type_object)) {
+                /* linear in the entries: a hash table, and nothing past the anonymous cap is kept */
                 json_object_object_foreach(counts, k, v) {
                         Counter *c = counter_get(a, k);
                         if (c)
@@ -186,6 +247,22 @@ bool access_model_allowed(const AccessCaller *caller, const char *model) {
         return false;
 }
 
+const char *access_client_address(const char *peer, char buf[static INET6_ADDRSTRLEN + 8]) {
+        struct in6_addr a6;
+
+        if (inet_pton(AF_INET6, peer, &a6) != 1)
+                return peer; /* IPv4 (or "local") */
+        if (IN6_IS_ADDR_V4MAPPED(&a6)) {
+                /* a dual-stack listener's IPv4 client is that IPv4 address */
+                inet_ntop(AF_INET, &a6.s6_addr[12], buf, INET6_ADDRSTRLEN + 8);
+                return buf;
+        }
+        memset(&a6.s6_addr[8], 0, 8);
+        inet_ntop(AF_INET6, &a6, buf, INET6_ADDRSTRLEN);
+        strcat(buf, "/64");
+        return buf;
+}
+
 int access_count(Access *a, const Config *c, const AccessCaller *caller, const char *peer, AccessDenial *d) {
         uint64_t cap = caller->tier ? caller->tier->daily_requests : c->access.anonymous_daily_requests;
         uint64_t left;
@@ -199,10 +276,22 @@ int access_count(Access *a, const Config *c, const AccessCaller *caller, const c
                 memcpy(a->day, day, sizeof(day));
                 a->dirty = true;
         }
-        char name[80];
+        /* an anonymous client without a cap costs nothing to count, and is not */
+        if (!caller->tier && cap == UINT64_MAX)
+                return 0;
+        char name[80], address[INET6_ADDRSTRLEN + 8];
         /* the key's digest prefix, or the anonymous client's address */
-        snprintf(name, sizeof(name), caller->tier ? "k:%s" : "ip:%s", caller->tier ? caller->digest : peer);
+        snprintf(name, sizeof(name), caller->tier ? "k:%s" : "ip:%s",
+                 caller->tier ? caller->digest : access_client_address(peer, address));
         n = counter_get(a, name);
+        if (!n && errno == EDQUOT) {
+                *d = (AccessDenial){.status = 429, .code = "rate_limit_exceeded", .retry_after = left};
+                snprintf(d->message, sizeof(d->message),
+                         "this proxy counts at most %u anonymous addresses a day and has seen as many today "
+                         "(%s, UTC); use an API key, or wait %llu s",
+                         ACCESS_ANONYMOUS_MAX, a->day, (unsigned long long)left);
+                return -EDQUOT;
+        }
         if (!n)
                 return -ENOMEM;
         if (cap != UINT64_MAX && n->n >= cap) {

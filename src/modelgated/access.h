@@ -7,6 +7,7 @@
  * kept in the state directory (usage.json), written atomically at most USAGE_SAVE_DELAY behind, so that an
  * idle exit, a restart or a crash resets nobody's quota. */
 
+#include <netinet/in.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -45,6 +46,9 @@ int access_identify(const Config *c, const char *key, const char *peer, AccessCa
                     AccessDenial *ret_denial);
 /* Whether the caller's tier may use this client-visible model name. */
 bool access_model_allowed(const AccessCaller *caller, const char *model);
+/* What an anonymous client is counted as: its IPv4 address (an IPv4-mapped IPv6 one too), or the /64 of
+ * its IPv6 address ("2001:db8:1:2::/64"), since one IPv6 client has a whole /64 to send from. */
+const char *access_client_address(const char *peer, char buf[static INET6_ADDRSTRLEN + 8]);
 /* Counts a request against the caller's daily cap: 0, or -EDQUOT with *ret_denial (429). */
 int access_count(Access *a, const Config *c, const AccessCaller *caller, const char *peer,
                  AccessDenial *ret_denial);

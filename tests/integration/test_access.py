@@ -149,3 +149,62 @@ def test_anonymous_clients_are_capped_per_address_or_refused(make_double, make_g
                                  "messages": [{"role": "user", "content": "hi"}]})
     body = json.loads(r.read())
     assert r.status == 401 and body["type"] == "error" and body["error"]["type"] == "authentication_error", body
+
+
+def test_anonymous_counters_are_bounded(make_double, tmp):
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    keys = os.path.join(tmp, "keys")
+    open(keys, "w").close()
+    hosts = host_conf("3090", d.url)
+    state = os.path.join(tmp, "state-inf")
+    # AnonymousDailyRequests=infinity counts nothing: 100 addresses leave no entry
+    g = Gate(tmp, conf_text(keys, anonymous="infinity") + hosts, env=dict(os.environ, STATE_DIRECTORY=state))
+    try:
+        for i in range(100):
+            r, _ = ask(g, source="127.0.1.%d" % (1 + i))
+            assert r.status == 200
+    finally:
+        g.stop()
+    if os.path.exists(os.path.join(state, "usage.json")):
+        counts = json.load(open(os.path.join(state, "usage.json")))["counts"]
+        assert not [k for k in counts if k.startswith("ip:")], len(counts)
+
+    # 200,000 anonymous entries of today: loaded in linear time, and no more than the cap is kept
+    state = os.path.join(tmp, "state-big")
+    os.makedirs(state)
+    day = time.strftime("%Y-%m-%d", time.gmtime())
+    counts = {"ip:10.%d.%d.%d" % (i >> 16, (i >> 8) & 255, i & 255): 1 for i in range(200000)}
+    with open(os.path.join(state, "usage.json"), "w") as f:
+        json.dump({"day": day, "counts": counts}, f)
+    g = Gate(tmp, conf_text(keys, anonymous="10") + hosts, env=dict(os.environ, STATE_DIRECTORY=state))
+    try:
+        start = time.monotonic()
+        r, _ = ask(g, source="127.0.0.1")
+        # the bound is far from the noise: a linear search per insert took minutes for this many
+        assert time.monotonic() - start < 10
+        # the cap is reached: a new anonymous address is refused, with the reason
+        assert r.status == 429
+        r, body = ask(g, source="127.0.0.9")
+        assert r.status == 429 and "anonymous addresses" in body["error"]["message"], body
+        assert r.getheader("Retry-After")
+    finally:
+        g.stop()
+
+
+def test_a_corrupt_usage_file_is_kept_aside_and_said(make_double, tmp):
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    keys = os.path.join(tmp, "keys")
+    open(keys, "w").close()
+    state = os.path.join(tmp, "state-corrupt")
+    os.makedirs(state)
+    with open(os.path.join(state, "usage.json"), "w") as f:
+        f.write('{"day": "2026-')
+    g = Gate(tmp, conf_text(keys, anonymous="10") + host_conf("3090", d.url),
+             env=dict(os.environ, STATE_DIRECTORY=state))
+    try:
+        r, _ = ask(g)
+        assert r.status == 200
+        g.wait_log("usage.json.corrupt")
+        assert open(os.path.join(state, "usage.json.corrupt")).read() == '{"day": "2026-'
+    finally:
+        g.stop()
