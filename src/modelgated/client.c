@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "modelgated/access.h"
+#include "modelgated/address-count.h"
 #include "modelgated/api-error.h"
 #include "modelgated/catalog.h"
 #include "modelgated/client.h"
@@ -62,6 +63,7 @@ struct Client {
         int fd;
         sd_event_source *io, *timer;
         char peer[INET6_ADDRSTRLEN + 8];
+        char address[INET6_ADDRSTRLEN + 8]; /* what MaxConnectionsPerAddress= counts (IPv6 per /64) */
         ClientState state;
         bool in_process;
         bool close_after_response;
@@ -86,9 +88,7 @@ struct Client {
         const FallbackConf *fallback;
         bool via_fallback;
         bool engine_bytes_sent;
-        char *fb_body;       /* the client's body, kept for it */
-        const char *fb_path; /* modelgate's own path for the fallback (inference only) */
-        size_t fb_body_len;
+        const char *fb_path;       /* modelgate's own path for the fallback (inference only) */
         sd_event_source *budget;   /* FirstTokenBudgetSec= or RequestBudgetSec= */
         bool awaiting_first_token; /* a stream's head and comments are held until its first data line */
         const char *held_framing;
@@ -134,9 +134,7 @@ static void request_reset(Client *c) {
         c->caller.admitted = false;
         c->fallback = NULL;
         c->via_fallback = c->engine_bytes_sent = c->awaiting_first_token = false;
-        c->fb_body = mfree(c->fb_body);
         c->fb_path = NULL;
-        c->fb_body_len = 0;
         (void)sd_event_source_set_enabled(c->budget, SD_EVENT_OFF);
         c->head = c->http10 = c->response_complete = c->head_sent = c->chunked = c->streaming = false;
         c->status = c->error_status = 0;
@@ -165,6 +163,7 @@ void client_free(Client *c) {
         request_reset(c);
         LIST_REMOVE(clients, c->manager->clients, c);
         c->manager->n_clients--;
+        address_count_remove(c->manager->connections_by_address, c->address);
         sd_event_source_disable_unref(c->io);
         sd_event_source_disable_unref(c->timer);
         sd_event_source_disable_unref(c->keepalive);
@@ -425,9 +424,13 @@ static void client_host_down(Client *c, int error) {
         client_respond_error(c, 503, "host_down", msg, "Retry-After: 30\r\nretry-after-ms: 30000\r\n");
 }
 
-static int build_upstream_request(Client *c, const HttpUrl *target, Span url, const char *body,
-                                  size_t body_len, const char *extra_headers, Buffer *out) {
+/* The request for a host: the body is the client's with the bytes of 'span' (the model's value; empty:
+ * none) replaced by 'with', written straight into the request, so that no rewritten copy of it is made. */
+static int build_upstream_request(Client *c, const HttpUrl *target, Span url, Span body, Span span,
+                                  const char *with, Buffer *out) {
         HttpRequest *r = &c->parser.req;
+        size_t pre = span.p ? (size_t)(span.p - body.p) : body.n, wl = span.p ? strlen(with) : 0;
+        size_t body_len = body.n - span.n + wl;
         int k;
 
         k = buffer_append_str(out, llhttp_method_name(r->method));
@@ -447,12 +450,12 @@ static int build_upstream_request(Client *c, const HttpUrl *target, Span url, co
                 return k;
         if (http_request_append_forwarded_headers(r, out) < 0)
                 return -ENOMEM;
-        if (extra_headers && buffer_append_str(out, extra_headers) < 0)
-                return -ENOMEM;
         if (body_len > 0 || r->method == HTTP_POST || r->method == HTTP_PUT || r->method == HTTP_PATCH)
                 if (append_content_length(out, body_len) < 0)
                         return -ENOMEM;
-        if (buffer_append_str(out, "\r\n") < 0 || buffer_append(out, body, body_len) < 0)
+        if (buffer_append_str(out, "\r\n") < 0 || buffer_append(out, body.p, pre) < 0 ||
+            buffer_append(out, with, wl) < 0 ||
+            (span.p && buffer_append(out, span.p + span.n, body.n - pre - span.n) < 0))
                 return -ENOMEM;
         return 0;
 }
@@ -909,6 +912,19 @@ static void client_start_feed(Client *c) {
         char hello[128];
         int n;
 
+        /* subscribers hold their connection for good: they may not take more than half of MaxConnections=,
+         * so that /health and requests always find one */
+        uint64_t max = MIN(m->config->max_feed_subscribers, m->config->max_connections / 2);
+        if (m->n_feed_clients >= max) {
+                char msg[160];
+                snprintf(msg, sizeof(msg),
+                         "/models/sse has %zu subscribers, as many as this proxy takes "
+                         "(MaxFeedSubscribers=%llu, "
+                         "at most half of MaxConnections=)",
+                         m->n_feed_clients, (unsigned long long)max);
+                return client_respond_error(c, 503, "too_many_subscribers", msg, "Retry-After: 30\r\n");
+        }
+
         c->status = 200;
         c->chunked = !c->http10;
         if (!c->chunked)
@@ -1043,12 +1059,14 @@ static bool client_fall_back(Client *c, const char *why) {
         size_t n;
         Span span;
 
-        if (!f || c->via_fallback || c->engine_bytes_sent || !c->fb_body)
+        /* the client's body is still the parser's (kept for this; the one copy besides the request sent) */
+        const Buffer *b = &c->parser.req.body;
+        if (!f || c->via_fallback || c->engine_bytes_sent || buffer_is_empty(b))
                 return false;
-        if (json_find_model(c->fb_body, c->fb_body_len, &span, &model, NULL) < 0)
+        if (json_find_model(buffer_peek(b), buffer_size(b), &span, &model, NULL) < 0)
                 return false;
         quoted = json_quote(f->model);
-        body = quoted ? span_replace((Span){c->fb_body, c->fb_body_len}, span, quoted, &n) : NULL;
+        body = quoted ? span_replace((Span){buffer_peek(b), buffer_size(b)}, span, quoted, &n) : NULL;
         if (f->key &&
             asprintf(&key_header,
                      c->api == API_ANTHROPIC ? "x-api-key: %s\r\n" : "Authorization: Bearer %s\r\n",
@@ -1218,11 +1236,62 @@ static bool client_admit(Client *c) {
         return true;
 }
 
+/* What modelgate answers itself, for anyone: no admission. */
+static bool request_is_open(const HttpRequest *r, Span path) {
+        return (r->method == HTTP_GET || r->method == HTTP_HEAD) &&
+               (span_eq(path, "/") || span_eq(path, "/health") || span_eq(path, "/models/sse") ||
+                span_eq(path, "/metrics"));
+}
+
+/* The body limit of the caller: its tier's MaxBodySize=, or AnonymousMaxBodySize=; 0: MaxBodySize=. */
+static uint64_t caller_body_limit(const Client *c) {
+        const AccessConf *a = &c->manager->config->access;
+        return c->caller.tier ? c->caller.tier->max_body_size : a->anonymous_max_body_size;
+}
+
+static void client_refuse_body(Client *c) {
+        char msg[192];
+        snprintf(msg, sizeof(msg), "request body is larger than %s allows (%s %llu bytes)",
+                 c->caller.tier ? "this key's tier" : "this proxy for clients without a key",
+                 c->caller.tier ? "MaxBodySize=" : "AnonymousMaxBodySize=",
+                 (unsigned long long)caller_body_limit(c));
+        client_respond_error(c, 413, "request_too_large", msg, NULL);
+}
+
+/* [Access] on the head of a request whose body is still to come: who asks is known before anything of the
+ * body is read, so that a client without a (good) key cannot make modelgate hold its body. false: it was
+ * answered (401, 413), and the connection closes without reading the body. */
+static bool client_admit_head(Client *c) {
+        HttpRequest *r = &c->parser.req;
+        Span path = url_path(http_request_url(r));
+
+        if (!c->manager->config->access.enabled || request_is_open(r, path))
+                return true;
+        c->start = now_usec(CLOCK_MONOTONIC);
+        c->api = api_kind_for_path(path);
+        c->close_after_response = true;
+        if (!client_admit(c)) {
+                c->method = strdup(llhttp_method_name(r->method));
+                c->path = span_dup(path);
+                return false;
+        }
+        uint64_t limit = caller_body_limit(c);
+        if (limit > 0 && http_parser_limit_body(&c->parser, limit) < 0) {
+                c->method = strdup(llhttp_method_name(r->method));
+                c->path = span_dup(path);
+                client_refuse_body(c);
+                return false;
+        }
+        c->close_after_response = false;
+        return true;
+}
+
 /* Finds the model, the host and the key, rewrites, and sends the request on. */
 static void client_dispatch(Client *c) {
         HttpRequest *r = &c->parser.req;
         Span url = http_request_url(r), path = url_path(url), span = {}, qspan = {};
-        _cleanup_free_ char *model = NULL, *qmodel = NULL, *quoted = NULL, *new_body = NULL, *new_url = NULL;
+        _cleanup_free_ char *model = NULL, *qmodel = NULL, *quoted = NULL, *quoted_body = NULL,
+                            *new_url = NULL;
         const char *key, *body = buffer_peek(&r->body);
         size_t body_len = buffer_size(&r->body), url_len = url.n;
         bool in_body = false;
@@ -1257,8 +1326,13 @@ static void client_dispatch(Client *c) {
                 return client_start_feed(c);
         if (get && span_eq(path, "/metrics"))
                 return client_respond_metrics(c);
-        if (c->manager->config->access.enabled && !client_admit(c))
-                return;
+        if (c->manager->config->access.enabled) {
+                if (!c->caller.admitted && !client_admit(c))
+                        return;
+                uint64_t limit = caller_body_limit(c);
+                if (limit > 0 && buffer_size(&r->body) > limit)
+                        return client_refuse_body(c);
+        }
         if (get && (span_eq(path, "/models") || span_eq(path, "/v1/models"))) {
                 k = models_merge_start(c->manager, client_models_done, c, &c->merge);
                 if (k < 0)
@@ -1358,14 +1432,12 @@ static void client_dispatch(Client *c) {
         }
 
         if (in_body) {
-                quoted = json_quote(key);
-                new_body = quoted ? span_replace((Span){body, body_len}, span, quoted, &body_len) : NULL;
-                body = new_body;
-                if (!new_body)
+                quoted_body = json_quote(key);
+                if (!quoted_body)
                         return client_respond_error(c, 500, NULL, "out of memory", NULL);
-        }
+        } else
+                span = (Span){};
         if (in_query) {
-                free(quoted);
                 quoted = query_escape(key);
                 new_url = quoted ? span_replace(url, qspan, quoted, &url_len) : NULL;
                 url = (Span){new_url, url_len};
@@ -1399,10 +1471,6 @@ static void client_dispatch(Client *c) {
                                       ? config_find_fallback(c->config, c->engine_conf->fallback)
                                       : NULL;
                 if (c->fallback) {
-                        c->fb_body = memdup(body, body_len);
-                        c->fb_body_len = body_len;
-                        if (!c->fb_body)
-                                return client_respond_error(c, 500, NULL, "out of memory", NULL);
                         c->awaiting_first_token = c->streaming && !c->head;
                 }
                 if (c->streaming && c->engine_conf->first_token_budget_usec != 0)
@@ -1418,11 +1486,12 @@ static void client_dispatch(Client *c) {
                          c->host->name, k2);
                 return client_respond_error(c, 404, "model_not_found", msg, NULL);
         }
-        if (build_upstream_request(c, c->target, url, body ?: "", body ? body_len : 0, NULL, &c->pending) <
-            0)
+        if (build_upstream_request(c, c->target, url, (Span){body ?: "", body ? body_len : 0}, span,
+                                   quoted_body, &c->pending) < 0)
                 return client_respond_error(c, 500, NULL, "out of memory", NULL);
-        /* the request's own copy of the body is not needed any more */
-        buffer_done(&r->body);
+        /* the request's own copy of the body is not needed any more, unless a fallback may need it */
+        if (!c->fallback)
+                buffer_done(&r->body);
         if (engine >= 0) {
                 HostRefusal refusal;
                 k = host_acquire(host, (size_t)engine, &c->waiter, client_engine_ready, c->model, &refusal);
@@ -1514,6 +1583,10 @@ static void client_process(Client *c) {
                         client_set_timer(c, c->manager->config->header_timeout_usec);
                 }
                 if (r == HTTP_PARSE_HEADERS) {
+                        if (!client_admit_head(c)) {
+                                c->state = CLIENT_CLOSING;
+                                continue;
+                        }
                         /* the body follows; a client that waits for "100 Continue" gets it now */
                         if (c->parser.req.expect_continue && c->parser.req.has_body &&
                             c->parser.req.http_minor >= 1)
@@ -1718,10 +1791,13 @@ int client_new(Manager *m, int fd, const struct sockaddr *peer, socklen_t peer_l
         } else
                 snprintf(c->peer, sizeof(c->peer), "local");
         (void)peer_len;
+        char address[INET6_ADDRSTRLEN + 8];
+        snprintf(c->address, sizeof(c->address), "%s", access_client_address(c->peer, address));
 
         LIST_PREPEND(clients, m->clients, c);
         m->n_clients++;
         manager_changed(m);
+        size_t same = address_count_add(&m->connections_by_address, c->address);
 
         r = sd_event_add_io(m->event, &c->io, fd, EPOLLIN | EPOLLRDHUP | EPOLLET, client_io_cb, c);
         if (r >= 0)
@@ -1730,6 +1806,28 @@ int client_new(Manager *m, int fd, const struct sockaddr *peer, socklen_t peer_l
         if (r < 0) {
                 client_free(c);
                 return r;
+        }
+        if (same == 0 || same > m->config->max_connections_per_address) {
+                /* one address cannot take every connection slot: told at once, before anything is read */
+                char msg[160];
+                if (same == 0)
+                        address_count_add(&m->connections_by_address, c->address); /* freed as one */
+                snprintf(msg, sizeof(msg),
+                         "this address has %zu connections open to modelgate, more than "
+                         "MaxConnectionsPerAddress=%llu; close some and retry",
+                         same, (unsigned long long)m->config->max_connections_per_address);
+                c->start = now_usec(CLOCK_MONOTONIC);
+                c->method = strdup("-");
+                c->close_after_response = true;
+                c->state = CLIENT_RESPONDING;
+                c->api = API_OPENAI;
+                client_respond_error(c, 503, "too_many_connections", msg, "Retry-After: 5\r\n");
+                c->state = CLIENT_CLOSING;
+                if (client_flush(c) < 0) {
+                        client_free(c);
+                        return 0;
+                }
+                client_process(c);
         }
         return 0;
 }

@@ -284,6 +284,9 @@ static const ConfigItem config_items[] = {
         {SECTION_PROXY, "MaxBodySize", parse_size_item, offsetof(Config, max_body_size)},
         {SECTION_PROXY, "MaxHeaderSize", parse_size_item, offsetof(Config, max_header_size)},
         {SECTION_PROXY, "MaxConnections", parse_uint_item, offsetof(Config, max_connections)},
+        {SECTION_PROXY, "MaxConnectionsPerAddress", parse_uint_item,
+         offsetof(Config, max_connections_per_address)},
+        {SECTION_PROXY, "MaxFeedSubscribers", parse_uint_item, offsetof(Config, max_feed_subscribers)},
 
         {SECTION_HOST, "Name", parse_host_name_item, offsetof(HostConf, name)},
         {SECTION_HOST, "URL", parse_url_item, offsetof(HostConf, url)},
@@ -319,10 +322,13 @@ static const ConfigItem config_items[] = {
         {SECTION_ACCESS, "KeysFile", parse_absolute_path_item, offsetof(AccessConf, keys_file)},
         {SECTION_ACCESS, "AnonymousDailyRequests", parse_cap_item,
          offsetof(AccessConf, anonymous_daily_requests)},
+        {SECTION_ACCESS, "AnonymousMaxBodySize", parse_size_item,
+         offsetof(AccessConf, anonymous_max_body_size)},
 
         {SECTION_TIER, "Name", parse_engine_name_item, offsetof(TierConf, name)},
         {SECTION_TIER, "DailyRequests", parse_cap_item, offsetof(TierConf, daily_requests)},
         {SECTION_TIER, "Models", parse_strv_item, offsetof(TierConf, models)},
+        {SECTION_TIER, "MaxBodySize", parse_size_item, offsetof(TierConf, max_body_size)},
 };
 
 void config_init(Config *c) {
@@ -340,6 +346,8 @@ void config_init(Config *c) {
                 .max_body_size = 64ULL * 1024 * 1024,
                 .max_header_size = 64ULL * 1024,
                 .max_connections = 16384,
+                .max_connections_per_address = 1024,
+                .max_feed_subscribers = 64,
                 .access.anonymous_daily_requests = UINT64_MAX,
         };
 }
@@ -790,6 +798,8 @@ int config_verify(Config *c) {
 
         if (c->max_header_size < 1024 || c->max_header_size > 16 * 1024 * 1024)
                 r = log_error_errno(EINVAL, "[Proxy] MaxHeaderSize= must be between 1K and 16M");
+        if (c->max_connections_per_address < 1)
+                r = log_error_errno(EINVAL, "[Proxy] MaxConnectionsPerAddress= must be at least 1");
         if (c->max_connections < 1)
                 r = log_error_errno(EINVAL, "[Proxy] MaxConnections= must be at least 1");
         if (c->keepalive_interval_usec == 0)
@@ -1062,6 +1072,9 @@ void config_dump(const Config *c, FILE *f) {
         fprintf(f, "MaxBodySize=%llu\nMaxHeaderSize=%llu\nMaxConnections=%llu\n",
                 (unsigned long long)c->max_body_size, (unsigned long long)c->max_header_size,
                 (unsigned long long)c->max_connections);
+        fprintf(f, "MaxConnectionsPerAddress=%llu\nMaxFeedSubscribers=%llu\n",
+                (unsigned long long)c->max_connections_per_address,
+                (unsigned long long)c->max_feed_subscribers);
         for (size_t i = 0; i < c->n_hosts; i++) {
                 const HostConf *h = &c->hosts[i];
                 fprintf(f, "\n[Host]\nName=%s\nURL=%s\nBus=%s\n", h->name, strna(h->url.text),
@@ -1118,12 +1131,17 @@ void config_dump(const Config *c, FILE *f) {
                 if (c->access.anonymous_daily_requests != UINT64_MAX)
                         fprintf(f, "AnonymousDailyRequests=%llu\n",
                                 (unsigned long long)c->access.anonymous_daily_requests);
+                if (c->access.anonymous_max_body_size)
+                        fprintf(f, "AnonymousMaxBodySize=%llu\n",
+                                (unsigned long long)c->access.anonymous_max_body_size);
         }
         for (size_t i = 0; i < c->n_tiers; i++) {
                 const TierConf *t = &c->tiers[i];
                 fprintf(f, "\n[Tier]\nName=%s\n", t->name);
                 if (t->daily_requests != UINT64_MAX)
                         fprintf(f, "DailyRequests=%llu\n", (unsigned long long)t->daily_requests);
+                if (t->max_body_size)
+                        fprintf(f, "MaxBodySize=%llu\n", (unsigned long long)t->max_body_size);
                 dump_strv(f, "Models", t->models);
         }
 }

@@ -83,6 +83,7 @@ typedef struct FallbackConf {
 typedef struct TierConf {
         char *name;
         uint64_t daily_requests; /* UINT64_MAX: no cap */
+        uint64_t max_body_size;  /* 0: [Proxy] MaxBodySize= */
         char **models;           /* globs over client-visible names; NULL: all */
         char *file;
         unsigned line;
@@ -92,6 +93,7 @@ typedef struct AccessConf {
         bool enabled; /* an [Access] section exists */
         char *keys_file;
         uint64_t anonymous_daily_requests; /* UINT64_MAX: no cap; 0: anonymous clients are refused */
+        uint64_t anonymous_max_body_size;  /* 0: [Proxy] MaxBodySize= */
         /* the keys file, read by config_resolve(): SHA-256 digests and the index of their tier */
         uint8_t (*key_hashes)[32];
         size_t *key_tiers;
@@ -114,6 +116,8 @@ typedef struct Config {
         uint64_t max_body_size;
         uint64_t max_header_size;
         uint64_t max_connections;
+        uint64_t max_connections_per_address;
+        uint64_t max_feed_subscribers;
 
         HostConf *hosts;
         size_t n_hosts;

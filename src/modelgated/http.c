@@ -286,6 +286,7 @@ void http_parser_init(HttpParser *p, uint64_t max_header_size, uint64_t max_body
         *p = (HttpParser){
                 .max_header_size = max_header_size,
                 .max_body_size = max_body_size,
+                .default_max_body_size = max_body_size,
         };
         llhttp_init(&p->llhttp, HTTP_REQUEST, &settings);
         p->llhttp.data = p;
@@ -298,8 +299,18 @@ void http_parser_done(HttpParser *p) {
         p->req.headers = NULL;
 }
 
+int http_parser_limit_body(HttpParser *p, uint64_t max) {
+        if (max >= p->max_body_size)
+                return 0;
+        p->max_body_size = max;
+        if ((p->n_content_length > 0 && p->llhttp.content_length > max) || buffer_size(&p->req.body) > max)
+                return -EFBIG;
+        return 0;
+}
+
 void http_parser_next(HttpParser *p) {
         request_reset(&p->req);
+        p->max_body_size = p->default_max_body_size;
         p->header_bytes = 0;
         p->n_content_length = p->n_transfer_encoding = p->n_host = 0;
         p->in_header_value = p->headers_complete = p->headers_reported = p->body_paused = false;

@@ -54,6 +54,7 @@ typedef struct HttpParser {
         ChunkScan chunk;
         HttpRequest req;
         uint64_t max_header_size, max_body_size;
+        uint64_t default_max_body_size; /* max_body_size again after each request */
         size_t header_bytes;
         unsigned n_content_length, n_transfer_encoding, n_host;
         bool in_header_value;
@@ -70,6 +71,9 @@ typedef struct HttpParser {
 
 void http_parser_init(HttpParser *p, uint64_t max_header_size, uint64_t max_body_size);
 void http_parser_done(HttpParser *p);
+/* A lower body limit for the request whose headers were just reported (a tier's, say): a larger
+ * Content-Length is refused at once (-EFBIG), chunks as they come (413). */
+int http_parser_limit_body(HttpParser *p, uint64_t max);
 /* Forget the finished request and get ready for the next one on the same connection. */
 void http_parser_next(HttpParser *p);
 

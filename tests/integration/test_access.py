@@ -8,7 +8,7 @@ import signal
 import subprocess
 import time
 
-from conftest import MODELGATED, Gate, host_conf, post, wait_for
+from conftest import MODELGATED, Gate, host_conf, post, read_response, wait_for
 
 MODELGATECTL = os.environ.get("MODELGATECTL", os.path.join(os.path.dirname(MODELGATED), "modelgatectl"))
 CHAT = "/v1/chat/completions"
@@ -206,5 +206,76 @@ def test_a_corrupt_usage_file_is_kept_aside_and_said(make_double, tmp):
         assert r.status == 200
         g.wait_log("usage.json.corrupt")
         assert open(os.path.join(state, "usage.json.corrupt")).read() == '{"day": "2026-'
+    finally:
+        g.stop()
+
+
+def test_admission_comes_before_the_body(make_double, tmp):
+    """A client without a (good) key is answered on its head: modelgate never holds its body."""
+    import hashlib
+    import socket
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    keys = os.path.join(tmp, "keys")
+    key = "mg-small-body-key"
+    with open(keys, "w") as f:
+        f.write("%s small\n" % hashlib.sha256(key.encode()).hexdigest())
+    g = Gate(tmp, "[Access]\nKeysFile=%s\nAnonymousDailyRequests=0\n[Tier]\nName=small\nMaxBodySize=1K\n" % keys
+             + host_conf("3090", d.url))
+    try:
+        rss = g.rss_kb()
+        socks = []
+        for auth in [b"", b"Authorization: Bearer wrong\r\n", b"Authorization: Bearer " + key.encode() + b"\r\n"]:
+            for _ in range(4):
+                s = socket.create_connection(("127.0.0.1", g.port), timeout=10)
+                # a 50 MB body announced, 64 KiB of it sent: the answer comes without the rest
+                s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: g\r\n" + auth +
+                          b"Content-Length: 50000000\r\n\r\n" + b"x" * 65536)
+                status, _, body = read_response(s.makefile("rb"))
+                assert status == (413 if key.encode() in auth else 401), body
+                socks.append(s)
+        assert g.rss_kb() - rss < 20000  # nothing like 12 × 50 MB
+        for s in socks:
+            s.close()
+        # a chunked body past the tier's limit is refused as it comes
+        s = socket.create_connection(("127.0.0.1", g.port), timeout=10)
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: g\r\nAuthorization: Bearer " + key.encode() +
+                  b"\r\nTransfer-Encoding: chunked\r\n\r\n800\r\n" + b"x" * 2048 + b"\r\n")
+        status, _, _ = read_response(s.makefile("rb"))
+        assert status == 413
+        s.close()
+    finally:
+        g.stop()
+
+
+def test_connection_slots_are_bounded_per_address_and_for_feeds(make_double, tmp):
+    import socket
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    g = Gate(tmp, "[Proxy]\nMaxConnections=12\nMaxConnectionsPerAddress=8\n" + host_conf("3090", d.url))
+    try:
+        feeds, refused = [], 0
+        for i in range(8):
+            s = socket.create_connection(("127.0.0.1", g.port), timeout=10, source_address=("127.0.0.1", 0))
+            s.sendall(b"GET /models/sse HTTP/1.1\r\nHost: g\r\n\r\n")
+            line = s.makefile("rb").readline()
+            if line.startswith(b"HTTP/1.1 200"):
+                feeds.append(s)
+            else:
+                assert line.startswith(b"HTTP/1.1 503"), line
+                refused += 1
+                s.close()
+        assert len(feeds) == 6 and refused == 2  # half of MaxConnections=12
+        # the 9th connection of one address is told at once, before it sends anything
+        extra = [socket.create_connection(("127.0.0.1", g.port), timeout=10) for _ in range(2)]
+        s = socket.create_connection(("127.0.0.1", g.port), timeout=10)
+        status, _, body = read_response(s.makefile("rb"))
+        assert status == 503 and b"MaxConnectionsPerAddress=8" in body
+        s.close()
+        # another address still gets /health
+        c = http.client.HTTPConnection("127.0.0.1", g.port, timeout=10, source_address=("127.0.0.2", 0))
+        c.request("GET", "/health")
+        assert c.getresponse().status == 200
+        c.close()
+        for s in feeds + extra:
+            s.close()
     finally:
         g.stop()

@@ -155,7 +155,7 @@ static const Row rows[] = {
         /* Upgrade (RFC 9110 §7.8): never honoured, the request is plain HTTP/1.1 */
         {"Upgrade h2c",
          "GET /health HTTP/1.1\r\n" H "Connection: Upgrade, HTTP2-Settings\r\nUpgrade: "
-                                      "h2c\r\nHTTP2-Settings: AAMAAABkAAQAoAAAAAIAAAAA\r\n\r\n",
+         "h2c\r\nHTTP2-Settings: AAMAAABkAAQAoAAAAAIAAAAA\r\n\r\n",
          0, 0, true, "/health|", "upgrade|http2-settings"},
         {"Upgrade websocket",
          "GET /x HTTP/1.1\r\n" H "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: k\r\n\r\n",
@@ -167,7 +167,7 @@ static const Row rows[] = {
         /* Connection and the hop-by-hop headers (RFC 9110 §7.6.1) */
         {"hop-by-hop headers dropped",
          "GET /x HTTP/1.1\r\n" H "Keep-Alive: 5\r\nProxy-Connection: x\r\nTE: trailers\r\nTrailer: "
-                                 "X\r\nConnection: keep-alive\r\n\r\n",
+         "X\r\nConnection: keep-alive\r\n\r\n",
          0, 0, true, "/x|", "keep-alive|proxy-connection|te:|trailer"},
         {"Connection names a header",
          "GET /x HTTP/1.1\r\n" H "Connection: X-Secret\r\nX-Secret: s\r\nX-Keep: k\r\n\r\n", 0, 0, true,
