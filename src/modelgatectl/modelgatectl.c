@@ -465,6 +465,13 @@ static int do_key(int argc, char **argv) {
         r = load_config(&c);
         if (r < 0)
                 return EXIT_FAILED;
+        /* two writers at once must not lose one's key: the read and the write are one step */
+        _cleanup_close_ int lock = -1;
+        if (!streq(verb, "list")) {
+                lock = state_file_lock(c.access.keys_file);
+                if (lock < 0)
+                        return log_error_errno(lock, "Cannot lock %s: %m", c.access.keys_file), EXIT_FAILED;
+        }
         r = read_text(c.access.keys_file, &text);
         if (r < 0)
                 return log_error_errno(r, "Cannot read %s: %m", c.access.keys_file), EXIT_FAILED;

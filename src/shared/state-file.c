@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -25,35 +26,79 @@ char *state_file_path(const char *name) {
         return NULL;
 }
 
-int state_file_write(const char *path, const char *data, size_t n) {
-        _cleanup_free_ char *tmp = NULL, *dir = strdup(path);
-        _cleanup_close_ int fd = -1;
+/* "dir/.base" + suffix, for the files that go beside path */
+static char *beside(const char *path, const char *suffix) {
+        const char *slash = strrchr(path, '/');
+        char *p = NULL;
+        size_t dl = slash ? (size_t)(slash - path + 1) : 0;
+        return asprintf(&p, "%.*s.%s%s", (int)dl, path, path + dl, suffix) < 0 ? NULL : p;
+}
 
-        if (!dir || asprintf(&tmp, "%s.tmp", path) < 0)
-                return -ENOMEM;
-        for (char *slash = strchr(dir + 1, '/'); slash; slash = strchr(slash + 1, '/')) {
+static void make_parents(const char *path) {
+        _cleanup_free_ char *dir = strdup(path);
+        for (char *slash = dir ? strchr(dir + 1, '/') : NULL; slash; slash = strchr(slash + 1, '/')) {
                 *slash = 0;
                 (void)mkdir(dir, 0755);
                 *slash = '/';
         }
-        fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+}
+
+int state_file_lock(const char *path) {
+        _cleanup_free_ char *lock = beside(path, ".lock");
+        int fd;
+
+        if (!lock)
+                return -ENOMEM;
+        make_parents(path);
+        fd = open(lock, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (fd < 0)
                 return -errno;
+        if (flock(fd, LOCK_EX) < 0) {
+                int r = -errno;
+                close(fd);
+                return r;
+        }
+        return fd;
+}
+
+int state_file_write(const char *path, const char *data, size_t n) {
+        _cleanup_free_ char *tmp = beside(path, ".XXXXXX");
+        _cleanup_close_ int fd = -1;
+        struct stat st;
+        int r;
+
+        if (!tmp)
+                return -ENOMEM;
+        make_parents(path);
+        /* a new name of our own (O_EXCL): a link planted at a fixed temporary name cannot redirect it */
+        fd = mkostemp(tmp, O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        /* the file stays whose it was and as readable as it was (a keys file root writes for the system
+         * service's user, say) */
+        if (stat(path, &st) >= 0) {
+                if ((st.st_uid != geteuid() || st.st_gid != getegid()) &&
+                    fchown(fd, st.st_uid, st.st_gid) < 0)
+                        goto fail;
+                if (fchmod(fd, st.st_mode & 07777) < 0)
+                        goto fail;
+        } else if (errno != ENOENT)
+                goto fail;
         for (size_t o = 0; o < n;) {
                 ssize_t k = write(fd, data + o, n - o);
                 if (k < 0) {
                         if (errno == EINTR)
                                 continue;
-                        int r = -errno;
-                        (void)unlink(tmp);
-                        return r;
+                        goto fail;
                 }
                 o += (size_t)k;
         }
-        if (fsync(fd) < 0 || rename(tmp, path) < 0) {
-                int r = -errno;
-                (void)unlink(tmp);
-                return r;
-        }
+        if (fsync(fd) < 0 || rename(tmp, path) < 0)
+                goto fail;
         return 0;
+
+fail:
+        r = -errno;
+        (void)unlink(tmp);
+        return r;
 }

@@ -9,5 +9,9 @@
 /* The path of name there (malloc'ed), or NULL when none can be told. */
 char *state_file_path(const char *name);
 /* Writes data to path so that a crash leaves the old file or the new one, never a mix: a temporary file
- * beside it, fsync, rename. Creates missing parent directories. */
+ * of a fresh name beside it (mkostemp: never a planted link), with the old file's owner, group and mode,
+ * fsync, rename. Creates missing parent directories. */
 int state_file_write(const char *path, const char *data, size_t n);
+/* Takes an exclusive lock for a read-modify-write of path (on ".<name>.lock" beside it); returns the fd
+ * that holds it, or a negative errno. */
+int state_file_lock(const char *path);

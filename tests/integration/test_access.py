@@ -279,3 +279,49 @@ def test_connection_slots_are_bounded_per_address_and_for_feeds(make_double, tmp
             s.close()
     finally:
         g.stop()
+
+
+def keyctl(conf, *args):
+    return subprocess.run([MODELGATECTL, "--user", "--config=" + conf, "key"] + list(args), capture_output=True,
+                          text=True, timeout=30, env=dict(os.environ, DBUS_SESSION_BUS_ADDRESS="unix:path=/nonexistent"))
+
+
+def test_keys_file_rewrites_are_safe(tmp):
+    """modelgatectl key add/remove: no fixed temporary name to plant a link at, the file keeps its owner,
+    group and mode (the system flavour: root writes /etc/modelgate/keys for User=modelgate), and
+    concurrent writers lose nothing."""
+    if os.geteuid() != 0:
+        import pytest
+        pytest.skip("keeping a file's owner through a rewrite is tested as root (chown), and this is not root")
+    keys = os.path.join(tmp, "keys")
+    conf = os.path.join(tmp, "keys.conf")
+    with open(conf, "w") as f:
+        f.write(conf_text(keys) + host_conf("3090", "http://127.0.0.1:1"))
+    with open(keys, "w") as f:
+        f.write("# keys\n")
+    os.chown(keys, 0, 65534)
+    os.chmod(keys, 0o640)
+    victim = os.path.join(tmp, "victim")
+    with open(victim, "w") as f:
+        f.write("untouched\n")
+    os.symlink(victim, keys + ".tmp")  # what the old code opened and followed
+    out = keyctl(conf, "add", "free")
+    assert out.returncode == 0, out
+    assert open(victim).read() == "untouched\n"
+    st = os.stat(keys)
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (0, 65534, 0o640)
+    # ten writers at once: ten keys
+    procs = [subprocess.Popen([MODELGATECTL, "--user", "--config=" + conf, "key", "add", "pro"],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              env=dict(os.environ, DBUS_SESSION_BUS_ADDRESS="unix:path=/nonexistent"))
+             for _ in range(10)]
+    for p in procs:
+        p.wait(timeout=30)
+        assert p.returncode == 0
+    listed = keyctl(conf, "list").stdout.splitlines()
+    assert len(listed) == 11 and sum(1 for l in listed if l.split()[1] == "pro") == 10, listed
+    digest = listed[0].split()[0]
+    assert keyctl(conf, "remove", digest).returncode == 0
+    st = os.stat(keys)
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (0, 65534, 0o640)
+    assert len(keyctl(conf, "list").stdout.splitlines()) == 10
