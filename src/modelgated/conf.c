@@ -165,15 +165,52 @@ static int parse_unit_item(const char *v, void *data) {
         return parse_string_item(v, data);
 }
 
-static int parse_bus_item(const char *v, void *data) {
-        if (!streq(v, "local") && !streq(v, "system")) {
-                const char *t = v;
-                if (strncmp(t, "ssh:", 4) != 0)
-                        return -EINVAL;
-                t += 4;
-                if (!*t || strpbrk(t, " \t'\"\\;`$"))
-                        return -EINVAL;
+/* "ssh:[user@]host[:port]", characters allow-listed: the parts reach ssh's command line, and an old
+ * client with %r/%h in a ProxyCommand hands them to a shell; none may start with '-' (an option) */
+static bool ssh_target_valid(const char *t) {
+        const char *at = strchr(t, '@'), *h = at ? at + 1 : t, *port = NULL;
+
+        if (at) {
+                if (at == t || *t == '-')
+                        return false;
+                for (const char *p = t; p < at; p++)
+                        if (!isalnum((unsigned char)*p) && !strchr("._-", *p))
+                                return false;
         }
+        if (*h == '[') {
+                const char *e = strchr(h, ']');
+                if (!e || e == h + 1)
+                        return false;
+                for (const char *p = h + 1; p < e; p++)
+                        if (!isxdigit((unsigned char)*p) && *p != ':' && *p != '.')
+                                return false;
+                port = *(e + 1) == ':' ? e + 2 : NULL;
+                if (*(e + 1) && !port)
+                        return false;
+        } else {
+                const char *colon = strchr(h, ':');
+                size_t l = colon ? (size_t)(colon - h) : strlen(h);
+                if (l == 0 || *h == '-')
+                        return false;
+                for (size_t i = 0; i < l; i++)
+                        if (!isalnum((unsigned char)h[i]) && !strchr(".-_", h[i]))
+                                return false;
+                port = colon ? colon + 1 : NULL;
+        }
+        if (port) {
+                if (!*port || strlen(port) > 5)
+                        return false;
+                for (const char *p = port; *p; p++)
+                        if (!isdigit((unsigned char)*p))
+                                return false;
+        }
+        return true;
+}
+
+static int parse_bus_item(const char *v, void *data) {
+        if (!streq(v, "local") && !streq(v, "system") &&
+            (strncmp(v, "ssh:", 4) != 0 || !ssh_target_valid(v + 4)))
+                return -EINVAL;
         return parse_string_item(v, data);
 }
 
@@ -1003,6 +1040,10 @@ int config_resolve(Config *c) {
                                         k, "%s:%u: [Fallback] '%s': the key in %s cannot be read: %m",
                                         f->file, f->line, f->name, path ?: f->key_file);
                 }
+                if (f->key && !f->url.tls)
+                        log_warning("%s:%u: [Fallback] '%s': URL=%s is http://, so its key crosses the network "
+                                    "in clear text; use https://",
+                                    f->file, f->line, f->name, f->url.text);
         }
         for (size_t i = 0; i < c->n_engines; i++) {
                 EngineConf *e = &c->engines[i];

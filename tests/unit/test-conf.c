@@ -69,6 +69,13 @@ TEST(errors_are_refused) {
                 "[Host]\nName=a\nURL=http://x:99999\n",         /* port */
                 "[Host]\nName=a\nURL=http://x\nBus=tcp:x\n",    /* bus */
                 "[Host]\nName=a\nURL=http://x\nBus=ssh:a;rm\n", /* shell metacharacters */
+                "[Host]\nName=a\nURL=http://x\nBus=ssh:-oProxyCommand=x\n", /* an option */
+                "[Host]\nName=a\nURL=http://x\nBus=ssh:-u@a\n",
+                "[Host]\nName=a\nURL=http://x\nBus=ssh:u@a%h\n",
+                "[Host]\nName=a\nURL=http://x\nBus=ssh:u$(id)@a\n",
+                "[Host]\nName=a\nURL=http://x\nBus=ssh:u@a|b\n",
+                "[Host]\nName=a\nURL=http://x\nBus=ssh:u@a:22x\n",
+                "[Host]\nName=a\nURL=http://x\nBus=ssh:u@[::1]x\n",
                 "[Engine]\nName=a\nUnit=a.service\n",           /* no Host= */
                 "[Engine]\nHost=a\nName=b\nUnit=noextension\n",
                 "[Proxy\n",
