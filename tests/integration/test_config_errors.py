@@ -28,6 +28,11 @@ def answer(conn, path="/v1/chat/completions", obj=None):
     return r.status, dict((k.lower(), v) for k, v in r.getheaders()), json.loads(r.read())
 
 
+def assert_clean(log):
+    text = open(log).read()
+    assert "Sanitizer" not in text and "runtime error:" not in text, text
+
+
 def test_without_socket_activation_a_broken_file_is_ex_config(tmp):
     conf = os.path.join(tmp, "modelgate.conf")
     with open(conf, "w") as f:
@@ -119,6 +124,11 @@ def test_a_broken_file_is_answered_at_once_until_a_reload_fixes_it(box, make_dou
     assert warnings(box) == []
     assert "has no errors now: serving requests" in open(log).read()
 
+    # and it stops cleanly (a sanitizer build reports here what the refusal and the reloads left behind)
+    box.systemctl("stop", "modelgate.service")
+    assert show(box, "Result") == "success" and show(box, "ExecMainStatus") == "0"
+    assert_clean(log)
+
 
 @pytest.mark.skipif(box_skip_reason() is not None, reason=str(box_skip_reason()))
 def test_a_refusing_daemon_exits_when_idle_and_answers_the_same_again(box, tmp):
@@ -138,6 +148,7 @@ def test_a_refusing_daemon_exits_when_idle_and_answers_the_same_again(box, tmp):
     assert time.monotonic() - closed > 50
     assert show(box, "Result") == "success" and show(box, "NRestarts") == "0"
     assert "Idle for 1min, exiting; the socket stays with systemd" in open(log).read()
+    assert_clean(log)
     assert box.active_state("modelgate.socket") == "active"
 
     # the next connection starts it again, and gets the same answer
@@ -146,3 +157,14 @@ def test_a_refusing_daemon_exits_when_idle_and_answers_the_same_again(box, tmp):
     c.close()
     assert status == 503 and body["error"]["message"] == message
     assert open(log).read().count("has no URL=") == 2  # once per start
+
+    # SIGHUP reloads as systemctl reload does
+    with open(conf, "w") as f:
+        f.write("[Proxy]\n")
+    box.systemctl("kill", "--kill-who=main", "-s", "SIGHUP", "modelgate.service")
+    wait_for(lambda: "has no errors now: serving requests" in open(log).read(), 30, "the reload")
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    c.request("GET", "/health")
+    r = c.getresponse()
+    assert r.status == 200 and json.loads(r.read())["status"] == "ok"
+    c.close()
