@@ -63,7 +63,7 @@ struct BusObject {
         sd_event_source *emit_timer;
         HostSeen *seen;
         size_t n_seen;
-        unsigned seen_connections, seen_in_flight, seen_waiting, seen_n_warnings;
+        unsigned seen_connections, seen_in_flight, seen_waiting, seen_n_warnings, seen_warnings_serial;
         BusCall *calls;
 };
 
@@ -128,6 +128,8 @@ static int property_get_warnings(sd_bus *bus, const char *path, const char *inte
         int r;
 
         r = sd_bus_message_open_container(reply, 'a', "s");
+        if (r >= 0 && m->refusal)
+                r = sd_bus_message_append(reply, "s", m->refusal);
         for (size_t i = 0; r >= 0 && i < m->config->n_hosts; i++)
                 STRV_FOREACH (w, host_warnings(m->hosts[i])) {
                         _cleanup_free_ char *s = NULL;
@@ -141,7 +143,7 @@ static int property_get_warnings(sd_bus *bus, const char *path, const char *inte
 }
 
 static unsigned n_warnings(Manager *m) {
-        unsigned n = 0;
+        unsigned n = m->refusal ? 1 : 0;
         for (size_t i = 0; i < m->config->n_hosts; i++)
                 n += (unsigned)strv_length(host_warnings(m->hosts[i]));
         return n;
@@ -631,13 +633,14 @@ static int emit_cb(sd_event_source *s, uint64_t usec, void *userdata) {
                 changed[n++] = "InFlight";
         if (o->seen_waiting != waiting)
                 changed[n++] = "Waiting";
-        if (o->seen_n_warnings != nw)
+        if (o->seen_n_warnings != nw || o->seen_warnings_serial != m->warnings_serial)
                 changed[n++] = "Warnings";
         changed[n] = NULL;
         o->seen_connections = (unsigned)m->n_clients;
         o->seen_in_flight = in_flight;
         o->seen_waiting = waiting;
         o->seen_n_warnings = nw;
+        o->seen_warnings_serial = m->warnings_serial;
         o->primed = true;
         if (n > 0 && o->primed)
                 (void)sd_bus_emit_properties_changed_strv(o->bus, OBJECT_PATH, "org.modelgate1.Manager",

@@ -897,6 +897,29 @@ static void client_respond_health(Client *c, bool strict) {
                        strict && !ok ? "Retry-After: 30\r\n" : NULL);
 }
 
+/* The configuration has errors (manager.h): every request gets them at once, and no host hears of it. A
+ * person has to fix the file, so the SDKs are told not to retry (x-should-retry, as for 423): the agent
+ * shows the message instead of retrying for minutes. */
+static void client_respond_refusal(Client *c, bool health) {
+        const char *refusal = c->manager->refusal;
+        _cleanup_free_ char *body = NULL;
+
+        if (!health)
+                return client_respond_error(c, 503, "config_error", refusal, "x-should-retry: false\r\n");
+        json_object *o = json_object_new_object();
+        if (o) {
+                json_object_object_add(o, "status", json_object_new_string("config-error"));
+                json_object_object_add(o, "version", json_object_new_string(MODELGATE_VERSION));
+                json_object_object_add(o, "message", json_object_new_string(refusal));
+                body = strdup(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
+                                                                        JSON_C_TO_STRING_NOSLASHESCAPE));
+                json_object_put(o);
+        }
+        if (!body)
+                return client_respond_error(c, 500, NULL, "out of memory", NULL);
+        client_respond(c, 503, "application/json", body, strlen(body), NULL);
+}
+
 static void client_respond_metrics(Client *c) {
         _cleanup_(buffer_done) Buffer b = {};
 
@@ -1314,6 +1337,8 @@ static void client_dispatch(Client *c) {
                         "the request target must be a path (modelgate is not a forward proxy)", NULL);
 
         bool get = r->method == HTTP_GET || r->method == HTTP_HEAD;
+        if (c->manager->refusal)
+                return client_respond_refusal(c, get && span_eq(path, "/health"));
         if (get && span_eq(path, "/")) {
                 /* clients (Claude Code among them) probe the root before their first request */
                 static const char root[] = "{\"name\":\"modelgate\",\"version\":\"" MODELGATE_VERSION

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,26 @@
 #include "shared/log.h"
 #include "shared/parse-util.h"
 #include "shared/strv.h"
+
+/* Logs an error of the configuration and keeps its text in c->errors, for a daemon that has to say what is
+ * wrong to clients instead of only to its log. Returns -abs(error); %m is that error. */
+_printf_(3, 4) static int config_error(Config *c, int error, const char *fmt, ...) {
+        _cleanup_free_ char *s = NULL;
+        va_list ap;
+        int k;
+
+        error = error < 0 ? -error : error;
+        errno = error;
+        va_start(ap, fmt);
+        k = vasprintf(&s, fmt, ap);
+        va_end(ap);
+        if (k < 0)
+                return log_oom();
+        log_error("%s", s);
+        if (strv_length(c->errors) < CONFIG_ERRORS_MAX && strv_push(&c->errors, s) >= 0)
+                TAKE_PTR(s);
+        return -error;
+}
 
 typedef enum SectionKind {
         SECTION_PROXY,
@@ -437,6 +458,7 @@ static void access_keys_done(AccessConf *a) {
 
 void config_done(Config *c) {
         strv_free(c->listen);
+        strv_free(c->errors);
         for (size_t i = 0; i < c->n_hosts; i++)
                 host_conf_done(&c->hosts[i]);
         free(c->hosts);
@@ -521,15 +543,15 @@ static const char *section_last_value(const Section *s, const char *key) {
         return v;
 }
 
-static int apply_assignment(const char *name, const Assignment *a, void *base) {
+static int apply_assignment(Config *c, const char *name, const Assignment *a, void *base) {
         int r = a->item->parse(a->value, (char *)base + a->item->offset);
         if (r == -ENOMEM)
                 return log_oom();
         if (r < 0)
-                return log_error_errno(
-                        r, "%s:%u: [%s] %s='%s' is not valid%s", name, a->line,
-                        section_names[a->item->section], a->item->key, a->value,
-                        r == -EPROTONOSUPPORT ? " (only http:// and https:// URLs are supported)" : "");
+                return config_error(c, r, "%s:%u: [%s] %s='%s' is not valid%s", name, a->line,
+                                    section_names[a->item->section], a->item->key, a->value,
+                                    r == -EPROTONOSUPPORT ? " (only http:// and https:// URLs are supported)"
+                                                          : "");
         return 0;
 }
 
@@ -542,7 +564,7 @@ static int section_apply(Config *c, const char *name, Section *s) {
         else if (s->kind == SECTION_HOST) {
                 const char *hn = section_last_value(s, "Name");
                 if (!hn)
-                        return log_error_errno(EINVAL, "%s:%u: [Host] section without Name=", name, s->line);
+                        return config_error(c, EINVAL, "%s:%u: [Host] section without Name=", name, s->line);
                 for (size_t i = 0; i < c->n_hosts; i++)
                         if (streq(c->hosts[i].name, hn))
                                 base = &c->hosts[i];
@@ -563,8 +585,8 @@ static int section_apply(Config *c, const char *name, Section *s) {
         } else if (s->kind == SECTION_ENGINE) {
                 const char *hn = section_last_value(s, "Host"), *en = section_last_value(s, "Name");
                 if (!hn || !en)
-                        return log_error_errno(EINVAL, "%s:%u: [Engine] section without %s=", name, s->line,
-                                               hn ? "Name" : "Host");
+                        return config_error(c, EINVAL, "%s:%u: [Engine] section without %s=", name, s->line,
+                                            hn ? "Name" : "Host");
                 for (size_t i = 0; i < c->n_engines; i++)
                         if (streq(c->engines[i].host, hn) && streq(c->engines[i].name, en))
                                 base = &c->engines[i];
@@ -584,8 +606,8 @@ static int section_apply(Config *c, const char *name, Section *s) {
                 bool fb = s->kind == SECTION_FALLBACK;
                 const char *n = section_last_value(s, "Name");
                 if (!n)
-                        return log_error_errno(EINVAL, "%s:%u: [%s] section without Name=", name, s->line,
-                                               section_names[s->kind]);
+                        return config_error(c, EINVAL, "%s:%u: [%s] section without Name=", name, s->line,
+                                            section_names[s->kind]);
                 for (size_t i = 0; i < (fb ? c->n_fallbacks : c->n_tiers); i++)
                         if (streq(fb ? c->fallbacks[i].name : c->tiers[i].name, n))
                                 base = fb ? (void *)&c->fallbacks[i] : (void *)&c->tiers[i];
@@ -614,7 +636,7 @@ static int section_apply(Config *c, const char *name, Section *s) {
                 return 0;
 
         for (size_t i = 0; i < s->n_assignments; i++) {
-                r = apply_assignment(name, &s->assignments[i], base);
+                r = apply_assignment(c, name, &s->assignments[i], base);
                 if (r < 0)
                         return r;
         }
@@ -638,7 +660,7 @@ int config_parse_text(Config *c, const char *name, const char *text, size_t size
         int r = 0;
 
         if (memchr(text, 0, size))
-                return log_error_errno(EINVAL, "%s: contains a NUL byte", name);
+                return config_error(c, EINVAL, "%s: contains a NUL byte", name);
         copy = strndup(text, size);
         if (!copy)
                 return log_oom();
@@ -657,8 +679,8 @@ int config_parse_text(Config *c, const char *name, const char *text, size_t size
                 if (*l == '[') {
                         size_t n = strlen(l);
                         if (l[n - 1] != ']' || n < 3) {
-                                r = log_error_errno(EINVAL, "%s:%u: invalid section header '%s'", name, line,
-                                                    l);
+                                r = config_error(c, EINVAL, "%s:%u: invalid section header '%s'", name, line,
+                                                 l);
                                 goto finish;
                         }
                         l[n - 1] = 0;
@@ -672,7 +694,7 @@ int config_parse_text(Config *c, const char *name, const char *text, size_t size
                                 if (streq(l, section_names[k]))
                                         s.kind = k;
                         if (s.kind < 0) {
-                                r = log_error_errno(EINVAL, "%s:%u: section [%s] is unknown", name, line, l);
+                                r = config_error(c, EINVAL, "%s:%u: section [%s] is unknown", name, line, l);
                                 goto finish;
                         }
                         s.line = line;
@@ -681,12 +703,12 @@ int config_parse_text(Config *c, const char *name, const char *text, size_t size
                 }
 
                 if (!seen_section) {
-                        r = log_error_errno(EINVAL, "%s:%u: assignment outside of a section", name, line);
+                        r = config_error(c, EINVAL, "%s:%u: assignment outside of a section", name, line);
                         goto finish;
                 }
                 eq = strchr(l, '=');
                 if (!eq) {
-                        r = log_error_errno(EINVAL, "%s:%u: missing '=' in '%s'", name, line, l);
+                        r = config_error(c, EINVAL, "%s:%u: missing '=' in '%s'", name, line, l);
                         goto finish;
                 }
                 *eq = 0;
@@ -704,8 +726,8 @@ int config_parse_text(Config *c, const char *name, const char *text, size_t size
                         if (config_items[k].section == s.kind && streq(config_items[k].key, key))
                                 item = &config_items[k];
                 if (!item) {
-                        r = log_error_errno(EINVAL, "%s:%u: unknown key '%s' in section [%s]", name, line,
-                                            key, section_names[s.kind]);
+                        r = config_error(c, EINVAL, "%s:%u: unknown key '%s' in section [%s]", name, line,
+                                         key, section_names[s.kind]);
                         goto finish;
                 }
                 /* Validate now, so the error points at this line even if the section is never applied */
@@ -790,7 +812,7 @@ int config_load(Config *c, const char *path) {
         if (r == -ENOENT)
                 log_debug("%s does not exist, looking for drop-ins only", path);
         else if (r < 0 && r != -EINVAL)
-                return log_error_errno(r, "Failed to read %s: %m", path);
+                return config_error(c, r, "Failed to read %s: %m", path);
         else if (r < 0)
                 return r;
         else
@@ -801,8 +823,8 @@ int config_load(Config *c, const char *path) {
         d = opendir(dir);
         if (!d) {
                 if (errno != ENOENT)
-                        return log_error_errno(errno, "Failed to open %s: %m", dir);
-                return found ? 0 : -ENOENT;
+                        return config_error(c, errno, "Failed to open %s: %m", dir);
+                goto done;
         }
         for (struct dirent *de; (de = readdir(d));) {
                 size_t l = strlen(de->d_name);
@@ -824,31 +846,46 @@ int config_load(Config *c, const char *path) {
                 if (r == -EINVAL)
                         return r;
                 if (r < 0)
-                        return log_error_errno(r, "Failed to read %s: %m", names[i]);
+                        return config_error(c, r, "Failed to read %s: %m", names[i]);
                 found = true;
         }
-        return found ? 0 : -ENOENT;
+done:
+        if (!found)
+                return config_error(
+                        c, ENOENT,
+                        "No configuration: neither %s nor %s.d/*.conf exists. See modelgate.conf(5).", path,
+                        path);
+        return 0;
 }
 
 int config_verify(Config *c) {
         int r = 0;
 
         if (c->max_header_size < 1024 || c->max_header_size > 16 * 1024 * 1024)
-                r = log_error_errno(EINVAL, "[Proxy] MaxHeaderSize= must be between 1K and 16M");
+                r = config_error(c, EINVAL, "[Proxy] MaxHeaderSize= must be between 1K and 16M");
         if (c->max_connections_per_address < 1)
-                r = log_error_errno(EINVAL, "[Proxy] MaxConnectionsPerAddress= must be at least 1");
+                r = config_error(c, EINVAL, "[Proxy] MaxConnectionsPerAddress= must be at least 1");
         if (c->max_connections < 1)
-                r = log_error_errno(EINVAL, "[Proxy] MaxConnections= must be at least 1");
+                r = config_error(c, EINVAL, "[Proxy] MaxConnections= must be at least 1");
         if (c->keepalive_interval_usec == 0)
-                r = log_error_errno(EINVAL, "[Proxy] KeepaliveIntervalSec= must not be 0");
+                r = config_error(c, EINVAL, "[Proxy] KeepaliveIntervalSec= must not be 0");
+        if (c->exit_idle_usec > 0 && c->exit_idle_usec < CONFIG_EXIT_IDLE_MIN_USEC) {
+                /* every idle exit and re-activation is a start of the unit, and the units' start limit
+                 * (modelgated(8), UNIT SETTINGS) counts on at least a second between them */
+                char t[FORMAT_TIMESPAN_MAX];
+                log_warning("[Proxy] ExitIdleSec=%s is below 1s, using 1s: each idle exit and re-activation "
+                            "counts against the unit's start limit",
+                            format_timespan(t, sizeof(t), c->exit_idle_usec));
+                c->exit_idle_usec = CONFIG_EXIT_IDLE_MIN_USEC;
+        }
         if (c->header_timeout_usec == 0 || c->idle_timeout_usec == 0)
-                r = log_error_errno(EINVAL, "[Proxy] HeaderTimeoutSec= and IdleTimeoutSec= must not be 0");
+                r = config_error(c, EINVAL, "[Proxy] HeaderTimeoutSec= and IdleTimeoutSec= must not be 0");
 
         for (size_t i = 0; i < c->n_hosts; i++) {
                 HostConf *h = &c->hosts[i];
                 if (!h->url.text)
-                        r = log_error_errno(EINVAL, "%s:%u: [Host] '%s' has no URL=", h->file, h->line,
-                                            h->name);
+                        r = config_error(c, EINVAL, "%s:%u: [Host] '%s' has no URL=", h->file, h->line,
+                                         h->name);
                 if (!h->bus && !(h->bus = strdup("local")))
                         return log_oom();
                 h->bus_kind = streq(h->bus, "local")    ? BUS_LOCAL
@@ -859,13 +896,12 @@ int config_verify(Config *c) {
                 if (h->bus_kind == BUS_SSH) {
                         _cleanup_strv_free_ char **argv = NULL;
                         if (host_conf_ssh_argv(h, &argv) < 0)
-                                r = log_error_errno(
-                                        EINVAL,
-                                        "%s:%u: [Host] '%s': cannot make an ssh command from "
-                                        "Bus='%s', SSHCommand='%s' and BusPath='%s' (a bad port, "
-                                        "an open quote, or a ' in BusPath=)",
-                                        h->file, h->line, h->name, h->bus, h->ssh_command,
-                                        strna(h->bus_path));
+                                r = config_error(c, EINVAL,
+                                                 "%s:%u: [Host] '%s': cannot make an ssh command from "
+                                                 "Bus='%s', SSHCommand='%s' and BusPath='%s' (a bad port, "
+                                                 "an open quote, or a ' in BusPath=)",
+                                                 h->file, h->line, h->name, h->bus, h->ssh_command,
+                                                 strna(h->bus_path));
                 }
                 for (size_t j = 0; j < i; j++)
                         /* a host name that is a prefix of another is fine: the longest match wins */
@@ -876,40 +912,39 @@ int config_verify(Config *c) {
         for (size_t i = 0; i < c->n_engines; i++) {
                 EngineConf *e = &c->engines[i];
                 if (!config_find_host(c, e->host))
-                        r = log_error_errno(EINVAL,
-                                            "%s:%u: [Engine] '%s' names Host='%s', which no [Host] defines",
-                                            e->file, e->line, e->name, e->host);
+                        r = config_error(c, EINVAL,
+                                         "%s:%u: [Engine] '%s' names Host='%s', which no [Host] defines",
+                                         e->file, e->line, e->name, e->host);
                 if (!e->unit)
-                        r = log_error_errno(EINVAL, "%s:%u: [Engine] '%s' has no Unit=", e->file, e->line,
-                                            e->name);
+                        r = config_error(c, EINVAL, "%s:%u: [Engine] '%s' has no Unit=", e->file, e->line,
+                                         e->name);
                 for (size_t j = 0; j < i; j++)
                         if (e->unit && c->engines[j].unit && streq(c->engines[j].host, e->host) &&
                             streq(c->engines[j].unit, e->unit))
-                                r = log_error_errno(EINVAL, "%s:%u: [Engine] '%s' and '%s' share Unit='%s'",
-                                                    e->file, e->line, c->engines[j].name, e->name, e->unit);
+                                r = config_error(c, EINVAL, "%s:%u: [Engine] '%s' and '%s' share Unit='%s'",
+                                                 e->file, e->line, c->engines[j].name, e->name, e->unit);
                 if (e->fallback && !config_find_fallback(c, e->fallback))
-                        r = log_error_errno(
-                                EINVAL,
+                        r = config_error(
+                                c, EINVAL,
                                 "%s:%u: [Engine] '%s' names Fallback='%s', which no [Fallback] defines",
                                 e->file, e->line, e->name, e->fallback);
                 if (e->prime_after_idle_usec != 0 && !e->warmup_request)
-                        r = log_error_errno(
-                                EINVAL,
-                                "%s:%u: [Engine] '%s' has PrimeAfterIdleSec= but no WarmupRequest=", e->file,
-                                e->line, e->name);
+                        r = config_error(c, EINVAL,
+                                         "%s:%u: [Engine] '%s' has PrimeAfterIdleSec= but no WarmupRequest=",
+                                         e->file, e->line, e->name);
         }
         for (size_t i = 0; i < c->n_fallbacks; i++) {
                 FallbackConf *f = &c->fallbacks[i];
                 if (!f->url.text || !f->model)
-                        r = log_error_errno(EINVAL, "%s:%u: [Fallback] '%s' needs URL= and Model=", f->file,
-                                            f->line, f->name);
+                        r = config_error(c, EINVAL, "%s:%u: [Fallback] '%s' needs URL= and Model=", f->file,
+                                         f->line, f->name);
                 if (f->key_credential && f->key_file)
-                        r = log_error_errno(EINVAL,
-                                            "%s:%u: [Fallback] '%s' has both KeyCredential= and KeyFile=",
-                                            f->file, f->line, f->name);
+                        r = config_error(c, EINVAL,
+                                         "%s:%u: [Fallback] '%s' has both KeyCredential= and KeyFile=",
+                                         f->file, f->line, f->name);
         }
         if (c->n_tiers > 0 && !c->access.enabled)
-                r = log_error_errno(EINVAL, "[Tier] sections need an [Access] section with KeysFile=");
+                r = config_error(c, EINVAL, "[Tier] sections need an [Access] section with KeysFile=");
         return r;
 }
 
@@ -948,7 +983,7 @@ int config_load_keys(Config *c, const char *path) {
                 return 0;
         }
         if (r < 0)
-                return log_error_errno(r, "[Access] KeysFile=%s cannot be read: %m", path);
+                return config_error(c, r, "[Access] KeysFile=%s cannot be read: %m", path);
         for (char *p = text, *next; p; p = next) {
                 char *l, *tier;
                 uint8_t h[32];
@@ -962,15 +997,15 @@ int config_load_keys(Config *c, const char *path) {
                         continue;
                 tier = strpbrk(l, " \t");
                 if (!tier || tier - l != 64)
-                        return log_error_errno(EINVAL, "%s:%u: not '<sha256 hex of a key> <tier>'", path,
-                                               line);
+                        return config_error(c, EINVAL, "%s:%u: not '<sha256 hex of a key> <tier>'", path,
+                                            line);
                 *tier++ = 0;
                 tier = strip(tier);
                 for (size_t i = 0; i < 32; i++) {
                         int hi = hex_digit(l[2 * i]), lo = hex_digit(l[2 * i + 1]);
                         if (hi < 0 || lo < 0)
-                                return log_error_errno(EINVAL, "%s:%u: '%s' is not a SHA-256 in hex", path,
-                                                       line, l);
+                                return config_error(c, EINVAL, "%s:%u: '%s' is not a SHA-256 in hex", path,
+                                                    line, l);
                         h[i] = (uint8_t)(hi << 4 | lo);
                 }
                 ssize_t t = -1;
@@ -978,8 +1013,8 @@ int config_load_keys(Config *c, const char *path) {
                         if (streq(c->tiers[i].name, tier))
                                 t = (ssize_t)i;
                 if (t < 0)
-                        return log_error_errno(EINVAL, "%s:%u: tier '%s' has no [Tier] section", path, line,
-                                               tier);
+                        return config_error(c, EINVAL, "%s:%u: tier '%s' has no [Tier] section", path, line,
+                                            tier);
                 uint8_t(*nh)[32] = reallocarray(c->access.key_hashes, c->access.n_keys + 1, 32);
                 if (!nh)
                         return log_oom();
@@ -994,7 +1029,7 @@ int config_load_keys(Config *c, const char *path) {
         return 0;
 }
 
-static int resolve_url(HttpUrl *u, const char *what) {
+static int resolve_url(Config *c, HttpUrl *u, const char *what) {
         struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV}, *res = NULL;
         char port[8];
         int r;
@@ -1002,8 +1037,8 @@ static int resolve_url(HttpUrl *u, const char *what) {
         snprintf(port, sizeof(port), "%u", u->port);
         r = getaddrinfo(u->host, port, &hints, &res);
         if (r != 0)
-                return log_error_errno(EHOSTUNREACH, "%s: cannot resolve '%s': %s", what, u->host,
-                                       gai_strerror(r));
+                return config_error(c, EHOSTUNREACH, "%s: cannot resolve '%s': %s", what, u->host,
+                                    gai_strerror(r));
         memcpy(&u->address, res->ai_addr, res->ai_addrlen);
         u->address_len = res->ai_addrlen;
         freeaddrinfo(res);
@@ -1017,14 +1052,14 @@ int config_resolve(Config *c) {
                 _cleanup_free_ char *what = NULL, *path = NULL;
                 if (asprintf(&what, "[Fallback] %s URL=%s", f->name, f->url.text) < 0)
                         return log_oom();
-                k = resolve_url(&f->url, what);
+                k = resolve_url(c, &f->url, what);
                 if (k < 0)
                         r = k;
                 if (f->key_credential) {
                         const char *d = getenv("CREDENTIALS_DIRECTORY");
                         if (!d) {
-                                r = log_error_errno(
-                                        ENOENT,
+                                r = config_error(
+                                        c, ENOENT,
                                         "%s:%u: [Fallback] '%s' KeyCredential=%s: $CREDENTIALS_DIRECTORY is "
                                         "not set (LoadCredential= in the unit)",
                                         f->file, f->line, f->name, f->key_credential);
@@ -1036,9 +1071,9 @@ int config_resolve(Config *c) {
                 if (path || f->key_file) {
                         k = read_secret(path ?: f->key_file, &f->key);
                         if (k < 0)
-                                r = log_error_errno(
-                                        k, "%s:%u: [Fallback] '%s': the key in %s cannot be read: %m",
-                                        f->file, f->line, f->name, path ?: f->key_file);
+                                r = config_error(c, k,
+                                                 "%s:%u: [Fallback] '%s': the key in %s cannot be read: %m",
+                                                 f->file, f->line, f->name, path ?: f->key_file);
                 }
                 if (f->key && !f->url.tls)
                         log_warning("%s:%u: [Fallback] '%s': URL=%s is http://, so its key crosses the network "
@@ -1051,8 +1086,8 @@ int config_resolve(Config *c) {
                         continue;
                 k = read_file(e->warmup_request, &e->warmup_body, &e->warmup_size);
                 if (k < 0)
-                        r = log_error_errno(k, "%s:%u: [Engine] '%s' WarmupRequest=%s cannot be read: %m",
-                                            e->file, e->line, e->name, e->warmup_request);
+                        r = config_error(c, k, "%s:%u: [Engine] '%s' WarmupRequest=%s cannot be read: %m",
+                                         e->file, e->line, e->name, e->warmup_request);
         }
         if (c->access.keys_file) {
                 access_keys_done(&c->access);
@@ -1064,7 +1099,7 @@ int config_resolve(Config *c) {
                 _cleanup_free_ char *what = NULL;
                 if (asprintf(&what, "[Host] %s URL=%s", c->hosts[i].name, c->hosts[i].url.text) < 0)
                         return log_oom();
-                k = resolve_url(&c->hosts[i].url, what);
+                k = resolve_url(c, &c->hosts[i].url, what);
                 if (k < 0)
                         r = k;
         }
@@ -1074,11 +1109,23 @@ int config_resolve(Config *c) {
                         continue;
                 if (asprintf(&what, "[Engine] %s URL=%s", c->engines[i].name, c->engines[i].url.text) < 0)
                         return log_oom();
-                k = resolve_url(&c->engines[i].url, what);
+                k = resolve_url(c, &c->engines[i].url, what);
                 if (k < 0)
                         r = k;
         }
         return r;
+}
+
+int config_read(Config *c, const char *path) {
+        int r;
+
+        r = config_load(c, path);
+        if (r < 0)
+                return r;
+        r = config_verify(c);
+        if (r < 0)
+                return r;
+        return config_resolve(c);
 }
 
 static void dump_usec(FILE *f, const char *key, usec_t u) {

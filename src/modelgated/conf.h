@@ -128,7 +128,15 @@ typedef struct Config {
         AccessConf access;
         TierConf *tiers;
         size_t n_tiers;
+
+        /* What was wrong, as logged ("file:line: …"), at most CONFIG_ERRORS_MAX: a socket-activated daemon
+         * answers with these while it refuses requests (modelgated(8)) */
+        char **errors;
 } Config;
+
+#define CONFIG_ERRORS_MAX 16
+/* ExitIdleSec= below this is raised to it */
+#define CONFIG_EXIT_IDLE_MIN_USEC USEC_PER_SEC
 
 void config_init(Config *c);
 void config_done(Config *c);
@@ -137,8 +145,8 @@ Config *config_ref(Config *c);
 Config *config_unref(Config *c);
 DEFINE_TRIVIAL_CLEANUP_FUNC(Config *, config_unref);
 
-/* Reads one file's text into c. 'name' labels error messages. 0 or -EINVAL (errors logged with file:line).
- */
+/* Reads one file's text into c. 'name' labels error messages. 0 or -EINVAL (errors logged with file:line,
+ * and kept in c->errors). */
 int config_parse_text(Config *c, const char *name, const char *text, size_t size);
 /* Reads path and, beside it, path.d/ *.conf in lexical order. -ENOENT if neither exists. */
 int config_load(Config *c, const char *path);
@@ -146,6 +154,9 @@ int config_load(Config *c, const char *path);
 int config_verify(Config *c);
 /* Resolves every URL to an address (blocking getaddrinfo, once at load). */
 int config_resolve(Config *c);
+/* config_load(), config_verify() and config_resolve(): the whole configuration at path, or an error with
+ * every problem found logged and in c->errors. */
+int config_read(Config *c, const char *path);
 void config_dump(const Config *c, FILE *f);
 /* modelgate.conf of a user instance ($XDG_CONFIG_HOME/modelgate, ~/.config/modelgate) or of the system
  * (/etc/modelgate); NULL when a user's cannot be told. */

@@ -108,27 +108,69 @@ Manager *manager_free(Manager *m) {
         metrics_free(m->metrics);
         SSL_CTX_free(m->tls_ctx);
         free(m->config_path);
+        strv_free(m->config_errors);
+        free(m->refusal);
         sd_event_unref(m->event);
         free(m);
         return NULL;
 }
 
+/* What is wrong, for logs and the D-Bus error of a refused reload: the first few errors, joined. */
+static char *config_errors_join(char **errors, int r) {
+        _cleanup_free_ char *s = NULL;
+        size_t n = strv_length(errors);
+        char *ret;
+
+        if (n == 0)
+                /* out of memory, or an error that config_error() could not keep */
+                return asprintf(&ret, "%s", strerror(r < 0 ? -r : r)) < 0 ? NULL : ret;
+        if (n > 4) {
+                char *keep = errors[4];
+                errors[4] = NULL;
+                s = strv_join(errors, "; ");
+                errors[4] = keep;
+                if (!s || asprintf(&ret, "%s; and %zu more (see the log)", s, n - 4) < 0)
+                        return NULL;
+                return ret;
+        }
+        return strv_join(errors, "; ");
+}
+
+/* The answer to every request, the STATUS= and the D-Bus warning of a daemon that refuses requests. */
+static int manager_set_refusal(Manager *m, char **errors, int r) {
+        _cleanup_free_ char *what = config_errors_join(errors, r), *refusal = NULL;
+
+        if (!what ||
+            asprintf(&refusal, "modelgate's configuration has errors: %s; fix it and run '%s'", what,
+                     m->user ? "systemctl --user reload modelgate" : "systemctl reload modelgate") < 0)
+                return log_oom();
+        free(m->refusal);
+        m->refusal = TAKE_PTR(refusal);
+        m->warnings_serial++;
+        (void)sd_notifyf(false, "STATUS=Refusing requests: %s", m->refusal);
+        return 0;
+}
+
 int manager_load_config(Manager *m, const char *path) {
+        _cleanup_(config_unrefp) Config *c = config_new();
         int r;
 
-        r = config_load(m->config, path);
-        if (r == -ENOENT)
-                return log_error_errno(
-                        r, "No configuration: neither %s nor %s.d/*.conf exists. See modelgate.conf(5).",
-                        path, path);
-        if (r < 0)
+        if (!c)
+                return log_oom();
+        if (free_and_strdup(&m->config_path, path) < 0)
+                return log_oom();
+        r = config_read(c, path);
+        if (r < 0) {
+                strv_free(m->config_errors);
+                m->config_errors = TAKE_PTR(c->errors);
+                if (!m->config_errors && strv_extend(&m->config_errors, strerror(-r)) < 0)
+                        return log_oom();
                 return r;
-        r = config_verify(m->config);
-        if (r < 0)
-                return r;
-        if (m->config->n_hosts == 0)
+        }
+        if (c->n_hosts == 0)
                 log_warning("%s: no [Host] is configured; every model request will get 404", path);
-        m->config_path = strdup(path);
+        config_unref(m->config);
+        m->config = TAKE_PTR(c);
         return 0;
 }
 
@@ -446,11 +488,33 @@ static int exit_idle_cb(sd_event_source *s, uint64_t usec, void *userdata) {
         return sd_event_exit(m->event, 0);
 }
 
+/* "always 0 without socket activation": nothing would start it again */
+static bool manager_exits_when_idle(Manager *m) {
+        return m->socket_activated && m->config->exit_idle_usec != 0 &&
+               m->config->exit_idle_usec != USEC_INFINITY;
+}
+
 /* The idle exit's timer runs exactly while nothing needs the daemon, and the bus hears of changes. */
 static void manager_update(Manager *m) {
         bus_object_changed(m->bus_object);
-        if (!m->exit_idle_timer || m->stopping)
+        if (!m->started || m->stopping)
                 return;
+        if (!manager_exits_when_idle(m)) {
+                /* a reload to ExitIdleSec=0 */
+                if (m->exit_idle_timer)
+                        (void)sd_event_source_set_enabled(m->exit_idle_timer, SD_EVENT_OFF);
+                return;
+        }
+        if (!m->exit_idle_timer) {
+                int r = sd_event_add_time_relative(m->event, &m->exit_idle_timer, CLOCK_MONOTONIC,
+                                                   m->config->exit_idle_usec, USEC_PER_SEC / 10,
+                                                   exit_idle_cb, m);
+                if (r < 0) {
+                        log_warning_errno(r, "Failed to set up the idle exit, staying: %m");
+                        return;
+                }
+                (void)sd_event_source_set_enabled(m->exit_idle_timer, SD_EVENT_OFF);
+        }
         bool idle = manager_is_idle(m);
         bool armed = sd_event_source_get_enabled(m->exit_idle_timer, NULL) > 0;
         if (idle && !armed) {
@@ -514,8 +578,7 @@ static int signal_cb(sd_event_source *s, const struct signalfd_siginfo *si, void
         if (si->ssi_signo == SIGHUP) {
                 _cleanup_free_ char *why = NULL;
                 if (manager_reload(m, &why) < 0)
-                        log_error("SIGHUP: configuration not reloaded, the running one stays: %s",
-                                  strna(why));
+                        log_error("SIGHUP: configuration not reloaded: %s", strna(why));
                 return 0;
         }
         manager_stop(m);
@@ -540,17 +603,6 @@ int manager_start(Manager *m) {
         for (size_t i = 0; i < m->config->n_hosts; i++)
                 host_start(m->hosts[i]);
         (void)bus_object_new(m, m->user, &m->bus_object);
-        /* "always 0 without socket activation": nothing would start it again */
-        if (m->socket_activated && m->config->exit_idle_usec != 0 &&
-            m->config->exit_idle_usec != USEC_INFINITY) {
-                r = sd_event_add_time_relative(m->event, &m->exit_idle_timer, CLOCK_MONOTONIC,
-                                               m->config->exit_idle_usec, USEC_PER_SEC / 10, exit_idle_cb,
-                                               m);
-                if (r < 0)
-                        return log_error_errno(r, "Failed to set up the idle exit: %m");
-                (void)sd_event_source_set_enabled(m->exit_idle_timer, SD_EVENT_OFF);
-                manager_changed(m);
-        }
 
         sigset_t mask;
         sigemptyset(&mask);
@@ -576,6 +628,20 @@ int manager_start(Manager *m) {
                                       m->listeners[i].address);
         snprintf(status + o, sizeof(status) - o, "; %zu host(s)", m->config->n_hosts);
         log_info("%s%s", status, m->socket_activated ? " (socket-activated)" : "");
+        m->started = true;
+        manager_changed(m);
+        if (m->config_errors) {
+                /* Exiting would leave the socket's clients hanging and systemd restarting us for nothing:
+                 * every request gets the errors at once, until a reload brings a good file. The errors
+                 * are in the log above, once. */
+                r = manager_set_refusal(m, m->config_errors, -EINVAL);
+                if (r < 0)
+                        return r;
+                log_error("Refusing every request with 503 until a reload brings a configuration without "
+                          "errors; no host is contacted meanwhile");
+                (void)sd_notify(false, "READY=1");
+                return 0;
+        }
         (void)sd_notifyf(false, "READY=1\nSTATUS=%s", status);
         return 0;
 }
@@ -643,19 +709,26 @@ int manager_reload(Manager *m, char **ret_error) {
         if (!n)
                 return fail_reload(ret_error, -ENOMEM, "out of memory");
         log_info("Reloading %s", m->config_path);
-        r = config_load(n, m->config_path);
-        if (r >= 0)
-                r = config_verify(n);
-        if (r >= 0)
-                r = config_resolve(n); /* getaddrinfo() blocks the loop for a moment: names are rare here */
+        r = config_read(n, m->config_path); /* getaddrinfo() blocks the loop for a moment: names are rare */
         if (r < 0) {
-                log_error("Reload refused, the running configuration stays: %s has errors (above)",
-                          m->config_path);
-                return fail_reload(ret_error, r,
-                                   r == -ENOENT
-                                           ? "the configuration file is gone"
-                                           : "the configuration has errors; the log names file, line and "
-                                             "key; the running configuration stays");
+                _cleanup_free_ char *what = config_errors_join(n->errors, r), *why = NULL;
+                if (m->refusal) {
+                        log_error("Reload refused: %s still has errors (above); every request is still "
+                                  "answered with them",
+                                  m->config_path);
+                        strv_free(m->config_errors);
+                        m->config_errors = TAKE_PTR(n->errors);
+                        (void)manager_set_refusal(m, m->config_errors, r);
+                        manager_changed(m);
+                } else
+                        log_error("Reload refused, the running configuration stays: %s has errors (above)",
+                                  m->config_path);
+                if (!what || asprintf(&why, "the configuration has errors: %s; %s", what,
+                                      m->refusal ? "modelgate still refuses every request"
+                                                 : "the running configuration stays") < 0)
+                        return fail_reload(ret_error, r, "the configuration has errors (see the log)");
+                *ret_error = TAKE_PTR(why);
+                return r;
         }
 
         hosts = calloc(MAX(n->n_hosts, 1u), sizeof(Host *));
@@ -710,6 +783,15 @@ int manager_reload(Manager *m, char **ret_error) {
                 log_warning("[Proxy] Listen= changed: it applies at the next start of modelgated");
         config_unref(old);
 
+        if (m->refusal) {
+                strv_free(TAKE_PTR(m->config_errors));
+                m->refusal = mfree(m->refusal);
+                m->warnings_serial++;
+                log_notice("%s has no errors now: serving requests", m->config_path);
+        }
+        /* a new ExitIdleSec= applies from now */
+        if (m->exit_idle_timer)
+                (void)sd_event_source_set_enabled(m->exit_idle_timer, SD_EVENT_OFF);
         log_notice("Reloaded %s: %zu host(s), %zu kept, %zu new, %zu draining", m->config_path,
                    m->config->n_hosts, kept, added, drained);
         (void)sd_notifyf(false, "STATUS=Reloaded; %zu host(s)", m->config->n_hosts);

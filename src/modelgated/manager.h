@@ -53,6 +53,13 @@ struct Manager {
         Upstream *idle_upstreams;
         size_t n_idle_upstreams;
 
+        /* Socket-activated with a configuration that has errors (SPEC §3): config is the defaults, with no
+         * host, and every request is answered 503 with refusal until a reload brings a good file. */
+        char **config_errors;
+        char *refusal;
+        unsigned warnings_serial; /* bumped when Warnings change in a way their number does not show */
+
+        bool started;
         bool stopping;
         sd_event_source *stop_timer;
         sd_event_source *exit_idle_timer; /* armed while nothing needs the daemon */
@@ -71,6 +78,8 @@ int manager_new(Manager **ret);
 Manager *manager_free(Manager *m);
 DEFINE_TRIVIAL_CLEANUP_FUNC(Manager *, manager_free);
 
+/* Reads, verifies and resolves the configuration at path. On errors the defaults stay, m->config_errors
+ * says what is wrong, and manager_start() brings up a daemon that refuses every request with that. */
 int manager_load_config(Manager *m, const char *path);
 int manager_start(Manager *m);
 int manager_run(Manager *m);

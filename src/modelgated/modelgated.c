@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/resource.h>
+#include <sysexits.h>
+#include <systemd/sd-daemon.h>
 
 #include "modelgated/manager.h"
 #include "shared/log.h"
@@ -96,7 +98,7 @@ int main(int argc, char *argv[]) {
         path = arg_config ? strdup(arg_config) : config_default_path(user);
         if (!path) {
                 log_error("Cannot tell where the configuration is: set $HOME or pass --config=PATH");
-                return EXIT_FAILURE;
+                return EX_CONFIG;
         }
 
         r = manager_new(&m);
@@ -104,20 +106,20 @@ int main(int argc, char *argv[]) {
                 log_error_errno(r, "Failed to set up the event loop: %m");
                 return EXIT_FAILURE;
         }
+        m->user = user;
         r = manager_load_config(m, path);
-        if (r < 0) {
+        /* Socket-activated, exiting would leave the socket's clients hanging (and have systemd start us
+         * again for the next one): manager_start() brings up a daemon that refuses requests instead. By
+         * hand, the errors above and EX_CONFIG (the units' RestartPreventExitStatus=) say it all. */
+        if (r < 0 && (arg_check_config || sd_listen_fds(/* unset_environment= */ false) <= 0)) {
                 log_error("Refusing to start: the configuration has errors.");
-                return EXIT_FAILURE;
+                return EX_CONFIG;
         }
-        r = config_resolve(m->config);
-        if (r < 0)
-                return EXIT_FAILURE;
         if (arg_check_config) {
                 config_dump(m->config, stdout);
                 return EXIT_SUCCESS;
         }
 
-        m->user = user;
         bump_nofile();
         r = manager_start(m);
         if (r < 0)

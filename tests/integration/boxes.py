@@ -12,9 +12,11 @@ import subprocess
 import tempfile
 import time
 
-from conftest import DOUBLE, PYTHON, free_port, wait_for
+from conftest import DOUBLE, MODELGATED, PYTHON, free_port, unit_for_tests, wait_for
 
 BOX_SH = os.path.join(os.path.dirname(__file__), "box.sh")
+UNITS = os.path.join(os.path.dirname(__file__), "../../units")
+MODELGATECTL = os.environ.get("MODELGATECTL", os.path.join(os.path.dirname(MODELGATED), "modelgatectl"))
 
 
 def box_skip_reason():
@@ -78,6 +80,29 @@ class Box:
                 self.proc.kill()
                 self.proc.wait()
         assert open("/proc/1/cgroup").read() == self.pid1_cgroup, "PID 1's cgroup changed"
+
+
+def installed_units(box, tmp, port, conf_text, exec_start=None):
+    """units/modelgate.{service,socket} as installed, with this build's binaries, tmp/modelgate.conf holding
+    conf_text, the socket on port and the daemon's stderr in the returned log file; exec_start replaces the
+    daemon. The socket is started."""
+    conf = os.path.join(tmp, "modelgate.conf")
+    with open(conf, "w") as f:
+        f.write(conf_text)
+    log = os.path.join(tmp, "activated.log")
+    service = open(os.path.join(UNITS, "modelgate.service.in")).read()
+    service = service.replace("@libexecdir@/modelgated --user",
+                              exec_start or "%s --user --config=%s" % (os.path.abspath(MODELGATED), conf))
+    service = service.replace("ExecReload=@bindir@/modelgatectl --user reload",
+                              "ExecReload=%s --user reload" % os.path.abspath(MODELGATECTL))
+    service = service.replace("[Service]\n", "[Service]\nStandardError=append:%s\nEnvironment=STATE_DIRECTORY=%s\n"
+                              % (log, tmp))
+    box.add_unit("modelgate.service", unit_for_tests(service))
+    box.add_unit("modelgate.socket", open(os.path.join(UNITS, "modelgate.socket")).read().replace(
+        "ListenStream=127.0.0.1:8080", "ListenStream=127.0.0.1:%d" % port))
+    box.reload()
+    box.systemctl("start", "modelgate.socket")
+    return log
 
 
 def engine_unit(name, port, models, conflicts=(), extra_service="", extra_unit="", double_args=""):

@@ -19,7 +19,8 @@ DOUBLE = os.environ.get("LLAMA_DOUBLE", os.path.join(os.path.dirname(__file__), 
 PYTHON = "/usr/bin/python3"
 
 
-def wait_for(cond, timeout=10.0, what="condition"):
+def wait_for(cond, timeout=10.0, what="condition", interval=0.01):
+    """cond() until true; a cond that runs a program (systemctl, busctl) deserves a longer interval"""
     deadline = time.monotonic() + timeout
     while True:
         v = cond()
@@ -27,7 +28,7 @@ def wait_for(cond, timeout=10.0, what="condition"):
             return v
         if time.monotonic() > deadline:
             raise AssertionError("timed out waiting for " + what)
-        time.sleep(0.01)
+        time.sleep(interval)
 
 
 def free_port(family=socket.AF_INET, host="127.0.0.1"):

@@ -42,7 +42,7 @@ def test_check_config_prints_effective_configuration(tmp):
     assert "[Host]\nName=a\nURL=http://127.0.0.1:1\nBus=local\nHoldDownSec=1min\n" in out.stdout
     open(os.path.join(conf + ".d", "20-bad.conf"), "w").write("[Host]\nName=a\nIdleStopSec=soon\n")
     out = subprocess.run([MODELGATED, "--config=" + conf, "--check-config"], capture_output=True, text=True)
-    assert out.returncode == 1
+    assert out.returncode == 78  # EX_CONFIG
     assert "20-bad.conf:3: [Host] IdleStopSec='soon' is not valid" in out.stderr
 
 

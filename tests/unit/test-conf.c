@@ -84,6 +84,9 @@ TEST(errors_are_refused) {
                 Config c;
                 if (parse(&c, bad[i]) == 0)
                         FAIL("accepted: %s", bad[i]);
+                /* kept for a daemon that answers with them */
+                if (strv_length(c.errors) != 1 || !strstr(c.errors[0], "test.conf"))
+                        FAIL("not kept: %s", bad[i]);
                 config_done(&c);
         }
 }
@@ -107,6 +110,64 @@ TEST(verify_checks_the_whole) {
                 ASSERT_OK(parse(&c, bad[i]));
                 if (config_verify(&c) == 0)
                         FAIL("verified: %s", bad[i]);
+                if (strv_length(c.errors) == 0)
+                        FAIL("not kept: %s", bad[i]);
+                config_done(&c);
+        }
+}
+
+TEST(errors_are_kept_as_logged) {
+        Config c;
+        char text[4096] = "", *p = text;
+
+        ASSERT_EQ(parse(&c, "[Proxy]\nBogusKey=1\n"), -EINVAL);
+        ASSERT_EQ(strv_length(c.errors), 1);
+        ASSERT_STREQ(c.errors[0], "test.conf:2: unknown key 'BogusKey' in section [Proxy]");
+        config_done(&c);
+
+        /* verify names every problem, not just the first; up to CONFIG_ERRORS_MAX */
+        ASSERT_OK(parse(&c, "[Host]\nName=a\n[Host]\nName=b\nURL=http://x:1\n[Host]\nName=c\n"));
+        ASSERT_EQ(config_verify(&c), -EINVAL);
+        ASSERT_EQ(strv_length(c.errors), 2);
+        ASSERT_STREQ(c.errors[0], "test.conf:1: [Host] 'a' has no URL=");
+        ASSERT_STREQ(c.errors[1], "test.conf:6: [Host] 'c' has no URL=");
+        config_done(&c);
+        for (int i = 0; i < 40; i++)
+                p += sprintf(p, "[Host]\nName=h%d\n", i);
+        ASSERT_OK(parse(&c, text));
+        ASSERT_EQ(config_verify(&c), -EINVAL);
+        ASSERT_EQ(strv_length(c.errors), CONFIG_ERRORS_MAX);
+        config_done(&c);
+
+        /* no file at all is an error like the others, with the %m of a read that failed */
+        config_init(&c);
+        ASSERT_EQ(config_read(&c, "/nonexistent/modelgate.conf"), -ENOENT);
+        ASSERT_EQ(strv_length(c.errors), 1);
+        ASSERT_STREQ(c.errors[0], "No configuration: neither /nonexistent/modelgate.conf nor "
+                                  "/nonexistent/modelgate.conf.d/*.conf exists. See modelgate.conf(5).");
+        config_done(&c);
+        config_init(&c);
+        ASSERT_TRUE(config_read(&c, "/proc/self/mem") < 0);
+        ASSERT_EQ(strv_length(c.errors), 1);
+        ASSERT_TRUE(strncmp(c.errors[0], "Failed to read /proc/self/mem: ", 31) == 0);
+        config_done(&c);
+}
+
+TEST(exit_idle_is_a_second_at_least) {
+        static const struct {
+                const char *value;
+                usec_t usec;
+        } cases[] = {
+                {"300ms", USEC_PER_SEC},    {"1ms", USEC_PER_SEC},       {"1s", USEC_PER_SEC}, {"0", 0},
+                {"90s", 90 * USEC_PER_SEC}, {"infinity", USEC_INFINITY},
+        };
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                Config c;
+                char text[64];
+                snprintf(text, sizeof(text), "[Proxy]\nExitIdleSec=%s\n", cases[i].value);
+                ASSERT_OK(parse(&c, text));
+                ASSERT_OK(config_verify(&c));
+                ASSERT_EQ(c.exit_idle_usec, cases[i].usec);
                 config_done(&c);
         }
 }

@@ -1,0 +1,170 @@
+"""A configuration with errors (SPEC §3): refused at once with the errors under socket activation, in a boxed
+user manager with the installed units; EX_CONFIG when started by hand."""
+
+import http.client
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+from boxes import box_skip_reason, chat, installed_units
+from conftest import MODELGATED, free_port, host_conf, post, wait_for
+
+
+def show(box, prop, unit="modelgate.service"):
+    return box.systemctl("show", "-P", prop, unit).strip()
+
+
+def warnings(box):
+    out = box.run("busctl", "--user", "-j", "get-property", "org.modelgate1", "/org/modelgate1",
+                  "org.modelgate1.Manager", "Warnings")
+    return json.loads(out)["data"]
+
+
+def answer(conn, path="/v1/chat/completions", obj=None):
+    r = post(conn, path, obj or chat("3090-laguna-xs"))
+    return r.status, dict((k.lower(), v) for k, v in r.getheaders()), json.loads(r.read())
+
+
+def assert_clean(log):
+    text = open(log).read()
+    assert "Sanitizer" not in text and "runtime error:" not in text, text
+
+
+def test_without_socket_activation_a_broken_file_is_ex_config(tmp):
+    conf = os.path.join(tmp, "modelgate.conf")
+    with open(conf, "w") as f:
+        f.write("[Proxy]\nBogusKey=1\n")
+    for extra in ([], ["--check-config"]):
+        out = subprocess.run([MODELGATED, "--config=" + conf] + extra, capture_output=True, text=True, timeout=30)
+        assert out.returncode == 78, out  # EX_CONFIG: the units' RestartPreventExitStatus=
+        assert "%s:2: unknown key 'BogusKey' in section [Proxy]" % conf in out.stderr
+        assert "Refusing to start: the configuration has errors." in out.stderr
+
+
+@pytest.mark.skipif(box_skip_reason() is not None, reason=str(box_skip_reason()))
+def test_a_broken_file_is_answered_at_once_until_a_reload_fixes_it(box, make_double, tmp):
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    port = free_port()
+    good = "[Proxy]\nExitIdleSec=1s\n" + host_conf("3090", d.url)
+    # ExitIdleSec=1s is in the broken file too: it must not apply (a file with errors is not used at all)
+    log = installed_units(box, tmp, port, "[Proxy]\nBogusKey=1\nExitIdleSec=1s\n" + host_conf("3090", d.url))
+    conf = os.path.join(tmp, "modelgate.conf")
+    assert show(box, "RestartPreventExitStatus") == "78"
+
+    # the first request starts the daemon, and is answered at once with file, line and key
+    started = time.monotonic()
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    status, headers, body = answer(c)
+    took = time.monotonic() - started
+    c.close()
+    assert status == 503, body
+    message = body["error"]["message"]
+    assert message == ("modelgate's configuration has errors: %s:2: unknown key 'BogusKey' in section [Proxy]; "
+                       "fix it and run 'systemctl --user reload modelgate'" % conf)
+    assert body["error"]["code"] == "config_error"
+    assert headers["x-should-retry"] == "false"
+    assert took < 1.0, "the first answer took %.2f s" % took
+
+    # the same in Anthropic's shape, on /health, in STATUS= and on the bus
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    status, _, body = answer(c, "/v1/messages", {"model": "3090-laguna-xs", "max_tokens": 8,
+                                                 "messages": [{"role": "user", "content": "hi"}]})
+    assert status == 503 and body["type"] == "error" and body["error"]["message"] == message, body
+    c.request("GET", "/health")
+    r = c.getresponse()
+    health = json.loads(r.read())
+    assert r.status == 503 and health["status"] == "config-error" and health["message"] == message, health
+    c.close()
+    assert show(box, "StatusText") == "Refusing requests: " + message
+    assert warnings(box) == [message]
+
+    # no restart loop, and no idle exit after the broken file's 1 s: ten seconds of it, looked at all along
+    pid = show(box, "MainPID")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        assert show(box, "NRestarts") == "0"
+        assert box.active_state("modelgate.service") == "active"
+        time.sleep(0.5)
+    assert show(box, "MainPID") == pid
+
+    # the error is logged once, not once per request; and no host heard of anything
+    text = open(log).read()
+    assert text.count("unknown key 'BogusKey'") == 1, text
+    assert text.count("status=503") == 3, text
+    assert d.requests() == []
+
+    # a reload with a file that is still broken fails, and the new errors are the answer
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)  # held across both reloads
+    assert answer(c)[0] == 503
+    with open(conf, "w") as f:
+        f.write("[Proxy]\nIdleStopSec=soon\n" + host_conf("3090", d.url))
+    failed = subprocess.run(["systemctl", "--user", "reload", "modelgate"], env=box.env, capture_output=True,
+                            text=True, timeout=60)
+    assert failed.returncode != 0, failed
+    status, _, body = answer(c)
+    assert status == 503
+    assert "%s:2: [Proxy] IdleStopSec='soon' is not valid" % conf in body["error"]["message"], body
+    assert "BogusKey" not in body["error"]["message"]
+    assert "IdleStopSec='soon'" in warnings(box)[0]
+
+    # a good file: into service, on the same connection, without a restart
+    with open(conf, "w") as f:
+        f.write(good)
+    box.systemctl("reload", "modelgate")
+    status, _, body = answer(c)
+    assert status == 200, body
+    assert body["choices"][0]["message"]["content"] == "tok0 tok1 tok2 tok3 tok4 "
+    c.close()
+    assert [r["path"] for r in d.requests()].count("/v1/chat/completions") == 1
+    assert show(box, "MainPID") == pid and show(box, "NRestarts") == "0"
+    assert show(box, "StatusText").startswith("Reloaded; 1 host(s)")
+    assert warnings(box) == []
+    assert "has no errors now: serving requests" in open(log).read()
+
+    # and it stops cleanly (a sanitizer build reports here what the refusal and the reloads left behind)
+    box.systemctl("stop", "modelgate.service")
+    assert show(box, "Result") == "success" and show(box, "ExecMainStatus") == "0"
+    assert_clean(log)
+
+
+@pytest.mark.skipif(box_skip_reason() is not None, reason=str(box_skip_reason()))
+def test_a_refusing_daemon_exits_when_idle_and_answers_the_same_again(box, tmp):
+    port = free_port()
+    log = installed_units(box, tmp, port, "[Proxy]\nExitIdleSec=1s\n[Host]\nName=a\n")
+    conf = os.path.join(tmp, "modelgate.conf")
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    status, _, body = answer(c)
+    c.close()
+    closed = time.monotonic()
+    assert status == 503
+    message = body["error"]["message"]
+    assert "%s:3: [Host] 'a' has no URL=" % conf in message, message
+
+    # the default ExitIdleSec= (60s), not the broken file's 1s
+    wait_for(lambda: box.active_state("modelgate.service") == "inactive", 120, "the idle exit", interval=1)
+    assert time.monotonic() - closed > 50
+    assert show(box, "Result") == "success" and show(box, "NRestarts") == "0"
+    assert "Idle for 1min, exiting; the socket stays with systemd" in open(log).read()
+    assert_clean(log)
+    assert box.active_state("modelgate.socket") == "active"
+
+    # the next connection starts it again, and gets the same answer
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    status, _, body = answer(c)
+    c.close()
+    assert status == 503 and body["error"]["message"] == message
+    assert open(log).read().count("has no URL=") == 2  # once per start
+
+    # SIGHUP reloads as systemctl reload does
+    with open(conf, "w") as f:
+        f.write("[Proxy]\n")
+    box.systemctl("kill", "--kill-who=main", "-s", "SIGHUP", "modelgate.service")
+    wait_for(lambda: "has no errors now: serving requests" in open(log).read(), 30, "the reload")
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    c.request("GET", "/health")
+    r = c.getresponse()
+    assert r.status == 200 and json.loads(r.read())["status"] == "ok"
+    c.close()
