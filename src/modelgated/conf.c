@@ -1076,9 +1076,10 @@ int config_resolve(Config *c) {
                                                  f->file, f->line, f->name, path ?: f->key_file);
                 }
                 if (f->key && !f->url.tls)
-                        log_warning("%s:%u: [Fallback] '%s': URL=%s is http://, so its key crosses the network "
-                                    "in clear text; use https://",
-                                    f->file, f->line, f->name, f->url.text);
+                        log_warning(
+                                "%s:%u: [Fallback] '%s': URL=%s is http://, so its key crosses the network "
+                                "in clear text; use https://",
+                                f->file, f->line, f->name, f->url.text);
         }
         for (size_t i = 0; i < c->n_engines; i++) {
                 EngineConf *e = &c->engines[i];
