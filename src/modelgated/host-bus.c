@@ -51,6 +51,9 @@ struct HostBus {
         char *label;
 
         sd_bus *bus;
+        /* the unique name of org.freedesktop.systemd1 on this bus ("" on a bus without a broker): the
+         * sender every signal we act on must have, since sd-bus does not check a well-known sender */
+        char *manager_owner;
         bool up;
         bool subscribed;
         unsigned n_setup_pending;
@@ -250,7 +253,38 @@ static int subscribe_reply_cb(sd_bus_message *m, void *userdata, sd_bus_error *r
                 return 0;
         }
         b->subscribed = true;
+        free(b->manager_owner);
+        b->manager_owner = strdup(sd_bus_message_get_sender(m) ?: "");
         setup_step_done(b);
+        return 0;
+}
+
+/* Whether a signal comes from the service manager, not from another client of the bus that fakes it (a
+ * bus policy that lets signals through lets any local user send one with the manager's interface) */
+static bool from_manager(HostBus *b, sd_bus_message *m) {
+        const char *sender = sd_bus_message_get_sender(m);
+        if (!b->manager_owner)
+                return false; /* not known yet: the state is read after Subscribe() anyway */
+        if (!*b->manager_owner)
+                return true; /* a direct connection: the peer is the manager */
+        if (sender && streq(sender, b->manager_owner))
+                return true;
+        log_debug("host %s: a %s signal from %s, not from the service manager (%s), ignored", b->host->name,
+                  strna(sd_bus_message_get_member(m)), strna(sender), b->manager_owner);
+        return false;
+}
+
+static int name_owner_changed_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
+        HostBus *b = userdata;
+        const char *name, *old, *new;
+
+        /* only the bus itself says who owns a name */
+        if (!streq_ptr(sd_bus_message_get_sender(m), "org.freedesktop.DBus") ||
+            sd_bus_message_read(m, "sss", &name, &old, &new) < 0 || !streq(name, SD1) || !b->manager_owner)
+                return 0;
+        free(b->manager_owner);
+        /* while nobody owns it, no signal is the manager's: "-" is no unique name */
+        b->manager_owner = strdup(*new ? new : "-");
         return 0;
 }
 
@@ -260,6 +294,8 @@ static int properties_changed_cb(sd_bus_message *m, void *userdata, sd_bus_error
         const char *iface;
         int r;
 
+        if (!from_manager(b, m))
+                return 0;
         r = sd_bus_message_read(m, "s", &iface);
         if (r < 0 || (!streq(iface, SD1 ".Unit") && !streq(iface, SD1 ".Service")))
                 return 0;
@@ -279,7 +315,7 @@ static int job_removed_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_e
         const char *path, *unit, *result;
         uint32_t id;
 
-        if (sd_bus_message_read(m, "uoss", &id, &path, &unit, &result) < 0)
+        if (!from_manager(b, m) || sd_bus_message_read(m, "uoss", &id, &path, &unit, &result) < 0)
                 return 0;
         LIST_FOREACH (ops, op, b->ops)
                 if (op->job && streq(op->job, path)) {
@@ -422,6 +458,12 @@ static int bus_send_setup(HostBus *b) {
                                       NULL, b);
         if (r < 0)
                 return r;
+        /* a manager that re-executes comes back under a new unique name */
+        r = sd_bus_match_signal_async(b->bus, NULL, "org.freedesktop.DBus", "/org/freedesktop/DBus",
+                                      "org.freedesktop.DBus", "NameOwnerChanged", name_owner_changed_cb,
+                                      NULL, b);
+        if (r < 0)
+                return r;
         for (size_t i = 0; i < b->n_units; i++) {
                 FollowedUnit *fu = &b->units[i];
                 r = sd_bus_match_signal_async(b->bus, NULL, SD1, fu->info.path,
@@ -468,6 +510,7 @@ void host_bus_connect(HostBus *b) {
         if (b->bus)
                 return;
         b->up = b->subscribed = b->setup_failed = false;
+        b->manager_owner = mfree(b->manager_owner);
         b->down_reason = mfree(b->down_reason);
         for (size_t i = 0; i < b->n_units; i++) {
                 UnitInfo *u = &b->units[i].info;
@@ -559,6 +602,7 @@ HostBus *host_bus_free(HostBus *b) {
         free(b->units);
         free(b->label);
         free(b->down_reason);
+        free(b->manager_owner);
         sd_event_unref(b->event);
         free(b);
         return NULL;

@@ -335,3 +335,30 @@ def test_example_units_pass_the_checks_and_refuse_while_someone_owns_the_gpu(box
     r = post(c, CHAT, chat("3090-laguna-xs"))
     assert r.status == 200 and r.getheader("X-Double") == "mainline"
     assert box.active_state("llama-podman.service") == "inactive"
+
+
+def test_only_the_service_manager_can_say_what_a_unit_did(box, make_gate):
+    """A client of the same bus sends a PropertiesChanged 'from systemd' straight to modelgated's connection
+    (a signal with a destination passes the bus whatever the match rules; sd-bus does not check a
+    well-known sender): it is ignored. The manager's own signal is not."""
+    port = free_port()
+    g = make_gate(FAST + local_host("3090", port) + engines_conf(box, "3090", port), env=gate_env(box))
+    g.wait_log("host 3090 up")
+    r = post(g.conn(timeout=60), CHAT, chat("3090-laguna-xs"))
+    assert r.status == 200, r.read()
+    r.read()
+    # modelgated runs outside the box's PID namespace, so the bus cannot tell which connection is its:
+    # every connection gets the fake (the others ignore it)
+    names = [l.split()[0] for l in box.run("busctl", "--user", "list", "--no-legend", "--unique").splitlines()
+             if l.startswith(":")]
+    assert len(names) >= 2, names
+    for name in names:
+        box.run("busctl", "--user", "emit", "--destination=" + name,
+                "/org/freedesktop/systemd1/unit/llama_2dmainline_2eservice", "org.freedesktop.DBus.Properties",
+                "PropertiesChanged", "sa{sv}as", "org.freedesktop.systemd1.Unit", "2", "ActiveState", "s", "failed",
+                "SubState", "s", "failed", "0")
+    # the real one, sent after the fakes on the same bus, shows they were read and dropped
+    box.systemctl("stop", "llama-mainline.service")
+    line = g.wait_log("host 3090: engine mainline stopped")
+    assert "state: inactive" in line, line
+    assert "state: failed" not in g.logtext()
