@@ -9,6 +9,8 @@
  * systemd-notes.md §1 and §2 have the facts this relies on. */
 
 #include <assert.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <string.h>
 #include <systemd/sd-bus.h>
@@ -54,6 +56,11 @@ struct HostBus {
         /* the unique name of org.freedesktop.systemd1 on this bus ("" on a bus without a broker): the
          * sender every signal we act on must have, since sd-bus does not check a well-known sender */
         char *manager_owner;
+        /* ssh's (and systemd-stdio-bridge's) stderr: its lines go to the log prefixed and escaped, so that a
+         * GPU host cannot write journal lines of its own ("<3>..." at a priority it chooses) */
+        sd_event_source *stderr_source;
+        char stderr_line[512];
+        size_t stderr_len;
         bool up;
         bool subscribed;
         unsigned n_setup_pending;
@@ -503,6 +510,68 @@ static int bus_send_setup(HostBus *b) {
         return 0;
 }
 
+static void stderr_flush(HostBus *b) {
+        char e[4 * sizeof(b->stderr_line) + 8];
+
+        if (b->stderr_len == 0)
+                return;
+        log_escape(e, sizeof(e), b->stderr_line, b->stderr_len);
+        log_warning("host %s: %s: %s", b->host->name, b->host->bus_kind == BUS_SSH ? "ssh" : "bus", e);
+        b->stderr_len = 0;
+}
+
+static int stderr_cb(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        HostBus *b = userdata;
+        char buf[4096];
+        ssize_t k = read(fd, buf, sizeof(buf));
+
+        if (k < 0 && (errno == EAGAIN || errno == EINTR))
+                return 0;
+        if (k <= 0) {
+                /* every writer has gone (the child exited) */
+                stderr_flush(b);
+                b->stderr_source = sd_event_source_disable_unref(b->stderr_source);
+                return 0;
+        }
+        for (ssize_t i = 0; i < k; i++) {
+                if (buf[i] == '\n' || buf[i] == '\r') {
+                        stderr_flush(b);
+                        continue;
+                }
+                if (b->stderr_len == sizeof(b->stderr_line))
+                        stderr_flush(b);
+                b->stderr_line[b->stderr_len++] = buf[i];
+        }
+        return 0;
+}
+
+/* sd_bus_start() forks the ssh child for an exec: address; its stderr is made a pipe of ours for the
+ * moment of the fork (the loop is single-threaded, so nothing else writes to fd 2 meanwhile) */
+static int bus_start(HostBus *b) {
+        _cleanup_close_ int saved = -1, rd = -1, wr = -1;
+        int p[2], r;
+
+        if (b->host->bus_kind != BUS_SSH)
+                return sd_bus_start(b->bus);
+        stderr_flush(b);
+        b->stderr_source = sd_event_source_disable_unref(b->stderr_source);
+        if (pipe2(p, O_CLOEXEC) < 0)
+                return sd_bus_start(b->bus);
+        rd = p[0];
+        wr = p[1];
+        (void)fcntl(rd, F_SETFL, O_NONBLOCK);
+        saved = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
+        if (saved < 0 || dup2(wr, STDERR_FILENO) < 0)
+                return sd_bus_start(b->bus);
+        r = sd_bus_start(b->bus);
+        (void)dup2(saved, STDERR_FILENO);
+        if (sd_event_add_io(b->event, &b->stderr_source, rd, EPOLLIN, stderr_cb, b) >= 0) {
+                (void)sd_event_source_set_io_fd_own(b->stderr_source, true);
+                TAKE_FD(rd);
+        }
+        return r;
+}
+
 void host_bus_connect(HostBus *b) {
         _cleanup_free_ char *reason = NULL;
         int r;
@@ -530,7 +599,7 @@ void host_bus_connect(HostBus *b) {
         if (r >= 0)
                 r = sd_bus_attach_event(b->bus, b->event, SD_EVENT_PRIORITY_NORMAL);
         if (r >= 0)
-                r = sd_bus_start(b->bus);
+                r = bus_start(b);
         if (r >= 0)
                 r = bus_send_setup(b);
         if (r < 0) {
@@ -603,6 +672,8 @@ HostBus *host_bus_free(HostBus *b) {
         free(b->label);
         free(b->down_reason);
         free(b->manager_owner);
+        stderr_flush(b);
+        sd_event_source_disable_unref(b->stderr_source);
         sd_event_unref(b->event);
         free(b);
         return NULL;

@@ -365,3 +365,17 @@ def test_log_lines_cannot_be_forged(gate, double):
     log = gate.logtext()
     assert "\x1b" not in log and "\t" not in log and "\xff" not in log
     assert not any(line.startswith("FAKE") for line in log.splitlines()), log
+
+
+def test_a_gpu_host_cannot_write_log_lines_of_its_own(make_gate, tmp):
+    """What ssh (and the remote systemd-stdio-bridge) print on stderr is logged prefixed and escaped."""
+    fake = os.path.join(tmp, "fake-ssh")
+    with open(fake, "w") as f:
+        f.write("#!/bin/sh\nprintf '<3>modelgated: forged\\033[2J\\nsecond line\\n' >&2\nexit 255\n")
+    os.chmod(fake, 0o755)
+    g = make_gate("[Host]\nName=a9\nURL=http://127.0.0.1:1\nBus=ssh:gpu@a9\nSSHCommand=%s\n" % fake +
+                  "[Engine]\nHost=a9\nName=main\nUnit=llama-main.service\nModels=*\n")
+    g.wait_log("host a9: ssh: second line")
+    lines = g.logtext().splitlines()
+    assert any(l.startswith("<4>host a9: ssh: <3>modelgated: forged\\x1b[2J") for l in lines), lines
+    assert not any(l.startswith("<3>modelgated: forged") for l in lines)
