@@ -20,9 +20,11 @@ typedef struct Counter {
 } Counter;
 
 /* Anonymous clients are counted per address (IPv6 per /64, which is what one client has): at most this many
- * a day. At the cap a new anonymous address is refused (429) until the day rolls over, rather than
- * forgetting a count, which would give its address a fresh quota. Keys are bounded by the keys file. */
+ * a day. Past the cap, new anonymous addresses share one count (OVERFLOW) with the same daily cap, rather
+ * than an old count being forgotten (a fresh quota for its address) or every new address being refused (a
+ * /48 has 65536 /64s: one user could shut everyone else out). Keys are bounded by the keys file. */
 #define ACCESS_ANONYMOUS_MAX 65536
+#define OVERFLOW "ip:*"
 
 struct Access {
         Manager *manager;
@@ -83,7 +85,7 @@ static int grow(Access *a) {
 /* The counter called name, made if need be. NULL with errno: ENOMEM, or EDQUOT when an anonymous one
  * would pass ACCESS_ANONYMOUS_MAX. */
 static Counter *counter_get(Access *a, const char *name) {
-        bool anonymous = startswith(name, "ip:");
+        bool anonymous = startswith(name, "ip:") && !streq(name, OVERFLOW);
         Counter *c;
 
         if (a->n_slots > 0) {
@@ -284,14 +286,9 @@ int access_count(Access *a, const Config *c, const AccessCaller *caller, const c
         snprintf(name, sizeof(name), caller->tier ? "k:%s" : "ip:%s",
                  caller->tier ? caller->digest : access_client_address(peer, address));
         n = counter_get(a, name);
-        if (!n && errno == EDQUOT) {
-                *d = (AccessDenial){.status = 429, .code = "rate_limit_exceeded", .retry_after = left};
-                snprintf(d->message, sizeof(d->message),
-                         "this proxy counts at most %u anonymous addresses a day and has seen as many today "
-                         "(%s, UTC); use an API key, or wait %llu s",
-                         ACCESS_ANONYMOUS_MAX, a->day, (unsigned long long)left);
-                return -EDQUOT;
-        }
+        bool overflow = !n && errno == EDQUOT;
+        if (overflow)
+                n = counter_get(a, OVERFLOW);
         if (!n)
                 return -ENOMEM;
         if (cap != UINT64_MAX && n->n >= cap) {
@@ -299,8 +296,11 @@ int access_count(Access *a, const Config *c, const AccessCaller *caller, const c
                 snprintf(d->message, sizeof(d->message),
                          "%s has used its %llu requests for today (%s, UTC); the count starts again in %llu "
                          "s",
-                         caller->tier ? "this key" : "this address", (unsigned long long)cap, a->day,
-                         (unsigned long long)left);
+                         caller->tier ? "this key"
+                         : overflow   ? "this proxy has counted its most anonymous addresses today, and the "
+                                        "rest, sharing one count,"
+                                      : "this address",
+                         (unsigned long long)cap, a->day, (unsigned long long)left);
                 return -EDQUOT;
         }
         n->n++;

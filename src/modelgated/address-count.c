@@ -84,9 +84,14 @@ size_t address_count_add(AddressCount **tp, const char *address) {
         Entry *e, *slot;
 
         if (!t) {
-                t = *tp = calloc(1, sizeof(AddressCount));
-                if (!t || rehash(t, 16) < 0)
+                t = calloc(1, sizeof(AddressCount));
+                if (!t)
                         return 0;
+                if (rehash(t, 16) < 0) {
+                        free(t);
+                        return 0;
+                }
+                *tp = t;
         }
         e = find(t, address, &slot);
         if (e)

@@ -69,6 +69,7 @@ struct Client {
         bool close_after_response;
         bool answered_one; /* a response went out on this connection */
         bool read_eof;     /* the client shut its side: what it sent is answered, then the connection ends */
+        bool eof_probed;   /* since then, something went out that a closed socket answers with a reset */
 
         Buffer in;
         HttpParser parser;
@@ -137,6 +138,7 @@ static void request_reset(Client *c) {
         c->fb_path = NULL;
         (void)sd_event_source_set_enabled(c->budget, SD_EVENT_OFF);
         c->head = c->http10 = c->response_complete = c->head_sent = c->chunked = c->streaming = false;
+        c->eof_probed = false;
         c->status = c->error_status = 0;
         c->bytes = 0;
         c->mode = MODE_PASS;
@@ -1262,8 +1264,7 @@ static bool client_admit(Client *c) {
 /* What modelgate answers itself, for anyone: no admission. */
 static bool request_is_open(const HttpRequest *r, Span path) {
         return (r->method == HTTP_GET || r->method == HTTP_HEAD) &&
-               (span_eq(path, "/") || span_eq(path, "/health") || span_eq(path, "/models/sse") ||
-                span_eq(path, "/metrics"));
+               (span_eq(path, "/") || span_eq(path, "/health") || span_eq(path, "/metrics"));
 }
 
 /* The body limit of the caller: its tier's MaxBodySize=, or AnonymousMaxBodySize=; 0: MaxBodySize=. */
@@ -1288,7 +1289,20 @@ static bool client_admit_head(Client *c) {
         HttpRequest *r = &c->parser.req;
         Span path = url_path(http_request_url(r));
 
-        if (!c->manager->config->access.enabled || request_is_open(r, path))
+        if (request_is_open(r, path)) {
+                /* what modelgate answers itself reads no body: none is held for it */
+                if (http_parser_limit_body(&c->parser, 0) < 0) {
+                        c->start = now_usec(CLOCK_MONOTONIC);
+                        c->method = strdup(llhttp_method_name(r->method));
+                        c->path = span_dup(path);
+                        c->close_after_response = true;
+                        client_respond_error(c, 413, "request_too_large", "this request takes no body",
+                                             NULL);
+                        return false;
+                }
+                return true;
+        }
+        if (!c->manager->config->access.enabled)
                 return true;
         c->start = now_usec(CLOCK_MONOTONIC);
         c->api = api_kind_for_path(path);
@@ -1347,8 +1361,6 @@ static void client_dispatch(Client *c) {
         }
         if (get && span_eq(path, "/health"))
                 return client_respond_health(c, query_flag(url, "strict"));
-        if (get && span_eq(path, "/models/sse"))
-                return client_start_feed(c);
         if (get && span_eq(path, "/metrics"))
                 return client_respond_metrics(c);
         if (c->manager->config->access.enabled) {
@@ -1358,6 +1370,9 @@ static void client_dispatch(Client *c) {
                 if (limit > 0 && buffer_size(&r->body) > limit)
                         return client_refuse_body(c);
         }
+        /* a subscriber holds a connection for good: with [Access], only an admitted one */
+        if (get && span_eq(path, "/models/sse"))
+                return client_start_feed(c);
         if (get && (span_eq(path, "/models") || span_eq(path, "/v1/models"))) {
                 k = models_merge_start(c->manager, client_models_done, c, &c->merge);
                 if (k < 0)
@@ -1397,7 +1412,9 @@ static void client_dispatch(Client *c) {
                         NULL);
         if (k == -EBADMSG)
                 return client_respond_error(c, 400, "invalid_model",
-                                            "the query's model parameter has a bad %-escape", NULL);
+                                            "the query has a bad %-escape in its model parameter or in a "
+                                            "parameter name",
+                                            NULL);
         if (k == -ENOTUNIQ)
                 return client_respond_error(c, 400, "invalid_model", "the query names model more than once",
                                             NULL);
@@ -1554,16 +1571,23 @@ static void client_process(Client *c) {
         c->in_process = true;
 
         for (;;) {
-                if (c->read_eof && c->state == CLIENT_RESPONDING && !c->response_complete) {
-                        /* the end of the client's input while its answer is produced by a host: a
-                         * closed and a half-closed connection look the same, and an agent that went away
-                         * must not keep a GPU busy (nor a switch waiting), so the host's work is cut */
-                        if (c->feed)
-                                client_log_access(c, "feed");
-                        else
-                                client_log_access(c, "cut=client");
-                        client_free(c);
-                        return;
+                if (c->read_eof && c->state == CLIENT_RESPONDING && !c->response_complete &&
+                    !c->eof_probed) {
+                        /* The end of the client's input while its answer is produced: a half-close (it
+                         * waits for the answer) or a close (it went away, and must not keep a GPU busy or
+                         * a switch waiting). They look the same until something is written: a closed
+                         * socket answers it with a reset (EPOLLERR/EPOLLHUP, then the cut). Before the
+                         * answer's head, an interim "100 Continue" is that probe (RFC 9110 §15.2: a
+                         * client takes 1xx at any time); after it, the answer's next bytes are. HTTP/1.0
+                         * has no 1xx, and a feed no end: those are cut at once, as before. */
+                        c->eof_probed = true;
+                        if (c->feed || (c->http10 && !c->head_sent && !c->early)) {
+                                client_log_access(c, c->feed ? "feed" : "cut=client");
+                                client_free(c);
+                                return;
+                        }
+                        if (!c->head_sent && !c->early)
+                                (void)buffer_append_str(&c->out, "HTTP/1.1 100 Continue\r\n\r\n");
                 }
                 if (c->state == CLIENT_RESPONDING) {
                         if (!c->response_complete || !buffer_is_empty(&c->out))

@@ -708,7 +708,8 @@ int config_parse_text(Config *c, const char *name, const char *text, size_t size
                 }
                 eq = strchr(l, '=');
                 if (!eq) {
-                        r = config_error(c, EINVAL, "%s:%u: missing '=' in '%s'", name, line, l);
+                        r = config_error(c, EINVAL, "%s:%u: a line that is neither [Section] nor Key=value",
+                                         name, line);
                         goto finish;
                 }
                 *eq = 0;

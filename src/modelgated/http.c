@@ -273,9 +273,17 @@ static const llhttp_settings_t settings = {
         .on_message_complete = on_message_complete,
 };
 
+/* A buffer that grew for one big request is given back, not kept for the connection's next one */
+static void buffer_reuse(Buffer *b) {
+        if (b->alloc > 64 * 1024)
+                buffer_done(b);
+        else
+                buffer_clear(b);
+}
+
 static void request_reset(HttpRequest *r) {
-        buffer_clear(&r->head);
-        buffer_clear(&r->body);
+        buffer_reuse(&r->head);
+        buffer_reuse(&r->body);
         r->n_headers = 0;
         r->url = r->url_len = 0;
         r->keep_alive = r->expect_continue = r->has_body = false;
@@ -368,6 +376,10 @@ static ssize_t chunk_scan(HttpParser *p, const char *d, size_t n) {
                                 cs->state = CS_SIZE_LF;
                         else if ((c < 0x20 && c != '\t') || c == 0x7f)
                                 return fail(p, 400, "a chunk extension holds a control character"), -EBADMSG;
+                        /* extensions are head-like bytes: bounded by MaxHeaderSize=, or a trickle of
+                         * them would hold the connection for good */
+                        else if (account(p, 1) < 0)
+                                return -EBADMSG;
                         break;
                 case CS_SIZE_LF:
                         if (c != '\n')
@@ -454,7 +466,11 @@ static int feed_chunk(HttpParser *p, const char *data, size_t n, size_t *ret_con
                 *ret_consumed = (size_t)(llhttp_get_error_pos(&p->llhttp) - data);
                 return 0;
         }
-        if (p->error_status == 0 && (e == HPE_INVALID_VERSION || e == HPE_PAUSED_H2_UPGRADE))
+        /* 505 for a version that was read and is not 1.x (llhttp says "invalid version" for a request
+         * line whose end is malformed too, which is a 400) */
+        if (p->error_status == 0 &&
+            (e == HPE_PAUSED_H2_UPGRADE ||
+             (e == HPE_INVALID_VERSION && !(p->llhttp.http_major == 1 && p->llhttp.http_minor <= 1))))
                 fail(p, 505, "modelgate speaks HTTP/1.1 and HTTP/1.0 only");
         else if (p->error_status == 0)
                 fail(p, 400, llhttp_get_error_reason(&p->llhttp) ?: "malformed request");

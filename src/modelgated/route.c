@@ -375,12 +375,14 @@ int query_find_model(Span url, Span *ret_span, char **ret_model) {
                 Span name = {param.p, eq ? (size_t)(eq - param.p) : param.n};
                 /* names compare after %-decoding, as the host reads them ("mod%65l" is "model") */
                 bool is_model = name.n == 5 && memcmp(name.p, "model", 5) == 0;
-                if (!is_model && name.n >= 5 && name.n <= 15 && memchr(name.p, '%', name.n)) {
+                if (!is_model && memchr(name.p, '%', name.n)) {
+                        /* a name that does not decode strictly ("%u0064", "%zz") is refused: a host's
+                         * decoder might read it as "model" where ours cannot tell */
                         _cleanup_free_ char *d = NULL;
                         int r = query_unescape(name, &d);
-                        if (r == -ENOMEM)
+                        if (r < 0)
                                 return r;
-                        is_model = r == 0 && streq(d, "model");
+                        is_model = streq(d, "model");
                 }
                 if (is_model) {
                         if (found.p)

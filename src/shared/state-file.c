@@ -50,7 +50,8 @@ int state_file_lock(const char *path) {
         if (!lock)
                 return -ENOMEM;
         make_parents(path);
-        fd = open(lock, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+        /* read-only and 0644: whoever may rewrite the file may take the lock, whoever made it first */
+        fd = open(lock, O_RDONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
         if (fd < 0)
                 return -errno;
         if (flock(fd, LOCK_EX) < 0) {

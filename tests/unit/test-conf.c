@@ -60,15 +60,15 @@ TEST(errors_are_refused) {
                 "[Fallback]\nName=x\nKeyCredential=../k\n", /* not a credential name */
                 "[Fallback]\nName=x\nOnBusy=maybe\n",
                 "[Tier]\nName=x\nDailyRequests=lots\n",
-                "[Fallback]\nURL=http://x:1\n",                 /* no Name= */
-                "[Proxy]\nIdleStopSec=soon\n",                  /* bad time */
-                "[Proxy]\nMaxBodySize=-1\n",                    /* bad size */
-                "[Proxy]\nListen\n",                            /* no '=' */
-                "[Host]\nURL=http://x:1\n",                     /* no Name= */
-                "[Host]\nName=has-dash\nURL=http://x:1\n",      /* '-' in a host name */
-                "[Host]\nName=a\nURL=http://x:99999\n",         /* port */
-                "[Host]\nName=a\nURL=http://x\nBus=tcp:x\n",    /* bus */
-                "[Host]\nName=a\nURL=http://x\nBus=ssh:a;rm\n", /* shell metacharacters */
+                "[Fallback]\nURL=http://x:1\n",                             /* no Name= */
+                "[Proxy]\nIdleStopSec=soon\n",                              /* bad time */
+                "[Proxy]\nMaxBodySize=-1\n",                                /* bad size */
+                "[Proxy]\nListen\n",                                        /* no '=' */
+                "[Host]\nURL=http://x:1\n",                                 /* no Name= */
+                "[Host]\nName=has-dash\nURL=http://x:1\n",                  /* '-' in a host name */
+                "[Host]\nName=a\nURL=http://x:99999\n",                     /* port */
+                "[Host]\nName=a\nURL=http://x\nBus=tcp:x\n",                /* bus */
+                "[Host]\nName=a\nURL=http://x\nBus=ssh:a;rm\n",             /* shell metacharacters */
                 "[Host]\nName=a\nURL=http://x\nBus=ssh:-oProxyCommand=x\n", /* an option */
                 "[Host]\nName=a\nURL=http://x\nBus=ssh:-u@a\n",
                 "[Host]\nName=a\nURL=http://x\nBus=ssh:u@a%h\n",
@@ -76,7 +76,7 @@ TEST(errors_are_refused) {
                 "[Host]\nName=a\nURL=http://x\nBus=ssh:u@a|b\n",
                 "[Host]\nName=a\nURL=http://x\nBus=ssh:u@a:22x\n",
                 "[Host]\nName=a\nURL=http://x\nBus=ssh:u@[::1]x\n",
-                "[Engine]\nName=a\nUnit=a.service\n",           /* no Host= */
+                "[Engine]\nName=a\nUnit=a.service\n", /* no Host= */
                 "[Engine]\nHost=a\nName=b\nUnit=noextension\n",
                 "[Proxy\n",
         };

@@ -136,6 +136,8 @@ static const Row rows[] = {
         {"HTTP/0.9 style", "GET /x\r\n\r\n", 0, 400},
         {"no version", "GET /x \r\n" H "\r\n", 0, 400},
         {"lower-case http", "GET /x http/1.1\r\n" H "\r\n", 0, 400},
+        {"bare CR after the version", "GET /x HTTP/1.1\rHost: gate\r\n\r\n", 0, 400},
+        {"CR CR LF after the version", "GET /x HTTP/1.1\r\r\n" H "\r\n", 0, 400},
         {"leading empty line", "\r\nGET /x HTTP/1.1\r\n" H "\r\n", 0, 0, true, "/x|"},
 
         /* HTTP versions (RFC 9112 §2.3) */
@@ -280,6 +282,24 @@ static void run_row(const Row *row, size_t step) {
         }
         http_parser_done(&p);
         free(in);
+}
+
+/* chunk extensions count as head bytes: a trickle of them cannot hold a connection for good */
+TEST(chunk_extensions_are_bounded) {
+        HttpParser p;
+        size_t k;
+        const char *head = POST_CHUNKED "1;";
+        char ext[4096];
+
+        memset(ext, 'a', sizeof(ext));
+        http_parser_init(&p, 16 * 1024, 1024 * 1024);
+        ASSERT_EQ(http_parser_feed(&p, head, strlen(head), &k), HTTP_PARSE_HEADERS);
+        int r = 0;
+        for (int i = 0; i < 8 && r >= 0; i++)
+                r = http_parser_feed(&p, ext, sizeof(ext), &k);
+        ASSERT_TRUE(r < 0);
+        ASSERT_EQ(p.error_status, 431);
+        http_parser_done(&p);
 }
 
 TEST(conformance_table) {
