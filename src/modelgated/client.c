@@ -757,7 +757,7 @@ static void client_upstream_complete(Upstream *u, void *userdata) {
             (streq(c->path, "/models/load") || streq(c->path, "/models/unload"))) {
                 Host *h = manager_host(c->manager, c->host);
                 if (h)
-                        catalog_refresh(host_catalog(h));
+                        catalog_model_call_done(host_catalog(h), c->model, streq(c->path, "/models/load"));
         }
         client_response_complete(c, NULL);
         if (client_flush(c) < 0) {
