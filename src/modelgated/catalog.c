@@ -208,7 +208,7 @@ int catalog_status_parse(const char *json, size_t n, CatalogStatus *ret) {
             json_object_object_get_ex(x, "value", &v) &&
             (json_object_is_type(v, json_type_double) || json_object_is_type(v, json_type_int))) {
                 double d = json_object_get_double(v);
-                ret->percent = d <= 0 ? 0 : d >= 1 ? 100 : (int)(d * 100);
+                ret->percent = !(d > 0) ? 0 : d >= 1 ? 100 : (int)(d * 100); /* NaN too */
         }
         if (json_object_object_get_ex(data, "info", &x) && json_object_is_type(x, json_type_object))
                 ret->info = json_object_get(x);
