@@ -42,7 +42,10 @@ struct Catalog {
         int fetch_status;
         ssize_t fetch_engine; /* the engine that was up when the read began */
         bool again;
-        bool changed; /* a change was reported and is not read yet: merges wait for it */
+        bool changed;           /* an engine came up and its list is not read yet: merges wait for it */
+        CatalogStatus *pending; /* status events applied while the read is under way, in order */
+        size_t n_pending;
+        json_object *loading; /* key → percent (-1: none said yet), for the models that load */
         sd_event_source *poll_timer, *refresh_timer;
         usec_t last_refresh;
 
@@ -157,6 +160,221 @@ out:
         return ids;
 }
 
+/* Status events */
+
+void catalog_status_done(CatalogStatus *s) {
+        s->key = mfree(s->key);
+        s->status = mfree(s->status);
+        json_object_put(s->info);
+        s->info = NULL;
+}
+
+int catalog_status_parse(const char *json, size_t n, CatalogStatus *ret) {
+        json_tokener *tok = json_tokener_new();
+        json_object *o, *model, *event, *data, *status, *x, *v;
+        int r = -ENOMSG;
+
+        if (!tok)
+                return -ENOMEM;
+        o = json_tokener_parse_ex(tok, json, (int)MIN(n, (size_t)INT32_MAX));
+        json_tokener_free(tok);
+        if (!o || !json_object_is_type(o, json_type_object)) {
+                json_object_put(o);
+                return -EBADMSG;
+        }
+        *ret = (CatalogStatus){.percent = -1};
+        /* llama.cpp sends "model_status" for the first loading event and "status_change" for every later
+         * one; its README calls them all model_status */
+        if (!json_object_object_get_ex(o, "event", &event) ||
+            !json_object_is_type(event, json_type_string) ||
+            !STR_IN_SET(json_object_get_string(event), "model_status", "status_change") ||
+            !json_object_object_get_ex(o, "model", &model) ||
+            !json_object_is_type(model, json_type_string) || !json_object_object_get_ex(o, "data", &data) ||
+            !json_object_is_type(data, json_type_object) ||
+            !json_object_object_get_ex(data, "status", &status) ||
+            !json_object_is_type(status, json_type_string))
+                goto out;
+        ret->key = strdup(json_object_get_string(model));
+        ret->status = strdup(json_object_get_string(status));
+        if (!ret->key || !ret->status) {
+                catalog_status_done(ret);
+                r = -ENOMEM;
+                goto out;
+        }
+        if (json_object_object_get_ex(data, "exit_code", &x) && json_object_is_type(x, json_type_int))
+                ret->exit_code = json_object_get_int(x);
+        /* {"stage","value"} in early builds, {"stages","current","value"} later: the value is what counts */
+        if (json_object_object_get_ex(data, "progress", &x) && json_object_is_type(x, json_type_object) &&
+            json_object_object_get_ex(x, "value", &v) &&
+            (json_object_is_type(v, json_type_double) || json_object_is_type(v, json_type_int))) {
+                double d = json_object_get_double(v);
+                ret->percent = !(d > 0) ? 0 : d >= 1 ? 100 : (int)(d * 100); /* NaN too */
+        }
+        if (json_object_object_get_ex(data, "info", &x) && json_object_is_type(x, json_type_object))
+                ret->info = json_object_get(x);
+        r = 0;
+out:
+        json_object_put(o);
+        return r;
+}
+
+int catalog_status_apply(json_object *models, const CatalogStatus *s) {
+        json_object *list;
+
+        if (!json_object_object_get_ex(models, "data", &list) || !json_object_is_type(list, json_type_array))
+                return -EBADMSG;
+        for (size_t i = 0; i < json_object_array_length(list); i++) {
+                json_object *e = json_object_array_get_idx(list, i), *id, *st, *v;
+                bool failed = streq(s->status, "unloaded") && s->exit_code != 0;
+
+                if (!json_object_is_type(e, json_type_object) || !json_object_object_get_ex(e, "id", &id) ||
+                    !json_object_is_type(id, json_type_string) || !streq(json_object_get_string(id), s->key))
+                        continue;
+                if (!json_object_object_get_ex(e, "status", &st) ||
+                    !json_object_is_type(st, json_type_object)) {
+                        st = json_object_new_object();
+                        if (!st)
+                                return 0;
+                        json_object_object_add(e, "status", st);
+                }
+                const char *old = json_object_object_get_ex(st, "value", &v) &&
+                                                  json_object_is_type(v, json_type_string)
+                                          ? json_object_get_string(v)
+                                          : "";
+                if (s->only_unloaded && !streq(old, "unloaded"))
+                        return 0;
+                if (streq(old, s->status) && !failed && !json_object_object_get_ex(st, "failed", NULL) &&
+                    !s->info)
+                        return 0;
+                json_object_object_add(st, "value", json_object_new_string(s->status));
+                /* llama.cpp lists a failed load as unloaded with "exit_code" and "failed":true */
+                json_object_object_del(st, "exit_code");
+                json_object_object_del(st, "failed");
+                if (failed) {
+                        json_object_object_add(st, "exit_code", json_object_new_int(s->exit_code));
+                        json_object_object_add(st, "failed", json_object_new_boolean(true));
+                }
+                if (s->info) {
+                        json_object_object_foreach(s->info, k, val) {
+                                if (!json_object_object_get_ex(e, k, NULL))
+                                        json_object_object_add(e, k, json_object_get(val));
+                        }
+                }
+                /* what a running model's process told about itself goes with it */
+                if (streq(s->status, "unloaded"))
+                        json_object_object_del(e, "meta");
+                return 1;
+        }
+        return 0;
+}
+
+static void loading_note(Catalog *c, const char *key, const char *status, int percent) {
+        json_object *p;
+
+        if (!streq(status, "loading")) {
+                json_object_object_del(c->loading, key);
+                return;
+        }
+        /* a loading event without progress keeps what an earlier one said */
+        if (percent < 0 && json_object_object_get_ex(c->loading, key, &p))
+                return;
+        json_object_object_add(c->loading, key, json_object_new_int(percent));
+}
+
+/* s applied to the snapshot; false when it changed nothing there */
+static bool snapshot_apply(Catalog *c, const CatalogStatus *s) {
+        json_tokener *tok;
+        json_object *root;
+        const char *text;
+        size_t n;
+        char *body;
+        bool changed = false;
+
+        if (!c->body || !(tok = json_tokener_new()))
+                return false;
+        root = json_tokener_parse_ex(tok, c->body, (int)MIN(c->body_len, (size_t)INT32_MAX));
+        json_tokener_free(tok);
+        if (root && catalog_status_apply(root, s) > 0 &&
+            (text = json_object_to_json_string_length(
+                     root, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &n)) &&
+            (body = strndup(text, n))) {
+                free(c->body);
+                c->body = body;
+                c->body_len = n;
+                changed = true;
+        }
+        json_object_put(root);
+        return changed;
+}
+
+static void loading_clear(Catalog *c) {
+        json_object_put(c->loading);
+        c->loading = json_object_new_object();
+}
+
+static void pending_clear(Catalog *c) {
+        for (size_t i = 0; i < c->n_pending; i++)
+                catalog_status_done(&c->pending[i]);
+        c->pending = mfree(c->pending);
+        c->n_pending = 0;
+}
+
+/* A status change, from the feed or from a forwarded load's answer: in the snapshot at once, and again on
+ * the answer of a read under way, which may be older. */
+static void catalog_apply(Catalog *c, CatalogStatus *s) {
+        bool applied = snapshot_apply(c, s);
+
+        /* a load's answer counts only while the list still says unloaded: events may have overtaken it */
+        if (!s->only_unloaded || applied)
+                loading_note(c, s->key, s->status, s->percent);
+        if (c->fetch) {
+                CatalogStatus *p = reallocarray(c->pending, c->n_pending + 1, sizeof(CatalogStatus));
+                if (p) {
+                        c->pending = p;
+                        c->pending[c->n_pending++] = *s;
+                        *s = (CatalogStatus){};
+                }
+        }
+}
+
+/* The snapshot is the host's own answer again: loading progress is kept only for what it lists as
+ * loading, and what it lists as loading is known to load. */
+static void loading_sync(Catalog *c) {
+        json_tokener *tok;
+        json_object *root = NULL, *list;
+        _cleanup_strv_free_ char **loading = NULL;
+
+        if (c->body && (tok = json_tokener_new())) {
+                root = json_tokener_parse_ex(tok, c->body, (int)MIN(c->body_len, (size_t)INT32_MAX));
+                json_tokener_free(tok);
+        }
+        if (root && json_object_object_get_ex(root, "data", &list) &&
+            json_object_is_type(list, json_type_array))
+                for (size_t i = 0; i < json_object_array_length(list); i++) {
+                        json_object *e = json_object_array_get_idx(list, i), *id, *st, *v;
+                        if (json_object_object_get_ex(e, "id", &id) &&
+                            json_object_is_type(id, json_type_string) &&
+                            json_object_object_get_ex(e, "status", &st) &&
+                            json_object_object_get_ex(st, "value", &v) &&
+                            json_object_is_type(v, json_type_string) &&
+                            streq(json_object_get_string(v), "loading"))
+                                (void)strv_extend(&loading, json_object_get_string(id));
+                }
+        json_object_put(root);
+        {
+                _cleanup_strv_free_ char **gone = NULL;
+                json_object_object_foreach(c->loading, k, v) {
+                        (void)v;
+                        if (!strv_contains(loading, k))
+                                (void)strv_extend(&gone, k);
+                }
+                STRV_FOREACH (k, gone)
+                        json_object_object_del(c->loading, *k);
+        }
+        STRV_FOREACH (k, loading)
+                loading_note(c, *k, "loading", -1);
+}
+
 /* The /models read */
 
 static void fetch_finished(Catalog *c, bool ok) {
@@ -168,6 +386,10 @@ static void fetch_finished(Catalog *c, bool ok) {
                 free(c->body);
                 c->body_len = buffer_size(&c->fetch_body);
                 c->body = strndup(buffer_peek(&c->fetch_body), c->body_len);
+                /* the answer may be older than the events that came while it was under way */
+                for (size_t i = 0; i < c->n_pending; i++)
+                        (void)snapshot_apply(c, &c->pending[i]);
+                loading_sync(c);
                 strv_free(c->ids);
                 c->ids = c->body ? snapshot_ids(c->body, c->body_len, true) : NULL;
                 if (c->fetch_engine >= 0 && c->fetch_engine == c->engine_up) {
@@ -180,12 +402,13 @@ static void fetch_finished(Catalog *c, bool ok) {
                         }
                 }
         }
+        pending_clear(c);
         buffer_done(&c->fetch_body);
         if (c->again) {
                 c->again = false;
                 catalog_fetch(c);
         }
-        if (!c->fetch && !(c->refresh_timer && sd_event_source_get_enabled(c->refresh_timer, NULL) > 0))
+        if (!c->fetch)
                 c->changed = false;
         if (first || !c->changed)
                 manager_catalog_ready(c->manager);
@@ -250,6 +473,7 @@ static void catalog_fetch(Catalog *c) {
                 c->body_len = 0;
                 strv_free(c->ids);
                 c->ids = NULL;
+                loading_clear(c);
                 c->first_done = true;
                 c->changed = false;
                 manager_catalog_ready(c->manager);
@@ -257,6 +481,7 @@ static void catalog_fetch(Catalog *c) {
         }
         c->fetch_status = 0;
         c->fetch_engine = c->engine_up;
+        pending_clear(c);
         if (buffer_printf(&req, "GET %s/models HTTP/1.1\r\nHost: %s\r\nAccept: application/json\r\n\r\n",
                           url->base_path, url->authority) < 0) {
                 buffer_done(&req);
@@ -287,15 +512,29 @@ static int refresh_cb(sd_event_source *s, uint64_t usec, void *userdata) {
 }
 
 void catalog_refresh(Catalog *c) {
-        c->changed = true;
         catalog_fetch(c);
 }
 
-/* A feed event said something changed: re-read, but at most once every 2 s. */
+void catalog_model_call_done(Catalog *c, const char *model, bool load) {
+        const char *key = model ? startswith(model, c->conf->name) : NULL;
+
+        if (load && key && *key == '-' && key[1]) {
+                CatalogStatus s = {.status = strdup("loading"),
+                                   .key = strdup(key + 1),
+                                   .percent = -1,
+                                   .only_unloaded = true};
+                if (s.key && s.status)
+                        catalog_apply(c, &s);
+                catalog_status_done(&s);
+        }
+        catalog_fetch(c);
+}
+
+/* A feed event said something changed: re-read, but at most once every 2 s. What a status event says is
+ * in the snapshot already, so nobody waits for this read. */
 static void refresh_from_feed(Catalog *c) {
         usec_t now = now_usec(CLOCK_MONOTONIC), at = c->last_refresh + CATALOG_FEED_REFRESH_USEC;
 
-        c->changed = true;
         if (now >= at) {
                 catalog_fetch(c);
                 return;
@@ -351,6 +590,7 @@ int catalog_relabel_event(const char *host, const char *json, size_t n, Buffer *
 
 static void feed_line(Catalog *c, const char *p, size_t n) {
         Buffer out = {};
+        CatalogStatus st;
         bool changes = false;
 
         if (n > 0 && p[n - 1] == '\r')
@@ -369,6 +609,10 @@ static void feed_line(Catalog *c, const char *p, size_t n) {
         }
         client_feed_broadcast(c->manager, buffer_peek(&out), buffer_size(&out));
         buffer_done(&out);
+        if (catalog_status_parse(p, n, &st) >= 0) {
+                catalog_apply(c, &st);
+                catalog_status_done(&st);
+        }
         if (changes)
                 refresh_from_feed(c);
 }
@@ -452,6 +696,7 @@ static void feed_connect(Catalog *c) {
 }
 
 static void feed_stop(Catalog *c) {
+        loading_clear(c);
         c->feed = upstream_cancel(c->feed);
         c->feed_backoff = 0;
         buffer_clear(&c->feed_line);
@@ -476,7 +721,8 @@ Catalog *catalog_new(Manager *m, Host *h) {
         c->conf = host_conf(h);
         c->engine_up = -1;
         c->keys = calloc(MAX(host_n_engines(h), 1u), sizeof(char **));
-        r = c->keys ? 0 : -ENOMEM;
+        c->loading = json_object_new_object();
+        r = c->keys && c->loading ? 0 : -ENOMEM;
         if (r >= 0)
                 r = sd_event_add_time_relative(m->event, &c->poll_timer, CLOCK_MONOTONIC, 0, 0, poll_cb, c);
         if (r >= 0)
@@ -507,6 +753,8 @@ Catalog *catalog_free(Catalog *c) {
         free(c->keys);
         free(c->body);
         strv_free(c->ids);
+        pending_clear(c);
+        json_object_put(c->loading);
         free(c);
         return NULL;
 }
@@ -523,6 +771,7 @@ void catalog_start(Catalog *c) {
 
 void catalog_engine_up(Catalog *c, size_t i) {
         feed_stop(c);
+        pending_clear(c); /* another engine's events */
         c->engine_up = (ssize_t)i;
         c->changed = true;
         catalog_fetch(c);
@@ -560,6 +809,14 @@ void catalog_host_state(Catalog *c, const char *down_reason) {
 
 bool catalog_ready(const Catalog *c) {
         return c->first_done && !c->changed;
+}
+
+int catalog_load_progress(const Catalog *c, const char *key) {
+        json_object *p;
+
+        if (!key || !json_object_object_get_ex(c->loading, key, &p))
+                return -ENOENT;
+        return json_object_get_int(p) >= 0 ? json_object_get_int(p) : -ENODATA;
 }
 
 const char *catalog_snapshot(const Catalog *c, size_t *ret_size) {

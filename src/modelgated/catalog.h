@@ -3,15 +3,23 @@
 
 /* A host's catalog: its /models snapshot, kept fresh, its event feed, and
  * the keys each of its engines served the last time it ran (SPEC §4 "The
- * model list is never stale after a change", §6). The snapshot is re-read
- * every PollIntervalSec=, after a /models/load or /models/unload forwarded
- * through modelgate succeeds, when the feed reports a change (at most once
- * every 2 s, download progress aside), each time the feed connects, and when
- * an engine comes up or goes down. The feed is followed while the host has a
- * server (for a host with engines: while one is up), relabelled, and handed to
- * every /models/sse subscriber. Learned keys live in a small JSON file in the
- * state directory, so a stopped engine's keys still route after a restart. */
+ * model list is never stale after a change", §6). Each status event of the
+ * feed (model_status, status_change) is applied to the snapshot as it
+ * arrives, and so is the 200 of a /models/load forwarded through modelgate
+ * ("loading"), so a listing never waits for a host. The snapshot is also
+ * re-read, for what events do not carry: every PollIntervalSec=, after a
+ * /models/load or /models/unload forwarded through modelgate succeeds, when
+ * the feed reports a change (at most once every 2 s, download progress
+ * aside), each time the feed connects, and when an engine comes up or goes
+ * down. Events that arrive while a read is under way are applied again to its
+ * answer, which may be older than they are. The feed is followed while the
+ * host has a server (for a host with engines: while one is up), relabelled,
+ * and handed to every /models/sse subscriber; it also tells how far a loading
+ * model has got (a waiting client's keepalive comments say so). Learned keys
+ * live in a small JSON file in the state directory, so a stopped engine's
+ * keys still route after a restart. */
 
+#include <json-c/json.h>
 #include <stdbool.h>
 #include <sys/types.h>
 
@@ -30,15 +38,23 @@ void catalog_set_conf(Catalog *c, const HostConf *conf);
 
 /* Re-reads the snapshot soon (coalesced with a read in progress). */
 void catalog_refresh(Catalog *c);
+/* A /models/load (load) or /models/unload of model ("<host>-<key>") forwarded to the host succeeded: a
+ * load's model reads "loading" at once (llama.cpp answers once the model's process is spawned), and the
+ * snapshot is re-read. */
+void catalog_model_call_done(Catalog *c, const char *model, bool load);
 /* The host's engine i is up (learn its keys from the next snapshot), or none is. */
 void catalog_engine_up(Catalog *c, size_t i);
 void catalog_engine_down(Catalog *c);
 /* The host went down (reason) or came back (NULL): feed subscribers are told. */
 void catalog_host_state(Catalog *c, const char *down_reason);
 
-/* The first read after start has ended (or there was nothing to read), and no reported change is
- * waiting to be read: a /models answer now would not be stale. */
+/* The first read after start has ended (or there was nothing to read), and the list of an engine that
+ * came up has been read: a /models answer now would not be empty or another engine's. Loads, unloads and
+ * feed events never make it false: they are in the snapshot at once. */
 bool catalog_ready(const Catalog *c);
+/* How far key's load has got, as the feed said: 0–100 (percent); -ENODATA: loading, no progress said yet;
+ * -ENOENT: not loading (or not known to be). */
+int catalog_load_progress(const Catalog *c, const char *key);
 /* The last good /models body, or NULL. */
 const char *catalog_snapshot(const Catalog *c, size_t *ret_size);
 /* 1: the snapshot lists key (id or alias); 0: it does not; -ENODATA: there is no snapshot. */
@@ -53,3 +69,23 @@ char *const *catalog_engine_keys(const Catalog *c, size_t i);
  * 0; -EBADMSG when the line is not such an event. Sets *ret_changes when the event may change the
  * model list (anything but download progress). */
 int catalog_relabel_event(const char *host, const char *json, size_t n, Buffer *out, bool *ret_changes);
+
+/* What one status event of a host's /models/sse says about one model. */
+typedef struct CatalogStatus {
+        char *key;         /* the event's "model" */
+        char *status;      /* its data.status: "loading", "loaded", "unloaded", "sleeping", … */
+        int exit_code;     /* "unloaded": data.exit_code (0: unloaded on purpose) */
+        int percent;       /* "loading": data.progress.value in percent; -1: none said */
+        json_object *info; /* "loaded": data.info, the model's own /v1/models entry (a reference), or NULL */
+        bool only_unloaded; /* applies only to a model the list has as "unloaded" */
+} CatalogStatus;
+
+/* Pure: parses an event ("data: " stripped). 0; -ENOMSG: a well-formed event that sets no status
+ * (download progress, models_reload, …); -EBADMSG: not an event; -ENOMEM. */
+int catalog_status_parse(const char *json, size_t n, CatalogStatus *ret);
+void catalog_status_done(CatalogStatus *s);
+/* Pure: applies s to a parsed /models answer as llama.cpp would list it afterwards: the entry whose id is
+ * s->key gets s->status as its status value, "failed" and "exit_code" for an unload with a non-zero exit
+ * code, and a loaded model's "info" fields where absent. 1: changed; 0: no such entry, or nothing to
+ * change; -EBADMSG: not a model list. */
+int catalog_status_apply(json_object *models, const CatalogStatus *s);

@@ -735,7 +735,7 @@ static void client_upstream_complete(Upstream *u, void *userdata) {
             (streq(c->path, "/models/load") || streq(c->path, "/models/unload"))) {
                 Host *h = manager_host(c->manager, c->host);
                 if (h)
-                        catalog_refresh(host_catalog(h));
+                        catalog_model_call_done(host_catalog(h), c->model, streq(c->path, "/models/load"));
         }
         client_response_complete(c, NULL);
         if (client_flush(c) < 0) {
@@ -1181,8 +1181,23 @@ static void client_respond_host_error(Client *c, int status, const char *message
 static int client_keepalive_cb(sd_event_source *s, uint64_t usec, void *userdata) {
         Client *c = userdata;
         char what[256], line[320];
-        int n;
+        int n, k;
 
+        /* the engine's answer has begun: it speaks for itself */
+        if (c->first_byte_seen || c->response_complete)
+                return 0;
+        /* waiting for the engine, or for the model its router loads; in flight otherwise, and then no early
+         * 200 for an answer that is merely slow */
+        k = host_waiter_describe(&c->waiter, what, sizeof(what));
+        if (k < 0)
+                return 0;
+        if (k == 0 && !c->early) {
+                /* looked at again soon: a load that begins now gets its early 200 in time */
+                (void)sd_event_source_set_time_relative(
+                        s, MIN(c->manager->config->keepalive_interval_usec, USEC_PER_SEC));
+                (void)sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
+                return 0;
+        }
         if (!c->early) {
                 c->chunked = !c->http10;
                 if (!c->chunked)
@@ -1199,9 +1214,7 @@ static int client_keepalive_cb(sd_event_source *s, uint64_t usec, void *userdata
                 }
                 c->early = c->head_sent = true;
         }
-        if (host_waiter_describe(&c->waiter, what, sizeof(what)) < 0)
-                snprintf(what, sizeof(what), "engine");
-        n = snprintf(line, sizeof(line), ": waiting for %s\n\n", what);
+        n = snprintf(line, sizeof(line), ": %s\n\n", what);
         if (frame_body(c, line, (size_t)MIN((size_t)n, sizeof(line) - 1)) < 0 || client_flush(c) < 0) {
                 client_free(c);
                 return 0;
@@ -1228,10 +1241,11 @@ static void client_wait_for_engine(Client *c) {
 static void client_engine_ready(HostWaiter *w, int status, const char *message) {
         Client *c = container_of(w, Client, waiter);
 
-        (void)sd_event_source_set_enabled(c->keepalive, SD_EVENT_OFF);
-        if (status != 0)
+        /* on success the comments go on while the engine's router loads the model */
+        if (status != 0) {
+                (void)sd_event_source_set_enabled(c->keepalive, SD_EVENT_OFF);
                 client_respond_host_error(c, status, message);
-        else {
+        } else {
                 metrics_wait(c->manager->metrics, c->host->name, now_usec(CLOCK_MONOTONIC) - c->start);
                 client_send_upstream(c);
         }
@@ -1544,6 +1558,7 @@ static void client_dispatch(Client *c) {
                         return; /* client_engine_ready() goes on */
                 }
                 metrics_wait(c->manager->metrics, c->host->name, 0);
+                client_wait_for_engine(c); /* its router may still have to load the model */
         }
         client_send_upstream(c);
 }

@@ -1175,11 +1175,32 @@ void host_release(HostWaiter *w) {
 
 int host_waiter_describe(const HostWaiter *w, char *buf, size_t l) {
         const Host *h = w->host;
+        const char *key;
+        int p;
 
         if (!h)
                 return -ESTALE;
-        return snprintf(buf, l, "engine %s on %s, %u ahead", engine_name(h, w->engine), h->conf->name,
-                        sched_ahead(&h->sched, &w->req));
+        /* the engine is up, and the router loads the model: how far it has got, as its feed says */
+        key = w->model ? startswith(w->model, h->conf->name) : NULL;
+        if (key && *key == '-' && w->engine == host_engine_up(h)) {
+                p = catalog_load_progress(h->catalog, key + 1);
+                if (p >= 0) {
+                        snprintf(buf, l, "loading %s %d%%", w->model, p);
+                        return 1;
+                }
+                if (p == -ENODATA) {
+                        snprintf(buf, l, "loading %s", w->model);
+                        return 1;
+                }
+        }
+        if (w->req.state == SCHED_IN_FLIGHT) {
+                snprintf(buf, l, "waiting for engine %s on %s to answer", engine_name(h, w->engine),
+                         h->conf->name);
+                return 0;
+        }
+        snprintf(buf, l, "waiting for engine %s on %s, %u ahead", engine_name(h, w->engine), h->conf->name,
+                 sched_ahead(&h->sched, &w->req));
+        return 1;
 }
 
 void host_report_http(Host *h, const char *reason) {

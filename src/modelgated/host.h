@@ -80,7 +80,10 @@ ssize_t host_engine_up(const Host *h);
 int host_acquire(Host *h, size_t i, HostWaiter *w, HostReadyFn ready, const char *model, HostRefusal *ret);
 /* The request is done or its client has gone; safe to call twice or on a waiter never used. */
 void host_release(HostWaiter *w);
-/* For a waiting client's keepalive comments: "engine fork on 3090, 2 ahead". */
+/* For a waiting client's keepalive comments, what it waits for: "waiting for engine fork on 3090, 2 ahead";
+ * or, once the engine is up and its router loads the model (its feed says so), "loading 3090-flint-40b
+ * 40%". 1: the request waits; 0: it is in flight and nothing is known to hold it up (buf says "waiting for
+ * engine fork on 3090 to answer"); -ESTALE: released. */
 int host_waiter_describe(const HostWaiter *w, char *buf, size_t l);
 
 /* An HTTP exchange with the host failed at the network level (reason) or succeeded (NULL). */

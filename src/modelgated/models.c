@@ -193,8 +193,8 @@ int models_merge_start(Manager *m, ModelsMergeDone done, void *userdata, ModelsM
                 return 0;
         }
         /* the first request after a start waits (bounded) for the first read of each reachable host,
-         * instead of answering an empty list; later ones for a read of a reported change, instead of
-         * answering a stale one */
+         * instead of answering an empty list; later ones only for the list of an engine that just came up,
+         * never for a load, an unload or a feed event, which are in the snapshot at once (SPEC §4) */
         (void)sd_event_source_set_enabled(mm->done_source, SD_EVENT_OFF);
         r = sd_event_add_time_relative(m->event, &mm->timer, CLOCK_MONOTONIC, MODELS_FIRST_WAIT_USEC, 0,
                                        merge_timer_cb, mm);

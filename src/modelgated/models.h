@@ -5,7 +5,8 @@
  * become "<host>-<key>", each entry gets a "proxy" field, llama.cpp's status
  * is kept as the host sent it, hosts that are down are left out, and a
  * stopped engine's learned keys are listed as "unloaded". The first request
- * after a start waits (at most 2 s) for the first read of each host. */
+ * after a start waits (at most 2 s) for the first read of each host, and one
+ * right after an engine came up for that engine's list; nothing else waits. */
 
 #include <json-c/json.h>
 

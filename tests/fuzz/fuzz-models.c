@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* A host's /models answer through the merge, and a host's event through the relabelling: any bytes
- * are either refused or give JSON whose every id names the host. */
+ * are either refused or give JSON whose every id names the host. The same bytes as a status event applied
+ * to a list, and as a list a status event is applied to: refused, or applied without harm. */
 #include <assert.h>
 #include <json-c/json.h>
 #include <stdint.h>
@@ -47,5 +48,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 if (tok)
                         json_tokener_free(tok);
         }
+
+        CatalogStatus st;
+        if (catalog_status_parse((const char *)data, size, &st) == 0) {
+                json_object *l = json_tokener_parse(
+                        "{\"data\":[{\"id\":\"m\",\"status\":{\"value\":\"unloaded\"}},{\"id\":\"q\"}]}");
+                assert(st.key && st.status && st.percent >= -1 && st.percent <= 100);
+                assert(catalog_status_apply(l, &st) >= 0);
+                json_object_put(l);
+                catalog_status_done(&st);
+        }
+        json_tokener *tok = json_tokener_new();
+        json_object *l = tok ? json_tokener_parse_ex(tok, (const char *)data, (int)size) : NULL;
+        if (l) {
+                CatalogStatus s = {
+                        .key = (char *)"m", .status = (char *)"unloaded", .exit_code = 1, .percent = -1};
+                (void)catalog_status_apply(l, &s);
+                json_object_put(l);
+        }
+        if (tok)
+                json_tokener_free(tok);
         return 0;
 }

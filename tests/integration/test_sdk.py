@@ -39,10 +39,11 @@ def skip_reason():
 pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason()))
 
 
-def run_sdk(script, base, model, mode):
+def run_sdk(script, base, model, mode, *extra):
+    """extra: a JSON object of request fields the script adds"""
     assert sdk_missing() is None, sdk_missing()
-    out = subprocess.run(["node", os.path.join(SDK, script), base, model, mode], capture_output=True, text=True,
-                         timeout=180, cwd=SDK)
+    out = subprocess.run(["node", os.path.join(SDK, script), base, model, mode] + list(extra), capture_output=True,
+                         text=True, timeout=180, cwd=SDK)
     assert out.returncode == 0, "%s %s %s failed:\n%s%s" % (script, model, mode, out.stdout, out.stderr)
     return json.loads(out.stdout.strip().splitlines()[-1])
 

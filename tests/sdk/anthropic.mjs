@@ -1,10 +1,12 @@
-// The official Anthropic SDK through modelgate: node anthropic.mjs BASE_URL MODEL stream|plain
+// The official Anthropic SDK through modelgate: node anthropic.mjs BASE_URL MODEL stream|plain [EXTRA_JSON]
+// EXTRA_JSON: request fields added to the request (e.g. max_tokens for a real server).
 // Prints one JSON line: {"text": ..., "events": N, "stop": ...}; exits non-zero on any error.
 import Anthropic from "@anthropic-ai/sdk";
 
-const [baseURL, model, mode] = process.argv.slice(2);
+const [baseURL, model, mode, extra] = process.argv.slice(2);
 const client = new Anthropic({ baseURL, apiKey: "unused", maxRetries: 0, timeout: 120_000 });
-const params = { model, max_tokens: 64, messages: [{ role: "user", content: "[[tokens:12]]" }] };
+const params = { model, max_tokens: 64, messages: [{ role: "user", content: "[[tokens:12]]" }],
+  ...(extra ? JSON.parse(extra) : {}) };
 
 if (mode === "stream") {
   const stream = client.messages.stream(params);

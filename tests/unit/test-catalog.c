@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* The pure part of the catalog: how a host's /models/sse event is relabelled for the merged feed. */
+/* The pure part of the catalog: how a host's /models/sse event is relabelled for the merged feed, and how a
+ * status event is read and applied to the /models snapshot (SPEC §4 "The model list is never stale"). */
 
 #include "modelgated/catalog.h"
 #include "tests.h"
@@ -55,6 +56,140 @@ TEST(download_progress_is_not_a_change_and_junk_is_refused) {
         s = relabel("[1,2]", &changes, &r);
         ASSERT_EQ(r, -EBADMSG);
         free(s);
+}
+
+static const char LIST[] =
+        "{\"data\":[{\"id\":\"laguna-xs\",\"aliases\":[],\"object\":\"model\",\"status\":{\"value\":"
+        "\"loaded\","
+        "\"args\":[\"llama-server\"]},\"meta\":{\"n_ctx\":512}},{\"id\":\"qwen3-8b\",\"object\":\"model\","
+        "\"status\":{\"value\":\"unloaded\",\"args\":[\"llama-server\"]}}],\"object\":\"list\"}";
+
+static json_object *list_apply(const char *event, int *r) {
+        CatalogStatus s;
+        json_object *l = json_tokener_parse(LIST);
+        ASSERT_TRUE(l != NULL);
+        ASSERT_OK(catalog_status_parse(event, strlen(event), &s));
+        *r = catalog_status_apply(l, &s);
+        catalog_status_done(&s);
+        return l;
+}
+
+static const char *status_of(json_object *l, size_t i, const char *field) {
+        json_object *d, *st, *v;
+        ASSERT_TRUE(json_object_object_get_ex(l, "data", &d));
+        ASSERT_TRUE(json_object_object_get_ex(json_object_array_get_idx(d, i), "status", &st));
+        return json_object_object_get_ex(st, field, &v) ? json_object_to_json_string(v) : NULL;
+}
+
+TEST(status_events_are_read_with_their_progress) {
+        CatalogStatus s;
+        const char *ev =
+                "{\"model\":\"m\",\"event\":\"status_change\",\"data\":{\"status\":\"loading\",\"progress\":"
+                "{\"stages\":[\"text_model\"],\"current\":\"text_model\",\"value\":0.4231}}}";
+        ASSERT_OK(catalog_status_parse(ev, strlen(ev), &s));
+        ASSERT_STREQ(s.key, "m");
+        ASSERT_STREQ(s.status, "loading");
+        ASSERT_EQ(s.percent, 42);
+        catalog_status_done(&s);
+        /* the first loading event of a load has no progress; early builds said {"stage","value"} */
+        ev = "{\"model\":\"m\",\"event\":\"model_status\",\"data\":{\"status\":\"loading\"}}";
+        ASSERT_OK(catalog_status_parse(ev, strlen(ev), &s));
+        ASSERT_EQ(s.percent, -1);
+        catalog_status_done(&s);
+        ev = "{\"model\":\"m\",\"event\":\"status_change\",\"data\":{\"status\":\"loading\",\"progress\":"
+             "{\"stage\":\"text_model\",\"value\":1}}}";
+        ASSERT_OK(catalog_status_parse(ev, strlen(ev), &s));
+        ASSERT_EQ(s.percent, 100);
+        catalog_status_done(&s);
+        /* events that set no status, and junk */
+        ev = "{\"model\":\"*\",\"event\":\"models_reload\"}";
+        ASSERT_EQ(catalog_status_parse(ev, strlen(ev), &s), -ENOMSG);
+        ev = "{\"model\":\"m\",\"event\":\"download_progress\",\"data\":{\"progress\":{}}}";
+        ASSERT_EQ(catalog_status_parse(ev, strlen(ev), &s), -ENOMSG);
+        ASSERT_EQ(catalog_status_parse("[]", 2, &s), -EBADMSG);
+        ASSERT_EQ(catalog_status_parse("{", 1, &s), -EBADMSG);
+}
+
+TEST(a_status_event_changes_only_its_model_in_the_list) {
+        int r;
+        json_object *l = list_apply(
+                "{\"model\":\"qwen3-8b\",\"event\":\"model_status\",\"data\":{\"status\":\"loading\"}}", &r);
+        ASSERT_EQ(r, 1);
+        ASSERT_STREQ(status_of(l, 1, "value"), "\"loading\"");
+        ASSERT_STREQ(status_of(l, 0, "value"), "\"loaded\"");
+        /* what llama.cpp lists besides the value stays */
+        ASSERT_TRUE(status_of(l, 1, "args") != NULL);
+        json_object_put(l);
+
+        /* a model the list does not have, or a status it has already: nothing changes */
+        l = list_apply("{\"model\":\"nope\",\"event\":\"status_change\",\"data\":{\"status\":\"loaded\"}}",
+                       &r);
+        ASSERT_EQ(r, 0);
+        json_object_put(l);
+        l = list_apply(
+                "{\"model\":\"laguna-xs\",\"event\":\"status_change\",\"data\":{\"status\":\"loaded\"}}",
+                &r);
+        ASSERT_EQ(r, 0);
+        json_object_put(l);
+}
+
+TEST(a_failed_load_is_listed_as_llama_cpp_lists_it) {
+        int r;
+        json_object *l =
+                list_apply("{\"model\":\"laguna-xs\",\"event\":\"status_change\",\"data\":{\"status\":"
+                           "\"unloaded\",\"exit_code\":1}}",
+                           &r);
+        ASSERT_EQ(r, 1);
+        ASSERT_STREQ(status_of(l, 0, "value"), "\"unloaded\"");
+        ASSERT_STREQ(status_of(l, 0, "exit_code"), "1");
+        ASSERT_STREQ(status_of(l, 0, "failed"), "true");
+        /* a running model's own facts go with it */
+        json_object *d, *meta;
+        ASSERT_TRUE(json_object_object_get_ex(l, "data", &d));
+        ASSERT_TRUE(!json_object_object_get_ex(json_object_array_get_idx(d, 0), "meta", &meta));
+        json_object_put(l);
+
+        /* a clean unload has neither */
+        l = list_apply(
+                "{\"model\":\"laguna-xs\",\"event\":\"status_change\",\"data\":{\"status\":\"unloaded\","
+                "\"exit_code\":0}}",
+                &r);
+        ASSERT_EQ(r, 1);
+        ASSERT_TRUE(status_of(l, 0, "failed") == NULL);
+        ASSERT_TRUE(status_of(l, 0, "exit_code") == NULL);
+        json_object_put(l);
+}
+
+TEST(a_loaded_event_brings_the_models_own_entry) {
+        int r;
+        json_object *l = list_apply("{\"model\":\"qwen3-8b\",\"event\":\"status_change\",\"data\":{"
+                                    "\"status\":\"loaded\",\"info\":"
+                                    "{\"id\":\"qwen3-8b\",\"object\":\"model\",\"meta\":{\"n_ctx\":4096}}}}",
+                                    &r);
+        ASSERT_EQ(r, 1);
+        ASSERT_STREQ(status_of(l, 1, "value"), "\"loaded\"");
+        json_object *d, *meta;
+        ASSERT_TRUE(json_object_object_get_ex(l, "data", &d));
+        ASSERT_TRUE(json_object_object_get_ex(json_object_array_get_idx(d, 1), "meta", &meta));
+        ASSERT_STREQ(json_object_to_json_string_ext(meta, JSON_C_TO_STRING_PLAIN), "{\"n_ctx\":4096}");
+        json_object_put(l);
+}
+
+TEST(a_loads_answer_applies_only_to_a_model_still_unloaded) {
+        CatalogStatus s = {.key = (char *)"laguna-xs",
+                           .status = (char *)"loading",
+                           .percent = -1,
+                           .only_unloaded = true};
+        json_object *l = json_tokener_parse(LIST);
+        ASSERT_EQ(catalog_status_apply(l, &s), 0);
+        ASSERT_STREQ(status_of(l, 0, "value"), "\"loaded\"");
+        s.key = (char *)"qwen3-8b";
+        ASSERT_EQ(catalog_status_apply(l, &s), 1);
+        ASSERT_STREQ(status_of(l, 1, "value"), "\"loading\"");
+        json_object_put(l);
+        l = json_tokener_parse("{\"object\":\"list\"}");
+        ASSERT_EQ(catalog_status_apply(l, &s), -EBADMSG);
+        json_object_put(l);
 }
 
 TESTS_MAIN

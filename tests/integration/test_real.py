@@ -1,0 +1,378 @@
+"""modelgate in front of the real llama-server (router mode, CPU only, tiny generated models), as two engine
+units in a boxed user manager: a cold start by a request, a switch, loads and unloads listed at once, the
+merged event feed with the router's own progress events, keepalive comments that tell the load progress, the
+context overflow reworded for both APIs, the official SDKs streaming, and a client gone mid-stream freeing
+the server's slot. The double (tests/double) stays for what the real server cannot be made to do on purpose.
+
+The server comes from tests/real/build-llama-server (a cache outside the checkout), or from
+$MODELGATE_LLAMA_SERVER. Without one the module skips, saying why; with MODELGATE_REQUIRE_REAL_ENGINE=1
+(tests/setup-and-test) it fails instead."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+from boxes import box_skip_reason, chat, gate_env, local_host
+from conftest import PYTHON, free_port, post, wait_for
+from test_catalog import Feed, models
+from test_sdk import run_sdk, sdk_missing
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BUILDER = os.environ.get("LLAMA_SERVER_BUILDER", os.path.join(HERE, "../real/build-llama-server"))
+MAKE_MODEL = os.environ.get("MAKE_MODEL", os.path.join(HERE, "../real/make-model"))
+REQUIRED = bool(os.environ.get("MODELGATE_REQUIRE_REAL_ENGINE"))
+CHAT = "/v1/chat/completions"
+MESSAGES = "/v1/messages"
+FAST = "[Proxy]\nHoldDownSec=1s\n"
+
+
+def find_server():
+    """(path of llama-server, None) or (None, why there is none)"""
+    path = os.environ.get("MODELGATE_LLAMA_SERVER")
+    if not path:
+        out = subprocess.run([BUILDER, "--find"], capture_output=True, text=True)
+        if out.returncode != 0:
+            return None, ("llama-server is not built: tests/real/build-llama-server builds it (tests/setup-and-test "
+                          "runs it), or set MODELGATE_LLAMA_SERVER")
+        path = out.stdout.strip().splitlines()[-1]
+    if not os.access(path, os.X_OK):
+        return None, "%s is not an executable" % path
+    if subprocess.run([PYTHON, "-c", "import numpy"], capture_output=True).returncode != 0:
+        return None, "%s has no numpy (Debian's python3-numpy) for tests/real/make-model" % PYTHON
+    return path, None
+
+
+SERVER, MISSING = find_server()
+# the llama.cpp tree the server was built from: its gguf-py and vocabulary make the models
+TREE = os.path.normpath(os.path.join(os.path.dirname(SERVER), "../..")) if SERVER else None
+
+
+def skip_reason():
+    r = box_skip_reason()
+    if r:
+        return r
+    if MISSING and not REQUIRED:
+        return MISSING
+    return None
+
+
+pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason()))
+
+
+@pytest.fixture(scope="module")
+def model_files():
+    """one tiny model (~17 MB, loads in 0.1 s) and one hollow 800 MB model (zeros, a sparse file) that takes
+    the server seconds to read with --no-mmap, so its load progress can be watched"""
+    assert MISSING is None, MISSING  # MODELGATE_REQUIRE_REAL_ENGINE: a missing server fails
+    d = tempfile.mkdtemp(prefix="modelgate-real.")
+    try:
+        tiny, big = os.path.join(d, "tiny.gguf"), os.path.join(d, "big.gguf")
+        for argv in ([tiny, "--context", "8192"],
+                     [big, "--hollow", "--embd", "1024", "--ff", "4096", "--blocks", "8"]):
+            out = subprocess.run([PYTHON, MAKE_MODEL, "--tree", TREE] + argv, capture_output=True, text=True,
+                                 timeout=120)
+            assert out.returncode == 0, out.stdout + out.stderr
+        yield tiny, big
+    finally:
+        shutil.rmtree(d)
+
+
+def router_unit(name, port, models_dir, args, conflicts):
+    return """[Unit]
+Description=test engine %(name)s (llama-server, router mode)
+Conflicts=%(c)s
+After=%(c)s
+
+[Service]
+Type=exec
+ExecStart=%(server)s --models-dir %(dir)s --models-max 1 --host 127.0.0.1 --port %(port)d %(args)s
+Restart=no
+""" % {"name": name, "c": conflicts, "server": SERVER, "dir": models_dir, "port": port, "args": args}
+
+
+@pytest.fixture
+def engines(box, tmp, model_files):
+    """engines 'mainline' (laguna-xs, laguna-s; -c 512, so an overflow is one request away) and 'fork'
+    (flint-xs, and flint-40b, which loads for seconds) on one port, conflicting both ways; returns
+    (port, the [Host] and [Engine] sections for host 3090)"""
+    tiny, big = model_files
+    port = free_port()
+    a, b = os.path.join(tmp, "models-mainline"), os.path.join(tmp, "models-fork")
+    os.makedirs(a)
+    os.makedirs(b)
+    for path, src in ((os.path.join(a, "laguna-xs.gguf"), tiny), (os.path.join(a, "laguna-s.gguf"), tiny),
+                      (os.path.join(b, "flint-xs.gguf"), tiny)):
+        os.link(src, path)
+    # a file of its own, holes and all: none of it in the page cache yet, so reading it takes the server a
+    # while again (a hard link would share the pages an earlier test read)
+    subprocess.run(["cp", "--sparse=always", big, os.path.join(b, "flint-40b.gguf")], check=True)
+    box.add_unit("llama-mainline.service", router_unit("mainline", port, a, "-c 512", "llama-fork.service"))
+    box.add_unit("llama-fork.service", router_unit("fork", port, b, "-c 4096 --no-mmap", "llama-mainline.service"))
+    box.reload()
+    conf = local_host("3090", port) + """
+[Engine]
+Host=3090
+Name=mainline
+Unit=llama-mainline.service
+Models=laguna-*
+StartTimeoutSec=60s
+
+[Engine]
+Host=3090
+Name=fork
+Unit=llama-fork.service
+Models=flint-*
+StartTimeoutSec=60s
+"""
+    return port, conf
+
+
+def ask(g, model, content="hi", max_tokens=8, path=CHAT, stream=False, **extra):
+    """greedy: the same answer each time (a random model's random sample can be text that llama.cpp's chat
+    output parser refuses with a 500)"""
+    body = chat(model, content, stream)
+    body.update(max_tokens=max_tokens, temperature=0, **extra)
+    return post(g.conn(timeout=120), path, body)
+
+
+def listing(g):
+    """the merged list, and how long it took to answer"""
+    t0 = time.monotonic()
+    m = models(g)
+    return m, time.monotonic() - t0
+
+
+def status(g, model):
+    return models(g)[model]["status"]["value"]
+
+
+def test_cold_start_and_switch_on_the_real_server(box, engines, make_gate):
+    port, conf = engines
+    g = make_gate(FAST + conf, env=gate_env(box))
+    g.wait_log("host 3090 up")
+    assert box.active_state("llama-mainline.service") == "inactive"
+    r = ask(g, "3090-laguna-xs")
+    body = json.loads(r.read())
+    assert r.status == 200, body
+    assert r.getheader("X-Modelgate-Served-By") == "3090/mainline"
+    # the router's own answer, model named by the key, with its timings untouched
+    assert body["model"] == "laguna-xs" and body["object"] == "chat.completion"
+    assert body["usage"]["completion_tokens"] >= 1 and "timings" in body
+    assert box.active_state("llama-mainline.service") == "active"
+    assert "host 3090: switching to engine mainline for 3090-laguna-xs" in g.logtext()
+
+    r = ask(g, "3090-flint-xs")
+    body = json.loads(r.read())
+    assert r.status == 200, body
+    assert r.getheader("X-Modelgate-Served-By") == "3090/fork" and body["model"] == "flint-xs"
+    assert box.active_state("llama-fork.service") == "active"
+    assert box.active_state("llama-mainline.service") == "inactive"
+    assert "host 3090: switching to engine fork for 3090-flint-xs" in g.logtext()
+
+
+def test_load_and_unload_through_modelgate_are_listed_at_once(box, engines, make_gate):
+    port, conf = engines
+    g = make_gate(FAST + "PollIntervalSec=1h\n" + conf, env=gate_env(box))
+    g.wait_log("host 3090 up")
+    assert ask(g, "3090-laguna-xs").status == 200
+    assert status(g, "3090-laguna-s") == "unloaded"
+
+    slowest = 0.0
+    for verb, want, gone in (("load", ("loading", "loaded"), "unloaded"), ("unload", ("unloaded",), None)):
+        r = post(g.conn(), "/models/" + verb, {"model": "3090-laguna-s"})
+        assert r.status == 200, r.read()
+        r.read()
+        accepted = time.monotonic()
+        # a client that lists at once, then every 2 s (SPEC §4); the router's events arrive meanwhile, and no
+        # listing waits for a re-read of the host's list because of them
+        seen = []
+        while True:
+            m, took = listing(g)
+            slowest = max(slowest, took)
+            seen.append(m["3090-laguna-s"]["status"]["value"])
+            if seen[-1] == want[-1]:
+                break
+            assert not (verb == "load" and seen[-1] == "unloaded" and time.monotonic() - accepted > 15), seen
+            assert time.monotonic() - accepted < 60, seen
+            time.sleep(2 if len(seen) > 3 else 0.1)
+        if verb == "load":
+            # the first answer after the 200 already says so: the load's answer is in the snapshot
+            assert seen[0] in want, seen
+            # --models-max 1: the router unloaded the other model for it
+            wait_for(lambda: status(g, "3090-laguna-xs") == "unloaded", 15, "laguna-xs to read unloaded")
+    # SPEC §4 says 10 ms; the bound here is far from a busy machine's noise and far below the 0.9-2.2 s a
+    # listing used to wait for the re-read after a load
+    print("slowest listing around a load or an unload: %.1f ms" % (slowest * 1000))
+    assert slowest < 0.5, slowest
+
+
+def test_feed_relabels_the_routers_progress_events_and_the_list_follows_them(box, engines, make_gate):
+    port, conf = engines
+    g = make_gate(FAST + "PollIntervalSec=1h\n" + conf, env=gate_env(box))
+    g.wait_log("host 3090 up")
+    assert ask(g, "3090-flint-xs").status == 200  # fork runs, and modelgate follows its feed
+    f = Feed(g)
+    time.sleep(0.5)  # the feed (re)connects when the engine comes up: let it settle before the load
+    r = post(g.conn(), "/models/load", {"model": "3090-flint-40b"})
+    assert r.status == 200, r.read()
+    r.read()
+
+    def midway():
+        return [e for e in f.events() if e["model"] == "3090-flint-40b" and e["event"] == "status_change"
+                and 0 < e["data"].get("progress", {}).get("value", 0) < 1]
+    wait_for(midway, 30, "a progress event of the load")
+    # while the router says it loads, so does the list, at once
+    assert status(g, "3090-flint-40b") == "loading"
+    wait_for(lambda: any(e["data"].get("status") == "loaded" for e in f.events() if "data" in e), 60,
+             "the loaded event")
+    assert status(g, "3090-flint-40b") == "loaded"
+    assert status(g, "3090-flint-xs") == "unloaded"
+    f.close()
+
+    ev = [e for e in f.events() if e["model"] == "3090-flint-40b"]
+    assert ev[0] == {"model": "3090-flint-40b", "event": "model_status", "data": {"status": "loading"},
+                     "proxy": {"host": "3090", "key": "flint-40b"}}
+    progress = [e["data"]["progress"]["value"] for e in ev if "progress" in e.get("data", {})]
+    assert progress == sorted(progress) and progress[-1] == 1.0, progress
+    loaded = [e for e in ev if e["data"].get("status") == "loaded"][0]
+    assert loaded["event"] == "status_change" and loaded["data"]["info"]["id"] == "flint-40b"
+    assert all(e["proxy"] == {"host": "3090", "key": "flint-40b"} for e in ev)
+
+
+def test_keepalive_comments_tell_how_far_the_model_has_loaded(box, engines, make_gate):
+    port, conf = engines
+    g = make_gate(FAST + "KeepaliveAfterSec=100ms\nKeepaliveIntervalSec=100ms\n" + conf, env=gate_env(box))
+    g.wait_log("host 3090 up")
+    # a cold start: the request waits for fork, then for the router to load flint-40b (seconds)
+    r = ask(g, "3090-flint-40b", stream=True, max_tokens=4)
+    assert r.status == 200
+    lines = []
+    while True:
+        line = r.readline()
+        if not line:
+            break
+        lines.append(line.decode().rstrip("\n"))
+    comments = [l for l in lines if l.startswith(":")]
+    loading = [re.fullmatch(r": loading 3090-flint-40b(?: (\d+)%)?", l) for l in comments]
+    percents = [int(m.group(1)) for m in loading if m and m.group(1)]
+    # how far it gets between two comments depends on the machine; the feed test sees the values in between
+    assert percents and percents == sorted(percents), comments
+    assert all(m or l.startswith(": waiting for engine fork on 3090") for m, l in zip(loading, comments)), comments
+    # then the router's own stream, in the same response
+    assert any(l.startswith("data: {") for l in lines) and lines[-2:] == ["data: [DONE]", ""], lines[-5:]
+    assert " early=200" in g.wait_log('model="3090-flint-40b"')
+
+
+OVERFLOW = re.compile(r"prompt is too long: (\d+) tokens > 512 maximum")
+
+
+@pytest.mark.parametrize("path", [CHAT, MESSAGES])
+@pytest.mark.parametrize("stream", [False, True])
+def test_context_overflow_is_reworded_for_each_api(box, engines, make_gate, path, stream):
+    port, conf = engines
+    g = make_gate(FAST + conf, env=gate_env(box))
+    g.wait_log("host 3090 up")
+    r = ask(g, "3090-laguna-xs", content="overflow " * 700, path=path, stream=stream)
+    body = json.loads(r.read())
+    assert r.status == 400, body
+    if path == MESSAGES:
+        assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error", body
+        msg = body["error"]["message"]
+    else:
+        assert body["error"]["code"] == "context_length_exceeded", body
+        msg = body["error"]["message"]
+    m = OVERFLOW.fullmatch(msg)
+    assert m and int(m.group(1)) > 512, msg
+
+
+def reference(g, model, extra):
+    """the answer of a plain request: what a stream of the same greedy request must add up to"""
+    r = post(g.conn(timeout=120), CHAT, dict(chat(model, "[[tokens:12]]"), **extra))
+    body = json.loads(r.read())
+    assert r.status == 200, body
+    return body["choices"][0]["message"]["content"]
+
+
+def test_official_sdks_stream_from_the_real_server(box, engines, make_gate):
+    missing = sdk_missing()
+    if missing and not os.environ.get("MODELGATE_REQUIRE_SDK"):
+        pytest.skip(missing)
+    port, conf = engines
+    g = make_gate(FAST + conf, env=gate_env(box))
+    g.wait_log("host 3090 up")
+    base = "http://127.0.0.1:%d" % g.port
+    # greedy and without the prompt cache: a stream and a plain answer are the same computation
+    extra = {"max_tokens": 24, "temperature": 0, "cache_prompt": False}
+    for model in ("3090-laguna-xs", "3090-flint-xs"):  # the second through a switch
+        r = run_sdk("openai.mjs", base + "/v1", model, "stream", json.dumps(extra))
+        assert r["chunks"] >= 2 and r["finish"] in ("length", "stop"), r
+        assert r["text"] == reference(g, model, extra), r
+        r = run_sdk("anthropic.mjs", base, model, "stream", json.dumps(extra))
+        assert r["events"] >= 4 and r["stop"] in ("max_tokens", "end_turn"), r
+        assert r["text"] == reference(g, model, extra), r
+    assert "host 3090: switching to engine fork for 3090-flint-xs" in g.logtext()
+
+
+def connections(pid, port):
+    """pid's established TCP connections to 127.0.0.1:port, as (local port) from /proc"""
+    inodes = set()
+    for fd in os.listdir("/proc/%d/fd" % pid):
+        try:
+            link = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    out = set()
+    for line in open("/proc/%d/net/tcp" % pid).read().splitlines()[1:]:
+        f = line.split()
+        local, remote, state, inode = f[1], f[2], f[3], f[9]
+        if inode in inodes and state == "01" and remote == "0100007F:%04X" % port:
+            out.add(int(local.split(":")[1], 16))
+    return out
+
+
+def test_a_client_gone_mid_stream_frees_the_servers_slot(box, engines, make_gate):
+    port, conf = engines
+    g = make_gate(FAST + conf, env=gate_env(box))
+    g.wait_log("host 3090 up")
+
+    def processing():
+        c = g.conn()
+        c.request("GET", "/slots?model=3090-flint-xs")
+        r = c.getresponse()
+        slots = json.loads(r.read())
+        assert r.status == 200, slots
+        return [s["id"] for s in slots if s["is_processing"]]
+
+    # the whole context (4096) of tokens: seconds of streaming on this machine
+    s = g.sock()
+    body = json.dumps(dict(chat("3090-flint-xs", "go on", True), max_tokens=100000, ignore_eos=True,
+                           temperature=0)).encode()
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    f = s.makefile("rb")
+    wait_for(lambda: f.readline().startswith(b"data: {"), 60, "the first token")
+    assert processing(), "the stream's slot is not processing"
+    streaming = connections(g.proc.pid, port)  # the stream's, the feed's, and any pooled one
+    f.close()
+    s.close()  # the last reference: the connection closes
+    gone = time.monotonic()
+    # modelgate's part: the stream's connection to the server closes at once, so the server can stop
+    wait_for(lambda: len(connections(g.proc.pid, port) & streaming) < len(streaming), 1.0,
+             "modelgate to close its connection to the engine")
+    try:
+        wait_for(lambda: not processing(), 1.0, "the slot to be free again")
+    except AssertionError:
+        # seen without modelgate too: this build's router often does not pass a client's disconnect on to
+        # the model's process, which then generates to the end (README, "Tests")
+        wait_for(lambda: not processing(), 60, "the slot to be free at the end of the generation")
+        pytest.xfail("modelgate closed its connection at once, but llama-server's router kept the slot busy "
+                     "until the generation ended")
+    print("slot free %.0f ms after the client left" % ((time.monotonic() - gone) * 1000))
