@@ -137,7 +137,8 @@ def test_two_hundred_subscribers_and_one_that_never_reads_stay_bounded(make_doub
     d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
     # ASan keeps freed memory in quarantine (up to 256 MiB): RSS would measure that, not modelgated
     env = dict(os.environ, ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "") + ":quarantine_size_mb=1")
-    g = make_gate(host_conf("3090", d.url), env=env)
+    # MaxFeedSubscribers= (64 by default) raised for the 200
+    g = make_gate("[Proxy]\nMaxFeedSubscribers=256\n" + host_conf("3090", d.url), env=env)
     models(g)
     readers = []
     for _ in range(199):
