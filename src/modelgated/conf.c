@@ -186,51 +186,56 @@ static int parse_unit_item(const char *v, void *data) {
         return parse_string_item(v, data);
 }
 
-/* "ssh:[user@]host[:port]", characters allow-listed: the parts reach ssh's command line, and an old
- * client with %r/%h in a ProxyCommand hands them to a shell; none may start with '-' (an option) */
-static bool ssh_target_valid(const char *t) {
-        const char *at = strchr(t, '@'), *h = at ? at + 1 : t, *port = NULL;
-
-        if (at) {
-                if (at == t || *t == '-')
+static bool ssh_chars(const char *p, size_t n, const char *extra) {
+        if (n == 0 || *p == '-')
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (!isalnum((unsigned char)p[i]) && !strchr(extra, p[i]))
                         return false;
-                for (const char *p = t; p < at; p++)
-                        if (!isalnum((unsigned char)*p) && !strchr("._-", *p))
-                                return false;
-        }
-        if (*h == '[') {
-                const char *e = strchr(h, ']');
-                if (!e || e == h + 1)
-                        return false;
-                for (const char *p = h + 1; p < e; p++)
-                        if (!isxdigit((unsigned char)*p) && *p != ':' && *p != '.')
-                                return false;
-                port = *(e + 1) == ':' ? e + 2 : NULL;
-                if (*(e + 1) && !port)
-                        return false;
-        } else {
-                const char *colon = strchr(h, ':');
-                size_t l = colon ? (size_t)(colon - h) : strlen(h);
-                if (l == 0 || *h == '-')
-                        return false;
-                for (size_t i = 0; i < l; i++)
-                        if (!isalnum((unsigned char)h[i]) && !strchr(".-_", h[i]))
-                                return false;
-                port = colon ? colon + 1 : NULL;
-        }
-        if (port) {
-                if (!*port || strlen(port) > 5)
-                        return false;
-                for (const char *p = port; *p; p++)
-                        if (!isdigit((unsigned char)*p))
-                                return false;
-        }
         return true;
+}
+
+/* "[user@]host[:port]" of Bus=ssh: (IPv6 bare or in brackets) split into ssh's "[user@]host" and the port
+ * (NULL: none). The characters are allow-listed: the parts reach ssh's command line, and an old client
+ * with %r/%h in a ProxyCommand hands them to a shell; none may start with '-' (an option). */
+static int ssh_target_split(const char *spec, char **ret_target, char **ret_port) {
+        const char *at = strrchr(spec, '@'), *hostpart = at ? at + 1 : spec, *host, *port = NULL;
+        size_t host_len;
+
+        if (at && !ssh_chars(spec, (size_t)(at - spec), "._-"))
+                return -EINVAL;
+        if (hostpart[0] == '[') {
+                const char *close = strchr(hostpart, ']');
+                if (!close || (close[1] && close[1] != ':'))
+                        return -EINVAL;
+                host = hostpart + 1;
+                host_len = (size_t)(close - host);
+                port = close[1] ? close + 2 : NULL;
+                if (!ssh_chars(host, host_len, ":."))
+                        return -EINVAL;
+        } else {
+                const char *colon = strchr(hostpart, ':');
+                if (colon && strchr(colon + 1, ':'))
+                        colon = NULL; /* a bare IPv6 address */
+                host = hostpart;
+                host_len = colon ? (size_t)(colon - hostpart) : strlen(hostpart);
+                port = colon ? colon + 1 : NULL;
+                if (!ssh_chars(host, host_len, colon || !strchr(hostpart, ':') ? "._-" : ":."))
+                        return -EINVAL;
+        }
+        if (port && (!*port || strlen(port) > 5 || strspn(port, "0123456789") != strlen(port)))
+                return -EINVAL;
+        if (ret_target &&
+            asprintf(ret_target, "%.*s%.*s", at ? (int)(at - spec + 1) : 0, spec, (int)host_len, host) < 0)
+                return -ENOMEM;
+        if (ret_port && !(*ret_port = port ? strdup(port) : NULL) && port)
+                return -ENOMEM;
+        return 0;
 }
 
 static int parse_bus_item(const char *v, void *data) {
         if (!streq(v, "local") && !streq(v, "system") &&
-            (strncmp(v, "ssh:", 4) != 0 || !ssh_target_valid(v + 4)))
+            (strncmp(v, "ssh:", 4) != 0 || ssh_target_split(v + 4, NULL, NULL) < 0))
                 return -EINVAL;
         return parse_string_item(v, data);
 }
@@ -1239,7 +1244,6 @@ void config_dump(const Config *c, FILE *f) {
 int host_conf_ssh_argv(const HostConf *h, char ***ret) {
         _cleanup_strv_free_ char **argv = NULL;
         _cleanup_free_ char *target = NULL, *port = NULL, *bus_path = NULL;
-        const char *spec = h->bus + 4, *at = strrchr(spec, '@'), *hostpart = at ? at + 1 : spec;
         int r;
 
         r = strv_split_words(h->ssh_command ?: "ssh", &argv);
@@ -1247,27 +1251,9 @@ int host_conf_ssh_argv(const HostConf *h, char ***ret) {
                 return r;
         if (!argv[0])
                 return -EINVAL;
-
-        if (hostpart[0] == '[') {
-                const char *close = strchr(hostpart, ']');
-                if (!close || close == hostpart + 1 || (close[1] && close[1] != ':'))
-                        return -EINVAL;
-                if (asprintf(&target, "%.*s%.*s", at ? (int)(at - spec + 1) : 0, spec,
-                             (int)(close - hostpart - 1), hostpart + 1) < 0)
-                        return -ENOMEM;
-                if (close[1] == ':' && !(port = strdup(close + 2)))
-                        return -ENOMEM;
-        } else {
-                const char *colon = strchr(hostpart, ':');
-                if (colon && strchr(colon + 1, ':'))
-                        colon = NULL; /* a bare IPv6 address */
-                if (asprintf(&target, "%.*s", colon ? (int)(colon - spec) : (int)strlen(spec), spec) < 0)
-                        return -ENOMEM;
-                if (colon && !(port = strdup(colon + 1)))
-                        return -ENOMEM;
-        }
-        if (port && (!*port || strspn(port, "0123456789") != strlen(port)))
-                return -EINVAL;
+        r = ssh_target_split(h->bus + 4, &target, &port);
+        if (r < 0)
+                return r;
 
         if (h->bus_path) {
                 if (strchr(h->bus_path, '\''))

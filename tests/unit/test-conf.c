@@ -91,6 +91,25 @@ TEST(errors_are_refused) {
         }
 }
 
+/* every form Bus=ssh: documents parses (and builds a command line), bare IPv6 included */
+TEST(ssh_targets_accepted) {
+        static const char *const good[] = {"ssh:a9",
+                                           "ssh:gpu@a9",
+                                           "ssh:gpu@a9:2222",
+                                           "ssh:gpu.x_y@host-1.lan",
+                                           "ssh:u@[fd00::1]:22",
+                                           "ssh:fd00::1",
+                                           "ssh:[::1]"};
+        for (size_t i = 0; i < ELEMENTSOF(good); i++) {
+                Config c;
+                char text[256];
+                snprintf(text, sizeof(text), "[Host]\nName=a\nURL=http://x:1\nBus=%s\n", good[i]);
+                if (parse(&c, text) != 0)
+                        FAIL("refused: %s", good[i]);
+                config_done(&c);
+        }
+}
+
 TEST(verify_checks_the_whole) {
         static const char *const bad[] = {
                 "[Host]\nName=a\n",                                           /* no URL */
