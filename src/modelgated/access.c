@@ -10,14 +10,10 @@
 
 #include "modelgated/access.h"
 #include "modelgated/manager.h"
+#include "shared/count-map.h"
 #include "shared/log.h"
 #include "shared/sha256.h"
 #include "shared/state-file.h"
-
-typedef struct Counter {
-        char *name; /* NULL: a free slot */
-        uint64_t n;
-} Counter;
 
 /* Anonymous clients are counted per address (IPv6 per /64, which is what one client has): at most this many
  * a day. Past the cap, new anonymous addresses share one count (OVERFLOW) with the same daily cap, rather
@@ -28,9 +24,9 @@ typedef struct Counter {
 
 struct Access {
         Manager *manager;
-        char day[16];   /* "2026-11-30", UTC: the day the counts are for */
-        Counter *slots; /* open addressing, linear probing; a power of two, at most half full */
-        size_t n_slots, n_counters, n_anonymous;
+        char day[16]; /* "2026-11-30", UTC: the day the counts are for */
+        CountMap *counts;
+        size_t n_anonymous;
         bool dirty;
         sd_event_source *save_timer;
 };
@@ -46,70 +42,29 @@ static void today(char day[16], uint64_t *ret_seconds_left) {
 }
 
 static void counters_clear(Access *a) {
-        for (size_t i = 0; i < a->n_slots; i++)
-                free(a->slots[i].name);
-        free(a->slots);
-        a->slots = NULL;
-        a->n_slots = a->n_counters = a->n_anonymous = 0;
+        a->counts = count_map_free(a->counts);
+        a->n_anonymous = 0;
 }
 
-static uint64_t hash(const char *s) {
-        uint64_t h = 14695981039346656037ULL; /* FNV-1a */
-        for (; *s; s++)
-                h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-        return h;
-}
-
-static Counter *slot_for(Counter *slots, size_t n_slots, const char *name) {
-        size_t i = (size_t)hash(name) & (n_slots - 1);
-        while (slots[i].name && !streq(slots[i].name, name))
-                i = (i + 1) & (n_slots - 1);
-        return &slots[i];
-}
-
-static int grow(Access *a) {
-        size_t n = a->n_slots ? a->n_slots * 2 : 64;
-        Counter *slots = calloc(n, sizeof(Counter));
-
-        if (!slots)
-                return -ENOMEM;
-        for (size_t i = 0; i < a->n_slots; i++)
-                if (a->slots[i].name)
-                        *slot_for(slots, n, a->slots[i].name) = a->slots[i];
-        free(a->slots);
-        a->slots = slots;
-        a->n_slots = n;
-        return 0;
-}
-
-/* The counter called name, made if need be. NULL with errno: ENOMEM, or EDQUOT when an anonymous one
+/* The count called name, made if need be. NULL with errno: ENOMEM, or EDQUOT when an anonymous one
  * would pass ACCESS_ANONYMOUS_MAX. */
-static Counter *counter_get(Access *a, const char *name) {
+static uint64_t *counter_get(Access *a, const char *name) {
         bool anonymous = startswith(name, "ip:") && !streq(name, OVERFLOW);
-        Counter *c;
+        uint64_t *n = count_map_get(&a->counts, name, false);
 
-        if (a->n_slots > 0) {
-                c = slot_for(a->slots, a->n_slots, name);
-                if (c->name)
-                        return c;
-        }
+        if (n)
+                return n;
         if (anonymous && a->n_anonymous >= ACCESS_ANONYMOUS_MAX) {
                 errno = EDQUOT;
                 return NULL;
         }
-        if ((a->n_counters + 1) * 2 > a->n_slots && grow(a) < 0) {
+        n = count_map_get(&a->counts, name, true);
+        if (!n) {
                 errno = ENOMEM;
                 return NULL;
         }
-        c = slot_for(a->slots, a->n_slots, name);
-        *c = (Counter){.name = strdup(name)};
-        if (!c->name) {
-                errno = ENOMEM;
-                return NULL;
-        }
-        a->n_counters++;
         a->n_anonymous += anonymous;
-        return c;
+        return n;
 }
 
 static void usage_save(Access *a) {
@@ -119,10 +74,10 @@ static void usage_save(Access *a) {
 
         json_object_object_add(root, "day", json_object_new_string(a->day));
         json_object_object_add(root, "counts", counts);
-        for (size_t i = 0; i < a->n_slots; i++)
-                if (a->slots[i].name)
-                        json_object_object_add(counts, a->slots[i].name,
-                                               json_object_new_uint64(a->slots[i].n));
+        const char *name;
+        uint64_t n;
+        for (size_t i = 0; count_map_next(a->counts, &i, &name, &n);)
+                json_object_object_add(counts, name, json_object_new_uint64(n));
         if (!path)
                 log_warning("No state directory: daily request counts will not survive a restart");
         else {
@@ -162,9 +117,9 @@ static void usage_load(Access *a) {
             json_object_is_type(counts, json_type_object)) {
                 /* linear in the entries: a hash table, and nothing past the anonymous cap is kept */
                 json_object_object_foreach(counts, k, v) {
-                        Counter *c = counter_get(a, k);
+                        uint64_t *c = counter_get(a, k);
                         if (c)
-                                c->n = json_object_get_uint64(v);
+                                *c = json_object_get_uint64(v);
                 }
         }
         json_object_put(root);
@@ -269,7 +224,7 @@ int access_count(Access *a, const Config *c, const AccessCaller *caller, const c
         uint64_t cap = caller->tier ? caller->tier->daily_requests : c->access.anonymous_daily_requests;
         uint64_t left;
         char day[16];
-        Counter *n;
+        uint64_t *n;
 
         today(day, &left);
         if (!streq(day, a->day)) {
@@ -291,7 +246,7 @@ int access_count(Access *a, const Config *c, const AccessCaller *caller, const c
                 n = counter_get(a, OVERFLOW);
         if (!n)
                 return -ENOMEM;
-        if (cap != UINT64_MAX && n->n >= cap) {
+        if (cap != UINT64_MAX && *n >= cap) {
                 *d = (AccessDenial){.status = 429, .code = "rate_limit_exceeded", .retry_after = left};
                 snprintf(d->message, sizeof(d->message),
                          "%s has used its %llu requests for today (%s, UTC); the count starts again in %llu "
@@ -303,7 +258,7 @@ int access_count(Access *a, const Config *c, const AccessCaller *caller, const c
                          (unsigned long long)cap, a->day, (unsigned long long)left);
                 return -EDQUOT;
         }
-        n->n++;
+        (*n)++;
         if (!a->dirty || sd_event_source_get_enabled(a->save_timer, NULL) <= 0) {
                 a->dirty = true;
                 (void)sd_event_source_set_time_relative(a->save_timer, USAGE_SAVE_DELAY_USEC);

@@ -169,10 +169,10 @@ void catalog_status_done(CatalogStatus *s) {
         s->info = NULL;
 }
 
-int catalog_status_parse(const char *json, size_t n, CatalogStatus *ret) {
+/* A JSON object of a feed event (n bytes, not NUL-terminated) */
+static int parse_object(const char *json, size_t n, json_object **ret) {
         json_tokener *tok = json_tokener_new();
-        json_object *o, *model, *event, *data, *status, *x, *v;
-        int r = -ENOMSG;
+        json_object *o;
 
         if (!tok)
                 return -ENOMEM;
@@ -182,6 +182,18 @@ int catalog_status_parse(const char *json, size_t n, CatalogStatus *ret) {
                 json_object_put(o);
                 return -EBADMSG;
         }
+        *ret = o;
+        return 0;
+}
+
+int catalog_status_parse(const char *json, size_t n, CatalogStatus *ret) {
+        json_object *o, *model, *event, *data, *status, *x, *v;
+        int r;
+
+        r = parse_object(json, n, &o);
+        if (r < 0)
+                return r;
+        r = -ENOMSG; /* until it is a status event */
         *ret = (CatalogStatus){.percent = -1};
         /* llama.cpp sends "model_status" for the first loading event and "status_change" for every later
          * one; its README calls them all model_status */
@@ -548,20 +560,14 @@ static void refresh_from_feed(Catalog *c) {
 /* The feed */
 
 int catalog_relabel_event(const char *host, const char *json, size_t n, Buffer *out, bool *ret_changes) {
-        json_tokener *tok = json_tokener_new();
         json_object *o, *model, *event, *proxy;
         const char *key;
         _cleanup_free_ char *label = NULL;
-        int r = 0;
+        int r;
 
-        if (!tok)
-                return -ENOMEM;
-        o = json_tokener_parse_ex(tok, json, (int)MIN(n, (size_t)INT32_MAX));
-        json_tokener_free(tok);
-        if (!o || !json_object_is_type(o, json_type_object)) {
-                json_object_put(o);
-                return -EBADMSG;
-        }
+        r = parse_object(json, n, &o);
+        if (r < 0)
+                return r;
         key = json_object_object_get_ex(o, "model", &model) && json_object_is_type(model, json_type_string)
                       ? json_object_get_string(model)
                       : "";

@@ -22,7 +22,6 @@
 #include <unistd.h>
 
 #include "modelgated/access.h"
-#include "modelgated/address-count.h"
 #include "modelgated/api-error.h"
 #include "modelgated/catalog.h"
 #include "modelgated/client.h"
@@ -34,6 +33,7 @@
 #include "modelgated/route.h"
 #include "modelgated/sse.h"
 #include "modelgated/upstream.h"
+#include "shared/count-map.h"
 #include "shared/log.h"
 
 #define CLIENT_READ_SIZE (64 * 1024)
@@ -64,6 +64,7 @@ struct Client {
         sd_event_source *io, *timer;
         char peer[INET6_ADDRSTRLEN + 8];
         char address[INET6_ADDRSTRLEN + 8]; /* what MaxConnectionsPerAddress= counts (IPv6 per /64) */
+        bool address_counted;
         ClientState state;
         bool in_process;
         bool close_after_response;
@@ -165,7 +166,11 @@ void client_free(Client *c) {
         request_reset(c);
         LIST_REMOVE(clients, c->manager->clients, c);
         c->manager->n_clients--;
-        address_count_remove(c->manager->connections_by_address, c->address);
+        uint64_t *same = c->address_counted
+                                 ? count_map_get(&c->manager->connections_by_address, c->address, false)
+                                 : NULL;
+        if (same && --*same == 0)
+                count_map_remove(c->manager->connections_by_address, c->address);
         sd_event_source_disable_unref(c->io);
         sd_event_source_disable_unref(c->timer);
         sd_event_source_disable_unref(c->keepalive);
@@ -1302,38 +1307,37 @@ static void client_refuse_body(Client *c) {
 static bool client_admit_head(Client *c) {
         HttpRequest *r = &c->parser.req;
         Span path = url_path(http_request_url(r));
+        bool open = request_is_open(r, path), close = c->close_after_response;
 
-        if (request_is_open(r, path)) {
+        if (!open && !c->manager->config->access.enabled)
+                return true;
+        /* an answer on the head is the request's answer: its access line names it, and the body that
+         * follows is not read (the connection closes) */
+        c->start = now_usec(CLOCK_MONOTONIC);
+        c->method = strdup(llhttp_method_name(r->method));
+        c->path = span_dup(path);
+        c->api = api_kind_for_path(path);
+        c->close_after_response = true;
+        if (open) {
                 /* what modelgate answers itself reads no body: none is held for it */
                 if (http_parser_limit_body(&c->parser, 0) < 0) {
-                        c->start = now_usec(CLOCK_MONOTONIC);
-                        c->method = strdup(llhttp_method_name(r->method));
-                        c->path = span_dup(path);
-                        c->close_after_response = true;
                         client_respond_error(c, 413, "request_too_large", "this request takes no body",
                                              NULL);
                         return false;
                 }
-                return true;
+        } else {
+                if (!client_admit(c))
+                        return false;
+                uint64_t limit = caller_body_limit(c);
+                if (limit > 0 && http_parser_limit_body(&c->parser, limit) < 0) {
+                        client_refuse_body(c);
+                        return false;
+                }
         }
-        if (!c->manager->config->access.enabled)
-                return true;
-        c->start = now_usec(CLOCK_MONOTONIC);
-        c->api = api_kind_for_path(path);
-        c->close_after_response = true;
-        if (!client_admit(c)) {
-                c->method = strdup(llhttp_method_name(r->method));
-                c->path = span_dup(path);
-                return false;
-        }
-        uint64_t limit = caller_body_limit(c);
-        if (limit > 0 && http_parser_limit_body(&c->parser, limit) < 0) {
-                c->method = strdup(llhttp_method_name(r->method));
-                c->path = span_dup(path);
-                client_refuse_body(c);
-                return false;
-        }
-        c->close_after_response = false;
+        /* admitted: the request is dispatched when its body is in */
+        c->method = mfree(c->method);
+        c->path = mfree(c->path);
+        c->close_after_response = close;
         return true;
 }
 
@@ -1861,7 +1865,9 @@ int client_new(Manager *m, int fd, const struct sockaddr *peer, socklen_t peer_l
         LIST_PREPEND(clients, m->clients, c);
         m->n_clients++;
         manager_changed(m);
-        size_t same = address_count_add(&m->connections_by_address, c->address);
+        uint64_t *counted = count_map_get(&m->connections_by_address, c->address, true);
+        uint64_t same = counted ? ++*counted : 0;
+        c->address_counted = counted;
 
         r = sd_event_add_io(m->event, &c->io, fd, EPOLLIN | EPOLLRDHUP | EPOLLET, client_io_cb, c);
         if (r >= 0)
@@ -1872,14 +1878,14 @@ int client_new(Manager *m, int fd, const struct sockaddr *peer, socklen_t peer_l
                 return r;
         }
         if (same == 0 || same > m->config->max_connections_per_address) {
-                /* one address cannot take every connection slot: told at once, before anything is read */
+                /* one address cannot take every connection slot: told at once, before anything is read
+                 * (out of memory to count it, it is refused the same way) */
                 char msg[160];
-                if (same == 0)
-                        address_count_add(&m->connections_by_address, c->address); /* freed as one */
                 snprintf(msg, sizeof(msg),
-                         "this address has %zu connections open to modelgate, more than "
+                         "this address has %llu connections open to modelgate, more than "
                          "MaxConnectionsPerAddress=%llu; close some and retry",
-                         same, (unsigned long long)m->config->max_connections_per_address);
+                         (unsigned long long)same,
+                         (unsigned long long)m->config->max_connections_per_address);
                 c->start = now_usec(CLOCK_MONOTONIC);
                 c->method = strdup("-");
                 c->close_after_response = true;

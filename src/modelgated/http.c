@@ -597,21 +597,7 @@ bool span_eq(Span s, const char *t) {
 }
 
 bool span_has_token(Span list, const char *token) {
-        size_t i = 0;
-
-        while (list.p && i < list.n) {
-                while (i < list.n && (list.p[i] == ' ' || list.p[i] == '\t' || list.p[i] == ','))
-                        i++;
-                size_t s = i;
-                while (i < list.n && list.p[i] != ',')
-                        i++;
-                size_t e = i;
-                while (e > s && (list.p[e - 1] == ' ' || list.p[e - 1] == '\t'))
-                        e--;
-                if (span_caseeq((Span){list.p + s, e - s}, token))
-                        return true;
-        }
-        return false;
+        return span_list_has(list, (Span){token, strlen(token)});
 }
 
 bool http_header_is_hop_by_hop(Span name) {

@@ -20,7 +20,6 @@
 #include <systemd/sd-daemon.h>
 
 #include "modelgated/access.h"
-#include "modelgated/address-count.h"
 #include "modelgated/bus-object.h"
 #include "modelgated/client.h"
 #include "modelgated/host.h"
@@ -28,6 +27,7 @@
 #include "modelgated/manager.h"
 #include "modelgated/metrics.h"
 #include "modelgated/upstream.h"
+#include "shared/count-map.h"
 #include "shared/log.h"
 #include "shared/parse-util.h"
 #include "shared/strv.h"
@@ -82,7 +82,7 @@ Manager *manager_free(Manager *m) {
         m->access = access_free(m->access);
         while (m->clients)
                 client_free(m->clients);
-        m->connections_by_address = address_count_free(m->connections_by_address);
+        m->connections_by_address = count_map_free(m->connections_by_address);
         upstream_pool_flush(m);
         for (size_t i = 0; i < m->n_listeners; i++) {
                 sd_event_source_disable_unref(m->listeners[i].source);

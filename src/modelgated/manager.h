@@ -39,7 +39,7 @@ struct Manager {
 
         Client *clients;
         size_t n_clients;
-        struct AddressCount *connections_by_address; /* MaxConnectionsPerAddress= */
+        struct CountMap *connections_by_address; /* MaxConnectionsPerAddress= */
 
         Host **hosts;    /* per config->hosts[] */
         Host **draining; /* removed or replaced by a reload, answering what they had */

@@ -1,24 +1,23 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* Open addressing with tombstones: entries come and go with connections, and the table never holds more
- * live entries than there are connections. */
+/* Open addressing with linear probing; removed entries leave tombstones, swept when the table is rebuilt,
+ * so that entries that come and go (connections) never fill it. At most half full. */
 
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "modelgated/address-count.h"
+#include "shared/count-map.h"
 #include "shared/macro.h"
 
 #define TOMBSTONE ((char *)1)
 
 typedef struct Entry {
-        char *address; /* NULL: free; TOMBSTONE: removed */
-        size_t n;
+        char *name; /* NULL: free; TOMBSTONE: removed */
+        uint64_t n;
 } Entry;
 
-struct AddressCount {
+struct CountMap {
         Entry *e;
-        size_t n_slots, n_used; /* used: live entries and tombstones */
+        size_t n_slots, n_used, n_live; /* used: live entries and tombstones */
 };
 
 static uint64_t hash(const char *s) {
@@ -28,99 +27,115 @@ static uint64_t hash(const char *s) {
         return h;
 }
 
-static Entry *find(const AddressCount *t, const char *address, Entry **ret_free) {
-        Entry *tomb = NULL;
-        size_t i = (size_t)hash(address) & (t->n_slots - 1);
+static bool live(const Entry *e) {
+        return e->name && e->name != TOMBSTONE;
+}
 
-        for (;; i = (i + 1) & (t->n_slots - 1)) {
-                Entry *e = &t->e[i];
-                if (!e->address) {
+/* The entry of name, or NULL with *ret_free (if given) the slot it would take */
+static Entry *find(const CountMap *m, const char *name, Entry **ret_free) {
+        Entry *tomb = NULL;
+
+        for (size_t i = (size_t)hash(name) & (m->n_slots - 1);; i = (i + 1) & (m->n_slots - 1)) {
+                Entry *e = &m->e[i];
+                if (!e->name) {
                         if (ret_free)
                                 *ret_free = tomb ?: e;
                         return NULL;
                 }
-                if (e->address == TOMBSTONE)
+                if (e->name == TOMBSTONE)
                         tomb = tomb ?: e;
-                else if (streq(e->address, address))
+                else if (streq(e->name, name))
                         return e;
         }
 }
 
-static int rehash(AddressCount *t, size_t n_slots) {
-        Entry *old = t->e;
-        size_t n_old = t->n_slots;
+static int rebuild(CountMap *m, size_t n_slots) {
+        Entry *old = m->e, *slot;
+        size_t n_old = m->n_slots;
 
-        t->e = calloc(n_slots, sizeof(Entry));
-        if (!t->e) {
-                t->e = old;
+        m->e = calloc(n_slots, sizeof(Entry));
+        if (!m->e) {
+                m->e = old;
                 return -ENOMEM;
         }
-        t->n_slots = n_slots;
-        t->n_used = 0;
+        m->n_slots = n_slots;
+        m->n_used = m->n_live;
         for (size_t i = 0; i < n_old; i++)
-                if (old[i].address && old[i].address != TOMBSTONE) {
-                        Entry *slot;
-                        find(t, old[i].address, &slot);
+                if (live(&old[i])) {
+                        find(m, old[i].name, &slot);
                         *slot = old[i];
-                        t->n_used++;
                 }
         free(old);
         return 0;
 }
 
-AddressCount *address_count_free(AddressCount *t) {
-        if (!t)
+CountMap *count_map_free(CountMap *m) {
+        if (!m)
                 return NULL;
-        for (size_t i = 0; i < t->n_slots; i++)
-                if (t->e[i].address != TOMBSTONE)
-                        free(t->e[i].address);
-        free(t->e);
-        free(t);
+        for (size_t i = 0; i < m->n_slots; i++)
+                if (live(&m->e[i]))
+                        free(m->e[i].name);
+        free(m->e);
+        free(m);
         return NULL;
 }
 
-size_t address_count_add(AddressCount **tp, const char *address) {
-        AddressCount *t = *tp;
+uint64_t *count_map_get(CountMap **mp, const char *name, bool create) {
+        CountMap *m = *mp;
         Entry *e, *slot;
 
-        if (!t) {
-                t = calloc(1, sizeof(AddressCount));
-                if (!t)
-                        return 0;
-                if (rehash(t, 16) < 0) {
-                        free(t);
-                        return 0;
+        if (!m) {
+                if (!create)
+                        return NULL;
+                m = calloc(1, sizeof(CountMap));
+                if (!m)
+                        return NULL;
+                if (rebuild(m, 16) < 0) {
+                        free(m);
+                        return NULL;
                 }
-                *tp = t;
+                *mp = m;
         }
-        e = find(t, address, &slot);
-        if (e)
-                return ++e->n;
-        if ((t->n_used + 1) * 2 > t->n_slots) {
-                size_t live = 0;
-                for (size_t i = 0; i < t->n_slots; i++)
-                        live += t->e[i].address && t->e[i].address != TOMBSTONE;
-                /* grow when it is live entries that fill it, else only sweep the tombstones */
-                if (rehash(t, (live + 1) * 4 > t->n_slots ? t->n_slots * 2 : t->n_slots) < 0)
-                        return 0;
-                find(t, address, &slot);
+        e = find(m, name, &slot);
+        if (e || !create)
+                return e ? &e->n : NULL;
+        if ((m->n_used + 1) * 2 > m->n_slots) {
+                /* grow when live entries fill it, else only sweep the tombstones */
+                if (rebuild(m, (m->n_live + 1) * 4 > m->n_slots ? m->n_slots * 2 : m->n_slots) < 0)
+                        return NULL;
+                find(m, name, &slot);
         }
-        char *a = strdup(address);
-        if (!a)
-                return 0;
-        if (!slot->address)
-                t->n_used++;
-        *slot = (Entry){a, 1};
-        return 1;
+        char *copy = strdup(name);
+        if (!copy)
+                return NULL;
+        if (!slot->name)
+                m->n_used++;
+        *slot = (Entry){copy, 0};
+        m->n_live++;
+        return &slot->n;
 }
 
-void address_count_remove(AddressCount *t, const char *address) {
-        Entry *e = t ? find(t, address, NULL) : NULL;
+void count_map_remove(CountMap *m, const char *name) {
+        Entry *e = m ? find(m, name, NULL) : NULL;
 
         if (!e)
                 return;
-        if (--e->n == 0) {
-                free(e->address);
-                e->address = TOMBSTONE;
-        }
+        free(e->name);
+        e->name = TOMBSTONE;
+        m->n_live--;
+}
+
+size_t count_map_size(const CountMap *m) {
+        return m ? m->n_live : 0;
+}
+
+bool count_map_next(const CountMap *m, size_t *i, const char **ret_name, uint64_t *ret_n) {
+        for (; m && *i < m->n_slots; (*i)++)
+                if (live(&m->e[*i])) {
+                        *ret_name = m->e[*i].name;
+                        *ret_n = m->e[*i].n;
+                        (*i)++;
+                        return true;
+                }
+        return false;
 }

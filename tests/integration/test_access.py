@@ -240,6 +240,9 @@ def test_admission_comes_before_the_body(make_double, tmp):
                 assert status == (413 if key.encode() in auth else 401), body
                 socks.append(s)
         assert g.rss_kb() - rss < 20000  # nothing like 12 × 50 MB
+        # answered on the head, and logged as the request it is
+        g.wait_log('POST /v1/chat/completions model="" host=- status=401')
+        g.wait_log('POST /v1/chat/completions model="" host=- status=413')
         for s in socks:
             s.close()
         # a chunked body past the tier's limit is refused as it comes
