@@ -59,7 +59,10 @@ def test_socket_activation_in_a_boxed_user_manager(make_double, tmp):
         "@bindir@/modelgatectl", os.path.join(os.path.dirname(os.path.abspath(MODELGATED)), "modelgatectl"))
     socket_unit = open(os.path.join(units, "modelgate.socket")).read().replace(
         "ListenStream=127.0.0.1:8080", "ListenStream=127.0.0.1:%d" % port)
-    open(os.path.join(tmp, "modelgate.service"), "w").write(unit_for_tests(service))
+    # the box has no journal: the daemon's log goes to a file, for the assertions' messages
+    daemon_log = os.path.join(tmp, "daemon.log")
+    service = unit_for_tests(service).rstrip("\n") + "\nStandardOutput=append:%s\nStandardError=inherit\n" % daemon_log
+    open(os.path.join(tmp, "modelgate.service"), "w").write(service)
     open(os.path.join(tmp, "modelgate.socket"), "w").write(socket_unit)
     script = os.path.join(tmp, "inside.sh")
     open(script, "w").write("""set -eu
@@ -76,13 +79,15 @@ echo "after: $(systemctl --user is-active modelgate.service)"
 echo "status: $(systemctl --user show -p StatusText --value modelgate.service)"
 systemctl --user stop modelgate.service modelgate.socket
 echo "stopped: $(systemctl --user is-active modelgate.service || true)"
-journalctl --user -u modelgate.service --no-pager -o cat 2>/dev/null | tail -5 || true
+systemctl --user show -p Result -p ExecMainCode -p ExecMainStatus modelgate.service
 """ % {"tmp": tmp, "port": port})
-    out = subprocess.run([BOX, "bash", script], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "before: inactive" in out.stdout, out.stdout
-    assert "after: active" in out.stdout, out.stdout
-    assert "status: Listening on 127.0.0.1:%d; 1 host(s)" % port in out.stdout, out.stdout
-    assert "stopped: inactive" in out.stdout
+    out = subprocess.run([BOX, "bash", script], capture_output=True, text=True, timeout=150)
+    log = open(daemon_log).read() if os.path.exists(daemon_log) else "(no daemon log)"
+    why = out.stdout + out.stderr + "\n--- modelgated:\n" + log
+    assert out.returncode == 0, why
+    assert "before: inactive" in out.stdout, why
+    assert "after: active" in out.stdout, why
+    assert "status: Listening on 127.0.0.1:%d; 1 host(s)" % port in out.stdout, why
+    assert "stopped: inactive" in out.stdout, why
     answer = json.load(open(os.path.join(tmp, "answer.json")))
     assert answer["choices"][0]["message"]["content"] == "tok0 tok1 tok2 tok3 tok4 "
