@@ -499,7 +499,7 @@ static void catalog_fetch(Catalog *c) {
                 buffer_done(&req);
                 return;
         }
-        r = upstream_start(c->manager, url, &req, false, &fetch_callbacks, c, &c->fetch);
+        r = upstream_start(c->manager->pool, url, &req, false, &fetch_callbacks, c, &c->fetch);
         buffer_done(&req);
         if (r < 0) {
                 c->fetch = NULL;
@@ -694,7 +694,7 @@ static void feed_connect(Catalog *c) {
         if (buffer_printf(&req,
                           "GET %s/models/sse HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\n\r\n",
                           url->base_path, url->authority) < 0 ||
-            upstream_start(c->manager, url, &req, false, &feed_callbacks, c, &c->feed) < 0) {
+            upstream_start(c->manager->pool, url, &req, false, &feed_callbacks, c, &c->feed) < 0) {
                 c->feed = NULL;
                 feed_schedule(c);
         }

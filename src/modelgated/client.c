@@ -1022,7 +1022,7 @@ static void client_start_budget(Client *c) {
 }
 
 static void client_send_upstream(Client *c) {
-        int k = upstream_start(c->manager, c->target, &c->pending, c->head, &client_upstream_callbacks, c,
+        int k = upstream_start(c->manager->pool, c->target, &c->pending, c->head, &client_upstream_callbacks, c,
                                &c->upstream);
         buffer_done(&c->pending);
         if (k < 0)

@@ -305,7 +305,7 @@ int warmup_send(Host *h, size_t engine, const UpstreamCallbacks *cb) {
                 buffer_done(&req);
                 return -ENOMEM;
         }
-        r = upstream_start(h->manager, url, &req, false, cb, h, slot);
+        r = upstream_start(h->manager->pool, url, &req, false, cb, h, slot);
         buffer_done(&req);
         if (r < 0)
                 return r;
@@ -434,7 +434,7 @@ static int probe_start(Host *h, const UpstreamCallbacks *cb, usec_t timeout) {
                 buffer_done(&req);
                 return -ENOMEM;
         }
-        r = upstream_start(h->manager, url, &req, false, cb, h, &h->probe);
+        r = upstream_start(h->manager->pool, url, &req, false, cb, h, &h->probe);
         buffer_done(&req);
         if (r < 0)
                 return r;

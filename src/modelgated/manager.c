@@ -16,7 +16,6 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include <openssl/ssl.h>
 #include <systemd/sd-daemon.h>
 
 #include "modelgated/access.h"
@@ -66,6 +65,8 @@ int manager_new(Manager **ret) {
                 return -ENOMEM;
         }
         r = sd_event_default(&m->event);
+        if (r >= 0)
+                r = upstream_pool_new(m->event, &m->pool);
         if (r < 0) {
                 manager_free(m);
                 return r;
@@ -83,7 +84,8 @@ Manager *manager_free(Manager *m) {
         while (m->clients)
                 client_free(m->clients);
         m->connections_by_address = count_map_free(m->connections_by_address);
-        upstream_pool_flush(m);
+        if (m->pool)
+                upstream_pool_stop(m->pool);
         for (size_t i = 0; i < m->n_listeners; i++) {
                 sd_event_source_disable_unref(m->listeners[i].source);
                 safe_close(m->listeners[i].fd);
@@ -106,7 +108,8 @@ Manager *manager_free(Manager *m) {
         sd_event_source_disable_unref(m->drain_source);
         config_unref(m->config);
         metrics_free(m->metrics);
-        SSL_CTX_free(m->tls_ctx);
+        /* after the hosts and clients: their upstreams were the pool's */
+        m->pool = upstream_pool_free(m->pool);
         free(m->config_path);
         strv_free(m->config_errors);
         free(m->refusal);
@@ -563,7 +566,7 @@ static void manager_stop(Manager *m) {
                 n = client_next(c);
                 client_stop(c);
         }
-        upstream_pool_flush(m);
+        upstream_pool_stop(m->pool);
         if (m->n_clients == 0) {
                 (void)sd_event_exit(m->event, 0);
                 return;

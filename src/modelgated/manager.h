@@ -50,8 +50,7 @@ struct Manager {
         size_t n_feed_clients;
         sd_event_source *feed_keepalive;
 
-        Upstream *idle_upstreams;
-        size_t n_idle_upstreams;
+        struct UpstreamPool *pool;
 
         /* Socket-activated with a configuration that has errors (SPEC §3): config is the defaults, with no
          * host, and every request is answered 503 with refusal until a reload brings a good file. */
@@ -68,8 +67,7 @@ struct Manager {
         BusObject *bus_object; /* NULL without a bus */
 
         struct Metrics *metrics;
-        struct Access *access;      /* daily counts; made by the first request [Access] counts */
-        struct ssl_ctx_st *tls_ctx; /* for https:// hosts and fallbacks, made when first needed */
+        struct Access *access; /* daily counts; made by the first request [Access] counts */
         uint64_t n_requests;
         usec_t start_usec;
 };

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* Upstream connections. Lifecycle: CONNECTING → SENDING → RECEIVING, then
- * either IDLE in the manager's pool (the host keeps it alive) or freed.
+ * either IDLE in the pool (the host keeps it alive) or freed.
  * Callbacks into the owner run from inside llhttp_execute(); the owner never
  * frees the Upstream there, it returns < 0 and this module cancels after the
  * parser has returned. */
@@ -18,7 +18,6 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
-#include "modelgated/manager.h"
 #include "modelgated/upstream.h"
 #include "shared/log.h"
 
@@ -36,8 +35,16 @@ typedef enum UpstreamState {
         UPSTREAM_IDLE,
 } UpstreamState;
 
+struct UpstreamPool {
+        sd_event *event;
+        SSL_CTX *tls_ctx; /* for https:// hosts and fallbacks, made when first needed */
+        Upstream *idle;
+        size_t n_idle;
+        bool stopping; /* nothing goes back into the pool */
+};
+
 struct Upstream {
-        Manager *manager;
+        UpstreamPool *pool;
         UpstreamState state;
         int fd;
         sd_event_source *io, *timer;
@@ -138,8 +145,8 @@ static Upstream *upstream_free(Upstream *u) {
         if (!u)
                 return NULL;
         if (u->state == UPSTREAM_IDLE) {
-                LIST_REMOVE(idle, u->manager->idle_upstreams, u);
-                u->manager->n_idle_upstreams--;
+                LIST_REMOVE(idle, u->pool->idle, u);
+                u->pool->n_idle--;
         }
         sd_event_source_disable_unref(u->io);
         sd_event_source_disable_unref(u->timer);
@@ -154,9 +161,28 @@ static Upstream *upstream_free(Upstream *u) {
         return NULL;
 }
 
-void upstream_pool_flush(Manager *m) {
-        while (m->idle_upstreams)
-                upstream_free(m->idle_upstreams);
+int upstream_pool_new(sd_event *event, UpstreamPool **ret) {
+        UpstreamPool *p = calloc(1, sizeof(UpstreamPool));
+        if (!p)
+                return -ENOMEM;
+        p->event = sd_event_ref(event);
+        *ret = p;
+        return 0;
+}
+
+UpstreamPool *upstream_pool_free(UpstreamPool *p) {
+        if (!p)
+                return NULL;
+        upstream_pool_stop(p);
+        SSL_CTX_free(p->tls_ctx);
+        sd_event_unref(p->event);
+        return mfree(p);
+}
+
+void upstream_pool_stop(UpstreamPool *p) {
+        p->stopping = true;
+        while (p->idle)
+                upstream_free(p->idle);
 }
 
 static Upstream *upstream_detach(Upstream *u) {
@@ -222,7 +248,7 @@ static int arm_timer(Upstream *u, usec_t deadline) {
         if (deadline == USEC_INFINITY)
                 return u->timer ? sd_event_source_set_enabled(u->timer, SD_EVENT_OFF) : 0;
         if (!u->timer)
-                return sd_event_add_time(u->manager->event, &u->timer, CLOCK_MONOTONIC, deadline, 0,
+                return sd_event_add_time(u->pool->event, &u->timer, CLOCK_MONOTONIC, deadline, 0,
                                          upstream_timer_cb, u);
         int r = sd_event_source_set_time(u->timer, deadline);
         if (r < 0)
@@ -367,12 +393,12 @@ static const llhttp_settings_t response_settings = {
 static void upstream_finish_ok(Upstream *u, size_t leftover) {
         const UpstreamCallbacks *cb = u->cb;
         void *userdata = u->userdata;
-        Manager *m = u->manager;
+        UpstreamPool *p = u->pool;
         /* only a connection whose request went out whole and whose answer was read whole: a host that
          * answered early (413 before reading a big body) would take the next request's bytes for the
          * rest of this body */
         bool reuse = u->resp.keep_alive && leftover == 0 && u->request_sent == buffer_size(&u->request) &&
-                     !m->stopping && m->n_idle_upstreams < UPSTREAM_IDLE_MAX;
+                     !p->stopping && p->n_idle < UPSTREAM_IDLE_MAX;
 
         upstream_detach(u);
         if (reuse) {
@@ -384,8 +410,8 @@ static void upstream_finish_ok(Upstream *u, size_t leftover) {
                 u->reading = true;
                 llhttp_init(&u->parser, HTTP_RESPONSE, &response_settings);
                 u->parser.data = u;
-                LIST_PREPEND(idle, m->idle_upstreams, u);
-                m->n_idle_upstreams++;
+                LIST_PREPEND(idle, p->idle, u);
+                p->n_idle++;
                 if (update_io(u) < 0 ||
                     arm_timer(u, now_usec(CLOCK_MONOTONIC) + UPSTREAM_IDLE_TIMEOUT_USEC) < 0)
                         upstream_free(u);
@@ -670,7 +696,7 @@ static int upstream_timer_cb(sd_event_source *s, uint64_t usec, void *userdata) 
 /* Each sign of life from the host pushes the idle bound back. */
 static void touch(Upstream *u) {
         if (u->idle_timeout != USEC_INFINITY)
-                (void)sd_event_now(u->manager->event, CLOCK_MONOTONIC, &u->last_activity);
+                (void)sd_event_now(u->pool->event, CLOCK_MONOTONIC, &u->last_activity);
 }
 
 int upstream_set_idle_timeout(Upstream *u, usec_t usec) {
@@ -684,9 +710,9 @@ int upstream_set_idle_timeout(Upstream *u, usec_t usec) {
 
 /* One TLS context for the process: the system's trusted CAs ($SSL_CERT_FILE/$SSL_CERT_DIR when set),
  * certificates verified, TLS 1.2 at least. */
-static SSL_CTX *tls_context(Manager *m) {
-        if (m->tls_ctx)
-                return m->tls_ctx;
+static SSL_CTX *tls_context(UpstreamPool *p) {
+        if (p->tls_ctx)
+                return p->tls_ctx;
         SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
         if (!ctx)
                 return NULL;
@@ -697,12 +723,12 @@ static SSL_CTX *tls_context(Manager *m) {
         }
         SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
         SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
-        m->tls_ctx = ctx;
+        p->tls_ctx = ctx;
         return ctx;
 }
 
 static int upstream_tls_new(Upstream *u, int fd) {
-        SSL_CTX *ctx = tls_context(u->manager);
+        SSL_CTX *ctx = tls_context(u->pool);
         struct in6_addr a;
         bool ip = inet_pton(AF_INET, u->tls_host, &a) == 1 || inet_pton(AF_INET6, u->tls_host, &a) == 1;
 
@@ -741,7 +767,7 @@ static int upstream_connect(Upstream *u) {
                 if (r < 0)
                         return r;
         }
-        r = sd_event_add_io(u->manager->event, &u->io, fd, EPOLLOUT | EPOLLET, upstream_io_cb, u);
+        r = sd_event_add_io(u->pool->event, &u->io, fd, EPOLLOUT | EPOLLET, upstream_io_cb, u);
         if (r < 0)
                 return r;
         u->fd = TAKE_FD(fd);
@@ -755,26 +781,26 @@ static int upstream_connect(Upstream *u) {
         return arm_timer(u, now_usec(CLOCK_MONOTONIC) + UPSTREAM_CONNECT_TIMEOUT_USEC);
 }
 
-static Upstream *pool_take(Manager *m, const HttpUrl *url) {
-        LIST_FOREACH (idle, u, m->idle_upstreams)
+static Upstream *pool_take(UpstreamPool *p, const HttpUrl *url) {
+        LIST_FOREACH (idle, u, p->idle)
                 if (u->address_len == url->address_len &&
                     memcmp(&u->address, &url->address, url->address_len) == 0 && !!u->tls_host == url->tls &&
                     (!url->tls || streq(u->tls_host, url->host))) {
-                        LIST_REMOVE(idle, m->idle_upstreams, u);
-                        m->n_idle_upstreams--;
+                        LIST_REMOVE(idle, p->idle, u);
+                        p->n_idle--;
                         return u;
                 }
         return NULL;
 }
 
-int upstream_start(Manager *m, const HttpUrl *url, Buffer *request, bool head_request,
+int upstream_start(UpstreamPool *p, const HttpUrl *url, Buffer *request, bool head_request,
                    const UpstreamCallbacks *cb, void *userdata, Upstream **ret) {
         Upstream *u;
         int r;
 
         /* a pooled connection the host has closed meanwhile (its FIN not yet seen by the loop) is
          * dropped before anything is written on it */
-        while ((u = pool_take(m, url))) {
+        while ((u = pool_take(p, url))) {
                 char b;
                 ssize_t k = recv(u->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
                 if ((k < 0 && (errno == EAGAIN || errno == EINTR)) || (k > 0 && u->ssl))
@@ -788,7 +814,7 @@ int upstream_start(Manager *m, const HttpUrl *url, Buffer *request, bool head_re
                 u = calloc(1, sizeof(Upstream));
                 if (!u)
                         return -ENOMEM;
-                u->manager = m;
+                u->pool = p;
                 u->fd = -1;
                 memcpy(&u->address, &url->address, url->address_len);
                 u->address_len = url->address_len;

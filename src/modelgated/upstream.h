@@ -17,7 +17,7 @@
 #include "shared/buffer.h"
 #include "shared/list.h"
 
-typedef struct Manager Manager;
+typedef struct UpstreamPool UpstreamPool;
 typedef struct Upstream Upstream;
 
 typedef struct UpstreamResponse {
@@ -48,8 +48,14 @@ typedef struct UpstreamCallbacks {
         void (*on_error)(Upstream *u, int error, bool started, void *userdata);
 } UpstreamCallbacks;
 
+/* The idle connections hosts keep alive, per address, and the one TLS context of the process. */
+int upstream_pool_new(sd_event *event, UpstreamPool **ret);
+UpstreamPool *upstream_pool_free(UpstreamPool *p);
+/* At stop: the idle connections close, and no connection goes back into the pool from now on. */
+void upstream_pool_stop(UpstreamPool *p);
+
 /* Sends 'request' (the full request bytes; the buffer is taken) to url's address. */
-int upstream_start(Manager *m, const HttpUrl *url, Buffer *request, bool head_request,
+int upstream_start(UpstreamPool *p, const HttpUrl *url, Buffer *request, bool head_request,
                    const UpstreamCallbacks *cb, void *userdata, Upstream **ret);
 /* Stops reading the response while the owner cannot take more (backpressure). */
 void upstream_set_reading(Upstream *u, bool on);
@@ -64,9 +70,6 @@ Upstream *upstream_cancel(Upstream *u);
 Span upstream_response_header(const UpstreamResponse *r, const char *name);
 Span upstream_response_header_name(const UpstreamResponse *r, size_t i);
 Span upstream_response_header_value(const UpstreamResponse *r, size_t i);
-
-/* Frees every pooled idle connection (at stop). */
-void upstream_pool_flush(Manager *m);
 
 /* Human words for a connection error, as SPEC §6 logs them ("connection refused") */
 const char *upstream_strerror(int error);
