@@ -9,7 +9,6 @@
 #include <time.h>
 
 #include "modelgated/access.h"
-#include "modelgated/manager.h"
 #include "shared/count-map.h"
 #include "shared/log.h"
 #include "shared/sha256.h"
@@ -23,7 +22,6 @@
 #define OVERFLOW "ip:*"
 
 struct Access {
-        Manager *manager;
         char day[16]; /* "2026-11-30", UTC: the day the counts are for */
         CountMap *counts;
         size_t n_anonymous;
@@ -130,14 +128,13 @@ static int save_cb(sd_event_source *s, uint64_t usec, void *userdata) {
         return 0;
 }
 
-Access *access_new(Manager *m) {
+Access *access_new(sd_event *event) {
         Access *a = calloc(1, sizeof(Access));
 
         if (!a)
                 return NULL;
-        a->manager = m;
         usage_load(a);
-        if (sd_event_add_time_relative(m->event, &a->save_timer, CLOCK_MONOTONIC, USAGE_SAVE_DELAY_USEC, 0,
+        if (sd_event_add_time_relative(event, &a->save_timer, CLOCK_MONOTONIC, USAGE_SAVE_DELAY_USEC, 0,
                                        save_cb, a) < 0)
                 return access_free(a);
         (void)sd_event_source_set_enabled(a->save_timer, SD_EVENT_OFF);

@@ -10,13 +10,13 @@
 #include <netinet/in.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <systemd/sd-event.h>
 
 #include "modelgated/conf.h"
 #include "shared/time-util.h"
 
 #define USAGE_SAVE_DELAY_USEC (2 * USEC_PER_SEC)
 
-typedef struct Manager Manager;
 typedef struct Access Access;
 
 /* Who is asking, set by access_identify(); small, since every connection carries one. */
@@ -36,7 +36,7 @@ typedef struct AccessDenial {
         uint64_t retry_after; /* 429: seconds until the day rolls over */
 } AccessDenial;
 
-Access *access_new(Manager *m);
+Access *access_new(sd_event *event);
 /* Writes what is not written yet. */
 Access *access_free(Access *a);
 

@@ -8,6 +8,7 @@
 #include "modelgated/bus-object.h"
 #include "modelgated/host.h"
 #include "modelgated/manager.h"
+#include "modelgated/server.h"
 #include "shared/list.h"
 #include "shared/log.h"
 #include "shared/strv.h"
@@ -56,6 +57,7 @@ struct BusCall {
 
 struct BusObject {
         Manager *manager;
+        Server *server;
         sd_bus *bus;
         bool system; /* polkit guards the methods that change anything */
         usec_t realtime_offset;
@@ -68,10 +70,19 @@ struct BusObject {
 };
 
 static Host *host_by_name(Manager *m, const char *name) {
-        for (size_t i = 0; name && i < m->config->n_hosts; i++)
-                if (streq(m->config->hosts[i].name, name))
-                        return m->hosts[i];
+        for (size_t i = 0; name && i < manager_n_hosts(m); i++)
+                if (streq(manager_config(m)->hosts[i].name, name))
+                        return manager_host_at(m, i);
         return NULL;
+}
+
+/* The host a /org/modelgate1/host/… path names now: a reload may have replaced it since the call began */
+static Host *host_at_path(BusObject *o, const char *path) {
+        _cleanup_free_ char *name = NULL;
+
+        if (sd_bus_path_decode(path, HOST_PREFIX, &name) <= 0)
+                return NULL;
+        return host_by_name(o->manager, name);
 }
 
 static char *host_path(const Host *h) {
@@ -87,9 +98,9 @@ static usec_t to_realtime(const BusObject *o, usec_t mono) {
 
 static void totals(Manager *m, unsigned *in_flight, unsigned *waiting) {
         *in_flight = *waiting = 0;
-        for (size_t i = 0; i < m->config->n_hosts; i++) {
-                *in_flight += host_in_flight(m->hosts[i]);
-                *waiting += host_waiting(m->hosts[i]);
+        for (size_t i = 0; i < manager_n_hosts(m); i++) {
+                *in_flight += host_in_flight(manager_host_at(m, i));
+                *waiting += host_waiting(manager_host_at(m, i));
         }
 }
 
@@ -102,38 +113,39 @@ static int property_get_version(sd_bus *bus, const char *path, const char *inter
 
 static int property_get_listening(sd_bus *bus, const char *path, const char *interface, const char *property,
                                   sd_bus_message *reply, void *userdata, sd_bus_error *error) {
-        Manager *m = userdata;
+        BusObject *o = userdata;
         int r;
 
         r = sd_bus_message_open_container(reply, 'a', "s");
-        for (size_t i = 0; r >= 0 && i < m->n_listeners; i++)
-                r = sd_bus_message_append(reply, "s", m->listeners[i].address);
+        for (size_t i = 0; r >= 0 && i < server_n_listeners(o->server); i++)
+                r = sd_bus_message_append(reply, "s", server_listener_address(o->server, i));
         return r < 0 ? r : sd_bus_message_close_container(reply);
 }
 
 static int property_get_counter(sd_bus *bus, const char *path, const char *interface, const char *property,
                                 sd_bus_message *reply, void *userdata, sd_bus_error *error) {
-        Manager *m = userdata;
+        BusObject *o = userdata;
         unsigned in_flight, waiting;
 
-        totals(m, &in_flight, &waiting);
+        totals(o->manager, &in_flight, &waiting);
         if (streq(property, "Connections"))
-                return sd_bus_message_append(reply, "u", (uint32_t)m->n_clients);
+                return sd_bus_message_append(reply, "u", (uint32_t)server_n_connections(o->server));
         return sd_bus_message_append(reply, "u", streq(property, "InFlight") ? in_flight : waiting);
 }
 
 static int property_get_warnings(sd_bus *bus, const char *path, const char *interface, const char *property,
                                  sd_bus_message *reply, void *userdata, sd_bus_error *error) {
-        Manager *m = userdata;
+        BusObject *o = userdata;
+        Manager *m = o->manager;
         int r;
 
         r = sd_bus_message_open_container(reply, 'a', "s");
-        if (r >= 0 && m->refusal)
-                r = sd_bus_message_append(reply, "s", m->refusal);
-        for (size_t i = 0; r >= 0 && i < m->config->n_hosts; i++)
-                STRV_FOREACH (w, host_warnings(m->hosts[i])) {
+        if (r >= 0 && manager_refusal(m))
+                r = sd_bus_message_append(reply, "s", manager_refusal(m));
+        for (size_t i = 0; r >= 0 && i < manager_n_hosts(m); i++)
+                STRV_FOREACH (w, host_warnings(manager_host_at(m, i))) {
                         _cleanup_free_ char *s = NULL;
-                        if (asprintf(&s, "host %s: %s", m->config->hosts[i].name, *w) < 0)
+                        if (asprintf(&s, "host %s: %s", manager_config(m)->hosts[i].name, *w) < 0)
                                 return -ENOMEM;
                         r = sd_bus_message_append(reply, "s", s);
                         if (r < 0)
@@ -143,18 +155,21 @@ static int property_get_warnings(sd_bus *bus, const char *path, const char *inte
 }
 
 static unsigned n_warnings(Manager *m) {
-        unsigned n = m->refusal ? 1 : 0;
-        for (size_t i = 0; i < m->config->n_hosts; i++)
-                n += (unsigned)strv_length(host_warnings(m->hosts[i]));
+        unsigned n = manager_refusal(m) ? 1 : 0;
+        for (size_t i = 0; i < manager_n_hosts(m); i++)
+                n += (unsigned)strv_length(host_warnings(manager_host_at(m, i)));
         return n;
 }
 
-/* Host properties; userdata is the Host (host_find) */
+/* Host properties; userdata is the BusObject (host_find), the host is the path's */
 
 static int property_get_host_string(sd_bus *bus, const char *path, const char *interface,
                                     const char *property, sd_bus_message *reply, void *userdata,
                                     sd_bus_error *error) {
-        Host *h = userdata;
+        Host *h = host_at_path(userdata, path);
+
+        if (!h)
+                return -ENOENT;
         const HostConf *c = host_conf(h);
         ssize_t e = host_running(h);
         const char *v = "";
@@ -179,7 +194,10 @@ static int property_get_host_string(sd_bus *bus, const char *path, const char *i
 static int property_get_host_engines(sd_bus *bus, const char *path, const char *interface,
                                      const char *property, sd_bus_message *reply, void *userdata,
                                      sd_bus_error *error) {
-        Host *h = userdata;
+        Host *h = host_at_path(userdata, path);
+
+        if (!h)
+                return -ENOENT;
         int r;
 
         r = sd_bus_message_open_container(reply, 'a', "s");
@@ -190,18 +208,23 @@ static int property_get_host_engines(sd_bus *bus, const char *path, const char *
 
 static int property_get_host_u(sd_bus *bus, const char *path, const char *interface, const char *property,
                                sd_bus_message *reply, void *userdata, sd_bus_error *error) {
-        Host *h = userdata;
+        Host *h = host_at_path(userdata, path);
+
+        if (!h)
+                return -ENOENT;
         return sd_bus_message_append(reply, "u",
                                      streq(property, "InFlight") ? host_in_flight(h) : host_waiting(h));
 }
 
 static int property_get_host_usec(sd_bus *bus, const char *path, const char *interface, const char *property,
                                   sd_bus_message *reply, void *userdata, sd_bus_error *error) {
-        Host *h = userdata;
-        BusObject *o = h ? host_manager(h)->bus_object : NULL;
+        BusObject *o = userdata;
+        Host *h = host_at_path(o, path);
+        if (!h)
+                return -ENOENT;
         usec_t t = streq(property, "HoldDownUntilUSec") ? host_hold_down_until(h) : host_idle_stop_at(h);
 
-        return sd_bus_message_append(reply, "t", o ? to_realtime(o, t) : 0);
+        return sd_bus_message_append(reply, "t", to_realtime(o, t));
 }
 
 /* polkit, asynchronously: the caller's uid first (root is always allowed, as systemd's daemons do),
@@ -213,7 +236,7 @@ static void bus_call_free(BusCall *c) {
         if (c->waiting)
                 host_release(&c->waiter);
         LIST_REMOVE(calls, c->object->calls, c);
-        manager_changed(c->object->manager);
+        server_changed(c->object->server);
         sd_bus_slot_unref(c->slot);
         sd_bus_message_unref(c->message);
         free(c->host);
@@ -325,15 +348,16 @@ static BusCall *bus_call_new(BusObject *o, sd_bus_message *message, const char *
 /* Manager methods */
 
 static int method_list_hosts(sd_bus_message *message, void *userdata, sd_bus_error *error) {
-        Manager *m = userdata;
+        BusObject *o = userdata;
+        Manager *m = o->manager;
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
         int r;
 
         r = sd_bus_message_new_method_return(message, &reply);
         if (r >= 0)
                 r = sd_bus_message_open_container(reply, 'a', "(ssso)");
-        for (size_t i = 0; r >= 0 && i < m->config->n_hosts; i++) {
-                Host *h = m->hosts[i];
+        for (size_t i = 0; r >= 0 && i < manager_n_hosts(m); i++) {
+                Host *h = manager_host_at(m, i);
                 ssize_t e = host_running(h);
                 _cleanup_free_ char *p = host_path(h);
                 if (!p)
@@ -363,8 +387,7 @@ static void reload_authorized(BusCall *c) {
 }
 
 static int method_reload(sd_bus_message *message, void *userdata, sd_bus_error *error) {
-        Manager *m = userdata;
-        BusCall *c = bus_call_new(m->bus_object, message, "org.modelgate1.reload", reload_authorized, NULL);
+        BusCall *c = bus_call_new(userdata, message, "org.modelgate1.reload", reload_authorized, NULL);
 
         if (!c)
                 return -ENOMEM;
@@ -413,7 +436,7 @@ static void switch_authorized(BusCall *c) {
                 snprintf(msg, sizeof(msg), "host '%s' is gone (a reload removed it)", c->host);
                 return bus_call_reply_error(c, ERROR_NO_SUCH_HOST, msg);
         }
-        if (m->stopping)
+        if (manager_stopping(m))
                 return bus_call_reply_error(c, ERROR_STOPPING, "modelgated is stopping");
         for (size_t i = 0; i < host_n_engines(h); i++)
                 if (streq(host_engine(h, i)->conf->name, c->engine))
@@ -432,12 +455,14 @@ static void switch_authorized(BusCall *c) {
 }
 
 static int method_switch_engine(sd_bus_message *message, void *userdata, sd_bus_error *error) {
-        Host *h = userdata;
-        Manager *m = host_manager(h);
+        BusObject *o = userdata;
+        Host *h = host_at_path(o, sd_bus_message_get_path(message));
         const char *engine;
         BusCall *c;
         int r;
 
+        if (!h)
+                return -ENOENT;
         r = sd_bus_message_read(message, "s", &engine);
         if (r < 0)
                 return r;
@@ -445,8 +470,7 @@ static int method_switch_engine(sd_bus_message *message, void *userdata, sd_bus_
                 return sd_bus_error_setf(error, ERROR_NO_SUCH_ENGINE,
                                          "host '%s' has no [Engine]: modelgate does not start its server",
                                          host_conf(h)->name);
-        c = bus_call_new(m->bus_object, message, "org.modelgate1.switch-engine", switch_authorized,
-                         host_conf(h)->name);
+        c = bus_call_new(o, message, "org.modelgate1.switch-engine", switch_authorized, host_conf(h)->name);
         if (!c || !(c->engine = strdup(engine))) {
                 bus_call_free(c);
                 return -ENOMEM;
@@ -480,10 +504,13 @@ static void stop_authorized(BusCall *c) {
 }
 
 static int method_stop_engine(sd_bus_message *message, void *userdata, sd_bus_error *error) {
-        Host *h = userdata;
-        BusCall *c = bus_call_new(host_manager(h)->bus_object, message, "org.modelgate1.stop-engine",
-                                  stop_authorized, host_conf(h)->name);
+        Host *h = host_at_path(userdata, sd_bus_message_get_path(message));
+        BusCall *c;
 
+        if (!h)
+                return -ENOENT;
+        c = bus_call_new(userdata, message, "org.modelgate1.stop-engine", stop_authorized,
+                         host_conf(h)->name);
         if (!c)
                 return -ENOMEM;
         return bus_call_authorize(c);
@@ -534,22 +561,22 @@ static int host_find(sd_bus *bus, const char *path, const char *interface, void 
 
         if (sd_bus_path_decode(path, HOST_PREFIX, &name) <= 0)
                 return 0;
-        h = host_by_name(userdata, name);
+        h = host_by_name(((BusObject *)userdata)->manager, name);
         if (!h)
                 return 0;
-        *found = h;
+        *found = userdata;
         return 1;
 }
 
 static int host_enumerate(sd_bus *bus, const char *path, void *userdata, char ***nodes,
                           sd_bus_error *error) {
-        Manager *m = userdata;
-        char **l = calloc(m->config->n_hosts + 1, sizeof(char *));
+        Manager *m = ((BusObject *)userdata)->manager;
+        char **l = calloc(manager_n_hosts(m) + 1, sizeof(char *));
 
         if (!l)
                 return -ENOMEM;
-        for (size_t i = 0; i < m->config->n_hosts; i++)
-                if (!(l[i] = host_path(m->hosts[i]))) {
+        for (size_t i = 0; i < manager_n_hosts(m); i++)
+                if (!(l[i] = host_path(manager_host_at(m, i)))) {
                         strv_free(l);
                         return -ENOMEM;
                 }
@@ -566,19 +593,19 @@ static int emit_cb(sd_event_source *s, uint64_t usec, void *userdata) {
         const char *changed[8];
         size_t n = 0;
 
-        if (o->n_seen != m->config->n_hosts) {
-                HostSeen *s2 = reallocarray(o->seen, m->config->n_hosts ?: 1, sizeof(HostSeen));
+        if (o->n_seen != manager_n_hosts(m)) {
+                HostSeen *s2 = reallocarray(o->seen, manager_n_hosts(m) ?: 1, sizeof(HostSeen));
                 if (!s2)
                         return 0;
-                for (size_t i = m->config->n_hosts; i < o->n_seen; i++)
+                for (size_t i = manager_n_hosts(m); i < o->n_seen; i++)
                         free(s2[i].last_error);
-                for (size_t i = o->n_seen; i < m->config->n_hosts; i++)
+                for (size_t i = o->n_seen; i < manager_n_hosts(m); i++)
                         s2[i] = (HostSeen){};
                 o->seen = s2;
-                o->n_seen = m->config->n_hosts;
+                o->n_seen = manager_n_hosts(m);
         }
-        for (size_t i = 0; i < m->config->n_hosts; i++) {
-                Host *h = m->hosts[i];
+        for (size_t i = 0; i < manager_n_hosts(m); i++) {
+                Host *h = manager_host_at(m, i);
                 HostSeen *v = &o->seen[i], now = {
                                                    .host = h,
                                                    .state = host_state(h),
@@ -627,20 +654,20 @@ static int emit_cb(sd_event_source *s, uint64_t usec, void *userdata) {
         }
 
         totals(m, &in_flight, &waiting);
-        if (o->seen_connections != m->n_clients)
+        if (o->seen_connections != server_n_connections(o->server))
                 changed[n++] = "Connections";
         if (o->seen_in_flight != in_flight)
                 changed[n++] = "InFlight";
         if (o->seen_waiting != waiting)
                 changed[n++] = "Waiting";
-        if (o->seen_n_warnings != nw || o->seen_warnings_serial != m->warnings_serial)
+        if (o->seen_n_warnings != nw || o->seen_warnings_serial != manager_warnings_serial(m))
                 changed[n++] = "Warnings";
         changed[n] = NULL;
-        o->seen_connections = (unsigned)m->n_clients;
+        o->seen_connections = (unsigned)server_n_connections(o->server);
         o->seen_in_flight = in_flight;
         o->seen_waiting = waiting;
         o->seen_n_warnings = nw;
-        o->seen_warnings_serial = m->warnings_serial;
+        o->seen_warnings_serial = manager_warnings_serial(m);
         o->primed = true;
         if (n > 0 && o->primed)
                 (void)sd_bus_emit_properties_changed_strv(o->bus, OBJECT_PATH, "org.modelgate1.Manager",
@@ -671,7 +698,7 @@ static int name_acquired(sd_bus_message *reply, void *userdata, sd_bus_error *re
         return 0;
 }
 
-int bus_object_new(Manager *m, bool user, BusObject **ret) {
+int bus_object_new(Manager *m, Server *server, bool user, BusObject **ret) {
         _cleanup_(bus_object_freep) BusObject *o = NULL;
         int r;
 
@@ -679,25 +706,26 @@ int bus_object_new(Manager *m, bool user, BusObject **ret) {
         if (!o)
                 return log_oom();
         o->manager = m;
+        o->server = server;
         o->system = !user;
         o->realtime_offset = now_usec(CLOCK_REALTIME) - now_usec(CLOCK_MONOTONIC);
         r = user ? sd_bus_open_user(&o->bus) : sd_bus_open_system(&o->bus);
         if (r < 0)
                 return log_warning_errno(r, "Cannot connect to the %s bus, no D-Bus object: %m",
                                          user ? "user" : "system");
-        r = sd_bus_add_object_vtable(o->bus, NULL, OBJECT_PATH, "org.modelgate1.Manager", manager_vtable, m);
+        r = sd_bus_add_object_vtable(o->bus, NULL, OBJECT_PATH, "org.modelgate1.Manager", manager_vtable, o);
         if (r >= 0)
                 r = sd_bus_add_fallback_vtable(o->bus, NULL, HOST_PREFIX, "org.modelgate1.Host", host_vtable,
-                                               host_find, m);
+                                               host_find, o);
         if (r >= 0)
-                r = sd_bus_add_node_enumerator(o->bus, NULL, HOST_PREFIX, host_enumerate, m);
+                r = sd_bus_add_node_enumerator(o->bus, NULL, HOST_PREFIX, host_enumerate, o);
         if (r >= 0)
                 r = sd_bus_request_name_async(o->bus, NULL, BUS_NAME, 0, name_acquired, NULL);
         if (r >= 0)
-                r = sd_bus_attach_event(o->bus, m->event, SD_EVENT_PRIORITY_NORMAL);
+                r = sd_bus_attach_event(o->bus, manager_event(m), SD_EVENT_PRIORITY_NORMAL);
         if (r >= 0)
-                r = sd_event_add_time_relative(m->event, &o->emit_timer, CLOCK_MONOTONIC, EMIT_DELAY_USEC,
-                                               10 * USEC_PER_MSEC, emit_cb, o);
+                r = sd_event_add_time_relative(manager_event(m), &o->emit_timer, CLOCK_MONOTONIC,
+                                               EMIT_DELAY_USEC, 10 * USEC_PER_MSEC, emit_cb, o);
         if (r < 0)
                 return log_warning_errno(r, "Cannot publish the D-Bus object: %m");
         *ret = TAKE_PTR(o);

@@ -14,11 +14,12 @@
 #include "shared/macro.h"
 
 typedef struct Manager Manager;
+typedef struct Server Server;
 typedef struct BusObject BusObject;
 
 /* Connects to the user (user=true) or system bus, publishes the objects and asks for the name. Failing
  * to do so is logged, not fatal: the HTTP side works without the bus. */
-int bus_object_new(Manager *m, bool user, BusObject **ret);
+int bus_object_new(Manager *m, Server *server, bool user, BusObject **ret);
 BusObject *bus_object_free(BusObject *o);
 DEFINE_TRIVIAL_CLEANUP_FUNC(BusObject *, bus_object_free);
 /* Gives the name up (a stop or an idle exit): D-Bus activation starts the next instance. */

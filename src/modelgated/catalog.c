@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 
 #include "modelgated/catalog.h"
-#include "modelgated/client.h"
+#include "modelgated/feed-hub.h"
 #include "modelgated/host.h"
 #include "modelgated/manager.h"
 #include "modelgated/upstream.h"
@@ -77,8 +77,8 @@ static void keys_save(Manager *m) {
 
         if (!path || !root)
                 goto out;
-        for (size_t i = 0; i < m->config->n_hosts; i++) {
-                Host *h = m->hosts[i];
+        for (size_t i = 0; i < manager_n_hosts(m); i++) {
+                Host *h = manager_host_at(m, i);
                 Catalog *c = host_catalog(h);
                 json_object *ho = json_object_new_object();
                 for (size_t e = 0; c && e < host_n_engines(h); e++) {
@@ -87,7 +87,7 @@ static void keys_save(Manager *m) {
                                 json_object_array_add(l, json_object_new_string(*k));
                         json_object_object_add(ho, host_engine(h, e)->conf->name, l);
                 }
-                json_object_object_add(root, m->config->hosts[i].name, ho);
+                json_object_object_add(root, host_conf(manager_host_at(m, i))->name, ho);
         }
         const char *text = json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY |
                                                                         JSON_C_TO_STRING_NOSLASHESCAPE);
@@ -499,7 +499,7 @@ static void catalog_fetch(Catalog *c) {
                 buffer_done(&req);
                 return;
         }
-        r = upstream_start(c->manager->pool, url, &req, false, &fetch_callbacks, c, &c->fetch);
+        r = upstream_start(manager_pool(c->manager), url, &req, false, &fetch_callbacks, c, &c->fetch);
         buffer_done(&req);
         if (r < 0) {
                 c->fetch = NULL;
@@ -513,7 +513,7 @@ static int poll_cb(sd_event_source *s, uint64_t usec, void *userdata) {
         Catalog *c = userdata;
 
         catalog_fetch(c);
-        (void)sd_event_source_set_time_relative(s, c->manager->config->poll_interval_usec);
+        (void)sd_event_source_set_time_relative(s, manager_config(c->manager)->poll_interval_usec);
         (void)sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
         return 0;
 }
@@ -613,7 +613,7 @@ static void feed_line(Catalog *c, const char *p, size_t n) {
                 buffer_done(&out);
                 return;
         }
-        client_feed_broadcast(c->manager, buffer_peek(&out), buffer_size(&out));
+        feed_hub_broadcast(manager_feed_hub(c->manager), buffer_peek(&out), buffer_size(&out));
         buffer_done(&out);
         if (catalog_status_parse(p, n, &st) >= 0) {
                 catalog_apply(c, &st);
@@ -694,7 +694,7 @@ static void feed_connect(Catalog *c) {
         if (buffer_printf(&req,
                           "GET %s/models/sse HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\n\r\n",
                           url->base_path, url->authority) < 0 ||
-            upstream_start(c->manager->pool, url, &req, false, &feed_callbacks, c, &c->feed) < 0) {
+            upstream_start(manager_pool(c->manager), url, &req, false, &feed_callbacks, c, &c->feed) < 0) {
                 c->feed = NULL;
                 feed_schedule(c);
         }
@@ -730,11 +730,11 @@ Catalog *catalog_new(Manager *m, Host *h) {
         c->loading = json_object_new_object();
         r = c->keys && c->loading ? 0 : -ENOMEM;
         if (r >= 0)
-                r = sd_event_add_time_relative(m->event, &c->poll_timer, CLOCK_MONOTONIC, 0, 0, poll_cb, c);
+                r = sd_event_add_time_relative(manager_event(m), &c->poll_timer, CLOCK_MONOTONIC, 0, 0, poll_cb, c);
         if (r >= 0)
-                r = sd_event_add_time(m->event, &c->refresh_timer, CLOCK_MONOTONIC, 0, 0, refresh_cb, c);
+                r = sd_event_add_time(manager_event(m), &c->refresh_timer, CLOCK_MONOTONIC, 0, 0, refresh_cb, c);
         if (r >= 0)
-                r = sd_event_add_time(m->event, &c->feed_retry, CLOCK_MONOTONIC, 0, 0, feed_retry_cb, c);
+                r = sd_event_add_time(manager_event(m), &c->feed_retry, CLOCK_MONOTONIC, 0, 0, feed_retry_cb, c);
         if (r < 0)
                 return catalog_free(c);
         (void)sd_event_source_set_enabled(c->poll_timer, SD_EVENT_OFF);
@@ -782,7 +782,7 @@ void catalog_engine_up(Catalog *c, size_t i) {
         c->changed = true;
         catalog_fetch(c);
         feed_connect(c);
-        (void)sd_event_source_set_time_relative(c->poll_timer, c->manager->config->poll_interval_usec);
+        (void)sd_event_source_set_time_relative(c->poll_timer, manager_config(c->manager)->poll_interval_usec);
         (void)sd_event_source_set_enabled(c->poll_timer, SD_EVENT_ONESHOT);
 }
 
@@ -802,7 +802,7 @@ void catalog_host_state(Catalog *c, const char *down_reason) {
                 n = snprintf(line, sizeof(line), ": host %s down: %s\n\n", c->conf->name, down_reason);
         else
                 n = snprintf(line, sizeof(line), ": host %s up\n\n", c->conf->name);
-        client_feed_broadcast(c->manager, line, (size_t)MIN((size_t)n, sizeof(line) - 1));
+        feed_hub_broadcast(manager_feed_hub(c->manager), line, (size_t)MIN((size_t)n, sizeof(line) - 1));
         if (!down_reason && !host_has_engines(c->host)) {
                 catalog_fetch(c);
                 feed_connect(c);

@@ -25,6 +25,7 @@
 #include "modelgated/api-error.h"
 #include "modelgated/catalog.h"
 #include "modelgated/client.h"
+#include "modelgated/feed-hub.h"
 #include "modelgated/host.h"
 #include "modelgated/http.h"
 #include "modelgated/manager.h"
@@ -55,10 +56,20 @@ typedef enum ResponseMode {
         MODE_HOLD, /* an error body, held whole to be reworded */
 } ResponseMode;
 
+struct ClientSet {
+        Manager *manager;
+        Client *clients;
+        size_t n_clients;
+        CountMap *by_address; /* MaxConnectionsPerAddress= */
+        const ClientSetCallbacks *cb;
+        void *userdata;
+};
+
 struct Client {
         Manager *manager;
         LIST_FIELDS(Client, clients);
-        LIST_FIELDS(Client, feed); /* in manager->feed_clients while it follows /models/sse */
+        ClientSet *set;
+        FeedSubscriber feed_sub; /* in the manager's feed hub while it follows /models/sse */
         bool feed;
         int fd;
         sd_event_source *io, *timer;
@@ -155,22 +166,20 @@ static void request_reset(Client *c) {
         buffer_done(&c->held);
 }
 
-void client_free(Client *c) {
+static void client_free(Client *c) {
         if (!c)
                 return;
         if (c->feed) {
-                LIST_REMOVE(feed, c->manager->feed_clients, c);
-                c->manager->n_feed_clients--;
+                feed_hub_unsubscribe(manager_feed_hub(c->manager), &c->feed_sub);
                 c->feed = false;
         }
         request_reset(c);
-        LIST_REMOVE(clients, c->manager->clients, c);
-        c->manager->n_clients--;
-        uint64_t *same = c->address_counted
-                                 ? count_map_get(&c->manager->connections_by_address, c->address, false)
-                                 : NULL;
+        ClientSet *set = c->set;
+        LIST_REMOVE(clients, set->clients, c);
+        set->n_clients--;
+        uint64_t *same = c->address_counted ? count_map_get(&set->by_address, c->address, false) : NULL;
         if (same && --*same == 0)
-                count_map_remove(c->manager->connections_by_address, c->address);
+                count_map_remove(set->by_address, c->address);
         sd_event_source_disable_unref(c->io);
         sd_event_source_disable_unref(c->timer);
         sd_event_source_disable_unref(c->keepalive);
@@ -181,9 +190,9 @@ void client_free(Client *c) {
         buffer_done(&c->out);
         buffer_done(&c->held_head);
         buffer_done(&c->scratch);
-        Manager *m = c->manager;
         free(c);
-        manager_client_gone(m);
+        if (set->cb && set->cb->changed)
+                set->cb->changed(set->userdata);
 }
 
 static void client_set_timer(Client *c, usec_t rel) {
@@ -234,7 +243,7 @@ static int client_flush(Client *c) {
         } else if (progress || c->state == CLIENT_RESPONDING || c->state == CLIENT_CLOSING)
                 /* a client that stops reading is dropped after IdleTimeoutSec without progress (a last
                  * answer before a close included: every state has a deadline) */
-                client_set_timer(c, c->manager->config->idle_timeout_usec);
+                client_set_timer(c, manager_config(c->manager)->idle_timeout_usec);
         if (!buffer_is_empty(&c->out) && buffer_size(&c->out) > CLIENT_OUT_HIGH && c->upstream)
                 upstream_set_reading(c->upstream, false);
         client_update_events(c);
@@ -317,7 +326,7 @@ static void client_log_access(Client *c, const char *note) {
                 out_str(&o, note);
         }
         log_line(LOG_INFO, line, (size_t)(o.p - line));
-        metrics_request(c->manager->metrics, c->host ? c->host->name : "", c->engine_name,
+        metrics_request(manager_metrics(c->manager), c->host ? c->host->name : "", c->engine_name,
                         c->error_status ?: c->status);
 }
 
@@ -327,7 +336,7 @@ static void client_response_complete(Client *c, const char *note) {
         host_release(&c->waiter);
         client_log_access(c, note);
         c->response_complete = true;
-        c->manager->n_requests++;
+        manager_count_request(c->manager);
         c->answered_one = true;
 }
 
@@ -532,7 +541,8 @@ static int client_upstream_headers(Upstream *u, const UpstreamResponse *resp, vo
         }
         if (!c->first_byte_seen) {
                 c->first_byte_seen = true;
-                metrics_first_byte(c->manager->metrics, c->host->name, now_usec(CLOCK_MONOTONIC) - c->start);
+                metrics_first_byte(manager_metrics(c->manager), c->host->name,
+                                   now_usec(CLOCK_MONOTONIC) - c->start);
         }
         if (c->early) {
                 /* the 200 and its framing are out: a stream continues it, anything else becomes an error
@@ -776,13 +786,14 @@ static void client_upstream_error(Upstream *u, int error, bool started, void *us
         if (!started && (error == ETIME || error == -ETIME)) {
                 /* stuck, not down: the connection is closed (so the GPU stops working on it) */
                 char t[FORMAT_TIMESPAN_MAX];
-                snprintf(msg, sizeof(msg),
-                         "host '%s' sent nothing for %s (UpstreamIdleTimeoutSec=), so modelgate cancelled "
-                         "the "
-                         "request",
-                         c->host->name,
-                         format_timespan(t, sizeof(t), c->manager->config->upstream_idle_timeout_usec)
-                                 ?: "?");
+                snprintf(
+                        msg, sizeof(msg),
+                        "host '%s' sent nothing for %s (UpstreamIdleTimeoutSec=), so modelgate cancelled "
+                        "the "
+                        "request",
+                        c->host->name,
+                        format_timespan(t, sizeof(t), manager_config(c->manager)->upstream_idle_timeout_usec)
+                                ?: "?");
                 client_respond_error(c, 504, "upstream_timeout", msg, NULL);
         } else if (c->early && (!started || c->mode == MODE_HOLD)) {
                 if (!started)
@@ -887,17 +898,19 @@ static void client_respond_health(Client *c, bool strict) {
         _cleanup_(buffer_done) Buffer b = {};
         size_t up = 0;
 
-        for (size_t i = 0; i < m->config->n_hosts; i++)
-                up += host_state(m->hosts[i]) != HOST_DOWN;
-        bool ok = up > 0 || m->config->n_hosts == 0;
+        size_t n = manager_n_hosts(m);
+
+        for (size_t i = 0; i < n; i++)
+                up += host_state(manager_host_at(m, i)) != HOST_DOWN;
+        bool ok = up > 0 || n == 0;
         (void)buffer_printf(&b,
                             "{\"status\":\"%s\",\"version\":\"%s\",\"hosts\":%zu,\"hosts_up\":%zu,"
                             "\"connections\":%zu,\"host_states\":{",
-                            ok ? "ok" : "degraded", MODELGATE_VERSION, m->config->n_hosts, up, m->n_clients);
-        for (size_t i = 0; i < m->config->n_hosts; i++)
+                            ok ? "ok" : "degraded", MODELGATE_VERSION, n, up, c->set->n_clients);
+        for (size_t i = 0; i < n; i++)
                 /* host names are letters, digits, '_' and '.': nothing to escape */
-                (void)buffer_printf(&b, "%s\"%s\":\"%s\"", i ? "," : "", m->config->hosts[i].name,
-                                    host_state_to_string(host_state(m->hosts[i])));
+                (void)buffer_printf(&b, "%s\"%s\":\"%s\"", i ? "," : "", manager_config(m)->hosts[i].name,
+                                    host_state_to_string(host_state(manager_host_at(m, i))));
         if (buffer_append_str(&b, "}}") < 0)
                 return client_respond_error(c, 500, NULL, "out of memory", NULL);
         client_respond(c, strict && !ok ? 503 : 200, "application/json", buffer_peek(&b), buffer_size(&b),
@@ -908,7 +921,7 @@ static void client_respond_health(Client *c, bool strict) {
  * person has to fix the file, so the SDKs are told not to retry (x-should-retry, as for 423): the agent
  * shows the message instead of retrying for minutes. */
 static void client_respond_refusal(Client *c, bool health) {
-        const char *refusal = c->manager->refusal;
+        const char *refusal = manager_refusal(c->manager);
         _cleanup_free_ char *body = NULL;
 
         if (!health)
@@ -927,31 +940,92 @@ static void client_respond_refusal(Client *c, bool health) {
         client_respond(c, 503, "application/json", body, strlen(body), NULL);
 }
 
+/* Gauges of what the daemon holds now, after the counters */
+static int render_gauges(Client *c, Buffer *b) {
+        Manager *m = c->manager;
+        usec_t now;
+        static const struct {
+                const char *name, *help;
+                unsigned (*get)(const Host *h);
+        } per_host[] = {
+                {"modelgate_in_flight", "Requests sent to a host and not yet answered", host_in_flight},
+                {"modelgate_waiting", "Requests waiting for their engine", host_waiting},
+        };
+
+        (void)sd_event_now(manager_event(m), CLOCK_MONOTONIC, &now);
+        metrics_render_header(b, "modelgate_connections", "gauge", "Open client connections");
+        (void)buffer_printf(b, "modelgate_connections %zu\n", c->set->n_clients);
+        for (size_t g = 0; g < ELEMENTSOF(per_host); g++) {
+                metrics_render_header(b, per_host[g].name, "gauge", per_host[g].help);
+                for (size_t i = 0; i < manager_n_hosts(m); i++) {
+                        _cleanup_(buffer_done) Buffer l = {};
+                        metrics_append_label(&l, "host", host_conf(manager_host_at(m, i))->name);
+                        (void)buffer_terminate(&l);
+                        (void)buffer_printf(b, "%s{%s} %u\n", per_host[g].name, buffer_peek(&l),
+                                            per_host[g].get(manager_host_at(m, i)));
+                }
+        }
+        metrics_render_header(b, "modelgate_host_state", "gauge",
+                              "1 for the state each host is in (org.modelgate1(5))");
+        for (size_t i = 0; i < manager_n_hosts(m); i++)
+                for (HostState st = 0; st < _HOST_STATE_MAX; st++) {
+                        _cleanup_(buffer_done) Buffer l = {};
+                        metrics_append_label(&l, "host", host_conf(manager_host_at(m, i))->name);
+                        metrics_append_label(&l, "state", host_state_to_string(st));
+                        (void)buffer_terminate(&l);
+                        (void)buffer_printf(b, "modelgate_host_state{%s} %d\n", buffer_peek(&l),
+                                            host_state(manager_host_at(m, i)) == st);
+                }
+        metrics_render_header(b, "modelgate_engine_up_seconds", "gauge",
+                              "How long the running engine has been up");
+        for (size_t i = 0; i < manager_n_hosts(m); i++) {
+                Host *h = manager_host_at(m, i);
+                ssize_t e = host_engine_up(h);
+                if (e < 0)
+                        continue;
+                _cleanup_(buffer_done) Buffer l = {};
+                metrics_append_label(&l, "host", host_conf(h)->name);
+                metrics_append_label(&l, "engine", host_engine(h, (size_t)e)->conf->name);
+                (void)buffer_terminate(&l);
+                (void)buffer_printf(b, "modelgate_engine_up_seconds{%s} %.3f\n", buffer_peek(&l),
+                                    (double)(now - host_up_since(h)) / USEC_PER_SEC);
+        }
+        return buffer_terminate(b);
+}
+
 static void client_respond_metrics(Client *c) {
         _cleanup_(buffer_done) Buffer b = {};
 
-        if (metrics_render(c->manager, &b) < 0)
+        if (metrics_render(manager_metrics(c->manager), &b) < 0 || render_gauges(c, &b) < 0)
                 return client_respond_error(c, 500, NULL, "out of memory", NULL);
         client_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", buffer_peek(&b), buffer_size(&b),
                        NULL);
 }
 
+static void client_feed_send(FeedSubscriber *s, const char *p, size_t n);
+
+static const FeedSubscriberOps client_feed_ops = {
+        .send = client_feed_send,
+};
+
 /* GET /models/sse: every host's feed, relabelled, until the client goes */
 static void client_start_feed(Client *c) {
         Manager *m = c->manager;
+        FeedHub *hub = manager_feed_hub(m);
+        Config *config = manager_config(m);
         char hello[128];
         int n;
 
         /* subscribers hold their connection for good: they may not take more than half of MaxConnections=,
          * so that /health and requests always find one */
-        uint64_t max = MIN(m->config->max_feed_subscribers, m->config->max_connections / 2);
-        if (m->n_feed_clients >= max) {
+        uint64_t max = MIN(config->max_feed_subscribers, config->max_connections / 2);
+        if (feed_hub_count(hub) >= max) {
                 char msg[160];
                 snprintf(msg, sizeof(msg),
                          "/models/sse has %zu subscribers, as many as this proxy takes "
                          "(MaxFeedSubscribers=%llu, "
                          "at most half of MaxConnections=)",
-                         m->n_feed_clients, (unsigned long long)max);
+                         feed_hub_count(hub), (unsigned long long)max);
                 return client_respond_error(c, 503, "too_many_subscribers", msg, "Retry-After: 30\r\n");
         }
 
@@ -973,28 +1047,23 @@ static void client_start_feed(Client *c) {
          * dropped) after a few hundred KiB instead of after megabytes */
         (void)setsockopt(c->fd, SOL_SOCKET, SO_SNDBUF, &(int){64 * 1024}, sizeof(int));
         c->feed = true;
-        LIST_PREPEND(feed, m->feed_clients, c);
-        m->n_feed_clients++;
-        n = snprintf(hello, sizeof(hello), ": modelgate model events from %zu host(s)\n\n",
-                     m->config->n_hosts);
+        n = snprintf(hello, sizeof(hello), ": modelgate model events from %zu host(s)\n\n", config->n_hosts);
         (void)frame_body(c, hello, (size_t)n);
-        manager_feed_subscribed(m);
+        feed_hub_subscribe(hub, &c->feed_sub, &client_feed_ops);
 }
 
-void client_feed_broadcast(Manager *m, const char *p, size_t n) {
-        LIST_FOREACH_SAFE (feed, c, next, m->feed_clients) {
-                if (buffer_size(&c->out) > CLIENT_FEED_OUT_MAX) {
-                        /* bounded: a subscriber that does not read is dropped, not buffered for ever */
-                        log_info("Client %s does not read /models/sse, dropping it", c->peer);
-                        client_log_access(c, "cut=slow-client");
-                        client_free(c);
-                        continue;
-                }
-                if (frame_body(c, p, n) < 0 || client_flush(c) < 0) {
-                        client_free(c);
-                        continue;
-                }
+static void client_feed_send(FeedSubscriber *s, const char *p, size_t n) {
+        Client *c = container_of(s, Client, feed_sub);
+
+        if (buffer_size(&c->out) > CLIENT_FEED_OUT_MAX) {
+                /* bounded: a subscriber that does not read is dropped, not buffered for ever */
+                log_info("Client %s does not read /models/sse, dropping it", c->peer);
+                client_log_access(c, "cut=slow-client");
+                client_free(c);
+                return;
         }
+        if (frame_body(c, p, n) < 0 || client_flush(c) < 0)
+                client_free(c);
 }
 
 static char *span_dup(Span s) {
@@ -1013,7 +1082,7 @@ static void client_start_budget(Client *c) {
         if (b == 0 || b == USEC_INFINITY)
                 return;
         if (!c->budget) {
-                if (sd_event_add_time_relative(c->manager->event, &c->budget, CLOCK_MONOTONIC, b, 0,
+                if (sd_event_add_time_relative(manager_event(c->manager), &c->budget, CLOCK_MONOTONIC, b, 0,
                                                client_budget_cb, c) < 0)
                         return;
         } else
@@ -1022,12 +1091,12 @@ static void client_start_budget(Client *c) {
 }
 
 static void client_send_upstream(Client *c) {
-        int k = upstream_start(c->manager->pool, c->target, &c->pending, c->head, &client_upstream_callbacks, c,
-                               &c->upstream);
+        int k = upstream_start(manager_pool(c->manager), c->target, &c->pending, c->head,
+                               &client_upstream_callbacks, c, &c->upstream);
         buffer_done(&c->pending);
         if (k < 0)
                 return client_host_down(c, k);
-        (void)upstream_set_idle_timeout(c->upstream, c->manager->config->upstream_idle_timeout_usec);
+        (void)upstream_set_idle_timeout(c->upstream, manager_config(c->manager)->upstream_idle_timeout_usec);
         client_start_budget(c);
 }
 
@@ -1107,7 +1176,7 @@ static bool client_fall_back(Client *c, const char *why) {
 
         _cleanup_free_ char *m = log_escape_dup(c->model);
         log_notice("host %s: %s goes to fallback %s: %s", c->host->name, strna(m), f->name, why);
-        metrics_fallback(c->manager->metrics, c->host->name, c->engine_name, f->name);
+        metrics_fallback(manager_metrics(c->manager), c->host->name, c->engine_name, f->name);
         c->via_fallback = true;
         /* the engine's request is cancelled (its connection closed, so the GPU stops), and the engine is
          * free */
@@ -1199,7 +1268,7 @@ static int client_keepalive_cb(sd_event_source *s, uint64_t usec, void *userdata
         if (k == 0 && !c->early) {
                 /* looked at again soon: a load that begins now gets its early 200 in time */
                 (void)sd_event_source_set_time_relative(
-                        s, MIN(c->manager->config->keepalive_interval_usec, USEC_PER_SEC));
+                        s, MIN(manager_config(c->manager)->keepalive_interval_usec, USEC_PER_SEC));
                 (void)sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
                 return 0;
         }
@@ -1224,18 +1293,18 @@ static int client_keepalive_cb(sd_event_source *s, uint64_t usec, void *userdata
                 client_free(c);
                 return 0;
         }
-        (void)sd_event_source_set_time_relative(s, c->manager->config->keepalive_interval_usec);
+        (void)sd_event_source_set_time_relative(s, manager_config(c->manager)->keepalive_interval_usec);
         (void)sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
         return 0;
 }
 
 static void client_wait_for_engine(Client *c) {
-        const Config *cf = c->manager->config;
+        const Config *cf = manager_config(c->manager);
 
         if (!c->streaming || c->head || cf->keepalive_after_usec == USEC_INFINITY)
                 return;
         if (!c->keepalive) {
-                if (sd_event_add_time_relative(c->manager->event, &c->keepalive, CLOCK_MONOTONIC,
+                if (sd_event_add_time_relative(manager_event(c->manager), &c->keepalive, CLOCK_MONOTONIC,
                                                cf->keepalive_after_usec, 0, client_keepalive_cb, c) < 0)
                         return; /* no keepalives: the client waits in silence */
         } else
@@ -1251,7 +1320,8 @@ static void client_engine_ready(HostWaiter *w, int status, const char *message) 
                 (void)sd_event_source_set_enabled(c->keepalive, SD_EVENT_OFF);
                 client_respond_host_error(c, status, message);
         } else {
-                metrics_wait(c->manager->metrics, c->host->name, now_usec(CLOCK_MONOTONIC) - c->start);
+                metrics_wait(manager_metrics(c->manager), c->host->name,
+                             now_usec(CLOCK_MONOTONIC) - c->start);
                 client_send_upstream(c);
         }
         if (client_flush(c) < 0) {
@@ -1272,7 +1342,7 @@ static bool client_admit(Client *c) {
                 key = strndup(auth.p + 7, auth.n - 7);
         else if (xkey.p)
                 key = strndup(xkey.p, xkey.n);
-        if (access_identify(c->manager->config, key, c->peer, &c->caller, &d) < 0) {
+        if (access_identify(manager_config(c->manager), key, c->peer, &c->caller, &d) < 0) {
                 client_respond_error(c, d.status, d.code, d.message, "WWW-Authenticate: Bearer\r\n");
                 c->caller.admitted = false;
                 return false;
@@ -1288,7 +1358,7 @@ static bool request_is_open(const HttpRequest *r, Span path) {
 
 /* The body limit of the caller: its tier's MaxBodySize=, or AnonymousMaxBodySize=; 0: MaxBodySize=. */
 static uint64_t caller_body_limit(const Client *c) {
-        const AccessConf *a = &c->manager->config->access;
+        const AccessConf *a = &manager_config(c->manager)->access;
         return c->caller.tier ? c->caller.tier->max_body_size : a->anonymous_max_body_size;
 }
 
@@ -1309,7 +1379,7 @@ static bool client_admit_head(Client *c) {
         Span path = url_path(http_request_url(r));
         bool open = request_is_open(r, path), close = c->close_after_response;
 
-        if (!open && !c->manager->config->access.enabled)
+        if (!open && !manager_config(c->manager)->access.enabled)
                 return true;
         /* an answer on the head is the request's answer: its access line names it, and the body that
          * follows is not read (the connection closes) */
@@ -1360,7 +1430,7 @@ static void client_dispatch(Client *c) {
         c->api = api_kind_for_path(path);
         c->head = r->method == HTTP_HEAD;
         c->http10 = r->http_major == 1 && r->http_minor == 0;
-        if (!r->keep_alive || c->manager->stopping)
+        if (!r->keep_alive || manager_stopping(c->manager))
                 c->close_after_response = true;
 
         if (url.n == 0 || url.p[0] != '/')
@@ -1369,7 +1439,7 @@ static void client_dispatch(Client *c) {
                         "the request target must be a path (modelgate is not a forward proxy)", NULL);
 
         bool get = r->method == HTTP_GET || r->method == HTTP_HEAD;
-        if (c->manager->refusal)
+        if (manager_refusal(c->manager))
                 return client_respond_refusal(c, get && span_eq(path, "/health"));
         if (get && span_eq(path, "/")) {
                 /* clients (Claude Code among them) probe the root before their first request */
@@ -1381,7 +1451,7 @@ static void client_dispatch(Client *c) {
                 return client_respond_health(c, query_flag(url, "strict"));
         if (get && span_eq(path, "/metrics"))
                 return client_respond_metrics(c);
-        if (c->manager->config->access.enabled) {
+        if (manager_config(c->manager)->access.enabled) {
                 if (!c->caller.admitted && !client_admit(c))
                         return;
                 uint64_t limit = caller_body_limit(c);
@@ -1462,7 +1532,7 @@ static void client_dispatch(Client *c) {
                          c->caller.tier->name, c->model);
                 return client_respond_error(c, 403, "model_not_allowed", msg, NULL);
         }
-        c->config = config_ref(c->manager->config);
+        c->config = config_ref(manager_config(c->manager));
         c->host = route_find_host(c->config, model, &key);
         if (!c->host) {
                 char m2[160];
@@ -1477,11 +1547,9 @@ static void client_dispatch(Client *c) {
         /* counted once it routes: a mistyped model name costs nobody a request of the day */
         if (c->caller.admitted) {
                 AccessDenial d;
-                if (!c->manager->access) /* no file read at start unless [Access] is used */
-                        c->manager->access = access_new(c->manager);
-                k = c->manager->access
-                            ? access_count(c->manager->access, c->manager->config, &c->caller, c->peer, &d)
-                            : -ENOMEM;
+                Access *access = manager_access(c->manager);
+                k = access ? access_count(access, manager_config(c->manager), &c->caller, c->peer, &d)
+                           : -ENOMEM;
                 if (k == -EDQUOT) {
                         char h[96];
                         snprintf(h, sizeof(h), "Retry-After: %llu\r\n", (unsigned long long)d.retry_after);
@@ -1561,7 +1629,7 @@ static void client_dispatch(Client *c) {
                         client_wait_for_engine(c);
                         return; /* client_engine_ready() goes on */
                 }
-                metrics_wait(c->manager->metrics, c->host->name, 0);
+                metrics_wait(manager_metrics(c->manager), c->host->name, 0);
                 client_wait_for_engine(c); /* its router may still have to load the model */
         }
         client_send_upstream(c);
@@ -1618,7 +1686,7 @@ static void client_process(Client *c) {
                         }
                         http_parser_next(&c->parser);
                         c->state = CLIENT_WAITING;
-                        client_set_timer(c, c->manager->config->idle_timeout_usec);
+                        client_set_timer(c, manager_config(c->manager)->idle_timeout_usec);
                 }
                 if (c->state == CLIENT_CLOSING) {
                         if (buffer_is_empty(&c->out)) {
@@ -1648,7 +1716,7 @@ static void client_process(Client *c) {
                 }
                 if (c->state == CLIENT_WAITING && c->parser.started) {
                         c->state = CLIENT_READING;
-                        client_set_timer(c, c->manager->config->header_timeout_usec);
+                        client_set_timer(c, manager_config(c->manager)->header_timeout_usec);
                 }
                 if (r == HTTP_PARSE_HEADERS) {
                         if (!client_admit_head(c)) {
@@ -1659,7 +1727,7 @@ static void client_process(Client *c) {
                         if (c->parser.req.expect_continue && c->parser.req.has_body &&
                             c->parser.req.http_minor >= 1)
                                 (void)buffer_append_str(&c->out, "HTTP/1.1 100 Continue\r\n\r\n");
-                        client_set_timer(c, c->manager->config->idle_timeout_usec);
+                        client_set_timer(c, manager_config(c->manager)->idle_timeout_usec);
                         continue;
                 }
                 if (r == HTTP_PARSE_DONE) {
@@ -1737,7 +1805,8 @@ static int client_read(Client *c) {
                         return -ENOMEM;
         }
         if (got && c->state == CLIENT_READING && c->parser.headers_complete)
-                client_set_timer(c, c->manager->config->idle_timeout_usec); /* the body makes progress */
+                client_set_timer(
+                        c, manager_config(c->manager)->idle_timeout_usec); /* the body makes progress */
         return got;
 }
 
@@ -1809,16 +1878,11 @@ static int client_timer_cb(sd_event_source *s, uint64_t usec, void *userdata) {
         }
 }
 
-Client *client_next(Client *c) {
-        return c->clients_next;
-}
-
-void client_stop(Client *c) {
+static void client_stop(Client *c) {
         c->close_after_response = true;
         if (c->feed) {
                 /* a feed has no end of its own: it ends cleanly with the daemon */
-                LIST_REMOVE(feed, c->manager->feed_clients, c);
-                c->manager->n_feed_clients--;
+                feed_hub_unsubscribe(manager_feed_hub(c->manager), &c->feed_sub);
                 c->feed = false;
                 if (c->chunked)
                         (void)buffer_append_str(&c->out, "0\r\n\r\n");
@@ -1838,7 +1902,10 @@ void client_stop(Client *c) {
                 client_free(c);
 }
 
-int client_new(Manager *m, int fd, const struct sockaddr *peer, socklen_t peer_len) {
+int client_new(ClientSet *set, int fd, const struct sockaddr *peer, socklen_t peer_len) {
+        Manager *m = set->manager;
+        Config *config = manager_config(m);
+        sd_event *event = manager_event(m);
         Client *c;
         int r;
 
@@ -1848,8 +1915,9 @@ int client_new(Manager *m, int fd, const struct sockaddr *peer, socklen_t peer_l
                 return -ENOMEM;
         }
         c->manager = m;
+        c->set = set;
         c->fd = fd;
-        http_parser_init(&c->parser, m->config->max_header_size, m->config->max_body_size);
+        http_parser_init(&c->parser, config->max_header_size, config->max_body_size);
         if (peer->sa_family == AF_INET) {
                 const struct sockaddr_in *a = (const struct sockaddr_in *)peer;
                 inet_ntop(AF_INET, &a->sin_addr, c->peer, sizeof(c->peer));
@@ -1862,30 +1930,30 @@ int client_new(Manager *m, int fd, const struct sockaddr *peer, socklen_t peer_l
         char address[INET6_ADDRSTRLEN + 8];
         snprintf(c->address, sizeof(c->address), "%s", access_client_address(c->peer, address));
 
-        LIST_PREPEND(clients, m->clients, c);
-        m->n_clients++;
-        manager_changed(m);
-        uint64_t *counted = count_map_get(&m->connections_by_address, c->address, true);
+        LIST_PREPEND(clients, set->clients, c);
+        set->n_clients++;
+        if (set->cb && set->cb->changed)
+                set->cb->changed(set->userdata);
+        uint64_t *counted = count_map_get(&set->by_address, c->address, true);
         uint64_t same = counted ? ++*counted : 0;
         c->address_counted = counted;
 
-        r = sd_event_add_io(m->event, &c->io, fd, EPOLLIN | EPOLLRDHUP | EPOLLET, client_io_cb, c);
+        r = sd_event_add_io(event, &c->io, fd, EPOLLIN | EPOLLRDHUP | EPOLLET, client_io_cb, c);
         if (r >= 0)
-                r = sd_event_add_time_relative(m->event, &c->timer, CLOCK_MONOTONIC,
-                                               m->config->idle_timeout_usec, 0, client_timer_cb, c);
+                r = sd_event_add_time_relative(event, &c->timer, CLOCK_MONOTONIC, config->idle_timeout_usec,
+                                               0, client_timer_cb, c);
         if (r < 0) {
                 client_free(c);
                 return r;
         }
-        if (same == 0 || same > m->config->max_connections_per_address) {
+        if (same == 0 || same > config->max_connections_per_address) {
                 /* one address cannot take every connection slot: told at once, before anything is read
                  * (out of memory to count it, it is refused the same way) */
                 char msg[160];
                 snprintf(msg, sizeof(msg),
                          "this address has %llu connections open to modelgate, more than "
                          "MaxConnectionsPerAddress=%llu; close some and retry",
-                         (unsigned long long)same,
-                         (unsigned long long)m->config->max_connections_per_address);
+                         (unsigned long long)same, (unsigned long long)config->max_connections_per_address);
                 c->start = now_usec(CLOCK_MONOTONIC);
                 c->method = strdup("-");
                 c->close_after_response = true;
@@ -1900,4 +1968,40 @@ int client_new(Manager *m, int fd, const struct sockaddr *peer, socklen_t peer_l
                 client_process(c);
         }
         return 0;
+}
+
+int client_set_new(Manager *m, const ClientSetCallbacks *cb, void *userdata, ClientSet **ret) {
+        ClientSet *set = calloc(1, sizeof(ClientSet));
+
+        if (!set)
+                return -ENOMEM;
+        set->manager = m;
+        set->cb = cb;
+        set->userdata = userdata;
+        *ret = set;
+        return 0;
+}
+
+ClientSet *client_set_free(ClientSet *set) {
+        if (!set)
+                return NULL;
+        set->cb = NULL; /* nobody to tell any more */
+        while (set->clients)
+                client_free(set->clients);
+        count_map_free(set->by_address);
+        return mfree(set);
+}
+
+size_t client_set_count(const ClientSet *set) {
+        return set->n_clients;
+}
+
+void client_set_stop(ClientSet *set) {
+        LIST_FOREACH_SAFE (clients, c, n, set->clients)
+                client_stop(c);
+}
+
+void client_set_catalogs_ready(ClientSet *set) {
+        LIST_FOREACH (clients, c, set->clients)
+                models_merge_catalogs_ready(c->merge);
 }

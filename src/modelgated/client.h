@@ -3,19 +3,29 @@
 
 /* One client connection: HTTP/1.1 keep-alive, pipelined requests answered in
  * order, each request routed to its host and the host's answer streamed back
- * with modelgate's own framing. */
+ * with modelgate's own framing. The connections of a daemon are a ClientSet,
+ * which counts them (per address too, for MaxConnectionsPerAddress=) and tells
+ * its owner when one opens or closes. */
 
 #include <sys/socket.h>
 
-#include "shared/list.h"
-
 typedef struct Manager Manager;
 typedef struct Client Client;
+typedef struct ClientSet ClientSet;
 
-int client_new(Manager *m, int fd, const struct sockaddr *peer, socklen_t peer_len);
-void client_free(Client *c);
-Client *client_next(Client *c);
-/* Sends an event (or comment) to every /models/sse subscriber; one that is too far behind is dropped. */
-void client_feed_broadcast(Manager *m, const char *p, size_t n);
+typedef struct ClientSetCallbacks {
+        /* a connection opened or closed */
+        void (*changed)(void *userdata);
+} ClientSetCallbacks;
+
+int client_set_new(Manager *m, const ClientSetCallbacks *cb, void *userdata, ClientSet **ret);
+/* Closes every connection, without telling the owner. */
+ClientSet *client_set_free(ClientSet *set);
+size_t client_set_count(const ClientSet *set);
 /* A clean stop: idle connections close now, busy ones after their response. */
-void client_stop(Client *c);
+void client_set_stop(ClientSet *set);
+/* Every host catalog may have had its first read: /models answers waiting for it may go. */
+void client_set_catalogs_ready(ClientSet *set);
+
+/* Takes fd. A connection over MaxConnectionsPerAddress= is answered 503 and closed. */
+int client_new(ClientSet *set, int fd, const struct sockaddr *peer, socklen_t peer_len);

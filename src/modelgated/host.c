@@ -190,7 +190,7 @@ static void switch_refuse_busy(Host *h, const char *reason) {
 
         log_warning("host %s: GPU busy (%s), switch to %s refused", h->conf->name, reason,
                     engine_name(h, h->target));
-        metrics_refusal(h->manager->metrics, h->conf->name);
+        metrics_refusal(manager_metrics(h->manager), h->conf->name);
         snprintf(msg, sizeof(msg),
                  "the GPU of host '%s' is in use by someone else (%s), so modelgate did not switch it to "
                  "engine '%s'; ask again once that work is done",
@@ -305,11 +305,11 @@ int warmup_send(Host *h, size_t engine, const UpstreamCallbacks *cb) {
                 buffer_done(&req);
                 return -ENOMEM;
         }
-        r = upstream_start(h->manager->pool, url, &req, false, cb, h, slot);
+        r = upstream_start(manager_pool(h->manager), url, &req, false, cb, h, slot);
         buffer_done(&req);
         if (r < 0)
                 return r;
-        (void)upstream_set_idle_timeout(*slot, h->manager->config->upstream_idle_timeout_usec);
+        (void)upstream_set_idle_timeout(*slot, manager_config(h->manager)->upstream_idle_timeout_usec);
         return 0;
 }
 
@@ -434,7 +434,7 @@ static int probe_start(Host *h, const UpstreamCallbacks *cb, usec_t timeout) {
                 buffer_done(&req);
                 return -ENOMEM;
         }
-        r = upstream_start(h->manager->pool, url, &req, false, cb, h, &h->probe);
+        r = upstream_start(manager_pool(h->manager), url, &req, false, cb, h, &h->probe);
         buffer_done(&req);
         if (r < 0)
                 return r;
@@ -727,7 +727,7 @@ static void answer_failed(Host *h, HostWaiter *w, int status) {
                          h->conf->name, strna(h->down_reason));
                 break;
         case 504:
-                metrics_budget_expired(h->manager->metrics, h->conf->name);
+                metrics_budget_expired(manager_metrics(h->manager), h->conf->name);
                 snprintf(
                         msg, sizeof(msg),
                         "waited %s for engine '%s' of host '%s' (WaitBudgetSec=), and it is still busy with "
@@ -760,7 +760,7 @@ static int schedule_cb(sd_event_source *s, void *userdata) {
                         break;
                 case SCHED_START:
                         h->target = a.engine;
-                        metrics_switch(h->manager->metrics, h->conf->name, engine_name(h, a.engine));
+                        metrics_switch(manager_metrics(h->manager), h->conf->name, engine_name(h, a.engine));
                         free(h->for_model);
                         h->for_model = log_escape_dup(w->model); /* for log lines only */
                         host_begin_switch(h);
@@ -982,18 +982,18 @@ Host *host_new(Manager *m, Config *config, const HostConf *conf) {
         SchedConfig sc = sched_config_of(config, conf);
         if (sched_init(&h->sched, &sc, h->n_engines) < 0)
                 goto fail;
-        r = sd_event_add_defer(m->event, &h->schedule_source, schedule_cb, h);
+        r = sd_event_add_defer(manager_event(m), &h->schedule_source, schedule_cb, h);
         if (r >= 0)
-                r = sd_event_add_time(m->event, &h->sched_timer, CLOCK_MONOTONIC, USEC_INFINITY, 0,
+                r = sd_event_add_time(manager_event(m), &h->sched_timer, CLOCK_MONOTONIC, USEC_INFINITY, 0,
                                       sched_timer_cb, h);
         if (r >= 0)
-                r = sd_event_add_time_relative(m->event, &h->deadline, CLOCK_MONOTONIC, 0, 0, deadline_cb,
+                r = sd_event_add_time_relative(manager_event(m), &h->deadline, CLOCK_MONOTONIC, 0, 0, deadline_cb,
                                                h);
         if (r >= 0)
-                r = sd_event_add_time_relative(m->event, &h->probe_timer, CLOCK_MONOTONIC, 0, 0,
+                r = sd_event_add_time_relative(manager_event(m), &h->probe_timer, CLOCK_MONOTONIC, 0, 0,
                                                probe_timer_cb, h);
         if (r >= 0)
-                r = sd_event_add_time(m->event, &h->prime_timer, CLOCK_MONOTONIC, USEC_INFINITY,
+                r = sd_event_add_time(manager_event(m), &h->prime_timer, CLOCK_MONOTONIC, USEC_INFINITY,
                                       USEC_PER_SEC / 10, prime_timer_cb, h);
         if (r < 0)
                 goto fail;
@@ -1008,7 +1008,7 @@ Host *host_new(Manager *m, Config *config, const HostConf *conf) {
         if (!h->catalog)
                 goto fail;
         if (h->n_engines > 0) {
-                if (host_bus_new(m->event, conf, units, &host_bus_callbacks, h, &h->bus) < 0)
+                if (host_bus_new(manager_event(m), conf, units, &host_bus_callbacks, h, &h->bus) < 0)
                         goto fail;
                 /* until the bus says otherwise: requests must not be sent to an engine nobody started */
                 h->bus_down = true;

@@ -1,76 +1,70 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* The Manager: listening sockets (socket-activated, or Listen=), the accept
- * loop with its connection limit, signals, and the clean stop. A stop closes
- * the listeners (systemd keeps its own copy of an activated socket, so new
- * connections queue there for the next instance), closes idle connections,
- * lets running answers finish within STOP_DRAIN_USEC, then exits. */
+/* The Manager: the configuration and one Host per [Host] in step with it (hosts[i] is config->hosts[i]),
+ * the hosts a reload left draining, and the reload itself, which never drops a connection (SPEC §3).
+ * Socket-activated with a configuration that has errors, it holds the refusal instead of hosts. */
 
-#include <arpa/inet.h>
-#include <assert.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <signal.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <systemd/sd-daemon.h>
 
 #include "modelgated/access.h"
-#include "modelgated/bus-object.h"
-#include "modelgated/client.h"
+#include "modelgated/feed-hub.h"
 #include "modelgated/host.h"
-#include "modelgated/models.h"
 #include "modelgated/manager.h"
 #include "modelgated/metrics.h"
 #include "modelgated/upstream.h"
-#include "shared/count-map.h"
 #include "shared/log.h"
-#include "shared/parse-util.h"
 #include "shared/strv.h"
 
-#define STOP_DRAIN_USEC (60 * USEC_PER_SEC)
-#define ACCEPT_RETRY_USEC (1 * USEC_PER_SEC)
+struct Manager {
+        sd_event *event;
+        Config *config;
+        char *config_path;
+        bool user; /* a user instance: the user bus; else the system bus and polkit */
 
-static const int handled_signals[] = {SIGTERM, SIGINT, SIGHUP};
+        Host **hosts;    /* per config->hosts[] */
+        Host **draining; /* removed or replaced by a reload, answering what they had */
+        size_t n_draining;
+        sd_event_source *drain_source;
 
-static int accept_cb(sd_event_source *s, int fd, uint32_t revents, void *userdata);
+        /* Socket-activated with a configuration that has errors (SPEC §3): config is the defaults, with no
+         * host, and every request is answered 503 with refusal until a reload brings a good file. */
+        char **config_errors;
+        char *refusal;
+        unsigned warnings_serial; /* bumped when Warnings change in a way their number does not show */
 
-/* log.c's buffered lines are written when the loop has nothing else to do */
-static sd_event_source *log_flush_source;
+        bool stopping;
+        UpstreamPool *pool;
+        FeedHub *feed_hub;
+        Metrics *metrics;
+        Access *access; /* daily counts; made by the first request [Access] counts */
+        uint64_t n_requests;
+        usec_t start_usec;
 
-static int log_flush_cb(sd_event_source *s, void *userdata) {
-        log_flush();
-        return 0;
-}
+        const ManagerCallbacks *cb;
+        void *userdata;
+};
 
-static void log_request_flush(void) {
-        (void)sd_event_source_set_enabled(log_flush_source, SD_EVENT_ONESHOT);
-}
-
-int manager_new(Manager **ret) {
+int manager_new(sd_event *event, bool user, Manager **ret) {
         Manager *m = calloc(1, sizeof(Manager));
         int r;
 
         if (!m)
                 return -ENOMEM;
+        m->event = sd_event_ref(event);
+        m->user = user;
         m->config = config_new();
         m->metrics = metrics_new();
-        if (!m->config || !m->metrics) {
-                config_unref(m->config);
-                metrics_free(m->metrics);
-                free(m);
-                return -ENOMEM;
-        }
-        r = sd_event_default(&m->event);
+        r = m->config && m->metrics ? 0 : -ENOMEM;
         if (r >= 0)
                 r = upstream_pool_new(m->event, &m->pool);
+        if (r >= 0)
+                r = feed_hub_new(m->event, &m->feed_hub);
         if (r < 0) {
                 manager_free(m);
                 return r;
         }
+        /* the D-Bus object's uptime; before the loop runs, so not the loop's time */
         m->start_usec = now_usec(CLOCK_MONOTONIC);
         *ret = m;
         return 0;
@@ -79,26 +73,9 @@ int manager_new(Manager **ret) {
 Manager *manager_free(Manager *m) {
         if (!m)
                 return NULL;
-        m->bus_object = bus_object_free(TAKE_PTR(m->bus_object));
         m->access = access_free(m->access);
-        while (m->clients)
-                client_free(m->clients);
-        m->connections_by_address = count_map_free(m->connections_by_address);
         if (m->pool)
                 upstream_pool_stop(m->pool);
-        for (size_t i = 0; i < m->n_listeners; i++) {
-                sd_event_source_disable_unref(m->listeners[i].source);
-                safe_close(m->listeners[i].fd);
-                free(m->listeners[i].name);
-                free(m->listeners[i].address);
-        }
-        free(m->listeners);
-        sd_event_source_disable_unref(m->accept_retry);
-        sd_event_source_disable_unref(m->stop_timer);
-        sd_event_source_disable_unref(m->exit_idle_timer);
-        sd_event_source_disable_unref(m->feed_keepalive);
-        log_set_buffered(NULL);
-        log_flush_source = sd_event_source_disable_unref(log_flush_source);
         for (size_t i = 0; m->hosts && i < m->config->n_hosts; i++)
                 host_free(m->hosts[i]);
         free(m->hosts);
@@ -108,14 +85,19 @@ Manager *manager_free(Manager *m) {
         sd_event_source_disable_unref(m->drain_source);
         config_unref(m->config);
         metrics_free(m->metrics);
-        /* after the hosts and clients: their upstreams were the pool's */
+        m->feed_hub = feed_hub_free(m->feed_hub);
+        /* after the hosts: their upstreams were the pool's */
         m->pool = upstream_pool_free(m->pool);
         free(m->config_path);
         strv_free(m->config_errors);
         free(m->refusal);
         sd_event_unref(m->event);
-        free(m);
-        return NULL;
+        return mfree(m);
+}
+
+void manager_set_callbacks(Manager *m, const ManagerCallbacks *cb, void *userdata) {
+        m->cb = cb;
+        m->userdata = userdata;
 }
 
 /* What is wrong, for logs and the D-Bus error of a refused reload: the first few errors, joined. */
@@ -180,32 +162,17 @@ int manager_load_config(Manager *m, const char *path) {
 #define FEED_KEEPALIVE_USEC (15 * USEC_PER_SEC)
 
 /* An SSE comment every 15 s keeps idle /models/sse feeds alive through intermediaries. */
-static int feed_keepalive_cb(sd_event_source *s, uint64_t usec, void *userdata) {
-        Manager *m = userdata;
-        static const char comment[] = ": keepalive\n\n";
-
-        if (m->n_feed_clients == 0)
-                return 0;
-        client_feed_broadcast(m, comment, sizeof(comment) - 1);
-        (void)sd_event_source_set_time_relative(s, FEED_KEEPALIVE_USEC);
-        (void)sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
-        return 0;
-}
-
-void manager_feed_subscribed(Manager *m) {
-        if (!m->feed_keepalive) {
-                if (sd_event_add_time_relative(m->event, &m->feed_keepalive, CLOCK_MONOTONIC,
-                                               FEED_KEEPALIVE_USEC, 0, feed_keepalive_cb, m) < 0)
-                        return;
-        } else if (sd_event_source_get_enabled(m->feed_keepalive, NULL) > 0)
-                return;
-        else
-                (void)sd_event_source_set_time_relative(m->feed_keepalive, FEED_KEEPALIVE_USEC);
-        (void)sd_event_source_set_enabled(m->feed_keepalive, SD_EVENT_ONESHOT);
+void manager_changed(Manager *m) {
+        if (m->n_draining > 0)
+                /* a draining host may be done now; not freed from here, which runs inside its callbacks */
+                (void)sd_event_source_set_enabled(m->drain_source, SD_EVENT_ONESHOT);
+        if (m->cb && m->cb->changed)
+                m->cb->changed(m->userdata);
 }
 
 void manager_catalog_ready(Manager *m) {
-        models_catalogs_ready(m);
+        if (m->cb && m->cb->catalog_ready)
+                m->cb->catalog_ready(m->userdata);
 }
 
 Host *manager_host(Manager *m, const HostConf *h) {
@@ -222,381 +189,19 @@ Host *manager_host(Manager *m, const HostConf *h) {
         return NULL;
 }
 
-static void format_address(const struct sockaddr *sa, char *buf, size_t l) {
-        char a[INET6_ADDRSTRLEN];
-
-        if (sa->sa_family == AF_INET) {
-                const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
-                snprintf(buf, l, "%s:%u", inet_ntop(AF_INET, &in->sin_addr, a, sizeof(a)),
-                         ntohs(in->sin_port));
-        } else if (sa->sa_family == AF_INET6) {
-                const struct sockaddr_in6 *in = (const struct sockaddr_in6 *)sa;
-                snprintf(buf, l, "[%s]:%u", inet_ntop(AF_INET6, &in->sin6_addr, a, sizeof(a)),
-                         ntohs(in->sin6_port));
-        } else if (sa->sa_family == AF_UNIX)
-                snprintf(buf, l, "%s", ((const struct sockaddr_un *)sa)->sun_path);
-        else
-                snprintf(buf, l, "?");
-}
-
-static int add_listener(Manager *m, int fd, const char *name) {
-        struct sockaddr_storage ss;
-        socklen_t sl = sizeof(ss);
-        char addr[128] = "?";
-        Listener *l;
-        int r;
-
-        l = realloc(m->listeners, sizeof(Listener) * (m->n_listeners + 1));
-        if (!l)
-                return -ENOMEM;
-        m->listeners = l;
-        if (getsockname(fd, (struct sockaddr *)&ss, &sl) >= 0)
-                format_address((struct sockaddr *)&ss, addr, sizeof(addr));
-        l = &m->listeners[m->n_listeners];
-        *l = (Listener){.manager = m, .fd = fd, .name = strdup(name), .address = strdup(addr)};
-        r = sd_event_add_io(m->event, &l->source, fd, EPOLLIN, accept_cb, l);
-        if (r < 0)
-                return r;
-        (void)sd_event_source_set_exit_on_failure(l->source, true);
-        m->n_listeners++;
-        return 0;
-}
-
-/* "127.0.0.1:8080", "[::1]:8080", "8080" (every address), "/run/x.sock" */
-static int parse_listen(const char *s, struct sockaddr_storage *ss, socklen_t *sl) {
-        uint64_t port;
-        char host[128];
-        const char *colon;
-
-        memset(ss, 0, sizeof(*ss));
-        if (s[0] == '/') {
-                struct sockaddr_un *un = (struct sockaddr_un *)ss;
-                if (strlen(s) >= sizeof(un->sun_path))
-                        return -ENAMETOOLONG;
-                un->sun_family = AF_UNIX;
-                strcpy(un->sun_path, s);
-                *sl = sizeof(*un);
-                return 0;
-        }
-        if (safe_atou64(s, &port) == 0) {
-                struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
-                if (port == 0 || port > 65535)
-                        return -EINVAL;
-                in6->sin6_family = AF_INET6;
-                in6->sin6_addr = in6addr_any;
-                in6->sin6_port = htons((uint16_t)port);
-                *sl = sizeof(*in6);
-                return 0;
-        }
-        if (s[0] == '[') {
-                const char *e = strchr(s, ']');
-                if (!e || e[1] != ':' || (size_t)(e - s - 1) >= sizeof(host))
-                        return -EINVAL;
-                memcpy(host, s + 1, (size_t)(e - s - 1));
-                host[e - s - 1] = 0;
-                colon = e + 1;
-        } else {
-                colon = strrchr(s, ':');
-                if (!colon || (size_t)(colon - s) >= sizeof(host))
-                        return -EINVAL;
-                memcpy(host, s, (size_t)(colon - s));
-                host[colon - s] = 0;
-        }
-        if (safe_atou64(colon + 1, &port) < 0 || port == 0 || port > 65535)
-                return -EINVAL;
-        struct sockaddr_in *in = (struct sockaddr_in *)ss;
-        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
-        if (inet_pton(AF_INET, host, &in->sin_addr) == 1) {
-                in->sin_family = AF_INET;
-                in->sin_port = htons((uint16_t)port);
-                *sl = sizeof(*in);
-        } else if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
-                in6->sin6_family = AF_INET6;
-                in6->sin6_port = htons((uint16_t)port);
-                *sl = sizeof(*in6);
-        } else
-                return -EINVAL;
-        return 0;
-}
-
-static int listen_on(Manager *m, const char *spec) {
-        struct sockaddr_storage ss;
-        socklen_t sl;
-        _cleanup_close_ int fd = -1;
-        int r, one = 1;
-
-        r = parse_listen(spec, &ss, &sl);
-        if (r < 0)
-                return log_error_errno(
-                        r, "[Proxy] Listen='%s' is not an address, a port or an absolute path", spec);
-        fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-                return log_error_errno(errno, "Failed to create a socket for %s: %m", spec);
-        if (ss.ss_family == AF_UNIX)
-                (void)unlink(((struct sockaddr_un *)&ss)->sun_path);
-        else
-                (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-        if (bind(fd, (struct sockaddr *)&ss, sl) < 0)
-                return log_error_errno(errno, "Failed to bind %s: %m", spec);
-        if (listen(fd, SOMAXCONN) < 0)
-                return log_error_errno(errno, "Failed to listen on %s: %m", spec);
-        r = add_listener(m, fd, spec);
-        if (r < 0)
-                return log_error_errno(r, "Failed to watch %s: %m", spec);
-        TAKE_FD(fd);
-        return 0;
-}
-
-static int manager_listen(Manager *m) {
-        _cleanup_strv_free_ char **names = NULL;
-        int n, r;
-
-        n = sd_listen_fds_with_names(true, &names);
-        if (n < 0)
-                return log_error_errno(n, "Failed to read the sockets passed by systemd: %m");
-        if (n > 0) {
-                m->socket_activated = true;
-                for (int i = 0; i < n; i++) {
-                        int fd = SD_LISTEN_FDS_START + i;
-                        const char *name = names && names[i] ? names[i] : "unknown";
-                        if (sd_is_socket(fd, AF_UNSPEC, SOCK_STREAM, 1) <= 0) {
-                                log_warning("Passed file descriptor %d ('%s') is not a listening stream "
-                                            "socket, closing it",
-                                            fd, name);
-                                safe_close(fd);
-                                continue;
-                        }
-                        (void)fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-                        r = add_listener(m, fd, name);
-                        if (r < 0)
-                                return log_error_errno(r, "Failed to watch socket '%s': %m", name);
-                }
-                if (m->n_listeners == 0)
-                        return log_error_errno(EBADF, "None of the %d sockets passed by systemd can be used",
-                                               n);
-                if (m->config->listen)
-                        log_info("Socket-activated: [Proxy] Listen= is not used");
-                return 0;
-        }
-
-        if (!m->config->listen)
-                return listen_on(m, "127.0.0.1:8080");
-        STRV_FOREACH (l, m->config->listen) {
-                r = listen_on(m, *l);
-                if (r < 0)
-                        return r;
-        }
-        return 0;
-}
-
-static void set_accepting(Manager *m, bool on) {
-        for (size_t i = 0; i < m->n_listeners; i++)
-                (void)sd_event_source_set_enabled(m->listeners[i].source, on ? SD_EVENT_ON : SD_EVENT_OFF);
-        m->listeners_paused = !on;
-}
-
-void manager_resume_accepting(Manager *m) {
-        if (m->listeners_paused && !m->stopping && m->n_clients < m->config->max_connections)
-                set_accepting(m, true);
-}
-
-static int accept_retry_cb(sd_event_source *s, uint64_t usec, void *userdata) {
-        manager_resume_accepting(userdata);
-        return 0;
-}
-
-static int accept_cb(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
-        Listener *l = userdata;
-        Manager *m = l->manager;
-
-        for (int i = 0; i < 64; i++) {
-                struct sockaddr_storage peer;
-                socklen_t pl = sizeof(peer);
-                int one = 1, cfd;
-
-                if (m->n_clients >= m->config->max_connections) {
-                        /* the rest wait in the kernel's backlog until a connection closes */
-                        log_debug("MaxConnections=%llu reached, not accepting for now",
-                                  (unsigned long long)m->config->max_connections);
-                        set_accepting(m, false);
-                        return 0;
-                }
-                cfd = accept4(fd, (struct sockaddr *)&peer, &pl, SOCK_NONBLOCK | SOCK_CLOEXEC);
-                if (cfd < 0) {
-                        if (errno == EAGAIN || errno == EINTR)
-                                return 0;
-                        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-                                log_warning_errno(errno, "Cannot accept connections for now: %m");
-                                set_accepting(m, false);
-                                if (!m->accept_retry)
-                                        (void)sd_event_add_time_relative(m->event, &m->accept_retry,
-                                                                         CLOCK_MONOTONIC, ACCEPT_RETRY_USEC,
-                                                                         0, accept_retry_cb, m);
-                                else {
-                                        (void)sd_event_source_set_time_relative(m->accept_retry,
-                                                                                ACCEPT_RETRY_USEC);
-                                        (void)sd_event_source_set_enabled(m->accept_retry, SD_EVENT_ONESHOT);
-                                }
-                                return 0;
-                        }
-                        log_debug_errno(errno, "accept() failed, ignoring: %m");
-                        continue;
-                }
-                if (peer.ss_family != AF_UNIX)
-                        (void)setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-                if (client_new(m, cfd, (struct sockaddr *)&peer, pl) < 0)
-                        log_oom();
-        }
-        return 0;
-}
-
-void manager_client_gone(Manager *m) {
-        if (m->stopping && m->n_clients == 0) {
-                (void)sd_event_exit(m->event, 0);
-                return;
-        }
-        manager_resume_accepting(m);
-        manager_changed(m);
-}
-
-/* SPEC §8: nothing is lost by exiting when nobody is connected, waiting or subscribed and no engine still
- * needs its idle stop; a connection arriving now waits in the socket systemd holds, and starts the next
- * instance. */
-static bool manager_is_idle(Manager *m) {
-        if (m->n_clients > 0 || bus_object_busy(m->bus_object))
-                return false;
+bool manager_keeps_daemon(Manager *m) {
         for (size_t i = 0; i < m->config->n_hosts; i++)
                 if (host_keeps_daemon(m->hosts[i]))
-                        return false;
-        return m->n_draining == 0;
+                        return true;
+        return m->n_draining > 0;
 }
 
-static int exit_idle_cb(sd_event_source *s, uint64_t usec, void *userdata) {
-        Manager *m = userdata;
-        char t[FORMAT_TIMESPAN_MAX];
-
-        if (!manager_is_idle(m))
-                return 0;
-        /* no accept() from here on: whatever arrives is the next instance's */
-        for (size_t i = 0; i < m->n_listeners; i++)
-                (void)sd_event_source_set_enabled(m->listeners[i].source, SD_EVENT_OFF);
+void manager_stop(Manager *m) {
         m->stopping = true;
-        format_timespan(t, sizeof(t), m->config->exit_idle_usec);
-        log_info("Idle for %s, exiting; the socket stays with systemd", t);
-        (void)sd_notifyf(false,
-                         "STOPPING=1\nSTATUS=Exited after %s idle (ExitIdleSec=); the next connection "
-                         "starts it again",
-                         t);
-        bus_object_release_name(m->bus_object);
-        return sd_event_exit(m->event, 0);
-}
-
-/* "always 0 without socket activation": nothing would start it again */
-static bool manager_exits_when_idle(Manager *m) {
-        return m->socket_activated && m->config->exit_idle_usec != 0 &&
-               m->config->exit_idle_usec != USEC_INFINITY;
-}
-
-/* The idle exit's timer runs exactly while nothing needs the daemon, and the bus hears of changes. */
-static void manager_update(Manager *m) {
-        bus_object_changed(m->bus_object);
-        if (!m->started || m->stopping)
-                return;
-        if (!manager_exits_when_idle(m)) {
-                /* a reload to ExitIdleSec=0 */
-                if (m->exit_idle_timer)
-                        (void)sd_event_source_set_enabled(m->exit_idle_timer, SD_EVENT_OFF);
-                return;
-        }
-        if (!m->exit_idle_timer) {
-                int r = sd_event_add_time_relative(m->event, &m->exit_idle_timer, CLOCK_MONOTONIC,
-                                                   m->config->exit_idle_usec, USEC_PER_SEC / 10,
-                                                   exit_idle_cb, m);
-                if (r < 0) {
-                        log_warning_errno(r, "Failed to set up the idle exit, staying: %m");
-                        return;
-                }
-                (void)sd_event_source_set_enabled(m->exit_idle_timer, SD_EVENT_OFF);
-        }
-        bool idle = manager_is_idle(m);
-        bool armed = sd_event_source_get_enabled(m->exit_idle_timer, NULL) > 0;
-        if (idle && !armed) {
-                (void)sd_event_source_set_time_relative(m->exit_idle_timer, m->config->exit_idle_usec);
-                (void)sd_event_source_set_enabled(m->exit_idle_timer, SD_EVENT_ONESHOT);
-        } else if (!idle && armed)
-                (void)sd_event_source_set_enabled(m->exit_idle_timer, SD_EVENT_OFF);
-}
-
-void manager_changed(Manager *m) {
-        if (m->n_draining > 0)
-                /* a draining host may be done now; not freed from here, which runs inside its callbacks */
-                (void)sd_event_source_set_enabled(m->drain_source, SD_EVENT_ONESHOT);
-        manager_update(m);
-}
-
-static int stop_timeout_cb(sd_event_source *s, uint64_t usec, void *userdata) {
-        Manager *m = userdata;
-        log_warning("%zu connection(s) still busy after the stop timeout, closing them", m->n_clients);
-        return sd_event_exit(m->event, 0);
-}
-
-static void manager_stop(Manager *m) {
-        if (m->stopping) {
-                log_notice("Second stop request, exiting now");
-                (void)sd_event_exit(m->event, 0);
-                return;
-        }
-        m->stopping = true;
-        (void)sd_notify(false, "STOPPING=1\nSTATUS=Stopping: finishing running answers");
-        bus_object_release_name(m->bus_object);
-        if (m->exit_idle_timer)
-                (void)sd_event_source_set_enabled(m->exit_idle_timer, SD_EVENT_OFF);
-        log_info("Stopping: no new connections; %zu open", m->n_clients);
-        for (size_t i = 0; i < m->n_listeners; i++) {
-                /* Our own socket dies with our descriptor, and with it every connection still in its backlog
-                 * (reset): those arrived before the stop, so they are accepted and answered first. An
-                 * activated socket stays with systemd, backlog and all, for the next instance. */
-                if (!m->socket_activated)
-                        (void)accept_cb(m->listeners[i].source, m->listeners[i].fd, EPOLLIN,
-                                        &m->listeners[i]);
-                m->listeners[i].source = sd_event_source_disable_unref(m->listeners[i].source);
-                m->listeners[i].fd = safe_close(m->listeners[i].fd);
-        }
-        for (Client *c = m->clients, *n; c; c = n) {
-                n = client_next(c);
-                client_stop(c);
-        }
         upstream_pool_stop(m->pool);
-        if (m->n_clients == 0) {
-                (void)sd_event_exit(m->event, 0);
-                return;
-        }
-        (void)sd_event_add_time_relative(m->event, &m->stop_timer, CLOCK_MONOTONIC, STOP_DRAIN_USEC, 0,
-                                         stop_timeout_cb, m);
-}
-
-static int signal_cb(sd_event_source *s, const struct signalfd_siginfo *si, void *userdata) {
-        Manager *m = userdata;
-
-        if (si->ssi_signo == SIGHUP) {
-                _cleanup_free_ char *why = NULL;
-                if (manager_reload(m, &why) < 0)
-                        log_error("SIGHUP: configuration not reloaded: %s", strna(why));
-                return 0;
-        }
-        manager_stop(m);
-        return 0;
 }
 
 int manager_start(Manager *m) {
-        char status[512];
-        size_t o = 0;
-        int r;
-
-        r = manager_listen(m);
-        if (r < 0)
-                return r;
-
         m->hosts = calloc(MAX(m->config->n_hosts, 1u), sizeof(Host *));
         if (!m->hosts)
                 return log_oom();
@@ -605,52 +210,12 @@ int manager_start(Manager *m) {
                         return log_oom();
         for (size_t i = 0; i < m->config->n_hosts; i++)
                 host_start(m->hosts[i]);
-        (void)bus_object_new(m, m->user, &m->bus_object);
-
-        sigset_t mask;
-        sigemptyset(&mask);
-        for (size_t i = 0; i < ELEMENTSOF(handled_signals); i++)
-                sigaddset(&mask, handled_signals[i]);
-        sigprocmask(SIG_BLOCK, &mask, NULL);
-        (void)signal(SIGPIPE, SIG_IGN);
-        for (size_t i = 0; i < ELEMENTSOF(handled_signals); i++) {
-                r = sd_event_add_signal(m->event, NULL, handled_signals[i], signal_cb, m);
-                if (r < 0)
-                        return log_error_errno(r, "Failed to watch signal %d: %m", handled_signals[i]);
-        }
-        (void)sd_event_set_watchdog(m->event, true);
-        if (sd_event_add_defer(m->event, &log_flush_source, log_flush_cb, NULL) >= 0) {
-                (void)sd_event_source_set_priority(log_flush_source, SD_EVENT_PRIORITY_IDLE);
-                (void)sd_event_source_set_enabled(log_flush_source, SD_EVENT_OFF);
-                log_set_buffered(log_request_flush);
-        }
-
-        o += (size_t)snprintf(status + o, sizeof(status) - o, "Listening on");
-        for (size_t i = 0; i < m->n_listeners && o < sizeof(status) - 64; i++)
-                o += (size_t)snprintf(status + o, sizeof(status) - o, "%s %s", i ? "," : "",
-                                      m->listeners[i].address);
-        snprintf(status + o, sizeof(status) - o, "; %zu host(s)", m->config->n_hosts);
-        log_info("%s%s", status, m->socket_activated ? " (socket-activated)" : "");
-        m->started = true;
-        manager_changed(m);
-        if (m->config_errors) {
+        if (m->config_errors)
                 /* Exiting would leave the socket's clients hanging and systemd restarting us for nothing:
                  * every request gets the errors at once, until a reload brings a good file. The errors
-                 * are in the log above, once. */
-                r = manager_set_refusal(m, m->config_errors, -EINVAL);
-                if (r < 0)
-                        return r;
-                log_error("Refusing every request with 503 until a reload brings a configuration without "
-                          "errors; no host is contacted meanwhile");
-                (void)sd_notify(false, "READY=1");
-                return 0;
-        }
-        (void)sd_notifyf(false, "READY=1\nSTATUS=%s", status);
+                 * are in the log, once. */
+                return manager_set_refusal(m, m->config_errors, -EINVAL);
         return 0;
-}
-
-int manager_run(Manager *m) {
-        return sd_event_loop(m->event);
 }
 
 static bool host_is_draining(Manager *m, const char *name) {
@@ -681,7 +246,8 @@ static int drain_cb(sd_event_source *s, void *userdata) {
                                 host_start(m->hosts[j]);
         }
         /* not manager_changed(): that would wake this up again at once while a host still drains */
-        manager_update(m);
+        if (m->cb && m->cb->changed)
+                m->cb->changed(m->userdata);
         return 0;
 }
 
@@ -782,8 +348,6 @@ int manager_reload(Manager *m, char **ret_error) {
                                 "host %s: changed; it starts once the previous one has answered what it has",
                                 m->config->hosts[i].name);
         }
-        if (!m->socket_activated && !strv_equal(old->listen, m->config->listen))
-                log_warning("[Proxy] Listen= changed: it applies at the next start of modelgated");
         config_unref(old);
 
         if (m->refusal) {
@@ -792,14 +356,79 @@ int manager_reload(Manager *m, char **ret_error) {
                 m->warnings_serial++;
                 log_notice("%s has no errors now: serving requests", m->config_path);
         }
-        /* a new ExitIdleSec= applies from now */
-        if (m->exit_idle_timer)
-                (void)sd_event_source_set_enabled(m->exit_idle_timer, SD_EVENT_OFF);
         log_notice("Reloaded %s: %zu host(s), %zu kept, %zu new, %zu draining", m->config_path,
                    m->config->n_hosts, kept, added, drained);
         (void)sd_notifyf(false, "STATUS=Reloaded; %zu host(s)", m->config->n_hosts);
         if (!m->drain_source && sd_event_add_defer(m->event, &m->drain_source, drain_cb, m) >= 0)
                 (void)sd_event_source_set_enabled(m->drain_source, SD_EVENT_OFF);
+        if (m->cb && m->cb->reloaded)
+                m->cb->reloaded(m->userdata);
         manager_changed(m);
         return 0;
+}
+
+sd_event *manager_event(Manager *m) {
+        return m->event;
+}
+
+Config *manager_config(Manager *m) {
+        return m->config;
+}
+
+const char *manager_config_path(Manager *m) {
+        return m->config_path;
+}
+
+bool manager_user(Manager *m) {
+        return m->user;
+}
+
+bool manager_stopping(Manager *m) {
+        return m->stopping;
+}
+
+usec_t manager_start_usec(Manager *m) {
+        return m->start_usec;
+}
+
+const char *manager_refusal(Manager *m) {
+        return m->refusal;
+}
+
+unsigned manager_warnings_serial(Manager *m) {
+        return m->warnings_serial;
+}
+
+size_t manager_n_hosts(Manager *m) {
+        return m->config->n_hosts;
+}
+
+Host *manager_host_at(Manager *m, size_t i) {
+        return i < m->config->n_hosts && m->hosts ? m->hosts[i] : NULL;
+}
+
+UpstreamPool *manager_pool(Manager *m) {
+        return m->pool;
+}
+
+Metrics *manager_metrics(Manager *m) {
+        return m->metrics;
+}
+
+FeedHub *manager_feed_hub(Manager *m) {
+        return m->feed_hub;
+}
+
+Access *manager_access(Manager *m) {
+        if (!m->access)
+                m->access = access_new(m->event);
+        return m->access;
+}
+
+uint64_t manager_count_request(Manager *m) {
+        return ++m->n_requests;
+}
+
+uint64_t manager_n_requests(Manager *m) {
+        return m->n_requests;
 }

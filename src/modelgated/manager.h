@@ -1,100 +1,83 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #pragma once
 
-/* The Manager is the top owner: the event loop, the configuration, the
- * listening sockets, every client connection and the pool of idle upstream
- * connections. Everything else reaches the loop through it. */
+/* The Manager holds what the daemon serves from: the configuration (or the errors that keep it from
+ * serving, SPEC §3), one Host per [Host] in step with it, the hosts a reload left draining, the upstream
+ * pool, the counters and the /models/sse feed hub. It knows nothing of listening sockets or client
+ * connections (server.h, client.h sit above it) and tells its owner of changes through ManagerCallbacks.
+ * Everything above reads it through the accessors below; its struct is its own. */
 
 #include <stdbool.h>
 #include <systemd/sd-event.h>
 
 #include "modelgated/conf.h"
-#include "shared/list.h"
 #include "shared/macro.h"
+#include "shared/time-util.h"
 
 typedef struct Manager Manager;
-typedef struct Client Client;
-typedef struct Upstream Upstream;
 typedef struct Host Host;
-typedef struct BusObject BusObject;
+typedef struct UpstreamPool UpstreamPool;
+typedef struct Metrics Metrics;
+typedef struct Access Access;
+typedef struct FeedHub FeedHub;
 
-typedef struct Listener {
-        Manager *manager;
-        int fd;
-        char *name;    /* FileDescriptorName= or the Listen= value */
-        char *address; /* for logs and STATUS= */
-        sd_event_source *source;
-} Listener;
+typedef struct ManagerCallbacks {
+        /* a host's state, its counts, or what keeps the daemon from its idle exit may have changed */
+        void (*changed)(void *userdata);
+        /* a host catalog's first read ended: /models answers that wait for it can be given */
+        void (*catalog_ready)(void *userdata);
+        /* the configuration was replaced: settings such as ExitIdleSec= apply from now */
+        void (*reloaded)(void *userdata);
+} ManagerCallbacks;
 
-struct Manager {
-        sd_event *event;
-        Config *config;
-        char *config_path;
-
-        Listener *listeners;
-        size_t n_listeners;
-        bool socket_activated;
-        bool listeners_paused;
-        sd_event_source *accept_retry;
-
-        Client *clients;
-        size_t n_clients;
-        struct CountMap *connections_by_address; /* MaxConnectionsPerAddress= */
-
-        Host **hosts;    /* per config->hosts[] */
-        Host **draining; /* removed or replaced by a reload, answering what they had */
-        size_t n_draining;
-        sd_event_source *drain_source;
-        struct ModelsMerge *merges; /* /models answers waiting for the first reads */
-        Client *feed_clients;       /* /models/sse subscribers */
-        size_t n_feed_clients;
-        sd_event_source *feed_keepalive;
-
-        struct UpstreamPool *pool;
-
-        /* Socket-activated with a configuration that has errors (SPEC §3): config is the defaults, with no
-         * host, and every request is answered 503 with refusal until a reload brings a good file. */
-        char **config_errors;
-        char *refusal;
-        unsigned warnings_serial; /* bumped when Warnings change in a way their number does not show */
-
-        bool started;
-        bool stopping;
-        sd_event_source *stop_timer;
-        sd_event_source *exit_idle_timer; /* armed while nothing needs the daemon */
-
-        bool user;             /* a user instance: the user bus; else the system bus and polkit */
-        BusObject *bus_object; /* NULL without a bus */
-
-        struct Metrics *metrics;
-        struct Access *access; /* daily counts; made by the first request [Access] counts */
-        uint64_t n_requests;
-        usec_t start_usec;
-};
-
-int manager_new(Manager **ret);
+int manager_new(sd_event *event, bool user, Manager **ret);
 Manager *manager_free(Manager *m);
 DEFINE_TRIVIAL_CLEANUP_FUNC(Manager *, manager_free);
+void manager_set_callbacks(Manager *m, const ManagerCallbacks *cb, void *userdata);
 
-/* Reads, verifies and resolves the configuration at path. On errors the defaults stay, m->config_errors
- * says what is wrong, and manager_start() brings up a daemon that refuses every request with that. */
+/* Reads, verifies and resolves the configuration at path. On errors the defaults stay,
+ * manager_config_errors() says what is wrong, and manager_start() brings up a daemon that refuses every
+ * request with that. */
 int manager_load_config(Manager *m, const char *path);
+/* Makes and starts one Host per [Host]; with configuration errors, sets the refusal instead. */
 int manager_start(Manager *m);
-int manager_run(Manager *m);
-
-/* A client connection went away: a slot for the listeners, maybe the end of a clean stop. */
-void manager_client_gone(Manager *m);
-/* The Host for h, which may be of an older configuration (a request that began before a reload): the
- * current host of that name, else the draining one, else NULL. */
-Host *manager_host(Manager *m, const HostConf *h);
-/* A client began to follow /models/sse: keepalive comments run while anyone does. */
-void manager_feed_subscribed(Manager *m);
-/* A host catalog's first read ended. */
-void manager_catalog_ready(Manager *m);
-/* Something the D-Bus object shows, or what keeps the daemon from its idle exit, may have changed. */
-void manager_changed(Manager *m);
 /* Reads the configuration again and applies it without dropping a connection (SPEC §3). On failure
  * nothing changes and *ret_error says why. */
 int manager_reload(Manager *m, char **ret_error);
-/* Re-enables listeners paused by MaxConnections= or EMFILE. */
-void manager_resume_accepting(Manager *m);
+/* A clean stop began: no reload from now on, and no upstream connection goes back into the pool. */
+void manager_stop(Manager *m);
+/* A host still needs the daemon: an engine to stop when idle, or a previous configuration's host still
+ * answering. */
+bool manager_keeps_daemon(Manager *m);
+/* A host catalog's first read ended: told to the owner (ManagerCallbacks.catalog_ready). */
+void manager_catalog_ready(Manager *m);
+/* Something a host shows changed: told to the owner (ManagerCallbacks.changed). */
+void manager_changed(Manager *m);
+
+sd_event *manager_event(Manager *m);
+Config *manager_config(Manager *m);
+const char *manager_config_path(Manager *m);
+bool manager_user(Manager *m);
+bool manager_stopping(Manager *m);
+usec_t manager_start_usec(Manager *m);
+/* Socket-activated with a configuration that has errors: the answer to every request, else NULL. */
+const char *manager_refusal(Manager *m);
+/* Bumped when the warnings change in a way their number does not show. */
+unsigned manager_warnings_serial(Manager *m);
+
+size_t manager_n_hosts(Manager *m);
+/* The i-th host of the current configuration, for manager_config(m)->hosts[i]. */
+Host *manager_host_at(Manager *m, size_t i);
+/* The Host for h, which may be of an older configuration (a request that began before a reload): the
+ * current host of that name, else the draining one, else NULL. */
+Host *manager_host(Manager *m, const HostConf *h);
+
+UpstreamPool *manager_pool(Manager *m);
+Metrics *manager_metrics(Manager *m);
+FeedHub *manager_feed_hub(Manager *m);
+/* [Access] counts; made by the first request that needs them, so that no file is read at start unless
+ * [Access] is used. NULL: out of memory. */
+Access *manager_access(Manager *m);
+/* Counts a request for the D-Bus object; returns the count. */
+uint64_t manager_count_request(Manager *m);
+uint64_t manager_n_requests(Manager *m);

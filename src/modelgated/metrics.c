@@ -4,8 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "modelgated/host.h"
-#include "modelgated/manager.h"
 #include "modelgated/metrics.h"
 #include "shared/macro.h"
 
@@ -81,7 +79,7 @@ Metrics *metrics_free(Metrics *m) {
 }
 
 /* label values: \, " and newline escaped (the text format's rules) */
-static void append_label(Buffer *b, const char *name, const char *value) {
+void metrics_append_label(Buffer *b, const char *name, const char *value) {
         if (!buffer_is_empty(b))
                 (void)buffer_append_str(b, ",");
         (void)buffer_append_str(b, name);
@@ -140,15 +138,15 @@ static Series *series_get(Metrics *m, Family f, const char *host, const char *en
 
 /* host="3090",engine="fork",… for the text format */
 static int series_labels(const Series *s, Buffer *b) {
-        append_label(b, "host", s->host);
+        metrics_append_label(b, "host", s->host);
         if (s->engine)
-                append_label(b, "engine", s->engine);
+                metrics_append_label(b, "engine", s->engine);
         if (s->fallback)
-                append_label(b, "fallback", s->fallback);
+                metrics_append_label(b, "fallback", s->fallback);
         if (s->status > 0) {
                 char st[16];
                 snprintf(st, sizeof(st), "%d", s->status);
-                append_label(b, "status", st);
+                metrics_append_label(b, "status", st);
         }
         return buffer_terminate(b);
 }
@@ -204,7 +202,7 @@ void metrics_budget_expired(Metrics *m, const char *host) {
         count(m, F_BUDGET, host, NULL, 0);
 }
 
-static void header(Buffer *b, const char *name, const char *type, const char *help) {
+void metrics_render_header(Buffer *b, const char *name, const char *type, const char *help) {
         (void)buffer_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
@@ -223,12 +221,9 @@ static void render_histogram(Buffer *b, const Series *s, const char *labels, con
                             (unsigned long long)s->value);
 }
 
-int metrics_render(Manager *manager, Buffer *b) {
-        Metrics *m = manager->metrics;
-        usec_t now = now_usec(CLOCK_MONOTONIC);
-
+int metrics_render(Metrics *m, Buffer *b) {
         for (Family f = 0; f < _F_MAX; f++) {
-                header(b, families[f].name, families[f].type, families[f].help);
+                metrics_render_header(b, families[f].name, families[f].type, families[f].help);
                 for (size_t i = 0; m && i < m->n_series; i++) {
                         const Series *s = &m->series[i];
                         _cleanup_(buffer_done) Buffer l = {};
@@ -246,47 +241,5 @@ int metrics_render(Manager *manager, Buffer *b) {
                 }
         }
 
-        header(b, "modelgate_connections", "gauge", "Open client connections");
-        (void)buffer_printf(b, "modelgate_connections %zu\n", manager->n_clients);
-        static const struct {
-                const char *name, *help;
-                unsigned (*get)(const Host *h);
-        } per_host[] = {
-                {"modelgate_in_flight", "Requests sent to a host and not yet answered", host_in_flight},
-                {"modelgate_waiting", "Requests waiting for their engine", host_waiting},
-        };
-        for (size_t g = 0; g < ELEMENTSOF(per_host); g++) {
-                header(b, per_host[g].name, "gauge", per_host[g].help);
-                for (size_t i = 0; i < manager->config->n_hosts; i++) {
-                        _cleanup_(buffer_done) Buffer l = {};
-                        append_label(&l, "host", manager->config->hosts[i].name);
-                        (void)buffer_terminate(&l);
-                        (void)buffer_printf(b, "%s{%s} %u\n", per_host[g].name, buffer_peek(&l),
-                                            per_host[g].get(manager->hosts[i]));
-                }
-        }
-        header(b, "modelgate_host_state", "gauge", "1 for the state each host is in (org.modelgate1(5))");
-        for (size_t i = 0; i < manager->config->n_hosts; i++)
-                for (HostState st = 0; st < _HOST_STATE_MAX; st++) {
-                        _cleanup_(buffer_done) Buffer l = {};
-                        append_label(&l, "host", manager->config->hosts[i].name);
-                        append_label(&l, "state", host_state_to_string(st));
-                        (void)buffer_terminate(&l);
-                        (void)buffer_printf(b, "modelgate_host_state{%s} %d\n", buffer_peek(&l),
-                                            host_state(manager->hosts[i]) == st);
-                }
-        header(b, "modelgate_engine_up_seconds", "gauge", "How long the running engine has been up");
-        for (size_t i = 0; i < manager->config->n_hosts; i++) {
-                Host *h = manager->hosts[i];
-                ssize_t e = host_engine_up(h);
-                if (e < 0)
-                        continue;
-                _cleanup_(buffer_done) Buffer l = {};
-                append_label(&l, "host", manager->config->hosts[i].name);
-                append_label(&l, "engine", host_engine(h, (size_t)e)->conf->name);
-                (void)buffer_terminate(&l);
-                (void)buffer_printf(b, "modelgate_engine_up_seconds{%s} %.3f\n", buffer_peek(&l),
-                                    (double)(now - host_up_since(h)) / USEC_PER_SEC);
-        }
         return buffer_terminate(b);
 }

@@ -13,7 +13,6 @@
 #include "shared/buffer.h"
 #include "shared/time-util.h"
 
-typedef struct Manager Manager;
 typedef struct Metrics Metrics;
 
 Metrics *metrics_new(void);
@@ -29,4 +28,9 @@ void metrics_refusal(Metrics *m, const char *host);
 void metrics_budget_expired(Metrics *m, const char *host);
 void metrics_fallback(Metrics *m, const char *host, const char *engine, const char *fallback);
 
-int metrics_render(Manager *manager, Buffer *out);
+/* The counters and histograms; gauges of what the daemon holds now are rendered by their owners with
+ * the two helpers below. */
+int metrics_render(Metrics *m, Buffer *out);
+void metrics_render_header(Buffer *b, const char *name, const char *type, const char *help);
+/* Appends name="value" (escaped) to a label list, with a comma when it is not the first. */
+void metrics_append_label(Buffer *l, const char *name, const char *value);

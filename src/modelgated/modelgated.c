@@ -9,7 +9,9 @@
 #include <sysexits.h>
 #include <systemd/sd-daemon.h>
 
+#include "modelgated/bus-object.h"
 #include "modelgated/manager.h"
+#include "modelgated/server.h"
 #include "shared/log.h"
 
 static char *arg_config = NULL;
@@ -85,8 +87,31 @@ static void bump_nofile(void) {
         }
 }
 
+/* The D-Bus object hears of the server's changes, and keeps it from its idle exit while a call waits. */
+static void server_changed_cb(void *userdata) {
+        bus_object_changed(userdata);
+}
+
+static bool server_busy_cb(void *userdata) {
+        return bus_object_busy(userdata);
+}
+
+static void server_stopping_cb(void *userdata) {
+        bus_object_release_name(userdata);
+}
+
+static const ServerCallbacks server_callbacks = {
+        .changed = server_changed_cb,
+        .busy = server_busy_cb,
+        .stopping = server_stopping_cb,
+};
+
 int main(int argc, char *argv[]) {
+        /* freed in the reverse order: the bus object, the server with its connections, the manager */
+        _cleanup_(sd_event_unrefp) sd_event *event = NULL;
         _cleanup_(manager_freep) Manager *m = NULL;
+        _cleanup_(server_freep) Server *server = NULL;
+        _cleanup_(bus_object_freep) BusObject *bus_object = NULL;
         _cleanup_free_ char *path = NULL;
         int r;
 
@@ -101,12 +126,13 @@ int main(int argc, char *argv[]) {
                 return EX_CONFIG;
         }
 
-        r = manager_new(&m);
+        r = sd_event_default(&event);
+        if (r >= 0)
+                r = manager_new(event, user, &m);
         if (r < 0) {
                 log_error_errno(r, "Failed to set up the event loop: %m");
                 return EXIT_FAILURE;
         }
-        m->user = user;
         r = manager_load_config(m, path);
         /* Socket-activated, exiting would leave the socket's clients hanging (and have systemd start us
          * again for the next one): manager_start() brings up a daemon that refuses requests instead. By
@@ -116,15 +142,23 @@ int main(int argc, char *argv[]) {
                 return EX_CONFIG;
         }
         if (arg_check_config) {
-                config_dump(m->config, stdout);
+                config_dump(manager_config(m), stdout);
                 return EXIT_SUCCESS;
         }
 
         bump_nofile();
-        r = manager_start(m);
+        r = server_new(m, &server);
+        if (r < 0) {
+                log_error_errno(r, "Failed to set up: %m");
+                return EXIT_FAILURE;
+        }
+        /* without a bus there is no D-Bus object, and the daemon serves all the same */
+        if (bus_object_new(m, server, user, &bus_object) >= 0 && bus_object)
+                server_set_callbacks(server, &server_callbacks, bus_object);
+        r = server_start(server);
         if (r < 0)
                 return EXIT_FAILURE;
-        r = manager_run(m);
+        r = server_run(server);
         if (r < 0) {
                 log_error_errno(r, "Event loop failed: %m");
                 return EXIT_FAILURE;

@@ -14,7 +14,6 @@
 
 struct ModelsMerge {
         Manager *manager;
-        LIST_FIELDS(ModelsMerge, merges);
         sd_event_source *timer, *done_source;
         ModelsMergeDone done;
         void *userdata;
@@ -116,8 +115,8 @@ static int merge_done_cb(sd_event_source *s, void *userdata) {
                 mm->done(mm, NULL, 0, mm->userdata);
                 return 0;
         }
-        for (size_t i = 0; i < m->config->n_hosts; i++) {
-                Host *h = m->hosts[i];
+        for (size_t i = 0; i < manager_n_hosts(m); i++) {
+                Host *h = manager_host_at(m, i);
                 const char *body;
                 size_t n;
                 ssize_t e = host_engine_up(h);
@@ -127,8 +126,8 @@ static int merge_done_cb(sd_event_source *s, void *userdata) {
                         continue;
                 body = catalog_snapshot(host_catalog(h), &n);
                 if (body &&
-                    models_merge_host(m->config, host_conf(h), e >= 0 ? host_engine(h, e)->conf->name : NULL,
-                                      body, n, data) < 0)
+                    models_merge_host(manager_config(m), host_conf(h),
+                                      e >= 0 ? host_engine(h, e)->conf->name : NULL, body, n, data) < 0)
                         log_warning("host %s: /models answer is not a model list, left out",
                                     host_conf(h)->name);
                 merge_learned(m, h, data);
@@ -143,8 +142,8 @@ static int merge_done_cb(sd_event_source *s, void *userdata) {
 }
 
 static bool all_ready(Manager *m) {
-        for (size_t i = 0; i < m->config->n_hosts; i++)
-                if (!catalog_ready(host_catalog(m->hosts[i])))
+        for (size_t i = 0; i < manager_n_hosts(m); i++)
+                if (!catalog_ready(host_catalog(manager_host_at(m, i))))
                         return false;
         return true;
 }
@@ -155,17 +154,14 @@ static int merge_timer_cb(sd_event_source *s, uint64_t usec, void *userdata) {
         return 0;
 }
 
-void models_catalogs_ready(Manager *m) {
-        if (!all_ready(m))
-                return;
-        LIST_FOREACH (merges, mm, m->merges)
+void models_merge_catalogs_ready(ModelsMerge *mm) {
+        if (mm && all_ready(mm->manager))
                 (void)sd_event_source_set_enabled(mm->done_source, SD_EVENT_ONESHOT);
 }
 
 ModelsMerge *models_merge_free(ModelsMerge *mm) {
         if (!mm)
                 return NULL;
-        LIST_REMOVE(merges, mm->manager->merges, mm);
         sd_event_source_disable_unref(mm->timer);
         sd_event_source_disable_unref(mm->done_source);
         free(mm);
@@ -182,8 +178,7 @@ int models_merge_start(Manager *m, ModelsMergeDone done, void *userdata, ModelsM
         mm->manager = m;
         mm->done = done;
         mm->userdata = userdata;
-        LIST_PREPEND(merges, m->merges, mm);
-        r = sd_event_add_defer(m->event, &mm->done_source, merge_done_cb, mm);
+        r = sd_event_add_defer(manager_event(m), &mm->done_source, merge_done_cb, mm);
         if (r < 0) {
                 models_merge_free(mm);
                 return r;
@@ -196,8 +191,8 @@ int models_merge_start(Manager *m, ModelsMergeDone done, void *userdata, ModelsM
          * instead of answering an empty list; later ones only for the list of an engine that just came up,
          * never for a load, an unload or a feed event, which are in the snapshot at once (SPEC §4) */
         (void)sd_event_source_set_enabled(mm->done_source, SD_EVENT_OFF);
-        r = sd_event_add_time_relative(m->event, &mm->timer, CLOCK_MONOTONIC, MODELS_FIRST_WAIT_USEC, 0,
-                                       merge_timer_cb, mm);
+        r = sd_event_add_time_relative(manager_event(m), &mm->timer, CLOCK_MONOTONIC, MODELS_FIRST_WAIT_USEC,
+                                       0, merge_timer_cb, mm);
         if (r < 0) {
                 models_merge_free(mm);
                 return r;

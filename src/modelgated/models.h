@@ -19,8 +19,8 @@ typedef void (*ModelsMergeDone)(ModelsMerge *mm, const char *json, size_t n, voi
 
 int models_merge_start(Manager *m, ModelsMergeDone done, void *userdata, ModelsMerge **ret);
 ModelsMerge *models_merge_free(ModelsMerge *mm);
-/* A host's first read ended: merges that waited for it may answer. */
-void models_catalogs_ready(Manager *m);
+/* A host's first read ended: a merge that waited for every host's may answer now. */
+void models_merge_catalogs_ready(ModelsMerge *mm);
 
 /* Pure: adds host's entries from a /models body to the list 'data', naming 'engine' (or, when NULL, the
  * engine whose Models= matches) in each "proxy" field. 0, or -EBADMSG. */

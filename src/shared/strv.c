@@ -116,3 +116,12 @@ bool strv_equal(char *const *a, char *const *b) {
                         return false;
         return !(a && a[i]) && !(b && b[i]);
 }
+
+char **strv_copy(char *const *l) {
+        _cleanup_strv_free_ char **c = NULL;
+
+        STRV_FOREACH (i, l)
+                if (strv_extend(&c, *i) < 0)
+                        return NULL;
+        return c ? TAKE_PTR(c) : calloc(1, sizeof(char *));
+}

@@ -14,6 +14,8 @@ int strv_extend(char ***l, const char *s);
 int strv_push(char ***l, char *s);
 bool strv_contains(char *const *l, const char *s);
 bool strv_equal(char *const *a, char *const *b);
+/* NULL: out of memory (an empty list copies to an empty one) */
+char **strv_copy(char *const *l);
 #define STRV_MAKE(...) ((char *[]){__VA_ARGS__, NULL})
 #define STR_IN_SET(x, ...) strv_contains(STRV_MAKE(__VA_ARGS__), (x))
 /* Splits like a POSIX shell word list without expansion: blanks separate words, '…' and "…" quote,
