@@ -25,6 +25,7 @@
 #include "modelgated/api-error.h"
 #include "modelgated/catalog.h"
 #include "modelgated/client.h"
+#include "modelgated/exchange.h"
 #include "modelgated/feed-hub.h"
 #include "modelgated/host.h"
 #include "modelgated/http.h"
@@ -49,12 +50,6 @@ typedef enum ClientState {
         CLIENT_CLOSING,
         CLIENT_LINGERING, /* our side is shut; what the client still sends is read and dropped */
 } ClientState;
-
-typedef enum ResponseMode {
-        MODE_PASS, /* bytes go on as they are */
-        MODE_SSE,  /* line filter for error events */
-        MODE_HOLD, /* an error body, held whole to be reworded */
-} ResponseMode;
 
 struct ClientSet {
         Manager *manager;
@@ -87,46 +82,8 @@ struct Client {
         HttpParser parser;
         Buffer out;
 
-        /* the request being answered */
-        usec_t start;
-        char *method, *path, *model, *user_agent;
-        const HostConf *host;
-        Config *config;          /* host's: a reload meanwhile must not free it */
-        const char *engine_name; /* in config */
-        const EngineConf *engine_conf;
-        bool first_byte_seen;
-        AccessCaller caller; /* with [Access]: who asks */
-
-        /* the fallback (SPEC §3): it may answer until a byte of the engine's answer reaches the client */
-        const FallbackConf *fallback;
-        bool via_fallback;
-        bool engine_bytes_sent;
-        const char *fb_path;       /* modelgate's own path for the fallback (inference only) */
-        sd_event_source *budget;   /* FirstTokenBudgetSec= or RequestBudgetSec= */
-        bool awaiting_first_token; /* a stream's head and comments are held until its first data line */
-        const char *held_framing;
-        ApiKind api;
-        bool head;
-        bool streaming; /* "stream": true in the body */
-        bool http10;
-        bool response_complete;
-        int status;
-        int error_status; /* an error told inside an early 200, for the log */
-        uint64_t bytes;
-
-        HostWaiter waiter; /* for an engine of the host */
-        sd_event_source *keepalive;
-        bool early;     /* modelgate's own 200 went out while the request waited (SPEC §5 rule 5) */
-        Buffer pending; /* the upstream request, while waiting for the engine */
-        const HttpUrl *target;
-
-        Upstream *upstream;
-        ModelsMerge *merge;
-        ResponseMode mode;
-        bool chunked;
-        bool head_sent;
-        SseFilter sse;
-        Buffer held_head, held, scratch;
+        Exchange *x;               /* the request being answered; a new one for each */
+        Buffer held_head, scratch; /* working space, kept across requests */
 };
 
 static int client_io_cb(sd_event_source *s, int fd, uint32_t revents, void *userdata);
@@ -134,36 +91,13 @@ static int client_timer_cb(sd_event_source *s, uint64_t usec, void *userdata);
 static void client_process(Client *c);
 static void client_linger(Client *c);
 
-static void request_reset(Client *c) {
-        c->method = mfree(c->method);
-        c->path = mfree(c->path);
-        c->model = mfree(c->model);
-        c->user_agent = mfree(c->user_agent);
-        c->host = NULL;
-        c->config = config_unref(c->config);
-        c->engine_name = NULL;
-        c->engine_conf = NULL;
-        c->first_byte_seen = false;
-        c->caller.admitted = false;
-        c->fallback = NULL;
-        c->via_fallback = c->engine_bytes_sent = c->awaiting_first_token = false;
-        c->fb_path = NULL;
-        (void)sd_event_source_set_enabled(c->budget, SD_EVENT_OFF);
-        c->head = c->http10 = c->response_complete = c->head_sent = c->chunked = c->streaming = false;
+/* The end of a request: the next one gets a fresh Exchange. false: out of memory for it. */
+static bool request_reset(Client *c) {
+        c->x = exchange_free(c->x);
         c->eof_probed = false;
-        c->status = c->error_status = 0;
-        c->bytes = 0;
-        c->mode = MODE_PASS;
-        c->upstream = upstream_cancel(c->upstream);
-        host_release(&c->waiter);
-        (void)sd_event_source_set_enabled(c->keepalive, SD_EVENT_OFF);
-        c->early = false;
-        buffer_done(&c->pending);
-        c->target = NULL;
-        c->merge = models_merge_free(c->merge);
-        sse_filter_done(&c->sse);
         buffer_clear(&c->held_head);
-        buffer_done(&c->held);
+        c->x = exchange_new(c);
+        return c->x;
 }
 
 static void client_free(Client *c) {
@@ -173,7 +107,7 @@ static void client_free(Client *c) {
                 feed_hub_unsubscribe(manager_feed_hub(c->manager), &c->feed_sub);
                 c->feed = false;
         }
-        request_reset(c);
+        c->x = exchange_free(c->x);
         ClientSet *set = c->set;
         LIST_REMOVE(clients, set->clients, c);
         set->n_clients--;
@@ -182,8 +116,6 @@ static void client_free(Client *c) {
                 count_map_remove(set->by_address, c->address);
         sd_event_source_disable_unref(c->io);
         sd_event_source_disable_unref(c->timer);
-        sd_event_source_disable_unref(c->keepalive);
-        sd_event_source_disable_unref(c->budget);
         safe_close(c->fd);
         http_parser_done(&c->parser);
         buffer_done(&c->in);
@@ -236,16 +168,16 @@ static int client_flush(Client *c) {
                 progress = true;
         }
         if (buffer_is_empty(&c->out)) {
-                if (c->upstream)
-                        upstream_set_reading(c->upstream, true);
-                if (c->state == CLIENT_RESPONDING && !c->response_complete)
+                if (c->x->upstream)
+                        upstream_set_reading(c->x->upstream, true);
+                if (c->state == CLIENT_RESPONDING && !c->x->response_complete)
                         client_set_timer(c, USEC_INFINITY);
         } else if (progress || c->state == CLIENT_RESPONDING || c->state == CLIENT_CLOSING)
                 /* a client that stops reading is dropped after IdleTimeoutSec without progress (a last
                  * answer before a close included: every state has a deadline) */
                 client_set_timer(c, manager_config(c->manager)->idle_timeout_usec);
-        if (!buffer_is_empty(&c->out) && buffer_size(&c->out) > CLIENT_OUT_HIGH && c->upstream)
-                upstream_set_reading(c->upstream, false);
+        if (!buffer_is_empty(&c->out) && buffer_size(&c->out) > CLIENT_OUT_HIGH && c->x->upstream)
+                upstream_set_reading(c->x->upstream, false);
         client_update_events(c);
         return 0;
 }
@@ -283,19 +215,19 @@ static void out_escaped(LineOut *o, const char *s) {
 static void client_log_access(Client *c, const char *note) {
         char line[2048];
         LineOut o = {line, line + sizeof(line)};
-        usec_t d = now_usec(CLOCK_MONOTONIC) - c->start;
+        usec_t d = now_usec(CLOCK_MONOTONIC) - c->x->start;
 
-        out_str(&o, strna(c->method));
+        out_str(&o, strna(c->x->method));
         out_str(&o, " ");
-        out_escaped(&o, strna(c->path));
+        out_escaped(&o, strna(c->x->path));
         out_str(&o, " model=\"");
-        out_escaped(&o, c->model);
+        out_escaped(&o, c->x->model);
         out_str(&o, "\" host=");
-        out_str(&o, c->host ? c->host->name : "-");
+        out_str(&o, c->x->host ? c->x->host->name : "-");
         out_str(&o, " status=");
-        out_u64(&o, (uint64_t)c->status, 0);
+        out_u64(&o, (uint64_t)c->x->status, 0);
         out_str(&o, " bytes=");
-        out_u64(&o, c->bytes, 0);
+        out_u64(&o, c->x->bytes, 0);
         out_str(&o, " dur=");
         out_u64(&o, d / USEC_PER_SEC, 0);
         out_str(&o, ".");
@@ -303,39 +235,39 @@ static void client_log_access(Client *c, const char *note) {
         out_str(&o, "s from=");
         out_str(&o, c->peer);
         out_str(&o, " ua=\"");
-        out_escaped(&o, c->user_agent);
+        out_escaped(&o, c->x->user_agent);
         out_str(&o, "\"");
-        if (c->early) {
+        if (c->x->early) {
                 out_str(&o, " early=200");
-                if (c->error_status) {
+                if (c->x->error_status) {
                         out_str(&o, " error=");
-                        out_u64(&o, (uint64_t)c->error_status, 0);
+                        out_u64(&o, (uint64_t)c->x->error_status, 0);
                 }
         }
-        if (c->caller.admitted) {
+        if (c->x->caller.admitted) {
                 char id[80];
                 out_str(&o, " key=");
-                out_str(&o, access_caller_id(&c->caller, id));
+                out_str(&o, access_caller_id(&c->x->caller, id));
         }
-        if (c->via_fallback) {
+        if (c->x->via_fallback) {
                 out_str(&o, " via=fallback/");
-                out_str(&o, c->fallback ? c->fallback->name : "?");
+                out_str(&o, c->x->fallback ? c->x->fallback->name : "?");
         }
         if (note) {
                 out_str(&o, " ");
                 out_str(&o, note);
         }
         log_line(LOG_INFO, line, (size_t)(o.p - line));
-        metrics_request(manager_metrics(c->manager), c->host ? c->host->name : "", c->engine_name,
-                        c->error_status ?: c->status);
+        metrics_request(manager_metrics(c->manager), c->x->host ? c->x->host->name : "", c->x->engine_name,
+                        c->x->error_status ?: c->x->status);
 }
 
 /* The response's last byte is queued. */
 static void client_response_complete(Client *c, const char *note) {
         /* the engine is free for a switch as soon as the answer has fully arrived */
-        host_release(&c->waiter);
+        host_release(&c->x->waiter);
         client_log_access(c, note);
-        c->response_complete = true;
+        c->x->response_complete = true;
         manager_count_request(c->manager);
         c->answered_one = true;
 }
@@ -364,7 +296,7 @@ static int queue_head(Client *c, int status, const char *extra) {
                 return r;
         if (c->close_after_response)
                 r = buffer_append_str(&c->out, "Connection: close\r\n");
-        else if (c->http10)
+        else if (c->x->http10)
                 r = buffer_append_str(&c->out, "Connection: keep-alive\r\n");
         if (r < 0)
                 return r;
@@ -376,12 +308,12 @@ static void client_respond(Client *c, int status, const char *content_type, cons
                            const char *extra_headers) {
         char h[1024];
 
-        c->status = status;
+        c->x->status = status;
         snprintf(h, sizeof(h), "Content-Type: %s\r\nContent-Length: %zu\r\n%s", content_type, n,
                  extra_headers ?: "");
-        if (queue_head(c, status, h) < 0 || (!c->head && buffer_append(&c->out, body, n) < 0))
+        if (queue_head(c, status, h) < 0 || (!c->x->head && buffer_append(&c->out, body, n) < 0))
                 c->close_after_response = true; /* out of memory: what is queued will be cut */
-        c->bytes = c->head ? 0 : n;
+        c->x->bytes = c->x->head ? 0 : n;
         client_response_complete(c, NULL);
 }
 
@@ -391,7 +323,7 @@ static int frame_body(Client *c, const char *p, size_t n);
  * and the response ends cleanly (SPEC §7). */
 static void client_end_early(Client *c, const Buffer *event) {
         if (frame_body(c, buffer_peek(event), buffer_size(event)) < 0 ||
-            (c->chunked && buffer_append_str(&c->out, "0\r\n\r\n") < 0) || !c->chunked)
+            (c->x->chunked && buffer_append_str(&c->out, "0\r\n\r\n") < 0) || !c->x->chunked)
                 c->close_after_response = true;
         client_response_complete(c, NULL);
 }
@@ -401,15 +333,15 @@ static void client_respond_error(Client *c, int status, const char *code, const 
         _cleanup_free_ char *j = NULL;
         size_t n = 0;
 
-        if (c->early) {
+        if (c->x->early) {
                 buffer_clear(&c->scratch);
-                if (sse_error_event(c->api, status, code, message, &c->scratch) < 0)
+                if (sse_error_event(c->x->api, status, code, message, &c->scratch) < 0)
                         c->close_after_response = true;
-                c->error_status = status;
+                c->x->error_status = status;
                 return client_end_early(c, &c->scratch);
         }
 
-        j = api_error_json(c->api, status, code, message, &n);
+        j = api_error_json(c->x->api, status, code, message, &n);
         if (!j) {
                 c->close_after_response = true;
                 j = strdup("{}");
@@ -424,19 +356,19 @@ static void client_host_down(Client *c, int error) {
         char msg[512];
         const char *reason = upstream_strerror(error);
 
-        if (c->via_fallback) {
+        if (c->x->via_fallback) {
                 /* not chained, and not the host's fault: the fallback's own failure, as it is */
-                snprintf(msg, sizeof(msg), "fallback '%s' (%s) failed: %s", c->fallback->name,
-                         c->fallback->url.text, reason);
+                snprintf(msg, sizeof(msg), "fallback '%s' (%s) failed: %s", c->x->fallback->name,
+                         c->x->fallback->url.text, reason);
                 return client_respond_error(c, 502, "fallback_failed", msg, NULL);
         }
         if (client_fall_back(c, reason))
                 return;
-        Host *h = manager_host(c->manager, c->host);
+        Host *h = manager_host(c->manager, c->x->host);
         if (h)
                 host_report_http(h, reason);
         snprintf(msg, sizeof(msg), "host '%s' is down: %s (%s); modelgate keeps trying it, retry in 30 s",
-                 c->host->name, reason, c->host->url.text);
+                 c->x->host->name, reason, c->x->host->url.text);
         client_respond_error(c, 503, "host_down", msg, "Retry-After: 30\r\nretry-after-ms: 30000\r\n");
 }
 
@@ -481,7 +413,7 @@ static int build_upstream_request(Client *c, const HttpUrl *target, Span url, Sp
 static int frame_body(Client *c, const char *p, size_t n) {
         if (n == 0)
                 return 0;
-        if (c->chunked) {
+        if (c->x->chunked) {
                 /* the chunk-size line, written by hand: this runs for every piece of every stream */
                 char h[24], *e = h + sizeof(h), *q = e;
                 *--q = '\n';
@@ -495,9 +427,9 @@ static int frame_body(Client *c, const char *p, size_t n) {
         }
         if (buffer_append(&c->out, p, n) < 0)
                 return -ENOMEM;
-        if (c->chunked && buffer_append_str(&c->out, "\r\n") < 0)
+        if (c->x->chunked && buffer_append_str(&c->out, "\r\n") < 0)
                 return -ENOMEM;
-        c->bytes += n;
+        c->x->bytes += n;
         return 0;
 }
 
@@ -508,13 +440,13 @@ static int send_held_head(Client *c, const char *framing) {
                 return -ENOMEM;
         if (c->close_after_response && buffer_append_str(&c->out, "Connection: close\r\n") < 0)
                 return -ENOMEM;
-        if (c->http10 && !c->close_after_response &&
+        if (c->x->http10 && !c->close_after_response &&
             buffer_append_str(&c->out, "Connection: keep-alive\r\n") < 0)
                 return -ENOMEM;
         if (buffer_append_str(&c->out, "\r\n") < 0)
                 return -ENOMEM;
-        c->head_sent = true;
-        c->engine_bytes_sent = true; /* from here on, the answer is the engine's (or the fallback's) */
+        c->x->head_sent = true;
+        c->x->engine_bytes_sent = true; /* from here on, the answer is the engine's (or the fallback's) */
         buffer_clear(&c->held_head);
         return 0;
 }
@@ -524,55 +456,55 @@ static int client_upstream_headers(Upstream *u, const UpstreamResponse *resp, vo
         Span ct = upstream_response_header(resp, "Content-Type");
         Span connection = upstream_response_header(resp, "Connection");
         bool sse = ct.p && ct.n >= 17 && strncasecmp(ct.p, "text/event-stream", 17) == 0;
-        bool no_body = c->head || resp->status == 204 || resp->status == 304;
+        bool no_body = c->x->head || resp->status == 204 || resp->status == 304;
         const char *framing = "";
 
-        if (!c->via_fallback) {
-                Host *h = manager_host(c->manager, c->host);
+        if (!c->x->via_fallback) {
+                Host *h = manager_host(c->manager, c->x->host);
                 if (h)
                         host_report_http(h, NULL);
                 /* "not here (yet)": a host that has not registered the model, or is loading */
-                if ((resp->status == 404 || resp->status == 503) && !c->head) {
+                if ((resp->status == 404 || resp->status == 503) && !c->x->head) {
                         char why[64];
                         snprintf(why, sizeof(why), "the engine answered %d", resp->status);
                         if (client_fall_back(c, why))
                                 return 0;
                 }
         }
-        if (!c->first_byte_seen) {
-                c->first_byte_seen = true;
-                metrics_first_byte(manager_metrics(c->manager), c->host->name,
-                                   now_usec(CLOCK_MONOTONIC) - c->start);
+        if (!c->x->first_byte_seen) {
+                c->x->first_byte_seen = true;
+                metrics_first_byte(manager_metrics(c->manager), c->x->host->name,
+                                   now_usec(CLOCK_MONOTONIC) - c->x->start);
         }
-        if (c->early) {
+        if (c->x->early) {
                 /* the 200 and its framing are out: a stream continues it, anything else becomes an error
                  * event when it is complete */
                 if (sse && resp->status == 200) {
-                        c->mode = MODE_SSE;
-                        sse_filter_init(&c->sse, c->api);
+                        c->x->mode = MODE_SSE;
+                        sse_filter_init(&c->x->sse, c->x->api);
                 } else {
-                        c->mode = MODE_HOLD;
-                        c->error_status = resp->status;
+                        c->x->mode = MODE_HOLD;
+                        c->x->error_status = resp->status;
                 }
                 return 0;
         }
-        c->status = resp->status;
+        c->x->status = resp->status;
         if (!no_body && resp->status >= 400 && !sse)
-                c->mode = MODE_HOLD;
+                c->x->mode = MODE_HOLD;
         else if (!no_body && sse) {
-                c->mode = MODE_SSE;
-                sse_filter_init(&c->sse, c->api);
+                c->x->mode = MODE_SSE;
+                sse_filter_init(&c->x->sse, c->x->api);
         } else
-                c->mode = MODE_PASS;
-        if (c->mode != MODE_SSE)
-                c->awaiting_first_token = false;
+                c->x->mode = MODE_PASS;
+        if (c->x->mode != MODE_SSE)
+                c->x->awaiting_first_token = false;
 
-        if (no_body || c->mode == MODE_HOLD)
-                c->chunked = false;
-        else if (c->mode == MODE_PASS && resp->has_content_length && !resp->chunked)
-                c->chunked = false;
-        else if (!c->http10) {
-                c->chunked = true;
+        if (no_body || c->x->mode == MODE_HOLD)
+                c->x->chunked = false;
+        else if (c->x->mode == MODE_PASS && resp->has_content_length && !resp->chunked)
+                c->x->chunked = false;
+        else if (!c->x->http10) {
+                c->x->chunked = true;
                 framing = "Transfer-Encoding: chunked\r\n";
         } else
                 c->close_after_response = true;
@@ -582,9 +514,9 @@ static int client_upstream_headers(Upstream *u, const UpstreamResponse *resp, vo
                 return -1;
         /* where the answer came from: host/engine, or fallback/name */
         if (buffer_append_str(&c->held_head, "X-Modelgate-Served-By: ") < 0 ||
-            buffer_append_str(&c->held_head, c->via_fallback ? "fallback" : c->host->name) < 0 ||
-            buffer_append_str(&c->held_head, c->via_fallback || c->engine_name ? "/" : "") < 0 ||
-            buffer_append_str(&c->held_head, c->via_fallback ? c->fallback->name : c->engine_name ?: "") < 0 ||
+            buffer_append_str(&c->held_head, c->x->via_fallback ? "fallback" : c->x->host->name) < 0 ||
+            buffer_append_str(&c->held_head, c->x->via_fallback || c->x->engine_name ? "/" : "") < 0 ||
+            buffer_append_str(&c->held_head, c->x->via_fallback ? c->x->fallback->name : c->x->engine_name ?: "") < 0 ||
             buffer_append_str(&c->held_head, "\r\n") < 0)
                 return -1;
         for (size_t i = 0; i < resp->n_headers; i++) {
@@ -598,7 +530,7 @@ static int client_upstream_headers(Upstream *u, const UpstreamResponse *resp, vo
                     buffer_append_str(&c->held_head, "\r\n") < 0)
                         return -1;
         }
-        if (no_body || (!c->chunked && c->mode == MODE_PASS && resp->has_content_length)) {
+        if (no_body || (!c->x->chunked && c->x->mode == MODE_PASS && resp->has_content_length)) {
                 /* Content-Length is framing, dropped above with the other hop-by-hop headers; when
                  * the body goes on unchanged it is still right (and a HEAD answer keeps the length
                  * the GET would have had, RFC 9110 §9.3.2) */
@@ -606,12 +538,12 @@ static int client_upstream_headers(Upstream *u, const UpstreamResponse *resp, vo
                     append_content_length(&c->held_head, resp->content_length) < 0)
                         return -1;
         }
-        if (c->mode == MODE_HOLD)
+        if (c->x->mode == MODE_HOLD)
                 return 0;
-        if (c->awaiting_first_token) {
+        if (c->x->awaiting_first_token) {
                 /* held with the comments before it until the first data line: until then the fallback may
                  * still answer instead */
-                c->held_framing = framing;
+                c->x->held_framing = framing;
                 return 0;
         }
 
@@ -621,13 +553,13 @@ static int client_upstream_headers(Upstream *u, const UpstreamResponse *resp, vo
 
 static void release_held(Client *c) {
         /* too big to reword: pass it on as it is */
-        c->chunked = !c->http10;
-        if (!c->chunked)
+        c->x->chunked = !c->x->http10;
+        if (!c->x->chunked)
                 c->close_after_response = true;
-        (void)send_held_head(c, c->chunked ? "Transfer-Encoding: chunked\r\n" : "");
-        c->mode = MODE_PASS;
-        (void)frame_body(c, buffer_peek(&c->held), buffer_size(&c->held));
-        buffer_done(&c->held);
+        (void)send_held_head(c, c->x->chunked ? "Transfer-Encoding: chunked\r\n" : "");
+        c->x->mode = MODE_PASS;
+        (void)frame_body(c, buffer_peek(&c->x->held), buffer_size(&c->x->held));
+        buffer_done(&c->x->held);
 }
 
 /* A data line (a token, or an error event) in what a stream has sent so far. */
@@ -639,12 +571,12 @@ static bool has_data_line(const Buffer *b) {
 
 /* The first token is here: the engine answers after all, and what was held goes out. */
 static int release_first_token(Client *c) {
-        c->awaiting_first_token = false;
-        (void)sd_event_source_set_enabled(c->budget, SD_EVENT_OFF);
-        if (!c->early && send_held_head(c, c->held_framing ?: "") < 0)
+        c->x->awaiting_first_token = false;
+        (void)sd_event_source_set_enabled(c->x->budget, SD_EVENT_OFF);
+        if (!c->x->early && send_held_head(c, c->x->held_framing ?: "") < 0)
                 return -ENOMEM;
-        int r = frame_body(c, buffer_peek(&c->held), buffer_size(&c->held));
-        buffer_done(&c->held);
+        int r = frame_body(c, buffer_peek(&c->x->held), buffer_size(&c->x->held));
+        buffer_done(&c->x->held);
         return r;
 }
 
@@ -652,11 +584,11 @@ static int client_upstream_body(Upstream *u, const char *p, size_t n, void *user
         Client *c = userdata;
         int r = 0;
 
-        switch (c->mode) {
+        switch (c->x->mode) {
         case MODE_HOLD:
-                if (buffer_size(&c->held) + n <= CLIENT_HELD_MAX)
-                        return buffer_append(&c->held, p, n) < 0 ? -1 : 0;
-                if (c->early) {
+                if (buffer_size(&c->x->held) + n <= CLIENT_HELD_MAX)
+                        return buffer_append(&c->x->held, p, n) < 0 ? -1 : 0;
+                if (c->x->early) {
                         /* an error answer of more than 1 MiB after an early 200: its start will do */
                         return 0;
                 }
@@ -665,11 +597,12 @@ static int client_upstream_body(Upstream *u, const char *p, size_t n, void *user
                 break;
         case MODE_SSE:
                 buffer_clear(&c->scratch);
-                r = sse_filter_feed(&c->sse, p, n, &c->scratch);
-                if (r >= 0 && c->awaiting_first_token) {
-                        r = buffer_append(&c->held, buffer_peek(&c->scratch), buffer_size(&c->scratch));
+                r = sse_filter_feed(&c->x->sse, p, n, &c->scratch);
+                if (r >= 0 && c->x->awaiting_first_token) {
+                        r = buffer_append(&c->x->held, buffer_peek(&c->scratch), buffer_size(&c->scratch));
                         /* a data line, or more comments than are worth holding: the engine's answer it is */
-                        if (r >= 0 && (has_data_line(&c->held) || buffer_size(&c->held) > CLIENT_HELD_MAX))
+                        if (r >= 0 &&
+                            (has_data_line(&c->x->held) || buffer_size(&c->x->held) > CLIENT_HELD_MAX))
                                 r = release_first_token(c);
                         break;
                 }
@@ -680,8 +613,8 @@ static int client_upstream_body(Upstream *u, const char *p, size_t n, void *user
                 r = frame_body(c, p, n);
                 break;
         }
-        if (!c->awaiting_first_token && c->mode != MODE_HOLD)
-                c->engine_bytes_sent = true;
+        if (!c->x->awaiting_first_token && c->x->mode != MODE_HOLD)
+                c->x->engine_bytes_sent = true;
         if (r < 0) {
                 client_free(c);
                 return -1;
@@ -704,14 +637,14 @@ static void client_upstream_read_end(Upstream *u, void *userdata) {
 static void client_upstream_complete(Upstream *u, void *userdata) {
         Client *c = userdata;
 
-        c->upstream = NULL;
-        (void)sd_event_source_set_enabled(c->budget, SD_EVENT_OFF);
-        if (c->awaiting_first_token && c->mode == MODE_SSE)
+        c->x->upstream = NULL;
+        (void)sd_event_source_set_enabled(c->x->budget, SD_EVENT_OFF);
+        if (c->x->awaiting_first_token && c->x->mode == MODE_SSE)
                 (void)release_first_token(c); /* a stream that ended without a data line, as it is */
-        if (c->mode == MODE_HOLD && c->early) {
+        if (c->x->mode == MODE_HOLD && c->x->early) {
                 buffer_clear(&c->scratch);
-                if (sse_error_event_from_answer(c->api, c->error_status, buffer_peek(&c->held),
-                                                buffer_size(&c->held), &c->scratch) < 0)
+                if (sse_error_event_from_answer(c->x->api, c->x->error_status, buffer_peek(&c->x->held),
+                                                buffer_size(&c->x->held), &c->scratch) < 0)
                         c->close_after_response = true;
                 client_end_early(c, &c->scratch);
                 if (client_flush(c) < 0) {
@@ -721,36 +654,37 @@ static void client_upstream_complete(Upstream *u, void *userdata) {
                 client_process(c);
                 return;
         }
-        if (c->mode == MODE_HOLD) {
+        if (c->x->mode == MODE_HOLD) {
                 _cleanup_free_ char *n = NULL;
                 size_t nl = 0;
                 char framing[64];
-                const char *body = buffer_peek(&c->held);
-                size_t bl = buffer_size(&c->held);
+                const char *body = buffer_peek(&c->x->held);
+                size_t bl = buffer_size(&c->x->held);
 
-                if (api_error_reword(c->api, body, bl, &n, &nl) > 0) {
+                if (api_error_reword(c->x->api, body, bl, &n, &nl) > 0) {
                         body = n;
                         bl = nl;
                 }
                 snprintf(framing, sizeof(framing), "Content-Length: %zu\r\n", bl);
                 (void)send_held_head(c, framing);
                 (void)buffer_append(&c->out, body, bl);
-                c->bytes = bl;
+                c->x->bytes = bl;
         } else {
-                if (c->mode == MODE_SSE) {
+                if (c->x->mode == MODE_SSE) {
                         buffer_clear(&c->scratch);
-                        (void)sse_filter_finish(&c->sse, &c->scratch);
+                        (void)sse_filter_finish(&c->x->sse, &c->scratch);
                         (void)frame_body(c, buffer_peek(&c->scratch), buffer_size(&c->scratch));
                 }
-                if (c->chunked)
+                if (c->x->chunked)
                         (void)buffer_append_str(&c->out, "0\r\n\r\n");
         }
         /* SPEC §4: the list is re-read after every load or unload that worked */
-        if (c->status >= 200 && c->status < 300 && c->path &&
-            (streq(c->path, "/models/load") || streq(c->path, "/models/unload"))) {
-                Host *h = manager_host(c->manager, c->host);
+        if (c->x->status >= 200 && c->x->status < 300 && c->x->path &&
+            (streq(c->x->path, "/models/load") || streq(c->x->path, "/models/unload"))) {
+                Host *h = manager_host(c->manager, c->x->host);
                 if (h)
-                        catalog_model_call_done(host_catalog(h), c->model, streq(c->path, "/models/load"));
+                        catalog_model_call_done(host_catalog(h), c->x->model,
+                                                streq(c->x->path, "/models/load"));
         }
         client_response_complete(c, NULL);
         if (client_flush(c) < 0) {
@@ -772,17 +706,17 @@ static void client_upstream_error(Upstream *u, int error, bool started, void *us
         Client *c = userdata;
         char msg[512];
 
-        c->upstream = NULL;
-        (void)sd_event_source_set_enabled(c->budget, SD_EVENT_OFF);
+        c->x->upstream = NULL;
+        (void)sd_event_source_set_enabled(c->x->budget, SD_EVENT_OFF);
         if (client_fall_back(c, upstream_strerror(error))) {
                 /* the engine failed before any of its answer reached the client */
                 if (client_flush(c) < 0)
                         client_free(c);
                 return;
         }
-        if (c->awaiting_first_token && c->mode == MODE_SSE)
+        if (c->x->awaiting_first_token && c->x->mode == MODE_SSE)
                 (void)release_first_token(c);
-        c->awaiting_first_token = false;
+        c->x->awaiting_first_token = false;
         if (!started && (error == ETIME || error == -ETIME)) {
                 /* stuck, not down: the connection is closed (so the GPU stops working on it) */
                 char t[FORMAT_TIMESPAN_MAX];
@@ -791,44 +725,44 @@ static void client_upstream_error(Upstream *u, int error, bool started, void *us
                         "host '%s' sent nothing for %s (UpstreamIdleTimeoutSec=), so modelgate cancelled "
                         "the "
                         "request",
-                        c->host->name,
+                        c->x->host->name,
                         format_timespan(t, sizeof(t), manager_config(c->manager)->upstream_idle_timeout_usec)
                                 ?: "?");
                 client_respond_error(c, 504, "upstream_timeout", msg, NULL);
-        } else if (c->early && (!started || c->mode == MODE_HOLD)) {
+        } else if (c->x->early && (!started || c->x->mode == MODE_HOLD)) {
                 if (!started)
                         client_host_down(c, error);
                 else {
-                        snprintf(msg, sizeof(msg), "host '%s' ended its answer early (%s)", c->host->name,
+                        snprintf(msg, sizeof(msg), "host '%s' ended its answer early (%s)", c->x->host->name,
                                  upstream_strerror(error));
                         client_respond_error(c, 502, "upstream_incomplete", msg, NULL);
                 }
-        } else if (!started || (c->mode == MODE_HOLD && !c->head_sent)) {
+        } else if (!started || (c->x->mode == MODE_HOLD && !c->x->head_sent)) {
                 if (!started) {
-                        log_debug("host %s: %s %s failed before an answer: %s", c->host->name, c->method,
-                                  c->path, upstream_strerror(error));
+                        log_debug("host %s: %s %s failed before an answer: %s", c->x->host->name,
+                                  c->x->method, c->x->path, upstream_strerror(error));
                         client_host_down(c, error);
                 } else {
-                        snprintf(msg, sizeof(msg), "host '%s' ended its answer early (%s)", c->host->name,
+                        snprintf(msg, sizeof(msg), "host '%s' ended its answer early (%s)", c->x->host->name,
                                  upstream_strerror(error));
                         client_respond_error(c, 502, "upstream_incomplete", msg, NULL);
                 }
-        } else if (c->mode == MODE_SSE) {
+        } else if (c->x->mode == MODE_SSE) {
                 buffer_clear(&c->scratch);
-                (void)sse_filter_finish(&c->sse, &c->scratch);
-                if (!c->sse.saw_done) {
+                (void)sse_filter_finish(&c->x->sse, &c->scratch);
+                if (!c->x->sse.saw_done) {
                         snprintf(msg, sizeof(msg),
                                  "host '%s' stopped the stream before it ended (%s); the answer is "
                                  "incomplete",
-                                 c->host->name, upstream_strerror(error));
-                        (void)sse_error_event(c->api, 502, "upstream_incomplete", msg, &c->scratch);
+                                 c->x->host->name, upstream_strerror(error));
+                        (void)sse_error_event(c->x->api, 502, "upstream_incomplete", msg, &c->scratch);
                 }
                 (void)frame_body(c, buffer_peek(&c->scratch), buffer_size(&c->scratch));
-                if (c->chunked)
+                if (c->x->chunked)
                         (void)buffer_append_str(&c->out, "0\r\n\r\n");
                 else
                         c->close_after_response = true;
-                client_response_complete(c, c->sse.saw_done ? NULL : "cut=host");
+                client_response_complete(c, c->x->sse.saw_done ? NULL : "cut=host");
         } else
                 client_cut(c, "cut=host");
         if (client_flush(c) < 0) {
@@ -875,9 +809,9 @@ static void client_models_done(ModelsMerge *mm, const char *json, size_t n, void
         Client *c = userdata;
         _cleanup_free_ char *filtered = NULL;
 
-        c->merge = models_merge_free(mm);
-        if (json && c->caller.tier && !strv_isempty(c->caller.tier->models)) {
-                filtered = filter_models(&c->caller, json, &n);
+        c->x->merge = models_merge_free(mm);
+        if (json && c->x->caller.tier && !strv_isempty(c->x->caller.tier->models)) {
+                filtered = filter_models(&c->x->caller, json, &n);
                 json = filtered;
         }
         if (!json)
@@ -1029,18 +963,18 @@ static void client_start_feed(Client *c) {
                 return client_respond_error(c, 503, "too_many_subscribers", msg, "Retry-After: 30\r\n");
         }
 
-        c->status = 200;
-        c->chunked = !c->http10;
-        if (!c->chunked)
+        c->x->status = 200;
+        c->x->chunked = !c->x->http10;
+        if (!c->x->chunked)
                 c->close_after_response = true;
         if (queue_head(c, 200,
-                       c->chunked ? "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-                                    "Transfer-Encoding: chunked\r\n"
-                                  : "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\n") < 0)
+                       c->x->chunked ? "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                                       "Transfer-Encoding: chunked\r\n"
+                                     : "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\n") < 0)
                 return client_respond_error(c, 500, NULL, "out of memory", NULL);
-        c->head_sent = true;
-        if (c->head) {
-                c->bytes = 0;
+        c->x->head_sent = true;
+        if (c->x->head) {
+                c->x->bytes = 0;
                 return client_response_complete(c, NULL);
         }
         /* a feed is a trickle: a small kernel buffer lets a subscriber that stopped reading be seen (and
@@ -1076,27 +1010,29 @@ static int client_budget_cb(sd_event_source *s, uint64_t usec, void *userdata);
 static void client_start_budget(Client *c) {
         usec_t b;
 
-        if (!c->engine_conf || c->via_fallback)
+        if (!c->x->engine_conf || c->x->via_fallback)
                 return;
-        b = c->streaming ? c->engine_conf->first_token_budget_usec : c->engine_conf->request_budget_usec;
+        b = c->x->streaming ? c->x->engine_conf->first_token_budget_usec
+                            : c->x->engine_conf->request_budget_usec;
         if (b == 0 || b == USEC_INFINITY)
                 return;
-        if (!c->budget) {
-                if (sd_event_add_time_relative(manager_event(c->manager), &c->budget, CLOCK_MONOTONIC, b, 0,
-                                               client_budget_cb, c) < 0)
+        if (!c->x->budget) {
+                if (sd_event_add_time_relative(manager_event(c->manager), &c->x->budget, CLOCK_MONOTONIC, b,
+                                               0, client_budget_cb, c) < 0)
                         return;
         } else
-                (void)sd_event_source_set_time_relative(c->budget, b);
-        (void)sd_event_source_set_enabled(c->budget, SD_EVENT_ONESHOT);
+                (void)sd_event_source_set_time_relative(c->x->budget, b);
+        (void)sd_event_source_set_enabled(c->x->budget, SD_EVENT_ONESHOT);
 }
 
 static void client_send_upstream(Client *c) {
-        int k = upstream_start(manager_pool(c->manager), c->target, &c->pending, c->head,
-                               &client_upstream_callbacks, c, &c->upstream);
-        buffer_done(&c->pending);
+        int k = upstream_start(manager_pool(c->manager), c->x->target, &c->x->pending, c->x->head,
+                               &client_upstream_callbacks, c, &c->x->upstream);
+        buffer_done(&c->x->pending);
         if (k < 0)
                 return client_host_down(c, k);
-        (void)upstream_set_idle_timeout(c->upstream, manager_config(c->manager)->upstream_idle_timeout_usec);
+        (void)upstream_set_idle_timeout(c->x->upstream,
+                                        manager_config(c->manager)->upstream_idle_timeout_usec);
         client_start_budget(c);
 }
 
@@ -1128,7 +1064,7 @@ static int build_fallback_request(Client *c, const FallbackConf *f, const char *
              version = http_request_header(r, "anthropic-version");
 
         if (buffer_append_str(out, "POST ") < 0 || buffer_append_str(out, f->url.base_path) < 0 ||
-            buffer_append_str(out, c->fb_path) < 0 || buffer_append_str(out, " HTTP/1.1\r\nHost: ") < 0 ||
+            buffer_append_str(out, c->x->fb_path) < 0 || buffer_append_str(out, " HTTP/1.1\r\nHost: ") < 0 ||
             buffer_append_str(out, f->url.authority) < 0 ||
             buffer_append_str(out, "\r\nUser-Agent: modelgate/" MODELGATE_VERSION
                                    "\r\nContent-Type: application/json\r\n") < 0)
@@ -1136,10 +1072,10 @@ static int build_fallback_request(Client *c, const FallbackConf *f, const char *
         if (accept.p && (buffer_append_str(out, "Accept: ") < 0 ||
                          buffer_append(out, accept.p, accept.n) < 0 || buffer_append_str(out, "\r\n") < 0))
                 return -ENOMEM;
-        if (c->api == API_ANTHROPIC && (buffer_append_str(out, "anthropic-version: ") < 0 ||
-                                        (version.p ? buffer_append(out, version.p, version.n)
-                                                   : buffer_append_str(out, "2023-06-01")) < 0 ||
-                                        buffer_append_str(out, "\r\n") < 0))
+        if (c->x->api == API_ANTHROPIC && (buffer_append_str(out, "anthropic-version: ") < 0 ||
+                                           (version.p ? buffer_append(out, version.p, version.n)
+                                                      : buffer_append_str(out, "2023-06-01")) < 0 ||
+                                           buffer_append_str(out, "\r\n") < 0))
                 return -ENOMEM;
         if ((key_header && buffer_append_str(out, key_header) < 0) ||
             append_content_length(out, body_len) < 0 || buffer_append_str(out, "\r\n") < 0 ||
@@ -1152,7 +1088,7 @@ static int build_fallback_request(Client *c, const FallbackConf *f, const char *
  * 200 with keepalive comments still counts as before), sends the request to the engine's fallback instead,
  * once. true: it went there, and the request is the fallback's now. */
 static bool client_fall_back(Client *c, const char *why) {
-        const FallbackConf *f = c->fallback;
+        const FallbackConf *f = c->x->fallback;
         _cleanup_free_ char *quoted = NULL, *body = NULL, *model = NULL;
         _cleanup_free_ char *key_header = NULL;
         size_t n;
@@ -1160,7 +1096,7 @@ static bool client_fall_back(Client *c, const char *why) {
 
         /* the client's body is still the parser's (kept for this; the one copy besides the request sent) */
         const Buffer *b = &c->parser.req.body;
-        if (!f || c->via_fallback || c->engine_bytes_sent || buffer_is_empty(b))
+        if (!f || c->x->via_fallback || c->x->engine_bytes_sent || buffer_is_empty(b))
                 return false;
         if (json_find_model(buffer_peek(b), buffer_size(b), &span, &model, NULL) < 0)
                 return false;
@@ -1168,31 +1104,31 @@ static bool client_fall_back(Client *c, const char *why) {
         body = quoted ? span_replace((Span){buffer_peek(b), buffer_size(b)}, span, quoted, &n) : NULL;
         if (f->key &&
             asprintf(&key_header,
-                     c->api == API_ANTHROPIC ? "x-api-key: %s\r\n" : "Authorization: Bearer %s\r\n",
+                     c->x->api == API_ANTHROPIC ? "x-api-key: %s\r\n" : "Authorization: Bearer %s\r\n",
                      f->key) < 0)
                 return false;
         if (!body)
                 return false;
 
-        _cleanup_free_ char *m = log_escape_dup(c->model);
-        log_notice("host %s: %s goes to fallback %s: %s", c->host->name, strna(m), f->name, why);
-        metrics_fallback(manager_metrics(c->manager), c->host->name, c->engine_name, f->name);
-        c->via_fallback = true;
+        _cleanup_free_ char *m = log_escape_dup(c->x->model);
+        log_notice("host %s: %s goes to fallback %s: %s", c->x->host->name, strna(m), f->name, why);
+        metrics_fallback(manager_metrics(c->manager), c->x->host->name, c->x->engine_name, f->name);
+        c->x->via_fallback = true;
         /* the engine's request is cancelled (its connection closed, so the GPU stops), and the engine is
          * free */
-        c->upstream = upstream_cancel(c->upstream);
-        host_release(&c->waiter);
-        (void)sd_event_source_set_enabled(c->budget, SD_EVENT_OFF);
-        (void)sd_event_source_set_enabled(c->keepalive, SD_EVENT_OFF);
-        sse_filter_done(&c->sse);
-        c->mode = MODE_PASS;
-        c->awaiting_first_token = false;
+        c->x->upstream = upstream_cancel(c->x->upstream);
+        host_release(&c->x->waiter);
+        (void)sd_event_source_set_enabled(c->x->budget, SD_EVENT_OFF);
+        (void)sd_event_source_set_enabled(c->x->keepalive, SD_EVENT_OFF);
+        sse_filter_done(&c->x->sse);
+        c->x->mode = MODE_PASS;
+        c->x->awaiting_first_token = false;
         buffer_clear(&c->held_head);
-        buffer_done(&c->held);
-        c->error_status = 0;
-        c->target = &f->url;
-        buffer_done(&c->pending);
-        if (build_fallback_request(c, f, body, n, key_header, &c->pending) < 0) {
+        buffer_done(&c->x->held);
+        c->x->error_status = 0;
+        c->x->target = &f->url;
+        buffer_done(&c->x->pending);
+        if (build_fallback_request(c, f, body, n, key_header, &c->x->pending) < 0) {
                 client_respond_error(c, 500, NULL, "out of memory", NULL);
                 return true;
         }
@@ -1203,12 +1139,12 @@ static bool client_fall_back(Client *c, const char *why) {
 static int client_budget_cb(sd_event_source *s, uint64_t usec, void *userdata) {
         Client *c = userdata;
         char why[256], t[FORMAT_TIMESPAN_MAX];
-        bool stream = c->streaming;
+        bool stream = c->x->streaming;
 
         snprintf(why, sizeof(why), "%s not within %s (%s)", stream ? "no first token" : "no whole answer",
                  format_timespan(t, sizeof(t),
-                                 stream ? c->engine_conf->first_token_budget_usec
-                                        : c->engine_conf->request_budget_usec)
+                                 stream ? c->x->engine_conf->first_token_budget_usec
+                                        : c->x->engine_conf->request_budget_usec)
                          ?: "?",
                  stream ? "FirstTokenBudgetSec=" : "RequestBudgetSec=");
         if (client_fall_back(c, why)) {
@@ -1217,11 +1153,11 @@ static int client_budget_cb(sd_event_source *s, uint64_t usec, void *userdata) {
                 return 0;
         }
         /* no fallback: the request is cancelled all the same, so that the GPU stops working on it */
-        c->upstream = upstream_cancel(c->upstream);
-        if (!c->engine_bytes_sent) {
+        c->x->upstream = upstream_cancel(c->x->upstream);
+        if (!c->x->engine_bytes_sent) {
                 char msg[512];
                 snprintf(msg, sizeof(msg), "engine '%s' of host '%s': %s; the request was cancelled",
-                         strna(c->engine_name), c->host->name, why);
+                         strna(c->x->engine_name), c->x->host->name, why);
                 client_respond_error(c, 504, "budget_exceeded", msg, NULL);
         } else
                 client_cut(c, "cut=budget");
@@ -1236,7 +1172,8 @@ static int client_budget_cb(sd_event_source *s, uint64_t usec, void *userdata) {
 /* A refusal from the host's engine side: SPEC §7 statuses, with the headers that steer retrying clients;
  * or the fallback, for the availability failures (a busy GPU unless OnBusy=no). */
 static void client_respond_host_error(Client *c, int status, const char *message) {
-        if ((status != 423 || (c->fallback && c->fallback->on_busy != 0)) && client_fall_back(c, message))
+        if ((status != 423 || (c->x->fallback && c->x->fallback->on_busy != 0)) &&
+            client_fall_back(c, message))
                 return;
         switch (status) {
         case 503:
@@ -1258,27 +1195,27 @@ static int client_keepalive_cb(sd_event_source *s, uint64_t usec, void *userdata
         int n, k;
 
         /* the engine's answer has begun: it speaks for itself */
-        if (c->first_byte_seen || c->response_complete)
+        if (c->x->first_byte_seen || c->x->response_complete)
                 return 0;
         /* waiting for the engine, or for the model its router loads; in flight otherwise, and then no early
          * 200 for an answer that is merely slow */
-        k = host_waiter_describe(&c->waiter, what, sizeof(what));
+        k = host_waiter_describe(&c->x->waiter, what, sizeof(what));
         if (k < 0)
                 return 0;
-        if (k == 0 && !c->early) {
+        if (k == 0 && !c->x->early) {
                 /* looked at again soon: a load that begins now gets its early 200 in time */
                 (void)sd_event_source_set_time_relative(
                         s, MIN(manager_config(c->manager)->keepalive_interval_usec, USEC_PER_SEC));
                 (void)sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
                 return 0;
         }
-        if (!c->early) {
-                c->chunked = !c->http10;
-                if (!c->chunked)
+        if (!c->x->early) {
+                c->x->chunked = !c->x->http10;
+                if (!c->x->chunked)
                         c->close_after_response = true;
-                c->status = 200;
+                c->x->status = 200;
                 if (queue_head(c, 200,
-                               c->chunked
+                               c->x->chunked
                                        ? "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
                                          "Transfer-Encoding: chunked\r\n"
                                        : "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\n") <
@@ -1286,7 +1223,7 @@ static int client_keepalive_cb(sd_event_source *s, uint64_t usec, void *userdata
                         client_free(c);
                         return 0;
                 }
-                c->early = c->head_sent = true;
+                c->x->early = c->x->head_sent = true;
         }
         n = snprintf(line, sizeof(line), ": %s\n\n", what);
         if (frame_body(c, line, (size_t)MIN((size_t)n, sizeof(line) - 1)) < 0 || client_flush(c) < 0) {
@@ -1301,27 +1238,27 @@ static int client_keepalive_cb(sd_event_source *s, uint64_t usec, void *userdata
 static void client_wait_for_engine(Client *c) {
         const Config *cf = manager_config(c->manager);
 
-        if (!c->streaming || c->head || cf->keepalive_after_usec == USEC_INFINITY)
+        if (!c->x->streaming || c->x->head || cf->keepalive_after_usec == USEC_INFINITY)
                 return;
-        if (!c->keepalive) {
-                if (sd_event_add_time_relative(manager_event(c->manager), &c->keepalive, CLOCK_MONOTONIC,
+        if (!c->x->keepalive) {
+                if (sd_event_add_time_relative(manager_event(c->manager), &c->x->keepalive, CLOCK_MONOTONIC,
                                                cf->keepalive_after_usec, 0, client_keepalive_cb, c) < 0)
                         return; /* no keepalives: the client waits in silence */
         } else
-                (void)sd_event_source_set_time_relative(c->keepalive, cf->keepalive_after_usec);
-        (void)sd_event_source_set_enabled(c->keepalive, SD_EVENT_ONESHOT);
+                (void)sd_event_source_set_time_relative(c->x->keepalive, cf->keepalive_after_usec);
+        (void)sd_event_source_set_enabled(c->x->keepalive, SD_EVENT_ONESHOT);
 }
 
 static void client_engine_ready(HostWaiter *w, int status, const char *message) {
-        Client *c = container_of(w, Client, waiter);
+        Client *c = container_of(w, Exchange, waiter)->client;
 
         /* on success the comments go on while the engine's router loads the model */
         if (status != 0) {
-                (void)sd_event_source_set_enabled(c->keepalive, SD_EVENT_OFF);
+                (void)sd_event_source_set_enabled(c->x->keepalive, SD_EVENT_OFF);
                 client_respond_host_error(c, status, message);
         } else {
-                metrics_wait(manager_metrics(c->manager), c->host->name,
-                             now_usec(CLOCK_MONOTONIC) - c->start);
+                metrics_wait(manager_metrics(c->manager), c->x->host->name,
+                             now_usec(CLOCK_MONOTONIC) - c->x->start);
                 client_send_upstream(c);
         }
         if (client_flush(c) < 0) {
@@ -1342,9 +1279,9 @@ static bool client_admit(Client *c) {
                 key = strndup(auth.p + 7, auth.n - 7);
         else if (xkey.p)
                 key = strndup(xkey.p, xkey.n);
-        if (access_identify(manager_config(c->manager), key, c->peer, &c->caller, &d) < 0) {
+        if (access_identify(manager_config(c->manager), key, c->peer, &c->x->caller, &d) < 0) {
                 client_respond_error(c, d.status, d.code, d.message, "WWW-Authenticate: Bearer\r\n");
-                c->caller.admitted = false;
+                c->x->caller.admitted = false;
                 return false;
         }
         return true;
@@ -1359,14 +1296,14 @@ static bool request_is_open(const HttpRequest *r, Span path) {
 /* The body limit of the caller: its tier's MaxBodySize=, or AnonymousMaxBodySize=; 0: MaxBodySize=. */
 static uint64_t caller_body_limit(const Client *c) {
         const AccessConf *a = &manager_config(c->manager)->access;
-        return c->caller.tier ? c->caller.tier->max_body_size : a->anonymous_max_body_size;
+        return c->x->caller.tier ? c->x->caller.tier->max_body_size : a->anonymous_max_body_size;
 }
 
 static void client_refuse_body(Client *c) {
         char msg[192];
         snprintf(msg, sizeof(msg), "request body is larger than %s allows (%s %llu bytes)",
-                 c->caller.tier ? "this key's tier" : "this proxy for clients without a key",
-                 c->caller.tier ? "MaxBodySize=" : "AnonymousMaxBodySize=",
+                 c->x->caller.tier ? "this key's tier" : "this proxy for clients without a key",
+                 c->x->caller.tier ? "MaxBodySize=" : "AnonymousMaxBodySize=",
                  (unsigned long long)caller_body_limit(c));
         client_respond_error(c, 413, "request_too_large", msg, NULL);
 }
@@ -1383,10 +1320,10 @@ static bool client_admit_head(Client *c) {
                 return true;
         /* an answer on the head is the request's answer: its access line names it, and the body that
          * follows is not read (the connection closes) */
-        c->start = now_usec(CLOCK_MONOTONIC);
-        c->method = strdup(llhttp_method_name(r->method));
-        c->path = span_dup(path);
-        c->api = api_kind_for_path(path);
+        c->x->start = now_usec(CLOCK_MONOTONIC);
+        c->x->method = strdup(llhttp_method_name(r->method));
+        c->x->path = span_dup(path);
+        c->x->api = api_kind_for_path(path);
         c->close_after_response = true;
         if (open) {
                 /* what modelgate answers itself reads no body: none is held for it */
@@ -1405,8 +1342,8 @@ static bool client_admit_head(Client *c) {
                 }
         }
         /* admitted: the request is dispatched when its body is in */
-        c->method = mfree(c->method);
-        c->path = mfree(c->path);
+        c->x->method = mfree(c->x->method);
+        c->x->path = mfree(c->x->path);
         c->close_after_response = close;
         return true;
 }
@@ -1423,13 +1360,13 @@ static void client_dispatch(Client *c) {
         char msg[512];
         int k;
 
-        c->start = now_usec(CLOCK_MONOTONIC);
-        c->method = strdup(llhttp_method_name(r->method));
-        c->path = span_dup(path);
-        c->user_agent = span_dup(http_request_header(r, "User-Agent"));
-        c->api = api_kind_for_path(path);
-        c->head = r->method == HTTP_HEAD;
-        c->http10 = r->http_major == 1 && r->http_minor == 0;
+        c->x->start = now_usec(CLOCK_MONOTONIC);
+        c->x->method = strdup(llhttp_method_name(r->method));
+        c->x->path = span_dup(path);
+        c->x->user_agent = span_dup(http_request_header(r, "User-Agent"));
+        c->x->api = api_kind_for_path(path);
+        c->x->head = r->method == HTTP_HEAD;
+        c->x->http10 = r->http_major == 1 && r->http_minor == 0;
         if (!r->keep_alive || manager_stopping(c->manager))
                 c->close_after_response = true;
 
@@ -1452,7 +1389,7 @@ static void client_dispatch(Client *c) {
         if (get && span_eq(path, "/metrics"))
                 return client_respond_metrics(c);
         if (manager_config(c->manager)->access.enabled) {
-                if (!c->caller.admitted && !client_admit(c))
+                if (!c->x->caller.admitted && !client_admit(c))
                         return;
                 uint64_t limit = caller_body_limit(c);
                 if (limit > 0 && buffer_size(&r->body) > limit)
@@ -1462,14 +1399,14 @@ static void client_dispatch(Client *c) {
         if (get && span_eq(path, "/models/sse"))
                 return client_start_feed(c);
         if (get && (span_eq(path, "/models") || span_eq(path, "/v1/models"))) {
-                k = models_merge_start(c->manager, client_models_done, c, &c->merge);
+                k = models_merge_start(c->manager, client_models_done, c, &c->x->merge);
                 if (k < 0)
                         client_respond_error(c, 500, NULL, "out of memory", NULL);
                 return;
         }
 
         if (body_len > 0) {
-                k = json_find_model(body, body_len, &span, &model, &c->streaming);
+                k = json_find_model(body, body_len, &span, &model, &c->x->streaming);
                 if (k == 0)
                         in_body = true;
                 else if (k == -EBADMSG)
@@ -1522,19 +1459,19 @@ static void client_dispatch(Client *c) {
                 if ((unsigned char)*q < 0x20 || *q == 0x7f)
                         return client_respond_error(c, 400, "invalid_model",
                                                     "the model name holds a control character", NULL);
-        c->model = strdup(model);
+        c->x->model = strdup(model);
 
         /* a tier's Models= limits routing as much as the list */
-        if (c->caller.admitted && !access_model_allowed(&c->caller, model)) {
+        if (c->x->caller.admitted && !access_model_allowed(&c->x->caller, model)) {
                 snprintf(msg, sizeof(msg),
                          "this key (tier '%s') may not use model '%s'; GET /v1/models lists "
                          "the ones it may",
-                         c->caller.tier->name, c->model);
+                         c->x->caller.tier->name, c->x->model);
                 return client_respond_error(c, 403, "model_not_allowed", msg, NULL);
         }
-        c->config = config_ref(manager_config(c->manager));
-        c->host = route_find_host(c->config, model, &key);
-        if (!c->host) {
+        c->x->config = config_ref(manager_config(c->manager));
+        c->x->host = route_find_host(c->x->config, model, &key);
+        if (!c->x->host) {
                 char m2[160];
                 log_escape(m2, sizeof(m2), model, strlen(model));
                 snprintf(msg, sizeof(msg),
@@ -1545,10 +1482,10 @@ static void client_dispatch(Client *c) {
                 return client_respond_error(c, 404, "model_not_found", msg, NULL);
         }
         /* counted once it routes: a mistyped model name costs nobody a request of the day */
-        if (c->caller.admitted) {
+        if (c->x->caller.admitted) {
                 AccessDenial d;
                 Access *access = manager_access(c->manager);
-                k = access ? access_count(access, manager_config(c->manager), &c->caller, c->peer, &d)
+                k = access ? access_count(access, manager_config(c->manager), &c->x->caller, c->peer, &d)
                            : -ENOMEM;
                 if (k == -EDQUOT) {
                         char h[96];
@@ -1573,9 +1510,9 @@ static void client_dispatch(Client *c) {
                         return client_respond_error(c, 500, NULL, "out of memory", NULL);
         }
 
-        Host *host = manager_host(c->manager, c->host);
+        Host *host = manager_host(c->manager, c->x->host);
         ssize_t engine = -1;
-        c->target = &c->host->url;
+        c->x->target = &c->x->host->url;
         if (host_has_engines(host)) {
                 engine = host_find_engine(host, key);
                 if (engine < 0) {
@@ -1586,23 +1523,23 @@ static void client_dispatch(Client *c) {
                                  "Models=, and no engine runs there now; GET /v1/models lists the models "
                                  "this "
                                  "proxy serves",
-                                 c->host->name, k2);
+                                 c->x->host->name, k2);
                         return client_respond_error(c, 404, "model_not_found", msg, NULL);
                 }
-                c->target = host_engine(host, (size_t)engine)->url;
-                c->engine_conf = host_engine(host, (size_t)engine)->conf;
-                c->engine_name = c->engine_conf->name;
+                c->x->target = host_engine(host, (size_t)engine)->url;
+                c->x->engine_conf = host_engine(host, (size_t)engine)->conf;
+                c->x->engine_name = c->x->engine_conf->name;
                 /* the fallback spends the operator's cloud key: inference only, on a path of modelgate's
                  * own, and only for a model in the body (the only place it can be renamed) */
-                c->fb_path = fallback_path(r->method, path);
-                c->fallback = c->fb_path && in_body
-                                      ? config_find_fallback(c->config, c->engine_conf->fallback)
-                                      : NULL;
-                if (c->fallback) {
-                        c->awaiting_first_token = c->streaming && !c->head;
+                c->x->fb_path = fallback_path(r->method, path);
+                c->x->fallback = c->x->fb_path && in_body
+                                         ? config_find_fallback(c->x->config, c->x->engine_conf->fallback)
+                                         : NULL;
+                if (c->x->fallback) {
+                        c->x->awaiting_first_token = c->x->streaming && !c->x->head;
                 }
-                if (c->streaming && c->engine_conf->first_token_budget_usec != 0)
-                        c->awaiting_first_token = !c->head;
+                if (c->x->streaming && c->x->engine_conf->first_token_budget_usec != 0)
+                        c->x->awaiting_first_token = !c->x->head;
         } else if (!span_startswith(path, "/models") && catalog_lists(host_catalog(host), key) == 0) {
                 /* SPEC §4: a key the host does not list (its list is known) is 404; /models/... calls
                  * (a download of a new model, say) are the host's to judge */
@@ -1611,25 +1548,26 @@ static void client_dispatch(Client *c) {
                 snprintf(msg, sizeof(msg),
                          "host '%s' does not list a model '%s'; GET /v1/models lists the models this proxy "
                          "serves",
-                         c->host->name, k2);
+                         c->x->host->name, k2);
                 return client_respond_error(c, 404, "model_not_found", msg, NULL);
         }
-        if (build_upstream_request(c, c->target, url, (Span){body ?: "", body ? body_len : 0}, span,
-                                   quoted_body, &c->pending) < 0)
+        if (build_upstream_request(c, c->x->target, url, (Span){body ?: "", body ? body_len : 0}, span,
+                                   quoted_body, &c->x->pending) < 0)
                 return client_respond_error(c, 500, NULL, "out of memory", NULL);
         /* the request's own copy of the body is not needed any more, unless a fallback may need it */
-        if (!c->fallback)
+        if (!c->x->fallback)
                 buffer_done(&r->body);
         if (engine >= 0) {
                 HostRefusal refusal;
-                k = host_acquire(host, (size_t)engine, &c->waiter, client_engine_ready, c->model, &refusal);
+                k = host_acquire(host, (size_t)engine, &c->x->waiter, client_engine_ready, c->x->model,
+                                 &refusal);
                 if (k < 0)
                         return client_respond_host_error(c, refusal.status, refusal.message);
                 if (k > 0) {
                         client_wait_for_engine(c);
                         return; /* client_engine_ready() goes on */
                 }
-                metrics_wait(manager_metrics(c->manager), c->host->name, 0);
+                metrics_wait(manager_metrics(c->manager), c->x->host->name, 0);
                 client_wait_for_engine(c); /* its router may still have to load the model */
         }
         client_send_upstream(c);
@@ -1640,13 +1578,13 @@ static void client_parse_error(Client *c) {
         const char *msg = c->parser.error_message ?: "malformed request";
         char m[256];
 
-        if (!c->method) {
-                c->start = now_usec(CLOCK_MONOTONIC);
-                c->method = strdup("-");
+        if (!c->x->method) {
+                c->x->start = now_usec(CLOCK_MONOTONIC);
+                c->x->method = strdup("-");
         }
         snprintf(m, sizeof(m), "%s", msg);
         c->close_after_response = true;
-        c->api = API_OPENAI;
+        c->x->api = API_OPENAI;
         client_respond_error(c, status, status == 400 ? "invalid_request" : NULL, m, NULL);
         c->state = CLIENT_CLOSING;
 }
@@ -1658,7 +1596,7 @@ static void client_process(Client *c) {
         c->in_process = true;
 
         for (;;) {
-                if (c->read_eof && c->state == CLIENT_RESPONDING && !c->response_complete &&
+                if (c->read_eof && c->state == CLIENT_RESPONDING && !c->x->response_complete &&
                     !c->eof_probed) {
                         /* The end of the client's input while its answer is produced: a half-close (it
                          * waits for the answer) or a close (it went away, and must not keep a GPU busy or
@@ -1668,18 +1606,22 @@ static void client_process(Client *c) {
                          * client takes 1xx at any time); after it, the answer's next bytes are. HTTP/1.0
                          * has no 1xx, and a feed no end: those are cut at once, as before. */
                         c->eof_probed = true;
-                        if (c->feed || (c->http10 && !c->head_sent && !c->early)) {
+                        if (c->feed || (c->x->http10 && !c->x->head_sent && !c->x->early)) {
                                 client_log_access(c, c->feed ? "feed" : "cut=client");
                                 client_free(c);
                                 return;
                         }
-                        if (!c->head_sent && !c->early)
+                        if (!c->x->head_sent && !c->x->early)
                                 (void)buffer_append_str(&c->out, "HTTP/1.1 100 Continue\r\n\r\n");
                 }
                 if (c->state == CLIENT_RESPONDING) {
-                        if (!c->response_complete || !buffer_is_empty(&c->out))
+                        if (!c->x->response_complete || !buffer_is_empty(&c->out))
                                 break;
-                        request_reset(c);
+                        if (!request_reset(c)) {
+                                log_oom();
+                                client_free(c);
+                                return;
+                        }
                         if (c->close_after_response || (c->read_eof && buffer_is_empty(&c->in))) {
                                 c->state = CLIENT_CLOSING;
                                 continue;
@@ -1750,7 +1692,7 @@ static void client_process(Client *c) {
         }
         /* the flush may have finished a response: close, or pick up pipelined requests */
         if (buffer_is_empty(&c->out) &&
-            (c->state == CLIENT_CLOSING || (c->state == CLIENT_RESPONDING && c->response_complete)))
+            (c->state == CLIENT_CLOSING || (c->state == CLIENT_RESPONDING && c->x->response_complete)))
                 client_process(c);
 }
 
@@ -1827,10 +1769,10 @@ static int client_io_cb(sd_event_source *s, int fd, uint32_t revents, void *user
                 if (c->state == CLIENT_READING && r == -ECONNRESET)
                         log_debug("Client %s closed in the middle of a request", c->peer);
                 /* the client went away while its answer was produced */
-                if (c->state == CLIENT_RESPONDING && !c->response_complete) {
+                if (c->state == CLIENT_RESPONDING && !c->x->response_complete) {
                         if (c->feed)
                                 client_log_access(c, "feed");
-                        else if (c->model || c->method)
+                        else if (c->x->model || c->x->method)
                                 client_log_access(c, "cut=client");
                 }
                 client_free(c);
@@ -1852,8 +1794,8 @@ static int client_timer_cb(sd_event_source *s, uint64_t usec, void *userdata) {
         switch (c->state) {
         case CLIENT_READING:
                 c->close_after_response = true;
-                c->start = now_usec(CLOCK_MONOTONIC);
-                c->method = c->method ?: strdup("-");
+                c->x->start = now_usec(CLOCK_MONOTONIC);
+                c->x->method = c->x->method ?: strdup("-");
                 client_respond_error(c, 408, "request_timeout",
                                      c->parser.headers_complete
                                              ? "the client sent its request body too slowly"
@@ -1868,7 +1810,7 @@ static int client_timer_cb(sd_event_source *s, uint64_t usec, void *userdata) {
                 return 0;
         case CLIENT_RESPONDING:
                 log_info("Client %s does not read its answer, dropping the connection", c->peer);
-                if (!c->response_complete)
+                if (!c->x->response_complete)
                         client_log_access(c, "cut=slow-client");
                 client_free(c);
                 return 0;
@@ -1884,7 +1826,7 @@ static void client_stop(Client *c) {
                 /* a feed has no end of its own: it ends cleanly with the daemon */
                 feed_hub_unsubscribe(manager_feed_hub(c->manager), &c->feed_sub);
                 c->feed = false;
-                if (c->chunked)
+                if (c->x->chunked)
                         (void)buffer_append_str(&c->out, "0\r\n\r\n");
                 client_response_complete(c, "feed");
                 c->state = CLIENT_CLOSING;
@@ -1910,7 +1852,10 @@ int client_new(ClientSet *set, int fd, const struct sockaddr *peer, socklen_t pe
         int r;
 
         c = calloc(1, sizeof(Client));
-        if (!c) {
+        if (c)
+                c->x = exchange_new(c);
+        if (!c || !c->x) {
+                free(c);
                 safe_close(fd);
                 return -ENOMEM;
         }
@@ -1954,11 +1899,11 @@ int client_new(ClientSet *set, int fd, const struct sockaddr *peer, socklen_t pe
                          "this address has %llu connections open to modelgate, more than "
                          "MaxConnectionsPerAddress=%llu; close some and retry",
                          (unsigned long long)same, (unsigned long long)config->max_connections_per_address);
-                c->start = now_usec(CLOCK_MONOTONIC);
-                c->method = strdup("-");
+                c->x->start = now_usec(CLOCK_MONOTONIC);
+                c->x->method = strdup("-");
                 c->close_after_response = true;
                 c->state = CLIENT_RESPONDING;
-                c->api = API_OPENAI;
+                c->x->api = API_OPENAI;
                 client_respond_error(c, 503, "too_many_connections", msg, "Retry-After: 5\r\n");
                 c->state = CLIENT_CLOSING;
                 if (client_flush(c) < 0) {
@@ -2003,5 +1948,5 @@ void client_set_stop(ClientSet *set) {
 
 void client_set_catalogs_ready(ClientSet *set) {
         LIST_FOREACH (clients, c, set->clients)
-                models_merge_catalogs_ready(c->merge);
+                models_merge_catalogs_ready(c->x->merge);
 }

@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/* One request on a client connection, from the moment the previous one ended (or the connection
+ * opened) to the end of its answer: what was asked, where it went, what has been sent back. The
+ * connection holds one Exchange at a time and makes a new one for each request, so nothing of one
+ * request can leak into the next. */
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "modelgated/access.h"
+#include "modelgated/api-error.h"
+#include "modelgated/conf.h"
+#include "modelgated/host.h"
+#include "modelgated/sse.h"
+#include "shared/buffer.h"
+#include "shared/time-util.h"
+
+typedef struct Client Client;
+typedef struct Upstream Upstream;
+typedef struct ModelsMerge ModelsMerge;
+
+typedef enum ResponseMode {
+        MODE_PASS, /* bytes go on as they are */
+        MODE_SSE,  /* line filter for error events */
+        MODE_HOLD, /* an error body, held whole to be reworded */
+} ResponseMode;
+
+typedef struct Exchange {
+        Client *client;
+        usec_t start;
+        char *method, *path, *model, *user_agent;
+        const HostConf *host;
+        Config *config;          /* host's: a reload meanwhile must not free it */
+        const char *engine_name; /* in config */
+        const EngineConf *engine_conf;
+        bool first_byte_seen;
+        AccessCaller caller; /* with [Access]: who asks */
+
+        /* the fallback (SPEC §3): it may answer until a byte of the engine's answer reaches the client */
+        const FallbackConf *fallback;
+        bool via_fallback;
+        bool engine_bytes_sent;
+        const char *fb_path;       /* modelgate's own path for the fallback (inference only) */
+        sd_event_source *budget;   /* FirstTokenBudgetSec= or RequestBudgetSec= */
+        bool awaiting_first_token; /* a stream's head and comments are held until its first data line */
+        const char *held_framing;
+        ApiKind api;
+        bool head;
+        bool streaming; /* "stream": true in the body */
+        bool http10;
+        bool response_complete;
+        int status;
+        int error_status; /* an error told inside an early 200, for the log */
+        uint64_t bytes;
+
+        HostWaiter waiter; /* for an engine of the host */
+        sd_event_source *keepalive;
+        bool early;     /* modelgate's own 200 went out while the request waited (SPEC §5 rule 5) */
+        Buffer pending; /* the upstream request, while waiting for the engine */
+        const HttpUrl *target;
+
+        Upstream *upstream;
+        ModelsMerge *merge;
+        ResponseMode mode;
+        bool chunked;
+        bool head_sent;
+        SseFilter sse;
+        Buffer held; /* an error body, held whole to be reworded */
+} Exchange;
+
+Exchange *exchange_new(Client *client);
+/* Ends whatever the request still holds: its wait for an engine, its upstream connection (the host
+ * stops working on it), its timers. */
+Exchange *exchange_free(Exchange *x);
