@@ -1,0 +1,396 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* A request, from its head to the host: admission ([Access], body limits) as soon as the head is read,
+ * then the route (SPEC §2), the rewrite of its model, and the wait for the host's engine. */
+
+#include "modelgated/client-internal.h"
+
+/* The request for a host: the body is the client's with the bytes of 'span' (the model's value; empty:
+ * none) replaced by 'with', written straight into the request, so that no rewritten copy of it is made. */
+static int build_upstream_request(Client *c, const HttpUrl *target, Span url, Span body, Span span,
+                                  const char *with, Buffer *out) {
+        HttpRequest *r = &c->parser.req;
+        size_t pre = span.p ? (size_t)(span.p - body.p) : body.n, wl = span.p ? strlen(with) : 0;
+        size_t body_len = body.n - span.n + wl;
+        int k;
+
+        k = buffer_append_str(out, llhttp_method_name(r->method));
+        if (k >= 0)
+                k = buffer_append_str(out, " ");
+        if (k >= 0)
+                k = buffer_append_str(out, target->base_path);
+        if (k >= 0)
+                k = buffer_append(out, url.p, url.n);
+        if (k >= 0)
+                k = buffer_append_str(out, " HTTP/1.1\r\nHost: ");
+        if (k >= 0)
+                k = buffer_append_str(out, target->authority);
+        if (k >= 0)
+                k = buffer_append_str(out, "\r\n");
+        if (k < 0)
+                return k;
+        if (http_request_append_forwarded_headers(r, out) < 0)
+                return -ENOMEM;
+        if (body_len > 0 || r->method == HTTP_POST || r->method == HTTP_PUT || r->method == HTTP_PATCH)
+                if (client_append_content_length(out, body_len) < 0)
+                        return -ENOMEM;
+        if (buffer_append_str(out, "\r\n") < 0 || buffer_append(out, body.p, pre) < 0 ||
+            buffer_append(out, with, wl) < 0 ||
+            (span.p && buffer_append(out, span.p + span.n, body.n - pre - span.n) < 0))
+                return -ENOMEM;
+        return 0;
+}
+
+/* Upstream callbacks: the host's answer, streamed */
+
+static char *span_dup(Span s) {
+        return s.p ? strndup(s.p, s.n) : NULL;
+}
+
+void client_send_upstream(Client *c) {
+        int k = upstream_start(manager_pool(c->manager), c->x->target, &c->x->pending, c->x->head,
+                               &client_upstream_callbacks, c, &c->x->upstream);
+        buffer_done(&c->x->pending);
+        if (k < 0)
+                return client_host_down(c, k);
+        (void)upstream_set_idle_timeout(c->x->upstream,
+                                        manager_config(c->manager)->upstream_idle_timeout_usec);
+        client_start_budget(c);
+}
+
+static void client_wait_for_engine(Client *c) {
+        const Config *cf = manager_config(c->manager);
+
+        if (!c->x->streaming || c->x->head || cf->keepalive_after_usec == USEC_INFINITY)
+                return;
+        if (!c->x->keepalive) {
+                if (sd_event_add_time_relative(manager_event(c->manager), &c->x->keepalive, CLOCK_MONOTONIC,
+                                               cf->keepalive_after_usec, 0, client_keepalive_cb, c) < 0)
+                        return; /* no keepalives: the client waits in silence */
+        } else
+                (void)sd_event_source_set_time_relative(c->x->keepalive, cf->keepalive_after_usec);
+        (void)sd_event_source_set_enabled(c->x->keepalive, SD_EVENT_ONESHOT);
+}
+
+static void client_engine_ready(HostWaiter *w, int status, const char *message) {
+        Client *c = container_of(w, Exchange, waiter)->client;
+
+        /* on success the comments go on while the engine's router loads the model */
+        if (status != 0) {
+                (void)sd_event_source_set_enabled(c->x->keepalive, SD_EVENT_OFF);
+                client_respond_host_error(c, status, message);
+        } else {
+                metrics_wait(manager_metrics(c->manager), c->x->host->name,
+                             now_usec(CLOCK_MONOTONIC) - c->x->start);
+                client_send_upstream(c);
+        }
+        if (client_flush(c) < 0) {
+                client_free(c);
+                return;
+        }
+        client_process(c);
+}
+
+/* [Access]: who the client is. false: answered already (401). */
+static bool client_admit(Client *c) {
+        HttpRequest *r = &c->parser.req;
+        Span auth = http_request_header(r, "Authorization"), xkey = http_request_header(r, "X-Api-Key");
+        _cleanup_free_ char *key = NULL;
+        AccessDenial d;
+
+        if (auth.p && auth.n > 7 && strncasecmp(auth.p, "Bearer ", 7) == 0)
+                key = strndup(auth.p + 7, auth.n - 7);
+        else if (xkey.p)
+                key = strndup(xkey.p, xkey.n);
+        if (access_identify(manager_config(c->manager), key, c->peer, &c->x->caller, &d) < 0) {
+                client_respond_error(c, d.status, d.code, d.message, "WWW-Authenticate: Bearer\r\n");
+                c->x->caller.admitted = false;
+                return false;
+        }
+        return true;
+}
+
+/* What modelgate answers itself, for anyone: no admission. */
+static bool request_is_open(const HttpRequest *r, Span path) {
+        return (r->method == HTTP_GET || r->method == HTTP_HEAD) &&
+               (span_eq(path, "/") || span_eq(path, "/health") || span_eq(path, "/metrics"));
+}
+
+/* The body limit of the caller: its tier's MaxBodySize=, or AnonymousMaxBodySize=; 0: MaxBodySize=. */
+static uint64_t caller_body_limit(const Client *c) {
+        const AccessConf *a = &manager_config(c->manager)->access;
+        return c->x->caller.tier ? c->x->caller.tier->max_body_size : a->anonymous_max_body_size;
+}
+
+static void client_refuse_body(Client *c) {
+        char msg[192];
+        snprintf(msg, sizeof(msg), "request body is larger than %s allows (%s %llu bytes)",
+                 c->x->caller.tier ? "this key's tier" : "this proxy for clients without a key",
+                 c->x->caller.tier ? "MaxBodySize=" : "AnonymousMaxBodySize=",
+                 (unsigned long long)caller_body_limit(c));
+        client_respond_error(c, 413, "request_too_large", msg, NULL);
+}
+
+/* [Access] on the head of a request whose body is still to come: who asks is known before anything of the
+ * body is read, so that a client without a (good) key cannot make modelgate hold its body. false: it was
+ * answered (401, 413), and the connection closes without reading the body. */
+bool client_admit_head(Client *c) {
+        HttpRequest *r = &c->parser.req;
+        Span path = url_path(http_request_url(r));
+        bool open = request_is_open(r, path), close = c->close_after_response;
+
+        if (!open && !manager_config(c->manager)->access.enabled)
+                return true;
+        /* an answer on the head is the request's answer: its access line names it, and the body that
+         * follows is not read (the connection closes) */
+        c->x->start = now_usec(CLOCK_MONOTONIC);
+        c->x->method = strdup(llhttp_method_name(r->method));
+        c->x->path = span_dup(path);
+        c->x->api = api_kind_for_path(path);
+        c->close_after_response = true;
+        if (open) {
+                /* what modelgate answers itself reads no body: none is held for it */
+                if (http_parser_limit_body(&c->parser, 0) < 0) {
+                        client_respond_error(c, 413, "request_too_large", "this request takes no body",
+                                             NULL);
+                        return false;
+                }
+        } else {
+                if (!client_admit(c))
+                        return false;
+                uint64_t limit = caller_body_limit(c);
+                if (limit > 0 && http_parser_limit_body(&c->parser, limit) < 0) {
+                        client_refuse_body(c);
+                        return false;
+                }
+        }
+        /* admitted: the request is dispatched when its body is in */
+        c->x->method = mfree(c->x->method);
+        c->x->path = mfree(c->x->path);
+        c->close_after_response = close;
+        return true;
+}
+
+/* Finds the model, the host and the key, rewrites, and sends the request on. */
+void client_dispatch(Client *c) {
+        HttpRequest *r = &c->parser.req;
+        Span url = http_request_url(r), path = url_path(url), span = {}, qspan = {};
+        _cleanup_free_ char *model = NULL, *qmodel = NULL, *quoted = NULL, *quoted_body = NULL,
+                            *new_url = NULL;
+        const char *key, *body = buffer_peek(&r->body);
+        size_t body_len = buffer_size(&r->body), url_len = url.n;
+        bool in_body = false;
+        char msg[512];
+        int k;
+
+        c->x->start = now_usec(CLOCK_MONOTONIC);
+        c->x->method = strdup(llhttp_method_name(r->method));
+        c->x->path = span_dup(path);
+        c->x->user_agent = span_dup(http_request_header(r, "User-Agent"));
+        c->x->api = api_kind_for_path(path);
+        c->x->head = r->method == HTTP_HEAD;
+        c->x->http10 = r->http_major == 1 && r->http_minor == 0;
+        if (!r->keep_alive || manager_stopping(c->manager))
+                c->close_after_response = true;
+
+        if (url.n == 0 || url.p[0] != '/')
+                return client_respond_error(
+                        c, 400, "invalid_request",
+                        "the request target must be a path (modelgate is not a forward proxy)", NULL);
+
+        bool get = r->method == HTTP_GET || r->method == HTTP_HEAD;
+        if (manager_refusal(c->manager))
+                return client_respond_refusal(c, get && span_eq(path, "/health"));
+        if (get && span_eq(path, "/")) {
+                /* clients (Claude Code among them) probe the root before their first request */
+                static const char root[] = "{\"name\":\"modelgate\",\"version\":\"" MODELGATE_VERSION
+                                           "\",\"models\":\"/v1/models\",\"health\":\"/health\"}";
+                return client_respond(c, 200, "application/json", root, sizeof(root) - 1, NULL);
+        }
+        if (get && span_eq(path, "/health"))
+                return client_respond_health(c, query_flag(url, "strict"));
+        if (get && span_eq(path, "/metrics"))
+                return client_respond_metrics(c);
+        if (manager_config(c->manager)->access.enabled) {
+                if (!c->x->caller.admitted && !client_admit(c))
+                        return;
+                uint64_t limit = caller_body_limit(c);
+                if (limit > 0 && buffer_size(&r->body) > limit)
+                        return client_refuse_body(c);
+        }
+        /* a subscriber holds a connection for good: with [Access], only an admitted one */
+        if (get && span_eq(path, "/models/sse"))
+                return client_start_feed(c);
+        if (get && (span_eq(path, "/models") || span_eq(path, "/v1/models"))) {
+                k = models_merge_start(c->manager, client_models_done, c, &c->x->merge);
+                if (k < 0)
+                        client_respond_error(c, 500, NULL, "out of memory", NULL);
+                return;
+        }
+
+        if (body_len > 0) {
+                k = json_find_model(body, body_len, &span, &model, &c->x->streaming);
+                if (k == 0)
+                        in_body = true;
+                else if (k == -EBADMSG)
+                        return client_respond_error(
+                                c, 400, "invalid_json",
+                                "the request body is not valid JSON (or not a JSON object)", NULL);
+                else if (k == -EMEDIUMTYPE)
+                        return client_respond_error(c, 400, "invalid_model",
+                                                    "\"model\" in the request body must be a string", NULL);
+                else if (k == -ENOTUNIQ)
+                        return client_respond_error(c, 400, "invalid_model",
+                                                    "\"model\" appears more than once in the request body",
+                                                    NULL);
+                else if (k != -ENOENT)
+                        return client_respond_error(c, 500, NULL, "out of memory", NULL);
+        }
+        /* a model in the query too: the host reads both, so both must name the same one (else a tier's
+         * Models= would be checked against one and the host would load the other) */
+        k = query_find_model(url, &qspan, &qmodel);
+        bool in_query = k == 0;
+        if (k == -ENOENT && !in_body)
+                return client_respond_error(
+                        c, 400, "missing_model",
+                        body_len > 0 ? "the request body has no \"model\"; name one as \"<host>-<key>\" "
+                                       "(GET /v1/models lists them)"
+                                     : "the request names no model; send \"model\" in a JSON body or "
+                                       "?model=<host>-<key> in the query (GET /v1/models lists them)",
+                        NULL);
+        if (k == -EBADMSG)
+                return client_respond_error(c, 400, "invalid_model",
+                                            "the query has a bad %-escape in its model parameter or in a "
+                                            "parameter name",
+                                            NULL);
+        if (k == -ENOTUNIQ)
+                return client_respond_error(c, 400, "invalid_model", "the query names model more than once",
+                                            NULL);
+        if (k < 0 && k != -ENOENT)
+                return client_respond_error(c, 500, NULL, "out of memory", NULL);
+        if (in_body && in_query && !streq(model, qmodel))
+                return client_respond_error(c, 400, "invalid_model",
+                                            "the request names one model in its body and another in its "
+                                            "query; name it once",
+                                            NULL);
+        if (!in_body) {
+                model = TAKE_PTR(qmodel);
+                span = qspan;
+        }
+        /* control characters would go into log lines and the host's request as they are */
+        for (const char *q = model; *q; q++)
+                if ((unsigned char)*q < 0x20 || *q == 0x7f)
+                        return client_respond_error(c, 400, "invalid_model",
+                                                    "the model name holds a control character", NULL);
+        c->x->model = strdup(model);
+
+        /* a tier's Models= limits routing as much as the list */
+        if (c->x->caller.admitted && !access_model_allowed(&c->x->caller, model)) {
+                snprintf(msg, sizeof(msg),
+                         "this key (tier '%s') may not use model '%s'; GET /v1/models lists "
+                         "the ones it may",
+                         c->x->caller.tier->name, c->x->model);
+                return client_respond_error(c, 403, "model_not_allowed", msg, NULL);
+        }
+        c->x->config = config_ref(manager_config(c->manager));
+        c->x->host = route_find_host(c->x->config, model, &key);
+        if (!c->x->host) {
+                char m2[160];
+                log_escape(m2, sizeof(m2), model, strlen(model));
+                snprintf(msg, sizeof(msg),
+                         "model '%s' does not start with a configured host name and '-'; GET /v1/models "
+                         "lists "
+                         "the models this proxy serves",
+                         m2);
+                return client_respond_error(c, 404, "model_not_found", msg, NULL);
+        }
+        /* counted once it routes: a mistyped model name costs nobody a request of the day */
+        if (c->x->caller.admitted) {
+                AccessDenial d;
+                Access *access = manager_access(c->manager);
+                k = access ? access_count(access, manager_config(c->manager), &c->x->caller, c->peer, &d)
+                           : -ENOMEM;
+                if (k == -EDQUOT) {
+                        char h[96];
+                        snprintf(h, sizeof(h), "Retry-After: %llu\r\n", (unsigned long long)d.retry_after);
+                        return client_respond_error(c, 429, d.code, d.message, h);
+                }
+                if (k < 0)
+                        return client_respond_error(c, 500, NULL, "out of memory", NULL);
+        }
+
+        if (in_body) {
+                quoted_body = json_quote(key);
+                if (!quoted_body)
+                        return client_respond_error(c, 500, NULL, "out of memory", NULL);
+        } else
+                span = (Span){};
+        if (in_query) {
+                quoted = query_escape(key);
+                new_url = quoted ? span_replace(url, qspan, quoted, &url_len) : NULL;
+                url = (Span){new_url, url_len};
+                if (!new_url)
+                        return client_respond_error(c, 500, NULL, "out of memory", NULL);
+        }
+
+        Host *host = manager_host(c->manager, c->x->host);
+        ssize_t engine = -1;
+        c->x->target = &c->x->host->url;
+        if (host_has_engines(host)) {
+                engine = host_find_engine(host, key);
+                if (engine < 0) {
+                        char k2[160];
+                        log_escape(k2, sizeof(k2), key, strlen(key));
+                        snprintf(msg, sizeof(msg),
+                                 "no engine of host '%s' serves '%s': no [Engine] of that host lists it in "
+                                 "Models=, and no engine runs there now; GET /v1/models lists the models "
+                                 "this "
+                                 "proxy serves",
+                                 c->x->host->name, k2);
+                        return client_respond_error(c, 404, "model_not_found", msg, NULL);
+                }
+                c->x->target = host_engine(host, (size_t)engine)->url;
+                c->x->engine_conf = host_engine(host, (size_t)engine)->conf;
+                c->x->engine_name = c->x->engine_conf->name;
+                /* the fallback spends the operator's cloud key: inference only, on a path of modelgate's
+                 * own, and only for a model in the body (the only place it can be renamed) */
+                c->x->fb_path = client_fallback_path(r->method, path);
+                c->x->fallback = c->x->fb_path && in_body
+                                         ? config_find_fallback(c->x->config, c->x->engine_conf->fallback)
+                                         : NULL;
+                if (c->x->fallback) {
+                        c->x->awaiting_first_token = c->x->streaming && !c->x->head;
+                }
+                if (c->x->streaming && c->x->engine_conf->first_token_budget_usec != 0)
+                        c->x->awaiting_first_token = !c->x->head;
+        } else if (!span_startswith(path, "/models") && catalog_lists(host_catalog(host), key) == 0) {
+                /* SPEC §4: a key the host does not list (its list is known) is 404; /models/... calls
+                 * (a download of a new model, say) are the host's to judge */
+                char k2[160];
+                log_escape(k2, sizeof(k2), key, strlen(key));
+                snprintf(msg, sizeof(msg),
+                         "host '%s' does not list a model '%s'; GET /v1/models lists the models this proxy "
+                         "serves",
+                         c->x->host->name, k2);
+                return client_respond_error(c, 404, "model_not_found", msg, NULL);
+        }
+        if (build_upstream_request(c, c->x->target, url, (Span){body ?: "", body ? body_len : 0}, span,
+                                   quoted_body, &c->x->pending) < 0)
+                return client_respond_error(c, 500, NULL, "out of memory", NULL);
+        /* the request's own copy of the body is not needed any more, unless a fallback may need it */
+        if (!c->x->fallback)
+                buffer_done(&r->body);
+        if (engine >= 0) {
+                HostRefusal refusal;
+                k = host_acquire(host, (size_t)engine, &c->x->waiter, client_engine_ready, c->x->model,
+                                 &refusal);
+                if (k < 0)
+                        return client_respond_host_error(c, refusal.status, refusal.message);
+                if (k > 0) {
+                        client_wait_for_engine(c);
+                        return; /* client_engine_ready() goes on */
+                }
+                metrics_wait(manager_metrics(c->manager), c->x->host->name, 0);
+                client_wait_for_engine(c); /* its router may still have to load the model */
+        }
+        client_send_upstream(c);
+}

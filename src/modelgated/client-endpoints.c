@@ -1,0 +1,226 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* modelgate's own endpoints (SPEC §4): /health, /metrics, the merged model lists, the /models/sse feed
+ * and the answer of a daemon whose configuration has errors. */
+
+#include "modelgated/client-internal.h"
+
+static void client_feed_send(FeedSubscriber *s, const char *p, size_t n);
+
+/* Only what the caller's tier may use (SPEC §3, [Tier] Models=). */
+static char *filter_models(const AccessCaller *caller, const char *json, size_t *n) {
+        json_object *root = json_tokener_parse(json), *data, *kept = json_object_new_array();
+        char *out = NULL;
+
+        if (root && json_object_object_get_ex(root, "data", &data) &&
+            json_object_is_type(data, json_type_array)) {
+                for (size_t i = 0; i < json_object_array_length(data); i++) {
+                        json_object *e = json_object_array_get_idx(data, i), *id;
+                        if (json_object_object_get_ex(e, "id", &id) &&
+                            access_model_allowed(caller, json_object_get_string(id)))
+                                json_object_array_add(kept, json_object_get(e));
+                }
+                json_object_object_add(root, "data", kept);
+                kept = NULL;
+                out = strdup(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN |
+                                                                          JSON_C_TO_STRING_NOSLASHESCAPE));
+                if (out)
+                        *n = strlen(out);
+        }
+        json_object_put(kept);
+        json_object_put(root);
+        return out;
+}
+
+void client_models_done(ModelsMerge *mm, const char *json, size_t n, void *userdata) {
+        Client *c = userdata;
+        _cleanup_free_ char *filtered = NULL;
+
+        c->x->merge = models_merge_free(mm);
+        if (json && c->x->caller.tier && !strv_isempty(c->x->caller.tier->models)) {
+                filtered = filter_models(&c->x->caller, json, &n);
+                json = filtered;
+        }
+        if (!json)
+                client_respond_error(c, 500, NULL, "out of memory", NULL);
+        else
+                client_respond(c, 200, "application/json", json, n, NULL);
+        if (client_flush(c) < 0) {
+                client_free(c);
+                return;
+        }
+        client_process(c);
+}
+
+/* GET /health: cheap (no I/O, the hosts' states as they are) and true: "ok" while at least one host can
+ * serve (is not down), "degraded" when none can; ?strict=1 makes the latter a 503, for load balancers. */
+void client_respond_health(Client *c, bool strict) {
+        Manager *m = c->manager;
+        _cleanup_(buffer_done) Buffer b = {};
+        size_t up = 0;
+
+        size_t n = manager_n_hosts(m);
+
+        for (size_t i = 0; i < n; i++)
+                up += host_state(manager_host_at(m, i)) != HOST_DOWN;
+        bool ok = up > 0 || n == 0;
+        (void)buffer_printf(&b,
+                            "{\"status\":\"%s\",\"version\":\"%s\",\"hosts\":%zu,\"hosts_up\":%zu,"
+                            "\"connections\":%zu,\"host_states\":{",
+                            ok ? "ok" : "degraded", MODELGATE_VERSION, n, up, c->set->n_clients);
+        for (size_t i = 0; i < n; i++)
+                /* host names are letters, digits, '_' and '.': nothing to escape */
+                (void)buffer_printf(&b, "%s\"%s\":\"%s\"", i ? "," : "", manager_config(m)->hosts[i].name,
+                                    host_state_to_string(host_state(manager_host_at(m, i))));
+        if (buffer_append_str(&b, "}}") < 0)
+                return client_respond_error(c, 500, NULL, "out of memory", NULL);
+        client_respond(c, strict && !ok ? 503 : 200, "application/json", buffer_peek(&b), buffer_size(&b),
+                       strict && !ok ? "Retry-After: 30\r\n" : NULL);
+}
+
+/* The configuration has errors (manager.h): every request gets them at once, and no host hears of it. A
+ * person has to fix the file, so the SDKs are told not to retry (x-should-retry, as for 423): the agent
+ * shows the message instead of retrying for minutes. */
+void client_respond_refusal(Client *c, bool health) {
+        const char *refusal = manager_refusal(c->manager);
+        _cleanup_free_ char *body = NULL;
+
+        if (!health)
+                return client_respond_error(c, 503, "config_error", refusal, "x-should-retry: false\r\n");
+        json_object *o = json_object_new_object();
+        if (o) {
+                json_object_object_add(o, "status", json_object_new_string("config-error"));
+                json_object_object_add(o, "version", json_object_new_string(MODELGATE_VERSION));
+                json_object_object_add(o, "message", json_object_new_string(refusal));
+                body = strdup(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
+                                                                        JSON_C_TO_STRING_NOSLASHESCAPE));
+                json_object_put(o);
+        }
+        if (!body)
+                return client_respond_error(c, 500, NULL, "out of memory", NULL);
+        client_respond(c, 503, "application/json", body, strlen(body), NULL);
+}
+
+/* Gauges of what the daemon holds now, after the counters */
+static int render_gauges(Client *c, Buffer *b) {
+        Manager *m = c->manager;
+        usec_t now;
+        static const struct {
+                const char *name, *help;
+                unsigned (*get)(const Host *h);
+        } per_host[] = {
+                {"modelgate_in_flight", "Requests sent to a host and not yet answered", host_in_flight},
+                {"modelgate_waiting", "Requests waiting for their engine", host_waiting},
+        };
+
+        (void)sd_event_now(manager_event(m), CLOCK_MONOTONIC, &now);
+        metrics_render_header(b, "modelgate_connections", "gauge", "Open client connections");
+        (void)buffer_printf(b, "modelgate_connections %zu\n", c->set->n_clients);
+        for (size_t g = 0; g < ELEMENTSOF(per_host); g++) {
+                metrics_render_header(b, per_host[g].name, "gauge", per_host[g].help);
+                for (size_t i = 0; i < manager_n_hosts(m); i++) {
+                        _cleanup_(buffer_done) Buffer l = {};
+                        metrics_append_label(&l, "host", host_conf(manager_host_at(m, i))->name);
+                        (void)buffer_terminate(&l);
+                        (void)buffer_printf(b, "%s{%s} %u\n", per_host[g].name, buffer_peek(&l),
+                                            per_host[g].get(manager_host_at(m, i)));
+                }
+        }
+        metrics_render_header(b, "modelgate_host_state", "gauge",
+                              "1 for the state each host is in (org.modelgate1(5))");
+        for (size_t i = 0; i < manager_n_hosts(m); i++)
+                for (HostState st = 0; st < _HOST_STATE_MAX; st++) {
+                        _cleanup_(buffer_done) Buffer l = {};
+                        metrics_append_label(&l, "host", host_conf(manager_host_at(m, i))->name);
+                        metrics_append_label(&l, "state", host_state_to_string(st));
+                        (void)buffer_terminate(&l);
+                        (void)buffer_printf(b, "modelgate_host_state{%s} %d\n", buffer_peek(&l),
+                                            host_state(manager_host_at(m, i)) == st);
+                }
+        metrics_render_header(b, "modelgate_engine_up_seconds", "gauge",
+                              "How long the running engine has been up");
+        for (size_t i = 0; i < manager_n_hosts(m); i++) {
+                Host *h = manager_host_at(m, i);
+                ssize_t e = host_engine_up(h);
+                if (e < 0)
+                        continue;
+                _cleanup_(buffer_done) Buffer l = {};
+                metrics_append_label(&l, "host", host_conf(h)->name);
+                metrics_append_label(&l, "engine", host_engine(h, (size_t)e)->conf->name);
+                (void)buffer_terminate(&l);
+                (void)buffer_printf(b, "modelgate_engine_up_seconds{%s} %.3f\n", buffer_peek(&l),
+                                    (double)(now - host_up_since(h)) / USEC_PER_SEC);
+        }
+        return buffer_terminate(b);
+}
+
+void client_respond_metrics(Client *c) {
+        _cleanup_(buffer_done) Buffer b = {};
+
+        if (metrics_render(manager_metrics(c->manager), &b) < 0 || render_gauges(c, &b) < 0)
+                return client_respond_error(c, 500, NULL, "out of memory", NULL);
+        client_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", buffer_peek(&b), buffer_size(&b),
+                       NULL);
+}
+
+static const FeedSubscriberOps client_feed_ops = {
+        .send = client_feed_send,
+};
+
+/* GET /models/sse: every host's feed, relabelled, until the client goes */
+void client_start_feed(Client *c) {
+        Manager *m = c->manager;
+        FeedHub *hub = manager_feed_hub(m);
+        Config *config = manager_config(m);
+        char hello[128];
+        int n;
+
+        /* subscribers hold their connection for good: they may not take more than half of MaxConnections=,
+         * so that /health and requests always find one */
+        uint64_t max = MIN(config->max_feed_subscribers, config->max_connections / 2);
+        if (feed_hub_count(hub) >= max) {
+                char msg[160];
+                snprintf(msg, sizeof(msg),
+                         "/models/sse has %zu subscribers, as many as this proxy takes "
+                         "(MaxFeedSubscribers=%llu, "
+                         "at most half of MaxConnections=)",
+                         feed_hub_count(hub), (unsigned long long)max);
+                return client_respond_error(c, 503, "too_many_subscribers", msg, "Retry-After: 30\r\n");
+        }
+
+        c->x->status = 200;
+        c->x->chunked = !c->x->http10;
+        if (!c->x->chunked)
+                c->close_after_response = true;
+        if (client_queue_head(
+                    c, 200,
+                    c->x->chunked ? "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                                    "Transfer-Encoding: chunked\r\n"
+                                  : "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\n") < 0)
+                return client_respond_error(c, 500, NULL, "out of memory", NULL);
+        c->x->head_sent = true;
+        if (c->x->head) {
+                c->x->bytes = 0;
+                return client_response_complete(c, NULL);
+        }
+        /* a feed is a trickle: a small kernel buffer lets a subscriber that stopped reading be seen (and
+         * dropped) after a few hundred KiB instead of after megabytes */
+        (void)setsockopt(c->fd, SOL_SOCKET, SO_SNDBUF, &(int){64 * 1024}, sizeof(int));
+        c->feed = true;
+        n = snprintf(hello, sizeof(hello), ": modelgate model events from %zu host(s)\n\n", config->n_hosts);
+        (void)client_frame_body(c, hello, (size_t)n);
+        feed_hub_subscribe(hub, &c->feed_sub, &client_feed_ops);
+}
+
+static void client_feed_send(FeedSubscriber *s, const char *p, size_t n) {
+        Client *c = container_of(s, Client, feed_sub);
+
+        if (buffer_size(&c->out) > CLIENT_FEED_OUT_MAX) {
+                /* bounded: a subscriber that does not read is dropped, not buffered for ever */
+                log_info("Client %s does not read /models/sse, dropping it", c->peer);
+                client_log_access(c, "cut=slow-client");
+                client_free(c);
+                return;
+        }
+        if (client_frame_body(c, p, n) < 0 || client_flush(c) < 0)
+                client_free(c);
+}

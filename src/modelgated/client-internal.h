@@ -1,0 +1,127 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/* Inside the client module: the connection (client.c) and the parts of answering its requests, each in
+ * a file of its own: writing answers (client-answer.c), admitting and routing a request
+ * (client-dispatch.c), relaying a host's answer (client-relay.c), the fallback and budgets
+ * (client-fallback.c), modelgate's own endpoints (client-endpoints.c). Only those files include this. */
+
+/* A Client lives from accept() to close. States:
+ *   WAITING    between requests (keep-alive); idle timeout closes silently
+ *   READING    a request has begun; header timeout → 408
+ *   RESPONDING the request is complete; its response is being produced
+ *   CLOSING    the last bytes are flushed, then the connection closes
+ *   LINGERING  after an error that left request bytes unread: our side is shut down and input is
+ *              drained for a moment, so that the client reads the error instead of a reset (a close
+ *              with unread input makes the kernel send RST, which can destroy the answer in flight)
+ * Reading from the socket stops while a response is produced, so pipelined
+ * requests wait in the socket and in 'in', and are parsed one at a time.
+ * While a response streams, the socket is watched for EPOLLRDHUP only: a
+ * client that goes away cancels the host's work at once. */
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "modelgated/access.h"
+#include "modelgated/api-error.h"
+#include "modelgated/catalog.h"
+#include "modelgated/client.h"
+#include "modelgated/exchange.h"
+#include "modelgated/feed-hub.h"
+#include "modelgated/host.h"
+#include "modelgated/http.h"
+#include "modelgated/manager.h"
+#include "modelgated/metrics.h"
+#include "modelgated/models.h"
+#include "modelgated/route.h"
+#include "modelgated/sse.h"
+#include "modelgated/upstream.h"
+#include "shared/count-map.h"
+#include "shared/log.h"
+
+#define CLIENT_READ_SIZE (64 * 1024)
+#define CLIENT_OUT_HIGH (256 * 1024)     /* above this, the host is not read until the client catches up */
+#define CLIENT_HELD_MAX (1024 * 1024)    /* error bodies held back for rewording */
+#define CLIENT_FEED_OUT_MAX (256 * 1024) /* a /models/sse subscriber this far behind is dropped */
+
+typedef enum ClientState {
+        CLIENT_WAITING,
+        CLIENT_READING,
+        CLIENT_RESPONDING,
+        CLIENT_CLOSING,
+        CLIENT_LINGERING, /* our side is shut; what the client still sends is read and dropped */
+} ClientState;
+
+struct ClientSet {
+        Manager *manager;
+        Client *clients;
+        size_t n_clients;
+        CountMap *by_address; /* MaxConnectionsPerAddress= */
+        const ClientSetCallbacks *cb;
+        void *userdata;
+};
+
+struct Client {
+        Manager *manager;
+        LIST_FIELDS(Client, clients);
+        ClientSet *set;
+        FeedSubscriber feed_sub; /* in the manager's feed hub while it follows /models/sse */
+        bool feed;
+        int fd;
+        sd_event_source *io, *timer;
+        char peer[INET6_ADDRSTRLEN + 8];
+        char address[INET6_ADDRSTRLEN + 8]; /* what MaxConnectionsPerAddress= counts (IPv6 per /64) */
+        bool address_counted;
+        ClientState state;
+        bool in_process;
+        bool close_after_response;
+        bool answered_one; /* a response went out on this connection */
+        bool read_eof;     /* the client shut its side: what it sent is answered, then the connection ends */
+        bool eof_probed;   /* since then, something went out that a closed socket answers with a reset */
+
+        Buffer in;
+        HttpParser parser;
+        Buffer out;
+
+        Exchange *x;               /* the request being answered; a new one for each */
+        Buffer held_head, scratch; /* working space, kept across requests */
+};
+
+/* client.c: the connection */
+void client_log_access(Client *c, const char *note);
+void client_response_complete(Client *c, const char *note);
+int client_append_status_line(Buffer *b, int status);
+int client_append_content_length(Buffer *b, uint64_t n);
+int client_queue_head(Client *c, int status, const char *extra);
+void client_respond(Client *c, int status, const char *content_type, const char *body, size_t n,
+                    const char *extra_headers);
+void client_end_early(Client *c, const Buffer *event);
+void client_respond_error(Client *c, int status, const char *code, const char *message,
+                          const char *extra_headers);
+int client_frame_body(Client *c, const char *p, size_t n);
+int client_send_held_head(Client *c, const char *framing);
+void client_host_down(Client *c, int error);
+void client_cut(Client *c, const char *note);
+extern const UpstreamCallbacks client_upstream_callbacks;
+void client_respond_host_error(Client *c, int status, const char *message);
+int client_keepalive_cb(sd_event_source *s, uint64_t usec, void *userdata);
+void client_start_budget(Client *c);
+const char *client_fallback_path(llhttp_method_t method, Span path);
+bool client_fall_back(Client *c, const char *why);
+void client_models_done(ModelsMerge *mm, const char *json, size_t n, void *userdata);
+void client_respond_health(Client *c, bool strict);
+void client_respond_refusal(Client *c, bool health);
+void client_respond_metrics(Client *c);
+void client_start_feed(Client *c);
+void client_send_upstream(Client *c);
+bool client_admit_head(Client *c);
+void client_dispatch(Client *c);
+void client_free(Client *c);
+int client_flush(Client *c);
+void client_process(Client *c);

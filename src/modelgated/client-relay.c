@@ -1,0 +1,424 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The host's answer, relayed to the client: passed on as it comes, filtered line by line when it is an
+ * event stream (an error event is reworded), or held whole when it is an error body to reword; the
+ * early 200 and its keepalive comments while a request waits for its engine (SPEC §5 rule 5); and what
+ * a failed host connection becomes. */
+
+#include "modelgated/client-internal.h"
+
+void client_host_down(Client *c, int error) {
+        char msg[512];
+        const char *reason = upstream_strerror(error);
+
+        if (c->x->via_fallback) {
+                /* not chained, and not the host's fault: the fallback's own failure, as it is */
+                snprintf(msg, sizeof(msg), "fallback '%s' (%s) failed: %s", c->x->fallback->name,
+                         c->x->fallback->url.text, reason);
+                return client_respond_error(c, 502, "fallback_failed", msg, NULL);
+        }
+        if (client_fall_back(c, reason))
+                return;
+        Host *h = manager_host(c->manager, c->x->host);
+        if (h)
+                host_report_http(h, reason);
+        snprintf(msg, sizeof(msg), "host '%s' is down: %s (%s); modelgate keeps trying it, retry in 30 s",
+                 c->x->host->name, reason, c->x->host->url.text);
+        client_respond_error(c, 503, "host_down", msg, "Retry-After: 30\r\nretry-after-ms: 30000\r\n");
+}
+
+static int client_upstream_headers(Upstream *u, const UpstreamResponse *resp, void *userdata) {
+        Client *c = userdata;
+        Span ct = upstream_response_header(resp, "Content-Type");
+        Span connection = upstream_response_header(resp, "Connection");
+        bool sse = ct.p && ct.n >= 17 && strncasecmp(ct.p, "text/event-stream", 17) == 0;
+        bool no_body = c->x->head || resp->status == 204 || resp->status == 304;
+        const char *framing = "";
+
+        if (!c->x->via_fallback) {
+                Host *h = manager_host(c->manager, c->x->host);
+                if (h)
+                        host_report_http(h, NULL);
+                /* "not here (yet)": a host that has not registered the model, or is loading */
+                if ((resp->status == 404 || resp->status == 503) && !c->x->head) {
+                        char why[64];
+                        snprintf(why, sizeof(why), "the engine answered %d", resp->status);
+                        if (client_fall_back(c, why))
+                                return 0;
+                }
+        }
+        if (!c->x->first_byte_seen) {
+                c->x->first_byte_seen = true;
+                metrics_first_byte(manager_metrics(c->manager), c->x->host->name,
+                                   now_usec(CLOCK_MONOTONIC) - c->x->start);
+        }
+        if (c->x->early) {
+                /* the 200 and its framing are out: a stream continues it, anything else becomes an error
+                 * event when it is complete */
+                if (sse && resp->status == 200) {
+                        c->x->mode = MODE_SSE;
+                        sse_filter_init(&c->x->sse, c->x->api);
+                } else {
+                        c->x->mode = MODE_HOLD;
+                        c->x->error_status = resp->status;
+                }
+                return 0;
+        }
+        c->x->status = resp->status;
+        if (!no_body && resp->status >= 400 && !sse)
+                c->x->mode = MODE_HOLD;
+        else if (!no_body && sse) {
+                c->x->mode = MODE_SSE;
+                sse_filter_init(&c->x->sse, c->x->api);
+        } else
+                c->x->mode = MODE_PASS;
+        if (c->x->mode != MODE_SSE)
+                c->x->awaiting_first_token = false;
+
+        if (no_body || c->x->mode == MODE_HOLD)
+                c->x->chunked = false;
+        else if (c->x->mode == MODE_PASS && resp->has_content_length && !resp->chunked)
+                c->x->chunked = false;
+        else if (!c->x->http10) {
+                c->x->chunked = true;
+                framing = "Transfer-Encoding: chunked\r\n";
+        } else
+                c->close_after_response = true;
+
+        buffer_clear(&c->held_head);
+        if (client_append_status_line(&c->held_head, resp->status) < 0)
+                return -1;
+        /* where the answer came from: host/engine, or fallback/name */
+        if (buffer_append_str(&c->held_head, "X-Modelgate-Served-By: ") < 0 ||
+            buffer_append_str(&c->held_head, c->x->via_fallback ? "fallback" : c->x->host->name) < 0 ||
+            buffer_append_str(&c->held_head, c->x->via_fallback || c->x->engine_name ? "/" : "") < 0 ||
+            buffer_append_str(&c->held_head, c->x->via_fallback ? c->x->fallback->name : c->x->engine_name ?: "") < 0 ||
+            buffer_append_str(&c->held_head, "\r\n") < 0)
+                return -1;
+        for (size_t i = 0; i < resp->n_headers; i++) {
+                Span name = upstream_response_header_name(resp, i),
+                     value = upstream_response_header_value(resp, i);
+                if (http_header_is_hop_by_hop(name) || (connection.p && span_list_has(connection, name)))
+                        continue;
+                if (buffer_append(&c->held_head, name.p, name.n) < 0 ||
+                    buffer_append_str(&c->held_head, ": ") < 0 ||
+                    buffer_append(&c->held_head, value.p, value.n) < 0 ||
+                    buffer_append_str(&c->held_head, "\r\n") < 0)
+                        return -1;
+        }
+        if (no_body || (!c->x->chunked && c->x->mode == MODE_PASS && resp->has_content_length)) {
+                /* Content-Length is framing, dropped above with the other hop-by-hop headers; when
+                 * the body goes on unchanged it is still right (and a HEAD answer keeps the length
+                 * the GET would have had, RFC 9110 §9.3.2) */
+                if (resp->has_content_length &&
+                    client_append_content_length(&c->held_head, resp->content_length) < 0)
+                        return -1;
+        }
+        if (c->x->mode == MODE_HOLD)
+                return 0;
+        if (c->x->awaiting_first_token) {
+                /* held with the comments before it until the first data line: until then the fallback may
+                 * still answer instead */
+                c->x->held_framing = framing;
+                return 0;
+        }
+
+        /* written with the body bytes of the same read (client_upstream_read_end) */
+        return client_send_held_head(c, framing) < 0 ? -1 : 0;
+}
+
+static void release_held(Client *c) {
+        /* too big to reword: pass it on as it is */
+        c->x->chunked = !c->x->http10;
+        if (!c->x->chunked)
+                c->close_after_response = true;
+        (void)client_send_held_head(c, c->x->chunked ? "Transfer-Encoding: chunked\r\n" : "");
+        c->x->mode = MODE_PASS;
+        (void)client_frame_body(c, buffer_peek(&c->x->held), buffer_size(&c->x->held));
+        buffer_done(&c->x->held);
+}
+
+/* A data line (a token, or an error event) in what a stream has sent so far. */
+static bool has_data_line(const Buffer *b) {
+        const char *p = buffer_peek(b);
+        size_t n = buffer_size(b);
+        return (n >= 5 && memcmp(p, "data:", 5) == 0) || memmem(p, n, "\ndata:", 6);
+}
+
+/* The first token is here: the engine answers after all, and what was held goes out. */
+static int release_first_token(Client *c) {
+        c->x->awaiting_first_token = false;
+        (void)sd_event_source_set_enabled(c->x->budget, SD_EVENT_OFF);
+        if (!c->x->early && client_send_held_head(c, c->x->held_framing ?: "") < 0)
+                return -ENOMEM;
+        int r = client_frame_body(c, buffer_peek(&c->x->held), buffer_size(&c->x->held));
+        buffer_done(&c->x->held);
+        return r;
+}
+
+static int client_upstream_body(Upstream *u, const char *p, size_t n, void *userdata) {
+        Client *c = userdata;
+        int r = 0;
+
+        switch (c->x->mode) {
+        case MODE_HOLD:
+                if (buffer_size(&c->x->held) + n <= CLIENT_HELD_MAX)
+                        return buffer_append(&c->x->held, p, n) < 0 ? -1 : 0;
+                if (c->x->early) {
+                        /* an error answer of more than 1 MiB after an early 200: its start will do */
+                        return 0;
+                }
+                release_held(c);
+                r = client_frame_body(c, p, n);
+                break;
+        case MODE_SSE:
+                buffer_clear(&c->scratch);
+                r = sse_filter_feed(&c->x->sse, p, n, &c->scratch);
+                if (r >= 0 && c->x->awaiting_first_token) {
+                        r = buffer_append(&c->x->held, buffer_peek(&c->scratch), buffer_size(&c->scratch));
+                        /* a data line, or more comments than are worth holding: the engine's answer it is */
+                        if (r >= 0 &&
+                            (has_data_line(&c->x->held) || buffer_size(&c->x->held) > CLIENT_HELD_MAX))
+                                r = release_first_token(c);
+                        break;
+                }
+                if (r >= 0)
+                        r = client_frame_body(c, buffer_peek(&c->scratch), buffer_size(&c->scratch));
+                break;
+        case MODE_PASS:
+                r = client_frame_body(c, p, n);
+                break;
+        }
+        if (!c->x->awaiting_first_token && c->x->mode != MODE_HOLD)
+                c->x->engine_bytes_sent = true;
+        if (r < 0) {
+                client_free(c);
+                return -1;
+        }
+        /* a slow reader: stop reading the host before the end of this read (backpressure) */
+        if (buffer_size(&c->out) > CLIENT_OUT_HIGH && client_flush(c) < 0) {
+                client_free(c);
+                return -1;
+        }
+        return 0;
+}
+
+static void client_upstream_read_end(Upstream *u, void *userdata) {
+        Client *c = userdata;
+
+        if (client_flush(c) < 0)
+                client_free(c); /* cancels u, which the upstream handles after this returns */
+}
+
+static void client_upstream_complete(Upstream *u, void *userdata) {
+        Client *c = userdata;
+
+        c->x->upstream = NULL;
+        (void)sd_event_source_set_enabled(c->x->budget, SD_EVENT_OFF);
+        if (c->x->awaiting_first_token && c->x->mode == MODE_SSE)
+                (void)release_first_token(c); /* a stream that ended without a data line, as it is */
+        if (c->x->mode == MODE_HOLD && c->x->early) {
+                buffer_clear(&c->scratch);
+                if (sse_error_event_from_answer(c->x->api, c->x->error_status, buffer_peek(&c->x->held),
+                                                buffer_size(&c->x->held), &c->scratch) < 0)
+                        c->close_after_response = true;
+                client_end_early(c, &c->scratch);
+                if (client_flush(c) < 0) {
+                        client_free(c);
+                        return;
+                }
+                client_process(c);
+                return;
+        }
+        if (c->x->mode == MODE_HOLD) {
+                _cleanup_free_ char *n = NULL;
+                size_t nl = 0;
+                char framing[64];
+                const char *body = buffer_peek(&c->x->held);
+                size_t bl = buffer_size(&c->x->held);
+
+                if (api_error_reword(c->x->api, body, bl, &n, &nl) > 0) {
+                        body = n;
+                        bl = nl;
+                }
+                snprintf(framing, sizeof(framing), "Content-Length: %zu\r\n", bl);
+                (void)client_send_held_head(c, framing);
+                (void)buffer_append(&c->out, body, bl);
+                c->x->bytes = bl;
+        } else {
+                if (c->x->mode == MODE_SSE) {
+                        buffer_clear(&c->scratch);
+                        (void)sse_filter_finish(&c->x->sse, &c->scratch);
+                        (void)client_frame_body(c, buffer_peek(&c->scratch), buffer_size(&c->scratch));
+                }
+                if (c->x->chunked)
+                        (void)buffer_append_str(&c->out, "0\r\n\r\n");
+        }
+        /* SPEC §4: the list is re-read after every load or unload that worked */
+        if (c->x->status >= 200 && c->x->status < 300 && c->x->path &&
+            (streq(c->x->path, "/models/load") || streq(c->x->path, "/models/unload"))) {
+                Host *h = manager_host(c->manager, c->x->host);
+                if (h)
+                        catalog_model_call_done(host_catalog(h), c->x->model,
+                                                streq(c->x->path, "/models/load"));
+        }
+        client_response_complete(c, NULL);
+        if (client_flush(c) < 0) {
+                client_free(c);
+                return;
+        }
+        client_process(c);
+}
+
+/* An answer that cannot be finished and has no way to say so in-band: the connection ends without the last
+ * chunk (or before Content-Length is reached), so the client sees an incomplete answer, not a short one. */
+void client_cut(Client *c, const char *note) {
+        c->close_after_response = true;
+        c->state = CLIENT_CLOSING;
+        client_response_complete(c, note);
+}
+
+static void client_upstream_error(Upstream *u, int error, bool started, void *userdata) {
+        Client *c = userdata;
+        char msg[512];
+
+        c->x->upstream = NULL;
+        (void)sd_event_source_set_enabled(c->x->budget, SD_EVENT_OFF);
+        if (client_fall_back(c, upstream_strerror(error))) {
+                /* the engine failed before any of its answer reached the client */
+                if (client_flush(c) < 0)
+                        client_free(c);
+                return;
+        }
+        if (c->x->awaiting_first_token && c->x->mode == MODE_SSE)
+                (void)release_first_token(c);
+        c->x->awaiting_first_token = false;
+        if (!started && (error == ETIME || error == -ETIME)) {
+                /* stuck, not down: the connection is closed (so the GPU stops working on it) */
+                char t[FORMAT_TIMESPAN_MAX];
+                snprintf(
+                        msg, sizeof(msg),
+                        "host '%s' sent nothing for %s (UpstreamIdleTimeoutSec=), so modelgate cancelled "
+                        "the "
+                        "request",
+                        c->x->host->name,
+                        format_timespan(t, sizeof(t), manager_config(c->manager)->upstream_idle_timeout_usec)
+                                ?: "?");
+                client_respond_error(c, 504, "upstream_timeout", msg, NULL);
+        } else if (c->x->early && (!started || c->x->mode == MODE_HOLD)) {
+                if (!started)
+                        client_host_down(c, error);
+                else {
+                        snprintf(msg, sizeof(msg), "host '%s' ended its answer early (%s)", c->x->host->name,
+                                 upstream_strerror(error));
+                        client_respond_error(c, 502, "upstream_incomplete", msg, NULL);
+                }
+        } else if (!started || (c->x->mode == MODE_HOLD && !c->x->head_sent)) {
+                if (!started) {
+                        log_debug("host %s: %s %s failed before an answer: %s", c->x->host->name,
+                                  c->x->method, c->x->path, upstream_strerror(error));
+                        client_host_down(c, error);
+                } else {
+                        snprintf(msg, sizeof(msg), "host '%s' ended its answer early (%s)", c->x->host->name,
+                                 upstream_strerror(error));
+                        client_respond_error(c, 502, "upstream_incomplete", msg, NULL);
+                }
+        } else if (c->x->mode == MODE_SSE) {
+                buffer_clear(&c->scratch);
+                (void)sse_filter_finish(&c->x->sse, &c->scratch);
+                if (!c->x->sse.saw_done) {
+                        snprintf(msg, sizeof(msg),
+                                 "host '%s' stopped the stream before it ended (%s); the answer is "
+                                 "incomplete",
+                                 c->x->host->name, upstream_strerror(error));
+                        (void)sse_error_event(c->x->api, 502, "upstream_incomplete", msg, &c->scratch);
+                }
+                (void)client_frame_body(c, buffer_peek(&c->scratch), buffer_size(&c->scratch));
+                if (c->x->chunked)
+                        (void)buffer_append_str(&c->out, "0\r\n\r\n");
+                else
+                        c->close_after_response = true;
+                client_response_complete(c, c->x->sse.saw_done ? NULL : "cut=host");
+        } else
+                client_cut(c, "cut=host");
+        if (client_flush(c) < 0) {
+                client_free(c);
+                return;
+        }
+        client_process(c);
+}
+
+const UpstreamCallbacks client_upstream_callbacks = {
+        .on_headers = client_upstream_headers,
+        .on_body = client_upstream_body,
+        .on_read_end = client_upstream_read_end,
+        .on_complete = client_upstream_complete,
+        .on_error = client_upstream_error,
+};
+
+/* A refusal from the host's engine side: SPEC §7 statuses, with the headers that steer retrying clients;
+ * or the fallback, for the availability failures (a busy GPU unless OnBusy=no). */
+void client_respond_host_error(Client *c, int status, const char *message) {
+        if ((status != 423 || (c->x->fallback && c->x->fallback->on_busy != 0)) &&
+            client_fall_back(c, message))
+                return;
+        switch (status) {
+        case 503:
+                return client_respond_error(c, 503, "host_down", message,
+                                            "Retry-After: 30\r\nretry-after-ms: 30000\r\n");
+        case 423:
+                return client_respond_error(c, 423, "gpu_busy", message, "x-should-retry: false\r\n");
+        default:
+                return client_respond_error(c, status, "engine_failed", message, NULL);
+        }
+}
+
+/* SPEC §5 rule 5: a streaming request that waits gets modelgate's own 200 after KeepaliveAfterSec=, then
+ * an SSE comment every KeepaliveIntervalSec= saying what it waits for; comments are ignored by every SSE
+ * parser and keep clients' idle watchdogs and "waiting" banners quiet. */
+int client_keepalive_cb(sd_event_source *s, uint64_t usec, void *userdata) {
+        Client *c = userdata;
+        char what[256], line[320];
+        int n, k;
+
+        /* the engine's answer has begun: it speaks for itself */
+        if (c->x->first_byte_seen || c->x->response_complete)
+                return 0;
+        /* waiting for the engine, or for the model its router loads; in flight otherwise, and then no early
+         * 200 for an answer that is merely slow */
+        k = host_waiter_describe(&c->x->waiter, what, sizeof(what));
+        if (k < 0)
+                return 0;
+        if (k == 0 && !c->x->early) {
+                /* looked at again soon: a load that begins now gets its early 200 in time */
+                (void)sd_event_source_set_time_relative(
+                        s, MIN(manager_config(c->manager)->keepalive_interval_usec, USEC_PER_SEC));
+                (void)sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
+                return 0;
+        }
+        if (!c->x->early) {
+                c->x->chunked = !c->x->http10;
+                if (!c->x->chunked)
+                        c->close_after_response = true;
+                c->x->status = 200;
+                if (client_queue_head(
+                            c, 200,
+                            c->x->chunked
+                                    ? "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                                      "Transfer-Encoding: chunked\r\n"
+                                    : "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\n") <
+                    0) {
+                        client_free(c);
+                        return 0;
+                }
+                c->x->early = c->x->head_sent = true;
+        }
+        n = snprintf(line, sizeof(line), ": %s\n\n", what);
+        if (client_frame_body(c, line, (size_t)MIN((size_t)n, sizeof(line) - 1)) < 0 ||
+            client_flush(c) < 0) {
+                client_free(c);
+                return 0;
+        }
+        (void)sd_event_source_set_time_relative(s, manager_config(c->manager)->keepalive_interval_usec);
+        (void)sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
+        return 0;
+}
