@@ -171,210 +171,302 @@ bool client_admit_head(Client *c) {
 }
 
 /* Finds the model, the host and the key, rewrites, and sends the request on. */
-void client_dispatch(Client *c) {
-        HttpRequest *r = &c->parser.req;
-        Span url = http_request_url(r), path = url_path(url), span = {}, qspan = {};
-        _cleanup_free_ char *model = NULL, *qmodel = NULL, *quoted = NULL, *quoted_body = NULL,
-                            *new_url = NULL;
-        const char *key, *body = buffer_peek(&r->body);
-        size_t body_len = buffer_size(&r->body), url_len = url.n;
-        bool in_body = false;
-        char msg[512];
-        int k;
+/* What client_dispatch() learns of a request on its way to the host */
+typedef struct Dispatch {
+        HttpRequest *r;
+        Span url, path;
+        Span span, qspan; /* the model's value in the body, in the query */
+        bool in_body, in_query;
+        const char *body;
+        size_t body_len, url_len;
+        char *model, *qmodel;       /* as the client named it */
+        const char *key;            /* the model without its host */
+        char *quoted, *quoted_body; /* the key, for the query and for the body */
+        char *new_url;
+} Dispatch;
 
-        c->x->start = now_usec(CLOCK_MONOTONIC);
+static void dispatch_done(Dispatch *d) {
+        free(d->model);
+        free(d->qmodel);
+        free(d->quoted);
+        free(d->quoted_body);
+        free(d->new_url);
+}
+
+static void exchange_begin(Client *c, Dispatch *d) {
+        HttpRequest *r = d->r;
+
+        /* the loop's time: the dispatch runs in the event callback that read the request */
+        (void)sd_event_now(manager_event(c->manager), CLOCK_MONOTONIC, &c->x->start);
         c->x->method = strdup(llhttp_method_name(r->method));
-        c->x->path = span_dup(path);
+        c->x->path = span_dup(d->path);
         c->x->user_agent = span_dup(http_request_header(r, "User-Agent"));
-        c->x->api = api_kind_for_path(path);
+        c->x->api = api_kind_for_path(d->path);
         c->x->head = r->method == HTTP_HEAD;
         c->x->http10 = r->http_major == 1 && r->http_minor == 0;
         if (!r->keep_alive || manager_stopping(c->manager))
                 c->close_after_response = true;
+}
 
-        if (url.n == 0 || url.p[0] != '/')
-                return client_respond_error(
-                        c, 400, "invalid_request",
-                        "the request target must be a path (modelgate is not a forward proxy)", NULL);
-
+/* modelgate's own answers, and admission before anything reaches a host: true when answered */
+static bool dispatch_own(Client *c, Dispatch *d) {
+        HttpRequest *r = d->r;
+        Span path = d->path;
         bool get = r->method == HTTP_GET || r->method == HTTP_HEAD;
-        if (manager_refusal(c->manager))
-                return client_respond_refusal(c, get && span_eq(path, "/health"));
+        int k;
+
+        if (d->url.n == 0 || d->url.p[0] != '/') {
+                client_respond_error(c, 400, "invalid_request",
+                                     "the request target must be a path (modelgate is not a forward proxy)",
+                                     NULL);
+                return true;
+        }
+        if (manager_refusal(c->manager)) {
+                client_respond_refusal(c, get && span_eq(path, "/health"));
+                return true;
+        }
         if (get && span_eq(path, "/")) {
                 /* clients (Claude Code among them) probe the root before their first request */
                 static const char root[] = "{\"name\":\"modelgate\",\"version\":\"" MODELGATE_VERSION
                                            "\",\"models\":\"/v1/models\",\"health\":\"/health\"}";
-                return client_respond(c, 200, "application/json", root, sizeof(root) - 1, NULL);
+                client_respond(c, 200, "application/json", root, sizeof(root) - 1, NULL);
+                return true;
         }
-        if (get && span_eq(path, "/health"))
-                return client_respond_health(c, query_flag(url, "strict"));
-        if (get && span_eq(path, "/metrics"))
-                return client_respond_metrics(c);
+        if (get && span_eq(path, "/health")) {
+                client_respond_health(c, query_flag(d->url, "strict"));
+                return true;
+        }
+        if (get && span_eq(path, "/metrics")) {
+                client_respond_metrics(c);
+                return true;
+        }
         if (manager_config(c->manager)->access.enabled) {
                 if (!c->x->caller.admitted && !client_admit(c))
-                        return;
+                        return true;
                 uint64_t limit = caller_body_limit(c);
-                if (limit > 0 && buffer_size(&r->body) > limit)
-                        return client_refuse_body(c);
+                if (limit > 0 && buffer_size(&r->body) > limit) {
+                        client_refuse_body(c);
+                        return true;
+                }
         }
         /* a subscriber holds a connection for good: with [Access], only an admitted one */
-        if (get && span_eq(path, "/models/sse"))
-                return client_start_feed(c);
+        if (get && span_eq(path, "/models/sse")) {
+                client_start_feed(c);
+                return true;
+        }
         if (get && (span_eq(path, "/models") || span_eq(path, "/v1/models"))) {
                 k = models_merge_start(c->manager, client_models_done, c, &c->x->merge);
                 if (k < 0)
                         client_respond_error(c, 500, NULL, "out of memory", NULL);
-                return;
+                return true;
         }
+        return false;
+}
 
-        if (body_len > 0) {
-                k = json_find_model(body, body_len, &span, &model, &c->x->streaming);
+/* The model the request names, in its body or its query (SPEC §2): false when answered */
+static bool dispatch_read_model(Client *c, Dispatch *d) {
+        int k;
+
+        if (d->body_len > 0) {
+                k = json_find_model(d->body, d->body_len, &d->span, &d->model, &c->x->streaming);
                 if (k == 0)
-                        in_body = true;
+                        d->in_body = true;
                 else if (k == -EBADMSG)
                         return client_respond_error(
-                                c, 400, "invalid_json",
-                                "the request body is not valid JSON (or not a JSON object)", NULL);
+                                       c, 400, "invalid_json",
+                                       "the request body is not valid JSON (or not a JSON object)", NULL),
+                               false;
                 else if (k == -EMEDIUMTYPE)
                         return client_respond_error(c, 400, "invalid_model",
-                                                    "\"model\" in the request body must be a string", NULL);
+                                                    "\"model\" in the request body must be a string", NULL),
+                               false;
                 else if (k == -ENOTUNIQ)
                         return client_respond_error(c, 400, "invalid_model",
                                                     "\"model\" appears more than once in the request body",
-                                                    NULL);
+                                                    NULL),
+                               false;
                 else if (k != -ENOENT)
-                        return client_respond_error(c, 500, NULL, "out of memory", NULL);
+                        return client_respond_error(c, 500, NULL, "out of memory", NULL), false;
         }
         /* a model in the query too: the host reads both, so both must name the same one (else a tier's
          * Models= would be checked against one and the host would load the other) */
-        k = query_find_model(url, &qspan, &qmodel);
-        bool in_query = k == 0;
-        if (k == -ENOENT && !in_body)
+        k = query_find_model(d->url, &d->qspan, &d->qmodel);
+        d->in_query = k == 0;
+        if (k == -ENOENT && !d->in_body)
                 return client_respond_error(
-                        c, 400, "missing_model",
-                        body_len > 0 ? "the request body has no \"model\"; name one as \"<host>-<key>\" "
-                                       "(GET /v1/models lists them)"
-                                     : "the request names no model; send \"model\" in a JSON body or "
-                                       "?model=<host>-<key> in the query (GET /v1/models lists them)",
-                        NULL);
+                               c, 400, "missing_model",
+                               d->body_len > 0
+                                       ? "the request body has no \"model\"; name one as \"<host>-<key>\" "
+                                         "(GET /v1/models lists them)"
+                                       : "the request names no model; send \"model\" in a JSON body or "
+                                         "?model=<host>-<key> in the query (GET /v1/models lists them)",
+                               NULL),
+                       false;
         if (k == -EBADMSG)
                 return client_respond_error(c, 400, "invalid_model",
                                             "the query has a bad %-escape in its model parameter or in a "
                                             "parameter name",
-                                            NULL);
+                                            NULL),
+                       false;
         if (k == -ENOTUNIQ)
                 return client_respond_error(c, 400, "invalid_model", "the query names model more than once",
-                                            NULL);
+                                            NULL),
+                       false;
         if (k < 0 && k != -ENOENT)
-                return client_respond_error(c, 500, NULL, "out of memory", NULL);
-        if (in_body && in_query && !streq(model, qmodel))
+                return client_respond_error(c, 500, NULL, "out of memory", NULL), false;
+        if (d->in_body && d->in_query && !streq(d->model, d->qmodel))
                 return client_respond_error(c, 400, "invalid_model",
                                             "the request names one model in its body and another in its "
                                             "query; name it once",
-                                            NULL);
-        if (!in_body) {
-                model = TAKE_PTR(qmodel);
-                span = qspan;
+                                            NULL),
+                       false;
+        if (!d->in_body) {
+                free(d->model);
+                d->model = TAKE_PTR(d->qmodel);
+                d->span = d->qspan;
         }
         /* control characters would go into log lines and the host's request as they are */
-        for (const char *q = model; *q; q++)
+        for (const char *q = d->model; *q; q++)
                 if ((unsigned char)*q < 0x20 || *q == 0x7f)
                         return client_respond_error(c, 400, "invalid_model",
-                                                    "the model name holds a control character", NULL);
-        c->x->model = strdup(model);
+                                                    "the model name holds a control character", NULL),
+                               false;
+        c->x->model = strdup(d->model);
+        return true;
+}
+
+/* The host the model names, checked against the caller's tier and counted for the day: false when
+ * answered */
+static bool dispatch_route(Client *c, Dispatch *d) {
+        char msg[512];
+        int k;
 
         /* a tier's Models= limits routing as much as the list */
-        if (c->x->caller.admitted && !access_model_allowed(&c->x->caller, model)) {
+        if (c->x->caller.admitted && !access_model_allowed(&c->x->caller, d->model)) {
                 snprintf(msg, sizeof(msg),
                          "this key (tier '%s') may not use model '%s'; GET /v1/models lists "
                          "the ones it may",
                          c->x->caller.tier->name, c->x->model);
-                return client_respond_error(c, 403, "model_not_allowed", msg, NULL);
+                return client_respond_error(c, 403, "model_not_allowed", msg, NULL), false;
         }
         c->x->config = config_ref(manager_config(c->manager));
-        c->x->host = route_find_host(c->x->config, model, &key);
+        c->x->host = route_find_host(c->x->config, d->model, &d->key);
         if (!c->x->host) {
                 char m2[160];
-                log_escape(m2, sizeof(m2), model, strlen(model));
+                log_escape(m2, sizeof(m2), d->model, strlen(d->model));
                 snprintf(msg, sizeof(msg),
                          "model '%s' does not start with a configured host name and '-'; GET /v1/models "
                          "lists "
                          "the models this proxy serves",
                          m2);
-                return client_respond_error(c, 404, "model_not_found", msg, NULL);
+                return client_respond_error(c, 404, "model_not_found", msg, NULL), false;
         }
         /* counted once it routes: a mistyped model name costs nobody a request of the day */
         if (c->x->caller.admitted) {
-                AccessDenial d;
+                AccessDenial denial;
                 Access *access = manager_access(c->manager);
-                k = access ? access_count(access, manager_config(c->manager), &c->x->caller, c->peer, &d)
+                k = access ? access_count(access, manager_config(c->manager), &c->x->caller, c->peer,
+                                          &denial)
                            : -ENOMEM;
                 if (k == -EDQUOT) {
                         char h[96];
-                        snprintf(h, sizeof(h), "Retry-After: %llu\r\n", (unsigned long long)d.retry_after);
-                        return client_respond_error(c, 429, d.code, d.message, h);
+                        snprintf(h, sizeof(h), "Retry-After: %llu\r\n",
+                                 (unsigned long long)denial.retry_after);
+                        return client_respond_error(c, 429, denial.code, denial.message, h), false;
                 }
                 if (k < 0)
-                        return client_respond_error(c, 500, NULL, "out of memory", NULL);
+                        return client_respond_error(c, 500, NULL, "out of memory", NULL), false;
         }
+        return true;
+}
 
-        if (in_body) {
-                quoted_body = json_quote(key);
-                if (!quoted_body)
-                        return client_respond_error(c, 500, NULL, "out of memory", NULL);
+/* The model renamed to its key where the client named it (the host sees "laguna-xs"): false when
+ * answered */
+static bool dispatch_rewrite(Client *c, Dispatch *d) {
+        if (d->in_body) {
+                d->quoted_body = json_quote(d->key);
+                if (!d->quoted_body)
+                        return client_respond_error(c, 500, NULL, "out of memory", NULL), false;
         } else
-                span = (Span){};
-        if (in_query) {
-                quoted = query_escape(key);
-                new_url = quoted ? span_replace(url, qspan, quoted, &url_len) : NULL;
-                url = (Span){new_url, url_len};
-                if (!new_url)
-                        return client_respond_error(c, 500, NULL, "out of memory", NULL);
+                d->span = (Span){};
+        if (d->in_query) {
+                d->quoted = query_escape(d->key);
+                d->new_url = d->quoted ? span_replace(d->url, d->qspan, d->quoted, &d->url_len) : NULL;
+                d->url = (Span){d->new_url, d->url_len};
+                if (!d->new_url)
+                        return client_respond_error(c, 500, NULL, "out of memory", NULL), false;
         }
+        return true;
+}
 
-        Host *host = manager_host(c->manager, c->x->host);
-        ssize_t engine = -1;
-        c->x->target = &c->x->host->url;
-        if (host_has_engines(host)) {
-                engine = host_find_engine(host, key);
-                if (engine < 0) {
-                        char k2[160];
-                        log_escape(k2, sizeof(k2), key, strlen(key));
-                        snprintf(msg, sizeof(msg),
-                                 "no engine of host '%s' serves '%s': no [Engine] of that host lists it in "
-                                 "Models=, and no engine runs there now; GET /v1/models lists the models "
-                                 "this "
-                                 "proxy serves",
-                                 c->x->host->name, k2);
-                        return client_respond_error(c, 404, "model_not_found", msg, NULL);
-                }
-                c->x->target = host_engine(host, (size_t)engine)->url;
-                c->x->engine_conf = host_engine(host, (size_t)engine)->conf;
-                c->x->engine_name = c->x->engine_conf->name;
-                /* the fallback spends the operator's cloud key: inference only, on a path of modelgate's
-                 * own, and only for a model in the body (the only place it can be renamed) */
-                c->x->fb_path = client_fallback_path(r->method, path);
-                c->x->fallback = c->x->fb_path && in_body
-                                         ? config_find_fallback(c->x->config, c->x->engine_conf->fallback)
-                                         : NULL;
-                if (c->x->fallback) {
-                        c->x->awaiting_first_token = c->x->streaming && !c->x->head;
-                }
-                if (c->x->streaming && c->x->engine_conf->first_token_budget_usec != 0)
-                        c->x->awaiting_first_token = !c->x->head;
-        } else if (!span_startswith(path, "/models") && catalog_lists(host_catalog(host), key) == 0) {
+/* The engine of the host that serves the key, and what that engine's [Engine] says of budgets and the
+ * fallback: the engine's index, -1 for a host without engines, or < -1 when answered */
+static ssize_t dispatch_engine(Client *c, Dispatch *d, Host *host) {
+        char msg[512], k2[160];
+        ssize_t engine;
+
+        if (!host_has_engines(host)) {
+                if (span_startswith(d->path, "/models") || catalog_lists(host_catalog(host), d->key) != 0)
+                        return -1;
                 /* SPEC §4: a key the host does not list (its list is known) is 404; /models/... calls
                  * (a download of a new model, say) are the host's to judge */
-                char k2[160];
-                log_escape(k2, sizeof(k2), key, strlen(key));
+                log_escape(k2, sizeof(k2), d->key, strlen(d->key));
                 snprintf(msg, sizeof(msg),
                          "host '%s' does not list a model '%s'; GET /v1/models lists the models this proxy "
                          "serves",
                          c->x->host->name, k2);
-                return client_respond_error(c, 404, "model_not_found", msg, NULL);
+                return client_respond_error(c, 404, "model_not_found", msg, NULL), -2;
         }
-        if (build_upstream_request(c, c->x->target, url, (Span){body ?: "", body ? body_len : 0}, span,
-                                   quoted_body, &c->x->pending) < 0)
+        engine = host_find_engine(host, d->key);
+        if (engine < 0) {
+                log_escape(k2, sizeof(k2), d->key, strlen(d->key));
+                snprintf(msg, sizeof(msg),
+                         "no engine of host '%s' serves '%s': no [Engine] of that host lists it in "
+                         "Models=, and no engine runs there now; GET /v1/models lists the models "
+                         "this "
+                         "proxy serves",
+                         c->x->host->name, k2);
+                return client_respond_error(c, 404, "model_not_found", msg, NULL), -2;
+        }
+        c->x->target = host_engine(host, (size_t)engine)->url;
+        c->x->engine_conf = host_engine(host, (size_t)engine)->conf;
+        c->x->engine_name = c->x->engine_conf->name;
+        /* the fallback spends the operator's cloud key: inference only, on a path of modelgate's
+         * own, and only for a model in the body (the only place it can be renamed) */
+        c->x->fb_path = client_fallback_path(d->r->method, d->path);
+        c->x->fallback = c->x->fb_path && d->in_body
+                                 ? config_find_fallback(c->x->config, c->x->engine_conf->fallback)
+                                 : NULL;
+        if (c->x->fallback)
+                c->x->awaiting_first_token = c->x->streaming && !c->x->head;
+        if (c->x->streaming && c->x->engine_conf->first_token_budget_usec != 0)
+                c->x->awaiting_first_token = !c->x->head;
+        return engine;
+}
+
+/* A complete request: modelgate's own answer, or on to its host (at once, or when its engine is up). */
+void client_dispatch(Client *c) {
+        HttpRequest *r = &c->parser.req;
+        _cleanup_(dispatch_done) Dispatch d = {.r = r};
+        int k;
+
+        d.url = http_request_url(r);
+        d.url_len = d.url.n;
+        d.path = url_path(d.url);
+        d.body = buffer_peek(&r->body);
+        d.body_len = buffer_size(&r->body);
+        exchange_begin(c, &d);
+        if (dispatch_own(c, &d) || !dispatch_read_model(c, &d) || !dispatch_route(c, &d) ||
+            !dispatch_rewrite(c, &d))
+                return;
+
+        Host *host = manager_host(c->manager, c->x->host);
+        c->x->target = &c->x->host->url;
+        ssize_t engine = dispatch_engine(c, &d, host);
+        if (engine < -1)
+                return;
+        if (build_upstream_request(c, c->x->target, d.url, (Span){d.body ?: "", d.body ? d.body_len : 0},
+                                   d.span, d.quoted_body, &c->x->pending) < 0)
                 return client_respond_error(c, 500, NULL, "out of memory", NULL);
         /* the request's own copy of the body is not needed any more, unless a fallback may need it */
         if (!c->x->fallback)

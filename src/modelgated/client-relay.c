@@ -26,43 +26,8 @@ void client_host_down(Client *c, int error) {
         client_respond_error(c, 503, "host_down", msg, "Retry-After: 30\r\nretry-after-ms: 30000\r\n");
 }
 
-static int client_upstream_headers(Upstream *u, const UpstreamResponse *resp, void *userdata) {
-        Client *c = userdata;
-        Span ct = upstream_response_header(resp, "Content-Type");
-        Span connection = upstream_response_header(resp, "Connection");
-        bool sse = ct.p && ct.n >= 17 && strncasecmp(ct.p, "text/event-stream", 17) == 0;
-        bool no_body = c->x->head || resp->status == 204 || resp->status == 304;
-        const char *framing = "";
-
-        if (!c->x->via_fallback) {
-                Host *h = manager_host(c->manager, c->x->host);
-                if (h)
-                        host_report_http(h, NULL);
-                /* "not here (yet)": a host that has not registered the model, or is loading */
-                if ((resp->status == 404 || resp->status == 503) && !c->x->head) {
-                        char why[64];
-                        snprintf(why, sizeof(why), "the engine answered %d", resp->status);
-                        if (client_fall_back(c, why))
-                                return 0;
-                }
-        }
-        if (!c->x->first_byte_seen) {
-                c->x->first_byte_seen = true;
-                metrics_first_byte(manager_metrics(c->manager), c->x->host->name,
-                                   now_usec(CLOCK_MONOTONIC) - c->x->start);
-        }
-        if (c->x->early) {
-                /* the 200 and its framing are out: a stream continues it, anything else becomes an error
-                 * event when it is complete */
-                if (sse && resp->status == 200) {
-                        c->x->mode = MODE_SSE;
-                        sse_filter_init(&c->x->sse, c->x->api);
-                } else {
-                        c->x->mode = MODE_HOLD;
-                        c->x->error_status = resp->status;
-                }
-                return 0;
-        }
+/* How the answer goes on (pass, SSE filter, hold) and its framing to the client: the framing header */
+static const char *relay_choose_mode(Client *c, const UpstreamResponse *resp, bool sse, bool no_body) {
         c->x->status = resp->status;
         if (!no_body && resp->status >= 400 && !sse)
                 c->x->mode = MODE_HOLD;
@@ -80,39 +45,86 @@ static int client_upstream_headers(Upstream *u, const UpstreamResponse *resp, vo
                 c->x->chunked = false;
         else if (!c->x->http10) {
                 c->x->chunked = true;
-                framing = "Transfer-Encoding: chunked\r\n";
+                return "Transfer-Encoding: chunked\r\n";
         } else
                 c->close_after_response = true;
+        return "";
+}
 
-        buffer_clear(&c->held_head);
-        if (client_append_status_line(&c->held_head, resp->status) < 0)
+/* The head for the client, in held_head: the host's status and end-to-end headers, and where the
+ * answer came from */
+static int relay_build_head(Client *c, const UpstreamResponse *resp, bool no_body) {
+        Span connection = upstream_response_header(resp, "Connection");
+        Buffer *b = &c->held_head;
+
+        buffer_clear(b);
+        if (client_append_status_line(b, resp->status) < 0)
                 return -1;
         /* where the answer came from: host/engine, or fallback/name */
-        if (buffer_append_str(&c->held_head, "X-Modelgate-Served-By: ") < 0 ||
-            buffer_append_str(&c->held_head, c->x->via_fallback ? "fallback" : c->x->host->name) < 0 ||
-            buffer_append_str(&c->held_head, c->x->via_fallback || c->x->engine_name ? "/" : "") < 0 ||
-            buffer_append_str(&c->held_head, c->x->via_fallback ? c->x->fallback->name : c->x->engine_name ?: "") < 0 ||
-            buffer_append_str(&c->held_head, "\r\n") < 0)
+        if (buffer_append_str(b, "X-Modelgate-Served-By: ") < 0 ||
+            buffer_append_str(b, c->x->via_fallback ? "fallback" : c->x->host->name) < 0 ||
+            buffer_append_str(b, c->x->via_fallback || c->x->engine_name ? "/" : "") < 0 ||
+            buffer_append_str(b, c->x->via_fallback ? c->x->fallback->name : c->x->engine_name ?: "") < 0 ||
+            buffer_append_str(b, "\r\n") < 0)
                 return -1;
         for (size_t i = 0; i < resp->n_headers; i++) {
                 Span name = upstream_response_header_name(resp, i),
                      value = upstream_response_header_value(resp, i);
                 if (http_header_is_hop_by_hop(name) || (connection.p && span_list_has(connection, name)))
                         continue;
-                if (buffer_append(&c->held_head, name.p, name.n) < 0 ||
-                    buffer_append_str(&c->held_head, ": ") < 0 ||
-                    buffer_append(&c->held_head, value.p, value.n) < 0 ||
-                    buffer_append_str(&c->held_head, "\r\n") < 0)
+                if (buffer_append(b, name.p, name.n) < 0 || buffer_append_str(b, ": ") < 0 ||
+                    buffer_append(b, value.p, value.n) < 0 || buffer_append_str(b, "\r\n") < 0)
                         return -1;
         }
         if (no_body || (!c->x->chunked && c->x->mode == MODE_PASS && resp->has_content_length)) {
                 /* Content-Length is framing, dropped above with the other hop-by-hop headers; when
                  * the body goes on unchanged it is still right (and a HEAD answer keeps the length
                  * the GET would have had, RFC 9110 §9.3.2) */
-                if (resp->has_content_length &&
-                    client_append_content_length(&c->held_head, resp->content_length) < 0)
+                if (resp->has_content_length && client_append_content_length(b, resp->content_length) < 0)
                         return -1;
         }
+        return 0;
+}
+
+static int client_upstream_headers(Upstream *u, const UpstreamResponse *resp, void *userdata) {
+        Client *c = userdata;
+        Span ct = upstream_response_header(resp, "Content-Type");
+        bool sse = ct.p && ct.n >= 17 && strncasecmp(ct.p, "text/event-stream", 17) == 0;
+        bool no_body = c->x->head || resp->status == 204 || resp->status == 304;
+
+        if (!c->x->via_fallback) {
+                Host *h = manager_host(c->manager, c->x->host);
+                if (h)
+                        host_report_http(h, NULL);
+                /* "not here (yet)": a host that has not registered the model, or is loading */
+                if ((resp->status == 404 || resp->status == 503) && !c->x->head) {
+                        char why[64];
+                        snprintf(why, sizeof(why), "the engine answered %d", resp->status);
+                        if (client_fall_back(c, why))
+                                return 0;
+                }
+        }
+        if (!c->x->first_byte_seen) {
+                usec_t now;
+                (void)sd_event_now(manager_event(c->manager), CLOCK_MONOTONIC, &now);
+                c->x->first_byte_seen = true;
+                metrics_first_byte(manager_metrics(c->manager), c->x->host->name, now - c->x->start);
+        }
+        if (c->x->early) {
+                /* the 200 and its framing are out: a stream continues it, anything else becomes an error
+                 * event when it is complete */
+                if (sse && resp->status == 200) {
+                        c->x->mode = MODE_SSE;
+                        sse_filter_init(&c->x->sse, c->x->api);
+                } else {
+                        c->x->mode = MODE_HOLD;
+                        c->x->error_status = resp->status;
+                }
+                return 0;
+        }
+        const char *framing = relay_choose_mode(c, resp, sse, no_body);
+        if (relay_build_head(c, resp, no_body) < 0)
+                return -1;
         if (c->x->mode == MODE_HOLD)
                 return 0;
         if (c->x->awaiting_first_token) {

@@ -114,100 +114,125 @@ static void client_parse_error(Client *c) {
 }
 
 /* The one loop over the input: parses requests and starts their answers, one at a time. */
+/* What one turn of client_process() leaves to the loop */
+typedef enum Step {
+        STEP_AGAIN, /* the state moved on: look again */
+        STEP_WAIT,  /* nothing to do until the socket or the host has more */
+        STEP_GONE,  /* the client is freed */
+} Step;
+
+/* The end of the client's input while its answer is produced: a half-close (it waits for the answer) or
+ * a close (it went away, and must not keep a GPU busy or a switch waiting). They look the same until
+ * something is written: a closed socket answers it with a reset (EPOLLERR/EPOLLHUP, then the cut).
+ * Before the answer's head, an interim "100 Continue" is that probe (RFC 9110 §15.2: a client takes 1xx
+ * at any time); after it, the answer's next bytes are. HTTP/1.0 has no 1xx, and a feed no end: those
+ * are cut at once, as before. */
+static Step client_probe_eof(Client *c) {
+        if (!c->read_eof || c->state != CLIENT_RESPONDING || c->x->response_complete || c->eof_probed)
+                return STEP_AGAIN;
+        c->eof_probed = true;
+        if (c->feed || (c->x->http10 && !c->x->head_sent && !c->x->early)) {
+                client_log_access(c, c->feed ? "feed" : "cut=client");
+                client_free(c);
+                return STEP_GONE;
+        }
+        if (!c->x->head_sent && !c->x->early)
+                (void)buffer_append_str(&c->out, "HTTP/1.1 100 Continue\r\n\r\n");
+        return STEP_AGAIN;
+}
+
+/* Everything but parsing: the end of an answer, the close, and the end of the input */
+static Step client_advance(Client *c) {
+        if (c->state == CLIENT_RESPONDING) {
+                if (!c->x->response_complete || !buffer_is_empty(&c->out))
+                        return STEP_WAIT;
+                if (!request_reset(c)) {
+                        log_oom();
+                        client_free(c);
+                        return STEP_GONE;
+                }
+                if (c->close_after_response || (c->read_eof && buffer_is_empty(&c->in))) {
+                        c->state = CLIENT_CLOSING;
+                        return STEP_AGAIN;
+                }
+                http_parser_next(&c->parser);
+                c->state = CLIENT_WAITING;
+                client_set_timer(c, manager_config(c->manager)->idle_timeout_usec);
+        }
+        if (c->state == CLIENT_CLOSING) {
+                if (!buffer_is_empty(&c->out))
+                        return STEP_WAIT;
+                client_linger(c);
+                return STEP_GONE;
+        }
+        if (c->state == CLIENT_LINGERING)
+                return STEP_WAIT;
+        if (buffer_is_empty(&c->in)) {
+                if (c->read_eof && (c->state == CLIENT_WAITING || c->state == CLIENT_READING)) {
+                        if (c->state == CLIENT_READING)
+                                log_debug("Client %s closed in the middle of a request", c->peer);
+                        client_free(c);
+                        return STEP_GONE;
+                }
+                return STEP_WAIT;
+        }
+        return STEP_AGAIN;
+}
+
+/* Feeds what was read to the parser: a head is admitted as soon as it is complete, a whole request is
+ * dispatched */
+static Step client_parse(Client *c) {
+        size_t consumed = 0;
+        int r = http_parser_feed(&c->parser, buffer_peek(&c->in), buffer_size(&c->in), &consumed);
+
+        buffer_consume(&c->in, consumed);
+        if (r < 0) {
+                client_parse_error(c);
+                return STEP_AGAIN;
+        }
+        if (c->state == CLIENT_WAITING && c->parser.started) {
+                c->state = CLIENT_READING;
+                client_set_timer(c, manager_config(c->manager)->header_timeout_usec);
+        }
+        if (r == HTTP_PARSE_HEADERS) {
+                if (!client_admit_head(c)) {
+                        c->state = CLIENT_CLOSING;
+                        return STEP_AGAIN;
+                }
+                /* the body follows; a client that waits for "100 Continue" gets it now */
+                if (c->parser.req.expect_continue && c->parser.req.has_body && c->parser.req.http_minor >= 1)
+                        (void)buffer_append_str(&c->out, "HTTP/1.1 100 Continue\r\n\r\n");
+                client_set_timer(c, manager_config(c->manager)->idle_timeout_usec);
+                return STEP_AGAIN;
+        }
+        if (r == HTTP_PARSE_DONE) {
+                c->state = CLIENT_RESPONDING;
+                client_set_timer(c, USEC_INFINITY);
+                client_dispatch(c);
+                if (client_flush(c) < 0) {
+                        client_free(c);
+                        return STEP_GONE;
+                }
+                return STEP_AGAIN;
+        }
+        return STEP_WAIT;
+}
+
 void client_process(Client *c) {
+        Step step = STEP_AGAIN;
+
         if (c->in_process)
                 return;
         c->in_process = true;
-
-        for (;;) {
-                if (c->read_eof && c->state == CLIENT_RESPONDING && !c->x->response_complete &&
-                    !c->eof_probed) {
-                        /* The end of the client's input while its answer is produced: a half-close (it
-                         * waits for the answer) or a close (it went away, and must not keep a GPU busy or
-                         * a switch waiting). They look the same until something is written: a closed
-                         * socket answers it with a reset (EPOLLERR/EPOLLHUP, then the cut). Before the
-                         * answer's head, an interim "100 Continue" is that probe (RFC 9110 §15.2: a
-                         * client takes 1xx at any time); after it, the answer's next bytes are. HTTP/1.0
-                         * has no 1xx, and a feed no end: those are cut at once, as before. */
-                        c->eof_probed = true;
-                        if (c->feed || (c->x->http10 && !c->x->head_sent && !c->x->early)) {
-                                client_log_access(c, c->feed ? "feed" : "cut=client");
-                                client_free(c);
-                                return;
-                        }
-                        if (!c->x->head_sent && !c->x->early)
-                                (void)buffer_append_str(&c->out, "HTTP/1.1 100 Continue\r\n\r\n");
-                }
-                if (c->state == CLIENT_RESPONDING) {
-                        if (!c->x->response_complete || !buffer_is_empty(&c->out))
-                                break;
-                        if (!request_reset(c)) {
-                                log_oom();
-                                client_free(c);
-                                return;
-                        }
-                        if (c->close_after_response || (c->read_eof && buffer_is_empty(&c->in))) {
-                                c->state = CLIENT_CLOSING;
-                                continue;
-                        }
-                        http_parser_next(&c->parser);
-                        c->state = CLIENT_WAITING;
-                        client_set_timer(c, manager_config(c->manager)->idle_timeout_usec);
-                }
-                if (c->state == CLIENT_CLOSING) {
-                        if (buffer_is_empty(&c->out)) {
-                                client_linger(c);
-                                return;
-                        }
-                        break;
-                }
-                if (c->state == CLIENT_LINGERING)
-                        break;
-                if (buffer_is_empty(&c->in)) {
-                        if (c->read_eof && (c->state == CLIENT_WAITING || c->state == CLIENT_READING)) {
-                                if (c->state == CLIENT_READING)
-                                        log_debug("Client %s closed in the middle of a request", c->peer);
-                                client_free(c);
-                                return;
-                        }
-                        break;
-                }
-
-                size_t consumed = 0;
-                int r = http_parser_feed(&c->parser, buffer_peek(&c->in), buffer_size(&c->in), &consumed);
-                buffer_consume(&c->in, consumed);
-                if (r < 0) {
-                        client_parse_error(c);
-                        continue;
-                }
-                if (c->state == CLIENT_WAITING && c->parser.started) {
-                        c->state = CLIENT_READING;
-                        client_set_timer(c, manager_config(c->manager)->header_timeout_usec);
-                }
-                if (r == HTTP_PARSE_HEADERS) {
-                        if (!client_admit_head(c)) {
-                                c->state = CLIENT_CLOSING;
-                                continue;
-                        }
-                        /* the body follows; a client that waits for "100 Continue" gets it now */
-                        if (c->parser.req.expect_continue && c->parser.req.has_body &&
-                            c->parser.req.http_minor >= 1)
-                                (void)buffer_append_str(&c->out, "HTTP/1.1 100 Continue\r\n\r\n");
-                        client_set_timer(c, manager_config(c->manager)->idle_timeout_usec);
-                        continue;
-                }
-                if (r == HTTP_PARSE_DONE) {
-                        c->state = CLIENT_RESPONDING;
-                        client_set_timer(c, USEC_INFINITY);
-                        client_dispatch(c);
-                        if (client_flush(c) < 0) {
-                                client_free(c);
-                                return;
-                        }
-                        continue;
-                }
-                break;
+        while (step == STEP_AGAIN) {
+                step = client_probe_eof(c);
+                if (step == STEP_AGAIN)
+                        step = client_advance(c);
+                if (step == STEP_AGAIN)
+                        step = client_parse(c);
         }
+        if (step == STEP_GONE)
+                return;
 
         c->in_process = false;
         if (client_flush(c) < 0) {
