@@ -117,6 +117,7 @@ static void client_parse_error(Client *c) {
 /* What one turn of client_process() leaves to the loop */
 typedef enum Step {
         STEP_AGAIN, /* the state moved on: look again */
+        STEP_PARSE, /* input waits for the parser */
         STEP_WAIT,  /* nothing to do until the socket or the host has more */
         STEP_GONE,  /* the client is freed */
 } Step;
@@ -129,7 +130,7 @@ typedef enum Step {
  * are cut at once, as before. */
 static Step client_probe_eof(Client *c) {
         if (!c->read_eof || c->state != CLIENT_RESPONDING || c->x->response_complete || c->eof_probed)
-                return STEP_AGAIN;
+                return STEP_PARSE;
         c->eof_probed = true;
         if (c->feed || (c->x->http10 && !c->x->head_sent && !c->x->early)) {
                 client_log_access(c, c->feed ? "feed" : "cut=client");
@@ -138,7 +139,7 @@ static Step client_probe_eof(Client *c) {
         }
         if (!c->x->head_sent && !c->x->early)
                 (void)buffer_append_str(&c->out, "HTTP/1.1 100 Continue\r\n\r\n");
-        return STEP_AGAIN;
+        return STEP_PARSE;
 }
 
 /* Everything but parsing: the end of an answer, the close, and the end of the input */
@@ -176,7 +177,7 @@ static Step client_advance(Client *c) {
                 }
                 return STEP_WAIT;
         }
-        return STEP_AGAIN;
+        return STEP_PARSE;
 }
 
 /* Feeds what was read to the parser: a head is admitted as soon as it is complete, a whole request is
@@ -225,10 +226,11 @@ void client_process(Client *c) {
                 return;
         c->in_process = true;
         while (step == STEP_AGAIN) {
+                /* each step either goes on to the next (STEP_PARSE) or ends this turn */
                 step = client_probe_eof(c);
-                if (step == STEP_AGAIN)
+                if (step == STEP_PARSE)
                         step = client_advance(c);
-                if (step == STEP_AGAIN)
+                if (step == STEP_PARSE)
                         step = client_parse(c);
         }
         if (step == STEP_GONE)
