@@ -10,8 +10,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <sys/socket.h>
 
+#include "modelgated/url.h"
 #include "shared/macro.h"
 #include "shared/time-util.h"
 
@@ -23,18 +23,6 @@ typedef enum BusKind {
         BUS_SYSTEM,
         BUS_SSH,
 } BusKind;
-
-/* An http:// base URL, split. The address is resolved separately (conf_resolve). */
-typedef struct HttpUrl {
-        char *text;      /* as written */
-        char *host;      /* without brackets */
-        char *authority; /* for the Host: header, "host:port" or "[v6]:port" */
-        char *base_path; /* "" or "/prefix" without a trailing slash */
-        uint16_t port;
-        bool tls; /* https:// */
-        struct sockaddr_storage address;
-        socklen_t address_len;
-} HttpUrl;
 
 typedef struct HostConf {
         char *name;
@@ -172,6 +160,4 @@ int config_load_keys(Config *c, const char *path);
  * bus (expanded by it). -EINVAL when SSHCommand=, the target or BusPath= cannot make one. */
 int host_conf_ssh_argv(const HostConf *h, char ***ret);
 
-int http_url_parse(const char *s, HttpUrl *ret);
-void http_url_done(HttpUrl *u);
 bool host_name_is_valid(const char *s);
