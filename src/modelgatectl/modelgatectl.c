@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "modelgated/conf.h"
+#include "modelgated/ssh-command.h"
 #include "shared/log.h"
 #include "shared/sha256.h"
 #include "shared/state-file.h"
@@ -118,19 +119,14 @@ static int parse_argv(int argc, char *argv[]) {
 static int connect_bus(sd_bus **ret) {
         _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
         _cleanup_strv_free_ char **argv = NULL;
-        _cleanup_free_ char *spec = NULL;
         int r;
 
         if (!arg_host)
                 return arg_user ? sd_bus_open_user(ret) : sd_bus_open_system(ret);
 
         /* the same ssh command line modelgated uses for Bus=ssh: (modelgate.conf(5)) */
-        if (asprintf(&spec, "ssh:%s", arg_host) < 0)
-                return -ENOMEM;
-        HostConf h = {.bus = spec,
-                      .bus_kind = BUS_SSH,
-                      .bus_path = arg_user ? NULL : (char *)"unix:path=/run/dbus/system_bus_socket"};
-        r = host_conf_ssh_argv(&h, &argv);
+        r = ssh_command_argv(/* ssh_command= */ NULL, arg_host,
+                             arg_user ? NULL : "unix:path=/run/dbus/system_bus_socket", &argv);
         if (r < 0)
                 return log_error_errno(r, "-H '%s' is not [USER@]HOST[:PORT]", arg_host), -EINVAL;
         r = sd_bus_new(&bus);
