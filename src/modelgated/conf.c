@@ -18,6 +18,8 @@
 
 #include "modelgated/conf.h"
 #include "modelgated/ssh-command.h"
+#include "shared/fileio.h"
+#include "shared/keys-file.h"
 #include "shared/log.h"
 #include "shared/parse-util.h"
 #include "shared/strv.h"
@@ -630,46 +632,12 @@ finish:
         return r;
 }
 
-static int read_file(const char *path, char **ret, size_t *ret_size) {
-        _cleanup_close_ int fd = -1;
-        _cleanup_free_ char *buf = NULL;
-        size_t n = 0, a = 0;
-
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-                return -errno;
-        for (;;) {
-                if (a - n < 4096) {
-                        if (a > 16 * 1024 * 1024)
-                                return -EFBIG;
-                        a = a ? a * 2 : 8192;
-                        char *nb = realloc(buf, a);
-                        if (!nb)
-                                return -ENOMEM;
-                        buf = nb;
-                }
-                ssize_t k = read(fd, buf + n, a - n);
-                if (k < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return -errno;
-                }
-                if (k == 0)
-                        break;
-                n += (size_t)k;
-        }
-        buf[n] = 0; /* there is room: a read of 0 left at least 4096 bytes */
-        *ret = TAKE_PTR(buf);
-        *ret_size = n;
-        return 0;
-}
-
 static int config_load_one(Config *c, const char *path) {
         _cleanup_free_ char *text = NULL;
         size_t size = 0;
         int r;
 
-        r = read_file(path, &text, &size);
+        r = read_full_file(path, &text, &size);
         if (r < 0)
                 return r;
         return config_parse_text(c, path, text ?: "", size);
@@ -833,7 +801,7 @@ static int read_secret(const char *path, char **ret) {
         size_t n;
         int r;
 
-        r = read_file(path, &s, &n);
+        r = read_full_file(path, &s, &n);
         if (r < 0)
                 return r;
         s[strcspn(s, "\r\n")] = 0;
@@ -843,67 +811,39 @@ static int read_secret(const char *path, char **ret) {
         return 0;
 }
 
-static int hex_digit(char c) {
-        return c >= '0' && c <= '9'   ? c - '0'
-               : c >= 'a' && c <= 'f' ? c - 'a' + 10
-               : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                      : -1;
-}
-
 int config_load_keys(Config *c, const char *path) {
-        _cleanup_free_ char *text = NULL;
-        size_t n;
-        unsigned line = 0;
+        _cleanup_(keys_file_done) KeysFile f = {};
+        _cleanup_free_ char *error = NULL;
         int r;
 
-        r = read_file(path, &text, &n);
+        access_keys_done(&c->access);
+        r = keys_file_read(path, &f, &error);
         if (r == -ENOENT) {
                 log_warning("[Access] KeysFile=%s does not exist: no client has a key", path);
                 return 0;
         }
+        if (r == -EBADMSG)
+                return config_error(c, EINVAL, "%s", error);
         if (r < 0)
                 return config_error(c, r, "[Access] KeysFile=%s cannot be read: %m", path);
-        for (char *p = text, *next; p; p = next) {
-                char *l, *tier;
-                uint8_t h[32];
 
-                line++;
-                next = strchr(p, '\n');
-                if (next)
-                        *next++ = 0;
-                l = strip(p);
-                if (!*l || *l == '#')
-                        continue;
-                tier = strpbrk(l, " \t");
-                if (!tier || tier - l != 64)
-                        return config_error(c, EINVAL, "%s:%u: not '<sha256 hex of a key> <tier>'", path,
-                                            line);
-                *tier++ = 0;
-                tier = strip(tier);
-                for (size_t i = 0; i < 32; i++) {
-                        int hi = hex_digit(l[2 * i]), lo = hex_digit(l[2 * i + 1]);
-                        if (hi < 0 || lo < 0)
-                                return config_error(c, EINVAL, "%s:%u: '%s' is not a SHA-256 in hex", path,
-                                                    line, l);
-                        h[i] = (uint8_t)(hi << 4 | lo);
-                }
+        c->access.key_hashes = reallocarray(NULL, f.n_keys, SHA256_DIGEST_SIZE);
+        c->access.key_tiers = reallocarray(NULL, f.n_keys, sizeof(size_t));
+        if (f.n_keys > 0 && (!c->access.key_hashes || !c->access.key_tiers))
+                return log_oom();
+        for (size_t k = 0; k < f.n_keys; k++) {
+                const KeyEntry *e = &f.keys[k];
                 ssize_t t = -1;
+
                 for (size_t i = 0; i < c->n_tiers; i++)
-                        if (streq(c->tiers[i].name, tier))
+                        if (streq(c->tiers[i].name, e->tier))
                                 t = (ssize_t)i;
                 if (t < 0)
-                        return config_error(c, EINVAL, "%s:%u: tier '%s' has no [Tier] section", path, line,
-                                            tier);
-                uint8_t(*nh)[32] = reallocarray(c->access.key_hashes, c->access.n_keys + 1, 32);
-                if (!nh)
-                        return log_oom();
-                c->access.key_hashes = nh;
-                size_t *nt = reallocarray(c->access.key_tiers, c->access.n_keys + 1, sizeof(size_t));
-                if (!nt)
-                        return log_oom();
-                c->access.key_tiers = nt;
-                memcpy(c->access.key_hashes[c->access.n_keys], h, 32);
-                c->access.key_tiers[c->access.n_keys++] = (size_t)t;
+                        return config_error(c, EINVAL, "%s:%zu: tier '%s' has no [Tier] section", path,
+                                            e->line + 1, e->tier);
+                memcpy(c->access.key_hashes[k], e->digest, SHA256_DIGEST_SIZE);
+                c->access.key_tiers[k] = (size_t)t;
+                c->access.n_keys++;
         }
         return 0;
 }
@@ -964,13 +904,12 @@ int config_resolve(Config *c) {
                 EngineConf *e = &c->engines[i];
                 if (!e->warmup_request)
                         continue;
-                k = read_file(e->warmup_request, &e->warmup_body, &e->warmup_size);
+                k = read_full_file(e->warmup_request, &e->warmup_body, &e->warmup_size);
                 if (k < 0)
                         r = config_error(c, k, "%s:%u: [Engine] '%s' WarmupRequest=%s cannot be read: %m",
                                          e->file, e->line, e->name, e->warmup_request);
         }
         if (c->access.keys_file) {
-                access_keys_done(&c->access);
                 k = config_load_keys(c, c->access.keys_file);
                 if (k < 0)
                         r = k;

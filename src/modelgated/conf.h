@@ -152,7 +152,7 @@ char *config_default_path(bool user);
 
 const HostConf *config_find_host(const Config *c, const char *name);
 const FallbackConf *config_find_fallback(const Config *c, const char *name);
-/* Reads a keys file ("<sha256 hex> <tier>" lines, '#' comments) against c's tiers into c->access. */
+/* Reads a keys file (shared/keys-file.h) against c's tiers into c->access, replacing its keys. */
 int config_load_keys(Config *c, const char *path);
 
 /* The command a Bus=ssh:… host's bus runs (SPEC §6): SSHCommand= split into words, ssh's options, the
