@@ -133,6 +133,10 @@ Config *config_ref(Config *c);
 Config *config_unref(Config *c);
 DEFINE_TRIVIAL_CLEANUP_FUNC(Config *, config_unref);
 
+/* Logs an error of the configuration and keeps its text in c->errors, for a daemon that has to say what is
+ * wrong to clients instead of only to its log. Returns -abs(error); %m is that error. */
+_printf_(3, 4) int config_error(Config *c, int error, const char *fmt, ...);
+
 /* Reads one file's text into c. 'name' labels error messages. 0 or -EINVAL (errors logged with file:line,
  * and kept in c->errors). */
 int config_parse_text(Config *c, const char *name, const char *text, size_t size);
