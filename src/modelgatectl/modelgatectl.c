@@ -13,8 +13,9 @@
 #include <unistd.h>
 
 #include "modelgated/conf.h"
+#include "modelgated/ssh-command.h"
+#include "shared/keys-file.h"
 #include "shared/log.h"
-#include "shared/sha256.h"
 #include "shared/state-file.h"
 #include "shared/strv.h"
 #include "shared/time-util.h"
@@ -118,19 +119,14 @@ static int parse_argv(int argc, char *argv[]) {
 static int connect_bus(sd_bus **ret) {
         _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
         _cleanup_strv_free_ char **argv = NULL;
-        _cleanup_free_ char *spec = NULL;
         int r;
 
         if (!arg_host)
                 return arg_user ? sd_bus_open_user(ret) : sd_bus_open_system(ret);
 
         /* the same ssh command line modelgated uses for Bus=ssh: (modelgate.conf(5)) */
-        if (asprintf(&spec, "ssh:%s", arg_host) < 0)
-                return -ENOMEM;
-        HostConf h = {.bus = spec,
-                      .bus_kind = BUS_SSH,
-                      .bus_path = arg_user ? NULL : (char *)"unix:path=/run/dbus/system_bus_socket"};
-        r = host_conf_ssh_argv(&h, &argv);
+        r = ssh_command_argv(/* ssh_command= */ NULL, arg_host,
+                             arg_user ? NULL : "unix:path=/run/dbus/system_bus_socket", &argv);
         if (r < 0)
                 return log_error_errno(r, "-H '%s' is not [USER@]HOST[:PORT]", arg_host), -EINVAL;
         r = sd_bus_new(&bus);
@@ -424,27 +420,6 @@ static int load_config(Config *c) {
         return 0;
 }
 
-static int read_text(const char *path, char **ret) {
-        FILE *f = fopen(path, "re");
-        char *buf = NULL;
-        size_t n = 0;
-
-        if (!f) {
-                if (errno != ENOENT)
-                        return -errno;
-                *ret = strdup("");
-                return *ret ? 0 : -ENOMEM;
-        }
-        ssize_t k = getdelim(&buf, &n, 0, f);
-        fclose(f);
-        if (k < 0) {
-                free(buf);
-                buf = strdup("");
-        }
-        *ret = buf;
-        return buf ? 0 : -ENOMEM;
-}
-
 static void reload_daemon(void) {
         _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
         _cleanup_(sd_bus_error_free) sd_bus_error e = SD_BUS_ERROR_NULL;
@@ -456,9 +431,89 @@ static void reload_daemon(void) {
                         e.message ?: "not running");
 }
 
+static int key_list(const KeysFile *f) {
+        for (size_t i = 0; i < f->n_keys; i++) {
+                char hex[SHA256_HEX_SIZE];
+
+                sha256_to_hex(f->keys[i].digest, hex);
+                printf("%.12s  %s\n", hex, f->keys[i].tier);
+        }
+        return EXIT_OK;
+}
+
+static int key_add(const Config *c, KeysFile *f, const char *tier) {
+        uint8_t raw[24], digest[SHA256_DIGEST_SIZE];
+        char key[64], hex[SHA256_HEX_SIZE], note[64];
+        bool known = false;
+        time_t now = time(NULL);
+        struct tm tm;
+        int r;
+
+        for (size_t i = 0; i < c->n_tiers; i++)
+                known = known || streq(c->tiers[i].name, tier);
+        if (!known) {
+                log_error("There is no [Tier] named '%s' in the configuration", tier);
+                return EXIT_NOT_FOUND;
+        }
+        if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
+                return log_error_errno(errno, "getrandom() failed: %m"), EXIT_FAILED;
+        strcpy(key, "mg-");
+        for (size_t i = 0; i < sizeof(raw); i++)
+                snprintf(key + 3 + 2 * i, 3, "%02x", raw[i]);
+        if (sha256(key, strlen(key), digest) < 0)
+                return log_oom(), EXIT_FAILED;
+        sha256_to_hex(digest, hex);
+        gmtime_r(&now, &tm);
+        strftime(note, sizeof(note), "added %Y-%m-%d by modelgatectl", &tm);
+        r = keys_file_add(f, note, digest, tier);
+        if (r < 0)
+                return log_oom(), EXIT_FAILED;
+        r = keys_file_write(f);
+        if (r < 0)
+                return log_error_errno(r, "Cannot write %s: %m", f->path), EXIT_FAILED;
+        /* the only time the key is shown */
+        printf("%s\n", key);
+        fprintf(stderr, "key %.12s of tier %s added to %s\n", hex, tier, f->path);
+        reload_daemon();
+        return EXIT_OK;
+}
+
+static int key_remove(KeysFile *f, const char *prefix) {
+        size_t matches = 0, match = 0;
+        int r;
+
+        if (strlen(prefix) < 8) {
+                log_error("Give at least 8 digits of the digest ('modelgatectl key list' shows them)");
+                return EXIT_USAGE;
+        }
+        for (size_t i = 0; i < f->n_keys; i++) {
+                char hex[SHA256_HEX_SIZE];
+
+                sha256_to_hex(f->keys[i].digest, hex);
+                if (strncasecmp(hex, prefix, strlen(prefix)) == 0) {
+                        matches++;
+                        match = i;
+                }
+        }
+        if (matches != 1) {
+                log_error("%zu keys have a digest starting with '%s'; give a longer prefix", matches,
+                          prefix);
+                return matches == 0 ? EXIT_NOT_FOUND : EXIT_USAGE;
+        }
+        keys_file_remove(f, match);
+        r = keys_file_write(f);
+        if (r < 0)
+                return log_error_errno(r, "Cannot write %s: %m", f->path), EXIT_FAILED;
+        fprintf(stderr, "key %s removed from %s\n", prefix, f->path);
+        reload_daemon();
+        return EXIT_OK;
+}
+
 static int do_key(int argc, char **argv) {
         _cleanup_(config_done) Config c = {};
-        _cleanup_free_ char *text = NULL;
+        _cleanup_(keys_file_done) KeysFile f = {};
+        _cleanup_free_ char *error = NULL;
+        _cleanup_close_ int lock = -1;
         const char *verb = argv[0];
         int r;
 
@@ -466,98 +521,24 @@ static int do_key(int argc, char **argv) {
         if (r < 0)
                 return EXIT_FAILED;
         /* two writers at once must not lose one's key: the read and the write are one step */
-        _cleanup_close_ int lock = -1;
         if (!streq(verb, "list")) {
                 lock = state_file_lock(c.access.keys_file);
                 if (lock < 0)
                         return log_error_errno(lock, "Cannot lock %s: %m", c.access.keys_file), EXIT_FAILED;
         }
-        r = read_text(c.access.keys_file, &text);
+        r = keys_file_read(c.access.keys_file, &f, &error);
+        if (r == -ENOENT) /* none yet: the first key added makes it */
+                r = keys_file_parse(c.access.keys_file, "", &f, &error);
+        if (r == -EBADMSG)
+                return log_error("%s", error), EXIT_FAILED;
         if (r < 0)
                 return log_error_errno(r, "Cannot read %s: %m", c.access.keys_file), EXIT_FAILED;
 
-        if (streq(verb, "list")) {
-                for (char *l = text, *next; l && *l; l = next) {
-                        next = strchr(l, '\n');
-                        if (next)
-                                *next++ = 0;
-                        if (*l == '#' || !*l)
-                                continue;
-                        char *tier = strpbrk(l, " \t");
-                        printf("%.12s  %s\n", l, tier ? tier + strspn(tier, " \t") : "?");
-                }
-                return EXIT_OK;
-        }
-
-        if (streq(verb, "add")) {
-                const char *tier = argv[1];
-                uint8_t raw[24];
-                char key[64], hex[2 * SHA256_DIGEST_SIZE + 1], day[16];
-                bool known = false;
-                time_t now = time(NULL);
-                struct tm tm;
-
-                for (size_t i = 0; i < c.n_tiers; i++)
-                        known = known || streq(c.tiers[i].name, tier);
-                if (!known) {
-                        log_error("There is no [Tier] named '%s' in the configuration", tier);
-                        return EXIT_NOT_FOUND;
-                }
-                if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
-                        return log_error_errno(errno, "getrandom() failed: %m"), EXIT_FAILED;
-                strcpy(key, "mg-");
-                for (size_t i = 0; i < sizeof(raw); i++)
-                        snprintf(key + 3 + 2 * i, 3, "%02x", raw[i]);
-                sha256_hex(key, strlen(key), hex);
-                gmtime_r(&now, &tm);
-                strftime(day, sizeof(day), "%Y-%m-%d", &tm);
-                _cleanup_free_ char *out = NULL;
-                if (asprintf(&out, "%s%s# added %s by modelgatectl\n%s %s\n", text,
-                             *text && text[strlen(text) - 1] != '\n' ? "\n" : "", day, hex, tier) < 0)
-                        return log_oom(), EXIT_FAILED;
-                r = state_file_write(c.access.keys_file, out, strlen(out));
-                if (r < 0)
-                        return log_error_errno(r, "Cannot write %s: %m", c.access.keys_file), EXIT_FAILED;
-                /* the only time the key is shown */
-                printf("%s\n", key);
-                fprintf(stderr, "key %.12s of tier %s added to %s\n", hex, tier, c.access.keys_file);
-                reload_daemon();
-                return EXIT_OK;
-        }
-
-        /* remove */
-        const char *prefix = argv[1];
-        _cleanup_free_ char *out = strdup("");
-        size_t matches = 0;
-        if (strlen(prefix) < 8) {
-                log_error("Give at least 8 digits of the digest ('modelgatectl key list' shows them)");
-                return EXIT_USAGE;
-        }
-        for (char *l = text, *next; out && l && *l; l = next) {
-                next = strchr(l, '\n');
-                if (next)
-                        *next++ = 0;
-                if (*l != '#' && strncasecmp(l, prefix, strlen(prefix)) == 0) {
-                        matches++;
-                        continue;
-                }
-                char *o = NULL;
-                if (asprintf(&o, "%s%s\n", out, l) < 0)
-                        return log_oom(), EXIT_FAILED;
-                free(out);
-                out = o;
-        }
-        if (matches != 1) {
-                log_error("%zu keys have a digest starting with '%s'; give a longer prefix", matches,
-                          prefix);
-                return matches == 0 ? EXIT_NOT_FOUND : EXIT_USAGE;
-        }
-        r = state_file_write(c.access.keys_file, out, strlen(out));
-        if (r < 0)
-                return log_error_errno(r, "Cannot write %s: %m", c.access.keys_file), EXIT_FAILED;
-        fprintf(stderr, "key %s removed from %s\n", prefix, c.access.keys_file);
-        reload_daemon();
-        return EXIT_OK;
+        if (streq(verb, "list"))
+                return key_list(&f);
+        if (streq(verb, "add"))
+                return key_add(&c, &f, argv[1]);
+        return key_remove(&f, argv[1]);
 }
 
 int main(int argc, char *argv[]) {

@@ -10,8 +10,8 @@
 
 #include "modelgated/access.h"
 #include "shared/count-map.h"
+#include "shared/keys-file.h"
 #include "shared/log.h"
-#include "shared/sha256.h"
 #include "shared/state-file.h"
 
 /* Anonymous clients are counted per address (IPv6 per /64, which is what one client has): at most this many
@@ -158,8 +158,12 @@ int access_identify(const Config *c, const char *key, const char *peer, AccessCa
                 uint8_t h[SHA256_DIGEST_SIZE];
                 char hex[2 * SHA256_DIGEST_SIZE + 1];
 
-                sha256(key, strlen(key), h);
-                sha256_hex(key, strlen(key), hex);
+                if (sha256(key, strlen(key), h) < 0) {
+                        *d = (AccessDenial){.status = 500};
+                        snprintf(d->message, sizeof(d->message), "out of memory");
+                        return -ENOMEM;
+                }
+                sha256_to_hex(h, hex);
                 for (size_t i = 0; i < c->access.n_keys; i++)
                         if (memcmp(c->access.key_hashes[i], h, sizeof(h)) == 0) {
                                 ret->tier = &c->tiers[c->access.key_tiers[i]];

@@ -1,29 +1,27 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* modelgate.conf(5). Owns the Config struct: the daemon reads it whole at
  * start (and, later, on reload into a fresh Config), never piecemeal. Every
- * error names file, line and key; any error refuses the whole configuration. */
+ * error names file, line and key; any error refuses the whole configuration.
+ * This file reads the text and the drop-ins; what each key means is in
+ * conf-items.c, the checks across sections in conf-verify.c, and what the
+ * configuration names (addresses, key files) is read by conf-resolve.c. */
 
-#include <arpa/inet.h>
 #include <ctype.h>
 #include <dirent.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
+#include <errno.h>
 #include <stdarg.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
+#include "modelgated/conf-items.h"
 #include "modelgated/conf.h"
+#include "modelgated/ssh-command.h"
+#include "shared/fileio.h"
 #include "shared/log.h"
-#include "shared/parse-util.h"
 #include "shared/strv.h"
 
-/* Logs an error of the configuration and keeps its text in c->errors, for a daemon that has to say what is
- * wrong to clients instead of only to its log. Returns -abs(error); %m is that error. */
-_printf_(3, 4) static int config_error(Config *c, int error, const char *fmt, ...) {
+int config_error(Config *c, int error, const char *fmt, ...) {
         _cleanup_free_ char *s = NULL;
         va_list ap;
         int k;
@@ -40,359 +38,6 @@ _printf_(3, 4) static int config_error(Config *c, int error, const char *fmt, ..
                 TAKE_PTR(s);
         return -error;
 }
-
-typedef enum SectionKind {
-        SECTION_PROXY,
-        SECTION_HOST,
-        SECTION_ENGINE,
-        SECTION_FALLBACK,
-        SECTION_ACCESS,
-        SECTION_TIER,
-        _SECTION_MAX,
-        _SECTION_INVALID = -EINVAL,
-} SectionKind;
-
-static const char *const section_names[_SECTION_MAX] = {
-        [SECTION_PROXY] = "Proxy",       [SECTION_HOST] = "Host",     [SECTION_ENGINE] = "Engine",
-        [SECTION_FALLBACK] = "Fallback", [SECTION_ACCESS] = "Access", [SECTION_TIER] = "Tier",
-};
-
-typedef int (*ConfigParser)(const char *value, void *data);
-
-typedef struct ConfigItem {
-        SectionKind section;
-        const char *key;
-        ConfigParser parse;
-        size_t offset;
-} ConfigItem;
-
-static int parse_timespan_item(const char *v, void *data) {
-        return parse_timespan(v, data);
-}
-
-static int parse_timespan_override(const char *v, void *data) {
-        if (!*v) { /* empty: back to [Proxy]'s */
-                *(usec_t *)data = CONF_USEC_UNSET;
-                return 0;
-        }
-        return parse_timespan(v, data);
-}
-
-static int parse_size_item(const char *v, void *data) {
-        return parse_size(v, data);
-}
-
-static int parse_string_item(const char *v, void *data);
-
-static int parse_uint_item(const char *v, void *data) {
-        return safe_atou64(v, data);
-}
-
-/* a count, or "infinity" for none */
-static int parse_cap_item(const char *v, void *data) {
-        if (streq(v, "infinity")) {
-                *(uint64_t *)data = UINT64_MAX;
-                return 0;
-        }
-        return safe_atou64(v, data);
-}
-
-static int parse_tristate_item(const char *v, void *data) {
-        int b = parse_boolean(v);
-        if (b < 0)
-                return b;
-        *(int *)data = b;
-        return 0;
-}
-
-static int parse_absolute_path_item(const char *v, void *data) {
-        if (*v && v[0] != '/')
-                return -EINVAL;
-        return parse_string_item(v, data);
-}
-
-static int parse_credential_item(const char *v, void *data) {
-        if (*v && (strchr(v, '/') || streq(v, ".") || streq(v, "..")))
-                return -EINVAL;
-        return parse_string_item(v, data);
-}
-
-static int parse_string_item(const char *v, void *data) {
-        char **s = data;
-        char *n = NULL;
-
-        if (*v && !(n = strdup(v)))
-                return -ENOMEM;
-        free(*s);
-        *s = n;
-        return 0;
-}
-
-/* Space-separated words, appended; an empty value resets the list, as systemd does. */
-static int parse_strv_item(const char *v, void *data) {
-        char ***l = data;
-
-        if (!*v) {
-                strv_free(*l);
-                *l = NULL;
-                return 0;
-        }
-        for (const char *p = v; *p;) {
-                while (isspace((unsigned char)*p))
-                        p++;
-                if (!*p)
-                        break;
-                const char *e = p;
-                while (*e && !isspace((unsigned char)*e))
-                        e++;
-                char *w = strndup(p, (size_t)(e - p));
-                if (!w || strv_push(l, w) < 0) {
-                        free(w);
-                        return -ENOMEM;
-                }
-                p = e;
-        }
-        return 0;
-}
-
-bool host_name_is_valid(const char *s) {
-        if (!s || !*s || strlen(s) > 64)
-                return false;
-        for (; *s; s++)
-                if (!isalnum((unsigned char)*s) && *s != '_' && *s != '.')
-                        return false;
-        return true;
-}
-
-static int parse_host_name_item(const char *v, void *data) {
-        if (!host_name_is_valid(v))
-                return -EINVAL;
-        return parse_string_item(v, data);
-}
-
-static int parse_engine_name_item(const char *v, void *data) {
-        if (!*v || strlen(v) > 64)
-                return -EINVAL;
-        for (const char *p = v; *p; p++)
-                if (!isalnum((unsigned char)*p) && !strchr("_.-@", *p))
-                        return -EINVAL;
-        return parse_string_item(v, data);
-}
-
-static int parse_unit_item(const char *v, void *data) {
-        const char *dot = strrchr(v, '.');
-        if (!*v || strlen(v) > 255 || !dot || dot == v || strchr(v, '/') || strpbrk(v, " \t"))
-                return -EINVAL;
-        return parse_string_item(v, data);
-}
-
-static bool ssh_chars(const char *p, size_t n, const char *extra) {
-        if (n == 0 || *p == '-')
-                return false;
-        for (size_t i = 0; i < n; i++)
-                if (!isalnum((unsigned char)p[i]) && !strchr(extra, p[i]))
-                        return false;
-        return true;
-}
-
-/* "[user@]host[:port]" of Bus=ssh: (IPv6 bare or in brackets) split into ssh's "[user@]host" and the port
- * (NULL: none). The characters are allow-listed: the parts reach ssh's command line, and an old client
- * with %r/%h in a ProxyCommand hands them to a shell; none may start with '-' (an option). */
-static int ssh_target_split(const char *spec, char **ret_target, char **ret_port) {
-        const char *at = strrchr(spec, '@'), *hostpart = at ? at + 1 : spec, *host, *port = NULL;
-        size_t host_len;
-
-        if (at && !ssh_chars(spec, (size_t)(at - spec), "._-"))
-                return -EINVAL;
-        if (hostpart[0] == '[') {
-                const char *close = strchr(hostpart, ']');
-                if (!close || (close[1] && close[1] != ':'))
-                        return -EINVAL;
-                host = hostpart + 1;
-                host_len = (size_t)(close - host);
-                port = close[1] ? close + 2 : NULL;
-                if (!ssh_chars(host, host_len, ":."))
-                        return -EINVAL;
-        } else {
-                const char *colon = strchr(hostpart, ':');
-                if (colon && strchr(colon + 1, ':'))
-                        colon = NULL; /* a bare IPv6 address */
-                host = hostpart;
-                host_len = colon ? (size_t)(colon - hostpart) : strlen(hostpart);
-                port = colon ? colon + 1 : NULL;
-                if (!ssh_chars(host, host_len, colon || !strchr(hostpart, ':') ? "._-" : ":."))
-                        return -EINVAL;
-        }
-        if (port && (!*port || strlen(port) > 5 || strspn(port, "0123456789") != strlen(port)))
-                return -EINVAL;
-        if (ret_target &&
-            asprintf(ret_target, "%.*s%.*s", at ? (int)(at - spec + 1) : 0, spec, (int)host_len, host) < 0)
-                return -ENOMEM;
-        if (ret_port && !(*ret_port = port ? strdup(port) : NULL) && port)
-                return -ENOMEM;
-        return 0;
-}
-
-static int parse_bus_item(const char *v, void *data) {
-        if (!streq(v, "local") && !streq(v, "system") &&
-            (strncmp(v, "ssh:", 4) != 0 || ssh_target_split(v + 4, NULL, NULL) < 0))
-                return -EINVAL;
-        return parse_string_item(v, data);
-}
-
-void http_url_done(HttpUrl *u) {
-        free(u->text);
-        free(u->host);
-        free(u->authority);
-        free(u->base_path);
-        *u = (HttpUrl){};
-}
-
-int http_url_parse(const char *s, HttpUrl *ret) {
-        _cleanup_free_ char *host = NULL, *authority = NULL, *base = NULL, *text = NULL;
-        const char *p, *hs, *he, *path;
-        uint64_t port = 80;
-        bool tls = false;
-
-        if (strncasecmp(s, "https://", 8) == 0) {
-                tls = true;
-                port = 443;
-                p = s + 8;
-        } else if (strncasecmp(s, "http://", 7) == 0)
-                p = s + 7;
-        else
-                return -EPROTONOSUPPORT;
-        if (*p == '[') {
-                hs = p + 1;
-                he = strchr(hs, ']');
-                if (!he)
-                        return -EINVAL;
-                p = he + 1;
-        } else {
-                hs = p;
-                he = p + strcspn(p, ":/?#");
-                p = he;
-        }
-        if (he == hs)
-                return -EINVAL;
-        if (*p == ':') {
-                char buf[8];
-                size_t n = strcspn(p + 1, "/?#");
-                if (n == 0 || n >= sizeof(buf))
-                        return -EINVAL;
-                memcpy(buf, p + 1, n);
-                buf[n] = 0;
-                if (safe_atou64(buf, &port) < 0 || port == 0 || port > 65535)
-                        return -EINVAL;
-                p += 1 + n;
-        }
-        path = p;
-        if (*path && *path != '/')
-                return -EINVAL;
-        if (strpbrk(path, "?# \t"))
-                return -EINVAL;
-
-        host = strndup(hs, (size_t)(he - hs));
-        if (!host)
-                return -ENOMEM;
-        for (const char *c = host; *c; c++)
-                if (!isalnum((unsigned char)*c) && !strchr(".-:_%", *c))
-                        return -EINVAL;
-        bool v6 = strchr(host, ':');
-        if (asprintf(&authority, v6 ? "[%s]:%u" : "%s:%u", host, (unsigned)port) < 0)
-                return -ENOMEM;
-        size_t pl = strlen(path);
-        while (pl > 0 && path[pl - 1] == '/')
-                pl--;
-        base = strndup(path, pl);
-        text = strdup(s);
-        if (!base || !text)
-                return -ENOMEM;
-
-        http_url_done(ret);
-        *ret = (HttpUrl){
-                .text = TAKE_PTR(text),
-                .host = TAKE_PTR(host),
-                .authority = TAKE_PTR(authority),
-                .base_path = TAKE_PTR(base),
-                .port = (uint16_t)port,
-                .tls = tls,
-        };
-        return 0;
-}
-
-static int parse_url_item(const char *v, void *data) {
-        HttpUrl *u = data;
-        if (!*v) {
-                http_url_done(u);
-                return 0;
-        }
-        return http_url_parse(v, u);
-}
-
-static const ConfigItem config_items[] = {
-        {SECTION_PROXY, "Listen", parse_strv_item, offsetof(Config, listen)},
-        {SECTION_PROXY, "ExitIdleSec", parse_timespan_item, offsetof(Config, exit_idle_usec)},
-        {SECTION_PROXY, "IdleStopSec", parse_timespan_item, offsetof(Config, idle_stop_usec)},
-        {SECTION_PROXY, "HoldDownSec", parse_timespan_item, offsetof(Config, hold_down_usec)},
-        {SECTION_PROXY, "WaitBudgetSec", parse_timespan_item, offsetof(Config, wait_budget_usec)},
-        {SECTION_PROXY, "KeepaliveAfterSec", parse_timespan_item, offsetof(Config, keepalive_after_usec)},
-        {SECTION_PROXY, "KeepaliveIntervalSec", parse_timespan_item,
-         offsetof(Config, keepalive_interval_usec)},
-        {SECTION_PROXY, "PollIntervalSec", parse_timespan_item, offsetof(Config, poll_interval_usec)},
-        {SECTION_PROXY, "HeaderTimeoutSec", parse_timespan_item, offsetof(Config, header_timeout_usec)},
-        {SECTION_PROXY, "IdleTimeoutSec", parse_timespan_item, offsetof(Config, idle_timeout_usec)},
-        {SECTION_PROXY, "UpstreamIdleTimeoutSec", parse_timespan_item,
-         offsetof(Config, upstream_idle_timeout_usec)},
-        {SECTION_PROXY, "MaxBodySize", parse_size_item, offsetof(Config, max_body_size)},
-        {SECTION_PROXY, "MaxHeaderSize", parse_size_item, offsetof(Config, max_header_size)},
-        {SECTION_PROXY, "MaxConnections", parse_uint_item, offsetof(Config, max_connections)},
-        {SECTION_PROXY, "MaxConnectionsPerAddress", parse_uint_item,
-         offsetof(Config, max_connections_per_address)},
-        {SECTION_PROXY, "MaxFeedSubscribers", parse_uint_item, offsetof(Config, max_feed_subscribers)},
-
-        {SECTION_HOST, "Name", parse_host_name_item, offsetof(HostConf, name)},
-        {SECTION_HOST, "URL", parse_url_item, offsetof(HostConf, url)},
-        {SECTION_HOST, "Bus", parse_bus_item, offsetof(HostConf, bus)},
-        {SECTION_HOST, "SSHCommand", parse_string_item, offsetof(HostConf, ssh_command)},
-        {SECTION_HOST, "BusPath", parse_string_item, offsetof(HostConf, bus_path)},
-        {SECTION_HOST, "BusyUnits", parse_strv_item, offsetof(HostConf, busy_units)},
-        {SECTION_HOST, "IdleStopSec", parse_timespan_override, offsetof(HostConf, idle_stop_usec)},
-        {SECTION_HOST, "HoldDownSec", parse_timespan_override, offsetof(HostConf, hold_down_usec)},
-        {SECTION_HOST, "WaitBudgetSec", parse_timespan_override, offsetof(HostConf, wait_budget_usec)},
-
-        {SECTION_ENGINE, "Host", parse_host_name_item, offsetof(EngineConf, host)},
-        {SECTION_ENGINE, "Name", parse_engine_name_item, offsetof(EngineConf, name)},
-        {SECTION_ENGINE, "Unit", parse_unit_item, offsetof(EngineConf, unit)},
-        {SECTION_ENGINE, "Models", parse_strv_item, offsetof(EngineConf, models)},
-        {SECTION_ENGINE, "StartTimeoutSec", parse_timespan_item, offsetof(EngineConf, start_timeout_usec)},
-        {SECTION_ENGINE, "URL", parse_url_item, offsetof(EngineConf, url)},
-        {SECTION_ENGINE, "Fallback", parse_engine_name_item, offsetof(EngineConf, fallback)},
-        {SECTION_ENGINE, "FirstTokenBudgetSec", parse_timespan_item,
-         offsetof(EngineConf, first_token_budget_usec)},
-        {SECTION_ENGINE, "RequestBudgetSec", parse_timespan_item, offsetof(EngineConf, request_budget_usec)},
-        {SECTION_ENGINE, "WarmupRequest", parse_absolute_path_item, offsetof(EngineConf, warmup_request)},
-        {SECTION_ENGINE, "PrimeAfterIdleSec", parse_timespan_item,
-         offsetof(EngineConf, prime_after_idle_usec)},
-
-        {SECTION_FALLBACK, "Name", parse_engine_name_item, offsetof(FallbackConf, name)},
-        {SECTION_FALLBACK, "URL", parse_url_item, offsetof(FallbackConf, url)},
-        {SECTION_FALLBACK, "Model", parse_string_item, offsetof(FallbackConf, model)},
-        {SECTION_FALLBACK, "KeyCredential", parse_credential_item, offsetof(FallbackConf, key_credential)},
-        {SECTION_FALLBACK, "KeyFile", parse_absolute_path_item, offsetof(FallbackConf, key_file)},
-        {SECTION_FALLBACK, "OnBusy", parse_tristate_item, offsetof(FallbackConf, on_busy)},
-
-        {SECTION_ACCESS, "KeysFile", parse_absolute_path_item, offsetof(AccessConf, keys_file)},
-        {SECTION_ACCESS, "AnonymousDailyRequests", parse_cap_item,
-         offsetof(AccessConf, anonymous_daily_requests)},
-        {SECTION_ACCESS, "AnonymousMaxBodySize", parse_size_item,
-         offsetof(AccessConf, anonymous_max_body_size)},
-
-        {SECTION_TIER, "Name", parse_engine_name_item, offsetof(TierConf, name)},
-        {SECTION_TIER, "DailyRequests", parse_cap_item, offsetof(TierConf, daily_requests)},
-        {SECTION_TIER, "Models", parse_strv_item, offsetof(TierConf, models)},
-        {SECTION_TIER, "MaxBodySize", parse_size_item, offsetof(TierConf, max_body_size)},
-};
 
 void config_init(Config *c) {
         *c = (Config){
@@ -453,14 +98,6 @@ static void tier_conf_done(TierConf *t) {
         free(t->file);
 }
 
-static void access_keys_done(AccessConf *a) {
-        free(a->key_hashes);
-        free(a->key_tiers);
-        a->key_hashes = NULL;
-        a->key_tiers = NULL;
-        a->n_keys = 0;
-}
-
 void config_done(Config *c) {
         strv_free(c->listen);
         strv_free(c->errors);
@@ -477,7 +114,8 @@ void config_done(Config *c) {
                 tier_conf_done(&c->tiers[i]);
         free(c->tiers);
         free(c->access.keys_file);
-        access_keys_done(&c->access);
+        free(c->access.key_hashes);
+        free(c->access.key_tiers);
         *c = (Config){};
 }
 
@@ -554,92 +192,147 @@ static int apply_assignment(Config *c, const char *name, const Assignment *a, vo
                 return log_oom();
         if (r < 0)
                 return config_error(c, r, "%s:%u: [%s] %s='%s' is not valid%s", name, a->line,
-                                    section_names[a->item->section], a->item->key, a->value,
+                                    section_kind_to_string(a->item->section), a->item->key, a->value,
                                     r == -EPROTONOSUPPORT ? " (only http:// and https:// URLs are supported)"
                                                           : "");
         return 0;
 }
 
-static int section_apply(Config *c, const char *name, Section *s) {
+static int section_name(Config *c, const char *name, const Section *s, const char **ret) {
+        *ret = section_last_value(s, "Name");
+        if (!*ret)
+                return config_error(c, EINVAL, "%s:%u: [%s] section without Name=", name, s->line,
+                                    section_kind_to_string(s->kind));
+        return 0;
+}
+
+/* The section_*() find what a section's assignments go to: the one of the same name from an earlier
+ * section (a drop-in amends it), else a new one with the defaults. */
+
+static int section_host(Config *c, const char *name, const Section *s, void **ret) {
+        const char *hn;
+        int r;
+
+        r = section_name(c, name, s, &hn);
+        if (r < 0)
+                return r;
+        for (size_t i = 0; i < c->n_hosts; i++)
+                if (streq(c->hosts[i].name, hn))
+                        *ret = &c->hosts[i];
+        if (*ret)
+                return 0;
+        HostConf *n = realloc(c->hosts, sizeof(HostConf) * (c->n_hosts + 1));
+        if (!n)
+                return log_oom();
+        c->hosts = n;
+        n[c->n_hosts] = (HostConf){
+                .idle_stop_usec = CONF_USEC_UNSET,
+                .hold_down_usec = CONF_USEC_UNSET,
+                .wait_budget_usec = CONF_USEC_UNSET,
+                .file = strdup(name),
+                .line = s->line,
+        };
+        *ret = &n[c->n_hosts++];
+        return 0;
+}
+
+static int section_engine(Config *c, const char *name, const Section *s, void **ret) {
+        const char *hn = section_last_value(s, "Host"), *en = section_last_value(s, "Name");
+
+        if (!hn || !en)
+                return config_error(c, EINVAL, "%s:%u: [Engine] section without %s=", name, s->line,
+                                    hn ? "Name" : "Host");
+        for (size_t i = 0; i < c->n_engines; i++)
+                if (streq(c->engines[i].host, hn) && streq(c->engines[i].name, en))
+                        *ret = &c->engines[i];
+        if (*ret)
+                return 0;
+        EngineConf *n = realloc(c->engines, sizeof(EngineConf) * (c->n_engines + 1));
+        if (!n)
+                return log_oom();
+        c->engines = n;
+        n[c->n_engines] = (EngineConf){
+                .start_timeout_usec = 5 * USEC_PER_MINUTE,
+                .file = strdup(name),
+                .line = s->line,
+        };
+        *ret = &n[c->n_engines++];
+        return 0;
+}
+
+static int section_fallback(Config *c, const char *name, const Section *s, void **ret) {
+        const char *fn;
+        int r;
+
+        r = section_name(c, name, s, &fn);
+        if (r < 0)
+                return r;
+        for (size_t i = 0; i < c->n_fallbacks; i++)
+                if (streq(c->fallbacks[i].name, fn))
+                        *ret = &c->fallbacks[i];
+        if (*ret)
+                return 0;
+        FallbackConf *n = reallocarray(c->fallbacks, c->n_fallbacks + 1, sizeof(FallbackConf));
+        if (!n)
+                return log_oom();
+        c->fallbacks = n;
+        n[c->n_fallbacks] = (FallbackConf){.on_busy = -1, .file = strdup(name), .line = s->line};
+        *ret = &n[c->n_fallbacks++];
+        return 0;
+}
+
+static int section_tier(Config *c, const char *name, const Section *s, void **ret) {
+        const char *tn;
+        int r;
+
+        r = section_name(c, name, s, &tn);
+        if (r < 0)
+                return r;
+        for (size_t i = 0; i < c->n_tiers; i++)
+                if (streq(c->tiers[i].name, tn))
+                        *ret = &c->tiers[i];
+        if (*ret)
+                return 0;
+        TierConf *n = reallocarray(c->tiers, c->n_tiers + 1, sizeof(TierConf));
+        if (!n)
+                return log_oom();
+        c->tiers = n;
+        n[c->n_tiers] = (TierConf){.daily_requests = UINT64_MAX, .file = strdup(name), .line = s->line};
+        *ret = &n[c->n_tiers++];
+        return 0;
+}
+
+static int section_apply(Config *c, const char *name, const Section *s) {
         void *base = NULL;
         int r;
 
-        if (s->kind == SECTION_PROXY)
+        switch (s->kind) {
+        case SECTION_PROXY:
                 base = c;
-        else if (s->kind == SECTION_HOST) {
-                const char *hn = section_last_value(s, "Name");
-                if (!hn)
-                        return config_error(c, EINVAL, "%s:%u: [Host] section without Name=", name, s->line);
-                for (size_t i = 0; i < c->n_hosts; i++)
-                        if (streq(c->hosts[i].name, hn))
-                                base = &c->hosts[i];
-                if (!base) {
-                        HostConf *n = realloc(c->hosts, sizeof(HostConf) * (c->n_hosts + 1));
-                        if (!n)
-                                return log_oom();
-                        c->hosts = n;
-                        base = &c->hosts[c->n_hosts++];
-                        *(HostConf *)base = (HostConf){
-                                .idle_stop_usec = CONF_USEC_UNSET,
-                                .hold_down_usec = CONF_USEC_UNSET,
-                                .wait_budget_usec = CONF_USEC_UNSET,
-                                .file = strdup(name),
-                                .line = s->line,
-                        };
-                }
-        } else if (s->kind == SECTION_ENGINE) {
-                const char *hn = section_last_value(s, "Host"), *en = section_last_value(s, "Name");
-                if (!hn || !en)
-                        return config_error(c, EINVAL, "%s:%u: [Engine] section without %s=", name, s->line,
-                                            hn ? "Name" : "Host");
-                for (size_t i = 0; i < c->n_engines; i++)
-                        if (streq(c->engines[i].host, hn) && streq(c->engines[i].name, en))
-                                base = &c->engines[i];
-                if (!base) {
-                        EngineConf *n = realloc(c->engines, sizeof(EngineConf) * (c->n_engines + 1));
-                        if (!n)
-                                return log_oom();
-                        c->engines = n;
-                        base = &c->engines[c->n_engines++];
-                        *(EngineConf *)base = (EngineConf){
-                                .start_timeout_usec = 5 * USEC_PER_MINUTE,
-                                .file = strdup(name),
-                                .line = s->line,
-                        };
-                }
-        } else if (s->kind == SECTION_FALLBACK || s->kind == SECTION_TIER) {
-                bool fb = s->kind == SECTION_FALLBACK;
-                const char *n = section_last_value(s, "Name");
-                if (!n)
-                        return config_error(c, EINVAL, "%s:%u: [%s] section without Name=", name, s->line,
-                                            section_names[s->kind]);
-                for (size_t i = 0; i < (fb ? c->n_fallbacks : c->n_tiers); i++)
-                        if (streq(fb ? c->fallbacks[i].name : c->tiers[i].name, n))
-                                base = fb ? (void *)&c->fallbacks[i] : (void *)&c->tiers[i];
-                if (!base && fb) {
-                        FallbackConf *x =
-                                reallocarray(c->fallbacks, c->n_fallbacks + 1, sizeof(FallbackConf));
-                        if (!x)
-                                return log_oom();
-                        c->fallbacks = x;
-                        base = &c->fallbacks[c->n_fallbacks++];
-                        *(FallbackConf *)base =
-                                (FallbackConf){.on_busy = -1, .file = strdup(name), .line = s->line};
-                } else if (!base) {
-                        TierConf *x = reallocarray(c->tiers, c->n_tiers + 1, sizeof(TierConf));
-                        if (!x)
-                                return log_oom();
-                        c->tiers = x;
-                        base = &c->tiers[c->n_tiers++];
-                        *(TierConf *)base = (TierConf){
-                                .daily_requests = UINT64_MAX, .file = strdup(name), .line = s->line};
-                }
-        } else if (s->kind == SECTION_ACCESS) {
+                r = 0;
+                break;
+        case SECTION_HOST:
+                r = section_host(c, name, s, &base);
+                break;
+        case SECTION_ENGINE:
+                r = section_engine(c, name, s, &base);
+                break;
+        case SECTION_FALLBACK:
+                r = section_fallback(c, name, s, &base);
+                break;
+        case SECTION_ACCESS:
                 c->access.enabled = true;
                 base = &c->access;
-        } else
+                r = 0;
+                break;
+        case SECTION_TIER:
+                r = section_tier(c, name, s, &base);
+                break;
+        default: /* before the first section */
                 return 0;
-
+        }
+        if (r < 0)
+                return r;
         for (size_t i = 0; i < s->n_assignments; i++) {
                 r = apply_assignment(c, name, &s->assignments[i], base);
                 if (r < 0)
@@ -657,12 +350,69 @@ static char *strip(char *s) {
         return s;
 }
 
+/* "[Name]": applies the section before it, and starts this one. */
+static int parse_section_header(Config *c, const char *name, unsigned line, char *l, Section *s) {
+        size_t n = strlen(l);
+        int r;
+
+        if (l[n - 1] != ']' || n < 3)
+                return config_error(c, EINVAL, "%s:%u: invalid section header '%s'", name, line, l);
+        l[n - 1] = 0;
+        l++;
+        r = section_apply(c, name, s);
+        section_done(s);
+        if (r < 0)
+                return r;
+        s->kind = section_kind_from_string(l);
+        if (s->kind < 0)
+                return config_error(c, EINVAL, "%s:%u: section [%s] is unknown", name, line, l);
+        s->line = line;
+        return 0;
+}
+
+/* "Key=value": kept with its line until the section is applied, so that an error then points at it. */
+static int parse_assignment(Config *c, const char *name, unsigned line, char *l, Section *s) {
+        const ConfigItem *item;
+        char *eq, *key, *value;
+        Assignment *na;
+
+        if (s->kind < 0)
+                return config_error(c, EINVAL, "%s:%u: assignment outside of a section", name, line);
+        eq = strchr(l, '=');
+        if (!eq)
+                return config_error(c, EINVAL, "%s:%u: a line that is neither [Section] nor Key=value", name,
+                                    line);
+        *eq = 0;
+        key = strip(l);
+        value = eq + 1;
+        /* Inline comments, as SPEC.md's examples use them: '#' after whitespace. */
+        for (char *h = value; (h = strchr(h, '#')); h++)
+                if (h == value || isspace((unsigned char)h[-1])) {
+                        *h = 0;
+                        break;
+                }
+        value = strip(value);
+
+        item = config_item_find(s->kind, key);
+        if (!item)
+                return config_error(c, EINVAL, "%s:%u: unknown key '%s' in section [%s]", name, line, key,
+                                    section_kind_to_string(s->kind));
+        na = realloc(s->assignments, sizeof(Assignment) * (s->n_assignments + 1));
+        if (!na)
+                return log_oom();
+        s->assignments = na;
+        na[s->n_assignments] = (Assignment){.item = item, .value = strdup(value), .line = line};
+        if (!na[s->n_assignments].value)
+                return log_oom();
+        s->n_assignments++;
+        return 0;
+}
+
 int config_parse_text(Config *c, const char *name, const char *text, size_t size) {
+        _cleanup_(section_done) Section s = {.kind = _SECTION_INVALID};
         _cleanup_free_ char *copy = NULL;
-        Section s = {.kind = _SECTION_INVALID};
         unsigned line = 0;
-        bool seen_section = false;
-        int r = 0;
+        int r;
 
         if (memchr(text, 0, size))
                 return config_error(c, EINVAL, "%s: contains a NUL byte", name);
@@ -671,7 +421,7 @@ int config_parse_text(Config *c, const char *name, const char *text, size_t size
                 return log_oom();
 
         for (char *p = copy, *next; p; p = next) {
-                char *l, *eq;
+                char *l;
 
                 line++;
                 next = strchr(p, '\n');
@@ -680,115 +430,12 @@ int config_parse_text(Config *c, const char *name, const char *text, size_t size
                 l = strip(p);
                 if (*l == 0 || *l == '#' || *l == ';')
                         continue;
-
-                if (*l == '[') {
-                        size_t n = strlen(l);
-                        if (l[n - 1] != ']' || n < 3) {
-                                r = config_error(c, EINVAL, "%s:%u: invalid section header '%s'", name, line,
-                                                 l);
-                                goto finish;
-                        }
-                        l[n - 1] = 0;
-                        l++;
-                        r = section_apply(c, name, &s);
-                        section_done(&s);
-                        if (r < 0)
-                                goto finish;
-                        s.kind = _SECTION_INVALID;
-                        for (int k = 0; k < _SECTION_MAX; k++)
-                                if (streq(l, section_names[k]))
-                                        s.kind = k;
-                        if (s.kind < 0) {
-                                r = config_error(c, EINVAL, "%s:%u: section [%s] is unknown", name, line, l);
-                                goto finish;
-                        }
-                        s.line = line;
-                        seen_section = true;
-                        continue;
-                }
-
-                if (!seen_section) {
-                        r = config_error(c, EINVAL, "%s:%u: assignment outside of a section", name, line);
-                        goto finish;
-                }
-                eq = strchr(l, '=');
-                if (!eq) {
-                        r = config_error(c, EINVAL, "%s:%u: a line that is neither [Section] nor Key=value",
-                                         name, line);
-                        goto finish;
-                }
-                *eq = 0;
-                char *key = strip(l), *value = eq + 1;
-                /* Inline comments, as SPEC.md's examples use them: '#' after whitespace. */
-                for (char *h = value; (h = strchr(h, '#')); h++)
-                        if (h == value || isspace((unsigned char)h[-1])) {
-                                *h = 0;
-                                break;
-                        }
-                value = strip(value);
-
-                const ConfigItem *item = NULL;
-                for (size_t k = 0; k < ELEMENTSOF(config_items); k++)
-                        if (config_items[k].section == s.kind && streq(config_items[k].key, key))
-                                item = &config_items[k];
-                if (!item) {
-                        r = config_error(c, EINVAL, "%s:%u: unknown key '%s' in section [%s]", name, line,
-                                         key, section_names[s.kind]);
-                        goto finish;
-                }
-                /* Validate now, so the error points at this line even if the section is never applied */
-                Assignment *na = realloc(s.assignments, sizeof(Assignment) * (s.n_assignments + 1));
-                if (!na) {
-                        r = log_oom();
-                        goto finish;
-                }
-                s.assignments = na;
-                na[s.n_assignments] = (Assignment){.item = item, .value = strdup(value), .line = line};
-                if (!na[s.n_assignments].value) {
-                        r = log_oom();
-                        goto finish;
-                }
-                s.n_assignments++;
+                r = *l == '[' ? parse_section_header(c, name, line, l, &s)
+                              : parse_assignment(c, name, line, l, &s);
+                if (r < 0)
+                        return r;
         }
-
-        r = section_apply(c, name, &s);
-finish:
-        section_done(&s);
-        return r;
-}
-
-static int read_file(const char *path, char **ret, size_t *ret_size) {
-        _cleanup_close_ int fd = -1;
-        _cleanup_free_ char *buf = NULL;
-        size_t n = 0, a = 0;
-
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-                return -errno;
-        for (;;) {
-                if (a - n < 4096) {
-                        if (a > 16 * 1024 * 1024)
-                                return -EFBIG;
-                        a = a ? a * 2 : 8192;
-                        char *nb = realloc(buf, a);
-                        if (!nb)
-                                return -ENOMEM;
-                        buf = nb;
-                }
-                ssize_t k = read(fd, buf + n, a - n);
-                if (k < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return -errno;
-                }
-                if (k == 0)
-                        break;
-                n += (size_t)k;
-        }
-        buf[n] = 0; /* there is room: a read of 0 left at least 4096 bytes */
-        *ret = TAKE_PTR(buf);
-        *ret_size = n;
-        return 0;
+        return section_apply(c, name, &s);
 }
 
 static int config_load_one(Config *c, const char *path) {
@@ -796,7 +443,7 @@ static int config_load_one(Config *c, const char *path) {
         size_t size = 0;
         int r;
 
-        r = read_file(path, &text, &size);
+        r = read_full_file(path, &text, &size);
         if (r < 0)
                 return r;
         return config_parse_text(c, path, text ?: "", size);
@@ -864,265 +511,6 @@ done:
         return 0;
 }
 
-int config_verify(Config *c) {
-        int r = 0;
-
-        if (c->max_header_size < 1024 || c->max_header_size > 16 * 1024 * 1024)
-                r = config_error(c, EINVAL, "[Proxy] MaxHeaderSize= must be between 1K and 16M");
-        if (c->max_connections_per_address < 1)
-                r = config_error(c, EINVAL, "[Proxy] MaxConnectionsPerAddress= must be at least 1");
-        if (c->max_connections < 1)
-                r = config_error(c, EINVAL, "[Proxy] MaxConnections= must be at least 1");
-        if (c->keepalive_interval_usec == 0)
-                r = config_error(c, EINVAL, "[Proxy] KeepaliveIntervalSec= must not be 0");
-        if (c->exit_idle_usec > 0 && c->exit_idle_usec < CONFIG_EXIT_IDLE_MIN_USEC) {
-                /* every idle exit and re-activation is a start of the unit, and the units' start limit
-                 * (modelgated(8), UNIT SETTINGS) counts on at least a second between them */
-                char t[FORMAT_TIMESPAN_MAX];
-                log_warning("[Proxy] ExitIdleSec=%s is below 1s, using 1s: each idle exit and re-activation "
-                            "counts against the unit's start limit",
-                            format_timespan(t, sizeof(t), c->exit_idle_usec));
-                c->exit_idle_usec = CONFIG_EXIT_IDLE_MIN_USEC;
-        }
-        if (c->header_timeout_usec == 0 || c->idle_timeout_usec == 0)
-                r = config_error(c, EINVAL, "[Proxy] HeaderTimeoutSec= and IdleTimeoutSec= must not be 0");
-
-        for (size_t i = 0; i < c->n_hosts; i++) {
-                HostConf *h = &c->hosts[i];
-                if (!h->url.text)
-                        r = config_error(c, EINVAL, "%s:%u: [Host] '%s' has no URL=", h->file, h->line,
-                                         h->name);
-                if (!h->bus && !(h->bus = strdup("local")))
-                        return log_oom();
-                h->bus_kind = streq(h->bus, "local")    ? BUS_LOCAL
-                              : streq(h->bus, "system") ? BUS_SYSTEM
-                                                        : BUS_SSH;
-                if (!h->ssh_command && !(h->ssh_command = strdup("ssh")))
-                        return log_oom();
-                if (h->bus_kind == BUS_SSH) {
-                        _cleanup_strv_free_ char **argv = NULL;
-                        if (host_conf_ssh_argv(h, &argv) < 0)
-                                r = config_error(c, EINVAL,
-                                                 "%s:%u: [Host] '%s': cannot make an ssh command from "
-                                                 "Bus='%s', SSHCommand='%s' and BusPath='%s' (a bad port, "
-                                                 "an open quote, or a ' in BusPath=)",
-                                                 h->file, h->line, h->name, h->bus, h->ssh_command,
-                                                 strna(h->bus_path));
-                }
-                for (size_t j = 0; j < i; j++)
-                        /* a host name that is a prefix of another is fine: the longest match wins */
-                        if (strcasecmp(c->hosts[j].name, h->name) == 0 && !streq(c->hosts[j].name, h->name))
-                                log_warning("%s:%u: [Host] names '%s' and '%s' differ only in case", h->file,
-                                            h->line, h->name, c->hosts[j].name);
-        }
-        for (size_t i = 0; i < c->n_engines; i++) {
-                EngineConf *e = &c->engines[i];
-                if (!config_find_host(c, e->host))
-                        r = config_error(c, EINVAL,
-                                         "%s:%u: [Engine] '%s' names Host='%s', which no [Host] defines",
-                                         e->file, e->line, e->name, e->host);
-                if (!e->unit)
-                        r = config_error(c, EINVAL, "%s:%u: [Engine] '%s' has no Unit=", e->file, e->line,
-                                         e->name);
-                for (size_t j = 0; j < i; j++)
-                        if (e->unit && c->engines[j].unit && streq(c->engines[j].host, e->host) &&
-                            streq(c->engines[j].unit, e->unit))
-                                r = config_error(c, EINVAL, "%s:%u: [Engine] '%s' and '%s' share Unit='%s'",
-                                                 e->file, e->line, c->engines[j].name, e->name, e->unit);
-                if (e->fallback && !config_find_fallback(c, e->fallback))
-                        r = config_error(
-                                c, EINVAL,
-                                "%s:%u: [Engine] '%s' names Fallback='%s', which no [Fallback] defines",
-                                e->file, e->line, e->name, e->fallback);
-                if (e->prime_after_idle_usec != 0 && !e->warmup_request)
-                        r = config_error(c, EINVAL,
-                                         "%s:%u: [Engine] '%s' has PrimeAfterIdleSec= but no WarmupRequest=",
-                                         e->file, e->line, e->name);
-        }
-        for (size_t i = 0; i < c->n_fallbacks; i++) {
-                FallbackConf *f = &c->fallbacks[i];
-                if (!f->url.text || !f->model)
-                        r = config_error(c, EINVAL, "%s:%u: [Fallback] '%s' needs URL= and Model=", f->file,
-                                         f->line, f->name);
-                if (f->key_credential && f->key_file)
-                        r = config_error(c, EINVAL,
-                                         "%s:%u: [Fallback] '%s' has both KeyCredential= and KeyFile=",
-                                         f->file, f->line, f->name);
-        }
-        if (c->n_tiers > 0 && !c->access.enabled)
-                r = config_error(c, EINVAL, "[Tier] sections need an [Access] section with KeysFile=");
-        return r;
-}
-
-/* A secret in a file: the first line, without its line end. */
-static int read_secret(const char *path, char **ret) {
-        _cleanup_free_ char *s = NULL;
-        size_t n;
-        int r;
-
-        r = read_file(path, &s, &n);
-        if (r < 0)
-                return r;
-        s[strcspn(s, "\r\n")] = 0;
-        if (!*s)
-                return -ENODATA;
-        *ret = TAKE_PTR(s);
-        return 0;
-}
-
-static int hex_digit(char c) {
-        return c >= '0' && c <= '9'   ? c - '0'
-               : c >= 'a' && c <= 'f' ? c - 'a' + 10
-               : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                      : -1;
-}
-
-int config_load_keys(Config *c, const char *path) {
-        _cleanup_free_ char *text = NULL;
-        size_t n;
-        unsigned line = 0;
-        int r;
-
-        r = read_file(path, &text, &n);
-        if (r == -ENOENT) {
-                log_warning("[Access] KeysFile=%s does not exist: no client has a key", path);
-                return 0;
-        }
-        if (r < 0)
-                return config_error(c, r, "[Access] KeysFile=%s cannot be read: %m", path);
-        for (char *p = text, *next; p; p = next) {
-                char *l, *tier;
-                uint8_t h[32];
-
-                line++;
-                next = strchr(p, '\n');
-                if (next)
-                        *next++ = 0;
-                l = strip(p);
-                if (!*l || *l == '#')
-                        continue;
-                tier = strpbrk(l, " \t");
-                if (!tier || tier - l != 64)
-                        return config_error(c, EINVAL, "%s:%u: not '<sha256 hex of a key> <tier>'", path,
-                                            line);
-                *tier++ = 0;
-                tier = strip(tier);
-                for (size_t i = 0; i < 32; i++) {
-                        int hi = hex_digit(l[2 * i]), lo = hex_digit(l[2 * i + 1]);
-                        if (hi < 0 || lo < 0)
-                                return config_error(c, EINVAL, "%s:%u: '%s' is not a SHA-256 in hex", path,
-                                                    line, l);
-                        h[i] = (uint8_t)(hi << 4 | lo);
-                }
-                ssize_t t = -1;
-                for (size_t i = 0; i < c->n_tiers; i++)
-                        if (streq(c->tiers[i].name, tier))
-                                t = (ssize_t)i;
-                if (t < 0)
-                        return config_error(c, EINVAL, "%s:%u: tier '%s' has no [Tier] section", path, line,
-                                            tier);
-                uint8_t(*nh)[32] = reallocarray(c->access.key_hashes, c->access.n_keys + 1, 32);
-                if (!nh)
-                        return log_oom();
-                c->access.key_hashes = nh;
-                size_t *nt = reallocarray(c->access.key_tiers, c->access.n_keys + 1, sizeof(size_t));
-                if (!nt)
-                        return log_oom();
-                c->access.key_tiers = nt;
-                memcpy(c->access.key_hashes[c->access.n_keys], h, 32);
-                c->access.key_tiers[c->access.n_keys++] = (size_t)t;
-        }
-        return 0;
-}
-
-static int resolve_url(Config *c, HttpUrl *u, const char *what) {
-        struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV}, *res = NULL;
-        char port[8];
-        int r;
-
-        snprintf(port, sizeof(port), "%u", u->port);
-        r = getaddrinfo(u->host, port, &hints, &res);
-        if (r != 0)
-                return config_error(c, EHOSTUNREACH, "%s: cannot resolve '%s': %s", what, u->host,
-                                    gai_strerror(r));
-        memcpy(&u->address, res->ai_addr, res->ai_addrlen);
-        u->address_len = res->ai_addrlen;
-        freeaddrinfo(res);
-        return 0;
-}
-
-int config_resolve(Config *c) {
-        int r = 0, k;
-        for (size_t i = 0; i < c->n_fallbacks; i++) {
-                FallbackConf *f = &c->fallbacks[i];
-                _cleanup_free_ char *what = NULL, *path = NULL;
-                if (asprintf(&what, "[Fallback] %s URL=%s", f->name, f->url.text) < 0)
-                        return log_oom();
-                k = resolve_url(c, &f->url, what);
-                if (k < 0)
-                        r = k;
-                if (f->key_credential) {
-                        const char *d = getenv("CREDENTIALS_DIRECTORY");
-                        if (!d) {
-                                r = config_error(
-                                        c, ENOENT,
-                                        "%s:%u: [Fallback] '%s' KeyCredential=%s: $CREDENTIALS_DIRECTORY is "
-                                        "not set (LoadCredential= in the unit)",
-                                        f->file, f->line, f->name, f->key_credential);
-                                continue;
-                        }
-                        if (asprintf(&path, "%s/%s", d, f->key_credential) < 0)
-                                return log_oom();
-                }
-                if (path || f->key_file) {
-                        k = read_secret(path ?: f->key_file, &f->key);
-                        if (k < 0)
-                                r = config_error(c, k,
-                                                 "%s:%u: [Fallback] '%s': the key in %s cannot be read: %m",
-                                                 f->file, f->line, f->name, path ?: f->key_file);
-                }
-                if (f->key && !f->url.tls)
-                        log_warning(
-                                "%s:%u: [Fallback] '%s': URL=%s is http://, so its key crosses the network "
-                                "in clear text; use https://",
-                                f->file, f->line, f->name, f->url.text);
-        }
-        for (size_t i = 0; i < c->n_engines; i++) {
-                EngineConf *e = &c->engines[i];
-                if (!e->warmup_request)
-                        continue;
-                k = read_file(e->warmup_request, &e->warmup_body, &e->warmup_size);
-                if (k < 0)
-                        r = config_error(c, k, "%s:%u: [Engine] '%s' WarmupRequest=%s cannot be read: %m",
-                                         e->file, e->line, e->name, e->warmup_request);
-        }
-        if (c->access.keys_file) {
-                access_keys_done(&c->access);
-                k = config_load_keys(c, c->access.keys_file);
-                if (k < 0)
-                        r = k;
-        }
-        for (size_t i = 0; i < c->n_hosts; i++) {
-                _cleanup_free_ char *what = NULL;
-                if (asprintf(&what, "[Host] %s URL=%s", c->hosts[i].name, c->hosts[i].url.text) < 0)
-                        return log_oom();
-                k = resolve_url(c, &c->hosts[i].url, what);
-                if (k < 0)
-                        r = k;
-        }
-        for (size_t i = 0; i < c->n_engines; i++) {
-                _cleanup_free_ char *what = NULL;
-                if (!c->engines[i].url.text)
-                        continue;
-                if (asprintf(&what, "[Engine] %s URL=%s", c->engines[i].name, c->engines[i].url.text) < 0)
-                        return log_oom();
-                k = resolve_url(c, &c->engines[i].url, what);
-                if (k < 0)
-                        r = k;
-        }
-        return r;
-}
-
 int config_read(Config *c, const char *path) {
         int r;
 
@@ -1135,151 +523,8 @@ int config_read(Config *c, const char *path) {
         return config_resolve(c);
 }
 
-static void dump_usec(FILE *f, const char *key, usec_t u) {
-        char buf[FORMAT_TIMESPAN_MAX];
-        if (u != CONF_USEC_UNSET)
-                fprintf(f, "%s=%s\n", key, format_timespan(buf, sizeof(buf), u));
-}
-
-static void dump_strv(FILE *f, const char *key, char *const *l) {
-        if (!l)
-                return;
-        fprintf(f, "%s=", key);
-        STRV_FOREACH (s, l)
-                fprintf(f, "%s%s", s == l ? "" : " ", *s);
-        fputc('\n', f);
-}
-
-void config_dump(const Config *c, FILE *f) {
-        fprintf(f, "[Proxy]\n");
-        STRV_FOREACH (l, c->listen)
-                fprintf(f, "Listen=%s\n", *l);
-        dump_usec(f, "ExitIdleSec", c->exit_idle_usec);
-        dump_usec(f, "IdleStopSec", c->idle_stop_usec);
-        dump_usec(f, "HoldDownSec", c->hold_down_usec);
-        dump_usec(f, "WaitBudgetSec", c->wait_budget_usec);
-        dump_usec(f, "KeepaliveAfterSec", c->keepalive_after_usec);
-        dump_usec(f, "KeepaliveIntervalSec", c->keepalive_interval_usec);
-        dump_usec(f, "PollIntervalSec", c->poll_interval_usec);
-        dump_usec(f, "HeaderTimeoutSec", c->header_timeout_usec);
-        dump_usec(f, "IdleTimeoutSec", c->idle_timeout_usec);
-        dump_usec(f, "UpstreamIdleTimeoutSec", c->upstream_idle_timeout_usec);
-        fprintf(f, "MaxBodySize=%llu\nMaxHeaderSize=%llu\nMaxConnections=%llu\n",
-                (unsigned long long)c->max_body_size, (unsigned long long)c->max_header_size,
-                (unsigned long long)c->max_connections);
-        fprintf(f, "MaxConnectionsPerAddress=%llu\nMaxFeedSubscribers=%llu\n",
-                (unsigned long long)c->max_connections_per_address,
-                (unsigned long long)c->max_feed_subscribers);
-        for (size_t i = 0; i < c->n_hosts; i++) {
-                const HostConf *h = &c->hosts[i];
-                fprintf(f, "\n[Host]\nName=%s\nURL=%s\nBus=%s\n", h->name, strna(h->url.text),
-                        strna(h->bus));
-                if (h->bus_kind == BUS_SSH) {
-                        _cleanup_strv_free_ char **argv = NULL;
-                        fprintf(f, "SSHCommand=%s\n", strna(h->ssh_command));
-                        if (host_conf_ssh_argv(h, &argv) >= 0) {
-                                fputs("# the bus runs:", f);
-                                STRV_FOREACH (a, argv)
-                                        fprintf(f, strpbrk(*a, " \t\"") ? " '%s'" : " %s", *a);
-                                fputc('\n', f);
-                        }
-                }
-                if (h->bus_path)
-                        fprintf(f, "BusPath=%s\n", h->bus_path);
-                dump_strv(f, "BusyUnits", h->busy_units);
-                dump_usec(f, "IdleStopSec", h->idle_stop_usec);
-                dump_usec(f, "HoldDownSec", h->hold_down_usec);
-                dump_usec(f, "WaitBudgetSec", h->wait_budget_usec);
-        }
-        for (size_t i = 0; i < c->n_engines; i++) {
-                const EngineConf *e = &c->engines[i];
-                fprintf(f, "\n[Engine]\nHost=%s\nName=%s\nUnit=%s\n", e->host, e->name, strna(e->unit));
-                dump_strv(f, "Models", e->models);
-                dump_usec(f, "StartTimeoutSec", e->start_timeout_usec);
-                if (e->url.text)
-                        fprintf(f, "URL=%s\n", e->url.text);
-                if (e->fallback)
-                        fprintf(f, "Fallback=%s\n", e->fallback);
-                if (e->first_token_budget_usec)
-                        dump_usec(f, "FirstTokenBudgetSec", e->first_token_budget_usec);
-                if (e->request_budget_usec)
-                        dump_usec(f, "RequestBudgetSec", e->request_budget_usec);
-                if (e->warmup_request)
-                        fprintf(f, "WarmupRequest=%s\n", e->warmup_request);
-                if (e->prime_after_idle_usec)
-                        dump_usec(f, "PrimeAfterIdleSec", e->prime_after_idle_usec);
-        }
-        for (size_t i = 0; i < c->n_fallbacks; i++) {
-                const FallbackConf *fb = &c->fallbacks[i];
-                fprintf(f, "\n[Fallback]\nName=%s\nURL=%s\nModel=%s\n", fb->name, strna(fb->url.text),
-                        strna(fb->model));
-                if (fb->key_credential)
-                        fprintf(f, "KeyCredential=%s\n", fb->key_credential);
-                if (fb->key_file)
-                        fprintf(f, "KeyFile=%s\n", fb->key_file);
-                fprintf(f, "OnBusy=%s\n", fb->on_busy == 0 ? "no" : "yes");
-        }
-        if (c->access.enabled) {
-                fprintf(f, "\n[Access]\n");
-                if (c->access.keys_file)
-                        fprintf(f, "KeysFile=%s\n# %zu key(s)\n", c->access.keys_file, c->access.n_keys);
-                if (c->access.anonymous_daily_requests != UINT64_MAX)
-                        fprintf(f, "AnonymousDailyRequests=%llu\n",
-                                (unsigned long long)c->access.anonymous_daily_requests);
-                if (c->access.anonymous_max_body_size)
-                        fprintf(f, "AnonymousMaxBodySize=%llu\n",
-                                (unsigned long long)c->access.anonymous_max_body_size);
-        }
-        for (size_t i = 0; i < c->n_tiers; i++) {
-                const TierConf *t = &c->tiers[i];
-                fprintf(f, "\n[Tier]\nName=%s\n", t->name);
-                if (t->daily_requests != UINT64_MAX)
-                        fprintf(f, "DailyRequests=%llu\n", (unsigned long long)t->daily_requests);
-                if (t->max_body_size)
-                        fprintf(f, "MaxBodySize=%llu\n", (unsigned long long)t->max_body_size);
-                dump_strv(f, "Models", t->models);
-        }
-}
-
 int host_conf_ssh_argv(const HostConf *h, char ***ret) {
-        _cleanup_strv_free_ char **argv = NULL;
-        _cleanup_free_ char *target = NULL, *port = NULL, *bus_path = NULL;
-        int r;
-
-        r = strv_split_words(h->ssh_command ?: "ssh", &argv);
-        if (r < 0)
-                return r;
-        if (!argv[0])
-                return -EINVAL;
-        r = ssh_target_split(h->bus + 4, &target, &port);
-        if (r < 0)
-                return r;
-
-        if (h->bus_path) {
-                if (strchr(h->bus_path, '\''))
-                        return -EINVAL;
-                /* quoted for the remote shell, which runs the command ssh sends */
-                if (asprintf(&bus_path, "--bus-path='%s'", h->bus_path) < 0)
-                        return -ENOMEM;
-        } else if (!(bus_path = strdup("--bus-path=unix:path=/run/user/$(id -u)/bus")))
-                return -ENOMEM;
-
-        const char *opts[] = {"-xT", "-oBatchMode=yes", "-oConnectTimeout=10", "-oServerAliveInterval=15",
-                              "-oServerAliveCountMax=3"};
-        for (size_t i = 0; i < ELEMENTSOF(opts); i++)
-                if (strv_extend(&argv, opts[i]) < 0)
-                        return -ENOMEM;
-        if (port && (strv_extend(&argv, "-p") < 0 || strv_extend(&argv, port) < 0))
-                return -ENOMEM;
-        /* "--": a host string can never be read as an ssh option; the bridge logs to ssh's stderr, which
-         * is ours, instead of the remote journal */
-        if (strv_extend(&argv, "--") < 0 || strv_extend(&argv, target) < 0 ||
-            strv_extend(&argv, "SYSTEMD_LOG_TARGET=console") < 0 ||
-            strv_extend(&argv, "systemd-stdio-bridge") < 0 || strv_push(&argv, bus_path) < 0)
-                return -ENOMEM;
-        bus_path = NULL;
-        *ret = TAKE_PTR(argv);
-        return 0;
+        return ssh_command_argv(h->ssh_command, h->bus + 4, h->bus_path, ret);
 }
 
 char *config_default_path(bool user) {

@@ -10,8 +10,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <sys/socket.h>
 
+#include "modelgated/url.h"
 #include "shared/macro.h"
 #include "shared/time-util.h"
 
@@ -23,18 +23,6 @@ typedef enum BusKind {
         BUS_SYSTEM,
         BUS_SSH,
 } BusKind;
-
-/* An http:// base URL, split. The address is resolved separately (conf_resolve). */
-typedef struct HttpUrl {
-        char *text;      /* as written */
-        char *host;      /* without brackets */
-        char *authority; /* for the Host: header, "host:port" or "[v6]:port" */
-        char *base_path; /* "" or "/prefix" without a trailing slash */
-        uint16_t port;
-        bool tls; /* https:// */
-        struct sockaddr_storage address;
-        socklen_t address_len;
-} HttpUrl;
 
 typedef struct HostConf {
         char *name;
@@ -145,6 +133,10 @@ Config *config_ref(Config *c);
 Config *config_unref(Config *c);
 DEFINE_TRIVIAL_CLEANUP_FUNC(Config *, config_unref);
 
+/* Logs an error of the configuration and keeps its text in c->errors, for a daemon that has to say what is
+ * wrong to clients instead of only to its log. Returns -abs(error); %m is that error. */
+_printf_(3, 4) int config_error(Config *c, int error, const char *fmt, ...);
+
 /* Reads one file's text into c. 'name' labels error messages. 0 or -EINVAL (errors logged with file:line,
  * and kept in c->errors). */
 int config_parse_text(Config *c, const char *name, const char *text, size_t size);
@@ -164,7 +156,7 @@ char *config_default_path(bool user);
 
 const HostConf *config_find_host(const Config *c, const char *name);
 const FallbackConf *config_find_fallback(const Config *c, const char *name);
-/* Reads a keys file ("<sha256 hex> <tier>" lines, '#' comments) against c's tiers into c->access. */
+/* Reads a keys file (shared/keys-file.h) against c's tiers into c->access, replacing its keys. */
 int config_load_keys(Config *c, const char *path);
 
 /* The command a Bus=ssh:… host's bus runs (SPEC §6): SSHCommand= split into words, ssh's options, the
@@ -172,6 +164,4 @@ int config_load_keys(Config *c, const char *path);
  * bus (expanded by it). -EINVAL when SSHCommand=, the target or BusPath= cannot make one. */
 int host_conf_ssh_argv(const HostConf *h, char ***ret);
 
-int http_url_parse(const char *s, HttpUrl *ret);
-void http_url_done(HttpUrl *u);
 bool host_name_is_valid(const char *s);

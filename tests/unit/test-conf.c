@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include "modelgated/conf.h"
-#include "shared/sha256.h"
+#include "shared/keys-file.h"
 #include "shared/strv.h"
 #include "shared/time-util.h"
 #include "tests.h"
