@@ -11,7 +11,6 @@
 
 #include "modelgated/host-bus.h"
 #include "modelgated/host.h"
-#include "modelgated/manager.h"
 #include "modelgated/upstream.h"
 
 #define HEALTH_PROBE_INTERVAL_USEC (250 * USEC_PER_MSEC)
@@ -30,7 +29,7 @@ typedef enum SwitchPhase {
 } SwitchPhase;
 
 struct Host {
-        Manager *manager;
+        HostEnv env;
         Config *config; /* the configuration conf belongs to: a reload keeps it while this host lives */
         const HostConf *conf;
         HostEngine *engines;

@@ -62,7 +62,7 @@ static void switch_refuse_busy(Host *h, const char *reason) {
 
         log_warning("host %s: GPU busy (%s), switch to %s refused", h->conf->name, reason,
                     engine_name(h, h->target));
-        metrics_refusal(manager_metrics(h->manager), h->conf->name);
+        metrics_refusal(h->env.metrics, h->conf->name);
         snprintf(msg, sizeof(msg),
                  "the GPU of host '%s' is in use by someone else (%s), so modelgate did not switch it to "
                  "engine '%s'; ask again once that work is done",

@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "modelgated/host-private.h"
+#include "modelgated/http-writer.h"
 #include "modelgated/sched.h"
 #include "shared/log.h"
 
@@ -71,23 +72,23 @@ static int warmup_send(Host *h, size_t engine, const UpstreamCallbacks *cb) {
         const HttpUrl *url = h->engines[engine].url;
         Buffer req = {};
         Upstream **slot = cb == &warmup_callbacks ? &h->warmup : &h->prime_upstream;
+        char length[32];
         int r;
 
         h->probe_status = 0;
-        if (buffer_printf(
-                    &req,
-                    "POST %s/v1/chat/completions HTTP/1.1\r\nHost: %s\r\nUser-Agent: modelgate (warm-up)\r\n"
-                    "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
-                    url->base_path, url->authority, e->warmup_size) < 0 ||
+        snprintf(length, sizeof(length), "%zu", e->warmup_size);
+        if (http_write_request_head(&req, "POST", url->base_path, "/v1/chat/completions", url->authority,
+                                    "User-Agent", "modelgate (warm-up)", "Content-Type", "application/json",
+                                    "Content-Length", length, NULL) < 0 ||
             buffer_append(&req, e->warmup_body, e->warmup_size) < 0) {
                 buffer_done(&req);
                 return -ENOMEM;
         }
-        r = upstream_start(manager_pool(h->manager), url, &req, false, cb, h, slot);
+        r = upstream_start(h->env.pool, url, &req, false, cb, h, slot);
         buffer_done(&req);
         if (r < 0)
                 return r;
-        (void)upstream_set_idle_timeout(*slot, manager_config(h->manager)->upstream_idle_timeout_usec);
+        (void)upstream_set_idle_timeout(*slot, h->config->upstream_idle_timeout_usec);
         return 0;
 }
 
@@ -207,12 +208,12 @@ int host_probe_start(Host *h, const UpstreamCallbacks *cb, usec_t timeout) {
         int r;
 
         h->probe_status = 0;
-        if (buffer_printf(&req, "GET %s/health HTTP/1.1\r\nHost: %s\r\nUser-Agent: modelgate\r\n\r\n",
-                          url->base_path, url->authority) < 0) {
+        if (http_write_request_head(&req, "GET", url->base_path, "/health", url->authority, "User-Agent",
+                                    "modelgate", NULL) < 0) {
                 buffer_done(&req);
                 return -ENOMEM;
         }
-        r = upstream_start(manager_pool(h->manager), url, &req, false, cb, h, &h->probe);
+        r = upstream_start(h->env.pool, url, &req, false, cb, h, &h->probe);
         buffer_done(&req);
         if (r < 0)
                 return r;

@@ -4,7 +4,7 @@
  * decides; schedule_cb() carries its actions out, one at a time, through the
  * switch (host-switch.c) and answers to the waiting requests. A host with
  * engines owns a HostBus; every host owns its Catalog, whose news it passes
- * up to the Manager with its own. */
+ * up to its owner with its own (HostCallbacks). */
 
 #include <assert.h>
 #include <fnmatch.h>
@@ -24,6 +24,11 @@ static const char *const host_state_table[_HOST_STATE_MAX] = {
 
 const char *host_state_to_string(HostState s) {
         return s >= 0 && s < _HOST_STATE_MAX ? host_state_table[s] : NULL;
+}
+
+static void host_changed(Host *h) {
+        if (h->env.cb->on_changed)
+                h->env.cb->on_changed(h, h->env.userdata);
 }
 
 void host_update_state(Host *h) {
@@ -64,7 +69,7 @@ void host_update_state(Host *h) {
         h->logged_down = down;
         if (down && h->down_reason && !streq(h->down_reason, "connecting"))
                 (void)free_and_strdup(&h->last_error, h->down_reason);
-        manager_changed(h->manager);
+        host_changed(h);
 }
 
 void host_schedule_later(Host *h) {
@@ -81,7 +86,7 @@ static void answer_failed(Host *h, HostWaiter *w, int status) {
                          h->conf->name, strna(h->down_reason));
                 break;
         case 504:
-                metrics_budget_expired(manager_metrics(h->manager), h->conf->name);
+                metrics_budget_expired(h->env.metrics, h->conf->name);
                 snprintf(
                         msg, sizeof(msg),
                         "waited %s for engine '%s' of host '%s' (WaitBudgetSec=), and it is still busy with "
@@ -114,7 +119,7 @@ static int schedule_cb(sd_event_source *s, void *userdata) {
                         break;
                 case SCHED_START:
                         h->target = a.engine;
-                        metrics_switch(manager_metrics(h->manager), h->conf->name, engine_name(h, a.engine));
+                        metrics_switch(h->env.metrics, h->conf->name, engine_name(h, a.engine));
                         free(h->for_model);
                         h->for_model = log_escape_dup(w->model); /* for log lines only */
                         host_begin_switch(h);
@@ -145,13 +150,47 @@ static int schedule_cb(sd_event_source *s, void *userdata) {
                 (void)sd_event_source_set_enabled(h->sched_timer, SD_EVENT_ONESHOT);
         }
         host_prime_rearm(h);
-        manager_changed(h->manager);
+        host_changed(h);
         return 0;
 }
 
 static int sched_timer_cb(sd_event_source *s, uint64_t usec, void *userdata) {
         return schedule_cb(NULL, userdata);
 }
+
+/* The catalog's news: its owner's business, or the daemon's, passed up */
+
+static void catalog_ready_cb(Catalog *c, void *userdata) {
+        Host *h = userdata;
+
+        if (h->env.cb->on_catalog_ready)
+                h->env.cb->on_catalog_ready(h, h->env.userdata);
+}
+
+static void catalog_feed_cb(Catalog *c, const char *p, size_t n, void *userdata) {
+        Host *h = userdata;
+
+        if (h->env.cb->on_feed)
+                h->env.cb->on_feed(h, p, n, h->env.userdata);
+}
+
+static void catalog_keys_learned_cb(Catalog *c, size_t i, void *userdata) {
+        Host *h = userdata;
+
+        if (h->env.cb->on_keys_learned)
+                h->env.cb->on_keys_learned(h, h->env.userdata);
+}
+
+static void catalog_http_cb(Catalog *c, const char *reason, void *userdata) {
+        host_report_http(userdata, reason);
+}
+
+static const CatalogCallbacks catalog_callbacks = {
+        .on_ready = catalog_ready_cb,
+        .on_feed = catalog_feed_cb,
+        .on_keys_learned = catalog_keys_learned_cb,
+        .on_http = catalog_http_cb,
+};
 
 /* Life */
 
@@ -198,14 +237,23 @@ static SchedConfig sched_config_of(const Config *config, const HostConf *conf) {
         return sc;
 }
 
-Host *host_new(Manager *m, Config *config, const HostConf *conf) {
+static CatalogConf catalog_conf_of(const Host *h) {
+        return (CatalogConf){
+                .host = h->conf,
+                .engines = h->engines,
+                .n_engines = h->n_engines,
+                .poll_interval = h->config->poll_interval_usec,
+        };
+}
+
+Host *host_new(const HostEnv *env, Config *config, const HostConf *conf) {
         Host *h = calloc(1, sizeof(Host));
         _cleanup_strv_free_ char **units = NULL;
         int r;
 
         if (!h)
                 return NULL;
-        h->manager = m;
+        h->env = *env;
         h->conf = conf;
         h->config = config_ref(config);
         h->running = h->target = -1;
@@ -216,18 +264,18 @@ Host *host_new(Manager *m, Config *config, const HostConf *conf) {
         SchedConfig sc = sched_config_of(config, conf);
         if (sched_init(&h->sched, &sc, h->n_engines) < 0)
                 goto fail;
-        r = sd_event_add_defer(manager_event(m), &h->schedule_source, schedule_cb, h);
+        r = sd_event_add_defer(env->event, &h->schedule_source, schedule_cb, h);
         if (r >= 0)
-                r = sd_event_add_time(manager_event(m), &h->sched_timer, CLOCK_MONOTONIC, USEC_INFINITY, 0,
+                r = sd_event_add_time(env->event, &h->sched_timer, CLOCK_MONOTONIC, USEC_INFINITY, 0,
                                       sched_timer_cb, h);
         if (r >= 0)
-                r = sd_event_add_time_relative(manager_event(m), &h->deadline, CLOCK_MONOTONIC, 0, 0,
+                r = sd_event_add_time_relative(env->event, &h->deadline, CLOCK_MONOTONIC, 0, 0,
                                                host_deadline_cb, h);
         if (r >= 0)
-                r = sd_event_add_time_relative(manager_event(m), &h->probe_timer, CLOCK_MONOTONIC, 0, 0,
+                r = sd_event_add_time_relative(env->event, &h->probe_timer, CLOCK_MONOTONIC, 0, 0,
                                                host_probe_timer_cb, h);
         if (r >= 0)
-                r = sd_event_add_time(manager_event(m), &h->prime_timer, CLOCK_MONOTONIC, USEC_INFINITY,
+                r = sd_event_add_time(env->event, &h->prime_timer, CLOCK_MONOTONIC, USEC_INFINITY,
                                       USEC_PER_SEC / 10, host_prime_timer_cb, h);
         if (r < 0)
                 goto fail;
@@ -238,11 +286,11 @@ Host *host_new(Manager *m, Config *config, const HostConf *conf) {
         (void)sd_event_source_set_enabled(h->prime_timer, SD_EVENT_OFF);
         /* hold-downs and budgets are rules with numbers: no 250 ms coalescing */
         (void)sd_event_source_set_time_accuracy(h->sched_timer, USEC_PER_MSEC);
-        h->catalog = catalog_new(m, h);
-        if (!h->catalog)
+        CatalogConf cc = catalog_conf_of(h);
+        if (catalog_new(env->event, env->pool, &cc, &catalog_callbacks, h, &h->catalog) < 0)
                 goto fail;
         if (h->n_engines > 0) {
-                if (host_bus_new(manager_event(m), conf, units, &host_bus_callbacks, h, &h->bus) < 0)
+                if (host_bus_new(env->event, conf, units, &host_bus_callbacks, h, &h->bus) < 0)
                         goto fail;
                 /* until the bus says otherwise: requests must not be sent to an engine nobody started */
                 h->bus_down = true;
@@ -310,11 +358,12 @@ int host_set_conf(Host *h, Config *config, const HostConf *conf) {
         h->engines = engines;
         h->conf = conf;
         h->sched.config = sched_config_of(config, conf);
-        catalog_set_conf(h->catalog, conf);
         if (h->bus)
                 host_bus_set_conf(h->bus, conf);
         config_unref(h->config);
         h->config = config_ref(config);
+        CatalogConf cc = catalog_conf_of(h);
+        catalog_set_conf(h->catalog, &cc);
         host_schedule_later(h); /* a new hold-down, idle stop or budget may apply now */
         return 0;
 }
@@ -326,7 +375,7 @@ bool host_drained(const Host *h) {
 void host_start(Host *h) {
         if (h->bus)
                 host_bus_connect(h->bus);
-        catalog_start(h->catalog);
+        catalog_start(h->catalog, h->state == HOST_DOWN);
 }
 
 const HostConf *host_conf(const Host *h) {
@@ -390,7 +439,7 @@ int host_acquire(Host *h, size_t i, HostWaiter *w, HostReadyFn ready, const char
         }
         *w = (HostWaiter){.host = h, .engine = (ssize_t)i, .model = model, .ready = ready};
         if (sched_add(&h->sched, now_usec(CLOCK_MONOTONIC), &w->req, i)) {
-                manager_changed(h->manager);
+                host_changed(h);
                 return 0;
         }
         host_schedule_later(h);
@@ -493,10 +542,6 @@ int host_request_stop(Host *h) {
 bool host_keeps_daemon(const Host *h) {
         /* an engine it runs must still get its idle stop, which only a running daemon can do */
         return !host_drained(h) || (h->running >= 0 && h->sched.config.idle_stop != USEC_INFINITY);
-}
-
-Manager *host_manager(const Host *h) {
-        return h->manager;
 }
 
 usec_t host_up_since(const Host *h) {
