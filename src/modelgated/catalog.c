@@ -68,6 +68,16 @@ static const HttpUrl *catalog_url(const Catalog *c) {
         return c->conf.engines[c->engine_up].url;
 }
 
+/* The time of the event being dispatched: one event, one "now". */
+static usec_t catalog_now(const Catalog *c) {
+        usec_t t;
+
+        /* sd_event_now() fails only for a clock the loop does not keep, or in a forked child */
+        if (sd_event_now(c->event, CLOCK_MONOTONIC, &t) < 0)
+                return now_usec(CLOCK_MONOTONIC);
+        return t;
+}
+
 static void catalog_ready_changed(Catalog *c) {
         if (c->cb->on_ready)
                 c->cb->on_ready(c, c->userdata);
@@ -316,7 +326,7 @@ static void catalog_fetch(Catalog *c) {
                 c->again = true;
                 return;
         }
-        c->last_refresh = now_usec(CLOCK_MONOTONIC);
+        c->last_refresh = catalog_now(c);
         if (!url) {
                 /* no engine runs: nothing to read, nothing listed but the learned keys */
                 c->body = mfree(c->body);
@@ -383,7 +393,7 @@ void catalog_model_call_done(Catalog *c, const char *model, bool load) {
 /* A feed event said something changed: re-read, but at most once every 2 s. What a status event says is
  * in the snapshot already, so nobody waits for this read. */
 static void refresh_from_feed(Catalog *c) {
-        usec_t now = now_usec(CLOCK_MONOTONIC), at = c->last_refresh + CATALOG_FEED_REFRESH_USEC;
+        usec_t now = catalog_now(c), at = c->last_refresh + CATALOG_FEED_REFRESH_USEC;
 
         if (now >= at) {
                 catalog_fetch(c);

@@ -82,6 +82,17 @@ static inline const char *engine_unit(const Host *h, ssize_t i) {
         return i >= 0 && (size_t)i < h->n_engines ? h->engines[i].conf->unit : "-";
 }
 
+/* The time of the event being dispatched: whatever one event sets off sees one "now", and so does the
+ * scheduler. */
+static inline usec_t host_now(const Host *h) {
+        usec_t t;
+
+        /* sd_event_now() fails only for a clock the loop does not keep, or in a forked child */
+        if (sd_event_now(h->env.event, CLOCK_MONOTONIC, &t) < 0)
+                return now_usec(CLOCK_MONOTONIC);
+        return t;
+}
+
 /* host.c */
 void host_update_state(Host *h);
 void host_schedule_later(Host *h);

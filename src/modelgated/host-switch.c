@@ -47,7 +47,7 @@ static void switch_fail(Host *h, int status, const char *message) {
         free(h->fail_message);
         h->fail_message = strdup(message);
         (void)free_and_strdup(&h->last_error, message);
-        sched_switch_failed(&h->sched, now_usec(CLOCK_MONOTONIC), status, still);
+        sched_switch_failed(&h->sched, host_now(h), status, still);
         if (still < 0) {
                 h->running = -1;
                 h->engine_up = false;
@@ -82,7 +82,7 @@ static void switch_fail_engine(Host *h, const char *what) {
 
 void host_engine_is_up(Host *h) {
         char t[32];
-        usec_t took = now_usec(CLOCK_MONOTONIC) - h->switch_start;
+        usec_t took = host_now(h) - h->switch_start;
 
         snprintf(t, sizeof(t), "%llu.%01llus", (unsigned long long)(took / USEC_PER_SEC),
                  (unsigned long long)(took % USEC_PER_SEC / (100 * USEC_PER_MSEC)));
@@ -94,7 +94,7 @@ void host_engine_is_up(Host *h) {
         h->running = h->target;
         h->engine_up = true;
         h->busy = false;
-        h->up_since = now_usec(CLOCK_MONOTONIC);
+        h->up_since = host_now(h);
         sched_engine_up(&h->sched, h->up_since, (size_t)h->target);
         catalog_engine_up(h->catalog, (size_t)h->target);
         host_switch_reset(h);
@@ -107,7 +107,7 @@ static void engine_gone(Host *h) {
         h->running = -1;
         h->engine_up = false;
         h->http_down = false; /* it was that engine's URL that failed */
-        sched_engine_down(&h->sched, now_usec(CLOCK_MONOTONIC));
+        sched_engine_down(&h->sched, host_now(h));
         catalog_engine_down(h->catalog);
         host_update_state(h);
         host_schedule_later(h);
@@ -152,7 +152,7 @@ static void phase_health(Host *h, bool adopting) {
         h->engine_up = false;
         host_update_state(h);
         if (timeout != USEC_INFINITY) {
-                usec_t left = now_usec(CLOCK_MONOTONIC) - h->switch_start;
+                usec_t left = host_now(h) - h->switch_start;
                 left = left < timeout ? timeout - left : 0;
                 (void)sd_event_source_set_time_relative(h->deadline, left);
                 (void)sd_event_source_set_enabled(h->deadline, SD_EVENT_ONESHOT);
@@ -323,7 +323,7 @@ static void busy_listed(HostBus *b, char **units, const char *error, void *userd
 void host_begin_switch(Host *h) {
         int r;
 
-        h->switch_start = now_usec(CLOCK_MONOTONIC);
+        h->switch_start = host_now(h);
         log_notice("host %s: switching to engine %s for %s", h->conf->name, engine_name(h, h->target),
                    h->for_model ?: "a request");
         h->phase = PHASE_BUSY_CHECK;
@@ -416,7 +416,7 @@ static void bus_up(HostBus *b, void *userdata) {
         h->bus_down = false;
         h->down_reason = mfree(h->down_reason);
         sched_host_down(&h->sched, false);
-        sched_engine_down(&h->sched, now_usec(CLOCK_MONOTONIC));
+        sched_engine_down(&h->sched, host_now(h));
         check_units(h);
         for (size_t i = 0; i < h->n_engines; i++)
                 if (unit_info_is_running(host_bus_unit(b, i))) {
@@ -432,7 +432,7 @@ static void bus_up(HostBus *b, void *userdata) {
         if (found >= 0) {
                 /* the daemon may have exited idle and come back: the running engine is ours */
                 h->target = found;
-                h->switch_start = now_usec(CLOCK_MONOTONIC);
+                h->switch_start = host_now(h);
                 phase_health(h, true);
         }
         host_update_state(h);
@@ -475,7 +475,7 @@ static void unit_changed(HostBus *b, size_t i, void *userdata) {
                 log_notice("host %s: engine unit %s became %s without modelgate", h->conf->name, u->name,
                            u->active_state);
                 h->target = (ssize_t)i;
-                h->switch_start = now_usec(CLOCK_MONOTONIC);
+                h->switch_start = host_now(h);
                 phase_health(h, true);
         }
 }

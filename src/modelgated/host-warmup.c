@@ -25,7 +25,7 @@ static void probe_again(Host *h) {
 }
 
 static void warmup_done(Host *h, const char *error) {
-        usec_t took = now_usec(CLOCK_MONOTONIC) - h->warmup_start;
+        usec_t took = host_now(h) - h->warmup_start;
         char t[FORMAT_TIMESPAN_MAX];
 
         h->warmup = NULL;
@@ -97,7 +97,7 @@ static int warmup_send(Host *h, size_t engine, const UpstreamCallbacks *cb) {
 static void prime_finished(Host *h, const char *error) {
         h->prime_upstream = NULL;
         if (h->priming) {
-                sched_remove(&h->sched, now_usec(CLOCK_MONOTONIC), &h->prime);
+                sched_remove(&h->sched, host_now(h), &h->prime);
                 h->priming = false;
         }
         if (error)
@@ -146,7 +146,7 @@ static usec_t prime_at(const Host *h) {
 
 int host_prime_timer_cb(sd_event_source *s, uint64_t usec, void *userdata) {
         Host *h = userdata;
-        usec_t now = now_usec(CLOCK_MONOTONIC), at = prime_at(h);
+        usec_t now = host_now(h), at = prime_at(h);
 
         if (at == USEC_INFINITY || at > now)
                 return 0;
@@ -182,7 +182,7 @@ static void health_on_complete(Upstream *u, void *userdata) {
                 return probe_again(h);
         /* ready means answers at once: the first request must not pay the model's cold start */
         if (!h->adopting && h->engines[h->target].conf->warmup_body) {
-                h->warmup_start = now_usec(CLOCK_MONOTONIC);
+                h->warmup_start = host_now(h);
                 if (warmup_send(h, (size_t)h->target, &warmup_callbacks) >= 0)
                         return;
         }

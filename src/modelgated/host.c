@@ -105,7 +105,7 @@ static void answer_failed(Host *h, HostWaiter *w, int status) {
 static int schedule_cb(sd_event_source *s, void *userdata) {
         Host *h = userdata;
         SchedAction a;
-        usec_t now = now_usec(CLOCK_MONOTONIC), next;
+        usec_t now = host_now(h), next;
 
         while (sched_next(&h->sched, now, &a)) {
                 HostWaiter *w = a.req ? container_of(a.req, HostWaiter, req) : NULL;
@@ -140,7 +140,6 @@ static int schedule_cb(sd_event_source *s, void *userdata) {
                 case SCHED_NONE:
                         break;
                 }
-                now = now_usec(CLOCK_MONOTONIC);
         }
         next = sched_next_timer(&h->sched, now);
         if (next == USEC_INFINITY)
@@ -438,7 +437,7 @@ int host_acquire(Host *h, size_t i, HostWaiter *w, HostReadyFn ready, const char
                 return -1;
         }
         *w = (HostWaiter){.host = h, .engine = (ssize_t)i, .model = model, .ready = ready};
-        if (sched_add(&h->sched, now_usec(CLOCK_MONOTONIC), &w->req, i)) {
+        if (sched_add(&h->sched, host_now(h), &w->req, i)) {
                 host_changed(h);
                 return 0;
         }
@@ -451,7 +450,7 @@ void host_release(HostWaiter *w) {
 
         if (!h)
                 return;
-        sched_remove(&h->sched, now_usec(CLOCK_MONOTONIC), &w->req);
+        sched_remove(&h->sched, host_now(h), &w->req);
         w->host = NULL;
         host_schedule_later(h);
 }
@@ -520,7 +519,7 @@ const char *host_last_error(const Host *h) {
 }
 
 usec_t host_hold_down_until(const Host *h) {
-        return sched_hold_down_until(&h->sched, now_usec(CLOCK_MONOTONIC));
+        return sched_hold_down_until(&h->sched, host_now(h));
 }
 
 usec_t host_idle_stop_at(const Host *h) {
