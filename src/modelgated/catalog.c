@@ -5,19 +5,16 @@
  * with backoff). Both go to the running engine's URL for a host with engines,
  * else to the host's URL. */
 
-#include <fcntl.h>
+#include <assert.h>
 #include <json-c/json.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 
+#include "modelgated/catalog-event.h"
 #include "modelgated/catalog.h"
-#include "modelgated/feed-hub.h"
-#include "modelgated/host.h"
-#include "modelgated/manager.h"
+#include "modelgated/http-writer.h"
 #include "modelgated/upstream.h"
 #include "shared/log.h"
-#include "shared/state-file.h"
 #include "shared/strv.h"
 
 #define CATALOG_FETCH_TIMEOUT_USEC (5 * USEC_PER_SEC)
@@ -28,9 +25,11 @@
 #define CATALOG_FEED_LINE_MAX (1024 * 1024)
 
 struct Catalog {
-        Manager *manager;
-        Host *host;
-        const HostConf *conf;
+        sd_event *event;
+        UpstreamPool *pool;
+        CatalogConf conf;
+        const CatalogCallbacks *cb;
+        void *userdata;
 
         char *body; /* the last good /models answer */
         size_t body_len;
@@ -62,68 +61,36 @@ static void catalog_fetch(Catalog *c);
 static void feed_connect(Catalog *c);
 
 static const HttpUrl *catalog_url(const Catalog *c) {
-        if (!host_has_engines(c->host))
-                return &c->conf->url;
+        if (c->conf.n_engines == 0)
+                return &c->conf.host->url;
         if (c->engine_up < 0)
                 return NULL;
-        return host_engine(c->host, (size_t)c->engine_up)->url;
+        return c->conf.engines[c->engine_up].url;
 }
 
-/* Learned keys, on disk */
+/* The time of the event being dispatched: one event, one "now". */
+static usec_t catalog_now(const Catalog *c) {
+        usec_t t;
 
-static void keys_save(Manager *m) {
-        _cleanup_free_ char *path = state_file_path("engine-keys.json");
-        json_object *root = json_object_new_object();
-
-        if (!path || !root)
-                goto out;
-        for (size_t i = 0; i < manager_n_hosts(m); i++) {
-                Host *h = manager_host_at(m, i);
-                Catalog *c = host_catalog(h);
-                json_object *ho = json_object_new_object();
-                for (size_t e = 0; c && e < host_n_engines(h); e++) {
-                        json_object *l = json_object_new_array();
-                        STRV_FOREACH (k, c->keys[e])
-                                json_object_array_add(l, json_object_new_string(*k));
-                        json_object_object_add(ho, host_engine(h, e)->conf->name, l);
-                }
-                json_object_object_add(root, host_conf(manager_host_at(m, i))->name, ho);
-        }
-        const char *text = json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY |
-                                                                        JSON_C_TO_STRING_NOSLASHESCAPE);
-        int r = state_file_write(path, text, strlen(text));
-        if (r < 0)
-                log_warning_errno(r, "Cannot write %s, learned engine keys will not survive a restart: %m",
-                                  path);
-out:
-        json_object_put(root);
+        /* sd_event_now() fails only for a clock the loop does not keep, or in a forked child */
+        if (sd_event_now(c->event, CLOCK_MONOTONIC, &t) < 0)
+                return now_usec(CLOCK_MONOTONIC);
+        return t;
 }
 
-static void keys_load(Catalog *c) {
-        _cleanup_free_ char *path = state_file_path("engine-keys.json");
-        json_object *root, *ho;
+static void catalog_ready_changed(Catalog *c) {
+        if (c->cb->on_ready)
+                c->cb->on_ready(c, c->userdata);
+}
 
-        if (!path || access(path, F_OK) < 0)
-                return;
-        root = json_object_from_file(path);
-        if (!root || !json_object_is_type(root, json_type_object)) {
-                log_warning("%s is not a JSON object, ignoring it (learned engine keys start empty)", path);
-                json_object_put(root);
-                return;
-        }
-        if (json_object_object_get_ex(root, c->conf->name, &ho) && json_object_is_type(ho, json_type_object))
-                for (size_t e = 0; e < host_n_engines(c->host); e++) {
-                        json_object *l;
-                        if (!json_object_object_get_ex(ho, host_engine(c->host, e)->conf->name, &l) ||
-                            !json_object_is_type(l, json_type_array))
-                                continue;
-                        for (size_t k = 0; k < json_object_array_length(l); k++) {
-                                json_object *s = json_object_array_get_idx(l, k);
-                                if (json_object_is_type(s, json_type_string))
-                                        (void)strv_extend(&c->keys[e], json_object_get_string(s));
-                        }
-                }
-        json_object_put(root);
+static void catalog_feed(Catalog *c, const char *p, size_t n) {
+        if (c->cb->on_feed)
+                c->cb->on_feed(c, p, n, c->userdata);
+}
+
+static void catalog_report_http(Catalog *c, const char *reason) {
+        if (c->cb->on_http)
+                c->cb->on_http(c, reason, c->userdata);
 }
 
 /* The ids a /models answer lists; NULL when it is not a model list. */
@@ -158,126 +125,6 @@ static char **snapshot_ids(const char *body, size_t n, bool aliases) {
 out:
         json_object_put(root);
         return ids;
-}
-
-/* Status events */
-
-void catalog_status_done(CatalogStatus *s) {
-        s->key = mfree(s->key);
-        s->status = mfree(s->status);
-        json_object_put(s->info);
-        s->info = NULL;
-}
-
-/* A JSON object of a feed event (n bytes, not NUL-terminated) */
-static int parse_object(const char *json, size_t n, json_object **ret) {
-        json_tokener *tok = json_tokener_new();
-        json_object *o;
-
-        if (!tok)
-                return -ENOMEM;
-        o = json_tokener_parse_ex(tok, json, (int)MIN(n, (size_t)INT32_MAX));
-        json_tokener_free(tok);
-        if (!o || !json_object_is_type(o, json_type_object)) {
-                json_object_put(o);
-                return -EBADMSG;
-        }
-        *ret = o;
-        return 0;
-}
-
-int catalog_status_parse(const char *json, size_t n, CatalogStatus *ret) {
-        json_object *o, *model, *event, *data, *status, *x, *v;
-        int r;
-
-        r = parse_object(json, n, &o);
-        if (r < 0)
-                return r;
-        r = -ENOMSG; /* until it is a status event */
-        *ret = (CatalogStatus){.percent = -1};
-        /* llama.cpp sends "model_status" for the first loading event and "status_change" for every later
-         * one; its README calls them all model_status */
-        if (!json_object_object_get_ex(o, "event", &event) ||
-            !json_object_is_type(event, json_type_string) ||
-            !STR_IN_SET(json_object_get_string(event), "model_status", "status_change") ||
-            !json_object_object_get_ex(o, "model", &model) ||
-            !json_object_is_type(model, json_type_string) || !json_object_object_get_ex(o, "data", &data) ||
-            !json_object_is_type(data, json_type_object) ||
-            !json_object_object_get_ex(data, "status", &status) ||
-            !json_object_is_type(status, json_type_string))
-                goto out;
-        ret->key = strdup(json_object_get_string(model));
-        ret->status = strdup(json_object_get_string(status));
-        if (!ret->key || !ret->status) {
-                catalog_status_done(ret);
-                r = -ENOMEM;
-                goto out;
-        }
-        if (json_object_object_get_ex(data, "exit_code", &x) && json_object_is_type(x, json_type_int))
-                ret->exit_code = json_object_get_int(x);
-        /* {"stage","value"} in early builds, {"stages","current","value"} later: the value is what counts */
-        if (json_object_object_get_ex(data, "progress", &x) && json_object_is_type(x, json_type_object) &&
-            json_object_object_get_ex(x, "value", &v) &&
-            (json_object_is_type(v, json_type_double) || json_object_is_type(v, json_type_int))) {
-                double d = json_object_get_double(v);
-                ret->percent = !(d > 0) ? 0 : d >= 1 ? 100 : (int)(d * 100); /* NaN too */
-        }
-        if (json_object_object_get_ex(data, "info", &x) && json_object_is_type(x, json_type_object))
-                ret->info = json_object_get(x);
-        r = 0;
-out:
-        json_object_put(o);
-        return r;
-}
-
-int catalog_status_apply(json_object *models, const CatalogStatus *s) {
-        json_object *list;
-
-        if (!json_object_object_get_ex(models, "data", &list) || !json_object_is_type(list, json_type_array))
-                return -EBADMSG;
-        for (size_t i = 0; i < json_object_array_length(list); i++) {
-                json_object *e = json_object_array_get_idx(list, i), *id, *st, *v;
-                bool failed = streq(s->status, "unloaded") && s->exit_code != 0;
-
-                if (!json_object_is_type(e, json_type_object) || !json_object_object_get_ex(e, "id", &id) ||
-                    !json_object_is_type(id, json_type_string) || !streq(json_object_get_string(id), s->key))
-                        continue;
-                if (!json_object_object_get_ex(e, "status", &st) ||
-                    !json_object_is_type(st, json_type_object)) {
-                        st = json_object_new_object();
-                        if (!st)
-                                return 0;
-                        json_object_object_add(e, "status", st);
-                }
-                const char *old = json_object_object_get_ex(st, "value", &v) &&
-                                                  json_object_is_type(v, json_type_string)
-                                          ? json_object_get_string(v)
-                                          : "";
-                if (s->only_unloaded && !streq(old, "unloaded"))
-                        return 0;
-                if (streq(old, s->status) && !failed && !json_object_object_get_ex(st, "failed", NULL) &&
-                    !s->info)
-                        return 0;
-                json_object_object_add(st, "value", json_object_new_string(s->status));
-                /* llama.cpp lists a failed load as unloaded with "exit_code" and "failed":true */
-                json_object_object_del(st, "exit_code");
-                json_object_object_del(st, "failed");
-                if (failed) {
-                        json_object_object_add(st, "exit_code", json_object_new_int(s->exit_code));
-                        json_object_object_add(st, "failed", json_object_new_boolean(true));
-                }
-                if (s->info) {
-                        json_object_object_foreach(s->info, k, val) {
-                                if (!json_object_object_get_ex(e, k, NULL))
-                                        json_object_object_add(e, k, json_object_get(val));
-                        }
-                }
-                /* what a running model's process told about itself goes with it */
-                if (streq(s->status, "unloaded"))
-                        json_object_object_del(e, "meta");
-                return 1;
-        }
-        return 0;
 }
 
 static void loading_note(Catalog *c, const char *key, const char *status, int percent) {
@@ -410,7 +257,8 @@ static void fetch_finished(Catalog *c, bool ok) {
                         if (ids && !strv_equal(ids, *slot)) {
                                 strv_free(*slot);
                                 *slot = TAKE_PTR(ids);
-                                keys_save(c->manager);
+                                if (c->cb->on_keys_learned)
+                                        c->cb->on_keys_learned(c, (size_t)c->fetch_engine, c->userdata);
                         }
                 }
         }
@@ -423,7 +271,7 @@ static void fetch_finished(Catalog *c, bool ok) {
         if (!c->fetch)
                 c->changed = false;
         if (first || !c->changed)
-                manager_catalog_ready(c->manager);
+                catalog_ready_changed(c);
 }
 
 static int fetch_on_headers(Upstream *u, const UpstreamResponse *resp, void *userdata) {
@@ -446,19 +294,19 @@ static void fetch_on_complete(Upstream *u, void *userdata) {
                   (ids = snapshot_ids(buffer_peek(&c->fetch_body), buffer_size(&c->fetch_body), false));
 
         if (!ok)
-                log_debug("host %s: GET /models answered %d%s", c->conf->name, c->fetch_status,
+                log_debug("host %s: GET /models answered %d%s", c->conf.host->name, c->fetch_status,
                           c->fetch_status == 200 ? ", not a model list" : "");
-        host_report_http(c->host, NULL);
+        catalog_report_http(c, NULL);
         fetch_finished(c, ok);
 }
 
 static void fetch_on_error(Upstream *u, int error, bool started, void *userdata) {
         Catalog *c = userdata;
 
-        log_debug("host %s: GET /models failed: %s", c->conf->name, upstream_strerror(error));
+        log_debug("host %s: GET /models failed: %s", c->conf.host->name, upstream_strerror(error));
         /* an engine that runs but does not answer makes the host down (SPEC §6); so does a plain host */
-        if (!host_has_engines(c->host) || c->engine_up >= 0)
-                host_report_http(c->host, upstream_strerror(error));
+        if (c->conf.n_engines == 0 || c->engine_up >= 0)
+                catalog_report_http(c, upstream_strerror(error));
         fetch_finished(c, false);
 }
 
@@ -478,7 +326,7 @@ static void catalog_fetch(Catalog *c) {
                 c->again = true;
                 return;
         }
-        c->last_refresh = now_usec(CLOCK_MONOTONIC);
+        c->last_refresh = catalog_now(c);
         if (!url) {
                 /* no engine runs: nothing to read, nothing listed but the learned keys */
                 c->body = mfree(c->body);
@@ -488,18 +336,18 @@ static void catalog_fetch(Catalog *c) {
                 loading_clear(c);
                 c->first_done = true;
                 c->changed = false;
-                manager_catalog_ready(c->manager);
+                catalog_ready_changed(c);
                 return;
         }
         c->fetch_status = 0;
         c->fetch_engine = c->engine_up;
         pending_clear(c);
-        if (buffer_printf(&req, "GET %s/models HTTP/1.1\r\nHost: %s\r\nAccept: application/json\r\n\r\n",
-                          url->base_path, url->authority) < 0) {
+        if (http_write_request_head(&req, "GET", url->base_path, "/models", url->authority, "Accept",
+                                    "application/json", NULL) < 0) {
                 buffer_done(&req);
                 return;
         }
-        r = upstream_start(manager_pool(c->manager), url, &req, false, &fetch_callbacks, c, &c->fetch);
+        r = upstream_start(c->pool, url, &req, false, &fetch_callbacks, c, &c->fetch);
         buffer_done(&req);
         if (r < 0) {
                 c->fetch = NULL;
@@ -513,7 +361,7 @@ static int poll_cb(sd_event_source *s, uint64_t usec, void *userdata) {
         Catalog *c = userdata;
 
         catalog_fetch(c);
-        (void)sd_event_source_set_time_relative(s, manager_config(c->manager)->poll_interval_usec);
+        (void)sd_event_source_set_time_relative(s, c->conf.poll_interval);
         (void)sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
         return 0;
 }
@@ -528,7 +376,7 @@ void catalog_refresh(Catalog *c) {
 }
 
 void catalog_model_call_done(Catalog *c, const char *model, bool load) {
-        const char *key = model ? startswith(model, c->conf->name) : NULL;
+        const char *key = model ? startswith(model, c->conf.host->name) : NULL;
 
         if (load && key && *key == '-' && key[1]) {
                 CatalogStatus s = {.status = strdup("loading"),
@@ -545,7 +393,7 @@ void catalog_model_call_done(Catalog *c, const char *model, bool load) {
 /* A feed event said something changed: re-read, but at most once every 2 s. What a status event says is
  * in the snapshot already, so nobody waits for this read. */
 static void refresh_from_feed(Catalog *c) {
-        usec_t now = now_usec(CLOCK_MONOTONIC), at = c->last_refresh + CATALOG_FEED_REFRESH_USEC;
+        usec_t now = catalog_now(c), at = c->last_refresh + CATALOG_FEED_REFRESH_USEC;
 
         if (now >= at) {
                 catalog_fetch(c);
@@ -558,41 +406,6 @@ static void refresh_from_feed(Catalog *c) {
 }
 
 /* The feed */
-
-int catalog_relabel_event(const char *host, const char *json, size_t n, Buffer *out, bool *ret_changes) {
-        json_object *o, *model, *event, *proxy;
-        const char *key;
-        _cleanup_free_ char *label = NULL;
-        int r;
-
-        r = parse_object(json, n, &o);
-        if (r < 0)
-                return r;
-        key = json_object_object_get_ex(o, "model", &model) && json_object_is_type(model, json_type_string)
-                      ? json_object_get_string(model)
-                      : "";
-        if (asprintf(&label, "%s-%s", host, *key ? key : "*") < 0) {
-                json_object_put(o);
-                return -ENOMEM;
-        }
-        proxy = json_object_new_object();
-        json_object_object_add(proxy, "host", json_object_new_string(host));
-        json_object_object_add(proxy, "key", json_object_new_string(*key ? key : "*"));
-        json_object_object_add(o, "model", json_object_new_string(label));
-        json_object_object_add(o, "proxy", proxy);
-        if (ret_changes)
-                *ret_changes = !(json_object_object_get_ex(o, "event", &event) &&
-                                 json_object_is_type(event, json_type_string) &&
-                                 streq(json_object_get_string(event), "download_progress"));
-        if (buffer_append_str(out, "data: ") < 0 ||
-            buffer_append_str(out, json_object_to_json_string_ext(
-                                           o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE)) <
-                    0 ||
-            buffer_append_str(out, "\n\n") < 0)
-                r = -ENOMEM;
-        json_object_put(o);
-        return r;
-}
 
 static void feed_line(Catalog *c, const char *p, size_t n) {
         Buffer out = {};
@@ -607,13 +420,13 @@ static void feed_line(Catalog *c, const char *p, size_t n) {
         n -= 5;
         if (n > 0 && *p == ' ')
                 p++, n--;
-        if (catalog_relabel_event(c->conf->name, p, n, &out, &changes) < 0) {
+        if (catalog_relabel_event(c->conf.host->name, p, n, &out, &changes) < 0) {
                 log_debug("host %s: /models/sse sent something that is not an event, ignoring",
-                          c->conf->name);
+                          c->conf.host->name);
                 buffer_done(&out);
                 return;
         }
-        feed_hub_broadcast(manager_feed_hub(c->manager), buffer_peek(&out), buffer_size(&out));
+        catalog_feed(c, buffer_peek(&out), buffer_size(&out));
         buffer_done(&out);
         if (catalog_status_parse(p, n, &st) >= 0) {
                 catalog_apply(c, &st);
@@ -674,7 +487,7 @@ static void feed_on_complete(Upstream *u, void *userdata) {
 
 static void feed_on_error(Upstream *u, int error, bool started, void *userdata) {
         Catalog *c = userdata;
-        log_debug("host %s: /models/sse ended: %s", c->conf->name, upstream_strerror(error));
+        log_debug("host %s: /models/sse ended: %s", c->conf.host->name, upstream_strerror(error));
         feed_ended(c);
 }
 
@@ -691,10 +504,9 @@ static void feed_connect(Catalog *c) {
 
         if (c->feed || !url)
                 return;
-        if (buffer_printf(&req,
-                          "GET %s/models/sse HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\n\r\n",
-                          url->base_path, url->authority) < 0 ||
-            upstream_start(manager_pool(c->manager), url, &req, false, &feed_callbacks, c, &c->feed) < 0) {
+        if (http_write_request_head(&req, "GET", url->base_path, "/models/sse", url->authority, "Accept",
+                                    "text/event-stream", NULL) < 0 ||
+            upstream_start(c->pool, url, &req, false, &feed_callbacks, c, &c->feed) < 0) {
                 c->feed = NULL;
                 feed_schedule(c);
         }
@@ -716,32 +528,38 @@ static int feed_retry_cb(sd_event_source *s, uint64_t usec, void *userdata) {
 
 /* Life */
 
-Catalog *catalog_new(Manager *m, Host *h) {
-        Catalog *c = calloc(1, sizeof(Catalog));
+int catalog_new(sd_event *event, UpstreamPool *pool, const CatalogConf *conf, const CatalogCallbacks *cb,
+                void *userdata, Catalog **ret) {
+        _cleanup_(catalog_freep) Catalog *c = NULL;
         int r;
 
+        c = calloc(1, sizeof(Catalog));
         if (!c)
-                return NULL;
-        c->manager = m;
-        c->host = h;
-        c->conf = host_conf(h);
+                return -ENOMEM;
+        c->event = event;
+        c->pool = pool;
+        c->conf = *conf;
+        c->cb = cb;
+        c->userdata = userdata;
         c->engine_up = -1;
-        c->keys = calloc(MAX(host_n_engines(h), 1u), sizeof(char **));
+        c->keys = calloc(MAX(conf->n_engines, 1u), sizeof(char **));
         c->loading = json_object_new_object();
-        r = c->keys && c->loading ? 0 : -ENOMEM;
-        if (r >= 0)
-                r = sd_event_add_time_relative(manager_event(m), &c->poll_timer, CLOCK_MONOTONIC, 0, 0, poll_cb, c);
-        if (r >= 0)
-                r = sd_event_add_time(manager_event(m), &c->refresh_timer, CLOCK_MONOTONIC, 0, 0, refresh_cb, c);
-        if (r >= 0)
-                r = sd_event_add_time(manager_event(m), &c->feed_retry, CLOCK_MONOTONIC, 0, 0, feed_retry_cb, c);
+        if (!c->keys || !c->loading)
+                return -ENOMEM;
+        r = sd_event_add_time_relative(event, &c->poll_timer, CLOCK_MONOTONIC, 0, 0, poll_cb, c);
         if (r < 0)
-                return catalog_free(c);
+                return r;
+        r = sd_event_add_time(event, &c->refresh_timer, CLOCK_MONOTONIC, 0, 0, refresh_cb, c);
+        if (r < 0)
+                return r;
+        r = sd_event_add_time(event, &c->feed_retry, CLOCK_MONOTONIC, 0, 0, feed_retry_cb, c);
+        if (r < 0)
+                return r;
         (void)sd_event_source_set_enabled(c->poll_timer, SD_EVENT_OFF);
         (void)sd_event_source_set_enabled(c->refresh_timer, SD_EVENT_OFF);
         (void)sd_event_source_set_enabled(c->feed_retry, SD_EVENT_OFF);
-        keys_load(c);
-        return c;
+        *ret = TAKE_PTR(c);
+        return 0;
 }
 
 Catalog *catalog_free(Catalog *c) {
@@ -754,7 +572,7 @@ Catalog *catalog_free(Catalog *c) {
         sd_event_source_disable_unref(c->poll_timer);
         sd_event_source_disable_unref(c->refresh_timer);
         sd_event_source_disable_unref(c->feed_retry);
-        for (size_t i = 0; c->keys && i < host_n_engines(c->host); i++)
+        for (size_t i = 0; c->keys && i < c->conf.n_engines; i++)
                 strv_free(c->keys[i]);
         free(c->keys);
         free(c->body);
@@ -765,10 +583,10 @@ Catalog *catalog_free(Catalog *c) {
         return NULL;
 }
 
-void catalog_start(Catalog *c) {
+void catalog_start(Catalog *c, bool host_down) {
         /* a host with engines is read once its bus says which engine runs */
-        if (host_has_engines(c->host)) {
-                if (host_state(c->host) == HOST_DOWN)
+        if (c->conf.n_engines > 0) {
+                if (host_down)
                         return;
         } else
                 feed_connect(c);
@@ -782,7 +600,7 @@ void catalog_engine_up(Catalog *c, size_t i) {
         c->changed = true;
         catalog_fetch(c);
         feed_connect(c);
-        (void)sd_event_source_set_time_relative(c->poll_timer, manager_config(c->manager)->poll_interval_usec);
+        (void)sd_event_source_set_time_relative(c->poll_timer, c->conf.poll_interval);
         (void)sd_event_source_set_enabled(c->poll_timer, SD_EVENT_ONESHOT);
 }
 
@@ -799,17 +617,17 @@ void catalog_host_state(Catalog *c, const char *down_reason) {
         int n;
 
         if (down_reason)
-                n = snprintf(line, sizeof(line), ": host %s down: %s\n\n", c->conf->name, down_reason);
+                n = snprintf(line, sizeof(line), ": host %s down: %s\n\n", c->conf.host->name, down_reason);
         else
-                n = snprintf(line, sizeof(line), ": host %s up\n\n", c->conf->name);
-        feed_hub_broadcast(manager_feed_hub(c->manager), line, (size_t)MIN((size_t)n, sizeof(line) - 1));
-        if (!down_reason && !host_has_engines(c->host)) {
+                n = snprintf(line, sizeof(line), ": host %s up\n\n", c->conf.host->name);
+        catalog_feed(c, line, (size_t)MIN((size_t)n, sizeof(line) - 1));
+        if (!down_reason && c->conf.n_engines == 0) {
                 catalog_fetch(c);
                 feed_connect(c);
         }
         if (down_reason && !c->first_done) {
                 c->first_done = true;
-                manager_catalog_ready(c->manager);
+                catalog_ready_changed(c);
         }
 }
 
@@ -837,16 +655,24 @@ int catalog_lists(const Catalog *c, const char *key) {
 }
 
 ssize_t catalog_engine_for_key(const Catalog *c, const char *key) {
-        for (size_t i = 0; i < host_n_engines(c->host); i++)
+        for (size_t i = 0; i < c->conf.n_engines; i++)
                 if (strv_contains(c->keys[i], key))
                         return (ssize_t)i;
         return -1;
 }
 
 char *const *catalog_engine_keys(const Catalog *c, size_t i) {
-        return i < host_n_engines(c->host) ? c->keys[i] : NULL;
+        return i < c->conf.n_engines ? c->keys[i] : NULL;
 }
 
-void catalog_set_conf(Catalog *c, const HostConf *conf) {
-        c->conf = conf;
+void catalog_set_engine_keys(Catalog *c, size_t i, char **keys) {
+        assert(i < c->conf.n_engines);
+        strv_free(c->keys[i]);
+        c->keys[i] = keys;
+}
+
+void catalog_set_conf(Catalog *c, const CatalogConf *conf) {
+        /* the learned keys are per engine: a reload that keeps the host keeps its engines, in order */
+        assert(conf->n_engines == c->conf.n_engines);
+        c->conf = *conf;
 }

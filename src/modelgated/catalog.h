@@ -16,25 +16,54 @@
  * host has a server (for a host with engines: while one is up), relabelled,
  * and handed to every /models/sse subscriber; it also tells how far a loading
  * model has got (a waiting client's keepalive comments say so). Learned keys
- * live in a small JSON file in the state directory, so a stopped engine's
- * keys still route after a restart. */
+ * are kept per engine, so a stopped engine's keys still route; the owner
+ * keeps them on disk (engine-keys.h). The catalog knows nothing of the Host:
+ * its owner hands it what it reads and hears its news through
+ * CatalogCallbacks. */
 
-#include <json-c/json.h>
 #include <stdbool.h>
 #include <sys/types.h>
+#include <systemd/sd-event.h>
 
 #include "modelgated/conf.h"
-#include "shared/buffer.h"
+#include "modelgated/engine.h"
+#include "shared/macro.h"
 
-typedef struct Manager Manager;
-typedef struct Host Host;
 typedef struct Catalog Catalog;
+typedef struct UpstreamPool UpstreamPool;
 
-Catalog *catalog_new(Manager *m, Host *h);
+/* What a catalog reads and how often: its host's [Host], the host's engines in the order of the file (none
+ * for a plain host), and PollIntervalSec=. The owner keeps them alive, and hands over the new ones of a
+ * reload with catalog_set_conf(). */
+typedef struct CatalogConf {
+        const HostConf *host;
+        const HostEngine *engines;
+        size_t n_engines;
+        usec_t poll_interval;
+} CatalogConf;
+
+/* The news a catalog sends to its owner. Each may be called from inside any catalog_*() call but
+ * catalog_free(). */
+typedef struct CatalogCallbacks {
+        /* catalog_ready() may have become true: the first read ended, or an engine's list was read. */
+        void (*on_ready)(Catalog *c, void *userdata);
+        /* Text for every /models/sse subscriber: a relabelled event ("data: …\n\n"), or a comment that
+         * the host went down or came up. */
+        void (*on_feed)(Catalog *c, const char *p, size_t n, void *userdata);
+        /* The keys engine i serves were learned anew (catalog_engine_keys()). */
+        void (*on_keys_learned)(Catalog *c, size_t i, void *userdata);
+        /* An HTTP exchange with the host failed at the network level (reason), or one succeeded (NULL). */
+        void (*on_http)(Catalog *c, const char *reason, void *userdata);
+} CatalogCallbacks;
+
+int catalog_new(sd_event *event, UpstreamPool *pool, const CatalogConf *conf, const CatalogCallbacks *cb,
+                void *userdata, Catalog **ret);
 Catalog *catalog_free(Catalog *c);
-void catalog_start(Catalog *c);
-/* A reload kept the host (same name and URL): the new configuration's copy. */
-void catalog_set_conf(Catalog *c, const HostConf *conf);
+DEFINE_TRIVIAL_CLEANUP_FUNC(Catalog *, catalog_free);
+/* host_down: the host has engines and its bus is not up yet; the reads begin when an engine comes up. */
+void catalog_start(Catalog *c, bool host_down);
+/* A reload kept the host (same name, URL and engines): the new configuration's copies. */
+void catalog_set_conf(Catalog *c, const CatalogConf *conf);
 
 /* Re-reads the snapshot soon (coalesced with a read in progress). */
 void catalog_refresh(Catalog *c);
@@ -63,29 +92,5 @@ int catalog_lists(const Catalog *c, const char *key);
 ssize_t catalog_engine_for_key(const Catalog *c, const char *key);
 /* Engine i's learned keys (NULL-terminated, may be NULL). */
 char *const *catalog_engine_keys(const Catalog *c, size_t i);
-
-/* Pure: relabels one event of a host's /models/sse ("data: " stripped): "model" becomes "<host>-<key>"
- * ("<host>-*" for "" or "*") and "proxy":{"host","key"} is added. Appends "data: …\n\n" to out.
- * 0; -EBADMSG when the line is not such an event. Sets *ret_changes when the event may change the
- * model list (anything but download progress). */
-int catalog_relabel_event(const char *host, const char *json, size_t n, Buffer *out, bool *ret_changes);
-
-/* What one status event of a host's /models/sse says about one model. */
-typedef struct CatalogStatus {
-        char *key;         /* the event's "model" */
-        char *status;      /* its data.status: "loading", "loaded", "unloaded", "sleeping", … */
-        int exit_code;     /* "unloaded": data.exit_code (0: unloaded on purpose) */
-        int percent;       /* "loading": data.progress.value in percent; -1: none said */
-        json_object *info; /* "loaded": data.info, the model's own /v1/models entry (a reference), or NULL */
-        bool only_unloaded; /* applies only to a model the list has as "unloaded" */
-} CatalogStatus;
-
-/* Pure: parses an event ("data: " stripped). 0; -ENOMSG: a well-formed event that sets no status
- * (download progress, models_reload, …); -EBADMSG: not an event; -ENOMEM. */
-int catalog_status_parse(const char *json, size_t n, CatalogStatus *ret);
-void catalog_status_done(CatalogStatus *s);
-/* Pure: applies s to a parsed /models answer as llama.cpp would list it afterwards: the entry whose id is
- * s->key gets s->status as its status value, "failed" and "exit_code" for an unload with a non-zero exit
- * code, and a loaded model's "info" fields where absent. 1: changed; 0: no such entry, or nothing to
- * change; -EBADMSG: not a model list. */
-int catalog_status_apply(json_object *models, const CatalogStatus *s);
+/* Engine i's keys as remembered from an earlier run, before anything is read (keys is taken). */
+void catalog_set_engine_keys(Catalog *c, size_t i, char **keys);

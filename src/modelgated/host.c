@@ -1,15 +1,10 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* One Host per [Host]. A host with engines owns a HostBus and runs at most
- * one switch at a time, in phases:
- *   BUSY_CHECK  BusyUnits= active? (ListUnitsByPatterns)
- *   PORT_PROBE  no engine unit runs, yet something answers on the engine's port?
- *   STOPPING    StopUnit(replace) of each other running engine unit, to its JobRemoved
- *   STARTING    StartUnit(fail) of the target, to its JobRemoved, then a fresh read of the
- *               unit: "done" can hide a condition refusal or an instant death (SPEC §5)
- *   HEALTH      GET /health until 200, bounded by StartTimeoutSec= (rule 7)
- * A refusal (423) or failure (502) ends the switch and answers everyone who
- * waited for that engine. The same HEALTH phase adopts an engine found
- * running when the bus comes up. */
+/* One Host per [Host]: its state as the daemon shows it, the requests that
+ * use or wait for its engines, and its life across reloads. The Sched
+ * decides; schedule_cb() carries its actions out, one at a time, through the
+ * switch (host-switch.c) and answers to the waiting requests. A host with
+ * engines owns a HostBus; every host owns its Catalog, whose news it passes
+ * up to its owner with its own (HostCallbacks). */
 
 #include <assert.h>
 #include <fnmatch.h>
@@ -17,74 +12,10 @@
 #include <string.h>
 
 #include "modelgated/catalog.h"
-#include "modelgated/host-bus.h"
-#include "modelgated/host.h"
-#include "modelgated/manager.h"
+#include "modelgated/host-private.h"
 #include "modelgated/metrics.h"
-#include "modelgated/upstream.h"
 #include "shared/log.h"
 #include "shared/strv.h"
-
-#define HEALTH_PROBE_INTERVAL_USEC (250 * USEC_PER_MSEC)
-#define HEALTH_PROBE_TIMEOUT_USEC (2 * USEC_PER_SEC)
-#define PORT_PROBE_TIMEOUT_USEC (2 * USEC_PER_SEC)
-
-typedef enum SwitchPhase {
-        PHASE_NONE,
-        PHASE_BUSY_CHECK,
-        PHASE_PORT_PROBE,
-        PHASE_STOPPING,
-        PHASE_STARTING,
-        PHASE_HEALTH,
-        PHASE_GIVING_UP, /* stopping an engine that never became healthy */
-        PHASE_IDLE_STOP, /* stopping an engine nobody used for IdleStopSec= */
-} SwitchPhase;
-
-struct Host {
-        Manager *manager;
-        Config *config; /* the configuration conf belongs to: a reload keeps it while this host lives */
-        const HostConf *conf;
-        HostEngine *engines;
-        size_t n_engines;
-        HostBus *bus;
-
-        HostState state;
-        bool bus_down;
-        char *down_reason;
-        bool http_down;
-        int logged_down; /* -1: nothing logged yet, so the first outcome is */
-
-        ssize_t running; /* the engine whose unit runs, -1 for none */
-        bool engine_up;  /* and whose /health answered 200 */
-        usec_t up_since;
-        bool busy;           /* the last switch was refused */
-        bool stop_requested; /* the stop in progress is StopEngine()'s */
-
-        SwitchPhase phase;
-        ssize_t target;
-        bool adopting;
-        char *for_model;
-        usec_t switch_start;
-        Upstream *probe;
-        int probe_status;
-        sd_event_source *deadline, *probe_timer;
-
-        Sched sched;
-        Catalog *catalog;
-        char *fail_message; /* for the requests a failed switch answers */
-        char *last_error;   /* LastError: the last failed switch or the last reason to be down */
-        char **warnings;
-        sd_event_source *schedule_source, *sched_timer;
-
-        /* WarmupRequest=: sent after /health answers 200, before the engine counts as up; and again after
-         * PrimeAfterIdleSec= without traffic, as a request in flight of modelgate's own */
-        Upstream *warmup, *prime_upstream;
-        usec_t warmup_start;
-        SchedRequest prime;
-        bool priming;
-        usec_t primed_for; /* the idle period (its start) a prime was sent for */
-        sd_event_source *prime_timer;
-};
 
 static const char *const host_state_table[_HOST_STATE_MAX] = {
         [HOST_DOWN] = "down",       [HOST_IDLE] = "idle",           [HOST_STARTING] = "starting",
@@ -95,19 +26,12 @@ const char *host_state_to_string(HostState s) {
         return s >= 0 && s < _HOST_STATE_MAX ? host_state_table[s] : NULL;
 }
 
-static void host_begin_switch(Host *h);
-static void phase_stop_others(Host *h);
-static void phase_health(Host *h, bool adopting);
-
-static const char *engine_name(const Host *h, ssize_t i) {
-        return i >= 0 && (size_t)i < h->n_engines ? h->engines[i].conf->name : "-";
+static void host_changed(Host *h) {
+        if (h->env.cb->on_changed)
+                h->env.cb->on_changed(h, h->env.userdata);
 }
 
-static const char *engine_unit(const Host *h, ssize_t i) {
-        return i >= 0 && (size_t)i < h->n_engines ? h->engines[i].conf->unit : "-";
-}
-
-static void host_update_state(Host *h) {
+void host_update_state(Host *h) {
         HostState s;
 
         if (h->bus_down || h->http_down)
@@ -145,576 +69,11 @@ static void host_update_state(Host *h) {
         h->logged_down = down;
         if (down && h->down_reason && !streq(h->down_reason, "connecting"))
                 (void)free_and_strdup(&h->last_error, h->down_reason);
-        manager_changed(h->manager);
+        host_changed(h);
 }
 
-static void host_schedule_later(Host *h) {
+void host_schedule_later(Host *h) {
         (void)sd_event_source_set_enabled(h->schedule_source, SD_EVENT_ONESHOT);
-}
-
-static void switch_reset(Host *h) {
-        h->phase = PHASE_NONE;
-        h->target = -1;
-        h->adopting = false;
-        h->for_model = mfree(h->for_model);
-        h->probe = upstream_cancel(h->probe);
-        h->warmup = upstream_cancel(h->warmup);
-        (void)sd_event_source_set_enabled(h->deadline, SD_EVENT_OFF);
-        (void)sd_event_source_set_enabled(h->probe_timer, SD_EVENT_OFF);
-        if (h->bus)
-                host_bus_forget(h->bus, h);
-}
-
-/* The switch ends without the engine: everyone waiting for it gets 'status'. */
-static void switch_fail(Host *h, int status, const char *message) {
-        /* a refusal before anything was stopped leaves the running engine as it was */
-        ssize_t still = h->engine_up && h->running >= 0 && h->running != h->target ? h->running : -1;
-
-        switch_reset(h);
-        h->busy = status == 423;
-        free(h->fail_message);
-        h->fail_message = strdup(message);
-        (void)free_and_strdup(&h->last_error, message);
-        sched_switch_failed(&h->sched, now_usec(CLOCK_MONOTONIC), status, still);
-        if (still < 0) {
-                h->running = -1;
-                h->engine_up = false;
-                catalog_engine_down(h->catalog);
-        }
-        host_update_state(h);
-        host_schedule_later(h);
-}
-
-static void switch_refuse_busy(Host *h, const char *reason) {
-        char msg[512];
-
-        log_warning("host %s: GPU busy (%s), switch to %s refused", h->conf->name, reason,
-                    engine_name(h, h->target));
-        metrics_refusal(manager_metrics(h->manager), h->conf->name);
-        snprintf(msg, sizeof(msg),
-                 "the GPU of host '%s' is in use by someone else (%s), so modelgate did not switch it to "
-                 "engine '%s'; ask again once that work is done",
-                 h->conf->name, reason, engine_name(h, h->target));
-        switch_fail(h, 423, msg);
-}
-
-static void switch_fail_engine(Host *h, const char *what) {
-        char msg[512];
-
-        log_error("host %s: engine %s (%s) %s", h->conf->name, engine_name(h, h->target),
-                  engine_unit(h, h->target), what);
-        snprintf(msg, sizeof(msg), "engine '%s' of host '%s' (unit %s) %s", engine_name(h, h->target),
-                 h->conf->name, engine_unit(h, h->target), what);
-        switch_fail(h, 502, msg);
-}
-
-static void engine_is_up(Host *h) {
-        char t[32];
-        usec_t took = now_usec(CLOCK_MONOTONIC) - h->switch_start;
-
-        snprintf(t, sizeof(t), "%llu.%01llus", (unsigned long long)(took / USEC_PER_SEC),
-                 (unsigned long long)(took % USEC_PER_SEC / (100 * USEC_PER_MSEC)));
-        if (h->adopting)
-                log_notice("host %s: engine %s adopted, it was already running", h->conf->name,
-                           engine_name(h, h->target));
-        else
-                log_notice("host %s: engine %s up after %s", h->conf->name, engine_name(h, h->target), t);
-        h->running = h->target;
-        h->engine_up = true;
-        h->busy = false;
-        h->up_since = now_usec(CLOCK_MONOTONIC);
-        sched_engine_up(&h->sched, h->up_since, (size_t)h->target);
-        catalog_engine_up(h->catalog, (size_t)h->target);
-        switch_reset(h);
-        host_update_state(h);
-        host_schedule_later(h);
-}
-
-/* HEALTH: GET /health until 200 */
-
-static int probe_on_headers(Upstream *u, const UpstreamResponse *resp, void *userdata) {
-        Host *h = userdata;
-        h->probe_status = resp->status;
-        return 0;
-}
-
-static void probe_again(Host *h) {
-        (void)sd_event_source_set_time_relative(h->probe_timer, HEALTH_PROBE_INTERVAL_USEC);
-        (void)sd_event_source_set_enabled(h->probe_timer, SD_EVENT_ONESHOT);
-}
-
-static int warmup_send(Host *h, size_t engine, const UpstreamCallbacks *cb);
-
-static void warmup_done(Host *h, const char *error) {
-        usec_t took = now_usec(CLOCK_MONOTONIC) - h->warmup_start;
-        char t[FORMAT_TIMESPAN_MAX];
-
-        h->warmup = NULL;
-        if (error)
-                log_warning("host %s: warm-up request of engine %s failed (%s); it serves all the same",
-                            h->conf->name, engine_name(h, h->target), error);
-        else
-                log_info("host %s: engine %s warmed up in %s", h->conf->name, engine_name(h, h->target),
-                         format_timespan(t, sizeof(t), took / USEC_PER_MSEC * USEC_PER_MSEC) ?: "?");
-        engine_is_up(h);
-}
-
-static int warmup_on_headers(Upstream *u, const UpstreamResponse *resp, void *userdata) {
-        Host *h = userdata;
-        h->probe_status = resp->status;
-        return 0;
-}
-
-/* NULL for a 2xx answer to a warm-up, else what was wrong with it */
-static const char *warmup_error(const Host *h, char what[static 32]) {
-        if (h->probe_status / 100 == 2)
-                return NULL;
-        snprintf(what, 32, "it answered %d", h->probe_status);
-        return what;
-}
-
-static void warmup_on_complete(Upstream *u, void *userdata) {
-        char what[32];
-        warmup_done(userdata, warmup_error(userdata, what));
-}
-
-static void warmup_on_error(Upstream *u, int error, bool started, void *userdata) {
-        warmup_done(userdata, upstream_strerror(error));
-}
-
-static const UpstreamCallbacks warmup_callbacks = {
-        .on_headers = warmup_on_headers,
-        .on_complete = warmup_on_complete,
-        .on_error = warmup_on_error,
-};
-
-int warmup_send(Host *h, size_t engine, const UpstreamCallbacks *cb) {
-        const EngineConf *e = h->engines[engine].conf;
-        const HttpUrl *url = h->engines[engine].url;
-        Buffer req = {};
-        Upstream **slot = cb == &warmup_callbacks ? &h->warmup : &h->prime_upstream;
-        int r;
-
-        h->probe_status = 0;
-        if (buffer_printf(
-                    &req,
-                    "POST %s/v1/chat/completions HTTP/1.1\r\nHost: %s\r\nUser-Agent: modelgate (warm-up)\r\n"
-                    "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
-                    url->base_path, url->authority, e->warmup_size) < 0 ||
-            buffer_append(&req, e->warmup_body, e->warmup_size) < 0) {
-                buffer_done(&req);
-                return -ENOMEM;
-        }
-        r = upstream_start(manager_pool(h->manager), url, &req, false, cb, h, slot);
-        buffer_done(&req);
-        if (r < 0)
-                return r;
-        (void)upstream_set_idle_timeout(*slot, manager_config(h->manager)->upstream_idle_timeout_usec);
-        return 0;
-}
-
-/* PrimeAfterIdleSec=: the warm-up again after that long without traffic, once per idle period. It is a
- * request in flight like any other (a switch waits for it), but not traffic for the idle stop. */
-static void prime_finished(Host *h, const char *error) {
-        h->prime_upstream = NULL;
-        if (h->priming) {
-                sched_remove(&h->sched, now_usec(CLOCK_MONOTONIC), &h->prime);
-                h->priming = false;
-        }
-        if (error)
-                log_warning("host %s: priming engine %s failed: %s", h->conf->name,
-                            engine_name(h, h->running), error);
-        else if (h->running >= 0) {
-                char t[FORMAT_TIMESPAN_MAX];
-                log_info("host %s: engine %s primed after %s idle (PrimeAfterIdleSec=)", h->conf->name,
-                         engine_name(h, h->running),
-                         format_timespan(t, sizeof(t), h->engines[h->running].conf->prime_after_idle_usec)
-                                 ?: "?");
-        }
-        host_schedule_later(h);
-}
-
-static void prime_on_complete(Upstream *u, void *userdata) {
-        char what[32];
-        prime_finished(userdata, warmup_error(userdata, what));
-}
-
-static void prime_on_error(Upstream *u, int error, bool started, void *userdata) {
-        prime_finished(userdata, upstream_strerror(error));
-}
-
-static const UpstreamCallbacks prime_callbacks = {
-        .on_headers = warmup_on_headers,
-        .on_complete = prime_on_complete,
-        .on_error = prime_on_error,
-};
-
-/* When the running engine is due for a prime, or USEC_INFINITY. */
-static usec_t prime_at(const Host *h) {
-        usec_t idle_since;
-
-        if (!h->engine_up || h->running < 0 || h->phase != PHASE_NONE || h->priming ||
-            h->sched.n_in_flight > 0 || h->sched.n_waiting > 0)
-                return USEC_INFINITY;
-        const EngineConf *e = h->engines[h->running].conf;
-        if (!e->warmup_body || e->prime_after_idle_usec == 0 || e->prime_after_idle_usec == USEC_INFINITY)
-                return USEC_INFINITY;
-        idle_since = MAX(h->sched.up_at, h->sched.last_done);
-        if (h->primed_for == idle_since)
-                return USEC_INFINITY; /* primed already; the next traffic starts a new idle period */
-        return idle_since + e->prime_after_idle_usec;
-}
-
-static int prime_timer_cb(sd_event_source *s, uint64_t usec, void *userdata) {
-        Host *h = userdata;
-        usec_t now = now_usec(CLOCK_MONOTONIC), at = prime_at(h);
-
-        if (at == USEC_INFINITY || at > now)
-                return 0;
-        h->primed_for = MAX(h->sched.up_at, h->sched.last_done);
-        if (!sched_add(&h->sched, now, &h->prime, (size_t)h->running))
-                /* it waits behind something: let the scheduler have it back */
-                return sched_remove(&h->sched, now, &h->prime), 0;
-        h->prime.background = true;
-        h->priming = true;
-        if (warmup_send(h, (size_t)h->running, &prime_callbacks) < 0)
-                prime_finished(h, "out of memory");
-        return 0;
-}
-
-static void prime_rearm(Host *h) {
-        usec_t at = prime_at(h);
-
-        if (!h->prime_timer)
-                return;
-        if (at == USEC_INFINITY) {
-                (void)sd_event_source_set_enabled(h->prime_timer, SD_EVENT_OFF);
-                return;
-        }
-        (void)sd_event_source_set_time(h->prime_timer, at);
-        (void)sd_event_source_set_enabled(h->prime_timer, SD_EVENT_ONESHOT);
-}
-
-static void health_on_complete(Upstream *u, void *userdata) {
-        Host *h = userdata;
-
-        h->probe = NULL;
-        if (h->probe_status != 200)
-                return probe_again(h);
-        /* ready means answers at once: the first request must not pay the model's cold start */
-        if (!h->adopting && h->engines[h->target].conf->warmup_body) {
-                h->warmup_start = now_usec(CLOCK_MONOTONIC);
-                if (warmup_send(h, (size_t)h->target, &warmup_callbacks) >= 0)
-                        return;
-        }
-        engine_is_up(h);
-}
-
-static void health_on_error(Upstream *u, int error, bool started, void *userdata) {
-        Host *h = userdata;
-
-        h->probe = NULL;
-        probe_again(h);
-}
-
-static const UpstreamCallbacks health_callbacks = {
-        .on_headers = probe_on_headers,
-        .on_complete = health_on_complete,
-        .on_error = health_on_error,
-};
-
-static int probe_start(Host *h, const UpstreamCallbacks *cb, usec_t timeout) {
-        const HttpUrl *url = h->engines[h->target].url;
-        Buffer req = {};
-        int r;
-
-        h->probe_status = 0;
-        if (buffer_printf(&req, "GET %s/health HTTP/1.1\r\nHost: %s\r\nUser-Agent: modelgate\r\n\r\n",
-                          url->base_path, url->authority) < 0) {
-                buffer_done(&req);
-                return -ENOMEM;
-        }
-        r = upstream_start(manager_pool(h->manager), url, &req, false, cb, h, &h->probe);
-        buffer_done(&req);
-        if (r < 0)
-                return r;
-        (void)upstream_set_deadline(h->probe, timeout);
-        return 0;
-}
-
-static int probe_timer_cb(sd_event_source *s, uint64_t usec, void *userdata) {
-        Host *h = userdata;
-
-        if (h->phase != PHASE_HEALTH)
-                return 0;
-        if (probe_start(h, &health_callbacks, HEALTH_PROBE_TIMEOUT_USEC) < 0)
-                probe_again(h);
-        return 0;
-}
-
-/* No engine runs on the host any more (stopped on its own, idle-stopped, or given up on). */
-static void engine_gone(Host *h) {
-        h->running = -1;
-        h->engine_up = false;
-        h->http_down = false; /* it was that engine's URL that failed */
-        sched_engine_down(&h->sched, now_usec(CLOCK_MONOTONIC));
-        catalog_engine_down(h->catalog);
-        host_update_state(h);
-        host_schedule_later(h);
-}
-
-static void give_up_stopped(HostBus *b, size_t i, const char *result, const char *error, void *userdata) {
-        Host *h = userdata;
-
-        h->phase = PHASE_NONE;
-        engine_gone(h);
-}
-
-static int deadline_cb(sd_event_source *s, uint64_t usec, void *userdata) {
-        Host *h = userdata;
-        char what[256], t[FORMAT_TIMESPAN_MAX];
-        ssize_t target = h->target;
-
-        if (h->phase != PHASE_HEALTH)
-                return 0;
-        snprintf(what, sizeof(what),
-                 "did not answer /health with 200 within %s (result: timeout); it was stopped",
-                 format_timespan(t, sizeof(t), h->engines[target].conf->start_timeout_usec) ?: "?");
-        switch_fail_engine(h, what);
-        /* an engine that never became healthy must not keep the GPU */
-        if (host_bus_job(h->bus, "StopUnit", (size_t)target, "replace", give_up_stopped, h) >= 0) {
-                h->phase = PHASE_GIVING_UP;
-                h->running = target;
-                sched_engine_stopping(&h->sched);
-                host_update_state(h);
-        }
-        return 0;
-}
-
-static void phase_health(Host *h, bool adopting) {
-        usec_t timeout = h->engines[h->target].conf->start_timeout_usec;
-
-        if (adopting)
-                sched_engine_starting(&h->sched, (size_t)h->target);
-        h->phase = PHASE_HEALTH;
-        h->adopting = adopting;
-        h->running = h->target;
-        h->engine_up = false;
-        host_update_state(h);
-        if (timeout != USEC_INFINITY) {
-                usec_t left = now_usec(CLOCK_MONOTONIC) - h->switch_start;
-                left = left < timeout ? timeout - left : 0;
-                (void)sd_event_source_set_time_relative(h->deadline, left);
-                (void)sd_event_source_set_enabled(h->deadline, SD_EVENT_ONESHOT);
-        }
-        if (probe_start(h, &health_callbacks, HEALTH_PROBE_TIMEOUT_USEC) < 0)
-                probe_again(h);
-}
-
-/* STARTING */
-
-static void start_checked(HostBus *b, char **units, const char *error, void *userdata) {
-        Host *h = userdata;
-        const UnitInfo *u = host_bus_unit(b, (size_t)h->target);
-        char what[256];
-
-        if (error) {
-                snprintf(what, sizeof(what), "could not be read after its start: %s", error);
-                return switch_fail_engine(h, what);
-        }
-        if (unit_info_is_running(u))
-                return phase_health(h, false);
-        if (!u->condition_result || streq_ptr(u->result, "exec-condition")) {
-                snprintf(what, sizeof(what), "%s refused to start: its %s failed", u->name,
-                         streq_ptr(u->result, "exec-condition") ? "ExecCondition=" : "Condition…=");
-                return switch_refuse_busy(h, what);
-        }
-        snprintf(what, sizeof(what), "failed to start (result: %s, state: %s)",
-                 u->result && !streq(u->result, "success") ? u->result : "exit-code",
-                 strna(u->active_state));
-        switch_fail_engine(h, what);
-}
-
-static void start_done(HostBus *b, size_t i, const char *result, const char *error, void *userdata) {
-        Host *h = userdata;
-        char what[512];
-
-        if (!result) {
-                snprintf(what, sizeof(what), "could not be started: %s", error);
-                return switch_fail_engine(h, what);
-        }
-        /* "done" says little (systemd-notes.md §2.6); the unit's own state says the rest */
-        if (host_bus_refresh_unit(b, i, start_checked, h) < 0) {
-                snprintf(what, sizeof(what), "could not be read after its start (job result: %s)", result);
-                switch_fail_engine(h, what);
-        }
-}
-
-static void phase_start(Host *h) {
-        char what[256];
-        int r;
-
-        if (unit_info_is_running(host_bus_unit(h->bus, (size_t)h->target)))
-                return phase_health(h, false);
-        h->phase = PHASE_STARTING;
-        h->running = -1;
-        h->engine_up = false;
-        host_update_state(h);
-        r = host_bus_job(h->bus, "StartUnit", (size_t)h->target, "fail", start_done, h);
-        if (r < 0) {
-                snprintf(what, sizeof(what), "could not be started: %s", strerror(-r));
-                switch_fail_engine(h, what);
-        }
-}
-
-/* STOPPING */
-
-static void stop_done(HostBus *b, size_t i, const char *result, const char *error, void *userdata) {
-        Host *h = userdata;
-        char msg[512];
-
-        if (!result || !streq(result, "done")) {
-                snprintf(msg, sizeof(msg), "could not stop engine unit %s of host '%s' (%s)",
-                         engine_unit(h, i), h->conf->name, result ?: error);
-                log_error("host %s: %s", h->conf->name, msg);
-                switch_fail(h, 502, msg);
-                return;
-        }
-        if ((ssize_t)i == h->running) {
-                h->running = -1;
-                h->engine_up = false;
-        }
-        phase_stop_others(h);
-}
-
-static void phase_stop_others(Host *h) {
-        int r;
-
-        for (size_t i = 0; i < h->n_engines; i++) {
-                if ((ssize_t)i == h->target || !unit_info_is_running(host_bus_unit(h->bus, i)))
-                        continue;
-                h->phase = PHASE_STOPPING;
-                host_update_state(h);
-                r = host_bus_job(h->bus, "StopUnit", i, "replace", stop_done, h);
-                if (r < 0) {
-                        char what[256];
-                        snprintf(what, sizeof(what), "could not be started: stopping %s failed: %s",
-                                 engine_unit(h, (ssize_t)i), strerror(-r));
-                        switch_fail_engine(h, what);
-                }
-                return;
-        }
-        phase_start(h);
-}
-
-/* PORT_PROBE: something answers where the engine would listen, while none of our units runs */
-
-static void port_probe_answered(Host *h) {
-        char reason[300];
-
-        snprintf(reason, sizeof(reason), "a server answers on %s while no engine unit of the host is active",
-                 h->engines[h->target].url->text);
-        switch_refuse_busy(h, reason);
-}
-
-static void port_on_complete(Upstream *u, void *userdata) {
-        Host *h = userdata;
-        h->probe = NULL;
-        port_probe_answered(h);
-}
-
-static void port_on_error(Upstream *u, int error, bool started, void *userdata) {
-        Host *h = userdata;
-
-        h->probe = NULL;
-        if (started)
-                return port_probe_answered(h);
-        phase_stop_others(h);
-}
-
-static const UpstreamCallbacks port_callbacks = {
-        .on_headers = probe_on_headers,
-        .on_complete = port_on_complete,
-        .on_error = port_on_error,
-};
-
-static bool any_engine_running(Host *h) {
-        for (size_t i = 0; i < h->n_engines; i++)
-                if (unit_info_is_running(host_bus_unit(h->bus, i)))
-                        return true;
-        return false;
-}
-
-static void phase_port_probe(Host *h) {
-        if (any_engine_running(h))
-                return phase_stop_others(h);
-        h->phase = PHASE_PORT_PROBE;
-        if (probe_start(h, &port_callbacks, PORT_PROBE_TIMEOUT_USEC) < 0)
-                phase_stop_others(h);
-}
-
-/* BUSY_CHECK */
-
-static void busy_listed(HostBus *b, char **units, const char *error, void *userdata) {
-        Host *h = userdata;
-        char msg[512];
-
-        if (error) {
-                snprintf(msg, sizeof(msg), "could not be started: checking BusyUnits= failed: %s", error);
-                return switch_fail_engine(h, msg);
-        }
-        if (!strv_isempty(units)) {
-                _cleanup_free_ char *names = strv_join(units, ", ");
-                snprintf(msg, sizeof(msg), "%s %s active", names ?: units[0], units[1] ? "are" : "is");
-                return switch_refuse_busy(h, msg);
-        }
-        phase_port_probe(h);
-}
-
-static void host_begin_switch(Host *h) {
-        int r;
-
-        h->switch_start = now_usec(CLOCK_MONOTONIC);
-        log_notice("host %s: switching to engine %s for %s", h->conf->name, engine_name(h, h->target),
-                   h->for_model ?: "a request");
-        h->phase = PHASE_BUSY_CHECK;
-        host_update_state(h);
-        if (strv_isempty(h->conf->busy_units))
-                return phase_port_probe(h);
-        r = host_bus_list_active(h->bus, h->conf->busy_units, busy_listed, h);
-        if (r < 0)
-                busy_listed(h->bus, NULL, strerror(-r), h);
-}
-
-/* IDLE_STOP */
-
-static void idle_stopped(HostBus *b, size_t i, const char *result, const char *error, void *userdata) {
-        Host *h = userdata;
-        char t[FORMAT_TIMESPAN_MAX];
-
-        if (result && streq(result, "done") && h->stop_requested)
-                log_notice("host %s: engine %s stopped on request", h->conf->name,
-                           engine_name(h, (ssize_t)i));
-        else if (result && streq(result, "done"))
-                /* the rule's time, not the timer's (which fires a little after it) */
-                log_notice("host %s: idle %s, engine %s stopped", h->conf->name,
-                           format_timespan(t, sizeof(t), h->sched.config.idle_stop) ?: "?",
-                           engine_name(h, (ssize_t)i));
-        else
-                log_warning("host %s: idle stop of engine %s failed: %s", h->conf->name,
-                            engine_name(h, (ssize_t)i), result ?: strna(error));
-        h->phase = PHASE_NONE;
-        h->stop_requested = false;
-        engine_gone(h);
-}
-
-static void host_idle_stop(Host *h, ssize_t engine, bool requested) {
-        h->phase = PHASE_IDLE_STOP;
-        h->stop_requested = requested;
-        h->target = -1;
-        host_update_state(h);
-        if (host_bus_job(h->bus, "StopUnit", (size_t)engine, "replace", idle_stopped, h) < 0)
-                idle_stopped(h->bus, (size_t)engine, NULL, "the bus is not connected", h);
 }
 
 static void answer_failed(Host *h, HostWaiter *w, int status) {
@@ -727,7 +86,7 @@ static void answer_failed(Host *h, HostWaiter *w, int status) {
                          h->conf->name, strna(h->down_reason));
                 break;
         case 504:
-                metrics_budget_expired(manager_metrics(h->manager), h->conf->name);
+                metrics_budget_expired(h->env.metrics, h->conf->name);
                 snprintf(
                         msg, sizeof(msg),
                         "waited %s for engine '%s' of host '%s' (WaitBudgetSec=), and it is still busy with "
@@ -746,7 +105,7 @@ static void answer_failed(Host *h, HostWaiter *w, int status) {
 static int schedule_cb(sd_event_source *s, void *userdata) {
         Host *h = userdata;
         SchedAction a;
-        usec_t now = now_usec(CLOCK_MONOTONIC), next;
+        usec_t now = host_now(h), next;
 
         while (sched_next(&h->sched, now, &a)) {
                 HostWaiter *w = a.req ? container_of(a.req, HostWaiter, req) : NULL;
@@ -760,7 +119,7 @@ static int schedule_cb(sd_event_source *s, void *userdata) {
                         break;
                 case SCHED_START:
                         h->target = a.engine;
-                        metrics_switch(manager_metrics(h->manager), h->conf->name, engine_name(h, a.engine));
+                        metrics_switch(h->env.metrics, h->conf->name, engine_name(h, a.engine));
                         free(h->for_model);
                         h->for_model = log_escape_dup(w->model); /* for log lines only */
                         host_begin_switch(h);
@@ -781,7 +140,6 @@ static int schedule_cb(sd_event_source *s, void *userdata) {
                 case SCHED_NONE:
                         break;
                 }
-                now = now_usec(CLOCK_MONOTONIC);
         }
         next = sched_next_timer(&h->sched, now);
         if (next == USEC_INFINITY)
@@ -790,8 +148,8 @@ static int schedule_cb(sd_event_source *s, void *userdata) {
                 (void)sd_event_source_set_time(h->sched_timer, next);
                 (void)sd_event_source_set_enabled(h->sched_timer, SD_EVENT_ONESHOT);
         }
-        prime_rearm(h);
-        manager_changed(h->manager);
+        host_prime_rearm(h);
+        host_changed(h);
         return 0;
 }
 
@@ -799,124 +157,38 @@ static int sched_timer_cb(sd_event_source *s, uint64_t usec, void *userdata) {
         return schedule_cb(NULL, userdata);
 }
 
-/* The bus */
+/* The catalog's news: its owner's business, or the daemon's, passed up */
 
-static void check_units(Host *h) {
-        strv_free(h->warnings);
-        h->warnings = NULL;
-
-        for (size_t i = 0; i < h->n_engines; i++) {
-                const UnitInfo *u = host_bus_unit(h->bus, i);
-                _cleanup_free_ char *w = NULL;
-
-                if (u->load_state && !streq(u->load_state, "loaded")) {
-                        if (asprintf(&w, "engine unit %s is %s", u->name, u->load_state) >= 0)
-                                (void)strv_push(&h->warnings, TAKE_PTR(w));
-                        continue;
-                }
-                if (u->file_state &&
-                    (startswith(u->file_state, "enabled") || streq(u->file_state, "indirect") ||
-                     startswith(u->file_state, "linked")))
-                        if (asprintf(&w,
-                                     "engine unit %s is %s; modelgate starts engines itself, so it should "
-                                     "have no [Install] section and not be enabled",
-                                     u->name, u->file_state) >= 0)
-                                (void)strv_push(&h->warnings, TAKE_PTR(w));
-                if (u->restart && !streq(u->restart, "no"))
-                        if (asprintf(
-                                    &w,
-                                    "engine unit %s has Restart=%s; use Restart=no, so that a crash is seen "
-                                    "and not hidden by a restart that takes the GPU back",
-                                    u->name, u->restart) >= 0)
-                                (void)strv_push(&h->warnings, TAKE_PTR(w));
-                for (size_t j = 0; j < h->n_engines; j++) {
-                        const char *other = h->engines[j].conf->unit;
-                        if (j == i || strv_contains(u->conflicts, other))
-                                continue;
-                        if (asprintf(&w, "engine unit %s lacks Conflicts=%s, so both could run at once",
-                                     u->name, other) >= 0)
-                                (void)strv_push(&h->warnings, TAKE_PTR(w));
-                }
-        }
-        STRV_FOREACH (w, h->warnings)
-                log_warning("host %s: %s", h->conf->name, *w);
-}
-
-static void bus_up(HostBus *b, void *userdata) {
-        Host *h = userdata;
-        ssize_t found = -1;
-
-        h->bus_down = false;
-        h->down_reason = mfree(h->down_reason);
-        sched_host_down(&h->sched, false);
-        sched_engine_down(&h->sched, now_usec(CLOCK_MONOTONIC));
-        check_units(h);
-        for (size_t i = 0; i < h->n_engines; i++)
-                if (unit_info_is_running(host_bus_unit(b, i))) {
-                        if (found >= 0)
-                                log_warning("host %s: engine units %s and %s are both active", h->conf->name,
-                                            engine_unit(h, found), engine_unit(h, (ssize_t)i));
-                        else
-                                found = (ssize_t)i;
-                }
-        h->running = -1;
-        h->engine_up = false;
-        catalog_engine_down(h->catalog);
-        if (found >= 0) {
-                /* the daemon may have exited idle and come back: the running engine is ours */
-                h->target = found;
-                h->switch_start = now_usec(CLOCK_MONOTONIC);
-                phase_health(h, true);
-        }
-        host_update_state(h);
-        host_schedule_later(h);
-}
-
-static void bus_down(HostBus *b, const char *reason, void *userdata) {
+static void catalog_ready_cb(Catalog *c, void *userdata) {
         Host *h = userdata;
 
-        switch_reset(h);
-        h->running = -1;
-        h->engine_up = false;
-        h->bus_down = true;
-        free(h->down_reason);
-        h->down_reason = strdup(reason);
-        sched_host_down(&h->sched, true);
-        catalog_engine_down(h->catalog);
-        host_update_state(h);
-        host_schedule_later(h);
+        if (h->env.cb->on_catalog_ready)
+                h->env.cb->on_catalog_ready(h, h->env.userdata);
 }
 
-static void unit_changed(HostBus *b, size_t i, void *userdata) {
+static void catalog_feed_cb(Catalog *c, const char *p, size_t n, void *userdata) {
         Host *h = userdata;
-        const UnitInfo *u = host_bus_unit(b, i);
-        char what[256];
 
-        if (!unit_info_is_running(u)) {
-                if ((ssize_t)i != h->running || h->phase == PHASE_STOPPING || h->phase == PHASE_GIVING_UP ||
-                    h->phase == PHASE_IDLE_STOP)
-                        return;
-                snprintf(what, sizeof(what), "stopped%s (state: %s, result: %s)",
-                         h->engine_up ? " on its own" : "", strna(u->active_state), strna(u->result));
-                if (h->phase == PHASE_HEALTH && h->target == (ssize_t)i)
-                        return switch_fail_engine(h, what);
-                log_warning("host %s: engine %s %s", h->conf->name, engine_name(h, (ssize_t)i), what);
-                return engine_gone(h);
-        }
-        if (h->running < 0 && h->phase == PHASE_NONE) {
-                /* started by someone else (or restarted by systemd): ours all the same, once healthy */
-                log_notice("host %s: engine unit %s became %s without modelgate", h->conf->name, u->name,
-                           u->active_state);
-                h->target = (ssize_t)i;
-                h->switch_start = now_usec(CLOCK_MONOTONIC);
-                phase_health(h, true);
-        }
+        if (h->env.cb->on_feed)
+                h->env.cb->on_feed(h, p, n, h->env.userdata);
 }
 
-static const HostBusCallbacks host_bus_callbacks = {
-        .on_up = bus_up,
-        .on_down = bus_down,
-        .on_unit_changed = unit_changed,
+static void catalog_keys_learned_cb(Catalog *c, size_t i, void *userdata) {
+        Host *h = userdata;
+
+        if (h->env.cb->on_keys_learned)
+                h->env.cb->on_keys_learned(h, h->env.userdata);
+}
+
+static void catalog_http_cb(Catalog *c, const char *reason, void *userdata) {
+        host_report_http(userdata, reason);
+}
+
+static const CatalogCallbacks catalog_callbacks = {
+        .on_ready = catalog_ready_cb,
+        .on_feed = catalog_feed_cb,
+        .on_keys_learned = catalog_keys_learned_cb,
+        .on_http = catalog_http_cb,
 };
 
 /* Life */
@@ -964,14 +236,23 @@ static SchedConfig sched_config_of(const Config *config, const HostConf *conf) {
         return sc;
 }
 
-Host *host_new(Manager *m, Config *config, const HostConf *conf) {
+static CatalogConf catalog_conf_of(const Host *h) {
+        return (CatalogConf){
+                .host = h->conf,
+                .engines = h->engines,
+                .n_engines = h->n_engines,
+                .poll_interval = h->config->poll_interval_usec,
+        };
+}
+
+Host *host_new(const HostEnv *env, Config *config, const HostConf *conf) {
         Host *h = calloc(1, sizeof(Host));
         _cleanup_strv_free_ char **units = NULL;
         int r;
 
         if (!h)
                 return NULL;
-        h->manager = m;
+        h->env = *env;
         h->conf = conf;
         h->config = config_ref(config);
         h->running = h->target = -1;
@@ -982,19 +263,19 @@ Host *host_new(Manager *m, Config *config, const HostConf *conf) {
         SchedConfig sc = sched_config_of(config, conf);
         if (sched_init(&h->sched, &sc, h->n_engines) < 0)
                 goto fail;
-        r = sd_event_add_defer(manager_event(m), &h->schedule_source, schedule_cb, h);
+        r = sd_event_add_defer(env->event, &h->schedule_source, schedule_cb, h);
         if (r >= 0)
-                r = sd_event_add_time(manager_event(m), &h->sched_timer, CLOCK_MONOTONIC, USEC_INFINITY, 0,
+                r = sd_event_add_time(env->event, &h->sched_timer, CLOCK_MONOTONIC, USEC_INFINITY, 0,
                                       sched_timer_cb, h);
         if (r >= 0)
-                r = sd_event_add_time_relative(manager_event(m), &h->deadline, CLOCK_MONOTONIC, 0, 0, deadline_cb,
-                                               h);
+                r = sd_event_add_time_relative(env->event, &h->deadline, CLOCK_MONOTONIC, 0, 0,
+                                               host_deadline_cb, h);
         if (r >= 0)
-                r = sd_event_add_time_relative(manager_event(m), &h->probe_timer, CLOCK_MONOTONIC, 0, 0,
-                                               probe_timer_cb, h);
+                r = sd_event_add_time_relative(env->event, &h->probe_timer, CLOCK_MONOTONIC, 0, 0,
+                                               host_probe_timer_cb, h);
         if (r >= 0)
-                r = sd_event_add_time(manager_event(m), &h->prime_timer, CLOCK_MONOTONIC, USEC_INFINITY,
-                                      USEC_PER_SEC / 10, prime_timer_cb, h);
+                r = sd_event_add_time(env->event, &h->prime_timer, CLOCK_MONOTONIC, USEC_INFINITY,
+                                      USEC_PER_SEC / 10, host_prime_timer_cb, h);
         if (r < 0)
                 goto fail;
         (void)sd_event_source_set_enabled(h->schedule_source, SD_EVENT_OFF);
@@ -1004,11 +285,11 @@ Host *host_new(Manager *m, Config *config, const HostConf *conf) {
         (void)sd_event_source_set_enabled(h->prime_timer, SD_EVENT_OFF);
         /* hold-downs and budgets are rules with numbers: no 250 ms coalescing */
         (void)sd_event_source_set_time_accuracy(h->sched_timer, USEC_PER_MSEC);
-        h->catalog = catalog_new(m, h);
-        if (!h->catalog)
+        CatalogConf cc = catalog_conf_of(h);
+        if (catalog_new(env->event, env->pool, &cc, &catalog_callbacks, h, &h->catalog) < 0)
                 goto fail;
         if (h->n_engines > 0) {
-                if (host_bus_new(manager_event(m), conf, units, &host_bus_callbacks, h, &h->bus) < 0)
+                if (host_bus_new(env->event, conf, units, &host_bus_callbacks, h, &h->bus) < 0)
                         goto fail;
                 /* until the bus says otherwise: requests must not be sent to an engine nobody started */
                 h->bus_down = true;
@@ -1030,7 +311,7 @@ Host *host_free(Host *h) {
                 container_of(r, HostWaiter, req)->host = NULL;
         h->prime_upstream = upstream_cancel(h->prime_upstream);
         sched_done(&h->sched);
-        switch_reset(h);
+        host_switch_reset(h);
         sd_event_source_disable_unref(h->prime_timer);
         h->catalog = catalog_free(h->catalog);
         h->bus = host_bus_free(h->bus);
@@ -1076,11 +357,12 @@ int host_set_conf(Host *h, Config *config, const HostConf *conf) {
         h->engines = engines;
         h->conf = conf;
         h->sched.config = sched_config_of(config, conf);
-        catalog_set_conf(h->catalog, conf);
         if (h->bus)
                 host_bus_set_conf(h->bus, conf);
         config_unref(h->config);
         h->config = config_ref(config);
+        CatalogConf cc = catalog_conf_of(h);
+        catalog_set_conf(h->catalog, &cc);
         host_schedule_later(h); /* a new hold-down, idle stop or budget may apply now */
         return 0;
 }
@@ -1092,7 +374,7 @@ bool host_drained(const Host *h) {
 void host_start(Host *h) {
         if (h->bus)
                 host_bus_connect(h->bus);
-        catalog_start(h->catalog);
+        catalog_start(h->catalog, h->state == HOST_DOWN);
 }
 
 const HostConf *host_conf(const Host *h) {
@@ -1155,8 +437,8 @@ int host_acquire(Host *h, size_t i, HostWaiter *w, HostReadyFn ready, const char
                 return -1;
         }
         *w = (HostWaiter){.host = h, .engine = (ssize_t)i, .model = model, .ready = ready};
-        if (sched_add(&h->sched, now_usec(CLOCK_MONOTONIC), &w->req, i)) {
-                manager_changed(h->manager);
+        if (sched_add(&h->sched, host_now(h), &w->req, i)) {
+                host_changed(h);
                 return 0;
         }
         host_schedule_later(h);
@@ -1168,7 +450,7 @@ void host_release(HostWaiter *w) {
 
         if (!h)
                 return;
-        sched_remove(&h->sched, now_usec(CLOCK_MONOTONIC), &w->req);
+        sched_remove(&h->sched, host_now(h), &w->req);
         w->host = NULL;
         host_schedule_later(h);
 }
@@ -1237,7 +519,7 @@ const char *host_last_error(const Host *h) {
 }
 
 usec_t host_hold_down_until(const Host *h) {
-        return sched_hold_down_until(&h->sched, now_usec(CLOCK_MONOTONIC));
+        return sched_hold_down_until(&h->sched, host_now(h));
 }
 
 usec_t host_idle_stop_at(const Host *h) {
@@ -1259,10 +541,6 @@ int host_request_stop(Host *h) {
 bool host_keeps_daemon(const Host *h) {
         /* an engine it runs must still get its idle stop, which only a running daemon can do */
         return !host_drained(h) || (h->running >= 0 && h->sched.config.idle_stop != USEC_INFINITY);
-}
-
-Manager *host_manager(const Host *h) {
-        return h->manager;
 }
 
 usec_t host_up_since(const Host *h) {

@@ -9,17 +9,20 @@
 
 #include <stdbool.h>
 #include <sys/types.h>
+#include <systemd/sd-event.h>
 
 #include "modelgated/conf.h"
+#include "modelgated/engine.h"
 #include "modelgated/sched.h"
 #include "shared/list.h"
 #include "shared/time-util.h"
 
-typedef struct Manager Manager;
 typedef struct Host Host;
 typedef struct HostBus HostBus;
 typedef struct HostWaiter HostWaiter;
 typedef struct Catalog Catalog;
+typedef struct UpstreamPool UpstreamPool;
+typedef struct Metrics Metrics;
 
 typedef enum HostState {
         HOST_DOWN,      /* bus unreachable, or the engine's URL fails while its unit is active */
@@ -45,18 +48,35 @@ struct HostWaiter {
         SchedRequest req;
 };
 
-typedef struct HostEngine {
-        const EngineConf *conf;
-        const HttpUrl *url; /* the engine's, else the host's */
-} HostEngine;
-
 typedef struct HostRefusal {
         int status;
         char message[512];
 } HostRefusal;
 
+/* The news a host sends to its owner. Each may be called from inside any host_*() call but host_free(). */
+typedef struct HostCallbacks {
+        /* Something a host shows (state, engine, counts, errors), or whether it keeps the daemon from its
+         * idle exit, may have changed. */
+        void (*on_changed)(Host *h, void *userdata);
+        /* catalog_ready() of the host's catalog may have become true. */
+        void (*on_catalog_ready)(Host *h, void *userdata);
+        /* Text for every /models/sse subscriber: an event of the host's feed, relabelled, or a comment. */
+        void (*on_feed)(Host *h, const char *p, size_t n, void *userdata);
+        /* The keys one of its engines serves were learned anew (catalog_engine_keys()). */
+        void (*on_keys_learned)(Host *h, void *userdata);
+} HostCallbacks;
+
+/* What a host gets from its owner, who keeps all of it alive for as long as the host lives. */
+typedef struct HostEnv {
+        sd_event *event;
+        UpstreamPool *pool;
+        Metrics *metrics;
+        const HostCallbacks *cb;
+        void *userdata;
+} HostEnv;
+
 /* A host of config (the running one, or a reload's new one). */
-Host *host_new(Manager *m, Config *config, const HostConf *conf);
+Host *host_new(const HostEnv *env, Config *config, const HostConf *conf);
 Host *host_free(Host *h);
 /* Connects the bus of a host that has engines. */
 void host_start(Host *h);
@@ -103,7 +123,6 @@ usec_t host_idle_stop_at(const Host *h);
 int host_request_stop(Host *h);
 /* Something still needs this daemon: requests, a switch, or an engine whose idle stop is still due. */
 bool host_keeps_daemon(const Host *h);
-Manager *host_manager(const Host *h);
 
 /* Reload: whether this host can carry on with conf (same URL, bus and engine units, in order: only
  * values change), and doing so. */

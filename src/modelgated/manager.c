@@ -8,6 +8,7 @@
 #include <systemd/sd-daemon.h>
 
 #include "modelgated/access.h"
+#include "modelgated/engine-keys.h"
 #include "modelgated/feed-hub.h"
 #include "modelgated/host.h"
 #include "modelgated/manager.h"
@@ -175,6 +176,53 @@ void manager_catalog_ready(Manager *m) {
                 m->cb->catalog_ready(m->userdata);
 }
 
+/* A Host's news (host.h), and what its owner does with it */
+
+static void host_changed_cb(Host *h, void *userdata) {
+        manager_changed(userdata);
+}
+
+static void host_catalog_ready_cb(Host *h, void *userdata) {
+        manager_catalog_ready(userdata);
+}
+
+static void host_feed_cb(Host *h, const char *p, size_t n, void *userdata) {
+        Manager *m = userdata;
+
+        feed_hub_broadcast(m->feed_hub, p, n);
+}
+
+static void host_keys_learned_cb(Host *h, void *userdata) {
+        Manager *m = userdata;
+
+        /* one file for every host of the configuration: a draining host's engines are a current host's,
+         * or nobody's any more */
+        engine_keys_save(m->hosts, m->config->n_hosts);
+}
+
+static const HostCallbacks host_callbacks = {
+        .on_changed = host_changed_cb,
+        .on_catalog_ready = host_catalog_ready_cb,
+        .on_feed = host_feed_cb,
+        .on_keys_learned = host_keys_learned_cb,
+};
+
+/* A Host of config, with the keys its engines served when they last ran. */
+static Host *manager_new_host(Manager *m, Config *config, const HostConf *conf) {
+        const HostEnv env = {
+                .event = m->event,
+                .pool = m->pool,
+                .metrics = m->metrics,
+                .cb = &host_callbacks,
+                .userdata = m,
+        };
+        Host *h = host_new(&env, config, conf);
+
+        if (h)
+                engine_keys_load(h);
+        return h;
+}
+
 Host *manager_host(Manager *m, const HostConf *h) {
         size_t i = (size_t)(h - m->config->hosts);
 
@@ -206,7 +254,7 @@ int manager_start(Manager *m) {
         if (!m->hosts)
                 return log_oom();
         for (size_t i = 0; i < m->config->n_hosts; i++)
-                if (!(m->hosts[i] = host_new(m, m->config, &m->config->hosts[i])))
+                if (!(m->hosts[i] = manager_new_host(m, m->config, &m->config->hosts[i])))
                         return log_oom();
         for (size_t i = 0; i < m->config->n_hosts; i++)
                 host_start(m->hosts[i]);
@@ -316,7 +364,7 @@ int manager_reload(Manager *m, char **ret_error) {
                                 hosts[i] = m->hosts[j];
                                 kept_from[i] = true;
                         }
-                if (!hosts[i] && !(hosts[i] = host_new(m, n, &n->hosts[i]))) {
+                if (!hosts[i] && !(hosts[i] = manager_new_host(m, n, &n->hosts[i]))) {
                         for (size_t k = 0; k <= i; k++)
                                 if (!kept_from[k])
                                         host_free(hosts[k]);

@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "modelgated/catalog.h"
+#include "modelgated/catalog-event.h"
 #include "modelgated/models.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

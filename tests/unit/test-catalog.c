@@ -2,7 +2,7 @@
 /* The pure part of the catalog: how a host's /models/sse event is relabelled for the merged feed, and how a
  * status event is read and applied to the /models snapshot (SPEC §4 "The model list is never stale"). */
 
-#include "modelgated/catalog.h"
+#include "modelgated/catalog-event.h"
 #include "tests.h"
 
 static char *relabel(const char *in, bool *changes, int *r) {
