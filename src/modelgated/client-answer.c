@@ -5,84 +5,29 @@
 
 #include "modelgated/client-internal.h"
 
-/* The access line is built by hand: it is written for every request, and printf was a third of the
- * instructions a small request cost. */
-typedef struct LineOut {
-        char *p, *end;
-} LineOut;
-
-static void out_mem(LineOut *o, const char *s, size_t l) {
-        l = MIN(l, (size_t)(o->end - o->p));
-        memcpy(o->p, s, l);
-        o->p += l;
-}
-
-static void out_str(LineOut *o, const char *s) {
-        out_mem(o, s, strlen(s));
-}
-
-static void out_u64(LineOut *o, uint64_t v, int width) {
-        char t[24], *e = t + sizeof(t), *q = e;
-        do
-                *--q = (char)('0' + v % 10);
-        while ((v /= 10) || e - q < width);
-        out_mem(o, q, (size_t)(e - q));
-}
-
-static void out_escaped(LineOut *o, const char *s) {
-        char t[256];
-        log_escape(t, sizeof(t), s ?: "", s ? strlen(s) : 0);
-        out_str(o, t);
-}
-
 void client_log_access(Client *c, const char *note) {
-        char line[2048];
-        LineOut o = {line, line + sizeof(line)};
-        usec_t d = now_usec(CLOCK_MONOTONIC) - c->x->start;
+        char line[2048], id[80];
+        const Exchange *x = c->x;
+        AccessLine l = {
+                .method = x->method,
+                .path = x->path,
+                .model = x->model,
+                .user_agent = x->user_agent,
+                .host = x->host ? x->host->name : NULL,
+                .peer = c->peer,
+                .status = x->status,
+                .bytes = x->bytes,
+                .duration = client_now(c) - x->start,
+                .early = x->early,
+                .error_status = x->error_status,
+                .key = x->caller.admitted ? access_caller_id(&x->caller, id) : NULL,
+                .fallback = x->via_fallback ? (x->fallback ? x->fallback->name : "?") : NULL,
+                .note = note,
+        };
 
-        out_str(&o, strna(c->x->method));
-        out_str(&o, " ");
-        out_escaped(&o, strna(c->x->path));
-        out_str(&o, " model=\"");
-        out_escaped(&o, c->x->model);
-        out_str(&o, "\" host=");
-        out_str(&o, c->x->host ? c->x->host->name : "-");
-        out_str(&o, " status=");
-        out_u64(&o, (uint64_t)c->x->status, 0);
-        out_str(&o, " bytes=");
-        out_u64(&o, c->x->bytes, 0);
-        out_str(&o, " dur=");
-        out_u64(&o, d / USEC_PER_SEC, 0);
-        out_str(&o, ".");
-        out_u64(&o, d % USEC_PER_SEC / USEC_PER_MSEC, 3);
-        out_str(&o, "s from=");
-        out_str(&o, c->peer);
-        out_str(&o, " ua=\"");
-        out_escaped(&o, c->x->user_agent);
-        out_str(&o, "\"");
-        if (c->x->early) {
-                out_str(&o, " early=200");
-                if (c->x->error_status) {
-                        out_str(&o, " error=");
-                        out_u64(&o, (uint64_t)c->x->error_status, 0);
-                }
-        }
-        if (c->x->caller.admitted) {
-                char id[80];
-                out_str(&o, " key=");
-                out_str(&o, access_caller_id(&c->x->caller, id));
-        }
-        if (c->x->via_fallback) {
-                out_str(&o, " via=fallback/");
-                out_str(&o, c->x->fallback ? c->x->fallback->name : "?");
-        }
-        if (note) {
-                out_str(&o, " ");
-                out_str(&o, note);
-        }
-        log_line(LOG_INFO, line, (size_t)(o.p - line));
-        metrics_request(manager_metrics(c->manager), c->x->host ? c->x->host->name : "", c->x->engine_name,
-                        c->x->error_status ?: c->x->status);
+        log_line(LOG_INFO, line, access_line_format(line, sizeof(line), &l));
+        metrics_request(manager_metrics(c->manager), x->host ? x->host->name : "", x->engine_name,
+                        x->error_status ?: x->status);
 }
 
 /* The response's last byte is queued. */

@@ -79,8 +79,7 @@ static void client_engine_ready(HostWaiter *w, int status, const char *message) 
                 (void)sd_event_source_set_enabled(c->x->keepalive, SD_EVENT_OFF);
                 client_respond_host_error(c, status, message);
         } else {
-                metrics_wait(manager_metrics(c->manager), c->x->host->name,
-                             now_usec(CLOCK_MONOTONIC) - c->x->start);
+                metrics_wait(manager_metrics(c->manager), c->x->host->name, client_now(c) - c->x->start);
                 client_send_upstream(c);
         }
         if (client_flush(c) < 0) {
@@ -142,7 +141,7 @@ bool client_admit_head(Client *c) {
                 return true;
         /* an answer on the head is the request's answer: its access line names it, and the body that
          * follows is not read (the connection closes) */
-        c->x->start = now_usec(CLOCK_MONOTONIC);
+        c->x->start = client_now(c);
         c->x->method = strdup(llhttp_method_name(r->method));
         c->x->path = span_dup(path);
         c->x->api = api_kind_for_path(path);
@@ -196,8 +195,7 @@ static void dispatch_done(Dispatch *d) {
 static void exchange_begin(Client *c, Dispatch *d) {
         HttpRequest *r = d->r;
 
-        /* the loop's time: the dispatch runs in the event callback that read the request */
-        (void)sd_event_now(manager_event(c->manager), CLOCK_MONOTONIC, &c->x->start);
+        c->x->start = client_now(c);
         c->x->method = strdup(llhttp_method_name(r->method));
         c->x->path = span_dup(d->path);
         c->x->user_agent = span_dup(http_request_header(r, "User-Agent"));

@@ -28,6 +28,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "modelgated/access-line.h"
 #include "modelgated/access.h"
 #include "modelgated/api-error.h"
 #include "modelgated/catalog.h"
@@ -125,3 +126,11 @@ void client_dispatch(Client *c);
 void client_free(Client *c);
 int client_flush(Client *c);
 void client_process(Client *c);
+
+/* The loop's time: everything that one event dispatch decides about a request uses one "now" (every
+ * caller runs inside an event callback of the loop). */
+static inline usec_t client_now(Client *c) {
+        usec_t t;
+        (void)sd_event_now(manager_event(c->manager), CLOCK_MONOTONIC, &t);
+        return t;
+}

@@ -105,10 +105,9 @@ static int client_upstream_headers(Upstream *u, const UpstreamResponse *resp, vo
                 }
         }
         if (!c->x->first_byte_seen) {
-                usec_t now;
-                (void)sd_event_now(manager_event(c->manager), CLOCK_MONOTONIC, &now);
                 c->x->first_byte_seen = true;
-                metrics_first_byte(manager_metrics(c->manager), c->x->host->name, now - c->x->start);
+                metrics_first_byte(manager_metrics(c->manager), c->x->host->name,
+                                   client_now(c) - c->x->start);
         }
         if (c->x->early) {
                 /* the 200 and its framing are out: a stream continues it, anything else becomes an error

@@ -103,7 +103,7 @@ static void client_parse_error(Client *c) {
         char m[256];
 
         if (!c->x->method) {
-                c->x->start = now_usec(CLOCK_MONOTONIC);
+                c->x->start = client_now(c);
                 c->x->method = strdup("-");
         }
         snprintf(m, sizeof(m), "%s", msg);
@@ -345,7 +345,7 @@ static int client_timer_cb(sd_event_source *s, uint64_t usec, void *userdata) {
         switch (c->state) {
         case CLIENT_READING:
                 c->close_after_response = true;
-                c->x->start = now_usec(CLOCK_MONOTONIC);
+                c->x->start = client_now(c);
                 c->x->method = c->x->method ?: strdup("-");
                 client_respond_error(c, 408, "request_timeout",
                                      c->parser.headers_complete
@@ -450,7 +450,7 @@ int client_new(ClientSet *set, int fd, const struct sockaddr *peer, socklen_t pe
                          "this address has %llu connections open to modelgate, more than "
                          "MaxConnectionsPerAddress=%llu; close some and retry",
                          (unsigned long long)same, (unsigned long long)config->max_connections_per_address);
-                c->x->start = now_usec(CLOCK_MONOTONIC);
+                c->x->start = client_now(c);
                 c->x->method = strdup("-");
                 c->close_after_response = true;
                 c->state = CLIENT_RESPONDING;

@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The access line, built by hand: it is written for every request, and printf was a third of the
+ * instructions a small request cost. */
+
+#include <string.h>
+
+#include "modelgated/access-line.h"
+#include "shared/log.h"
+#include "shared/macro.h"
+
+typedef struct LineOut {
+        char *p, *end;
+} LineOut;
+
+static void out_mem(LineOut *o, const char *s, size_t l) {
+        l = MIN(l, (size_t)(o->end - o->p));
+        memcpy(o->p, s, l);
+        o->p += l;
+}
+
+static void out_str(LineOut *o, const char *s) {
+        out_mem(o, s, strlen(s));
+}
+
+static void out_u64(LineOut *o, uint64_t v, int width) {
+        char t[24], *e = t + sizeof(t), *q = e;
+        do
+                *--q = (char)('0' + v % 10);
+        while ((v /= 10) || e - q < width);
+        out_mem(o, q, (size_t)(e - q));
+}
+
+static void out_escaped(LineOut *o, const char *s) {
+        char t[256];
+        log_escape(t, sizeof(t), s ?: "", s ? strlen(s) : 0);
+        out_str(o, t);
+}
+
+size_t access_line_format(char *buf, size_t size, const AccessLine *l) {
+        LineOut o = {buf, buf + size};
+
+        out_str(&o, strna(l->method));
+        out_str(&o, " ");
+        out_escaped(&o, strna(l->path));
+        out_str(&o, " model=\"");
+        out_escaped(&o, l->model);
+        out_str(&o, "\" host=");
+        out_str(&o, l->host ?: "-");
+        out_str(&o, " status=");
+        out_u64(&o, (uint64_t)l->status, 0);
+        out_str(&o, " bytes=");
+        out_u64(&o, l->bytes, 0);
+        out_str(&o, " dur=");
+        out_u64(&o, l->duration / USEC_PER_SEC, 0);
+        out_str(&o, ".");
+        out_u64(&o, l->duration % USEC_PER_SEC / USEC_PER_MSEC, 3);
+        out_str(&o, "s from=");
+        out_str(&o, l->peer);
+        out_str(&o, " ua=\"");
+        out_escaped(&o, l->user_agent);
+        out_str(&o, "\"");
+        if (l->early) {
+                out_str(&o, " early=200");
+                if (l->error_status) {
+                        out_str(&o, " error=");
+                        out_u64(&o, (uint64_t)l->error_status, 0);
+                }
+        }
+        if (l->key) {
+                out_str(&o, " key=");
+                out_str(&o, l->key);
+        }
+        if (l->fallback) {
+                out_str(&o, " via=fallback/");
+                out_str(&o, l->fallback);
+        }
+        if (l->note) {
+                out_str(&o, " ");
+                out_str(&o, l->note);
+        }
+        return (size_t)(o.p - buf);
+}

@@ -1,0 +1,29 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/* The one log line each request leaves (SPEC §6, modelgated(8) LOGGING), as a pure function of what the
+ * request was and how it ended: every client-supplied string in it is escaped, so no request can forge
+ * a line or a priority. */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shared/time-util.h"
+
+typedef struct AccessLine {
+        const char *method, *path, *model, *user_agent; /* as the client sent them: escaped here */
+        const char *host;                               /* NULL: the request reached no host */
+        const char *peer;
+        int status;
+        uint64_t bytes;
+        usec_t duration;
+        bool early;           /* modelgate's own 200 went out while the request waited */
+        int error_status;     /* an error told inside that early 200 */
+        const char *key;      /* the caller's key id with [Access], else NULL */
+        const char *fallback; /* the fallback that answered, else NULL */
+        const char *note;     /* "cut=client", "feed", …, or NULL */
+} AccessLine;
+
+/* Writes the line into buf (cut at size, never NUL-terminated) and returns its length. */
+size_t access_line_format(char *buf, size_t size, const AccessLine *l);

@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include "modelgated/access-line.h"
+#include "tests.h"
+
+static const char *format(const AccessLine *l, char *buf, size_t size) {
+        size_t n = access_line_format(buf, size - 1, l);
+        buf[n] = 0;
+        return buf;
+}
+
+TEST(a_proxied_request) {
+        char b[512];
+        AccessLine l = {.method = "POST",
+                        .path = "/v1/chat/completions",
+                        .model = "3090-laguna-xs",
+                        .user_agent = "curl/7.88.1",
+                        .host = "3090",
+                        .peer = "127.0.0.1",
+                        .status = 200,
+                        .bytes = 378,
+                        .duration = 52 * USEC_PER_MSEC};
+
+        ASSERT_STREQ(format(&l, b, sizeof(b)),
+                     "POST /v1/chat/completions model=\"3090-laguna-xs\" host=3090 status=200 bytes=378 "
+                     "dur=0.052s from=127.0.0.1 ua=\"curl/7.88.1\"");
+}
+
+TEST(what_the_client_sent_cannot_forge_a_line) {
+        char b[512];
+        AccessLine l = {.method = "POST",
+                        .path = "/v1/x\ty",
+                        .model = "h-foo\n<3>modelgated: forged\x1b[2J",
+                        .user_agent = "a\"b",
+                        .peer = "::1",
+                        .status = 404,
+                        .duration = 1500 * USEC_PER_MSEC};
+
+        format(&l, b, sizeof(b));
+        ASSERT_TRUE(!strchr(b, '\n'));
+        ASSERT_TRUE(!strchr(b, '\t'));
+        ASSERT_TRUE(!strchr(b, '\x1b'));
+        ASSERT_TRUE(strstr(b, " host=- status=404 bytes=0 dur=1.500s from=::1 "));
+}
+
+TEST(early_answer_key_fallback_and_note) {
+        char b[512];
+        AccessLine l = {.method = "POST",
+                        .path = "/v1/messages",
+                        .model = "h-m",
+                        .host = "h",
+                        .peer = "p",
+                        .status = 200,
+                        .early = true,
+                        .error_status = 502,
+                        .key = "k:ab12",
+                        .fallback = "cloud",
+                        .note = "cut=client"};
+
+        ASSERT_TRUE(strstr(format(&l, b, sizeof(b)),
+                           "\" early=200 error=502 key=k:ab12 via=fallback/cloud cut=client"));
+}
+
+TEST(a_line_longer_than_its_buffer_is_cut_not_overrun) {
+        char b[33];
+        AccessLine l = {.method = "GET", .path = "/a-rather-long-path-that-does-not-fit", .peer = "p"};
+
+        ASSERT_EQ(access_line_format(b, 32, &l), 32u);
+}
+
+TESTS_MAIN
