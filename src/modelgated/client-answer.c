@@ -40,24 +40,8 @@ void client_response_complete(Client *c, const char *note) {
         c->answered_one = true;
 }
 
-/* "HTTP/1.1 200 OK\r\n", without printf: every response writes one */
-int client_append_status_line(Buffer *b, int status) {
-        if (buffer_append_str(b, "HTTP/1.1 ") < 0 || buffer_append_u64(b, (uint64_t)status) < 0 ||
-            buffer_append_str(b, " ") < 0 || buffer_append_str(b, http_status_reason(status)) < 0 ||
-            buffer_append_str(b, "\r\n") < 0)
-                return -ENOMEM;
-        return 0;
-}
-
-int client_append_content_length(Buffer *b, uint64_t n) {
-        if (buffer_append_str(b, "Content-Length: ") < 0 || buffer_append_u64(b, n) < 0 ||
-            buffer_append_str(b, "\r\n") < 0)
-                return -ENOMEM;
-        return 0;
-}
-
 int client_queue_head(Client *c, int status, const char *extra) {
-        int r = client_append_status_line(&c->out, status);
+        int r = http_write_status_line(&c->out, status, http_status_reason(status));
         if (r >= 0 && extra)
                 r = buffer_append_str(&c->out, extra);
         if (r < 0)
@@ -155,4 +139,16 @@ int client_send_held_head(Client *c, const char *framing) {
         c->x->engine_bytes_sent = true; /* from here on, the answer is the engine's (or the fallback's) */
         buffer_clear(&c->held_head);
         return 0;
+}
+
+/* The head of an event stream of modelgate's own (the early 200, /models/sse): chunked, or for HTTP/1.0
+ * up to the close. */
+int client_queue_stream_head(Client *c) {
+        c->x->status = 200;
+        c->x->chunked = !c->x->http10;
+        if (!c->x->chunked)
+                c->close_after_response = true;
+        return client_queue_head(c, 200,
+                                 c->x->chunked ? HTTP_SSE_HEADERS "Transfer-Encoding: chunked\r\n"
+                                               : HTTP_SSE_HEADERS);
 }

@@ -13,25 +13,14 @@ static int build_upstream_request(Client *c, const HttpUrl *target, Span url, Sp
         size_t body_len = body.n - span.n + wl;
         int k;
 
-        k = buffer_append_str(out, llhttp_method_name(r->method));
-        if (k >= 0)
-                k = buffer_append_str(out, " ");
-        if (k >= 0)
-                k = buffer_append_str(out, target->base_path);
-        if (k >= 0)
-                k = buffer_append(out, url.p, url.n);
-        if (k >= 0)
-                k = buffer_append_str(out, " HTTP/1.1\r\nHost: ");
-        if (k >= 0)
-                k = buffer_append_str(out, target->authority);
-        if (k >= 0)
-                k = buffer_append_str(out, "\r\n");
+        k = http_write_request_line(out, llhttp_method_name(r->method), target->base_path, url.p, url.n,
+                                    target->authority);
         if (k < 0)
                 return k;
         if (http_request_append_forwarded_headers(r, out) < 0)
                 return -ENOMEM;
         if (body_len > 0 || r->method == HTTP_POST || r->method == HTTP_PUT || r->method == HTTP_PATCH)
-                if (client_append_content_length(out, body_len) < 0)
+                if (http_write_content_length(out, body_len) < 0)
                         return -ENOMEM;
         if (buffer_append_str(out, "\r\n") < 0 || buffer_append(out, body.p, pre) < 0 ||
             buffer_append(out, with, wl) < 0 ||

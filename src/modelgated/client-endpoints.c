@@ -187,15 +187,7 @@ void client_start_feed(Client *c) {
                 return client_respond_error(c, 503, "too_many_subscribers", msg, "Retry-After: 30\r\n");
         }
 
-        c->x->status = 200;
-        c->x->chunked = !c->x->http10;
-        if (!c->x->chunked)
-                c->close_after_response = true;
-        if (client_queue_head(
-                    c, 200,
-                    c->x->chunked ? "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-                                    "Transfer-Encoding: chunked\r\n"
-                                  : "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\n") < 0)
+        if (client_queue_stream_head(c) < 0)
                 return client_respond_error(c, 500, NULL, "out of memory", NULL);
         c->x->head_sent = true;
         if (c->x->head) {

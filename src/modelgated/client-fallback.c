@@ -53,10 +53,9 @@ static int build_fallback_request(Client *c, const FallbackConf *f, const char *
         Span accept = http_request_header(r, "Accept"),
              version = http_request_header(r, "anthropic-version");
 
-        if (buffer_append_str(out, "POST ") < 0 || buffer_append_str(out, f->url.base_path) < 0 ||
-            buffer_append_str(out, c->x->fb_path) < 0 || buffer_append_str(out, " HTTP/1.1\r\nHost: ") < 0 ||
-            buffer_append_str(out, f->url.authority) < 0 ||
-            buffer_append_str(out, "\r\nUser-Agent: modelgate/" MODELGATE_VERSION
+        if (http_write_request_line(out, "POST", f->url.base_path, c->x->fb_path, strlen(c->x->fb_path),
+                                    f->url.authority) < 0 ||
+            buffer_append_str(out, "User-Agent: modelgate/" MODELGATE_VERSION
                                    "\r\nContent-Type: application/json\r\n") < 0)
                 return -ENOMEM;
         if (accept.p && (buffer_append_str(out, "Accept: ") < 0 ||
@@ -68,7 +67,7 @@ static int build_fallback_request(Client *c, const FallbackConf *f, const char *
                                            buffer_append_str(out, "\r\n") < 0))
                 return -ENOMEM;
         if ((key_header && buffer_append_str(out, key_header) < 0) ||
-            client_append_content_length(out, body_len) < 0 || buffer_append_str(out, "\r\n") < 0 ||
+            http_write_content_length(out, body_len) < 0 || buffer_append_str(out, "\r\n") < 0 ||
             buffer_append(out, body, body_len) < 0)
                 return -ENOMEM;
         return 0;

@@ -36,6 +36,7 @@
 #include "modelgated/exchange.h"
 #include "modelgated/feed-hub.h"
 #include "modelgated/host.h"
+#include "modelgated/http-writer.h"
 #include "modelgated/http.h"
 #include "modelgated/manager.h"
 #include "modelgated/metrics.h"
@@ -97,8 +98,7 @@ struct Client {
 /* client.c: the connection */
 void client_log_access(Client *c, const char *note);
 void client_response_complete(Client *c, const char *note);
-int client_append_status_line(Buffer *b, int status);
-int client_append_content_length(Buffer *b, uint64_t n);
+int client_queue_stream_head(Client *c);
 int client_queue_head(Client *c, int status, const char *extra);
 void client_respond(Client *c, int status, const char *content_type, const char *body, size_t n,
                     const char *extra_headers);

@@ -58,7 +58,7 @@ static int relay_build_head(Client *c, const UpstreamResponse *resp, bool no_bod
         Buffer *b = &c->held_head;
 
         buffer_clear(b);
-        if (client_append_status_line(b, resp->status) < 0)
+        if (http_write_status_line(b, resp->status, http_status_reason(resp->status)) < 0)
                 return -1;
         /* where the answer came from: host/engine, or fallback/name */
         if (buffer_append_str(b, "X-Modelgate-Served-By: ") < 0 ||
@@ -80,7 +80,7 @@ static int relay_build_head(Client *c, const UpstreamResponse *resp, bool no_bod
                 /* Content-Length is framing, dropped above with the other hop-by-hop headers; when
                  * the body goes on unchanged it is still right (and a HEAD answer keeps the length
                  * the GET would have had, RFC 9110 §9.3.2) */
-                if (resp->has_content_length && client_append_content_length(b, resp->content_length) < 0)
+                if (resp->has_content_length && http_write_content_length(b, resp->content_length) < 0)
                         return -1;
         }
         return 0;
@@ -407,17 +407,7 @@ int client_keepalive_cb(sd_event_source *s, uint64_t usec, void *userdata) {
                 return 0;
         }
         if (!c->x->early) {
-                c->x->chunked = !c->x->http10;
-                if (!c->x->chunked)
-                        c->close_after_response = true;
-                c->x->status = 200;
-                if (client_queue_head(
-                            c, 200,
-                            c->x->chunked
-                                    ? "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-                                      "Transfer-Encoding: chunked\r\n"
-                                    : "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\n") <
-                    0) {
+                if (client_queue_stream_head(c) < 0) {
                         client_free(c);
                         return 0;
                 }
