@@ -162,7 +162,6 @@ int manager_load_config(Manager *m, const char *path) {
 
 #define FEED_KEEPALIVE_USEC (15 * USEC_PER_SEC)
 
-/* An SSE comment every 15 s keeps idle /models/sse feeds alive through intermediaries. */
 void manager_changed(Manager *m) {
         if (m->n_draining > 0)
                 /* a draining host may be done now; not freed from here, which runs inside its callbacks */
@@ -311,6 +310,50 @@ static bool taken_by(Host *const *hosts, size_t n, const Host *h) {
         return false;
 }
 
+/* The same URL, bus and engine units: the Host carries on with the new values, waiters and all; the
+ * others are made now, so that running out of memory changes nothing (-ENOMEM, and nothing made stays). */
+static int reload_match_hosts(Manager *m, Config *n, Host **hosts, bool *kept_from) {
+        for (size_t i = 0; i < n->n_hosts; i++) {
+                for (size_t j = 0; j < m->config->n_hosts && !hosts[i]; j++)
+                        if (!taken_by(hosts, i, m->hosts[j]) &&
+                            host_can_take(m->hosts[j], n, &n->hosts[i])) {
+                                hosts[i] = m->hosts[j];
+                                kept_from[i] = true;
+                        }
+                if (!hosts[i] && !(hosts[i] = manager_new_host(m, n, &n->hosts[i]))) {
+                        for (size_t k = 0; k <= i; k++)
+                                if (!kept_from[k])
+                                        host_free(hosts[k]);
+                        return -ENOMEM;
+                }
+        }
+        return 0;
+}
+
+/* A new file with errors: the running configuration stays, or a refusing daemon refuses with the new
+ * errors */
+static int reload_refused(Manager *m, Config *n, int r, char **ret_error) {
+        _cleanup_free_ char *what = config_errors_join(n->errors, r), *why = NULL;
+
+        if (m->refusal) {
+                log_error("Reload refused: %s still has errors (above); every request is still "
+                          "answered with them",
+                          m->config_path);
+                strv_free(m->config_errors);
+                m->config_errors = TAKE_PTR(n->errors);
+                (void)manager_set_refusal(m, m->config_errors, r);
+                manager_changed(m);
+        } else
+                log_error("Reload refused, the running configuration stays: %s has errors (above)",
+                          m->config_path);
+        if (!what || asprintf(&why, "the configuration has errors: %s; %s", what,
+                              m->refusal ? "modelgate still refuses every request"
+                                         : "the running configuration stays") < 0)
+                return fail_reload(ret_error, r, "the configuration has errors (see the log)");
+        *ret_error = TAKE_PTR(why);
+        return r;
+}
+
 int manager_reload(Manager *m, char **ret_error) {
         _cleanup_(config_unrefp) Config *n = NULL;
         _cleanup_free_ Host **hosts = NULL;
@@ -327,26 +370,8 @@ int manager_reload(Manager *m, char **ret_error) {
                 return fail_reload(ret_error, -ENOMEM, "out of memory");
         log_info("Reloading %s", m->config_path);
         r = config_read(n, m->config_path); /* getaddrinfo() blocks the loop for a moment: names are rare */
-        if (r < 0) {
-                _cleanup_free_ char *what = config_errors_join(n->errors, r), *why = NULL;
-                if (m->refusal) {
-                        log_error("Reload refused: %s still has errors (above); every request is still "
-                                  "answered with them",
-                                  m->config_path);
-                        strv_free(m->config_errors);
-                        m->config_errors = TAKE_PTR(n->errors);
-                        (void)manager_set_refusal(m, m->config_errors, r);
-                        manager_changed(m);
-                } else
-                        log_error("Reload refused, the running configuration stays: %s has errors (above)",
-                                  m->config_path);
-                if (!what || asprintf(&why, "the configuration has errors: %s; %s", what,
-                                      m->refusal ? "modelgate still refuses every request"
-                                                 : "the running configuration stays") < 0)
-                        return fail_reload(ret_error, r, "the configuration has errors (see the log)");
-                *ret_error = TAKE_PTR(why);
-                return r;
-        }
+        if (r < 0)
+                return reload_refused(m, n, r, ret_error);
 
         hosts = calloc(MAX(n->n_hosts, 1u), sizeof(Host *));
         kept_from = calloc(MAX(n->n_hosts, 1u), sizeof(bool));
@@ -355,22 +380,8 @@ int manager_reload(Manager *m, char **ret_error) {
                 return fail_reload(ret_error, -ENOMEM, "out of memory");
         m->draining = draining;
 
-        /* the same URL, bus and engine units: the Host carries on with the new values, waiters and all;
-         * the others are made now, so that running out of memory changes nothing */
-        for (size_t i = 0; i < n->n_hosts; i++) {
-                for (size_t j = 0; j < m->config->n_hosts && !hosts[i]; j++)
-                        if (!taken_by(hosts, i, m->hosts[j]) &&
-                            host_can_take(m->hosts[j], n, &n->hosts[i])) {
-                                hosts[i] = m->hosts[j];
-                                kept_from[i] = true;
-                        }
-                if (!hosts[i] && !(hosts[i] = manager_new_host(m, n, &n->hosts[i]))) {
-                        for (size_t k = 0; k <= i; k++)
-                                if (!kept_from[k])
-                                        host_free(hosts[k]);
-                        return fail_reload(ret_error, -ENOMEM, "out of memory");
-                }
-        }
+        if (reload_match_hosts(m, n, hosts, kept_from) < 0)
+                return fail_reload(ret_error, -ENOMEM, "out of memory");
         /* the rest finish what they have; nothing new reaches them */
         for (size_t j = 0; j < m->config->n_hosts; j++)
                 if (!taken_by(hosts, n->n_hosts, m->hosts[j])) {
