@@ -82,6 +82,8 @@ void upstream_fail(Upstream *u, int error);
 int upstream_update_io(Upstream *u);
 int upstream_arm_timer(Upstream *u, usec_t deadline);
 void upstream_write(Upstream *u);
+/* The loop's time: what a deadline set from a callback counts from */
+usec_t upstream_now(const Upstream *u);
 
 /* upstream-response.c: a fresh parser for the next response on this connection */
 void upstream_parser_init(Upstream *u);

@@ -82,6 +82,6 @@ void upstream_pool_put(Upstream *u) {
         LIST_PREPEND(idle, p->idle, u);
         p->n_idle++;
         if (upstream_update_io(u) < 0 ||
-            upstream_arm_timer(u, now_usec(CLOCK_MONOTONIC) + UPSTREAM_IDLE_TIMEOUT_USEC) < 0)
+            upstream_arm_timer(u, upstream_now(u) + UPSTREAM_IDLE_TIMEOUT_USEC) < 0)
                 upstream_free(u);
 }

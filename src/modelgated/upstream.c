@@ -138,8 +138,17 @@ int upstream_arm_timer(Upstream *u, usec_t deadline) {
         return sd_event_source_set_enabled(u->timer, SD_EVENT_ONESHOT);
 }
 
+usec_t upstream_now(const Upstream *u) {
+        usec_t now;
+
+        /* the time sd-event compares its timers with, as touch() uses; it cannot fail for
+         * CLOCK_MONOTONIC, and before the loop first runs it is the time now */
+        (void)sd_event_now(u->pool->event, CLOCK_MONOTONIC, &now);
+        return now;
+}
+
 int upstream_set_deadline(Upstream *u, usec_t usec) {
-        u->deadline = usec == USEC_INFINITY ? USEC_INFINITY : now_usec(CLOCK_MONOTONIC) + usec;
+        u->deadline = usec == USEC_INFINITY ? USEC_INFINITY : upstream_now(u) + usec;
         if (u->state != UPSTREAM_CONNECTING)
                 return upstream_arm_timer(u, u->deadline);
         return 0;
@@ -406,7 +415,7 @@ static int upstream_connect(Upstream *u) {
         r = upstream_update_io(u);
         if (r < 0)
                 return r;
-        return upstream_arm_timer(u, now_usec(CLOCK_MONOTONIC) + UPSTREAM_CONNECT_TIMEOUT_USEC);
+        return upstream_arm_timer(u, upstream_now(u) + UPSTREAM_CONNECT_TIMEOUT_USEC);
 }
 
 static Upstream *upstream_new(UpstreamPool *p, const HttpUrl *url) {
