@@ -25,11 +25,12 @@ struct HostSeen {
 static int seen_resize(BusObject *o, size_t n) {
         if (o->n_seen == n)
                 return 0;
+        /* before the array shrinks: afterwards these entries are not ours to read */
+        for (size_t i = n; i < o->n_seen; i++)
+                o->seen[i].last_error = mfree(o->seen[i].last_error);
         HostSeen *s2 = reallocarray(o->seen, n ?: 1, sizeof(HostSeen));
         if (!s2)
                 return -ENOMEM;
-        for (size_t i = n; i < o->n_seen; i++)
-                free(s2[i].last_error);
         for (size_t i = o->n_seen; i < n; i++)
                 s2[i] = (HostSeen){};
         o->seen = s2;
