@@ -43,10 +43,8 @@ static Upstream *pool_find(UpstreamPool *p, const HttpUrl *url) {
         LIST_FOREACH (idle, u, p->idle)
                 if (u->address_len == url->address_len &&
                     memcmp(&u->address, &url->address, url->address_len) == 0 && !!u->tls_host == url->tls &&
-                    (!url->tls || streq(u->tls_host, url->host))) {
-                        upstream_pool_remove(u);
+                    (!url->tls || streq(u->tls_host, url->host)))
                         return u;
-                }
         return NULL;
 }
 
@@ -58,8 +56,12 @@ Upstream *upstream_pool_take(UpstreamPool *p, const HttpUrl *url) {
         while ((u = pool_find(p, url))) {
                 char b;
                 ssize_t k = recv(u->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-                if ((k < 0 && (errno == EAGAIN || errno == EINTR)) || (k > 0 && u->ssl))
-                        break; /* alive (through TLS, bytes may be a session ticket) */
+                if ((k < 0 && (errno == EAGAIN || errno == EINTR)) || (k > 0 && u->ssl)) {
+                        /* alive (through TLS, bytes may be a session ticket) */
+                        upstream_pool_remove(u);
+                        break;
+                }
+                /* still idle: freeing it takes it out of the pool, and out of the count, once */
                 upstream_free(u);
         }
         return u;
