@@ -4,7 +4,9 @@
  * request's head buffer and closed by the *_complete callbacks. The parser is
  * paused on each complete message, which is what answers pipelined requests
  * in order: the bytes after it stay unconsumed until the caller asks for the
- * next request. */
+ * next request. Where llhttp 8 is lenient (bare LF, obs-fold, the framing of
+ * chunks), the bytes are checked here before llhttp sees them: head_limit()
+ * and chunk_scan(). What callers ask of a parsed request is in http-header.c. */
 
 #include <ctype.h>
 #include <string.h>
@@ -343,6 +345,138 @@ enum {
         CS_DONE,
 };
 
+static int hex_digit(unsigned char c) {
+        return c >= '0' && c <= '9'   ? c - '0'
+               : c >= 'a' && c <= 'f' ? c - 'a' + 10
+               : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                      : -1;
+}
+
+static int chunk_bad_size(HttpParser *p) {
+        return fail(p, 400, "a chunk size is not a hexadecimal number of at most 16 digits"), -EBADMSG;
+}
+
+static int chunk_bad_crlf(HttpParser *p) {
+        return fail(p, 400, "a line of the chunked body does not end with CRLF"), -EBADMSG;
+}
+
+/* Each chunk_*_byte() below takes one byte in the states it names: 0, or -EBADMSG with the error set. */
+
+/* CS_SIZE_START, CS_SIZE: at most 16 hex digits (no overflow), then ';' or CR; no whitespace, no sign */
+static int chunk_size_byte(HttpParser *p, ChunkScan *cs, unsigned char c) {
+        int x = hex_digit(c);
+
+        if (x >= 0) {
+                if (++cs->digits > 16)
+                        return chunk_bad_size(p);
+                cs->size = cs->size * 16 + (uint64_t)x;
+                cs->state = CS_SIZE;
+        } else if (cs->state == CS_SIZE && c == ';')
+                cs->state = CS_EXT;
+        else if (cs->state == CS_SIZE && c == '\r')
+                cs->state = CS_SIZE_LF;
+        else
+                return chunk_bad_size(p);
+        return 0;
+}
+
+static int chunk_ext_byte(HttpParser *p, ChunkScan *cs, unsigned char c) {
+        if (c == '\r')
+                cs->state = CS_SIZE_LF;
+        else if ((c < 0x20 && c != '\t') || c == 0x7f)
+                return fail(p, 400, "a chunk extension holds a control character"), -EBADMSG;
+        /* extensions are head-like bytes: bounded by MaxHeaderSize=, or a trickle of
+         * them would hold the connection for good */
+        else if (account(p, 1) < 0)
+                return -EBADMSG;
+        return 0;
+}
+
+/* CS_SIZE_LF: a size of 0 is the last chunk, the trailer section follows it */
+static int chunk_size_lf_byte(HttpParser *p, ChunkScan *cs, unsigned char c) {
+        if (c != '\n')
+                return chunk_bad_crlf(p);
+        cs->left = cs->size;
+        cs->state = cs->size > 0 ? CS_DATA : CS_LINE_START;
+        cs->size = 0;
+        cs->digits = 0;
+        return 0;
+}
+
+/* CS_DATA_CR, CS_DATA_LF: exactly CRLF after the data, which llhttp does not check */
+static int chunk_data_end_byte(HttpParser *p, ChunkScan *cs, unsigned char c) {
+        if (cs->state == CS_DATA_CR) {
+                if (c != '\r')
+                        return fail(p, 400, "chunk data is not followed by CRLF"), -EBADMSG;
+                cs->state = CS_DATA_LF;
+                return 0;
+        }
+        if (c != '\n')
+                return fail(p, 400, "chunk data is not followed by CRLF"), -EBADMSG;
+        cs->state = CS_SIZE_START;
+        return 0;
+}
+
+/* CS_LINE_START to CS_END_LF: trailer lines (RFC 9112 §7.1.2) with the head's rules, and the empty
+ * line that ends the message */
+static int chunk_trailer_byte(HttpParser *p, ChunkScan *cs, unsigned char c) {
+        switch (cs->state) {
+        case CS_LINE_START:
+                if (c == '\r')
+                        cs->state = CS_END_LF;
+                else if (c == '\n')
+                        return chunk_bad_crlf(p);
+                else if (c == ' ' || c == '\t')
+                        return fail(p, 400, "obsolete line folding in a request trailer"), -EBADMSG;
+                else if (http_is_tchar(c))
+                        cs->state = CS_NAME;
+                else
+                        return fail(p, 400, "a request trailer has a malformed name"), -EBADMSG;
+                break;
+        case CS_NAME:
+                if (c == ':')
+                        cs->state = CS_VALUE;
+                else if (!http_is_tchar(c))
+                        return fail(p, 400, "a request trailer has a malformed name"), -EBADMSG;
+                break;
+        case CS_VALUE:
+                if (c == '\r')
+                        cs->state = CS_VALUE_LF;
+                else if ((c < 0x20 && c != '\t') || c == 0x7f)
+                        return fail(p, 400, "a request trailer value holds a control character"), -EBADMSG;
+                break;
+        case CS_VALUE_LF:
+        case CS_END_LF:
+                if (c != '\n')
+                        return chunk_bad_crlf(p);
+                cs->state = cs->state == CS_END_LF ? CS_DONE : CS_LINE_START;
+                break;
+        }
+        return 0;
+}
+
+static int chunk_byte(HttpParser *p, ChunkScan *cs, unsigned char c) {
+        switch (cs->state) {
+        case CS_SIZE_START:
+        case CS_SIZE:
+                return chunk_size_byte(p, cs, c);
+        case CS_EXT:
+                return chunk_ext_byte(p, cs, c);
+        case CS_SIZE_LF:
+                return chunk_size_lf_byte(p, cs, c);
+        case CS_DATA_CR:
+        case CS_DATA_LF:
+                return chunk_data_end_byte(p, cs, c);
+        case CS_LINE_START:
+        case CS_NAME:
+        case CS_VALUE:
+        case CS_VALUE_LF:
+        case CS_END_LF:
+                return chunk_trailer_byte(p, cs, c);
+        }
+        return 0;
+}
+
 /* Checks bytes of a chunked body. Returns how many belong to this message (all of them, or up to its
  * last byte), or -EBADMSG with the error set. */
 static ssize_t chunk_scan(HttpParser *p, const char *d, size_t n) {
@@ -350,46 +484,8 @@ static ssize_t chunk_scan(HttpParser *p, const char *d, size_t n) {
         size_t i = 0;
 
         while (i < n && cs->state != CS_DONE) {
-                unsigned char c = (unsigned char)d[i];
-                int x = c >= '0' && c <= '9'   ? c - '0'
-                        : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                        : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                               : -1;
-
-                switch (cs->state) {
-                case CS_SIZE_START:
-                case CS_SIZE:
-                        if (x >= 0) {
-                                if (++cs->digits > 16)
-                                        goto bad_size;
-                                cs->size = cs->size * 16 + (uint64_t)x;
-                                cs->state = CS_SIZE;
-                        } else if (cs->state == CS_SIZE && c == ';')
-                                cs->state = CS_EXT;
-                        else if (cs->state == CS_SIZE && c == '\r')
-                                cs->state = CS_SIZE_LF;
-                        else
-                                goto bad_size;
-                        break;
-                case CS_EXT:
-                        if (c == '\r')
-                                cs->state = CS_SIZE_LF;
-                        else if ((c < 0x20 && c != '\t') || c == 0x7f)
-                                return fail(p, 400, "a chunk extension holds a control character"), -EBADMSG;
-                        /* extensions are head-like bytes: bounded by MaxHeaderSize=, or a trickle of
-                         * them would hold the connection for good */
-                        else if (account(p, 1) < 0)
-                                return -EBADMSG;
-                        break;
-                case CS_SIZE_LF:
-                        if (c != '\n')
-                                goto bad_crlf;
-                        cs->left = cs->size;
-                        cs->state = cs->size > 0 ? CS_DATA : CS_LINE_START;
-                        cs->size = 0;
-                        cs->digits = 0;
-                        break;
-                case CS_DATA: {
+                if (cs->state == CS_DATA) {
+                        /* the data itself is counted, not looked at */
                         uint64_t k = MIN(cs->left, (uint64_t)(n - i));
                         cs->left -= k;
                         i += (size_t)k;
@@ -397,84 +493,87 @@ static ssize_t chunk_scan(HttpParser *p, const char *d, size_t n) {
                                 cs->state = CS_DATA_CR;
                         continue;
                 }
-                case CS_DATA_CR:
-                        if (c != '\r')
-                                return fail(p, 400, "chunk data is not followed by CRLF"), -EBADMSG;
-                        cs->state = CS_DATA_LF;
-                        break;
-                case CS_DATA_LF:
-                        if (c != '\n')
-                                return fail(p, 400, "chunk data is not followed by CRLF"), -EBADMSG;
-                        cs->state = CS_SIZE_START;
-                        break;
-                case CS_LINE_START:
-                        if (c == '\r')
-                                cs->state = CS_END_LF;
-                        else if (c == '\n')
-                                goto bad_crlf;
-                        else if (c == ' ' || c == '\t')
-                                return fail(p, 400, "obsolete line folding in a request trailer"), -EBADMSG;
-                        else if (http_is_tchar(c))
-                                cs->state = CS_NAME;
-                        else
-                                return fail(p, 400, "a request trailer has a malformed name"), -EBADMSG;
-                        break;
-                case CS_NAME:
-                        if (c == ':')
-                                cs->state = CS_VALUE;
-                        else if (!http_is_tchar(c))
-                                return fail(p, 400, "a request trailer has a malformed name"), -EBADMSG;
-                        break;
-                case CS_VALUE:
-                        if (c == '\r')
-                                cs->state = CS_VALUE_LF;
-                        else if ((c < 0x20 && c != '\t') || c == 0x7f)
-                                return fail(p, 400, "a request trailer value holds a control character"),
-                                       -EBADMSG;
-                        break;
-                case CS_VALUE_LF:
-                case CS_END_LF:
-                        if (c != '\n')
-                                goto bad_crlf;
-                        cs->state = cs->state == CS_END_LF ? CS_DONE : CS_LINE_START;
-                        break;
-                }
+                if (chunk_byte(p, cs, (unsigned char)d[i]) < 0)
+                        return -EBADMSG;
                 i++;
         }
         return (ssize_t)i;
-
-bad_size:
-        return fail(p, 400, "a chunk size is not a hexadecimal number of at most 16 digits"), -EBADMSG;
-bad_crlf:
-        return fail(p, 400, "a line of the chunked body does not end with CRLF"), -EBADMSG;
 }
 
-static int feed_chunk(HttpParser *p, const char *data, size_t n, size_t *ret_consumed) {
+/* Hands bytes to llhttp, and remembers how the last one it took ends a line (for head_limit()). */
+static int feed_llhttp(HttpParser *p, const char *data, size_t n, size_t *ret_consumed) {
         llhttp_errno_t e = llhttp_execute(&p->llhttp, data, n);
+        size_t k;
 
-        if (e == HPE_OK) {
-                *ret_consumed = n;
-                return 0;
-        }
-        if (e == HPE_PAUSED || e == HPE_PAUSED_UPGRADE) {
+        if (e == HPE_OK)
+                k = n;
+        else if (e == HPE_PAUSED || e == HPE_PAUSED_UPGRADE) {
                 /* not reached (on_headers_complete clears the upgrade); were it, the connection would
                  * not be read further */
                 if (e == HPE_PAUSED_UPGRADE) {
                         p->req.keep_alive = false;
                         p->message_complete = true;
                 }
-                *ret_consumed = (size_t)(llhttp_get_error_pos(&p->llhttp) - data);
+                k = (size_t)(llhttp_get_error_pos(&p->llhttp) - data);
+        } else {
+                /* 505 for a version that was read and is not 1.x (llhttp says "invalid version" for a
+                 * request line whose end is malformed too, which is a 400) */
+                if (p->error_status == 0 && (e == HPE_PAUSED_H2_UPGRADE ||
+                                             (e == HPE_INVALID_VERSION &&
+                                              !(p->llhttp.http_major == 1 && p->llhttp.http_minor <= 1))))
+                        fail(p, 505, "modelgate speaks HTTP/1.1 and HTTP/1.0 only");
+                else if (p->error_status == 0)
+                        fail(p, 400, llhttp_get_error_reason(&p->llhttp) ?: "malformed request");
+                return -EBADMSG;
+        }
+        if (k > 0) {
+                p->last_was_cr = data[k - 1] == '\r';
+                p->last_was_lf = data[k - 1] == '\n';
+        }
+        *ret_consumed = k;
+        return 0;
+}
+
+/* How much of the head llhttp may see: up to the first bare LF, or up to the line end before a folded
+ * line (obs-fold, RFC 9112 §5.2: a line that starts with whitespace, which llhttp 8 would join to the
+ * previous value). Only the bytes around each LF matter, so the scan goes from LF to LF. */
+static size_t head_scan(const HttpParser *p, const char *d, size_t len, bool *ret_fold) {
+        *ret_fold = false;
+        if ((d[0] == ' ' || d[0] == '\t') && p->last_was_lf && p->started) {
+                *ret_fold = true;
                 return 0;
         }
-        /* 505 for a version that was read and is not 1.x (llhttp says "invalid version" for a request
-         * line whose end is malformed too, which is a 400) */
-        if (p->error_status == 0 &&
-            (e == HPE_PAUSED_H2_UPGRADE ||
-             (e == HPE_INVALID_VERSION && !(p->llhttp.http_major == 1 && p->llhttp.http_minor <= 1))))
-                fail(p, 505, "modelgate speaks HTTP/1.1 and HTTP/1.0 only");
-        else if (p->error_status == 0)
-                fail(p, 400, llhttp_get_error_reason(&p->llhttp) ?: "malformed request");
-        return -EBADMSG;
+        for (const char *q = d, *end = d + len; (q = memchr(q, '\n', (size_t)(end - q))); q++) {
+                size_t i = (size_t)(q - d);
+                if (!(i > 0 ? d[i - 1] == '\r' : p->last_was_cr))
+                        return i;
+                if (i + 1 < len && (d[i + 1] == ' ' || d[i + 1] == '\t')) {
+                        *ret_fold = true;
+                        return i + 1;
+                }
+        }
+        return len;
+}
+
+#define HEAD_STRAY_LF 1
+
+/* llhttp 8 takes a bare LF as a line end in the head; a peer in front of us may not, which is the stuff
+ * of smuggling. So the head is fed up to the first bare LF only, and if the head is not complete by
+ * then, the request is refused. Sets *len to what may be fed; returns 0, HEAD_STRAY_LF (skip one
+ * byte), or -EBADMSG with the error set. */
+static int head_limit(HttpParser *p, const char *d, size_t *len) {
+        bool fold;
+
+        *len = head_scan(p, d, *len, &fold);
+        if (*len > 0)
+                return 0;
+        if (fold)
+                return fail(p, 400, "obsolete line folding in a request header"), -EBADMSG;
+        /* a bare LF before any byte of a request is a stray line end between pipelined requests
+         * (RFC 9112 §2.2 allows an empty line) */
+        if (!p->started && p->header_bytes == 0)
+                return HEAD_STRAY_LF;
+        return fail(p, 400, "request line or header ends with a bare LF, not CRLF"), -EBADMSG;
 }
 
 int http_parser_feed(HttpParser *p, const char *data, size_t n, size_t *ret_consumed) {
@@ -487,61 +586,26 @@ int http_parser_feed(HttpParser *p, const char *data, size_t n, size_t *ret_cons
         while (done < n && !p->message_complete) {
                 size_t len = n - done, k = 0;
                 const char *d = data + done;
+                bool scanned = p->headers_complete && p->req.chunked;
 
-                /* llhttp 8 takes a bare LF as a line end in the head; a peer in front of us may
-                 * not, which is the stuff of smuggling. So the head is fed up to the first bare
-                 * LF only, and if the head is not complete by then, the request is refused. */
-                bool fold = false, scanned = false;
-                if (p->headers_complete && p->req.chunked) {
+                if (scanned) {
                         ssize_t m = chunk_scan(p, d, len);
                         if (m < 0)
                                 return -EBADMSG;
                         len = (size_t)m;
-                        scanned = true;
                 } else if (!p->headers_complete) {
-                        /* obs-fold (RFC 9112 §5.2): a line of the head that starts with whitespace;
-                         * llhttp 8 would join it to the previous value. Only the bytes around each
-                         * LF matter, so the scan goes from LF to LF. */
-                        if ((d[0] == ' ' || d[0] == '\t') && p->last_was_lf && p->started) {
-                                len = 0;
-                                fold = true;
-                        } else
-                                for (const char *q = d, *end = d + len;
-                                     (q = memchr(q, '\n', (size_t)(end - q))); q++) {
-                                        size_t i = (size_t)(q - d);
-                                        if (!(i > 0 ? d[i - 1] == '\r' : p->last_was_cr)) {
-                                                len = i;
-                                                break;
-                                        }
-                                        if (i + 1 < len && (d[i + 1] == ' ' || d[i + 1] == '\t')) {
-                                                len = i + 1;
-                                                fold = true;
-                                                break;
-                                        }
-                                }
-                        if (len == 0 && fold && !p->headers_complete) {
-                                fail(p, 400, "obsolete line folding in a request header");
-                                return -EBADMSG;
-                        }
-                        if (len == 0) {
-                                /* a bare LF before any byte of a request is a stray line end
-                                 * between pipelined requests (RFC 9112 §2.2 allows an empty line) */
-                                if (!p->started && p->header_bytes == 0) {
-                                        done++;
-                                        continue;
-                                }
-                                fail(p, 400, "request line or header ends with a bare LF, not CRLF");
-                                return -EBADMSG;
+                        r = head_limit(p, d, &len);
+                        if (r < 0)
+                                return r;
+                        if (r == HEAD_STRAY_LF) {
+                                done++;
+                                continue;
                         }
                 }
 
-                r = feed_chunk(p, d, len, &k);
+                r = feed_llhttp(p, d, len, &k);
                 if (r < 0)
                         return r;
-                if (k > 0) {
-                        p->last_was_cr = d[k - 1] == '\r';
-                        p->last_was_lf = d[k - 1] == '\n';
-                }
                 done += k;
                 if (p->body_paused) {
                         /* the head of a chunked request: the body goes through the chunk scan */
@@ -550,10 +614,8 @@ int http_parser_feed(HttpParser *p, const char *data, size_t n, size_t *ret_cons
                         continue;
                 }
                 /* llhttp and the scan must agree on where the message ends */
-                if (scanned && (p->message_complete != (p->chunk.state == CS_DONE) || k != len)) {
-                        fail(p, 400, "malformed chunked body");
-                        return -EBADMSG;
-                }
+                if (scanned && (p->message_complete != (p->chunk.state == CS_DONE) || k != len))
+                        return fail(p, 400, "malformed chunked body"), -EBADMSG;
                 if (k < len)
                         break; /* paused */
         }
@@ -566,96 +628,4 @@ int http_parser_feed(HttpParser *p, const char *data, size_t n, size_t *ret_cons
                 return HTTP_PARSE_HEADERS;
         }
         return HTTP_PARSE_MORE;
-}
-
-Span http_header_name(const HttpRequest *r, size_t i) {
-        return (Span){buffer_peek(&r->head) + r->headers[i].name, r->headers[i].name_len};
-}
-
-Span http_header_value(const HttpRequest *r, size_t i) {
-        return (Span){buffer_peek(&r->head) + r->headers[i].value, r->headers[i].value_len};
-}
-
-Span http_request_header(const HttpRequest *r, const char *name) {
-        for (size_t i = 0; i < r->n_headers; i++)
-                if (span_caseeq(http_header_name(r, i), name))
-                        return http_header_value(r, i);
-        return (Span){};
-}
-
-bool span_caseeq(Span s, const char *t) {
-        return s.p && strlen(t) == s.n && strncasecmp(s.p, t, s.n) == 0;
-}
-
-bool span_startswith(Span s, const char *prefix) {
-        size_t l = strlen(prefix);
-        return s.n >= l && memcmp(s.p, prefix, l) == 0;
-}
-
-bool span_eq(Span s, const char *t) {
-        return s.p && strlen(t) == s.n && memcmp(s.p, t, s.n) == 0;
-}
-
-bool span_has_token(Span list, const char *token) {
-        return span_list_has(list, (Span){token, strlen(token)});
-}
-
-bool http_header_is_hop_by_hop(Span name) {
-        static const char *const names[] = {
-                "Connection",        "Keep-Alive", "Proxy-Connection", "TE",   "Trailer",
-                "Transfer-Encoding", "Upgrade",    "Content-Length",   "Host", "Expect",
-        };
-        for (size_t i = 0; i < ELEMENTSOF(names); i++)
-                if (span_caseeq(name, names[i]))
-                        return true;
-        return false;
-}
-
-bool http_header_is_credential(Span name) {
-        return span_caseeq(name, "Authorization") || span_caseeq(name, "X-Api-Key") ||
-               span_caseeq(name, "Proxy-Authorization") || span_caseeq(name, "Cookie");
-}
-
-bool span_list_has(Span list, Span token) {
-        size_t i = 0;
-
-        while (list.p && i < list.n) {
-                while (i < list.n && (list.p[i] == ' ' || list.p[i] == '\t' || list.p[i] == ','))
-                        i++;
-                size_t s = i;
-                while (i < list.n && list.p[i] != ',')
-                        i++;
-                size_t e = i;
-                while (e > s && (list.p[e - 1] == ' ' || list.p[e - 1] == '\t'))
-                        e--;
-                if (e - s == token.n && strncasecmp(list.p + s, token.p, token.n) == 0)
-                        return true;
-        }
-        return false;
-}
-
-bool http_request_connection_lists(const HttpRequest *r, Span name) {
-        /* RFC 9110 §5.3: several Connection lines are one list */
-        for (size_t i = 0; i < r->n_headers; i++)
-                if (span_caseeq(http_header_name(r, i), "Connection") &&
-                    span_list_has(http_header_value(r, i), name))
-                        return true;
-        return false;
-}
-
-int http_request_append_forwarded_headers(const HttpRequest *r, Buffer *out) {
-        bool connection = false;
-
-        for (size_t i = 0; i < r->n_headers && !connection; i++)
-                connection = span_caseeq(http_header_name(r, i), "Connection");
-        for (size_t i = 0; i < r->n_headers; i++) {
-                Span name = http_header_name(r, i), value = http_header_value(r, i);
-                if (http_header_is_hop_by_hop(name) || http_header_is_credential(name) ||
-                    (connection && http_request_connection_lists(r, name)))
-                        continue;
-                if (buffer_append(out, name.p, name.n) < 0 || buffer_append_str(out, ": ") < 0 ||
-                    buffer_append(out, value.p, value.n) < 0 || buffer_append_str(out, "\r\n") < 0)
-                        return -ENOMEM;
-        }
-        return 0;
 }

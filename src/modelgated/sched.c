@@ -203,11 +203,8 @@ void sched_request_stop(Sched *s) {
                 s->stop_requested = true;
 }
 
-bool sched_next(Sched *s, usec_t now, SchedAction *ret) {
-        SchedRequest *p;
-
-        *ret = (SchedAction){.type = SCHED_NONE, .engine = -1};
-
+/* 1. answers already decided: a failed switch, a host gone down */
+static bool next_decided_failure(Sched *s, SchedAction *ret) {
         LIST_FOREACH (requests, r, s->requests)
                 if (r->state == SCHED_FAILED) {
                         LIST_REMOVE(requests, s->requests, r);
@@ -217,12 +214,22 @@ bool sched_next(Sched *s, usec_t now, SchedAction *ret) {
                                              .status = r->fail_status};
                         return true;
                 }
+        return false;
+}
+
+/* 2. rule 6: one abandoned switch to report */
+static bool next_abandoned(Sched *s, SchedAction *ret) {
         for (size_t i = 0; i < s->n_engines; i++)
                 if (s->abandoned[i]) {
                         s->abandoned[i] = false;
                         *ret = (SchedAction){.type = SCHED_ABANDON, .engine = (ssize_t)i};
                         return true;
                 }
+        return false;
+}
+
+/* 3. rule 5: a wait that spent its budget is answered 504 */
+static bool next_expired(Sched *s, usec_t now, SchedAction *ret) {
         LIST_FOREACH (requests, r, s->requests)
                 if (r->state == SCHED_WAITING && deadline_of(s, r) <= now) {
                         LIST_REMOVE(requests, s->requests, r);
@@ -236,50 +243,66 @@ bool sched_next(Sched *s, usec_t now, SchedAction *ret) {
                                 s->abandoned[r->engine] = true;
                         return true;
                 }
+        return false;
+}
 
-        if (s->down || s->starting >= 0 || s->stopping)
-                return false;
-
-        if (s->running >= 0) {
-                LIST_FOREACH (requests, r, s->requests)
-                        if (r->state == SCHED_WAITING && may_go(s, now, r)) {
-                                r->state = SCHED_IN_FLIGHT;
-                                s->n_waiting--;
-                                s->n_in_flight++;
-                                *ret = (SchedAction){
-                                        .type = SCHED_GO, .req = r, .engine = (ssize_t)r->engine};
-                                return true;
-                        }
-                p = pending_switch(s);
-                if (p) {
-                        if (s->n_in_flight == 0 && !in_hold_down(s, now)) {
-                                s->starting = (ssize_t)p->engine;
-                                s->wait_logged = -1;
-                                *ret = (SchedAction){
-                                        .type = SCHED_START, .req = p, .engine = (ssize_t)p->engine};
-                                return true;
-                        }
-                        if (s->wait_logged != (ssize_t)p->engine) {
-                                s->wait_logged = (ssize_t)p->engine;
-                                *ret = (SchedAction){
-                                        .type = SCHED_WAIT, .req = p, .engine = (ssize_t)p->engine};
-                                return true;
-                        }
-                        return false;
-                }
-                if (idle_stop_at(s) <= now) {
-                        *ret = (SchedAction){.type = SCHED_STOP,
-                                             .engine = s->running,
-                                             .idle_for = now - MAX(s->up_at, s->last_done),
-                                             .requested = s->stop_requested};
-                        s->stopping = true;
-                        s->stop_requested = false;
+/* 4. rules 2, 3: a waiting request the running engine may serve now */
+static bool next_go(Sched *s, usec_t now, SchedAction *ret) {
+        LIST_FOREACH (requests, r, s->requests)
+                if (r->state == SCHED_WAITING && may_go(s, now, r)) {
+                        r->state = SCHED_IN_FLIGHT;
+                        s->n_waiting--;
+                        s->n_in_flight++;
+                        *ret = (SchedAction){.type = SCHED_GO, .req = r, .engine = (ssize_t)r->engine};
                         return true;
                 }
-                return false;
-        }
+        return false;
+}
 
-        /* nothing is up: the first waiting request's engine, once what was in flight has ended */
+/* 4. rules 1, 2, 4: the pending switch p starts once nothing is in flight and the hold-down is over;
+ * until then its wait is logged, once */
+static bool next_switch(Sched *s, usec_t now, SchedRequest *p, SchedAction *ret) {
+        if (s->n_in_flight == 0 && !in_hold_down(s, now)) {
+                s->starting = (ssize_t)p->engine;
+                s->wait_logged = -1;
+                *ret = (SchedAction){.type = SCHED_START, .req = p, .engine = (ssize_t)p->engine};
+                return true;
+        }
+        if (s->wait_logged != (ssize_t)p->engine) {
+                s->wait_logged = (ssize_t)p->engine;
+                *ret = (SchedAction){.type = SCHED_WAIT, .req = p, .engine = (ssize_t)p->engine};
+                return true;
+        }
+        return false;
+}
+
+/* 4. rule 9: the running engine stops once idle long enough, or at once when a stop was asked for */
+static bool next_idle_stop(Sched *s, usec_t now, SchedAction *ret) {
+        if (idle_stop_at(s) > now)
+                return false;
+        *ret = (SchedAction){.type = SCHED_STOP,
+                             .engine = s->running,
+                             .idle_for = now - MAX(s->up_at, s->last_done),
+                             .requested = s->stop_requested};
+        s->stopping = true;
+        s->stop_requested = false;
+        return true;
+}
+
+/* 4. with an engine up; a pending switch rules out the idle stop */
+static bool next_with_engine_up(Sched *s, usec_t now, SchedAction *ret) {
+        SchedRequest *p;
+
+        if (next_go(s, now, ret))
+                return true;
+        p = pending_switch(s);
+        if (p)
+                return next_switch(s, now, p, ret);
+        return next_idle_stop(s, now, ret);
+}
+
+/* 5. nothing is up: the first waiting request's engine, once what was in flight has ended */
+static bool next_with_engine_down(Sched *s, SchedAction *ret) {
         LIST_FOREACH (requests, r, s->requests)
                 if (r->state == SCHED_WAITING) {
                         if (s->n_in_flight > 0)
@@ -289,6 +312,18 @@ bool sched_next(Sched *s, usec_t now, SchedAction *ret) {
                         return true;
                 }
         return false;
+}
+
+bool sched_next(Sched *s, usec_t now, SchedAction *ret) {
+        *ret = (SchedAction){.type = SCHED_NONE, .engine = -1};
+
+        if (next_decided_failure(s, ret) || next_abandoned(s, ret) || next_expired(s, now, ret))
+                return true;
+        if (s->down || s->starting >= 0 || s->stopping)
+                return false;
+        if (s->running >= 0)
+                return next_with_engine_up(s, now, ret);
+        return next_with_engine_down(s, ret);
 }
 
 usec_t sched_next_timer(const Sched *s, usec_t now) {

@@ -1,0 +1,135 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Method calls answered later (see bus-call.h). polkit, asynchronously, as no blocking call may run in
+ * the loop: the caller's uid first (root is always allowed, as systemd's daemons do), then
+ * CheckAuthorization for everyone else. On the user bus the bus itself admits only its owner. */
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "modelgated/bus-call.h"
+#include "modelgated/server.h"
+#include "shared/log.h"
+
+BusCall *bus_call_new(BusCallSet *set, void *userdata, sd_bus_message *message, const char *action,
+                      BusCallAuthorized authorized, const char *host) {
+        BusCall *c = calloc(1, sizeof(BusCall));
+
+        if (!c)
+                return NULL;
+        *c = (BusCall){.set = set,
+                       .userdata = userdata,
+                       .message = sd_bus_message_ref(message),
+                       .action = action,
+                       .authorized = authorized,
+                       .host = host ? strdup(host) : NULL};
+        LIST_PREPEND(calls, set->calls, c);
+        if (host && !c->host) {
+                bus_call_free(c);
+                return NULL;
+        }
+        return c;
+}
+
+void bus_call_free(BusCall *c) {
+        if (!c)
+                return;
+        if (c->waiting)
+                host_release(&c->waiter);
+        LIST_REMOVE(calls, c->set->calls, c);
+        server_changed(c->set->server);
+        sd_bus_slot_unref(c->slot);
+        sd_bus_message_unref(c->message);
+        free(c->host);
+        free(c->engine);
+        free(c);
+}
+
+void bus_call_reply(BusCall *c) {
+        (void)sd_bus_reply_method_return(c->message, NULL);
+        bus_call_free(c);
+}
+
+void bus_call_reply_error(BusCall *c, const char *name, const char *message) {
+        (void)sd_bus_reply_method_errorf(c->message, name, "%s", message);
+        bus_call_free(c);
+}
+
+static int polkit_answered(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
+        BusCall *c = userdata;
+        const sd_bus_error *e = sd_bus_message_get_error(reply);
+        int authorized = 0, challenge = 0, r;
+
+        c->slot = sd_bus_slot_unref(c->slot);
+        if (e) {
+                log_warning("polkit check of %s failed: %s", c->action, e->message ?: e->name);
+                bus_call_reply_error(c, SD_BUS_ERROR_ACCESS_DENIED,
+                                     "polkit could not be asked; only root may do this now");
+                return 0;
+        }
+        r = sd_bus_message_enter_container(reply, 'r', "bba{ss}");
+        if (r >= 0)
+                r = sd_bus_message_read(reply, "bb", &authorized, &challenge);
+        if (r < 0) {
+                bus_call_reply_error(c, SD_BUS_ERROR_ACCESS_DENIED, "polkit's answer could not be read");
+                return 0;
+        }
+        if (authorized)
+                c->authorized(c);
+        else if (challenge)
+                bus_call_reply_error(c, SD_BUS_ERROR_INTERACTIVE_AUTHORIZATION_REQUIRED,
+                                     "interactive authentication is required");
+        else
+                bus_call_reply_error(c, SD_BUS_ERROR_ACCESS_DENIED, "polkit denied it");
+        return 0;
+}
+
+static int uid_answered(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
+        BusCall *c = userdata;
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *q = NULL;
+        uint32_t uid;
+        int r;
+
+        c->slot = sd_bus_slot_unref(c->slot);
+        if (sd_bus_message_is_method_error(reply, NULL) || sd_bus_message_read(reply, "u", &uid) < 0) {
+                bus_call_reply_error(c, SD_BUS_ERROR_ACCESS_DENIED, "the caller could not be identified");
+                return 0;
+        }
+        if (uid == 0) {
+                c->authorized(c);
+                return 0;
+        }
+        r = sd_bus_message_new_method_call(c->set->bus, &q, "org.freedesktop.PolicyKit1",
+                                           "/org/freedesktop/PolicyKit1/Authority",
+                                           "org.freedesktop.PolicyKit1.Authority", "CheckAuthorization");
+        if (r >= 0)
+                r = sd_bus_message_append(
+                        q, "(sa{sv})sa{ss}us", "system-bus-name", 1, "name", "s",
+                        sd_bus_message_get_sender(c->message), c->action, 0,
+                        (uint32_t)sd_bus_message_get_allow_interactive_authorization(c->message), "");
+        if (r >= 0)
+                /* an interactive authorization can take as long as a person needs */
+                r = sd_bus_call_async(c->set->bus, &c->slot, q, polkit_answered, c, UINT64_MAX - 1);
+        if (r < 0)
+                bus_call_reply_error(c, SD_BUS_ERROR_ACCESS_DENIED, "polkit could not be asked");
+        return 0;
+}
+
+int bus_call_authorize(BusCall *c) {
+        int r;
+
+        if (!c->set->polkit) {
+                c->authorized(c);
+                return 1;
+        }
+        r = sd_bus_call_method_async(c->set->bus, &c->slot, "org.freedesktop.DBus", "/org/freedesktop/DBus",
+                                     "org.freedesktop.DBus", "GetConnectionUnixUser", uid_answered, c, "s",
+                                     sd_bus_message_get_sender(c->message));
+        if (r < 0)
+                bus_call_reply_error(c, SD_BUS_ERROR_ACCESS_DENIED, "the caller could not be identified");
+        return 1;
+}
+
+void bus_call_set_reply_all(BusCallSet *s, const char *name, const char *message) {
+        while (s->calls)
+                bus_call_reply_error(s->calls, name, message);
+}

@@ -1,0 +1,102 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* What the rest of modelgate asks of a parsed request's headers: a header by name, a token in a
+ * comma-separated list (RFC 9110 §5.6.1), and which headers stop here when a request goes on to a host
+ * (hop-by-hop, framing, Host, Expect, credentials: SPEC §4). Kept apart from the parser (http.c), which
+ * builds the HttpRequest these read: pure functions, no parser state. */
+
+#include <string.h>
+#include <strings.h>
+
+#include "modelgated/http.h"
+
+Span http_header_name(const HttpRequest *r, size_t i) {
+        return (Span){buffer_peek(&r->head) + r->headers[i].name, r->headers[i].name_len};
+}
+
+Span http_header_value(const HttpRequest *r, size_t i) {
+        return (Span){buffer_peek(&r->head) + r->headers[i].value, r->headers[i].value_len};
+}
+
+Span http_request_header(const HttpRequest *r, const char *name) {
+        for (size_t i = 0; i < r->n_headers; i++)
+                if (span_caseeq(http_header_name(r, i), name))
+                        return http_header_value(r, i);
+        return (Span){};
+}
+
+bool span_caseeq(Span s, const char *t) {
+        return s.p && strlen(t) == s.n && strncasecmp(s.p, t, s.n) == 0;
+}
+
+bool span_startswith(Span s, const char *prefix) {
+        size_t l = strlen(prefix);
+        return s.n >= l && memcmp(s.p, prefix, l) == 0;
+}
+
+bool span_eq(Span s, const char *t) {
+        return s.p && strlen(t) == s.n && memcmp(s.p, t, s.n) == 0;
+}
+
+bool span_has_token(Span list, const char *token) {
+        return span_list_has(list, (Span){token, strlen(token)});
+}
+
+bool http_header_is_hop_by_hop(Span name) {
+        static const char *const names[] = {
+                "Connection",        "Keep-Alive", "Proxy-Connection", "TE",   "Trailer",
+                "Transfer-Encoding", "Upgrade",    "Content-Length",   "Host", "Expect",
+        };
+        for (size_t i = 0; i < ELEMENTSOF(names); i++)
+                if (span_caseeq(name, names[i]))
+                        return true;
+        return false;
+}
+
+bool http_header_is_credential(Span name) {
+        return span_caseeq(name, "Authorization") || span_caseeq(name, "X-Api-Key") ||
+               span_caseeq(name, "Proxy-Authorization") || span_caseeq(name, "Cookie");
+}
+
+bool span_list_has(Span list, Span token) {
+        size_t i = 0;
+
+        while (list.p && i < list.n) {
+                while (i < list.n && (list.p[i] == ' ' || list.p[i] == '\t' || list.p[i] == ','))
+                        i++;
+                size_t s = i;
+                while (i < list.n && list.p[i] != ',')
+                        i++;
+                size_t e = i;
+                while (e > s && (list.p[e - 1] == ' ' || list.p[e - 1] == '\t'))
+                        e--;
+                if (e - s == token.n && strncasecmp(list.p + s, token.p, token.n) == 0)
+                        return true;
+        }
+        return false;
+}
+
+bool http_request_connection_lists(const HttpRequest *r, Span name) {
+        /* RFC 9110 §5.3: several Connection lines are one list */
+        for (size_t i = 0; i < r->n_headers; i++)
+                if (span_caseeq(http_header_name(r, i), "Connection") &&
+                    span_list_has(http_header_value(r, i), name))
+                        return true;
+        return false;
+}
+
+int http_request_append_forwarded_headers(const HttpRequest *r, Buffer *out) {
+        bool connection = false;
+
+        for (size_t i = 0; i < r->n_headers && !connection; i++)
+                connection = span_caseeq(http_header_name(r, i), "Connection");
+        for (size_t i = 0; i < r->n_headers; i++) {
+                Span name = http_header_name(r, i), value = http_header_value(r, i);
+                if (http_header_is_hop_by_hop(name) || http_header_is_credential(name) ||
+                    (connection && http_request_connection_lists(r, name)))
+                        continue;
+                if (buffer_append(out, name.p, name.n) < 0 || buffer_append_str(out, ": ") < 0 ||
+                    buffer_append(out, value.p, value.n) < 0 || buffer_append_str(out, "\r\n") < 0)
+                        return -ENOMEM;
+        }
+        return 0;
+}

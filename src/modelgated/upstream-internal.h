@@ -1,0 +1,108 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/* What the upstream files share and nothing else may see: the Upstream and its pool, and the calls by
+ * which the four parts hand over to each other. upstream.c holds one exchange on a connection
+ * (connect, send, read, retry, timers, the owner's callbacks), upstream-response.c the llhttp
+ * callbacks that build the UpstreamResponse, upstream-tls.c what https adds (the context, the
+ * handshake, reads and writes through SSL) and upstream-pool.c the idle connections kept for reuse. */
+
+#include <llhttp.h>
+#include <openssl/types.h>
+#include <sys/socket.h>
+
+#include "modelgated/upstream.h"
+#include "shared/list.h"
+#include "shared/time-util.h"
+
+#define UPSTREAM_READ_SIZE (64 * 1024)
+#define UPSTREAM_CONNECT_TIMEOUT_USEC (10 * USEC_PER_SEC)
+/* below llama.cpp's (cpp-httplib's) 5 s keep-alive, so that we rarely send into a closing socket */
+#define UPSTREAM_IDLE_TIMEOUT_USEC (4 * USEC_PER_SEC)
+#define UPSTREAM_IDLE_MAX 64
+
+typedef enum UpstreamState {
+        UPSTREAM_CONNECTING,
+        UPSTREAM_HANDSHAKE, /* https: TLS after the TCP connect */
+        UPSTREAM_SENDING,
+        UPSTREAM_RECEIVING,
+        UPSTREAM_IDLE,
+} UpstreamState;
+
+struct UpstreamPool {
+        sd_event *event;
+        SSL_CTX *tls_ctx; /* for https:// hosts and fallbacks, made when first needed */
+        Upstream *idle;
+        size_t n_idle;
+        bool stopping; /* nothing goes back into the pool */
+};
+
+struct Upstream {
+        UpstreamPool *pool;
+        UpstreamState state;
+        int fd;
+        sd_event_source *io, *timer;
+        struct sockaddr_storage address;
+        socklen_t address_len;
+        char *authority;
+        SSL *ssl;            /* https */
+        char *tls_host;      /* https: the name (or address) the certificate must be for; NULL: http */
+        uint32_t tls_events; /* what the handshake waits for */
+
+        Buffer request;
+        size_t request_sent;
+        bool head_request;
+        bool idempotent; /* not POST or PATCH: may be sent again after a failure */
+        bool reused;
+        bool retried;
+        bool got_bytes;
+        bool headers_done;
+        bool complete;
+        bool reading;
+        bool in_parser;
+        int cancel_error; /* set by a callback's refusal or an error while in the parser */
+
+        llhttp_t parser;
+        UpstreamResponse resp;
+        bool in_value;
+
+        const UpstreamCallbacks *cb;
+        void *userdata;
+        usec_t deadline;
+        usec_t idle_timeout;  /* the host may send nothing this long (USEC_INFINITY: no bound) */
+        usec_t last_activity; /* when it last sent something (the loop's time: no clock read per read) */
+
+        LIST_FIELDS(Upstream, idle);
+};
+
+/* upstream.c */
+Upstream *upstream_free(Upstream *u);
+/* Ends the exchange with an error towards the owner, and frees the connection. */
+void upstream_fail(Upstream *u, int error);
+int upstream_update_io(Upstream *u);
+int upstream_arm_timer(Upstream *u, usec_t deadline);
+void upstream_write(Upstream *u);
+/* The loop's time: what a deadline set from a callback counts from */
+usec_t upstream_now(const Upstream *u);
+
+/* upstream-response.c: a fresh parser for the next response on this connection */
+void upstream_parser_init(Upstream *u);
+
+/* upstream-tls.c */
+int upstream_tls_new(Upstream *u, int fd);
+void upstream_tls_close(Upstream *u);
+SSL_CTX *upstream_tls_context_free(SSL_CTX *ctx);
+void upstream_handshake(Upstream *u);
+/* read(2) and send(2), through TLS for https: the same results (bytes, 0 at the end, -1 with errno,
+ * EAGAIN when it must wait), so that one state machine serves both */
+ssize_t upstream_io_read(Upstream *u, void *buf, size_t n);
+ssize_t upstream_io_write(Upstream *u, const void *buf, size_t n);
+
+/* upstream-pool.c */
+/* An idle connection to url's address that is still open, taken out of the pool; NULL if none. */
+Upstream *upstream_pool_take(UpstreamPool *p, const HttpUrl *url);
+/* A connection whose exchange ended well goes idle into the pool, or is freed when the pool is full
+ * or stopping. */
+void upstream_pool_put(Upstream *u);
+/* Out of the idle list, before the connection is freed or used */
+void upstream_pool_remove(Upstream *u);
