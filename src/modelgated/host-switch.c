@@ -193,7 +193,12 @@ static void start_done(HostBus *b, size_t i, const char *result, const char *err
                 return switch_fail_engine(h, what);
         }
         /* "done" says little (systemd-notes.md §2.6); the unit's own state says the rest */
-        if (host_bus_refresh_unit(b, i, start_checked, h) < 0) {
+        int r = host_bus_refresh_unit(b, i, start_checked, h);
+        if (r == -ENOTCONN || r == -ECONNRESET || r == -EPIPE || r == -ESHUTDOWN)
+                /* the bus went away between the job's end and this read: its loss ends the switch, and
+                 * the waiting requests hear "host down" (503), not that the engine failed */
+                return;
+        if (r < 0) {
                 snprintf(what, sizeof(what), "could not be read after its start (job result: %s)", result);
                 switch_fail_engine(h, what);
         }
