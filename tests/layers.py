@@ -21,7 +21,7 @@ LAYERS = [
     ("transport", [r"modelgated/upstream(-.*)?", r"modelgated/host-bus(-.*)?", r"modelgated/access",
                    r"modelgated/metrics", r"modelgated/feed-hub"]),
     ("catalog", [r"modelgated/catalog"]),
-    ("host", [r"modelgated/host(-switch|-warmup|-private)?"]),
+    ("host", [r"modelgated/host(-state|-switch|-warmup|-private)?"]),
     ("engine-keys", [r"modelgated/engine-keys"]),
     ("manager", [r"modelgated/manager"]),
     ("request", [r"modelgated/models", r"modelgated/exchange"]),
@@ -103,7 +103,79 @@ def check(graph):
     circle = find_circle(graph)
     if circle:
         problems.append("include circle: " + " -> ".join(circle))
+    # A file and its header are one room (client.c with client.h): a private header that includes the
+    # public one, included back by the file of the public one's name, is a circle between rooms.
+    circle = find_circle(stem_graph(graph))
+    if circle:
+        problems.append("include circle between rooms (a file and its header): " + " -> ".join(circle))
     return problems
+
+
+DEFINITION = re.compile(r"^(?!static\b)[A-Za-z_][\w \t\*]*?\b([a-z_]\w*)\s*\([^;{]*\)\s*\{", re.M)
+COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*|\"(?:\\.|[^\"\\])*\"", re.S)
+
+
+def read_calls(src):
+    """{file.c: [other file.c whose functions it calls]}: the files of a module call each other only
+    downwards too (news goes up through callback tables, whose calls name no function)"""
+    texts = {}
+    for root, _, files in os.walk(src):
+        for f in files:
+            if f.endswith(".c"):
+                with open(os.path.join(root, f), encoding="utf-8") as fh:
+                    texts[os.path.relpath(os.path.join(root, f), src)] = COMMENT.sub("", fh.read())
+    defined = {}
+    for f, text in texts.items():
+        for name in DEFINITION.findall(text):
+            defined.setdefault(name, f)
+    calls = {}
+    for f, text in texts.items():
+        called = set(re.findall(r"\b([a-z_]\w*)\s*\(", text))
+        calls[f] = sorted({defined[n] for n in called if n in defined and defined[n] != f})
+    return calls
+
+
+def tangles(graph):
+    """every set of two or more files that reach each other (Tarjan's strongly connected components)"""
+    index, low, on, stack, out = {}, {}, set(), [], []
+
+    def visit(n):
+        index[n] = low[n] = len(index)
+        stack.append(n)
+        on.add(n)
+        for m in graph.get(n, []):
+            if m not in index:
+                visit(m)
+                low[n] = min(low[n], low[m])
+            elif m in on:
+                low[n] = min(low[n], index[m])
+        if low[n] == index[n]:
+            group = []
+            while True:
+                m = stack.pop()
+                on.discard(m)
+                group.append(m)
+                if m == n:
+                    break
+            if len(group) > 1:
+                out.append(sorted(group))
+
+    for n in sorted(graph):
+        if n not in index:
+            visit(n)
+    return out
+
+
+def stem_graph(graph):
+    """the include graph between rooms: a path without its extension stands for its .c and its .h"""
+    stems = {}
+    for f, incs in graph.items():
+        edges = stems.setdefault(os.path.splitext(f)[0], [])
+        for inc in incs:
+            stem = os.path.splitext(inc)[0]
+            if inc in graph and stem != os.path.splitext(f)[0] and stem not in edges:
+                edges.append(stem)
+    return stems
 
 
 def self_test():
@@ -115,9 +187,14 @@ def self_test():
     circle = dict(good, **{"modelgated/client.c": ["modelgated/client-internal.h"],
                            "modelgated/client-internal.h": ["modelgated/client.c"]})
     assert any("include circle" in p for p in check(circle)), check(circle)
+    rooms = dict(good, **{"modelgated/host.c": ["modelgated/host-private.h"], "modelgated/host.h": [],
+                          "modelgated/host-private.h": ["modelgated/host.h"]})
+    assert any("between rooms" in p for p in check(rooms)), check(rooms)
+    assert tangles({"a.c": ["b.c"], "b.c": ["a.c"], "c.c": ["a.c"]}) == [["a.c", "b.c"]]
     stray = dict(good, **{"modelgated/newthing.c": []})
     assert any("in no layer" in p for p in check(stray)), check(stray)
-    print("self-test: an upward include, a circle and a file in no layer are each refused")
+    print("self-test: an upward include, a circle between files or rooms and a file in no layer are each "
+          "refused")
 
 
 def main():
@@ -125,6 +202,8 @@ def main():
         self_test()
         return 0
     problems = check(read_includes(sys.argv[1]))
+    for group in tangles(read_calls(sys.argv[1])):
+        problems.append("files that call each other in a circle: " + ", ".join(group))
     for p in problems:
         print(p)
     if problems:

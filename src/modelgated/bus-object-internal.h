@@ -2,7 +2,7 @@
 #pragma once
 
 /* What the bus-object files share and nothing else may see: the BusObject itself, and the few calls by
- * which its parts hand over to each other. bus-object.c holds the Manager object and the object's
+ * which its parts hand over to each other. bus-object-manager.c holds the Manager object and the object's
  * lifecycle on the bus (publish, name, free), bus-object-host.c the Host objects, and
  * bus-object-changes.c the PropertiesChanged signals of both. */
 
@@ -45,7 +45,7 @@ struct BusObject {
         BusCallSet calls;
 };
 
-/* bus-object.c: what the Manager object shows, and the wall-clock time D-Bus shows for a deadline */
+/* bus-object-manager.c: what the Manager object shows, and the wall-clock time D-Bus shows for a deadline */
 void bus_object_totals(Manager *m, unsigned *in_flight, unsigned *waiting);
 unsigned bus_object_n_warnings(Manager *m);
 usec_t bus_object_realtime(const BusObject *o, usec_t mono);

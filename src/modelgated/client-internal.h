@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #pragma once
 
-/* Inside the client module: the connection (client.c) and the parts of answering its requests, each in
- * a file of its own: writing answers (client-answer.c), admitting and routing a request
+/* Inside the client module: the connection (client-connection.c) and the parts of answering its requests,
+ * each in a file of its own: writing answers (client-answer.c), admitting and routing a request
  * (client-dispatch.c), relaying a host's answer (client-relay.c), the fallback and budgets
  * (client-fallback.c), modelgate's own endpoints (client-endpoints.c). Only those files include this. */
 
@@ -95,7 +95,7 @@ struct Client {
         Buffer held_head, scratch; /* working space, kept across requests */
 };
 
-/* client.c: the connection */
+/* client-connection.c: the connection */
 void client_log_access(Client *c, const char *note);
 void client_response_complete(Client *c, const char *note);
 int client_queue_stream_head(Client *c);

@@ -2,7 +2,8 @@
 #pragma once
 
 /* The keys of modelgate.conf(5): for each, its section, its value's parser and where in Config (or in
- * the section's HostConf, EngineConf, …) the value goes. conf.c reads the text; this says what it means. */
+ * the section's HostConf, EngineConf, …) the value goes. conf-parse.c reads the text; this says what it
+ * means. */
 
 #include <errno.h>
 #include <stddef.h>

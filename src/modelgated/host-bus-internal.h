@@ -2,10 +2,11 @@
 #pragma once
 
 /* What the host-bus files share and nothing else may see: the HostBus itself, and the few calls by
- * which its four parts hand over to each other. host-bus.c holds the connection's lifecycle (connect,
- * lost, closed, reconnected), host-bus-transport.c how a connection reaches the manager (addresses, the
- * ssh bridge), host-bus-units.c what is followed on it (the setup pipeline, PropertiesChanged, the
- * manager's unique name) and host-bus-ops.c the calls an owner waits for (jobs, re-reads, listings). */
+ * which its four parts hand over to each other. host-bus-connection.c holds the connection's lifecycle
+ * (connect, lost, closed, reconnected), host-bus-transport.c how a connection reaches the manager
+ * (addresses, the ssh bridge), host-bus-units.c what is followed on it (the setup pipeline,
+ * PropertiesChanged, the manager's unique name) and host-bus-ops.c the calls an owner waits for (jobs,
+ * re-reads, listings). */
 
 #include <stdbool.h>
 #include <systemd/sd-bus.h>
@@ -73,7 +74,7 @@ static inline const char *bus_message_error(sd_bus_message *m) {
         return e->message ?: e->name ?: "unknown error";
 }
 
-/* host-bus.c */
+/* host-bus-connection.c */
 /* Fails every operation and schedules the close and the reconnect; false: it was lost already (its
  * operations failed then). */
 bool host_bus_lost(HostBus *b, const char *reason);

@@ -2,7 +2,7 @@
 #pragma once
 
 /* The inside of a Host, shared by the three files one is made of, because
- * each holds a concept of its own that would drown the others: host.c (the
+ * each holds a concept of its own that would drown the others: host-state.c (the
  * state, the requests and the scheduler's actions, life and reload),
  * host-switch.c (the switch phases, and the bus's news that drives them) and
  * host-warmup.c (the HTTP exchanges that bring a started engine to serving,
@@ -93,7 +93,7 @@ static inline usec_t host_now(const Host *h) {
         return t;
 }
 
-/* host.c */
+/* host-state.c */
 void host_update_state(Host *h);
 void host_schedule_later(Host *h);
 

@@ -11,7 +11,7 @@
  * waited for that engine. The same HEALTH phase adopts an engine found
  * running when the bus comes up. The bus's news (up, down, a unit changed)
  * lives here too, since it starts, ends or fails these phases. *When* to
- * switch is the Sched's (host.c carries its actions out). */
+ * switch is the Sched's (host-state.c carries its actions out). */
 
 #include <stdio.h>
 #include <string.h>

@@ -2,7 +2,7 @@
 #pragma once
 
 /* What the upstream files share and nothing else may see: the Upstream and its pool, and the calls by
- * which the four parts hand over to each other. upstream.c holds one exchange on a connection
+ * which the four parts hand over to each other. upstream-connection.c holds one exchange on a connection
  * (connect, send, read, retry, timers, the owner's callbacks), upstream-response.c the llhttp
  * callbacks that build the UpstreamResponse, upstream-tls.c what https adds (the context, the
  * handshake, reads and writes through SSL) and upstream-pool.c the idle connections kept for reuse. */
@@ -75,7 +75,7 @@ struct Upstream {
         LIST_FIELDS(Upstream, idle);
 };
 
-/* upstream.c */
+/* upstream-connection.c */
 Upstream *upstream_free(Upstream *u);
 /* Ends the exchange with an error towards the owner, and frees the connection. */
 void upstream_fail(Upstream *u, int error);

@@ -2,8 +2,8 @@
 /* A host's response as llhttp reads it: status and headers collected into the UpstreamResponse (with
  * a bound on their size and number), handed to the owner once, then body pieces as they come. 1xx
  * interim responses are skipped, and a body is never expected where HTTP says there is none. These
- * callbacks run inside llhttp_execute(): a refusal sets cancel_error, and upstream.c ends the exchange
- * once the parser has returned. */
+ * callbacks run inside llhttp_execute(): a refusal sets cancel_error, and upstream-connection.c ends the
+ * exchange once the parser has returned. */
 
 #include <string.h>
 #include <strings.h>

@@ -2,7 +2,7 @@
 /* What https adds to an upstream connection: the one TLS context of the process, an SSL per
  * connection bound to the name (or address) its certificate must be for, the handshake after the TCP
  * connect, and reads and writes through SSL with the results read(2) and send(2) give, so that
- * upstream.c runs one state machine for http and https alike. */
+ * upstream-connection.c runs one state machine for http and https alike. */
 
 #include <arpa/inet.h>
 #include <limits.h>

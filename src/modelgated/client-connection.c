@@ -1,4 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The client connection: reading, flushing, lingering after an error, its timers, pipelined requests
+ * taken one at a time (the states are in client-internal.h), and the ClientSet that counts connections
+ * per address. What a request is answered with is decided in the other client-*.c files. */
 
 #include "modelgated/client-internal.h"
 
