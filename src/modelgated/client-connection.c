@@ -8,6 +8,16 @@
 static int client_io_cb(sd_event_source *s, int fd, uint32_t revents, void *userdata);
 static int client_timer_cb(sd_event_source *s, uint64_t usec, void *userdata);
 static void client_linger(Client *c);
+static void client_free(Client *c);
+static int client_flush(Client *c);
+static void client_process(Client *c);
+
+static const ClientOps client_ops = {
+        .flush = client_flush,
+        .free = client_free,
+        .process = client_process,
+        .fall_back = client_fall_back,
+};
 
 /* The end of a request: the next one gets a fresh Exchange. false: out of memory for it. */
 static bool request_reset(Client *c) {
@@ -18,7 +28,7 @@ static bool request_reset(Client *c) {
         return c->x;
 }
 
-void client_free(Client *c) {
+static void client_free(Client *c) {
         if (!c)
                 return;
         if (c->feed) {
@@ -71,7 +81,7 @@ static void client_update_events(Client *c) {
 }
 
 /* Writes what can be written now. < 0: the client is gone (the caller frees it). */
-int client_flush(Client *c) {
+static int client_flush(Client *c) {
         bool progress = false;
 
         while (!buffer_is_empty(&c->out)) {
@@ -222,7 +232,7 @@ static Step client_parse(Client *c) {
         return STEP_WAIT;
 }
 
-void client_process(Client *c) {
+static void client_process(Client *c) {
         Step step = STEP_AGAIN;
 
         if (c->in_process)
@@ -413,6 +423,7 @@ int client_new(ClientSet *set, int fd, const struct sockaddr *peer, socklen_t pe
                 safe_close(fd);
                 return -ENOMEM;
         }
+        c->ops = &client_ops;
         c->manager = m;
         c->set = set;
         c->fd = fd;

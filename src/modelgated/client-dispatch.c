@@ -35,15 +35,10 @@ static char *span_dup(Span s) {
         return s.p ? strndup(s.p, s.n) : NULL;
 }
 
-void client_send_upstream(Client *c) {
-        int k = upstream_start(manager_pool(c->manager), c->x->target, &c->x->pending, c->x->head,
-                               &client_upstream_callbacks, c, &c->x->upstream);
-        buffer_done(&c->x->pending);
-        if (k < 0)
-                return client_host_down(c, k);
-        (void)upstream_set_idle_timeout(c->x->upstream,
-                                        manager_config(c->manager)->upstream_idle_timeout_usec);
-        client_start_budget(c);
+/* The request goes to its engine, and the budget for its answer starts (SPEC §3) */
+static void client_go(Client *c) {
+        if (client_send_upstream(c) >= 0)
+                client_start_budget(c);
 }
 
 static void client_wait_for_engine(Client *c) {
@@ -69,13 +64,13 @@ static void client_engine_ready(HostWaiter *w, int status, const char *message) 
                 client_respond_host_error(c, status, message);
         } else {
                 metrics_wait(manager_metrics(c->manager), c->x->host->name, client_now(c) - c->x->start);
-                client_send_upstream(c);
+                client_go(c);
         }
-        if (client_flush(c) < 0) {
-                client_free(c);
+        if (c->ops->flush(c) < 0) {
+                c->ops->free(c);
                 return;
         }
-        client_process(c);
+        c->ops->process(c);
 }
 
 /* [Access]: who the client is. false: answered already (401). */
@@ -471,5 +466,5 @@ void client_dispatch(Client *c) {
                 metrics_wait(manager_metrics(c->manager), c->x->host->name, 0);
                 client_wait_for_engine(c); /* its router may still have to load the model */
         }
-        client_send_upstream(c);
+        client_go(c);
 }

@@ -44,11 +44,11 @@ void client_models_done(ModelsMerge *mm, const char *json, size_t n, void *userd
                 client_respond_error(c, 500, NULL, "out of memory", NULL);
         else
                 client_respond(c, 200, "application/json", json, n, NULL);
-        if (client_flush(c) < 0) {
-                client_free(c);
+        if (c->ops->flush(c) < 0) {
+                c->ops->free(c);
                 return;
         }
-        client_process(c);
+        c->ops->process(c);
 }
 
 /* GET /health: cheap (no I/O, the hosts' states as they are) and true: "ok" while at least one host can
@@ -210,9 +210,9 @@ static void client_feed_send(FeedSubscriber *s, const char *p, size_t n) {
                 /* bounded: a subscriber that does not read is dropped, not buffered for ever */
                 log_info("Client %s does not read /models/sse, dropping it", c->peer);
                 client_log_access(c, "cut=slow-client");
-                client_free(c);
+                c->ops->free(c);
                 return;
         }
-        if (client_frame_body(c, p, n) < 0 || client_flush(c) < 0)
-                client_free(c);
+        if (client_frame_body(c, p, n) < 0 || c->ops->flush(c) < 0)
+                c->ops->free(c);
 }

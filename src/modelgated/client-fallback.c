@@ -121,7 +121,7 @@ bool client_fall_back(Client *c, const char *why) {
                 client_respond_error(c, 500, NULL, "out of memory", NULL);
                 return true;
         }
-        client_send_upstream(c);
+        (void)client_send_upstream(c); /* no budget for a fallback's answer */
         return true;
 }
 
@@ -137,8 +137,8 @@ static int client_budget_cb(sd_event_source *s, uint64_t usec, void *userdata) {
                          ?: "?",
                  stream ? "FirstTokenBudgetSec=" : "RequestBudgetSec=");
         if (client_fall_back(c, why)) {
-                if (client_flush(c) < 0)
-                        client_free(c);
+                if (c->ops->flush(c) < 0)
+                        c->ops->free(c);
                 return 0;
         }
         /* no fallback: the request is cancelled all the same, so that the GPU stops working on it */
@@ -150,10 +150,10 @@ static int client_budget_cb(sd_event_source *s, uint64_t usec, void *userdata) {
                 client_respond_error(c, 504, "budget_exceeded", msg, NULL);
         } else
                 client_cut(c, "cut=budget");
-        if (client_flush(c) < 0) {
-                client_free(c);
+        if (c->ops->flush(c) < 0) {
+                c->ops->free(c);
                 return 0;
         }
-        client_process(c);
+        c->ops->process(c);
         return 0;
 }

@@ -69,7 +69,18 @@ struct ClientSet {
         void *userdata;
 };
 
+/* What the upper files of the module do for the lower ones, set by the connection: the parts that
+ * answer a request queue bytes and tell the connection to write them, to go on or to end; the relay
+ * hands a failed engine to the fallback, which relays through it. */
+typedef struct ClientOps {
+        int (*flush)(Client *c); /* < 0: the connection is gone and must be freed */
+        void (*free)(Client *c);
+        void (*process)(Client *c); /* an answer ended, or input waits: the connection goes on */
+        bool (*fall_back)(Client *c, const char *why);
+} ClientOps;
+
 struct Client {
+        const ClientOps *ops;
         Manager *manager;
         LIST_FIELDS(Client, clients);
         ClientSet *set;
@@ -120,12 +131,9 @@ void client_respond_health(Client *c, bool strict);
 void client_respond_refusal(Client *c, bool health);
 void client_respond_metrics(Client *c);
 void client_start_feed(Client *c);
-void client_send_upstream(Client *c);
+int client_send_upstream(Client *c);
 bool client_admit_head(Client *c);
 void client_dispatch(Client *c);
-void client_free(Client *c);
-int client_flush(Client *c);
-void client_process(Client *c);
 
 /* The loop's time: everything that one event dispatch decides about a request uses one "now" (every
  * caller runs inside an event callback of the loop). */

@@ -16,7 +16,7 @@ void client_host_down(Client *c, int error) {
                          c->x->fallback->url.text, reason);
                 return client_respond_error(c, 502, "fallback_failed", msg, NULL);
         }
-        if (client_fall_back(c, reason))
+        if (c->ops->fall_back(c, reason))
                 return;
         Host *h = manager_host(c->manager, c->x->host);
         if (h)
@@ -100,7 +100,7 @@ static int client_upstream_headers(Upstream *u, const UpstreamResponse *resp, vo
                 if ((resp->status == 404 || resp->status == 503) && !c->x->head) {
                         char why[64];
                         snprintf(why, sizeof(why), "the engine answered %d", resp->status);
-                        if (client_fall_back(c, why))
+                        if (c->ops->fall_back(c, why))
                                 return 0;
                 }
         }
@@ -202,12 +202,12 @@ static int client_upstream_body(Upstream *u, const char *p, size_t n, void *user
         if (!c->x->awaiting_first_token && c->x->mode != MODE_HOLD)
                 c->x->engine_bytes_sent = true;
         if (r < 0) {
-                client_free(c);
+                c->ops->free(c);
                 return -1;
         }
         /* a slow reader: stop reading the host before the end of this read (backpressure) */
-        if (buffer_size(&c->out) > CLIENT_OUT_HIGH && client_flush(c) < 0) {
-                client_free(c);
+        if (buffer_size(&c->out) > CLIENT_OUT_HIGH && c->ops->flush(c) < 0) {
+                c->ops->free(c);
                 return -1;
         }
         return 0;
@@ -216,8 +216,8 @@ static int client_upstream_body(Upstream *u, const char *p, size_t n, void *user
 static void client_upstream_read_end(Upstream *u, void *userdata) {
         Client *c = userdata;
 
-        if (client_flush(c) < 0)
-                client_free(c); /* cancels u, which the upstream handles after this returns */
+        if (c->ops->flush(c) < 0)
+                c->ops->free(c); /* cancels u, which the upstream handles after this returns */
 }
 
 static void client_upstream_complete(Upstream *u, void *userdata) {
@@ -233,11 +233,11 @@ static void client_upstream_complete(Upstream *u, void *userdata) {
                                                 buffer_size(&c->x->held), &c->scratch) < 0)
                         c->close_after_response = true;
                 client_end_early(c, &c->scratch);
-                if (client_flush(c) < 0) {
-                        client_free(c);
+                if (c->ops->flush(c) < 0) {
+                        c->ops->free(c);
                         return;
                 }
-                client_process(c);
+                c->ops->process(c);
                 return;
         }
         if (c->x->mode == MODE_HOLD) {
@@ -273,11 +273,11 @@ static void client_upstream_complete(Upstream *u, void *userdata) {
                                                 streq(c->x->path, "/models/load"));
         }
         client_response_complete(c, NULL);
-        if (client_flush(c) < 0) {
-                client_free(c);
+        if (c->ops->flush(c) < 0) {
+                c->ops->free(c);
                 return;
         }
-        client_process(c);
+        c->ops->process(c);
 }
 
 /* An answer that cannot be finished and has no way to say so in-band: the connection ends without the last
@@ -294,10 +294,10 @@ static void client_upstream_error(Upstream *u, int error, bool started, void *us
 
         c->x->upstream = NULL;
         (void)sd_event_source_set_enabled(c->x->budget, SD_EVENT_OFF);
-        if (client_fall_back(c, upstream_strerror(error))) {
+        if (c->ops->fall_back(c, upstream_strerror(error))) {
                 /* the engine failed before any of its answer reached the client */
-                if (client_flush(c) < 0)
-                        client_free(c);
+                if (c->ops->flush(c) < 0)
+                        c->ops->free(c);
                 return;
         }
         if (c->x->awaiting_first_token && c->x->mode == MODE_SSE)
@@ -351,11 +351,11 @@ static void client_upstream_error(Upstream *u, int error, bool started, void *us
                 client_response_complete(c, c->x->sse.saw_done ? NULL : "cut=host");
         } else
                 client_cut(c, "cut=host");
-        if (client_flush(c) < 0) {
-                client_free(c);
+        if (c->ops->flush(c) < 0) {
+                c->ops->free(c);
                 return;
         }
-        client_process(c);
+        c->ops->process(c);
 }
 
 const UpstreamCallbacks client_upstream_callbacks = {
@@ -370,7 +370,7 @@ const UpstreamCallbacks client_upstream_callbacks = {
  * or the fallback, for the availability failures (a busy GPU unless OnBusy=no). */
 void client_respond_host_error(Client *c, int status, const char *message) {
         if ((status != 423 || (c->x->fallback && c->x->fallback->on_busy != 0)) &&
-            client_fall_back(c, message))
+            c->ops->fall_back(c, message))
                 return;
         switch (status) {
         case 503:
@@ -408,18 +408,33 @@ int client_keepalive_cb(sd_event_source *s, uint64_t usec, void *userdata) {
         }
         if (!c->x->early) {
                 if (client_queue_stream_head(c) < 0) {
-                        client_free(c);
+                        c->ops->free(c);
                         return 0;
                 }
                 c->x->early = c->x->head_sent = true;
         }
         n = snprintf(line, sizeof(line), ": %s\n\n", what);
         if (client_frame_body(c, line, (size_t)MIN((size_t)n, sizeof(line) - 1)) < 0 ||
-            client_flush(c) < 0) {
-                client_free(c);
+            c->ops->flush(c) < 0) {
+                c->ops->free(c);
                 return 0;
         }
         (void)sd_event_source_set_time_relative(s, manager_config(c->manager)->keepalive_interval_usec);
         (void)sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
+        return 0;
+}
+
+/* Sends the request to its target, the relay's callbacks taking the answer. < 0: the connection failed
+ * at once, and the client has its answer (or the fallback took over). */
+int client_send_upstream(Client *c) {
+        int k = upstream_start(manager_pool(c->manager), c->x->target, &c->x->pending, c->x->head,
+                               &client_upstream_callbacks, c, &c->x->upstream);
+        buffer_done(&c->x->pending);
+        if (k < 0) {
+                client_host_down(c, k);
+                return k;
+        }
+        (void)upstream_set_idle_timeout(c->x->upstream,
+                                        manager_config(c->manager)->upstream_idle_timeout_usec);
         return 0;
 }
