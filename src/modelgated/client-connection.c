@@ -19,13 +19,11 @@ static const ClientOps client_ops = {
         .fall_back = client_fall_back,
 };
 
-/* The end of a request: the next one gets a fresh Exchange. false: out of memory for it. */
-static bool request_reset(Client *c) {
-        c->x = exchange_free(c->x);
+/* The end of a request: the next one starts from an empty Exchange. */
+static void request_reset(Client *c) {
+        exchange_done(c->x);
         c->eof_probed = false;
         buffer_clear(&c->held_head);
-        c->x = exchange_new(c);
-        return c->x;
 }
 
 static void client_free(Client *c) {
@@ -35,7 +33,7 @@ static void client_free(Client *c) {
                 feed_hub_unsubscribe(manager_feed_hub(c->manager), &c->feed_sub);
                 c->feed = false;
         }
-        c->x = exchange_free(c->x);
+        exchange_done(c->x);
         ClientSet *set = c->set;
         LIST_REMOVE(clients, set->clients, c);
         set->n_clients--;
@@ -160,11 +158,7 @@ static Step client_advance(Client *c) {
         if (c->state == CLIENT_RESPONDING) {
                 if (!c->x->response_complete || !buffer_is_empty(&c->out))
                         return STEP_WAIT;
-                if (!request_reset(c)) {
-                        log_oom();
-                        client_free(c);
-                        return STEP_GONE;
-                }
+                request_reset(c);
                 if (c->close_after_response || (c->read_eof && buffer_is_empty(&c->in))) {
                         c->state = CLIENT_CLOSING;
                         return STEP_AGAIN;
@@ -416,13 +410,12 @@ int client_new(ClientSet *set, int fd, const struct sockaddr *peer, socklen_t pe
         int r;
 
         c = calloc(1, sizeof(Client));
-        if (c)
-                c->x = exchange_new(c);
-        if (!c || !c->x) {
-                free(c);
+        if (!c) {
                 safe_close(fd);
                 return -ENOMEM;
         }
+        c->x = &c->exchange;
+        exchange_init(c->x, c);
         c->ops = &client_ops;
         c->manager = m;
         c->set = set;

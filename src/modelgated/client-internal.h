@@ -102,7 +102,8 @@ struct Client {
         HttpParser parser;
         Buffer out;
 
-        Exchange *x;               /* the request being answered; a new one for each */
+        Exchange exchange;         /* the request being answered, ended with it */
+        Exchange *x;               /* &exchange */
         Buffer held_head, scratch; /* working space, kept across requests */
 };
 

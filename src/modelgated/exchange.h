@@ -3,8 +3,8 @@
 
 /* One request on a client connection, from the moment the previous one ended (or the connection
  * opened) to the end of its answer: what was asked, where it went, what has been sent back. The
- * connection holds one Exchange at a time and makes a new one for each request, so nothing of one
- * request can leak into the next. */
+ * connection holds one Exchange at a time and ends it with its request, so nothing of one request can
+ * leak into the next. */
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -70,7 +70,8 @@ typedef struct Exchange {
         Buffer held; /* an error body, held whole to be reworded */
 } Exchange;
 
-Exchange *exchange_new(Client *client);
+/* A new, empty request of client. */
+void exchange_init(Exchange *x, Client *client);
 /* Ends whatever the request still holds: its wait for an engine, its upstream connection (the host
- * stops working on it), its timers. */
-Exchange *exchange_free(Exchange *x);
+ * stops working on it), its timers; x is empty again afterwards. */
+void exchange_done(Exchange *x);
