@@ -30,7 +30,7 @@ typedef struct AccessCaller {
 const char *access_caller_id(const AccessCaller *caller, char buf[static 80]);
 
 typedef struct AccessDenial {
-        int status; /* 401, 403 or 429 */
+        int status; /* 401, 403 or 429; 500 when hashing the key ran out of memory */
         const char *code;
         char message[256];
         uint64_t retry_after; /* 429: seconds until the day rolls over */

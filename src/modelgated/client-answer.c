@@ -36,7 +36,6 @@ void client_response_complete(Client *c, const char *note) {
         host_release(&c->x->waiter);
         client_log_access(c, note);
         c->x->response_complete = true;
-        manager_count_request(c->manager);
         c->answered_one = true;
 }
 

@@ -39,8 +39,6 @@ struct Manager {
         FeedHub *feed_hub;
         Metrics *metrics;
         Access *access; /* daily counts; made by the first request [Access] counts */
-        uint64_t n_requests;
-        usec_t start_usec;
 
         const ManagerCallbacks *cb;
         void *userdata;
@@ -65,8 +63,6 @@ int manager_new(sd_event *event, bool user, Manager **ret) {
                 manager_free(m);
                 return r;
         }
-        /* the D-Bus object's uptime; before the loop runs, so not the loop's time */
-        m->start_usec = now_usec(CLOCK_MONOTONIC);
         *ret = m;
         return 0;
 }
@@ -170,7 +166,7 @@ void manager_changed(Manager *m) {
                 m->cb->changed(m->userdata);
 }
 
-void manager_catalog_ready(Manager *m) {
+static void manager_catalog_ready(Manager *m) {
         if (m->cb && m->cb->catalog_ready)
                 m->cb->catalog_ready(m->userdata);
 }
@@ -434,20 +430,8 @@ Config *manager_config(Manager *m) {
         return m->config;
 }
 
-const char *manager_config_path(Manager *m) {
-        return m->config_path;
-}
-
-bool manager_user(Manager *m) {
-        return m->user;
-}
-
 bool manager_stopping(Manager *m) {
         return m->stopping;
-}
-
-usec_t manager_start_usec(Manager *m) {
-        return m->start_usec;
 }
 
 const char *manager_refusal(Manager *m) {
@@ -482,12 +466,4 @@ Access *manager_access(Manager *m) {
         if (!m->access)
                 m->access = access_new(m->event);
         return m->access;
-}
-
-uint64_t manager_count_request(Manager *m) {
-        return ++m->n_requests;
-}
-
-uint64_t manager_n_requests(Manager *m) {
-        return m->n_requests;
 }

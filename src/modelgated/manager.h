@@ -49,17 +49,12 @@ void manager_stop(Manager *m);
 /* A host still needs the daemon: an engine to stop when idle, or a previous configuration's host still
  * answering. */
 bool manager_keeps_daemon(Manager *m);
-/* A host catalog's first read ended: told to the owner (ManagerCallbacks.catalog_ready). */
-void manager_catalog_ready(Manager *m);
 /* Something a host shows changed: told to the owner (ManagerCallbacks.changed). */
 void manager_changed(Manager *m);
 
 sd_event *manager_event(Manager *m);
 Config *manager_config(Manager *m);
-const char *manager_config_path(Manager *m);
-bool manager_user(Manager *m);
 bool manager_stopping(Manager *m);
-usec_t manager_start_usec(Manager *m);
 /* Socket-activated with a configuration that has errors: the answer to every request, else NULL. */
 const char *manager_refusal(Manager *m);
 /* Bumped when the warnings change in a way their number does not show. */
@@ -78,6 +73,3 @@ FeedHub *manager_feed_hub(Manager *m);
 /* [Access] counts; made by the first request that needs them, so that no file is read at start unless
  * [Access] is used. NULL: out of memory. */
 Access *manager_access(Manager *m);
-/* Counts a request for the D-Bus object; returns the count. */
-uint64_t manager_count_request(Manager *m);
-uint64_t manager_n_requests(Manager *m);

@@ -58,7 +58,6 @@ struct Server {
 static const int handled_signals[] = {SIGTERM, SIGINT, SIGHUP};
 
 static int accept_cb(sd_event_source *s, int fd, uint32_t revents, void *userdata);
-static void server_update(Server *s);
 
 /* log.c's buffered lines are written when the loop has nothing else to do */
 static sd_event_source *log_flush_source;
@@ -79,7 +78,7 @@ static const ClientSetCallbacks client_set_callbacks = {
 };
 
 static void manager_changed_cb(void *userdata) {
-        server_update(userdata);
+        server_changed(userdata);
 }
 
 static void manager_reloaded_cb(void *userdata) {
@@ -89,7 +88,7 @@ static void manager_reloaded_cb(void *userdata) {
                 (void)sd_event_source_set_enabled(s->exit_idle_timer, SD_EVENT_OFF);
         if (!s->socket_activated && !strv_equal(s->listen_at_start, manager_config(s->manager)->listen))
                 log_warning("[Proxy] Listen= changed: it applies at the next start of modelgated");
-        server_update(s);
+        server_changed(s);
 }
 
 static void manager_catalog_ready_cb(void *userdata) {
@@ -158,10 +157,6 @@ size_t server_n_listeners(const Server *s) {
 
 const char *server_listener_address(const Server *s, size_t i) {
         return i < s->n_listeners ? s->listeners[i].address : NULL;
-}
-
-bool server_stopping(const Server *s) {
-        return s->stopping;
 }
 
 static void format_address(const struct sockaddr *sa, char *buf, size_t l) {
@@ -409,7 +404,7 @@ static void clients_changed(void *userdata) {
                 return;
         }
         resume_accepting(s);
-        server_update(s);
+        server_changed(s);
 }
 
 /* SPEC §8: nothing is lost by exiting when nobody is connected, waiting or subscribed and no engine still
@@ -455,7 +450,7 @@ static bool server_exits_when_idle(Server *s) {
 }
 
 /* The idle exit's timer runs exactly while nothing needs the daemon, and the owner hears of changes. */
-static void server_update(Server *s) {
+void server_changed(Server *s) {
         usec_t idle_usec = manager_config(s->manager)->exit_idle_usec;
 
         if (s->cb && s->cb->changed)
@@ -484,10 +479,6 @@ static void server_update(Server *s) {
                 (void)sd_event_source_set_enabled(s->exit_idle_timer, SD_EVENT_ONESHOT);
         } else if (!idle && armed)
                 (void)sd_event_source_set_enabled(s->exit_idle_timer, SD_EVENT_OFF);
-}
-
-void server_changed(Server *s) {
-        server_update(s);
 }
 
 static int stop_timeout_cb(sd_event_source *source, uint64_t usec, void *userdata) {
@@ -587,7 +578,7 @@ int server_start(Server *s) {
         snprintf(status + o, sizeof(status) - o, "; %zu host(s)", manager_n_hosts(s->manager));
         log_info("%s%s", status, s->socket_activated ? " (socket-activated)" : "");
         s->started = true;
-        server_update(s);
+        server_changed(s);
         if (manager_refusal(s->manager)) {
                 /* the errors are in the log, once; STATUS= says them (manager_start()) */
                 log_error("Refusing every request with 503 until a reload brings a configuration without "

@@ -39,4 +39,3 @@ void server_changed(Server *s);
 size_t server_n_connections(const Server *s);
 size_t server_n_listeners(const Server *s);
 const char *server_listener_address(const Server *s, size_t i);
-bool server_stopping(const Server *s);
