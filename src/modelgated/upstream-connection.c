@@ -4,7 +4,9 @@
  * CONNECTING → (HANDSHAKE, upstream-tls.c) → SENDING → RECEIVING, then either IDLE in the pool
  * (upstream-pool.c: the host keeps it alive) or freed. Callbacks into the owner run from inside
  * llhttp_execute() (upstream-response.c); the owner never frees the Upstream there, it returns < 0 and
- * this module cancels after the parser has returned. */
+ * this module cancels after the parser has returned. This is the top of the upstream files: it drives
+ * the handshake by what upstream_handshake() returns, and what it shares with the pool (freeing, the
+ * event sources, the loop's time) is below both, in upstream-base.c. */
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -50,31 +52,14 @@ const char *upstream_strerror(int error) {
         }
 }
 
-Upstream *upstream_free(Upstream *u) {
-        if (!u)
-                return NULL;
-        if (u->state == UPSTREAM_IDLE)
-                upstream_pool_remove(u);
-        sd_event_source_disable_unref(u->io);
-        sd_event_source_disable_unref(u->timer);
-        upstream_tls_close(u);
-        free(u->tls_host);
-        safe_close(u->fd);
-        buffer_done(&u->request);
-        buffer_done(&u->resp.head);
-        free(u->resp.headers);
-        free(u->authority);
-        free(u);
-        return NULL;
-}
-
 static Upstream *upstream_detach(Upstream *u) {
         u->cb = NULL;
         u->userdata = NULL;
         return u;
 }
 
-void upstream_fail(Upstream *u, int error) {
+/* Ends the exchange with an error towards the owner, and frees the connection. */
+static void upstream_fail(Upstream *u, int error) {
         const UpstreamCallbacks *cb = u->cb;
         void *userdata = u->userdata;
         bool started = u->headers_done;
@@ -95,56 +80,6 @@ Upstream *upstream_cancel(Upstream *u) {
                 return NULL;
         }
         return upstream_free(u);
-}
-
-int upstream_update_io(Upstream *u) {
-        uint32_t events = 0;
-
-        switch (u->state) {
-        case UPSTREAM_CONNECTING:
-                events = EPOLLOUT;
-                break;
-        case UPSTREAM_HANDSHAKE:
-                events = u->tls_events;
-                break;
-        case UPSTREAM_SENDING:
-                events = EPOLLOUT | EPOLLIN; /* a host may answer (an error) before it read everything */
-                break;
-        case UPSTREAM_RECEIVING:
-                events = u->reading ? EPOLLIN : 0;
-                break;
-        case UPSTREAM_IDLE:
-                events = EPOLLIN; /* the host closing its end, or garbage */
-                break;
-        }
-        if (events == 0)
-                return sd_event_source_set_enabled(u->io, SD_EVENT_OFF);
-        /* edge-triggered, like the client side (see client_update_events()) */
-        int r = sd_event_source_set_io_events(u->io, events | EPOLLET);
-        if (r < 0)
-                return r;
-        return sd_event_source_set_enabled(u->io, SD_EVENT_ON);
-}
-
-int upstream_arm_timer(Upstream *u, usec_t deadline) {
-        if (deadline == USEC_INFINITY)
-                return u->timer ? sd_event_source_set_enabled(u->timer, SD_EVENT_OFF) : 0;
-        if (!u->timer)
-                return sd_event_add_time(u->pool->event, &u->timer, CLOCK_MONOTONIC, deadline, 0,
-                                         upstream_timer_cb, u);
-        int r = sd_event_source_set_time(u->timer, deadline);
-        if (r < 0)
-                return r;
-        return sd_event_source_set_enabled(u->timer, SD_EVENT_ONESHOT);
-}
-
-usec_t upstream_now(const Upstream *u) {
-        usec_t now;
-
-        /* the time sd-event compares its timers with, as touch() uses; it cannot fail for
-         * CLOCK_MONOTONIC, and before the loop first runs it is the time now */
-        (void)sd_event_now(u->pool->event, CLOCK_MONOTONIC, &now);
-        return now;
 }
 
 int upstream_set_deadline(Upstream *u, usec_t usec) {
@@ -279,7 +214,7 @@ static void upstream_read(Upstream *u) {
         }
 }
 
-void upstream_write(Upstream *u) {
+static void upstream_write(Upstream *u) {
         while (u->request_sent < buffer_size(&u->request)) {
                 ssize_t k = upstream_io_write(u, buffer_peek(&u->request) + u->request_sent,
                                               buffer_size(&u->request) - u->request_sent);
@@ -293,6 +228,27 @@ void upstream_write(Upstream *u) {
                 u->request_sent += (size_t)k;
         }
         u->state = UPSTREAM_RECEIVING;
+        if (upstream_update_io(u) < 0)
+                upstream_fail(u, -ENOMEM);
+}
+
+/* Connected (and, for https, the handshake done): the request goes, bounded by the owner's deadline
+ * from now on instead of the connect timeout. */
+static void upstream_connected(Upstream *u) {
+        u->state = UPSTREAM_SENDING;
+        if (upstream_update_io(u) < 0 || upstream_arm_timer(u, u->deadline) < 0)
+                return upstream_fail(u, -ENOMEM);
+        upstream_write(u);
+}
+
+static void upstream_handshake_step(Upstream *u) {
+        int r = upstream_handshake(u);
+
+        if (r < 0)
+                return upstream_fail(u, r);
+        if (r > 0)
+                return upstream_connected(u);
+        /* it waits for what u->tls_events now says */
         if (upstream_update_io(u) < 0)
                 upstream_fail(u, -ENOMEM);
 }
@@ -319,20 +275,15 @@ static int upstream_io_cb(sd_event_source *s, int fd, uint32_t revents, void *us
                         /* the connect timer keeps running: a TLS handshake that stalls is no answer either
                          */
                         u->state = UPSTREAM_HANDSHAKE;
-                        upstream_handshake(u);
+                        upstream_handshake_step(u);
                         return 0;
                 }
-                u->state = UPSTREAM_SENDING;
-                if (upstream_update_io(u) < 0 || upstream_arm_timer(u, u->deadline) < 0) {
-                        upstream_fail(u, -ENOMEM);
-                        return 0;
-                }
-                upstream_write(u);
+                upstream_connected(u);
                 return 0;
         }
 
         case UPSTREAM_HANDSHAKE:
-                upstream_handshake(u);
+                upstream_handshake_step(u);
                 return 0;
 
         case UPSTREAM_SENDING:
@@ -415,7 +366,12 @@ static int upstream_connect(Upstream *u) {
         r = upstream_update_io(u);
         if (r < 0)
                 return r;
-        return upstream_arm_timer(u, upstream_now(u) + UPSTREAM_CONNECT_TIMEOUT_USEC);
+        /* the timer is made here, where what its expiry means is known; a retry re-arms the one it has */
+        usec_t deadline = upstream_now(u) + UPSTREAM_CONNECT_TIMEOUT_USEC;
+        if (!u->timer)
+                return sd_event_add_time(u->pool->event, &u->timer, CLOCK_MONOTONIC, deadline, 0,
+                                         upstream_timer_cb, u);
+        return upstream_arm_timer(u, deadline);
 }
 
 static Upstream *upstream_new(UpstreamPool *p, const HttpUrl *url) {

@@ -2,10 +2,12 @@
 #pragma once
 
 /* What the upstream files share and nothing else may see: the Upstream and its pool, and the calls by
- * which the four parts hand over to each other. upstream-connection.c holds one exchange on a connection
- * (connect, send, read, retry, timers, the owner's callbacks), upstream-response.c the llhttp
- * callbacks that build the UpstreamResponse, upstream-tls.c what https adds (the context, the
- * handshake, reads and writes through SSL) and upstream-pool.c the idle connections kept for reuse. */
+ * which the parts hand over to each other. Bottom to top, each calling only the ones below it:
+ * upstream-tls.c what https adds (the context, the handshake, reads and writes through SSL),
+ * upstream-response.c the llhttp callbacks that build the UpstreamResponse, upstream-base.c the
+ * Upstream's own primitives (freeing it, its event sources, the loop's time), upstream-pool.c the idle
+ * connections kept for reuse, and upstream-connection.c one exchange on a connection (connect, send,
+ * read, retry, what the timers mean, the owner's callbacks). */
 
 #include <llhttp.h>
 #include <openssl/types.h>
@@ -75,28 +77,32 @@ struct Upstream {
         LIST_FIELDS(Upstream, idle);
 };
 
-/* upstream-connection.c */
-Upstream *upstream_free(Upstream *u);
-/* Ends the exchange with an error towards the owner, and frees the connection. */
-void upstream_fail(Upstream *u, int error);
-int upstream_update_io(Upstream *u);
-int upstream_arm_timer(Upstream *u, usec_t deadline);
-void upstream_write(Upstream *u);
-/* The loop's time: what a deadline set from a callback counts from */
-usec_t upstream_now(const Upstream *u);
-
-/* upstream-response.c: a fresh parser for the next response on this connection */
-void upstream_parser_init(Upstream *u);
-
 /* upstream-tls.c */
 int upstream_tls_new(Upstream *u, int fd);
 void upstream_tls_close(Upstream *u);
 SSL_CTX *upstream_tls_context_free(SSL_CTX *ctx);
-void upstream_handshake(Upstream *u);
+/* One step of the handshake: 1 when it is done, 0 when it waits for u->tls_events, or < 0
+ * (-EKEYREJECTED for an untrusted certificate, -EPROTO) when it failed; the caller goes on from there. */
+int upstream_handshake(Upstream *u);
 /* read(2) and send(2), through TLS for https: the same results (bytes, 0 at the end, -1 with errno,
  * EAGAIN when it must wait), so that one state machine serves both */
 ssize_t upstream_io_read(Upstream *u, void *buf, size_t n);
 ssize_t upstream_io_write(Upstream *u, const void *buf, size_t n);
+
+/* upstream-response.c: a fresh parser for the next response on this connection */
+void upstream_parser_init(Upstream *u);
+
+/* upstream-base.c */
+Upstream *upstream_free(Upstream *u);
+/* Out of the pool's idle list, before the connection is freed or used */
+void upstream_pool_remove(Upstream *u);
+/* The events u->io waits for in u's state */
+int upstream_update_io(Upstream *u);
+/* Sets the timer to deadline, or stops it for USEC_INFINITY; the timer must exist for a deadline
+ * (upstream_connect() makes it) */
+int upstream_arm_timer(Upstream *u, usec_t deadline);
+/* The loop's time: what a deadline set from a callback counts from */
+usec_t upstream_now(const Upstream *u);
 
 /* upstream-pool.c */
 /* An idle connection to url's address that is still open, taken out of the pool; NULL if none. */
@@ -104,5 +110,3 @@ Upstream *upstream_pool_take(UpstreamPool *p, const HttpUrl *url);
 /* A connection whose exchange ended well goes idle into the pool, or is freed when the pool is full
  * or stopping. */
 void upstream_pool_put(Upstream *u);
-/* Out of the idle list, before the connection is freed or used */
-void upstream_pool_remove(Upstream *u);

@@ -34,11 +34,6 @@ void upstream_pool_stop(UpstreamPool *p) {
                 upstream_free(p->idle);
 }
 
-void upstream_pool_remove(Upstream *u) {
-        LIST_REMOVE(idle, u->pool->idle, u);
-        u->pool->n_idle--;
-}
-
 static Upstream *pool_find(UpstreamPool *p, const HttpUrl *url) {
         LIST_FOREACH (idle, u, p->idle)
                 if (u->address_len == url->address_len &&

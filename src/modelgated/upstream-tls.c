@@ -2,7 +2,8 @@
 /* What https adds to an upstream connection: the one TLS context of the process, an SSL per
  * connection bound to the name (or address) its certificate must be for, the handshake after the TCP
  * connect, and reads and writes through SSL with the results read(2) and send(2) give, so that
- * upstream-connection.c runs one state machine for http and https alike. */
+ * upstream-connection.c runs one state machine for http and https alike. This is the lowest part: it
+ * calls none of the others, and what the handshake came to goes back to the connection as a result. */
 
 #include <arpa/inet.h>
 #include <limits.h>
@@ -108,34 +109,28 @@ ssize_t upstream_io_write(Upstream *u, const void *buf, size_t n) {
         return tls_result(u, SSL_write(u->ssl, buf, (int)MIN(n, (size_t)INT_MAX)), false);
 }
 
-void upstream_handshake(Upstream *u) {
+int upstream_handshake(Upstream *u) {
         ERR_clear_error();
         int k = SSL_do_handshake(u->ssl);
 
-        if (k == 1) {
-                u->state = UPSTREAM_SENDING;
-                if (upstream_update_io(u) < 0 || upstream_arm_timer(u, u->deadline) < 0)
-                        return upstream_fail(u, -ENOMEM);
-                return upstream_write(u);
-        }
+        if (k == 1)
+                return 1;
         switch (SSL_get_error(u->ssl, k)) {
         case SSL_ERROR_WANT_READ:
                 u->tls_events = EPOLLIN;
-                break;
+                return 0;
         case SSL_ERROR_WANT_WRITE:
                 u->tls_events = EPOLLOUT;
-                break;
+                return 0;
         default: {
                 long v = SSL_get_verify_result(u->ssl);
                 if (v != X509_V_OK) {
                         log_debug("TLS to %s: %s", u->authority, X509_verify_cert_error_string(v));
-                        return upstream_fail(u, -EKEYREJECTED);
+                        return -EKEYREJECTED;
                 }
                 log_debug("TLS to %s failed: %s", u->authority,
                           ERR_reason_error_string(ERR_peek_last_error()) ?: "?");
-                return upstream_fail(u, -EPROTO);
+                return -EPROTO;
         }
         }
-        if (upstream_update_io(u) < 0)
-                upstream_fail(u, -ENOMEM);
 }

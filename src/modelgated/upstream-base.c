@@ -1,0 +1,85 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The Upstream's own primitives, which both the exchange (upstream-connection.c) and the pool
+ * (upstream-pool.c) use: freeing it, the events its socket waits for in each state, its one timer, and
+ * the loop's time. They sit below both so that the pool, which holds connections between exchanges,
+ * does not call back into the exchange. Unlinking from the pool's idle list is here too, because
+ * freeing an idle connection must do it. The timer's source is made by upstream-connection.c, which
+ * owns what expiry means; here it is only set and stopped. */
+
+#include <assert.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include "modelgated/upstream-internal.h"
+
+void upstream_pool_remove(Upstream *u) {
+        LIST_REMOVE(idle, u->pool->idle, u);
+        u->pool->n_idle--;
+}
+
+Upstream *upstream_free(Upstream *u) {
+        if (!u)
+                return NULL;
+        if (u->state == UPSTREAM_IDLE)
+                upstream_pool_remove(u);
+        sd_event_source_disable_unref(u->io);
+        sd_event_source_disable_unref(u->timer);
+        upstream_tls_close(u);
+        free(u->tls_host);
+        safe_close(u->fd);
+        buffer_done(&u->request);
+        buffer_done(&u->resp.head);
+        free(u->resp.headers);
+        free(u->authority);
+        free(u);
+        return NULL;
+}
+
+int upstream_update_io(Upstream *u) {
+        uint32_t events = 0;
+
+        switch (u->state) {
+        case UPSTREAM_CONNECTING:
+                events = EPOLLOUT;
+                break;
+        case UPSTREAM_HANDSHAKE:
+                events = u->tls_events;
+                break;
+        case UPSTREAM_SENDING:
+                events = EPOLLOUT | EPOLLIN; /* a host may answer (an error) before it read everything */
+                break;
+        case UPSTREAM_RECEIVING:
+                events = u->reading ? EPOLLIN : 0;
+                break;
+        case UPSTREAM_IDLE:
+                events = EPOLLIN; /* the host closing its end, or garbage */
+                break;
+        }
+        if (events == 0)
+                return sd_event_source_set_enabled(u->io, SD_EVENT_OFF);
+        /* edge-triggered, like the client side (see client_update_events()) */
+        int r = sd_event_source_set_io_events(u->io, events | EPOLLET);
+        if (r < 0)
+                return r;
+        return sd_event_source_set_enabled(u->io, SD_EVENT_ON);
+}
+
+int upstream_arm_timer(Upstream *u, usec_t deadline) {
+        if (deadline == USEC_INFINITY)
+                return u->timer ? sd_event_source_set_enabled(u->timer, SD_EVENT_OFF) : 0;
+        /* upstream_connect() made it, and nothing arms it before that */
+        assert(u->timer);
+        int r = sd_event_source_set_time(u->timer, deadline);
+        if (r < 0)
+                return r;
+        return sd_event_source_set_enabled(u->timer, SD_EVENT_ONESHOT);
+}
+
+usec_t upstream_now(const Upstream *u) {
+        usec_t now;
+
+        /* the time sd-event compares its timers with, as touch() in upstream-connection.c uses; it cannot
+         * fail for CLOCK_MONOTONIC, and before the loop first runs it is the time now */
+        (void)sd_event_now(u->pool->event, CLOCK_MONOTONIC, &now);
+        return now;
+}
