@@ -18,9 +18,28 @@ Span http_header_value(const HttpRequest *r, size_t i) {
 }
 
 Span http_request_header(const HttpRequest *r, const char *name) {
-        for (size_t i = 0; i < r->n_headers; i++)
-                if (span_caseeq(http_header_name(r, i), name))
-                        return http_header_value(r, i);
+        return http_header_table_find(buffer_peek(&r->head), r->headers, r->n_headers, name);
+}
+
+int http_header_table_add(HttpHeader **headers, size_t *n, size_t *n_alloc, size_t max, size_t at) {
+        if (*n >= max)
+                return -E2BIG;
+        if (*n == *n_alloc) {
+                size_t a = *n_alloc ? *n_alloc * 2 : 16;
+                HttpHeader *h = reallocarray(*headers, a, sizeof(HttpHeader));
+                if (!h)
+                        return -ENOMEM;
+                *headers = h;
+                *n_alloc = a;
+        }
+        (*headers)[(*n)++] = (HttpHeader){.name = at};
+        return 0;
+}
+
+Span http_header_table_find(const char *base, const HttpHeader *headers, size_t n, const char *name) {
+        for (size_t i = 0; i < n; i++)
+                if (span_caseeq((Span){base + headers[i].name, headers[i].name_len}, name))
+                        return (Span){base + headers[i].value, headers[i].value_len};
         return (Span){};
 }
 

@@ -76,17 +76,12 @@ static int on_header_field(llhttp_t *l, const char *at, size_t n) {
                 return 0;
         }
         if (r->n_headers == 0 || p->in_header_value) {
-                if (r->n_headers >= 1000)
+                int k = http_header_table_add(&r->headers, &r->n_headers, &r->n_headers_alloc, 1000,
+                                              buffer_size(&r->head));
+                if (k == -E2BIG)
                         return fail(p, 431, "request has too many headers");
-                if (r->n_headers == r->n_headers_alloc) {
-                        size_t a = r->n_headers_alloc ? r->n_headers_alloc * 2 : 16;
-                        HttpHeader *h = realloc(r->headers, a * sizeof(HttpHeader));
-                        if (!h)
-                                return fail(p, 500, "out of memory");
-                        r->headers = h;
-                        r->n_headers_alloc = a;
-                }
-                r->headers[r->n_headers++] = (HttpHeader){.name = buffer_size(&r->head)};
+                if (k < 0)
+                        return fail(p, 500, "out of memory");
                 p->in_header_value = false;
         }
         if (buffer_append(&r->head, at, n) < 0)

@@ -18,6 +18,13 @@ typedef struct HttpHeader {
         size_t value, value_len;
 } HttpHeader;
 
+/* A table of headers whose names and values are offsets into one buffer, as the request parser and an
+ * upstream's response parser both collect them. Adds an entry starting at offset 'at' (the table grows
+ * by doubling); -E2BIG when it holds max already, -ENOMEM. */
+int http_header_table_add(HttpHeader **headers, size_t *n, size_t *n_alloc, size_t max, size_t at);
+/* The value of the first header named name (case-insensitive), or an empty Span. */
+Span http_header_table_find(const char *base, const HttpHeader *headers, size_t n, const char *name);
+
 typedef struct HttpRequest {
         llhttp_method_t method;
         uint8_t http_major, http_minor;

@@ -19,13 +19,7 @@ Span upstream_response_header_value(const UpstreamResponse *r, size_t i) {
 }
 
 Span upstream_response_header(const UpstreamResponse *r, const char *name) {
-        size_t l = strlen(name);
-        for (size_t i = 0; i < r->n_headers; i++) {
-                Span n = upstream_response_header_name(r, i);
-                if (n.n == l && strncasecmp(n.p, name, l) == 0)
-                        return upstream_response_header_value(r, i);
-        }
-        return (Span){};
+        return http_header_table_find(buffer_peek(&r->head), r->headers, r->n_headers, name);
 }
 
 static void response_reset(UpstreamResponse *r) {
@@ -54,21 +48,9 @@ static int on_header_field(llhttp_t *l, const char *at, size_t n) {
         if (buffer_size(&r->head) + n > 256 * 1024)
                 return -1;
         if (r->n_headers == 0 || u->in_value) {
-                if (r->n_headers == r->n_headers_alloc) {
-                        size_t a = r->n_headers_alloc ? r->n_headers_alloc * 2 : 16;
-                        if (a > 1024)
-                                return -1;
-                        __typeof__(r->headers) h = realloc(r->headers, a * sizeof(*r->headers));
-                        if (!h)
-                                return -1;
-                        r->headers = h;
-                        r->n_headers_alloc = a;
-                }
-                r->headers[r->n_headers].name = buffer_size(&r->head);
-                r->headers[r->n_headers].name_len = 0;
-                r->headers[r->n_headers].value = 0;
-                r->headers[r->n_headers].value_len = 0;
-                r->n_headers++;
+                if (http_header_table_add(&r->headers, &r->n_headers, &r->n_headers_alloc, 1024,
+                                          buffer_size(&r->head)) < 0)
+                        return -1;
                 u->in_value = false;
         }
         if (buffer_append(&r->head, at, n) < 0)

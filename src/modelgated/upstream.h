@@ -14,6 +14,7 @@
 #include <systemd/sd-event.h>
 
 #include "modelgated/conf.h"
+#include "modelgated/http.h"
 #include "shared/buffer.h"
 #include "shared/list.h"
 
@@ -22,10 +23,8 @@ typedef struct Upstream Upstream;
 
 typedef struct UpstreamResponse {
         int status;
-        Buffer head; /* header names and values */
-        struct {
-                size_t name, name_len, value, value_len;
-        } * headers;
+        Buffer head;         /* header names and values */
+        HttpHeader *headers; /* offsets into head */
         size_t n_headers, n_headers_alloc;
         bool chunked;
         bool has_content_length;
