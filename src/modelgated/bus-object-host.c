@@ -24,11 +24,6 @@ static Host *host_at_path(BusObject *o, const char *path) {
         return host_by_name(o->manager, name);
 }
 
-char *bus_object_host_path(const Host *h) {
-        char *p = NULL;
-        return sd_bus_path_encode(HOST_PREFIX, host_conf(h)->name, &p) < 0 ? NULL : p;
-}
-
 /* Properties; userdata is the BusObject (host_find), the host is the path's */
 
 static int property_get_host_string(sd_bus *bus, const char *path, const char *interface,

@@ -2,9 +2,11 @@
 #pragma once
 
 /* What the bus-object files share and nothing else may see: the BusObject itself, and the few calls by
- * which its parts hand over to each other. bus-object-manager.c holds the Manager object and the object's
- * lifecycle on the bus (publish, name, free), bus-object-host.c the Host objects, and
- * bus-object-changes.c the PropertiesChanged signals of both. */
+ * which its parts hand over to each other. The files, bottom to top, each calling only those below it:
+ * bus-object-view.c, what the objects show that both the properties and the signals compute;
+ * bus-object-changes.c, the PropertiesChanged signals of both objects; bus-object-host.c, the Host
+ * objects; bus-object-manager.c, the Manager object and the object's lifecycle on the bus (publish,
+ * name, free). bus-call.c, below them all, knows nothing of them. */
 
 #include <stdbool.h>
 #include <systemd/sd-bus.h>
@@ -45,18 +47,19 @@ struct BusObject {
         BusCallSet calls;
 };
 
-/* bus-object-manager.c: what the Manager object shows, and the wall-clock time D-Bus shows for a deadline */
+/* bus-object-view.c: what the Manager object shows, the wall-clock time D-Bus shows for a deadline, and
+ * where a Host object is */
 void bus_object_totals(Manager *m, unsigned *in_flight, unsigned *waiting);
 unsigned bus_object_n_warnings(Manager *m);
 usec_t bus_object_realtime(const BusObject *o, usec_t mono);
+/* The object path of a host; NULL when out of memory */
+char *bus_object_host_path(const Host *h);
+
+/* bus-object-changes.c (and bus_object_changed() of bus-object.h) */
+/* Starts comparing (first after the delay, then after each bus_object_changed()) */
+int bus_object_changes_start(BusObject *o);
+void bus_object_changes_stop(BusObject *o);
 
 /* bus-object-host.c */
 /* Publishes the Host objects under HOST_PREFIX, for every host there is when they are looked up */
 int bus_object_host_publish(BusObject *o);
-/* The object path of a host; NULL when out of memory */
-char *bus_object_host_path(const Host *h);
-
-/* bus-object-changes.c */
-/* Starts comparing (first after the delay, then after each bus_object_changed()) */
-int bus_object_changes_start(BusObject *o);
-void bus_object_changes_stop(BusObject *o);

@@ -2,7 +2,9 @@
 /* org.modelgate1 on the bus (see bus-object.h and org.modelgate1(5)): the Manager object at
  * /org/modelgate1, its properties and methods, and the lifecycle of the whole API on the bus: connect,
  * publish, own the name, give it up, free. The Host objects are in bus-object-host.c, PropertiesChanged
- * in bus-object-changes.c, and the calls answered later (polkit, a switch) in bus-call.c. */
+ * in bus-object-changes.c, what both the properties and the signals compute in bus-object-view.c, and
+ * the calls answered later (polkit, a switch) in bus-call.c. Top of the bus-object files: it calls the
+ * others, none calls it. */
 
 #include <stdio.h>
 
@@ -11,20 +13,6 @@
 #include "shared/strv.h"
 
 #define BUS_NAME "org.modelgate1"
-
-usec_t bus_object_realtime(const BusObject *o, usec_t mono) {
-        if (mono == 0 || mono == USEC_INFINITY)
-                return 0;
-        return mono + o->realtime_offset;
-}
-
-void bus_object_totals(Manager *m, unsigned *in_flight, unsigned *waiting) {
-        *in_flight = *waiting = 0;
-        for (size_t i = 0; i < manager_n_hosts(m); i++) {
-                *in_flight += host_in_flight(manager_host_at(m, i));
-                *waiting += host_waiting(manager_host_at(m, i));
-        }
-}
 
 /* Manager properties */
 
@@ -74,13 +62,6 @@ static int property_get_warnings(sd_bus *bus, const char *path, const char *inte
                                 break;
                 }
         return r < 0 ? r : sd_bus_message_close_container(reply);
-}
-
-unsigned bus_object_n_warnings(Manager *m) {
-        unsigned n = manager_refusal(m) ? 1 : 0;
-        for (size_t i = 0; i < manager_n_hosts(m); i++)
-                n += (unsigned)strv_length(host_warnings(manager_host_at(m, i)));
-        return n;
 }
 
 /* Manager methods */
