@@ -2,12 +2,14 @@
 #pragma once
 
 /* The inside of a Host, shared by the three files one is made of, because
- * each holds a concept of its own that would drown the others: host-state.c (the
- * state, the requests and the scheduler's actions, life and reload),
- * host-switch.c (the switch phases, and the bus's news that drives them) and
- * host-warmup.c (the HTTP exchanges that bring a started engine to serving,
- * and keep an idle one warm). Only those three include it; everything else
- * goes through host.h. */
+ * each holds a concept of its own that would drown the others. Bottom to top,
+ * each calling only the ones below it:
+ *   host-warmup.c  the HTTP exchanges that bring a started engine to serving,
+ *                  and keep an idle one warm
+ *   host-switch.c  the switch phases, the bus's news that drives them, and
+ *                  the state the host shows, which those phases mostly decide
+ *   host-state.c   the requests and the scheduler's actions, life and reload
+ * Only those three include it; everything else goes through host.h. */
 
 #include "modelgated/host-bus.h"
 #include "modelgated/host.h"
@@ -72,6 +74,9 @@ struct Host {
         bool priming;
         usec_t primed_for; /* the idle period (its start) a prime was sent for */
         sd_event_source *prime_timer;
+        /* what the warm-up tells once the engine the switch was for answers and is warmed up: the
+         * switch's end, which sits above it (host_new() sets it to host_engine_is_up()) */
+        void (*engine_ready)(Host *h);
 };
 
 static inline const char *engine_name(const Host *h, ssize_t i) {
@@ -93,12 +98,21 @@ static inline usec_t host_now(const Host *h) {
         return t;
 }
 
-/* host-state.c */
-void host_update_state(Host *h);
-void host_schedule_later(Host *h);
+/* Tells the owner that something it shows changed. */
+static inline void host_changed(Host *h) {
+        if (h->env.cb->on_changed)
+                h->env.cb->on_changed(h, h->env.userdata);
+}
+
+/* Lets schedule_cb() (host-state.c) look again, once the event at hand is done: every part calls it
+ * when it changes what the scheduler decides on, so it lives here rather than in the file on top. */
+static inline void host_schedule_later(Host *h) {
+        (void)sd_event_source_set_enabled(h->schedule_source, SD_EVENT_ONESHOT);
+}
 
 /* host-switch.c */
 extern const HostBusCallbacks host_bus_callbacks;
+void host_update_state(Host *h);
 void host_switch_reset(Host *h);
 void host_begin_switch(Host *h);
 void host_idle_stop(Host *h, ssize_t engine, bool requested);
@@ -110,7 +124,7 @@ int host_deadline_cb(sd_event_source *s, uint64_t usec, void *userdata);
 /* GET /health of the switch's target; the answer goes to cb. */
 int host_probe_start(Host *h, const UpstreamCallbacks *cb, usec_t timeout);
 int host_probe_on_headers(Upstream *u, const UpstreamResponse *resp, void *userdata);
-/* HEALTH: probes until /health answers 200, then warms the engine up, then host_engine_is_up(). */
+/* HEALTH: probes until /health answers 200, then warms the engine up, then h->engine_ready(). */
 void host_probe_health(Host *h);
 int host_probe_timer_cb(sd_event_source *s, uint64_t usec, void *userdata);
 void host_prime_rearm(Host *h);

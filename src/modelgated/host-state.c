@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* One Host per [Host]: its state as the daemon shows it, the requests that
- * use or wait for its engines, and its life across reloads. The Sched
- * decides; schedule_cb() carries its actions out, one at a time, through the
- * switch (host-switch.c) and answers to the waiting requests. A host with
+/* One Host per [Host]: the requests that use or wait for its engines, what
+ * the daemon reads of it, and its life across reloads. The Sched decides;
+ * schedule_cb() carries its actions out, one at a time, through the switch
+ * (host-switch.c) and answers to the waiting requests. A host with
  * engines owns a HostBus; every host owns its Catalog, whose news it passes
  * up to its owner with its own (HostCallbacks). */
 
@@ -16,65 +16,6 @@
 #include "modelgated/metrics.h"
 #include "shared/log.h"
 #include "shared/strv.h"
-
-static const char *const host_state_table[_HOST_STATE_MAX] = {
-        [HOST_DOWN] = "down",       [HOST_IDLE] = "idle",           [HOST_STARTING] = "starting",
-        [HOST_SERVING] = "serving", [HOST_SWITCHING] = "switching", [HOST_BUSY] = "busy",
-};
-
-const char *host_state_to_string(HostState s) {
-        return s >= 0 && s < _HOST_STATE_MAX ? host_state_table[s] : NULL;
-}
-
-static void host_changed(Host *h) {
-        if (h->env.cb->on_changed)
-                h->env.cb->on_changed(h, h->env.userdata);
-}
-
-void host_update_state(Host *h) {
-        HostState s;
-
-        if (h->bus_down || h->http_down)
-                s = HOST_DOWN;
-        else if (h->phase != PHASE_NONE)
-                /* another engine still holds the GPU, or is being stopped: a switch; else a start */
-                s = h->phase == PHASE_STOPPING || h->phase == PHASE_GIVING_UP ||
-                                    (h->running >= 0 && h->running != h->target)
-                            ? HOST_SWITCHING
-                            : HOST_STARTING;
-        else if (h->running >= 0 && h->engine_up)
-                s = HOST_SERVING;
-        else if (h->busy)
-                s = HOST_BUSY;
-        else
-                s = HOST_IDLE;
-        if (s != h->state)
-                log_debug("host %s: state %s → %s", h->conf->name, host_state_to_string(h->state),
-                          host_state_to_string(s));
-        h->state = s;
-
-        /* SPEC §6: going down and coming back are logged once each, with the reason */
-        int down = h->bus_down || h->http_down;
-        if (h->bus && h->bus_down && streq_ptr(h->down_reason, "connecting"))
-                return; /* the first connection is not an outcome yet */
-        if (down && h->logged_down != 1) {
-                log_warning("host %s down: %s", h->conf->name, h->down_reason ?: "unreachable");
-                if (h->catalog)
-                        catalog_host_state(h->catalog, h->down_reason ?: "unreachable");
-        } else if (!down && h->logged_down != 0) {
-                log_notice("host %s up", h->conf->name);
-                if (h->catalog)
-                        catalog_host_state(h->catalog, NULL);
-        }
-        h->logged_down = down;
-        if (down && h->down_reason && !streq(h->down_reason, "connecting"))
-                (void)free_and_strdup(&h->last_error, h->down_reason);
-        host_changed(h);
-}
-
-void host_schedule_later(Host *h) {
-        (void)sd_event_source_set_enabled(h->schedule_source, SD_EVENT_ONESHOT);
-}
 
 static void answer_failed(Host *h, HostWaiter *w, int status) {
         char msg[512], t[FORMAT_TIMESPAN_MAX];
@@ -257,6 +198,7 @@ Host *host_new(const HostEnv *env, Config *config, const HostConf *conf) {
         h->config = config_ref(config);
         h->running = h->target = -1;
         h->state = HOST_IDLE;
+        h->engine_ready = host_engine_is_up;
 
         if (collect_engines(config, conf, &h->engines, &h->n_engines, &units) < 0)
                 goto fail;

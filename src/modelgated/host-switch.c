@@ -10,8 +10,9 @@
  * A refusal (423) or failure (502) ends the switch and answers everyone who
  * waited for that engine. The same HEALTH phase adopts an engine found
  * running when the bus comes up. The bus's news (up, down, a unit changed)
- * lives here too, since it starts, ends or fails these phases. *When* to
- * switch is the Sched's (host-state.c carries its actions out). */
+ * lives here too, since it starts, ends or fails these phases, and so does
+ * the state the host shows, which the phases mostly decide. *When* to switch
+ * is the Sched's (host-state.c carries its actions out). */
 
 #include <stdio.h>
 #include <string.h>
@@ -23,6 +24,60 @@
 #include "shared/strv.h"
 
 static void phase_stop_others(Host *h);
+
+/* The state the daemon shows */
+
+static const char *const host_state_table[_HOST_STATE_MAX] = {
+        [HOST_DOWN] = "down",       [HOST_IDLE] = "idle",           [HOST_STARTING] = "starting",
+        [HOST_SERVING] = "serving", [HOST_SWITCHING] = "switching", [HOST_BUSY] = "busy",
+};
+
+const char *host_state_to_string(HostState s) {
+        return s >= 0 && s < _HOST_STATE_MAX ? host_state_table[s] : NULL;
+}
+
+void host_update_state(Host *h) {
+        HostState s;
+
+        if (h->bus_down || h->http_down)
+                s = HOST_DOWN;
+        else if (h->phase != PHASE_NONE)
+                /* another engine still holds the GPU, or is being stopped: a switch; else a start */
+                s = h->phase == PHASE_STOPPING || h->phase == PHASE_GIVING_UP ||
+                                    (h->running >= 0 && h->running != h->target)
+                            ? HOST_SWITCHING
+                            : HOST_STARTING;
+        else if (h->running >= 0 && h->engine_up)
+                s = HOST_SERVING;
+        else if (h->busy)
+                s = HOST_BUSY;
+        else
+                s = HOST_IDLE;
+        if (s != h->state)
+                log_debug("host %s: state %s → %s", h->conf->name, host_state_to_string(h->state),
+                          host_state_to_string(s));
+        h->state = s;
+
+        /* SPEC §6: going down and coming back are logged once each, with the reason */
+        int down = h->bus_down || h->http_down;
+        if (h->bus && h->bus_down && streq_ptr(h->down_reason, "connecting"))
+                return; /* the first connection is not an outcome yet */
+        if (down && h->logged_down != 1) {
+                log_warning("host %s down: %s", h->conf->name, h->down_reason ?: "unreachable");
+                if (h->catalog)
+                        catalog_host_state(h->catalog, h->down_reason ?: "unreachable");
+        } else if (!down && h->logged_down != 0) {
+                log_notice("host %s up", h->conf->name);
+                if (h->catalog)
+                        catalog_host_state(h->catalog, NULL);
+        }
+        h->logged_down = down;
+        if (down && h->down_reason && !streq(h->down_reason, "connecting"))
+                (void)free_and_strdup(&h->last_error, h->down_reason);
+        host_changed(h);
+}
+
+/* The switch */
 
 void host_switch_reset(Host *h) {
         h->phase = PHASE_NONE;
