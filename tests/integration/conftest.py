@@ -106,6 +106,10 @@ class Gate:
     def ready(self):
         if self.proc.poll() is not None:
             raise AssertionError("modelgated exited with %s:\n%s" % (self.proc.returncode, self.logtext()))
+        # its own line first: free_port() can hand out a port that another test's double takes before
+        # modelgated binds it, and the double answers /health with 200 too
+        if "Listening on 127.0.0.1:%d" % self.port not in self.logtext():
+            return False
         try:
             c = self.conn()
             c.request("GET", "/health")
