@@ -45,6 +45,7 @@ static void help(void) {
                "Commands:\n"
                "  status                 Hosts, engines, requests, countdowns, warnings (default)\n"
                "  hosts                  One line per host\n"
+               "  aliases                Each alias, the target it would pick now, and why\n"
                "  switch HOST ENGINE     Switch HOST to ENGINE, by the scheduler's rules; waits for it\n"
                "  stop HOST              Stop HOST's engine once nothing is in flight\n"
                "  reload                 Read the configuration again\n"
@@ -296,6 +297,74 @@ static const char *until(char *buf, size_t l, uint64_t at) {
 static void print_json(json_object *o) {
         printf("%s\n",
                json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE));
+}
+
+/* ListAliases: each alias, what each target is doing, and the target a request would get now and why */
+static int read_aliases(sd_bus *bus, json_object *aliases, sd_bus_error *e) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+        const char *name, *policy, *target, *state, *pick, *why;
+        int r;
+
+        r = sd_bus_call_method(bus, BUS_NAME, OBJECT_PATH, "org.modelgate1.Manager", "ListAliases", e,
+                               &reply, "");
+        if (r >= 0)
+                r = sd_bus_message_enter_container(reply, 'a', "(ssa(ss)ss)");
+        while (r >= 0 && (r = sd_bus_message_enter_container(reply, 'r', "ssa(ss)ss")) > 0) {
+                json_object *a = json_object_new_object(), *targets = json_object_new_array();
+                json_object_array_add(aliases, a);
+                r = sd_bus_message_read(reply, "ss", &name, &policy);
+                if (r >= 0)
+                        r = sd_bus_message_enter_container(reply, 'a', "(ss)");
+                while (r >= 0 && (r = sd_bus_message_read(reply, "(ss)", &target, &state)) > 0) {
+                        json_object *t = json_object_new_object();
+                        json_object_object_add(t, "Target", json_object_new_string(target));
+                        json_object_object_add(t, "State", json_object_new_string(state));
+                        json_object_array_add(targets, t);
+                }
+                if (r >= 0)
+                        r = sd_bus_message_exit_container(reply);
+                if (r >= 0)
+                        r = sd_bus_message_read(reply, "ss", &pick, &why);
+                if (r >= 0)
+                        r = sd_bus_message_exit_container(reply);
+                if (r < 0)
+                        break;
+                json_object_object_add(a, "Name", json_object_new_string(name));
+                json_object_object_add(a, "Policy", json_object_new_string(policy));
+                json_object_object_add(a, "Targets", targets);
+                json_object_object_add(a, "Pick", json_object_new_string(pick));
+                json_object_object_add(a, "Why", json_object_new_string(why));
+        }
+        return r;
+}
+
+static int do_aliases(sd_bus *bus) {
+        _cleanup_(sd_bus_error_free) sd_bus_error e = SD_BUS_ERROR_NULL;
+        json_object *aliases = json_object_new_array();
+        int r;
+
+        r = read_aliases(bus, aliases, &e);
+        if (r < 0) {
+                json_object_put(aliases);
+                return report("Cannot read modelgated's aliases", &e, r);
+        }
+        if (arg_json)
+                print_json(aliases);
+        else
+                printf("%-16s %-8s %-24s %s\n", "ALIAS", "POLICY", "PICKS NOW", "WHY (TARGET: STATE)");
+        for (size_t i = 0; !arg_json && i < json_object_array_length(aliases); i++) {
+                json_object *a = json_object_array_get_idx(aliases, i),
+                            *targets = json_object_object_get(a, "Targets");
+                printf("%-16s %-8s %-24s %s (", str(a, "Name"), str(a, "Policy"),
+                       *str(a, "Pick") ? str(a, "Pick") : "-", str(a, "Why"));
+                for (size_t k = 0; k < json_object_array_length(targets); k++) {
+                        json_object *t = json_object_array_get_idx(targets, k);
+                        printf("%s%s: %s", k ? ", " : "", str(t, "Target"), str(t, "State"));
+                }
+                printf(")\n");
+        }
+        json_object_put(aliases);
+        return EXIT_OK;
 }
 
 static int do_status(sd_bus *bus, bool brief) {
@@ -560,12 +629,12 @@ int main(int argc, char *argv[]) {
                 }
                 return do_key(n, argv + optind + 1);
         }
-        if (!STR_IN_SET(verb, "status", "hosts", "switch", "stop", "reload")) {
+        if (!STR_IN_SET(verb, "status", "hosts", "aliases", "switch", "stop", "reload")) {
                 log_error("Unknown command '%s'; see %s --help", verb, program_invocation_short_name);
                 return EXIT_USAGE;
         }
-        if ((STR_IN_SET(verb, "status", "hosts", "reload") && n > 0) || (streq(verb, "switch") && n != 2) ||
-            (streq(verb, "stop") && n != 1)) {
+        if ((STR_IN_SET(verb, "status", "hosts", "aliases", "reload") && n > 0) ||
+            (streq(verb, "switch") && n != 2) || (streq(verb, "stop") && n != 1)) {
                 log_error("Wrong arguments for '%s'; see %s --help", verb, program_invocation_short_name);
                 return EXIT_USAGE;
         }
@@ -580,6 +649,8 @@ int main(int argc, char *argv[]) {
 
         if (streq(verb, "status") || streq(verb, "hosts"))
                 return do_status(bus, streq(verb, "hosts"));
+        if (streq(verb, "aliases"))
+                return do_aliases(bus);
         if (streq(verb, "switch")) {
                 const char *host = argv[optind + 1], *engine = argv[optind + 2];
                 r = call_host(bus, host, "SwitchEngine", arg_timeout ?: 24 * USEC_PER_HOUR, "Switch failed",

@@ -46,6 +46,10 @@ size_t access_line_format(char *buf, size_t size, const AccessLine *l) {
         out_escaped(&o, l->model);
         out_str(&o, "\" host=");
         out_str(&o, l->host ?: "-");
+        if (l->target) {
+                out_str(&o, " target=");
+                out_str(&o, l->target);
+        }
         out_str(&o, " status=");
         out_u64(&o, (uint64_t)l->status, 0);
         out_str(&o, " bytes=");

@@ -14,6 +14,7 @@
 typedef struct AccessLine {
         const char *method, *path, *model, *user_agent; /* as the client sent them: escaped here */
         const char *host;                               /* NULL: the request reached no host */
+        const char *target;                             /* an alias's target, else NULL */
         const char *peer;
         int status;
         uint64_t bytes;

@@ -92,6 +92,47 @@ static int method_list_hosts(sd_bus_message *message, void *userdata, sd_bus_err
         return sd_bus_send(NULL, reply, NULL);
 }
 
+/* Each alias, its targets with what each is doing, the one a request would go to now and why. */
+static int append_alias(Manager *m, const AliasConf *a, sd_bus_message *reply) {
+        AliasTarget t[ALIAS_TARGETS_MAX];
+        const char *why;
+        ssize_t pick = manager_alias_pick(m, a, NULL, 0, &why);
+        int r;
+
+        manager_alias_targets(m, a, t);
+        r = sd_bus_message_open_container(reply, 'r', "ssa(ss)ss");
+        if (r >= 0)
+                r = sd_bus_message_append(reply, "ss", a->name, alias_policy_to_string(a->policy));
+        if (r >= 0)
+                r = sd_bus_message_open_container(reply, 'a', "(ss)");
+        for (size_t k = 0; r >= 0 && a->targets[k] && k < ALIAS_TARGETS_MAX; k++)
+                r = sd_bus_message_append(reply, "(ss)", a->targets[k],
+                                          alias_target_state_to_string(t[k].state));
+        if (r >= 0)
+                r = sd_bus_message_close_container(reply);
+        if (r >= 0)
+                r = sd_bus_message_append(reply, "ss", pick >= 0 ? a->targets[pick] : "", why);
+        return r < 0 ? r : sd_bus_message_close_container(reply);
+}
+
+static int method_list_aliases(sd_bus_message *message, void *userdata, sd_bus_error *error) {
+        BusObject *o = userdata;
+        const Config *c = manager_config(o->manager);
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+        int r;
+
+        r = sd_bus_message_new_method_return(message, &reply);
+        if (r >= 0)
+                r = sd_bus_message_open_container(reply, 'a', "(ssa(ss)ss)");
+        for (size_t i = 0; r >= 0 && i < c->n_aliases; i++)
+                r = append_alias(o->manager, &c->aliases[i], reply);
+        if (r >= 0)
+                r = sd_bus_message_close_container(reply);
+        if (r < 0)
+                return r;
+        return sd_bus_send(NULL, reply, NULL);
+}
+
 static void reload_authorized(BusCall *c) {
         _cleanup_free_ char *why = NULL;
         int r;
@@ -122,6 +163,8 @@ static const sd_bus_vtable manager_vtable[] = {
         SD_BUS_PROPERTY("Warnings", "as", property_get_warnings, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_METHOD_WITH_ARGS("ListHosts", SD_BUS_NO_ARGS, SD_BUS_RESULT("a(ssso)", hosts),
                                 method_list_hosts, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("ListAliases", SD_BUS_NO_ARGS, SD_BUS_RESULT("a(ssa(ss)ss)", aliases),
+                                method_list_aliases, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("Reload", SD_BUS_NO_ARGS, SD_BUS_NO_RESULT, method_reload,
                                 SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_VTABLE_END,

@@ -14,6 +14,7 @@ void client_log_access(Client *c, const char *note) {
                 .model = x->model,
                 .user_agent = x->user_agent,
                 .host = x->host ? x->host->name : NULL,
+                .target = x->alias_target,
                 .peer = c->peer,
                 .status = x->status,
                 .bytes = x->bytes,
@@ -28,6 +29,9 @@ void client_log_access(Client *c, const char *note) {
         log_line(LOG_INFO, line, access_line_format(line, sizeof(line), &l));
         metrics_request(manager_metrics(c->manager), x->host ? x->host->name : "", x->engine_name,
                         x->error_status ?: x->status);
+        if (x->alias)
+                metrics_alias_request(manager_metrics(c->manager), x->alias->name, x->alias_target,
+                                      x->error_status ?: x->status);
 }
 
 /* The response's last byte is queued. */

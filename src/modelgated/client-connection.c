@@ -17,6 +17,7 @@ static const ClientOps client_ops = {
         .free = client_free,
         .process = client_process,
         .fall_back = client_fall_back,
+        .next_target = client_next_target,
 };
 
 /* The end of a request: the next one starts from an empty Exchange. */

@@ -313,7 +313,42 @@ static bool dispatch_read_model(Client *c, Dispatch *d) {
                         return client_respond_error(c, 400, "invalid_model",
                                                     "the model name holds a control character", NULL),
                                false;
+        free(c->x->model);
         c->x->model = strdup(d->model);
+        return true;
+}
+
+/* Who the client is to an alias's "spread" memory: its key, else its address (without the port) */
+static void client_identity(const Client *c, char *buf, size_t size) {
+        if (c->x->caller.tier) {
+                snprintf(buf, size, "key:%s", c->x->caller.digest);
+                return;
+        }
+        const char *colon = strrchr(c->peer, ':');
+        snprintf(buf, size, "%.*s", colon ? (int)(colon - c->peer) : (int)strlen(c->peer), c->peer);
+}
+
+/* The alias's target for this request (SPEC §4, aliases): picked on what the hosts do now, never one
+ * tried before. 'after' is the refusal that moved it on, NULL for the first pick. false: none is left. */
+static bool dispatch_pick_target(Client *c, const char *after) {
+        const AliasConf *a = c->x->alias;
+        const char *why;
+        char who[96];
+        ssize_t i;
+
+        client_identity(c, who, sizeof(who));
+        i = manager_alias_pick(c->manager, a, who, c->x->alias_tried, &why);
+        if (i < 0)
+                return false;
+        if (after) {
+                _cleanup_free_ char *e = log_escape_dup(after);
+                log_notice("alias %s: target %s refused (%s); trying %s (%s)", a->name, c->x->alias_target,
+                           strna(e), a->targets[i], why);
+        } else
+                log_debug("alias %s: %s picks %s (%s)", a->name, who, a->targets[i], why);
+        c->x->alias_tried |= UINT64_C(1) << i;
+        c->x->alias_target = a->targets[i];
+        manager_alias_used(c->manager, a, who, (size_t)i);
         return true;
 }
 
@@ -332,7 +367,10 @@ static bool dispatch_route(Client *c, Dispatch *d) {
                 return client_respond_error(c, 403, "model_not_allowed", msg, NULL), false;
         }
         c->x->config = config_ref(manager_config(c->manager));
-        c->x->host = route_find_host(c->x->config, d->model, &d->key);
+        c->x->alias = config_find_alias(c->x->config, d->model);
+        if (c->x->alias && !dispatch_pick_target(c, NULL))
+                return client_respond_error(c, 500, NULL, "out of memory", NULL), false;
+        c->x->host = config_host_of_model(c->x->config, c->x->alias_target ?: d->model, &d->key);
         if (!c->x->host) {
                 char m2[160];
                 log_escape(m2, sizeof(m2), d->model, strlen(d->model));
@@ -426,11 +464,12 @@ static ssize_t dispatch_engine(Client *c, Dispatch *d, Host *host) {
         return engine;
 }
 
+static void dispatch_to_host(Client *c, Dispatch *d);
+
 /* A complete request: modelgate's own answer, or on to its host (at once, or when its engine is up). */
 void client_dispatch(Client *c) {
         HttpRequest *r = &c->parser.req;
         _cleanup_(dispatch_done) Dispatch d = {.r = r};
-        int k;
 
         d.url = http_request_url(r);
         d.url_len = d.url.n;
@@ -438,25 +477,73 @@ void client_dispatch(Client *c) {
         d.body = buffer_peek(&r->body);
         d.body_len = buffer_size(&r->body);
         exchange_begin(c, &d);
-        if (dispatch_own(c, &d) || !dispatch_read_model(c, &d) || !dispatch_route(c, &d) ||
-            !dispatch_rewrite(c, &d))
+        if (dispatch_own(c, &d) || !dispatch_read_model(c, &d) || !dispatch_route(c, &d))
                 return;
+        dispatch_to_host(c, &d);
+}
 
+/* An alias's target refused before any byte of its answer reached the client (host down, GPU busy,
+ * engine failed, connection refused): the same request goes to the next target, each at most once, and
+ * is exactly a request for that target from then on. false: none is left (the fallback is next). */
+bool client_next_target(Client *c, const char *why) {
+        HttpRequest *r = &c->parser.req;
+        _cleanup_(dispatch_done) Dispatch d = {.r = r};
+
+        if (!c->x->alias || c->x->via_fallback || c->x->engine_bytes_sent || !dispatch_pick_target(c, why))
+                return false;
+        metrics_alias_move(manager_metrics(c->manager), c->x->alias->name);
+        /* what the refused target left: as client_fall_back() does */
+        c->x->upstream = upstream_cancel(c->x->upstream);
+        host_release(&c->x->waiter);
+        (void)sd_event_source_set_enabled(c->x->budget, SD_EVENT_OFF);
+        sse_filter_done(&c->x->sse);
+        c->x->mode = MODE_PASS;
+        c->x->awaiting_first_token = false;
+        c->x->first_byte_seen = false;
+        buffer_clear(&c->held_head);
+        buffer_done(&c->x->held);
+        c->x->error_status = 0;
+        c->x->fallback = NULL;
+        buffer_done(&c->x->pending);
+
+        /* the request is the parser's still (its body kept for this): read again, it cannot fail now */
+        d.url = http_request_url(r);
+        d.url_len = d.url.n;
+        d.path = url_path(d.url);
+        d.body = buffer_peek(&r->body);
+        d.body_len = buffer_size(&r->body);
+        if (!dispatch_read_model(c, &d))
+                return true;
+        c->x->host = config_host_of_model(c->x->config, c->x->alias_target, &d.key);
+        if (!c->x->host) /* verified at load; the config is the one the pick read */
+                return client_respond_error(c, 500, NULL, "alias target without a host", NULL), true;
+        dispatch_to_host(c, &d);
+        return true;
+}
+
+/* The routed request, rewritten, to its host: at once, or when its engine is up. */
+static void dispatch_to_host(Client *c, Dispatch *d) {
+        HttpRequest *r = d->r;
+        int k;
+
+        if (!dispatch_rewrite(c, d))
+                return;
         Host *host = manager_host(c->manager, c->x->host);
         c->x->target = &c->x->host->url;
-        ssize_t engine = dispatch_engine(c, &d, host);
+        ssize_t engine = dispatch_engine(c, d, host);
         if (engine < -1)
                 return;
-        if (build_upstream_request(c, c->x->target, d.url, (Span){d.body ?: "", d.body ? d.body_len : 0},
-                                   d.span, d.quoted_body, &c->x->pending) < 0)
+        if (build_upstream_request(c, c->x->target, d->url, (Span){d->body ?: "", d->body ? d->body_len : 0},
+                                   d->span, d->quoted_body, &c->x->pending) < 0)
                 return client_respond_error(c, 500, NULL, "out of memory", NULL);
-        /* the request's own copy of the body is not needed any more, unless a fallback may need it */
-        if (!c->x->fallback)
+        /* the request's own copy of the body is not needed any more, unless a fallback or an alias's next
+         * target may need it */
+        if (!c->x->fallback && !c->x->alias)
                 buffer_done(&r->body);
         if (engine >= 0) {
                 HostRefusal refusal;
-                k = host_acquire(host, (size_t)engine, &c->x->waiter, client_engine_ready, c->x->model,
-                                 &refusal);
+                k = host_acquire(host, (size_t)engine, &c->x->waiter, client_engine_ready,
+                                 c->x->alias_target ?: c->x->model, &refusal);
                 if (k < 0)
                         return client_respond_host_error(c, refusal.status, refusal.message);
                 if (k > 0) {

@@ -77,6 +77,8 @@ typedef struct ClientOps {
         void (*free)(Client *c);
         void (*process)(Client *c); /* an answer ended, or input waits: the connection goes on */
         bool (*fall_back)(Client *c, const char *why);
+        /* an alias's next target, after a refusal of this one; NULL: none */
+        bool (*next_target)(Client *c, const char *why);
 } ClientOps;
 
 struct Client {
@@ -107,6 +109,12 @@ struct Client {
         Buffer held_head, scratch; /* working space, kept across requests */
 };
 
+/* A target that refused before any byte of its answer reached the client: the alias's next target
+ * first, then the engine's fallback. true: the request went there. */
+static inline bool client_move_on(Client *c, const char *why) {
+        return (c->ops->next_target && c->ops->next_target(c, why)) || c->ops->fall_back(c, why);
+}
+
 /* client-connection.c: the connection */
 void client_log_access(Client *c, const char *note);
 void client_response_complete(Client *c, const char *note);
@@ -127,6 +135,7 @@ int client_keepalive_cb(sd_event_source *s, uint64_t usec, void *userdata);
 void client_start_budget(Client *c);
 const char *client_fallback_path(llhttp_method_t method, Span path);
 bool client_fall_back(Client *c, const char *why);
+bool client_next_target(Client *c, const char *why);
 void client_models_done(ModelsMerge *mm, const char *json, size_t n, void *userdata);
 void client_respond_health(Client *c, bool strict);
 void client_respond_refusal(Client *c, bool health);

@@ -16,11 +16,12 @@ void client_host_down(Client *c, int error) {
                          c->x->fallback->url.text, reason);
                 return client_respond_error(c, 502, "fallback_failed", msg, NULL);
         }
-        if (c->ops->fall_back(c, reason))
-                return;
+        /* reported first: an alias's next pick must see this host down */
         Host *h = manager_host(c->manager, c->x->host);
         if (h)
                 host_report_http(h, reason);
+        if (client_move_on(c, reason))
+                return;
         snprintf(msg, sizeof(msg), "host '%s' is down: %s (%s); modelgate keeps trying it, retry in 30 s",
                  c->x->host->name, reason, c->x->host->url.text);
         client_respond_error(c, 503, "host_down", msg, "Retry-After: 30\r\nretry-after-ms: 30000\r\n");
@@ -100,7 +101,7 @@ static int client_upstream_headers(Upstream *u, const UpstreamResponse *resp, vo
                 if ((resp->status == 404 || resp->status == 503) && !c->x->head) {
                         char why[64];
                         snprintf(why, sizeof(why), "the engine answered %d", resp->status);
-                        if (c->ops->fall_back(c, why))
+                        if (client_move_on(c, why))
                                 return 0;
                 }
         }
@@ -294,7 +295,13 @@ static void client_upstream_error(Upstream *u, int error, bool started, void *us
 
         c->x->upstream = NULL;
         (void)sd_event_source_set_enabled(c->x->budget, SD_EVENT_OFF);
-        if (c->ops->fall_back(c, upstream_strerror(error))) {
+        if (!started && !c->x->via_fallback && error != ETIME && error != -ETIME) {
+                /* reported before moving on: an alias's next pick must see this host down */
+                Host *h = manager_host(c->manager, c->x->host);
+                if (h)
+                        host_report_http(h, upstream_strerror(error));
+        }
+        if (client_move_on(c, upstream_strerror(error))) {
                 /* the engine failed before any of its answer reached the client */
                 if (c->ops->flush(c) < 0)
                         c->ops->free(c);
@@ -369,6 +376,9 @@ const UpstreamCallbacks client_upstream_callbacks = {
 /* A refusal from the host's engine side: SPEC §7 statuses, with the headers that steer retrying clients;
  * or the fallback, for the availability failures (a busy GPU unless OnBusy=no). */
 void client_respond_host_error(Client *c, int status, const char *message) {
+        /* a busy GPU moves an alias on, whatever OnBusy= says of the fallback */
+        if (c->ops->next_target && c->ops->next_target(c, message))
+                return;
         if ((status != 423 || (c->x->fallback && c->x->fallback->on_busy != 0)) &&
             c->ops->fall_back(c, message))
                 return;

@@ -111,6 +111,12 @@ static void dump_tier(const TierConf *t, FILE *f) {
         dump_strv(f, "Models", t->models);
 }
 
+static void dump_alias(const AliasConf *a, FILE *f) {
+        fprintf(f, "\n[Alias]\nName=%s\n", a->name);
+        dump_strv(f, "Targets", a->targets);
+        fprintf(f, "Policy=%s\n", alias_policy_to_string(a->policy));
+}
+
 void config_dump(const Config *c, FILE *f) {
         dump_proxy(c, f);
         for (size_t i = 0; i < c->n_hosts; i++)
@@ -123,4 +129,6 @@ void config_dump(const Config *c, FILE *f) {
                 dump_access(&c->access, f);
         for (size_t i = 0; i < c->n_tiers; i++)
                 dump_tier(&c->tiers[i], f);
+        for (size_t i = 0; i < c->n_aliases; i++)
+                dump_alias(&c->aliases[i], f);
 }

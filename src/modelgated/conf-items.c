@@ -13,6 +13,7 @@
 static const char *const section_names[_SECTION_MAX] = {
         [SECTION_PROXY] = "Proxy",       [SECTION_HOST] = "Host",     [SECTION_ENGINE] = "Engine",
         [SECTION_FALLBACK] = "Fallback", [SECTION_ACCESS] = "Access", [SECTION_TIER] = "Tier",
+        [SECTION_ALIAS] = "Alias",
 };
 
 static int parse_timespan_item(const char *v, void *data) {
@@ -142,6 +143,24 @@ static int parse_bus_item(const char *v, void *data) {
         return parse_string_item(v, data);
 }
 
+/* A model name of its own: what a client sends as "model" and a glob of a tier's Models= can match. */
+static int parse_alias_name_item(const char *v, void *data) {
+        if (!*v || strlen(v) > 128)
+                return -EINVAL;
+        for (const char *p = v; *p; p++)
+                if (!isalnum((unsigned char)*p) && !strchr("_.-@:/+", *p))
+                        return -EINVAL;
+        return parse_string_item(v, data);
+}
+
+static int parse_alias_policy_item(const char *v, void *data) {
+        AliasPolicy p = alias_policy_from_string(v);
+        if (p < 0)
+                return p;
+        *(AliasPolicy *)data = p;
+        return 0;
+}
+
 static int parse_url_item(const char *v, void *data) {
         HttpUrl *u = data;
         if (!*v) {
@@ -213,6 +232,10 @@ static const ConfigItem config_items[] = {
         {SECTION_TIER, "DailyRequests", parse_cap_item, offsetof(TierConf, daily_requests)},
         {SECTION_TIER, "Models", parse_strv_item, offsetof(TierConf, models)},
         {SECTION_TIER, "MaxBodySize", parse_size_item, offsetof(TierConf, max_body_size)},
+
+        {SECTION_ALIAS, "Name", parse_alias_name_item, offsetof(AliasConf, name)},
+        {SECTION_ALIAS, "Targets", parse_strv_item, offsetof(AliasConf, targets)},
+        {SECTION_ALIAS, "Policy", parse_alias_policy_item, offsetof(AliasConf, policy)},
 };
 
 const char *section_kind_to_string(SectionKind k) {

@@ -15,6 +15,7 @@ typedef enum SectionKind {
         SECTION_FALLBACK,
         SECTION_ACCESS,
         SECTION_TIER,
+        SECTION_ALIAS,
         _SECTION_MAX,
         _SECTION_INVALID = -EINVAL,
 } SectionKind;

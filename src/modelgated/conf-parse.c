@@ -165,6 +165,27 @@ static int section_tier(Config *c, const char *name, const Section *s, void **re
         return 0;
 }
 
+static int section_alias(Config *c, const char *name, const Section *s, void **ret) {
+        const char *an;
+        int r;
+
+        r = section_name(c, name, s, &an);
+        if (r < 0)
+                return r;
+        for (size_t i = 0; i < c->n_aliases; i++)
+                if (streq(c->aliases[i].name, an))
+                        *ret = &c->aliases[i];
+        if (*ret)
+                return 0;
+        AliasConf *n = reallocarray(c->aliases, c->n_aliases + 1, sizeof(AliasConf));
+        if (!n)
+                return log_oom();
+        c->aliases = n;
+        n[c->n_aliases] = (AliasConf){.policy = ALIAS_POLICY_WARM, .file = strdup(name), .line = s->line};
+        *ret = &n[c->n_aliases++];
+        return 0;
+}
+
 static int section_apply(Config *c, const char *name, const Section *s) {
         void *base = NULL;
         int r;
@@ -190,6 +211,9 @@ static int section_apply(Config *c, const char *name, const Section *s) {
                 break;
         case SECTION_TIER:
                 r = section_tier(c, name, s, &base);
+                break;
+        case SECTION_ALIAS:
+                r = section_alias(c, name, s, &base);
                 break;
         default: /* before the first section */
                 return 0;

@@ -102,6 +102,54 @@ static int verify_fallback(Config *c, const FallbackConf *f) {
         return r;
 }
 
+/* An alias is the operator's promise that its targets are interchangeable: each must be a model modelgate
+ * can route, and the alias's own name must not be one (the host's name would win, and the alias would
+ * never be used). A target is "<host>-<key>", never an alias, so aliases cannot form a cycle. */
+static int verify_alias(Config *c, size_t i) {
+        const AliasConf *a = &c->aliases[i];
+        const HostConf *h;
+        const char *key;
+        int r = 0;
+
+        h = config_host_of_model(c, a->name, NULL);
+        if (h)
+                r = config_error(c, EINVAL,
+                                 "%s:%u: [Alias] '%s' starts with host name '%s' and '-': it would name a "
+                                 "model of that host, not the alias",
+                                 a->file, a->line, a->name, h->name);
+        if (strv_length(a->targets) == 0)
+                r = config_error(c, EINVAL, "%s:%u: [Alias] '%s' has no Targets=", a->file, a->line,
+                                 a->name);
+        if (strv_length(a->targets) > ALIAS_TARGETS_MAX)
+                r = config_error(c, EINVAL, "%s:%u: [Alias] '%s' has more than %d Targets=", a->file,
+                                 a->line, a->name, ALIAS_TARGETS_MAX);
+        STRV_FOREACH (t, a->targets) {
+                for (char **u = a->targets; u < t; u++)
+                        if (streq(*u, *t))
+                                r = config_error(c, EINVAL, "%s:%u: [Alias] '%s' names target '%s' twice",
+                                                 a->file, a->line, a->name, *t);
+                h = config_host_of_model(c, *t, &key);
+                if (!h) {
+                        r = config_error(c, EINVAL,
+                                         "%s:%u: [Alias] '%s': target '%s' does not start with a configured "
+                                         "host name and '-'%s",
+                                         a->file, a->line, a->name, *t,
+                                         config_find_alias(c, *t) ? " (a target cannot be an alias)" : "");
+                        continue;
+                }
+                bool engines = false;
+                for (size_t j = 0; j < c->n_engines; j++)
+                        engines = engines || streq(c->engines[j].host, h->name);
+                /* a host without engines lists its models at run time; one with engines is known here */
+                if (engines && !config_engine_of_key(c, h->name, key))
+                        r = config_error(c, EINVAL,
+                                         "%s:%u: [Alias] '%s': target '%s': no [Engine] of host '%s' lists "
+                                         "'%s' in Models=",
+                                         a->file, a->line, a->name, *t, h->name, key);
+        }
+        return r;
+}
+
 int config_verify(Config *c) {
         int r, k;
 
@@ -120,6 +168,11 @@ int config_verify(Config *c) {
         }
         for (size_t i = 0; i < c->n_fallbacks; i++) {
                 k = verify_fallback(c, &c->fallbacks[i]);
+                if (k < 0)
+                        r = k;
+        }
+        for (size_t i = 0; i < c->n_aliases; i++) {
+                k = verify_alias(c, i);
                 if (k < 0)
                         r = k;
         }

@@ -5,6 +5,7 @@
  * conf-parse.c call into it, and it calls none of them (only url.c and ssh-command.c, below it). */
 
 #include <errno.h>
+#include <fnmatch.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,6 +93,12 @@ static void tier_conf_done(TierConf *t) {
         free(t->file);
 }
 
+static void alias_conf_done(AliasConf *a) {
+        free(a->name);
+        strv_free(a->targets);
+        free(a->file);
+}
+
 void config_done(Config *c) {
         strv_free(c->listen);
         strv_free(c->errors);
@@ -107,6 +114,9 @@ void config_done(Config *c) {
         for (size_t i = 0; i < c->n_tiers; i++)
                 tier_conf_done(&c->tiers[i]);
         free(c->tiers);
+        for (size_t i = 0; i < c->n_aliases; i++)
+                alias_conf_done(&c->aliases[i]);
+        free(c->aliases);
         free(c->access.keys_file);
         free(c->access.key_hashes);
         free(c->access.key_tiers);
@@ -141,6 +151,58 @@ const FallbackConf *config_find_fallback(const Config *c, const char *name) {
         for (size_t i = 0; name && i < c->n_fallbacks; i++)
                 if (streq(c->fallbacks[i].name, name))
                         return &c->fallbacks[i];
+        return NULL;
+}
+
+const AliasConf *config_find_alias(const Config *c, const char *name) {
+        for (size_t i = 0; name && i < c->n_aliases; i++)
+                if (streq(c->aliases[i].name, name))
+                        return &c->aliases[i];
+        return NULL;
+}
+
+static const char *const alias_policy_names[_ALIAS_POLICY_MAX] = {
+        [ALIAS_POLICY_WARM] = "warm",
+        [ALIAS_POLICY_ORDERED] = "ordered",
+        [ALIAS_POLICY_SPREAD] = "spread",
+};
+
+const char *alias_policy_to_string(AliasPolicy p) {
+        return p >= 0 && p < _ALIAS_POLICY_MAX ? alias_policy_names[p] : NULL;
+}
+
+AliasPolicy alias_policy_from_string(const char *s) {
+        for (AliasPolicy p = 0; s && p < _ALIAS_POLICY_MAX; p++)
+                if (streq(s, alias_policy_names[p]))
+                        return p;
+        return _ALIAS_POLICY_INVALID;
+}
+
+const HostConf *config_host_of_model(const Config *c, const char *model, const char **ret_key) {
+        const HostConf *best = NULL;
+        size_t best_len = 0;
+
+        for (size_t i = 0; i < c->n_hosts; i++) {
+                const char *n = c->hosts[i].name;
+                size_t l = strlen(n);
+                if (l > best_len && strncmp(model, n, l) == 0 && model[l] == '-' && model[l + 1]) {
+                        best = &c->hosts[i];
+                        best_len = l;
+                }
+        }
+        if (best && ret_key)
+                *ret_key = model + best_len + 1;
+        return best;
+}
+
+const EngineConf *config_engine_of_key(const Config *c, const char *host, const char *key) {
+        for (size_t i = 0; i < c->n_engines; i++) {
+                if (!streq(c->engines[i].host, host))
+                        continue;
+                STRV_FOREACH (g, c->engines[i].models)
+                        if (fnmatch(*g, key, 0) == 0)
+                                return &c->engines[i];
+        }
         return NULL;
 }
 

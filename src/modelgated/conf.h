@@ -7,6 +7,7 @@
  * drop-in amends the section of the same name (later wins for single values)
  * instead of adding a second one. */
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -77,6 +78,28 @@ typedef struct TierConf {
         unsigned line;
 } TierConf;
 
+/* SPEC §4 aliases: one client-visible name the operator declares to be served by any of its targets
+ * ("<host>-<key>" names, interchangeable by the operator's promise); which one serves a request is
+ * alias-pick.h's rule. */
+typedef enum AliasPolicy {
+        ALIAS_POLICY_WARM, /* the default */
+        ALIAS_POLICY_ORDERED,
+        ALIAS_POLICY_SPREAD,
+        _ALIAS_POLICY_MAX,
+        _ALIAS_POLICY_INVALID = -EINVAL,
+} AliasPolicy;
+
+/* Targets= holds at most this many: a request remembers the ones it tried in a 64-bit mask */
+#define ALIAS_TARGETS_MAX 64
+
+typedef struct AliasConf {
+        char *name;
+        char **targets;
+        AliasPolicy policy;
+        char *file;
+        unsigned line;
+} AliasConf;
+
 typedef struct AccessConf {
         bool enabled; /* an [Access] section exists */
         char *keys_file;
@@ -116,6 +139,8 @@ typedef struct Config {
         AccessConf access;
         TierConf *tiers;
         size_t n_tiers;
+        AliasConf *aliases;
+        size_t n_aliases;
 
         /* What was wrong, as logged ("file:line: …"), at most CONFIG_ERRORS_MAX: a socket-activated daemon
          * answers with these while it refuses requests (modelgated(8)) */
@@ -156,6 +181,15 @@ char *config_default_path(bool user);
 
 const HostConf *config_find_host(const Config *c, const char *name);
 const FallbackConf *config_find_fallback(const Config *c, const char *name);
+const AliasConf *config_find_alias(const Config *c, const char *name);
+const char *alias_policy_to_string(AliasPolicy p);
+AliasPolicy alias_policy_from_string(const char *s);
+
+/* SPEC §4 routing: the host named by "<host>-<key>", the longest configured host name followed by '-'.
+ * Returns the host and sets *ret_key to the rest, or NULL. */
+const HostConf *config_host_of_model(const Config *c, const char *model, const char **ret_key);
+/* The first [Engine] of host whose Models= globs match key, or NULL. */
+const EngineConf *config_engine_of_key(const Config *c, const char *host, const char *key);
 /* Reads a keys file (shared/keys-file.h) against c's tiers into c->access, replacing its keys. */
 int config_load_keys(Config *c, const char *path);
 

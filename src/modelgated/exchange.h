@@ -38,6 +38,11 @@ typedef struct Exchange {
         bool first_byte_seen;
         AccessCaller caller; /* with [Access]: who asks */
 
+        /* an [Alias] (SPEC §4): the target it picked, in config; the ones tried (bit i: target i) */
+        const AliasConf *alias;
+        const char *alias_target;
+        uint64_t alias_tried;
+
         /* the fallback (SPEC §3): it may answer until a byte of the engine's answer reaches the client */
         const FallbackConf *fallback;
         bool via_fallback;

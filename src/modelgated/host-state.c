@@ -448,6 +448,10 @@ unsigned host_in_flight(const Host *h) {
         return h->sched.n_in_flight;
 }
 
+bool host_switch_pending(const Host *h) {
+        return sched_switch_pending(&h->sched);
+}
+
 unsigned host_waiting(const Host *h) {
         return h->sched.n_waiting;
 }

@@ -110,6 +110,8 @@ int host_waiter_describe(const HostWaiter *w, char *buf, size_t l);
 void host_report_http(Host *h, const char *reason);
 
 unsigned host_in_flight(const Host *h);
+/* sched_switch_pending() of the host's scheduler */
+bool host_switch_pending(const Host *h);
 unsigned host_waiting(const Host *h);
 /* The engine whose unit runs (up or being checked), or -1. */
 ssize_t host_running(const Host *h);

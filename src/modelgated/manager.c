@@ -39,6 +39,7 @@ struct Manager {
         FeedHub *feed_hub;
         Metrics *metrics;
         Access *access; /* daily counts; made by the first request [Access] counts */
+        AliasMemory *alias_memory;
 
         const ManagerCallbacks *cb;
         void *userdata;
@@ -54,7 +55,8 @@ int manager_new(sd_event *event, bool user, Manager **ret) {
         m->user = user;
         m->config = config_new();
         m->metrics = metrics_new();
-        r = m->config && m->metrics ? 0 : -ENOMEM;
+        m->alias_memory = calloc(1, sizeof(AliasMemory));
+        r = m->config && m->metrics && m->alias_memory ? 0 : -ENOMEM;
         if (r >= 0)
                 r = upstream_pool_new(m->event, &m->pool);
         if (r >= 0)
@@ -82,6 +84,7 @@ Manager *manager_free(Manager *m) {
         sd_event_source_disable_unref(m->drain_source);
         config_unref(m->config);
         metrics_free(m->metrics);
+        free(m->alias_memory);
         m->feed_hub = feed_hub_free(m->feed_hub);
         /* after the hosts: their upstreams were the pool's */
         m->pool = upstream_pool_free(m->pool);
@@ -387,6 +390,8 @@ int manager_reload(Manager *m, char **ret_error) {
 
         Config *old = m->config;
         m->config = TAKE_PTR(n);
+        /* an alias's targets may be others now, or in another order */
+        alias_memory_clear(m->alias_memory);
         free(m->hosts);
         m->hosts = TAKE_PTR(hosts);
         for (size_t i = 0; i < m->config->n_hosts; i++) {
@@ -460,6 +465,10 @@ Metrics *manager_metrics(Manager *m) {
 
 FeedHub *manager_feed_hub(Manager *m) {
         return m->feed_hub;
+}
+
+AliasMemory *manager_alias_memory(Manager *m) {
+        return m->alias_memory;
 }
 
 Access *manager_access(Manager *m) {

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <systemd/sd-event.h>
 
+#include "modelgated/alias-pick.h"
 #include "modelgated/conf.h"
 #include "shared/macro.h"
 #include "shared/time-util.h"
@@ -73,3 +74,12 @@ FeedHub *manager_feed_hub(Manager *m);
 /* [Access] counts; made by the first request that needs them, so that no file is read at start unless
  * [Access] is used. NULL: out of memory. */
 Access *manager_access(Manager *m);
+
+/* Aliases (manager-alias.c): the state of each target of a (alias-pick.h) now, into ret (room for
+ * ALIAS_TARGETS_MAX); the target a request of client (its key or address; NULL: none) picks, never one in
+ * 'tried'; and that client used target, for "spread" to keep it there. */
+AliasMemory *manager_alias_memory(Manager *m);
+void manager_alias_targets(Manager *m, const AliasConf *a, AliasTarget *ret);
+ssize_t manager_alias_pick(Manager *m, const AliasConf *a, const char *client, uint64_t tried,
+                           const char **ret_why);
+void manager_alias_used(Manager *m, const AliasConf *a, const char *client, size_t target);

@@ -15,11 +15,15 @@ typedef enum Family {
         F_FALLBACK,
         F_WAIT,
         F_FIRST_BYTE,
+        F_ALIAS_REQUESTS,
+        F_ALIAS_MOVES,
         _F_MAX,
 } Family;
 
+/* the first two labels are "host" and "engine" unless a family names them otherwise */
 static const struct {
         const char *name, *type, *help;
+        const char *label1, *label2;
 } families[_F_MAX] = {
         [F_REQUESTS] = {"modelgate_requests_total", "counter",
                         "Answered requests by host, engine and status"},
@@ -35,6 +39,12 @@ static const struct {
                     "Time a request waited for its engine (0 when it was up)"},
         [F_FIRST_BYTE] = {"modelgate_first_byte_seconds", "histogram",
                           "Time from a request to the first byte of the host's answer"},
+        [F_ALIAS_REQUESTS] =
+                {"modelgate_alias_requests_total", "counter",
+                 "Answered requests for an alias, by alias, the target that served it and status", "alias",
+                 "target"},
+        [F_ALIAS_MOVES] = {"modelgate_alias_moves_total", "counter",
+                           "Requests an alias moved to its next target after a refusal", "alias", NULL},
 };
 
 static const double wait_buckets[] = {0.005, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900};
@@ -138,9 +148,9 @@ static Series *series_get(Metrics *m, Family f, const char *host, const char *en
 
 /* host="3090",engine="fork",… for the text format */
 static int series_labels(const Series *s, Buffer *b) {
-        metrics_append_label(b, "host", s->host);
+        metrics_append_label(b, families[s->family].label1 ?: "host", s->host);
         if (s->engine)
-                metrics_append_label(b, "engine", s->engine);
+                metrics_append_label(b, families[s->family].label2 ?: "engine", s->engine);
         if (s->fallback)
                 metrics_append_label(b, "fallback", s->fallback);
         if (s->status > 0) {
@@ -182,6 +192,14 @@ void metrics_wait(Metrics *m, const char *host, usec_t waited) {
 
 void metrics_first_byte(Metrics *m, const char *host, usec_t t) {
         observe(m, F_FIRST_BYTE, host, t, first_byte_buckets, ELEMENTSOF(first_byte_buckets));
+}
+
+void metrics_alias_request(Metrics *m, const char *alias, const char *target, int status) {
+        count(m, F_ALIAS_REQUESTS, alias, target, status);
+}
+
+void metrics_alias_move(Metrics *m, const char *alias) {
+        count(m, F_ALIAS_MOVES, alias, NULL, 0);
 }
 
 void metrics_switch(Metrics *m, const char *host, const char *engine) {

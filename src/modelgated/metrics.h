@@ -28,6 +28,10 @@ void metrics_refusal(Metrics *m, const char *host);
 void metrics_budget_expired(Metrics *m, const char *host);
 void metrics_fallback(Metrics *m, const char *host, const char *engine, const char *fallback);
 
+/* A request for an alias answered, and the target that served it; a move to the next target. */
+void metrics_alias_request(Metrics *m, const char *alias, const char *target, int status);
+void metrics_alias_move(Metrics *m, const char *alias);
+
 /* The counters and histograms; gauges of what the daemon holds now are rendered by their owners with
  * the two helpers below. */
 int metrics_render(Metrics *m, Buffer *out);

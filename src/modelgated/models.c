@@ -47,7 +47,7 @@ int models_merge_host(const Config *c, const HostConf *h, const char *engine, co
                 proxy = json_object_new_object();
                 if (!proxy)
                         break;
-                const EngineConf *eng = engine ? NULL : route_find_engine(c, h->name, key);
+                const EngineConf *eng = engine ? NULL : config_engine_of_key(c, h->name, key);
                 json_object_object_add(proxy, "host", json_object_new_string(h->name));
                 json_object_object_add(proxy, "key", json_object_new_string(key));
                 json_object_object_add(proxy, "engine",
@@ -101,6 +101,55 @@ static void merge_learned(Manager *m, Host *h, json_object *data) {
         }
 }
 
+static json_object *find_id(json_object *data, const char *id) {
+        for (size_t i = 0; i < json_object_array_length(data); i++) {
+                json_object *x = json_object_array_get_idx(data, i), *xid;
+                if (json_object_object_get_ex(x, "id", &xid) && streq(json_object_get_string(xid), id))
+                        return x;
+        }
+        return NULL;
+}
+
+/* Each [Alias] as a model of modelgate's own: its policy, its targets and what each is doing, the one
+ * it would pick now and why, and that target's status as its host lists it. */
+static void merge_aliases(Manager *m, json_object *data) {
+        const Config *c = manager_config(m);
+
+        for (size_t i = 0; i < c->n_aliases; i++) {
+                const AliasConf *a = &c->aliases[i];
+                AliasTarget t[ALIAS_TARGETS_MAX];
+                const char *why;
+                ssize_t pick = manager_alias_pick(m, a, NULL, 0, &why);
+                json_object *o = json_object_new_object(), *alias = json_object_new_object(),
+                            *targets = json_object_new_array(), *proxy = json_object_new_object(), *st;
+
+                manager_alias_targets(m, a, t);
+                for (size_t k = 0; a->targets[k] && k < ALIAS_TARGETS_MAX; k++) {
+                        json_object *x = json_object_new_object();
+                        json_object_object_add(x, "id", json_object_new_string(a->targets[k]));
+                        json_object_object_add(
+                                x, "state",
+                                json_object_new_string(alias_target_state_to_string(t[k].state)));
+                        json_object_array_add(targets, x);
+                }
+                json_object_object_add(o, "id", json_object_new_string(a->name));
+                json_object_object_add(o, "object", json_object_new_string("model"));
+                json_object_object_add(o, "owned_by", json_object_new_string("modelgate"));
+                json_object *target = pick >= 0 ? find_id(data, a->targets[pick]) : NULL;
+                if (target && json_object_object_get_ex(target, "status", &st))
+                        json_object_object_add(o, "status", json_object_get(st));
+                json_object_object_add(alias, "policy",
+                                       json_object_new_string(alias_policy_to_string(a->policy)));
+                json_object_object_add(alias, "targets", targets);
+                json_object_object_add(alias, "pick",
+                                       pick >= 0 ? json_object_new_string(a->targets[pick]) : NULL);
+                json_object_object_add(alias, "why", json_object_new_string(why));
+                json_object_object_add(proxy, "alias", alias);
+                json_object_object_add(o, "proxy", proxy);
+                json_object_array_add(data, o);
+        }
+}
+
 static int merge_done_cb(sd_event_source *s, void *userdata) {
         ModelsMerge *mm = userdata;
         Manager *m = mm->manager;
@@ -132,6 +181,7 @@ static int merge_done_cb(sd_event_source *s, void *userdata) {
                                     host_conf(h)->name);
                 merge_learned(m, h, data);
         }
+        merge_aliases(m, data);
         json_object_object_add(root, "object", json_object_new_string("list"));
         json_object_object_add(root, "data", data);
         j = json_object_to_json_string_length(root, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE,

@@ -6,7 +6,6 @@
  * besides the copy; json-c only decodes the model string itself. */
 
 #include <ctype.h>
-#include <fnmatch.h>
 #include <json-c/json.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -14,34 +13,6 @@
 
 #include "modelgated/route.h"
 #include "shared/buffer.h"
-
-const HostConf *route_find_host(const Config *c, const char *model, const char **ret_key) {
-        const HostConf *best = NULL;
-        size_t best_len = 0;
-
-        for (size_t i = 0; i < c->n_hosts; i++) {
-                const char *n = c->hosts[i].name;
-                size_t l = strlen(n);
-                if (l > best_len && strncmp(model, n, l) == 0 && model[l] == '-' && model[l + 1]) {
-                        best = &c->hosts[i];
-                        best_len = l;
-                }
-        }
-        if (best && ret_key)
-                *ret_key = model + best_len + 1;
-        return best;
-}
-
-const EngineConf *route_find_engine(const Config *c, const char *host, const char *key) {
-        for (size_t i = 0; i < c->n_engines; i++) {
-                if (!streq(c->engines[i].host, host))
-                        continue;
-                STRV_FOREACH (g, c->engines[i].models)
-                        if (fnmatch(*g, key, 0) == 0)
-                                return &c->engines[i];
-        }
-        return NULL;
-}
 
 typedef struct Scanner {
         const char *p, *end;

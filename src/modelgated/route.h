@@ -12,13 +12,6 @@
 #include "modelgated/conf.h"
 #include "shared/macro.h"
 
-/* The host named by "<host>-<key>": the longest configured host name followed by '-'.
- * Returns the host and sets *ret_key to the rest, or NULL. */
-const HostConf *route_find_host(const Config *c, const char *model, const char **ret_key);
-
-/* The first [Engine] of host whose Models= globs match key, or NULL. */
-const EngineConf *route_find_engine(const Config *c, const char *host, const char *key);
-
 /* Validates body as JSON (RFC 8259, nesting at most 512 deep) and finds the top-level "model".
  * Returns 0 with *ret_span (the value's bytes, quotes included) and *ret_model (decoded, malloc'ed);
  * -ENOENT: an object without "model"; -EMEDIUMTYPE: "model" is not a string (or holds a NUL);

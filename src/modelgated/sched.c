@@ -351,3 +351,14 @@ unsigned sched_ahead(const Sched *s, const SchedRequest *r) {
         }
         return n;
 }
+
+bool sched_switch_pending(const Sched *s) {
+        if (s->running < 0)
+                return false;
+        if (s->starting >= 0 && s->starting != s->running)
+                return true;
+        LIST_FOREACH (requests, x, s->requests)
+                if (x->state == SCHED_WAITING && (ssize_t)x->engine != s->running)
+                        return true;
+        return false;
+}

@@ -116,5 +116,9 @@ usec_t sched_hold_down_until(const Sched *s, usec_t now);
 /* When the idle stop will happen as things are, USEC_INFINITY if it will not. */
 usec_t sched_idle_stop_at(const Sched *s);
 
+/* A switch away from the running engine is coming: one is starting, or a request waits for another
+ * engine (an alias sends nobody else there meanwhile). */
+bool sched_switch_pending(const Sched *s);
+
 /* Requests ahead of r: those in flight, and those waiting that arrived before it. */
 unsigned sched_ahead(const Sched *s, const SchedRequest *r);

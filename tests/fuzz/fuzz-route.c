@@ -48,7 +48,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         assert(span.p >= (const char *)data && span.p + span.n <= (const char *)data + size);
 
         /* the routing of the decoded name, and the rewrite with its key */
-        if (!route_find_host(&c, model, &key))
+        if (!config_host_of_model(&c, model, &key))
                 key = model;
         free(quoted);
         quoted = query ? query_escape(key) : json_quote(key);

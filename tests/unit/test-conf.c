@@ -135,6 +135,75 @@ TEST(verify_checks_the_whole) {
         }
 }
 
+#define TWO_HOSTS                                                                                           \
+        "[Host]\nName=3090\nURL=http://127.0.0.1:8080\n[Host]\nName=a9\nURL=http://127.0.0.1:8081\n"        \
+        "[Host]\nName=plain\nURL=http://127.0.0.1:8082\n"                                                   \
+        "[Engine]\nHost=3090\nName=mainline\nUnit=m.service\nModels=laguna-*\n"                             \
+        "[Engine]\nHost=a9\nName=mainline\nUnit=m.service\nModels=laguna-*\n"
+
+TEST(aliases_parse_merge_and_dump) {
+        Config c;
+        ASSERT_OK(parse(&c, TWO_HOSTS "[Alias]\nName=laguna\nTargets=3090-laguna-xs a9-laguna-xs-q8\n"
+                                      "[Alias]\nName=any\nTargets=plain-whatever\nPolicy=spread\n"
+                                      "[Alias]\nName=laguna\nPolicy=ordered\n"));
+        ASSERT_OK(config_verify(&c));
+        ASSERT_EQ(c.n_aliases, 2);
+        ASSERT_EQ(c.aliases[0].policy, ALIAS_POLICY_ORDERED); /* amended by name */
+        ASSERT_EQ(strv_length(c.aliases[0].targets), 2);
+        ASSERT_EQ(c.aliases[1].policy, ALIAS_POLICY_SPREAD);
+        ASSERT_STREQ(config_find_alias(&c, "any")->targets[0], "plain-whatever");
+        ASSERT_TRUE(!config_find_alias(&c, "3090-laguna-xs"));
+        char *text = NULL;
+        size_t n = 0;
+        FILE *f = open_memstream(&text, &n);
+        config_dump(&c, f);
+        fclose(f);
+        ASSERT_TRUE(strstr(
+                text, "[Alias]\nName=laguna\nTargets=3090-laguna-xs a9-laguna-xs-q8\nPolicy=ordered\n"));
+        free(text);
+        config_done(&c);
+        ASSERT_EQ(parse(&c, "[Alias]\nName=x\nPolicy=nearest\n"), -EINVAL);
+        config_done(&c);
+        ASSERT_EQ(parse(&c, "[Alias]\nName=two words\n"), -EINVAL);
+        config_done(&c);
+}
+
+TEST(aliases_that_cannot_route_are_refused) {
+        static const struct {
+                const char *text, *error;
+        } bad[] = {
+                {"[Alias]\nName=laguna\nTargets=3090-laguna-xs nowhere-laguna\n",
+                 "test.conf:20: [Alias] 'laguna': target 'nowhere-laguna' does not start with a configured "
+                 "host "
+                 "name and '-'"},
+                {"[Alias]\nName=laguna\nTargets=3090-flint\n",
+                 "test.conf:20: [Alias] 'laguna': target '3090-flint': no [Engine] of host '3090' lists "
+                 "'flint' "
+                 "in Models="},
+                {"[Alias]\nName=a9-fast\nTargets=3090-laguna-xs\n",
+                 "test.conf:20: [Alias] 'a9-fast' starts with host name 'a9' and '-': it would name a model "
+                 "of "
+                 "that host, not the alias"},
+                {"[Alias]\nName=laguna\n", "test.conf:20: [Alias] 'laguna' has no Targets="},
+                {"[Alias]\nName=laguna\nTargets=3090-laguna-xs 3090-laguna-xs\n",
+                 "test.conf:20: [Alias] 'laguna' names target '3090-laguna-xs' twice"},
+                /* an alias's target is a host's model, never an alias: no cycle can be written */
+                {"[Alias]\nName=a\nTargets=b\n[Alias]\nName=b\nTargets=3090-laguna-xs\n",
+                 "test.conf:20: [Alias] 'a': target 'b' does not start with a configured host name and '-' "
+                 "(a "
+                 "target cannot be an alias)"},
+        };
+        for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
+                Config c;
+                char text[1024];
+                snprintf(text, sizeof(text), "%s%s", TWO_HOSTS, bad[i].text);
+                ASSERT_OK(parse(&c, text));
+                ASSERT_EQ(config_verify(&c), -EINVAL);
+                ASSERT_STREQ(c.errors[0], bad[i].error);
+                config_done(&c);
+        }
+}
+
 TEST(errors_are_kept_as_logged) {
         Config c;
         char text[4096] = "", *p = text;

@@ -102,15 +102,15 @@ TEST(longest_host_prefix) {
         const char *key;
         config_init(&c);
         ASSERT_OK(config_parse_text(&c, "t", text, strlen(text)));
-        ASSERT_STREQ(route_find_host(&c, "gpu.big-laguna", &key)->name, "gpu.big");
+        ASSERT_STREQ(config_host_of_model(&c, "gpu.big-laguna", &key)->name, "gpu.big");
         ASSERT_STREQ(key, "laguna");
-        ASSERT_STREQ(route_find_host(&c, "gpu-big-laguna", &key)->name, "gpu");
+        ASSERT_STREQ(config_host_of_model(&c, "gpu-big-laguna", &key)->name, "gpu");
         ASSERT_STREQ(key, "big-laguna");
-        ASSERT_TRUE(route_find_host(&c, "gpu-", &key) == NULL);
-        ASSERT_TRUE(route_find_host(&c, "gpux-a", &key) == NULL);
-        ASSERT_TRUE(route_find_host(&c, "laguna", &key) == NULL);
-        ASSERT_STREQ(route_find_engine(&c, "gpu", "big-laguna")->name, "e1");
-        ASSERT_TRUE(route_find_engine(&c, "gpu", "small") == NULL);
+        ASSERT_TRUE(config_host_of_model(&c, "gpu-", &key) == NULL);
+        ASSERT_TRUE(config_host_of_model(&c, "gpux-a", &key) == NULL);
+        ASSERT_TRUE(config_host_of_model(&c, "laguna", &key) == NULL);
+        ASSERT_STREQ(config_engine_of_key(&c, "gpu", "big-laguna")->name, "e1");
+        ASSERT_TRUE(config_engine_of_key(&c, "gpu", "small") == NULL);
         config_done(&c);
 }
 
