@@ -1,0 +1,214 @@
+"""Aliases across hosts (modelgate.conf(5) [Alias]): two GPU hosts, each a boxed user manager with its engines
+as units (the second reached through ssh), one alias over a model of each. A request goes to the target that
+costs no switch, moves on when a target refuses, and reaches the fallback only after every target refused."""
+
+import http.client
+import json
+import os
+import signal
+import subprocess
+import threading
+
+import pytest
+
+from boxes import box_skip_reason, chat, children, gate_env, local_host, two_engines
+from conftest import free_port, metric_samples, post, read_sse, wait_for
+
+pytestmark = pytest.mark.skipif(box_skip_reason() is not None, reason=str(box_skip_reason()))
+
+CHAT = "/v1/chat/completions"
+CTL = os.environ.get("MODELGATECTL", os.path.join(os.path.dirname(os.environ.get("MODELGATED", "")), "modelgatectl"))
+# a stream of 80 tokens 50 ms apart (4 s): long enough to be in flight while the test looks
+SLOW = "--token-delay 0.05"
+LONG = "[[tokens:80]]"
+
+
+def remote_host(box, sshd, port, extra=""):
+    return ("[Host]\nName=a9\nURL=http://127.0.0.1:%d\nBus=ssh:root@127.0.0.1:%d\nSSHCommand=%s\n"
+            "BusPath=unix:path=%s\n%s" % (port, sshd.port, sshd.ssh_command, box.bus, extra))
+
+
+def two_hosts(make_box, sshd, make_gate, policy="warm", targets="3090-laguna-xs a9-laguna-xs", local_extra="",
+              proxy="", extra="", setup=None):
+    """hosts 3090 (local box) and a9 (a box through ssh), engines mainline (laguna-*) and fork (flint-*) on each,
+    and [Alias] laguna over both; setup(local_box) runs before the gate starts"""
+    local, remote = make_box(), make_box()
+    lport, rport = free_port(), free_port()
+    conf = "[Proxy]\nHoldDownSec=1s\n" + proxy
+    conf += local_host("3090", lport, local_extra) + two_engines(local, lport, double_args=SLOW) % {
+        "host": "3090", "extra": ""}
+    conf += remote_host(remote, sshd, rport) + two_engines(remote, rport, double_args=SLOW) % {
+        "host": "a9", "extra": ""}
+    conf += "[Alias]\nName=laguna\nTargets=%s\nPolicy=%s\n%s" % (targets, policy, extra)
+    if setup:
+        setup(local)
+    g = make_gate(conf, extra_args=["--user"], env=gate_env(local))
+    g.wait_log("host 3090 up")
+    g.wait_log("host a9 up")
+    g.boxes = (local, remote)
+    return g
+
+
+def ask(g, model="laguna", content="hi", stream=False, source=None, conn=None):
+    """(status, served by, body); body is the joined stream when streaming"""
+    c = conn or http.client.HTTPConnection("127.0.0.1", g.port, timeout=60,
+                                           source_address=(source, 0) if source else None)
+    r = post(c, CHAT, chat(model, content, stream=stream))
+    body = "".join(l for _, l in read_sse(r)) if stream else r.read().decode()
+    return r.status, r.getheader("X-Modelgate-Served-By"), body
+
+
+def warm(g, *models):
+    for m in models:
+        status, _, body = ask(g, m)
+        assert status == 200, body
+
+
+def switches(g):
+    return g.logtext().count("switching to engine")
+
+
+def test_warm_targets_serve_without_a_switch_and_a_pending_switch_sends_requests_elsewhere(
+        make_box, sshd, make_gate):
+    g = two_hosts(make_box, sshd, make_gate)
+    warm(g, "3090-laguna-xs", "a9-laguna-xs")
+    assert switches(g) == 2
+    # two agents alternating on the alias: the first warm target, no switch
+    agents = [g.conn(), g.conn()]
+    for i in range(6):
+        status, served, body = ask(g, conn=agents[i % 2])
+        assert (status, served) == (200, "3090/mainline"), body
+        assert json.loads(body)["model"] == "laguna-xs"  # the host saw its own key
+    assert switches(g) == 2
+    assert 'model="laguna" host=3090 target=3090-laguna-xs status=200' in g.logtext()
+
+    # a stream in flight on 3090, and a request there for another engine: 3090 is about to switch away, so
+    # the alias sends new requests to a9, where mainline is up, instead of queueing them behind the switch
+    results = {}
+    stream = threading.Thread(target=lambda: results.update(stream=ask(g, content=LONG, stream=True)))
+    stream.start()
+    wait_for(lambda: in_flight(g) == 1, what="the stream in flight on 3090")
+    other = threading.Thread(target=lambda: results.update(other=ask(g, "3090-flint-40b")))
+    other.start()
+    wait_for(lambda: alias_pick(g)[0] == "a9-laguna-xs", what="3090's pending switch to be seen")
+    status, served, body = ask(g)
+    assert (status, served) == (200, "a9/mainline"), body
+    # ... while the stream still runs, i.e. before 3090's switch even began
+    assert stream.is_alive() and "host 3090: switching to engine fork" not in g.logtext()
+    stream.join(60)
+    other.join(60)
+    assert results["stream"][:2] == (200, "3090/mainline") and "data: [DONE]" in results["stream"][2]
+    assert results["other"][:2] == (200, "3090/fork")
+    assert switches(g) == 3  # the direct request's switch only
+
+    # what modelgatectl and /v1/models say of it now: 3090 runs fork, a9 mainline
+    out = subprocess.run([CTL, "--user", "aliases"], env=g.boxes[0].env, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "laguna" in out.stdout and "a9-laguna-xs" in out.stdout and "engine up" in out.stdout, out.stdout
+    assert "3090-laguna-xs: needs-switch, a9-laguna-xs: warm" in out.stdout, out.stdout
+    samples = metric_samples(g)
+    assert samples[("modelgate_alias_requests_total",
+                    (("alias", "laguna"), ("status", "200"), ("target", "3090-laguna-xs")))] == 7
+    assert samples[("modelgate_alias_requests_total",
+                    (("alias", "laguna"), ("status", "200"), ("target", "a9-laguna-xs")))] == 1
+
+
+def alias_pick(g):
+    """(the target laguna would pick now, the state /v1/models gives its first target)"""
+    c = g.conn()
+    c.request("GET", "/v1/models")
+    data = json.loads(c.getresponse().read())["data"]
+    (entry,) = [m for m in data if m["id"] == "laguna"]
+    alias = entry["proxy"]["alias"]
+    return alias["pick"], alias["targets"][0]["state"]
+
+
+def test_a_busy_gpu_sends_every_request_to_the_other_target_and_none_gets_423(make_box, sshd, make_gate):
+    def busy(local):
+        local.add_unit("gpu-bench.service", "[Service]\nType=exec\nExecStart=/bin/sleep 1000\n")
+        local.reload()
+        local.systemctl("start", "gpu-bench.service")
+    g = two_hosts(make_box, sshd, make_gate, local_extra="BusyUnits=gpu-bench.service\n", setup=busy)
+    # nothing runs anywhere: 3090 is first and can start its engine, but its GPU is someone else's
+    for _ in range(4):
+        status, served, body = ask(g)
+        assert (status, served) == (200, "a9/mainline"), body
+    log = g.logtext()
+    assert log.count("alias laguna: target 3090-laguna-xs refused (the GPU of host '3090' is in use by someone else") == 1, log
+    assert "status=423" not in log
+    assert g.boxes[0].active_state("llama-mainline.service") == "inactive"
+
+
+def test_a_host_that_goes_down_moves_new_requests_and_cuts_no_running_stream(make_box, sshd, make_gate):
+    # a9 first: it is the one whose ssh goes away
+    g = two_hosts(make_box, sshd, make_gate, targets="a9-laguna-xs 3090-laguna-xs")
+    warm(g, "a9-laguna-xs", "3090-laguna-xs")
+    results = {}
+    stream = threading.Thread(target=lambda: results.update(stream=ask(g, content=LONG, stream=True)))
+    stream.start()
+    wait_for(lambda: in_flight(g) == 1, what="the stream in flight on a9")
+    # a9's bus goes away (no new ssh session either): the host is down, its engine's HTTP is not
+    sshd.stop()
+    (ssh,) = [p for p in children(g.proc.pid) if open("/proc/%d/comm" % p).read().strip() == "ssh"]
+    os.kill(ssh, signal.SIGKILL)
+    g.wait_log("host a9 down: ssh:")
+    for _ in range(3):
+        status, served, body = ask(g)
+        assert (status, served) == (200, "3090/mainline"), body
+    stream.join(60)
+    status, served, body = results["stream"]
+    assert (status, served) == (200, "a9/mainline")
+    assert "data: [DONE]" in body and body.count("data: {") >= 80, body
+    assert "cut=" not in g.logtext()
+
+
+def test_spread_puts_two_streams_on_two_hosts_and_keeps_each_client_there(make_box, sshd, make_gate):
+    g = two_hosts(make_box, sshd, make_gate, policy="spread")
+    warm(g, "3090-laguna-xs", "a9-laguna-xs")
+    results = {}
+    a = threading.Thread(target=lambda: results.update(a=ask(g, content=LONG, stream=True, source="127.0.0.2")))
+    a.start()
+    wait_for(lambda: in_flight(g) == 1, what="the first stream in flight")
+    b = threading.Thread(target=lambda: results.update(b=ask(g, content=LONG, stream=True, source="127.0.0.3")))
+    b.start()
+    a.join(60)
+    b.join(60)
+    first, second = results["a"][1], results["b"][1]
+    assert {first, second} == {"3090/mainline", "a9/mainline"}, results
+    # afterwards each client stays on the box that holds its prompt cache
+    for _ in range(2):
+        assert ask(g, source="127.0.0.2")[:2] == (200, first)
+        assert ask(g, source="127.0.0.3")[:2] == (200, second)
+    assert switches(g) == 2
+
+
+def in_flight(g):
+    """requests in flight on all hosts (the modelgate_in_flight gauges)"""
+    c = g.conn()
+    c.request("GET", "/metrics")
+    text = c.getresponse().read().decode()
+    return sum(int(float(l.split()[-1])) for l in text.splitlines() if l.startswith("modelgate_in_flight{"))
+
+
+def test_the_fallback_answers_only_after_every_target_refused(make_gate, make_double, tmp):
+    cloud = make_double("--models", "cloud-model", "--loaded", "cloud-model", "--name", "cloud", "--no-knobs")
+    conf = ""
+    for h in ("gone1", "gone2"):
+        # a host whose bus cannot be reached: down at once
+        conf += "[Host]\nName=%s\nURL=http://127.0.0.1:%d\nBus=ssh:root@127.0.0.1:%d\nSSHCommand=ssh -F /dev/null\n" \
+            "[Engine]\nHost=%s\nName=main\nUnit=llama-main.service\nModels=*\nFallback=cloud\n" % (
+                h, free_port(), free_port(), h)
+    conf += "[Fallback]\nName=cloud\nURL=%s\nModel=cloud-model\n" % cloud.url
+    conf += "[Alias]\nName=laguna\nTargets=gone1-laguna-xs gone2-laguna-xs\n"
+    g = make_gate(conf)
+    g.wait_log("host gone1 down")
+    g.wait_log("host gone2 down")
+    status, served, body = ask(g)
+    assert (status, served) == (200, "fallback/cloud"), body
+    log = g.logtext()
+    refused = log.index("alias laguna: target gone1-laguna-xs refused (host 'gone1' is down")
+    assert log.index("host gone2: laguna goes to fallback cloud: host 'gone2' is down") > refused, log
+    assert 'model="laguna" host=gone2 target=gone2-laguna-xs status=200' in log
+    assert [r["path"] for r in cloud.requests()].count(CHAT) == 1
+    assert metric_samples(g)[("modelgate_alias_moves_total", (("alias", "laguna"),))] == 1
