@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from boxes import box_skip_reason, chat, children, gate_env, local_host, two_engines
-from conftest import free_port, metric_samples, post, read_sse, wait_for
+from conftest import free_port, host_conf, metric_samples, post, read_sse, wait_for
 
 pytestmark = pytest.mark.skipif(box_skip_reason() is not None, reason=str(box_skip_reason()))
 
@@ -212,3 +212,56 @@ def test_the_fallback_answers_only_after_every_target_refused(make_gate, make_do
     assert 'model="laguna" host=gone2 target=gone2-laguna-xs status=200' in log
     assert [r["path"] for r in cloud.requests()].count(CHAT) == 1
     assert metric_samples(g)[("modelgate_alias_moves_total", (("alias", "laguna"),))] == 1
+
+
+def test_reload_adds_changes_and_removes_aliases_without_dropping_a_request(make_double, make_gate):
+    one = make_double("--models", "laguna-xs", "--loaded", "laguna-xs", "--name", "one", "--token-delay", "0.05")
+    two = make_double("--models", "laguna-xs", "--loaded", "laguna-xs", "--name", "two")
+    hosts = host_conf("h1", one.url) + host_conf("h2", two.url)
+    g = make_gate(hosts + "[Alias]\nName=laguna\nTargets=h1-laguna-xs h2-laguna-xs\nPolicy=ordered\n")
+    results = {}
+    stream = threading.Thread(target=lambda: results.update(stream=ask(g, content=LONG, stream=True)))
+    stream.start()
+    wait_for(lambda: any(r["path"] == CHAT for r in one.requests()), what="the stream to reach h1")
+    # laguna now names h2 first; fast is new
+    with open(g.conf, "a") as f:
+        f.write("[Alias]\nName=laguna\nTargets=\nTargets=h2-laguna-xs h1-laguna-xs\n"
+                "[Alias]\nName=fast\nTargets=h2-laguna-xs\n")
+    g.proc.send_signal(signal.SIGHUP)
+    g.wait_log("Reloaded")
+    assert ask(g)[:2] == (200, "h2")
+    assert ask(g, "fast")[:2] == (200, "h2")
+    stream.join(60)
+    status, served, body = results["stream"]
+    assert (status, served) == (200, "h1") and "data: [DONE]" in body
+    # and removed: the name is not a model any more
+    with open(g.conf, "w") as f:
+        f.write("[Proxy]\nListen=127.0.0.1:%d\n" % g.port + hosts)
+    g.proc.send_signal(signal.SIGHUP)
+    g.wait_log("Reloaded", count=2)
+    status, _, body = ask(g)
+    assert status == 404 and "model 'laguna' does not start with a configured host name" in body, body
+
+
+def test_a_tiers_models_match_the_alias_name(make_double, make_gate, tmp):
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    keys = os.path.join(tmp, "keys")
+    conf = ("[Access]\nKeysFile=%s\nAnonymousDailyRequests=0\n[Tier]\nName=aliases\nModels=lag*\n" % keys +
+            host_conf("3090", d.url) + "[Alias]\nName=laguna\nTargets=3090-laguna-xs\n")
+    path = os.path.join(tmp, "keys.conf")
+    with open(path, "w") as f:
+        f.write(conf)
+    out = subprocess.run([CTL, "--config=" + path, "key", "add", "aliases"], capture_output=True, text=True,
+                         timeout=30, env=dict(os.environ, DBUS_SESSION_BUS_ADDRESS="unix:path=/nonexistent"))
+    assert out.returncode == 0, out.stderr
+    key = out.stdout.strip()
+    g = make_gate(conf)
+    auth = {"Authorization": "Bearer " + key}
+    for model, want in (("laguna", 200), ("3090-laguna-xs", 403)):
+        r = post(g.conn(), CHAT, chat(model), headers=auth)
+        assert r.status == want, r.read()
+        r.read()
+    c = g.conn()
+    c.request("GET", "/v1/models", headers=auth)
+    ids = [m["id"] for m in json.loads(c.getresponse().read())["data"]]
+    assert ids == ["laguna"], ids

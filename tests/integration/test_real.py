@@ -1,8 +1,8 @@
 """modelgate in front of the real llama-server (router mode, CPU only, tiny generated models), as two engine
 units in a boxed user manager: a cold start by a request, a switch, loads and unloads listed at once, the
 merged event feed with the router's own progress events, keepalive comments that tell the load progress, the
-context overflow reworded for both APIs, the official SDKs streaming, and a client gone mid-stream freeing
-the server's slot. The double (tests/double) stays for what the real server cannot be made to do on purpose.
+context overflow reworded for both APIs, the official SDKs streaming, a client gone mid-stream freeing
+the server's slot, and an [Alias] over two hosts' servers following the warm copy. The double (tests/double) stays for what the real server cannot be made to do on purpose.
 
 The server comes from tests/real/build-llama-server (a cache outside the checkout), or from
 $MODELGATE_LLAMA_SERVER. Without one the module skips, saying why; with MODELGATE_REQUIRE_REAL_ENGINE=1
@@ -376,3 +376,55 @@ def test_a_client_gone_mid_stream_frees_the_servers_slot(box, engines, make_gate
         pytest.xfail("modelgate closed its connection at once, but llama-server's router kept the slot busy "
                      "until the generation ended")
     print("slot free %.0f ms after the client left" % ((time.monotonic() - gone) * 1000))
+
+
+def test_an_alias_over_two_real_servers_goes_where_the_model_is_up(make_box, sshd, tmp, model_files, make_gate):
+    """[Alias] laguna over 3090 (local box) and a9 (a box through ssh), each with the real router as its
+    mainline engine and a fork engine: requests follow the warm copy, and no GPU switches for the alias"""
+    tiny, _ = model_files
+    local, remote = make_box(), make_box()
+    conf = FAST
+    for name, box in (("3090", local), ("a9", remote)):
+        port = free_port()
+        a, b = os.path.join(tmp, name + "-mainline"), os.path.join(tmp, name + "-fork")
+        os.makedirs(a)
+        os.makedirs(b)
+        os.link(tiny, os.path.join(a, "laguna-xs.gguf"))
+        os.link(tiny, os.path.join(b, "flint-xs.gguf"))
+        box.add_unit("llama-mainline.service", router_unit("mainline", port, a, "-c 512", "llama-fork.service"))
+        box.add_unit("llama-fork.service", router_unit("fork", port, b, "-c 512", "llama-mainline.service"))
+        box.reload()
+        if box is local:
+            conf += local_host(name, port)
+        else:
+            conf += ("[Host]\nName=a9\nURL=http://127.0.0.1:%d\nBus=ssh:root@127.0.0.1:%d\nSSHCommand=%s\n"
+                     "BusPath=unix:path=%s\n" % (port, sshd.port, sshd.ssh_command, box.bus))
+        for engine, models in (("mainline", "laguna-*"), ("fork", "flint-*")):
+            conf += "[Engine]\nHost=%s\nName=%s\nUnit=llama-%s.service\nModels=%s\nStartTimeoutSec=60s\n" % (
+                name, engine, engine, models)
+    conf += "[Alias]\nName=laguna\nTargets=3090-laguna-xs a9-laguna-xs\n"
+    g = make_gate(conf, env=gate_env(local))
+    g.wait_log("host 3090 up")
+    g.wait_log("host a9 up")
+
+    def served(model, path=CHAT):
+        r = ask(g, model, path=path)
+        body = json.loads(r.read())
+        assert r.status == 200, body
+        return r.getheader("X-Modelgate-Served-By"), body
+
+    # nothing runs: the first target can start its engine without stopping another
+    who, body = served("laguna")
+    assert who == "3090/mainline" and body["model"] == "laguna-xs"
+    # 3090 goes to fork for a direct request; the alias then starts a9's copy rather than switch 3090 back
+    assert served("3090-flint-xs")[0] == "3090/fork"
+    assert served("laguna")[0] == "a9/mainline"
+    switches = g.logtext().count("switching to engine")
+    assert switches == 3
+    for path in (CHAT, MESSAGES, CHAT, MESSAGES):
+        who, body = served("laguna", path)
+        assert who == "a9/mainline", body
+    assert g.logtext().count("switching to engine") == switches  # none for the alias once a copy is warm
+    assert 'model="laguna" host=a9 target=a9-laguna-xs status=200' in g.logtext()
+    assert local.active_state("llama-fork.service") == "active"
+    assert remote.active_state("llama-mainline.service") == "active"
