@@ -143,13 +143,11 @@ static int parse_bus_item(const char *v, void *data) {
         return parse_string_item(v, data);
 }
 
-/* A model name of its own: what a client sends as "model" and a glob of a tier's Models= can match. */
+/* SPEC §3: an alias name has a host name's characters (no '-'), so that it can never read as
+ * "<host>-<key>" */
 static int parse_alias_name_item(const char *v, void *data) {
-        if (!*v || strlen(v) > 128)
-                return -EINVAL;
-        for (const char *p = v; *p; p++)
-                if (!isalnum((unsigned char)*p) && !strchr("_.-@:/+", *p))
-                        return -EINVAL;
+        if (!host_name_is_valid(v))
+                return -EDOM;
         return parse_string_item(v, data);
 }
 

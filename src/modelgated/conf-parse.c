@@ -54,10 +54,12 @@ static int apply_assignment(Config *c, const char *name, const Assignment *a, vo
         if (r == -ENOMEM)
                 return log_oom();
         if (r < 0)
-                return config_error(c, r, "%s:%u: [%s] %s='%s' is not valid%s", name, a->line,
-                                    section_kind_to_string(a->item->section), a->item->key, a->value,
-                                    r == -EPROTONOSUPPORT ? " (only http:// and https:// URLs are supported)"
-                                                          : "");
+                return config_error(
+                        c, r == -EDOM ? EINVAL : r, "%s:%u: [%s] %s='%s' is not valid%s", name, a->line,
+                        section_kind_to_string(a->item->section), a->item->key, a->value,
+                        r == -EPROTONOSUPPORT ? " (only http:// and https:// URLs are supported)"
+                        : r == -EDOM          ? " (letters, digits, '_' and '.', at most 64, as a host name)"
+                                              : "");
         return 0;
 }
 

@@ -103,20 +103,14 @@ static int verify_fallback(Config *c, const FallbackConf *f) {
 }
 
 /* An alias is the operator's promise that its targets are interchangeable: each must be a model modelgate
- * can route, and the alias's own name must not be one (the host's name would win, and the alias would
- * never be used). A target is "<host>-<key>", never an alias, so aliases cannot form a cycle. */
+ * can route. Its own name has no '-' (conf-items.c), so it never collides with "<host>-"; a target is
+ * "<host>-<key>", never an alias, so aliases cannot form a cycle. */
 static int verify_alias(Config *c, size_t i) {
         const AliasConf *a = &c->aliases[i];
         const HostConf *h;
         const char *key;
         int r = 0;
 
-        h = config_host_of_model(c, a->name, NULL);
-        if (h)
-                r = config_error(c, EINVAL,
-                                 "%s:%u: [Alias] '%s' starts with host name '%s' and '-': it would name a "
-                                 "model of that host, not the alias",
-                                 a->file, a->line, a->name, h->name);
         if (strv_length(a->targets) == 0)
                 r = config_error(c, EINVAL, "%s:%u: [Alias] '%s' has no Targets=", a->file, a->line,
                                  a->name);
