@@ -265,3 +265,22 @@ def test_a_tiers_models_match_the_alias_name(make_double, make_gate, tmp):
     c.request("GET", "/v1/models", headers=auth)
     ids = [m["id"] for m in json.loads(c.getresponse().read())["data"]]
     assert ids == ["laguna"], ids
+
+
+def test_an_alias_in_the_query_and_on_model_calls_is_its_target(make_double, make_gate):
+    d = make_double("--models", "laguna-xs,qwen", "--loaded", "qwen")
+    g = make_gate(host_conf("h1", d.url) + "[Alias]\nName=laguna\nTargets=h1-laguna-xs\n")
+    c = g.conn()
+    r = post(c, "/models/load", {"model": "laguna"})
+    assert r.status == 200, r.read()
+    r.read()
+    c.request("GET", "/props?model=laguna")
+    r = c.getresponse()
+    assert r.status == 200, r.read()
+    r.read()
+    r = post(c, "/v1/messages", {"model": "laguna", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status == 200 and json.loads(r.read())["type"] == "message"
+    seen = [(q["path"], json.loads(q["body"])["model"] if q.get("body") else None) for q in d.requests()
+            if q["path"] != "/models"]
+    assert ("/props?model=laguna-xs", None) in seen, seen
+    assert ("/models/load", "laguna-xs") in seen and ("/v1/messages", "laguna-xs") in seen, seen
