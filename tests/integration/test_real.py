@@ -425,6 +425,6 @@ def test_an_alias_over_two_real_servers_goes_where_the_model_is_up(make_box, ssh
         who, body = served("laguna", path)
         assert who == "a9/mainline", body
     assert g.logtext().count("switching to engine") == switches  # none for the alias once a copy is warm
-    assert 'model="laguna" host=a9 target=a9-laguna-xs status=200' in g.logtext()
+    g.wait_log('model="laguna" host=a9 target=a9-laguna-xs status=200')
     assert local.active_state("llama-fork.service") == "active"
     assert remote.active_state("llama-mainline.service") == "active"
