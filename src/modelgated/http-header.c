@@ -21,7 +21,7 @@ Span http_request_header(const HttpRequest *r, const char *name) {
         return http_header_table_find(buffer_peek(&r->head), r->headers, r->n_headers, name);
 }
 
-int http_header_table_add(HttpHeader **headers, size_t *n, size_t *n_alloc, size_t max, size_t at) {
+int http_header_table_add_grow(HttpHeader **headers, size_t *n, size_t *n_alloc, size_t max, size_t at) {
         if (*n >= max)
                 return -E2BIG;
         if (*n == *n_alloc) {
@@ -37,23 +37,13 @@ int http_header_table_add(HttpHeader **headers, size_t *n, size_t *n_alloc, size
 }
 
 Span http_header_table_find(const char *base, const HttpHeader *headers, size_t n, const char *name) {
+        size_t l = strlen(name);
+
+        /* the name's length first: most headers differ in it */
         for (size_t i = 0; i < n; i++)
-                if (span_caseeq((Span){base + headers[i].name, headers[i].name_len}, name))
+                if (headers[i].name_len == l && strncasecmp(base + headers[i].name, name, l) == 0)
                         return (Span){base + headers[i].value, headers[i].value_len};
         return (Span){};
-}
-
-bool span_caseeq(Span s, const char *t) {
-        return s.p && strlen(t) == s.n && strncasecmp(s.p, t, s.n) == 0;
-}
-
-bool span_startswith(Span s, const char *prefix) {
-        size_t l = strlen(prefix);
-        return s.n >= l && memcmp(s.p, prefix, l) == 0;
-}
-
-bool span_eq(Span s, const char *t) {
-        return s.p && strlen(t) == s.n && memcmp(s.p, t, s.n) == 0;
 }
 
 bool span_has_token(Span list, const char *token) {
@@ -61,14 +51,12 @@ bool span_has_token(Span list, const char *token) {
 }
 
 bool http_header_is_hop_by_hop(Span name) {
-        static const char *const names[] = {
-                "Connection",        "Keep-Alive", "Proxy-Connection", "TE",   "Trailer",
-                "Transfer-Encoding", "Upgrade",    "Content-Length",   "Host", "Expect",
-        };
-        for (size_t i = 0; i < ELEMENTSOF(names); i++)
-                if (span_caseeq(name, names[i]))
-                        return true;
-        return false;
+        /* spelled out, not a loop over a table: each comparison is then one of lengths, as a rule */
+        return span_caseeq(name, "Connection") || span_caseeq(name, "Keep-Alive") ||
+               span_caseeq(name, "Proxy-Connection") || span_caseeq(name, "TE") ||
+               span_caseeq(name, "Trailer") || span_caseeq(name, "Transfer-Encoding") ||
+               span_caseeq(name, "Upgrade") || span_caseeq(name, "Content-Length") ||
+               span_caseeq(name, "Host") || span_caseeq(name, "Expect");
 }
 
 bool http_header_is_credential(Span name) {

@@ -14,6 +14,25 @@
 
 #include "modelgated/http.h"
 
+/* The bytes each part of the head may hold, one lookup per byte (the checks run on every byte of every
+ * request): a request target's (RFC 3986: no control character, space, byte above 0x7E or '#'), a
+ * header name's (tchar, RFC 9110 §5.6.2) and a header value's (no control character but TAB). */
+static const bool target_byte[256] = {
+        [0x21 ... 0x22] = true, /* '#' (0x23) is not */
+        [0x24 ... 0x7e] = true,
+};
+static const bool tchar[256] = {
+        ['0' ... '9'] = true, ['A' ... 'Z'] = true, ['a' ... 'z'] = true, ['!'] = true,  ['#'] = true,
+        ['$'] = true,         ['%'] = true,         ['&'] = true,         ['\''] = true, ['*'] = true,
+        ['+'] = true,         ['-'] = true,         ['.'] = true,         ['^'] = true,  ['_'] = true,
+        ['`'] = true,         ['|'] = true,         ['~'] = true,
+};
+static const bool value_byte[256] = {
+        ['\t'] = true,
+        [0x20 ... 0x7e] = true,
+        [0x80 ... 0xff] = true,
+};
+
 static HttpParser *parser_of(llhttp_t *l) {
         return l->data;
 }
@@ -44,15 +63,14 @@ static int on_url(llhttp_t *l, const char *at, size_t n) {
         /* RFC 9112 §3.2, RFC 3986: no control character, TAB or byte above 0x7F goes raw in a target
          * (llhttp 8 lets TAB and 0x80-0xFF through, and they would reach the host and the log); a
          * fragment is never sent by a client, and would not be the host's business */
-        for (size_t i = 0; i < n; i++) {
-                unsigned char c = (unsigned char)at[i];
-                if (c <= 0x20 || c >= 0x7f)
-                        return fail(p, 400,
-                                    "the request target holds a byte that must be %-encoded (a control "
-                                    "character, TAB, or a byte above 0x7E)");
-                if (c == '#')
-                        return fail(p, 400, "the request target has a #fragment");
-        }
+        size_t i = 0;
+        while (i < n && target_byte[(unsigned char)at[i]])
+                i++;
+        if (i < n)
+                return at[i] == '#' ? fail(p, 400, "the request target has a #fragment")
+                                    : fail(p, 400,
+                                           "the request target holds a byte that must be %-encoded (a "
+                                           "control character, TAB, or a byte above 0x7E)");
         if (buffer_append(&p->req.head, at, n) < 0)
                 return fail(p, 500, "out of memory");
         p->req.url_len += n;
@@ -91,8 +109,7 @@ static int on_header_field(llhttp_t *l, const char *at, size_t n) {
 }
 
 bool http_is_tchar(unsigned char c) {
-        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-               (c != 0 && strchr("!#$%&'*+-.^_`|~", c));
+        return tchar[c];
 }
 
 static int on_header_field_complete(llhttp_t *l) {
@@ -103,13 +120,13 @@ static int on_header_field_complete(llhttp_t *l) {
 
         /* RFC 9112 §5.1: no whitespace between a field name and the colon, a server MUST answer 400.
          * llhttp 8 keeps "Authorization " as the name, which no filter would recognise. */
-        for (size_t i = 0; i < name.n; i++) {
-                unsigned char c = (unsigned char)name.p[i];
-                if (c == ' ' || c == '\t')
-                        return fail(p, 400, "a request header has whitespace before its colon");
-                if (!http_is_tchar(c))
-                        return fail(p, 400, "a request header name holds a character that is not allowed");
-        }
+        size_t i = 0;
+        while (i < name.n && tchar[(unsigned char)name.p[i]])
+                i++;
+        if (i < name.n)
+                return name.p[i] == ' ' || name.p[i] == '\t'
+                               ? fail(p, 400, "a request header has whitespace before its colon")
+                               : fail(p, 400, "a request header name holds a character that is not allowed");
         if (name.n == 0)
                 return fail(p, 400, "a request header has an empty name");
         current_header(p)->value = buffer_size(&p->req.head);
@@ -122,14 +139,15 @@ static int on_header_value(llhttp_t *l, const char *at, size_t n) {
 
         if (account(p, n) < 0)
                 return -1;
-        /* llhttp hands an obs-fold continuation to us as part of the value */
-        if (memchr(at, '\r', n) || memchr(at, '\n', n))
-                return fail(p, 400, "obsolete line folding in a request header");
-        for (size_t i = 0; i < n; i++) {
-                unsigned char c = (unsigned char)at[i];
-                if ((c < 0x20 && c != '\t') || c == 0x7f)
-                        return fail(p, 400, "a request header value holds a control character");
-        }
+        /* one pass for both refusals; CR and LF are control characters too, and win wherever they are:
+         * llhttp hands an obs-fold continuation to us as part of the value */
+        size_t i = 0;
+        while (i < n && value_byte[(unsigned char)at[i]])
+                i++;
+        if (i < n)
+                return memchr(at, '\r', n) || memchr(at, '\n', n)
+                               ? fail(p, 400, "obsolete line folding in a request header")
+                               : fail(p, 400, "a request header value holds a control character");
         if (p->headers_complete)
                 return 0;
         if (buffer_append(&p->req.head, at, n) < 0)
@@ -193,9 +211,10 @@ static int on_headers_complete(llhttp_t *l) {
         /* RFC 9112 §3.2.2: a server MUST accept the absolute form; the path is what matters here */
         Span url = http_request_url(r);
         size_t skip = 0;
-        if (url.n >= 7 && strncasecmp(url.p, "http://", 7) == 0)
+        /* the usual form, "/...", is not compared with either */
+        if (url.n >= 7 && url.p[0] != '/' && strncasecmp(url.p, "http://", 7) == 0)
                 skip = 7;
-        else if (url.n >= 8 && strncasecmp(url.p, "https://", 8) == 0)
+        else if (url.n >= 8 && url.p[0] != '/' && strncasecmp(url.p, "https://", 8) == 0)
                 skip = 8;
         if (skip > 0) {
                 const char *slash = memchr(url.p + skip, '/', url.n - skip);

@@ -10,6 +10,8 @@
 #include <llhttp.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
+#include <strings.h>
 
 #include "shared/buffer.h"
 
@@ -20,8 +22,16 @@ typedef struct HttpHeader {
 
 /* A table of headers whose names and values are offsets into one buffer, as the request parser and an
  * upstream's response parser both collect them. Adds an entry starting at offset 'at' (the table grows
- * by doubling); -E2BIG when it holds max already, -ENOMEM. */
-int http_header_table_add(HttpHeader **headers, size_t *n, size_t *n_alloc, size_t max, size_t at);
+ * by doubling); -E2BIG when it holds max already, -ENOMEM. Inline where there is room, as there is for
+ * all but a connection's first few headers. */
+int http_header_table_add_grow(HttpHeader **headers, size_t *n, size_t *n_alloc, size_t max, size_t at);
+static inline int http_header_table_add(HttpHeader **headers, size_t *n, size_t *n_alloc, size_t max,
+                                        size_t at) {
+        if (*n >= *n_alloc || *n >= max)
+                return http_header_table_add_grow(headers, n, n_alloc, max, at);
+        (*headers)[(*n)++] = (HttpHeader){.name = at};
+        return 0;
+}
 /* The value of the first header named name (case-insensitive), or an empty Span. */
 Span http_header_table_find(const char *base, const HttpHeader *headers, size_t n, const char *name);
 
@@ -97,9 +107,20 @@ Span http_header_value(const HttpRequest *r, size_t i);
 /* The value of the first header called name (case-insensitive), or a NULL span */
 Span http_request_header(const HttpRequest *r, const char *name);
 
-bool span_caseeq(Span s, const char *t);
-bool span_eq(Span s, const char *t);
-bool span_startswith(Span s, const char *prefix);
+/* Inline, so that the length of a literal t is known where it is called, and a span of another
+ * length costs one comparison: every header of every request is held against several names. */
+static inline bool span_caseeq(Span s, const char *t) {
+        size_t l = strlen(t);
+        return s.p && l == s.n && strncasecmp(s.p, t, l) == 0;
+}
+static inline bool span_eq(Span s, const char *t) {
+        size_t l = strlen(t);
+        return s.p && l == s.n && memcmp(s.p, t, l) == 0;
+}
+static inline bool span_startswith(Span s, const char *prefix) {
+        size_t l = strlen(prefix);
+        return s.n >= l && memcmp(s.p, prefix, l) == 0;
+}
 /* A token in a comma-separated header value, case-insensitive ("close" in "keep-alive, Close") */
 bool span_has_token(Span list, const char *token);
 bool span_list_has(Span list, Span token);

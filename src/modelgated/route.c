@@ -23,6 +23,13 @@ static void skip_ws(Scanner *s) {
                 s->p++;
 }
 
+/* The bytes a JSON string holds as they are: not '"', '\\' or a control character */
+static const bool json_plain[256] = {
+        [0x20 ... 0x21] = true,
+        [0x23 ... 0x5b] = true,
+        [0x5d ... 0xff] = true,
+};
+
 static int scan_string(Scanner *s, bool *ret_escaped) {
         bool escaped = false;
 
@@ -31,7 +38,7 @@ static int scan_string(Scanner *s, bool *ret_escaped) {
         s->p++;
         for (;;) {
                 /* memchr-like fast path over the plain bytes */
-                while (s->p < s->end && *s->p != '"' && *s->p != '\\' && (unsigned char)*s->p >= 0x20)
+                while (s->p < s->end && json_plain[(unsigned char)*s->p])
                         s->p++;
                 if (s->p >= s->end || (unsigned char)*s->p < 0x20)
                         return -EBADMSG;
@@ -100,12 +107,9 @@ static int scan_scalar(Scanner *s) {
 
 #define JSON_MAX_DEPTH 512
 
-/* Whether the key at b..e (quotes included) is name: the host's JSON parser decodes escapes, so
- * "mo\u0064el" and "str\u0065am" are what they spell */
-static bool key_is(const char *b, const char *e, bool escaped, const char *name) {
-        size_t l = strlen(name);
-        if (!escaped)
-                return (size_t)(e - b) == l + 2 && memcmp(b + 1, name, l) == 0;
+/* Whether the key at b..e (quotes included), written with escapes, is name (of length l): the host's
+ * JSON parser decodes them, so "mo\u0064el" and "str\u0065am" are what they spell */
+static bool key_is_escaped(const char *b, const char *e, const char *name, size_t l) {
         _cleanup_free_ char *copy = strndup(b, (size_t)(e - b));
         if (!copy)
                 return false;
@@ -115,6 +119,15 @@ static bool key_is(const char *b, const char *e, bool escaped, const char *name)
                  memcmp(json_object_get_string(o), name, l) == 0;
         json_object_put(o);
         return r;
+}
+
+/* Whether the key at b..e (quotes included) is name. Inline: it is asked twice of every key of the
+ * body, and a key without escapes is the rule. */
+static inline bool key_is(const char *b, const char *e, bool escaped, const char *name) {
+        size_t l = strlen(name);
+        if (escaped)
+                return key_is_escaped(b, e, name, l);
+        return (size_t)(e - b) == l + 2 && memcmp(b + 1, name, l) == 0;
 }
 
 int json_find_model(const char *body, size_t n, Span *ret_span, char **ret_model, bool *ret_stream) {
@@ -255,34 +268,39 @@ done:
 }
 
 char *json_quote(const char *s) {
-        Buffer b = {};
+        size_t l = 2;
+        char *o, *q;
 
-        if (buffer_append(&b, "\"", 1) < 0)
-                goto fail;
-        for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-                int r;
-                if (*p == '"' || *p == '\\')
-                        r = buffer_printf(&b, "\\%c", *p);
-                else if (*p < 0x20)
-                        r = buffer_printf(&b, "\\u%04x", *p);
-                else
-                        r = buffer_append(&b, p, 1);
-                if (r < 0)
-                        goto fail;
-        }
-        if (buffer_append(&b, "\"", 1) < 0)
-                goto fail;
-        return buffer_steal(&b, NULL);
-fail:
-        buffer_done(&b);
-        return NULL;
+        /* measured first, then written into one allocation of its size: every request with a model in
+         * its body has its key quoted */
+        for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+                l += *p == '"' || *p == '\\' ? 2 : *p < 0x20 ? 6 : 1;
+        o = q = malloc(l + 1);
+        if (!o)
+                return NULL;
+        *q++ = '"';
+        for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+                if (*p == '"' || *p == '\\') {
+                        *q++ = '\\';
+                        *q++ = (char)*p;
+                } else if (*p < 0x20) {
+                        memcpy(q, "\\u00", 4);
+                        q[4] = "0123456789abcdef"[*p >> 4];
+                        q[5] = "0123456789abcdef"[*p & 15];
+                        q += 6;
+                } else
+                        *q++ = (char)*p;
+        *q++ = '"';
+        *q = 0;
+        return o;
 }
 
 Span url_path(Span url) {
-        size_t i = 0;
-        while (i < url.n && url.p[i] != '?' && url.p[i] != '#')
-                i++;
-        return (Span){url.p, i};
+        /* up to the first '?' or '#': memchr() over a path is faster than a loop testing both */
+        const char *q = url.n > 0 ? memchr(url.p, '?', url.n) : NULL;
+        size_t n = q ? (size_t)(q - url.p) : url.n;
+        const char *h = n > 0 ? memchr(url.p, '#', n) : NULL;
+        return (Span){url.p, h ? (size_t)(h - url.p) : n};
 }
 
 static int unhex(char c) {
@@ -331,16 +349,14 @@ int query_find_model(Span url, Span *ret_span, char **ret_model) {
 
         if (i >= url.n || url.p[i] != '?')
                 return -ENOENT;
-        for (size_t k = i; k < url.n; k++)
-                if (url.p[k] == '#') {
-                        qend = k;
-                        break;
-                }
+        const char *hash = memchr(url.p + i, '#', url.n - i);
+        if (hash)
+                qend = (size_t)(hash - url.p);
         i++;
         while (i < qend) {
                 size_t s = i;
-                while (i < qend && url.p[i] != '&')
-                        i++;
+                const char *amp = memchr(url.p + i, '&', qend - i);
+                i = amp ? (size_t)(amp - url.p) : qend;
                 Span param = {url.p + s, i - s};
                 const char *eq = memchr(param.p, '=', param.n);
                 Span name = {param.p, eq ? (size_t)(eq - param.p) : param.n};

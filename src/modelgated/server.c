@@ -61,14 +61,19 @@ static int accept_cb(sd_event_source *s, int fd, uint32_t revents, void *userdat
 
 /* log.c's buffered lines are written when the loop has nothing else to do */
 static sd_event_source *log_flush_source;
+static bool log_flush_armed; /* log_flush_source is ONESHOT: the flush is to come */
 
 static int log_flush_cb(sd_event_source *s, void *userdata) {
+        log_flush_armed = false;
         log_flush();
         return 0;
 }
 
 static void log_request_flush(void) {
-        (void)sd_event_source_set_enabled(log_flush_source, SD_EVENT_ONESHOT);
+        /* once per turn of the loop, not once per line: each request logs one */
+        if (log_flush_armed)
+                return;
+        log_flush_armed = sd_event_source_set_enabled(log_flush_source, SD_EVENT_ONESHOT) >= 0;
 }
 
 static void clients_changed(void *userdata);
@@ -137,6 +142,7 @@ Server *server_free(Server *s) {
         sd_event_source_disable_unref(s->exit_idle_timer);
         log_set_buffered(NULL);
         log_flush_source = sd_event_source_disable_unref(log_flush_source);
+        log_flush_armed = false;
         manager_set_callbacks(s->manager, NULL, NULL);
         sd_event_unref(s->event);
         return mfree(s);
@@ -568,6 +574,7 @@ int server_start(Server *s) {
         if (sd_event_add_defer(s->event, &log_flush_source, log_flush_cb, NULL) >= 0) {
                 (void)sd_event_source_set_priority(log_flush_source, SD_EVENT_PRIORITY_IDLE);
                 (void)sd_event_source_set_enabled(log_flush_source, SD_EVENT_OFF);
+                log_flush_armed = false;
                 log_set_buffered(log_request_flush);
         }
 

@@ -35,7 +35,7 @@ static int buffer_reserve(Buffer *b, size_t n) {
         return 0;
 }
 
-int buffer_append(Buffer *b, const void *p, size_t n) {
+int buffer_append_grow(Buffer *b, const void *p, size_t n) {
         if (n == 0)
                 return 0;
         if (buffer_reserve(b, n) < 0)
@@ -43,10 +43,6 @@ int buffer_append(Buffer *b, const void *p, size_t n) {
         memcpy(b->data + b->end, p, n);
         b->end += n;
         return 0;
-}
-
-int buffer_append_str(Buffer *b, const char *s) {
-        return buffer_append(b, s, strlen(s));
 }
 
 int buffer_printf(Buffer *b, const char *fmt, ...) {

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "shared/macro.h"
 
@@ -29,8 +30,22 @@ static inline bool buffer_is_empty(const Buffer *b) {
         return b->end == b->start;
 }
 
-int buffer_append(Buffer *b, const void *p, size_t n);
-int buffer_append_str(Buffer *b, const char *s);
+/* buffer_append() when the room is not there yet: grows the buffer first */
+int buffer_append_grow(Buffer *b, const void *p, size_t n);
+/* Inline, as buffer_append_str(): a request's head is a few dozen appends, most of them of a few bytes
+ * known where they are written, into room that is there already. */
+static inline int buffer_append(Buffer *b, const void *p, size_t n) {
+        if (n == 0)
+                return 0;
+        if (b->alloc - b->end < n)
+                return buffer_append_grow(b, p, n);
+        memcpy(b->data + b->end, p, n);
+        b->end += n;
+        return 0;
+}
+static inline int buffer_append_str(Buffer *b, const char *s) {
+        return buffer_append(b, s, strlen(s));
+}
 int buffer_printf(Buffer *b, const char *fmt, ...) _printf_(2, 3);
 /* decimal, without printf: for what every request writes */
 int buffer_append_u64(Buffer *b, uint64_t v);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "shared/log.h"
@@ -67,16 +68,30 @@ int log_internal(int level, int error, const char *file, int line, const char *f
 }
 
 void log_line(int level, const char *s, size_t n) {
+        char b[4096];
+        size_t k = 0;
+
         if (LOG_PRI(level) > max_level)
                 return;
         if (use_prefix < 0)
                 use_prefix = !isatty(STDERR_FILENO);
         if (use_prefix) {
-                char p[3] = {'<', (char)('0' + LOG_PRI(level)), '>'};
-                fwrite(p, 1, sizeof(p), stderr);
+                b[k++] = '<';
+                b[k++] = (char)('0' + LOG_PRI(level));
+                b[k++] = '>';
         }
-        fwrite(s, 1, n, stderr);
-        fputc('\n', stderr);
+        if (n < sizeof(b) - k) {
+                /* one write into stderr's buffer (and one lock of it) for the line, as a rule: there is
+                 * one for every request */
+                memcpy(b + k, s, n);
+                b[k + n] = '\n';
+                fwrite(b, 1, k + n + 1, stderr);
+        } else {
+                if (k > 0)
+                        fwrite(b, 1, k, stderr);
+                fwrite(s, 1, n, stderr);
+                fputc('\n', stderr);
+        }
         if (!flush_hook || LOG_PRI(level) <= LOG_WARNING)
                 fflush(stderr);
         else
