@@ -75,10 +75,11 @@ void upstream_pool_put(Upstream *u) {
         buffer_done(&u->request);
         u->request_sent = 0;
         u->reading = true;
+        u->read_pending = false;
         upstream_parser_init(u);
         LIST_PREPEND(idle, p->idle, u);
         p->n_idle++;
-        if (upstream_update_io(u) < 0 ||
-            upstream_arm_timer(u, upstream_now(u) + UPSTREAM_IDLE_TIMEOUT_USEC) < 0)
+        /* its socket stays registered as it was: an edge while idle is the host closing it */
+        if (upstream_arm_timer(u, upstream_now(u) + UPSTREAM_IDLE_TIMEOUT_USEC) < 0)
                 upstream_free(u);
 }
