@@ -25,6 +25,12 @@
 #define UPSTREAM_IDLE_MAX 64
 /* what the socket is registered for, once, for its whole life */
 #define UPSTREAM_EVENTS (EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET)
+/* A pooled connection idle for less than this is taken without a look at its socket (a MSG_PEEK, one
+ * system call on every reuse). Hosts close idle connections only after seconds (llama-server's
+ * cpp-httplib after 5 s, nginx after 60 s), and a close the loop has seen freed the connection or is
+ * pending on its event source, which is checked too; a close the loop has not seen yet is a race with
+ * the host's keep-alive timer, which is only near after a while. */
+#define UPSTREAM_POOL_TRUST_USEC (1 * USEC_PER_SEC)
 
 typedef enum UpstreamState {
         UPSTREAM_CONNECTING,
@@ -56,6 +62,7 @@ struct Upstream {
          * see client-internal.h); what it waits for is in the state and these flags */
         bool read_pending; /* input may be in the socket that no edge will announce (left while paused) */
         bool peer_shut;    /* the host's FIN (or an error) was seen: a short read is not an empty socket */
+        usec_t idle_since; /* in the pool since */
 
         Buffer request;
         size_t request_sent;
