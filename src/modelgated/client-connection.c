@@ -11,6 +11,8 @@ static void client_linger(Client *c);
 static void client_free(Client *c);
 static int client_flush(Client *c);
 static void client_process(Client *c);
+static int client_read(Client *c);
+static void client_read_failed(Client *c, int error);
 
 static const ClientOps client_ops = {
         .flush = client_flush,
@@ -63,33 +65,30 @@ static void client_set_timer(Client *c, usec_t rel) {
         (void)sd_event_source_set_enabled(c->timer, SD_EVENT_ONESHOT);
 }
 
-static void client_update_events(Client *c) {
-        /* edge-triggered: with many clients ready at once, level-triggered sockets would be polled
-         * again by every epoll_wait (one per event sd-event dispatches) until they are served */
-        uint32_t ev = EPOLLRDHUP | EPOLLET;
-
-        /* input is read while an answer is produced too (up to CLIENT_READ_SIZE, for pipelined
-         * requests), so that the common keep-alive exchange needs no epoll change per request */
-        if (((c->state == CLIENT_WAITING || c->state == CLIENT_READING || c->state == CLIENT_RESPONDING) &&
-             buffer_size(&c->in) < CLIENT_READ_SIZE) ||
-            c->state == CLIENT_LINGERING)
-                ev |= EPOLLIN;
-        if (!buffer_is_empty(&c->out))
-                ev |= EPOLLOUT;
-        (void)sd_event_source_set_io_events(c->io, ev);
+/* Whether the socket is read now: input is read while an answer is produced too (up to
+ * CLIENT_READ_SIZE, for pipelined requests); a connection that closes reads nothing more, one that
+ * lingers reads to drop */
+static bool client_may_read(const Client *c) {
+        if (c->state == CLIENT_LINGERING)
+                return true;
+        return c->state != CLIENT_CLOSING && buffer_size(&c->in) < CLIENT_READ_SIZE;
 }
 
 /* Writes what can be written now. < 0: the client is gone (the caller frees it). */
 static int client_flush(Client *c) {
         bool progress = false;
 
-        while (!buffer_is_empty(&c->out)) {
+        /* after an EAGAIN the socket is full: the EPOLLOUT edge that comes when it drains goes on */
+        while (!buffer_is_empty(&c->out) && !c->out_blocked) {
                 ssize_t k =
                         send(c->fd, buffer_peek(&c->out), buffer_size(&c->out), MSG_NOSIGNAL | MSG_DONTWAIT);
                 if (k < 0) {
-                        if (errno == EAGAIN || errno == EINTR)
-                                break;
-                        return -errno;
+                        if (errno == EINTR)
+                                continue;
+                        if (errno != EAGAIN)
+                                return -errno;
+                        c->out_blocked = true;
+                        break;
                 }
                 buffer_consume(&c->out, (size_t)k);
                 progress = true;
@@ -105,7 +104,6 @@ static int client_flush(Client *c) {
                 client_set_timer(c, manager_config(c->manager)->idle_timeout_usec);
         if (!buffer_is_empty(&c->out) && buffer_size(&c->out) > CLIENT_OUT_HIGH && c->x->upstream)
                 upstream_set_reading(c->x->upstream, false);
-        client_update_events(c);
         return 0;
 }
 
@@ -227,6 +225,19 @@ static Step client_parse(Client *c) {
         return STEP_WAIT;
 }
 
+/* Input left unread while reading was paused has no edge of its own to come: it is read as soon as the
+ * parser has made room (or the state lets reading go on) */
+static Step client_resume_read(Client *c) {
+        if (!c->read_pending || c->read_eof || !client_may_read(c))
+                return STEP_WAIT;
+        int r = client_read(c);
+        if (r < 0) {
+                client_read_failed(c, r);
+                return STEP_GONE;
+        }
+        return r > 0 ? STEP_AGAIN : STEP_WAIT;
+}
+
 static void client_process(Client *c) {
         Step step = STEP_AGAIN;
 
@@ -240,6 +251,8 @@ static void client_process(Client *c) {
                         step = client_advance(c);
                 if (step == STEP_PARSE)
                         step = client_parse(c);
+                if (step == STEP_WAIT)
+                        step = client_resume_read(c);
         }
         if (step == STEP_GONE)
                 return;
@@ -274,16 +287,25 @@ static void client_linger(Client *c) {
         c->state = CLIENT_LINGERING;
         buffer_clear(&c->in);
         client_set_timer(c, CLIENT_LINGER_USEC);
-        (void)sd_event_source_set_io_events(c->io, EPOLLIN | EPOLLRDHUP | EPOLLET);
+        /* what is in the socket now came while it was not read: its edge has passed */
+        if ((unread > 0 || c->read_pending) && client_read(c) < 0)
+                client_free(c);
 }
 
-/* The socket is edge-triggered: read until it is empty (or the input buffer is full; then EPOLLIN is
- * dropped, and taking it back re-arms the edge). */
+/* The socket is edge-triggered: it is read until a read comes back short (it was empty then, and what
+ * comes later raises an edge of its own: no read that ends in EAGAIN), or until reading must stop (the
+ * input buffer is full; read_pending then tells that input may be left). Once the client's FIN was
+ * seen, its edge has come and gone: the socket is read up to the end. */
 static int client_read(Client *c) {
         char buf[CLIENT_READ_SIZE];
         bool got = false;
 
-        while (c->state == CLIENT_LINGERING || buffer_size(&c->in) < CLIENT_READ_SIZE) {
+        c->read_pending = false;
+        for (;;) {
+                if (!client_may_read(c)) {
+                        c->read_pending = true;
+                        break;
+                }
                 ssize_t k = recv(c->fd, buf, sizeof(buf), MSG_DONTWAIT);
                 if (k < 0) {
                         if (errno == EINTR)
@@ -300,10 +322,11 @@ static int client_read(Client *c) {
                         return 1;
                 }
                 got = true;
-                if (c->state == CLIENT_LINGERING)
-                        continue; /* dropped */
-                if (buffer_append(&c->in, buf, (size_t)k) < 0)
+                /* lingering, it is dropped */
+                if (c->state != CLIENT_LINGERING && buffer_append(&c->in, buf, (size_t)k) < 0)
                         return -ENOMEM;
+                if ((size_t)k < sizeof(buf) && !c->peer_shut)
+                        break;
         }
         if (got && c->state == CLIENT_READING && c->parser.headers_complete)
                 client_set_timer(
@@ -311,33 +334,45 @@ static int client_read(Client *c) {
         return got;
 }
 
+/* The client's socket failed, or it went away: the connection ends */
+static void client_read_failed(Client *c, int error) {
+        /* EOF between requests is the normal end of a keep-alive connection */
+        if (c->state == CLIENT_READING && error == -ECONNRESET)
+                log_debug("Client %s closed in the middle of a request", c->peer);
+        /* the client went away while its answer was produced */
+        if (c->state == CLIENT_RESPONDING && !c->x->response_complete) {
+                if (c->feed)
+                        client_log_access(c, "feed");
+                else if (c->x->model || c->x->method)
+                        client_log_access(c, "cut=client");
+        }
+        client_free(c);
+}
+
 static int client_io_cb(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
         Client *c = userdata;
-        int r;
+        int r = 0;
 
-        if (c->read_eof)
-                r = revents & (EPOLLHUP | EPOLLERR) ? -ECONNRESET : 0;
-        else if (revents & EPOLLIN)
+        if (revents & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+                c->peer_shut = true;
+        if (c->read_eof || !(revents & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)))
+                r = 0; /* its input has ended, or the socket only became writable */
+        else if (client_may_read(c))
                 r = client_read(c);
         else if (revents & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
                 r = -ECONNRESET; /* not reading (the input buffer is full): the end shows here */
         else
-                r = 0;
+                c->read_pending = true; /* read when reading resumes */
+        /* after the end of its input, a socket shut both ways is a client gone (a reset): whatever is
+         * still answered has nowhere to go. This edge may be the one that brought the end. */
+        if (r >= 0 && c->read_eof && (revents & (EPOLLHUP | EPOLLERR)))
+                r = -ECONNRESET;
         if (r < 0) {
-                /* EOF between requests is the normal end of a keep-alive connection */
-                if (c->state == CLIENT_READING && r == -ECONNRESET)
-                        log_debug("Client %s closed in the middle of a request", c->peer);
-                /* the client went away while its answer was produced */
-                if (c->state == CLIENT_RESPONDING && !c->x->response_complete) {
-                        if (c->feed)
-                                client_log_access(c, "feed");
-                        else if (c->x->model || c->x->method)
-                                client_log_access(c, "cut=client");
-                }
-                client_free(c);
+                client_read_failed(c, r);
                 return 0;
         }
-        if (revents & EPOLLOUT) {
+        if ((revents & EPOLLOUT) && c->out_blocked) {
+                c->out_blocked = false;
                 if (client_flush(c) < 0) {
                         client_free(c);
                         return 0;
@@ -442,7 +477,8 @@ int client_new(ClientSet *set, int fd, const struct sockaddr *peer, socklen_t pe
         uint64_t same = counted ? ++*counted : 0;
         c->address_counted = counted;
 
-        r = sd_event_add_io(event, &c->io, fd, EPOLLIN | EPOLLRDHUP | EPOLLET, client_io_cb, c);
+        /* the one registration of the socket (see client-internal.h) */
+        r = sd_event_add_io(event, &c->io, fd, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, client_io_cb, c);
         if (r >= 0)
                 r = sd_event_add_time_relative(event, &c->timer, CLOCK_MONOTONIC, config->idle_timeout_usec,
                                                0, client_timer_cb, c);

@@ -14,10 +14,14 @@
  *   LINGERING  after an error that left request bytes unread: our side is shut down and input is
  *              drained for a moment, so that the client reads the error instead of a reset (a close
  *              with unread input makes the kernel send RST, which can destroy the answer in flight)
- * Reading from the socket stops while a response is produced, so pipelined
- * requests wait in the socket and in 'in', and are parsed one at a time.
- * While a response streams, the socket is watched for EPOLLRDHUP only: a
- * client that goes away cancels the host's work at once. */
+ * Pipelined requests wait in the socket and in 'in', and are parsed one at a time; the socket is read
+ * while a response is produced (up to CLIENT_READ_SIZE of input), so that a client that goes away
+ * cancels the host's work at once.
+ * The socket is registered once, for EPOLLIN|EPOLLOUT|EPOLLRDHUP edge-triggered, as nginx does, and its
+ * interest set never changes: an epoll_ctl() per change would be most of the system calls of a request.
+ * What it waits for is in the flags instead: out_blocked (a send hit EAGAIN: the next EPOLLOUT edge goes
+ * on), and, for input that is not read at once (the input buffer is full, or the connection closes),
+ * read_pending (input may wait that no edge will announce: reading resumes with a read). */
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -99,6 +103,9 @@ struct Client {
         bool answered_one; /* a response went out on this connection */
         bool read_eof;     /* the client shut its side: what it sent is answered, then the connection ends */
         bool eof_probed;   /* since then, something went out that a closed socket answers with a reset */
+        bool out_blocked;  /* a send hit EAGAIN: nothing more is sent before the socket's EPOLLOUT edge */
+        bool read_pending; /* input may be in the socket whose edge came (or was left) while not reading */
+        bool peer_shut; /* its FIN (or an error) was seen: a short read does not mean the socket is empty */
 
         Buffer in;
         HttpParser parser;

@@ -126,7 +126,9 @@ int main(int argc, char *argv[]) {
                 return EX_CONFIG;
         }
 
-        r = sd_event_default(&event);
+        /* a loop of our own, not the thread's default one: sd-event checks that a default loop runs in
+         * the thread that made it with a gettid() on every turn, a system call per event dispatched */
+        r = sd_event_new(&event);
         if (r >= 0)
                 r = manager_new(event, user, &m);
         if (r < 0) {

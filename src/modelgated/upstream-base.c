@@ -1,13 +1,12 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The Upstream's own primitives, which both the exchange (upstream-connection.c) and the pool
- * (upstream-pool.c) use: freeing it, the events its socket waits for in each state, its one timer, and
- * the loop's time. They sit below both so that the pool, which holds connections between exchanges,
- * does not call back into the exchange. Unlinking from the pool's idle list is here too, because
+ * (upstream-pool.c) use: freeing it, re-arming its socket's edges, its one timer, and the loop's
+ * time. They sit below both so that the pool, which holds connections between exchanges, does not
+ * call back into the exchange. Unlinking from the pool's idle list is here too, because
  * freeing an idle connection must do it. The timer's source is made by upstream-connection.c, which
  * owns what expiry means; here it is only set and stopped. */
 
 #include <assert.h>
-#include <sys/epoll.h>
 #include <unistd.h>
 
 #include "modelgated/upstream-internal.h"
@@ -35,33 +34,9 @@ Upstream *upstream_free(Upstream *u) {
         return NULL;
 }
 
-int upstream_update_io(Upstream *u) {
-        uint32_t events = 0;
-
-        switch (u->state) {
-        case UPSTREAM_CONNECTING:
-                events = EPOLLOUT;
-                break;
-        case UPSTREAM_HANDSHAKE:
-                events = u->tls_events;
-                break;
-        case UPSTREAM_SENDING:
-                events = EPOLLOUT | EPOLLIN; /* a host may answer (an error) before it read everything */
-                break;
-        case UPSTREAM_RECEIVING:
-                events = u->reading ? EPOLLIN : 0;
-                break;
-        case UPSTREAM_IDLE:
-                events = EPOLLIN; /* the host closing its end, or garbage */
-                break;
-        }
-        if (events == 0)
-                return sd_event_source_set_enabled(u->io, SD_EVENT_OFF);
-        /* edge-triggered, like the client side (see client_update_events()) */
-        int r = sd_event_source_set_io_events(u->io, events | EPOLLET);
-        if (r < 0)
-                return r;
-        return sd_event_source_set_enabled(u->io, SD_EVENT_ON);
+int upstream_rearm(Upstream *u) {
+        /* sd-event never skips the epoll_ctl() for an edge-triggered source, even with the same mask */
+        return sd_event_source_set_io_events(u->io, UPSTREAM_EVENTS);
 }
 
 int upstream_arm_timer(Upstream *u, usec_t deadline) {

@@ -93,7 +93,10 @@ void upstream_set_reading(Upstream *u, bool on) {
         if (!u || u->reading == on)
                 return;
         u->reading = on;
-        (void)upstream_update_io(u);
+        /* input left while paused has no edge to come: a re-armed one brings it through the loop, not
+         * read from here, where the owner is in the middle of a flush */
+        if (on && u->read_pending)
+                (void)upstream_rearm(u);
 }
 
 static void upstream_finish_ok(Upstream *u, size_t leftover) {
@@ -102,7 +105,8 @@ static void upstream_finish_ok(Upstream *u, size_t leftover) {
         /* only a connection whose request went out whole and whose answer was read whole: a host that
          * answered early (413 before reading a big body) would take the next request's bytes for the
          * rest of this body */
-        bool reuse = u->resp.keep_alive && leftover == 0 && u->request_sent == buffer_size(&u->request);
+        bool reuse = u->resp.keep_alive && leftover == 0 && u->request_sent == buffer_size(&u->request) &&
+                     !u->peer_shut; /* a FIN already read raises no edge in the pool */
 
         upstream_detach(u);
         if (reuse)
@@ -153,64 +157,76 @@ static void upstream_handle_eof(Upstream *u) {
         upstream_fail(u, -ECONNABORTED);
 }
 
-static void upstream_read(Upstream *u) {
+/* The owner's cancel, or a callback's refusal, after the parser has returned */
+static void upstream_end_cancelled(Upstream *u) {
+        if (!u->cb) /* the owner cancelled: nobody to tell */
+                return (void)upstream_free(u);
+        upstream_fail(u, u->cancel_error);
+}
+
+/* What one read brought: parsed, and handed to the owner. false: the exchange ended (u is gone, or
+ * pooled) */
+static bool upstream_take(Upstream *u, const char *buf, size_t k) {
+        touch(u);
+        if (u->state == UPSTREAM_SENDING)
+                u->state = UPSTREAM_RECEIVING; /* the host answers before reading the whole request */
+        u->got_bytes = true;
+        u->in_parser = true;
+        llhttp_errno_t e = llhttp_execute(&u->parser, buf, k);
+        u->in_parser = false;
+
+        if (u->cancel_error)
+                return upstream_end_cancelled(u), false;
+        if (e == HPE_PAUSED && u->complete) {
+                size_t used = (size_t)(llhttp_get_error_pos(&u->parser) - buf);
+                return upstream_finish_ok(u, k - used), false;
+        }
+        if (e != HPE_OK) {
+                log_debug("Malformed response from %s: %s", u->authority,
+                          llhttp_get_error_reason(&u->parser));
+                return upstream_fail(u, -EPROTO), false;
+        }
+        /* what this read gave the owner goes on now, in one write (head and body alike) */
+        if (u->cb && u->cb->on_read_end) {
+                u->in_parser = true;
+                u->cb->on_read_end(u, u->userdata);
+                u->in_parser = false;
+                if (u->cancel_error)
+                        return upstream_end_cancelled(u), false;
+        }
+        return true;
+}
+
+/* Edge-triggered: read until a plain read comes back short (the socket was empty then; what comes later
+ * raises an edge of its own), or up to EAGAIN through TLS (a record at a time: short says nothing), or
+ * until the owner cannot take more (read_pending: input may be left, and resuming re-arms the edge).
+ * After the host's FIN the socket is read to its end: that edge is spent. false: the exchange ended, or
+ * moved on to a new connection. */
+static bool upstream_read(Upstream *u) {
         char buf[UPSTREAM_READ_SIZE];
 
-        /* edge-triggered: read until the socket is empty, or the owner cannot take more (then the
-         * source is disabled, and enabling it again re-arms the edge); each read goes on at once */
-        while (u->reading) {
+        u->read_pending = false;
+        for (;;) {
+                if (!u->reading) {
+                        u->read_pending = true;
+                        return true;
+                }
                 ssize_t k = upstream_io_read(u, buf, sizeof(buf));
                 if (k < 0) {
                         if (errno == EINTR)
                                 continue;
                         if (errno == EAGAIN)
-                                return;
+                                return true;
                         if (!u->got_bytes && upstream_maybe_retry(u))
-                                return;
-                        return upstream_fail(u, -errno);
+                                return false;
+                        return upstream_fail(u, -errno), false;
                 }
                 if (k == 0)
-                        return upstream_handle_eof(u);
-                touch(u);
-
-                if (u->state == UPSTREAM_SENDING) {
-                        /* the host answers before reading the whole request; stop sending */
-                        u->state = UPSTREAM_RECEIVING;
-                        if (upstream_update_io(u) < 0)
-                                return upstream_fail(u, -ENOMEM);
-                }
-                u->got_bytes = true;
-                u->in_parser = true;
-                llhttp_errno_t e = llhttp_execute(&u->parser, buf, (size_t)k);
-                u->in_parser = false;
-
-                if (u->cancel_error) {
-                        if (!u->cb) /* the owner cancelled: nobody to tell */
-                                return (void)upstream_free(u);
-                        return upstream_fail(u, u->cancel_error);
-                }
-                if (e == HPE_PAUSED && u->complete) {
-                        size_t used = (size_t)(llhttp_get_error_pos(&u->parser) - buf);
-                        return upstream_finish_ok(u, (size_t)k - used);
-                }
-                if (e != HPE_OK) {
-                        log_debug("Malformed response from %s: %s", u->authority,
-                                  llhttp_get_error_reason(&u->parser));
-                        return upstream_fail(u, -EPROTO);
-                }
-                /* what this read gave the owner goes on now, in one write (head and body alike) */
-                if (u->cb && u->cb->on_read_end) {
-                        u->in_parser = true;
-                        u->cb->on_read_end(u, u->userdata);
-                        u->in_parser = false;
-                        if (u->cancel_error) {
-                                if (!u->cb)
-                                        return (void)upstream_free(u);
-                                return upstream_fail(u, u->cancel_error);
-                        }
-                }
-                if (u->state != UPSTREAM_RECEIVING)
-                        return;
+                        return upstream_handle_eof(u), false;
+                if (!upstream_take(u, buf, (size_t)k) || u->state != UPSTREAM_RECEIVING)
+                        return false;
+                if (!u->ssl && (size_t)k < sizeof(buf) && !u->peer_shut)
+                        return true;
         }
 }
 
@@ -219,7 +235,9 @@ static void upstream_write(Upstream *u) {
                 ssize_t k = upstream_io_write(u, buffer_peek(&u->request) + u->request_sent,
                                               buffer_size(&u->request) - u->request_sent);
                 if (k < 0) {
-                        if (errno == EAGAIN || errno == EINTR)
+                        if (errno == EINTR)
+                                continue;
+                        if (errno == EAGAIN) /* the socket is full: its EPOLLOUT edge goes on */
                                 return;
                         if (upstream_maybe_retry(u))
                                 return;
@@ -228,15 +246,13 @@ static void upstream_write(Upstream *u) {
                 u->request_sent += (size_t)k;
         }
         u->state = UPSTREAM_RECEIVING;
-        if (upstream_update_io(u) < 0)
-                upstream_fail(u, -ENOMEM);
 }
 
 /* Connected (and, for https, the handshake done): the request goes, bounded by the owner's deadline
  * from now on instead of the connect timeout. */
 static void upstream_connected(Upstream *u) {
         u->state = UPSTREAM_SENDING;
-        if (upstream_update_io(u) < 0 || upstream_arm_timer(u, u->deadline) < 0)
+        if (upstream_arm_timer(u, u->deadline) < 0)
                 return upstream_fail(u, -ENOMEM);
         upstream_write(u);
 }
@@ -248,21 +264,26 @@ static void upstream_handshake_step(Upstream *u) {
                 return upstream_fail(u, r);
         if (r > 0)
                 return upstream_connected(u);
-        /* it waits for what u->tls_events now says */
-        if (upstream_update_io(u) < 0)
-                upstream_fail(u, -ENOMEM);
+        /* else it waits for the socket's next edge */
 }
 
 static int upstream_io_cb(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
         Upstream *u = userdata;
+        /* the socket is registered for EPOLLOUT always: an event may say only that it is writable */
+        bool input = revents & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR);
 
+        if (revents & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+                u->peer_shut = true;
         switch (u->state) {
         case UPSTREAM_IDLE:
                 /* the host closed (or sent something unasked): this connection is done */
-                upstream_free(u);
+                if (input)
+                        upstream_free(u);
                 return 0;
 
         case UPSTREAM_CONNECTING: {
+                if (!(revents & (EPOLLOUT | EPOLLERR | EPOLLHUP)))
+                        return 0;
                 int error = 0;
                 socklen_t l = sizeof(error);
                 if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &l) < 0)
@@ -287,16 +308,16 @@ static int upstream_io_cb(sd_event_source *s, int fd, uint32_t revents, void *us
                 return 0;
 
         case UPSTREAM_SENDING:
-                if (revents & EPOLLIN) {
-                        upstream_read(u);
+                /* an answer first: a host that answers early stops the sending (TLS may read nothing) */
+                if ((revents & EPOLLIN) && (!upstream_read(u) || u->state != UPSTREAM_SENDING))
                         return 0;
-                }
                 if (revents & (EPOLLOUT | EPOLLERR | EPOLLHUP))
                         upstream_write(u);
                 return 0;
 
         case UPSTREAM_RECEIVING:
-                upstream_read(u);
+                if (input)
+                        (void)upstream_read(u);
                 return 0;
         }
         return 0;
@@ -356,16 +377,15 @@ static int upstream_connect(Upstream *u) {
                 if (r < 0)
                         return r;
         }
-        r = sd_event_add_io(u->pool->event, &u->io, fd, EPOLLOUT | EPOLLET, upstream_io_cb, u);
+        /* the one registration of the socket: the edge of the connect's end is an EPOLLOUT */
+        r = sd_event_add_io(u->pool->event, &u->io, fd, UPSTREAM_EVENTS, upstream_io_cb, u);
         if (r < 0)
                 return r;
         u->fd = TAKE_FD(fd);
         u->state = UPSTREAM_CONNECTING;
         u->got_bytes = u->headers_done = u->complete = false;
+        u->read_pending = u->peer_shut = false;
         upstream_parser_init(u);
-        r = upstream_update_io(u);
-        if (r < 0)
-                return r;
         /* the timer is made here, where what its expiry means is known; a retry re-arms the one it has */
         usec_t deadline = upstream_now(u) + UPSTREAM_CONNECT_TIMEOUT_USEC;
         if (!u->timer)
@@ -394,22 +414,23 @@ static Upstream *upstream_new(UpstreamPool *p, const HttpUrl *url) {
         return u;
 }
 
-/* A pooled socket is writable: the request goes now, in one send() as a rule, and no epoll change is
- * needed to wait for the answer. Anything but a full send is left to the loop, so that a failure
- * reaches the owner after it has stored the pointer we return (and a stale connection is retried
- * there). */
+/* A pooled socket is writable: the request goes now, in one send() as a rule. Anything but a full send
+ * is left to the loop, so that a failure reaches the owner after it has stored the pointer we return
+ * (and a stale connection is retried there): after EAGAIN the socket's EPOLLOUT edge comes, after an
+ * error a re-armed edge brings it. */
 static int upstream_send_reused(Upstream *u) {
-        int r;
         ssize_t k = upstream_io_write(u, buffer_peek(&u->request), buffer_size(&u->request));
 
         if (k > 0)
                 u->request_sent = (size_t)k;
         if (u->request_sent == buffer_size(&u->request))
                 u->state = UPSTREAM_RECEIVING;
-        r = upstream_update_io(u);
-        if (r >= 0)
-                r = upstream_arm_timer(u, u->deadline);
-        return r;
+        else if (k < 0 && errno != EAGAIN) {
+                int r = upstream_rearm(u);
+                if (r < 0)
+                        return r;
+        }
+        return upstream_arm_timer(u, u->deadline);
 }
 
 int upstream_start(UpstreamPool *p, const HttpUrl *url, Buffer *request, bool head_request,

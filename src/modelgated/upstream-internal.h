@@ -11,6 +11,7 @@
 
 #include <llhttp.h>
 #include <openssl/types.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 
 #include "modelgated/upstream.h"
@@ -22,6 +23,14 @@
 /* below llama.cpp's (cpp-httplib's) 5 s keep-alive, so that we rarely send into a closing socket */
 #define UPSTREAM_IDLE_TIMEOUT_USEC (4 * USEC_PER_SEC)
 #define UPSTREAM_IDLE_MAX 64
+/* what the socket is registered for, once, for its whole life */
+#define UPSTREAM_EVENTS (EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET)
+/* A pooled connection idle for less than this is taken without a look at its socket (a MSG_PEEK, one
+ * system call on every reuse). Hosts close idle connections only after seconds (llama-server's
+ * cpp-httplib after 5 s, nginx after 60 s), and a close the loop has seen freed the connection or is
+ * pending on its event source, which is checked too; a close the loop has not seen yet is a race with
+ * the host's keep-alive timer, which is only near after a while. */
+#define UPSTREAM_POOL_TRUST_USEC (1 * USEC_PER_SEC)
 
 typedef enum UpstreamState {
         UPSTREAM_CONNECTING,
@@ -47,9 +56,13 @@ struct Upstream {
         struct sockaddr_storage address;
         socklen_t address_len;
         char *authority;
-        SSL *ssl;            /* https */
-        char *tls_host;      /* https: the name (or address) the certificate must be for; NULL: http */
-        uint32_t tls_events; /* what the handshake waits for */
+        SSL *ssl;       /* https */
+        char *tls_host; /* https: the name (or address) the certificate must be for; NULL: http */
+        /* the socket is registered once, for EPOLLIN|EPOLLOUT|EPOLLRDHUP edge-triggered (as the client's,
+         * see client-internal.h); what it waits for is in the state and these flags */
+        bool read_pending; /* input may be in the socket that no edge will announce (left while paused) */
+        bool peer_shut;    /* the host's FIN (or an error) was seen: a short read is not an empty socket */
+        usec_t idle_since; /* in the pool since */
 
         Buffer request;
         size_t request_sent;
@@ -81,7 +94,7 @@ struct Upstream {
 int upstream_tls_new(Upstream *u, int fd);
 void upstream_tls_close(Upstream *u);
 SSL_CTX *upstream_tls_context_free(SSL_CTX *ctx);
-/* One step of the handshake: 1 when it is done, 0 when it waits for u->tls_events, or < 0
+/* One step of the handshake: 1 when it is done, 0 when it waits for the socket, or < 0
  * (-EKEYREJECTED for an untrusted certificate, -EPROTO) when it failed; the caller goes on from there. */
 int upstream_handshake(Upstream *u);
 /* read(2) and send(2), through TLS for https: the same results (bytes, 0 at the end, -1 with errno,
@@ -96,8 +109,9 @@ void upstream_parser_init(Upstream *u);
 Upstream *upstream_free(Upstream *u);
 /* Out of the pool's idle list, before the connection is freed or used */
 void upstream_pool_remove(Upstream *u);
-/* The events u->io waits for in u's state */
-int upstream_update_io(Upstream *u);
+/* The socket's edges raised again as they stand (one epoll_ctl): for what no new edge will announce,
+ * such as input left while reading was paused; the loop dispatches it as an event */
+int upstream_rearm(Upstream *u);
 /* Sets the timer to deadline, or stops it for USEC_INFINITY; the timer must exist for a deadline
  * (upstream_connect() makes it) */
 int upstream_arm_timer(Upstream *u, usec_t deadline);

@@ -2,7 +2,8 @@
 /* The idle connections hosts keep alive, so that the next request to the same address (and, for https,
  * the same name) skips the connect and the handshake. A connection goes idle only after an exchange
  * that ended cleanly; it stays for a few seconds at most, is closed when the host closes it, and is
- * checked once more when taken, since the host may have closed it a moment ago. The pool also owns
+ * checked once more when taken, since the host may have closed it a moment ago (a look at its socket
+ * only after it has been idle for a while, see UPSTREAM_POOL_TRUST_USEC). The pool also owns
  * the process's TLS context (upstream-tls.c makes it). */
 
 #include <string.h>
@@ -43,16 +44,30 @@ static Upstream *pool_find(UpstreamPool *p, const HttpUrl *url) {
         return NULL;
 }
 
+/* Whether a pooled connection looks open: its socket is peeked only after UPSTREAM_POOL_TRUST_USEC */
+static bool pool_alive(Upstream *u) {
+        uint32_t revents;
+        char b;
+
+        /* an event the loop has read but not dispatched yet: the host closed, or sent something unasked
+         * (an EPOLLOUT alone is room freed in its socket) */
+        if (sd_event_source_get_pending(u->io) > 0 && sd_event_source_get_io_revents(u->io, &revents) >= 0 &&
+            (revents & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)))
+                return false;
+        if (upstream_now(u) < u->idle_since + UPSTREAM_POOL_TRUST_USEC)
+                return true;
+        ssize_t k = recv(u->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+        /* through TLS, bytes may be a session ticket */
+        return (k < 0 && (errno == EAGAIN || errno == EINTR)) || (k > 0 && u->ssl);
+}
+
 Upstream *upstream_pool_take(UpstreamPool *p, const HttpUrl *url) {
         Upstream *u;
 
         /* a pooled connection the host has closed meanwhile (its FIN not yet seen by the loop) is
          * dropped before anything is written on it */
         while ((u = pool_find(p, url))) {
-                char b;
-                ssize_t k = recv(u->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-                if ((k < 0 && (errno == EAGAIN || errno == EINTR)) || (k > 0 && u->ssl)) {
-                        /* alive (through TLS, bytes may be a session ticket) */
+                if (pool_alive(u)) {
                         upstream_pool_remove(u);
                         break;
                 }
@@ -75,10 +90,12 @@ void upstream_pool_put(Upstream *u) {
         buffer_done(&u->request);
         u->request_sent = 0;
         u->reading = true;
+        u->read_pending = false;
         upstream_parser_init(u);
         LIST_PREPEND(idle, p->idle, u);
         p->n_idle++;
-        if (upstream_update_io(u) < 0 ||
-            upstream_arm_timer(u, upstream_now(u) + UPSTREAM_IDLE_TIMEOUT_USEC) < 0)
+        /* its socket stays registered as it was: an edge while idle is the host closing it */
+        u->idle_since = upstream_now(u);
+        if (upstream_arm_timer(u, u->idle_since + UPSTREAM_IDLE_TIMEOUT_USEC) < 0)
                 upstream_free(u);
 }

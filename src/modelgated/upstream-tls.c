@@ -10,7 +10,6 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
-#include <sys/epoll.h>
 #include <unistd.h>
 
 #include "modelgated/upstream-internal.h"
@@ -58,7 +57,6 @@ int upstream_tls_new(Upstream *u, int fd) {
                    SSL_set1_host(u->ssl, u->tls_host) != 1)
                 return -ENOMEM;
         SSL_set_connect_state(u->ssl);
-        u->tls_events = EPOLLOUT;
         return 0;
 }
 
@@ -117,10 +115,8 @@ int upstream_handshake(Upstream *u) {
                 return 1;
         switch (SSL_get_error(u->ssl, k)) {
         case SSL_ERROR_WANT_READ:
-                u->tls_events = EPOLLIN;
-                return 0;
         case SSL_ERROR_WANT_WRITE:
-                u->tls_events = EPOLLOUT;
+                /* either ended in EAGAIN: the socket's next edge, whichever it is, goes on */
                 return 0;
         default: {
                 long v = SSL_get_verify_result(u->ssl);

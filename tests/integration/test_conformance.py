@@ -189,6 +189,34 @@ def test_half_close_after_a_complete_request_is_answered(gate):
     assert json.loads(responses[1][2])["model"] == "laguna-xs"
 
 
+
+def cpu_seconds(gate):
+    f = open("/proc/%d/stat" % gate.proc.pid).read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_a_half_closed_client_waiting_for_its_answer_costs_no_cpu(gate):
+    """the end of a client's input, once read, is not announced again: the loop sleeps while the host works
+    (it used to spin, each turn raising the readable socket's edge anew)"""
+    body = b'{"model":"3090-laguna-xs","messages":[{"role":"user","content":"%s hi"}]}'
+    post = lambda text: b"POST /v1/chat/completions HTTP/1.1\r\n" + H + \
+        b"Content-Length: %d\r\n\r\n" % len(body % text) + body % text
+    # the same path once before, so that a daemon under valgrind has translated its code
+    [(status, _, _)], _ = exchange(gate, post(b""), check_close=False)
+    assert status == 200
+    s = gate.sock()
+    s.settimeout(10)
+    s.sendall(post(b"[[delay:3]]"))
+    s.shutdown(socket.SHUT_WR)
+    f = s.makefile("rb")
+    assert read_response(f)[0] == 100  # the end of the input was read
+    before = cpu_seconds(gate)
+    status, _, reply = read_response(f)
+    spent = cpu_seconds(gate) - before
+    s.close()
+    assert status == 200 and json.loads(reply)["model"] == "laguna-xs"
+    assert spent < 0.5, "%.2f s of CPU while the host took 3 s" % spent
+
 def test_a_client_gone_while_its_answer_is_produced_cancels_it(gate, double):
     """the other side of the half-close: a client that closed (not half-closed) while its answer was on
     the way is found out by the probe, and the host's work is cut"""

@@ -138,6 +138,24 @@ def test_pipelined_requests_are_answered_in_order(gate):
     assert json.loads(out[3])["choices"][0]["message"]["content"] == "tok0 tok1 tok2 tok3 "
 
 
+
+def test_pipelined_requests_beyond_the_input_buffer_are_all_answered(gate):
+    # ~320 KiB of requests at once: modelgate stops reading at 64 KiB of unparsed input, and whatever is
+    # left in the socket then has no edge of its own to come, so reading must go on by itself
+    s = gate.sock()
+    s.settimeout(30)
+    reqs = b""
+    for i in range(40):
+        body = json.dumps(chat(text="[[tokens:%d]] %s" % (i % 4 + 1, "x" * 8000))).encode()
+        reqs += b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (CHAT.encode(), len(body), body)
+    s.sendall(reqs)
+    f = s.makefile("rb")
+    for i in range(40):
+        status, _, body = read_response(f)
+        assert status == 200, (i, body)
+        want = "".join("tok%d " % k for k in range(i % 4 + 1))
+        assert json.loads(body)["choices"][0]["message"]["content"] == want, i
+
 def test_chunked_request_body_and_expect_continue(gate, double):
     s = gate.sock()
     body = json.dumps(chat()).encode()
