@@ -50,18 +50,53 @@ bool span_has_token(Span list, const char *token) {
         return span_list_has(list, (Span){token, strlen(token)});
 }
 
+/* Whether the n bytes at p are the lower-case literal 'lower' (letters and '-') in any case: exact, as
+ * a letter and its capital differ in bit 5 only */
+static inline bool name_is(const char *p, const char *lower, size_t n) {
+        for (size_t i = 0; i < n; i++)
+                if (lower[i] == '-' ? p[i] != '-' : (p[i] | 0x20) != lower[i])
+                        return false;
+        return true;
+}
+
+/* The length first, then at most two names of that length: every header of every request and answer
+ * is held against these */
 bool http_header_is_hop_by_hop(Span name) {
-        /* spelled out, not a loop over a table: each comparison is then one of lengths, as a rule */
-        return span_caseeq(name, "Connection") || span_caseeq(name, "Keep-Alive") ||
-               span_caseeq(name, "Proxy-Connection") || span_caseeq(name, "TE") ||
-               span_caseeq(name, "Trailer") || span_caseeq(name, "Transfer-Encoding") ||
-               span_caseeq(name, "Upgrade") || span_caseeq(name, "Content-Length") ||
-               span_caseeq(name, "Host") || span_caseeq(name, "Expect");
+        switch (name.n) {
+        case 2:
+                return name_is(name.p, "te", 2);
+        case 4:
+                return name_is(name.p, "host", 4);
+        case 6:
+                return name_is(name.p, "expect", 6);
+        case 7:
+                return name_is(name.p, "trailer", 7) || name_is(name.p, "upgrade", 7);
+        case 10:
+                return name_is(name.p, "connection", 10) || name_is(name.p, "keep-alive", 10);
+        case 14:
+                return name_is(name.p, "content-length", 14);
+        case 16:
+                return name_is(name.p, "proxy-connection", 16);
+        case 17:
+                return name_is(name.p, "transfer-encoding", 17);
+        default:
+                return false;
+        }
 }
 
 bool http_header_is_credential(Span name) {
-        return span_caseeq(name, "Authorization") || span_caseeq(name, "X-Api-Key") ||
-               span_caseeq(name, "Proxy-Authorization") || span_caseeq(name, "Cookie");
+        switch (name.n) {
+        case 6:
+                return name_is(name.p, "cookie", 6);
+        case 9:
+                return name_is(name.p, "x-api-key", 9);
+        case 13:
+                return name_is(name.p, "authorization", 13);
+        case 19:
+                return name_is(name.p, "proxy-authorization", 19);
+        default:
+                return false;
+        }
 }
 
 bool span_list_has(Span list, Span token) {
