@@ -4,6 +4,7 @@
  * (hop-by-hop, framing, Host, Expect, credentials: SPEC §4). Kept apart from the parser (http.c), which
  * builds the HttpRequest these read: pure functions, no parser state. */
 
+#include <stdint.h>
 #include <string.h>
 #include <strings.h>
 
@@ -50,13 +51,30 @@ bool span_has_token(Span list, const char *token) {
         return span_list_has(list, (Span){token, strlen(token)});
 }
 
-/* Whether the n bytes at p are the lower-case literal 'lower' (letters and '-') in any case: exact, as
- * a letter and its capital differ in bit 5 only */
+static inline uint64_t load_bytes(const char *p, size_t n) {
+        uint64_t v = 0;
+        memcpy(&v, p, n);
+        return v;
+}
+
+/* Whether the n (<= 8) bytes at p are those of 'lower' (lower-case letters and '-') in any case: bit 5
+ * is set in p's bytes where lower has a letter (bit 6 set; a letter and its capital differ in bit 5
+ * only), and they must then be equal. Exact: a CR (0x0d) with bit 5 set would be a '-', but the '-'
+ * positions are compared as they are. */
+static inline bool chunk_is(const char *p, const char *lower, size_t n) {
+        uint64_t l = load_bytes(lower, n);
+        return (load_bytes(p, n) | ((l & UINT64_C(0x4040404040404040)) >> 1)) == l;
+}
+
+/* The same for any n: eight bytes at a time, the last eight overlapping. Inline, with n and lower
+ * constants where it is called, the literal's words and masks are constants too. */
 static inline bool name_is(const char *p, const char *lower, size_t n) {
-        for (size_t i = 0; i < n; i++)
-                if (lower[i] == '-' ? p[i] != '-' : (p[i] | 0x20) != lower[i])
+        if (n <= 8)
+                return chunk_is(p, lower, n);
+        for (size_t i = 0; i + 8 < n; i += 8)
+                if (!chunk_is(p + i, lower + i, 8))
                         return false;
-        return true;
+        return chunk_is(p + n - 8, lower + n - 8, 8);
 }
 
 /* The length first, then at most two names of that length: every header of every request and answer

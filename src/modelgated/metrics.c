@@ -107,8 +107,9 @@ void metrics_append_label(Buffer *b, const char *name, const char *value) {
         (void)buffer_append_str(b, "\"");
 }
 
-static bool series_is(const Series *s, Family f, const char *host, const char *engine, int status,
-                      const char *fallback) {
+/* always inline: the remembered series is checked with it on every record, which then costs no call */
+static _always_inline_ bool series_is(const Series *s, Family f, const char *host, const char *engine,
+                                      int status, const char *fallback) {
         return s->family == f && s->status == status && streq_ptr(s->host, host) &&
                streq_ptr(s->engine, engine) && streq_ptr(s->fallback, fallback);
 }
