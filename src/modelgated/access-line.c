@@ -19,6 +19,16 @@ static void out_mem(LineOut *o, const char *s, size_t l) {
         o->p += l;
 }
 
+/* A literal: inline, where its length is known, it is a few moves rather than a call */
+static inline void out_lit_n(LineOut *o, const char *s, size_t l) {
+        if ((size_t)(o->end - o->p) >= l) {
+                memcpy(o->p, s, l);
+                o->p += l;
+        } else
+                out_mem(o, s, l);
+}
+#define out_lit(o, s) out_lit_n(o, "" s, sizeof(s) - 1)
+
 static void out_str(LineOut *o, const char *s) {
         out_mem(o, s, strlen(s));
 }
@@ -39,67 +49,74 @@ static const bool plain[256] = {
         [0x80 ... 0xff] = true,
 };
 
-static void out_escaped(LineOut *o, const char *s) {
+static void out_escaped(LineOut *o, Span s) {
         char t[256];
-        size_t n = 0;
+        size_t i = 0;
 
-        s = s ?: "";
         /* as a rule nothing in it needs escaping, and it is short enough for log_escape() to keep it
-         * whole (it writes while 5 bytes are left in t): then it goes in as it is, without the copy */
-        while (plain[(unsigned char)s[n]])
-                n++;
-        if (s[n] == 0 && n <= sizeof(t) - 5) {
-                out_mem(o, s, n);
-                return;
+         * whole (it writes while 5 bytes are left in t): then it is copied as it is checked */
+        if (s.n <= sizeof(t) - 5 && s.n <= (size_t)(o->end - o->p)) {
+                while (i < s.n && plain[(unsigned char)s.p[i]]) {
+                        o->p[i] = s.p[i];
+                        i++;
+                }
+                if (i == s.n) {
+                        o->p += i;
+                        return;
+                }
         }
-        log_escape(t, sizeof(t), s, n + strlen(s + n));
+        log_escape(t, sizeof(t), s.p ?: "", s.n);
         out_str(o, t);
+}
+
+static Span str_span(const char *s) {
+        return (Span){s, s ? strlen(s) : 0};
 }
 
 size_t access_line_format(char *buf, size_t size, const AccessLine *l) {
         LineOut o = {buf, buf + size};
 
         out_str(&o, strna(l->method));
-        out_str(&o, " ");
-        out_escaped(&o, strna(l->path));
-        out_str(&o, " model=\"");
-        out_escaped(&o, l->model);
-        out_str(&o, "\" host=");
+        out_lit(&o, " ");
+        out_escaped(&o, l->path.p ? l->path : str_span("n/a"));
+        out_lit(&o, " model=\"");
+        out_escaped(&o, str_span(l->model));
+        out_lit(&o, "\" host=");
         out_str(&o, l->host ?: "-");
         if (l->target) {
-                out_str(&o, " target=");
+                out_lit(&o, " target=");
                 out_str(&o, l->target);
         }
-        out_str(&o, " status=");
+        out_lit(&o, " status=");
         out_u64(&o, (uint64_t)l->status, 0);
-        out_str(&o, " bytes=");
+        out_lit(&o, " bytes=");
         out_u64(&o, l->bytes, 0);
-        out_str(&o, " dur=");
+        out_lit(&o, " dur=");
         out_u64(&o, l->duration / USEC_PER_SEC, 0);
-        out_str(&o, ".");
+        out_lit(&o, ".");
         out_u64(&o, l->duration % USEC_PER_SEC / USEC_PER_MSEC, 3);
-        out_str(&o, "s from=");
+        out_lit(&o, "s from=");
         out_str(&o, l->peer);
-        out_str(&o, " ua=\"");
+        out_lit(&o, " ua=\"");
         out_escaped(&o, l->user_agent);
-        out_str(&o, "\"");
+        out_lit(&o, "\"");
         if (l->early) {
-                out_str(&o, " early=200");
+                out_lit(&o, " early=200");
                 if (l->error_status) {
-                        out_str(&o, " error=");
+                        out_lit(&o, " error=");
                         out_u64(&o, (uint64_t)l->error_status, 0);
                 }
         }
         if (l->key) {
-                out_str(&o, " key=");
+                out_lit(&o, " key=");
                 out_str(&o, l->key);
         }
         if (l->fallback) {
-                out_str(&o, " via=fallback/");
+                out_lit(&o, " via=fallback/");
                 out_str(&o, l->fallback);
         }
         if (l->note) {
-                out_str(&o, " ");
+                out_lit(&o, " ");
                 out_str(&o, l->note);
         }
         return (size_t)(o.p - buf);

@@ -9,12 +9,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "shared/macro.h"
 #include "shared/time-util.h"
 
 typedef struct AccessLine {
-        const char *method, *path, *model, *user_agent; /* as the client sent them: escaped here */
-        const char *host;                               /* NULL: the request reached no host */
-        const char *target;                             /* an alias's target, else NULL */
+        /* as the client sent them: escaped here (path and user agent are the request's own bytes) */
+        const char *method, *model;
+        Span path, user_agent;
+        const char *host;   /* NULL: the request reached no host */
+        const char *target; /* an alias's target, else NULL */
         const char *peer;
         int status;
         uint64_t bytes;

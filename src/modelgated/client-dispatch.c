@@ -5,11 +5,12 @@
 #include "modelgated/client-internal.h"
 
 /* The request for a host: the body is the client's with the bytes of 'span' (the model's value; empty:
- * none) replaced by 'with', written straight into the request, so that no rewritten copy of it is made. */
+ * none) replaced by 'key' as a JSON string, written straight into the request, so that no rewritten copy
+ * of the body (nor of the quoted key) is made. */
 static int build_upstream_request(Client *c, const HttpUrl *target, Span url, Span body, Span span,
-                                  const char *with, Buffer *out) {
+                                  const char *key, Buffer *out) {
         HttpRequest *r = &c->parser.req;
-        size_t pre = span.p ? (size_t)(span.p - body.p) : body.n, wl = span.p ? strlen(with) : 0;
+        size_t pre = span.p ? (size_t)(span.p - body.p) : body.n, wl = span.p ? json_quoted_len(key) : 0;
         size_t body_len = body.n - span.n + wl;
         int k;
 
@@ -23,16 +24,10 @@ static int build_upstream_request(Client *c, const HttpUrl *target, Span url, Sp
                 if (http_write_content_length(out, body_len) < 0)
                         return -ENOMEM;
         if (buffer_append_str(out, "\r\n") < 0 || buffer_append(out, body.p, pre) < 0 ||
-            buffer_append(out, with, wl) < 0 ||
-            (span.p && buffer_append(out, span.p + span.n, body.n - pre - span.n) < 0))
+            (span.p && (json_quote_append(out, key, wl) < 0 ||
+                        buffer_append(out, span.p + span.n, body.n - pre - span.n) < 0)))
                 return -ENOMEM;
         return 0;
-}
-
-/* Upstream callbacks: the host's answer, streamed */
-
-static char *span_dup(Span s) {
-        return s.p ? strndup(s.p, s.n) : NULL;
 }
 
 /* The request goes to its engine, and the budget for its answer starts (SPEC §3) */
@@ -126,8 +121,9 @@ bool client_admit_head(Client *c) {
         /* an answer on the head is the request's answer: its access line names it, and the body that
          * follows is not read (the connection closes) */
         c->x->start = client_now(c);
-        c->x->method = strdup(llhttp_method_name(r->method));
-        c->x->path = span_dup(path);
+        c->x->method = llhttp_method_name(r->method);
+        c->x->method_static = true;
+        c->x->path = path;
         c->x->api = api_kind_for_path(path);
         c->close_after_response = true;
         if (open) {
@@ -147,8 +143,9 @@ bool client_admit_head(Client *c) {
                 }
         }
         /* admitted: the request is dispatched when its body is in */
-        c->x->method = mfree(c->x->method);
-        c->x->path = mfree(c->x->path);
+        c->x->method = NULL;
+        c->x->method_static = false;
+        c->x->path = (Span){};
         c->close_after_response = close;
         return true;
 }
@@ -162,17 +159,16 @@ typedef struct Dispatch {
         bool in_body, in_query;
         const char *body;
         size_t body_len, url_len;
-        char *model, *qmodel;       /* as the client named it */
-        const char *key;            /* the model without its host */
-        char *quoted, *quoted_body; /* the key, for the query and for the body */
+        const char *model; /* as the client named it: the Exchange's copy */
+        char *qmodel;      /* the query's, while it is compared with the body's */
+        const char *key;   /* the model without its host */
+        char *quoted;      /* the key, for the query (the body's is written straight into the request) */
         char *new_url;
 } Dispatch;
 
 static void dispatch_done(Dispatch *d) {
-        free(d->model);
         free(d->qmodel);
         free(d->quoted);
-        free(d->quoted_body);
         free(d->new_url);
 }
 
@@ -180,9 +176,10 @@ static void exchange_begin(Client *c, Dispatch *d) {
         HttpRequest *r = d->r;
 
         c->x->start = client_now(c);
-        c->x->method = strdup(llhttp_method_name(r->method));
-        c->x->path = span_dup(d->path);
-        c->x->user_agent = span_dup(http_request_header(r, "User-Agent"));
+        c->x->method = llhttp_method_name(r->method);
+        c->x->method_static = true;
+        c->x->path = d->path;
+        c->x->user_agent = http_request_header(r, "User-Agent");
         c->x->api = api_kind_for_path(d->path);
         c->x->head = r->method == HTTP_HEAD;
         c->x->http10 = r->http_major == 1 && r->http_minor == 0;
@@ -247,10 +244,11 @@ static bool dispatch_own(Client *c, Dispatch *d) {
 
 /* The model the request names, in its body or its query (SPEC §2): false when answered */
 static bool dispatch_read_model(Client *c, Dispatch *d) {
+        _cleanup_free_ char *model = NULL; /* the body's */
         int k;
 
         if (d->body_len > 0) {
-                k = json_find_model(d->body, d->body_len, &d->span, &d->model, &c->x->streaming);
+                k = json_find_model(d->body, d->body_len, &d->span, &model, &c->x->streaming);
                 if (k == 0)
                         d->in_body = true;
                 else if (k == -EBADMSG)
@@ -296,25 +294,24 @@ static bool dispatch_read_model(Client *c, Dispatch *d) {
                        false;
         if (k < 0 && k != -ENOENT)
                 return client_respond_error(c, 500, NULL, "out of memory", NULL), false;
-        if (d->in_body && d->in_query && !streq(d->model, d->qmodel))
+        if (d->in_body && d->in_query && !streq(model, d->qmodel))
                 return client_respond_error(c, 400, "invalid_model",
                                             "the request names one model in its body and another in its "
                                             "query; name it once",
                                             NULL),
                        false;
         if (!d->in_body) {
-                free(d->model);
-                d->model = TAKE_PTR(d->qmodel);
+                model = TAKE_PTR(d->qmodel);
                 d->span = d->qspan;
         }
         /* control characters would go into log lines and the host's request as they are */
-        for (const char *q = d->model; *q; q++)
+        for (const char *q = model; *q; q++)
                 if ((unsigned char)*q < 0x20 || *q == 0x7f)
                         return client_respond_error(c, 400, "invalid_model",
                                                     "the model name holds a control character", NULL),
                                false;
         free(c->x->model);
-        c->x->model = strdup(d->model);
+        d->model = c->x->model = TAKE_PTR(model);
         return true;
 }
 
@@ -403,11 +400,7 @@ static bool dispatch_route(Client *c, Dispatch *d) {
 /* The model renamed to its key where the client named it (the host sees "laguna-xs"): false when
  * answered */
 static bool dispatch_rewrite(Client *c, Dispatch *d) {
-        if (d->in_body) {
-                d->quoted_body = json_quote(d->key);
-                if (!d->quoted_body)
-                        return client_respond_error(c, 500, NULL, "out of memory", NULL), false;
-        } else
+        if (!d->in_body)
                 d->span = (Span){};
         if (d->in_query) {
                 d->quoted = query_escape(d->key);
@@ -534,7 +527,7 @@ static void dispatch_to_host(Client *c, Dispatch *d) {
         if (engine < -1)
                 return;
         if (build_upstream_request(c, c->x->target, d->url, (Span){d->body ?: "", d->body ? d->body_len : 0},
-                                   d->span, d->quoted_body, &c->x->pending) < 0)
+                                   d->span, d->key, &c->x->pending) < 0)
                 return client_respond_error(c, 500, NULL, "out of memory", NULL);
         /* the request's own copy of the body is not needed any more, unless a fallback or an alias's next
          * target may need it */

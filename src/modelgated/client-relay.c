@@ -266,12 +266,12 @@ static void client_upstream_complete(Upstream *u, void *userdata) {
                         (void)buffer_append_str(&c->out, "0\r\n\r\n");
         }
         /* SPEC §4: the list is re-read after every load or unload that worked */
-        if (c->x->status >= 200 && c->x->status < 300 && c->x->path &&
-            (streq(c->x->path, "/models/load") || streq(c->x->path, "/models/unload"))) {
+        if (c->x->status >= 200 && c->x->status < 300 &&
+            (span_eq(c->x->path, "/models/load") || span_eq(c->x->path, "/models/unload"))) {
                 Host *h = manager_host(c->manager, c->x->host);
                 if (h)
                         catalog_model_call_done(host_catalog(h), c->x->model,
-                                                streq(c->x->path, "/models/load"));
+                                                span_eq(c->x->path, "/models/load"));
         }
         client_response_complete(c, NULL);
         if (c->ops->flush(c) < 0) {
@@ -332,8 +332,9 @@ static void client_upstream_error(Upstream *u, int error, bool started, void *us
                 }
         } else if (!started || (c->x->mode == MODE_HOLD && !c->x->head_sent)) {
                 if (!started) {
-                        log_debug("host %s: %s %s failed before an answer: %s", c->x->host->name,
-                                  c->x->method, c->x->path, upstream_strerror(error));
+                        log_debug("host %s: %s %.*s failed before an answer: %s", c->x->host->name,
+                                  c->x->method, (int)c->x->path.n, c->x->path.p ?: "",
+                                  upstream_strerror(error));
                         client_host_down(c, error);
                 } else {
                         snprintf(msg, sizeof(msg), "host '%s' ended its answer early (%s)", c->x->host->name,

@@ -13,10 +13,9 @@ void exchange_init(Exchange *x, Client *client) {
 }
 
 void exchange_done(Exchange *x) {
-        free(x->method);
-        free(x->path);
+        if (!x->method_static)
+                free((char *)x->method);
         free(x->model);
-        free(x->user_agent);
         config_unref(x->config);
         sd_event_source_disable_unref(x->budget);
         sd_event_source_disable_unref(x->keepalive);

@@ -30,7 +30,13 @@ typedef enum ResponseMode {
 typedef struct Exchange {
         Client *client;
         usec_t start;
-        char *method, *path, *model, *user_agent;
+        /* llhttp's name of the method (static), or a copy of "-" for a request that never parsed */
+        const char *method;
+        bool method_static;
+        /* in the parser's request head, which stays as it is until the exchange ends: the parser is fed
+         * again only for the next request */
+        Span path, user_agent;
+        char *model;
         const HostConf *host;
         Config *config;          /* host's: a reload meanwhile must not free it */
         const char *engine_name; /* in config */

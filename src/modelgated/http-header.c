@@ -4,6 +4,7 @@
  * (hop-by-hop, framing, Host, Expect, credentials: SPEC §4). Kept apart from the parser (http.c), which
  * builds the HttpRequest these read: pure functions, no parser state. */
 
+#include <stdint.h>
 #include <string.h>
 #include <strings.h>
 
@@ -50,18 +51,70 @@ bool span_has_token(Span list, const char *token) {
         return span_list_has(list, (Span){token, strlen(token)});
 }
 
+static inline uint64_t load_bytes(const char *p, size_t n) {
+        uint64_t v = 0;
+        memcpy(&v, p, n);
+        return v;
+}
+
+/* Whether the n (<= 8) bytes at p are those of 'lower' (lower-case letters and '-') in any case: bit 5
+ * is set in p's bytes where lower has a letter (bit 6 set; a letter and its capital differ in bit 5
+ * only), and they must then be equal. Exact: a CR (0x0d) with bit 5 set would be a '-', but the '-'
+ * positions are compared as they are. */
+static inline bool chunk_is(const char *p, const char *lower, size_t n) {
+        uint64_t l = load_bytes(lower, n);
+        return (load_bytes(p, n) | ((l & UINT64_C(0x4040404040404040)) >> 1)) == l;
+}
+
+/* The same for any n: eight bytes at a time, the last eight overlapping. Inline, with n and lower
+ * constants where it is called, the literal's words and masks are constants too. */
+static inline bool name_is(const char *p, const char *lower, size_t n) {
+        if (n <= 8)
+                return chunk_is(p, lower, n);
+        for (size_t i = 0; i + 8 < n; i += 8)
+                if (!chunk_is(p + i, lower + i, 8))
+                        return false;
+        return chunk_is(p + n - 8, lower + n - 8, 8);
+}
+
+/* The length first, then at most two names of that length: every header of every request and answer
+ * is held against these */
 bool http_header_is_hop_by_hop(Span name) {
-        /* spelled out, not a loop over a table: each comparison is then one of lengths, as a rule */
-        return span_caseeq(name, "Connection") || span_caseeq(name, "Keep-Alive") ||
-               span_caseeq(name, "Proxy-Connection") || span_caseeq(name, "TE") ||
-               span_caseeq(name, "Trailer") || span_caseeq(name, "Transfer-Encoding") ||
-               span_caseeq(name, "Upgrade") || span_caseeq(name, "Content-Length") ||
-               span_caseeq(name, "Host") || span_caseeq(name, "Expect");
+        switch (name.n) {
+        case 2:
+                return name_is(name.p, "te", 2);
+        case 4:
+                return name_is(name.p, "host", 4);
+        case 6:
+                return name_is(name.p, "expect", 6);
+        case 7:
+                return name_is(name.p, "trailer", 7) || name_is(name.p, "upgrade", 7);
+        case 10:
+                return name_is(name.p, "connection", 10) || name_is(name.p, "keep-alive", 10);
+        case 14:
+                return name_is(name.p, "content-length", 14);
+        case 16:
+                return name_is(name.p, "proxy-connection", 16);
+        case 17:
+                return name_is(name.p, "transfer-encoding", 17);
+        default:
+                return false;
+        }
 }
 
 bool http_header_is_credential(Span name) {
-        return span_caseeq(name, "Authorization") || span_caseeq(name, "X-Api-Key") ||
-               span_caseeq(name, "Proxy-Authorization") || span_caseeq(name, "Cookie");
+        switch (name.n) {
+        case 6:
+                return name_is(name.p, "cookie", 6);
+        case 9:
+                return name_is(name.p, "x-api-key", 9);
+        case 13:
+                return name_is(name.p, "authorization", 13);
+        case 19:
+                return name_is(name.p, "proxy-authorization", 19);
+        default:
+                return false;
+        }
 }
 
 bool span_list_has(Span list, Span token) {

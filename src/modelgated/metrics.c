@@ -65,7 +65,9 @@ typedef struct Series {
 struct Metrics {
         Series *series;
         size_t n_series;
-        size_t last; /* the series found last: requests come in runs for the same one */
+        /* the series each family found last: requests come in runs for the same one, and each records
+         * in several families (its wait, its first byte, its end) */
+        size_t last[_F_MAX];
 };
 
 Metrics *metrics_new(void) {
@@ -105,8 +107,9 @@ void metrics_append_label(Buffer *b, const char *name, const char *value) {
         (void)buffer_append_str(b, "\"");
 }
 
-static bool series_is(const Series *s, Family f, const char *host, const char *engine, int status,
-                      const char *fallback) {
+/* always inline: the remembered series is checked with it on every record, which then costs no call */
+static _always_inline_ bool series_is(const Series *s, Family f, const char *host, const char *engine,
+                                      int status, const char *fallback) {
         return s->family == f && s->status == status && streq_ptr(s->host, host) &&
                streq_ptr(s->engine, engine) && streq_ptr(s->fallback, fallback);
 }
@@ -117,11 +120,11 @@ static Series *series_get3(Metrics *m, Family f, const char *host, const char *e
 
         if (!m)
                 return NULL;
-        if (m->last < m->n_series && series_is(&m->series[m->last], f, host, engine, status, fallback))
-                return &m->series[m->last];
+        if (m->last[f] < m->n_series && series_is(&m->series[m->last[f]], f, host, engine, status, fallback))
+                return &m->series[m->last[f]];
         for (size_t i = 0; i < m->n_series; i++)
                 if (series_is(&m->series[i], f, host, engine, status, fallback)) {
-                        m->last = i;
+                        m->last[f] = i;
                         return &m->series[i];
                 }
         s = reallocarray(m->series, m->n_series + 1, sizeof(Series));
@@ -138,7 +141,7 @@ static Series *series_get3(Metrics *m, Family f, const char *host, const char *e
                 series_done(s);
                 return NULL;
         }
-        m->last = m->n_series++;
+        m->last[f] = m->n_series++;
         return s;
 }
 

@@ -18,8 +18,11 @@ typedef struct Scanner {
         const char *p, *end;
 } Scanner;
 
-static void skip_ws(Scanner *s) {
-        while (s->p < s->end && (*s->p == ' ' || *s->p == '\t' || *s->p == '\n' || *s->p == '\r'))
+/* JSON whitespace: machine-written bodies have little of it between tokens, and one comparison tells
+ * that a byte is none (everything above ' ' is not whitespace) */
+static inline void skip_ws(Scanner *s) {
+        while (s->p < s->end && (unsigned char)*s->p <= ' ' &&
+               (*s->p == ' ' || *s->p == '\t' || *s->p == '\n' || *s->p == '\r'))
                 s->p++;
 }
 
@@ -30,16 +33,42 @@ static const bool json_plain[256] = {
         [0x5d ... 0xff] = true,
 };
 
-static int scan_string(Scanner *s, bool *ret_escaped) {
+#define BYTES(c) (UINT64_C(0x0101010101010101) * (c))
+/* Whether any byte of v is below n (n <= 0x80): exact, as a whole (which byte is not told) */
+#define ANY_BYTE_BELOW(v, n) ((((v)-BYTES(n)) & ~(v)&BYTES(0x80)) != 0)
+
+/* Past the plain bytes of a string: keys and most values are short, and end within their first eight
+ * bytes; past those, eight at a time while they are plain (the text of a conversation is most of a
+ * body), then one at a time */
+static inline const char *skip_plain(const char *p, const char *end) {
+        const char *first = end - p > 8 ? p + 8 : end;
+
+        while (p < first && json_plain[(unsigned char)*p])
+                p++;
+        if (p < first || p == end)
+                return p;
+        while (end - p >= 8) {
+                uint64_t v;
+                memcpy(&v, p, 8);
+                if (ANY_BYTE_BELOW(v, 0x20) || ANY_BYTE_BELOW(v ^ BYTES('"'), 1) ||
+                    ANY_BYTE_BELOW(v ^ BYTES('\\'), 1))
+                        break;
+                p += 8;
+        }
+        while (p < end && json_plain[(unsigned char)*p])
+                p++;
+        return p;
+}
+
+/* Inline: it runs for every key and string value of the body */
+static inline int scan_string(Scanner *s, bool *ret_escaped) {
         bool escaped = false;
 
         if (s->p >= s->end || *s->p != '"')
                 return -EBADMSG;
         s->p++;
         for (;;) {
-                /* memchr-like fast path over the plain bytes */
-                while (s->p < s->end && json_plain[(unsigned char)*s->p])
-                        s->p++;
+                s->p = skip_plain(s->p, s->end);
                 if (s->p >= s->end || (unsigned char)*s->p < 0x20)
                         return -EBADMSG;
                 if (*s->p == '"') {
@@ -267,17 +296,22 @@ done:
         return 0;
 }
 
-char *json_quote(const char *s) {
+size_t json_quoted_len(const char *s) {
         size_t l = 2;
-        char *o, *q;
-
-        /* measured first, then written into one allocation of its size: every request with a model in
-         * its body has its key quoted */
         for (const unsigned char *p = (const unsigned char *)s; *p; p++)
                 l += *p == '"' || *p == '\\' ? 2 : *p < 0x20 ? 6 : 1;
-        o = q = malloc(l + 1);
-        if (!o)
-                return NULL;
+        return l;
+}
+
+/* Writes s as a JSON string of length l (json_quoted_len()) at q */
+static void json_quote_into(char *q, const char *s, size_t l) {
+        if (l == strlen(s) + 2) {
+                /* nothing to escape (the usual case) */
+                *q = '"';
+                memcpy(q + 1, s, l - 2);
+                q[l - 1] = '"';
+                return;
+        }
         *q++ = '"';
         for (const unsigned char *p = (const unsigned char *)s; *p; p++)
                 if (*p == '"' || *p == '\\') {
@@ -290,9 +324,27 @@ char *json_quote(const char *s) {
                         q += 6;
                 } else
                         *q++ = (char)*p;
-        *q++ = '"';
-        *q = 0;
+        *q = '"';
+}
+
+char *json_quote(const char *s) {
+        size_t l = json_quoted_len(s);
+        char *o = malloc(l + 1);
+
+        if (!o)
+                return NULL;
+        json_quote_into(o, s, l);
+        o[l] = 0;
         return o;
+}
+
+int json_quote_append(Buffer *b, const char *s, size_t l) {
+        char *q = buffer_append_space(b, l);
+
+        if (!q)
+                return -ENOMEM;
+        json_quote_into(q, s, l);
+        return 0;
 }
 
 Span url_path(Span url) {

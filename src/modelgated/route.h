@@ -10,6 +10,7 @@
 #include <stddef.h>
 
 #include "modelgated/conf.h"
+#include "shared/buffer.h"
 #include "shared/macro.h"
 
 /* Validates body as JSON (RFC 8259, nesting at most 512 deep) and finds the top-level "model".
@@ -21,6 +22,10 @@ int json_find_model(const char *body, size_t n, Span *ret_span, char **ret_model
 
 /* Encodes s as a JSON string, quotes included. */
 char *json_quote(const char *s);
+/* The length of that encoding; the encoding appended to b, where l is that length (a request's body is
+ * written with its length known first) */
+size_t json_quoted_len(const char *s);
+int json_quote_append(Buffer *b, const char *s, size_t l);
 
 /* The "model" parameter of a URL's query. 0 with the value's span (still %-encoded) and the decoded
  * value; -ENOENT when there is none; -ENOTUNIQ when it is there twice; -EBADMSG on bad %-escapes. */

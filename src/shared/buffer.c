@@ -45,6 +45,13 @@ int buffer_append_grow(Buffer *b, const void *p, size_t n) {
         return 0;
 }
 
+char *buffer_append_space(Buffer *b, size_t n) {
+        if (buffer_reserve(b, n) < 0)
+                return NULL;
+        b->end += n;
+        return b->data + b->end - n;
+}
+
 int buffer_printf(Buffer *b, const char *fmt, ...) {
         va_list ap;
         size_t room;

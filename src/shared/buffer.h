@@ -46,6 +46,8 @@ static inline int buffer_append(Buffer *b, const void *p, size_t n) {
 static inline int buffer_append_str(Buffer *b, const char *s) {
         return buffer_append(b, s, strlen(s));
 }
+/* n bytes more at the end, for the caller to write into; NULL when out of memory */
+char *buffer_append_space(Buffer *b, size_t n);
 int buffer_printf(Buffer *b, const char *fmt, ...) _printf_(2, 3);
 /* decimal, without printf: for what every request writes */
 int buffer_append_u64(Buffer *b, uint64_t v);

@@ -2,6 +2,8 @@
 #include "modelgated/access-line.h"
 #include "tests.h"
 
+#define LIT(s) ((Span){"" s, sizeof(s) - 1})
+
 static const char *format(const AccessLine *l, char *buf, size_t size) {
         size_t n = access_line_format(buf, size - 1, l);
         buf[n] = 0;
@@ -11,9 +13,9 @@ static const char *format(const AccessLine *l, char *buf, size_t size) {
 TEST(a_proxied_request) {
         char b[512];
         AccessLine l = {.method = "POST",
-                        .path = "/v1/chat/completions",
+                        .path = LIT("/v1/chat/completions"),
                         .model = "3090-laguna-xs",
-                        .user_agent = "curl/7.88.1",
+                        .user_agent = LIT("curl/7.88.1"),
                         .host = "3090",
                         .peer = "127.0.0.1",
                         .status = 200,
@@ -28,9 +30,9 @@ TEST(a_proxied_request) {
 TEST(what_the_client_sent_cannot_forge_a_line) {
         char b[512];
         AccessLine l = {.method = "POST",
-                        .path = "/v1/x\ty",
+                        .path = LIT("/v1/x\ty"),
                         .model = "h-foo\n<3>modelgated: forged\x1b[2J",
-                        .user_agent = "a\"b",
+                        .user_agent = LIT("a\"b"),
                         .peer = "::1",
                         .status = 404,
                         .duration = 1500 * USEC_PER_MSEC};
@@ -45,7 +47,7 @@ TEST(what_the_client_sent_cannot_forge_a_line) {
 TEST(early_answer_key_fallback_and_note) {
         char b[512];
         AccessLine l = {.method = "POST",
-                        .path = "/v1/messages",
+                        .path = LIT("/v1/messages"),
                         .model = "h-m",
                         .host = "h",
                         .peer = "p",
@@ -62,7 +64,7 @@ TEST(early_answer_key_fallback_and_note) {
 
 TEST(a_line_longer_than_its_buffer_is_cut_not_overrun) {
         char b[33];
-        AccessLine l = {.method = "GET", .path = "/a-rather-long-path-that-does-not-fit", .peer = "p"};
+        AccessLine l = {.method = "GET", .path = LIT("/a-rather-long-path-that-does-not-fit"), .peer = "p"};
 
         ASSERT_EQ(access_line_format(b, 32, &l), 32u);
 }

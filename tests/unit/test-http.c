@@ -1,4 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <ctype.h>
+
 #include "modelgated/http.h"
 #include "tests.h"
 
@@ -114,6 +116,50 @@ TEST(header_tokens) {
         ASSERT_TRUE(http_header_is_hop_by_hop((Span){"transfer-encoding", 17}));
         ASSERT_TRUE(http_header_is_credential((Span){"x-api-key", 9}));
         ASSERT_TRUE(!http_header_is_credential((Span){"x-api-keys", 10}));
+}
+
+static bool hop(const char *name) {
+        return http_header_is_hop_by_hop((Span){name, strlen(name)});
+}
+
+static bool credential(const char *name) {
+        return http_header_is_credential((Span){name, strlen(name)});
+}
+
+/* Each name in any case, and nothing of its length that is another name or a byte away from it */
+TEST(hop_by_hop_and_credential_names) {
+        static const char *const hops[] = {
+                "Connection",        "Keep-Alive", "Proxy-Connection", "TE",   "Trailer",
+                "Transfer-Encoding", "Upgrade",    "Content-Length",   "Host", "Expect"};
+        static const char *const credentials[] = {"Authorization", "X-Api-Key", "Proxy-Authorization",
+                                                  "Cookie"};
+        char t[32];
+
+        for (size_t i = 0; i < ELEMENTSOF(hops); i++) {
+                ASSERT_TRUE(hop(hops[i]) && !credential(hops[i]));
+                for (size_t j = 0; hops[i][j]; j++)
+                        t[j] = (char)(j % 2 ? toupper(hops[i][j]) : tolower(hops[i][j]));
+                t[strlen(hops[i])] = 0;
+                ASSERT_TRUE(hop(t));
+                /* a dash for a CR (their bit 5 aside, the same), a letter one bit away */
+                if (strchr(t, '-')) {
+                        *strchr(t, '-') = '\r';
+                        ASSERT_TRUE(!hop(t));
+                }
+                t[0] ^= 1;
+                ASSERT_TRUE(!hop(t));
+        }
+        for (size_t i = 0; i < ELEMENTSOF(credentials); i++) {
+                ASSERT_TRUE(credential(credentials[i]) && !hop(credentials[i]));
+                for (size_t j = 0; credentials[i][j]; j++)
+                        t[j] = (char)toupper(credentials[i][j]);
+                t[strlen(credentials[i])] = 0;
+                ASSERT_TRUE(credential(t));
+                t[1] ^= 1;
+                ASSERT_TRUE(!credential(t));
+        }
+        ASSERT_TRUE(!hop("Content-Type") && !hop("Hos") && !hop("Hosts") && !hop("") && !credential(""));
+        ASSERT_TRUE(!hop("Host\x80") && !hop("H\xcfst"));
 }
 
 TESTS_MAIN

@@ -71,6 +71,35 @@ TEST(model_errors) {
 
 #define SPAN_OF(s) ((Span){(s), sizeof(s) - 1})
 
+/* A string is scanned eight bytes at a time past its first eight: a quote, a backslash or a control
+ * character is found wherever it is, in the first bytes, across the eight-byte steps and in the tail */
+TEST(every_byte_of_a_long_string_is_checked) {
+        char body[160], text[64];
+
+        for (size_t len = 0; len < 40; len++)
+                for (size_t at = 0; at < len; at++)
+                        for (int kind = 0; kind < 5; kind++) {
+                                Span span;
+                                _cleanup_free_ char *model = NULL;
+                                static const char *const what[] = {"\x01", "\x1f", "\\n", "\\\"",
+                                                                   "\xc3\xa9"};
+                                memset(text, 'a', len);
+                                text[len] = 0;
+                                snprintf(body, sizeof(body), "{\"model\":\"h-%.*s%s%s\",\"x\":\"%.*s%s%s\"}",
+                                         (int)at, text, what[kind], text + at, (int)at, text, what[kind],
+                                         text + at);
+                                int r = json_find_model(body, strlen(body), &span, &model, NULL);
+                                if (kind < 2) {
+                                        /* a raw control character: not JSON */
+                                        ASSERT_EQ(r, -EBADMSG);
+                                        continue;
+                                }
+                                ASSERT_OK(r);
+                                ASSERT_EQ(strlen(model), 2 + len + (kind == 4 ? 2 : 1));
+                                ASSERT_EQ(model[2 + at], kind == 2 ? '\n' : kind == 3 ? '"' : '\xc3');
+                        }
+}
+
 TEST(query_model) {
         Span s;
         char *m = NULL;
