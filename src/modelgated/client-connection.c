@@ -44,7 +44,7 @@ static void client_free(Client *c) {
         if (same && --*same == 0)
                 count_map_remove(set->by_address, c->address);
         sd_event_source_disable_unref(c->io);
-        sd_event_source_disable_unref(c->timer);
+        lazy_timer_done(&c->timer);
         safe_close(c->fd);
         http_parser_done(&c->parser);
         buffer_done(&c->in);
@@ -56,13 +56,11 @@ static void client_free(Client *c) {
                 set->cb->changed(set->userdata);
 }
 
+/* rel from now, USEC_INFINITY: none. Each request moves it several times (its header timeout, none while
+ * it is answered, the idle timeout after it): a lazy timer, which touches sd-event only for a sooner
+ * deadline. */
 static void client_set_timer(Client *c, usec_t rel) {
-        if (rel == USEC_INFINITY) {
-                (void)sd_event_source_set_enabled(c->timer, SD_EVENT_OFF);
-                return;
-        }
-        (void)sd_event_source_set_time_relative(c->timer, rel);
-        (void)sd_event_source_set_enabled(c->timer, SD_EVENT_ONESHOT);
+        (void)lazy_timer_set(&c->timer, rel == USEC_INFINITY ? USEC_INFINITY : client_now(c) + rel);
 }
 
 /* Whether the socket is read now: input is read while an answer is produced too (up to
@@ -480,8 +478,9 @@ int client_new(ClientSet *set, int fd, const struct sockaddr *peer, socklen_t pe
         /* the one registration of the socket (see client-internal.h) */
         r = sd_event_add_io(event, &c->io, fd, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, client_io_cb, c);
         if (r >= 0)
-                r = sd_event_add_time_relative(event, &c->timer, CLOCK_MONOTONIC, config->idle_timeout_usec,
-                                               0, client_timer_cb, c);
+                r = lazy_timer_init(&c->timer, event, client_timer_cb, c);
+        if (r >= 0)
+                client_set_timer(c, config->idle_timeout_usec);
         if (r < 0) {
                 client_free(c);
                 return r;

@@ -42,6 +42,7 @@
 #include "modelgated/host.h"
 #include "modelgated/http-writer.h"
 #include "modelgated/http.h"
+#include "modelgated/lazy-timer.h"
 #include "modelgated/manager.h"
 #include "modelgated/metrics.h"
 #include "modelgated/models.h"
@@ -93,7 +94,8 @@ struct Client {
         FeedSubscriber feed_sub; /* in the manager's feed hub while it follows /models/sse */
         bool feed;
         int fd;
-        sd_event_source *io, *timer;
+        sd_event_source *io;
+        LazyTimer timer; /* each state's deadline (client_set_timer()) */
         char peer[INET6_ADDRSTRLEN + 8];
         char address[INET6_ADDRSTRLEN + 8]; /* what MaxConnectionsPerAddress= counts (IPv6 per /64) */
         bool address_counted;

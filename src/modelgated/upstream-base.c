@@ -22,7 +22,7 @@ Upstream *upstream_free(Upstream *u) {
         if (u->state == UPSTREAM_IDLE)
                 upstream_pool_remove(u);
         sd_event_source_disable_unref(u->io);
-        sd_event_source_disable_unref(u->timer);
+        lazy_timer_done(&u->timer);
         upstream_tls_close(u);
         free(u->tls_host);
         safe_close(u->fd);
@@ -41,13 +41,10 @@ int upstream_rearm(Upstream *u) {
 
 int upstream_arm_timer(Upstream *u, usec_t deadline) {
         if (deadline == USEC_INFINITY)
-                return u->timer ? sd_event_source_set_enabled(u->timer, SD_EVENT_OFF) : 0;
+                return u->timer.source ? lazy_timer_set(&u->timer, USEC_INFINITY) : 0;
         /* upstream_connect() made it, and nothing arms it before that */
-        assert(u->timer);
-        int r = sd_event_source_set_time(u->timer, deadline);
-        if (r < 0)
-                return r;
-        return sd_event_source_set_enabled(u->timer, SD_EVENT_ONESHOT);
+        assert(u->timer.source);
+        return lazy_timer_set(&u->timer, deadline);
 }
 
 usec_t upstream_now(const Upstream *u) {

@@ -388,9 +388,11 @@ static int upstream_connect(Upstream *u) {
         upstream_parser_init(u);
         /* the timer is made here, where what its expiry means is known; a retry re-arms the one it has */
         usec_t deadline = upstream_now(u) + UPSTREAM_CONNECT_TIMEOUT_USEC;
-        if (!u->timer)
-                return sd_event_add_time(u->pool->event, &u->timer, CLOCK_MONOTONIC, deadline, 0,
-                                         upstream_timer_cb, u);
+        if (!u->timer.source) {
+                r = lazy_timer_init(&u->timer, u->pool->event, upstream_timer_cb, u);
+                if (r < 0)
+                        return r;
+        }
         return upstream_arm_timer(u, deadline);
 }
 

@@ -14,6 +14,7 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
+#include "modelgated/lazy-timer.h"
 #include "modelgated/upstream.h"
 #include "shared/list.h"
 #include "shared/time-util.h"
@@ -52,7 +53,8 @@ struct Upstream {
         UpstreamPool *pool;
         UpstreamState state;
         int fd;
-        sd_event_source *io, *timer;
+        sd_event_source *io;
+        LazyTimer timer; /* its source made by upstream_connect() */
         struct sockaddr_storage address;
         socklen_t address_len;
         char *authority;
@@ -113,7 +115,7 @@ void upstream_pool_remove(Upstream *u);
  * such as input left while reading was paused; the loop dispatches it as an event */
 int upstream_rearm(Upstream *u);
 /* Sets the timer to deadline, or stops it for USEC_INFINITY; the timer must exist for a deadline
- * (upstream_connect() makes it) */
+ * (upstream_connect() makes it). Lazy: a later deadline than the one set costs a store (lazy-timer.h). */
 int upstream_arm_timer(Upstream *u, usec_t deadline);
 /* The loop's time: what a deadline set from a callback counts from */
 usec_t upstream_now(const Upstream *u);
