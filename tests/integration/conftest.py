@@ -101,6 +101,10 @@ class Gate:
         env.setdefault("STATE_DIRECTORY", os.path.join(tmp, "state-%d" % id(self)))
         self.proc = subprocess.Popen(list(prefix) + WRAPPER + [MODELGATED, "--config=" + self.conf] + list(extra_args),
                                      stdout=self.log, stderr=self.log, env=env)
+        # on a user bus (a box's), ready means its name is owned too: the name is asked for asynchronously, and
+        # a test that calls modelgatectl or busctl at once would otherwise race it
+        self.bus_env = dict(env, XDG_RUNTIME_DIR="/nonexistent") if "--user" in extra_args and \
+            env.get("DBUS_SESSION_BUS_ADDRESS", "").startswith("unix:path=") else None
         wait_for(self.ready, timeout=30 if WRAPPER else 10, what="modelgated to answer /health")
 
     def ready(self):
@@ -115,9 +119,14 @@ class Gate:
             c.request("GET", "/health")
             ok = c.getresponse().status == 200
             c.close()
-            return ok
         except OSError:
             return False
+        if ok and self.bus_env:
+            out = subprocess.run(["busctl", "--user", "call", "org.freedesktop.DBus", "/org/freedesktop/DBus",
+                                  "org.freedesktop.DBus", "NameHasOwner", "s", "org.modelgate1"], env=self.bus_env,
+                                 capture_output=True, text=True, timeout=30)
+            ok = out.stdout.strip() == "b true"
+        return ok
 
     def conn(self, timeout=30):
         return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
