@@ -123,7 +123,10 @@ def rounds(ports, models, n):
     for r in range(ROUNDS):
         for k in keys[r % len(keys):] + keys[:r % len(keys)]:
             res[k].append(first_byte(ports[k], models[k], n, k))
-    return {k: {f: med([x[f] for x in v]) for f in ("p50", "p99")} for k, v in res.items()}
+    out = {k: {f: med([x[f] for x in v]) for f in ("p50", "p99")} for k, v in res.items()}
+    for k, v in res.items():
+        out[k]["p99s"] = [x["p99"] for x in v]  # the spread, for a reader to judge the median by
+    return out
 
 
 def listing(port, target):
@@ -217,13 +220,14 @@ def report_hosts(h):
              " requests a round naming the hosts' models in turn (h0-m, h1-m, ...), after 200 to warm up;"
              " %d rounds, the targets alternating; medians over rounds. Added: minus direct in the same"
              " rounds." % (h["n"], ROUNDS), "",
-             "| setup | first byte p50 | p99 | added p50 | added p99 | added p99 minus one host's |",
-             "|---|---|---|---|---|---|"]
+             "| setup | first byte p50 | p99 | added p50 | added p99 | added p99 minus one host's | p99 of each"
+             " round |", "|---|---|---|---|---|---|---|"]
     for name, m, d, ref in rows:
-        lines.append("| %s | %d µs | %d µs | %s | %s | %s |" % (
+        lines.append("| %s | %d µs | %d µs | %s | %s | %s | %s |" % (
             name, m["p50"], m["p99"], "%+d µs" % (m["p50"] - d["p50"]) if d else "",
             "%+d µs" % (m["p99"] - d["p99"]) if d else "",
-            "%+d µs" % (m["p99"] - d["p99"] - ref) if ref is not None else ""))
+            "%+d µs" % (m["p99"] - d["p99"] - ref) if ref is not None else "",
+            " ".join("%d" % x for x in m["p99s"])))
     within = abs(add["bad"] - add["one_b"]) <= 1000
     lines += ["", "With the bad hosts the healthy hosts' added p99 is %+d µs against one host's %+d µs in the"
               " same rounds: %s." % (add["bad"], add["one_b"], "within 1 ms" if within else
