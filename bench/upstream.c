@@ -4,15 +4,22 @@
  *
  *   GET  /health                 {"status":"ok"}
  *   GET  /models                 a one-model list
+ *   GET  /models/sse             an event stream that stays open, with a comment every 15 s (as a
+ *                                llama-server router's feed: a proxy follows it)
  *   POST /v1/chat/completions    body with "stream":true → SSE: N chunks (default 8) then
  *                                "data: [DONE]", chunked, kept alive; else a small JSON answer.
  *                                ?n=N sets the chunk count, ?gap_us=U the time between chunks.
  *
- * usage: upstream PORT */
+ * usage: upstream PORT [stall=K | blackhole]
+ *   stall=K    every stream stops after K chunks and the connection stays open, silent (an engine
+ *              that hangs mid-answer); everything else answers as usual
+ *   blackhole  accepts connections and never reads or answers (a host that hangs); a connection is
+ *              closed only when its peer closes it */
 
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
@@ -35,12 +42,20 @@ typedef struct Conn {
         int chunks_left;
         long gap_us;
         long long next_at;
+        int stall_left; /* chunks before it stalls; -1: never */
+        /* nothing more is answered on it: a feed, or a stalled stream */
+        bool held, feed;
 } Conn;
+
+#define FEED_COMMENT_SEC 15
 
 static Conn *conns[MAXC];
 static int streams[MAXC]; /* fds with a stream in progress */
 static size_t n_streams;
-static int ep;
+static int feeds[MAXC]; /* fds following /models/sse */
+static size_t n_feeds;
+static int ep, tick_fd;
+static int stall_after = -1;
 
 static long long now_us(void) {
         struct timespec t;
@@ -49,6 +64,12 @@ static long long now_us(void) {
 }
 
 static void conn_close(Conn *c) {
+        if (c->feed)
+                for (size_t j = 0; j < n_feeds; j++)
+                        if (feeds[j] == c->fd) {
+                                feeds[j] = feeds[--n_feeds];
+                                break;
+                        }
         close(c->fd);
         conns[c->fd] = NULL;
         free(c);
@@ -75,7 +96,8 @@ static int send_all(Conn *c, const char *p, size_t n) {
 }
 
 static const char chunk_json[] =
-        "data: {\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\","
+        "data: "
+        "{\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\","
         "\"choices\":[{\"index\":0,\"delta\":{\"content\":\"tok \"},\"finish_reason\":null}]}\n\n";
 
 static int send_chunk(Conn *c) {
@@ -95,6 +117,13 @@ static int send_chunk(Conn *c) {
 
 static void stream_run(Conn *c) {
         while (c->chunks_left >= 0 && (c->gap_us == 0 || now_us() >= c->next_at)) {
+                if (c->stall_left == 0) {
+                        c->chunks_left = -1;
+                        c->held = true;
+                        return;
+                }
+                if (c->stall_left > 0)
+                        c->stall_left--;
                 if (send_chunk(c) < 0) {
                         conn_close(c);
                         return;
@@ -103,11 +132,60 @@ static void stream_run(Conn *c) {
         }
 }
 
+/* The tick runs only while a stream waits for its next chunk: fifty idle upstreams on a small machine
+ * must not take the CPU the proxies are measured with. */
+static void tick_arm(bool on) {
+        struct itimerspec its = {{0, on ? 200000 : 0}, {0, on ? 200000 : 0}};
+        timerfd_settime(tick_fd, 0, &its, NULL);
+}
+
+static void stream_add(Conn *c) {
+        if (n_streams == 0)
+                tick_arm(true);
+        streams[n_streams++] = c->fd;
+}
+
+static void tick(void) {
+        uint64_t x;
+        size_t k = 0, n0 = n_streams;
+
+        (void)!read(tick_fd, &x, sizeof(x));
+        for (size_t j = 0; j < n0; j++) {
+                int f = streams[j];
+                Conn *c = conns[f];
+                if (!c || c->chunks_left < 0)
+                        continue;
+                stream_run(c);
+                if (conns[f] == c && c->chunks_left >= 0)
+                        streams[k++] = f;
+        }
+        /* streams started meanwhile were appended after n0 */
+        for (size_t j = n0; j < n_streams; j++)
+                streams[k++] = streams[j];
+        n_streams = k;
+        if (n_streams == 0)
+                tick_arm(false);
+}
+
+static void feed_comment(int fd) {
+        static const char comment[] = "d\r\n: keepalive\n\n\r\n";
+        uint64_t x;
+
+        (void)!read(fd, &x, sizeof(x));
+        /* backwards: a failed send closes the connection, which takes it out of the list */
+        for (size_t j = n_feeds; j-- > 0;) {
+                Conn *c = conns[feeds[j]];
+                if (send_all(c, comment, sizeof(comment) - 1) < 0)
+                        conn_close(c);
+        }
+}
+
 static int send_json(Conn *c, const char *body) {
         char buf[1024];
-        int n = snprintf(buf, sizeof(buf),
-                         "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
-                         strlen(body), body);
+        int n = snprintf(
+                buf, sizeof(buf),
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                strlen(body), body);
         return send_all(c, buf, (size_t)n);
 }
 
@@ -129,12 +207,13 @@ static ssize_t handle(Conn *c) {
         size_t head, body = 0, total;
         char *cl;
         static const char health[] = "{\"status\":\"ok\"}";
-        static const char models[] =
-                "{\"object\":\"list\",\"data\":[{\"id\":\"m\",\"object\":\"model\",\"status\":{\"value\":\"loaded\"}}]}";
-        static const char answer[] =
-                "{\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion\",\"created\":1,\"model\":\"m\",\"choices\":"
-                "[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"tok tok tok tok\"},\"finish_reason\":"
-                "\"stop\"}],\"usage\":{\"total_tokens\":4}}";
+        static const char models[] = "{\"object\":\"list\",\"data\":[{\"id\":\"m\",\"object\":\"model\","
+                                     "\"status\":{\"value\":\"loaded\"}}]}";
+        static const char answer[] = "{\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion\",\"created\":"
+                                     "1,\"model\":\"m\",\"choices\":"
+                                     "[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"tok "
+                                     "tok tok tok\"},\"finish_reason\":"
+                                     "\"stop\"}],\"usage\":{\"total_tokens\":4}}";
         static const char sse_head[] = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                                        "Transfer-Encoding: chunked\r\n\r\n";
 
@@ -155,6 +234,11 @@ static ssize_t handle(Conn *c) {
         if (strncmp(c->in, "GET /health", 11) == 0) {
                 if (send_json(c, health) < 0)
                         return -1;
+        } else if (strncmp(c->in, "GET /models/sse", 15) == 0) {
+                if (send_all(c, sse_head, sizeof(sse_head) - 1) < 0)
+                        return -1;
+                c->held = c->feed = true;
+                feeds[n_feeds++] = c->fd;
         } else if (strncmp(c->in, "GET /models", 11) == 0) {
                 if (send_json(c, models) < 0)
                         return -1;
@@ -164,16 +248,36 @@ static ssize_t handle(Conn *c) {
                 c->chunks_left = (int)query_num(c->in, "n", 8);
                 c->gap_us = query_num(c->in, "gap_us", 0);
                 c->next_at = now_us();
-                streams[n_streams++] = c->fd;
+                c->stall_left = stall_after;
                 stream_run(c);
                 if (!conns[c->fd] || conns[c->fd] != c)
                         return -2; /* closed */
+                if (c->chunks_left >= 0)
+                        stream_add(c);
         } else if (send_json(c, answer) < 0)
                 return -1;
         return (ssize_t)total;
 }
 
+/* A feed or a stalled stream: whatever the peer sends is dropped; its close closes ours. */
+static void on_readable_held(Conn *c) {
+        char buf[4096];
+        for (;;) {
+                ssize_t k = recv(c->fd, buf, sizeof(buf), MSG_DONTWAIT);
+                if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) {
+                        conn_close(c);
+                        return;
+                }
+                if (k < 0)
+                        return;
+        }
+}
+
 static void on_readable(Conn *c) {
+        if (c->held) {
+                on_readable_held(c);
+                return;
+        }
         for (;;) {
                 ssize_t k = recv(c->fd, c->in + c->n_in, sizeof(c->in) - c->n_in, MSG_DONTWAIT);
                 if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) {
@@ -183,7 +287,7 @@ static void on_readable(Conn *c) {
                 if (k < 0)
                         break;
                 c->n_in += (size_t)k;
-                while (c->chunks_left < 0 && c->n_in > 0) {
+                while (c->chunks_left < 0 && !c->held && c->n_in > 0) {
                         ssize_t used = handle(c);
                         if (used == -2)
                                 return;
@@ -201,70 +305,89 @@ static void on_readable(Conn *c) {
         }
 }
 
-int main(int argc, char **argv) {
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-        struct epoll_event ev, evs[256];
-        int lfd, tfd, one = 1;
+static bool blackhole;
 
-        if (argc < 2) {
-                fprintf(stderr, "usage: %s PORT\n", argv[0]);
-                return 2;
+static void on_accept(int lfd) {
+        struct epoll_event ev;
+        int c, one = 1;
+
+        while ((c = accept4(lfd, NULL, NULL, SOCK_NONBLOCK)) >= 0) {
+                if (c >= MAXC) {
+                        close(c);
+                        continue;
+                }
+                setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+                Conn *cn = calloc(1, sizeof(Conn));
+                cn->fd = c;
+                cn->chunks_left = -1;
+                /* a blackhole never reads: it only hears of the peer's close (EPOLLIN is not asked for) */
+                cn->held = blackhole;
+                conns[c] = cn;
+                ev = (struct epoll_event){.events = blackhole ? EPOLLRDHUP : EPOLLIN, .data.fd = c};
+                epoll_ctl(ep, EPOLL_CTL_ADD, c, &ev);
         }
-        signal(SIGPIPE, SIG_IGN);
-        a.sin_port = htons((uint16_t)atoi(argv[1]));
+}
+
+static int listen_on(int port) {
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        int lfd, one = 1;
+
+        a.sin_port = htons((uint16_t)port);
         lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
         setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
         if (bind(lfd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(lfd, 4096) < 0) {
                 perror("bind");
-                return 1;
+                exit(1);
         }
+        return lfd;
+}
+
+static void watch(int fd) {
+        struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
+        epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+}
+
+int main(int argc, char **argv) {
+        struct epoll_event evs[256];
+        struct itimerspec feed_its = {{FEED_COMMENT_SEC, 0}, {FEED_COMMENT_SEC, 0}};
+        int lfd, feed_fd;
+
+        if (argc < 2) {
+                fprintf(stderr, "usage: %s PORT [stall=K | blackhole]\n", argv[0]);
+                return 2;
+        }
+        if (argc >= 3 && strncmp(argv[2], "stall=", 6) == 0)
+                stall_after = atoi(argv[2] + 6);
+        else if (argc >= 3 && strcmp(argv[2], "blackhole") == 0)
+                blackhole = true;
+        else if (argc >= 3) {
+                fprintf(stderr, "unknown mode %s\n", argv[2]);
+                return 2;
+        }
+        signal(SIGPIPE, SIG_IGN);
+        lfd = listen_on(atoi(argv[1]));
         ep = epoll_create1(0);
-        ev = (struct epoll_event){.events = EPOLLIN, .data.fd = lfd};
-        epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev);
-        /* streams with a gap between chunks are served from a 200 µs tick */
-        tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK);
-        struct itimerspec its = {{0, 200000}, {0, 200000}};
-        timerfd_settime(tfd, 0, &its, NULL);
-        ev = (struct epoll_event){.events = EPOLLIN, .data.fd = tfd};
-        epoll_ctl(ep, EPOLL_CTL_ADD, tfd, &ev);
+        watch(lfd);
+        /* streams with a gap between chunks are served from a 200 µs tick, armed while there are any */
+        tick_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK);
+        watch(tick_fd);
+        feed_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK);
+        timerfd_settime(feed_fd, 0, &feed_its, NULL);
+        watch(feed_fd);
 
         for (;;) {
                 int n = epoll_wait(ep, evs, 256, -1);
                 for (int i = 0; i < n; i++) {
                         int fd = evs[i].data.fd;
-                        if (fd == lfd) {
-                                int c;
-                                while ((c = accept4(lfd, NULL, NULL, SOCK_NONBLOCK)) >= 0) {
-                                        if (c >= MAXC) {
-                                                close(c);
-                                                continue;
-                                        }
-                                        setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-                                        Conn *cn = calloc(1, sizeof(Conn));
-                                        cn->fd = c;
-                                        cn->chunks_left = -1;
-                                        conns[c] = cn;
-                                        ev = (struct epoll_event){.events = EPOLLIN, .data.fd = c};
-                                        epoll_ctl(ep, EPOLL_CTL_ADD, c, &ev);
-                                }
-                        } else if (fd == tfd) {
-                                uint64_t x;
-                                (void)!read(tfd, &x, sizeof(x));
-                                size_t k = 0, n0 = n_streams;
-                                for (size_t j = 0; j < n0; j++) {
-                                        int f = streams[j];
-                                        Conn *c = conns[f];
-                                        if (!c || c->chunks_left < 0)
-                                                continue;
-                                        stream_run(c);
-                                        if (conns[f] == c && c->chunks_left >= 0)
-                                                streams[k++] = f;
-                                }
-                                /* streams started meanwhile were appended after n0 */
-                                for (size_t j = n0; j < n_streams; j++)
-                                        streams[k++] = streams[j];
-                                n_streams = k;
-                        } else if (conns[fd])
+                        if (fd == lfd)
+                                on_accept(lfd);
+                        else if (fd == tick_fd)
+                                tick();
+                        else if (fd == feed_fd)
+                                feed_comment(feed_fd);
+                        else if (conns[fd] && blackhole)
+                                conn_close(conns[fd]);
+                        else if (conns[fd])
                                 on_readable(conns[fd]);
                 }
         }
