@@ -16,7 +16,7 @@ import sys
 LAYERS = [
     ("shared", [r"shared/.*"]),
     ("conf", [r"modelgated/conf(-.*)?", r"modelgated/url", r"modelgated/ssh-command"]),
-    ("rules", [r"modelgated/access-line", r"modelgated/http", r"modelgated/http-header", r"modelgated/http-writer", r"modelgated/api-error", r"modelgated/sched", r"modelgated/alias-pick",
+    ("rules", [r"modelgated/access-line", r"modelgated/http", r"modelgated/http-header", r"modelgated/http-request", r"modelgated/http-writer", r"modelgated/api-error", r"modelgated/sched", r"modelgated/alias-pick",
                r"modelgated/route", r"modelgated/sse", r"modelgated/lazy-timer", r"modelgated/catalog-event", r"modelgated/engine"]),
     ("transport", [r"modelgated/upstream(-.*)?", r"modelgated/host-bus(-.*)?", r"modelgated/access",
                    r"modelgated/metrics", r"modelgated/feed-hub"]),
@@ -178,6 +178,19 @@ def stem_graph(graph):
     return stems
 
 
+def room_tangles(includes, calls):
+    """rooms (a file with its header) tied in a circle by includes and calls together: a file that includes
+    another room's header while that room calls into it is a circle no single graph shows"""
+    graph = {stem: list(edges) for stem, edges in stem_graph(includes).items()}
+    for f, targets in calls.items():
+        edges = graph.setdefault(os.path.splitext(f)[0], [])
+        for t in targets:
+            stem = os.path.splitext(t)[0]
+            if stem != os.path.splitext(f)[0] and stem not in edges:
+                edges.append(stem)
+    return tangles(graph)
+
+
 def self_test():
     """the checks themselves: each broken layout must be refused"""
     good = {"shared/a.h": [], "modelgated/http.h": ["shared/a.h"], "modelgated/manager.c": ["modelgated/http.h"]}
@@ -191,10 +204,13 @@ def self_test():
                           "modelgated/host-private.h": ["modelgated/host.h"]})
     assert any("between rooms" in p for p in check(rooms)), check(rooms)
     assert tangles({"a.c": ["b.c"], "b.c": ["a.c"], "c.c": ["a.c"]}) == [["a.c", "b.c"]]
+    # http-header.c includes http.h while http.c calls http-header.c: a circle of rooms
+    assert room_tangles({"m/http.c": ["m/http.h"], "m/http.h": [], "m/http-header.c": ["m/http.h"]},
+                        {"m/http.c": ["m/http-header.c"], "m/http-header.c": []}) == [["m/http", "m/http-header"]]
     stray = dict(good, **{"modelgated/newthing.c": []})
     assert any("in no layer" in p for p in check(stray)), check(stray)
-    print("self-test: an upward include, a circle between files or rooms and a file in no layer are each "
-          "refused")
+    print("self-test: an upward include, a circle between files or rooms (by includes, calls or both) and a "
+          "file in no layer are each refused")
 
 
 def main():
@@ -202,8 +218,11 @@ def main():
         self_test()
         return 0
     problems = check(read_includes(sys.argv[1]))
-    for group in tangles(read_calls(sys.argv[1])):
+    calls = read_calls(sys.argv[1])
+    for group in tangles(calls):
         problems.append("files that call each other in a circle: " + ", ".join(group))
+    for group in room_tangles(read_includes(sys.argv[1]), calls):
+        problems.append("rooms that include and call each other in a circle: " + ", ".join(group))
     for p in problems:
         print(p)
     if problems:

@@ -1,26 +1,12 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* What the rest of modelgate asks of a parsed request's headers: a header by name, a token in a
- * comma-separated list (RFC 9110 §5.6.1), and which headers stop here when a request goes on to a host
- * (hop-by-hop, framing, Host, Expect, credentials: SPEC §4). Kept apart from the parser (http.c), which
- * builds the HttpRequest these read: pure functions, no parser state. */
+/* The header table, span and token comparisons, and which headers stop at each hop: see http-header.h.
+ * Below the request parser (http.c) and the upstream's response parser, which both use them. */
 
 #include <stdint.h>
 #include <string.h>
 #include <strings.h>
 
-#include "modelgated/http.h"
-
-Span http_header_name(const HttpRequest *r, size_t i) {
-        return (Span){buffer_peek(&r->head) + r->headers[i].name, r->headers[i].name_len};
-}
-
-Span http_header_value(const HttpRequest *r, size_t i) {
-        return (Span){buffer_peek(&r->head) + r->headers[i].value, r->headers[i].value_len};
-}
-
-Span http_request_header(const HttpRequest *r, const char *name) {
-        return http_header_table_find(buffer_peek(&r->head), r->headers, r->n_headers, name);
-}
+#include "modelgated/http-header.h"
 
 int http_header_table_add_grow(HttpHeader **headers, size_t *n, size_t *n_alloc, size_t max, size_t at) {
         if (*n >= max)
@@ -133,30 +119,4 @@ bool span_list_has(Span list, Span token) {
                         return true;
         }
         return false;
-}
-
-bool http_request_connection_lists(const HttpRequest *r, Span name) {
-        /* RFC 9110 §5.3: several Connection lines are one list */
-        for (size_t i = 0; i < r->n_headers; i++)
-                if (span_caseeq(http_header_name(r, i), "Connection") &&
-                    span_list_has(http_header_value(r, i), name))
-                        return true;
-        return false;
-}
-
-int http_request_append_forwarded_headers(const HttpRequest *r, Buffer *out) {
-        bool connection = false;
-
-        for (size_t i = 0; i < r->n_headers && !connection; i++)
-                connection = span_caseeq(http_header_name(r, i), "Connection");
-        for (size_t i = 0; i < r->n_headers; i++) {
-                Span name = http_header_name(r, i), value = http_header_value(r, i);
-                if (http_header_is_hop_by_hop(name) || http_header_is_credential(name) ||
-                    (connection && http_request_connection_lists(r, name)))
-                        continue;
-                if (buffer_append(out, name.p, name.n) < 0 || buffer_append_str(out, ": ") < 0 ||
-                    buffer_append(out, value.p, value.n) < 0 || buffer_append_str(out, "\r\n") < 0)
-                        return -ENOMEM;
-        }
-        return 0;
 }

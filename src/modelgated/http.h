@@ -13,27 +13,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "modelgated/http-header.h"
 #include "shared/buffer.h"
-
-typedef struct HttpHeader {
-        size_t name, name_len; /* offsets into HttpRequest.head */
-        size_t value, value_len;
-} HttpHeader;
-
-/* A table of headers whose names and values are offsets into one buffer, as the request parser and an
- * upstream's response parser both collect them. Adds an entry starting at offset 'at' (the table grows
- * by doubling); -E2BIG when it holds max already, -ENOMEM. Inline where there is room, as there is for
- * all but a connection's first few headers. */
-int http_header_table_add_grow(HttpHeader **headers, size_t *n, size_t *n_alloc, size_t max, size_t at);
-static inline int http_header_table_add(HttpHeader **headers, size_t *n, size_t *n_alloc, size_t max,
-                                        size_t at) {
-        if (*n >= *n_alloc || *n >= max)
-                return http_header_table_add_grow(headers, n, n_alloc, max, at);
-        (*headers)[(*n)++] = (HttpHeader){.name = at};
-        return 0;
-}
-/* The value of the first header named name (case-insensitive), or an empty Span. */
-Span http_header_table_find(const char *base, const HttpHeader *headers, size_t n, const char *name);
 
 typedef struct HttpRequest {
         llhttp_method_t method;
@@ -102,28 +83,15 @@ int http_parser_feed(HttpParser *p, const char *data, size_t n, size_t *ret_cons
 static inline Span http_request_url(const HttpRequest *r) {
         return (Span){buffer_peek(&r->head) + r->url, r->url_len};
 }
-Span http_header_name(const HttpRequest *r, size_t i);
-Span http_header_value(const HttpRequest *r, size_t i);
-/* The value of the first header called name (case-insensitive), or a NULL span */
+static inline Span http_header_name(const HttpRequest *r, size_t i) {
+        return (Span){buffer_peek(&r->head) + r->headers[i].name, r->headers[i].name_len};
+}
+static inline Span http_header_value(const HttpRequest *r, size_t i) {
+        return (Span){buffer_peek(&r->head) + r->headers[i].value, r->headers[i].value_len};
+}
+/* http-request.c: what the rest of modelgate asks of a parsed request's headers. The value of the first
+ * header called name (case-insensitive), or a NULL span */
 Span http_request_header(const HttpRequest *r, const char *name);
-
-/* Inline, so that the length of a literal t is known where it is called, and a span of another
- * length costs one comparison: every header of every request is held against several names. */
-static inline bool span_caseeq(Span s, const char *t) {
-        size_t l = strlen(t);
-        return s.p && l == s.n && strncasecmp(s.p, t, l) == 0;
-}
-static inline bool span_eq(Span s, const char *t) {
-        size_t l = strlen(t);
-        return s.p && l == s.n && memcmp(s.p, t, l) == 0;
-}
-static inline bool span_startswith(Span s, const char *prefix) {
-        size_t l = strlen(prefix);
-        return s.n >= l && memcmp(s.p, prefix, l) == 0;
-}
-/* A token in a comma-separated header value, case-insensitive ("close" in "keep-alive, Close") */
-bool span_has_token(Span list, const char *token);
-bool span_list_has(Span list, Span token);
 
 /* Whether a Connection header (any of them: the tokens of every one count) names this header. */
 bool http_request_connection_lists(const HttpRequest *r, Span name);
@@ -134,8 +102,3 @@ int http_request_append_forwarded_headers(const HttpRequest *r, Buffer *out);
 
 /* RFC 9110 §5.6.2 token characters: what a header name is made of */
 bool http_is_tchar(unsigned char c);
-
-/* RFC 9110 §7.6.1 hop-by-hop headers, plus what modelgate owns on each hop (framing, Host,
- * Expect) and the credentials that must never reach a host (SPEC §4). */
-bool http_header_is_hop_by_hop(Span name);
-bool http_header_is_credential(Span name);

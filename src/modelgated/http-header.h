@@ -1,0 +1,57 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/* Headers as modelgate keeps them, for requests (http.h) and for an upstream's responses alike: a table
+ * of offsets into one buffer, spans compared with names, tokens of comma-separated lists (RFC 9110
+ * §5.6.1), and which headers stop at each hop (hop-by-hop, framing, Host, Expect, credentials: SPEC §4).
+ * Pure functions; nothing here knows a request. */
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+#include <strings.h>
+
+#include "shared/buffer.h"
+
+typedef struct HttpHeader {
+        size_t name, name_len; /* offsets into HttpRequest.head */
+        size_t value, value_len;
+} HttpHeader;
+
+/* A table of headers whose names and values are offsets into one buffer, as the request parser and an
+ * upstream's response parser both collect them. Adds an entry starting at offset 'at' (the table grows
+ * by doubling); -E2BIG when it holds max already, -ENOMEM. Inline where there is room, as there is for
+ * all but a connection's first few headers. */
+int http_header_table_add_grow(HttpHeader **headers, size_t *n, size_t *n_alloc, size_t max, size_t at);
+static inline int http_header_table_add(HttpHeader **headers, size_t *n, size_t *n_alloc, size_t max,
+                                        size_t at) {
+        if (*n >= *n_alloc || *n >= max)
+                return http_header_table_add_grow(headers, n, n_alloc, max, at);
+        (*headers)[(*n)++] = (HttpHeader){.name = at};
+        return 0;
+}
+/* The value of the first header named name (case-insensitive), or an empty Span. */
+Span http_header_table_find(const char *base, const HttpHeader *headers, size_t n, const char *name);
+
+/* Inline, so that the length of a literal t is known where it is called, and a span of another
+ * length costs one comparison: every header of every request is held against several names. */
+static inline bool span_caseeq(Span s, const char *t) {
+        size_t l = strlen(t);
+        return s.p && l == s.n && strncasecmp(s.p, t, l) == 0;
+}
+static inline bool span_eq(Span s, const char *t) {
+        size_t l = strlen(t);
+        return s.p && l == s.n && memcmp(s.p, t, l) == 0;
+}
+static inline bool span_startswith(Span s, const char *prefix) {
+        size_t l = strlen(prefix);
+        return s.n >= l && memcmp(s.p, prefix, l) == 0;
+}
+/* A token in a comma-separated header value, case-insensitive ("close" in "keep-alive, Close") */
+bool span_has_token(Span list, const char *token);
+bool span_list_has(Span list, Span token);
+
+/* RFC 9110 §7.6.1 hop-by-hop headers, plus what modelgate owns on each hop (framing, Host,
+ * Expect) and the credentials that must never reach a host (SPEC §4). */
+bool http_header_is_hop_by_hop(Span name);
+bool http_header_is_credential(Span name);
