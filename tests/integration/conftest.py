@@ -105,7 +105,13 @@ class Gate:
         # a test that calls modelgatectl or busctl at once would otherwise race it
         self.bus_env = dict(env, XDG_RUNTIME_DIR="/nonexistent") if "--user" in extra_args and \
             env.get("DBUS_SESSION_BUS_ADDRESS", "").startswith("unix:path=") else None
-        wait_for(self.ready, timeout=30 if WRAPPER else 10, what="modelgated to answer /health")
+        try:
+            wait_for(self.ready, timeout=30 if WRAPPER else 10, what="modelgated to answer /health")
+        except BaseException:
+            # not handed to the fixture yet: nobody else would stop it
+            self.proc.kill()
+            self.proc.wait()
+            raise
 
     def ready(self):
         if self.proc.poll() is not None:
