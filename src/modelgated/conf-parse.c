@@ -10,6 +10,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,68 +126,42 @@ static int section_engine(Config *c, const char *name, const Section *s, void **
         return 0;
 }
 
-static int section_fallback(Config *c, const char *name, const Section *s, void **ret) {
-        const char *fn;
+/* The [Fallback], [Tier] or [Alias] of this section's Name= in its array (each begins with its name): the
+ * earlier one of that name (a drop-in amends it), else a new one, a copy of 'initial' with its file and
+ * line set. */
+static int section_named(Config *c, const char *name, const Section *s, void **array, size_t *n, size_t size,
+                         const void *initial, size_t file_offset, size_t line_offset, void **ret) {
+        const char *sn;
         int r;
 
-        r = section_name(c, name, s, &fn);
+        r = section_name(c, name, s, &sn);
         if (r < 0)
                 return r;
-        for (size_t i = 0; i < c->n_fallbacks; i++)
-                if (streq(c->fallbacks[i].name, fn))
-                        *ret = &c->fallbacks[i];
-        if (*ret)
-                return 0;
-        FallbackConf *n = reallocarray(c->fallbacks, c->n_fallbacks + 1, sizeof(FallbackConf));
-        if (!n)
+        for (size_t i = 0; i < *n; i++) {
+                char *e = (char *)*array + i * size;
+                if (streq(*(char **)e, sn)) {
+                        *ret = e;
+                        return 0;
+                }
+        }
+        char *a = reallocarray(*array, *n + 1, size), *e;
+        if (!a)
                 return log_oom();
-        c->fallbacks = n;
-        n[c->n_fallbacks] = (FallbackConf){.on_busy = -1, .file = strdup(name), .line = s->line};
-        *ret = &n[c->n_fallbacks++];
+        *array = a;
+        e = a + (*n)++ * size;
+        memcpy(e, initial, size);
+        *(char **)(e + file_offset) = strdup(name);
+        *(unsigned *)(e + line_offset) = s->line;
+        *ret = e;
         return 0;
 }
 
-static int section_tier(Config *c, const char *name, const Section *s, void **ret) {
-        const char *tn;
-        int r;
-
-        r = section_name(c, name, s, &tn);
-        if (r < 0)
-                return r;
-        for (size_t i = 0; i < c->n_tiers; i++)
-                if (streq(c->tiers[i].name, tn))
-                        *ret = &c->tiers[i];
-        if (*ret)
-                return 0;
-        TierConf *n = reallocarray(c->tiers, c->n_tiers + 1, sizeof(TierConf));
-        if (!n)
-                return log_oom();
-        c->tiers = n;
-        n[c->n_tiers] = (TierConf){.daily_requests = UINT64_MAX, .file = strdup(name), .line = s->line};
-        *ret = &n[c->n_tiers++];
-        return 0;
-}
-
-static int section_alias(Config *c, const char *name, const Section *s, void **ret) {
-        const char *an;
-        int r;
-
-        r = section_name(c, name, s, &an);
-        if (r < 0)
-                return r;
-        for (size_t i = 0; i < c->n_aliases; i++)
-                if (streq(c->aliases[i].name, an))
-                        *ret = &c->aliases[i];
-        if (*ret)
-                return 0;
-        AliasConf *n = reallocarray(c->aliases, c->n_aliases + 1, sizeof(AliasConf));
-        if (!n)
-                return log_oom();
-        c->aliases = n;
-        n[c->n_aliases] = (AliasConf){.policy = ALIAS_POLICY_WARM, .file = strdup(name), .line = s->line};
-        *ret = &n[c->n_aliases++];
-        return 0;
-}
+#define SECTION_NAMED(cf, file_name, sec, array, n, type, ret, ...)                                         \
+        ({                                                                                                  \
+                _Static_assert(offsetof(type, name) == 0, #type " begins with its name");                   \
+                section_named(cf, file_name, sec, (void **)&(array), &(n), sizeof(type),                    \
+                              &(type){__VA_ARGS__}, offsetof(type, file), offsetof(type, line), ret);       \
+        })
 
 static int section_apply(Config *c, const char *name, const Section *s) {
         void *base = NULL;
@@ -204,7 +179,8 @@ static int section_apply(Config *c, const char *name, const Section *s) {
                 r = section_engine(c, name, s, &base);
                 break;
         case SECTION_FALLBACK:
-                r = section_fallback(c, name, s, &base);
+                r = SECTION_NAMED(c, name, s, c->fallbacks, c->n_fallbacks, FallbackConf, &base,
+                                  .on_busy = -1);
                 break;
         case SECTION_ACCESS:
                 c->access.enabled = true;
@@ -212,10 +188,12 @@ static int section_apply(Config *c, const char *name, const Section *s) {
                 r = 0;
                 break;
         case SECTION_TIER:
-                r = section_tier(c, name, s, &base);
+                r = SECTION_NAMED(c, name, s, c->tiers, c->n_tiers, TierConf, &base,
+                                  .daily_requests = UINT64_MAX);
                 break;
         case SECTION_ALIAS:
-                r = section_alias(c, name, s, &base);
+                r = SECTION_NAMED(c, name, s, c->aliases, c->n_aliases, AliasConf, &base,
+                                  .policy = ALIAS_POLICY_WARM);
                 break;
         default: /* before the first section */
                 return 0;
