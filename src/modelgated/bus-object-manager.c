@@ -96,10 +96,9 @@ static int method_list_hosts(sd_bus_message *message, void *userdata, sd_bus_err
 static int append_alias(Manager *m, const AliasConf *a, sd_bus_message *reply) {
         AliasTarget t[ALIAS_TARGETS_MAX];
         const char *why;
-        ssize_t pick = manager_alias_pick(m, a, NULL, 0, &why);
+        ssize_t pick = manager_alias_pick(m, a, NULL, 0, t, &why);
         int r;
 
-        manager_alias_targets(m, a, t);
         r = sd_bus_message_open_container(reply, 'r', "ssa(ss)ss");
         if (r >= 0)
                 r = sd_bus_message_append(reply, "ss", a->name, alias_policy_to_string(a->policy));

@@ -334,7 +334,7 @@ static bool dispatch_pick_target(Client *c, const char *after) {
         ssize_t i;
 
         client_identity(c, who, sizeof(who));
-        i = manager_alias_pick(c->manager, a, who, c->x->alias_tried, &why);
+        i = manager_alias_pick(c->manager, a, who, c->x->alias_tried, NULL, &why);
         if (i < 0)
                 return false;
         if (after) {

@@ -36,7 +36,7 @@ static usec_t loop_now(Manager *m) {
         return t;
 }
 
-void manager_alias_targets(Manager *m, const AliasConf *a, AliasTarget *ret) {
+static void alias_targets(Manager *m, const AliasConf *a, AliasTarget *ret) {
         size_t i = 0;
 
         STRV_FOREACH (t, a->targets) {
@@ -48,11 +48,11 @@ void manager_alias_targets(Manager *m, const AliasConf *a, AliasTarget *ret) {
 }
 
 ssize_t manager_alias_pick(Manager *m, const AliasConf *a, const char *client, uint64_t tried,
-                           const char **ret_why) {
-        AliasTarget t[ALIAS_TARGETS_MAX];
+                           AliasTarget *ret_targets, const char **ret_why) {
+        AliasTarget own[ALIAS_TARGETS_MAX], *t = ret_targets ?: own;
         ssize_t last = -1;
 
-        manager_alias_targets(m, a, t);
+        alias_targets(m, a, t);
         if (client && a->policy == ALIAS_POLICY_SPREAD)
                 last = alias_memory_recall(manager_alias_memory(m), a->name, client, loop_now(m));
         return alias_pick(a->policy, t, strv_length(a->targets), tried, last, ret_why);

@@ -75,11 +75,10 @@ FeedHub *manager_feed_hub(Manager *m);
  * [Access] is used. NULL: out of memory. */
 Access *manager_access(Manager *m);
 
-/* Aliases (manager-alias.c): the state of each target of a (alias-pick.h) now, into ret (room for
- * ALIAS_TARGETS_MAX); the target a request of client (its key or address; NULL: none) picks, never one in
- * 'tried'; and that client used target, for "spread" to keep it there. */
+/* Aliases (manager-alias.c): the target a request of client (its key or address; NULL: none) picks now,
+ * never one in 'tried', with the state of each target it was picked from (alias-pick.h) into ret_targets
+ * (optional; room for ALIAS_TARGETS_MAX); and that client used target, for "spread" to keep it there. */
 AliasMemory *manager_alias_memory(Manager *m);
-void manager_alias_targets(Manager *m, const AliasConf *a, AliasTarget *ret);
 ssize_t manager_alias_pick(Manager *m, const AliasConf *a, const char *client, uint64_t tried,
-                           const char **ret_why);
+                           AliasTarget *ret_targets, const char **ret_why);
 void manager_alias_used(Manager *m, const AliasConf *a, const char *client, size_t target);

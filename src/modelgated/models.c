@@ -119,11 +119,10 @@ static void merge_aliases(Manager *m, json_object *data) {
                 const AliasConf *a = &c->aliases[i];
                 AliasTarget t[ALIAS_TARGETS_MAX];
                 const char *why;
-                ssize_t pick = manager_alias_pick(m, a, NULL, 0, &why);
+                ssize_t pick = manager_alias_pick(m, a, NULL, 0, t, &why);
                 json_object *o = json_object_new_object(), *alias = json_object_new_object(),
                             *targets = json_object_new_array(), *proxy = json_object_new_object(), *st;
 
-                manager_alias_targets(m, a, t);
                 for (size_t k = 0; a->targets[k] && k < ALIAS_TARGETS_MAX; k++) {
                         json_object *x = json_object_new_object();
                         json_object_object_add(x, "id", json_object_new_string(a->targets[k]));
