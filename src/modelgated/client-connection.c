@@ -5,7 +5,7 @@
 
 #include "modelgated/client-internal.h"
 
-static int client_io_cb(sd_event_source *s, int fd, uint32_t revents, void *userdata);
+static void client_io_cb(SocketWatch *w, int fd, uint32_t revents, void *userdata);
 static int client_timer_cb(sd_event_source *s, uint64_t usec, void *userdata);
 static void client_linger(Client *c);
 static void client_free(Client *c);
@@ -43,7 +43,7 @@ static void client_free(Client *c) {
         uint64_t *same = c->address_counted ? count_map_get(&set->by_address, c->address, false) : NULL;
         if (same && --*same == 0)
                 count_map_remove(set->by_address, c->address);
-        sd_event_source_disable_unref(c->io);
+        socket_watch_free(c->io);
         lazy_timer_done(&c->timer);
         safe_close(c->fd);
         http_parser_done(&c->parser);
@@ -347,7 +347,7 @@ static void client_read_failed(Client *c, int error) {
         client_free(c);
 }
 
-static int client_io_cb(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+static void client_io_cb(SocketWatch *w, int fd, uint32_t revents, void *userdata) {
         Client *c = userdata;
         int r = 0;
 
@@ -367,17 +367,16 @@ static int client_io_cb(sd_event_source *s, int fd, uint32_t revents, void *user
                 r = -ECONNRESET;
         if (r < 0) {
                 client_read_failed(c, r);
-                return 0;
+                return;
         }
         if ((revents & EPOLLOUT) && c->out_blocked) {
                 c->out_blocked = false;
                 if (client_flush(c) < 0) {
                         client_free(c);
-                        return 0;
+                        return;
                 }
         }
         client_process(c);
-        return 0;
 }
 
 static int client_timer_cb(sd_event_source *s, uint64_t usec, void *userdata) {
@@ -476,7 +475,8 @@ int client_new(ClientSet *set, int fd, const struct sockaddr *peer, socklen_t pe
         c->address_counted = counted;
 
         /* the one registration of the socket (see client-internal.h) */
-        r = sd_event_add_io(event, &c->io, fd, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, client_io_cb, c);
+        r = socket_watch_add(manager_sockets(m), fd, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, client_io_cb,
+                             c, &c->io);
         if (r >= 0)
                 r = lazy_timer_init(&c->timer, event, client_timer_cb, c);
         if (r >= 0)

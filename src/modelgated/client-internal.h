@@ -94,7 +94,7 @@ struct Client {
         FeedSubscriber feed_sub; /* in the manager's feed hub while it follows /models/sse */
         bool feed;
         int fd;
-        sd_event_source *io;
+        SocketWatch *io;
         LazyTimer timer; /* each state's deadline (client_set_timer()) */
         char peer[INET6_ADDRSTRLEN + 8];
         char address[INET6_ADDRSTRLEN + 8]; /* what MaxConnectionsPerAddress= counts (IPv6 per /64) */

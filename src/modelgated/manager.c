@@ -35,6 +35,7 @@ struct Manager {
         unsigned warnings_serial; /* bumped when Warnings change in a way their number does not show */
 
         bool stopping;
+        SocketWatchSet *sockets;
         UpstreamPool *pool;
         FeedHub *feed_hub;
         Metrics *metrics;
@@ -58,7 +59,9 @@ int manager_new(sd_event *event, bool user, Manager **ret) {
         m->alias_memory = calloc(1, sizeof(AliasMemory));
         r = m->config && m->metrics && m->alias_memory ? 0 : -ENOMEM;
         if (r >= 0)
-                r = upstream_pool_new(m->event, &m->pool);
+                r = socket_watch_set_new(m->event, &m->sockets);
+        if (r >= 0)
+                r = upstream_pool_new(m->event, m->sockets, &m->pool);
         if (r >= 0)
                 r = feed_hub_new(m->event, &m->feed_hub);
         if (r < 0) {
@@ -88,6 +91,7 @@ Manager *manager_free(Manager *m) {
         m->feed_hub = feed_hub_free(m->feed_hub);
         /* after the hosts: their upstreams were the pool's */
         m->pool = upstream_pool_free(m->pool);
+        m->sockets = socket_watch_set_free(m->sockets);
         free(m->config_path);
         strv_free(m->config_errors);
         free(m->refusal);
@@ -457,6 +461,10 @@ Host *manager_host_at(Manager *m, size_t i) {
 
 UpstreamPool *manager_pool(Manager *m) {
         return m->pool;
+}
+
+SocketWatchSet *manager_sockets(Manager *m) {
+        return m->sockets;
 }
 
 Metrics *manager_metrics(Manager *m) {

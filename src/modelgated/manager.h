@@ -12,6 +12,7 @@
 
 #include "modelgated/alias-pick.h"
 #include "modelgated/conf.h"
+#include "modelgated/socket-watch.h"
 #include "shared/macro.h"
 #include "shared/time-util.h"
 
@@ -69,6 +70,8 @@ Host *manager_host_at(Manager *m, size_t i);
 Host *manager_host(Manager *m, const HostConf *h);
 
 UpstreamPool *manager_pool(Manager *m);
+/* where the clients' and hosts' sockets are watched */
+SocketWatchSet *manager_sockets(Manager *m);
 Metrics *manager_metrics(Manager *m);
 FeedHub *manager_feed_hub(Manager *m);
 /* [Access] counts; made by the first request that needs them, so that no file is read at start unless

@@ -21,7 +21,7 @@ Upstream *upstream_free(Upstream *u) {
                 return NULL;
         if (u->state == UPSTREAM_IDLE)
                 upstream_pool_remove(u);
-        sd_event_source_disable_unref(u->io);
+        socket_watch_free(u->io);
         lazy_timer_done(&u->timer);
         upstream_tls_close(u);
         free(u->tls_host);
@@ -35,8 +35,7 @@ Upstream *upstream_free(Upstream *u) {
 }
 
 int upstream_rearm(Upstream *u) {
-        /* sd-event never skips the epoll_ctl() for an edge-triggered source, even with the same mask */
-        return sd_event_source_set_io_events(u->io, UPSTREAM_EVENTS);
+        return socket_watch_rearm(u->io);
 }
 
 int upstream_arm_timer(Upstream *u, usec_t deadline) {

@@ -18,7 +18,7 @@
 #include "modelgated/upstream-internal.h"
 #include "shared/log.h"
 
-static int upstream_io_cb(sd_event_source *s, int fd, uint32_t revents, void *userdata);
+static void upstream_io_cb(SocketWatch *w, int fd, uint32_t revents, void *userdata);
 static int upstream_timer_cb(sd_event_source *s, uint64_t usec, void *userdata);
 static void touch(Upstream *u);
 
@@ -127,8 +127,7 @@ static bool upstream_maybe_retry(Upstream *u) {
         if (!u->reused || u->retried || u->got_bytes || (u->request_sent > 0 && !u->idempotent))
                 return false;
         log_debug("Pooled connection to %s failed before an answer, retrying on a new one", u->authority);
-        sd_event_source_disable_unref(u->io);
-        u->io = NULL;
+        u->io = socket_watch_free(u->io);
         upstream_tls_close(u);
         u->fd = safe_close(u->fd);
         u->reused = false;
@@ -267,7 +266,7 @@ static void upstream_handshake_step(Upstream *u) {
         /* else it waits for the socket's next edge */
 }
 
-static int upstream_io_cb(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+static void upstream_io_cb(SocketWatch *w, int fd, uint32_t revents, void *userdata) {
         Upstream *u = userdata;
         /* the socket is registered for EPOLLOUT always: an event may say only that it is writable */
         bool input = revents & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR);
@@ -279,48 +278,47 @@ static int upstream_io_cb(sd_event_source *s, int fd, uint32_t revents, void *us
                 /* the host closed (or sent something unasked): this connection is done */
                 if (input)
                         upstream_free(u);
-                return 0;
+                return;
 
         case UPSTREAM_CONNECTING: {
                 if (!(revents & (EPOLLOUT | EPOLLERR | EPOLLHUP)))
-                        return 0;
+                        return;
                 int error = 0;
                 socklen_t l = sizeof(error);
                 if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &l) < 0)
                         error = errno;
                 if (error != 0) {
                         upstream_fail(u, -error);
-                        return 0;
+                        return;
                 }
                 if (u->ssl) {
                         /* the connect timer keeps running: a TLS handshake that stalls is no answer either
                          */
                         u->state = UPSTREAM_HANDSHAKE;
                         upstream_handshake_step(u);
-                        return 0;
+                        return;
                 }
                 upstream_connected(u);
-                return 0;
+                return;
         }
 
         case UPSTREAM_HANDSHAKE:
                 upstream_handshake_step(u);
-                return 0;
+                return;
 
         case UPSTREAM_SENDING:
                 /* an answer first: a host that answers early stops the sending (TLS may read nothing) */
                 if ((revents & EPOLLIN) && (!upstream_read(u) || u->state != UPSTREAM_SENDING))
-                        return 0;
+                        return;
                 if (revents & (EPOLLOUT | EPOLLERR | EPOLLHUP))
                         upstream_write(u);
-                return 0;
+                return;
 
         case UPSTREAM_RECEIVING:
                 if (input)
                         (void)upstream_read(u);
-                return 0;
+                return;
         }
-        return 0;
 }
 
 static int upstream_timer_cb(sd_event_source *s, uint64_t usec, void *userdata) {
@@ -378,7 +376,7 @@ static int upstream_connect(Upstream *u) {
                         return r;
         }
         /* the one registration of the socket: the edge of the connect's end is an EPOLLOUT */
-        r = sd_event_add_io(u->pool->event, &u->io, fd, UPSTREAM_EVENTS, upstream_io_cb, u);
+        r = socket_watch_add(u->pool->sockets, fd, UPSTREAM_EVENTS, upstream_io_cb, u, &u->io);
         if (r < 0)
                 return r;
         u->fd = TAKE_FD(fd);

@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 
 #include "modelgated/lazy-timer.h"
+#include "modelgated/socket-watch.h"
 #include "modelgated/upstream.h"
 #include "shared/list.h"
 #include "shared/time-util.h"
@@ -29,8 +30,8 @@
 /* A pooled connection idle for less than this is taken without a look at its socket (a MSG_PEEK, one
  * system call on every reuse). Hosts close idle connections only after seconds (llama-server's
  * cpp-httplib after 5 s, nginx after 60 s), and a close the loop has seen freed the connection or is
- * pending on its event source, which is checked too; a close the loop has not seen yet is a race with
- * the host's keep-alive timer, which is only near after a while. */
+ * pending in the batch being dispatched, which is checked too; a close the loop has not seen yet is a race
+ * with the host's keep-alive timer, which is only near after a while. */
 #define UPSTREAM_POOL_TRUST_USEC (1 * USEC_PER_SEC)
 
 typedef enum UpstreamState {
@@ -43,7 +44,8 @@ typedef enum UpstreamState {
 
 struct UpstreamPool {
         sd_event *event;
-        SSL_CTX *tls_ctx; /* for https:// hosts and fallbacks, made when first needed */
+        SocketWatchSet *sockets; /* where the connections' sockets are watched (the manager's) */
+        SSL_CTX *tls_ctx;        /* for https:// hosts and fallbacks, made when first needed */
         Upstream *idle;
         size_t n_idle;
         bool stopping; /* nothing goes back into the pool */
@@ -53,7 +55,7 @@ struct Upstream {
         UpstreamPool *pool;
         UpstreamState state;
         int fd;
-        sd_event_source *io;
+        SocketWatch *io;
         LazyTimer timer; /* its source made by upstream_connect() */
         struct sockaddr_storage address;
         socklen_t address_len;

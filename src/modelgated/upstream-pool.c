@@ -11,11 +11,12 @@
 
 #include "modelgated/upstream-internal.h"
 
-int upstream_pool_new(sd_event *event, UpstreamPool **ret) {
+int upstream_pool_new(sd_event *event, SocketWatchSet *sockets, UpstreamPool **ret) {
         UpstreamPool *p = calloc(1, sizeof(UpstreamPool));
         if (!p)
                 return -ENOMEM;
         p->event = sd_event_ref(event);
+        p->sockets = sockets;
         *ret = p;
         return 0;
 }
@@ -46,13 +47,11 @@ static Upstream *pool_find(UpstreamPool *p, const HttpUrl *url) {
 
 /* Whether a pooled connection looks open: its socket is peeked only after UPSTREAM_POOL_TRUST_USEC */
 static bool pool_alive(Upstream *u) {
-        uint32_t revents;
         char b;
 
         /* an event the loop has read but not dispatched yet: the host closed, or sent something unasked
          * (an EPOLLOUT alone is room freed in its socket) */
-        if (sd_event_source_get_pending(u->io) > 0 && sd_event_source_get_io_revents(u->io, &revents) >= 0 &&
-            (revents & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)))
+        if (socket_watch_pending(u->io) & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
                 return false;
         if (upstream_now(u) < u->idle_since + UPSTREAM_POOL_TRUST_USEC)
                 return true;

@@ -15,6 +15,7 @@
 
 #include "modelgated/conf.h"
 #include "modelgated/http.h"
+#include "modelgated/socket-watch.h"
 #include "shared/buffer.h"
 #include "shared/list.h"
 
@@ -48,7 +49,7 @@ typedef struct UpstreamCallbacks {
 } UpstreamCallbacks;
 
 /* The idle connections hosts keep alive, per address, and the one TLS context of the process. */
-int upstream_pool_new(sd_event *event, UpstreamPool **ret);
+int upstream_pool_new(sd_event *event, SocketWatchSet *sockets, UpstreamPool **ret);
 UpstreamPool *upstream_pool_free(UpstreamPool *p);
 /* At stop: the idle connections close, and no connection goes back into the pool from now on. */
 void upstream_pool_stop(UpstreamPool *p);

@@ -1,0 +1,32 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/* The proxy's sockets (clients' and hosts' connections) in an epoll set of their own, which is one
+ * sd-event source: a turn of the loop dispatches every socket that is ready (up to a batch), where
+ * sd-event dispatches one source per turn and asks the kernel again (epoll_wait) before each next one.
+ * Under load that was one epoll_wait() per socket event; here it is two per batch. Sockets are
+ * registered once, edge-triggered, as they were with sd-event. Listening sockets, the bus and timers
+ * stay sd-event's own. */
+
+#include <stdint.h>
+#include <systemd/sd-event.h>
+
+typedef struct SocketWatchSet SocketWatchSet;
+typedef struct SocketWatch SocketWatch;
+
+/* revents as epoll reports them; the watch may be freed inside, and any other watch too */
+typedef void (*socket_watch_handler_t)(SocketWatch *w, int fd, uint32_t revents, void *userdata);
+
+int socket_watch_set_new(sd_event *event, SocketWatchSet **ret);
+/* every watch must have been freed before (a watch left would point to a set that is gone) */
+SocketWatchSet *socket_watch_set_free(SocketWatchSet *set);
+
+int socket_watch_add(SocketWatchSet *set, int fd, uint32_t events, socket_watch_handler_t handler,
+                     void *userdata, SocketWatch **ret);
+/* Takes the socket out of the set (before it is closed: a copy of it in a child process would keep it
+ * in), and out of a batch being dispatched. NULL-safe; returns NULL. */
+SocketWatch *socket_watch_free(SocketWatch *w);
+/* The same events again: an edge for a state the socket is already in (input left unread) */
+int socket_watch_rearm(SocketWatch *w);
+/* Events the running batch has read for this socket and not dispatched yet; 0 when none */
+uint32_t socket_watch_pending(const SocketWatch *w);
