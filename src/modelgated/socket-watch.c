@@ -126,3 +126,7 @@ int socket_watch_rearm(SocketWatch *w) {
 uint32_t socket_watch_pending(const SocketWatch *w) {
         return w->pending;
 }
+
+bool socket_watch_in_batch(const SocketWatch *w) {
+        return w->set->n_batch > 0;
+}

@@ -8,6 +8,7 @@
  * registered once, edge-triggered, as they were with sd-event. Listening sockets, the bus and timers
  * stay sd-event's own. */
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <systemd/sd-event.h>
 
@@ -30,3 +31,6 @@ SocketWatch *socket_watch_free(SocketWatch *w);
 int socket_watch_rearm(SocketWatch *w);
 /* Events the running batch has read for this socket and not dispatched yet; 0 when none */
 uint32_t socket_watch_pending(const SocketWatch *w);
+/* Whether a batch is being dispatched, so that socket_watch_pending() knows what the kernel had said by
+ * the batch's start; outside one (a timer's or the bus's callback) events may wait unread */
+bool socket_watch_in_batch(const SocketWatch *w);

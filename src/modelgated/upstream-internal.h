@@ -31,7 +31,9 @@
  * system call on every reuse). Hosts close idle connections only after seconds (llama-server's
  * cpp-httplib after 5 s, nginx after 60 s), and a close the loop has seen freed the connection or is
  * pending in the batch being dispatched, which is checked too; a close the loop has not seen yet is a race
- * with the host's keep-alive timer, which is only near after a while. */
+ * with the host's keep-alive timer, which is only near after a while. Taken outside the sockets' batch (from
+ * a timer), where nothing has been read from the kernel since the last batch, the socket is always looked
+ * at: that is not the request path. */
 #define UPSTREAM_POOL_TRUST_USEC (1 * USEC_PER_SEC)
 
 typedef enum UpstreamState {

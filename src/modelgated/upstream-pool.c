@@ -45,7 +45,9 @@ static Upstream *pool_find(UpstreamPool *p, const HttpUrl *url) {
         return NULL;
 }
 
-/* Whether a pooled connection looks open: its socket is peeked only after UPSTREAM_POOL_TRUST_USEC */
+/* Whether a pooled connection looks open: its socket is peeked only after UPSTREAM_POOL_TRUST_USEC, or when
+ * taken outside the sockets' batch (a probe's or a refresh's timer), where a close the host sent may not
+ * have been read from the kernel yet */
 static bool pool_alive(Upstream *u) {
         char b;
 
@@ -53,7 +55,7 @@ static bool pool_alive(Upstream *u) {
          * (an EPOLLOUT alone is room freed in its socket) */
         if (socket_watch_pending(u->io) & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
                 return false;
-        if (upstream_now(u) < u->idle_since + UPSTREAM_POOL_TRUST_USEC)
+        if (socket_watch_in_batch(u->io) && upstream_now(u) < u->idle_since + UPSTREAM_POOL_TRUST_USEC)
                 return true;
         ssize_t k = recv(u->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
         /* through TLS, bytes may be a session ticket */

@@ -26,6 +26,7 @@ static void handler(SocketWatch *w, int fd, uint32_t revents, void *userdata) {
         Peer *p = userdata;
         ASSERT_TRUE(w == p->watch);
         ASSERT_EQ(fd, p->fds[0]);
+        ASSERT_TRUE(socket_watch_in_batch(w));
         p->dispatched++;
         p->revents = revents;
         if (p->victim && p->victim->watch) {
@@ -122,6 +123,7 @@ TEST(input_left_unread_comes_back_only_when_rearmed) {
         /* the byte is still there, and no new edge says so */
         ASSERT_EQ(turns_until_quiet(e), 0u);
         ASSERT_EQ(socket_watch_pending(p.watch), 0u);
+        ASSERT_TRUE(!socket_watch_in_batch(p.watch));
         ASSERT_OK(socket_watch_rearm(p.watch));
         ASSERT_EQ(turns_until_quiet(e), 1u);
         ASSERT_EQ(p.dispatched, 2u);
