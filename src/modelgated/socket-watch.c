@@ -65,15 +65,10 @@ int socket_watch_set_new(sd_event *event, SocketWatchSet **ret) {
         if (!set)
                 return -ENOMEM;
         set->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
-        if (set->epoll_fd < 0) {
-                r = -errno;
-                free(set);
-                return r;
-        }
-        r = sd_event_add_io(event, &set->source, set->epoll_fd, EPOLLIN, batch_cb, set);
+        r = set->epoll_fd < 0 ? -errno
+                              : sd_event_add_io(event, &set->source, set->epoll_fd, EPOLLIN, batch_cb, set);
         if (r < 0) {
-                close(set->epoll_fd);
-                free(set);
+                socket_watch_set_free(set);
                 return r;
         }
         (void)sd_event_source_set_description(set->source, "sockets");
