@@ -221,9 +221,10 @@ const char *access_client_address(const char *peer, char buf[static INET6_ADDRST
         return buf;
 }
 
-int access_count(Access *a, const Config *c, const AccessCaller *caller, const char *peer, AccessDenial *d) {
+static int access_cap(Access *a, const Config *c, const AccessCaller *caller, const char *peer, bool take,
+                      AccessDenial *d) {
         uint64_t cap = caller->tier ? caller->tier->daily_requests : c->access.anonymous_daily_requests;
-        uint64_t left;
+        uint64_t left, zero = 0;
         char day[16];
         uint64_t *n;
 
@@ -241,10 +242,14 @@ int access_count(Access *a, const Config *c, const AccessCaller *caller, const c
         /* the key's digest prefix, or the anonymous client's address */
         snprintf(name, sizeof(name), caller->tier ? "k:%s" : "ip:%s",
                  caller->tier ? caller->digest : access_client_address(peer, address));
-        n = counter_get(a, name);
-        bool overflow = !n && errno == EDQUOT;
+        /* a check creates no counter: a caller not counted yet has used nothing */
+        n = take ? counter_get(a, name) : count_map_get(&a->counts, name, false);
+        bool overflow =
+                take ? !n && errno == EDQUOT : !n && !caller->tier && a->n_anonymous >= ACCESS_ANONYMOUS_MAX;
         if (overflow)
-                n = counter_get(a, OVERFLOW);
+                n = take ? counter_get(a, OVERFLOW) : count_map_get(&a->counts, OVERFLOW, false);
+        if (!n && !take)
+                n = &zero;
         if (!n)
                 return -ENOMEM;
         if (cap != UINT64_MAX && *n >= cap) {
@@ -259,6 +264,8 @@ int access_count(Access *a, const Config *c, const AccessCaller *caller, const c
                          (unsigned long long)cap, a->day, (unsigned long long)left);
                 return -EDQUOT;
         }
+        if (!take)
+                return 0;
         (*n)++;
         if (!a->dirty || sd_event_source_get_enabled(a->save_timer, NULL) <= 0) {
                 a->dirty = true;
@@ -266,4 +273,12 @@ int access_count(Access *a, const Config *c, const AccessCaller *caller, const c
                 (void)sd_event_source_set_enabled(a->save_timer, SD_EVENT_ONESHOT);
         }
         return 0;
+}
+
+int access_count(Access *a, const Config *c, const AccessCaller *caller, const char *peer, AccessDenial *d) {
+        return access_cap(a, c, caller, peer, true, d);
+}
+
+int access_check(Access *a, const Config *c, const AccessCaller *caller, const char *peer, AccessDenial *d) {
+        return access_cap(a, c, caller, peer, false, d);
 }

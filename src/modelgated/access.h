@@ -52,3 +52,7 @@ const char *access_client_address(const char *peer, char buf[static INET6_ADDRST
 /* Counts a request against the caller's daily cap: 0, or -EDQUOT with *ret_denial (429). */
 int access_count(Access *a, const Config *c, const AccessCaller *caller, const char *peer,
                  AccessDenial *ret_denial);
+/* Whether the caller has a request of the day left, counting nothing: a request over its cap is refused on
+ * its head, before its body is read. 0, or -EDQUOT with *ret_denial (429). */
+int access_check(Access *a, const Config *c, const AccessCaller *caller, const char *peer,
+                 AccessDenial *ret_denial);

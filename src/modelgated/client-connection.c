@@ -29,9 +29,35 @@ static void request_reset(Client *c) {
         buffer_clear(&c->held_head);
 }
 
+/* A connection holds no admitted request (see ClientSet.idle). */
+static void client_idle_enter(Client *c) {
+        ClientSet *set = c->set;
+
+        if (c->in_idle)
+                return;
+        LIST_PREPEND(idle, set->idle, c);
+        if (!set->idle_oldest)
+                set->idle_oldest = c;
+        c->in_idle = true;
+        if (set->n_clients >= manager_config(c->manager)->max_connections && set->cb && set->cb->room)
+                set->cb->room(set->userdata);
+}
+
+static void client_idle_leave(Client *c) {
+        if (!c->in_idle)
+                return;
+        ClientSet *set = c->set;
+
+        if (set->idle_oldest == c)
+                set->idle_oldest = c->idle_prev;
+        LIST_REMOVE(idle, set->idle, c);
+        c->in_idle = false;
+}
+
 static void client_free(Client *c) {
         if (!c)
                 return;
+        client_idle_leave(c);
         if (c->feed) {
                 feed_hub_unsubscribe(manager_feed_hub(c->manager), &c->feed_sub);
                 c->feed = false;
@@ -163,6 +189,7 @@ static Step client_advance(Client *c) {
                 http_parser_next(&c->parser);
                 c->state = CLIENT_WAITING;
                 client_set_timer(c, manager_config(c->manager)->idle_timeout_usec);
+                client_idle_enter(c);
         }
         if (c->state == CLIENT_CLOSING) {
                 if (!buffer_is_empty(&c->out))
@@ -204,6 +231,7 @@ static Step client_parse(Client *c) {
                         c->state = CLIENT_CLOSING;
                         return STEP_AGAIN;
                 }
+                client_idle_leave(c);
                 /* the body follows; a client that waits for "100 Continue" gets it now */
                 if (c->parser.req.expect_continue && c->parser.req.has_body && c->parser.req.http_minor >= 1)
                         (void)buffer_append_str(&c->out, "HTTP/1.1 100 Continue\r\n\r\n");
@@ -213,6 +241,7 @@ static Step client_parse(Client *c) {
         if (r == HTTP_PARSE_DONE) {
                 c->state = CLIENT_RESPONDING;
                 client_set_timer(c, USEC_INFINITY);
+                client_idle_leave(c);
                 client_dispatch(c);
                 if (client_flush(c) < 0) {
                         client_free(c);
@@ -480,12 +509,16 @@ int client_new(ClientSet *set, int fd, const struct sockaddr *peer, socklen_t pe
         if (r >= 0)
                 r = lazy_timer_init(&c->timer, event, client_timer_cb, c);
         if (r >= 0)
-                client_set_timer(c, config->idle_timeout_usec);
+                /* a connection that was never used gets the head's deadline, not the idle one: silent
+                 * connections cannot hold slots for long */
+                client_set_timer(c, config->header_timeout_usec);
         if (r < 0) {
                 client_free(c);
                 return r;
         }
-        if (same == 0 || same > config->max_connections_per_address) {
+        if (same > 0 && same <= config->max_connections_per_address)
+                client_idle_enter(c);
+        else {
                 /* one address cannot take every connection slot: told at once, before anything is read
                  * (out of memory to count it, it is refused the same way) */
                 char msg[160];
@@ -533,6 +566,17 @@ ClientSet *client_set_free(ClientSet *set) {
 
 size_t client_set_count(const ClientSet *set) {
         return set->n_clients;
+}
+
+bool client_set_make_room(ClientSet *set) {
+        Client *c = set->idle_oldest;
+
+        if (!c)
+                return false;
+        log_debug("MaxConnections=%llu reached: closing %s, which holds no admitted request",
+                  (unsigned long long)manager_config(set->manager)->max_connections, c->peer);
+        client_free(c);
+        return true;
 }
 
 void client_set_stop(ClientSet *set) {

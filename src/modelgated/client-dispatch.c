@@ -87,6 +87,24 @@ static bool client_admit(Client *c) {
         return true;
 }
 
+static void client_refuse_cap(Client *c, const AccessDenial *denial) {
+        char h[96];
+        snprintf(h, sizeof(h), "Retry-After: %llu\r\n", (unsigned long long)denial->retry_after);
+        client_respond_error(c, 429, denial->code, denial->message, h);
+}
+
+/* A caller whose day is used up is told on the head: its body is never read. */
+static bool client_within_cap(Client *c) {
+        Access *access = manager_access(c->manager);
+        AccessDenial denial;
+
+        if (!c->x->caller.admitted || !access ||
+            access_check(access, manager_config(c->manager), &c->x->caller, c->peer, &denial) != -EDQUOT)
+                return true;
+        client_refuse_cap(c, &denial);
+        return false;
+}
+
 /* What modelgate answers itself, for anyone: no admission. */
 static bool request_is_open(const HttpRequest *r, Span path) {
         return (r->method == HTTP_GET || r->method == HTTP_HEAD) &&
@@ -134,7 +152,7 @@ bool client_admit_head(Client *c) {
                         return false;
                 }
         } else {
-                if (!client_admit(c))
+                if (!client_admit(c) || !client_within_cap(c))
                         return false;
                 uint64_t limit = caller_body_limit(c);
                 if (limit > 0 && http_parser_limit_body(&c->parser, limit) < 0) {
@@ -385,12 +403,8 @@ static bool dispatch_route(Client *c, Dispatch *d) {
                 k = access ? access_count(access, manager_config(c->manager), &c->x->caller, c->peer,
                                           &denial)
                            : -ENOMEM;
-                if (k == -EDQUOT) {
-                        char h[96];
-                        snprintf(h, sizeof(h), "Retry-After: %llu\r\n",
-                                 (unsigned long long)denial.retry_after);
-                        return client_respond_error(c, 429, denial.code, denial.message, h), false;
-                }
+                if (k == -EDQUOT)
+                        return client_refuse_cap(c, &denial), false;
                 if (k < 0)
                         return client_respond_error(c, 500, NULL, "out of memory", NULL), false;
         }

@@ -70,6 +70,10 @@ struct ClientSet {
         Client *clients;
         size_t n_clients;
         CountMap *by_address; /* MaxConnectionsPerAddress= */
+        /* The connections that hold no admitted request: silent since accept, idle between requests, or
+         * still sending a head. Oldest first: at MaxConnections= the first is closed to make room, so
+         * that connections nobody uses can never keep out /health or a client with a key. */
+        Client *idle, *idle_oldest; /* newest first; the oldest is the list's tail */
         const ClientSetCallbacks *cb;
         void *userdata;
 };
@@ -99,6 +103,8 @@ struct Client {
         char peer[INET6_ADDRSTRLEN + 8];
         char address[INET6_ADDRSTRLEN + 8]; /* what MaxConnectionsPerAddress= counts (IPv6 per /64) */
         bool address_counted;
+        bool in_idle; /* in set->idle */
+        LIST_FIELDS(Client, idle);
         ClientState state;
         bool in_process;
         bool close_after_response;

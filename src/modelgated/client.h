@@ -7,6 +7,7 @@
  * which counts them (per address too, for MaxConnectionsPerAddress=) and tells
  * its owner when one opens or closes. */
 
+#include <stdbool.h>
 #include <sys/socket.h>
 
 typedef struct Manager Manager;
@@ -16,12 +17,17 @@ typedef struct ClientSet ClientSet;
 typedef struct ClientSetCallbacks {
         /* a connection opened or closed */
         void (*changed)(void *userdata);
+        /* at MaxConnections=, a connection became one that client_set_make_room() may close */
+        void (*room)(void *userdata);
 } ClientSetCallbacks;
 
 int client_set_new(Manager *m, const ClientSetCallbacks *cb, void *userdata, ClientSet **ret);
 /* Closes every connection, without telling the owner. */
 ClientSet *client_set_free(ClientSet *set);
 size_t client_set_count(const ClientSet *set);
+/* At MaxConnections=: closes the connection that has held no admitted request for longest (one silent
+ * since accept, idle between requests, or still sending its head). false: every connection is busy. */
+bool client_set_make_room(ClientSet *set);
 /* A clean stop: idle connections close now, busy ones after their response. */
 void client_set_stop(ClientSet *set);
 /* Every host catalog may have had its first read: /models answers waiting for it may go. */

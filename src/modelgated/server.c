@@ -44,6 +44,7 @@ struct Server {
         bool socket_activated;
         char **listen_at_start; /* Listen= as started: a reload cannot change it */
         bool listeners_paused;
+        bool full; /* paused at MaxConnections= with every connection busy */
         sd_event_source *accept_retry;
 
         bool started;
@@ -77,9 +78,11 @@ static void log_request_flush(void) {
 }
 
 static void clients_changed(void *userdata);
+static void clients_room(void *userdata);
 
 static const ClientSetCallbacks client_set_callbacks = {
         .changed = clients_changed,
+        .room = clients_room,
 };
 
 static void manager_changed_cb(void *userdata) {
@@ -339,6 +342,7 @@ static void set_accepting(Server *s, bool on) {
         for (size_t i = 0; i < s->n_listeners; i++)
                 (void)sd_event_source_set_enabled(s->listeners[i].source, on ? SD_EVENT_ON : SD_EVENT_OFF);
         s->listeners_paused = !on;
+        s->full = false;
 }
 
 /* Re-enables listeners paused by MaxConnections= or EMFILE. */
@@ -375,11 +379,13 @@ static int accept_cb(sd_event_source *source, int fd, uint32_t revents, void *us
                 socklen_t pl = sizeof(peer);
                 int one = 1, cfd;
 
-                if (client_set_count(s->clients) >= max) {
-                        /* the rest wait in the kernel's backlog until a connection closes */
+                if (client_set_count(s->clients) >= max && !client_set_make_room(s->clients)) {
+                        /* every connection holds a request: the rest wait in the kernel's backlog until
+                         * one closes or is idle */
                         log_debug("MaxConnections=%llu reached, not accepting for now",
                                   (unsigned long long)max);
                         set_accepting(s, false);
+                        s->full = true;
                         return 0;
                 }
                 cfd = accept4(fd, (struct sockaddr *)&peer, &pl, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -399,6 +405,14 @@ static int accept_cb(sd_event_source *source, int fd, uint32_t revents, void *us
                         log_oom();
         }
         return 0;
+}
+
+/* At MaxConnections=, a connection went idle: accepting again closes it if a new one comes. */
+static void clients_room(void *userdata) {
+        Server *s = userdata;
+
+        if (s->full && !s->stopping)
+                set_accepting(s, true);
 }
 
 /* A connection opened or closed: a slot for the listeners, maybe the end of a clean stop. */

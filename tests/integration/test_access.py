@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 
 from conftest import MODELGATED, Gate, host_conf, post, read_response, wait_for
@@ -229,22 +230,43 @@ def test_admission_comes_before_the_body(make_double, tmp):
              + host_conf("3090", d.url))
     try:
         rss = g.rss_kb()
-        socks = []
+        socks, senders = [], []
+        chunk = b"x" * (1 << 20)
+
+        def send_body(s):
+            # the issue's reproducer: a 50 MB body sent whole but one byte (the old code held it all, and
+            # answered nothing); modelgate answers on the head and drains, then closes: a reset may end it
+            try:
+                for _ in range(47):
+                    s.sendall(chunk)
+                s.sendall(b"x" * (50000000 - 47 * len(chunk) - 1))
+            except OSError:
+                pass
+
         for auth in [b"", b"Authorization: Bearer wrong\r\n", b"Authorization: Bearer " + key.encode() + b"\r\n"]:
             for _ in range(4):
                 s = socket.create_connection(("127.0.0.1", g.port), timeout=10)
-                # a 50 MB body announced, 64 KiB of it sent: the answer comes without the rest
                 s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: g\r\n" + auth +
-                          b"Content-Length: 50000000\r\n\r\n" + b"x" * 65536)
+                          b"Content-Length: 50000000\r\n\r\n")
+                t = threading.Thread(target=send_body, args=(s,))
+                t.start()
+                senders.append(t)
                 status, _, body = read_response(s.makefile("rb"))
                 assert status == (413 if key.encode() in auth else 401), body
                 socks.append(s)
+        for t in senders:
+            t.join(60)
         assert g.rss_kb() - rss < 20000  # nothing like 12 × 50 MB
         # answered on the head, and logged as the request it is
         g.wait_log('POST /v1/chat/completions model="" host=- status=401')
         g.wait_log('POST /v1/chat/completions model="" host=- status=413')
         for s in socks:
             s.close()
+        # the event feed is no open endpoint: it needs a key like /models
+        c = http.client.HTTPConnection("127.0.0.1", g.port, timeout=10)
+        c.request("GET", "/models/sse")
+        assert c.getresponse().status == 401
+        c.close()
         # a chunked body past the tier's limit is refused as it comes
         s = socket.create_connection(("127.0.0.1", g.port), timeout=10)
         s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: g\r\nAuthorization: Bearer " + key.encode() +
@@ -252,6 +274,35 @@ def test_admission_comes_before_the_body(make_double, tmp):
         status, _, _ = read_response(s.makefile("rb"))
         assert status == 413
         s.close()
+    finally:
+        g.stop()
+
+
+def test_an_anonymous_client_is_limited_on_its_head(make_double, tmp):
+    """Admitted anonymous clients: AnonymousMaxBodySize= refuses a larger body on its head (413), and a client
+    whose day is used up gets 429 on its head, not after its body was read."""
+    import socket
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    keys = os.path.join(tmp, "keys")
+    open(keys, "w").close()
+    g = Gate(tmp, "[Access]\nKeysFile=%s\nAnonymousDailyRequests=1\nAnonymousMaxBodySize=1K\n" % keys
+             + host_conf("3090", d.url))
+    try:
+        def head_only(length):
+            s = socket.create_connection(("127.0.0.1", g.port), timeout=10)
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: g\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: %d\r\n\r\n" % length)
+            status, headers, body = read_response(s.makefile("rb"))
+            s.close()
+            return status, headers, body
+        status, _, body = head_only(50000000)
+        assert status == 413 and b"AnonymousMaxBodySize=" in body, body
+        r, body = ask(g)  # the one request of the day
+        assert r.status == 200, body
+        status, headers, body = head_only(900)  # within the body limit, past the day's cap: told at once
+        assert status == 429 and b"requests for today" in body, body
+        assert "retry-after" in headers, headers
+        assert len([r for r in d.requests() if r["path"] == CHAT]) == 1
     finally:
         g.stop()
 
@@ -286,6 +337,58 @@ def test_connection_slots_are_bounded_per_address_and_for_feeds(make_double, tmp
         c.close()
         for s in feeds + extra:
             s.close()
+    finally:
+        g.stop()
+
+
+def test_connections_that_hold_no_admitted_request_make_room(make_double, tmp):
+    """At MaxConnections=, silent connections (or ones still sending a head) cannot keep out /health or an
+    admitted client: the oldest of them is closed to make room, and an admitted one never is. A new
+    connection gets HeaderTimeoutSec= for its first head, not IdleTimeoutSec=."""
+    import socket
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    g = Gate(tmp, "[Proxy]\nMaxConnections=12\nMaxConnectionsPerAddress=8\nHeaderTimeoutSec=1h\n"
+             "IdleTimeoutSec=1h\n" + host_conf("3090", d.url))
+    held = []
+    try:
+        # an admitted client: a feed subscriber holds its connection with a request in progress
+        feed = socket.create_connection(("127.0.0.1", g.port), timeout=10, source_address=("127.0.0.4", 0))
+        feed.sendall(b"GET /models/sse HTTP/1.1\r\nHost: g\r\n\r\n")
+        assert feed.makefile("rb").readline().startswith(b"HTTP/1.1 200")
+        # two addresses take every other slot: silent, or a head never finished (the issue's reproducer)
+        for i in range(11):
+            s = socket.create_connection(("127.0.0.1", g.port), timeout=10,
+                                         source_address=("127.0.0.%d" % (1 + i % 2), 0))
+            if i % 3 == 2:
+                s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: g\r\n")
+            held.append(s)
+        # /health from a third address is answered: the oldest idle connection made room
+        c = http.client.HTTPConnection("127.0.0.1", g.port, timeout=5, source_address=("127.0.0.3", 0))
+        c.request("GET", "/health")
+        assert c.getresponse().status == 200
+        c.close()
+        # (no timeout of its own can have closed it: both are an hour)
+        held[0].settimeout(5)
+        assert held[0].recv(1) == b"", "the oldest silent connection was not the one closed"
+        # and a client with a real request is answered too, while the feed stays
+        r, body = ask(g, source="127.0.0.5")
+        assert r.status == 200, body
+        feed.setblocking(False)
+        try:
+            assert feed.recv(65536) != b"", "the admitted feed subscriber was closed"
+        except BlockingIOError:
+            pass  # open, nothing new to say
+    finally:
+        for s in held:
+            s.close()
+        g.stop()
+    # a connection that never sends a head is closed after HeaderTimeoutSec=, not IdleTimeoutSec=
+    g = Gate(tmp, "[Proxy]\nHeaderTimeoutSec=2s\nIdleTimeoutSec=1h\n" + host_conf("3090", d.url))
+    try:
+        s = socket.create_connection(("127.0.0.1", g.port), timeout=10)
+        s.settimeout(60)
+        assert s.recv(1) == b"", "a silent connection was not closed after HeaderTimeoutSec="
+        s.close()
     finally:
         g.stop()
 
