@@ -10,6 +10,7 @@ shapes (exceed_context_size_error included), cpp-httplib's keep-alive rules
 Knobs, per process (command line) or per request (a marker in the prompt text):
   --load-delay S     seconds a model takes to load (autoload blocks that long)
   --token-delay S    seconds between streamed tokens
+  --list-delay S     seconds GET /models takes to answer (a big list on a busy host)
   --end chunk|close  end streams with the last chunk (current builds) or by
                      closing the connection (older builds)
   [[tokens:N]]       answer with N tokens
@@ -264,6 +265,7 @@ class Handler(BaseHTTPRequestHandler):
         if path == "/models" and self.command == "GET" and query.get("reload"):
             notify("*", "models_reload")
         if path in ("/models", "/v1/models") and self.command in ("GET", "HEAD"):
+            time.sleep(ARGS.list_delay)
             with LOCK:
                 data = [model_entry(m) for m in MODELS]
             return self.send_json(200, {"data": data, "object": "list"})
@@ -488,6 +490,7 @@ def main():
     p.add_argument("--loaded", default="", help="comma-separated ids loaded at start")
     p.add_argument("--load-delay", type=float, default=0.2)
     p.add_argument("--token-delay", type=float, default=0.01)
+    p.add_argument("--list-delay", type=float, default=0.0, help="seconds GET /models takes to answer")
     p.add_argument("--end", choices=["chunk", "close"], default="chunk")
     p.add_argument("--n-ctx", type=int, default=4096)
     p.add_argument("--ping", action="store_true", help="send ':' pings while a request hangs")

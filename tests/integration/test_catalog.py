@@ -98,6 +98,30 @@ def test_a_load_through_modelgate_is_seen_at_any_phase_of_the_periodic_poll(make
     assert seen[-1] == "loaded"
 
 
+def test_a_listing_never_waits_for_a_re_read_after_a_load(make_double, make_gate):
+    """The feed's status events are applied to the snapshot at once: after a load through modelgate, every
+    listing answers from them. The host takes 3 s to answer GET /models here, so a listing that waited for
+    a re-read would take that long."""
+    d = make_double("--models", "laguna-xs,big-70b", "--loaded", "laguna-xs", "--load-delay", "1",
+                    "--list-delay", "3")
+    g = make_gate("[Proxy]\nPollIntervalSec=1h\n" + host_conf("3090", d.url))
+    wait_for(lambda: "3090-big-70b" in models(g), 30, "the host's first list (3 s)")
+    assert models(g)["3090-big-70b"]["status"]["value"] == "unloaded"
+    r = post(g.conn(), "/models/load", {"model": "3090-big-70b"})
+    assert r.status == 200, r.read()
+    r.read()
+    seen, slowest, start = [], 0.0, time.monotonic()
+    while not seen or seen[-1] != "loaded":
+        t = time.monotonic()
+        seen.append(models(g)["3090-big-70b"]["status"]["value"])
+        slowest = max(slowest, time.monotonic() - t)
+        assert time.monotonic() - start < 30, seen
+        time.sleep(0.05)
+    assert "unloaded" not in seen, seen  # the load's own event came before the first listing after it
+    assert slowest < 1.0, "a listing took %.3f s: it waited for the host's 3 s list" % slowest
+    print("slowest of %d listings during the load: %.1f ms" % (len(seen), slowest * 1000))
+
+
 def test_feed_is_relabelled_and_host_down_and_up_reach_list_and_feed(make_double, make_gate, tmp):
     port = free_port()
     d = make_double("--models", "laguna-xs,qwen3-8b", "--loaded", "laguna-xs", "--port", str(port))

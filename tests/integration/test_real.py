@@ -54,12 +54,9 @@ TREE = os.path.normpath(os.path.join(os.path.dirname(SERVER), "../..")) if SERVE
 
 
 def skip_reason():
-    r = box_skip_reason()
-    if r:
-        return r
-    if MISSING and not REQUIRED:
-        return MISSING
-    return None
+    if REQUIRED:
+        return None  # CI has the server and boxes: what is missing fails the tests, in model_files
+    return box_skip_reason() or MISSING
 
 
 pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason()))
@@ -69,7 +66,9 @@ pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reaso
 def model_files():
     """one tiny model (~17 MB, loads in 0.1 s) and one hollow 800 MB model (zeros, a sparse file) that takes
     the server seconds to read with --no-mmap, so its load progress can be watched"""
-    assert MISSING is None, MISSING  # MODELGATE_REQUIRE_REAL_ENGINE: a missing server fails
+    # MODELGATE_REQUIRE_REAL_ENGINE: a missing server, or a machine without boxes, fails
+    assert box_skip_reason() is None, box_skip_reason()
+    assert MISSING is None, MISSING
     d = tempfile.mkdtemp(prefix="modelgate-real.")
     try:
         tiny, big = os.path.join(d, "tiny.gguf"), os.path.join(d, "big.gguf")
@@ -374,14 +373,10 @@ def test_a_client_gone_mid_stream_frees_the_servers_slot(box, engines, make_gate
     # modelgate's part: the stream's connection to the server closes at once, so the server can stop
     wait_for(lambda: len(connections(g.proc.pid, port) & streaming) < len(streaming), 1.0,
              "modelgate to close its connection to the engine")
-    try:
-        wait_for(lambda: not processing(), 1.0, "the slot to be free again")
-    except AssertionError:
-        # seen without modelgate too: this build's router often does not pass a client's disconnect on to
-        # the model's process, which then generates to the end (README, "Tests")
-        wait_for(lambda: not processing(), 60, "the slot to be free at the end of the generation")
-        pytest.xfail("modelgate closed its connection at once, but llama-server's router kept the slot busy "
-                     "until the generation ended")
+    # the server's part: llama-server's router notices a gone client by polling it every 500 ms, in its
+    # reader and again in the model's process, so that straight to the router (no modelgate) the slot was
+    # free 25-1475 ms after the client left (17 runs); the bound leaves that room and no more
+    wait_for(lambda: not processing(), 3.0, "the slot to be free again")
     print("slot free %.0f ms after the client left" % ((time.monotonic() - gone) * 1000))
 
 
