@@ -49,8 +49,11 @@ def test_a_broken_file_is_answered_at_once_until_a_reload_fixes_it(box, make_dou
     d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
     port = free_port()
     good = "[Proxy]\nExitIdleSec=1s\n" + host_conf("3090", d.url)
-    # ExitIdleSec=1s is in the broken file too: it must not apply (a file with errors is not used at all)
-    log = installed_units(box, tmp, port, "[Proxy]\nBogusKey=1\nExitIdleSec=1s\n" + host_conf("3090", d.url))
+    # ExitIdleSec=1s is in the broken file too: it must not apply (a file with errors is not used at all);
+    # and its engine is a unit of the box that nothing may start or stop
+    box.add_unit("llama-mainline.service", "[Service]\nExecStart=/bin/sleep infinity\n")
+    log = installed_units(box, tmp, port, "[Proxy]\nBogusKey=1\nExitIdleSec=1s\n" + host_conf("3090", d.url, "Bus=local\n")
+                          + "[Engine]\nHost=3090\nName=mainline\nUnit=llama-mainline.service\n")
     conf = os.path.join(tmp, "modelgate.conf")
     assert show(box, "RestartPreventExitStatus") == "78"
 
@@ -95,6 +98,8 @@ def test_a_broken_file_is_answered_at_once_until_a_reload_fixes_it(box, make_dou
     assert text.count("unknown key 'BogusKey'") == 1, text
     assert text.count("status=503") == 3, text
     assert d.requests() == []
+    assert show(box, "ActiveState", "llama-mainline.service") == "inactive"
+    assert show(box, "InactiveExitTimestampMonotonic", "llama-mainline.service") == "0", "the engine was started"
 
     # a reload with a file that is still broken fails, and the new errors are the answer
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)  # held across both reloads
