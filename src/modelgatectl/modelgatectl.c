@@ -510,6 +510,17 @@ static int key_list(const KeysFile *f) {
         return EXIT_OK;
 }
 
+/* The system service runs as User=modelgate: a keys file root makes for it is readable by its group. */
+static int key_file_write(const KeysFile *f) {
+        int r = keys_file_write(f, arg_user ? NULL : "modelgate");
+        if (r == -ESRCH)
+                log_warning("There is no group 'modelgate': the system service cannot read the new %s",
+                            f->path);
+        else if (r < 0)
+                return log_error_errno(r, "Cannot write %s: %m", f->path);
+        return 0;
+}
+
 static int key_add(const Config *c, KeysFile *f, const char *tier) {
         uint8_t raw[24], digest[SHA256_DIGEST_SIZE];
         char key[64], hex[SHA256_HEX_SIZE], note[64];
@@ -537,9 +548,9 @@ static int key_add(const Config *c, KeysFile *f, const char *tier) {
         r = keys_file_add(f, note, digest, tier);
         if (r < 0)
                 return log_oom(), EXIT_FAILED;
-        r = keys_file_write(f);
+        r = key_file_write(f);
         if (r < 0)
-                return log_error_errno(r, "Cannot write %s: %m", f->path), EXIT_FAILED;
+                return EXIT_FAILED;
         /* the only time the key is shown */
         printf("%s\n", key);
         fprintf(stderr, "key %.12s of tier %s added to %s\n", hex, tier, f->path);
@@ -570,9 +581,9 @@ static int key_remove(KeysFile *f, const char *prefix) {
                 return matches == 0 ? EXIT_NOT_FOUND : EXIT_USAGE;
         }
         keys_file_remove(f, match);
-        r = keys_file_write(f);
+        r = key_file_write(f);
         if (r < 0)
-                return log_error_errno(r, "Cannot write %s: %m", f->path), EXIT_FAILED;
+                return EXIT_FAILED;
         fprintf(stderr, "key %s removed from %s\n", prefix, f->path);
         reload_daemon();
         return EXIT_OK;

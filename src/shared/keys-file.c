@@ -1,11 +1,14 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include <ctype.h>
 #include <errno.h>
+#include <grp.h>
 #include <openssl/evp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "shared/fileio.h"
 #include "shared/keys-file.h"
@@ -208,10 +211,13 @@ void keys_file_remove(KeysFile *f, size_t i) {
                         f->keys[k].line--;
 }
 
-int keys_file_write(const KeysFile *f) {
+int keys_file_write(const KeysFile *f, const char *reader_group) {
         _cleanup_free_ char *text = NULL;
         size_t size = 0;
+        struct stat st;
+        bool fresh = stat(f->path, &st) < 0 && errno == ENOENT;
         FILE *m;
+        int r;
 
         m = open_memstream(&text, &size);
         if (!m)
@@ -220,5 +226,15 @@ int keys_file_write(const KeysFile *f) {
                 fprintf(m, "%s\n", f->lines[i]);
         if (fclose(m) != 0)
                 return -ENOMEM;
-        return state_file_write(f->path, text ?: "", size);
+        r = state_file_write(f->path, text ?: "", size);
+        if (r < 0 || !fresh || !reader_group)
+                return r;
+        /* a file root makes for the system service: the service's user reads it through its group (a
+         * file that exists keeps whatever owner and mode it has) */
+        struct group *g = getgrnam(reader_group);
+        if (!g)
+                return -ESRCH;
+        if (chown(f->path, (uid_t)-1, g->gr_gid) < 0 || chmod(f->path, 0640) < 0)
+                return -errno;
+        return 0;
 }

@@ -437,3 +437,40 @@ def test_keys_file_rewrites_are_safe(tmp):
     st = os.stat(keys)
     assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (0, 65534, 0o640)
     assert len(keyctl(conf, "list").stdout.splitlines()) == 10
+
+
+
+def test_a_keys_file_root_makes_for_the_system_service_is_readable_by_it(tmp):
+    """modelgatectl --system key add, as root, with no keys file yet: the system service (User=modelgate,
+    Group=modelgate) must read the new file. Run in a mount namespace whose /etc/group has a 'modelgate'
+    group (the machine's own files are not touched); the reader is an unprivileged user in that group."""
+    if os.geteuid() != 0:
+        import pytest
+        pytest.skip("modelgatectl --system key add as root, and a mount namespace, need root; this is not root")
+    gid = 64000
+    while True:
+        try:
+            import grp
+            grp.getgrgid(gid)
+            gid += 1
+        except KeyError:
+            break
+    group = os.path.join(tmp, "group")
+    with open("/etc/group") as f:
+        text = f.read()
+    with open(group, "w") as f:
+        f.write(text.replace("\nmodelgate:", "\nmodelgate-not:") + "modelgate:x:%d:\n" % gid)
+    keys = os.path.join(tmp, "keys")
+    conf = os.path.join(tmp, "keys.conf")
+    with open(conf, "w") as f:
+        f.write(conf_text(keys) + host_conf("3090", "http://127.0.0.1:1"))
+    os.chmod(tmp, 0o755)
+    script = ('mount --bind "$1" /etc/group && "$2" --system --config="$3" key add free >/dev/null && '
+              'setpriv --reuid=65534 --regid=%d --clear-groups cat "$4"' % gid)
+    out = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", group,
+                          MODELGATECTL, conf, keys], capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS="unix:path=/nonexistent"))
+    assert out.returncode == 0, out
+    assert " free" in out.stdout  # the service's user read the key's line
+    st = os.stat(keys)
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (0, gid, 0o640)

@@ -65,7 +65,7 @@ TEST(add_remove_write) {
         keys_file_remove(&f, 0);
         ASSERT_EQ(f.n_keys, 1);
         ASSERT_EQ(f.keys[0].line, 2);
-        ASSERT_OK(keys_file_write(&f));
+        ASSERT_OK(keys_file_write(&f, NULL));
         keys_file_done(&f);
         ASSERT_OK(read_full_file(path, &text, &n));
         ASSERT_STREQ(text, "# a\n# added today\n"
