@@ -84,11 +84,15 @@ void client_respond_refusal(Client *c, bool health) {
         const char *refusal = manager_refusal(c->manager);
         _cleanup_free_ char *body = NULL;
 
+        bool crash_loop = manager_crash_loop(c->manager);
+
         if (!health)
-                return client_respond_error(c, 503, "config_error", refusal, "x-should-retry: false\r\n");
+                return client_respond_error(c, 503, crash_loop ? "crash_loop" : "config_error", refusal,
+                                            "x-should-retry: false\r\n");
         json_object *o = json_object_new_object();
         if (o) {
-                json_object_object_add(o, "status", json_object_new_string("config-error"));
+                json_object_object_add(o, "status",
+                                       json_object_new_string(crash_loop ? "crash-loop" : "config-error"));
                 json_object_object_add(o, "version", json_object_new_string(MODELGATE_VERSION));
                 json_object_object_add(o, "message", json_object_new_string(refusal));
                 body = strdup(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |

@@ -13,9 +13,16 @@
 #include "modelgated/host.h"
 #include "modelgated/manager.h"
 #include "modelgated/metrics.h"
+#include "modelgated/run-record.h"
 #include "modelgated/upstream.h"
 #include "shared/log.h"
 #include "shared/strv.h"
+#include "shared/time-util.h"
+
+/* A crash loop, for manager_record_run(): more runs than this ended badly within the window. Runs that
+ * end cleanly never count, so idle exits and re-activations, however many, cannot make one. */
+#define CRASH_LOOP_RUNS 5
+#define CRASH_LOOP_WINDOW (5 * USEC_PER_MINUTE)
 
 struct Manager {
         sd_event *event;
@@ -32,6 +39,11 @@ struct Manager {
          * host, and every request is answered 503 with refusal until a reload brings a good file. */
         char **config_errors;
         char *refusal;
+        /* The runs before this one ended without a clean exit, CRASH_LOOP_RUNS times in CRASH_LOOP_WINDOW:
+         * this run refuses like a broken file does, with no host, so that whatever crashed them is not
+         * done again, until a reload or until those runs are older than the window. */
+        RunRecord runs;
+        bool crash_loop;
         unsigned warnings_serial; /* bumped when Warnings change in a way their number does not show */
 
         bool stopping;
@@ -95,6 +107,7 @@ Manager *manager_free(Manager *m) {
         free(m->config_path);
         strv_free(m->config_errors);
         free(m->refusal);
+        run_record_done(&m->runs);
         sd_event_unref(m->event);
         return mfree(m);
 }
@@ -138,6 +151,45 @@ static int manager_set_refusal(Manager *m, char **errors, int r) {
         m->warnings_serial++;
         (void)sd_notifyf(false, "STATUS=Refusing requests: %s", m->refusal);
         return 0;
+}
+
+int manager_record_run(Manager *m) {
+        _cleanup_free_ char *refusal = NULL;
+        char w[FORMAT_TIMESPAN_MAX];
+        unsigned unclean;
+        int r;
+
+        /* the wall clock: the runs are of other processes, before this boot's monotonic clock too */
+        r = run_record_start(&m->runs, now_usec(CLOCK_REALTIME), CRASH_LOOP_WINDOW, &unclean);
+        if (r < 0 || unclean < CRASH_LOOP_RUNS)
+                return r;
+        format_timespan(w, sizeof(w), CRASH_LOOP_WINDOW);
+        if (asprintf(&refusal,
+                     "modelgated ended %u times in the last %s without a clean exit (it crashed or was "
+                     "killed: "
+                     "'journalctl %s-u modelgate' says why); it refuses requests until '%s', or until those "
+                     "runs are %s old",
+                     unclean, w, m->user ? "--user " : "",
+                     m->user ? "systemctl --user reload modelgate" : "systemctl reload modelgate", w) < 0)
+                return log_oom();
+        log_error("%s", refusal);
+        /* the defaults, with no host: nothing that ran before runs again */
+        config_unref(m->config);
+        if (!(m->config = config_new()))
+                return log_oom();
+        m->crash_loop = true;
+        m->refusal = TAKE_PTR(refusal);
+        m->warnings_serial++;
+        (void)sd_notifyf(false, "STATUS=Refusing requests: %s", m->refusal);
+        return 0;
+}
+
+void manager_clean_exit(Manager *m) {
+        run_record_clean(&m->runs);
+}
+
+bool manager_crash_loop(Manager *m) {
+        return m->crash_loop;
 }
 
 int manager_load_config(Manager *m, const char *path) {
@@ -418,7 +470,13 @@ int manager_reload(Manager *m, char **ret_error) {
                 strv_free(TAKE_PTR(m->config_errors));
                 m->refusal = mfree(m->refusal);
                 m->warnings_serial++;
-                log_notice("%s has no errors now: serving requests", m->config_path);
+                if (m->crash_loop) {
+                        /* the operator looked: the runs before count no more */
+                        run_record_forget(&m->runs);
+                        m->crash_loop = false;
+                        log_notice("Reloaded after a crash loop: serving requests");
+                } else
+                        log_notice("%s has no errors now: serving requests", m->config_path);
         }
         log_notice("Reloaded %s: %zu host(s), %zu kept, %zu new, %zu draining", m->config_path,
                    m->config->n_hosts, kept, added, drained);

@@ -41,6 +41,13 @@ void manager_set_callbacks(Manager *m, const ManagerCallbacks *cb, void *userdat
  * manager_config_errors() says what is wrong, and manager_start() brings up a daemon that refuses every
  * request with that. */
 int manager_load_config(Manager *m, const char *path);
+/* Socket-activated, with a good configuration: records this run (run-record.h). When runs before it ended
+ * without a clean exit CRASH_LOOP_RUNS times within CRASH_LOOP_WINDOW, the daemon refuses every request
+ * with that, with no host (manager_crash_loop()), until a reload or until those runs are that old. */
+int manager_record_run(Manager *m);
+bool manager_crash_loop(Manager *m);
+/* The loop ended cleanly (an idle exit, a stop): this run is no crash. */
+void manager_clean_exit(Manager *m);
 /* Makes and starts one Host per [Host]; with configuration errors, sets the refusal instead. */
 int manager_start(Manager *m);
 /* Reads the configuration again and applies it without dropping a connection (SPEC §3). On failure

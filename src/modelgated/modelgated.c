@@ -147,6 +147,9 @@ int main(int argc, char *argv[]) {
                 config_dump(manager_config(m), stdout);
                 return EXIT_SUCCESS;
         }
+        /* a crash loop slower than the units' start limit (which idle exits must not reach) ends here */
+        if (r >= 0 && sd_listen_fds(/* unset_environment= */ false) > 0 && manager_record_run(m) < 0)
+                return EXIT_FAILURE;
 
         bump_nofile();
         r = server_new(m, &server);
@@ -165,6 +168,7 @@ int main(int argc, char *argv[]) {
                 log_error_errno(r, "Event loop failed: %m");
                 return EXIT_FAILURE;
         }
+        manager_clean_exit(m);
         log_info("Stopped.");
         return EXIT_SUCCESS;
 }

@@ -4,13 +4,15 @@ end, restarting no faster than RestartSec=, with the socket's clients refused ra
 
 import http.client
 import json
+import os
 import socket
+import subprocess
 import time
 
 import pytest
 
 from boxes import box_skip_reason, installed_units
-from conftest import free_port, wait_for
+from conftest import MODELGATED, free_port, wait_for
 
 pytestmark = pytest.mark.skipif(box_skip_reason() is not None, reason=str(box_skip_reason()))
 
@@ -76,3 +78,55 @@ def test_a_crash_loop_ends_at_the_start_limit_and_refuses_clients(box, tmp):
     client.close()
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", port), timeout=5)
+
+
+def test_a_slow_crash_loop_ends_in_a_refusal_not_in_restarts(box, tmp):
+    """A daemon killed a second after each start is beyond the start limit's reach (20 starts in 10 s need runs
+    shorter than about 300 ms, and idle exits must never reach it): modelgated counts the runs that ended
+    without a clean exit, and after five the next one refuses every request with why, stays up, and is not
+    restarted; the socket stays. A reload serves again, and a clean stop leaves no run behind."""
+    port = free_port()
+    conf = os.path.join(tmp, "modelgate.conf")
+    script = os.path.join(tmp, "crashing-daemon")
+    with open(script, "w") as f:
+        # killed as by a crash, a second after it starts, whenever it serves (not when it refuses)
+        f.write("(sleep 1; curl -s -m 5 http://127.0.0.1:%d/health | grep -q '\"status\":\"ok\"' && kill -KILL $$) &\n"
+                "exec %s --user --config=%s\n" % (port, os.path.abspath(MODELGATED), conf))
+    log = installed_units(box, tmp, port, "[Proxy]\nExitIdleSec=1h\n", exec_start="/bin/sh " + script)
+    c = socket.create_connection(("127.0.0.1", port), timeout=30)  # activates the socket
+    c.close()
+    wait_for(lambda: os.path.exists(log) and "without a clean exit" in open(log).read(), 90,
+             "the crash loop's refusal", interval=0.2)
+    message = ("modelgated ended 5 times in the last 5min without a clean exit (it crashed or was killed: "
+               "'journalctl --user -u modelgate' says why); it refuses requests until 'systemctl --user reload "
+               "modelgate', or until those runs are 5min old")
+    assert open(log).read().count(message) == 1
+
+    def answer(path):
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        c.request("GET", path)
+        r = c.getresponse()
+        body = json.loads(r.read())
+        c.close()
+        return r.status, body
+    status, body = answer("/health")
+    assert status == 503 and body["status"] == "crash-loop" and body["message"] == message, body
+    status, body = answer("/v1/models")
+    assert status == 503 and body["error"]["code"] == "crash_loop", body
+    # no more restarts: the same process, looked at for longer than three of the killed runs took
+    pid, restarts = show(box, "MainPID"), show(box, "NRestarts")
+    assert restarts == "5", restarts
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        assert show(box, "MainPID") == pid and show(box, "NRestarts") == "5"
+        assert box.active_state("modelgate.socket") == "active"
+        time.sleep(0.5)
+    # the operator's reload: serving again, the runs before forgotten
+    reload = subprocess.run(["systemctl", "--user", "reload", "modelgate"], env=box.env, capture_output=True,
+                            text=True, timeout=60)
+    assert reload.returncode == 0, reload
+    status, body = answer("/health")
+    assert status == 200 and body["status"] == "ok", body
+    assert len(open(os.path.join(tmp, "unclean-runs")).read().split()) == 1  # this run's own line
+    box.systemctl("stop", "modelgate.service")
+    assert not os.path.exists(os.path.join(tmp, "unclean-runs"))  # a clean stop is no crash
