@@ -436,3 +436,23 @@ def test_a_gpu_host_cannot_write_log_lines_of_its_own(make_gate, tmp):
     lines = g.logtext().splitlines()
     assert any(l.startswith("<4>host a9: ssh: <3>modelgated: forged\\x1b[2J") for l in lines), lines
     assert not any(l.startswith("<3>modelgated: forged") for l in lines)
+
+
+def unix_sock(path):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(10)
+    s.connect(path)
+    return s
+
+
+def test_each_listener_answers(make_gate, double, tmp):
+    """Listen= repeated: each listener accepts (the first one's source used to keep a pointer into the array of
+    listeners that the second one's realloc() had moved, and its first connection crashed the daemon)"""
+    path = os.path.join(tmp, "gate.sock")
+    g = make_gate("[Proxy]\nListen=%s\n" % path + host_conf("3090", double.url))  # ready: TCP, the first
+    for s in (g.sock(), unix_sock(path), g.sock()):
+        s.sendall(b"GET /health HTTP/1.1\r\n" + H + b"\r\n")
+        status, _, body = read_response(s.makefile("rb"))
+        s.close()
+        assert status == 200 and json.loads(body)["status"] == "ok"
+
