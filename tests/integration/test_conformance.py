@@ -4,8 +4,10 @@ full table of cases is tests/unit/test-http-conformance.c; these are the ones th
 path: the host behind, the pool of host connections, the access check, the socket's half-close."""
 
 import hashlib
+import io
 import json
 import os
+import select
 import socket
 import subprocess
 import threading
@@ -456,3 +458,67 @@ def test_each_listener_answers(make_gate, double, tmp):
         s.close()
         assert status == 200 and json.loads(body)["status"] == "ok"
 
+
+def read_until_end(s, timeout=10):
+    """every byte the peer sent, up to its close (an EOF, or the reset a close with input unread gives)"""
+    s.settimeout(timeout)
+    data = b""
+    while True:
+        try:
+            k = s.recv(65536)
+        except ConnectionResetError:
+            return data
+        if not k:
+            return data
+        data += k
+
+
+def responses_in(data):
+    """the statuses of the complete responses in data (modelgate's own: each with a Content-Length)"""
+    f = io.BytesIO(data)
+    out = []
+    while True:
+        pos = f.tell()
+        if not f.readline().startswith(b"HTTP/1.1 "):
+            return out
+        f.seek(pos)
+        status, _, body = read_response(f)
+        out.append(status)
+
+
+def closed_by_peer(s):
+    """whether the other end closed the socket: told by poll, without reading (a read would make room)"""
+    p = select.poll()
+    p.register(s, select.POLLHUP | select.POLLRDHUP)
+    return any(ev & (select.POLLHUP | select.POLLRDHUP) for _, ev in p.poll(0))
+
+
+def test_a_last_answer_that_finds_the_socket_full_has_a_deadline(make_gate, double, tmp):
+    """The 408 after a head that came too slowly is the last answer of its connection. Written to a socket the
+    client does not read, it meets EAGAIN: the connection must still end after IdleTimeoutSec=, as every
+    state has a deadline (the 408's own timer has fired; nothing else would end it).
+
+    A unix socket takes a small write whole or not at all (TCP adds it to its last segment, so that "full"
+    falls between two answers only by luck): the answers to one connection's pipelined GET / show how many
+    fit, and a second connection sends that many, then the start of a head."""
+    path = os.path.join(tmp, "gate.sock")
+    g = make_gate("[Proxy]\nListen=%s\nHeaderTimeoutSec=1s\nIdleTimeoutSec=2s\n" % path +
+                  host_conf("3090", double.url))
+    get = b"GET / HTTP/1.1\r\n" + H + b"\r\n"
+
+    # far more than fit: modelgate stops on a full socket, and drops the client that does not read
+    s = unix_sock(path)
+    s.sendall(get * 4000)
+    wait_for(lambda: closed_by_peer(s), 20, "modelgate to drop a client that does not read")
+    fit = responses_in(read_until_end(s))
+    s.close()
+    assert 0 < len(fit) < 4000 and set(fit) == {200}, fit
+
+    # HeaderTimeoutSec= (the 408), then IdleTimeoutSec= without progress: about 3 s
+    s = unix_sock(path)
+    s.sendall(get * len(fit) + b"GET /health HTTP/1.1\r\n" + H)
+    wait_for(lambda: closed_by_peer(s), 20, "modelgate to close the connection whose 408 found no room")
+    answers = responses_in(read_until_end(s))
+    s.close()
+    # the answers filled the socket, and the 408 never got in: it was the write that met EAGAIN
+    assert answers == fit, (len(answers), len(fit))
