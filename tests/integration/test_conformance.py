@@ -175,8 +175,12 @@ def test_bad_chunk_framing_is_refused(gate, double, chunks):
 
 
 def test_half_close_after_a_complete_request_is_answered(gate):
-    [(status, _, body)], closed = exchange(gate, b"GET /health HTTP/1.1\r\n" + H + b"\r\n", shut=True)
+    [(status, _, body)], closed = exchange(gate, b"GET /health HTTP/1.1\r\n" + H + b"User-Agent: half-close\r\n\r\n",
+                                           shut=True)
     assert status == 200 and json.loads(body)["status"] == "ok" and closed
+    # and it leaves its access line, as any answered request does
+    line = gate.wait_log('ua="half-close"')
+    assert line.startswith("<6>GET /health ") and " status=200 " in line, line
     # pipelined requests before the half-close: each answered, in order
     responses, closed = exchange(gate, b"GET /health HTTP/1.1\r\n" + H + b"\r\nGET / HTTP/1.1\r\n" + H + b"\r\n",
                                  2, shut=True)
@@ -185,10 +189,13 @@ def test_half_close_after_a_complete_request_is_answered(gate):
     # a request that goes to a host, then a half-close: answered too (an interim 100 tells a half-closed
     # client from a gone one, which answers it with a reset)
     body = b'{"model":"3090-laguna-xs","messages":[{"role":"user","content":"hi"}]}'
-    responses, closed = exchange(gate, b"POST /v1/chat/completions HTTP/1.1\r\n" + H +
+    responses, closed = exchange(gate, b"POST /v1/chat/completions HTTP/1.1\r\n" + H + b"User-Agent: half-close-2\r\n"
                                  b"Content-Length: %d\r\n\r\n" % len(body) + body, 2, shut=True)
     assert responses[0][0] == 100 and responses[1][0] == 200 and closed, responses
     assert json.loads(responses[1][2])["model"] == "laguna-xs"
+    # logged too, though the end of the input was read before its answer (the 100 says so)
+    line = gate.wait_log('ua="half-close-2"')
+    assert 'POST /v1/chat/completions model="3090-laguna-xs" host=3090 status=200 ' in line, line
 
 
 
@@ -522,3 +529,4 @@ def test_a_last_answer_that_finds_the_socket_full_has_a_deadline(make_gate, doub
     s.close()
     # the answers filled the socket, and the 408 never got in: it was the write that met EAGAIN
     assert answers == fit, (len(answers), len(fit))
+
