@@ -530,3 +530,29 @@ def test_a_last_answer_that_finds_the_socket_full_has_a_deadline(make_gate, doub
     # the answers filled the socket, and the 408 never got in: it was the write that met EAGAIN
     assert answers == fit, (len(answers), len(fit))
 
+
+CHAT_BODY = b'{"model":"3090-laguna-xs","messages":[{"role":"user","content":"hi"}]}'
+CHAT_HEAD = b"POST /v1/chat/completions HTTP/1.1\r\n" + H
+
+
+@pytest.mark.parametrize("request_bytes,status", [
+    (CHAT_HEAD + b"Authorization : Bearer S\r\nContent-Length: %d\r\n\r\n" % len(CHAT_BODY) + CHAT_BODY, 400),
+    (CHAT_HEAD + b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n" % (len(CHAT_BODY), len(CHAT_BODY)) +
+     CHAT_BODY + b"\r\n0\r\n\r\n", 400),
+    (b"GET /props?model=3090-laguna-xs HTTP/2.0\r\n" + H + b"\r\n", 505),
+    (b"GET /props?model=3090-laguna-xs#x HTTP/1.1\r\n" + H + b"\r\n", 400),
+    (CHAT_HEAD + b"Expect: something-else\r\nContent-Length: %d\r\n\r\n" % len(CHAT_BODY) + CHAT_BODY, 417),
+    (b"FOO /props?model=3090-laguna-xs HTTP/1.1\r\n" + H + b"\r\n", 400),
+    (b"TRACE /props?model=3090-laguna-xs HTTP/1.1\r\n" + H + b"\r\n", 405),
+    (CHAT_HEAD + b"Transfer-Encoding: chunked\r\n\r\n%x\r\n" % len(CHAT_BODY) + CHAT_BODY + b"XY0\r\n\r\n", 400),
+], ids=["space-before-colon", "cl-and-te", "http-2.0", "fragment", "expect", "bad-method", "trace", "chunk-crlf"])
+def test_nothing_pipelined_after_a_refusal_is_read(gate, double, request_bytes, status):
+    """A refused request's framing cannot be trusted: what follows it on the connection (here a request for
+    the host and a /health) is never taken for requests. One answer, Connection: close, the end."""
+    double.clear()
+    pipelined = b"GET /props?model=3090-laguna-xs HTTP/1.1\r\n" + H + b"\r\nGET /health HTTP/1.1\r\n" + H + b"\r\n"
+    [(got, headers, body)], closed = exchange(gate, request_bytes + pipelined)
+    assert got == status, body
+    assert headers.get("connection") == "close" and closed  # closed: no second answer came
+    assert double.forwarded() == []
+
