@@ -556,3 +556,46 @@ def test_nothing_pipelined_after_a_refusal_is_read(gate, double, request_bytes, 
     assert headers.get("connection") == "close" and closed  # closed: no second answer came
     assert double.forwarded() == []
 
+
+def read_head(f):
+    """the status and headers of one answer, and nothing after them"""
+    status = int(f.readline().split()[1])
+    headers = {}
+    for line in iter(f.readline, b"\r\n"):
+        k, _, v = line.decode().partition(":")
+        headers[k.strip().lower()] = v.strip()
+    return status, headers
+
+
+def test_head_of_the_root_has_a_length_and_no_body(gate):
+    s = gate.sock()
+    s.settimeout(10)
+    s.sendall(b"HEAD / HTTP/1.1\r\n" + H + b"\r\nGET /health HTTP/1.1\r\n" + H + b"\r\n")
+    f = s.makefile("rb")
+    status, headers = read_head(f)
+    assert status == 200 and headers["content-type"] == "application/json"
+    assert int(headers["content-length"]) > 0  # the length GET / has, as RFC 9110 §9.3.2 allows
+    # the next answer starts right after the head: no body bytes came between
+    line = f.readline()
+    assert line.startswith(b"HTTP/1.1 200 "), line
+    s.close()
+
+
+def test_the_root_is_open_when_access_needs_a_key(make_gate, double, tmp):
+    keys = os.path.join(tmp, "keys")
+    with open(keys, "w") as f:
+        f.write("%s pro\n" % hashlib.sha256(b"mg-test-key-root").hexdigest())
+    g = make_gate("[Access]\nKeysFile=%s\nAnonymousDailyRequests=0\n[Tier]\nName=pro\n" % keys +
+                  host_conf("3090", double.url))
+    # a model request without a key is refused: [Access] is on ...
+    [(status, _, _)], _ = exchange(g, b"GET /props?model=3090-laguna-xs HTTP/1.1\r\n" + H + b"\r\n",
+                                   check_close=False)
+    assert status == 401
+    # ... and the root answers anyone, as clients probe it before their first request
+    [(status, _, body)], _ = exchange(g, b"GET / HTTP/1.1\r\n" + H + b"\r\n", check_close=False)
+    assert status == 200 and json.loads(body)["name"] == "modelgate"
+    s = g.sock()
+    s.settimeout(10)
+    s.sendall(b"HEAD / HTTP/1.1\r\n" + H + b"\r\n")
+    assert read_head(s.makefile("rb"))[0] == 200
+    s.close()
