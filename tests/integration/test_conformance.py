@@ -15,7 +15,8 @@ import time
 
 import pytest
 
-from conftest import host_conf, read_response, wait_for
+from boxes import box_skip_reason, engine_unit, gate_env, local_host
+from conftest import free_port, host_conf, post, read_response, read_sse, wait_for
 
 H = b"Host: gate\r\n"
 
@@ -599,3 +600,28 @@ def test_the_root_is_open_when_access_needs_a_key(make_gate, double, tmp):
     s.sendall(b"HEAD / HTTP/1.1\r\n" + H + b"\r\n")
     assert read_head(s.makefile("rb"))[0] == 200
     s.close()
+
+
+@pytest.mark.skipif(box_skip_reason() is not None, reason=str(box_skip_reason()))
+def test_an_escaped_stream_flag_is_a_stream_to_modelgate_too(box, make_gate):
+    """An escaped "str\\u0065am":true is "stream":true to the host's JSON parser: it streams. So it must be
+    a stream to modelgate, which gets a streaming client waiting for an engine an early 200 and keepalive
+    comments (a request that does not stream waits in silence for its whole answer)."""
+    port = free_port()
+    box.add_unit("llama-main.service", engine_unit("main", port, "laguna-xs", double_args="--startup-delay 4"))
+    box.reload()
+    g = make_gate("[Proxy]\nKeepaliveAfterSec=1s\nKeepaliveIntervalSec=1s\n" + local_host("h", port) +
+                  "[Engine]\nHost=h\nName=main\nUnit=llama-main.service\nModels=laguna-*\nStartTimeoutSec=30s\n",
+                  env=gate_env(box))
+    g.wait_log("host h up")
+    body = b'{"model":"h-laguna-xs","str\\u0065am":true,"messages":[{"role":"user","content":"[[tokens:3]]"}]}'
+    t0 = time.monotonic()
+    r = post(g.conn(timeout=60), "/v1/chat/completions", body, headers={"User-Agent": "escaped-stream"})
+    head_after = time.monotonic() - t0
+    lines = [l for _, l in read_sse(r)]
+    # the engine answers /health 200 only 4 s after its start: the head came before, from modelgate
+    assert r.status == 200 and r.getheader("Content-Type") == "text/event-stream"
+    assert head_after < 3, "the head came after %.1f s" % head_after
+    assert lines[0].startswith(": waiting for engine main on h"), lines
+    assert lines[-2] == "data: [DONE]\n", lines
+    assert " early=200" in g.wait_log('ua="escaped-stream"')
