@@ -196,6 +196,10 @@ static int add_listener(Server *s, int fd, const char *name) {
         if (!l)
                 return -ENOMEM;
         s->listeners = l;
+        /* the array may have moved: each listener's source is handed its own element, which it must find
+         * again (a second Listen= left the first one's pointing into freed memory) */
+        for (size_t i = 0; i < s->n_listeners; i++)
+                (void)sd_event_source_set_userdata(s->listeners[i].source, &s->listeners[i]);
         if (getsockname(fd, (struct sockaddr *)&ss, &sl) >= 0)
                 format_address((struct sockaddr *)&ss, addr, sizeof(addr));
         l = &s->listeners[s->n_listeners];

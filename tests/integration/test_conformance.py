@@ -4,8 +4,10 @@ full table of cases is tests/unit/test-http-conformance.c; these are the ones th
 path: the host behind, the pool of host connections, the access check, the socket's half-close."""
 
 import hashlib
+import io
 import json
 import os
+import select
 import socket
 import subprocess
 import threading
@@ -13,7 +15,8 @@ import time
 
 import pytest
 
-from conftest import host_conf, read_response, wait_for
+from boxes import box_skip_reason, engine_unit, gate_env, local_host
+from conftest import free_port, host_conf, post, read_response, read_sse, wait_for
 
 H = b"Host: gate\r\n"
 
@@ -173,8 +176,12 @@ def test_bad_chunk_framing_is_refused(gate, double, chunks):
 
 
 def test_half_close_after_a_complete_request_is_answered(gate):
-    [(status, _, body)], closed = exchange(gate, b"GET /health HTTP/1.1\r\n" + H + b"\r\n", shut=True)
+    [(status, _, body)], closed = exchange(gate, b"GET /health HTTP/1.1\r\n" + H + b"User-Agent: half-close\r\n\r\n",
+                                           shut=True)
     assert status == 200 and json.loads(body)["status"] == "ok" and closed
+    # and it leaves its access line, as any answered request does
+    line = gate.wait_log('ua="half-close"')
+    assert line.startswith("<6>GET /health ") and " status=200 " in line, line
     # pipelined requests before the half-close: each answered, in order
     responses, closed = exchange(gate, b"GET /health HTTP/1.1\r\n" + H + b"\r\nGET / HTTP/1.1\r\n" + H + b"\r\n",
                                  2, shut=True)
@@ -183,10 +190,13 @@ def test_half_close_after_a_complete_request_is_answered(gate):
     # a request that goes to a host, then a half-close: answered too (an interim 100 tells a half-closed
     # client from a gone one, which answers it with a reset)
     body = b'{"model":"3090-laguna-xs","messages":[{"role":"user","content":"hi"}]}'
-    responses, closed = exchange(gate, b"POST /v1/chat/completions HTTP/1.1\r\n" + H +
+    responses, closed = exchange(gate, b"POST /v1/chat/completions HTTP/1.1\r\n" + H + b"User-Agent: half-close-2\r\n"
                                  b"Content-Length: %d\r\n\r\n" % len(body) + body, 2, shut=True)
     assert responses[0][0] == 100 and responses[1][0] == 200 and closed, responses
     assert json.loads(responses[1][2])["model"] == "laguna-xs"
+    # logged too, though the end of the input was read before its answer (the 100 says so)
+    line = gate.wait_log('ua="half-close-2"')
+    assert 'POST /v1/chat/completions model="3090-laguna-xs" host=3090 status=200 ' in line, line
 
 
 
@@ -436,3 +446,182 @@ def test_a_gpu_host_cannot_write_log_lines_of_its_own(make_gate, tmp):
     lines = g.logtext().splitlines()
     assert any(l.startswith("<4>host a9: ssh: <3>modelgated: forged\\x1b[2J") for l in lines), lines
     assert not any(l.startswith("<3>modelgated: forged") for l in lines)
+
+
+def unix_sock(path):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(10)
+    s.connect(path)
+    return s
+
+
+def test_each_listener_answers(make_gate, double, tmp):
+    """Listen= repeated: each listener accepts (the first one's source used to keep a pointer into the array of
+    listeners that the second one's realloc() had moved, and its first connection crashed the daemon)"""
+    path = os.path.join(tmp, "gate.sock")
+    g = make_gate("[Proxy]\nListen=%s\n" % path + host_conf("3090", double.url))  # ready: TCP, the first
+    for s in (g.sock(), unix_sock(path), g.sock()):
+        s.sendall(b"GET /health HTTP/1.1\r\n" + H + b"\r\n")
+        status, _, body = read_response(s.makefile("rb"))
+        s.close()
+        assert status == 200 and json.loads(body)["status"] == "ok"
+
+
+def read_until_end(s, timeout=10):
+    """every byte the peer sent, up to its close (an EOF, or the reset a close with input unread gives)"""
+    s.settimeout(timeout)
+    data = b""
+    while True:
+        try:
+            k = s.recv(65536)
+        except ConnectionResetError:
+            return data
+        if not k:
+            return data
+        data += k
+
+
+def responses_in(data):
+    """the statuses of the complete responses in data (modelgate's own: each with a Content-Length)"""
+    f = io.BytesIO(data)
+    out = []
+    while True:
+        pos = f.tell()
+        if not f.readline().startswith(b"HTTP/1.1 "):
+            return out
+        f.seek(pos)
+        status, _, body = read_response(f)
+        out.append(status)
+
+
+def closed_by_peer(s):
+    """whether the other end closed the socket: told by poll, without reading (a read would make room)"""
+    p = select.poll()
+    p.register(s, select.POLLHUP | select.POLLRDHUP)
+    return any(ev & (select.POLLHUP | select.POLLRDHUP) for _, ev in p.poll(0))
+
+
+def test_a_last_answer_that_finds_the_socket_full_has_a_deadline(make_gate, double, tmp):
+    """The 408 after a head that came too slowly is the last answer of its connection. Written to a socket the
+    client does not read, it meets EAGAIN: the connection must still end after IdleTimeoutSec=, as every
+    state has a deadline (the 408's own timer has fired; nothing else would end it).
+
+    A unix socket takes a small write whole or not at all (TCP adds it to its last segment, so that "full"
+    falls between two answers only by luck): the answers to one connection's pipelined GET / show how many
+    fit, and a second connection sends that many, then the start of a head."""
+    path = os.path.join(tmp, "gate.sock")
+    g = make_gate("[Proxy]\nListen=%s\nHeaderTimeoutSec=1s\nIdleTimeoutSec=2s\n" % path +
+                  host_conf("3090", double.url))
+    get = b"GET / HTTP/1.1\r\n" + H + b"\r\n"
+
+    # far more than fit: modelgate stops on a full socket, and drops the client that does not read
+    s = unix_sock(path)
+    s.sendall(get * 4000)
+    wait_for(lambda: closed_by_peer(s), 20, "modelgate to drop a client that does not read")
+    fit = responses_in(read_until_end(s))
+    s.close()
+    assert 0 < len(fit) < 4000 and set(fit) == {200}, fit
+
+    # HeaderTimeoutSec= (the 408), then IdleTimeoutSec= without progress: about 3 s
+    s = unix_sock(path)
+    s.sendall(get * len(fit) + b"GET /health HTTP/1.1\r\n" + H)
+    wait_for(lambda: closed_by_peer(s), 20, "modelgate to close the connection whose 408 found no room")
+    answers = responses_in(read_until_end(s))
+    s.close()
+    # the answers filled the socket, and the 408 never got in: it was the write that met EAGAIN
+    assert answers == fit, (len(answers), len(fit))
+
+
+CHAT_BODY = b'{"model":"3090-laguna-xs","messages":[{"role":"user","content":"hi"}]}'
+CHAT_HEAD = b"POST /v1/chat/completions HTTP/1.1\r\n" + H
+
+
+@pytest.mark.parametrize("request_bytes,status", [
+    (CHAT_HEAD + b"Authorization : Bearer S\r\nContent-Length: %d\r\n\r\n" % len(CHAT_BODY) + CHAT_BODY, 400),
+    (CHAT_HEAD + b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n" % (len(CHAT_BODY), len(CHAT_BODY)) +
+     CHAT_BODY + b"\r\n0\r\n\r\n", 400),
+    (b"GET /props?model=3090-laguna-xs HTTP/2.0\r\n" + H + b"\r\n", 505),
+    (b"GET /props?model=3090-laguna-xs#x HTTP/1.1\r\n" + H + b"\r\n", 400),
+    (CHAT_HEAD + b"Expect: something-else\r\nContent-Length: %d\r\n\r\n" % len(CHAT_BODY) + CHAT_BODY, 417),
+    (b"FOO /props?model=3090-laguna-xs HTTP/1.1\r\n" + H + b"\r\n", 400),
+    (b"TRACE /props?model=3090-laguna-xs HTTP/1.1\r\n" + H + b"\r\n", 405),
+    (CHAT_HEAD + b"Transfer-Encoding: chunked\r\n\r\n%x\r\n" % len(CHAT_BODY) + CHAT_BODY + b"XY0\r\n\r\n", 400),
+], ids=["space-before-colon", "cl-and-te", "http-2.0", "fragment", "expect", "bad-method", "trace", "chunk-crlf"])
+def test_nothing_pipelined_after_a_refusal_is_read(gate, double, request_bytes, status):
+    """A refused request's framing cannot be trusted: what follows it on the connection (here a request for
+    the host and a /health) is never taken for requests. One answer, Connection: close, the end."""
+    double.clear()
+    pipelined = b"GET /props?model=3090-laguna-xs HTTP/1.1\r\n" + H + b"\r\nGET /health HTTP/1.1\r\n" + H + b"\r\n"
+    [(got, headers, body)], closed = exchange(gate, request_bytes + pipelined)
+    assert got == status, body
+    assert headers.get("connection") == "close" and closed  # closed: no second answer came
+    assert double.forwarded() == []
+
+
+def read_head(f):
+    """the status and headers of one answer, and nothing after them"""
+    status = int(f.readline().split()[1])
+    headers = {}
+    for line in iter(f.readline, b"\r\n"):
+        k, _, v = line.decode().partition(":")
+        headers[k.strip().lower()] = v.strip()
+    return status, headers
+
+
+def test_head_of_the_root_has_a_length_and_no_body(gate):
+    s = gate.sock()
+    s.settimeout(10)
+    s.sendall(b"HEAD / HTTP/1.1\r\n" + H + b"\r\nGET /health HTTP/1.1\r\n" + H + b"\r\n")
+    f = s.makefile("rb")
+    status, headers = read_head(f)
+    assert status == 200 and headers["content-type"] == "application/json"
+    assert int(headers["content-length"]) > 0  # the length GET / has, as RFC 9110 §9.3.2 allows
+    # the next answer starts right after the head: no body bytes came between
+    line = f.readline()
+    assert line.startswith(b"HTTP/1.1 200 "), line
+    s.close()
+
+
+def test_the_root_is_open_when_access_needs_a_key(make_gate, double, tmp):
+    keys = os.path.join(tmp, "keys")
+    with open(keys, "w") as f:
+        f.write("%s pro\n" % hashlib.sha256(b"mg-test-key-root").hexdigest())
+    g = make_gate("[Access]\nKeysFile=%s\nAnonymousDailyRequests=0\n[Tier]\nName=pro\n" % keys +
+                  host_conf("3090", double.url))
+    # a model request without a key is refused: [Access] is on ...
+    [(status, _, _)], _ = exchange(g, b"GET /props?model=3090-laguna-xs HTTP/1.1\r\n" + H + b"\r\n",
+                                   check_close=False)
+    assert status == 401
+    # ... and the root answers anyone, as clients probe it before their first request
+    [(status, _, body)], _ = exchange(g, b"GET / HTTP/1.1\r\n" + H + b"\r\n", check_close=False)
+    assert status == 200 and json.loads(body)["name"] == "modelgate"
+    s = g.sock()
+    s.settimeout(10)
+    s.sendall(b"HEAD / HTTP/1.1\r\n" + H + b"\r\n")
+    assert read_head(s.makefile("rb"))[0] == 200
+    s.close()
+
+
+@pytest.mark.skipif(box_skip_reason() is not None, reason=str(box_skip_reason()))
+def test_an_escaped_stream_flag_is_a_stream_to_modelgate_too(box, make_gate):
+    """An escaped "str\\u0065am":true is "stream":true to the host's JSON parser: it streams. So it must be
+    a stream to modelgate, which gets a streaming client waiting for an engine an early 200 and keepalive
+    comments (a request that does not stream waits in silence for its whole answer)."""
+    port = free_port()
+    box.add_unit("llama-main.service", engine_unit("main", port, "laguna-xs", double_args="--startup-delay 4"))
+    box.reload()
+    g = make_gate("[Proxy]\nKeepaliveAfterSec=1s\nKeepaliveIntervalSec=1s\n" + local_host("h", port) +
+                  "[Engine]\nHost=h\nName=main\nUnit=llama-main.service\nModels=laguna-*\nStartTimeoutSec=30s\n",
+                  env=gate_env(box))
+    g.wait_log("host h up")
+    body = b'{"model":"h-laguna-xs","str\\u0065am":true,"messages":[{"role":"user","content":"[[tokens:3]]"}]}'
+    t0 = time.monotonic()
+    r = post(g.conn(timeout=60), "/v1/chat/completions", body, headers={"User-Agent": "escaped-stream"})
+    head_after = time.monotonic() - t0
+    lines = [l for _, l in read_sse(r)]
+    # the engine answers /health 200 only 4 s after its start: the head came before, from modelgate
+    assert r.status == 200 and r.getheader("Content-Type") == "text/event-stream"
+    assert head_after < 3, "the head came after %.1f s" % head_after
+    assert lines[0].startswith(": waiting for engine main on h"), lines
+    assert lines[-2] == "data: [DONE]\n", lines
+    assert " early=200" in g.wait_log('ua="escaped-stream"')
