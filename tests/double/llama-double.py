@@ -47,6 +47,11 @@ MODELS = {}  # id -> {"status": ..., "failed": bool}
 REQUESTS = []
 SSE_LISTENERS = []
 START = int(time.time())
+GENERATE_ROUTES = ("/v1/chat/completions", "/chat/completions", "/v1/completions", "/completion", "/completions",
+                   "/v1/messages")
+# the routes that read a model (the router's own /props included); any other path is 404
+MODEL_ROUTES = GENERATE_ROUTES + ("/models/load", "/models/unload", "/props", "/slots", "/tokenize", "/v1/embeddings",
+                                  "/embeddings")
 
 
 def now():
@@ -256,6 +261,11 @@ class Handler(BaseHTTPRequestHandler):
             with LOCK:
                 return self.send_json(200, list(REQUESTS))
         self.record(body)
+        if ARGS.base_path:
+            # a cloud API under a base path: nothing outside it is served
+            if not path.startswith(ARGS.base_path + "/"):
+                return self.send_error_json(404, "File Not Found", "not_found_error")
+            path = path[len(ARGS.base_path):]
         if time.monotonic() < STARTED + ARGS.startup_delay:
             # llama-server binds its port early and answers 503 until the model is loaded
             return self.send_json(503, {"error": {"code": 503, "message": "Loading model",
@@ -271,6 +281,9 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_json(200, {"data": data, "object": "list"})
         if path == "/models/sse":
             return self.models_sse()
+        if path not in MODEL_ROUTES:
+            # cpp-httplib answers a route llama-server does not register before any handler reads a model
+            return self.send_error_json(404, "File Not Found", "not_found_error")
 
         if self.command in ("GET", "HEAD"):
             model = query.get("model", [None])[0]
@@ -316,8 +329,7 @@ class Handler(BaseHTTPRequestHandler):
                                         "usage": {"prompt_tokens": 1, "total_tokens": 1},
                                         "data": [{"embedding": [0.1, 0.2, 0.3], "index": 0,
                                                   "object": "embedding"}]})
-        if path in ("/v1/chat/completions", "/chat/completions", "/v1/completions", "/completion",
-                    "/completions", "/v1/messages"):
+        if path in GENERATE_ROUTES:
             return self.generate(path, model, req, body)
         return self.send_error_json(404, "File Not Found", "not_found_error")
 
@@ -501,6 +513,7 @@ def main():
     p.add_argument("--verbose", action="store_true")
     p.add_argument("--tls-cert", help="serve https with this certificate (PEM) ...")
     p.add_argument("--tls-key", help="... and this key")
+    p.add_argument("--base-path", default="", help="serve under this path prefix, as a cloud API at https://host/v1")
     p.add_argument("--no-knobs", action="store_true", help="ignore [[...]] in prompts (a stand-in for a cloud API)")
     ARGS = p.parse_args()
     global STARTED

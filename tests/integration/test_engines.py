@@ -364,3 +364,57 @@ def test_only_the_service_manager_can_say_what_a_unit_did(box, make_gate):
     line = g.wait_log("host 3090: engine mainline stopped")
     assert "state: inactive" in line, line
     assert "state: failed" not in g.logtext()
+
+
+def test_a_job_end_from_another_sender_does_not_end_the_engines_start(box, make_gate, tmp):
+    """As above for JobRemoved: a client of the bus announces the end of the engine's start job, which is
+    still waiting (for a unit it comes after). Believed, the unit would be read (inactive, never run) and the
+    request refused at once; ignored, the start goes on and the request is answered when the real job ends."""
+    port = free_port()
+    fifo = os.path.join(tmp, "release")
+    os.mkfifo(fifo)
+    box.add_unit("gpu-prepare.service", "[Service]\nType=oneshot\nExecStart=/bin/sh -c 'read x < %s'\n" % fifo)
+    box.add_unit("llama-mainline.service", engine_unit("mainline", port, "laguna-xs",
+                                                       extra_unit="Requires=gpu-prepare.service\n"
+                                                                  "After=gpu-prepare.service\n"))
+    box.reload()
+    conf = FAST + local_host("3090", port) + "[Engine]\nHost=3090\nName=mainline\nUnit=llama-mainline.service\n" \
+        "Models=laguna-*\nStartTimeoutSec=60s\n"
+    g = make_gate(conf, env=gate_env(box))
+    g.wait_log("host 3090 up")
+    answer = {}
+
+    def ask():
+        r = post(g.conn(timeout=120), CHAT, chat("3090-laguna-xs"))
+        answer.update(status=r.status, by=r.getheader("X-Double"), body=r.read())
+    t = threading.Thread(target=ask)
+    t.start()
+
+    def start_job():
+        for line in box.systemctl("list-jobs", "--no-legend").splitlines():
+            job, unit, kind, state = line.split()[:4]
+            if unit == "llama-mainline.service" and kind == "start":
+                return job, state
+    job, state = wait_for(start_job, timeout=30, interval=0.2, what="the engine's start job")
+    assert state == "waiting" and box.active_state("llama-mainline.service") == "inactive"
+    names = [l.split()[0] for l in box.run("busctl", "--user", "list", "--no-legend", "--unique").splitlines()
+             if l.startswith(":")]
+    for name in names:
+        box.run("busctl", "--user", "emit", "--destination=" + name, "/org/freedesktop/systemd1",
+                "org.freedesktop.systemd1.Manager", "JobRemoved", "uoss", job, "/org/freedesktop/systemd1/job/" + job,
+                "llama-mainline.service", "done")
+    assert not answer, answer
+    # the real end, after the fakes: the unit it waits for finishes, and the engine starts
+    release = wait_for(lambda: _open_writer(fifo), timeout=30, what="gpu-prepare.service to read its fifo")
+    os.write(release, b"go\n")
+    os.close(release)
+    t.join(90)
+    assert answer.get("status") == 200 and answer.get("by") == "mainline", answer
+    assert "failed to start" not in g.logtext()
+
+
+def _open_writer(fifo):
+    try:
+        return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:
+        return None  # no reader yet

@@ -292,3 +292,72 @@ def test_the_fallback_key_serves_inference_only(box, make_gate, cloud):
     assert req["method"] == "POST" and req["path"] == CHAT
     names = {k.lower() for k, _ in req["headers"]}
     assert not names & {"openai-organization", "openai-project", "anthropic-beta", "x-api-key"}, names
+
+
+def test_an_https_fallback_under_a_base_path_gets_inference_only(box, make_gate, make_double, tmp):
+    """The review's reproducers as it ran them: an https cloud under a base path, trusted through
+    SSL_CERT_FILE, and an engine that answers 404 to a path it does not know (as llama.cpp does). Those
+    requests get the engine's answer and the cloud nothing; inference goes to modelgate's own path under the
+    base, with the operator's key and none of the client's query, credentials or account headers."""
+    ca, cert, key = make_ca_and_server_cert(tmp)
+    cloud = make_double("--models", "cloud-model", "--loaded", "cloud-model", "--no-knobs", "--tls-cert", cert,
+                        "--tls-key", key, "--base-path", "/v1base")
+    keyfile = os.path.join(tmp, "k")
+    open(keyfile, "w").write(KEY)
+    port = free_port()
+    box.add_unit("llama-main.service", engine_unit("main", port, "foo"))
+    box.reload()
+    conf = local_host("h", port) + "[Engine]\nHost=h\nName=main\nUnit=llama-main.service\nModels=foo\n" \
+        "StartTimeoutSec=20s\nFallback=cloud\n[Fallback]\nName=cloud\nURL=https://127.0.0.1:%d/v1base\n" \
+        "Model=cloud-model\nKeyFile=%s\n" % (cloud.port, keyfile)
+    g = make_gate(conf, env=dict(gate_env(box), SSL_CERT_FILE=ca))
+    g.wait_log("host h up")
+
+    def cloud_got():
+        import http.client
+        import ssl
+        c = http.client.HTTPSConnection("127.0.0.1", cloud.port, timeout=10,
+                                        context=ssl.create_default_context(cafile=ca))
+        c.request("GET", "/_double/requests")
+        return [(q["method"], q["path"], q) for q in json.loads(c.getresponse().read())
+                if q["path"] != "/_double/requests"]
+
+    body = b'{"model":"h-foo"}'
+    for method, target in [("GET", "/v1/files?purpose=x"), ("DELETE", "/../../organization/projects/p1")]:
+        s = g.sock()
+        s.settimeout(60)
+        s.sendall(b"%s %s HTTP/1.1\r\nHost: g\r\nContent-Type: application/json\r\nOpenAI-Organization: org-c\r\n"
+                  b"Content-Length: %d\r\n\r\n" % (method.encode(), target.encode(), len(body)) + body)
+        status, headers, reply = read_response(s.makefile("rb"))
+        s.close()
+        # the engine's own 404, not the cloud's answer
+        assert status == 404 and headers.get("x-modelgate-served-by") == "h/main", (target, status, headers, reply)
+        assert json.loads(reply)["error"]["message"] == "File Not Found", reply
+        assert (method, target) in [(q["method"], q["path"]) for q in double_requests(port)]
+    assert cloud_got() == []
+
+    # inference that falls back: modelgate's path under the base, only what the API needs of the client
+    account = {"OpenAI-Organization": "org-client", "OpenAI-Project": "p-client", "anthropic-beta": "tools-x"}
+    c = g.conn(timeout=60)
+    r = post(c, CHAT + "?api-version=x", chat("h-foo", "[[status:503]]"),
+             headers=dict(account, Authorization="Bearer client-secret", Accept="application/json"))
+    reply = r.read()
+    assert r.status == 200 and r.getheader("X-Modelgate-Served-By") == "fallback/cloud", reply
+    assert json.loads(reply)["model"] == "cloud-model"
+    r = post(c, "/v1/messages", {"model": "h-foo", "max_tokens": 8, "messages": [{"role": "user",
+                                                                              "content": "[[status:503]]"}]},
+             headers=dict(account, Accept="application/json",
+                          **{"x-api-key": "client-secret", "anthropic-version": "2023-06-01"}))
+    reply = r.read()
+    assert r.status == 200 and r.getheader("X-Modelgate-Served-By") == "fallback/cloud", reply
+    assert json.loads(reply)["model"] == "cloud-model"
+    got = cloud_got()
+    assert [(m, p) for m, p, _ in got] == [("POST", "/v1base" + CHAT), ("POST", "/v1base/v1/messages")], got
+    chat_headers, messages_headers = ({k.lower(): v for k, v in q["headers"]} for _, _, q in got)
+    assert set(chat_headers) == {"host", "user-agent", "content-type", "accept", "authorization",
+                                 "content-length"}, chat_headers
+    assert chat_headers["authorization"] == "Bearer " + KEY and chat_headers["accept"] == "application/json"
+    assert set(messages_headers) == {"host", "user-agent", "content-type", "accept", "anthropic-version",
+                                     "x-api-key", "content-length"}, messages_headers
+    assert messages_headers["x-api-key"] == KEY and messages_headers["anthropic-version"] == "2023-06-01"
+    assert "client-secret" not in json.dumps(got)

@@ -91,3 +91,26 @@ systemctl --user show -p Result -p ExecMainCode -p ExecMainStatus modelgate.serv
     assert "stopped: inactive" in out.stdout, why
     answer = json.load(open(os.path.join(tmp, "answer.json")))
     assert answer["choices"][0]["message"]["content"] == "tok0 tok1 tok2 tok3 tok4 "
+
+
+def test_check_config_warns_about_a_fallback_key_over_http(tmp):
+    """A fallback's key sent over http:// crosses the network in clear text: said at load, the configuration
+    still accepted. Not for https://, and not for an http:// fallback without a key (a local server)."""
+    key = os.path.join(tmp, "cloud.key")
+    open(key, "w").write("sk-cloud-test\n")
+    warning = "is http://, so its key crosses the network in clear text; use https://"
+    for url, keyed, warned in [("http://127.0.0.1:9/v1base", True, True), ("https://127.0.0.1:9/v1base", True, False),
+                               ("http://127.0.0.1:9", False, False)]:
+        conf = os.path.join(tmp, "m.conf")
+        open(conf, "w").write("[Host]\nName=h\nURL=http://127.0.0.1:1\n[Engine]\nHost=h\nName=main\n"
+                              "Unit=llama-main.service\nModels=*\nFallback=cloud\n[Fallback]\nName=cloud\nURL=%s\n"
+                              "Model=cloud-model\n%s" % (url, "KeyFile=%s\n" % key if keyed else ""))
+        out = subprocess.run([MODELGATED, "--config=" + conf, "--check-config"], capture_output=True, text=True,
+                             timeout=30)
+        assert out.returncode == 0, out.stderr
+        assert "URL=%s\n" % url in out.stdout, out.stdout
+        lines = [l for l in out.stderr.splitlines() if warning in l]  # <4>: a warning, on the [Fallback] line
+        if warned:
+            assert lines == ["<4>%s:10: [Fallback] 'cloud': URL=%s %s" % (conf, url, warning)], out.stderr
+        else:
+            assert lines == [], out.stderr

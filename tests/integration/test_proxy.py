@@ -2,10 +2,11 @@
 
 import hashlib
 import json
+import os
 import socket
 import time
 
-from conftest import host_conf, metric_samples, post, read_response, read_sse
+from conftest import host_conf, metric_samples, post, read_response, read_sse, wait_for
 
 CHAT = "/v1/chat/completions"
 
@@ -280,3 +281,32 @@ def test_health_says_which_hosts_can_serve_and_strict_fails_when_none_can(make_d
     assert status == 200 and body["status"] == "degraded" and body["hosts_up"] == 0, body
     status, body = health(g, "?strict=1")
     assert status == 503 and body["status"] == "degraded", body
+
+
+def test_a_routed_request_keeps_one_copy_of_its_body(make_double, make_gate):
+    """A 40 MB body (a long prompt) on its way to a host: it used to be copied three to four times. Now the
+    client's body is written into the host's request once, and dropped then; only a request that may still
+    go to a fallback or an alias's next target keeps it (none here: a host without engines has neither)."""
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    # ASan keeps freed memory in quarantine (up to 256 MiB): RSS would measure that, not modelgated
+    env = dict(os.environ, ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "") + ":quarantine_size_mb=1")
+    g = make_gate(host_conf("3090", d.url), env=env)
+    assert not any(s in open(g.conf).read() for s in ("[Fallback]", "[Alias]", "[Engine]")), "a copy is kept for those"
+    # [[hang]]: the host holds the request without answering, so what modelgated keeps of it can be seen
+    body = json.dumps(chat(text="[[hang]] " + "x" * 40_000_000)).encode()
+    sent = body.replace(b'"3090-laguna-xs"', b'"laguna-xs"', 1)
+    kib = len(body) / 1024
+    hwm, rss = g.rss_kb("VmHWM"), g.rss_kb()
+    s = g.sock()
+    s.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+              % (CHAT.encode(), len(body)) + body)
+    got = wait_for(lambda: [q for q in d.requests() if q["path"] == CHAT], timeout=60, interval=0.2,
+                   what="the host to get the request")
+    assert got[0]["body_sha256"] == hashlib.sha256(sent).hexdigest()  # whole, the model renamed
+    held, peak = g.rss_kb() - rss, g.rss_kb("VmHWM") - hwm
+    # while the host works on it: the host's request (kept for a retry on a pooled connection), no more
+    assert held < 1.5 * kib, (held, kib)
+    # at most the client's body and the host's request, for as long as the one is written from the other
+    assert peak < 2.5 * kib, (peak, kib)
+    s.close()
+    wait_for(lambda: d.requests()[-1].get("disconnected"), timeout=30, what="the host to see the client leave")
