@@ -33,6 +33,7 @@ struct Manager {
         char **config_errors;
         char *refusal;
         unsigned warnings_serial; /* bumped when Warnings change in a way their number does not show */
+        uint64_t config_serial;   /* bumped each time config is replaced */
 
         bool stopping;
         SocketWatchSet *sockets;
@@ -160,6 +161,7 @@ int manager_load_config(Manager *m, const char *path) {
                 log_warning("%s: no [Host] is configured; every model request will get 404", path);
         config_unref(m->config);
         m->config = TAKE_PTR(c);
+        m->config_serial++;
         return 0;
 }
 
@@ -394,6 +396,7 @@ int manager_reload(Manager *m, char **ret_error) {
 
         Config *old = m->config;
         m->config = TAKE_PTR(n);
+        m->config_serial++;
         /* an alias's targets may be others now, or in another order */
         alias_memory_clear(m->alias_memory);
         free(m->hosts);
@@ -449,6 +452,10 @@ const char *manager_refusal(Manager *m) {
 
 unsigned manager_warnings_serial(Manager *m) {
         return m->warnings_serial;
+}
+
+uint64_t manager_config_serial(Manager *m) {
+        return m->config_serial;
 }
 
 size_t manager_n_hosts(Manager *m) {
