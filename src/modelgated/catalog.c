@@ -33,7 +33,8 @@ struct Catalog {
 
         char *body; /* the last good /models answer */
         size_t body_len;
-        char **ids; /* its ids and aliases: asked on every request, so parsed once */
+        char **ids;          /* its ids and aliases: asked on every request, so parsed once */
+        uint64_t generation; /* catalog_generation() */
         bool first_done;
 
         Upstream *fetch;
@@ -59,6 +60,12 @@ struct Catalog {
 
 static void catalog_fetch(Catalog *c);
 static void feed_connect(Catalog *c);
+
+/* The snapshot or the learned keys changed: one counter for all catalogs, so that no generation repeats */
+static void catalog_changed(Catalog *c) {
+        static uint64_t generations;
+        c->generation = ++generations;
+}
 
 static const HttpUrl *catalog_url(const Catalog *c) {
         if (c->conf.n_engines == 0)
@@ -161,6 +168,7 @@ static bool snapshot_apply(Catalog *c, const CatalogStatus *s) {
                 c->body = body;
                 c->body_len = n;
                 changed = true;
+                catalog_changed(c);
         }
         json_object_put(root);
         return changed;
@@ -242,9 +250,13 @@ static void fetch_finished(Catalog *c, bool ok) {
         c->fetch = NULL;
         c->first_done = true;
         if (ok) {
-                free(c->body);
+                _cleanup_free_ char *old = TAKE_PTR(c->body);
+                size_t old_len = c->body_len;
                 c->body_len = buffer_size(&c->fetch_body);
                 c->body = strndup(buffer_peek(&c->fetch_body), c->body_len);
+                /* a periodic read that brings the same bytes changes nothing */
+                if (!old || !c->body || old_len != c->body_len || memcmp(old, c->body, old_len) != 0)
+                        catalog_changed(c);
                 /* the answer may be older than the events that came while it was under way */
                 for (size_t i = 0; i < c->n_pending; i++)
                         (void)snapshot_apply(c, &c->pending[i]);
@@ -257,6 +269,7 @@ static void fetch_finished(Catalog *c, bool ok) {
                         if (ids && !strv_equal(ids, *slot)) {
                                 strv_free(*slot);
                                 *slot = TAKE_PTR(ids);
+                                catalog_changed(c);
                                 if (c->cb->on_keys_learned)
                                         c->cb->on_keys_learned(c, (size_t)c->fetch_engine, c->userdata);
                         }
@@ -329,6 +342,8 @@ static void catalog_fetch(Catalog *c) {
         c->last_refresh = catalog_now(c);
         if (!url) {
                 /* no engine runs: nothing to read, nothing listed but the learned keys */
+                if (c->body)
+                        catalog_changed(c);
                 c->body = mfree(c->body);
                 c->body_len = 0;
                 strv_free(c->ids);
@@ -542,6 +557,7 @@ int catalog_new(sd_event *event, UpstreamPool *pool, const CatalogConf *conf, co
         c->cb = cb;
         c->userdata = userdata;
         c->engine_up = -1;
+        catalog_changed(c);
         c->keys = calloc(MAX(conf->n_engines, 1u), sizeof(char **));
         c->loading = json_object_new_object();
         if (!c->keys || !c->loading)
@@ -669,10 +685,15 @@ void catalog_set_engine_keys(Catalog *c, size_t i, char **keys) {
         assert(i < c->conf.n_engines);
         strv_free(c->keys[i]);
         c->keys[i] = keys;
+        catalog_changed(c);
 }
 
 void catalog_set_conf(Catalog *c, const CatalogConf *conf) {
         /* the learned keys are per engine: a reload that keeps the host keeps its engines, in order */
         assert(conf->n_engines == c->conf.n_engines);
         c->conf = *conf;
+}
+
+uint64_t catalog_generation(const Catalog *c) {
+        return c->generation;
 }

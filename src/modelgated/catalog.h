@@ -94,3 +94,6 @@ ssize_t catalog_engine_for_key(const Catalog *c, const char *key);
 char *const *catalog_engine_keys(const Catalog *c, size_t i);
 /* Engine i's keys as remembered from an earlier run, before anything is read (keys is taken). */
 void catalog_set_engine_keys(Catalog *c, size_t i, char **keys);
+/* Changes whenever what a listing takes from the catalog does: the snapshot (a read that brings other
+ * bytes, an applied status event) or an engine's learned keys. Never the same for two catalogs. */
+uint64_t catalog_generation(const Catalog *c);

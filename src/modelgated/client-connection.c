@@ -547,6 +547,11 @@ int client_set_new(Manager *m, const ClientSetCallbacks *cb, void *userdata, Cli
 
         if (!set)
                 return -ENOMEM;
+        set->models = models_cache_new();
+        if (!set->models) {
+                free(set);
+                return -ENOMEM;
+        }
         set->manager = m;
         set->cb = cb;
         set->userdata = userdata;
@@ -561,6 +566,7 @@ ClientSet *client_set_free(ClientSet *set) {
         while (set->clients)
                 client_free(set->clients);
         count_map_free(set->by_address);
+        models_cache_free(set->models);
         return mfree(set);
 }
 

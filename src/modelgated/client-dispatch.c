@@ -252,7 +252,8 @@ static bool dispatch_own(Client *c, Dispatch *d) {
                 return true;
         }
         if (get && (span_eq(path, "/models") || span_eq(path, "/v1/models"))) {
-                k = models_merge_start(c->manager, client_models_done, c, &c->x->merge);
+                k = models_merge_start(c->manager, c->set->models, client_model_visible, client_models_done,
+                                       c, &c->x->merge);
                 if (k < 0)
                         client_respond_error(c, 500, NULL, "out of memory", NULL);
                 return true;

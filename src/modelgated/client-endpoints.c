@@ -7,39 +7,15 @@
 static void client_feed_send(FeedSubscriber *s, const char *p, size_t n);
 
 /* Only what the caller's tier may use (SPEC §3, [Tier] Models=). */
-static char *filter_models(const AccessCaller *caller, const char *json, size_t *n) {
-        json_object *root = json_tokener_parse(json), *data, *kept = json_object_new_array();
-        char *out = NULL;
-
-        if (root && json_object_object_get_ex(root, "data", &data) &&
-            json_object_is_type(data, json_type_array)) {
-                for (size_t i = 0; i < json_object_array_length(data); i++) {
-                        json_object *e = json_object_array_get_idx(data, i), *id;
-                        if (json_object_object_get_ex(e, "id", &id) &&
-                            access_model_allowed(caller, json_object_get_string(id)))
-                                json_object_array_add(kept, json_object_get(e));
-                }
-                json_object_object_add(root, "data", kept);
-                kept = NULL;
-                out = strdup(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN |
-                                                                          JSON_C_TO_STRING_NOSLASHESCAPE));
-                if (out)
-                        *n = strlen(out);
-        }
-        json_object_put(kept);
-        json_object_put(root);
-        return out;
+bool client_model_visible(const char *id, void *userdata) {
+        Client *c = userdata;
+        return access_model_allowed(&c->x->caller, id);
 }
 
 void client_models_done(ModelsMerge *mm, const char *json, size_t n, void *userdata) {
         Client *c = userdata;
-        _cleanup_free_ char *filtered = NULL;
 
         c->x->merge = models_merge_free(mm);
-        if (json && c->x->caller.tier && !strv_isempty(c->x->caller.tier->models)) {
-                filtered = filter_models(&c->x->caller, json, &n);
-                json = filtered;
-        }
         if (!json)
                 client_respond_error(c, 500, NULL, "out of memory", NULL);
         else
@@ -104,7 +80,8 @@ void client_respond_refusal(Client *c, bool health) {
         client_respond(c, 503, "application/json", body, strlen(body), NULL);
 }
 
-/* Gauges of what the daemon holds now, after the counters */
+/* Gauges of what the daemon holds now, after the counters; first the one counter kept outside Metrics,
+ * by the cache whose work it counts */
 static int render_gauges(Client *c, Buffer *b) {
         Manager *m = c->manager;
         usec_t now;
@@ -117,6 +94,10 @@ static int render_gauges(Client *c, Buffer *b) {
         };
 
         (void)sd_event_now(manager_event(m), CLOCK_MONOTONIC, &now);
+        metrics_render_header(b, "modelgate_models_merges_total", "counter",
+                              "Times the hosts' model lists were parsed and merged for /v1/models");
+        (void)buffer_printf(b, "modelgate_models_merges_total %llu\n",
+                            (unsigned long long)models_cache_merges(c->set->models));
         metrics_render_header(b, "modelgate_connections", "gauge", "Open client connections");
         (void)buffer_printf(b, "modelgate_connections %zu\n", c->set->n_clients);
         for (size_t g = 0; g < ELEMENTSOF(per_host); g++) {

@@ -70,6 +70,7 @@ struct ClientSet {
         Client *clients;
         size_t n_clients;
         CountMap *by_address; /* MaxConnectionsPerAddress= */
+        ModelsCache *models;  /* the hosts' part of the last /models answer, for the next one */
         /* The connections that hold no admitted request: silent since accept, idle between requests, or
          * still sending a head. Oldest first: at MaxConnections= the first is closed to make room, so
          * that connections nobody uses can never keep out /health or a client with a key. */
@@ -152,6 +153,7 @@ const char *client_fallback_path(llhttp_method_t method, Span path);
 bool client_fall_back(Client *c, const char *why);
 bool client_next_target(Client *c, const char *why);
 void client_models_done(ModelsMerge *mm, const char *json, size_t n, void *userdata);
+bool client_model_visible(const char *id, void *userdata);
 void client_respond_health(Client *c, bool strict);
 void client_respond_refusal(Client *c, bool health);
 void client_respond_metrics(Client *c);

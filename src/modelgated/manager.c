@@ -45,6 +45,7 @@ struct Manager {
         RunRecord runs;
         bool crash_loop;
         unsigned warnings_serial; /* bumped when Warnings change in a way their number does not show */
+        uint64_t config_serial;   /* bumped each time config is replaced */
 
         bool stopping;
         SocketWatchSet *sockets;
@@ -212,6 +213,7 @@ int manager_load_config(Manager *m, const char *path) {
                 log_warning("%s: no [Host] is configured; every model request will get 404", path);
         config_unref(m->config);
         m->config = TAKE_PTR(c);
+        m->config_serial++;
         return 0;
 }
 
@@ -446,6 +448,7 @@ int manager_reload(Manager *m, char **ret_error) {
 
         Config *old = m->config;
         m->config = TAKE_PTR(n);
+        m->config_serial++;
         /* an alias's targets may be others now, or in another order */
         alias_memory_clear(m->alias_memory);
         free(m->hosts);
@@ -507,6 +510,10 @@ const char *manager_refusal(Manager *m) {
 
 unsigned manager_warnings_serial(Manager *m) {
         return m->warnings_serial;
+}
+
+uint64_t manager_config_serial(Manager *m) {
+        return m->config_serial;
 }
 
 size_t manager_n_hosts(Manager *m) {

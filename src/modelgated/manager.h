@@ -68,6 +68,8 @@ bool manager_stopping(Manager *m);
 const char *manager_refusal(Manager *m);
 /* Bumped when the warnings change in a way their number does not show. */
 unsigned manager_warnings_serial(Manager *m);
+/* Bumped each time the configuration is replaced (a load, a reload), and with it the hosts. */
+uint64_t manager_config_serial(Manager *m);
 
 size_t manager_n_hosts(Manager *m);
 /* The i-th host of the current configuration, for manager_config(m)->hosts[i]. */

@@ -7,16 +7,48 @@
 #include "modelgated/manager.h"
 #include "modelgated/models.h"
 #include "modelgated/route.h"
+#include "shared/count-map.h"
 #include "shared/log.h"
 #include "shared/strv.h"
 
 #define MODELS_FIRST_WAIT_USEC (2 * USEC_PER_SEC)
+#define MODELS_JSON_FLAGS (JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE)
 
 struct ModelsMerge {
         Manager *manager;
+        ModelsCache *cache;
         sd_event_source *timer, *done_source;
+        ModelsAllowed allowed;
         ModelsMergeDone done;
         void *userdata;
+};
+
+/* What the hosts' part of a listing is made of, per host: a change of any of it makes a new merge */
+typedef struct ModelsCacheKey {
+        uint64_t generation; /* the catalog's: its snapshot, its learned keys */
+        ssize_t engine_up;   /* the engine named in "proxy" */
+        bool down;           /* left out */
+} ModelsCacheKey;
+
+struct ModelsCache {
+        ModelsList *hosts; /* the hosts' part, as merged last; NULL: none yet */
+        uint64_t config_serial;
+        ModelsCacheKey *keys; /* per host of that configuration */
+        size_t n_keys;
+        uint64_t merges;
+};
+
+/* One entry of a list, serialized as a whole list serializes it */
+typedef struct ModelsEntry {
+        char *id;
+        size_t offset, len; /* in the list's text */
+} ModelsEntry;
+
+struct ModelsList {
+        Buffer text;
+        ModelsEntry *entries;
+        size_t n_entries, n_alloc;
+        CountMap *index; /* id → 1 + the position of the first entry with that id */
 };
 
 int models_merge_host(const Config *c, const HostConf *h, const char *engine, const char *body, size_t n,
@@ -63,130 +95,312 @@ int models_merge_host(const Config *c, const HostConf *h, const char *engine, co
         return 0;
 }
 
-/* A stopped engine's learned keys: listed as llama.cpp lists a model it does not run. */
-static void merge_learned(Manager *m, Host *h, json_object *data) {
-        const HostConf *hc = host_conf(h);
-        Catalog *c = host_catalog(h);
+/* The list */
 
-        for (size_t e = 0; e < host_n_engines(h); e++) {
-                if ((ssize_t)e == host_engine_up(h))
-                        continue;
-                STRV_FOREACH (k, catalog_engine_keys(c, e)) {
-                        _cleanup_free_ char *id = NULL;
-                        bool dup = false;
-                        if (asprintf(&id, "%s-%s", hc->name, *k) < 0)
-                                return;
-                        for (size_t i = 0; i < json_object_array_length(data) && !dup; i++) {
-                                json_object *x, *xid;
-                                x = json_object_array_get_idx(data, i);
-                                dup = json_object_object_get_ex(x, "id", &xid) &&
-                                      streq(json_object_get_string(xid), id);
-                        }
-                        if (dup)
-                                continue;
-                        json_object *o = json_object_new_object(), *st = json_object_new_object(),
-                                    *proxy = json_object_new_object();
-                        json_object_object_add(o, "id", json_object_new_string(id));
-                        json_object_object_add(o, "object", json_object_new_string("model"));
-                        json_object_object_add(o, "owned_by", json_object_new_string("llamacpp"));
-                        json_object_object_add(st, "value", json_object_new_string("unloaded"));
-                        json_object_object_add(o, "status", st);
-                        json_object_object_add(proxy, "host", json_object_new_string(hc->name));
-                        json_object_object_add(proxy, "key", json_object_new_string(*k));
-                        json_object_object_add(proxy, "engine",
-                                               json_object_new_string(host_engine(h, e)->conf->name));
-                        json_object_object_add(o, "proxy", proxy);
-                        json_object_array_add(data, o);
-                }
-        }
+ModelsList *models_list_new(void) {
+        return calloc(1, sizeof(ModelsList));
 }
 
-static json_object *find_id(json_object *data, const char *id) {
-        for (size_t i = 0; i < json_object_array_length(data); i++) {
-                json_object *x = json_object_array_get_idx(data, i), *xid;
-                if (json_object_object_get_ex(x, "id", &xid) && streq(json_object_get_string(xid), id))
-                        return x;
-        }
+ModelsList *models_list_free(ModelsList *l) {
+        if (!l)
+                return NULL;
+        for (size_t i = 0; i < l->n_entries; i++)
+                free(l->entries[i].id);
+        free(l->entries);
+        buffer_done(&l->text);
+        count_map_free(l->index);
+        free(l);
         return NULL;
 }
 
-/* Each [Alias] as a model of modelgate's own: its policy, its targets and what each is doing, the one
- * it would pick now and why, and that target's status as its host lists it. */
-static void merge_aliases(Manager *m, json_object *data) {
-        const Config *c = manager_config(m);
-
-        for (size_t i = 0; i < c->n_aliases; i++) {
-                const AliasConf *a = &c->aliases[i];
-                AliasTarget t[ALIAS_TARGETS_MAX];
-                const char *why;
-                ssize_t pick = manager_alias_pick(m, a, NULL, 0, t, &why);
-                json_object *o = json_object_new_object(), *alias = json_object_new_object(),
-                            *targets = json_object_new_array(), *proxy = json_object_new_object(), *st;
-
-                for (size_t k = 0; a->targets[k] && k < ALIAS_TARGETS_MAX; k++) {
-                        json_object *x = json_object_new_object();
-                        json_object_object_add(x, "id", json_object_new_string(a->targets[k]));
-                        json_object_object_add(
-                                x, "state",
-                                json_object_new_string(alias_target_state_to_string(t[k].state)));
-                        json_object_array_add(targets, x);
-                }
-                json_object_object_add(o, "id", json_object_new_string(a->name));
-                json_object_object_add(o, "object", json_object_new_string("model"));
-                json_object_object_add(o, "owned_by", json_object_new_string("modelgate"));
-                json_object *target = pick >= 0 ? find_id(data, a->targets[pick]) : NULL;
-                if (target && json_object_object_get_ex(target, "status", &st))
-                        json_object_object_add(o, "status", json_object_get(st));
-                json_object_object_add(alias, "policy",
-                                       json_object_new_string(alias_policy_to_string(a->policy)));
-                json_object_object_add(alias, "targets", targets);
-                json_object_object_add(alias, "pick",
-                                       pick >= 0 ? json_object_new_string(a->targets[pick]) : NULL);
-                json_object_object_add(alias, "why", json_object_new_string(why));
-                json_object_object_add(proxy, "alias", alias);
-                json_object_object_add(o, "proxy", proxy);
-                json_object_array_add(data, o);
-        }
+static const ModelsEntry *list_find(ModelsList *l, const char *id) {
+        uint64_t *at = count_map_get(&l->index, id, false);
+        /* 0: made by a list_add() that then ran out of memory */
+        return at && *at > 0 ? &l->entries[*at - 1] : NULL;
 }
 
-static int merge_done_cb(sd_event_source *s, void *userdata) {
-        ModelsMerge *mm = userdata;
-        Manager *m = mm->manager;
-        json_object *root = json_object_new_object(), *data = json_object_new_array();
-        const char *j;
-        size_t l = 0;
+static int list_add(ModelsList *l, const char *id, json_object *e) {
+        size_t n = 0;
+        const char *j = json_object_to_json_string_length(e, MODELS_JSON_FLAGS, &n);
+        ModelsEntry x = {.offset = buffer_size(&l->text), .len = n};
+        uint64_t *at;
 
-        (void)sd_event_source_set_enabled(s, SD_EVENT_OFF);
-        if (!root || !data) {
-                json_object_put(root);
-                json_object_put(data);
-                mm->done(mm, NULL, 0, mm->userdata);
-                return 0;
+        if (!j)
+                return -ENOMEM;
+        if (l->n_entries == l->n_alloc) {
+                size_t k = MAX(l->n_alloc * 2, 16u);
+                ModelsEntry *p = reallocarray(l->entries, k, sizeof(ModelsEntry));
+                if (!p)
+                        return -ENOMEM;
+                l->entries = p;
+                l->n_alloc = k;
         }
-        for (size_t i = 0; i < manager_n_hosts(m); i++) {
+        at = count_map_get(&l->index, id, true);
+        if (!at || !(x.id = strdup(id)))
+                return -ENOMEM;
+        if (buffer_append(&l->text, j, n) < 0) {
+                free(x.id);
+                return -ENOMEM;
+        }
+        /* a host may list an id twice: the first one is the one found */
+        if (*at == 0)
+                *at = l->n_entries + 1;
+        l->entries[l->n_entries++] = x;
+        return 0;
+}
+
+/* Entry id's "status" (a new reference; NULL for a JSON null), read again from its text: only an alias's
+ * pick needs it, and keeping every entry's parsed would cost more than the few that are read. false:
+ * no such entry, or it has no "status". */
+static bool list_status(ModelsList *l, const char *id, json_object **ret) {
+        const ModelsEntry *e = list_find(l, id);
+        json_tokener *tok;
+        json_object *o, *st;
+        bool found = false;
+
+        if (!e || !(tok = json_tokener_new()))
+                return false;
+        o = json_tokener_parse_ex(tok, buffer_peek(&l->text) + e->offset,
+                                  (int)MIN(e->len, (size_t)INT32_MAX));
+        json_tokener_free(tok);
+        if (o && json_object_object_get_ex(o, "status", &st)) {
+                *ret = json_object_get(st);
+                found = true;
+        }
+        json_object_put(o);
+        return found;
+}
+
+int models_list_add_host(ModelsList *l, const Config *c, const HostConf *h, const char *engine,
+                         const char *body, size_t n) {
+        json_object *data = json_object_new_array();
+        int r;
+
+        if (!data)
+                return -ENOMEM;
+        r = models_merge_host(c, h, engine, body, n, data);
+        for (size_t i = 0; r >= 0 && i < json_object_array_length(data); i++) {
+                json_object *e = json_object_array_get_idx(data, i), *id;
+                if (json_object_object_get_ex(e, "id", &id))
+                        r = list_add(l, json_object_get_string(id), e);
+        }
+        json_object_put(data);
+        return r;
+}
+
+int models_list_add_learned(ModelsList *l, const char *host, const char *engine, char *const *keys) {
+        STRV_FOREACH (k, keys) {
+                _cleanup_free_ char *id = NULL;
+                int r;
+
+                if (asprintf(&id, "%s-%s", host, *k) < 0)
+                        return -ENOMEM;
+                if (list_find(l, id))
+                        continue;
+                json_object *o = json_object_new_object(), *st = json_object_new_object(),
+                            *proxy = json_object_new_object();
+                json_object_object_add(o, "id", json_object_new_string(id));
+                json_object_object_add(o, "object", json_object_new_string("model"));
+                json_object_object_add(o, "owned_by", json_object_new_string("llamacpp"));
+                json_object_object_add(st, "value", json_object_new_string("unloaded"));
+                json_object_object_add(o, "status", st);
+                json_object_object_add(proxy, "host", json_object_new_string(host));
+                json_object_object_add(proxy, "key", json_object_new_string(*k));
+                json_object_object_add(proxy, "engine", json_object_new_string(engine));
+                json_object_object_add(o, "proxy", proxy);
+                r = list_add(l, id, o);
+                json_object_put(o);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+int models_list_add_alias(ModelsList *l, ModelsList *hosts, const AliasConf *a, const AliasTarget *t,
+                          ssize_t pick, const char *why) {
+        json_object *o = json_object_new_object(), *alias = json_object_new_object(),
+                    *targets = json_object_new_array(), *proxy = json_object_new_object();
+        json_object *st = NULL;
+        int r;
+
+        for (size_t k = 0; a->targets[k] && k < ALIAS_TARGETS_MAX; k++) {
+                json_object *x = json_object_new_object();
+                json_object_object_add(x, "id", json_object_new_string(a->targets[k]));
+                json_object_object_add(x, "state",
+                                       json_object_new_string(alias_target_state_to_string(t[k].state)));
+                json_object_array_add(targets, x);
+        }
+        json_object_object_add(o, "id", json_object_new_string(a->name));
+        json_object_object_add(o, "object", json_object_new_string("model"));
+        json_object_object_add(o, "owned_by", json_object_new_string("modelgate"));
+        /* a target is "<host>-<key>", never an alias (conf-verify.c): only the hosts' part can have it */
+        if (pick >= 0 && list_status(hosts, a->targets[pick], &st))
+                json_object_object_add(o, "status", st);
+        json_object_object_add(alias, "policy", json_object_new_string(alias_policy_to_string(a->policy)));
+        json_object_object_add(alias, "targets", targets);
+        json_object_object_add(alias, "pick", pick >= 0 ? json_object_new_string(a->targets[pick]) : NULL);
+        json_object_object_add(alias, "why", json_object_new_string(why));
+        json_object_object_add(proxy, "alias", alias);
+        json_object_object_add(o, "proxy", proxy);
+        r = list_add(l, a->name, o);
+        json_object_put(o);
+        return r;
+}
+
+static int render_entries(const ModelsList *l, ModelsAllowed allowed, void *userdata, Buffer *out,
+                          bool *first) {
+        for (size_t i = 0; l && i < l->n_entries; i++) {
+                const ModelsEntry *e = &l->entries[i];
+                if (allowed && !allowed(e->id, userdata))
+                        continue;
+                if ((!*first && buffer_append_str(out, ",") < 0) ||
+                    buffer_append(out, buffer_peek(&l->text) + e->offset, e->len) < 0)
+                        return -ENOMEM;
+                *first = false;
+        }
+        return 0;
+}
+
+int models_list_render(const ModelsList *hosts, const ModelsList *aliases, ModelsAllowed allowed,
+                       void *userdata, Buffer *out) {
+        bool first = true;
+
+        /* byte for byte what json-c makes of {"object":"list","data":[…]} */
+        if (buffer_append_str(out, "{\"object\":\"list\",\"data\":[") < 0 ||
+            render_entries(hosts, allowed, userdata, out, &first) < 0 ||
+            render_entries(aliases, allowed, userdata, out, &first) < 0)
+                return -ENOMEM;
+        return buffer_append_str(out, "]}");
+}
+
+/* The cache of the hosts' part */
+
+ModelsCache *models_cache_new(void) {
+        return calloc(1, sizeof(ModelsCache));
+}
+
+ModelsCache *models_cache_free(ModelsCache *cache) {
+        if (!cache)
+                return NULL;
+        models_list_free(cache->hosts);
+        free(cache->keys);
+        free(cache);
+        return NULL;
+}
+
+uint64_t models_cache_merges(const ModelsCache *cache) {
+        return cache->merges;
+}
+
+static ModelsCacheKey key_of(Manager *m, size_t i) {
+        Host *h = manager_host_at(m, i);
+
+        return (ModelsCacheKey){.generation = catalog_generation(host_catalog(h)),
+                                .engine_up = host_engine_up(h),
+                                .down = host_state(h) == HOST_DOWN};
+}
+
+static bool cache_fresh(const ModelsCache *cache, Manager *m) {
+        if (!cache->hosts || cache->config_serial != manager_config_serial(m) ||
+            cache->n_keys != manager_n_hosts(m))
+                return false;
+        for (size_t i = 0; i < cache->n_keys; i++) {
+                ModelsCacheKey k = key_of(m, i);
+                if (k.generation != cache->keys[i].generation || k.engine_up != cache->keys[i].engine_up ||
+                    k.down != cache->keys[i].down)
+                        return false;
+        }
+        return true;
+}
+
+/* Each host's snapshot, then its stopped engines' learned keys */
+static ModelsList *merge_hosts(Manager *m) {
+        _cleanup_(models_list_freep) ModelsList *l = models_list_new();
+
+        for (size_t i = 0; l && i < manager_n_hosts(m); i++) {
                 Host *h = manager_host_at(m, i);
-                const char *body;
+                const char *name = host_conf(h)->name, *body;
+                ssize_t up = host_engine_up(h);
                 size_t n;
-                ssize_t e = host_engine_up(h);
+                int r = 0;
 
                 /* SPEC §4: hosts that are down are left out, not guessed at */
                 if (host_state(h) == HOST_DOWN)
                         continue;
                 body = catalog_snapshot(host_catalog(h), &n);
-                if (body &&
-                    models_merge_host(manager_config(m), host_conf(h),
-                                      e >= 0 ? host_engine(h, e)->conf->name : NULL, body, n, data) < 0)
-                        log_warning("host %s: /models answer is not a model list, left out",
-                                    host_conf(h)->name);
-                merge_learned(m, h, data);
+                if (body)
+                        r = models_list_add_host(l, manager_config(m), host_conf(h),
+                                                 up >= 0 ? host_engine(h, up)->conf->name : NULL, body, n);
+                if (r == -EBADMSG)
+                        log_warning("host %s: /models answer is not a model list, left out", name);
+                for (size_t e = 0; r != -ENOMEM && e < host_n_engines(h); e++)
+                        if ((ssize_t)e != up)
+                                r = models_list_add_learned(l, name, host_engine(h, e)->conf->name,
+                                                            catalog_engine_keys(host_catalog(h), e));
+                if (r == -ENOMEM)
+                        return NULL;
         }
-        merge_aliases(m, data);
-        json_object_object_add(root, "object", json_object_new_string("list"));
-        json_object_object_add(root, "data", data);
-        j = json_object_to_json_string_length(root, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE,
-                                              &l);
-        mm->done(mm, j, l, mm->userdata); /* may free mm */
-        json_object_put(root);
+        return TAKE_PTR(l);
+}
+
+/* The hosts' part: the last merge while nothing it was made of changed, else a new one. NULL: out of
+ * memory. */
+static ModelsList *cache_hosts(ModelsCache *cache, Manager *m) {
+        ModelsCacheKey *keys;
+        ModelsList *l;
+
+        if (cache_fresh(cache, m))
+                return cache->hosts;
+        keys = calloc(MAX(manager_n_hosts(m), 1u), sizeof(ModelsCacheKey));
+        l = keys ? merge_hosts(m) : NULL;
+        if (!l) {
+                free(keys);
+                return NULL;
+        }
+        for (size_t i = 0; i < manager_n_hosts(m); i++)
+                keys[i] = key_of(m, i);
+        models_list_free(cache->hosts);
+        free(cache->keys);
+        cache->hosts = l;
+        cache->keys = keys;
+        cache->n_keys = manager_n_hosts(m);
+        cache->config_serial = manager_config_serial(m);
+        cache->merges++;
+        return l;
+}
+
+/* Each [Alias] as a model of modelgate's own: its policy, its targets and what each is doing, the one
+ * it would pick now and why, and that target's status as its host lists it. Made anew on every request:
+ * what it shows changes with every request under way. */
+static ModelsList *merge_aliases(Manager *m, ModelsList *hosts) {
+        const Config *c = manager_config(m);
+        _cleanup_(models_list_freep) ModelsList *l = models_list_new();
+
+        for (size_t i = 0; l && i < c->n_aliases; i++) {
+                const AliasConf *a = &c->aliases[i];
+                AliasTarget t[ALIAS_TARGETS_MAX];
+                const char *why;
+                ssize_t pick = manager_alias_pick(m, a, NULL, 0, t, &why);
+
+                if (models_list_add_alias(l, hosts, a, t, pick, why) < 0)
+                        return NULL;
+        }
+        return TAKE_PTR(l);
+}
+
+static int merge_done_cb(sd_event_source *s, void *userdata) {
+        ModelsMerge *mm = userdata;
+        _cleanup_(models_list_freep) ModelsList *aliases = NULL;
+        _cleanup_(buffer_done) Buffer out = {};
+        ModelsList *hosts;
+
+        (void)sd_event_source_set_enabled(s, SD_EVENT_OFF);
+        hosts = cache_hosts(mm->cache, mm->manager);
+        aliases = hosts ? merge_aliases(mm->manager, hosts) : NULL;
+        if (!aliases || models_list_render(hosts, aliases, mm->allowed, mm->userdata, &out) < 0)
+                mm->done(mm, NULL, 0, mm->userdata); /* may free mm */
+        else
+                mm->done(mm, buffer_peek(&out), buffer_size(&out), mm->userdata);
         return 0;
 }
 
@@ -217,7 +431,8 @@ ModelsMerge *models_merge_free(ModelsMerge *mm) {
         return NULL;
 }
 
-int models_merge_start(Manager *m, ModelsMergeDone done, void *userdata, ModelsMerge **ret) {
+int models_merge_start(Manager *m, ModelsCache *cache, ModelsAllowed allowed, ModelsMergeDone done,
+                       void *userdata, ModelsMerge **ret) {
         ModelsMerge *mm;
         int r;
 
@@ -225,6 +440,8 @@ int models_merge_start(Manager *m, ModelsMergeDone done, void *userdata, ModelsM
         if (!mm)
                 return -ENOMEM;
         mm->manager = m;
+        mm->cache = cache;
+        mm->allowed = allowed;
         mm->done = done;
         mm->userdata = userdata;
         r = sd_event_add_defer(manager_event(m), &mm->done_source, merge_done_cb, mm);

@@ -6,6 +6,7 @@ a subscriber that never reads."""
 import json
 import os
 import select
+import signal
 import socket
 import subprocess
 import threading
@@ -14,7 +15,7 @@ import time
 import pytest
 
 from boxes import box_skip_reason, chat, engine_unit, gate_env, local_host
-from conftest import DOUBLE, PYTHON, free_port, host_conf, post, wait_for
+from conftest import DOUBLE, PYTHON, free_port, host_conf, metric_samples, post, wait_for
 
 CHAT = "/v1/chat/completions"
 
@@ -120,6 +121,52 @@ def test_a_listing_never_waits_for_a_re_read_after_a_load(make_double, make_gate
     assert "unloaded" not in seen, seen  # the load's own event came before the first listing after it
     assert slowest < 1.0, "a listing took %.3f s: it waited for the host's 3 s list" % slowest
     print("slowest of %d listings during the load: %.1f ms" % (len(seen), slowest * 1000))
+
+
+def test_the_hosts_lists_are_merged_once_per_change_not_per_listing(make_double, make_gate):
+    """a host's list may be megabytes: listings with nothing changed between them reuse the last merge, byte
+    for byte (modelgate_models_merges_total counts merges); a reload, and a load through modelgate (its
+    status is applied to the snapshot at once), each make the next listing merge again"""
+    d = make_double("--models", "laguna-xs,big-70b", "--loaded", "laguna-xs", "--load-delay", "20")
+    # no periodic read: the double's list carries the time, so each read would be a change
+    g = make_gate("[Proxy]\nPollIntervalSec=1h\n" + host_conf("3090", d.url) +
+                  "[Alias]\nName=laguna\nTargets=3090-laguna-xs\n")
+
+    def listing():
+        c = g.conn()
+        c.request("GET", "/v1/models")
+        r = c.getresponse()
+        assert r.status == 200
+        return r.read()
+
+    def merges():
+        return metric_samples(g)[("modelgate_models_merges_total", ())]
+
+    def settled():
+        """a listing that merged nothing: the reads at start and when the feed connects are over"""
+        first, before = listing(), merges()
+        return listing() == first and merges() == before
+
+    wait_for(settled, 10, "a listing that reuses the last merge")
+    before = merges()
+    for _ in range(5):
+        listing()
+    assert merges() == before
+
+    g.proc.send_signal(signal.SIGHUP)
+    g.wait_log("Reloaded")
+    listing()
+    assert merges() == before + 1
+
+    wait_for(settled, 10, "a listing that reuses the last merge")
+    before = merges()
+    r = post(g.conn(), "/models/load", {"model": "3090-big-70b"})
+    assert r.status == 200, r.read()
+    r.read()
+    listed = {m["id"]: m for m in json.loads(listing())["data"]}
+    assert listed["3090-big-70b"]["status"]["value"] == "loading"
+    assert listed["laguna"]["status"]["value"] == "loaded"
+    assert merges() > before
 
 
 def test_feed_is_relabelled_and_host_down_and_up_reach_list_and_feed(make_double, make_gate, tmp):
