@@ -79,7 +79,11 @@ static bool client_admit(Client *c) {
                 key = strndup(auth.p + 7, auth.n - 7);
         else if (xkey.p)
                 key = strndup(xkey.p, xkey.n);
-        if (access_identify(manager_config(c->manager), key, c->peer, &c->x->caller, &d) < 0) {
+        /* the caller's tier points into this configuration: the request holds it, through a reload that
+         * comes while its body is read or its listing waits */
+        if (!c->x->config)
+                c->x->config = config_ref(manager_config(c->manager));
+        if (access_identify(c->x->config, key, c->peer, &c->x->caller, &d) < 0) {
                 client_respond_error(c, d.status, d.code, d.message, "WWW-Authenticate: Bearer\r\n");
                 c->x->caller.admitted = false;
                 return false;
@@ -99,7 +103,7 @@ static bool client_within_cap(Client *c) {
         AccessDenial denial;
 
         if (!c->x->caller.admitted || !access ||
-            access_check(access, manager_config(c->manager), &c->x->caller, c->peer, &denial) != -EDQUOT)
+            access_check(access, c->x->config, &c->x->caller, c->peer, &denial) != -EDQUOT)
                 return true;
         client_refuse_cap(c, &denial);
         return false;
@@ -113,7 +117,7 @@ static bool request_is_open(const HttpRequest *r, Span path) {
 
 /* The body limit of the caller: its tier's MaxBodySize=, or AnonymousMaxBodySize=; 0: MaxBodySize=. */
 static uint64_t caller_body_limit(const Client *c) {
-        const AccessConf *a = &manager_config(c->manager)->access;
+        const AccessConf *a = &(c->x->config ?: manager_config(c->manager))->access;
         return c->x->caller.tier ? c->x->caller.tier->max_body_size : a->anonymous_max_body_size;
 }
 
@@ -382,7 +386,8 @@ static bool dispatch_route(Client *c, Dispatch *d) {
                          c->x->caller.tier->name, c->x->model);
                 return client_respond_error(c, 403, "model_not_allowed", msg, NULL), false;
         }
-        c->x->config = config_ref(manager_config(c->manager));
+        if (!c->x->config)
+                c->x->config = config_ref(manager_config(c->manager));
         c->x->alias = config_find_alias(c->x->config, d->model);
         if (c->x->alias && !dispatch_pick_target(c, NULL))
                 return client_respond_error(c, 500, NULL, "out of memory", NULL), false;
@@ -401,7 +406,7 @@ static bool dispatch_route(Client *c, Dispatch *d) {
         if (c->x->caller.admitted) {
                 AccessDenial denial;
                 Access *access = manager_access(c->manager);
-                k = access ? access_count(access, manager_config(c->manager), &c->x->caller, c->peer,
+                k = access ? access_count(access, c->x->config, &c->x->caller, c->peer,
                                           &denial)
                            : -ENOMEM;
                 if (k == -EDQUOT)

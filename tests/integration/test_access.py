@@ -278,6 +278,36 @@ def test_admission_comes_before_the_body(make_double, tmp):
         g.stop()
 
 
+def test_a_reload_while_an_admitted_body_is_read_keeps_the_callers_tier(make_double, tmp):
+    """A head admitted with a key holds the configuration its tier belongs to: a reload (modelgatectl key add
+    makes one) while the body is still coming must not leave the tier in a freed configuration (the
+    sanitizer build reports a use after free; the plain one may route with garbage)."""
+    import hashlib
+    import socket
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    keys = os.path.join(tmp, "keys")
+    key = "mg-reload-key"
+    with open(keys, "w") as f:
+        f.write("%s small\n" % hashlib.sha256(key.encode()).hexdigest())
+    g = Gate(tmp, "[Access]\nKeysFile=%s\nAnonymousDailyRequests=0\n[Tier]\nName=small\nModels=3090-*\n"
+             "DailyRequests=10\n" % keys + host_conf("3090", d.url))
+    try:
+        body = json.dumps({"model": "3090-laguna-xs", "messages": [{"role": "user", "content": "hi"}]}).encode()
+        s = socket.create_connection(("127.0.0.1", g.port), timeout=30)
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: g\r\nAuthorization: Bearer " + key.encode() +
+                  b"\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body[:10])
+        for i in range(3):  # each reload replaces the configuration the head was admitted under
+            g.proc.send_signal(signal.SIGHUP)
+            g.wait_log("Reloaded", count=i + 1)
+        s.sendall(body[10:])
+        status, _, answer = read_response(s.makefile("rb"))
+        assert status == 200, answer
+        g.wait_log("key=small:")
+        s.close()
+    finally:
+        g.stop()
+
+
 def test_an_anonymous_client_is_limited_on_its_head(make_double, tmp):
     """Admitted anonymous clients: AnonymousMaxBodySize= refuses a larger body on its head (413), and a client
     whose day is used up gets 429 on its head, not after its body was read."""
