@@ -132,6 +132,7 @@ static int client_flush(Client *c) {
 }
 
 static void client_parse_error(Client *c) {
+        client_idle_leave(c); /* its answer goes out before the connection may be closed to make room */
         int status = c->parser.error_status;
         const char *msg = c->parser.error_message ?: "malformed request";
         char m[256];
@@ -224,10 +225,13 @@ static Step client_parse(Client *c) {
         }
         if (c->state == CLIENT_WAITING && c->parser.started) {
                 c->state = CLIENT_READING;
-                client_set_timer(c, manager_config(c->manager)->header_timeout_usec);
+                /* a new connection's first head keeps the deadline it got at accept */
+                if (c->answered_one)
+                        client_set_timer(c, manager_config(c->manager)->header_timeout_usec);
         }
         if (r == HTTP_PARSE_HEADERS) {
                 if (!client_admit_head(c)) {
+                        client_idle_leave(c); /* as in client_parse_error() */
                         c->state = CLIENT_CLOSING;
                         return STEP_AGAIN;
                 }
@@ -464,6 +468,29 @@ static void client_stop(Client *c) {
                 client_free(c);
 }
 
+/* One address cannot take every connection slot: told at once, before anything is read (out of memory to
+ * count it, it is refused the same way). */
+static void client_refuse_address(Client *c, uint64_t same) {
+        char msg[160];
+
+        snprintf(msg, sizeof(msg),
+                 "this address has %llu connections open to modelgate, more than "
+                 "MaxConnectionsPerAddress=%llu; close some and retry",
+                 (unsigned long long)same,
+                 (unsigned long long)manager_config(c->manager)->max_connections_per_address);
+        c->x->start = client_now(c);
+        c->x->method = strdup("-");
+        c->close_after_response = true;
+        c->state = CLIENT_RESPONDING;
+        c->x->api = API_OPENAI;
+        client_respond_error(c, 503, "too_many_connections", msg, "Retry-After: 5\r\n");
+        c->state = CLIENT_CLOSING;
+        if (client_flush(c) < 0)
+                client_free(c);
+        else
+                client_process(c);
+}
+
 int client_new(ClientSet *set, int fd, const struct sockaddr *peer, socklen_t peer_len) {
         Manager *m = set->manager;
         Config *config = manager_config(m);
@@ -516,28 +543,18 @@ int client_new(ClientSet *set, int fd, const struct sockaddr *peer, socklen_t pe
                 client_free(c);
                 return r;
         }
-        if (same > 0 && same <= config->max_connections_per_address)
-                client_idle_enter(c);
+        if (same == 0 || same > config->max_connections_per_address)
+                client_refuse_address(c, same);
         else {
-                /* one address cannot take every connection slot: told at once, before anything is read
-                 * (out of memory to count it, it is refused the same way) */
-                char msg[160];
-                snprintf(msg, sizeof(msg),
-                         "this address has %llu connections open to modelgate, more than "
-                         "MaxConnectionsPerAddress=%llu; close some and retry",
-                         (unsigned long long)same, (unsigned long long)config->max_connections_per_address);
-                c->x->start = client_now(c);
-                c->x->method = strdup("-");
-                c->close_after_response = true;
-                c->state = CLIENT_RESPONDING;
-                c->x->api = API_OPENAI;
-                client_respond_error(c, 503, "too_many_connections", msg, "Retry-After: 5\r\n");
-                c->state = CLIENT_CLOSING;
-                if (client_flush(c) < 0) {
-                        client_free(c);
-                        return 0;
+                /* past MaxConnections=: room is made before c is idle itself, so that it is never c, and
+                 * only for a connection that is served (one refused above closes at once anyway) */
+                Client *oldest = set->idle_oldest;
+                if (set->n_clients > config->max_connections && oldest) {
+                        log_debug("MaxConnections=%llu reached: closing %s, which holds no admitted request",
+                                  (unsigned long long)config->max_connections, oldest->peer);
+                        client_free(oldest);
                 }
-                client_process(c);
+                client_idle_enter(c);
         }
         return 0;
 }
@@ -574,15 +591,8 @@ size_t client_set_count(const ClientSet *set) {
         return set->n_clients;
 }
 
-bool client_set_make_room(ClientSet *set) {
-        Client *c = set->idle_oldest;
-
-        if (!c)
-                return false;
-        log_debug("MaxConnections=%llu reached: closing %s, which holds no admitted request",
-                  (unsigned long long)manager_config(set->manager)->max_connections, c->peer);
-        client_free(c);
-        return true;
+bool client_set_full(const ClientSet *set) {
+        return set->n_clients >= manager_config(set->manager)->max_connections && !set->idle_oldest;
 }
 
 void client_set_stop(ClientSet *set) {

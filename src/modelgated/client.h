@@ -25,13 +25,15 @@ int client_set_new(Manager *m, const ClientSetCallbacks *cb, void *userdata, Cli
 /* Closes every connection, without telling the owner. */
 ClientSet *client_set_free(ClientSet *set);
 size_t client_set_count(const ClientSet *set);
-/* At MaxConnections=: closes the connection that has held no admitted request for longest (one silent
- * since accept, idle between requests, or still sending its head). false: every connection is busy. */
-bool client_set_make_room(ClientSet *set);
+/* At MaxConnections= with every connection holding an admitted request: a new one must wait. Below it, or
+ * with a connection that holds none, client_new() makes room (see ClientSet.idle). */
+bool client_set_full(const ClientSet *set);
 /* A clean stop: idle connections close now, busy ones after their response. */
 void client_set_stop(ClientSet *set);
 /* Every host catalog may have had its first read: /models answers waiting for it may go. */
 void client_set_catalogs_ready(ClientSet *set);
 
-/* Takes fd. A connection over MaxConnectionsPerAddress= is answered 503 and closed. */
+/* Takes fd. A connection over MaxConnectionsPerAddress= is answered 503 and closed; any other, at
+ * MaxConnections=, closes the connection that has held no admitted request for longest (silent since
+ * accept, idle between requests, or still sending its head). */
 int client_new(ClientSet *set, int fd, const struct sockaddr *peer, socklen_t peer_len);

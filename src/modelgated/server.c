@@ -383,7 +383,7 @@ static int accept_cb(sd_event_source *source, int fd, uint32_t revents, void *us
                 socklen_t pl = sizeof(peer);
                 int one = 1, cfd;
 
-                if (client_set_count(s->clients) >= max && !client_set_make_room(s->clients)) {
+                if (client_set_full(s->clients)) {
                         /* every connection holds a request: the rest wait in the kernel's backlog until
                          * one closes or is idle */
                         log_debug("MaxConnections=%llu reached, not accepting for now",

@@ -412,6 +412,30 @@ def test_connections_that_hold_no_admitted_request_make_room(make_double, tmp):
         for s in held:
             s.close()
         g.stop()
+    # three of four connections busy (bodies on their way): each new connection is served in the fourth slot,
+    # the one before it (idle once answered) making room; none is closed for a room nobody needed
+    g = Gate(tmp, "[Proxy]\nMaxConnections=4\nIdleTimeoutSec=1h\n" + host_conf("3090", d.url))
+    busy = []
+    try:
+        for _ in range(3):
+            s = socket.create_connection(("127.0.0.1", g.port), timeout=10)
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: g\r\nContent-Length: 1000\r\n\r\n{")
+            busy.append(s)
+        for i in range(3):
+            c = http.client.HTTPConnection("127.0.0.1", g.port, timeout=10)
+            c.request("GET", "/health")
+            assert c.getresponse().status == 200, i
+            c.close()
+        for s in busy:
+            s.setblocking(False)
+            try:
+                assert s.recv(1) != b"", "a connection with a request on its way was closed"
+            except BlockingIOError:
+                pass
+    finally:
+        for s in busy:
+            s.close()
+        g.stop()
     # a connection that never sends a head is closed after HeaderTimeoutSec=, not IdleTimeoutSec=
     g = Gate(tmp, "[Proxy]\nHeaderTimeoutSec=2s\nIdleTimeoutSec=1h\n" + host_conf("3090", d.url))
     try:
