@@ -7,8 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "shared/fileio.h"
 #include "shared/keys-file.h"
@@ -214,8 +212,9 @@ void keys_file_remove(KeysFile *f, size_t i) {
 int keys_file_write(const KeysFile *f, const char *reader_group) {
         _cleanup_free_ char *text = NULL;
         size_t size = 0;
-        struct stat st;
-        bool fresh = stat(f->path, &st) < 0 && errno == ENOENT;
+        /* a file root makes for the system service: the service's user reads it through its group (a file
+         * that exists keeps whatever owner and mode it has) */
+        struct group *g = reader_group ? getgrnam(reader_group) : NULL;
         FILE *m;
         int r;
 
@@ -226,15 +225,8 @@ int keys_file_write(const KeysFile *f, const char *reader_group) {
                 fprintf(m, "%s\n", f->lines[i]);
         if (fclose(m) != 0)
                 return -ENOMEM;
-        r = state_file_write(f->path, text ?: "", size);
-        if (r < 0 || !fresh || !reader_group)
-                return r;
-        /* a file root makes for the system service: the service's user reads it through its group (a
-         * file that exists keeps whatever owner and mode it has) */
-        struct group *g = getgrnam(reader_group);
-        if (!g)
+        r = state_file_write_new(f->path, text ?: "", size, g ? g->gr_gid : (gid_t)-1, g ? 0640 : 0);
+        if (r >= 0 && reader_group && !g)
                 return -ESRCH;
-        if (chown(f->path, (uid_t)-1, g->gr_gid) < 0 || chmod(f->path, 0640) < 0)
-                return -errno;
-        return 0;
+        return r;
 }

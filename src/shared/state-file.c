@@ -63,6 +63,10 @@ int state_file_lock(const char *path) {
 }
 
 int state_file_write(const char *path, const char *data, size_t n) {
+        return state_file_write_new(path, data, n, (gid_t)-1, 0);
+}
+
+int state_file_write_new(const char *path, const char *data, size_t n, gid_t new_gid, mode_t new_mode) {
         _cleanup_free_ char *tmp = beside(path, ".XXXXXX");
         _cleanup_close_ int fd = -1;
         struct stat st;
@@ -85,6 +89,9 @@ int state_file_write(const char *path, const char *data, size_t n) {
                         goto fail;
         } else if (errno != ENOENT)
                 goto fail;
+        else if ((new_gid != (gid_t)-1 && fchown(fd, (uid_t)-1, new_gid) < 0) ||
+                 (new_mode != 0 && fchmod(fd, new_mode) < 0))
+                goto fail; /* set on the file before it has its name: nothing to follow or swap */
         for (size_t o = 0; o < n;) {
                 ssize_t k = write(fd, data + o, n - o);
                 if (k < 0) {
