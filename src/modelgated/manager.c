@@ -19,7 +19,7 @@
 #include "shared/strv.h"
 #include "shared/time-util.h"
 
-/* A crash loop, for manager_record_run(): more runs than this ended badly within the window. Runs that
+/* A crash loop, for manager_record_run(): this many runs ended badly within the window. Runs that
  * end cleanly never count, so idle exits and re-activations, however many, cannot make one. */
 #define CRASH_LOOP_RUNS 5
 #define CRASH_LOOP_WINDOW (5 * USEC_PER_MINUTE)
@@ -178,6 +178,7 @@ int manager_record_run(Manager *m) {
         config_unref(m->config);
         if (!(m->config = config_new()))
                 return log_oom();
+        m->config_serial++;
         m->crash_loop = true;
         m->refusal = TAKE_PTR(refusal);
         m->warnings_serial++;
@@ -393,9 +394,10 @@ static int reload_refused(Manager *m, Config *n, int r, char **ret_error) {
         _cleanup_free_ char *what = config_errors_join(n->errors, r), *why = NULL;
 
         if (m->refusal) {
-                log_error("Reload refused: %s still has errors (above); every request is still "
-                          "answered with them",
-                          m->config_path);
+                log_error("Reload refused: %s %s errors (above); every request is answered with them",
+                          m->config_path, m->crash_loop ? "has" : "still has");
+                /* a crash loop's refusal gives way to the errors: a good file serves, as after any */
+                m->crash_loop = false;
                 strv_free(m->config_errors);
                 m->config_errors = TAKE_PTR(n->errors);
                 (void)manager_set_refusal(m, m->config_errors, r);

@@ -15,9 +15,9 @@
 #define RUN_RECORD_FILE "unclean-runs"
 #define RUN_RECORD_MAX 64 /* lines kept: far more than any crash-loop bound needs */
 
-/* The file's starts that pass keep(), at most RUN_RECORD_MAX of the newest; a line that is not a number
- * is dropped (a torn or foreign file costs only its memory of crashes). */
-static size_t read_starts(const char *path, uint64_t *starts, uint64_t lo, uint64_t skip) {
+/* The file's starts within [lo, hi] but skip, at most RUN_RECORD_MAX of the newest; a line that is not a
+ * number is dropped (a torn or foreign file costs only its memory of crashes). */
+static size_t read_starts(const char *path, uint64_t *starts, uint64_t lo, uint64_t hi, uint64_t skip) {
         _cleanup_free_ char *text = NULL;
         size_t n = 0, size;
 
@@ -30,7 +30,7 @@ static size_t read_starts(const char *path, uint64_t *starts, uint64_t lo, uint6
                         *next++ = 0;
                 errno = 0;
                 uint64_t t = strtoull(line, &end, 10);
-                if (errno != 0 || end == line || *end || t < lo || t == skip)
+                if (errno != 0 || end == line || *end || t < lo || t > hi || t == skip)
                         continue;
                 if (n == RUN_RECORD_MAX) {
                         memmove(starts, starts + 1, (n - 1) * sizeof(uint64_t));
@@ -59,7 +59,8 @@ int run_record_start(RunRecord *r, uint64_t now, uint64_t window, unsigned *ret_
         *ret_unclean = 0;
         if (!r->path)
                 return 0;
-        n = read_starts(r->path, starts, now > window ? now - window : 0, /* skip= */ UINT64_MAX);
+        /* a start after now is of a clock that was set back since: it says nothing of the last window */
+        n = read_starts(r->path, starts, now > window ? now - window : 0, now, /* skip= */ UINT64_MAX);
         *ret_unclean = (unsigned)n;
         starts[n++] = now;
         k = write_starts(r->path, starts, n);
@@ -74,7 +75,7 @@ void run_record_clean(RunRecord *r) {
 
         if (!r->path)
                 return;
-        n = read_starts(r->path, starts, 0, r->start);
+        n = read_starts(r->path, starts, 0, UINT64_MAX, r->start);
         if (n == 0)
                 (void)unlink(r->path);
         else

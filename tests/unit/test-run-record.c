@@ -62,6 +62,11 @@ TEST(runs_that_crash_count_within_the_window) {
         run_record_done(&r);
         /* past the window, the old crashes are dropped: the one of t+11s still counts */
         ASSERT_EQ(start_at(&r, t + 11 * USEC_PER_SEC + WINDOW - 1), 1);
+        /* a clock set back: the starts after now are not counted, and are gone */
+        run_record_done(&r);
+        ASSERT_EQ(start_at(&r, t), 0);
+        run_record_done(&r);
+        ASSERT_EQ(start_at(&r, t + USEC_PER_SEC), 1);
         /* a reload after a crash loop: only this run is left */
         run_record_forget(&r);
         run_record_done(&r);
