@@ -85,6 +85,8 @@ static const ClientSetCallbacks client_set_callbacks = {
         .room = clients_room,
 };
 
+static void resume_accepting(Server *s);
+
 static void manager_changed_cb(void *userdata) {
         server_changed(userdata);
 }
@@ -96,6 +98,8 @@ static void manager_reloaded_cb(void *userdata) {
                 (void)sd_event_source_set_enabled(s->exit_idle_timer, SD_EVENT_OFF);
         if (!s->socket_activated && !strv_equal(s->listen_at_start, manager_config(s->manager)->listen))
                 log_warning("[Proxy] Listen= changed: it applies at the next start of modelgated");
+        /* a higher MaxConnections= has room for the connections waiting in the backlog now */
+        resume_accepting(s);
         server_changed(s);
 }
 
