@@ -406,9 +406,7 @@ static bool dispatch_route(Client *c, Dispatch *d) {
         if (c->x->caller.admitted) {
                 AccessDenial denial;
                 Access *access = manager_access(c->manager);
-                k = access ? access_count(access, c->x->config, &c->x->caller, c->peer,
-                                          &denial)
-                           : -ENOMEM;
+                k = access ? access_count(access, c->x->config, &c->x->caller, c->peer, &denial) : -ENOMEM;
                 if (k == -EDQUOT)
                         return client_refuse_cap(c, &denial), false;
                 if (k < 0)
