@@ -6,6 +6,8 @@ import os
 import socket
 import time
 
+import pytest
+
 from conftest import host_conf, metric_samples, post, read_response, read_sse, wait_for
 
 CHAT = "/v1/chat/completions"
@@ -287,9 +289,15 @@ def test_a_routed_request_keeps_one_copy_of_its_body(make_double, make_gate):
     """A 40 MB body (a long prompt) on its way to a host: it used to be copied three to four times. Now the
     client's body is written into the host's request once, and dropped then; only a request that may still
     go to a fallback or an alias's next target keeps it (none here: a host without engines has neither)."""
+    if os.environ.get("MODELGATED_WRAPPER"):
+        pytest.skip("under %s the daemon's memory is the wrapper's too, which this test cannot tell apart"
+                    % os.environ["MODELGATED_WRAPPER"].split()[0])
     d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
-    # ASan keeps freed memory in quarantine (up to 256 MiB): RSS would measure that, not modelgated
+    # ASan keeps freed memory in quarantine (up to 256 MiB): RSS would measure that, not modelgated; and
+    # MALLOC_PERTURB_ (meson sets it) fills every block glibc hands out, so a buffer's spare capacity would
+    # be resident too: what is measured is what modelgated holds, not what it may grow into
     env = dict(os.environ, ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "") + ":quarantine_size_mb=1")
+    env.pop("MALLOC_PERTURB_", None)
     g = make_gate(host_conf("3090", d.url), env=env)
     assert not any(s in open(g.conf).read() for s in ("[Fallback]", "[Alias]", "[Engine]")), "a copy is kept for those"
     # [[hang]]: the host holds the request without answering, so what modelgated keeps of it can be seen
