@@ -378,6 +378,10 @@ static bool dispatch_route(Client *c, Dispatch *d) {
         char msg[512];
         int k;
 
+        /* a caller whose day is used up hears so first, as it does on a head with a body (the same answer
+         * however the request came in pieces) */
+        if (!client_within_cap(c))
+                return false;
         /* a tier's Models= limits routing as much as the list */
         if (c->x->caller.admitted && !access_model_allowed(&c->x->caller, d->model)) {
                 snprintf(msg, sizeof(msg),
