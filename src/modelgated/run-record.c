@@ -10,6 +10,7 @@
 #include "shared/fileio.h"
 #include "shared/log.h"
 #include "shared/macro.h"
+#include "shared/parse-util.h"
 #include "shared/state-file.h"
 
 #define RUN_RECORD_FILE "unclean-runs"
@@ -24,13 +25,11 @@ static size_t read_starts(const char *path, uint64_t *starts, uint64_t lo, uint6
         if (read_full_file(path, &text, &size) < 0)
                 return 0;
         for (char *line = text, *next; line && *line; line = next) {
-                char *end;
                 next = strchr(line, '\n');
                 if (next)
                         *next++ = 0;
-                errno = 0;
-                uint64_t t = strtoull(line, &end, 10);
-                if (errno != 0 || end == line || *end || t < lo || t > hi || t == skip)
+                uint64_t t;
+                if (safe_atou64(line, &t) < 0 || t < lo || t > hi || t == skip)
                         continue;
                 if (n == RUN_RECORD_MAX) {
                         memmove(starts, starts + 1, (n - 1) * sizeof(uint64_t));
@@ -47,7 +46,9 @@ static int write_starts(const char *path, const uint64_t *starts, size_t n) {
 
         for (size_t i = 0; i < n; i++)
                 len += (size_t)snprintf(text + len, sizeof(text) - len, "%" PRIu64 "\n", starts[i]);
-        return state_file_write(path, text, len);
+        /* no fsync() on every start and clean exit: what it guards against is the daemon's own end, which
+         * leaves the page cache; a machine that goes down forgets a crash loop, which costs nothing */
+        return state_file_write_full(path, text, len, (gid_t)-1, 0, /* sync= */ false);
 }
 
 int run_record_start(RunRecord *r, uint64_t now, uint64_t window, unsigned *ret_unclean) {

@@ -225,7 +225,8 @@ int keys_file_write(const KeysFile *f, const char *reader_group) {
                 fprintf(m, "%s\n", f->lines[i]);
         if (fclose(m) != 0)
                 return -ENOMEM;
-        r = state_file_write_new(f->path, text ?: "", size, g ? g->gr_gid : (gid_t)-1, g ? 0640 : 0);
+        r = state_file_write_full(f->path, text ?: "", size, g ? g->gr_gid : (gid_t)-1, g ? 0640 : 0,
+                                  /* sync= */ true);
         if (r >= 0 && reader_group && !g)
                 return -ESRCH;
         return r;

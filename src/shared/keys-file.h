@@ -45,7 +45,7 @@ int keys_file_add(KeysFile *f, const char *note, const uint8_t digest[static SHA
                   const char *tier);
 /* Removes entry i and its line; other lines stay. */
 void keys_file_remove(KeysFile *f, size_t i);
-/* Replaces f->path atomically with the lines (state_file_write_new()); the caller holds
+/* Replaces f->path atomically with the lines (state_file_write_full()); the caller holds
  * state_file_lock(). A file made new gets reader_group (unless NULL) as its group and mode 0640; -ESRCH:
  * no such group (the file is written, 0600). */
 int keys_file_write(const KeysFile *f, const char *reader_group);

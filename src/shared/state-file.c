@@ -63,10 +63,11 @@ int state_file_lock(const char *path) {
 }
 
 int state_file_write(const char *path, const char *data, size_t n) {
-        return state_file_write_new(path, data, n, (gid_t)-1, 0);
+        return state_file_write_full(path, data, n, (gid_t)-1, 0, /* sync= */ true);
 }
 
-int state_file_write_new(const char *path, const char *data, size_t n, gid_t new_gid, mode_t new_mode) {
+int state_file_write_full(const char *path, const char *data, size_t n, gid_t new_gid, mode_t new_mode,
+                          bool sync) {
         _cleanup_free_ char *tmp = beside(path, ".XXXXXX");
         _cleanup_close_ int fd = -1;
         struct stat st;
@@ -101,7 +102,7 @@ int state_file_write_new(const char *path, const char *data, size_t n, gid_t new
                 }
                 o += (size_t)k;
         }
-        if (fsync(fd) < 0 || rename(tmp, path) < 0)
+        if ((sync && fsync(fd) < 0) || rename(tmp, path) < 0)
                 goto fail;
         return 0;
 
