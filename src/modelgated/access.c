@@ -242,10 +242,10 @@ static int access_cap(Access *a, const Config *c, const AccessCaller *caller, co
         /* the key's digest prefix, or the anonymous client's address */
         snprintf(name, sizeof(name), caller->tier ? "k:%s" : "ip:%s",
                  caller->tier ? caller->digest : access_client_address(peer, address));
-        /* a check creates no counter: a caller not counted yet has used nothing */
+        /* a check creates no counter: a caller not counted yet has used nothing. Past the cap of anonymous
+         * addresses, one not counted yet is counted as all the others are (counter_get()'s EDQUOT) */
         n = take ? counter_get(a, name) : count_map_get(&a->counts, name, false);
-        bool overflow =
-                take ? !n && errno == EDQUOT : !n && !caller->tier && a->n_anonymous >= ACCESS_ANONYMOUS_MAX;
+        bool overflow = !n && !caller->tier && a->n_anonymous >= ACCESS_ANONYMOUS_MAX;
         if (overflow)
                 n = take ? counter_get(a, OVERFLOW) : count_map_get(&a->counts, OVERFLOW, false);
         if (!n && !take)
