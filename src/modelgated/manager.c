@@ -139,18 +139,27 @@ static char *config_errors_join(char **errors, int r) {
         return strv_join(errors, "; ");
 }
 
-/* The answer to every request, the STATUS= and the D-Bus warning of a daemon that refuses requests. */
-static int manager_set_refusal(Manager *m, char **errors, int r) {
-        _cleanup_free_ char *what = config_errors_join(errors, r), *refusal = NULL;
+static const char *reload_command(Manager *m) {
+        return m->user ? "systemctl --user reload modelgate" : "systemctl reload modelgate";
+}
 
-        if (!what ||
-            asprintf(&refusal, "modelgate's configuration has errors: %s; fix it and run '%s'", what,
-                     m->user ? "systemctl --user reload modelgate" : "systemctl reload modelgate") < 0)
-                return log_oom();
+/* The answer to every request, the STATUS= and the D-Bus warning of a daemon that refuses requests
+ * (refusal is taken). */
+static void manager_refuse(Manager *m, char *refusal) {
         free(m->refusal);
-        m->refusal = TAKE_PTR(refusal);
+        m->refusal = refusal;
         m->warnings_serial++;
         (void)sd_notifyf(false, "STATUS=Refusing requests: %s", m->refusal);
+}
+
+static int manager_set_refusal(Manager *m, char **errors, int r) {
+        _cleanup_free_ char *what = config_errors_join(errors, r);
+        char *refusal;
+
+        if (!what || asprintf(&refusal, "modelgate's configuration has errors: %s; fix it and run '%s'",
+                              what, reload_command(m)) < 0)
+                return log_oom();
+        manager_refuse(m, refusal);
         return 0;
 }
 
@@ -166,12 +175,10 @@ int manager_record_run(Manager *m) {
                 return r;
         format_timespan(w, sizeof(w), CRASH_LOOP_WINDOW);
         if (asprintf(&refusal,
-                     "modelgated ended %u times in the last %s without a clean exit (it crashed or was "
-                     "killed: "
-                     "'journalctl %s-u modelgate' says why); it refuses requests until '%s', or until those "
-                     "runs are %s old",
-                     unclean, w, m->user ? "--user " : "",
-                     m->user ? "systemctl --user reload modelgate" : "systemctl reload modelgate", w) < 0)
+                     "modelgated ended %u times in the last %s without a clean exit "
+                     "(it crashed or was killed: 'journalctl %s-u modelgate' says why); "
+                     "it refuses requests until '%s', or until those runs are %s old",
+                     unclean, w, m->user ? "--user " : "", reload_command(m), w) < 0)
                 return log_oom();
         log_error("%s", refusal);
         /* the defaults, with no host: nothing that ran before runs again */
@@ -180,9 +187,7 @@ int manager_record_run(Manager *m) {
                 return log_oom();
         m->config_serial++;
         m->crash_loop = true;
-        m->refusal = TAKE_PTR(refusal);
-        m->warnings_serial++;
-        (void)sd_notifyf(false, "STATUS=Refusing requests: %s", m->refusal);
+        manager_refuse(m, TAKE_PTR(refusal));
         return 0;
 }
 
