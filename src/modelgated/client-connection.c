@@ -29,29 +29,31 @@ static void request_reset(Client *c) {
         buffer_clear(&c->held_head);
 }
 
+static bool client_is_idle(const Client *c) {
+        return c->idle_prev || c->set->idle == c;
+}
+
 /* A connection holds no admitted request (see ClientSet.idle). */
 static void client_idle_enter(Client *c) {
         ClientSet *set = c->set;
 
-        if (c->in_idle)
+        if (client_is_idle(c))
                 return;
         LIST_PREPEND(idle, set->idle, c);
         if (!set->idle_oldest)
                 set->idle_oldest = c;
-        c->in_idle = true;
         if (set->n_clients >= manager_config(c->manager)->max_connections && set->cb && set->cb->room)
                 set->cb->room(set->userdata);
 }
 
 static void client_idle_leave(Client *c) {
-        if (!c->in_idle)
-                return;
         ClientSet *set = c->set;
 
+        if (!client_is_idle(c))
+                return;
         if (set->idle_oldest == c)
                 set->idle_oldest = c->idle_prev;
         LIST_REMOVE(idle, set->idle, c);
-        c->in_idle = false;
 }
 
 static void client_free(Client *c) {
@@ -230,12 +232,12 @@ static Step client_parse(Client *c) {
                         client_set_timer(c, manager_config(c->manager)->header_timeout_usec);
         }
         if (r == HTTP_PARSE_HEADERS) {
+                /* admitted, or refused with an answer that must go out (as in client_parse_error()) */
+                client_idle_leave(c);
                 if (!client_admit_head(c)) {
-                        client_idle_leave(c); /* as in client_parse_error() */
                         c->state = CLIENT_CLOSING;
                         return STEP_AGAIN;
                 }
-                client_idle_leave(c);
                 /* the body follows; a client that waits for "100 Continue" gets it now */
                 if (c->parser.req.expect_continue && c->parser.req.has_body && c->parser.req.http_minor >= 1)
                         (void)buffer_append_str(&c->out, "HTTP/1.1 100 Continue\r\n\r\n");

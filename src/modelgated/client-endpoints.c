@@ -58,9 +58,8 @@ void client_respond_health(Client *c, bool strict) {
  * shows the message instead of retrying for minutes. */
 void client_respond_refusal(Client *c, bool health) {
         const char *refusal = manager_refusal(c->manager);
-        _cleanup_free_ char *body = NULL;
-
         bool crash_loop = manager_crash_loop(c->manager);
+        _cleanup_free_ char *body = NULL;
 
         if (!health)
                 return client_respond_error(c, 503, crash_loop ? "crash_loop" : "config_error", refusal,

@@ -104,8 +104,7 @@ struct Client {
         char peer[INET6_ADDRSTRLEN + 8];
         char address[INET6_ADDRSTRLEN + 8]; /* what MaxConnectionsPerAddress= counts (IPv6 per /64) */
         bool address_counted;
-        bool in_idle; /* in set->idle */
-        LIST_FIELDS(Client, idle);
+        LIST_FIELDS(Client, idle); /* in set->idle */
         ClientState state;
         bool in_process;
         bool close_after_response;

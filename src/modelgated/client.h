@@ -17,7 +17,7 @@ typedef struct ClientSet ClientSet;
 typedef struct ClientSetCallbacks {
         /* a connection opened or closed */
         void (*changed)(void *userdata);
-        /* at MaxConnections=, a connection became one that client_set_make_room() may close */
+        /* at MaxConnections=, a connection became one that client_new() may close to make room */
         void (*room)(void *userdata);
 } ClientSetCallbacks;
 

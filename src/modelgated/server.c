@@ -44,7 +44,6 @@ struct Server {
         bool socket_activated;
         char **listen_at_start; /* Listen= as started: a reload cannot change it */
         bool listeners_paused;
-        bool full; /* paused at MaxConnections= with every connection busy */
         sd_event_source *accept_retry;
 
         bool started;
@@ -350,13 +349,12 @@ static void set_accepting(Server *s, bool on) {
         for (size_t i = 0; i < s->n_listeners; i++)
                 (void)sd_event_source_set_enabled(s->listeners[i].source, on ? SD_EVENT_ON : SD_EVENT_OFF);
         s->listeners_paused = !on;
-        s->full = false;
 }
 
-/* Re-enables listeners paused by MaxConnections= or EMFILE. */
+/* Re-enables listeners paused by MaxConnections= or EMFILE: below it, or with a connection that can make
+ * room (client_set_full()). */
 static void resume_accepting(Server *s) {
-        if (s->listeners_paused && !s->stopping &&
-            client_set_count(s->clients) < manager_config(s->manager)->max_connections)
+        if (s->listeners_paused && !s->stopping && !client_set_full(s->clients))
                 set_accepting(s, true);
 }
 
@@ -393,7 +391,6 @@ static int accept_cb(sd_event_source *source, int fd, uint32_t revents, void *us
                         log_debug("MaxConnections=%llu reached, not accepting for now",
                                   (unsigned long long)max);
                         set_accepting(s, false);
-                        s->full = true;
                         return 0;
                 }
                 cfd = accept4(fd, (struct sockaddr *)&peer, &pl, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -417,10 +414,7 @@ static int accept_cb(sd_event_source *source, int fd, uint32_t revents, void *us
 
 /* At MaxConnections=, a connection went idle: accepting again closes it if a new one comes. */
 static void clients_room(void *userdata) {
-        Server *s = userdata;
-
-        if (s->full && !s->stopping)
-                set_accepting(s, true);
+        resume_accepting(userdata);
 }
 
 /* A connection opened or closed: a slot for the listeners, maybe the end of a clean stop. */
