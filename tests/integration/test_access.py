@@ -9,6 +9,8 @@ import subprocess
 import threading
 import time
 
+import pytest
+
 from conftest import MODELGATED, Gate, host_conf, post, read_response, wait_for
 
 MODELGATECTL = os.environ.get("MODELGATECTL", os.path.join(os.path.dirname(MODELGATED), "modelgatectl"))
@@ -422,8 +424,11 @@ def test_connections_that_hold_no_admitted_request_make_room(make_double, tmp):
     try:
         for _ in range(3):
             s = socket.create_connection(("127.0.0.1", g.port), timeout=10)
-            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: g\r\nContent-Length: 1000\r\n\r\n{")
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: g\r\nContent-Length: 1000\r\n"
+                      b"Expect: 100-continue\r\n\r\n{")
             busy.append(s)
+            # its head admitted (until then it is a connection that may make room for another)
+            assert s.recv(64).startswith(b"HTTP/1.1 100 Continue")
         for i in range(3):
             c = http.client.HTTPConnection("127.0.0.1", g.port, timeout=10)
             c.request("GET", "/health")
@@ -439,14 +444,54 @@ def test_connections_that_hold_no_admitted_request_make_room(make_double, tmp):
         for s in busy:
             s.close()
         g.stop()
-    # a connection that never sends a head is closed after HeaderTimeoutSec=, not IdleTimeoutSec=
-    g = Gate(tmp, "[Proxy]\nHeaderTimeoutSec=2s\nIdleTimeoutSec=1h\n" + host_conf("3090", d.url))
+    # a connection that never sends a head is closed after HeaderTimeoutSec=, not IdleTimeoutSec=; and one
+    # that starts its head late has HeaderTimeoutSec= from accept, not a second one from its first byte
+    g = Gate(tmp, "[Proxy]\nHeaderTimeoutSec=3s\nIdleTimeoutSec=1h\n" + host_conf("3090", d.url))
     try:
         s = socket.create_connection(("127.0.0.1", g.port), timeout=10)
         s.settimeout(60)
         assert s.recv(1) == b"", "a silent connection was not closed after HeaderTimeoutSec="
         s.close()
+        s = socket.create_connection(("127.0.0.1", g.port), timeout=10)
+        accepted = time.monotonic()
+        time.sleep(2)  # deliberately late: two thirds of the head's time gone before its first byte
+        s.sendall(b"G")
+        s.settimeout(60)
+        while s.recv(4096):  # the 408, then the close
+            pass
+        took = time.monotonic() - accepted
+        assert took < 4.5, "the head's deadline came %.1f s after accept, not 3 s: it started again" % took
+        s.close()
     finally:
+        g.stop()
+    # every connection busy: a new one waits in the backlog until a reload raises MaxConnections=
+    conf = "[Proxy]\nMaxConnections=%d\nIdleTimeoutSec=1h\n" + host_conf("3090", d.url)
+    g = Gate(tmp, conf % 2)
+    busy = []
+    try:
+        for _ in range(2):
+            s = socket.create_connection(("127.0.0.1", g.port), timeout=10)
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: g\r\nContent-Length: 1000\r\n"
+                      b"Expect: 100-continue\r\n\r\n{")
+            busy.append(s)
+            # its head admitted (until then it is a connection that may make room for another)
+            assert s.recv(64).startswith(b"HTTP/1.1 100 Continue")
+        waiting = socket.create_connection(("127.0.0.1", g.port), timeout=10)
+        busy.append(waiting)
+        waiting.sendall(b"GET /health HTTP/1.1\r\nHost: g\r\n\r\n")
+        waiting.settimeout(1)
+        with pytest.raises(socket.timeout):
+            waiting.recv(1)  # not accepted: both slots hold a request
+        with open(g.conf, "w") as f:
+            f.write(conf % 4)
+        g.proc.send_signal(signal.SIGHUP)
+        g.wait_log("Reloaded")
+        waiting.settimeout(10)
+        status, _, _ = read_response(waiting.makefile("rb"))
+        assert status == 200
+    finally:
+        for s in busy:
+            s.close()
         g.stop()
 
 
