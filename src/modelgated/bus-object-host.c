@@ -139,7 +139,7 @@ static void switch_authorized(BusCall *c) {
                 snprintf(msg, sizeof(msg), "host '%s' has no engine '%s'", c->host, c->engine);
                 return bus_call_reply_error(c, ERROR_NO_SUCH_ENGINE, msg);
         }
-        r = host_acquire(h, (size_t)e, &c->waiter, switch_ready, "SwitchEngine()", &refusal);
+        r = host_acquire(h, (size_t)e, &c->waiter, switch_ready, NULL, "SwitchEngine()", &refusal);
         if (r < 0)
                 return bus_call_reply_error(c, ERROR_HOST_DOWN, refusal.message);
         c->waiting = true;

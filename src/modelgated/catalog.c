@@ -420,6 +420,10 @@ static void refresh_from_feed(Catalog *c) {
         (void)sd_event_source_set_enabled(c->refresh_timer, SD_EVENT_ONESHOT);
 }
 
+void catalog_check_soon(Catalog *c) {
+        refresh_from_feed(c);
+}
+
 /* The feed */
 
 static void feed_line(Catalog *c, const char *p, size_t n) {

@@ -163,8 +163,9 @@ typedef enum Step {
  * a close (it went away, and must not keep a GPU busy or a switch waiting). They look the same until
  * something is written: a closed socket answers it with a reset (EPOLLERR/EPOLLHUP, then the cut).
  * Before the answer's head, an interim "100 Continue" is that probe (RFC 9110 §15.2: a client takes 1xx
- * at any time); after it, the answer's next bytes are. HTTP/1.0 has no 1xx, and a feed no end: those
- * are cut at once, as before. */
+ * at any time); after it, in an event stream, a comment line (ignored by every SSE parser, between any two
+ * lines); else the answer's next bytes. HTTP/1.0 has no 1xx, and a feed no end: those are cut at once,
+ * as before. */
 static Step client_probe_eof(Client *c) {
         if (!c->read_eof || c->state != CLIENT_RESPONDING || c->x->response_complete || c->eof_probed)
                 return STEP_PARSE;
@@ -176,6 +177,12 @@ static Step client_probe_eof(Client *c) {
         }
         if (!c->x->head_sent && !c->x->early)
                 (void)buffer_append_str(&c->out, "HTTP/1.1 100 Continue\r\n\r\n");
+        else if (client_in_event_stream_line_end(c))
+                /* an event stream whose host is silent (a long prefill) would write nothing for minutes:
+                 * a comment line costs a reading client nothing, and a closed socket answers it */
+                (void)client_frame_body(c, ":\n", 2);
+        else
+                c->eof_probed = false; /* its next bytes probe it; or a comment, once a line has ended */
         return STEP_PARSE;
 }
 

@@ -544,6 +544,17 @@ static void dispatch_to_host(Client *c, Dispatch *d) {
         if (!dispatch_rewrite(c, d))
                 return;
         Host *host = manager_host(c->manager, c->x->host);
+        if (!host) {
+                /* admitted (or moved on to this alias target) under a configuration that a reload has
+                 * replaced since, and the host it named is gone and drained: the host's refusal, so
+                 * that an alias moves on and the fallback may answer */
+                char msg[256];
+                snprintf(msg, sizeof(msg),
+                         "host '%s' was removed from modelgate's configuration by a reload; GET /v1/models "
+                         "lists the models this proxy serves now",
+                         c->x->host->name);
+                return client_respond_host_error(c, 503, msg);
+        }
         c->x->target = &c->x->host->url;
         ssize_t engine = dispatch_engine(c, d, host);
         if (engine < -1)
@@ -558,7 +569,7 @@ static void dispatch_to_host(Client *c, Dispatch *d) {
         if (engine >= 0) {
                 HostRefusal refusal;
                 k = host_acquire(host, (size_t)engine, &c->x->waiter, client_engine_ready,
-                                 c->x->alias_target ?: c->x->model, &refusal);
+                                 client_host_went_down, c->x->alias_target ?: c->x->model, &refusal);
                 if (k < 0)
                         return client_respond_host_error(c, refusal.status, refusal.message);
                 if (k > 0) {
@@ -567,6 +578,11 @@ static void dispatch_to_host(Client *c, Dispatch *d) {
                 }
                 metrics_wait(manager_metrics(c->manager), c->x->host->name, 0);
                 client_wait_for_engine(c); /* its router may still have to load the model */
+        } else {
+                HostRefusal refusal;
+                if (host_attach(host, &c->x->waiter, client_host_went_down,
+                                c->x->alias_target ?: c->x->model, &refusal) < 0)
+                        return client_respond_host_error(c, refusal.status, refusal.message);
         }
         client_go(c);
 }

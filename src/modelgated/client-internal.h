@@ -143,7 +143,11 @@ void client_respond_error(Client *c, int status, const char *code, const char *m
 int client_frame_body(Client *c, const char *p, size_t n);
 int client_send_held_head(Client *c, const char *framing);
 void client_host_down(Client *c, int error);
+void client_host_went_down(HostWaiter *w, const char *reason);
 void client_cut(Client *c, const char *note);
+/* The answer under way is an event stream whose bytes so far end with a whole line: a comment line may go
+ * out here without changing any event */
+bool client_in_event_stream_line_end(const Client *c);
 extern const UpstreamCallbacks client_upstream_callbacks;
 void client_respond_host_error(Client *c, int status, const char *message);
 int client_keepalive_cb(sd_event_source *s, uint64_t usec, void *userdata);

@@ -6,9 +6,31 @@
 
 #include "modelgated/client-internal.h"
 
+/* What failed, in words: a connection error, or what the host's probe said when it found the host down */
+static const char *failure_reason(const Client *c, int error) {
+        if ((error == -EHOSTDOWN || error == EHOSTDOWN) && c->x->down_reason[0])
+                return c->x->down_reason;
+        return upstream_strerror(error);
+}
+
+/* A connection that never reached a server: nothing listens there, no route, no answer to the connect.
+ * Anything later (a reset, a close before the answer, a malformed answer) happened to this request. */
+static bool error_is_unreachable(int error) {
+        switch (error < 0 ? -error : error) {
+        case ECONNREFUSED:
+        case EHOSTUNREACH:
+        case ENETUNREACH:
+        case ETIMEDOUT:
+        case EHOSTDOWN:
+                return true;
+        default:
+                return false;
+        }
+}
+
 void client_host_down(Client *c, int error) {
         char msg[512];
-        const char *reason = upstream_strerror(error);
+        const char *reason = failure_reason(c, error);
 
         if (c->x->via_fallback) {
                 /* not chained, and not the host's fault: the fallback's own failure, as it is */
@@ -16,15 +38,24 @@ void client_host_down(Client *c, int error) {
                          c->x->fallback->url.text, reason);
                 return client_respond_error(c, 502, "fallback_failed", msg, NULL);
         }
-        /* reported first: an alias's next pick must see this host down */
-        Host *h = manager_host(c->manager, c->x->host);
-        if (h)
-                host_report_http(h, reason);
         if (client_move_on(c, reason))
                 return;
+        if (!error_is_unreachable(error)) {
+                /* SPEC §6: one request's failure is not the host's (its probe says whether it is down) */
+                snprintf(msg, sizeof(msg), "host '%s' failed this request: %s (%s)", c->x->host->name,
+                         reason, c->x->host->url.text);
+                return client_respond_error(c, 502, "upstream_failed", msg, NULL);
+        }
         snprintf(msg, sizeof(msg), "host '%s' is down: %s (%s); modelgate keeps trying it, retry in 30 s",
                  c->x->host->name, reason, c->x->host->url.text);
         client_respond_error(c, 503, "host_down", msg, "Retry-After: 30\r\nretry-after-ms: 30000\r\n");
+}
+
+/* The request's exchange failed: the host's own probe looks again soon, and decides whether it is down */
+static void report_request_failed(Client *c) {
+        Host *h = c->x->via_fallback ? NULL : manager_host(c->manager, c->x->host);
+        if (h)
+                host_report_request_failed(h);
 }
 
 /* How the answer goes on (pass, SSE filter, hold) and its framing to the client: the framing header */
@@ -93,10 +124,8 @@ static int client_upstream_headers(Upstream *u, const UpstreamResponse *resp, vo
         bool sse = ct.p && ct.n >= 17 && strncasecmp(ct.p, "text/event-stream", 17) == 0;
         bool no_body = c->x->head || resp->status == 204 || resp->status == 304;
 
+        c->x->upstream_started = true;
         if (!c->x->via_fallback) {
-                Host *h = manager_host(c->manager, c->x->host);
-                if (h)
-                        host_report_http(h, NULL);
                 /* "not here (yet)": a host that has not registered the model, or is loading */
                 if ((resp->status == 404 || resp->status == 503) && !c->x->head) {
                         char why[64];
@@ -281,6 +310,16 @@ static void client_upstream_complete(Upstream *u, void *userdata) {
         c->ops->process(c);
 }
 
+bool client_in_event_stream_line_end(const Client *c) {
+        if (c->x->response_complete || (!c->x->head_sent && !c->x->early))
+                return false;
+        /* modelgate's own early 200: only its comments went out so far (the host's are held, if any) */
+        if (c->x->early && (c->x->mode != MODE_SSE || c->x->awaiting_first_token))
+                return true;
+        /* the host's stream: the filter passes on complete lines only, and holds the one not yet ended */
+        return c->x->mode == MODE_SSE && buffer_is_empty(&c->x->sse.line) && !c->x->sse.raw_until_newline;
+}
+
 /* An answer that cannot be finished and has no way to say so in-band: the connection ends without the last
  * chunk (or before Content-Length is reached), so the client sees an incomplete answer, not a short one. */
 void client_cut(Client *c, const char *note) {
@@ -295,13 +334,9 @@ static void client_upstream_error(Upstream *u, int error, bool started, void *us
 
         c->x->upstream = NULL;
         (void)sd_event_source_set_enabled(c->x->budget, SD_EVENT_OFF);
-        if (!started && !c->x->via_fallback && error != ETIME && error != -ETIME) {
-                /* reported before moving on: an alias's next pick must see this host down */
-                Host *h = manager_host(c->manager, c->x->host);
-                if (h)
-                        host_report_http(h, upstream_strerror(error));
-        }
-        if (client_move_on(c, upstream_strerror(error))) {
+        if (!started && error != -ETIME && error != -EHOSTDOWN)
+                report_request_failed(c);
+        if (client_move_on(c, failure_reason(c, error))) {
                 /* the engine failed before any of its answer reached the client */
                 if (c->ops->flush(c) < 0)
                         c->ops->free(c);
@@ -327,7 +362,7 @@ static void client_upstream_error(Upstream *u, int error, bool started, void *us
                         client_host_down(c, error);
                 else {
                         snprintf(msg, sizeof(msg), "host '%s' ended its answer early (%s)", c->x->host->name,
-                                 upstream_strerror(error));
+                                 failure_reason(c, error));
                         client_respond_error(c, 502, "upstream_incomplete", msg, NULL);
                 }
         } else if (!started || (c->x->mode == MODE_HOLD && !c->x->head_sent)) {
@@ -338,7 +373,7 @@ static void client_upstream_error(Upstream *u, int error, bool started, void *us
                         client_host_down(c, error);
                 } else {
                         snprintf(msg, sizeof(msg), "host '%s' ended its answer early (%s)", c->x->host->name,
-                                 upstream_strerror(error));
+                                 failure_reason(c, error));
                         client_respond_error(c, 502, "upstream_incomplete", msg, NULL);
                 }
         } else if (c->x->mode == MODE_SSE) {
@@ -348,7 +383,7 @@ static void client_upstream_error(Upstream *u, int error, bool started, void *us
                         snprintf(msg, sizeof(msg),
                                  "host '%s' stopped the stream before it ended (%s); the answer is "
                                  "incomplete",
-                                 c->x->host->name, upstream_strerror(error));
+                                 c->x->host->name, failure_reason(c, error));
                         (void)sse_error_event(c->x->api, 502, "upstream_incomplete", msg, &c->scratch);
                 }
                 (void)client_frame_body(c, buffer_peek(&c->scratch), buffer_size(&c->scratch));
@@ -364,6 +399,20 @@ static void client_upstream_error(Upstream *u, int error, bool started, void *us
                 return;
         }
         c->ops->process(c);
+}
+
+/* SPEC §6: the host's probe found it down while this request was in flight. With no byte of the host's
+ * answer yet, the request fails now (503 naming the host, or the next target or the fallback); a stream
+ * is cut as the host's failure. Without this it would wait for UpstreamIdleTimeoutSec=. */
+void client_host_went_down(HostWaiter *w, const char *reason) {
+        Client *c = container_of(w, Exchange, waiter)->client;
+        bool started = c->x->upstream_started;
+
+        if (!c->x->upstream)
+                return; /* not sent yet (its router may load the model), or its answer is whole */
+        snprintf(c->x->down_reason, sizeof(c->x->down_reason), "%s", reason);
+        c->x->upstream = upstream_cancel(c->x->upstream);
+        client_upstream_error(NULL, -EHOSTDOWN, started, c);
 }
 
 const UpstreamCallbacks client_upstream_callbacks = {
@@ -438,10 +487,12 @@ int client_keepalive_cb(sd_event_source *s, uint64_t usec, void *userdata) {
 /* Sends the request to its target, the relay's callbacks taking the answer. < 0: the connection failed
  * at once, and the client has its answer (or the fallback took over). */
 int client_send_upstream(Client *c) {
+        c->x->upstream_started = false;
         int k = upstream_start(manager_pool(c->manager), c->x->target, &c->x->pending, c->x->head,
                                &client_upstream_callbacks, c, &c->x->upstream);
         buffer_done(&c->x->pending);
         if (k < 0) {
+                report_request_failed(c);
                 client_host_down(c, k);
                 return k;
         }

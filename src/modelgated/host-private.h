@@ -60,6 +60,10 @@ struct Host {
         sd_event_source *deadline, *probe_timer;
 
         Sched sched;
+        /* every request attached or acquired (host_attach(), host_acquire()): those in flight are told
+         * when the probe finds the host down, from down_source (never from inside the probe's callback) */
+        HostWaiter *riders;
+        sd_event_source *down_source;
         Catalog *catalog;
         char *fail_message; /* for the requests a failed switch answers */
         char *last_error;   /* LastError: the last failed switch or the last reason to be down */
@@ -78,6 +82,17 @@ struct Host {
          * switch's end, which sits above it (host_new() sets it to host_engine_is_up()) */
         void (*engine_ready)(Host *h);
 };
+
+/* The host went down: its requests in flight hear it soon, from down_source (host_down_cb) */
+void host_tell_riders_down(Host *h);
+int host_down_cb(sd_event_source *s, void *userdata);
+
+static inline void host_unride(Host *h, HostWaiter *w) {
+        if (w->riding) {
+                LIST_REMOVE(riders, h->riders, w);
+                w->riding = false;
+        }
+}
 
 static inline const char *engine_name(const Host *h, ssize_t i) {
         return i >= 0 && (size_t)i < h->n_engines ? h->engines[i].conf->name : "-";

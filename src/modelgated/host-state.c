@@ -20,6 +20,8 @@
 static void answer_failed(Host *h, HostWaiter *w, int status) {
         char msg[512], t[FORMAT_TIMESPAN_MAX];
 
+        /* answered: released by the scheduler already */
+        host_unride(h, w);
         w->host = NULL;
         switch (status) {
         case 503:
@@ -216,11 +218,14 @@ Host *host_new(const HostEnv *env, Config *config, const HostConf *conf) {
                 r = sd_event_add_time_relative(env->event, &h->probe_timer, CLOCK_MONOTONIC, 0, 0,
                                                host_probe_timer_cb, h);
         if (r >= 0)
+                r = sd_event_add_defer(env->event, &h->down_source, host_down_cb, h);
+        if (r >= 0)
                 r = sd_event_add_time(env->event, &h->prime_timer, CLOCK_MONOTONIC, USEC_INFINITY,
                                       USEC_PER_SEC / 10, host_prime_timer_cb, h);
         if (r < 0)
                 goto fail;
         (void)sd_event_source_set_enabled(h->schedule_source, SD_EVENT_OFF);
+        (void)sd_event_source_set_enabled(h->down_source, SD_EVENT_OFF);
         (void)sd_event_source_set_enabled(h->sched_timer, SD_EVENT_OFF);
         (void)sd_event_source_set_enabled(h->deadline, SD_EVENT_OFF);
         (void)sd_event_source_set_enabled(h->probe_timer, SD_EVENT_OFF);
@@ -251,6 +256,13 @@ Host *host_free(Host *h) {
                 return NULL;
         LIST_FOREACH (requests, r, h->sched.requests)
                 container_of(r, HostWaiter, req)->host = NULL;
+        while (h->riders) {
+                HostWaiter *w = h->riders;
+                LIST_REMOVE(riders, h->riders, w);
+                w->riding = false;
+                w->host = NULL;
+        }
+        sd_event_source_disable_unref(h->down_source);
         h->prime_upstream = upstream_cancel(h->prime_upstream);
         sched_done(&h->sched);
         host_switch_reset(h);
@@ -366,19 +378,42 @@ ssize_t host_find_engine(const Host *h, const char *key) {
         return -1;
 }
 
-int host_acquire(Host *h, size_t i, HostWaiter *w, HostReadyFn ready, const char *model, HostRefusal *ret) {
-        assert(i < h->n_engines);
-
+/* A host that is down, as its bus or its own probe says, refuses at once: a request sent to a host that
+ * accepts connections and never answers would otherwise wait for UpstreamIdleTimeoutSec=. */
+static int host_refuse_if_down(const Host *h, HostRefusal *ret) {
         /* the first connection is not an outcome yet: after an idle exit, the request that started this
          * instance must wait for the bus, not get a 503 */
-        if (h->bus_down && !streq_ptr(h->down_reason, "connecting")) {
+        if ((h->bus_down && !streq_ptr(h->down_reason, "connecting")) || h->http_down) {
                 ret->status = 503;
                 snprintf(ret->message, sizeof(ret->message),
                          "host '%s' is down: %s; modelgate keeps trying it, retry in 30 s", h->conf->name,
                          strna(h->down_reason));
                 return -1;
         }
-        *w = (HostWaiter){.host = h, .engine = (ssize_t)i, .model = model, .ready = ready};
+        return 0;
+}
+
+static void host_ride(Host *h, HostWaiter *w) {
+        LIST_PREPEND(riders, h->riders, w);
+        w->riding = true;
+}
+
+int host_attach(Host *h, HostWaiter *w, HostDownFn down, const char *model, HostRefusal *ret) {
+        if (host_refuse_if_down(h, ret) < 0)
+                return -1;
+        *w = (HostWaiter){.host = h, .engine = -1, .model = model, .down = down};
+        host_ride(h, w);
+        return 0;
+}
+
+int host_acquire(Host *h, size_t i, HostWaiter *w, HostReadyFn ready, HostDownFn down, const char *model,
+                 HostRefusal *ret) {
+        assert(i < h->n_engines);
+
+        if (host_refuse_if_down(h, ret) < 0)
+                return -1;
+        *w = (HostWaiter){.host = h, .engine = (ssize_t)i, .model = model, .ready = ready, .down = down};
+        host_ride(h, w);
         if (sched_add(&h->sched, host_now(h), &w->req, i)) {
                 host_changed(h);
                 return 0;
@@ -392,8 +427,11 @@ void host_release(HostWaiter *w) {
 
         if (!h)
                 return;
-        sched_remove(&h->sched, host_now(h), &w->req);
+        host_unride(h, w);
         w->host = NULL;
+        if (w->engine < 0)
+                return;
+        sched_remove(&h->sched, host_now(h), &w->req);
         host_schedule_later(h);
 }
 
@@ -442,6 +480,10 @@ void host_report_http(Host *h, const char *reason) {
                 h->down_reason = strdup(reason);
         }
         host_update_state(h);
+}
+
+void host_report_request_failed(Host *h) {
+        catalog_check_soon(h->catalog);
 }
 
 unsigned host_in_flight(const Host *h) {

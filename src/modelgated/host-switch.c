@@ -64,6 +64,10 @@ void host_update_state(Host *h) {
                 return; /* the first connection is not an outcome yet */
         if (down && h->logged_down != 1) {
                 log_warning("host %s down: %s", h->conf->name, h->down_reason ?: "unreachable");
+                /* by its own probe: the engine's URL fails. A lost bus alone leaves the HTTP going, and
+                 * the streams on it run to their end. */
+                if (h->http_down)
+                        host_tell_riders_down(h);
                 if (h->catalog)
                         catalog_host_state(h->catalog, h->down_reason ?: "unreachable");
         } else if (!down && h->logged_down != 0) {
@@ -75,6 +79,33 @@ void host_update_state(Host *h) {
         if (down && h->down_reason && !streq(h->down_reason, "connecting"))
                 (void)free_and_strdup(&h->last_error, h->down_reason);
         host_changed(h);
+}
+
+/* SPEC §6: the host is down by its own probe: its requests in flight fail now instead of
+ * waiting for UpstreamIdleTimeoutSec=. Each leaves the riders before it hears, since its answer may end
+ * its request or start another; the waiting ones are the scheduler's (sched_host_down()) or wait on. */
+int host_down_cb(sd_event_source *s, void *userdata) {
+        Host *h = userdata;
+
+        while (h->http_down) {
+                HostWaiter *w = NULL;
+                LIST_FOREACH (riders, x, h->riders)
+                        if (x->engine < 0 || x->req.state == SCHED_IN_FLIGHT) {
+                                w = x;
+                                break;
+                        }
+                if (!w)
+                        break;
+                host_unride(h, w);
+                if (w->down)
+                        w->down(w, h->down_reason ?: "unreachable");
+        }
+        return 0;
+}
+
+void host_tell_riders_down(Host *h) {
+        if (h->riders)
+                (void)sd_event_source_set_enabled(h->down_source, SD_EVENT_ONESHOT);
 }
 
 /* The switch */

@@ -39,13 +39,19 @@ const char *host_state_to_string(HostState s);
 /* The outcome for a waiting request: status 0 means "go, the engine is up"; otherwise an HTTP status
  * (423, 502, 503) and a message for the client. */
 typedef void (*HostReadyFn)(HostWaiter *w, int status, const char *message);
+/* The host's probe found it down while the request was in flight (reason: why). The waiter is no
+ * longer told anything else of the host's state; it is still to be released. */
+typedef void (*HostDownFn)(HostWaiter *w, const char *reason);
 
 struct HostWaiter {
         Host *host;     /* NULL once released or answered with an error */
-        ssize_t engine; /* index into the host's engines */
+        ssize_t engine; /* index into the host's engines; -1: a host without engines (host_attach()) */
         const char *model;
         HostReadyFn ready;
+        HostDownFn down; /* optional */
         SchedRequest req;
+        LIST_FIELDS(HostWaiter, riders); /* in the host's riders while 'riding' */
+        bool riding;
 };
 
 typedef struct HostRefusal {
@@ -96,8 +102,13 @@ Catalog *host_catalog(const Host *h);
 ssize_t host_engine_up(const Host *h);
 
 /* Asks for engine i. 0: go now (counted in flight until host_release); 1: queued, w->ready is called
- * later; -1: refused now, *ret says why. */
-int host_acquire(Host *h, size_t i, HostWaiter *w, HostReadyFn ready, const char *model, HostRefusal *ret);
+ * later; -1: refused now (the host is down), *ret says why. 'down' (optional) hears of the host going down
+ * while the request is in flight. */
+int host_acquire(Host *h, size_t i, HostWaiter *w, HostReadyFn ready, HostDownFn down, const char *model,
+                 HostRefusal *ret);
+/* The same for a host without engines: 0, in flight until host_release(); or -1, refused now (its probe
+ * found it down), *ret says why. */
+int host_attach(Host *h, HostWaiter *w, HostDownFn down, const char *model, HostRefusal *ret);
 /* The request is done or its client has gone; safe to call twice or on a waiter never used. */
 void host_release(HostWaiter *w);
 /* For a waiting client's keepalive comments, what it waits for: "waiting for engine fork on 3090, 2 ahead";
@@ -106,8 +117,12 @@ void host_release(HostWaiter *w);
  * engine fork on 3090 to answer"); -ESTALE: released. */
 int host_waiter_describe(const HostWaiter *w, char *buf, size_t l);
 
-/* An HTTP exchange with the host failed at the network level (reason) or succeeded (NULL). */
+/* An HTTP exchange of the host's own probe (its catalog's reads) failed at the network level (reason) or
+ * succeeded (NULL): the host is down, or up. */
 void host_report_http(Host *h, const char *reason);
+/* A client's request to the host failed at the network level, or got a malformed answer. That is the
+ * request's failure, not the host's (SPEC §6): the host's probe looks again soon, and it says. */
+void host_report_request_failed(Host *h);
 
 unsigned host_in_flight(const Host *h);
 /* sched_switch_pending() of the host's scheduler */

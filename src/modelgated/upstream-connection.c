@@ -44,6 +44,8 @@ const char *upstream_strerror(int error) {
                 return "its TLS certificate is not trusted (SSL_CERT_FILE= names other trusted CAs)";
         case ECONNABORTED:
                 return "connection closed before the response ended";
+        case EHOSTDOWN:
+                return "its probe found it down";
         case EMFILE:
         case ENFILE:
                 return "out of file descriptors";
@@ -142,7 +144,7 @@ static void upstream_handle_eof(Upstream *u) {
         if (!u->got_bytes) {
                 if (upstream_maybe_retry(u))
                         return;
-                return upstream_fail(u, -ECONNRESET);
+                return upstream_fail(u, u->write_error ?: -ECONNRESET);
         }
         /* A response without length ends here (older llama.cpp builds end streams like this) */
         u->in_parser = true;
@@ -216,9 +218,12 @@ static bool upstream_read(Upstream *u) {
                                 continue;
                         if (errno == EAGAIN)
                                 return true;
+                        int error = -errno;
                         if (!u->got_bytes && upstream_maybe_retry(u))
                                 return false;
-                        return upstream_fail(u, -errno), false;
+                        if (!u->got_bytes && u->write_error)
+                                error = u->write_error;
+                        return upstream_fail(u, error), false;
                 }
                 if (k == 0)
                         return upstream_handle_eof(u), false;
@@ -238,9 +243,22 @@ static void upstream_write(Upstream *u) {
                                 continue;
                         if (errno == EAGAIN) /* the socket is full: its EPOLLOUT edge goes on */
                                 return;
+                        int error = -errno;
                         if (upstream_maybe_retry(u))
                                 return;
-                        return upstream_fail(u, -errno);
+                        /* RFC 9112 §9.5: a host may answer before it has read the whole request (cpp-httplib
+                         * sends 400 for a head it refuses and closes with the body unread), and the reset
+                         * that follows fails our send. The answer is in the socket before the reset: it is
+                         * the request's answer, read as any other (never reused: the request did not go out
+                         * whole); only with nothing to read is the failed send the outcome. */
+                        if (error == -EPIPE || error == -ECONNRESET) {
+                                u->state = UPSTREAM_RECEIVING;
+                                u->peer_shut = true;
+                                u->write_error = error;
+                                (void)upstream_read(u);
+                                return;
+                        }
+                        return upstream_fail(u, error);
                 }
                 u->request_sent += (size_t)k;
         }
@@ -383,6 +401,8 @@ static int upstream_connect(Upstream *u) {
         u->state = UPSTREAM_CONNECTING;
         u->got_bytes = u->headers_done = u->complete = false;
         u->read_pending = u->peer_shut = false;
+        u->n_interim = 0;
+        u->write_error = 0;
         upstream_parser_init(u);
         /* the timer is made here, where what its expiry means is known; a retry re-arms the one it has */
         usec_t deadline = upstream_now(u) + UPSTREAM_CONNECT_TIMEOUT_USEC;
@@ -451,6 +471,8 @@ int upstream_start(UpstreamPool *p, const HttpUrl *url, Buffer *request, bool he
         *request = (Buffer){};
         u->request_sent = 0;
         u->retried = false;
+        u->n_interim = 0;
+        u->write_error = 0;
         u->idempotent =
                 !(buffer_size(&u->request) >= 5 && memcmp(buffer_peek(&u->request), "POST ", 5) == 0) &&
                 !(buffer_size(&u->request) >= 6 && memcmp(buffer_peek(&u->request), "PATCH ", 6) == 0);

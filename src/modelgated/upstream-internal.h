@@ -25,6 +25,8 @@
 /* below llama.cpp's (cpp-httplib's) 5 s keep-alive, so that we rarely send into a closing socket */
 #define UPSTREAM_IDLE_TIMEOUT_USEC (4 * USEC_PER_SEC)
 #define UPSTREAM_IDLE_MAX 64
+/* 1xx interim responses taken before the final one; more is a malformed answer */
+#define UPSTREAM_INTERIM_MAX 16
 /* what the socket is registered for, once, for its whole life */
 #define UPSTREAM_EVENTS (EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET)
 /* A pooled connection idle for less than this is taken without a look at its socket (a MSG_PEEK, one
@@ -81,7 +83,9 @@ struct Upstream {
         bool complete;
         bool reading;
         bool in_parser;
-        int cancel_error; /* set by a callback's refusal or an error while in the parser */
+        unsigned n_interim; /* 1xx responses dropped so far */
+        int write_error;    /* the send failed (the host closed early): what failed if no answer came */
+        int cancel_error;   /* set by a callback's refusal or an error while in the parser */
 
         llhttp_t parser;
         UpstreamResponse resp;

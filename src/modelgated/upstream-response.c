@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* A host's response as llhttp reads it: status and headers collected into the UpstreamResponse (with
  * a bound on their size and number), handed to the owner once, then body pieces as they come. 1xx
- * interim responses are skipped, and a body is never expected where HTTP says there is none. These
+ * interim responses are skipped with no content, and a body is never expected where HTTP says there is
+ * none. These
  * callbacks run inside llhttp_execute(): a refusal sets cancel_error, and upstream-connection.c ends the
  * exchange once the parser has returned. */
 
@@ -83,9 +84,16 @@ static int on_headers_complete(llhttp_t *l) {
         UpstreamResponse *r = &u->resp;
 
         r->status = l->status_code;
-        /* 1xx interim responses are not forwarded: we never send "Expect:" upstream */
+        /* We never ask for an upgrade: a 101 would hand the connection to another protocol. */
+        if (r->status == 101) {
+                u->cancel_error = -EPROTO;
+                return -1;
+        }
+        /* Other 1xx interim responses are dropped. They end at their empty line, whatever their headers
+         * say (RFC 9112 §6.3 rule 1, RFC 9110 §15.2): llhttp would read a Content-Length or chunked body
+         * for them, and those bytes would reach the client as an answer of their own. */
         if (r->status >= 100 && r->status < 200)
-                return 0;
+                return 1;
         r->chunked = (l->flags & F_CHUNKED) != 0;
         r->has_content_length = (l->flags & F_CONTENT_LENGTH) != 0;
         r->content_length = l->content_length;
@@ -118,6 +126,11 @@ static int on_message_complete(llhttp_t *l) {
         Upstream *u = upstream_of(l);
 
         if (u->resp.status >= 100 && u->resp.status < 200) {
+                /* a host that sends interim responses forever would hold the request with no answer */
+                if (++u->n_interim > UPSTREAM_INTERIM_MAX) {
+                        u->cancel_error = -EPROTO;
+                        return -1;
+                }
                 u->headers_done = false;
                 return 0;
         }
