@@ -338,14 +338,12 @@ static bool dispatch_read_model(Client *c, Dispatch *d) {
         return true;
 }
 
-/* Who the client is to an alias's "spread" memory: its key, else its address (without the port) */
+/* Who the client is to an alias's "spread" memory: its key, else its address (c->peer has no port) */
 static void client_identity(const Client *c, char *buf, size_t size) {
-        if (c->x->caller.tier) {
+        if (c->x->caller.tier)
                 snprintf(buf, size, "key:%s", c->x->caller.digest);
-                return;
-        }
-        const char *colon = strrchr(c->peer, ':');
-        snprintf(buf, size, "%.*s", colon ? (int)(colon - c->peer) : (int)strlen(c->peer), c->peer);
+        else
+                snprintf(buf, size, "%s", c->peer);
 }
 
 /* The alias's target for this request (SPEC §4, aliases): picked on what the hosts do now, never one
