@@ -43,21 +43,41 @@ const char *alias_target_state_to_string(AliasTargetState s);
 ssize_t alias_pick(AliasPolicy policy, const AliasTarget *t, size_t n, uint64_t tried, ssize_t last,
                    const char **ret_why);
 
-/* Which target each client used last, per alias: a fixed table (a forgotten client only costs it its
- * prompt cache), entries forgotten after ALIAS_MEMORY_USEC. */
-#define ALIAS_MEMORY_SLOTS 1024
+/* Which target each client used last, per alias (spread): bounded, and fair to the clients that keep
+ * coming back, since a forgotten client only costs its prompt cache but a client pushed out by others
+ * costs it every time.
+ *
+ * A client is its key (with [Access]), else its address. Keyed and anonymous clients are held apart, so
+ * that no number of anonymous addresses pushes out a client with a key. Each part is a segmented LRU: a
+ * client's first request puts it on probation, a later one moves it to a protected segment that new
+ * clients never evict, so a flood of addresses seen once only churns the probation segment; past its
+ * share the protected segment's oldest goes back on probation. One prefix (a key, an IPv4 address, an
+ * IPv6 /64: what [Access] counts) holds at most ALIAS_MEMORY_PER_PREFIX entries, past which it replaces
+ * its own oldest: a /64 sending from any number of addresses evicts no one once it has them. Entries are
+ * forgotten after ALIAS_MEMORY_USEC. */
+#define ALIAS_MEMORY_ENTRIES 4096   /* per part: keyed, anonymous */
+#define ALIAS_MEMORY_PROTECTED 3072 /* of them, at most this many protected */
+#define ALIAS_MEMORY_PER_PREFIX 16
 #define ALIAS_MEMORY_USEC (60 * USEC_PER_MINUTE)
 
-typedef struct AliasMemory {
-        struct {
-                uint64_t who; /* hash of alias and client; 0: empty */
-                usec_t used;
-                uint16_t target;
-        } slots[ALIAS_MEMORY_SLOTS];
-} AliasMemory;
+/* Who asks */
+typedef struct AliasClient {
+        const char *key;     /* its key's digest; NULL: anonymous */
+        const char *address; /* an anonymous client's address */
+        const char *prefix;  /* and what [Access] counts it as (access_client_address(): IPv6 per /64); NULL:
+                              * the address */
+} AliasClient;
 
+typedef struct AliasMemory AliasMemory;
+
+/* NULL: out of memory. The memory takes its full size at once (about 1.5 MB, touched as it fills). */
+AliasMemory *alias_memory_new(void);
+AliasMemory *alias_memory_free(AliasMemory *m);
 /* The target client last used for alias, or -1. */
-ssize_t alias_memory_recall(const AliasMemory *m, const char *alias, const char *client, usec_t now);
-void alias_memory_store(AliasMemory *m, const char *alias, const char *client, size_t target, usec_t now);
+ssize_t alias_memory_recall(const AliasMemory *m, const char *alias, const AliasClient *client, usec_t now);
+void alias_memory_store(AliasMemory *m, const char *alias, const AliasClient *client, size_t target,
+                        usec_t now);
 /* Forgets everything (a reload may have reordered the targets). */
 void alias_memory_clear(AliasMemory *m);
+/* Entries held, keyed and anonymous */
+size_t alias_memory_size(const AliasMemory *m);

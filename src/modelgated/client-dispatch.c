@@ -338,26 +338,23 @@ static bool dispatch_read_model(Client *c, Dispatch *d) {
         return true;
 }
 
-/* Who the client is to an alias's "spread" memory: its key, else its address (without the port) */
-static void client_identity(const Client *c, char *buf, size_t size) {
-        if (c->x->caller.tier) {
-                snprintf(buf, size, "key:%s", c->x->caller.digest);
-                return;
-        }
-        const char *colon = strrchr(c->peer, ':');
-        snprintf(buf, size, "%.*s", colon ? (int)(colon - c->peer) : (int)strlen(c->peer), c->peer);
+/* Who the client is to an alias's "spread" memory: its key, else its address, which counts against its
+ * IPv6 /64 (or IPv4 address) as MaxConnectionsPerAddress= and [Access] count it */
+static AliasClient client_identity(const Client *c) {
+        if (c->x->caller.tier)
+                return (AliasClient){.key = c->x->caller.digest};
+        return (AliasClient){.address = c->peer, .prefix = c->address};
 }
 
 /* The alias's target for this request (SPEC §4, aliases): picked on what the hosts do now, never one
  * tried before. 'after' is the refusal that moved it on, NULL for the first pick. false: none is left. */
 static bool dispatch_pick_target(Client *c, const char *after) {
         const AliasConf *a = c->x->alias;
+        AliasClient who = client_identity(c);
         const char *why;
-        char who[96];
         ssize_t i;
 
-        client_identity(c, who, sizeof(who));
-        i = manager_alias_pick(c->manager, a, who, c->x->alias_tried, NULL, &why);
+        i = manager_alias_pick(c->manager, a, &who, c->x->alias_tried, NULL, &why);
         if (i < 0)
                 return false;
         if (after) {
@@ -365,10 +362,11 @@ static bool dispatch_pick_target(Client *c, const char *after) {
                 log_notice("alias %s: target %s refused (%s); trying %s (%s)", a->name, c->x->alias_target,
                            strna(e), a->targets[i], why);
         } else
-                log_debug("alias %s: %s picks %s (%s)", a->name, who, a->targets[i], why);
+                log_debug("alias %s: %s%s picks %s (%s)", a->name, who.key ? "key:" : "",
+                          who.key ?: who.address, a->targets[i], why);
         c->x->alias_tried |= UINT64_C(1) << i;
         c->x->alias_target = a->targets[i];
-        manager_alias_used(c->manager, a, who, (size_t)i);
+        manager_alias_used(c->manager, a, &who, (size_t)i);
         return true;
 }
 

@@ -47,7 +47,7 @@ static void alias_targets(Manager *m, const AliasConf *a, AliasTarget *ret) {
         }
 }
 
-ssize_t manager_alias_pick(Manager *m, const AliasConf *a, const char *client, uint64_t tried,
+ssize_t manager_alias_pick(Manager *m, const AliasConf *a, const AliasClient *client, uint64_t tried,
                            AliasTarget *ret_targets, const char **ret_why) {
         AliasTarget own[ALIAS_TARGETS_MAX], *t = ret_targets ?: own;
         ssize_t last = -1;
@@ -58,7 +58,7 @@ ssize_t manager_alias_pick(Manager *m, const AliasConf *a, const char *client, u
         return alias_pick(a->policy, t, strv_length(a->targets), tried, last, ret_why);
 }
 
-void manager_alias_used(Manager *m, const AliasConf *a, const char *client, size_t target) {
+void manager_alias_used(Manager *m, const AliasConf *a, const AliasClient *client, size_t target) {
         if (client && a->policy == ALIAS_POLICY_SPREAD)
                 alias_memory_store(manager_alias_memory(m), a->name, client, target, loop_now(m));
 }

@@ -69,7 +69,7 @@ int manager_new(sd_event *event, bool user, Manager **ret) {
         m->user = user;
         m->config = config_new();
         m->metrics = metrics_new();
-        m->alias_memory = calloc(1, sizeof(AliasMemory));
+        m->alias_memory = alias_memory_new();
         r = m->config && m->metrics && m->alias_memory ? 0 : -ENOMEM;
         if (r >= 0)
                 r = socket_watch_set_new(m->event, &m->sockets);
@@ -100,7 +100,7 @@ Manager *manager_free(Manager *m) {
         sd_event_source_disable_unref(m->drain_source);
         config_unref(m->config);
         metrics_free(m->metrics);
-        free(m->alias_memory);
+        alias_memory_free(m->alias_memory);
         m->feed_hub = feed_hub_free(m->feed_hub);
         /* after the hosts: their upstreams were the pool's */
         m->pool = upstream_pool_free(m->pool);

@@ -91,6 +91,6 @@ Access *manager_access(Manager *m);
  * never one in 'tried', with the state of each target it was picked from (alias-pick.h) into ret_targets
  * (optional; room for ALIAS_TARGETS_MAX); and that client used target, for "spread" to keep it there. */
 AliasMemory *manager_alias_memory(Manager *m);
-ssize_t manager_alias_pick(Manager *m, const AliasConf *a, const char *client, uint64_t tried,
+ssize_t manager_alias_pick(Manager *m, const AliasConf *a, const AliasClient *client, uint64_t tried,
                            AliasTarget *ret_targets, const char **ret_why);
-void manager_alias_used(Manager *m, const AliasConf *a, const char *client, size_t target);
+void manager_alias_used(Manager *m, const AliasConf *a, const AliasClient *client, size_t target);

@@ -1,11 +1,14 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* Which target of an alias a request goes to (SPEC §4, aliases): each policy against the states its rule
  * names, the refusal order (each target once), the spread memory on a fake clock, and the scheduler's
- * "a switch is pending" that keeps an alias off a host about to switch away. A state list reads as one
+ * "a switch is pending" that keeps an alias off a host about to switch away; the memory bounded, and fair to
+ * an agent that keeps coming back, whatever other addresses and one /64 send. A state list reads as one
  * letter per target: W warm, F free (can start), O other (waits for a switch), D down. */
 
+#include <arpa/inet.h>
 #include <string.h>
 
+#include "modelgated/access.h"
 #include "modelgated/alias-pick.h"
 #include "modelgated/sched.h"
 #include "tests.h"
@@ -97,23 +100,208 @@ TEST(spread_takes_the_least_loaded_warm_target_and_keeps_a_client_where_it_was) 
         ASSERT_EQ(pick(ALIAS_POLICY_SPREAD, "WO", busy, 0, 0, &why), 0);
 }
 
-TEST(memory_recalls_per_alias_and_client_and_forgets_after_an_hour) {
-        static AliasMemory m;
+/* An anonymous client as the server sees it: its address, counted against what [Access] counts (its /64) */
+static ssize_t recall(AliasMemory *m, const char *alias, const char *address, usec_t now) {
+        char prefix[INET6_ADDRSTRLEN + 8];
+        AliasClient c = {.address = address, .prefix = access_client_address(address, prefix)};
+        return alias_memory_recall(m, alias, &c, now);
+}
 
-        alias_memory_clear(&m);
-        ASSERT_EQ(alias_memory_recall(&m, "laguna", "10.0.0.1", S(1)), -1);
-        alias_memory_store(&m, "laguna", "10.0.0.1", 1, S(1));
-        alias_memory_store(&m, "laguna", "10.0.0.2", 0, S(1));
-        ASSERT_EQ(alias_memory_recall(&m, "laguna", "10.0.0.1", S(2)), 1);
-        ASSERT_EQ(alias_memory_recall(&m, "laguna", "10.0.0.2", S(2)), 0);
-        ASSERT_EQ(alias_memory_recall(&m, "flint", "10.0.0.1", S(2)), -1);
-        /* "a" + "b\0…" and "ab" + "…" are different clients of different aliases */
-        alias_memory_store(&m, "a", "b", 1, S(1));
-        ASSERT_EQ(alias_memory_recall(&m, "ab", "", S(2)), -1);
-        ASSERT_EQ(alias_memory_recall(&m, "laguna", "10.0.0.1", S(1) + ALIAS_MEMORY_USEC - 1), 1);
-        ASSERT_EQ(alias_memory_recall(&m, "laguna", "10.0.0.1", S(1) + ALIAS_MEMORY_USEC), -1);
-        alias_memory_clear(&m);
-        ASSERT_EQ(alias_memory_recall(&m, "laguna", "10.0.0.2", S(2)), -1);
+static void store(AliasMemory *m, const char *alias, const char *address, size_t target, usec_t now) {
+        char prefix[INET6_ADDRSTRLEN + 8];
+        AliasClient c = {.address = address, .prefix = access_client_address(address, prefix)};
+        alias_memory_store(m, alias, &c, target, now);
+}
+
+static ssize_t recall_key(AliasMemory *m, const char *alias, const char *digest, usec_t now) {
+        return alias_memory_recall(m, alias, &(AliasClient){.key = digest}, now);
+}
+
+static void store_key(AliasMemory *m, const char *alias, const char *digest, size_t target, usec_t now) {
+        alias_memory_store(m, alias, &(AliasClient){.key = digest}, target, now);
+}
+
+/* The i-th of many IPv4 addresses, none of them 10.0.0.1–10.0.0.9 */
+static const char *ipv4(char buf[static INET6_ADDRSTRLEN], unsigned i) {
+        snprintf(buf, INET6_ADDRSTRLEN, "10.%u.%u.%u", 1 + (i >> 16) % 200, (i >> 8) & 0xff, i & 0xff);
+        return buf;
+}
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(AliasMemory *, alias_memory_free);
+
+TEST(memory_recalls_per_alias_and_client_and_forgets_after_an_hour) {
+        _cleanup_(alias_memory_freep) AliasMemory *m = alias_memory_new();
+
+        ASSERT_TRUE(m);
+        ASSERT_EQ(recall(m, "laguna", "10.0.0.1", S(1)), -1);
+        store(m, "laguna", "10.0.0.1", 1, S(1));
+        store(m, "laguna", "10.0.0.2", 0, S(1));
+        ASSERT_EQ(recall(m, "laguna", "10.0.0.1", S(2)), 1);
+        ASSERT_EQ(recall(m, "laguna", "10.0.0.2", S(2)), 0);
+        ASSERT_EQ(recall(m, "flint", "10.0.0.1", S(2)), -1);
+        /* "a" + "b" and "ab" + "" are different clients of different aliases */
+        store(m, "a", "b", 1, S(1));
+        ASSERT_EQ(recall(m, "ab", "", S(2)), -1);
+        /* a key and an address that read alike are different clients */
+        ASSERT_EQ(recall_key(m, "laguna", "10.0.0.1", S(2)), -1);
+        ASSERT_EQ(recall(m, "laguna", "10.0.0.1", S(1) + ALIAS_MEMORY_USEC - 1), 1);
+        ASSERT_EQ(recall(m, "laguna", "10.0.0.1", S(1) + ALIAS_MEMORY_USEC), -1);
+        /* two addresses of one /64 are two clients */
+        store(m, "laguna", "2001:db8:1:2::10", 1, S(1));
+        store(m, "laguna", "2001:db8:1:2::11", 0, S(1));
+        ASSERT_EQ(recall(m, "laguna", "2001:db8:1:2::10", S(2)), 1);
+        ASSERT_EQ(recall(m, "laguna", "2001:db8:1:2::11", S(2)), 0);
+        alias_memory_clear(m);
+        ASSERT_EQ(recall(m, "laguna", "10.0.0.2", S(2)), -1);
+        ASSERT_EQ(alias_memory_size(m), 0u);
+}
+
+TEST(a_keyed_agent_keeps_its_target_however_many_addresses_ask_after_it) {
+        _cleanup_(alias_memory_freep) AliasMemory *m = alias_memory_new();
+        char a[INET6_ADDRSTRLEN];
+
+        ASSERT_TRUE(m);
+        store_key(m, "laguna", "3f2a9c1e00000000", 1, S(1));
+        for (unsigned i = 0; i < 5500; i++)
+                store(m, "laguna", ipv4(a, i), i % 2, S(2));
+        ASSERT_EQ(recall_key(m, "laguna", "3f2a9c1e00000000", S(3)), 1);
+        /* nor do far more, coming back as often as they like */
+        for (unsigned i = 0; i < 50000; i++) {
+                store(m, "laguna", ipv4(a, i), 0, S(4));
+                store(m, "laguna", ipv4(a, i), 0, S(4));
+        }
+        ASSERT_EQ(recall_key(m, "laguna", "3f2a9c1e00000000", S(5)), 1);
+}
+
+TEST(an_anonymous_agent_that_comes_back_outlasts_any_flood_of_addresses_seen_once) {
+        _cleanup_(alias_memory_freep) AliasMemory *m = alias_memory_new();
+        char a[INET6_ADDRSTRLEN];
+
+        ASSERT_TRUE(m);
+        /* two requests: protected */
+        store(m, "laguna", "10.0.0.1", 1, S(1));
+        store(m, "laguna", "10.0.0.1", 1, S(2));
+        for (unsigned i = 0; i < 5500; i++)
+                store(m, "laguna", ipv4(a, i), 0, S(3));
+        ASSERT_EQ(recall(m, "laguna", "10.0.0.1", S(4)), 1);
+        for (unsigned i = 5500; i < 100000; i++)
+                store(m, "laguna", ipv4(a, i), 0, S(4));
+        ASSERT_EQ(recall(m, "laguna", "10.0.0.1", S(5)), 1);
+
+        /* a client seen once is on probation: pushed out by as many newer ones as the memory holds */
+        alias_memory_clear(m);
+        store(m, "laguna", "10.0.0.2", 1, S(1));
+        for (unsigned i = 0; i < ALIAS_MEMORY_ENTRIES - 1; i++)
+                store(m, "laguna", ipv4(a, i), 0, S(2));
+        ASSERT_EQ(recall(m, "laguna", "10.0.0.2", S(3)), 1);
+        store(m, "laguna", ipv4(a, ALIAS_MEMORY_ENTRIES), 0, S(3));
+        ASSERT_EQ(recall(m, "laguna", "10.0.0.2", S(3)), -1);
+
+        /* and the protected are a bounded share too: as many others that come back push an agent that
+         * stopped out */
+        alias_memory_clear(m);
+        store(m, "laguna", "10.0.0.3", 1, S(1));
+        store(m, "laguna", "10.0.0.3", 1, S(1));
+        for (unsigned i = 0; i < ALIAS_MEMORY_ENTRIES; i++) {
+                store(m, "laguna", ipv4(a, i), 0, S(2));
+                store(m, "laguna", ipv4(a, i), 0, S(2));
+        }
+        ASSERT_EQ(recall(m, "laguna", "10.0.0.3", S(3)), -1);
+        /* one that keeps sending among them keeps its target */
+        alias_memory_clear(m);
+        for (unsigned i = 0; i < 20 * ALIAS_MEMORY_ENTRIES; i++) {
+                if (i % 1000 == 0)
+                        store(m, "laguna", "10.0.0.4", 1, S(2));
+                store(m, "laguna", ipv4(a, i), 0, S(2));
+                store(m, "laguna", ipv4(a, i), 0, S(2));
+        }
+        ASSERT_EQ(recall(m, "laguna", "10.0.0.4", S(3)), 1);
+}
+
+TEST(one_ipv6_64_sending_from_ten_thousand_addresses_evicts_no_one_else) {
+        _cleanup_(alias_memory_freep) AliasMemory *m = alias_memory_new();
+        char a[INET6_ADDRSTRLEN];
+        size_t before;
+
+        ASSERT_TRUE(m);
+        /* others, each seen once: on probation, the easiest to push out */
+        for (unsigned i = 0; i < 100; i++) {
+                store(m, "laguna", ipv4(a, i), i % 2, S(1));
+                snprintf(a, sizeof(a), "2001:db8:%x::1", i);
+                store(m, "laguna", a, i % 2, S(1));
+        }
+        store_key(m, "laguna", "3f2a9c1e00000000", 1, S(1));
+        before = alias_memory_size(m);
+        /* each address twice, to look like agents that come back */
+        for (unsigned i = 0; i < 10000; i++) {
+                snprintf(a, sizeof(a), "2001:db8:bad:1:%x:%x::%x", i >> 8, i & 0xff, i);
+                store(m, "laguna", a, 0, S(2));
+                store(m, "laguna", a, 0, S(2));
+        }
+        for (unsigned i = 0; i < 100; i++) {
+                ASSERT_EQ(recall(m, "laguna", ipv4(a, i), S(3)), (ssize_t)(i % 2));
+                snprintf(a, sizeof(a), "2001:db8:%x::1", i);
+                ASSERT_EQ(recall(m, "laguna", a, S(3)), (ssize_t)(i % 2));
+        }
+        ASSERT_EQ(recall_key(m, "laguna", "3f2a9c1e00000000", S(3)), 1);
+        /* it holds its own few, its latest */
+        ASSERT_EQ(alias_memory_size(m), before + ALIAS_MEMORY_PER_PREFIX);
+        snprintf(a, sizeof(a), "2001:db8:bad:1:%x:%x::%x", 9999 >> 8, 9999 & 0xff, 9999);
+        ASSERT_EQ(recall(m, "laguna", a, S(3)), 0);
+        ASSERT_EQ(recall(m, "laguna", "2001:db8:bad:1:0:0::0", S(3)), -1);
+
+        /* in a full memory it takes the place of no more than its own few */
+        alias_memory_clear(m);
+        for (unsigned i = 0; i < ALIAS_MEMORY_ENTRIES; i++)
+                store(m, "laguna", ipv4(a, i), 1, S(1));
+        for (unsigned i = 0; i < 10000; i++) {
+                snprintf(a, sizeof(a), "2001:db8:bad:1::%x", i);
+                store(m, "laguna", a, 0, S(2));
+        }
+        unsigned kept = 0;
+        for (unsigned i = 0; i < ALIAS_MEMORY_ENTRIES; i++)
+                kept += recall(m, "laguna", ipv4(a, i), S(3)) == 1;
+        ASSERT_EQ(kept, ALIAS_MEMORY_ENTRIES - ALIAS_MEMORY_PER_PREFIX);
+}
+
+TEST(the_memory_stays_bounded_and_one_client_holds_a_few_aliases_at_most) {
+        _cleanup_(alias_memory_freep) AliasMemory *m = alias_memory_new();
+        char a[INET6_ADDRSTRLEN], alias[16], key[17];
+
+        ASSERT_TRUE(m);
+        for (unsigned i = 0; i < 200000; i++) {
+                snprintf(alias, sizeof(alias), "alias%u", i % 8);
+                switch (i % 4) {
+                case 0:
+                        store(m, alias, ipv4(a, i), 0, S(1) + i);
+                        break;
+                case 1:
+                        snprintf(a, sizeof(a), "2001:db8:%x:%x::1", i >> 16, i & 0xffff);
+                        store(m, alias, a, 0, S(1) + i);
+                        break;
+                default:
+                        snprintf(key, sizeof(key), "%016x", i);
+                        store_key(m, alias, key, 0, S(1) + i);
+                }
+                ASSERT_TRUE(alias_memory_size(m) <= 2 * ALIAS_MEMORY_ENTRIES);
+        }
+        ASSERT_EQ(alias_memory_size(m), 2 * ALIAS_MEMORY_ENTRIES);
+        /* a client on more aliases than its share replaces its own oldest */
+        alias_memory_clear(m);
+        for (unsigned i = 0; i < 100; i++) {
+                snprintf(alias, sizeof(alias), "alias%u", i);
+                store(m, alias, "10.0.0.1", 1, S(1));
+                store_key(m, alias, "3f2a9c1e00000000", 1, S(1));
+        }
+        ASSERT_EQ(alias_memory_size(m), 2 * ALIAS_MEMORY_PER_PREFIX);
+        ASSERT_EQ(recall(m, "alias99", "10.0.0.1", S(2)), 1);
+        ASSERT_EQ(recall_key(m, "alias99", "3f2a9c1e00000000", S(2)), 1);
+        ASSERT_EQ(recall(m, "alias0", "10.0.0.1", S(2)), -1);
+        /* an hour on, what was kept is forgotten, and its place taken first */
+        for (unsigned i = 0; i < ALIAS_MEMORY_ENTRIES; i++)
+                store(m, "laguna", ipv4(a, i), 1, S(1) + ALIAS_MEMORY_USEC);
+        ASSERT_EQ(alias_memory_size(m), ALIAS_MEMORY_ENTRIES + ALIAS_MEMORY_PER_PREFIX);
+        ASSERT_EQ(recall(m, "laguna", ipv4(a, 0), S(1) + ALIAS_MEMORY_USEC), 1);
 }
 
 TEST(a_switch_is_pending_while_a_request_waits_for_another_engine) {
