@@ -4,7 +4,7 @@
 
 #include "modelgated/client-internal.h"
 
-static void client_feed_send(FeedSubscriber *s, const char *p, size_t n);
+static void client_feed_send(FeedSubscriber *s, const FeedEvent *e);
 
 /* Only what the caller's tier may use (SPEC §3, [Tier] Models=). */
 bool client_model_visible(const char *id, void *userdata) {
@@ -187,7 +187,7 @@ void client_start_feed(Client *c) {
         feed_hub_subscribe(hub, &c->feed_sub, &client_feed_ops);
 }
 
-static void client_feed_send(FeedSubscriber *s, const char *p, size_t n) {
+static void client_feed_send(FeedSubscriber *s, const FeedEvent *e) {
         Client *c = container_of(s, Client, feed_sub);
 
         if (buffer_size(&c->out) > CLIENT_FEED_OUT_MAX) {
@@ -197,6 +197,6 @@ static void client_feed_send(FeedSubscriber *s, const char *p, size_t n) {
                 c->ops->free(c);
                 return;
         }
-        if (client_frame_body(c, p, n) < 0 || c->ops->flush(c) < 0)
+        if (client_frame_body(c, e->text, e->size) < 0 || c->ops->flush(c) < 0)
                 c->ops->free(c);
 }
