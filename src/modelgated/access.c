@@ -205,6 +205,25 @@ bool access_model_allowed(const AccessCaller *caller, const char *model) {
         return false;
 }
 
+bool access_host_allowed(const AccessCaller *caller, const char *host) {
+        size_t h = strlen(host);
+
+        if (!caller->tier || strv_isempty(caller->tier->models))
+                return true;
+        STRV_FOREACH (g, caller->tier->models) {
+                /* up to its first special character a glob matches only itself: a name of the host must
+                 * agree with that much ("<host>-" as far as both go), and a glob without one must begin
+                 * with "<host>-" */
+                size_t fixed = strcspn(*g, "*?[\\");
+                size_t k = MIN(fixed, h);
+                if (strncmp(*g, host, k) != 0)
+                        continue;
+                if (fixed > h ? (*g)[h] == '-' : (*g)[fixed] != '\0')
+                        return true;
+        }
+        return false;
+}
+
 const char *access_client_address(const char *peer, char buf[static INET6_ADDRSTRLEN + 8]) {
         struct in6_addr a6;
 

@@ -46,6 +46,10 @@ int access_identify(const Config *c, const char *key, const char *peer, AccessCa
                     AccessDenial *ret_denial);
 /* Whether the caller's tier may use this client-visible model name. */
 bool access_model_allowed(const AccessCaller *caller, const char *model);
+/* Whether the caller's tier may use some model of host, as far as its globs say: one of its Models= can
+ * match a name that begins with "<host>-" (judged by the glob's fixed beginning, so "*" or "3*" counts for
+ * host 3090, and a glob that names only an alias counts for no host). */
+bool access_host_allowed(const AccessCaller *caller, const char *host);
 /* What an anonymous client is counted as: its IPv4 address (an IPv4-mapped IPv6 one too), or the /64 of
  * its IPv6 address ("2001:db8:1:2::/64"), since one IPv6 client has a whole /64 to send from. */
 const char *access_client_address(const char *peer, char buf[static INET6_ADDRSTRLEN + 8]);

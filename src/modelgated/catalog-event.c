@@ -130,7 +130,8 @@ int catalog_status_apply(json_object *models, const CatalogStatus *s) {
         return 0;
 }
 
-int catalog_relabel_event(const char *host, const char *json, size_t n, Buffer *out, bool *ret_changes) {
+int catalog_relabel_event(const char *host, const char *json, size_t n, Buffer *out, bool *ret_changes,
+                          char **ret_model) {
         json_object *o, *model, *event, *proxy;
         const char *key;
         _cleanup_free_ char *label = NULL;
@@ -142,6 +143,8 @@ int catalog_relabel_event(const char *host, const char *json, size_t n, Buffer *
         key = json_object_object_get_ex(o, "model", &model) && json_object_is_type(model, json_type_string)
                       ? json_object_get_string(model)
                       : "";
+        /* llama.cpp's "*" (models_reload) or no model at all: about the whole host */
+        bool whole_host = STR_IN_SET(key, "", "*");
         if (asprintf(&label, "%s-%s", host, *key ? key : "*") < 0) {
                 json_object_put(o);
                 return -ENOMEM;
@@ -162,5 +165,7 @@ int catalog_relabel_event(const char *host, const char *json, size_t n, Buffer *
             buffer_append_str(out, "\n\n") < 0)
                 r = -ENOMEM;
         json_object_put(o);
+        if (r >= 0 && ret_model)
+                *ret_model = whole_host ? NULL : TAKE_PTR(label);
         return r;
 }

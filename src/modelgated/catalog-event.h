@@ -13,8 +13,10 @@
 /* Relabels one event of a host's /models/sse ("data: " stripped): "model" becomes "<host>-<key>"
  * ("<host>-*" for "" or "*") and "proxy":{"host","key"} is added. Appends "data: …\n\n" to out.
  * 0; -EBADMSG when the line is not such an event. Sets *ret_changes when the event may change the
- * model list (anything but download progress). */
-int catalog_relabel_event(const char *host, const char *json, size_t n, Buffer *out, bool *ret_changes);
+ * model list (anything but download progress), and *ret_model to the client-visible name it is about
+ * ("<host>-<key>", to be freed), or NULL when it is about the whole host ("<host>-*"). */
+int catalog_relabel_event(const char *host, const char *json, size_t n, Buffer *out, bool *ret_changes,
+                          char **ret_model);
 
 /* What one status event of a host's /models/sse says about one model. */
 typedef struct CatalogStatus {

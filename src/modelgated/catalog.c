@@ -90,9 +90,12 @@ static void catalog_ready_changed(Catalog *c) {
                 c->cb->on_ready(c, c->userdata);
 }
 
-static void catalog_feed(Catalog *c, const char *p, size_t n) {
+/* model: the client-visible name the text is about; NULL: the whole host */
+static void catalog_feed(Catalog *c, const char *model, const char *p, size_t n) {
+        FeedEvent e = {.host = c->conf.host->name, .model = model, .text = p, .size = n};
+
         if (c->cb->on_feed)
-                c->cb->on_feed(c, p, n, c->userdata);
+                c->cb->on_feed(c, &e, c->userdata);
 }
 
 static void catalog_report_http(Catalog *c, const char *reason) {
@@ -428,6 +431,7 @@ void catalog_check_soon(Catalog *c) {
 
 static void feed_line(Catalog *c, const char *p, size_t n) {
         Buffer out = {};
+        _cleanup_free_ char *model = NULL;
         CatalogStatus st;
         bool changes = false;
 
@@ -439,13 +443,13 @@ static void feed_line(Catalog *c, const char *p, size_t n) {
         n -= 5;
         if (n > 0 && *p == ' ')
                 p++, n--;
-        if (catalog_relabel_event(c->conf.host->name, p, n, &out, &changes) < 0) {
+        if (catalog_relabel_event(c->conf.host->name, p, n, &out, &changes, &model) < 0) {
                 log_debug("host %s: /models/sse sent something that is not an event, ignoring",
                           c->conf.host->name);
                 buffer_done(&out);
                 return;
         }
-        catalog_feed(c, buffer_peek(&out), buffer_size(&out));
+        catalog_feed(c, model, buffer_peek(&out), buffer_size(&out));
         buffer_done(&out);
         if (catalog_status_parse(p, n, &st) >= 0) {
                 catalog_apply(c, &st);
@@ -640,7 +644,7 @@ void catalog_host_state(Catalog *c, const char *down_reason) {
                 n = snprintf(line, sizeof(line), ": host %s down: %s\n\n", c->conf.host->name, down_reason);
         else
                 n = snprintf(line, sizeof(line), ": host %s up\n\n", c->conf.host->name);
-        catalog_feed(c, line, (size_t)MIN((size_t)n, sizeof(line) - 1));
+        catalog_feed(c, /* model= */ NULL, line, (size_t)MIN((size_t)n, sizeof(line) - 1));
         if (!down_reason && c->conf.n_engines == 0) {
                 catalog_fetch(c);
                 feed_connect(c);

@@ -14,7 +14,8 @@
  * down. Events that arrive while a read is under way are applied again to its
  * answer, which may be older than they are. The feed is followed while the
  * host has a server (for a host with engines: while one is up), relabelled,
- * and handed to every /models/sse subscriber; it also tells how far a loading
+ * and handed up with the model each event is about, for the /models/sse
+ * subscribers whose tier may see it; it also tells how far a loading
  * model has got (a waiting client's keepalive comments say so). Learned keys
  * are kept per engine, so a stopped engine's keys still route; the owner
  * keeps them on disk (engine-keys.h). The catalog knows nothing of the Host:
@@ -27,6 +28,7 @@
 
 #include "modelgated/conf.h"
 #include "modelgated/engine.h"
+#include "modelgated/feed-hub.h"
 #include "shared/macro.h"
 
 typedef struct Catalog Catalog;
@@ -47,9 +49,10 @@ typedef struct CatalogConf {
 typedef struct CatalogCallbacks {
         /* catalog_ready() may have become true: the first read ended, or an engine's list was read. */
         void (*on_ready)(Catalog *c, void *userdata);
-        /* Text for every /models/sse subscriber: a relabelled event ("data: …\n\n"), or a comment that
-         * the host went down or came up. */
-        void (*on_feed)(Catalog *c, const char *p, size_t n, void *userdata);
+        /* An event for the /models/sse subscribers: a relabelled one ("data: …\n\n") with the model it is
+         * about (none for a "<host>-*" event), or a comment that the host went down or came up (about the
+         * whole host). */
+        void (*on_feed)(Catalog *c, const FeedEvent *e, void *userdata);
         /* The keys engine i serves were learned anew (catalog_engine_keys()). */
         void (*on_keys_learned)(Catalog *c, size_t i, void *userdata);
         /* An HTTP exchange with the host failed at the network level (reason), or one succeeded (NULL). */

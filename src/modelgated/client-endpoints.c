@@ -2,14 +2,27 @@
 /* modelgate's own endpoints (SPEC §4): /health, /metrics, the merged model lists, the /models/sse feed
  * and the answer of a daemon whose configuration has errors. */
 
+#include <assert.h>
+
 #include "modelgated/client-internal.h"
 
-static void client_feed_send(FeedSubscriber *s, const char *p, size_t n);
+static void client_feed_send(FeedSubscriber *s, const FeedEvent *e);
 
 /* Only what the caller's tier may use (SPEC §3, [Tier] Models=). */
 bool client_model_visible(const char *id, void *userdata) {
         Client *c = userdata;
         return access_model_allowed(&c->x->caller, id);
+}
+
+/* A /models/sse event is shown as /v1/models shows the model it is about: an event of "<host>-<key>" to a
+ * tier that may use that name, so an alias's tier hears nothing of its targets (the alias has no events of
+ * its own). An event about the whole host ("<host>-*", the host going down or coming back) goes to a tier
+ * that may use some model of that host (access_host_allowed()): it names the host, and a models_reload is
+ * what such a subscriber re-reads its list on. */
+static bool client_feed_visible(Client *c, const FeedEvent *e) {
+        if (e->model)
+                return access_model_allowed(&c->x->caller, e->model);
+        return !e->host || access_host_allowed(&c->x->caller, e->host);
 }
 
 void client_models_done(ModelsMerge *mm, const char *json, size_t n, void *userdata) {
@@ -156,6 +169,7 @@ void client_start_feed(Client *c) {
         FeedHub *hub = manager_feed_hub(m);
         Config *config = manager_config(m);
         char hello[128];
+        size_t hosts = 0;
         int n;
 
         /* subscribers hold their connection for good: they may not take more than half of MaxConnections=,
@@ -182,14 +196,21 @@ void client_start_feed(Client *c) {
          * dropped) after a few hundred KiB instead of after megabytes */
         (void)setsockopt(c->fd, SOL_SOCKET, SO_SNDBUF, &(int){64 * 1024}, sizeof(int));
         c->feed = true;
-        n = snprintf(hello, sizeof(hello), ": modelgate model events from %zu host(s)\n\n", config->n_hosts);
+        /* the caller's tier is in the configuration it was admitted under, which the exchange holds until
+         * the feed ends: a reload leaves it valid, and the subscriber under the tier it came with */
+        assert(!c->x->caller.tier || c->x->config);
+        for (size_t i = 0; i < config->n_hosts; i++)
+                hosts += access_host_allowed(&c->x->caller, config->hosts[i].name);
+        n = snprintf(hello, sizeof(hello), ": modelgate model events from %zu host(s)\n\n", hosts);
         (void)client_frame_body(c, hello, (size_t)n);
         feed_hub_subscribe(hub, &c->feed_sub, &client_feed_ops);
 }
 
-static void client_feed_send(FeedSubscriber *s, const char *p, size_t n) {
+static void client_feed_send(FeedSubscriber *s, const FeedEvent *e) {
         Client *c = container_of(s, Client, feed_sub);
 
+        if (!client_feed_visible(c, e))
+                return;
         if (buffer_size(&c->out) > CLIENT_FEED_OUT_MAX) {
                 /* bounded: a subscriber that does not read is dropped, not buffered for ever */
                 log_info("Client %s does not read /models/sse, dropping it", c->peer);
@@ -197,6 +218,6 @@ static void client_feed_send(FeedSubscriber *s, const char *p, size_t n) {
                 c->ops->free(c);
                 return;
         }
-        if (client_frame_body(c, p, n) < 0 || c->ops->flush(c) < 0)
+        if (client_frame_body(c, e->text, e->size) < 0 || c->ops->flush(c) < 0)
                 c->ops->free(c);
 }

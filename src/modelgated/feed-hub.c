@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The /models/sse subscribers and their keepalive. A subscriber that cannot take an event (too far
- * behind, or gone) leaves the hub from inside its send, so a broadcast never touches it again. */
+ * behind, or gone) leaves the hub from inside its send, so a broadcast never touches it again. Every
+ * subscriber is handed every event: which ones it shows is its own decision. */
 
 #include <stdlib.h>
 
@@ -48,7 +49,7 @@ static int keepalive_cb(sd_event_source *s, uint64_t usec, void *userdata) {
 
         if (h->n_subscribers == 0)
                 return 0;
-        feed_hub_broadcast(h, comment, sizeof(comment) - 1);
+        feed_hub_broadcast(h, &(const FeedEvent){.text = comment, .size = sizeof(comment) - 1});
         (void)sd_event_source_set_time_relative(s, FEED_KEEPALIVE_USEC);
         (void)sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
         return 0;
@@ -84,7 +85,7 @@ void feed_hub_unsubscribe(FeedHub *h, FeedSubscriber *s) {
         s->subscribed = false;
 }
 
-void feed_hub_broadcast(FeedHub *h, const char *p, size_t n) {
+void feed_hub_broadcast(FeedHub *h, const FeedEvent *e) {
         LIST_FOREACH_SAFE (subscribers, s, next, h->subscribers)
-                (void)s->ops->send(s, p, n);
+                s->ops->send(s, e);
 }

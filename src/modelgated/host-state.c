@@ -109,11 +109,11 @@ static void catalog_ready_cb(Catalog *c, void *userdata) {
                 h->env.cb->on_catalog_ready(h, h->env.userdata);
 }
 
-static void catalog_feed_cb(Catalog *c, const char *p, size_t n, void *userdata) {
+static void catalog_feed_cb(Catalog *c, const FeedEvent *e, void *userdata) {
         Host *h = userdata;
 
         if (h->env.cb->on_feed)
-                h->env.cb->on_feed(h, p, n, h->env.userdata);
+                h->env.cb->on_feed(h, e, h->env.userdata);
 }
 
 static void catalog_keys_learned_cb(Catalog *c, size_t i, void *userdata) {

@@ -13,6 +13,7 @@
 
 #include "modelgated/conf.h"
 #include "modelgated/engine.h"
+#include "modelgated/feed-hub.h"
 #include "modelgated/sched.h"
 #include "shared/list.h"
 #include "shared/time-util.h"
@@ -66,8 +67,9 @@ typedef struct HostCallbacks {
         void (*on_changed)(Host *h, void *userdata);
         /* catalog_ready() of the host's catalog may have become true. */
         void (*on_catalog_ready)(Host *h, void *userdata);
-        /* Text for every /models/sse subscriber: an event of the host's feed, relabelled, or a comment. */
-        void (*on_feed)(Host *h, const char *p, size_t n, void *userdata);
+        /* An event of the host's feed for the /models/sse subscribers, relabelled, or a comment, with
+         * what it is about. */
+        void (*on_feed)(Host *h, const FeedEvent *e, void *userdata);
         /* The keys one of its engines serves were learned anew (catalog_engine_keys()). */
         void (*on_keys_learned)(Host *h, void *userdata);
 } HostCallbacks;

@@ -248,10 +248,10 @@ static void host_catalog_ready_cb(Host *h, void *userdata) {
         manager_catalog_ready(userdata);
 }
 
-static void host_feed_cb(Host *h, const char *p, size_t n, void *userdata) {
+static void host_feed_cb(Host *h, const FeedEvent *e, void *userdata) {
         Manager *m = userdata;
 
-        feed_hub_broadcast(m->feed_hub, p, n);
+        feed_hub_broadcast(m->feed_hub, e);
 }
 
 static void host_keys_learned_cb(Host *h, void *userdata) {

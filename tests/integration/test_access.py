@@ -576,3 +576,104 @@ def test_a_keys_file_root_makes_for_the_system_service_is_readable_by_it(tmp):
     assert " free" in out.stdout  # the service's user read the key's line
     st = os.stat(keys)
     assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (0, gid, 0o640)
+
+class KeyedFeed:
+    """a /models/sse subscriber with a key, read in a thread: every line of its data kept"""
+
+    def __init__(self, g, key):
+        import socket
+        self.s = socket.create_connection(("127.0.0.1", g.port), timeout=30)
+        self.s.sendall(b"GET /models/sse HTTP/1.1\r\nHost: g\r\nAuthorization: Bearer %s\r\n\r\n" % key.encode())
+        self.f = self.s.makefile("rb")
+        assert b" 200 " in self.f.readline()
+        while self.f.readline() not in (b"\r\n", b""):
+            pass
+        self.lines = []
+        self.t = threading.Thread(target=self.run, daemon=True)
+        self.t.start()
+
+    def run(self):
+        while True:
+            size = self.f.readline()
+            if not size or int(size.strip() or b"0", 16) == 0:
+                return
+            data = self.f.read(int(size.strip(), 16))
+            self.f.readline()
+            self.lines.extend(l for l in data.decode().split("\n") if l)
+
+    def events(self):
+        return [json.loads(l[6:]) for l in list(self.lines) if l.startswith("data: ")]
+
+    def saw(self, model, event=None, status=None):
+        return any(e["model"] == model and (event is None or e["event"] == event) and
+                   (status is None or e.get("data", {}).get("status") == status) for e in self.events())
+
+    def close(self):
+        self.s.close()
+
+
+def test_the_feed_shows_a_tier_only_its_models(make_double, tmp):
+    """/models/sse is filtered by the subscriber's [Tier] Models= as /v1/models is: a key that may use only
+    3090's models never hears another host's model names, load progress or loaded entries (with the server's
+    arguments); a host-wide event ("<host>-*") reaches it only for a host it may use some model of; a key
+    that may use only an alias hears none of its target's events. The feed keeps its tier through reloads."""
+    import hashlib
+    d3090 = make_double("--models", "laguna-xs,qwen", "--loaded", "laguna-xs")
+    da9 = make_double("--models", "other-secret-70b")
+    keys = os.path.join(tmp, "keys")
+    names = {"free": "mg-feed-free", "pro": "mg-feed-pro", "aliases": "mg-feed-alias"}
+    with open(keys, "w") as f:
+        for tier, key in names.items():
+            f.write("%s %s\n" % (hashlib.sha256(key.encode()).hexdigest(), tier))
+    g = Gate(tmp, "[Access]\nKeysFile=%s\nAnonymousDailyRequests=0\n"
+             "[Tier]\nName=free\nModels=3090-*\n[Tier]\nName=pro\n[Tier]\nName=aliases\nModels=laguna\n" % keys +
+             host_conf("3090", d3090.url) + host_conf("a9", da9.url) +
+             "[Alias]\nName=laguna\nTargets=a9-other-secret-70b\n")
+    feeds = []
+    try:
+        wait_for(lambda: all(any(r["path"] == "/models/sse" for r in d.requests()) for d in (d3090, da9)), 10,
+                 "modelgate to follow both hosts' feeds")
+        feeds.extend(KeyedFeed(g, names[t]) for t in ("free", "pro", "aliases"))
+        free, pro, alias = feeds
+        # each reload replaces the configuration the subscribers' tiers belong to
+        for i in range(2):
+            g.proc.send_signal(signal.SIGHUP)
+            g.wait_log("Reloaded", count=i + 1)
+        pro_auth = {"Authorization": "Bearer " + names["pro"]}
+        # the other host's load and its host-wide event, until the unrestricted subscriber has them all
+        r = post(g.conn(), "/models/load", {"model": "a9-other-secret-70b"}, headers=pro_auth)
+        assert r.status == 200, r.read()
+        c = da9.conn()
+        c.request("GET", "/models?reload=1")
+        c.getresponse().read()
+        wait_for(lambda: pro.saw("a9-other-secret-70b", status="loaded") and pro.saw("a9-*", "models_reload"),
+                 10, "the a9 events on the unrestricted feed")
+        # then 3090's: once the free subscriber has them, every a9 event was handed out before
+        r = post(g.conn(), "/models/load", {"model": "3090-qwen"}, headers=pro_auth)
+        assert r.status == 200, r.read()
+        c = d3090.conn()
+        c.request("GET", "/models?reload=1")
+        c.getresponse().read()
+        wait_for(lambda: free.saw("3090-qwen", status="loaded") and free.saw("3090-*", "models_reload") and
+                 pro.saw("3090-*", "models_reload"), 10, "the 3090 events on the free and unrestricted feeds")
+        assert pro.saw("a9-other-secret-70b", status="loading") and pro.saw("3090-qwen", status="loaded")
+        assert {e["model"] for e in free.events()} == {"3090-qwen", "3090-*"}, free.events()
+        # the other host going down is the whole host's news, as its models_reload was
+        da9.stop()
+        wait_for(lambda: any(l.startswith(": host a9 down") for l in pro.lines), 30,
+                 "a9 down on the unrestricted feed")
+        r = post(d3090.conn(), "/_double/events", {"n": 1, "model": "laguna-xs"})
+        assert r.status == 200, r.read()
+        wait_for(lambda: free.saw("3090-laguna-xs", "download_progress"), 10, "3090's event on the free feed")
+        text = "\n".join(free.lines)
+        assert "other-secret" not in text and "a9" not in text, text
+        # the alias's tier: its target's events name the target, and the alias has no events of its own
+        assert alias.events() == [], alias.events()
+        text = "\n".join(alias.lines)
+        assert "other-secret" not in text and "a9" not in text and "3090" not in text, text
+        # nor does the greeting count hosts a subscriber hears nothing of
+        assert [f.lines[0] for f in feeds] == [": modelgate model events from %d host(s)" % n for n in (1, 2, 0)]
+    finally:
+        for f in feeds:
+            f.close()
+        g.stop()

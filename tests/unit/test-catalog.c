@@ -5,21 +5,34 @@
 #include "modelgated/catalog-event.h"
 #include "tests.h"
 
-static char *relabel(const char *in, bool *changes, int *r) {
+/* model: what the event is about, as a tier's filter reads it ("-" for the whole host) */
+static char *relabel_about(const char *in, bool *changes, int *r, char model[static 64]) {
         Buffer out = {};
-        *r = catalog_relabel_event("3090", in, strlen(in), &out, changes);
+        char *about = (char *)"unset";
+        *r = catalog_relabel_event("3090", in, strlen(in), &out, changes, &about);
         char *s = strndup(buffer_peek(&out) ?: "", buffer_size(&out));
         buffer_done(&out);
+        if (*r >= 0) {
+                snprintf(model, 64, "%s", about ?: "-");
+                free(about);
+        }
         return s;
+}
+
+static char *relabel(const char *in, bool *changes, int *r) {
+        char model[64];
+        return relabel_about(in, changes, r, model);
 }
 
 TEST(events_are_relabelled_with_a_proxy_field) {
         bool changes;
         int r;
-        char *s = relabel(
+        char model[64];
+        char *s = relabel_about(
                 "{\"model\":\"laguna-xs\",\"event\":\"status_change\",\"data\":{\"status\":\"loaded\"}}",
-                &changes, &r);
+                &changes, &r, model);
         ASSERT_OK(r);
+        ASSERT_STREQ(model, "3090-laguna-xs");
         ASSERT_STREQ(s,
                      "data: {\"model\":\"3090-laguna-xs\",\"event\":\"status_change\",\"data\":{\"status\":"
                      "\"loaded\"},\"proxy\":{\"host\":\"3090\",\"key\":\"laguna-xs\"}}\n\n");
@@ -30,15 +43,18 @@ TEST(events_are_relabelled_with_a_proxy_field) {
 TEST(star_and_empty_models_become_host_star) {
         bool changes;
         int r;
-        char *s = relabel("{\"model\":\"*\",\"event\":\"models_reload\"}", &changes, &r);
+        char model[64];
+        char *s = relabel_about("{\"model\":\"*\",\"event\":\"models_reload\"}", &changes, &r, model);
         ASSERT_OK(r);
+        ASSERT_STREQ(model, "-"); /* the whole host's */
         ASSERT_STREQ(s,
                      "data: {\"model\":\"3090-*\",\"event\":\"models_reload\",\"proxy\":{\"host\":\"3090\","
                      "\"key\":\"*\"}}\n\n");
         free(s);
-        s = relabel("{\"event\":\"models_reload\"}", &changes, &r);
+        s = relabel_about("{\"event\":\"models_reload\"}", &changes, &r, model);
         ASSERT_OK(r);
         ASSERT_TRUE(strstr(s, "\"model\":\"3090-*\"") != NULL);
+        ASSERT_STREQ(model, "-");
         free(s);
 }
 
