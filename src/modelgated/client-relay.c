@@ -112,7 +112,9 @@ static int relay_build_head(Client *c, const UpstreamResponse *resp, bool no_bod
                 /* Content-Length is framing, dropped above with the other hop-by-hop headers; when
                  * the body goes on unchanged it is still right (and a HEAD answer keeps the length
                  * the GET would have had, RFC 9110 §9.3.2) */
-                if (resp->has_content_length && http_write_content_length(b, resp->content_length) < 0)
+                /* ... but never on a 204 (RFC 9110 §8.6): a client would read the next answer as its body */
+                if (resp->has_content_length && resp->status != 204 &&
+                    http_write_content_length(b, resp->content_length) < 0)
                         return -1;
         }
         return 0;

@@ -219,6 +219,18 @@ FakeConn *fake_expect_request_at(Where w, Harness *h, const char *expected) {
         return q.conn;
 }
 
+FakeConn *fake_take_request_at(Where w, Harness *h) {
+        harness_run_until(w, h, queue_nonempty, h, "a request at the fake host");
+        Queued q = h->queue[0];
+        memmove(h->queue, h->queue + 1, --h->n_queued * sizeof(Queued));
+        free(q.request);
+        return q.conn;
+}
+
+void fake_send_bytes(FakeConn *f, const void *p, size_t n) {
+        write_all(f->fd, p, n);
+}
+
 FakeConn *fake_expect_request_with_length_at(Where w, Harness *h, const char *head, const char *body) {
         _cleanup_free_ char *expected = with_length(head, body);
         return fake_expect_request_at(w, h, expected);

@@ -97,7 +97,12 @@ FakeConn *fake_expect_request_at(Where w, Harness *h, const char *expected);
 FakeConn *fake_expect_request_with_length_at(Where w, Harness *h, const char *head, const char *body);
 #define fake_expect_request_with_length(h, head, body)                                                      \
         fake_expect_request_with_length_at(HERE, h, head, body)
+/* Waits for the next request modelgate sends the fake host, whatever it is */
+FakeConn *fake_take_request_at(Where w, Harness *h);
+#define fake_take_request(h) fake_take_request_at(HERE, h)
 void fake_send(FakeConn *f, const char *s);
+/* Bytes that may hold NULs (at most what a socket buffer takes: the fake host never waits) */
+void fake_send_bytes(FakeConn *f, const void *p, size_t n);
 void fake_send_with_length(FakeConn *f, const char *head, const char *body);
 void fake_send_chunk(FakeConn *f, const char *data);
 /* The host closes the connection */
