@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "modelgated/host-bus-internal.h"
+#include "shared/log.h"
 #include "shared/strv.h"
 
 static BusOp *bus_op_free(BusOp *op) {
@@ -38,11 +39,14 @@ static void bus_op_finish(BusOp *op, const char *result, char **units, const cha
         HostBusDone done = op->done;
         void *ud = op->userdata;
         size_t unit = op->unit;
-        _cleanup_free_ char *e = error ? strdup(error) : NULL;
+        /* the job's result and a bus error's message come from the host: escaped before any log line,
+         * LastError or client message can carry them */
+        _cleanup_free_ char *e = error ? log_escape_dup(error) : NULL,
+                            *res = result ? log_escape_dup(result) : NULL;
 
         bus_op_free(op);
         if (job_done)
-                job_done(b, unit, result, e ?: (result ? NULL : "out of memory"), ud);
+                job_done(b, unit, res, e ?: (res ? NULL : "out of memory"), ud);
         else if (done)
                 done(b, units, e, ud);
 }

@@ -72,7 +72,9 @@ int unit_info_read_properties(sd_bus_message *m, UnitInfo *u) {
                         r = sd_bus_message_read(m, "v", "s", &s);
                         if (r < 0)
                                 return r;
-                        char *d = strdup(s);
+                        /* a host's manager (or whatever answers on its bus) is not trusted with our log
+                         * lines and LastError: what it says is kept escaped, as a client's strings are */
+                        char *d = log_escape_dup(s);
                         if (!d)
                                 return -ENOMEM;
                         free(*target);
@@ -142,7 +144,7 @@ static int setup_reply_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_e
                 const char *s;
                 if (sd_bus_message_read(m, "s", &s) >= 0) {
                         free(fu->info.file_state);
-                        fu->info.file_state = strdup(s);
+                        fu->info.file_state = log_escape_dup(s);
                 }
         }
         setup_step_done(b);
