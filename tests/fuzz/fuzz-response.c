@@ -142,5 +142,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         /* what a cut or a pooled connection left is gone before the next input */
         while (harness_queued(harness) > 0)
                 fake_close(fake_take_request(harness));
+        harness_reap(harness);
         return 0;
 }

@@ -427,6 +427,26 @@ Harness *harness_new(const char *extra) {
         return h;
 }
 
+void harness_reap(Harness *h) {
+        size_t kept = 0;
+
+        for (size_t i = 0; i < h->n_conns; i++) {
+                FakeConn *f = h->conns[i];
+                bool queued = false;
+                for (size_t j = 0; j < h->n_queued; j++)
+                        queued = queued || h->queue[j].conn == f;
+                if ((f->fd >= 0 && !f->eof) || queued) {
+                        h->conns[kept++] = f;
+                        continue;
+                }
+                sd_event_source_disable_unref(f->io);
+                safe_close(f->fd);
+                buffer_done(&f->in);
+                free(f);
+        }
+        h->n_conns = kept;
+}
+
 void harness_free(Harness *h) {
         if (!h)
                 return;

@@ -66,6 +66,9 @@ void harness_free(Harness *h);
 void harness_run_until(Where w, Harness *h, bool (*done)(void *arg), void *arg, const char *what);
 /* The requests modelgate has sent on (the catalog's aside) that no fake_expect_request() took yet */
 size_t harness_queued(Harness *h);
+/* Frees the fake host's connections that are closed (either way) and hold no queued request: for a
+ * fuzzer's thousands of runs on one harness. Their FakeConn pointers are gone afterwards. */
+void harness_reap(Harness *h);
 
 Peer *peer_new(Harness *h);
 void peer_free(Peer *p);
