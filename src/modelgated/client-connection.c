@@ -610,6 +610,7 @@ void client_set_stop(ClientSet *set) {
 }
 
 void client_set_catalogs_ready(ClientSet *set) {
+        models_cache_catalogs_ready(set->models, set->manager);
         LIST_FOREACH (clients, c, set->clients)
                 models_merge_catalogs_ready(c->x->merge);
 }

@@ -36,6 +36,10 @@ struct ModelsCache {
         ModelsCacheKey *keys; /* per host of that configuration */
         size_t n_keys;
         uint64_t merges;
+        /* while some catalog's first read is pending: when the listings stop waiting for it. Every
+         * listing of one such spell shares the first one's bound, so that a host whose first read hangs
+         * (a blackholed one takes seconds to fail) costs one listing 2 s, not each. 0: no spell. */
+        usec_t first_wait_until;
 };
 
 /* One entry of a list, serialized as a whole list serializes it */
@@ -422,6 +426,11 @@ void models_merge_catalogs_ready(ModelsMerge *mm) {
                 (void)sd_event_source_set_enabled(mm->done_source, SD_EVENT_ONESHOT);
 }
 
+void models_cache_catalogs_ready(ModelsCache *cache, Manager *m) {
+        if (all_ready(m))
+                cache->first_wait_until = 0;
+}
+
 ModelsMerge *models_merge_free(ModelsMerge *mm) {
         if (!mm)
                 return NULL;
@@ -450,15 +459,24 @@ int models_merge_start(Manager *m, ModelsCache *cache, ModelsAllowed allowed, Mo
                 return r;
         }
         if (all_ready(m)) {
+                cache->first_wait_until = 0;
                 *ret = mm;
                 return 0;
         }
         /* the first request after a start waits (bounded) for the first read of each reachable host,
          * instead of answering an empty list; later ones only for the list of an engine that just came up,
          * never for a load, an unload or a feed event, which are in the snapshot at once (SPEC §4) */
+        usec_t now;
+        (void)sd_event_now(manager_event(m), CLOCK_MONOTONIC, &now);
+        if (cache->first_wait_until == 0)
+                cache->first_wait_until = now + MODELS_FIRST_WAIT_USEC;
+        if (now >= cache->first_wait_until) {
+                *ret = mm; /* this spell has had its wait: the list as it is */
+                return 0;
+        }
         (void)sd_event_source_set_enabled(mm->done_source, SD_EVENT_OFF);
-        r = sd_event_add_time_relative(manager_event(m), &mm->timer, CLOCK_MONOTONIC, MODELS_FIRST_WAIT_USEC,
-                                       0, merge_timer_cb, mm);
+        r = sd_event_add_time(manager_event(m), &mm->timer, CLOCK_MONOTONIC, cache->first_wait_until, 0,
+                              merge_timer_cb, mm);
         if (r < 0) {
                 models_merge_free(mm);
                 return r;

@@ -32,6 +32,8 @@ ModelsCache *models_cache_new(void);
 ModelsCache *models_cache_free(ModelsCache *cache);
 /* How many times the hosts' lists were parsed and merged (modelgate_models_merges_total). */
 uint64_t models_cache_merges(const ModelsCache *cache);
+/* A catalog became ready: when all are, the next spell of pending first reads gets its own wait. */
+void models_cache_catalogs_ready(ModelsCache *cache, Manager *m);
 
 /* allowed (NULL: every entry) and done get userdata. */
 int models_merge_start(Manager *m, ModelsCache *cache, ModelsAllowed allowed, ModelsMergeDone done,

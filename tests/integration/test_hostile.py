@@ -13,6 +13,7 @@ import pytest
 
 from boxes import chat
 from conftest import PYTHON, host_conf, post, read_response, wait_for
+from test_faults import blackhole
 
 HOSTILE = os.path.join(os.path.dirname(__file__), "../hostile/hostile-host.py")
 CHAT = "/v1/chat/completions"
@@ -234,3 +235,31 @@ def test_a_half_closing_client_still_gets_its_whole_stream(make_double, make_gat
         status, _, text = read_response(f)
     assert status == 200
     assert text.count(b'"delta":{"content"') == 20 and text.endswith(b"data: [DONE]\n\n"), text
+
+
+def test_a_host_whose_first_read_hangs_costs_one_listing_its_wait_not_each(make_double, make_gate):
+    """the first /v1/models after a start waits (2 s at most) for every host's first read; a blackholed
+    host takes its 10 s connect timeout to fail that read, and the listings after the first answer at
+    once, without it"""
+    hole, held = blackhole()
+    d = make_double("--models", "ok", "--loaded", "ok")
+    g = make_gate(host_conf("evil", "http://127.0.0.1:%d" % hole.getsockname()[1]) + host_conf("good", d.url))
+
+    def listing():
+        t = time.monotonic()
+        c = g.conn()
+        c.request("GET", "/v1/models")
+        r = c.getresponse()
+        ids = [m["id"] for m in json.loads(r.read())["data"]]
+        return ids, time.monotonic() - t
+
+    ids, first = listing()
+    assert ids == ["good-ok"] and first > 1.5, (ids, first)
+    assert "host evil down" not in g.logtext()  # still within the first read
+    for _ in range(3):
+        ids, took = listing()
+        assert ids == ["good-ok"] and took < first / 2, (ids, took, first)
+    assert "host evil down" not in g.logtext(), "the window closed before the test was done"
+    hole.close()
+    for c in held:
+        c.close()
