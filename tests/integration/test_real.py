@@ -2,12 +2,14 @@
 units in a boxed user manager: a cold start by a request, a switch, loads and unloads listed at once, the
 merged event feed with the router's own progress events, keepalive comments that tell the load progress, the
 context overflow reworded for both APIs, the official SDKs streaming, a client gone mid-stream freeing
-the server's slot, and an [Alias] over two hosts' servers following the warm copy. The double (tests/double) stays for what the real server cannot be made to do on purpose.
+the server's slot, an [Alias] over two hosts' servers following the warm copy, and a head the server
+refuses early (150 headers, 16 MiB unread) that stays that request's answer. The double (tests/double) stays for what the real server cannot be made to do on purpose.
 
 The server comes from tests/real/build-llama-server (a cache outside the checkout), or from
 $MODELGATE_LLAMA_SERVER. Without one the module skips, saying why; with MODELGATE_REQUIRE_REAL_ENGINE=1
 (tests/setup-and-test) it fails instead."""
 
+import http.client
 import json
 import os
 import re
@@ -430,3 +432,39 @@ def test_an_alias_over_two_real_servers_goes_where_the_model_is_up(make_box, ssh
     g.wait_log('model="laguna" host=a9 target=a9-laguna-xs status=200')
     assert local.active_state("llama-fork.service") == "active"
     assert remote.active_state("llama-mainline.service") == "active"
+
+
+def test_an_oversized_head_refused_by_the_real_server_is_that_requests_answer(tmp, model_files, make_gate):
+    """cpp-httplib answers 400 to a head of 150 headers and closes with the 16 MiB body unread (the
+    kernel resets the connection under modelgate's writes): the client gets that 400, every time, and the
+    host stays up for everybody (RFC 9112 §9.5; one request's failure is not the host's)"""
+    tiny, _ = model_files
+    models_dir = os.path.join(tmp, "models-plain")
+    os.makedirs(models_dir)
+    os.link(tiny, os.path.join(models_dir, "x.gguf"))
+    port = free_port()
+    log = open(os.path.join(tmp, "llama-server-plain.log"), "w")
+    server = subprocess.Popen([SERVER, "--models-dir", models_dir, "--models-max", "1", "--host", "127.0.0.1",
+                               "--port", str(port), "-c", "512"], stdout=log, stderr=log)
+    try:
+        def healthy():
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+                c.request("GET", "/health")
+                return c.getresponse().status == 200
+            except OSError:
+                return False
+        wait_for(healthy, 60, "the plain llama-server", interval=0.1)
+        g = make_gate("[Proxy]\nMaxBodySize=32M\n[Host]\nName=r\nURL=http://127.0.0.1:%d\n" % port)
+        headers = {"X-Filler-%d" % i: "v" * 20 for i in range(150)}
+        body = {"model": "r-x", "messages": [{"role": "user", "content": "a" * (16 << 20)}]}
+        for _ in range(5):
+            r = post(g.conn(timeout=60), CHAT, body, headers)
+            r.read()
+            assert r.status == 400, r.status
+        assert "r-x" in models(g), models(g)
+        assert "host r down" not in g.logtext()
+    finally:
+        server.kill()
+        server.wait()
+        log.close()
