@@ -46,6 +46,10 @@ struct ModelsCache {
 typedef struct ModelsEntry {
         char *id;
         size_t offset, len; /* in the list's text */
+        /* an [Alias]'s entry: the same without its targets, for a caller that may not use each of them
+         * (an alias's tier learns nothing of what is behind it) */
+        const AliasConf *alias;
+        size_t opaque_offset, opaque_len;
 } ModelsEntry;
 
 struct ModelsList {
@@ -247,8 +251,40 @@ int models_list_add_alias(ModelsList *l, ModelsList *hosts, const AliasConf *a, 
         json_object_object_add(proxy, "alias", alias);
         json_object_object_add(o, "proxy", proxy);
         r = list_add(l, a->name, o);
+        if (r >= 0) {
+                /* the opaque variant: its policy only; no targets, no pick, no reason that names one */
+                json_object *opaque = json_object_new_object();
+                json_object_object_add(opaque, "policy",
+                                       json_object_new_string(alias_policy_to_string(a->policy)));
+                json_object_object_add(proxy, "alias", opaque);
+                /* and the picked target's status by its value only: llama.cpp's carries the server's
+                 * arguments, model paths and all */
+                json_object *status, *value;
+                if (json_object_object_get_ex(o, "status", &status) &&
+                    json_object_object_get_ex(status, "value", &value)) {
+                        json_object *v = json_object_new_object();
+                        json_object_object_add(v, "value", json_object_get(value));
+                        json_object_object_add(o, "status", v);
+                }
+                size_t n = 0;
+                const char *j = json_object_to_json_string_length(o, MODELS_JSON_FLAGS, &n);
+                ModelsEntry *e = &l->entries[l->n_entries - 1];
+                e->alias = a;
+                e->opaque_offset = buffer_size(&l->text);
+                e->opaque_len = n;
+                if (!j || buffer_append(&l->text, j, n) < 0)
+                        r = -ENOMEM;
+        }
         json_object_put(o);
         return r;
+}
+
+/* May the caller see what is behind the alias of e: every target, as /v1/models would list it? */
+static bool alias_targets_visible(const ModelsEntry *e, ModelsAllowed allowed, void *userdata) {
+        for (size_t k = 0; e->alias->targets[k] && k < ALIAS_TARGETS_MAX; k++)
+                if (!allowed(e->alias->targets[k], userdata))
+                        return false;
+        return true;
 }
 
 static int render_entries(const ModelsList *l, ModelsAllowed allowed, void *userdata, Buffer *out,
@@ -257,8 +293,10 @@ static int render_entries(const ModelsList *l, ModelsAllowed allowed, void *user
                 const ModelsEntry *e = &l->entries[i];
                 if (allowed && !allowed(e->id, userdata))
                         continue;
+                bool opaque = e->alias && allowed && !alias_targets_visible(e, allowed, userdata);
                 if ((!*first && buffer_append_str(out, ",") < 0) ||
-                    buffer_append(out, buffer_peek(&l->text) + e->offset, e->len) < 0)
+                    buffer_append(out, buffer_peek(&l->text) + (opaque ? e->opaque_offset : e->offset),
+                                  opaque ? e->opaque_len : e->len) < 0)
                         return -ENOMEM;
                 *first = false;
         }

@@ -673,6 +673,18 @@ def test_the_feed_shows_a_tier_only_its_models(make_double, tmp):
         assert "other-secret" not in text and "a9" not in text and "3090" not in text, text
         # nor does the greeting count hosts a subscriber hears nothing of
         assert [f.lines[0] for f in feeds] == [": modelgate model events from %d host(s)" % n for n in (1, 2, 0)]
+        # and /v1/models shows that tier the alias, but nothing behind it: no targets, no pick, and a status
+        # by its value only (llama.cpp's carries the server's arguments and model paths)
+        c = g.conn()
+        c.request("GET", "/v1/models", headers={"Authorization": "Bearer " + names["aliases"]})
+        listed = json.loads(c.getresponse().read())["data"]
+        assert [m["id"] for m in listed] == ["laguna"], listed
+        assert listed[0]["proxy"] == {"alias": {"policy": "warm"}}, listed
+        assert "other-secret" not in json.dumps(listed) and "a9" not in json.dumps(listed), listed
+        # an unrestricted key still sees where the alias goes
+        c.request("GET", "/v1/models", headers=pro_auth)
+        full = {m["id"]: m for m in json.loads(c.getresponse().read())["data"]}
+        assert [t["id"] for t in full["laguna"]["proxy"]["alias"]["targets"]] == ["a9-other-secret-70b"], full
     finally:
         for f in feeds:
             f.close()
