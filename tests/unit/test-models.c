@@ -102,9 +102,34 @@ static char *plain_filter(const char *json, ModelsAllowed allowed) {
 
         ASSERT_TRUE(root && json_object_object_get_ex(root, "data", &data));
         for (size_t i = 0; i < json_object_array_length(data); i++) {
-                json_object *e = json_object_array_get_idx(data, i), *id;
-                if (json_object_object_get_ex(e, "id", &id) && allowed(json_object_get_string(id), NULL))
-                        json_object_array_add(kept, json_object_get(e));
+                json_object *e = json_object_array_get_idx(data, i), *id, *proxy, *alias, *targets, *st,
+                            *value;
+                if (!json_object_object_get_ex(e, "id", &id) || !allowed(json_object_get_string(id), NULL))
+                        continue;
+                /* an alias whose targets the caller may not each use: its policy only, and a status by its
+                 * value */
+                if (json_object_object_get_ex(e, "proxy", &proxy) &&
+                    json_object_object_get_ex(proxy, "alias", &alias) &&
+                    json_object_object_get_ex(alias, "targets", &targets)) {
+                        bool all = true;
+                        for (size_t k = 0; k < json_object_array_length(targets); k++) {
+                                json_object *t = json_object_array_get_idx(targets, k), *tid;
+                                ASSERT_TRUE(json_object_object_get_ex(t, "id", &tid));
+                                all = all && allowed(json_object_get_string(tid), NULL);
+                        }
+                        if (!all) {
+                                json_object_object_del(alias, "targets");
+                                json_object_object_del(alias, "pick");
+                                json_object_object_del(alias, "why");
+                                if (json_object_object_get_ex(e, "status", &st) &&
+                                    json_object_object_get_ex(st, "value", &value)) {
+                                        json_object *v = json_object_new_object();
+                                        json_object_object_add(v, "value", json_object_get(value));
+                                        json_object_object_add(e, "status", v);
+                                }
+                        }
+                }
+                json_object_array_add(kept, json_object_get(e));
         }
         json_object_object_add(root, "data", kept);
         out = strdup(json_object_to_json_string_ext(root, FLAGS));
