@@ -172,6 +172,10 @@ static bool upstream_take(Upstream *u, const char *buf, size_t k) {
         if (u->state == UPSTREAM_SENDING)
                 u->state = UPSTREAM_RECEIVING; /* the host answers before reading the whole request */
         u->got_bytes = true;
+        /* the end of a chunk that the last read left unchecked */
+        if (u->crlf_left > 0 && upstream_check_chunk_end(u, buf, buf + k) < 0)
+                return upstream_end_cancelled(u), false;
+        u->exec_end = buf + k;
         u->in_parser = true;
         llhttp_errno_t e = llhttp_execute(&u->parser, buf, k);
         u->in_parser = false;

@@ -83,9 +83,12 @@ struct Upstream {
         bool complete;
         bool reading;
         bool in_parser;
-        unsigned n_interim; /* 1xx responses dropped so far */
-        int write_error;    /* the send failed (the host closed early): what failed if no answer came */
-        int cancel_error;   /* set by a callback's refusal or an error while in the parser */
+        unsigned n_interim;   /* 1xx responses dropped so far */
+        int write_error;      /* the send failed (the host closed early): what failed if no answer came */
+        uint64_t chunk_left;  /* of the chunk being read */
+        unsigned crlf_left;   /* bytes of the CRLF after a chunk's data still to check */
+        const char *exec_end; /* the end of the bytes llhttp is being given */
+        int cancel_error;     /* set by a callback's refusal or an error while in the parser */
 
         llhttp_t parser;
         UpstreamResponse resp;
@@ -114,6 +117,8 @@ ssize_t upstream_io_write(Upstream *u, const void *buf, size_t n);
 
 /* upstream-response.c: a fresh parser for the next response on this connection */
 void upstream_parser_init(Upstream *u);
+/* The CRLF after a chunk's data, as far as [p, end) holds it: 0, or -1 with cancel_error set */
+int upstream_check_chunk_end(Upstream *u, const char *p, const char *end);
 
 /* upstream-base.c */
 Upstream *upstream_free(Upstream *u);

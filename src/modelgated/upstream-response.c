@@ -39,6 +39,8 @@ static int on_message_begin(llhttp_t *l) {
         Upstream *u = upstream_of(l);
         response_reset(&u->resp);
         u->in_value = false;
+        u->chunk_left = 0;
+        u->crlf_left = 0;
         return 0;
 }
 
@@ -112,8 +114,34 @@ static int on_headers_complete(llhttp_t *l) {
         return 0;
 }
 
+static int on_chunk_header(llhttp_t *l) {
+        Upstream *u = upstream_of(l);
+        u->chunk_left = l->content_length;
+        return 0;
+}
+
+/* llhttp takes any two bytes after a chunk's data ("5\r\nhelloXX0\r\n\r\n"): they must be CRLF, as a
+ * request's must (http.c). Checked in the bytes llhttp is given, the rest at the start of the next read. */
+int upstream_check_chunk_end(Upstream *u, const char *p, const char *end) {
+        for (; u->crlf_left > 0 && p < end; p++, u->crlf_left--)
+                if (*p != "\r\n"[2 - u->crlf_left]) {
+                        u->cancel_error = -EPROTO;
+                        return -1;
+                }
+        return 0;
+}
+
 static int on_body(llhttp_t *l, const char *at, size_t n) {
         Upstream *u = upstream_of(l);
+
+        if (u->resp.chunked && u->chunk_left > 0) {
+                u->chunk_left -= MIN((uint64_t)n, u->chunk_left);
+                if (u->chunk_left == 0) {
+                        u->crlf_left = 2;
+                        if (upstream_check_chunk_end(u, at + n, u->exec_end) < 0)
+                                return -1;
+                }
+        }
 
         if (u->cb && u->cb->on_body && u->cb->on_body(u, at, n, u->userdata) < 0) {
                 u->cancel_error = -ECANCELED;
@@ -145,6 +173,7 @@ static const llhttp_settings_t response_settings = {
         .on_header_field_complete = on_header_field_complete,
         .on_header_value = on_header_value,
         .on_headers_complete = on_headers_complete,
+        .on_chunk_header = on_chunk_header,
         .on_body = on_body,
         .on_message_complete = on_message_complete,
 };

@@ -77,6 +77,52 @@ TEST(a_chunked_event_stream_is_chunked_again_for_http11) {
         harness_free(h);
 }
 
+TEST(a_hosts_chunk_not_ended_by_crlf_is_a_malformed_answer_even_across_reads) {
+        Harness *h = harness_new("");
+
+        /* "XX" where CRLF must be (llhttp skips any two bytes): the head is out, so the answer is cut */
+        Peer *p = peer_new(h);
+        peer_send_request(p, "POST", CHAT, "1.1", "", PLAIN_BODY);
+        FakeConn *f = fake_expect_request_with_length(h, TO_HOST(CHAT), PLAIN_TO_HOST);
+        fake_send(f,
+                  "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+                  "5\r\nhelloXX0\r\n\r\n");
+        peer_expect(p, "HTTP/1.1 200 OK\r\n" SERVED "Content-Type: application/json\r\n"
+                       "Transfer-Encoding: chunked\r\n\r\n");
+        peer_expect_eof(p);
+        peer_free(p);
+
+        /* the CR in one read, a wrong byte at the start of the next */
+        p = peer_new(h);
+        peer_send_request(p, "POST", CHAT, "1.1", "", PLAIN_BODY);
+        f = fake_expect_request_with_length(h, TO_HOST(CHAT), PLAIN_TO_HOST);
+        fake_send(f,
+                  "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+                  "2\r\n{}\r");
+        peer_expect(p, "HTTP/1.1 200 OK\r\n" SERVED "Content-Type: application/json\r\n"
+                       "Transfer-Encoding: chunked\r\n\r\n");
+        peer_expect_chunk(p, "{}");
+        fake_send(f, "X0\r\n\r\n");
+        peer_expect_eof(p);
+        peer_free(p);
+
+        /* and a right one split the same way goes on to its end */
+        p = peer_new(h);
+        peer_send_request(p, "POST", CHAT, "1.1", "", PLAIN_BODY);
+        f = fake_expect_request_with_length(h, TO_HOST(CHAT), PLAIN_TO_HOST);
+        fake_send(f,
+                  "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+                  "2\r\n{}\r");
+        peer_expect(p, "HTTP/1.1 200 OK\r\n" SERVED "Content-Type: application/json\r\n"
+                       "Transfer-Encoding: chunked\r\n\r\n");
+        peer_expect_chunk(p, "{}");
+        fake_send(f, "\n0\r\n\r\n");
+        peer_expect(p, "0\r\n\r\n");
+        ASSERT_TRUE(!p->eof);
+        peer_free(p);
+        harness_free(h);
+}
+
 TEST(an_event_stream_goes_to_an_http10_client_up_to_the_close) {
         Harness *h = harness_new("");
         Peer *p = peer_new(h);
