@@ -3,12 +3,32 @@
  * the loop: the caller's uid first (root is always allowed, as systemd's daemons do), then
  * CheckAuthorization for everyone else. On the user bus the bus itself admits only its owner. */
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "modelgated/bus-call.h"
 #include "modelgated/server.h"
 #include "shared/log.h"
+#include "shared/macro.h"
+
+/* polkit answers a check that needs no person in milliseconds: one that has not answered in 20 s is stuck
+ * (or stopped), and its caller is told so instead of being left to its own timeout, its call held here
+ * meanwhile. 20 s is under the 25 s that sd-bus and libdbus callers (busctl, modelgatectl) wait by default,
+ * so that they read this answer; a shorter $SYSTEMD_BUS_TIMEOUT shortens it. An interactive check waits for
+ * a person at an authentication agent: longer, still bounded. */
+#define POLKIT_TIMEOUT_USEC (20 * USEC_PER_SEC)
+#define POLKIT_INTERACTIVE_TIMEOUT_USEC (5 * USEC_PER_MINUTE)
+
+static usec_t polkit_timeout(BusCall *c, bool interactive) {
+        uint64_t t = 0;
+
+        if (interactive)
+                return POLKIT_INTERACTIVE_TIMEOUT_USEC;
+        if (sd_bus_get_method_call_timeout(c->set->bus, &t) < 0 || t == 0)
+                return POLKIT_TIMEOUT_USEC;
+        return MIN(t, POLKIT_TIMEOUT_USEC);
+}
 
 BusCall *bus_call_new(BusCallSet *set, void *userdata, sd_bus_message *message, const char *action,
                       BusCallAuthorized authorized, const char *host) {
@@ -60,6 +80,18 @@ static int polkit_answered(sd_bus_message *reply, void *userdata, sd_bus_error *
         int authorized = 0, challenge = 0, r;
 
         c->slot = sd_bus_slot_unref(c->slot);
+        /* sd-bus ends a call past its bound with NoReply; the bus sends that too when polkit exits first */
+        if (e && sd_bus_error_has_name(e, SD_BUS_ERROR_NO_REPLY) &&
+            now_usec(CLOCK_MONOTONIC) >= c->polkit_until) {
+                char t[FORMAT_TIMESPAN_MAX], msg[160];
+
+                format_timespan(t, sizeof(t), c->polkit_timeout);
+                log_warning("polkit did not answer the check of %s within %s, refusing it", c->action, t);
+                snprintf(msg, sizeof(msg), "polkit did not answer within %s; nothing was changed, try again",
+                         t);
+                bus_call_reply_error(c, SD_BUS_ERROR_TIMEOUT, msg);
+                return 0;
+        }
         if (e) {
                 log_warning("polkit check of %s failed: %s", c->action, e->message ?: e->name);
                 bus_call_reply_error(c, SD_BUS_ERROR_ACCESS_DENIED,
@@ -101,14 +133,16 @@ static int uid_answered(sd_bus_message *reply, void *userdata, sd_bus_error *ret
         r = sd_bus_message_new_method_call(c->set->bus, &q, "org.freedesktop.PolicyKit1",
                                            "/org/freedesktop/PolicyKit1/Authority",
                                            "org.freedesktop.PolicyKit1.Authority", "CheckAuthorization");
+        bool interactive = sd_bus_message_get_allow_interactive_authorization(c->message) > 0;
         if (r >= 0)
-                r = sd_bus_message_append(
-                        q, "(sa{sv})sa{ss}us", "system-bus-name", 1, "name", "s",
-                        sd_bus_message_get_sender(c->message), c->action, 0,
-                        (uint32_t)sd_bus_message_get_allow_interactive_authorization(c->message), "");
-        if (r >= 0)
-                /* an interactive authorization can take as long as a person needs */
-                r = sd_bus_call_async(c->set->bus, &c->slot, q, polkit_answered, c, UINT64_MAX - 1);
+                r = sd_bus_message_append(q, "(sa{sv})sa{ss}us", "system-bus-name", 1, "name", "s",
+                                          sd_bus_message_get_sender(c->message), c->action, 0,
+                                          (uint32_t)interactive, "");
+        if (r >= 0) {
+                c->polkit_timeout = polkit_timeout(c, interactive);
+                c->polkit_until = now_usec(CLOCK_MONOTONIC) + c->polkit_timeout;
+                r = sd_bus_call_async(c->set->bus, &c->slot, q, polkit_answered, c, c->polkit_timeout);
+        }
         if (r < 0)
                 bus_call_reply_error(c, SD_BUS_ERROR_ACCESS_DENIED, "polkit could not be asked");
         return 0;

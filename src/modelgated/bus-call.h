@@ -12,6 +12,7 @@
 
 #include "modelgated/host.h"
 #include "shared/list.h"
+#include "shared/time-util.h"
 
 typedef struct Server Server;
 typedef struct BusCall BusCall;
@@ -28,7 +29,8 @@ struct BusCall {
         BusCallSet *set;
         void *userdata; /* the object whose method this is */
         sd_bus_message *message;
-        sd_bus_slot *slot; /* the polkit query in flight */
+        sd_bus_slot *slot;                   /* the polkit query in flight */
+        usec_t polkit_timeout, polkit_until; /* its bound, and when it passes (CLOCK_MONOTONIC) */
         const char *action;
         BusCallAuthorized authorized;
         char *host; /* by name: a reload may replace the Host meanwhile */

@@ -26,6 +26,7 @@ static const ClientOps client_ops = {
 static void request_reset(Client *c) {
         exchange_done(c->x);
         c->eof_probed = false;
+        c->body_deadline = USEC_INFINITY;
         buffer_clear(&c->held_head);
 }
 
@@ -86,9 +87,14 @@ static void client_free(Client *c) {
 
 /* rel from now, USEC_INFINITY: none. Each request moves it several times (its header timeout, none while
  * it is answered, the idle timeout after it): a lazy timer, which touches sd-event only for a sooner
- * deadline. */
+ * deadline. While a body is read, each read pushes the idle timeout back, but never past the body's own
+ * deadline: else a byte per IdleTimeoutSec= would hold the connection for as long as its length says. */
 static void client_set_timer(Client *c, usec_t rel) {
-        (void)lazy_timer_set(&c->timer, rel == USEC_INFINITY ? USEC_INFINITY : client_now(c) + rel);
+        usec_t when = rel == USEC_INFINITY ? USEC_INFINITY : client_now(c) + rel;
+
+        if (c->state == CLIENT_READING)
+                when = MIN(when, c->body_deadline);
+        (void)lazy_timer_set(&c->timer, when);
 }
 
 /* Whether the socket is read now: input is read while an answer is produced too (up to
@@ -248,6 +254,8 @@ static Step client_parse(Client *c) {
                 /* the body follows; a client that waits for "100 Continue" gets it now */
                 if (c->parser.req.expect_continue && c->parser.req.has_body && c->parser.req.http_minor >= 1)
                         (void)buffer_append_str(&c->out, "HTTP/1.1 100 Continue\r\n\r\n");
+                usec_t body = manager_config(c->manager)->body_timeout_usec;
+                c->body_deadline = body == USEC_INFINITY ? USEC_INFINITY : client_now(c) + body;
                 client_set_timer(c, manager_config(c->manager)->idle_timeout_usec);
                 return STEP_AGAIN;
         }
@@ -425,15 +433,25 @@ static int client_timer_cb(sd_event_source *s, uint64_t usec, void *userdata) {
         Client *c = userdata;
 
         switch (c->state) {
-        case CLIENT_READING:
+        case CLIENT_READING: {
+                const Config *config = manager_config(c->manager);
+                char msg[192], t[FORMAT_TIMESPAN_MAX];
+
                 c->close_after_response = true;
                 c->x->start = client_now(c);
                 c->x->method = c->x->method ?: strdup("-");
-                client_respond_error(c, 408, "request_timeout",
-                                     c->parser.headers_complete
-                                             ? "the client sent its request body too slowly"
-                                             : "the client did not send its request headers in time",
-                                     NULL);
+                if (!c->parser.headers_complete)
+                        snprintf(msg, sizeof(msg), "the client did not send its request headers in time");
+                else if (c->x->start >= c->body_deadline)
+                        snprintf(msg, sizeof(msg),
+                                 "the client did not send its request body within BodyTimeoutSec=%s",
+                                 format_timespan(t, sizeof(t), config->body_timeout_usec));
+                else
+                        snprintf(
+                                msg, sizeof(msg),
+                                "the client sent its request body too slowly: nothing for IdleTimeoutSec=%s",
+                                format_timespan(t, sizeof(t), config->idle_timeout_usec));
+                client_respond_error(c, 408, "request_timeout", msg, NULL);
                 c->state = CLIENT_CLOSING;
                 if (client_flush(c) < 0) {
                         client_free(c);
@@ -441,6 +459,7 @@ static int client_timer_cb(sd_event_source *s, uint64_t usec, void *userdata) {
                 }
                 client_process(c);
                 return 0;
+        }
         case CLIENT_RESPONDING:
                 log_info("Client %s does not read its answer, dropping the connection", c->peer);
                 if (!c->x->response_complete)
@@ -518,6 +537,7 @@ int client_new(ClientSet *set, int fd, const struct sockaddr *peer, socklen_t pe
         c->manager = m;
         c->set = set;
         c->fd = fd;
+        c->body_deadline = USEC_INFINITY;
         http_parser_init(&c->parser, config->max_header_size, config->max_body_size);
         if (peer->sa_family == AF_INET) {
                 const struct sockaddr_in *a = (const struct sockaddr_in *)peer;

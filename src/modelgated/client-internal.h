@@ -8,7 +8,8 @@
 
 /* A Client lives from accept() to close. States:
  *   WAITING    between requests (keep-alive); idle timeout closes silently
- *   READING    a request has begun; header timeout → 408
+ *   READING    a request has begun; header timeout → 408, and once its head is in, a body that stalls
+ *              (IdleTimeoutSec=) or is not whole by body_deadline (BodyTimeoutSec=) → 408
  *   RESPONDING the request is complete; its response is being produced
  *   CLOSING    the last bytes are flushed, then the connection closes
  *   LINGERING  after an error that left request bytes unread: our side is shut down and input is
@@ -101,6 +102,9 @@ struct Client {
         int fd;
         SocketWatch *io;
         LazyTimer timer; /* each state's deadline (client_set_timer()) */
+        /* BodyTimeoutSec= after the head of the request being read: what no read of its body can push
+         * back. USEC_INFINITY: none (no head yet, or no bound) */
+        usec_t body_deadline;
         char peer[INET6_ADDRSTRLEN + 8];
         char address[INET6_ADDRSTRLEN + 8]; /* what MaxConnectionsPerAddress= counts (IPv6 per /64) */
         bool address_counted;

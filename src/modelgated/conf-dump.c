@@ -35,6 +35,7 @@ static void dump_proxy(const Config *c, FILE *f) {
         dump_usec(f, "PollIntervalSec", c->poll_interval_usec);
         dump_usec(f, "HeaderTimeoutSec", c->header_timeout_usec);
         dump_usec(f, "IdleTimeoutSec", c->idle_timeout_usec);
+        dump_usec(f, "BodyTimeoutSec", c->body_timeout_usec);
         dump_usec(f, "UpstreamIdleTimeoutSec", c->upstream_idle_timeout_usec);
         fprintf(f, "MaxBodySize=%llu\nMaxHeaderSize=%llu\nMaxConnections=%llu\n",
                 (unsigned long long)c->max_body_size, (unsigned long long)c->max_header_size,

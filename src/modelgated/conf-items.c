@@ -180,6 +180,7 @@ static const ConfigItem config_items[] = {
         {SECTION_PROXY, "PollIntervalSec", parse_timespan_item, offsetof(Config, poll_interval_usec)},
         {SECTION_PROXY, "HeaderTimeoutSec", parse_timespan_item, offsetof(Config, header_timeout_usec)},
         {SECTION_PROXY, "IdleTimeoutSec", parse_timespan_item, offsetof(Config, idle_timeout_usec)},
+        {SECTION_PROXY, "BodyTimeoutSec", parse_timespan_item, offsetof(Config, body_timeout_usec)},
         {SECTION_PROXY, "UpstreamIdleTimeoutSec", parse_timespan_item,
          offsetof(Config, upstream_idle_timeout_usec)},
         {SECTION_PROXY, "MaxBodySize", parse_size_item, offsetof(Config, max_body_size)},

@@ -29,8 +29,10 @@ static int verify_proxy(Config *c) {
                             format_timespan(t, sizeof(t), c->exit_idle_usec));
                 c->exit_idle_usec = CONFIG_EXIT_IDLE_MIN_USEC;
         }
-        if (c->header_timeout_usec == 0 || c->idle_timeout_usec == 0)
-                r = config_error(c, EINVAL, "[Proxy] HeaderTimeoutSec= and IdleTimeoutSec= must not be 0");
+        if (c->header_timeout_usec == 0 || c->idle_timeout_usec == 0 || c->body_timeout_usec == 0)
+                r = config_error(
+                        c, EINVAL,
+                        "[Proxy] HeaderTimeoutSec=, IdleTimeoutSec= and BodyTimeoutSec= must not be 0");
         return r;
 }
 

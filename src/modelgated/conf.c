@@ -45,6 +45,7 @@ void config_init(Config *c) {
                 .poll_interval_usec = 30 * USEC_PER_SEC,
                 .header_timeout_usec = 30 * USEC_PER_SEC,
                 .idle_timeout_usec = 5 * USEC_PER_MINUTE,
+                .body_timeout_usec = 5 * USEC_PER_MINUTE,
                 .upstream_idle_timeout_usec = 10 * USEC_PER_MINUTE,
                 .max_body_size = 64ULL * 1024 * 1024,
                 .max_header_size = 64ULL * 1024,

@@ -123,6 +123,7 @@ typedef struct Config {
         usec_t poll_interval_usec;
         usec_t header_timeout_usec;
         usec_t idle_timeout_usec;
+        usec_t body_timeout_usec; /* from a head's end to its body's; USEC_INFINITY: no bound */
         usec_t upstream_idle_timeout_usec;
         uint64_t max_body_size;
         uint64_t max_header_size;

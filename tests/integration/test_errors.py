@@ -2,12 +2,13 @@
 
 import json
 import re
+import select
 import socket
 import time
 
 import pytest
 
-from conftest import host_conf, post, read_sse
+from conftest import host_conf, post, read_response, read_sse
 
 CHAT = "/v1/chat/completions"
 MSGS = "/v1/messages"
@@ -108,6 +109,56 @@ def test_slow_headers_get_408(make_gate, double):
     assert data.startswith(b"HTTP/1.1 408 ")
     assert time.monotonic() - t0 < 5
     assert b"request headers in time" in data
+
+
+def test_a_trickled_body_gets_408_at_body_timeout(make_gate, double):
+    """IdleTimeoutSec= bounds each stall of a body, BodyTimeoutSec= the whole of it. A byte every 0.25 s never
+    stalls for 1 s: without the total, the 600 bytes announced would hold the slot for 2.5 min."""
+    g = make_gate(host_conf("3090", double.url) + "[Proxy]\nIdleTimeoutSec=1s\nBodyTimeoutSec=2s\n")
+    s = g.sock()
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: 600\r\n\r\n")
+    t0 = time.monotonic()
+    answered = None
+    while answered is None and time.monotonic() - t0 < 30:
+        s.sendall(b" ")
+        # the pace of the trickle, and the wait for the answer
+        if select.select([s], [], [], 0.25)[0]:
+            answered = time.monotonic() - t0
+    assert answered is not None, "no answer to a body trickled for 30 s"
+    s.settimeout(10)
+    data = b""
+    while True:
+        k = s.recv(65536)  # the 408, then the close
+        if not k:
+            break
+        data += k
+    s.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408 "), data
+    assert b"Connection: close" in head, head
+    assert "BodyTimeoutSec=2s" in shape(CHAT, 408, body)["message"], body
+    # 2 s from the head's end, far from the 2.5 min the announced length would take
+    assert 1.5 < answered < 10, answered
+
+    # a body sent at once is answered, and so is one whose pieces each come within IdleTimeoutSec= and all
+    # within BodyTimeoutSec= (1.2 s in all, longer than IdleTimeoutSec=)
+    c = g.conn()
+    r = post(c, CHAT, {"model": "3090-laguna-xs", "messages": [], "pad": "x" * (4 << 20)})
+    assert r.status == 200, r.read()
+    r.read()
+    body = json.dumps({"model": "3090-laguna-xs", "messages": []}).encode()
+    s = g.sock()
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(body))
+    for i in range(4):
+        s.sendall(body[i * len(body) // 4:(i + 1) * len(body) // 4])
+        if i < 3:
+            assert not select.select([s], [], [], 0.4)[0], s.recv(4096)
+    f = s.makefile("rb")
+    status, _, answer = read_response(f)
+    assert status == 200, answer
+    s.close()
 
 
 @pytest.mark.parametrize("path", [CHAT, MSGS])

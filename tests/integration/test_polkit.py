@@ -3,15 +3,17 @@ real polkitd that sees polkit/org.modelgate1.policy, and modelgated --system on 
 boxed user manager, as elsewhere. polkitd reads its actions and rules from fixed paths, so it runs in a
 mount namespace of its own where those paths are bind mounts of this test's directories."""
 
+import collections
 import os
 import shutil
 import signal
 import subprocess
+import time
 
 import pytest
 
 from boxes import box_skip_reason, engines_conf, local_host
-from conftest import MODELGATED, free_port, wait_for
+from conftest import MODELGATED, free_port, host_conf, wait_for
 
 POLKITD = "/usr/lib/polkit-1/polkitd"
 UNITS = os.path.join(os.path.dirname(__file__), "../../units")
@@ -32,8 +34,11 @@ def skip_reason():
 pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason()))
 
 
+SystemBus = collections.namedtuple("SystemBus", "env polkitd")
+
+
 @pytest.fixture
-def system_bus(tmp):
+def system_bus_daemons(tmp):
     d = os.path.join(tmp, "sysbus")
     actions, rules = os.path.join(d, "actions"), os.path.join(d, "rules.d")
     os.makedirs(actions)
@@ -90,7 +95,7 @@ def system_bus(tmp):
         except AssertionError as e:
             log.flush()
             raise AssertionError("%s:\n%s" % (e, open(log.name).read())) from None
-        yield env
+        yield SystemBus(env, polkit)
     finally:
         for p in (polkit, bus):
             p.send_signal(signal.SIGTERM)
@@ -100,6 +105,11 @@ def system_bus(tmp):
                 p.kill()
                 p.wait()
         log.close()
+
+
+@pytest.fixture
+def system_bus(system_bus_daemons):
+    return system_bus_daemons.env
 
 
 def call(env, *args, user=None):
@@ -153,3 +163,46 @@ def test_pkaction_reads_the_policy(system_bus):
         assert out.returncode == 0, out
         assert "implicit any:      auth_admin\n" in out.stdout, out.stdout
         assert "implicit active:   auth_admin_keep\n" in out.stdout, out.stdout
+
+
+def test_a_polkit_that_does_not_answer_gets_the_caller_an_error(make_gate, make_double, system_bus_daemons):
+    """polkitd stopped (SIGSTOP: it holds its name and never answers): the caller is told so when the check's
+    bound passes (the bus's method call timeout, here $SYSTEMD_BUS_TIMEOUT=3s, at most 20 s), not left to its
+    own timeout; and the loop goes on meanwhile"""
+    d = make_double("--models", "m")
+    env = dict(system_bus_daemons.env, SYSTEMD_BUS_TIMEOUT="3s")
+    g = make_gate(host_conf("h", d.url), extra_args=["--system"], env=env)
+    bus_env = system_bus_daemons.env
+    wait_for(lambda: call(bus_env, "status", "org.modelgate1").returncode == 0, what="org.modelgate1 on the bus")
+    polkitd = system_bus_daemons.polkitd
+    polkitd.send_signal(signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        caller = subprocess.Popen(NOBODY + ["busctl", "--system", "--allow-interactive-authorization=no",
+                                            "--timeout=40", "call", "org.modelgate1", "/org/modelgate1",
+                                            "org.modelgate1.Manager", "Reload"],
+                                  env=bus_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # requests are answered while the check waits
+        answered_meanwhile = 0
+        while caller.poll() is None and time.monotonic() - t0 < 60:
+            c = g.conn(timeout=10)
+            c.request("GET", "/health")
+            assert c.getresponse().status == 200
+            c.close()
+            if caller.poll() is None:
+                answered_meanwhile += 1
+        _, err = caller.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        polkitd.send_signal(signal.SIGCONT)
+    assert caller.returncode != 0, err
+    assert "polkit did not answer within 3s" in err, err
+    assert took < 20, took  # 3 s, far from the caller's own 40 s
+    assert answered_meanwhile > 0
+    assert "Reloading" not in g.logtext()
+    g.wait_log("polkit did not answer the check of org.modelgate1.reload within 3s")
+
+    # polkit back: its own answer counts again (auth_admin, and nobody to authenticate)
+    out = call(bus_env, "--allow-interactive-authorization=no", "call", "org.modelgate1", "/org/modelgate1",
+               "org.modelgate1.Manager", "Reload", user=NOBODY)
+    assert out.returncode != 0 and "interactive authentication is required" in out.stderr, out

@@ -20,7 +20,17 @@ TEST(defaults_and_proxy_keys) {
         ASSERT_EQ(c.max_body_size, 2 * 1024 * 1024);
         ASSERT_EQ(c.hold_down_usec, USEC_INFINITY);
         ASSERT_EQ(c.wait_budget_usec, 15 * USEC_PER_MINUTE);
+        ASSERT_EQ(c.body_timeout_usec, 5 * USEC_PER_MINUTE);
         ASSERT_OK(config_verify(&c));
+        config_done(&c);
+
+        /* a body may have no total bound, but not a zero one (every body would get 408) */
+        ASSERT_OK(parse(&c, "[Proxy]\nBodyTimeoutSec=infinity\n"));
+        ASSERT_EQ(c.body_timeout_usec, USEC_INFINITY);
+        ASSERT_OK(config_verify(&c));
+        config_done(&c);
+        ASSERT_OK(parse(&c, "[Proxy]\nBodyTimeoutSec=0\n"));
+        ASSERT_TRUE(config_verify(&c) < 0);
         config_done(&c);
 }
 
