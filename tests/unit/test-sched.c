@@ -1,12 +1,15 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The switch scheduler on a fake clock: one test per rule of SPEC §5, and the seed's two-client
  * timeline with every switch time as the rules predict. Actions are written as short words so a test
- * reads as the sequence it expects: "go:r0 start:B/r1 wait:B/r1 fail:r2:504 stop:A abandon:B". */
+ * reads as the sequence it expects: "go:r0 start:B/r1 wait:B/r1 fail:r2:504 stop:A abandon:B".
+ * Then random events given to the scheduler and to the one before issue 26 (sched-reference.c), which
+ * must answer alike. */
 
 #include <stdio.h>
 
 #include "modelgated/sched.h"
 #include "tests.h"
+#include "unit/sched-reference.h"
 
 #define S(x) ((usec_t)(x)*USEC_PER_SEC)
 enum { A, B, C };
@@ -365,6 +368,151 @@ TEST(seed_timeline_two_clients_take_turns) {
         sched_engine_up(&s, S(72), A);
         ASSERT_STREQ(run(&s, S(72)), "go:r2");
         sched_done(&s);
+}
+
+/* Random events, the same to both schedulers, and after each the same answers from both: every action
+ * sched_next() has, the timer, ahead and state of every request, the counts. Times often repeat (arrivals
+ * at the same microsecond), and the events need not make sense (an engine up that nobody started): the
+ * two must agree on anything. */
+#define SLOTS 48
+static SchedRequest fast[SLOTS];
+static RefRequest slow[SLOTS];
+static bool used[SLOTS], held[SLOTS]; /* ever added; the scheduler's (not answered or removed) */
+static uint64_t seed;
+
+static unsigned rnd(unsigned n) {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        return (unsigned)(seed % n);
+}
+
+static usec_t rnd_config(void) {
+        static const usec_t values[] = {0, S(5), S(30), S(120), USEC_INFINITY};
+        return values[rnd(ELEMENTSOF(values))];
+}
+
+static void compare_state(Sched *s, RefSched *r, usec_t now, const char *what) {
+        if (sched_next_timer(s, now) != ref_sched_next_timer(r, now))
+                FAIL("%s: timer %llu != %llu", what, (unsigned long long)sched_next_timer(s, now),
+                     (unsigned long long)ref_sched_next_timer(r, now));
+        ASSERT_EQ(s->n_waiting, r->n_waiting);
+        ASSERT_EQ(s->n_in_flight, r->n_in_flight);
+        ASSERT_EQ(sched_switch_pending(s), ref_sched_switch_pending(r));
+        ASSERT_EQ(sched_hold_down_until(s, now), ref_sched_hold_down_until(r, now));
+        ASSERT_EQ(sched_idle_stop_at(s), ref_sched_idle_stop_at(r));
+        for (int i = 0; i < SLOTS; i++)
+                if (used[i]) {
+                        ASSERT_EQ(fast[i].state, slow[i].state);
+                        if (sched_ahead(s, &fast[i]) != ref_sched_ahead(r, &slow[i]))
+                                FAIL("%s: r%d ahead %u != %u", what, i, sched_ahead(s, &fast[i]),
+                                     ref_sched_ahead(r, &slow[i]));
+                }
+}
+
+/* Both schedulers' actions until they have none, one by one alike; whatever is answered is let go. */
+static void compare_run(Sched *s, RefSched *r, usec_t now, ssize_t *target) {
+        SchedAction a;
+        RefAction b;
+
+        for (;;) {
+                bool more = sched_next(s, now, &a);
+                int ia = a.req ? (int)(a.req - fast) : -1;
+
+                ASSERT_EQ(more, ref_sched_next(r, now, &b));
+                if (!more)
+                        break;
+                if (a.type != b.type || ia != (b.req ? (int)(b.req - slow) : -1) || a.engine != b.engine ||
+                    a.status != b.status || a.idle_for != b.idle_for || a.requested != b.requested)
+                        FAIL("action %d:%zd/r%d:%d, reference %d:%zd/r%td:%d", a.type, a.engine, ia,
+                             a.status, b.type, b.engine, b.req ? b.req - slow : -1, b.status);
+                if (a.type == SCHED_FAIL)
+                        held[ia] = false;
+                if (a.type == SCHED_START)
+                        *target = a.engine;
+        }
+}
+
+static void random_events(uint64_t run, size_t n_engines, unsigned n_events) {
+        SchedConfig c = {.hold_down = rnd_config(), .idle_stop = rnd_config(), .wait_budget = rnd_config()};
+        Sched s;
+        RefSched r;
+        usec_t now = 0;
+        ssize_t target = -1;
+        char what[64];
+
+        ASSERT_OK(sched_init(&s, &c, n_engines));
+        ASSERT_OK(ref_sched_init(&r, &c, n_engines));
+        memset(used, 0, sizeof(used));
+        memset(held, 0, sizeof(held));
+        for (unsigned e = 0; e < n_events; e++) {
+                unsigned op = rnd(100), i = rnd(SLOTS);
+                size_t engine = rnd((unsigned)n_engines);
+
+                snprintf(what, sizeof(what), "run %llu event %u op %u", (unsigned long long)run, e, op);
+                if (rnd(3) > 0)
+                        now += rnd(4) == 0 ? rnd(200) * USEC_PER_SEC : rnd(3) * USEC_PER_SEC;
+                if (op < 40) { /* a request arrives, in a slot that is free */
+                        if (held[i])
+                                continue;
+                        ASSERT_EQ(sched_add(&s, now, &fast[i], engine),
+                                  ref_sched_add(&r, now, &slow[i], engine));
+                        used[i] = held[i] = true;
+                        if (fast[i].state == SCHED_IN_FLIGHT && rnd(8) == 0)
+                                fast[i].background = slow[i].background = true;
+                } else if (op < 65) { /* one ends: answered, or its client went away */
+                        if (!held[i] && !(used[i] && rnd(4) == 0)) /* now and then one removed twice */
+                                continue;
+                        sched_remove(&s, now, &fast[i]);
+                        ref_sched_remove(&r, now, &slow[i]);
+                        held[i] = false;
+                } else if (op < 75) { /* the started engine is up, mostly; sometimes another */
+                        size_t up = target >= 0 && rnd(4) > 0 ? (size_t)target : engine;
+                        sched_engine_up(&s, now, up);
+                        ref_sched_engine_up(&r, now, up);
+                        target = -1;
+                } else if (op < 79) {
+                        sched_engine_down(&s, now);
+                        ref_sched_engine_down(&r, now);
+                } else if (op < 83) {
+                        int status = rnd(2) ? 423 : 502;
+                        ssize_t still = rnd(2) ? -1 : (ssize_t)engine;
+                        sched_switch_failed(&s, now, status, still);
+                        ref_sched_switch_failed(&r, now, status, still);
+                        target = -1;
+                } else if (op < 86) {
+                        bool down = rnd(2);
+                        sched_host_down(&s, down);
+                        ref_sched_host_down(&r, down);
+                } else if (op < 88) {
+                        sched_engine_starting(&s, engine);
+                        ref_sched_engine_starting(&r, engine);
+                } else if (op < 89) {
+                        sched_engine_stopping(&s);
+                        ref_sched_engine_stopping(&r);
+                } else if (op < 92) {
+                        sched_request_stop(&s);
+                        ref_sched_request_stop(&r);
+                } else if (op < 94) { /* a reload */
+                        c = (SchedConfig){.hold_down = rnd_config(),
+                                          .idle_stop = rnd_config(),
+                                          .wait_budget = rnd_config()};
+                        s.config = r.config = c;
+                }
+                /* the daemon's schedule_cb() runs after most events, not after every one */
+                if (rnd(4) > 0)
+                        compare_run(&s, &r, now, &target);
+                compare_state(&s, &r, now, what);
+        }
+        sched_done(&s);
+        ref_sched_done(&r);
+}
+
+TEST(random_events_get_the_answers_of_the_scheduler_before_issue_26) {
+        for (uint64_t run = 1; run <= 400; run++) {
+                seed = run * UINT64_C(0x9e3779b97f4a7c15);
+                random_events(run, 2 + run % 3, 1500);
+        }
 }
 
 TESTS_MAIN
