@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* The switch scheduler's cost per event with many requests waiting (issue 26). bench/sched builds it
- * against src/modelgated/sched.c of the tree and of an older commit: the API it uses is the same.
+/* The switch scheduler's cost per event with many requests waiting (issue 26).
+ * bench/schedcost.py builds it against src/modelgated/sched.c of the tree and of an older commit: the API it
+ * uses is the same.
  *
  * usage: sched N K    N requests waiting, then K events of each kind
  *
  * The host: engine A is up, past its hold-down, with one stream in flight, so the pending switch cannot
- * start; N requests wait for B, C and A in turn (A's behind the pending switch). An event is what the
+ * start; N requests wait for B, C and A in turn (A's behind the pending switch, until the client of its
+ * first request leaves and those of A that came before the next one go). An event is what the
  * daemon does for it: the call, then schedule_cb()'s pass (sched_next() until it has nothing,
  * sched_next_timer()).
  *   arrive     a request arrives, and waits
@@ -34,6 +36,7 @@ enum { A, B, C, N_ENGINES };
 static Sched s;
 static SchedRequest *reqs;
 static size_t *waiting, n_waiting; /* indexes into reqs of the waiting ones, for picking one */
+static size_t *pos;                /* of each request in waiting */
 static size_t n_reqs;
 static usec_t now;
 static unsigned long long rnd = 88172645463325252ULL;
@@ -46,11 +49,25 @@ static size_t pick(size_t n) {
         return (size_t)(rnd % n);
 }
 
+static void unlist(size_t i) {
+        size_t last = waiting[--n_waiting];
+
+        waiting[pos[i]] = last;
+        pos[last] = pos[i];
+}
+
 static void pass(void) {
         SchedAction a;
 
         while (sched_next(&s, now, &a))
-                if (a.type == SCHED_GO || a.type == SCHED_START || a.type == SCHED_FAIL) {
+                switch (a.type) {
+                case SCHED_WAIT:
+                case SCHED_ABANDON:
+                        break;
+                case SCHED_GO: /* the switch's first client left: A's older than the new first go */
+                        unlist((size_t)(a.req - reqs));
+                        break;
+                default:
                         fprintf(stderr, "unexpected action %d: the setup is wrong\n", a.type);
                         exit(EXIT_FAILURE);
                 }
@@ -65,15 +82,16 @@ static void arrive(void) {
                 fprintf(stderr, "request %zu went at once: the setup is wrong\n", i);
                 exit(EXIT_FAILURE);
         }
+        pos[i] = n_waiting;
         waiting[n_waiting++] = i;
         pass();
 }
 
 static void leave(void) {
-        size_t k = pick(n_waiting), i = waiting[k];
+        size_t i = waiting[pick(n_waiting)];
 
         now += USEC_PER_MSEC;
-        waiting[k] = waiting[--n_waiting];
+        unlist(i);
         sched_remove(&s, now, &reqs[i]);
         pass();
 }
@@ -90,14 +108,15 @@ static double cpu_ns(void) {
 }
 
 static void measure(const char *kind, void (*event)(void), size_t k) {
-        double t0;
+        double t0, t1;
 
         CALLGRIND_ZERO_STATS;
         t0 = cpu_ns();
         for (size_t j = 0; j < k; j++)
                 event();
-        printf("%s %zu %.0f\n", kind, k, (cpu_ns() - t0) / (double)k);
+        t1 = cpu_ns();
         CALLGRIND_DUMP_STATS_AT(kind);
+        printf("%s %zu %.0f\n", kind, k, (t1 - t0) / (double)k);
 }
 
 int main(int argc, char *argv[]) {
@@ -113,7 +132,8 @@ int main(int argc, char *argv[]) {
         }
         reqs = calloc(n + 2 * k + 1, sizeof(SchedRequest));
         waiting = calloc(n + 2 * k + 1, sizeof(size_t));
-        if (!reqs || !waiting || sched_init(&s, &config, N_ENGINES) < 0)
+        pos = calloc(n + 2 * k + 1, sizeof(size_t));
+        if (!reqs || !waiting || !pos || sched_init(&s, &config, N_ENGINES) < 0)
                 return EXIT_FAILURE;
 
         /* A comes up for request 0, which streams for the whole run */
@@ -135,5 +155,6 @@ int main(int argc, char *argv[]) {
         sched_done(&s);
         free(reqs);
         free(waiting);
+        free(pos);
         return sink == 42 ? 2 : EXIT_SUCCESS;
 }

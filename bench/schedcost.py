@@ -8,7 +8,7 @@ bench/sched.c is built twice with gcc -O2: against src/modelgated/sched.c of the
 one of REV (by default the last commit whose scheduler walked every request on each event), taken with
 `git archive` with the src/shared headers of its time. Each runs the same events on the same host
 (bench/sched.c says which): CPU time per event, the median of ROUNDS runs alternating the two, and
-instructions per event under callgrind, which are the same from run to run."""
+instructions per event under callgrind, which move by less than 0.1 % from run to run."""
 
 import glob
 import os
@@ -16,6 +16,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.dont_write_bytecode = True
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -117,7 +118,7 @@ def report(res):
              " comment asks `sched_ahead()`. Before: `src/modelgated/sched.c` of %s, which walked the requests"
              " on each of these; after: of %s. CPU time: the thread's, over %d events of each kind, the median"
              " of %d runs alternating the two builds (gcc -O2); instructions: callgrind, each kind's events"
-             " counted apart, the same from run to run." % (
+             " counted apart (they move by less than 0.1 %% from run to run)." % (
                  res["waiting"], res["before_rev"], res["after_rev"], res["events"], res["rounds"]), "",
              "| event | before: CPU per event | instructions | after: CPU per event | instructions | instructions before/after |",
              "|---|---|---|---|---|---|"]
@@ -125,7 +126,7 @@ def report(res):
     for k in KINDS:
         lines.append("| %s | %.1f µs | %s | %.2f µs | %s | %s |" % (
             k, b[k]["ns"] / 1e3, ir(b[k]["ir"]), a[k]["ns"] / 1e3, ir(a[k]["ir"]), ratio(b[k]["ir"], a[k]["ir"])))
-    lines += ["", "Measured by `bench/schedcost.py` (also part of `bench/run`).", ""]
+    lines += ["", "Measured by `bench/schedcost.py` (also part of `bench/run`) on %s." % time.strftime("%Y-%m-%d"), ""]
     return lines
 
 
