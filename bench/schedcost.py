@@ -62,6 +62,15 @@ def callgrind(exe):
         return res
 
 
+def after_rev():
+    """the tree's commit, and whether its scheduler differs from it"""
+    rev = subprocess.run(["git", "-C", TOP, "rev-parse", "--short", "HEAD"], capture_output=True,
+                         text=True).stdout.strip() or "the tree"
+    changed = subprocess.run(["git", "-C", TOP, "diff", "--quiet", "HEAD", "--", "src/modelgated/sched.c",
+                              "src/modelgated/sched.h", "src/shared"]).returncode != 0
+    return rev + (" with changes to the scheduler not committed" if changed else "")
+
+
 def measure(before=BEFORE):
     """the numbers, or {"skipped": why} (no git history to take the old scheduler from, no gcc)"""
     try:
@@ -86,8 +95,7 @@ def measure_both(before):
                 times[v][k].append(ns)
     res = {"before_rev": subprocess.run(["git", "-C", TOP, "rev-parse", "--short", before], capture_output=True,
                                         text=True, check=True).stdout.strip(),
-           "after_rev": subprocess.run(["git", "-C", TOP, "describe", "--always", "--dirty"], capture_output=True,
-                                       text=True).stdout.strip(),
+           "after_rev": after_rev(),
            "waiting": WAITING, "events": EVENTS, "rounds": ROUNDS}
     for v in exes:
         res[v] = {k: {"ns": statistics.median(times[v][k])} for k in KINDS}
