@@ -254,8 +254,10 @@ fail:
 Host *host_free(Host *h) {
         if (!h)
                 return NULL;
-        LIST_FOREACH (requests, r, h->sched.requests)
-                container_of(r, HostWaiter, req)->host = NULL;
+        const SchedQueue *queues[] = {&h->sched.waiting, &h->sched.in_flight, &h->sched.failed};
+        for (size_t i = 0; i < ELEMENTSOF(queues); i++)
+                LIST_FOREACH (requests, r, queues[i]->head)
+                        container_of(r, HostWaiter, req)->host = NULL;
         while (h->riders) {
                 HostWaiter *w = h->riders;
                 LIST_REMOVE(riders, h->riders, w);

@@ -15,6 +15,7 @@
  * "queue behind a pending switch", they take turns. */
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "shared/list.h"
@@ -32,15 +33,32 @@ typedef enum SchedRequestState {
         SCHED_FAILED, /* to be answered with fail_status by the next sched_next() */
 } SchedRequestState;
 
-/* Embedded in whatever the caller uses for a request; the caller owns the memory. */
+/* Embedded in whatever the caller uses for a request; the caller owns the memory, the scheduler the links:
+ * requests in the queue of its state (waiting, in flight, failed), and while it waits, queue in its
+ * engine's queue and tree_* in the tree of the waiting by arrival. */
 typedef struct SchedRequest {
         LIST_FIELDS(struct SchedRequest, requests);
+        LIST_FIELDS(struct SchedRequest, queue);
+        struct SchedRequest *tree_parent, *tree_left, *tree_right;
+        unsigned tree_size; /* of its subtree, itself included */
+        uint64_t seq;       /* arrival order */
         size_t engine;
         usec_t arrived;
         SchedRequestState state;
         int fail_status;
         bool background; /* modelgate's own (a warm-up): not traffic for the idle clock */
 } SchedRequest;
+
+/* Requests in arrival order, first and last. */
+typedef struct SchedQueue {
+        SchedRequest *head, *tail;
+} SchedQueue;
+
+typedef struct SchedEngine {
+        SchedQueue waiting; /* its waiting requests (linked by queue) */
+        unsigned n_waiting;
+        bool abandoned; /* an ABANDON to report */
+} SchedEngine;
 
 typedef enum SchedActionType {
         SCHED_NONE,
@@ -64,7 +82,14 @@ typedef struct SchedAction {
 typedef struct Sched {
         SchedConfig config;
         size_t n_engines;
-        SchedRequest *requests; /* waiting, in flight and failed, in arrival order */
+        SchedEngine *engines;
+        /* each request in one of these (linked by requests), by its state */
+        SchedQueue waiting;   /* in arrival order */
+        SchedQueue in_flight; /* in no order */
+        SchedQueue failed;    /* to be answered, in arrival order */
+        SchedRequest *tree;   /* the waiting ones again, by arrival, counted: sched_ahead() */
+        uint64_t next_seq;
+        usec_t last_arrived;
         unsigned n_waiting, n_in_flight;
 
         ssize_t running;     /* the engine that is up, -1 for none */
@@ -75,13 +100,18 @@ typedef struct Sched {
         bool down;           /* the host is down: no switches, no idle stop */
         ssize_t wait_logged; /* the pending switch whose wait was logged */
         bool stop_requested; /* StopEngine(): stop the running engine once nothing is in flight or waiting */
-        bool *abandoned;     /* per engine: an ABANDON to report */
 } Sched;
+
+/* The steps the schedulers' loops have taken (a request, an engine or a tree node visited), all of them
+ * together: what the tests count to show that no call walks the waiting requests. */
+extern uint64_t sched_steps;
 
 int sched_init(Sched *s, const SchedConfig *config, size_t n_engines);
 void sched_done(Sched *s);
 
-/* A request for engine arrives. true: it may go at once (it is in flight); false: it waits. */
+/* A request for engine arrives. true: it may go at once (it is in flight); false: it waits. now never goes
+ * back from one call to the next (CLOCK_MONOTONIC): the queues are in arrival order, and so in the order of
+ * their budgets' ends. */
 bool sched_add(Sched *s, usec_t now, SchedRequest *r, size_t engine);
 /* A request ended (answered, or its client went away): in flight, waiting or failed. */
 void sched_remove(Sched *s, usec_t now, SchedRequest *r);
@@ -120,5 +150,6 @@ usec_t sched_idle_stop_at(const Sched *s);
  * engine (an alias sends nobody else there meanwhile). */
 bool sched_switch_pending(const Sched *s);
 
-/* Requests ahead of r: those in flight, and those waiting that arrived before it. */
+/* Requests ahead of r: those in flight, and those waiting that arrived before it (all of them when r has
+ * been answered or removed). */
 unsigned sched_ahead(const Sched *s, const SchedRequest *r);

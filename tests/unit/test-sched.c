@@ -1,12 +1,16 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The switch scheduler on a fake clock: one test per rule of SPEC §5, and the seed's two-client
  * timeline with every switch time as the rules predict. Actions are written as short words so a test
- * reads as the sequence it expects: "go:r0 start:B/r1 wait:B/r1 fail:r2:504 stop:A abandon:B". */
+ * reads as the sequence it expects: "go:r0 start:B/r1 wait:B/r1 fail:r2:504 stop:A abandon:B".
+ * Then 10 000 waiting requests through the rules, with the steps each call takes counted, and random
+ * events given to the scheduler and to the one before issue 26 (sched-reference.c), which must answer
+ * alike. */
 
 #include <stdio.h>
 
 #include "modelgated/sched.h"
 #include "tests.h"
+#include "unit/sched-reference.h"
 
 #define S(x) ((usec_t)(x)*USEC_PER_SEC)
 enum { A, B, C };
@@ -365,6 +369,338 @@ TEST(seed_timeline_two_clients_take_turns) {
         sched_engine_up(&s, S(72), A);
         ASSERT_STREQ(run(&s, S(72)), "go:r2");
         sched_done(&s);
+}
+
+/* 10 000 waiting requests, as many as bench/run keeps waiting for an engine. The steps of every call are
+ * counted: the scheduler before issue 26 walked all the requests in each, 10 000 steps and more. */
+#define MANY 10000
+/* a call's steps: the tree's depth (about 2 ln 10 000 = 18 on average) twice, the engines a few times */
+#define MAX_STEPS 100
+static SchedRequest many[MANY + 1];
+static uint64_t max_steps, steps_before;
+
+static void step_start(void) {
+        steps_before = sched_steps;
+}
+
+static void step_end(void) {
+        max_steps = MAX(max_steps, sched_steps - steps_before);
+}
+
+/* One sched_next(), its steps counted. */
+static bool next_many(Sched *s, usec_t now, SchedAction *a) {
+        bool r;
+
+        step_start();
+        r = sched_next(s, now, a);
+        step_end();
+        return r;
+}
+
+static int id_of(const SchedAction *a) {
+        return a->req ? (int)(a->req - many) : -1;
+}
+
+/* The next action is type for engine and request id (-1: any). */
+static void expect_many(Sched *s, usec_t now, SchedActionType type, ssize_t engine, int id) {
+        SchedAction a;
+
+        if (!next_many(s, now, &a))
+                FAIL("no action, expected %d:%zd/r%d", type, engine, id);
+        if (a.type != type || a.engine != engine || (id >= 0 && id_of(&a) != id))
+                FAIL("action %d:%zd/r%d, expected %d:%zd/r%d", a.type, a.engine, id_of(&a), type, engine,
+                     id);
+}
+
+static void expect_nothing(Sched *s, usec_t now) {
+        SchedAction a;
+
+        if (next_many(s, now, &a))
+                FAIL("unexpected action %d:%zd/r%d", a.type, a.engine, id_of(&a));
+}
+
+static size_t engine_of(int i) {
+        return (size_t)i % 3; /* 1 B, 2 C, 3 A, 4 B, ... */
+}
+
+static bool gone(int i) {
+        return i % 10 == 0; /* their clients went away while they waited */
+}
+
+/* The ones for engine go, in arrival order, then they end. */
+static void serve_all(Sched *s, usec_t now, size_t engine) {
+        for (int i = 1; i <= MANY; i++)
+                if (engine_of(i) == engine && !gone(i))
+                        expect_many(s, now, SCHED_GO, (ssize_t)engine, i);
+        for (int i = 1; i <= MANY; i++)
+                if (engine_of(i) == engine && !gone(i)) {
+                        step_start();
+                        sched_remove(s, now + S(1), &many[i]);
+                        step_end();
+                        ASSERT_EQ(sched_ahead(s, &many[i]), s->n_in_flight + s->n_waiting);
+                }
+}
+
+TEST(ten_thousand_waiting_take_turns_by_the_rules) {
+        Sched s;
+        usec_t t0 = S(100), t;
+        unsigned ahead;
+
+        max_steps = 0;
+        setup(&s, S(30), S(60), S(900));
+        ASSERT_TRUE(!sched_add(&s, 0, &many[0], A));
+        expect_many(&s, 0, SCHED_START, A, 0);
+        sched_engine_up(&s, 0, A);
+        expect_many(&s, 0, SCHED_GO, A, 0);
+
+        /* past A's hold-down, with many[0] streaming: B, C, A, B, ... all wait, A's behind B's switch */
+        for (int i = 1; i <= MANY; i++) {
+                step_start();
+                ASSERT_TRUE(!sched_add(&s, t0 + (usec_t)i * USEC_PER_MSEC, &many[i], engine_of(i)));
+                step_end();
+                if (i == 1)
+                        expect_many(&s, t0 + USEC_PER_MSEC, SCHED_WAIT, B, 1);
+                expect_nothing(&s, t0 + (usec_t)i * USEC_PER_MSEC);
+        }
+        ASSERT_EQ(s.n_waiting, MANY);
+        ASSERT_TRUE(sched_switch_pending(&s));
+        step_start(); /* the first to spend its budget is the first to come */
+        ASSERT_EQ(sched_next_timer(&s, t0 + S(10)), t0 + USEC_PER_MSEC + S(900));
+        step_end();
+
+        /* each has the one in flight and every earlier arrival ahead; then some leave, from the middle */
+        for (int i = 1; i <= MANY; i++) {
+                step_start();
+                ASSERT_EQ(sched_ahead(&s, &many[i]), (unsigned)i);
+                step_end();
+        }
+        for (int i = 1; i <= MANY; i++)
+                if (gone(i)) {
+                        step_start();
+                        sched_remove(&s, t0 + S(15), &many[i]);
+                        step_end();
+                }
+        expect_nothing(&s, t0 + S(15));
+        ahead = 1;
+        for (int i = 1; i <= MANY; i++) {
+                step_start();
+                ASSERT_EQ(sched_ahead(&s, &many[i]), gone(i) ? 1 + s.n_waiting : ahead);
+                step_end();
+                ahead += !gone(i);
+        }
+
+        /* rule 1: the stream ends, B starts; B up serves its own in order, C's switch waits (rule 4) */
+        t = t0 + S(20);
+        sched_remove(&s, t, &many[0]);
+        expect_many(&s, t, SCHED_START, B, 1);
+        expect_nothing(&s, t);
+        sched_engine_up(&s, t + S(2), B);
+        serve_all(&s, t + S(2), B);
+        expect_many(&s, t + S(2), SCHED_WAIT, C, 2);
+        expect_nothing(&s, t + S(3));
+        /* rule 2: C's switch once B's hold-down is over, then A's once C's is */
+        ASSERT_EQ(sched_next_timer(&s, t + S(3)), t + S(32));
+        expect_nothing(&s, t + S(32) - 1);
+        expect_many(&s, t + S(32), SCHED_START, C, 2);
+        sched_engine_up(&s, t + S(34), C);
+        serve_all(&s, t + S(34), C);
+        expect_many(&s, t + S(34), SCHED_WAIT, A, 3);
+        expect_many(&s, t + S(64), SCHED_START, A, 3);
+        sched_engine_up(&s, t + S(66), A);
+        serve_all(&s, t + S(66), A);
+        expect_nothing(&s, t + S(67));
+        ASSERT_EQ(s.n_waiting, 0);
+        ASSERT_TRUE(!sched_switch_pending(&s));
+        /* rule 9: A idle for IdleStopSec= after its last request */
+        ASSERT_EQ(sched_next_timer(&s, t + S(67)), t + S(67) + S(60));
+        expect_nothing(&s, t + S(126));
+        expect_many(&s, t + S(127), SCHED_STOP, A, -1);
+        sched_done(&s);
+        ASSERT_TRUE(max_steps <= MAX_STEPS);
+}
+
+TEST(ten_thousand_budgets_end_in_arrival_order) {
+        Sched s;
+        usec_t t0 = S(100);
+
+        max_steps = 0;
+        setup(&s, S(30), USEC_INFINITY, S(900));
+        ASSERT_TRUE(!sched_add(&s, 0, &many[0], A));
+        expect_many(&s, 0, SCHED_START, A, 0);
+        sched_engine_up(&s, 0, A);
+        expect_many(&s, 0, SCHED_GO, A, 0);
+        for (int i = 1; i <= MANY; i++) {
+                step_start();
+                ASSERT_TRUE(!sched_add(&s, t0 + (usec_t)(i / 2) * USEC_PER_MSEC, &many[i], B + i % 2));
+                step_end();
+        }
+        expect_many(&s, t0, SCHED_WAIT, C, 1);
+        /* the stream never ends: rule 5 answers each at its budget, two at a time (they came in pairs),
+         * and rule 6 drops a switch whose last client that was */
+        for (int i = 1; i <= MANY; i++) {
+                usec_t deadline = t0 + (usec_t)(i / 2) * USEC_PER_MSEC + S(900);
+
+                step_start();
+                ASSERT_EQ(sched_next_timer(&s, deadline - 1), deadline);
+                step_end();
+                if (i % 2 == 0 || i == 1)
+                        expect_nothing(&s, deadline - 1);
+                expect_many(&s, deadline, SCHED_FAIL, B + i % 2, i);
+                if (i == 1) /* the next switch pending is B's now */
+                        expect_many(&s, deadline, SCHED_WAIT, B, 2);
+                if (i >= MANY - 1)
+                        expect_many(&s, deadline, SCHED_ABANDON, B + i % 2, -1);
+        }
+        expect_nothing(&s, t0 + S(2000));
+        ASSERT_EQ(s.n_waiting, 0);
+        ASSERT_EQ(sched_next_timer(&s, t0 + S(2000)), USEC_INFINITY);
+        sched_done(&s);
+        ASSERT_TRUE(max_steps <= MAX_STEPS);
+}
+
+/* Random events, the same to both schedulers, and after each the same answers from both: every action
+ * sched_next() has, the timer, ahead and state of every request, the counts. Times often repeat (arrivals
+ * at the same microsecond), and the events need not make sense (an engine up that nobody started): the
+ * two must agree on anything. */
+#define SLOTS 48
+static SchedRequest fast[SLOTS];
+static RefRequest slow[SLOTS];
+static bool used[SLOTS], held[SLOTS]; /* ever added; the scheduler's (not answered or removed) */
+static uint64_t seed;
+
+static unsigned rnd(unsigned n) {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        return (unsigned)(seed % n);
+}
+
+static usec_t rnd_config(void) {
+        static const usec_t values[] = {0, S(5), S(30), S(120), USEC_INFINITY};
+        return values[rnd(ELEMENTSOF(values))];
+}
+
+static void compare_state(Sched *s, RefSched *r, usec_t now, const char *what) {
+        if (sched_next_timer(s, now) != ref_sched_next_timer(r, now))
+                FAIL("%s: timer %llu != %llu", what, (unsigned long long)sched_next_timer(s, now),
+                     (unsigned long long)ref_sched_next_timer(r, now));
+        ASSERT_EQ(s->n_waiting, r->n_waiting);
+        ASSERT_EQ(s->n_in_flight, r->n_in_flight);
+        ASSERT_EQ(sched_switch_pending(s), ref_sched_switch_pending(r));
+        ASSERT_EQ(sched_hold_down_until(s, now), ref_sched_hold_down_until(r, now));
+        ASSERT_EQ(sched_idle_stop_at(s), ref_sched_idle_stop_at(r));
+        for (int i = 0; i < SLOTS; i++)
+                if (used[i]) {
+                        ASSERT_EQ(fast[i].state, slow[i].state);
+                        if (sched_ahead(s, &fast[i]) != ref_sched_ahead(r, &slow[i]))
+                                FAIL("%s: r%d ahead %u != %u", what, i, sched_ahead(s, &fast[i]),
+                                     ref_sched_ahead(r, &slow[i]));
+                }
+}
+
+/* Both schedulers' actions until they have none, one by one alike; whatever is answered is let go. */
+static void compare_run(Sched *s, RefSched *r, usec_t now, ssize_t *target) {
+        SchedAction a;
+        RefAction b;
+
+        for (;;) {
+                bool more = sched_next(s, now, &a);
+                int ia = a.req ? (int)(a.req - fast) : -1;
+
+                ASSERT_EQ(more, ref_sched_next(r, now, &b));
+                if (!more)
+                        break;
+                if (a.type != b.type || ia != (b.req ? (int)(b.req - slow) : -1) || a.engine != b.engine ||
+                    a.status != b.status || a.idle_for != b.idle_for || a.requested != b.requested)
+                        FAIL("action %d:%zd/r%d:%d, reference %d:%zd/r%td:%d", a.type, a.engine, ia,
+                             a.status, b.type, b.engine, b.req ? b.req - slow : -1, b.status);
+                if (a.type == SCHED_FAIL)
+                        held[ia] = false;
+                if (a.type == SCHED_START)
+                        *target = a.engine;
+        }
+}
+
+static void random_events(uint64_t run, size_t n_engines, unsigned n_events) {
+        SchedConfig c = {.hold_down = rnd_config(), .idle_stop = rnd_config(), .wait_budget = rnd_config()};
+        Sched s;
+        RefSched r;
+        usec_t now = 0;
+        ssize_t target = -1;
+        char what[64];
+
+        ASSERT_OK(sched_init(&s, &c, n_engines));
+        ASSERT_OK(ref_sched_init(&r, &c, n_engines));
+        memset(used, 0, sizeof(used));
+        memset(held, 0, sizeof(held));
+        for (unsigned e = 0; e < n_events; e++) {
+                unsigned op = rnd(100), i = rnd(SLOTS);
+                size_t engine = rnd((unsigned)n_engines);
+
+                snprintf(what, sizeof(what), "run %llu event %u op %u", (unsigned long long)run, e, op);
+                if (rnd(3) > 0)
+                        now += rnd(4) == 0 ? rnd(200) * USEC_PER_SEC : rnd(3) * USEC_PER_SEC;
+                if (op < 40) { /* a request arrives, in a slot that is free */
+                        if (held[i])
+                                continue;
+                        ASSERT_EQ(sched_add(&s, now, &fast[i], engine),
+                                  ref_sched_add(&r, now, &slow[i], engine));
+                        used[i] = held[i] = true;
+                        if (fast[i].state == SCHED_IN_FLIGHT && rnd(8) == 0)
+                                fast[i].background = slow[i].background = true;
+                } else if (op < 65) { /* one ends: answered, or its client went away */
+                        if (!held[i] && !(used[i] && rnd(4) == 0)) /* now and then one removed twice */
+                                continue;
+                        sched_remove(&s, now, &fast[i]);
+                        ref_sched_remove(&r, now, &slow[i]);
+                        held[i] = false;
+                } else if (op < 75) { /* the started engine is up, mostly; sometimes another */
+                        size_t up = target >= 0 && rnd(4) > 0 ? (size_t)target : engine;
+                        sched_engine_up(&s, now, up);
+                        ref_sched_engine_up(&r, now, up);
+                        target = -1;
+                } else if (op < 79) {
+                        sched_engine_down(&s, now);
+                        ref_sched_engine_down(&r, now);
+                } else if (op < 83) {
+                        int status = rnd(2) ? 423 : 502;
+                        ssize_t still = rnd(2) ? -1 : (ssize_t)engine;
+                        sched_switch_failed(&s, now, status, still);
+                        ref_sched_switch_failed(&r, now, status, still);
+                        target = -1;
+                } else if (op < 86) {
+                        bool down = rnd(2);
+                        sched_host_down(&s, down);
+                        ref_sched_host_down(&r, down);
+                } else if (op < 88) {
+                        sched_engine_starting(&s, engine);
+                        ref_sched_engine_starting(&r, engine);
+                } else if (op < 89) {
+                        sched_engine_stopping(&s);
+                        ref_sched_engine_stopping(&r);
+                } else if (op < 92) {
+                        sched_request_stop(&s);
+                        ref_sched_request_stop(&r);
+                } else if (op < 94) { /* a reload */
+                        c = (SchedConfig){.hold_down = rnd_config(),
+                                          .idle_stop = rnd_config(),
+                                          .wait_budget = rnd_config()};
+                        s.config = r.config = c;
+                }
+                /* the daemon's schedule_cb() runs after most events, not after every one */
+                if (rnd(4) > 0)
+                        compare_run(&s, &r, now, &target);
+                compare_state(&s, &r, now, what);
+        }
+        sched_done(&s);
+        ref_sched_done(&r);
+}
+
+TEST(random_events_get_the_answers_of_the_scheduler_before_issue_26) {
+        for (uint64_t run = 1; run <= 400; run++) {
+                seed = run * UINT64_C(0x9e3779b97f4a7c15);
+                random_events(run, 2 + run % 3, 1500);
+        }
 }
 
 TESTS_MAIN
