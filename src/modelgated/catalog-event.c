@@ -80,52 +80,58 @@ out:
         return r;
 }
 
+int catalog_status_apply_entry(json_object *e, const CatalogStatus *s) {
+        json_object *st, *v;
+        bool failed = streq(s->status, "unloaded") && s->exit_code != 0;
+
+        if (!json_object_is_type(e, json_type_object))
+                return 0;
+        if (!json_object_object_get_ex(e, "status", &st) || !json_object_is_type(st, json_type_object)) {
+                st = json_object_new_object();
+                if (!st)
+                        return -ENOMEM;
+                json_object_object_add(e, "status", st);
+        }
+        const char *old =
+                json_object_object_get_ex(st, "value", &v) && json_object_is_type(v, json_type_string)
+                        ? json_object_get_string(v)
+                        : "";
+        if (s->only_unloaded && !streq(old, "unloaded"))
+                return 0;
+        if (streq(old, s->status) && !failed && !json_object_object_get_ex(st, "failed", NULL) && !s->info)
+                return 0;
+        json_object_object_add(st, "value", json_object_new_string(s->status));
+        /* llama.cpp lists a failed load as unloaded with "exit_code" and "failed":true */
+        json_object_object_del(st, "exit_code");
+        json_object_object_del(st, "failed");
+        if (failed) {
+                json_object_object_add(st, "exit_code", json_object_new_int(s->exit_code));
+                json_object_object_add(st, "failed", json_object_new_boolean(true));
+        }
+        if (s->info) {
+                json_object_object_foreach(s->info, k, val) {
+                        if (!json_object_object_get_ex(e, k, NULL))
+                                json_object_object_add(e, k, json_object_get(val));
+                }
+        }
+        /* what a running model's process told about itself goes with it */
+        if (streq(s->status, "unloaded"))
+                json_object_object_del(e, "meta");
+        return 1;
+}
+
 int catalog_status_apply(json_object *models, const CatalogStatus *s) {
         json_object *list;
 
         if (!json_object_object_get_ex(models, "data", &list) || !json_object_is_type(list, json_type_array))
                 return -EBADMSG;
         for (size_t i = 0; i < json_object_array_length(list); i++) {
-                json_object *e = json_object_array_get_idx(list, i), *id, *st, *v;
-                bool failed = streq(s->status, "unloaded") && s->exit_code != 0;
+                json_object *e = json_object_array_get_idx(list, i), *id;
 
                 if (!json_object_is_type(e, json_type_object) || !json_object_object_get_ex(e, "id", &id) ||
                     !json_object_is_type(id, json_type_string) || !streq(json_object_get_string(id), s->key))
                         continue;
-                if (!json_object_object_get_ex(e, "status", &st) ||
-                    !json_object_is_type(st, json_type_object)) {
-                        st = json_object_new_object();
-                        if (!st)
-                                return 0;
-                        json_object_object_add(e, "status", st);
-                }
-                const char *old = json_object_object_get_ex(st, "value", &v) &&
-                                                  json_object_is_type(v, json_type_string)
-                                          ? json_object_get_string(v)
-                                          : "";
-                if (s->only_unloaded && !streq(old, "unloaded"))
-                        return 0;
-                if (streq(old, s->status) && !failed && !json_object_object_get_ex(st, "failed", NULL) &&
-                    !s->info)
-                        return 0;
-                json_object_object_add(st, "value", json_object_new_string(s->status));
-                /* llama.cpp lists a failed load as unloaded with "exit_code" and "failed":true */
-                json_object_object_del(st, "exit_code");
-                json_object_object_del(st, "failed");
-                if (failed) {
-                        json_object_object_add(st, "exit_code", json_object_new_int(s->exit_code));
-                        json_object_object_add(st, "failed", json_object_new_boolean(true));
-                }
-                if (s->info) {
-                        json_object_object_foreach(s->info, k, val) {
-                                if (!json_object_object_get_ex(e, k, NULL))
-                                        json_object_object_add(e, k, json_object_get(val));
-                        }
-                }
-                /* what a running model's process told about itself goes with it */
-                if (streq(s->status, "unloaded"))
-                        json_object_object_del(e, "meta");
-                return 1;
+                return catalog_status_apply_entry(e, s);
         }
         return 0;
 }

@@ -35,3 +35,6 @@ void catalog_status_done(CatalogStatus *s);
  * and a loaded model's "info" fields where absent. 1: changed; 0: no such entry, or nothing to change;
  * -EBADMSG: not a model list. */
 int catalog_status_apply(json_object *models, const CatalogStatus *s);
+/* The same for one entry of such a list (an object; s->key is not compared): 1: changed; 0: nothing to
+ * change; -ENOMEM. */
+int catalog_status_apply_entry(json_object *entry, const CatalogStatus *s);
