@@ -4,10 +4,10 @@
  * after it, so no change is missed) and the /models/sse feed (reconnected
  * with backoff). Both go to the running engine's URL for a host with engines,
  * else to the host's URL. Both are bounded in what they may cost the loop
- * (SPEC §6: no host's feed or list takes more than its share of a turn): the
- * list is read entry by entry as it arrives (catalog-list.h) up to
- * CATALOG_MODELS_MAX models, and a feed event re-reads and re-writes the one
- * entry it names. */
+ * (SPEC §6: no host's feed or list takes more than its share of a turn): each
+ * reads CATALOG_READ_BUDGET a turn, the list is read entry by entry as it
+ * arrives (catalog-list.h) up to CATALOG_MODELS_MAX models, and a feed event
+ * re-reads and re-writes the one entry it names. */
 
 #include <assert.h>
 #include <json-c/json.h>
@@ -32,6 +32,9 @@
 #define CATALOG_FEED_RETRY_MAX_USEC (30 * USEC_PER_SEC)
 /* one event is one line; llama.cpp's largest is a loaded model's own entry */
 #define CATALOG_FEED_LINE_MAX (64 * 1024)
+/* Read from the list or the feed in one turn of the loop: each byte of them is JSON to parse (about 2
+ * µs per 100 bytes here), where a relayed answer's bytes are only copied */
+#define CATALOG_READ_BUDGET (16 * 1024)
 
 struct Catalog {
         sd_event *event;
@@ -315,6 +318,7 @@ static void catalog_fetch(Catalog *c) {
                 fetch_finished(c, false);
                 return;
         }
+        upstream_set_read_budget(c->fetch, CATALOG_READ_BUDGET);
         (void)upstream_set_deadline(c->fetch, CATALOG_FETCH_TIMEOUT_USEC);
 }
 
@@ -477,7 +481,8 @@ static void feed_connect(Catalog *c) {
             upstream_start(c->pool, url, &req, false, &feed_callbacks, c, &c->feed) < 0) {
                 c->feed = NULL;
                 feed_schedule(c);
-        }
+        } else
+                upstream_set_read_budget(c->feed, CATALOG_READ_BUDGET);
         buffer_done(&req);
 }
 
