@@ -38,3 +38,9 @@ int catalog_status_apply(json_object *models, const CatalogStatus *s);
 /* The same for one entry of such a list (an object; s->key is not compared): 1: changed; 0: nothing to
  * change; -ENOMEM. */
 int catalog_status_apply_entry(json_object *entry, const CatalogStatus *s);
+
+/* catalog_relabel_event() and catalog_status_parse() of one event, which is parsed once, with tok (a
+ * tokener kept for it: one per event would be most of an event's cost). *ret_status is the event's status,
+ * or has a NULL key when the event sets none. 0; -EBADMSG: not an event; -ENOMEM. */
+int catalog_event_read(json_tokener *tok, const char *host, const char *json, size_t n, Buffer *out,
+                       bool *ret_changes, CatalogStatus *ret_status);

@@ -53,6 +53,7 @@ struct CatalogList {
         size_t n_elements; /* every element of "data" so far, with an id or not: what max_entries bounds */
         CountMap *by_id;   /* id → 1 + the first entry with that id */
         CountMap *names;   /* the ids and the aliases */
+        json_tokener *apply_tok; /* for catalog_list_apply(): one per event would cost more than its entry */
         uint64_t entry_parses;
 
         ReadState state;
@@ -103,6 +104,8 @@ CatalogList *catalog_list_free(CatalogList *l) {
         count_map_free(l->names);
         if (l->tok)
                 json_tokener_free(l->tok);
+        if (l->apply_tok)
+                json_tokener_free(l->apply_tok);
         pending_free(l);
         return mfree(l);
 }
@@ -509,16 +512,15 @@ bool catalog_list_equal(const CatalogList *a, const CatalogList *b) {
 }
 
 static int entry_apply(CatalogList *l, size_t i, const CatalogStatus *s) {
-        json_tokener *tok = json_tokener_new();
         const ListEntry *e = &l->entries[i];
         json_object *o;
         int r;
 
-        if (!tok)
+        if (!l->apply_tok && !(l->apply_tok = json_tokener_new()))
                 return -ENOMEM;
+        json_tokener_reset(l->apply_tok);
         l->entry_parses++;
-        o = json_tokener_parse_ex(tok, entry_text(l, e), (int)MIN(e->len, (size_t)INT32_MAX));
-        json_tokener_free(tok);
+        o = json_tokener_parse_ex(l->apply_tok, entry_text(l, e), (int)MIN(e->len, (size_t)INT32_MAX));
         if (!o)
                 return 0; /* it parsed when it was read */
         r = catalog_status_apply_entry(o, s);

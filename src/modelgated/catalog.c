@@ -5,9 +5,9 @@
  * with backoff). Both go to the running engine's URL for a host with engines,
  * else to the host's URL. Both are bounded in what they may cost the loop
  * (SPEC §6: no host's feed or list takes more than its share of a turn): each
- * reads CATALOG_READ_BUDGET a turn, the list is read entry by entry as it
- * arrives (catalog-list.h) up to CATALOG_MODELS_MAX models, and a feed event
- * re-reads and re-writes the one entry it names. */
+ * reads its budget a turn (CATALOG_*_BUDGET), the list is read entry by entry
+ * as it arrives (catalog-list.h) up to CATALOG_MODELS_MAX models, and a feed
+ * event re-reads and re-writes the one entry it names. */
 
 #include <assert.h>
 #include <json-c/json.h>
@@ -32,9 +32,12 @@
 #define CATALOG_FEED_RETRY_MAX_USEC (30 * USEC_PER_SEC)
 /* one event is one line; llama.cpp's largest is a loaded model's own entry */
 #define CATALOG_FEED_LINE_MAX (64 * 1024)
-/* Read from the list or the feed in one turn of the loop: each byte of them is JSON to parse (about 2
- * µs per 100 bytes here), where a relayed answer's bytes are only copied */
-#define CATALOG_READ_BUDGET (16 * 1024)
+/* Read from the list or the feed in one turn of the loop: their bytes are JSON to parse, where a relayed
+ * answer's are only copied. An event costs more than its bytes of list (two parses and two writes, about
+ * 10 µs for 130 bytes here), and a feed may never stop, where a list is read now and then: 2 KiB of feed
+ * is about 150 µs of a turn under a flood. */
+#define CATALOG_LIST_BUDGET (16 * 1024)
+#define CATALOG_FEED_BUDGET (2 * 1024)
 
 struct Catalog {
         sd_event *event;
@@ -61,7 +64,8 @@ struct Catalog {
 
         Upstream *feed;
         Buffer feed_line;
-        bool feed_skip; /* the rest of a line too long to keep */
+        json_tokener *tok; /* for its events, one after another */
+        bool feed_skip;    /* the rest of a line too long to keep */
         sd_event_source *feed_retry;
         usec_t feed_backoff;
 
@@ -318,7 +322,7 @@ static void catalog_fetch(Catalog *c) {
                 fetch_finished(c, false);
                 return;
         }
-        upstream_set_read_budget(c->fetch, CATALOG_READ_BUDGET);
+        upstream_set_read_budget(c->fetch, CATALOG_LIST_BUDGET);
         (void)upstream_set_deadline(c->fetch, CATALOG_FETCH_TIMEOUT_USEC);
 }
 
@@ -374,7 +378,7 @@ static void refresh_from_feed(Catalog *c) {
 
 static void feed_line(Catalog *c, const char *p, size_t n) {
         Buffer out = {};
-        CatalogStatus st;
+        CatalogStatus st = {};
         bool changes = false;
 
         if (n > 0 && p[n - 1] == '\r')
@@ -385,7 +389,7 @@ static void feed_line(Catalog *c, const char *p, size_t n) {
         n -= 5;
         if (n > 0 && *p == ' ')
                 p++, n--;
-        if (catalog_relabel_event(c->conf.host->name, p, n, &out, &changes) < 0) {
+        if (catalog_event_read(c->tok, c->conf.host->name, p, n, &out, &changes, &st) < 0) {
                 log_debug("host %s: /models/sse sent something that is not an event, ignoring",
                           c->conf.host->name);
                 buffer_done(&out);
@@ -393,10 +397,9 @@ static void feed_line(Catalog *c, const char *p, size_t n) {
         }
         catalog_feed(c, buffer_peek(&out), buffer_size(&out));
         buffer_done(&out);
-        if (catalog_status_parse(p, n, &st) >= 0) {
+        if (st.key)
                 catalog_apply(c, &st);
-                catalog_status_done(&st);
-        }
+        catalog_status_done(&st);
         if (changes)
                 refresh_from_feed(c);
 }
@@ -482,7 +485,7 @@ static void feed_connect(Catalog *c) {
                 c->feed = NULL;
                 feed_schedule(c);
         } else
-                upstream_set_read_budget(c->feed, CATALOG_READ_BUDGET);
+                upstream_set_read_budget(c->feed, CATALOG_FEED_BUDGET);
         buffer_done(&req);
 }
 
@@ -519,7 +522,8 @@ int catalog_new(sd_event *event, UpstreamPool *pool, const CatalogConf *conf, co
         catalog_changed(c);
         c->keys = calloc(MAX(conf->n_engines, 1u), sizeof(char **));
         c->loading = json_object_new_object();
-        if (!c->keys || !c->loading)
+        c->tok = json_tokener_new();
+        if (!c->keys || !c->loading || !c->tok)
                 return -ENOMEM;
         r = sd_event_add_time_relative(event, &c->poll_timer, CLOCK_MONOTONIC, 0, 0, poll_cb, c);
         if (r < 0)
@@ -552,6 +556,8 @@ Catalog *catalog_free(Catalog *c) {
         free(c->keys);
         catalog_list_free(c->list);
         json_object_put(c->loading);
+        if (c->tok)
+                json_tokener_free(c->tok);
         free(c);
         return NULL;
 }

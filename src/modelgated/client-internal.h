@@ -53,7 +53,7 @@
 #include "shared/log.h"
 
 #define CLIENT_READ_SIZE (64 * 1024)
-#define CLIENT_READ_BUDGET (256 * 1024)  /* read from one client in one turn of the loop */
+#define CLIENT_READ_BUDGET CLIENT_READ_SIZE /* read from one client in one turn of the loop: one read */
 #define CLIENT_OUT_HIGH (256 * 1024)     /* above this, the host is not read until the client catches up */
 #define CLIENT_HELD_MAX (1024 * 1024)    /* error bodies held back for rewording */
 #define CLIENT_FEED_OUT_MAX (256 * 1024) /* a /models/sse subscriber this far behind is dropped */

@@ -21,9 +21,9 @@
 #include "shared/time-util.h"
 
 #define UPSTREAM_READ_SIZE (64 * 1024)
-/* what one connection reads in one turn of the loop unless its owner says otherwise: four full reads, a
- * few tens of µs of relaying */
-#define UPSTREAM_READ_BUDGET (256 * 1024)
+/* what one connection reads in one turn of the loop unless its owner says otherwise: one full read, as
+ * nginx reads one buffer an event; what else is ready waits that long at most (some 50 µs here) */
+#define UPSTREAM_READ_BUDGET (64 * 1024)
 #define UPSTREAM_CONNECT_TIMEOUT_USEC (10 * USEC_PER_SEC)
 /* below llama.cpp's (cpp-httplib's) 5 s keep-alive, so that we rarely send into a closing socket */
 #define UPSTREAM_IDLE_TIMEOUT_USEC (4 * USEC_PER_SEC)
