@@ -20,6 +20,9 @@
  *   client waiting PORT C MODEL      C streaming requests for MODEL that wait for their engine; prints
  *                                    "ready" once each has had a keepalive comment, holds them until
  *                                    stdin closes
+ *   client blast PORT MODEL          one streaming request for MODEL with ?blast=1 (the upstream sends
+ *                                    without end, as fast as it can), read as fast as it comes until
+ *                                    stdin closes; prints "bytes seconds"
  *
  * Requests name the model "b-m" (host "b" for modelgate; the others pass it through). */
 
@@ -489,11 +492,47 @@ static int run_trickle(int ms, int giveup_ms, char **models, int n_models) {
         }
 }
 
+static int run_blast(const char *m) {
+        static char buf[1 << 20];
+        char req[512], body[256];
+        int fd = dial();
+        long long t0 = now_us(), got = 0;
+        struct pollfd p[2] = {{.fd = fd, .events = POLLIN}, {.fd = 0, .events = POLLIN}};
+
+        snprintf(body, sizeof(body), "{\"model\":\"%s\",\"stream\":true,\"messages\":[]}", m);
+        int l = snprintf(req, sizeof(req),
+                         "POST /v1/chat/completions?blast=1 HTTP/1.1\r\nHost: bench\r\n"
+                         "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                         strlen(body), body);
+        if (send(fd, req, (size_t)l, 0) != l)
+                return 1;
+        for (;;) {
+                if (poll(p, 2, -1) < 0)
+                        continue;
+                if (p[1].revents) {
+                        if (read(0, buf, sizeof(buf)) <= 0)
+                                break;
+                }
+                if (p[0].revents) {
+                        ssize_t k = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+                        if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) {
+                                fprintf(stderr, "the stream ended\n");
+                                break;
+                        }
+                        if (k > 0)
+                                got += k;
+                }
+        }
+        printf("%lld %.3f\n", got, (now_us() - t0) / 1e6);
+        close(fd);
+        return 0;
+}
+
 int main(int argc, char **argv) {
         static char *dflt[] = {"b-m"};
 
         if (argc < 4) {
-                fprintf(stderr, "usage: client latency|plain|get|streams|idle|waiting|trickle PORT N ...\n");
+                fprintf(stderr, "usage: client latency|plain|get|streams|idle|waiting|trickle|blast PORT N ...\n");
                 return 2;
         }
         port = atoi(argv[2]);
@@ -512,6 +551,8 @@ int main(int argc, char **argv) {
                 model = argv[4];
                 return run_waiting(atoi(argv[3]));
         }
+        if (strcmp(argv[1], "blast") == 0)
+                return run_blast(argv[3]);
         if (strcmp(argv[1], "trickle") == 0 && argc >= 6)
                 return run_trickle(atoi(argv[3]), atoi(argv[4]), argv + 5, argc - 5);
         return 2;

@@ -8,13 +8,18 @@
  *                                llama-server router's feed: a proxy follows it)
  *   POST /v1/chat/completions    body with "stream":true → SSE: N chunks (default 8) then
  *                                "data: [DONE]", chunked, kept alive; else a small JSON answer.
- *                                ?n=N sets the chunk count, ?gap_us=U the time between chunks.
+ *                                ?n=N sets the chunk count, ?gap_us=U the time between chunks;
+ *                                ?blast=1 streams 16 KiB chunks as fast as the socket takes them,
+ *                                without end (a host streaming at full speed)
  *
- * usage: upstream PORT [stall=K | blackhole]
+ * usage: upstream PORT [stall=K | blackhole | flood=N]
  *   stall=K    every stream stops after K chunks and the connection stays open, silent (an engine
  *              that hangs mid-answer); everything else answers as usual
  *   blackhole  accepts connections and never reads or answers (a host that hangs); a connection is
- *              closed only when its peer closes it */
+ *              closed only when its peer closes it
+ *   flood=N    /models lists N models (f0..f{N-1}, and m); after SIGUSR1 every /models/sse connection
+ *              gets status_change events naming them in turn (loading, then loaded) as fast as its
+ *              socket takes them, until SIGUSR2 (a host flooding its feed); no keepalive comments */
 
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -45,6 +50,9 @@ typedef struct Conn {
         int stall_left; /* chunks before it stalls; -1: never */
         /* nothing more is answered on it: a feed, or a stalled stream */
         bool held, feed;
+        /* written from a block repeated without end while its socket takes it (EPOLLOUT) */
+        bool blast, flooding;
+        size_t off; /* into the block */
 } Conn;
 
 #define FEED_COMMENT_SEC 15
@@ -56,6 +64,10 @@ static int feeds[MAXC]; /* fds following /models/sse */
 static size_t n_feeds;
 static int ep, tick_fd;
 static int stall_after = -1;
+static int flood_models = -1; /* flood=N */
+static volatile sig_atomic_t flood_on;
+static char *flood_block, *blast_block, *flood_list;
+static size_t flood_len, blast_len;
 
 static long long now_us(void) {
         struct timespec t;
@@ -172,6 +184,8 @@ static void feed_comment(int fd) {
         uint64_t x;
 
         (void)!read(fd, &x, sizeof(x));
+        if (flood_models >= 0)
+                return; /* a comment could land inside a flood's chunk */
         /* backwards: a failed send closes the connection, which takes it out of the list */
         for (size_t j = n_feeds; j-- > 0;) {
                 Conn *c = conns[feeds[j]];
@@ -199,6 +213,99 @@ static long query_num(const char *line, const char *key, long dflt) {
                         break;
         }
         return dflt;
+}
+
+static char *chunk_of(const char *data, size_t n, size_t *ret_len) {
+        char *b = malloc(n + 32);
+        int h = sprintf(b, "%zx\r\n", n);
+        memcpy(b + h, data, n);
+        memcpy(b + h + n, "\r\n", 2);
+        *ret_len = (size_t)h + n + 2;
+        return b;
+}
+
+static void make_blocks(void) {
+        size_t cap = 2 * (size_t)(flood_models > 0 ? flood_models : 1) * 200 + 64, n = 0;
+        char *ev = malloc(cap), data[16384 + 64];
+
+        /* each model loading, then each loaded: one chunk of events, repeated */
+        for (int i = 0; flood_models > 0 && i < 2 * flood_models; i++)
+                n += (size_t)sprintf(ev + n,
+                                     i < flood_models
+                                             ? "data: {\"model\":\"f%d\",\"event\":\"status_change\",\"data\":"
+                                               "{\"status\":\"loading\",\"progress\":{\"stages\":[\"text_model\"],"
+                                               "\"current\":\"text_model\",\"value\":0.5}}}\n\n"
+                                             : "data: {\"model\":\"f%d\",\"event\":\"status_change\",\"data\":"
+                                               "{\"status\":\"loaded\"}}\n\n",
+                                     i % flood_models);
+        flood_block = chunk_of(ev, n, &flood_len);
+        free(ev);
+        n = (size_t)sprintf(data, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"");
+        memset(data + n, 'x', 16000);
+        n += 16000;
+        n += (size_t)sprintf(data + n, "\"}}]}\n\n");
+        blast_block = chunk_of(data, n, &blast_len);
+
+        if (flood_models > 0) {
+                size_t lcap = (size_t)flood_models * 120 + 256, l = 0;
+                flood_list = malloc(lcap);
+                l += (size_t)sprintf(flood_list, "{\"object\":\"list\",\"data\":[{\"id\":\"m\",\"object\":\"model\","
+                                                  "\"status\":{\"value\":\"loaded\"}}");
+                for (int i = 0; i < flood_models; i++)
+                        l += (size_t)sprintf(flood_list + l,
+                                             ",{\"id\":\"f%d\",\"object\":\"model\",\"owned_by\":\"llamacpp\","
+                                             "\"status\":{\"value\":\"unloaded\",\"args\":[\"llama-server\"]}}",
+                                             i);
+                sprintf(flood_list + l, "]}");
+        }
+}
+
+static void want_out(Conn *c, bool on) {
+        struct epoll_event ev = {.events = EPOLLIN | (on ? EPOLLOUT : 0), .data.fd = c->fd};
+        epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev);
+}
+
+/* A blast or a flood: its block again and again while the socket takes it; a flood stops at the end of
+ * a block once it is switched off */
+static void on_writable(Conn *c) {
+        const char *b = c->blast ? blast_block : flood_block;
+        size_t n = c->blast ? blast_len : flood_len;
+
+        for (;;) {
+                if (!c->blast && c->off == 0 && !flood_on) {
+                        c->flooding = false;
+                        want_out(c, false);
+                        return;
+                }
+                ssize_t k = send(c->fd, b + c->off, n - c->off, MSG_NOSIGNAL | MSG_DONTWAIT);
+                if (k < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        if (errno != EAGAIN)
+                                conn_close(c);
+                        return;
+                }
+                c->off = (c->off + (size_t)k) % n;
+        }
+}
+
+static void flood_switch(void) {
+        static bool was;
+
+        if (was == (bool)flood_on)
+                return;
+        was = flood_on;
+        for (size_t j = 0; flood_on && j < n_feeds; j++) {
+                Conn *c = conns[feeds[j]];
+                if (!c->flooding) {
+                        c->flooding = true;
+                        want_out(c, true);
+                }
+        }
+}
+
+static void on_signal(int sig) {
+        flood_on = sig == SIGUSR1;
 }
 
 /* One complete request in c->in: answer it. Returns bytes used, 0 for "incomplete", -1 to close. */
@@ -239,9 +346,26 @@ static ssize_t handle(Conn *c) {
                         return -1;
                 c->held = c->feed = true;
                 feeds[n_feeds++] = c->fd;
+                if (flood_on) {
+                        c->flooding = true;
+                        want_out(c, true);
+                }
         } else if (strncmp(c->in, "GET /models", 11) == 0) {
-                if (send_json(c, models) < 0)
+                if (flood_list) {
+                        char head[256];
+                        int h = snprintf(head, sizeof(head),
+                                         "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                                         "%zu\r\n\r\n",
+                                         strlen(flood_list));
+                        if (send_all(c, head, (size_t)h) < 0 || send_all(c, flood_list, strlen(flood_list)) < 0)
+                                return -1;
+                } else if (send_json(c, models) < 0)
                         return -1;
+        } else if (memmem(c->in + head, body, "\"stream\":true", 13) && query_num(c->in, "blast", 0)) {
+                if (send_all(c, sse_head, sizeof(sse_head) - 1) < 0)
+                        return -1;
+                c->held = c->blast = true;
+                want_out(c, true);
         } else if (memmem(c->in + head, body, "\"stream\":true", 13)) {
                 if (send_all(c, sse_head, sizeof(sse_head) - 1) < 0)
                         return -1;
@@ -353,11 +477,13 @@ int main(int argc, char **argv) {
         int lfd, feed_fd;
 
         if (argc < 2) {
-                fprintf(stderr, "usage: %s PORT [stall=K | blackhole]\n", argv[0]);
+                fprintf(stderr, "usage: %s PORT [stall=K | blackhole | flood=N]\n", argv[0]);
                 return 2;
         }
         if (argc >= 3 && strncmp(argv[2], "stall=", 6) == 0)
                 stall_after = atoi(argv[2] + 6);
+        else if (argc >= 3 && strncmp(argv[2], "flood=", 6) == 0)
+                flood_models = atoi(argv[2] + 6);
         else if (argc >= 3 && strcmp(argv[2], "blackhole") == 0)
                 blackhole = true;
         else if (argc >= 3) {
@@ -365,6 +491,12 @@ int main(int argc, char **argv) {
                 return 2;
         }
         signal(SIGPIPE, SIG_IGN);
+        make_blocks();
+        {
+                struct sigaction sa = {.sa_handler = on_signal};
+                sigaction(SIGUSR1, &sa, NULL);
+                sigaction(SIGUSR2, &sa, NULL);
+        }
         lfd = listen_on(atoi(argv[1]));
         ep = epoll_create1(0);
         watch(lfd);
@@ -377,8 +509,14 @@ int main(int argc, char **argv) {
 
         for (;;) {
                 int n = epoll_wait(ep, evs, 256, -1);
+                flood_switch(); /* a signal ends the wait (EINTR, n < 0) */
                 for (int i = 0; i < n; i++) {
                         int fd = evs[i].data.fd;
+                        if (fd != lfd && fd != tick_fd && fd != feed_fd && conns[fd] && (evs[i].events & EPOLLOUT)) {
+                                on_writable(conns[fd]);
+                                if (!conns[fd] || !(evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)))
+                                        continue;
+                        }
                         if (fd == lfd)
                                 on_accept(lfd);
                         else if (fd == tick_fd)

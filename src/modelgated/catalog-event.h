@@ -13,8 +13,8 @@
 /* Relabels one event of a host's /models/sse ("data: " stripped): "model" becomes "<host>-<key>"
  * ("<host>-*" for "" or "*") and "proxy":{"host","key"} is added. Appends "data: …\n\n" to out.
  * 0; -EBADMSG when the line is not such an event. Sets *ret_changes when the event may change the
- * model list (anything but download progress), and *ret_model to the client-visible name it is about
- * ("<host>-<key>", to be freed), or NULL when it is about the whole host ("<host>-*"). */
+ * model list (anything but download progress), and *ret_model (optional) to the client-visible name it
+ * is about ("<host>-<key>", to be freed), or NULL when it is about the whole host ("<host>-*"). */
 int catalog_relabel_event(const char *host, const char *json, size_t n, Buffer *out, bool *ret_changes,
                           char **ret_model);
 
@@ -37,3 +37,12 @@ void catalog_status_done(CatalogStatus *s);
  * and a loaded model's "info" fields where absent. 1: changed; 0: no such entry, or nothing to change;
  * -EBADMSG: not a model list. */
 int catalog_status_apply(json_object *models, const CatalogStatus *s);
+/* The same for one entry of such a list (an object; s->key is not compared): 1: changed; 0: nothing to
+ * change; -ENOMEM. */
+int catalog_status_apply_entry(json_object *entry, const CatalogStatus *s);
+
+/* catalog_relabel_event() and catalog_status_parse() of one event, which is parsed once, with tok (a
+ * tokener kept for it: one per event would be most of an event's cost). *ret_status is the event's status,
+ * or has a NULL key when the event sets none. 0; -EBADMSG: not an event; -ENOMEM. */
+int catalog_event_read(json_tokener *tok, const char *host, const char *json, size_t n, Buffer *out,
+                       bool *ret_changes, char **ret_model, CatalogStatus *ret_status);

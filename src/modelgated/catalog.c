@@ -3,7 +3,11 @@
  * a /models read (one at a time; a refresh asked for meanwhile runs right
  * after it, so no change is missed) and the /models/sse feed (reconnected
  * with backoff). Both go to the running engine's URL for a host with engines,
- * else to the host's URL. */
+ * else to the host's URL. Both are bounded in what they may cost the loop
+ * (SPEC §6: no host's feed or list takes more than its share of a turn): each
+ * reads its budget a turn (CATALOG_*_BUDGET), the list is read entry by entry
+ * as it arrives (catalog-list.h) up to CATALOG_MODELS_MAX models, and a feed
+ * event re-reads and re-writes the one entry it names. */
 
 #include <assert.h>
 #include <json-c/json.h>
@@ -11,6 +15,7 @@
 #include <string.h>
 
 #include "modelgated/catalog-event.h"
+#include "modelgated/catalog-list.h"
 #include "modelgated/catalog.h"
 #include "modelgated/http-writer.h"
 #include "modelgated/upstream.h"
@@ -18,11 +23,21 @@
 #include "shared/strv.h"
 
 #define CATALOG_FETCH_TIMEOUT_USEC (5 * USEC_PER_SEC)
-#define CATALOG_BODY_MAX (16 * 1024 * 1024)
+/* A host's /models list is read up to this many models and bytes: a listing merges it whole, and
+ * llama.cpp's entries are a few hundred bytes to a few KiB each */
+#define CATALOG_MODELS_MAX 2048
+#define CATALOG_BODY_MAX (4 * 1024 * 1024)
 #define CATALOG_FEED_REFRESH_USEC (2 * USEC_PER_SEC)
 #define CATALOG_FEED_RETRY_MIN_USEC (1 * USEC_PER_SEC)
 #define CATALOG_FEED_RETRY_MAX_USEC (30 * USEC_PER_SEC)
-#define CATALOG_FEED_LINE_MAX (1024 * 1024)
+/* one event is one line; llama.cpp's largest is a loaded model's own entry */
+#define CATALOG_FEED_LINE_MAX (64 * 1024)
+/* Read from the list or the feed in one turn of the loop: their bytes are JSON to parse, where a relayed
+ * answer's are only copied. An event costs more than its bytes of list (two parses and two writes, about
+ * 10 µs for 130 bytes here), and a feed may never stop, where a list is read now and then: 2 KiB of feed
+ * is about 150 µs of a turn under a flood. */
+#define CATALOG_LIST_BUDGET (16 * 1024)
+#define CATALOG_FEED_BUDGET (2 * 1024)
 
 struct Catalog {
         sd_event *event;
@@ -31,26 +46,26 @@ struct Catalog {
         const CatalogCallbacks *cb;
         void *userdata;
 
-        char *body; /* the last good /models answer */
-        size_t body_len;
-        char **ids;          /* its ids and aliases: asked on every request, so parsed once */
+        CatalogList *list;   /* the last good /models answer, with what the feed said since */
         uint64_t generation; /* catalog_generation() */
         bool first_done;
 
         Upstream *fetch;
-        Buffer fetch_body;
+        CatalogList *reading; /* the answer of the read under way, as far as it came */
         int fetch_status;
+        int fetch_refused;    /* the read was stopped for what its answer is: -E2BIG, -EBADMSG */
         ssize_t fetch_engine; /* the engine that was up when the read began */
         bool again;
-        bool changed;           /* an engine came up and its list is not read yet: merges wait for it */
-        CatalogStatus *pending; /* status events applied while the read is under way, in order */
-        size_t n_pending;
+        bool changed;         /* an engine came up and its list is not read yet: merges wait for it */
+        bool too_long;        /* the host's list was refused as too long (and that was said, once) */
         json_object *loading; /* key → percent (-1: none said yet), for the models that load */
         sd_event_source *poll_timer, *refresh_timer;
         usec_t last_refresh;
 
         Upstream *feed;
         Buffer feed_line;
+        json_tokener *tok; /* for its events, one after another */
+        bool feed_skip;    /* the rest of a line too long to keep */
         sd_event_source *feed_retry;
         usec_t feed_backoff;
 
@@ -103,40 +118,6 @@ static void catalog_report_http(Catalog *c, const char *reason) {
                 c->cb->on_http(c, reason, c->userdata);
 }
 
-/* The ids a /models answer lists; NULL when it is not a model list. */
-static char **snapshot_ids(const char *body, size_t n, bool aliases) {
-        json_tokener *tok = json_tokener_new();
-        json_object *root, *list;
-        char **ids = NULL;
-
-        if (!tok)
-                return NULL;
-        root = json_tokener_parse_ex(tok, body, (int)MIN(n, (size_t)INT32_MAX));
-        json_tokener_free(tok);
-        if (!root || !json_object_object_get_ex(root, "data", &list) ||
-            !json_object_is_type(list, json_type_array)) {
-                json_object_put(root);
-                return NULL;
-        }
-        if (!(ids = calloc(1, sizeof(char *))))
-                goto out;
-        for (size_t i = 0; i < json_object_array_length(list); i++) {
-                json_object *e = json_object_array_get_idx(list, i), *id, *al;
-                if (json_object_object_get_ex(e, "id", &id) && json_object_is_type(id, json_type_string))
-                        (void)strv_extend(&ids, json_object_get_string(id));
-                if (aliases && json_object_object_get_ex(e, "aliases", &al) &&
-                    json_object_is_type(al, json_type_array))
-                        for (size_t k = 0; k < json_object_array_length(al); k++) {
-                                json_object *a = json_object_array_get_idx(al, k);
-                                if (json_object_is_type(a, json_type_string))
-                                        (void)strv_extend(&ids, json_object_get_string(a));
-                        }
-        }
-out:
-        json_object_put(root);
-        return ids;
-}
-
 static void loading_note(Catalog *c, const char *key, const char *status, int percent) {
         json_object *p;
 
@@ -150,124 +131,68 @@ static void loading_note(Catalog *c, const char *key, const char *status, int pe
         json_object_object_add(c->loading, key, json_object_new_int(percent));
 }
 
-/* s applied to the snapshot; false when it changed nothing there */
-static bool snapshot_apply(Catalog *c, const CatalogStatus *s) {
-        json_tokener *tok;
-        json_object *root;
-        const char *text;
-        size_t n;
-        char *body;
-        bool changed = false;
-
-        if (!c->body || !(tok = json_tokener_new()))
-                return false;
-        root = json_tokener_parse_ex(tok, c->body, (int)MIN(c->body_len, (size_t)INT32_MAX));
-        json_tokener_free(tok);
-        if (root && catalog_status_apply(root, s) > 0 &&
-            (text = json_object_to_json_string_length(
-                     root, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &n)) &&
-            (body = strndup(text, n))) {
-                free(c->body);
-                c->body = body;
-                c->body_len = n;
-                changed = true;
-                catalog_changed(c);
-        }
-        json_object_put(root);
-        return changed;
-}
-
 static void loading_clear(Catalog *c) {
         json_object_put(c->loading);
         c->loading = json_object_new_object();
 }
 
-static void pending_clear(Catalog *c) {
-        for (size_t i = 0; i < c->n_pending; i++)
-                catalog_status_done(&c->pending[i]);
-        c->pending = mfree(c->pending);
-        c->n_pending = 0;
-}
-
-/* A status change, from the feed or from a forwarded load's answer: in the snapshot at once, and again on
- * the answer of a read under way, which may be older. */
+/* A status change, from the feed or from a forwarded load's answer: in the snapshot at once, and in the
+ * answer of a read under way, which may be older (its entry now, or when it comes). */
 static void catalog_apply(Catalog *c, CatalogStatus *s) {
-        bool applied = snapshot_apply(c, s);
+        bool applied = c->list && catalog_list_apply(c->list, s) > 0;
 
+        if (applied)
+                catalog_changed(c);
         /* a load's answer counts only while the list still says unloaded: events may have overtaken it */
         if (!s->only_unloaded || applied)
                 loading_note(c, s->key, s->status, s->percent);
-        if (c->fetch) {
-                CatalogStatus *p = reallocarray(c->pending, c->n_pending + 1, sizeof(CatalogStatus));
-                if (p) {
-                        c->pending = p;
-                        c->pending[c->n_pending++] = *s;
-                        *s = (CatalogStatus){};
-                }
-        }
+        /* more models changed during the read than its answer has room for: read once more after it */
+        if (c->reading && catalog_list_apply(c->reading, s) == -ENOBUFS)
+                c->again = true;
 }
 
 /* The snapshot is the host's own answer again: loading progress is kept only for what it lists as
  * loading, and what it lists as loading is known to load. */
 static void loading_sync(Catalog *c) {
-        json_tokener *tok;
-        json_object *root = NULL, *list;
-        _cleanup_strv_free_ char **loading = NULL;
+        _cleanup_strv_free_ char **gone = NULL;
 
-        if (c->body && (tok = json_tokener_new())) {
-                root = json_tokener_parse_ex(tok, c->body, (int)MIN(c->body_len, (size_t)INT32_MAX));
-                json_tokener_free(tok);
+        json_object_object_foreach(c->loading, k, v) {
+                (void)v;
+                ssize_t i = c->list ? catalog_list_find(c->list, k) : -1;
+                if (i < 0 || !catalog_list_loading(c->list, (size_t)i))
+                        (void)strv_extend(&gone, k);
         }
-        if (root && json_object_object_get_ex(root, "data", &list) &&
-            json_object_is_type(list, json_type_array))
-                for (size_t i = 0; i < json_object_array_length(list); i++) {
-                        json_object *e = json_object_array_get_idx(list, i), *id, *st, *v;
-                        if (json_object_object_get_ex(e, "id", &id) &&
-                            json_object_is_type(id, json_type_string) &&
-                            json_object_object_get_ex(e, "status", &st) &&
-                            json_object_object_get_ex(st, "value", &v) &&
-                            json_object_is_type(v, json_type_string) &&
-                            streq(json_object_get_string(v), "loading"))
-                                (void)strv_extend(&loading, json_object_get_string(id));
-                }
-        json_object_put(root);
-        {
-                _cleanup_strv_free_ char **gone = NULL;
-                json_object_object_foreach(c->loading, k, v) {
-                        (void)v;
-                        if (!strv_contains(loading, k))
-                                (void)strv_extend(&gone, k);
-                }
-                STRV_FOREACH (k, gone)
-                        json_object_object_del(c->loading, *k);
-        }
-        STRV_FOREACH (k, loading)
-                loading_note(c, *k, "loading", -1);
+        STRV_FOREACH (k, gone)
+                json_object_object_del(c->loading, *k);
+        for (size_t i = 0; c->list && i < catalog_list_size(c->list); i++)
+                if (catalog_list_loading(c->list, i))
+                        loading_note(c, catalog_list_id(c->list, i), "loading", -1);
 }
 
 /* The /models read */
 
 static void fetch_finished(Catalog *c, bool ok) {
+        _cleanup_(catalog_list_freep) CatalogList *read = TAKE_PTR(c->reading);
         bool first = !c->first_done;
 
         c->fetch = NULL;
         c->first_done = true;
         if (ok) {
-                _cleanup_free_ char *old = TAKE_PTR(c->body);
-                size_t old_len = c->body_len;
-                c->body_len = buffer_size(&c->fetch_body);
-                c->body = strndup(buffer_peek(&c->fetch_body), c->body_len);
-                /* a periodic read that brings the same bytes changes nothing */
-                if (!old || !c->body || old_len != c->body_len || memcmp(old, c->body, old_len) != 0)
+                /* a periodic read that brings the same list changes nothing; the events that came while it
+                 * was under way are in it already */
+                if (!c->list || !catalog_list_equal(c->list, read))
                         catalog_changed(c);
-                /* the answer may be older than the events that came while it was under way */
-                for (size_t i = 0; i < c->n_pending; i++)
-                        (void)snapshot_apply(c, &c->pending[i]);
+                catalog_list_free(c->list);
+                c->list = TAKE_PTR(read);
                 loading_sync(c);
-                strv_free(c->ids);
-                c->ids = c->body ? snapshot_ids(c->body, c->body_len, true) : NULL;
+                if (c->too_long)
+                        log_info("host %s: /models lists %zu models, no more than the %u modelgate reads; "
+                                 "they "
+                                 "are listed again",
+                                 c->conf.host->name, catalog_list_size(c->list), CATALOG_MODELS_MAX);
+                c->too_long = false;
                 if (c->fetch_engine >= 0 && c->fetch_engine == c->engine_up) {
-                        _cleanup_strv_free_ char **ids = snapshot_ids(c->body, c->body_len, false);
+                        _cleanup_strv_free_ char **ids = catalog_list_ids(c->list);
                         char ***slot = &c->keys[c->fetch_engine];
                         if (ids && !strv_equal(ids, *slot)) {
                                 strv_free(*slot);
@@ -278,8 +203,6 @@ static void fetch_finished(Catalog *c, bool ok) {
                         }
                 }
         }
-        pending_clear(c);
-        buffer_done(&c->fetch_body);
         if (c->again) {
                 c->again = false;
                 catalog_fetch(c);
@@ -292,33 +215,64 @@ static void fetch_finished(Catalog *c, bool ok) {
 
 static int fetch_on_headers(Upstream *u, const UpstreamResponse *resp, void *userdata) {
         Catalog *c = userdata;
+
         c->fetch_status = resp->status;
+        if (resp->status != 200) {
+                /* nothing in such an answer is read: it is not the list */
+                c->fetch_refused = -EBADMSG;
+                return -1;
+        }
         return 0;
 }
 
 static int fetch_on_body(Upstream *u, const char *p, size_t n, void *userdata) {
         Catalog *c = userdata;
-        if (buffer_size(&c->fetch_body) + n > CATALOG_BODY_MAX)
-                return -1;
-        return buffer_append(&c->fetch_body, p, n);
+        int r = catalog_list_read(c->reading, p, n);
+
+        /* a list that is too long, or that is not one (or not one we can keep), is not read to its end */
+        if (r < 0)
+                c->fetch_refused = r == -E2BIG ? r : -EBADMSG;
+        return r < 0 ? -1 : 0;
+}
+
+/* The host answered, with something that is not a list we keep: a list that is too long is left out as
+ * a whole (a part of it would be a guess, SPEC §4), and said once; anything else that is not a list keeps
+ * the last good one, as before. */
+static void fetch_refuse(Catalog *c, int error) {
+        if (error == -E2BIG) {
+                if (!c->too_long)
+                        log_warning("host %s: /models lists more than %u models (or %u MiB), more than "
+                                    "modelgate reads of one host; its models are left out of /v1/models "
+                                    "until it lists fewer (requests for them are still forwarded)",
+                                    c->conf.host->name, CATALOG_MODELS_MAX,
+                                    CATALOG_BODY_MAX / (1024 * 1024));
+                c->too_long = true;
+                if (c->list) {
+                        c->list = catalog_list_free(c->list);
+                        catalog_changed(c);
+                }
+        } else
+                log_debug("host %s: GET /models answered %d%s", c->conf.host->name, c->fetch_status,
+                          c->fetch_status == 200 ? ", not a model list" : "");
+        catalog_report_http(c, NULL);
+        fetch_finished(c, false);
 }
 
 static void fetch_on_complete(Upstream *u, void *userdata) {
         Catalog *c = userdata;
-        _cleanup_strv_free_ char **ids = NULL;
-        bool ok = c->fetch_status == 200 &&
-                  (ids = snapshot_ids(buffer_peek(&c->fetch_body), buffer_size(&c->fetch_body), false));
+        int r = catalog_list_read_end(c->reading);
 
-        if (!ok)
-                log_debug("host %s: GET /models answered %d%s", c->conf.host->name, c->fetch_status,
-                          c->fetch_status == 200 ? ", not a model list" : "");
+        if (r < 0)
+                return fetch_refuse(c, r == -ENOMEM ? -EBADMSG : r);
         catalog_report_http(c, NULL);
-        fetch_finished(c, ok);
+        fetch_finished(c, true);
 }
 
 static void fetch_on_error(Upstream *u, int error, bool started, void *userdata) {
         Catalog *c = userdata;
 
+        if (c->fetch_refused)
+                return fetch_refuse(c, c->fetch_refused);
         log_debug("host %s: GET /models failed: %s", c->conf.host->name, upstream_strerror(error));
         /* an engine that runs but does not answer makes the host down (SPEC §6); so does a plain host */
         if (c->conf.n_engines == 0 || c->engine_up >= 0)
@@ -345,12 +299,9 @@ static void catalog_fetch(Catalog *c) {
         c->last_refresh = catalog_now(c);
         if (!url) {
                 /* no engine runs: nothing to read, nothing listed but the learned keys */
-                if (c->body)
+                if (c->list)
                         catalog_changed(c);
-                c->body = mfree(c->body);
-                c->body_len = 0;
-                strv_free(c->ids);
-                c->ids = NULL;
+                c->list = catalog_list_free(c->list);
                 loading_clear(c);
                 c->first_done = true;
                 c->changed = false;
@@ -358,20 +309,23 @@ static void catalog_fetch(Catalog *c) {
                 return;
         }
         c->fetch_status = 0;
+        c->fetch_refused = 0;
         c->fetch_engine = c->engine_up;
-        pending_clear(c);
         if (http_write_request_head(&req, "GET", url->base_path, "/models", url->authority, "Accept",
                                     "application/json", NULL) < 0) {
                 buffer_done(&req);
                 return;
         }
-        r = upstream_start(c->pool, url, &req, false, &fetch_callbacks, c, &c->fetch);
+        r = catalog_list_new(CATALOG_MODELS_MAX, CATALOG_BODY_MAX, &c->reading);
+        if (r >= 0)
+                r = upstream_start(c->pool, url, &req, false, &fetch_callbacks, c, &c->fetch);
         buffer_done(&req);
         if (r < 0) {
                 c->fetch = NULL;
                 fetch_finished(c, false);
                 return;
         }
+        upstream_set_read_budget(c->fetch, CATALOG_LIST_BUDGET);
         (void)upstream_set_deadline(c->fetch, CATALOG_FETCH_TIMEOUT_USEC);
 }
 
@@ -432,7 +386,7 @@ void catalog_check_soon(Catalog *c) {
 static void feed_line(Catalog *c, const char *p, size_t n) {
         Buffer out = {};
         _cleanup_free_ char *model = NULL;
-        CatalogStatus st;
+        CatalogStatus st = {};
         bool changes = false;
 
         if (n > 0 && p[n - 1] == '\r')
@@ -443,7 +397,7 @@ static void feed_line(Catalog *c, const char *p, size_t n) {
         n -= 5;
         if (n > 0 && *p == ' ')
                 p++, n--;
-        if (catalog_relabel_event(c->conf.host->name, p, n, &out, &changes, &model) < 0) {
+        if (catalog_event_read(c->tok, c->conf.host->name, p, n, &out, &changes, &model, &st) < 0) {
                 log_debug("host %s: /models/sse sent something that is not an event, ignoring",
                           c->conf.host->name);
                 buffer_done(&out);
@@ -451,10 +405,9 @@ static void feed_line(Catalog *c, const char *p, size_t n) {
         }
         catalog_feed(c, model, buffer_peek(&out), buffer_size(&out));
         buffer_done(&out);
-        if (catalog_status_parse(p, n, &st) >= 0) {
+        if (st.key)
                 catalog_apply(c, &st);
-                catalog_status_done(&st);
-        }
+        catalog_status_done(&st);
         if (changes)
                 refresh_from_feed(c);
 }
@@ -483,13 +436,19 @@ static int feed_on_body(Upstream *u, const char *p, size_t n, void *userdata) {
         while (n > 0) {
                 const char *nl = memchr(p, '\n', n);
                 size_t k = nl ? (size_t)(nl - p) : n;
-                if (buffer_size(&c->feed_line) + k > CATALOG_FEED_LINE_MAX)
-                        buffer_clear(&c->feed_line); /* an absurd line: dropped */
-                else if (buffer_append(&c->feed_line, p, k) < 0)
+                if (!c->feed_skip && buffer_size(&c->feed_line) + k > CATALOG_FEED_LINE_MAX) {
+                        /* an absurd line: dropped to its end, and said once for this connection */
+                        log_warning("host %s: /models/sse sent a line longer than %u KiB, dropping it",
+                                    c->conf.host->name, CATALOG_FEED_LINE_MAX / 1024);
+                        buffer_clear(&c->feed_line);
+                        c->feed_skip = true;
+                } else if (!c->feed_skip && buffer_append(&c->feed_line, p, k) < 0)
                         return -1;
                 if (!nl)
                         break;
-                feed_line(c, buffer_peek(&c->feed_line), buffer_size(&c->feed_line));
+                if (!c->feed_skip)
+                        feed_line(c, buffer_peek(&c->feed_line), buffer_size(&c->feed_line));
+                c->feed_skip = false;
                 buffer_clear(&c->feed_line);
                 p += k + 1;
                 n -= k + 1;
@@ -500,6 +459,7 @@ static int feed_on_body(Upstream *u, const char *p, size_t n, void *userdata) {
 static void feed_ended(Catalog *c) {
         c->feed = NULL;
         buffer_clear(&c->feed_line);
+        c->feed_skip = false;
         if (catalog_url(c))
                 feed_schedule(c);
 }
@@ -532,7 +492,8 @@ static void feed_connect(Catalog *c) {
             upstream_start(c->pool, url, &req, false, &feed_callbacks, c, &c->feed) < 0) {
                 c->feed = NULL;
                 feed_schedule(c);
-        }
+        } else
+                upstream_set_read_budget(c->feed, CATALOG_FEED_BUDGET);
         buffer_done(&req);
 }
 
@@ -541,6 +502,7 @@ static void feed_stop(Catalog *c) {
         c->feed = upstream_cancel(c->feed);
         c->feed_backoff = 0;
         buffer_clear(&c->feed_line);
+        c->feed_skip = false;
         (void)sd_event_source_set_enabled(c->feed_retry, SD_EVENT_OFF);
 }
 
@@ -568,7 +530,8 @@ int catalog_new(sd_event *event, UpstreamPool *pool, const CatalogConf *conf, co
         catalog_changed(c);
         c->keys = calloc(MAX(conf->n_engines, 1u), sizeof(char **));
         c->loading = json_object_new_object();
-        if (!c->keys || !c->loading)
+        c->tok = json_tokener_new();
+        if (!c->keys || !c->loading || !c->tok)
                 return -ENOMEM;
         r = sd_event_add_time_relative(event, &c->poll_timer, CLOCK_MONOTONIC, 0, 0, poll_cb, c);
         if (r < 0)
@@ -591,7 +554,7 @@ Catalog *catalog_free(Catalog *c) {
                 return NULL;
         upstream_cancel(c->fetch);
         upstream_cancel(c->feed);
-        buffer_done(&c->fetch_body);
+        catalog_list_free(c->reading);
         buffer_done(&c->feed_line);
         sd_event_source_disable_unref(c->poll_timer);
         sd_event_source_disable_unref(c->refresh_timer);
@@ -599,10 +562,10 @@ Catalog *catalog_free(Catalog *c) {
         for (size_t i = 0; c->keys && i < c->conf.n_engines; i++)
                 strv_free(c->keys[i]);
         free(c->keys);
-        free(c->body);
-        strv_free(c->ids);
-        pending_clear(c);
+        catalog_list_free(c->list);
         json_object_put(c->loading);
+        if (c->tok)
+                json_tokener_free(c->tok);
         free(c);
         return NULL;
 }
@@ -619,7 +582,6 @@ void catalog_start(Catalog *c, bool host_down) {
 
 void catalog_engine_up(Catalog *c, size_t i) {
         feed_stop(c);
-        pending_clear(c); /* another engine's events */
         c->engine_up = (ssize_t)i;
         c->changed = true;
         catalog_fetch(c);
@@ -667,15 +629,14 @@ int catalog_load_progress(const Catalog *c, const char *key) {
         return json_object_get_int(p) >= 0 ? json_object_get_int(p) : -ENODATA;
 }
 
-const char *catalog_snapshot(const Catalog *c, size_t *ret_size) {
-        *ret_size = c->body_len;
-        return c->body;
+const CatalogList *catalog_snapshot(const Catalog *c) {
+        return c->list;
 }
 
 int catalog_lists(const Catalog *c, const char *key) {
-        if (!c->ids)
+        if (!c->list)
                 return -ENODATA;
-        return strv_contains(c->ids, key);
+        return catalog_list_has(c->list, key);
 }
 
 ssize_t catalog_engine_for_key(const Catalog *c, const char *key) {

@@ -32,6 +32,7 @@
 #include "shared/macro.h"
 
 typedef struct Catalog Catalog;
+typedef struct CatalogList CatalogList;
 typedef struct UpstreamPool UpstreamPool;
 
 /* What a catalog reads and how often: its host's [Host], the host's engines in the order of the file (none
@@ -90,8 +91,8 @@ bool catalog_ready(const Catalog *c);
 /* How far key's load has got, as the feed said: 0–100 (percent); -ENODATA: loading, no progress said yet;
  * -ENOENT: not loading (or not known to be). */
 int catalog_load_progress(const Catalog *c, const char *key);
-/* The last good /models body, or NULL. */
-const char *catalog_snapshot(const Catalog *c, size_t *ret_size);
+/* The last good /models answer, entry by entry (catalog-list.h), or NULL. */
+const CatalogList *catalog_snapshot(const Catalog *c);
 /* 1: the snapshot lists key (id or alias); 0: it does not; -ENODATA: there is no snapshot. */
 int catalog_lists(const Catalog *c, const char *key);
 /* The engine whose learned key list has key, or -1. */

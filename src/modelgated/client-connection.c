@@ -342,19 +342,35 @@ static void client_linger(Client *c) {
 
 /* The socket is edge-triggered: it is read until a read comes back short (it was empty then, and what
  * comes later raises an edge of its own: no read that ends in EAGAIN), or until reading must stop (the
- * input buffer is full; read_pending then tells that input may be left). Once the client's FIN was
- * seen, its edge has come and gone: the socket is read up to the end. */
+ * input buffer is full; read_pending then tells that input may be left), or until this turn of the loop
+ * has had CLIENT_READ_BUDGET of it: a client that sends as fast as we parse (a long upload, pipelined
+ * requests) then waits for the next turn, behind every other socket that is ready, and the re-armed edge
+ * brings it back. The budget is per turn, not per call: parsing makes room and reads again
+ * (client_resume_read()) from the same dispatch. Once the client's FIN was seen, its edge has come and
+ * gone: the socket is read up to the end. */
 static int client_read(Client *c) {
         char buf[CLIENT_READ_SIZE];
         bool got = false;
+        uint64_t turn = 0;
 
+        (void)sd_event_get_iteration(manager_event(c->manager), &turn);
+        if (turn != c->read_turn) {
+                c->read_turn = turn;
+                c->read_in_turn = 0;
+        }
         c->read_pending = false;
         for (;;) {
                 if (!client_may_read(c)) {
                         c->read_pending = true;
                         break;
                 }
-                ssize_t k = recv(c->fd, buf, sizeof(buf), MSG_DONTWAIT);
+                if (c->read_in_turn >= CLIENT_READ_BUDGET) {
+                        c->read_pending = true;
+                        (void)socket_watch_rearm(c->io);
+                        break;
+                }
+                size_t want = MIN(sizeof(buf), CLIENT_READ_BUDGET - c->read_in_turn);
+                ssize_t k = recv(c->fd, buf, want, MSG_DONTWAIT);
                 if (k < 0) {
                         if (errno == EINTR)
                                 continue;
@@ -370,10 +386,11 @@ static int client_read(Client *c) {
                         return 1;
                 }
                 got = true;
+                c->read_in_turn += (size_t)k;
                 /* lingering, it is dropped */
                 if (c->state != CLIENT_LINGERING && buffer_append(&c->in, buf, (size_t)k) < 0)
                         return -ENOMEM;
-                if ((size_t)k < sizeof(buf) && !c->peer_shut)
+                if ((size_t)k < want && !c->peer_shut)
                         break;
         }
         if (got && c->state == CLIENT_READING && c->parser.headers_complete)

@@ -54,6 +54,7 @@
 #include "shared/log.h"
 
 #define CLIENT_READ_SIZE (64 * 1024)
+#define CLIENT_READ_BUDGET CLIENT_READ_SIZE /* read from one client in one turn of the loop: one read */
 #define CLIENT_OUT_HIGH (256 * 1024)     /* above this, the host is not read until the client catches up */
 #define CLIENT_HELD_MAX (1024 * 1024)    /* error bodies held back for rewording */
 #define CLIENT_FEED_OUT_MAX (256 * 1024) /* a /models/sse subscriber this far behind is dropped */
@@ -118,6 +119,8 @@ struct Client {
         bool out_blocked;  /* a send hit EAGAIN: nothing more is sent before the socket's EPOLLOUT edge */
         bool read_pending; /* input may be in the socket whose edge came (or was left) while not reading */
         bool peer_shut; /* its FIN (or an error) was seen: a short read does not mean the socket is empty */
+        uint64_t read_turn;  /* the loop's iteration that read_in_turn counts for */
+        size_t read_in_turn; /* bytes read from the socket in that turn (CLIENT_READ_BUDGET) */
 
         Buffer in;
         HttpParser parser;

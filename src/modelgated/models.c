@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "modelgated/catalog-list.h"
 #include "modelgated/catalog.h"
 #include "modelgated/host.h"
 #include "modelgated/manager.h"
@@ -59,6 +60,35 @@ struct ModelsList {
         CountMap *index; /* id → 1 + the position of the first entry with that id */
 };
 
+/* Entry e of host h's list as a listing has it: its id "<host>-<key>" (returned), and a "proxy" field.
+ * NULL: not an entry with an id, or out of memory. */
+static char *merge_entry(const Config *c, const HostConf *h, const char *engine, json_object *e) {
+        json_object *id, *proxy;
+        _cleanup_free_ char *nid = NULL;
+        const char *key;
+
+        if (!json_object_is_type(e, json_type_object) || !json_object_object_get_ex(e, "id", &id) ||
+            !json_object_is_type(id, json_type_string))
+                return NULL;
+        key = json_object_get_string(id);
+        if (asprintf(&nid, "%s-%s", h->name, key) < 0)
+                return NULL;
+        proxy = json_object_new_object();
+        if (!proxy)
+                return NULL;
+        const EngineConf *eng = engine ? NULL : config_engine_of_key(c, h->name, key);
+        json_object_object_add(proxy, "host", json_object_new_string(h->name));
+        json_object_object_add(proxy, "key", json_object_new_string(key));
+        json_object_object_add(proxy, "engine",
+                               engine ? json_object_new_string(engine)
+                               : eng  ? json_object_new_string(eng->name)
+                                      : NULL);
+        /* "key" above copied the old id before it is replaced */
+        json_object_object_add(e, "id", json_object_new_string(nid));
+        json_object_object_add(e, "proxy", proxy);
+        return TAKE_PTR(nid);
+}
+
 int models_merge_host(const Config *c, const HostConf *h, const char *engine, const char *body, size_t n,
                       json_object *data) {
         json_tokener *tok = json_tokener_new();
@@ -74,30 +104,11 @@ int models_merge_host(const Config *c, const HostConf *h, const char *engine, co
                 return -EBADMSG;
         }
         for (size_t i = 0; i < json_object_array_length(list); i++) {
-                json_object *e = json_object_array_get_idx(list, i), *id, *proxy;
-                _cleanup_free_ char *nid = NULL;
-                const char *key;
+                json_object *e = json_object_array_get_idx(list, i);
+                _cleanup_free_ char *nid = merge_entry(c, h, engine, e);
 
-                if (!json_object_is_type(e, json_type_object) || !json_object_object_get_ex(e, "id", &id) ||
-                    !json_object_is_type(id, json_type_string))
-                        continue;
-                key = json_object_get_string(id);
-                if (asprintf(&nid, "%s-%s", h->name, key) < 0)
-                        break;
-                proxy = json_object_new_object();
-                if (!proxy)
-                        break;
-                const EngineConf *eng = engine ? NULL : config_engine_of_key(c, h->name, key);
-                json_object_object_add(proxy, "host", json_object_new_string(h->name));
-                json_object_object_add(proxy, "key", json_object_new_string(key));
-                json_object_object_add(proxy, "engine",
-                                       engine ? json_object_new_string(engine)
-                                       : eng  ? json_object_new_string(eng->name)
-                                              : NULL);
-                /* "key" above copied the old id before it is replaced */
-                json_object_object_add(e, "id", json_object_new_string(nid));
-                json_object_object_add(e, "proxy", proxy);
-                json_object_array_add(data, json_object_get(e));
+                if (nid)
+                        json_object_array_add(data, json_object_get(e));
         }
         json_object_put(root);
         return 0;
@@ -179,21 +190,39 @@ static bool list_status(ModelsList *l, const char *id, json_object **ret) {
         return found;
 }
 
+int models_list_add_host_list(ModelsList *l, const Config *c, const HostConf *h, const char *engine,
+                              const CatalogList *list) {
+        json_tokener *tok = json_tokener_new();
+        int r = 0;
+
+        if (!tok)
+                return -ENOMEM;
+        /* entry by entry: a tree of the whole list would cost as much again to build and to free */
+        for (size_t i = 0; r >= 0 && i < catalog_list_size(list); i++) {
+                size_t n;
+                const char *text = catalog_list_entry(list, i, &n);
+                json_object *e;
+
+                json_tokener_reset(tok);
+                e = json_tokener_parse_ex(tok, text, (int)MIN(n, (size_t)INT32_MAX));
+                _cleanup_free_ char *nid = e ? merge_entry(c, h, engine, e) : NULL;
+                if (nid)
+                        r = list_add(l, nid, e);
+                json_object_put(e);
+        }
+        json_tokener_free(tok);
+        return r;
+}
+
 int models_list_add_host(ModelsList *l, const Config *c, const HostConf *h, const char *engine,
                          const char *body, size_t n) {
-        json_object *data = json_object_new_array();
+        _cleanup_(catalog_list_freep) CatalogList *list = NULL;
         int r;
 
-        if (!data)
-                return -ENOMEM;
-        r = models_merge_host(c, h, engine, body, n, data);
-        for (size_t i = 0; r >= 0 && i < json_object_array_length(data); i++) {
-                json_object *e = json_object_array_get_idx(data, i), *id;
-                if (json_object_object_get_ex(e, "id", &id))
-                        r = list_add(l, json_object_get_string(id), e);
-        }
-        json_object_put(data);
-        return r;
+        r = catalog_list_parse(body, n, SIZE_MAX, SIZE_MAX, &list);
+        if (r < 0)
+                return r == -ENOMEM ? r : -EBADMSG;
+        return models_list_add_host_list(l, c, h, engine, list);
 }
 
 int models_list_add_learned(ModelsList *l, const char *host, const char *engine, char *const *keys) {
@@ -361,20 +390,18 @@ static ModelsList *merge_hosts(Manager *m) {
 
         for (size_t i = 0; l && i < manager_n_hosts(m); i++) {
                 Host *h = manager_host_at(m, i);
-                const char *name = host_conf(h)->name, *body;
+                const char *name = host_conf(h)->name;
+                const CatalogList *list;
                 ssize_t up = host_engine_up(h);
-                size_t n;
                 int r = 0;
 
                 /* SPEC §4: hosts that are down are left out, not guessed at */
                 if (host_state(h) == HOST_DOWN)
                         continue;
-                body = catalog_snapshot(host_catalog(h), &n);
-                if (body)
-                        r = models_list_add_host(l, manager_config(m), host_conf(h),
-                                                 up >= 0 ? host_engine(h, up)->conf->name : NULL, body, n);
-                if (r == -EBADMSG)
-                        log_warning("host %s: /models answer is not a model list, left out", name);
+                list = catalog_snapshot(host_catalog(h));
+                if (list)
+                        r = models_list_add_host_list(l, manager_config(m), host_conf(h),
+                                                      up >= 0 ? host_engine(h, up)->conf->name : NULL, list);
                 for (size_t e = 0; r != -ENOMEM && e < host_n_engines(h); e++)
                         if ((ssize_t)e != up)
                                 r = models_list_add_learned(l, name, host_engine(h, e)->conf->name,

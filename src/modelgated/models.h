@@ -23,6 +23,7 @@ typedef struct Manager Manager;
 typedef struct ModelsMerge ModelsMerge;
 typedef struct ModelsCache ModelsCache;
 typedef struct ModelsList ModelsList;
+typedef struct CatalogList CatalogList;
 
 typedef void (*ModelsMergeDone)(ModelsMerge *mm, const char *json, size_t n, void *userdata);
 /* Whether the caller may see the model (or alias) id: a tier's Models= (SPEC §3). */
@@ -51,7 +52,11 @@ int models_merge_host(const Config *c, const HostConf *h, const char *engine, co
 ModelsList *models_list_new(void);
 ModelsList *models_list_free(ModelsList *l);
 DEFINE_TRIVIAL_CLEANUP_FUNC(ModelsList *, models_list_free);
-/* models_merge_host()'s entries. 0, -EBADMSG (nothing added) or -ENOMEM. */
+/* models_merge_host()'s entries, from a host's list as the catalog keeps it (catalog-list.h). 0 or
+ * -ENOMEM. */
+int models_list_add_host_list(ModelsList *l, const Config *c, const HostConf *h, const char *engine,
+                              const CatalogList *list);
+/* The same from a /models answer's text. 0, -EBADMSG (nothing added) or -ENOMEM. */
 int models_list_add_host(ModelsList *l, const Config *c, const HostConf *h, const char *engine,
                          const char *body, size_t n);
 /* A stopped engine's learned keys, as llama.cpp lists a model it does not run ("unloaded"), each unless

@@ -84,6 +84,10 @@ Upstream *upstream_cancel(Upstream *u) {
         return upstream_free(u);
 }
 
+void upstream_set_read_budget(Upstream *u, size_t bytes) {
+        u->read_budget = bytes;
+}
+
 int upstream_set_deadline(Upstream *u, usec_t usec) {
         u->deadline = usec == USEC_INFINITY ? USEC_INFINITY : upstream_now(u) + usec;
         if (u->state != UPSTREAM_CONNECTING)
@@ -204,11 +208,15 @@ static bool upstream_take(Upstream *u, const char *buf, size_t k) {
 
 /* Edge-triggered: read until a plain read comes back short (the socket was empty then; what comes later
  * raises an edge of its own), or up to EAGAIN through TLS (a record at a time: short says nothing), or
- * until the owner cannot take more (read_pending: input may be left, and resuming re-arms the edge).
- * After the host's FIN the socket is read to its end: that edge is spent. false: the exchange ended, or
- * moved on to a new connection. */
+ * until the owner cannot take more (read_pending: input may be left, and resuming re-arms the edge), or
+ * until this dispatch has read its budget: the rest waits for the next turn of the loop, behind every
+ * other socket that is ready (nginx and haproxy bound a connection's share of a turn the same way), and
+ * the re-armed edge brings it. Without that, a host that sends as fast as we read (a feed's flood) would
+ * keep the loop here for as long as it likes. After the host's FIN the socket is read to its end: that
+ * edge is spent. false: the exchange ended, or moved on to a new connection. */
 static bool upstream_read(Upstream *u) {
         char buf[UPSTREAM_READ_SIZE];
+        size_t budget = u->read_budget ?: UPSTREAM_READ_BUDGET;
 
         u->read_pending = false;
         for (;;) {
@@ -216,7 +224,13 @@ static bool upstream_read(Upstream *u) {
                         u->read_pending = true;
                         return true;
                 }
-                ssize_t k = upstream_io_read(u, buf, sizeof(buf));
+                if (budget == 0) {
+                        u->read_pending = true;
+                        (void)upstream_rearm(u);
+                        return true;
+                }
+                size_t want = MIN(sizeof(buf), budget);
+                ssize_t k = upstream_io_read(u, buf, want);
                 if (k < 0) {
                         if (errno == EINTR)
                                 continue;
@@ -231,9 +245,10 @@ static bool upstream_read(Upstream *u) {
                 }
                 if (k == 0)
                         return upstream_handle_eof(u), false;
+                budget -= (size_t)k;
                 if (!upstream_take(u, buf, (size_t)k) || u->state != UPSTREAM_RECEIVING)
                         return false;
-                if (!u->ssl && (size_t)k < sizeof(buf) && !u->peer_shut)
+                if (!u->ssl && (size_t)k < want && !u->peer_shut)
                         return true;
         }
 }
@@ -330,14 +345,17 @@ static void upstream_io_cb(SocketWatch *w, int fd, uint32_t revents, void *userd
 
         case UPSTREAM_SENDING:
                 /* an answer first: a host that answers early stops the sending (TLS may read nothing) */
-                if ((revents & EPOLLIN) && (!upstream_read(u) || u->state != UPSTREAM_SENDING))
+                if (((revents & EPOLLIN) || u->read_pending) &&
+                    (!upstream_read(u) || u->state != UPSTREAM_SENDING))
                         return;
                 if (revents & (EPOLLOUT | EPOLLERR | EPOLLHUP))
                         upstream_write(u);
                 return;
 
         case UPSTREAM_RECEIVING:
-                if (input)
+                /* read_pending: the re-armed edge of input left for this turn, which may say only that
+                 * the socket is writable (through TLS the rest may wait in the library, not the socket) */
+                if (input || u->read_pending)
                         (void)upstream_read(u);
                 return;
         }
@@ -484,6 +502,7 @@ int upstream_start(UpstreamPool *p, const HttpUrl *url, Buffer *request, bool he
         u->cb = cb;
         u->userdata = userdata;
         u->reading = true;
+        u->read_budget = 0;
         u->deadline = USEC_INFINITY;
         u->idle_timeout = USEC_INFINITY;
         u->cancel_error = 0;

@@ -21,6 +21,9 @@
 #include "shared/time-util.h"
 
 #define UPSTREAM_READ_SIZE (64 * 1024)
+/* what one connection reads in one turn of the loop unless its owner says otherwise: one full read, as
+ * nginx reads one buffer an event; what else is ready waits that long at most (some 50 µs here) */
+#define UPSTREAM_READ_BUDGET (64 * 1024)
 #define UPSTREAM_CONNECT_TIMEOUT_USEC (10 * USEC_PER_SEC)
 /* below llama.cpp's (cpp-httplib's) 5 s keep-alive, so that we rarely send into a closing socket */
 #define UPSTREAM_IDLE_TIMEOUT_USEC (4 * USEC_PER_SEC)
@@ -68,9 +71,11 @@ struct Upstream {
         char *tls_host; /* https: the name (or address) the certificate must be for; NULL: http */
         /* the socket is registered once, for EPOLLIN|EPOLLOUT|EPOLLRDHUP edge-triggered (as the client's,
          * see client-internal.h); what it waits for is in the state and these flags */
-        bool read_pending; /* input may be in the socket that no edge will announce (left while paused) */
-        bool peer_shut;    /* the host's FIN (or an error) was seen: a short read is not an empty socket */
-        usec_t idle_since; /* in the pool since */
+        bool read_pending;  /* input may be in the socket that no edge will announce (left while paused) */
+        bool peer_shut;     /* the host's FIN (or an error) was seen: a short read is not an empty socket */
+        size_t read_budget; /* bytes read per turn of the loop (upstream_set_read_budget()); 0: the default
+                             */
+        usec_t idle_since;  /* in the pool since */
 
         Buffer request;
         size_t request_sent;

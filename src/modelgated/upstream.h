@@ -59,6 +59,10 @@ int upstream_start(UpstreamPool *p, const HttpUrl *url, Buffer *request, bool he
                    const UpstreamCallbacks *cb, void *userdata, Upstream **ret);
 /* Stops reading the response while the owner cannot take more (backpressure). */
 void upstream_set_reading(Upstream *u, bool on);
+/* At most bytes of the response are read in one turn of the loop (0: UPSTREAM_READ_BUDGET, 64 KiB); the
+ * rest waits for the next turn, after every other socket that is ready. For an owner whose work per byte
+ * is more than relaying it (parsing JSON), so that its share of a turn stays a share. */
+void upstream_set_read_budget(Upstream *u, size_t bytes);
 /* Bounds the whole exchange from now; expiry calls on_error(-ETIMEDOUT). */
 int upstream_set_deadline(Upstream *u, usec_t usec);
 /* Once connected, fail with -ETIME when the host sends nothing for usec (from now, and after each

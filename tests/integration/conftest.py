@@ -199,6 +199,21 @@ def make_double(tmp):
 
 
 @pytest.fixture
+def make_flood_host(tmp):
+    """hosts that take more than their share (flood_host.py), each a process of its own"""
+    from flood_host import FloodHost
+    made = []
+
+    def make(*args):
+        f = FloodHost(tmp, *args)
+        made.append(f)
+        return f
+    yield make
+    for f in made:
+        f.stop()
+
+
+@pytest.fixture
 def make_gate(tmp):
     made = []
 

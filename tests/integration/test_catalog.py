@@ -169,6 +169,60 @@ def test_the_hosts_lists_are_merged_once_per_change_not_per_listing(make_double,
     assert merges() > before
 
 
+def health_answers(g, seconds):
+    """how many /health requests, one after another, were answered in that time; each may take at most 3 s"""
+    n, end = 0, time.monotonic() + seconds
+    while time.monotonic() < end:
+        c = g.conn(timeout=3)
+        try:
+            c.request("GET", "/health")
+            r = c.getresponse()
+            r.read()
+        except OSError:
+            raise AssertionError("/health unanswered for 3 s (after %d answers)" % n) from None
+        assert r.status == 200
+        c.close()
+        n += 1
+    return n
+
+
+def test_status_events_on_a_long_list_change_their_one_entry_and_hold_nobody(make_flood_host, make_gate):
+    """a host that lists 2000 models (2.4 MB) and reports 200 status changes at once: each event is applied
+    to the one entry it names, so /health goes on being answered while they are, and the listing has them
+    all. (When each event re-read and re-wrote the whole list, 200 events on a 2.6 MB list held the loop for
+    11.8 s in review.)"""
+    host = make_flood_host("--models", "2000", "--entry-size", "1200", "--flood-models", "200")
+    # no periodic read, so that what is measured is the events
+    g = make_gate("[Proxy]\nPollIntervalSec=1h\n" + host_conf("h", host.url))
+    wait_for(lambda: host.stats()["feeds"] == 1 and len(models(g)) == 2000, 20, "the list and the feed")
+    host.events(200)
+    answered = health_answers(g, 2)
+    # every one of them reached its entry (the 200 events name m0..m199, each once, as loading)
+    wait_for(lambda: all(models(g)["h-m%d" % i]["status"]["value"] == "loading" for i in range(200)), 10,
+             "the events in the listing")
+    assert models(g)["h-m200"]["status"]["value"] == "unloaded"
+    print("/health answered %d times in the 2 s after 200 events" % answered)
+    assert answered >= 20, answered
+
+
+def test_a_list_longer_than_a_host_may_have_is_left_out_with_a_warning(make_flood_host, make_gate):
+    """a host's /models is read up to 2048 models: a longer one is refused as a whole (a part of it would be a
+    guess), said once, and the host's models are still forwarded"""
+    host = make_flood_host("--models", "2049")
+    ok = make_flood_host("--models", "3")
+    g = make_gate("[Proxy]\nPollIntervalSec=1s\n" + host_conf("big", host.url) + host_conf("ok", ok.url))
+    g.wait_log("host big: /models lists more than 2048 models (or 4 MiB), more than modelgate reads of one "
+               "host; its models are left out of /v1/models until it lists fewer")
+    wait_for(lambda: host.stats()["models_reads"] >= 3, 10, "two more reads")
+    assert g.logtext().count("host big: /models lists more than") == 1
+    assert sorted(models(g)) == ["ok-m0", "ok-m1", "ok-m2"]
+    # the host is up, and its models are still its own to serve
+    assert "host big down" not in g.logtext()
+    r = post(g.conn(), CHAT, chat("big-m7"))
+    assert r.status == 200, r.read()
+    r.read()
+
+
 def test_feed_is_relabelled_and_host_down_and_up_reach_list_and_feed(make_double, make_gate, tmp):
     port = free_port()
     d = make_double("--models", "laguna-xs,qwen3-8b", "--loaded", "laguna-xs", "--port", str(port))

@@ -125,6 +125,77 @@ def test_out_of_file_descriptors_running_streams_go_on_and_it_recovers(make_doub
     assert g.proc.poll() is None
 
 
+def health_ok(g, timeout):
+    try:
+        c = g.conn(timeout=timeout)
+        c.request("GET", "/health")
+        r = c.getresponse()
+        r.read()
+        c.close()
+        return r.status == 200
+    except OSError:
+        return False
+
+
+def test_a_feed_flood_and_a_full_speed_stream_leave_every_other_connection_its_turn(make_flood_host,
+                                                                                   make_double, make_gate):
+    """SPEC §6: no host's feed can take more than its share of a turn of the loop. One host floods its
+    /models/sse with status_change events (faster than anything can apply them), another streams an answer at
+    full speed to a client that reads it as fast: meanwhile /health and a third host are answered, turn after
+    turn. What is counted is answers, not times: before each connection had a bounded share of a turn, the
+    daemon read the flooding feed for as long as the flood lasted and answered nothing meanwhile."""
+    flood = make_flood_host("--models", "200", "--flood-models", "200")
+    blast = make_flood_host()
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    g = make_gate(host_conf("flood", flood.url) + host_conf("blast", blast.url) + host_conf("3090", d.url))
+    wait_for(lambda: flood.stats()["feeds"] == 1, 10, "modelgate to follow the flooding host's feed")
+
+    got = {"bytes": 0}
+    stop = threading.Event()
+
+    def read_stream():
+        s = g.sock()
+        body = json.dumps(chat("blast-m0", stream=True)).encode()
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        s.settimeout(30)
+        buf = bytearray(1 << 20)
+        while not stop.is_set():
+            k = s.recv_into(buf)
+            if not k:
+                break
+            got["bytes"] += k
+        s.close()
+
+    reader = threading.Thread(target=read_stream)
+    reader.start()
+    wait_for(lambda: got["bytes"] > 10 << 20, 10, "the full-speed stream to run")
+    flood.on()
+    wait_for(lambda: flood.stats()["feed_bytes"] > 4 << 20, 10, "the flood to run")
+    try:
+        answered, t_end = 0, time.monotonic() + 5
+        before = got["bytes"]
+        while time.monotonic() < t_end:
+            # each waits at most 3 s: a loop held by the flood answers none
+            assert health_ok(g, 3), "no /health answer within 3 s during the flood (%d before)" % answered
+            answered += 1
+        r = post(g.conn(timeout=5), "/v1/chat/completions", chat("3090-laguna-xs"))
+        assert r.status == 200
+        r.read()
+        streamed = got["bytes"] - before
+        flooded = flood.stats()["feed_bytes"]
+    finally:
+        flood.off()
+        stop.set()
+        reader.join(timeout=30)
+    print("during 5 s of flood: %d /health answers, %.0f MB streamed, %.0f MB of feed written" % (
+        answered, streamed / 1e6, flooded / 1e6))
+    # far from noise: one a second would do for a watchdog; a free loop answers thousands
+    assert answered >= 50, answered
+    assert streamed > 1 << 20, "the other host's stream stalled"
+    assert g.proc.poll() is None
+
+
 def post_ok(g):
     try:
         r = post(g.conn(timeout=5), "/v1/chat/completions", chat("3090-laguna-xs"))

@@ -208,4 +208,54 @@ TEST(a_loads_answer_applies_only_to_a_model_still_unloaded) {
         json_object_put(l);
 }
 
+TEST(an_event_read_once_says_what_relabel_and_status_parse_say) {
+        static const char *const events[] = {
+                "{\"model\":\"m\",\"event\":\"status_change\",\"data\":{\"status\":\"loading\",\"progress\":"
+                "{\"value\":0.5}}}",
+                "not json",
+                "{\"model\":\"*\",\"event\":\"models_reload\"}",
+                "{\"model\":\"m\",\"event\":\"status_change\",\"data\":{\"status\":\"loaded\",\"info\":"
+                "{\"id\":\"m\",\"meta\":{\"n_ctx\":1}}}}",
+                "{\"model\":\"q\",\"event\":\"model_status\",\"data\":{\"status\":\"unloaded\",\"exit_"
+                "code\":3}}",
+                "[1]",
+                "{\"model\":\"m\",\"event\":\"download_progress\",\"data\":{\"progress\":{}}}",
+        };
+        /* one tokener for all of them, a refused one among them */
+        json_tokener *tok = json_tokener_new();
+
+        for (size_t i = 0; i < ELEMENTSOF(events); i++) {
+                Buffer a = {}, b = {};
+                CatalogStatus x = {}, y = {};
+                bool ca = false, cb = false;
+                const char *e = events[i];
+                _cleanup_free_ char *ma = NULL, *mb = NULL;
+                int ra = catalog_event_read(tok, "3090", e, strlen(e), &a, &ca, &ma, &x);
+                int rb = catalog_relabel_event("3090", e, strlen(e), &b, &cb, &mb);
+                int rs = catalog_status_parse(e, strlen(e), &y);
+
+                ASSERT_EQ(ra, rb);
+                if (ra == 0) {
+                        ASSERT_EQ(buffer_size(&a), buffer_size(&b));
+                        ASSERT_TRUE(memcmp(buffer_peek(&a), buffer_peek(&b), buffer_size(&a)) == 0);
+                        ASSERT_EQ(ca, cb);
+                        ASSERT_TRUE(streq_ptr(ma, mb));
+                        ASSERT_EQ(x.key != NULL, rs == 0);
+                        if (rs == 0) {
+                                ASSERT_STREQ(x.key, y.key);
+                                ASSERT_STREQ(x.status, y.status);
+                                ASSERT_EQ(x.percent, y.percent);
+                                ASSERT_EQ(x.exit_code, y.exit_code);
+                                ASSERT_EQ(x.info != NULL, y.info != NULL);
+                        }
+                } else
+                        ASSERT_NULL(x.key);
+                catalog_status_done(&x);
+                catalog_status_done(&y);
+                buffer_done(&a);
+                buffer_done(&b);
+        }
+        json_tokener_free(tok);
+}
+
 TESTS_MAIN
