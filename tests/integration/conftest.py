@@ -200,7 +200,9 @@ def make_double(tmp):
 
 @pytest.fixture
 def make_flood_host(tmp):
-    """hosts that take more than their share (flood_host.py), each a process of its own"""
+    """hosts that take more than their share (tests/hostile/flood_host.py), each a process of its own"""
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../hostile"))
     from flood_host import FloodHost
     made = []
 
