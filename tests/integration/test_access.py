@@ -12,6 +12,7 @@ import time
 import pytest
 
 from conftest import MODELGATED, Gate, host_conf, post, read_response, wait_for
+from test_catalog import Feed
 
 MODELGATECTL = os.environ.get("MODELGATECTL", os.path.join(os.path.dirname(MODELGATED), "modelgatectl"))
 CHAT = "/v1/chat/completions"
@@ -577,41 +578,6 @@ def test_a_keys_file_root_makes_for_the_system_service_is_readable_by_it(tmp):
     st = os.stat(keys)
     assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (0, gid, 0o640)
 
-class KeyedFeed:
-    """a /models/sse subscriber with a key, read in a thread: every line of its data kept"""
-
-    def __init__(self, g, key):
-        import socket
-        self.s = socket.create_connection(("127.0.0.1", g.port), timeout=30)
-        self.s.sendall(b"GET /models/sse HTTP/1.1\r\nHost: g\r\nAuthorization: Bearer %s\r\n\r\n" % key.encode())
-        self.f = self.s.makefile("rb")
-        assert b" 200 " in self.f.readline()
-        while self.f.readline() not in (b"\r\n", b""):
-            pass
-        self.lines = []
-        self.t = threading.Thread(target=self.run, daemon=True)
-        self.t.start()
-
-    def run(self):
-        while True:
-            size = self.f.readline()
-            if not size or int(size.strip() or b"0", 16) == 0:
-                return
-            data = self.f.read(int(size.strip(), 16))
-            self.f.readline()
-            self.lines.extend(l for l in data.decode().split("\n") if l)
-
-    def events(self):
-        return [json.loads(l[6:]) for l in list(self.lines) if l.startswith("data: ")]
-
-    def saw(self, model, event=None, status=None):
-        return any(e["model"] == model and (event is None or e["event"] == event) and
-                   (status is None or e.get("data", {}).get("status") == status) for e in self.events())
-
-    def close(self):
-        self.s.close()
-
-
 def test_the_feed_shows_a_tier_only_its_models(make_double, tmp):
     """/models/sse is filtered by the subscriber's [Tier] Models= as /v1/models is: a key that may use only
     3090's models never hears another host's model names, load progress or loaded entries (with the server's
@@ -633,7 +599,7 @@ def test_the_feed_shows_a_tier_only_its_models(make_double, tmp):
     try:
         wait_for(lambda: all(any(r["path"] == "/models/sse" for r in d.requests()) for d in (d3090, da9)), 10,
                  "modelgate to follow both hosts' feeds")
-        feeds.extend(KeyedFeed(g, names[t]) for t in ("free", "pro", "aliases"))
+        feeds.extend(Feed(g, names[t]) for t in ("free", "pro", "aliases"))
         free, pro, alias = feeds
         # each reload replaces the configuration the subscribers' tiers belong to
         for i in range(2):

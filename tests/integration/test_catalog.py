@@ -29,11 +29,12 @@ def models(g):
 
 
 class Feed:
-    """a /models/sse subscriber that reads in a thread and keeps every line"""
+    """a /models/sse subscriber (with a key, if given) that reads in a thread and keeps every line"""
 
-    def __init__(self, g):
+    def __init__(self, g, key=None):
         self.s = g.sock()
-        self.s.sendall(b"GET /models/sse HTTP/1.1\r\nHost: x\r\n\r\n")
+        auth = b"Authorization: Bearer %s\r\n" % key.encode() if key else b""
+        self.s.sendall(b"GET /models/sse HTTP/1.1\r\nHost: x\r\n%s\r\n" % auth)
         self.f = self.s.makefile("rb")
         assert b" 200 " in self.f.readline()
         while self.f.readline() not in (b"\r\n", b""):
@@ -60,6 +61,10 @@ class Feed:
 
     def comments(self):
         return [l for l in list(self.lines) if l.startswith(":")]
+
+    def saw(self, model, event=None, status=None):
+        return any(e["model"] == model and (event is None or e["event"] == event) and
+                   (status is None or e.get("data", {}).get("status") == status) for e in self.events())
 
     def close(self):
         self.s.close()

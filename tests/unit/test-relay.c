@@ -77,30 +77,30 @@ TEST(a_chunked_event_stream_is_chunked_again_for_http11) {
         harness_free(h);
 }
 
+/* A plain request whose host answers with a chunked head and 'first' (the client has the head then) */
+static FakeConn *chunked_answer(Harness *h, Peer *p, const char *first) {
+        peer_send_request(p, "POST", CHAT, "1.1", "", PLAIN_BODY);
+        FakeConn *f = fake_expect_request_with_length(h, TO_HOST(CHAT), PLAIN_TO_HOST);
+        fake_send(f,
+                  "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n");
+        fake_send(f, first);
+        peer_expect(p, "HTTP/1.1 200 OK\r\n" SERVED "Content-Type: application/json\r\n"
+                       "Transfer-Encoding: chunked\r\n\r\n");
+        return f;
+}
+
 TEST(a_hosts_chunk_not_ended_by_crlf_is_a_malformed_answer_even_across_reads) {
         Harness *h = harness_new("");
 
         /* "XX" where CRLF must be (llhttp skips any two bytes): the head is out, so the answer is cut */
         Peer *p = peer_new(h);
-        peer_send_request(p, "POST", CHAT, "1.1", "", PLAIN_BODY);
-        FakeConn *f = fake_expect_request_with_length(h, TO_HOST(CHAT), PLAIN_TO_HOST);
-        fake_send(f,
-                  "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
-                  "5\r\nhelloXX0\r\n\r\n");
-        peer_expect(p, "HTTP/1.1 200 OK\r\n" SERVED "Content-Type: application/json\r\n"
-                       "Transfer-Encoding: chunked\r\n\r\n");
+        (void)chunked_answer(h, p, "5\r\nhelloXX0\r\n\r\n");
         peer_expect_eof(p);
         peer_free(p);
 
         /* the CR in one read, a wrong byte at the start of the next */
         p = peer_new(h);
-        peer_send_request(p, "POST", CHAT, "1.1", "", PLAIN_BODY);
-        f = fake_expect_request_with_length(h, TO_HOST(CHAT), PLAIN_TO_HOST);
-        fake_send(f,
-                  "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
-                  "2\r\n{}\r");
-        peer_expect(p, "HTTP/1.1 200 OK\r\n" SERVED "Content-Type: application/json\r\n"
-                       "Transfer-Encoding: chunked\r\n\r\n");
+        FakeConn *f = chunked_answer(h, p, "2\r\n{}\r");
         peer_expect_chunk(p, "{}");
         fake_send(f, "X0\r\n\r\n");
         peer_expect_eof(p);
@@ -108,13 +108,7 @@ TEST(a_hosts_chunk_not_ended_by_crlf_is_a_malformed_answer_even_across_reads) {
 
         /* and a right one split the same way goes on to its end */
         p = peer_new(h);
-        peer_send_request(p, "POST", CHAT, "1.1", "", PLAIN_BODY);
-        f = fake_expect_request_with_length(h, TO_HOST(CHAT), PLAIN_TO_HOST);
-        fake_send(f,
-                  "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
-                  "2\r\n{}\r");
-        peer_expect(p, "HTTP/1.1 200 OK\r\n" SERVED "Content-Type: application/json\r\n"
-                       "Transfer-Encoding: chunked\r\n\r\n");
+        f = chunked_answer(h, p, "2\r\n{}\r");
         peer_expect_chunk(p, "{}");
         fake_send(f, "\n0\r\n\r\n");
         peer_expect(p, "0\r\n\r\n");
