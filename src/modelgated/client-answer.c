@@ -72,6 +72,38 @@ void client_respond(Client *c, int status, const char *content_type, const char 
         client_response_complete(c, NULL);
 }
 
+void client_refill_out(Client *c) {
+        size_t room = CLIENT_OUT_HIGH - MIN(buffer_size(&c->out), (size_t)CLIENT_OUT_HIGH), n;
+
+        if (!c->tail)
+                return;
+        n = MIN(c->tail->size - c->tail_sent, room);
+        if (n > 0 && buffer_append(&c->out, c->tail->data + c->tail_sent, n) < 0) {
+                /* out of memory: the answer ends short, which the client sees by its length */
+                c->close_after_response = true;
+                n = c->tail->size - c->tail_sent;
+        }
+        c->tail_sent += n;
+        if (c->tail_sent == c->tail->size)
+                c->tail = blob_unref(c->tail);
+}
+
+void client_respond_blob(Client *c, int status, const char *content_type, Blob *body) {
+        char h[128];
+
+        if (body->size <= CLIENT_OUT_HIGH || c->x->head || c->tail)
+                return client_respond(c, status, content_type, body->data, body->size, NULL);
+        c->x->status = status;
+        snprintf(h, sizeof(h), "Content-Type: %s\r\nContent-Length: %zu\r\n", content_type, body->size);
+        if (client_queue_head(c, status, h) < 0)
+                c->close_after_response = true;
+        c->tail = blob_ref(body);
+        c->tail_sent = 0;
+        client_refill_out(c);
+        c->x->bytes = body->size;
+        client_response_complete(c, NULL);
+}
+
 /* After the early 200 the status line is gone: an error is an SSE error event in the API's shape,
  * and the response ends cleanly (SPEC §7). */
 void client_end_early(Client *c, const Buffer *event) {

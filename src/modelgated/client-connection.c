@@ -78,6 +78,7 @@ static void client_free(Client *c) {
         http_parser_done(&c->parser);
         buffer_done(&c->in);
         buffer_done(&c->out);
+        blob_unref(c->tail);
         buffer_done(&c->held_head);
         buffer_done(&c->scratch);
         free(c);
@@ -111,7 +112,11 @@ static int client_flush(Client *c) {
         bool progress = false;
 
         /* after an EAGAIN the socket is full: the EPOLLOUT edge that comes when it drains goes on */
-        while (!buffer_is_empty(&c->out) && !c->out_blocked) {
+        for (;;) {
+                if (buffer_is_empty(&c->out))
+                        client_refill_out(c);
+                if (buffer_is_empty(&c->out) || c->out_blocked)
+                        break;
                 ssize_t k =
                         send(c->fd, buffer_peek(&c->out), buffer_size(&c->out), MSG_NOSIGNAL | MSG_DONTWAIT);
                 if (k < 0) {

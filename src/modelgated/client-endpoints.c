@@ -25,14 +25,14 @@ static bool client_feed_visible(Client *c, const FeedEvent *e) {
         return !e->host || access_host_allowed(&c->x->caller, e->host);
 }
 
-void client_models_done(ModelsMerge *mm, const char *json, size_t n, void *userdata) {
+void client_models_done(ModelsMerge *mm, Blob *json, void *userdata) {
         Client *c = userdata;
 
         c->x->merge = models_merge_free(mm);
         if (!json)
                 client_respond_error(c, 500, NULL, "out of memory", NULL);
         else
-                client_respond(c, 200, "application/json", json, n, NULL);
+                client_respond_blob(c, 200, "application/json", json);
         if (c->ops->flush(c) < 0) {
                 c->ops->free(c);
                 return;

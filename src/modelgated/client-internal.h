@@ -125,6 +125,10 @@ struct Client {
         Buffer in;
         HttpParser parser;
         Buffer out;
+        /* the rest of a big answer of modelgate's own, moved into out as it drains: out is empty only once
+         * this is done (NULL) */
+        Blob *tail;
+        size_t tail_sent;
 
         Exchange exchange;         /* the request being answered, ended with it */
         Exchange *x;               /* &exchange */
@@ -144,6 +148,11 @@ int client_queue_stream_head(Client *c);
 int client_queue_head(Client *c, int status, const char *extra);
 void client_respond(Client *c, int status, const char *content_type, const char *body, size_t n,
                     const char *extra_headers);
+/* The same for a body modelgate made and may share with other connections (a /v1/models answer): a big
+ * one goes out from the blob as the socket drains, never more than CLIENT_OUT_HIGH of it queued */
+void client_respond_blob(Client *c, int status, const char *content_type, Blob *body);
+/* Moves what fits under CLIENT_OUT_HIGH from the connection's tail to out */
+void client_refill_out(Client *c);
 void client_end_early(Client *c, const Buffer *event);
 void client_respond_error(Client *c, int status, const char *code, const char *message,
                           const char *extra_headers);
@@ -162,7 +171,7 @@ void client_start_budget(Client *c);
 const char *client_fallback_path(llhttp_method_t method, Span path);
 bool client_fall_back(Client *c, const char *why);
 bool client_next_target(Client *c, const char *why);
-void client_models_done(ModelsMerge *mm, const char *json, size_t n, void *userdata);
+void client_models_done(ModelsMerge *mm, Blob *json, void *userdata);
 bool client_model_visible(const char *id, void *userdata);
 void client_respond_health(Client *c, bool strict);
 void client_respond_refusal(Client *c, bool health);

@@ -13,6 +13,7 @@
 #include "shared/strv.h"
 
 #define MODELS_FIRST_WAIT_USEC (2 * USEC_PER_SEC)
+#define MODELS_RECENT_MAX 4
 #define MODELS_JSON_FLAGS (JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE)
 
 struct ModelsMerge {
@@ -41,6 +42,10 @@ struct ModelsCache {
          * listing of one such spell shares the first one's bound, so that a host whose first read hangs
          * (a blackholed one takes seconds to fail) costs one listing 2 s, not each. 0: no spell. */
         usec_t first_wait_until;
+        /* the last answers made: a listing whose bytes are one of these shares it (a slow reader of a
+         * big list holds a reference, not a copy of its own) */
+        Blob *recent[MODELS_RECENT_MAX];
+        size_t recent_next;
 };
 
 /* One entry of a list, serialized as a whole list serializes it */
@@ -354,6 +359,8 @@ ModelsCache *models_cache_free(ModelsCache *cache) {
         if (!cache)
                 return NULL;
         models_list_free(cache->hosts);
+        for (size_t i = 0; i < MODELS_RECENT_MAX; i++)
+                blob_unref(cache->recent[i]);
         free(cache->keys);
         free(cache);
         return NULL;
@@ -457,6 +464,25 @@ static ModelsList *merge_aliases(Manager *m, ModelsList *hosts) {
         return TAKE_PTR(l);
 }
 
+/* The answer as a blob: one of the recent ones with the same bytes, or a new one kept among them. NULL:
+ * out of memory. */
+static Blob *cache_share(ModelsCache *cache, const Buffer *out) {
+        size_t n = buffer_size(out);
+        Blob *b;
+
+        for (size_t i = 0; i < MODELS_RECENT_MAX; i++)
+                if (cache->recent[i] && cache->recent[i]->size == n &&
+                    memcmp(cache->recent[i]->data, buffer_peek(out), n) == 0)
+                        return blob_ref(cache->recent[i]);
+        b = blob_new(buffer_peek(out), n);
+        if (!b)
+                return NULL;
+        blob_unref(cache->recent[cache->recent_next]);
+        cache->recent[cache->recent_next] = blob_ref(b);
+        cache->recent_next = (cache->recent_next + 1) % MODELS_RECENT_MAX;
+        return b;
+}
+
 static int merge_done_cb(sd_event_source *s, void *userdata) {
         ModelsMerge *mm = userdata;
         _cleanup_(models_list_freep) ModelsList *aliases = NULL;
@@ -467,9 +493,9 @@ static int merge_done_cb(sd_event_source *s, void *userdata) {
         hosts = cache_hosts(mm->cache, mm->manager);
         aliases = hosts ? merge_aliases(mm->manager, hosts) : NULL;
         if (!aliases || models_list_render(hosts, aliases, mm->allowed, mm->userdata, &out) < 0)
-                mm->done(mm, NULL, 0, mm->userdata); /* may free mm */
-        else
-                mm->done(mm, buffer_peek(&out), buffer_size(&out), mm->userdata);
+                return mm->done(mm, NULL, mm->userdata), 0; /* may free mm */
+        _cleanup_(blob_unrefp) Blob *answer = cache_share(mm->cache, &out);
+        mm->done(mm, answer, mm->userdata);
         return 0;
 }
 

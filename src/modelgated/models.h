@@ -15,6 +15,7 @@
 
 #include <json-c/json.h>
 
+#include "shared/blob.h"
 #include "modelgated/alias-pick.h"
 #include "modelgated/conf.h"
 #include "shared/buffer.h"
@@ -25,7 +26,9 @@ typedef struct ModelsCache ModelsCache;
 typedef struct ModelsList ModelsList;
 typedef struct CatalogList CatalogList;
 
-typedef void (*ModelsMergeDone)(ModelsMerge *mm, const char *json, size_t n, void *userdata);
+/* The merged list, shared with the listings whose bytes are the same (the callee takes a reference to
+ * keep it); NULL: out of memory. */
+typedef void (*ModelsMergeDone)(ModelsMerge *mm, Blob *json, void *userdata);
 /* Whether the caller may see the model (or alias) id: a tier's Models= (SPEC §3). */
 typedef bool (*ModelsAllowed)(const char *id, void *userdata);
 

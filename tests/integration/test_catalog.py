@@ -15,7 +15,7 @@ import time
 import pytest
 
 from boxes import box_skip_reason, chat, engine_unit, gate_env, local_host
-from conftest import DOUBLE, PYTHON, free_port, host_conf, metric_samples, post, wait_for
+from conftest import DOUBLE, PYTHON, free_port, host_conf, metric_samples, post, read_response, wait_for
 
 CHAT = "/v1/chat/completions"
 
@@ -226,6 +226,39 @@ def test_a_list_longer_than_a_host_may_have_is_left_out_with_a_warning(make_floo
     r = post(g.conn(), CHAT, chat("big-m7"))
     assert r.status == 200, r.read()
     r.read()
+
+
+def test_slow_readers_of_a_big_list_share_one_copy_and_queue_at_most_256_kib_each(make_flood_host, make_gate):
+    """a /v1/models of megabytes to 40 clients that do not read: each holds at most 256 KiB of it queued
+    and a reference to one shared answer, not a copy of its own (40 copies would be over 100 MB); a client
+    that reads gets the whole list"""
+    host = make_flood_host("--models", "2000", "--entry-size", "1200")
+    # ASan keeps freed memory in quarantine: RSS would measure that, not modelgated
+    env = dict(os.environ, ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "") + ":quarantine_size_mb=1")
+    g = make_gate(host_conf("big", host.url), env=env)
+    c = g.conn()
+    c.request("GET", "/v1/models")
+    r = c.getresponse()
+    whole = r.read()
+    assert r.status == 200 and len(whole) > 2 << 20, len(whole)
+    assert len(json.loads(whole)["data"]) == 2000
+    before = g.rss_kb()
+    slow = []
+    for _ in range(40):
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a reader that takes almost nothing
+        s.connect(("127.0.0.1", g.port))
+        s.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+        slow.append(s)
+    wait_for(lambda: g.logtext().count("GET /v1/models ") >= 41, 30, "the 40 answers begun")
+    grown = g.rss_kb() - before
+    assert grown < 40 * 1024, "modelgated grew by %d KiB for 40 slow readers" % grown
+    # one of them reads after all: its answer is whole, byte for byte the same
+    f = slow[0].makefile("rb")
+    status, _, body = read_response(f)
+    assert status == 200 and body == whole
+    for s in slow:
+        s.close()
 
 
 def test_feed_is_relabelled_and_host_down_and_up_reach_list_and_feed(make_double, make_gate, tmp):
