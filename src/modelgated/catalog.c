@@ -343,10 +343,6 @@ static int refresh_cb(sd_event_source *s, uint64_t usec, void *userdata) {
         return 0;
 }
 
-void catalog_refresh(Catalog *c) {
-        catalog_fetch(c);
-}
-
 void catalog_model_call_done(Catalog *c, const char *model, bool load) {
         const char *key = model ? startswith(model, c->conf.host->name) : NULL;
 

@@ -69,10 +69,9 @@ void catalog_start(Catalog *c, bool host_down);
 /* A reload kept the host (same name, URL and engines): the new configuration's copies. */
 void catalog_set_conf(Catalog *c, const CatalogConf *conf);
 
-/* Re-reads the snapshot soon (coalesced with a read in progress). */
-void catalog_refresh(Catalog *c);
-/* The same, at most once every 2 s: a request's exchange with the host failed, and whether the host is
- * down is for this read to say (its outcome reaches the owner through on_http). */
+/* Re-reads the snapshot soon, at most once every 2 s (coalesced with a read in progress): a request's
+ * exchange with the host failed, and whether the host is down is for this read to say (its outcome reaches
+ * the owner through on_http). */
 void catalog_check_soon(Catalog *c);
 /* A /models/load (load) or /models/unload of model ("<host>-<key>") forwarded to the host succeeded: a
  * load's model reads "loading" at once (llama.cpp answers once the model's process is spawned), and the

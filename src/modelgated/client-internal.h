@@ -159,7 +159,7 @@ void client_respond_error(Client *c, int status, const char *code, const char *m
 int client_frame_body(Client *c, const char *p, size_t n);
 int client_send_held_head(Client *c, const char *framing);
 void client_host_down(Client *c, int error);
-void client_host_went_down(HostWaiter *w, const char *reason);
+void client_host_went_down(HostWaiter *w);
 void client_cut(Client *c, const char *note);
 /* The answer under way is an event stream whose bytes so far end with a whole line: a comment line may go
  * out here without changing any event */

@@ -8,9 +8,8 @@
 
 /* What failed, in words: a connection error, or what the host's probe said when it found the host down */
 static const char *failure_reason(const Client *c, int error) {
-        if ((error == -EHOSTDOWN || error == EHOSTDOWN) && c->x->down_reason[0])
-                return c->x->down_reason;
-        return upstream_strerror(error);
+        Host *h = error == -EHOSTDOWN ? manager_host(c->manager, c->x->host) : NULL;
+        return (h ? host_down_reason(h) : NULL) ?: upstream_strerror(error);
 }
 
 /* A connection that never reached a server: nothing listens there, no route, no answer to the connect.
@@ -126,7 +125,6 @@ static int client_upstream_headers(Upstream *u, const UpstreamResponse *resp, vo
         bool sse = ct.p && ct.n >= 17 && strncasecmp(ct.p, "text/event-stream", 17) == 0;
         bool no_body = c->x->head || resp->status == 204 || resp->status == 304;
 
-        c->x->upstream_started = true;
         if (!c->x->via_fallback) {
                 /* "not here (yet)": a host that has not registered the model, or is loading */
                 if ((resp->status == 404 || resp->status == 503) && !c->x->head) {
@@ -406,13 +404,12 @@ static void client_upstream_error(Upstream *u, int error, bool started, void *us
 /* SPEC §6: the host's probe found it down while this request was in flight. With no byte of the host's
  * answer yet, the request fails now (503 naming the host, or the next target or the fallback); a stream
  * is cut as the host's failure. Without this it would wait for UpstreamIdleTimeoutSec=. */
-void client_host_went_down(HostWaiter *w, const char *reason) {
+void client_host_went_down(HostWaiter *w) {
         Client *c = container_of(w, Exchange, waiter)->client;
-        bool started = c->x->upstream_started;
 
         if (!c->x->upstream)
                 return; /* not sent yet (its router may load the model), or its answer is whole */
-        snprintf(c->x->down_reason, sizeof(c->x->down_reason), "%s", reason);
+        bool started = upstream_answer_started(c->x->upstream);
         c->x->upstream = upstream_cancel(c->x->upstream);
         client_upstream_error(NULL, -EHOSTDOWN, started, c);
 }
@@ -489,7 +486,6 @@ int client_keepalive_cb(sd_event_source *s, uint64_t usec, void *userdata) {
 /* Sends the request to its target, the relay's callbacks taking the answer. < 0: the connection failed
  * at once, and the client has its answer (or the fallback took over). */
 int client_send_upstream(Client *c) {
-        c->x->upstream_started = false;
         int k = upstream_start(manager_pool(c->manager), c->x->target, &c->x->pending, c->x->head,
                                &client_upstream_callbacks, c, &c->x->upstream);
         buffer_done(&c->x->pending);

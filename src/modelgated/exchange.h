@@ -66,9 +66,7 @@ typedef struct Exchange {
         int error_status; /* an error told inside an early 200, for the log */
         uint64_t bytes;
 
-        HostWaiter waiter;     /* for an engine of the host, or attached to a host without engines */
-        bool upstream_started; /* the host's status and headers came (this attempt) */
-        char down_reason[160]; /* what the host's probe said when it found the host down */
+        HostWaiter waiter; /* for an engine of the host, or attached to a host without engines */
         sd_event_source *keepalive;
         bool early;     /* modelgate's own 200 went out while the request waited (SPEC §5 rule 5) */
         Buffer pending; /* the upstream request, while waiting for the engine */

@@ -508,6 +508,10 @@ const char *host_last_error(const Host *h) {
         return h->last_error;
 }
 
+const char *host_down_reason(const Host *h) {
+        return h->bus_down || h->http_down ? h->down_reason : NULL;
+}
+
 usec_t host_hold_down_until(const Host *h) {
         return sched_hold_down_until(&h->sched, host_now(h));
 }

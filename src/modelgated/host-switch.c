@@ -98,7 +98,7 @@ int host_down_cb(sd_event_source *s, void *userdata) {
                         break;
                 host_unride(h, w);
                 if (w->down)
-                        w->down(w, h->down_reason ?: "unreachable");
+                        w->down(w);
         }
         return 0;
 }

@@ -40,9 +40,9 @@ const char *host_state_to_string(HostState s);
 /* The outcome for a waiting request: status 0 means "go, the engine is up"; otherwise an HTTP status
  * (423, 502, 503) and a message for the client. */
 typedef void (*HostReadyFn)(HostWaiter *w, int status, const char *message);
-/* The host's probe found it down while the request was in flight (reason: why). The waiter is no
- * longer told anything else of the host's state; it is still to be released. */
-typedef void (*HostDownFn)(HostWaiter *w, const char *reason);
+/* The host's probe found it down while the request was in flight (host_down_reason() says why). The
+ * waiter is no longer told anything else of the host's state; it is still to be released. */
+typedef void (*HostDownFn)(HostWaiter *w);
 
 struct HostWaiter {
         Host *host;     /* NULL once released or answered with an error */
@@ -133,6 +133,8 @@ unsigned host_waiting(const Host *h);
 /* The engine whose unit runs (up or being checked), or -1. */
 ssize_t host_running(const Host *h);
 const char *host_last_error(const Host *h);
+/* Why the host is down (its bus, or its probe), or NULL while it is not */
+const char *host_down_reason(const Host *h);
 /* CLOCK_MONOTONIC: the end of the running engine's hold-down (0: none, USEC_INFINITY: forever), and when
  * its idle stop happens as things are (USEC_INFINITY: not now). */
 usec_t host_hold_down_until(const Host *h);

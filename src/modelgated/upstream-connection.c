@@ -84,6 +84,10 @@ Upstream *upstream_cancel(Upstream *u) {
         return upstream_free(u);
 }
 
+bool upstream_answer_started(const Upstream *u) {
+        return u->headers_done;
+}
+
 void upstream_set_read_budget(Upstream *u, size_t bytes) {
         u->read_budget = bytes;
 }

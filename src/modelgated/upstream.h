@@ -68,6 +68,8 @@ int upstream_set_deadline(Upstream *u, usec_t usec);
 /* Once connected, fail with -ETIME when the host sends nothing for usec (from now, and after each
  * read); 0 or USEC_INFINITY: no bound. */
 int upstream_set_idle_timeout(Upstream *u, usec_t usec);
+/* Whether the host's status and headers have come (on_headers was called) */
+bool upstream_answer_started(const Upstream *u);
 /* The owner gives up: the connection is closed (so the host stops working on it). */
 Upstream *upstream_cancel(Upstream *u);
 
