@@ -1,11 +1,12 @@
 #!/usr/bin/python3
 """The rules the code cites, checked: every "rule:NAME" in the sources, tests, man pages, README.md,
 SECURITY.md and bench/ is a heading "### rule:NAME" of docs/rules.md, and nothing cites a section number
-("§4") of a contract that is not in the repository. An RFC's sections ("RFC 9112 §6.1") are the RFC's and
-stay; docs/rules.md may say "SPEC §N" where a rule came from, and nothing else.
+("§4") or a rule number ("rule 6") of a contract that is not in the repository. An RFC's sections
+("RFC 9112 §6.1") are the RFC's and stay; docs/rules.md may say "SPEC §N" where a rule came from, and
+nothing else.
 
 usage: rules.py [--allow-sections] ROOT   exit 0 when every cite holds, 1 with each problem listed;
-                                          --allow-sections: a "§" cite is listed, but does not fail
+                                          --allow-sections: such a number is listed, but does not fail
        rules.py --list ROOT               each rule, with the files that cite it (those that implement it)
        rules.py --self-test               shows that a missing rule and a section cite are caught
 """
@@ -30,6 +31,8 @@ REF = r"§[\d.]+(?:\s+rules?\s+\d+(?:\s*(?:[–,-]|and)\s*\d+)*)?"
 SEP = r"(?:\s*(?:,|;|–|-|and)\s*|\s+)"
 CHAIN = re.compile(ANCHOR + r"\s*(?:" + REF + SEP + r")*$")
 CONTINUATION = re.compile(r"\n[ \t]*(?:\*(?!/)|#|//)?[ \t]*")
+# a rule by the number it had in that contract ("(rule 6)"), not after a section ("RFC 9112 §6.3 rule 1")
+NUMBERED = re.compile(r"\brules?\s+\d+")
 
 
 def section_of(text, pos):
@@ -42,11 +45,17 @@ def section_of(text, pos):
 
 
 def section_cites(text):
-    """(line, the line's text) of every "§" that is not an RFC's; in docs/rules.md, not a SPEC's either"""
+    """(line, document) of every "§" and every bare "rule N": document is "RFC", "SPEC" or None"""
     out = []
     for m in re.finditer("§", text):
         out.append((text.count("\n", 0, m.start()) + 1, section_of(text, m.start())))
-    return out
+    for m in NUMBERED.finditer(text):
+        before = CONTINUATION.sub(" ", text[max(0, m.start() - 240):m.start()])
+        if re.search(r"§[\d.]+\s*$", before):
+            continue  # part of a "§" cite, judged above
+        doc = "SPEC" if re.search(r"SPEC's\s*$", before) else None
+        out.append((text.count("\n", 0, m.start()) + 1, doc))
+    return sorted(out, key=lambda x: x[0])
 
 
 def read_rules(root):
@@ -105,8 +114,8 @@ def scan(root):
         for line, doc in section_cites(text):
             if doc == "RFC" or (doc == "SPEC" and rel == RULES):
                 continue
-            sections.append("%s:%d: a \"§\" cite of a document not in the repository; cite the rule by "
-                            "its name (rule:NAME, %s)" % (rel, line, RULES))
+            sections.append("%s:%d: a \"§\" or \"rule N\" cite of a document not in the repository; cite "
+                            "the rule by its name (rule:NAME, %s)" % (rel, line, RULES))
     return cited, unknown, sections
 
 
@@ -131,18 +140,21 @@ def self_test():
         write("src/b.h", "/* SPEC §4: hosts that are down are left out; rule:no-such-rule. */\n")
         write("README.md", "`route` (the model, §2)\n")
         write("man/x.scd", "(SPEC §5 rule 5,\n§6)\n")
+        write("src/c.c", "/* 2. rule 6: one abandoned switch; SPEC's rule 10 */\n")
         cited, unknown, sections = scan(root)
         assert unknown == ["src/b.h:1: rule:no-such-rule is not a rule of %s" % RULES], unknown
         assert [s.split(":")[0] + ":" + s.split(":")[1] for s in sections] == \
-            ["src/b.h:1", "man/x.scd:1", "man/x.scd:2", "README.md:1"], sections
+            ["src/b.h:1", "src/c.c:1", "src/c.c:1", "man/x.scd:1", "man/x.scd:2", "README.md:1"], sections
 
-        write(RULES, "### rule:hold-down\n\n### rule:hold-down\n\nbare §3\n")
+        write(RULES, "### rule:hold-down\n\n### rule:hold-down\n\nbare §3, SPEC's rule 10 (SPEC §5 rule 11)\n")
         os.remove(os.path.join(root, "src/b.h"))
+        os.remove(os.path.join(root, "src/c.c"))
         cited, unknown, sections = scan(root)
         assert any("heading twice" in u for u in unknown), unknown
-        assert any(s.startswith(RULES + ":5:") for s in sections), sections
-    print("self-test: an unknown rule, a rule named twice, and a \"§\" cite of SPEC (bare, in a chain, across "
-          "lines) are each refused; RFC sections and SPEC's in docs/rules.md pass")
+        ours = [s for s in sections if s.startswith(RULES + ":")]
+        assert len(ours) == 1 and ours[0].startswith(RULES + ":5:"), sections
+    print("self-test: an unknown rule, a rule named twice, a \"§\" cite of SPEC (bare, in a chain, across lines) "
+          "and a bare \"rule N\" are each refused; RFC sections and SPEC's in docs/rules.md pass")
 
 
 def main(argv):
