@@ -51,7 +51,7 @@ static void client_wait_for_engine(Client *c) {
 }
 
 static void client_engine_ready(HostWaiter *w, int status, const char *message) {
-        Client *c = container_of(w, Exchange, waiter)->client;
+        _cleanup_(client_unrefp) Client *c = client_ref(container_of(w, Exchange, waiter)->client);
 
         /* on success the comments go on while the engine's router loads the model */
         if (status != 0) {
@@ -61,11 +61,8 @@ static void client_engine_ready(HostWaiter *w, int status, const char *message) 
                 metrics_wait(manager_metrics(c->manager), c->x->host->name, client_now(c) - c->x->start);
                 client_go(c);
         }
-        if (c->ops->flush(c) < 0) {
-                c->ops->free(c);
-                return;
-        }
-        c->ops->process(c);
+        client_flush(c);
+        client_process(c);
 }
 
 /* [Access]: who the client is. false: answered already (401). */

@@ -26,18 +26,15 @@ static bool client_feed_visible(Client *c, const FeedEvent *e) {
 }
 
 void client_models_done(ModelsMerge *mm, Blob *json, void *userdata) {
-        Client *c = userdata;
+        _cleanup_(client_unrefp) Client *c = client_ref(userdata);
 
         c->x->merge = models_merge_free(mm);
         if (!json)
                 client_respond_error(c, 500, NULL, "out of memory", NULL);
         else
                 client_respond_blob(c, 200, "application/json", json);
-        if (c->ops->flush(c) < 0) {
-                c->ops->free(c);
-                return;
-        }
-        c->ops->process(c);
+        client_flush(c);
+        client_process(c);
 }
 
 /* GET /health: cheap (no I/O, the hosts' states as they are) and true: "ok" while at least one host can
@@ -207,7 +204,7 @@ void client_start_feed(Client *c) {
 }
 
 static void client_feed_send(FeedSubscriber *s, const FeedEvent *e) {
-        Client *c = container_of(s, Client, feed_sub);
+        _cleanup_(client_unrefp) Client *c = client_ref(container_of(s, Client, feed_sub));
 
         if (!client_feed_visible(c, e))
                 return;
@@ -215,9 +212,11 @@ static void client_feed_send(FeedSubscriber *s, const FeedEvent *e) {
                 /* bounded: a subscriber that does not read is dropped, not buffered for ever */
                 log_info("Client %s does not read /models/sse, dropping it", c->peer);
                 client_log_access(c, "cut=slow-client");
-                c->ops->free(c);
+                client_close(c);
                 return;
         }
-        if (client_frame_body(c, e->text, e->size) < 0 || c->ops->flush(c) < 0)
-                c->ops->free(c);
+        if (client_frame_body(c, e->text, e->size) < 0)
+                client_close(c);
+        else
+                client_flush(c);
 }

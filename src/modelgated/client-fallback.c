@@ -126,7 +126,7 @@ bool client_fall_back(Client *c, const char *why) {
 }
 
 static int client_budget_cb(sd_event_source *s, uint64_t usec, void *userdata) {
-        Client *c = userdata;
+        _cleanup_(client_unrefp) Client *c = client_ref(userdata);
         char why[256], t[FORMAT_TIMESPAN_MAX];
         bool stream = c->x->streaming;
 
@@ -137,8 +137,7 @@ static int client_budget_cb(sd_event_source *s, uint64_t usec, void *userdata) {
                          ?: "?",
                  stream ? "FirstTokenBudgetSec=" : "RequestBudgetSec=");
         if (client_fall_back(c, why)) {
-                if (c->ops->flush(c) < 0)
-                        c->ops->free(c);
+                client_flush(c);
                 return 0;
         }
         /* no fallback: the request is cancelled all the same, so that the GPU stops working on it */
@@ -150,10 +149,7 @@ static int client_budget_cb(sd_event_source *s, uint64_t usec, void *userdata) {
                 client_respond_error(c, 504, "budget_exceeded", msg, NULL);
         } else
                 client_cut(c, "cut=budget");
-        if (c->ops->flush(c) < 0) {
-                c->ops->free(c);
-                return 0;
-        }
-        c->ops->process(c);
+        client_flush(c);
+        client_process(c);
         return 0;
 }

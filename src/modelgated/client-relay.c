@@ -6,6 +6,12 @@
 
 #include "modelgated/client-internal.h"
 
+/* A target that refused before any byte of its answer reached the client: the alias's next target
+ * first, then the engine's fallback. true: the request went there. */
+static bool client_move_on(Client *c, const char *why) {
+        return client_next_target(c, why) || client_fall_back(c, why);
+}
+
 /* What failed, in words: a connection error, or what the host's probe said when it found the host down */
 static const char *failure_reason(const Client *c, int error) {
         Host *h = error == -EHOSTDOWN ? manager_host(c->manager, c->x->host) : NULL;
@@ -120,7 +126,7 @@ static int relay_build_head(Client *c, const UpstreamResponse *resp, bool no_bod
 }
 
 static int client_upstream_headers(Upstream *u, const UpstreamResponse *resp, void *userdata) {
-        Client *c = userdata;
+        _cleanup_(client_unrefp) Client *c = client_ref(userdata);
         Span ct = upstream_response_header(resp, "Content-Type");
         bool sse = ct.p && ct.n >= 17 && strncasecmp(ct.p, "text/event-stream", 17) == 0;
         bool no_body = c->x->head || resp->status == 204 || resp->status == 304;
@@ -197,7 +203,7 @@ static int release_first_token(Client *c) {
 }
 
 static int client_upstream_body(Upstream *u, const char *p, size_t n, void *userdata) {
-        Client *c = userdata;
+        _cleanup_(client_unrefp) Client *c = client_ref(userdata);
         int r = 0;
 
         switch (c->x->mode) {
@@ -232,26 +238,23 @@ static int client_upstream_body(Upstream *u, const char *p, size_t n, void *user
         if (!c->x->awaiting_first_token && c->x->mode != MODE_HOLD)
                 c->x->engine_bytes_sent = true;
         if (r < 0) {
-                c->ops->free(c);
+                client_close(c); /* cancels u, which the upstream ends once this returns */
                 return -1;
         }
         /* a slow reader: stop reading the host before the end of this read (backpressure) */
-        if (buffer_size(&c->out) > CLIENT_OUT_HIGH && c->ops->flush(c) < 0) {
-                c->ops->free(c);
-                return -1;
-        }
-        return 0;
+        if (buffer_size(&c->out) > CLIENT_OUT_HIGH)
+                client_flush(c);
+        return client_is_closed(c) ? -1 : 0;
 }
 
 static void client_upstream_read_end(Upstream *u, void *userdata) {
-        Client *c = userdata;
+        _cleanup_(client_unrefp) Client *c = client_ref(userdata);
 
-        if (c->ops->flush(c) < 0)
-                c->ops->free(c); /* cancels u, which the upstream handles after this returns */
+        client_flush(c); /* a close cancels u, which the upstream ends once this returns */
 }
 
 static void client_upstream_complete(Upstream *u, void *userdata) {
-        Client *c = userdata;
+        _cleanup_(client_unrefp) Client *c = client_ref(userdata);
 
         c->x->upstream = NULL;
         (void)sd_event_source_set_enabled(c->x->budget, SD_EVENT_OFF);
@@ -263,11 +266,8 @@ static void client_upstream_complete(Upstream *u, void *userdata) {
                                                 buffer_size(&c->x->held), &c->scratch) < 0)
                         c->close_after_response = true;
                 client_end_early(c, &c->scratch);
-                if (c->ops->flush(c) < 0) {
-                        c->ops->free(c);
-                        return;
-                }
-                c->ops->process(c);
+                client_flush(c);
+                client_process(c);
                 return;
         }
         if (c->x->mode == MODE_HOLD) {
@@ -303,11 +303,8 @@ static void client_upstream_complete(Upstream *u, void *userdata) {
                                                 span_eq(c->x->path, "/models/load"));
         }
         client_response_complete(c, NULL);
-        if (c->ops->flush(c) < 0) {
-                c->ops->free(c);
-                return;
-        }
-        c->ops->process(c);
+        client_flush(c);
+        client_process(c);
 }
 
 bool client_in_event_stream_line_end(const Client *c) {
@@ -329,7 +326,7 @@ void client_cut(Client *c, const char *note) {
 }
 
 static void client_upstream_error(Upstream *u, int error, bool started, void *userdata) {
-        Client *c = userdata;
+        _cleanup_(client_unrefp) Client *c = client_ref(userdata);
         char msg[512];
 
         c->x->upstream = NULL;
@@ -338,8 +335,7 @@ static void client_upstream_error(Upstream *u, int error, bool started, void *us
                 report_request_failed(c);
         if (client_move_on(c, failure_reason(c, error))) {
                 /* the engine failed before any of its answer reached the client */
-                if (c->ops->flush(c) < 0)
-                        c->ops->free(c);
+                client_flush(c);
                 return;
         }
         if (c->x->awaiting_first_token && c->x->mode == MODE_SSE)
@@ -394,18 +390,15 @@ static void client_upstream_error(Upstream *u, int error, bool started, void *us
                 client_response_complete(c, c->x->sse.saw_done ? NULL : "cut=host");
         } else
                 client_cut(c, "cut=host");
-        if (c->ops->flush(c) < 0) {
-                c->ops->free(c);
-                return;
-        }
-        c->ops->process(c);
+        client_flush(c);
+        client_process(c);
 }
 
 /* SPEC §6: the host's probe found it down while this request was in flight. With no byte of the host's
  * answer yet, the request fails now (503 naming the host, or the next target or the fallback); a stream
  * is cut as the host's failure. Without this it would wait for UpstreamIdleTimeoutSec=. */
 void client_host_went_down(HostWaiter *w) {
-        Client *c = container_of(w, Exchange, waiter)->client;
+        _cleanup_(client_unrefp) Client *c = client_ref(container_of(w, Exchange, waiter)->client);
 
         if (!c->x->upstream)
                 return; /* not sent yet (its router may load the model), or its answer is whole */
@@ -426,10 +419,10 @@ const UpstreamCallbacks client_upstream_callbacks = {
  * or the fallback, for the availability failures (a busy GPU unless OnBusy=no). */
 void client_respond_host_error(Client *c, int status, const char *message) {
         /* a busy GPU moves an alias on, whatever OnBusy= says of the fallback */
-        if (c->ops->next_target && c->ops->next_target(c, message))
+        if (client_next_target(c, message))
                 return;
         if ((status != 423 || (c->x->fallback && c->x->fallback->on_busy != 0)) &&
-            c->ops->fall_back(c, message))
+            client_fall_back(c, message))
                 return;
         switch (status) {
         case 503:
@@ -446,7 +439,7 @@ void client_respond_host_error(Client *c, int status, const char *message) {
  * an SSE comment every KeepaliveIntervalSec= saying what it waits for; comments are ignored by every SSE
  * parser and keep clients' idle watchdogs and "waiting" banners quiet. */
 int client_keepalive_cb(sd_event_source *s, uint64_t usec, void *userdata) {
-        Client *c = userdata;
+        _cleanup_(client_unrefp) Client *c = client_ref(userdata);
         char what[256], line[320];
         int n, k;
 
@@ -467,17 +460,18 @@ int client_keepalive_cb(sd_event_source *s, uint64_t usec, void *userdata) {
         }
         if (!c->x->early) {
                 if (client_queue_stream_head(c) < 0) {
-                        c->ops->free(c);
+                        client_close(c);
                         return 0;
                 }
                 c->x->early = c->x->head_sent = true;
         }
         n = snprintf(line, sizeof(line), ": %s\n\n", what);
-        if (client_frame_body(c, line, (size_t)MIN((size_t)n, sizeof(line) - 1)) < 0 ||
-            c->ops->flush(c) < 0) {
-                c->ops->free(c);
-                return 0;
-        }
+        if (client_frame_body(c, line, (size_t)MIN((size_t)n, sizeof(line) - 1)) < 0)
+                client_close(c);
+        else
+                client_flush(c);
+        if (client_is_closed(c))
+                return 0; /* its source went with it */
         (void)sd_event_source_set_time_relative(s, manager_config(c->manager)->keepalive_interval_usec);
         (void)sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
         return 0;
