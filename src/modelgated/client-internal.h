@@ -3,8 +3,10 @@
 
 /* Inside the client module: the connection (client-connection.c) and the parts of answering its requests,
  * each in a file of its own: writing answers (client-answer.c), admitting and routing a request
- * (client-dispatch.c), relaying a host's answer (client-relay.c), the fallback and budgets
- * (client-fallback.c), modelgate's own endpoints (client-endpoints.c). Only those files include this. */
+ * (client-dispatch.c), relaying a host's answer (client-relay.c), what may follow a failed attempt
+ * (client-attempt.c, the table) and that table applied with the fallback and budgets (client-fallback.c),
+ * modelgate's own endpoints (client-endpoints.c). Only those files include this; they call each other
+ * freely, through the prototypes below, one block per file. */
 
 /* A Client lives from accept() to close. States:
  *   WAITING    between requests (keep-alive); idle timeout closes silently
@@ -60,6 +62,7 @@
 #include "modelgated/access.h"
 #include "modelgated/api-error.h"
 #include "modelgated/catalog.h"
+#include "modelgated/client-attempt.h"
 #include "modelgated/client.h"
 #include "modelgated/exchange.h"
 #include "modelgated/feed-hub.h"
@@ -185,18 +188,29 @@ void client_dispatch(Client *c);
 bool client_next_target(Client *c, const char *why);
 
 /* client-relay.c: relaying a host's answer, and what a failed one becomes */
-void client_host_down(Client *c, int error);
+/* The answer to a failure that nothing took over (the table's ATTEMPT_ANSWER_ERROR and _END): error is
+ * the connection's negative errno, or for a refusal the host's status; why is the failure in words */
+void client_attempt_answer(Client *c, AttemptFailure failure, int error, const char *why);
 /* The answer under way is an event stream whose bytes so far end with a whole line: a comment line may go
  * out here without changing any event */
 bool client_in_event_stream_line_end(const Client *c);
 void client_cut(Client *c, const char *note);
 void client_host_went_down(HostWaiter *w);
 extern const UpstreamCallbacks client_upstream_callbacks;
-void client_respond_host_error(Client *c, int status, const char *message);
 int client_keepalive_cb(sd_event_source *s, uint64_t usec, void *userdata);
 int client_send_upstream(Client *c);
 
-/* client-fallback.c: the fallback and the budgets */
+/* client-fallback.c: what follows a failed attempt, the fallback and the budgets */
+typedef enum AttemptOutcome {
+        ATTEMPT_MOVED_ON, /* the alias's next target or the fallback has the request now */
+        ATTEMPT_ANSWERED, /* the client has its answer (or the end of the answer under way) */
+        ATTEMPT_RELAYED,  /* the host's own answer goes on as it is (ATTEMPT_NOT_HERE) */
+} AttemptOutcome;
+/* The table's decision for a failed attempt, applied: the host's probe asked to look again, the next
+ * target, the fallback, or client_attempt_answer() */
+AttemptOutcome client_attempt_failed(Client *c, AttemptFailure failure, int error, const char *why);
+/* The attempt is over: what it owned is given up, for the next target or the fallback */
+void client_attempt_end(Client *c);
 void client_start_budget(Client *c);
 const char *client_fallback_path(llhttp_method_t method, Span path);
 bool client_fall_back(Client *c, const char *why);

@@ -6,61 +6,10 @@
 
 #include "modelgated/client-internal.h"
 
-/* A target that refused before any byte of its answer reached the client: the alias's next target
- * first, then the engine's fallback. true: the request went there. */
-static bool client_move_on(Client *c, const char *why) {
-        return client_next_target(c, why) || client_fall_back(c, why);
-}
-
 /* What failed, in words: a connection error, or what the host's probe said when it found the host down */
 static const char *failure_reason(const Client *c, int error) {
         Host *h = error == -EHOSTDOWN ? manager_host(c->manager, c->x->host) : NULL;
         return (h ? host_down_reason(h) : NULL) ?: upstream_strerror(error);
-}
-
-/* A connection that never reached a server: nothing listens there, no route, no answer to the connect.
- * Anything later (a reset, a close before the answer, a malformed answer) happened to this request. */
-static bool error_is_unreachable(int error) {
-        switch (error < 0 ? -error : error) {
-        case ECONNREFUSED:
-        case EHOSTUNREACH:
-        case ENETUNREACH:
-        case ETIMEDOUT:
-        case EHOSTDOWN:
-                return true;
-        default:
-                return false;
-        }
-}
-
-void client_host_down(Client *c, int error) {
-        char msg[512];
-        const char *reason = failure_reason(c, error);
-
-        if (c->x->via_fallback) {
-                /* not chained, and not the host's fault: the fallback's own failure, as it is */
-                snprintf(msg, sizeof(msg), "fallback '%s' (%s) failed: %s", c->x->fallback->name,
-                         c->x->fallback->url.text, reason);
-                return client_respond_error(c, 502, "fallback_failed", msg, NULL);
-        }
-        if (client_move_on(c, reason))
-                return;
-        if (!error_is_unreachable(error)) {
-                /* SPEC §6: one request's failure is not the host's (its probe says whether it is down) */
-                snprintf(msg, sizeof(msg), "host '%s' failed this request: %s (%s)", c->x->host->name,
-                         reason, c->x->host->url.text);
-                return client_respond_error(c, 502, "upstream_failed", msg, NULL);
-        }
-        snprintf(msg, sizeof(msg), "host '%s' is down: %s (%s); modelgate keeps trying it, retry in 30 s",
-                 c->x->host->name, reason, c->x->host->url.text);
-        client_respond_error(c, 503, "host_down", msg, "Retry-After: 30\r\nretry-after-ms: 30000\r\n");
-}
-
-/* The request's exchange failed: the host's own probe looks again soon, and decides whether it is down */
-static void report_request_failed(Client *c) {
-        Host *h = c->x->via_fallback ? NULL : manager_host(c->manager, c->x->host);
-        if (h)
-                host_report_request_failed(h);
 }
 
 /* How the answer goes on (pass, SSE filter, hold) and its framing to the client: the framing header */
@@ -131,14 +80,12 @@ static int client_upstream_headers(Upstream *u, const UpstreamResponse *resp, vo
         bool sse = ct.p && ct.n >= 17 && strncasecmp(ct.p, "text/event-stream", 17) == 0;
         bool no_body = c->x->head || resp->status == 204 || resp->status == 304;
 
-        if (!c->x->via_fallback) {
-                /* "not here (yet)": a host that has not registered the model, or is loading */
-                if ((resp->status == 404 || resp->status == 503) && !c->x->head) {
-                        char why[64];
-                        snprintf(why, sizeof(why), "the engine answered %d", resp->status);
-                        if (client_move_on(c, why))
-                                return 0;
-                }
+        /* "not here (yet)": a host that has not registered the model, or is loading */
+        if ((resp->status == 404 || resp->status == 503) && !c->x->head) {
+                char why[64];
+                snprintf(why, sizeof(why), "the engine answered %d", resp->status);
+                if (client_attempt_failed(c, ATTEMPT_NOT_HERE, resp->status, why) == ATTEMPT_MOVED_ON)
+                        return 0;
         }
         if (!c->x->first_byte_seen) {
                 c->x->first_byte_seen = true;
@@ -325,53 +272,59 @@ void client_cut(Client *c, const char *note) {
         client_response_complete(c, note);
 }
 
-static void client_upstream_error(Upstream *u, int error, bool started, void *userdata) {
-        _cleanup_(client_unrefp) Client *c = client_ref(userdata);
+/* A connection that failed before the host's answer (ATTEMPT_UNREACHABLE, _BROKEN, _HOST_DOWN) */
+static void answer_not_reached(Client *c, AttemptFailure failure, int error) {
         char msg[512];
+        const char *reason = failure_reason(c, error);
 
-        c->x->upstream = NULL;
-        (void)sd_event_source_set_enabled(c->x->budget, SD_EVENT_OFF);
-        if (!started && error != -ETIME && error != -EHOSTDOWN)
-                report_request_failed(c);
-        if (client_move_on(c, failure_reason(c, error))) {
-                /* the engine failed before any of its answer reached the client */
-                client_flush(c);
+        if (!c->x->early)
+                log_debug("host %s: %s %.*s failed before an answer: %s", c->x->host->name, c->x->method,
+                          (int)c->x->path.n, c->x->path.p ?: "", upstream_strerror(error));
+        if (c->x->via_fallback) {
+                /* not chained, and not the host's fault: the fallback's own failure, as it is */
+                snprintf(msg, sizeof(msg), "fallback '%s' (%s) failed: %s", c->x->fallback->name,
+                         c->x->fallback->url.text, reason);
+                client_respond_error(c, 502, "fallback_failed", msg, NULL);
                 return;
         }
+        if (failure == ATTEMPT_BROKEN) {
+                /* SPEC §6: one request's failure is not the host's (its probe says whether it is down) */
+                snprintf(msg, sizeof(msg), "host '%s' failed this request: %s (%s)", c->x->host->name,
+                         reason, c->x->host->url.text);
+                client_respond_error(c, 502, "upstream_failed", msg, NULL);
+                return;
+        }
+        snprintf(msg, sizeof(msg), "host '%s' is down: %s (%s); modelgate keeps trying it, retry in 30 s",
+                 c->x->host->name, reason, c->x->host->url.text);
+        client_respond_error(c, 503, "host_down", msg, "Retry-After: 30\r\nretry-after-ms: 30000\r\n");
+}
+
+/* Stuck, not down: the connection is closed (so the GPU stops working on it) */
+static void answer_stalled(Client *c) {
+        char msg[512], t[FORMAT_TIMESPAN_MAX];
+
+        snprintf(msg, sizeof(msg),
+                 "host '%s' sent nothing for %s (UpstreamIdleTimeoutSec=), so modelgate cancelled "
+                 "the "
+                 "request",
+                 c->x->host->name,
+                 format_timespan(t, sizeof(t), manager_config(c->manager)->upstream_idle_timeout_usec)
+                         ?: "?");
+        client_respond_error(c, 504, "upstream_timeout", msg, NULL);
+}
+
+/* The answer had begun: an error body still held is answered as an error, a stream ends with an error
+ * event, anything else is cut */
+static void answer_incomplete(Client *c, int error) {
+        char msg[512];
+
         if (c->x->awaiting_first_token && c->x->mode == MODE_SSE)
                 (void)release_first_token(c);
         c->x->awaiting_first_token = false;
-        if (!started && (error == ETIME || error == -ETIME)) {
-                /* stuck, not down: the connection is closed (so the GPU stops working on it) */
-                char t[FORMAT_TIMESPAN_MAX];
-                snprintf(
-                        msg, sizeof(msg),
-                        "host '%s' sent nothing for %s (UpstreamIdleTimeoutSec=), so modelgate cancelled "
-                        "the "
-                        "request",
-                        c->x->host->name,
-                        format_timespan(t, sizeof(t), manager_config(c->manager)->upstream_idle_timeout_usec)
-                                ?: "?");
-                client_respond_error(c, 504, "upstream_timeout", msg, NULL);
-        } else if (c->x->early && (!started || c->x->mode == MODE_HOLD)) {
-                if (!started)
-                        client_host_down(c, error);
-                else {
-                        snprintf(msg, sizeof(msg), "host '%s' ended its answer early (%s)", c->x->host->name,
-                                 failure_reason(c, error));
-                        client_respond_error(c, 502, "upstream_incomplete", msg, NULL);
-                }
-        } else if (!started || (c->x->mode == MODE_HOLD && !c->x->head_sent)) {
-                if (!started) {
-                        log_debug("host %s: %s %.*s failed before an answer: %s", c->x->host->name,
-                                  c->x->method, (int)c->x->path.n, c->x->path.p ?: "",
-                                  upstream_strerror(error));
-                        client_host_down(c, error);
-                } else {
-                        snprintf(msg, sizeof(msg), "host '%s' ended its answer early (%s)", c->x->host->name,
-                                 failure_reason(c, error));
-                        client_respond_error(c, 502, "upstream_incomplete", msg, NULL);
-                }
+        if (c->x->mode == MODE_HOLD && (c->x->early || !c->x->head_sent)) {
+                snprintf(msg, sizeof(msg), "host '%s' ended its answer early (%s)", c->x->host->name,
+                         failure_reason(c, error));
+                client_respond_error(c, 502, "upstream_incomplete", msg, NULL);
         } else if (c->x->mode == MODE_SSE) {
                 buffer_clear(&c->scratch);
                 (void)sse_filter_finish(&c->x->sse, &c->scratch);
@@ -390,6 +343,67 @@ static void client_upstream_error(Upstream *u, int error, bool started, void *us
                 client_response_complete(c, c->x->sse.saw_done ? NULL : "cut=host");
         } else
                 client_cut(c, "cut=host");
+}
+
+/* The budget ran out and no fallback took the request: it is cancelled all the same, so that the GPU stops
+ * working on it */
+static void answer_budget(Client *c, const char *why) {
+        c->x->upstream = upstream_cancel(c->x->upstream);
+        if (!c->x->engine_bytes_sent) {
+                char msg[512];
+                snprintf(msg, sizeof(msg), "engine '%s' of host '%s': %s; the request was cancelled",
+                         strna(c->x->engine_name), c->x->host->name, why);
+                client_respond_error(c, 504, "budget_exceeded", msg, NULL);
+        } else
+                client_cut(c, "cut=budget");
+}
+
+void client_attempt_answer(Client *c, AttemptFailure failure, int error, const char *why) {
+        assert(c);
+        switch (failure) {
+        /* a refusal from the host's engine side: SPEC §7 statuses, with the headers that steer retrying
+         * clients */
+        case ATTEMPT_REFUSED:
+                client_respond_error(c, 503, "host_down", why,
+                                     "Retry-After: 30\r\nretry-after-ms: 30000\r\n");
+                break;
+        case ATTEMPT_BUSY:
+                client_respond_error(c, 423, "gpu_busy", why, "x-should-retry: false\r\n");
+                break;
+        case ATTEMPT_ENGINE_FAILED:
+                client_respond_error(c, error, "engine_failed", why, NULL);
+                break;
+        case ATTEMPT_UNREACHABLE:
+        case ATTEMPT_BROKEN:
+        case ATTEMPT_HOST_DOWN:
+                answer_not_reached(c, failure, error);
+                break;
+        case ATTEMPT_STALLED:
+                answer_stalled(c);
+                break;
+        case ATTEMPT_INCOMPLETE:
+                answer_incomplete(c, error);
+                break;
+        case ATTEMPT_BUDGET:
+                answer_budget(c, why);
+                break;
+        case ATTEMPT_NOT_HERE: /* the host's own answer goes on */
+        default:
+                break;
+        }
+}
+
+static void client_upstream_error(Upstream *u, int error, bool started, void *userdata) {
+        _cleanup_(client_unrefp) Client *c = client_ref(userdata);
+
+        c->x->upstream = NULL;
+        (void)sd_event_source_set_enabled(c->x->budget, SD_EVENT_OFF);
+        if (client_attempt_failed(c, attempt_failure_of_error(error, started), error,
+                                  failure_reason(c, error)) == ATTEMPT_MOVED_ON) {
+                /* the engine failed before any of its answer reached the client */
+                client_flush(c);
+                return;
+        }
         client_flush(c);
         client_process(c);
 }
@@ -414,26 +428,6 @@ const UpstreamCallbacks client_upstream_callbacks = {
         .on_complete = client_upstream_complete,
         .on_error = client_upstream_error,
 };
-
-/* A refusal from the host's engine side: SPEC §7 statuses, with the headers that steer retrying clients;
- * or the fallback, for the availability failures (a busy GPU unless OnBusy=no). */
-void client_respond_host_error(Client *c, int status, const char *message) {
-        /* a busy GPU moves an alias on, whatever OnBusy= says of the fallback */
-        if (client_next_target(c, message))
-                return;
-        if ((status != 423 || (c->x->fallback && c->x->fallback->on_busy != 0)) &&
-            client_fall_back(c, message))
-                return;
-        switch (status) {
-        case 503:
-                return client_respond_error(c, 503, "host_down", message,
-                                            "Retry-After: 30\r\nretry-after-ms: 30000\r\n");
-        case 423:
-                return client_respond_error(c, 423, "gpu_busy", message, "x-should-retry: false\r\n");
-        default:
-                return client_respond_error(c, status, "engine_failed", message, NULL);
-        }
-}
 
 /* SPEC §5 rule 5: a streaming request that waits gets modelgate's own 200 after KeepaliveAfterSec=, then
  * an SSE comment every KeepaliveIntervalSec= saying what it waits for; comments are ignored by every SSE
@@ -484,8 +478,7 @@ int client_send_upstream(Client *c) {
                                &client_upstream_callbacks, c, &c->x->upstream);
         buffer_done(&c->x->pending);
         if (k < 0) {
-                report_request_failed(c);
-                client_host_down(c, k);
+                (void)client_attempt_failed(c, attempt_failure_of_error(k, false), k, failure_reason(c, k));
                 return k;
         }
         (void)upstream_set_idle_timeout(c->x->upstream,
