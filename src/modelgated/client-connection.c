@@ -542,6 +542,8 @@ static void client_refuse_address(Client *c, uint64_t same) {
 }
 
 int client_new(ClientSet *set, int fd, const struct sockaddr *peer, socklen_t peer_len) {
+        assert(set);
+        assert(peer);
         Manager *m = set->manager;
         Config *config = manager_config(m);
         sd_event *event = manager_event(m);
@@ -614,6 +616,7 @@ int client_new(ClientSet *set, int fd, const struct sockaddr *peer, socklen_t pe
 
 int client_set_new(Manager *m, const ClientSetCallbacks *cb, void *userdata, ClientSet **ret) {
         ClientSet *set = calloc(1, sizeof(ClientSet));
+        assert(m);
 
         if (!set)
                 return -ENOMEM;
@@ -641,19 +644,27 @@ ClientSet *client_set_free(ClientSet *set) {
 }
 
 size_t client_set_count(const ClientSet *set) {
+        assert(set);
+
         return set->n_clients;
 }
 
 bool client_set_full(const ClientSet *set) {
+        assert(set);
+
         return set->n_clients >= manager_config(set->manager)->max_connections && !set->idle_oldest;
 }
 
 void client_set_stop(ClientSet *set) {
+        assert(set);
+
         LIST_FOREACH_SAFE (clients, c, n, set->clients)
                 client_stop(c);
 }
 
 void client_set_catalogs_ready(ClientSet *set) {
+        assert(set);
+
         models_cache_catalogs_ready(set->models, set->manager);
         LIST_FOREACH (clients, c, set->clients)
                 models_merge_catalogs_ready(c->x->merge);

@@ -131,6 +131,7 @@ static void client_refuse_body(Client *c) {
  * body is read, so that a client without a (good) key cannot make modelgate hold its body. false: it was
  * answered (401, 413), and the connection closes without reading the body. */
 bool client_admit_head(Client *c) {
+        assert(c);
         HttpRequest *r = &c->parser.req;
         Span path = url_path(http_request_url(r));
         bool open = request_is_open(r, path), close = c->close_after_response;
@@ -478,6 +479,7 @@ static void dispatch_to_host(Client *c, Dispatch *d);
 
 /* A complete request: modelgate's own answer, or on to its host (at once, or when its engine is up). */
 void client_dispatch(Client *c) {
+        assert(c);
         HttpRequest *r = &c->parser.req;
         _cleanup_(dispatch_done) Dispatch d = {.r = r};
 
@@ -496,6 +498,7 @@ void client_dispatch(Client *c) {
  * engine failed, connection refused): the same request goes to the next target, each at most once, and
  * is exactly a request for that target from then on. false: none is left (the fallback is next). */
 bool client_next_target(Client *c, const char *why) {
+        assert(c);
         HttpRequest *r = &c->parser.req;
         _cleanup_(dispatch_done) Dispatch d = {.r = r};
 

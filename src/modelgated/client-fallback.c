@@ -61,6 +61,7 @@ AttemptOutcome client_attempt_failed(Client *c, AttemptFailure failure, int erro
 /* FirstTokenBudgetSec= (streaming) or RequestBudgetSec=, from the moment the engine gets the request */
 void client_start_budget(Client *c) {
         usec_t b;
+        assert(c);
 
         if (!c->x->engine_conf || c->x->via_fallback)
                 return;
@@ -128,6 +129,7 @@ static int build_fallback_request(Client *c, const FallbackConf *f, const char *
  * 200 with keepalive comments still counts as before), sends the request to the engine's fallback instead,
  * once. true: it went there, and the request is the fallback's now. */
 bool client_fall_back(Client *c, const char *why) {
+        assert(c);
         const FallbackConf *f = c->x->fallback;
         _cleanup_free_ char *quoted = NULL, *body = NULL, *model = NULL;
         _cleanup_free_ char *key_header = NULL;

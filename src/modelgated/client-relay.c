@@ -255,6 +255,8 @@ static void client_upstream_complete(Upstream *u, void *userdata) {
 }
 
 bool client_in_event_stream_line_end(const Client *c) {
+        assert(c);
+
         if (c->x->response_complete || (!c->x->head_sent && !c->x->early))
                 return false;
         /* modelgate's own early 200: only its comments went out so far (the host's are held, if any) */
@@ -267,6 +269,8 @@ bool client_in_event_stream_line_end(const Client *c) {
 /* An answer that cannot be finished and has no way to say so in-band: the connection ends without the last
  * chunk (or before Content-Length is reached), so the client sees an incomplete answer, not a short one. */
 void client_cut(Client *c, const char *note) {
+        assert(c);
+
         c->close_after_response = true;
         c->state = CLIENT_CLOSING;
         client_response_complete(c, note);
@@ -412,6 +416,7 @@ static void client_upstream_error(Upstream *u, int error, bool started, void *us
  * answer yet, the request fails now (503 naming the host, or the next target or the fallback); a stream
  * is cut as the host's failure. Without this it would wait for UpstreamIdleTimeoutSec=. */
 void client_host_went_down(HostWaiter *w) {
+        assert(w);
         _cleanup_(client_unrefp) Client *c = client_ref(container_of(w, Exchange, waiter)->client);
 
         if (!c->x->upstream)
@@ -474,6 +479,7 @@ int client_keepalive_cb(sd_event_source *s, uint64_t usec, void *userdata) {
 /* Sends the request to its target, the relay's callbacks taking the answer. < 0: the connection failed
  * at once, and the client has its answer (or the fallback took over). */
 int client_send_upstream(Client *c) {
+        assert(c);
         int k = upstream_start(manager_pool(c->manager), c->x->target, &c->x->pending, c->x->head,
                                &client_upstream_callbacks, c, &c->x->upstream);
         buffer_done(&c->x->pending);
