@@ -170,11 +170,11 @@ void client_response_complete(Client *c, const char *note);
 int client_queue_head(Client *c, int status, const char *extra);
 void client_respond(Client *c, int status, const char *content_type, const char *body, size_t n,
                     const char *extra_headers);
-/* Moves what fits under CLIENT_OUT_HIGH from the connection's tail to out */
-void client_refill_out(Client *c);
 /* The same for a body modelgate made and may share with other connections (a /v1/models answer): a big
  * one goes out from the blob as the socket drains, never more than CLIENT_OUT_HIGH of it queued */
 void client_respond_blob(Client *c, int status, const char *content_type, Blob *body);
+/* Moves what fits under CLIENT_OUT_HIGH from the connection's tail to out */
+void client_refill_out(Client *c);
 void client_end_early(Client *c, const Buffer *event);
 void client_respond_error(Client *c, int status, const char *code, const char *message,
                           const char *extra_headers);
