@@ -4,12 +4,13 @@ module, and no files include each other in a circle. The order is the documentat
 names the same layers): a new file gets its place here, or this test fails.
 
 usage: layers.py SRC_DIR            exit 0 when the layout holds, 1 with every violation listed
-       layers.py --self-test         shows that a circle and an upward include are caught
+       layers.py --self-test         shows that a circle and an upward include or call are caught
 """
 
 import os
 import re
 import sys
+import tempfile
 
 # Bottom to top. A module is a set of files; a file belongs to the module whose pattern matches its
 # name without the extension (first match wins). Files of one module may include each other.
@@ -117,8 +118,9 @@ COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*|\"(?:\\.|[^\"\\])*\"", re.S)
 
 
 def read_calls(src):
-    """{file.c: [other file.c whose functions it calls]}: the files of a module call each other only
-    downwards too (news goes up through callback tables, whose calls name no function)"""
+    """{file.c: [file.c of another module whose functions it calls]}: between modules calls point down
+    (news goes up through callback tables, whose calls name no function); the files of one module call
+    each other freely, through the module's internal header"""
     texts = {}
     for root, _, files in os.walk(src):
         for f in files:
@@ -132,8 +134,26 @@ def read_calls(src):
     calls = {}
     for f, text in texts.items():
         called = set(re.findall(r"\b([a-z_]\w*)\s*\(", text))
-        calls[f] = sorted({defined[n] for n in called if n in defined and defined[n] != f})
+        calls[f] = sorted({defined[n] for n in called if n in defined and not same_module(defined[n], f)})
     return calls
+
+
+def same_module(a, b):
+    """whether two files (paths relative to src) are of one module"""
+    ma, mb = module_of(os.path.splitext(a)[0]), module_of(os.path.splitext(b)[0])
+    return a == b or (ma is not None and ma == mb)
+
+
+def upward_calls(calls):
+    """every call from a module to one above it in LAYERS"""
+    problems = []
+    for f in sorted(calls):
+        here = module_of(os.path.splitext(f)[0])
+        for t in calls[f]:
+            there = module_of(os.path.splitext(t)[0])
+            if here is not None and there is not None and there[0] > here[0]:
+                problems.append("%s (layer %s) calls %s (layer %s): it points up" % (f, here[1], t, there[1]))
+    return problems
 
 
 def tangles(graph):
@@ -210,8 +230,27 @@ def self_test():
                         {"m/http.c": ["m/http-header.c"], "m/http-header.c": []}) == [["m/http", "m/http-header"]]
     stray = dict(good, **{"modelgated/newthing.c": []})
     assert any("in no layer" in p for p in check(stray)), check(stray)
-    print("self-test: an upward include, a circle between files or rooms (by includes, calls or both) and a "
-          "file in no layer are each refused")
+    # calls, read from files: two files of the client module call each other freely; a module that calls
+    # one above it is refused, and so is a circle of calls between modules
+    with tempfile.TemporaryDirectory() as src:
+        sources = {
+            "modelgated/client-a.c": "void client_a(void) { client_b(); manager_go(); }\n",
+            "modelgated/client-b.c": "void client_b(void) { client_a(); }\n",
+            "modelgated/manager.c": "void manager_go(void) { }\nvoid manager_up(void) { client_a(); }\n",
+        }
+        os.mkdir(os.path.join(src, "modelgated"))
+        for name, text in sources.items():
+            with open(os.path.join(src, name), "w", encoding="utf-8") as fh:
+                fh.write(text)
+        calls = read_calls(src)
+        assert calls["modelgated/client-a.c"] == ["modelgated/manager.c"], calls
+        assert calls["modelgated/client-b.c"] == [], calls
+        assert any("calls modelgated/client-a.c" in p and "points up" in p for p in upward_calls(calls)), calls
+        assert tangles(calls) == [["modelgated/client-a.c", "modelgated/manager.c"]], tangles(calls)
+        del calls["modelgated/manager.c"]
+        assert upward_calls(calls) == [] and tangles(calls) == [], calls
+    print("self-test: an upward include or call, a circle between files or rooms (by includes, calls between "
+          "modules or both) and a file in no layer are each refused; files of one module call each other")
 
 
 def main():
@@ -220,6 +259,7 @@ def main():
         return 0
     problems = check(read_includes(sys.argv[1]))
     calls = read_calls(sys.argv[1])
+    problems += upward_calls(calls)
     for group in tangles(calls):
         problems.append("files that call each other in a circle: " + ", ".join(group))
     for group in room_tangles(read_includes(sys.argv[1]), calls):

@@ -6,6 +6,7 @@
 #include "modelgated/client-internal.h"
 
 void client_log_access(Client *c, const char *note) {
+        assert(c);
         char line[2048], id[80];
         const Exchange *x = c->x;
         AccessLine l = {
@@ -36,6 +37,8 @@ void client_log_access(Client *c, const char *note) {
 
 /* The response's last byte is queued. */
 void client_response_complete(Client *c, const char *note) {
+        assert(c);
+
         /* the engine is free for a switch as soon as the answer has fully arrived */
         host_release(&c->x->waiter);
         client_log_access(c, note);
@@ -44,6 +47,7 @@ void client_response_complete(Client *c, const char *note) {
 }
 
 int client_queue_head(Client *c, int status, const char *extra) {
+        assert(c);
         int r = http_write_status_line(&c->out, status, http_status_reason(status));
         if (r >= 0 && extra)
                 r = buffer_append_str(&c->out, extra);
@@ -62,6 +66,7 @@ int client_queue_head(Client *c, int status, const char *extra) {
 void client_respond(Client *c, int status, const char *content_type, const char *body, size_t n,
                     const char *extra_headers) {
         char h[1024];
+        assert(c);
 
         c->x->status = status;
         snprintf(h, sizeof(h), "Content-Type: %s\r\nContent-Length: %zu\r\n%s", content_type, n,
@@ -73,6 +78,7 @@ void client_respond(Client *c, int status, const char *content_type, const char 
 }
 
 void client_refill_out(Client *c) {
+        assert(c);
         size_t room = CLIENT_OUT_HIGH - MIN(buffer_size(&c->out), (size_t)CLIENT_OUT_HIGH), n;
 
         if (!c->tail)
@@ -90,9 +96,13 @@ void client_refill_out(Client *c) {
 
 void client_respond_blob(Client *c, int status, const char *content_type, Blob *body) {
         char h[128];
+        assert(c);
+        assert(body);
 
-        if (body->size <= CLIENT_OUT_HIGH || c->x->head || c->tail)
-                return client_respond(c, status, content_type, body->data, body->size, NULL);
+        if (body->size <= CLIENT_OUT_HIGH || c->x->head || c->tail) {
+                client_respond(c, status, content_type, body->data, body->size, NULL);
+                return;
+        }
         c->x->status = status;
         snprintf(h, sizeof(h), "Content-Type: %s\r\nContent-Length: %zu\r\n", content_type, body->size);
         if (client_queue_head(c, status, h) < 0)
@@ -107,6 +117,9 @@ void client_respond_blob(Client *c, int status, const char *content_type, Blob *
 /* After the early 200 the status line is gone: an error is an SSE error event in the API's shape,
  * and the response ends cleanly (SPEC §7). */
 void client_end_early(Client *c, const Buffer *event) {
+        assert(c);
+        assert(event);
+
         if (client_frame_body(c, buffer_peek(event), buffer_size(event)) < 0 ||
             (c->x->chunked && buffer_append_str(&c->out, "0\r\n\r\n") < 0) || !c->x->chunked)
                 c->close_after_response = true;
@@ -117,13 +130,15 @@ void client_respond_error(Client *c, int status, const char *code, const char *m
                           const char *extra_headers) {
         _cleanup_free_ char *j = NULL;
         size_t n = 0;
+        assert(c);
 
         if (c->x->early) {
                 buffer_clear(&c->scratch);
                 if (sse_error_event(c->x->api, status, code, message, &c->scratch) < 0)
                         c->close_after_response = true;
                 c->x->error_status = status;
-                return client_end_early(c, &c->scratch);
+                client_end_early(c, &c->scratch);
+                return;
         }
 
         j = api_error_json(c->x->api, status, code, message, &n);
@@ -136,6 +151,8 @@ void client_respond_error(Client *c, int status, const char *code, const char *m
 }
 
 int client_frame_body(Client *c, const char *p, size_t n) {
+        assert(c);
+
         if (n == 0)
                 return 0;
         if (c->x->chunked) {
@@ -160,6 +177,8 @@ int client_frame_body(Client *c, const char *p, size_t n) {
 
 /* The host's status line and headers, kept in held_head, with this hop's framing and connection lines. */
 int client_send_held_head(Client *c, const char *framing) {
+        assert(c);
+
         if (buffer_append(&c->out, buffer_peek(&c->held_head), buffer_size(&c->held_head)) < 0 ||
             buffer_append_str(&c->out, framing) < 0)
                 return -ENOMEM;
@@ -179,6 +198,8 @@ int client_send_held_head(Client *c, const char *framing) {
 /* The head of an event stream of modelgate's own (the early 200, /models/sse): chunked, or for HTTP/1.0
  * up to the close. */
 int client_queue_stream_head(Client *c) {
+        assert(c);
+
         c->x->status = 200;
         c->x->chunked = !c->x->http10;
         if (!c->x->chunked)

@@ -8,19 +8,8 @@
 static void client_io_cb(SocketWatch *w, int fd, uint32_t revents, void *userdata);
 static int client_timer_cb(sd_event_source *s, uint64_t usec, void *userdata);
 static void client_linger(Client *c);
-static void client_free(Client *c);
-static int client_flush(Client *c);
-static void client_process(Client *c);
 static int client_read(Client *c);
 static void client_read_failed(Client *c, int error);
-
-static const ClientOps client_ops = {
-        .flush = client_flush,
-        .free = client_free,
-        .process = client_process,
-        .fall_back = client_fall_back,
-        .next_target = client_next_target,
-};
 
 /* The end of a request: the next one starts from an empty Exchange. */
 static void request_reset(Client *c) {
@@ -57,24 +46,9 @@ static void client_idle_leave(Client *c) {
         LIST_REMOVE(idle, set->idle, c);
 }
 
+/* The memory, once the connection is closed and the last pin is gone */
 static void client_free(Client *c) {
-        if (!c)
-                return;
-        client_idle_leave(c);
-        if (c->feed) {
-                feed_hub_unsubscribe(manager_feed_hub(c->manager), &c->feed_sub);
-                c->feed = false;
-        }
-        exchange_done(c->x);
-        ClientSet *set = c->set;
-        LIST_REMOVE(clients, set->clients, c);
-        set->n_clients--;
-        uint64_t *same = c->address_counted ? count_map_get(&set->by_address, c->address, false) : NULL;
-        if (same && --*same == 0)
-                count_map_remove(set->by_address, c->address);
-        socket_watch_free(c->io);
-        lazy_timer_done(&c->timer);
-        safe_close(c->fd);
+        assert(client_is_closed(c));
         http_parser_done(&c->parser);
         buffer_done(&c->in);
         buffer_done(&c->out);
@@ -82,8 +56,48 @@ static void client_free(Client *c) {
         buffer_done(&c->held_head);
         buffer_done(&c->scratch);
         free(c);
+}
+
+Client *client_ref(Client *c) {
+        assert(c);
+        assert(c->n_ref > 0);
+        c->n_ref++;
+        return c;
+}
+
+Client *client_unref(Client *c) {
+        if (!c)
+                return NULL;
+        assert(c->n_ref > 0);
+        if (--c->n_ref == 0)
+                client_free(c);
+        return NULL;
+}
+
+void client_close(Client *c) {
+        assert(c);
+        if (client_is_closed(c))
+                return;
+        client_idle_leave(c);
+        c->state = CLIENT_CLOSED;
+        if (c->feed) {
+                feed_hub_unsubscribe(manager_feed_hub(c->manager), &c->feed_sub);
+                c->feed = false;
+        }
+        exchange_done(c->x); /* its upstream, its host wait, its budget and keepalive */
+        ClientSet *set = c->set;
+        LIST_REMOVE(clients, set->clients, c);
+        set->n_clients--;
+        uint64_t *same = c->address_counted ? count_map_get(&set->by_address, c->address, false) : NULL;
+        if (same && --*same == 0)
+                count_map_remove(set->by_address, c->address);
+        c->address_counted = false;
+        c->io = socket_watch_free(c->io);
+        lazy_timer_done(&c->timer);
+        c->fd = safe_close(c->fd);
         if (set->cb && set->cb->changed)
                 set->cb->changed(set->userdata);
+        client_unref(c); /* the set's */
 }
 
 /* rel from now, USEC_INFINITY: none. Each request moves it several times (its header timeout, none while
@@ -104,13 +118,16 @@ static void client_set_timer(Client *c, usec_t rel) {
 static bool client_may_read(const Client *c) {
         if (c->state == CLIENT_LINGERING)
                 return true;
-        return c->state != CLIENT_CLOSING && buffer_size(&c->in) < CLIENT_READ_SIZE;
+        return c->state != CLIENT_CLOSING && c->state != CLIENT_CLOSED &&
+               buffer_size(&c->in) < CLIENT_READ_SIZE;
 }
 
-/* Writes what can be written now. < 0: the client is gone (the caller frees it). */
-static int client_flush(Client *c) {
+void client_flush(Client *c) {
         bool progress = false;
 
+        assert(c);
+        if (client_is_closed(c))
+                return;
         /* after an EAGAIN the socket is full: the EPOLLOUT edge that comes when it drains goes on */
         for (;;) {
                 if (buffer_is_empty(&c->out))
@@ -122,8 +139,10 @@ static int client_flush(Client *c) {
                 if (k < 0) {
                         if (errno == EINTR)
                                 continue;
-                        if (errno != EAGAIN)
-                                return -errno;
+                        if (errno != EAGAIN) {
+                                client_close(c);
+                                return;
+                        }
                         c->out_blocked = true;
                         break;
                 }
@@ -141,7 +160,6 @@ static int client_flush(Client *c) {
                 client_set_timer(c, manager_config(c->manager)->idle_timeout_usec);
         if (!buffer_is_empty(&c->out) && buffer_size(&c->out) > CLIENT_OUT_HIGH && c->x->upstream)
                 upstream_set_reading(c->x->upstream, false);
-        return 0;
 }
 
 static void client_parse_error(Client *c) {
@@ -161,13 +179,11 @@ static void client_parse_error(Client *c) {
         c->state = CLIENT_CLOSING;
 }
 
-/* The one loop over the input: parses requests and starts their answers, one at a time. */
 /* What one turn of client_process() leaves to the loop */
 typedef enum Step {
         STEP_AGAIN, /* the state moved on: look again */
         STEP_PARSE, /* input waits for the parser */
-        STEP_WAIT,  /* nothing to do until the socket or the host has more */
-        STEP_GONE,  /* the client is freed */
+        STEP_WAIT,  /* nothing to do until the socket or the host has more (or the connection is closed) */
 } Step;
 
 /* The end of the client's input while its answer is produced: a half-close (it waits for the answer) or
@@ -183,8 +199,8 @@ static Step client_probe_eof(Client *c) {
         c->eof_probed = true;
         if (c->feed || (c->x->http10 && !c->x->head_sent && !c->x->early)) {
                 client_log_access(c, c->feed ? "feed" : "cut=client");
-                client_free(c);
-                return STEP_GONE;
+                client_close(c);
+                return STEP_WAIT;
         }
         if (!c->x->head_sent && !c->x->early)
                 (void)buffer_append_str(&c->out, "HTTP/1.1 100 Continue\r\n\r\n");
@@ -216,7 +232,7 @@ static Step client_advance(Client *c) {
                 if (!buffer_is_empty(&c->out))
                         return STEP_WAIT;
                 client_linger(c);
-                return STEP_GONE;
+                return STEP_WAIT;
         }
         if (c->state == CLIENT_LINGERING)
                 return STEP_WAIT;
@@ -224,8 +240,8 @@ static Step client_advance(Client *c) {
                 if (c->read_eof && (c->state == CLIENT_WAITING || c->state == CLIENT_READING)) {
                         if (c->state == CLIENT_READING)
                                 log_debug("Client %s closed in the middle of a request", c->peer);
-                        client_free(c);
-                        return STEP_GONE;
+                        client_close(c);
+                        return STEP_WAIT;
                 }
                 return STEP_WAIT;
         }
@@ -269,10 +285,7 @@ static Step client_parse(Client *c) {
                 client_set_timer(c, USEC_INFINITY);
                 client_idle_leave(c);
                 client_dispatch(c);
-                if (client_flush(c) < 0) {
-                        client_free(c);
-                        return STEP_GONE;
-                }
+                client_flush(c);
                 return STEP_AGAIN;
         }
         return STEP_WAIT;
@@ -286,18 +299,20 @@ static Step client_resume_read(Client *c) {
         int r = client_read(c);
         if (r < 0) {
                 client_read_failed(c, r);
-                return STEP_GONE;
+                return STEP_WAIT;
         }
         return r > 0 ? STEP_AGAIN : STEP_WAIT;
 }
 
-static void client_process(Client *c) {
+/* The one loop over the input: parses requests and starts their answers, one at a time. */
+void client_process(Client *c) {
         Step step = STEP_AGAIN;
 
-        if (c->in_process)
+        assert(c);
+        if (c->in_process || client_is_closed(c))
                 return;
         c->in_process = true;
-        while (step == STEP_AGAIN) {
+        while (step == STEP_AGAIN && !client_is_closed(c)) {
                 /* each step either goes on to the next (STEP_PARSE) or ends this turn */
                 step = client_probe_eof(c);
                 if (step == STEP_PARSE)
@@ -307,14 +322,8 @@ static void client_process(Client *c) {
                 if (step == STEP_WAIT)
                         step = client_resume_read(c);
         }
-        if (step == STEP_GONE)
-                return;
-
         c->in_process = false;
-        if (client_flush(c) < 0) {
-                client_free(c);
-                return;
-        }
+        client_flush(c);
         /* the flush may have finished a response: close, or pick up pipelined requests */
         if (buffer_is_empty(&c->out) &&
             (c->state == CLIENT_CLOSING || (c->state == CLIENT_RESPONDING && c->x->response_complete)))
@@ -330,11 +339,11 @@ static void client_linger(Client *c) {
 
         if (buffer_is_empty(&c->in) && (ioctl(c->fd, FIONREAD, &unread) < 0 || unread == 0) &&
             c->parser.error_status == 0) {
-                client_free(c);
+                client_close(c);
                 return;
         }
         if (shutdown(c->fd, SHUT_WR) < 0) {
-                client_free(c);
+                client_close(c);
                 return;
         }
         c->state = CLIENT_LINGERING;
@@ -342,7 +351,7 @@ static void client_linger(Client *c) {
         client_set_timer(c, CLIENT_LINGER_USEC);
         /* what is in the socket now came while it was not read: its edge has passed */
         if ((unread > 0 || c->read_pending) && client_read(c) < 0)
-                client_free(c);
+                client_close(c);
 }
 
 /* The socket is edge-triggered: it is read until a read comes back short (it was empty then, and what
@@ -416,11 +425,11 @@ static void client_read_failed(Client *c, int error) {
                 else if (c->x->model || c->x->method)
                         client_log_access(c, "cut=client");
         }
-        client_free(c);
+        client_close(c);
 }
 
 static void client_io_cb(SocketWatch *w, int fd, uint32_t revents, void *userdata) {
-        Client *c = userdata;
+        _cleanup_(client_unrefp) Client *c = client_ref(userdata);
         int r = 0;
 
         if (revents & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
@@ -443,16 +452,13 @@ static void client_io_cb(SocketWatch *w, int fd, uint32_t revents, void *userdat
         }
         if ((revents & EPOLLOUT) && c->out_blocked) {
                 c->out_blocked = false;
-                if (client_flush(c) < 0) {
-                        client_free(c);
-                        return;
-                }
+                client_flush(c);
         }
         client_process(c);
 }
 
 static int client_timer_cb(sd_event_source *s, uint64_t usec, void *userdata) {
-        Client *c = userdata;
+        _cleanup_(client_unrefp) Client *c = client_ref(userdata);
 
         switch (c->state) {
         case CLIENT_READING: {
@@ -475,10 +481,7 @@ static int client_timer_cb(sd_event_source *s, uint64_t usec, void *userdata) {
                                 format_timespan(t, sizeof(t), config->idle_timeout_usec));
                 client_respond_error(c, 408, "request_timeout", msg, NULL);
                 c->state = CLIENT_CLOSING;
-                if (client_flush(c) < 0) {
-                        client_free(c);
-                        return 0;
-                }
+                client_flush(c);
                 client_process(c);
                 return 0;
         }
@@ -486,15 +489,17 @@ static int client_timer_cb(sd_event_source *s, uint64_t usec, void *userdata) {
                 log_info("Client %s does not read its answer, dropping the connection", c->peer);
                 if (!c->x->response_complete)
                         client_log_access(c, "cut=slow-client");
-                client_free(c);
+                client_close(c);
                 return 0;
         default:
-                client_free(c);
+                client_close(c);
                 return 0;
         }
 }
 
 static void client_stop(Client *c) {
+        _cleanup_(client_unrefp) Client *ref = client_ref(c);
+
         c->close_after_response = true;
         if (c->feed) {
                 /* a feed has no end of its own: it ends cleanly with the daemon */
@@ -504,10 +509,7 @@ static void client_stop(Client *c) {
                         (void)buffer_append_str(&c->out, "0\r\n\r\n");
                 client_response_complete(c, "feed");
                 c->state = CLIENT_CLOSING;
-                if (client_flush(c) < 0) {
-                        client_free(c);
-                        return;
-                }
+                client_flush(c);
                 client_process(c);
                 return;
         }
@@ -515,7 +517,7 @@ static void client_stop(Client *c) {
          * on the way: it is answered, then closed */
         if (c->state == CLIENT_WAITING && buffer_is_empty(&c->out) && buffer_is_empty(&c->in) &&
             c->answered_one)
-                client_free(c);
+                client_close(c);
 }
 
 /* One address cannot take every connection slot: told at once, before anything is read (out of memory to
@@ -535,13 +537,13 @@ static void client_refuse_address(Client *c, uint64_t same) {
         c->x->api = API_OPENAI;
         client_respond_error(c, 503, "too_many_connections", msg, "Retry-After: 5\r\n");
         c->state = CLIENT_CLOSING;
-        if (client_flush(c) < 0)
-                client_free(c);
-        else
-                client_process(c);
+        client_flush(c);
+        client_process(c);
 }
 
 int client_new(ClientSet *set, int fd, const struct sockaddr *peer, socklen_t peer_len) {
+        assert(set);
+        assert(peer);
         Manager *m = set->manager;
         Config *config = manager_config(m);
         sd_event *event = manager_event(m);
@@ -553,9 +555,9 @@ int client_new(ClientSet *set, int fd, const struct sockaddr *peer, socklen_t pe
                 safe_close(fd);
                 return -ENOMEM;
         }
+        c->n_ref = 1; /* the set's, dropped by client_close() */
         c->x = &c->exchange;
         exchange_init(c->x, c);
-        c->ops = &client_ops;
         c->manager = m;
         c->set = set;
         c->fd = fd;
@@ -591,9 +593,11 @@ int client_new(ClientSet *set, int fd, const struct sockaddr *peer, socklen_t pe
                  * connections cannot hold slots for long */
                 client_set_timer(c, config->header_timeout_usec);
         if (r < 0) {
-                client_free(c);
+                client_close(c);
                 return r;
         }
+        /* the refusal may close it: pinned as a callback would pin it */
+        _cleanup_(client_unrefp) Client *ref = client_ref(c);
         if (same == 0 || same > config->max_connections_per_address)
                 client_refuse_address(c, same);
         else {
@@ -603,7 +607,7 @@ int client_new(ClientSet *set, int fd, const struct sockaddr *peer, socklen_t pe
                 if (set->n_clients > config->max_connections && oldest) {
                         log_debug("MaxConnections=%llu reached: closing %s, which holds no admitted request",
                                   (unsigned long long)config->max_connections, oldest->peer);
-                        client_free(oldest);
+                        client_close(oldest);
                 }
                 client_idle_enter(c);
         }
@@ -612,6 +616,7 @@ int client_new(ClientSet *set, int fd, const struct sockaddr *peer, socklen_t pe
 
 int client_set_new(Manager *m, const ClientSetCallbacks *cb, void *userdata, ClientSet **ret) {
         ClientSet *set = calloc(1, sizeof(ClientSet));
+        assert(m);
 
         if (!set)
                 return -ENOMEM;
@@ -632,26 +637,34 @@ ClientSet *client_set_free(ClientSet *set) {
                 return NULL;
         set->cb = NULL; /* nobody to tell any more */
         while (set->clients)
-                client_free(set->clients);
+                client_close(set->clients);
         count_map_free(set->by_address);
         models_cache_free(set->models);
         return mfree(set);
 }
 
 size_t client_set_count(const ClientSet *set) {
+        assert(set);
+
         return set->n_clients;
 }
 
 bool client_set_full(const ClientSet *set) {
+        assert(set);
+
         return set->n_clients >= manager_config(set->manager)->max_connections && !set->idle_oldest;
 }
 
 void client_set_stop(ClientSet *set) {
+        assert(set);
+
         LIST_FOREACH_SAFE (clients, c, n, set->clients)
                 client_stop(c);
 }
 
 void client_set_catalogs_ready(ClientSet *set) {
+        assert(set);
+
         models_cache_catalogs_ready(set->models, set->manager);
         LIST_FOREACH (clients, c, set->clients)
                 models_merge_catalogs_ready(c->x->merge);

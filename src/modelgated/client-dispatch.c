@@ -51,21 +51,18 @@ static void client_wait_for_engine(Client *c) {
 }
 
 static void client_engine_ready(HostWaiter *w, int status, const char *message) {
-        Client *c = container_of(w, Exchange, waiter)->client;
+        _cleanup_(client_unrefp) Client *c = client_ref(container_of(w, Exchange, waiter)->client);
 
         /* on success the comments go on while the engine's router loads the model */
         if (status != 0) {
                 (void)sd_event_source_set_enabled(c->x->keepalive, SD_EVENT_OFF);
-                client_respond_host_error(c, status, message);
+                (void)client_attempt_failed(c, attempt_failure_of_refusal(status), status, message);
         } else {
                 metrics_wait(manager_metrics(c->manager), c->x->host->name, client_now(c) - c->x->start);
                 client_go(c);
         }
-        if (c->ops->flush(c) < 0) {
-                c->ops->free(c);
-                return;
-        }
-        c->ops->process(c);
+        client_flush(c);
+        client_process(c);
 }
 
 /* [Access]: who the client is. false: answered already (401). */
@@ -134,6 +131,7 @@ static void client_refuse_body(Client *c) {
  * body is read, so that a client without a (good) key cannot make modelgate hold its body. false: it was
  * answered (401, 413), and the connection closes without reading the body. */
 bool client_admit_head(Client *c) {
+        assert(c);
         HttpRequest *r = &c->parser.req;
         Span path = url_path(http_request_url(r));
         bool open = request_is_open(r, path), close = c->close_after_response;
@@ -481,6 +479,7 @@ static void dispatch_to_host(Client *c, Dispatch *d);
 
 /* A complete request: modelgate's own answer, or on to its host (at once, or when its engine is up). */
 void client_dispatch(Client *c) {
+        assert(c);
         HttpRequest *r = &c->parser.req;
         _cleanup_(dispatch_done) Dispatch d = {.r = r};
 
@@ -499,25 +498,15 @@ void client_dispatch(Client *c) {
  * engine failed, connection refused): the same request goes to the next target, each at most once, and
  * is exactly a request for that target from then on. false: none is left (the fallback is next). */
 bool client_next_target(Client *c, const char *why) {
+        assert(c);
         HttpRequest *r = &c->parser.req;
         _cleanup_(dispatch_done) Dispatch d = {.r = r};
 
         if (!c->x->alias || c->x->via_fallback || c->x->engine_bytes_sent || !dispatch_pick_target(c, why))
                 return false;
         metrics_alias_move(manager_metrics(c->manager), c->x->alias->name);
-        /* what the refused target left: as client_fall_back() does */
-        c->x->upstream = upstream_cancel(c->x->upstream);
-        host_release(&c->x->waiter);
-        (void)sd_event_source_set_enabled(c->x->budget, SD_EVENT_OFF);
-        sse_filter_done(&c->x->sse);
-        c->x->mode = MODE_PASS;
-        c->x->awaiting_first_token = false;
-        c->x->first_byte_seen = false;
-        buffer_clear(&c->held_head);
-        buffer_done(&c->x->held);
-        c->x->error_status = 0;
-        c->x->fallback = NULL;
-        buffer_done(&c->x->pending);
+        client_attempt_end(c);
+        c->x->fallback = NULL; /* the next target's engine names its own */
 
         /* the request is the parser's still (its body kept for this): read again, it cannot fail now */
         d.url = http_request_url(r);
@@ -551,15 +540,18 @@ static void dispatch_to_host(Client *c, Dispatch *d) {
                          "host '%s' was removed from modelgate's configuration by a reload; GET /v1/models "
                          "lists the models this proxy serves now",
                          c->x->host->name);
-                return client_respond_host_error(c, 503, msg);
+                (void)client_attempt_failed(c, ATTEMPT_REFUSED, 503, msg);
+                return;
         }
         c->x->target = &c->x->host->url;
         ssize_t engine = dispatch_engine(c, d, host);
         if (engine < -1)
                 return;
         if (build_upstream_request(c, c->x->target, d->url, (Span){d->body ?: "", d->body ? d->body_len : 0},
-                                   d->span, d->key, &c->x->pending) < 0)
-                return client_respond_error(c, 500, NULL, "out of memory", NULL);
+                                   d->span, d->key, &c->x->pending) < 0) {
+                client_respond_error(c, 500, NULL, "out of memory", NULL);
+                return;
+        }
         /* the request's own copy of the body is not needed any more, unless a fallback or an alias's next
          * target may need it */
         if (!c->x->fallback && !c->x->alias)
@@ -568,8 +560,11 @@ static void dispatch_to_host(Client *c, Dispatch *d) {
                 HostRefusal refusal;
                 k = host_acquire(host, (size_t)engine, &c->x->waiter, client_engine_ready,
                                  client_host_went_down, c->x->alias_target ?: c->x->model, &refusal);
-                if (k < 0)
-                        return client_respond_host_error(c, refusal.status, refusal.message);
+                if (k < 0) {
+                        (void)client_attempt_failed(c, attempt_failure_of_refusal(refusal.status),
+                                                    refusal.status, refusal.message);
+                        return;
+                }
                 if (k > 0) {
                         client_wait_for_engine(c);
                         return; /* client_engine_ready() goes on */
@@ -579,8 +574,11 @@ static void dispatch_to_host(Client *c, Dispatch *d) {
         } else {
                 HostRefusal refusal;
                 if (host_attach(host, &c->x->waiter, client_host_went_down,
-                                c->x->alias_target ?: c->x->model, &refusal) < 0)
-                        return client_respond_host_error(c, refusal.status, refusal.message);
+                                c->x->alias_target ?: c->x->model, &refusal) < 0) {
+                        (void)client_attempt_failed(c, attempt_failure_of_refusal(refusal.status),
+                                                    refusal.status, refusal.message);
+                        return;
+                }
         }
         client_go(c);
 }

@@ -26,23 +26,21 @@ static bool client_feed_visible(Client *c, const FeedEvent *e) {
 }
 
 void client_models_done(ModelsMerge *mm, Blob *json, void *userdata) {
-        Client *c = userdata;
+        _cleanup_(client_unrefp) Client *c = client_ref(userdata);
 
         c->x->merge = models_merge_free(mm);
         if (!json)
                 client_respond_error(c, 500, NULL, "out of memory", NULL);
         else
                 client_respond_blob(c, 200, "application/json", json);
-        if (c->ops->flush(c) < 0) {
-                c->ops->free(c);
-                return;
-        }
-        c->ops->process(c);
+        client_flush(c);
+        client_process(c);
 }
 
 /* GET /health: cheap (no I/O, the hosts' states as they are) and true: "ok" while at least one host can
  * serve (is not down), "degraded" when none can; ?strict=1 makes the latter a 503, for load balancers. */
 void client_respond_health(Client *c, bool strict) {
+        assert(c);
         Manager *m = c->manager;
         _cleanup_(buffer_done) Buffer b = {};
         size_t up = 0;
@@ -60,8 +58,10 @@ void client_respond_health(Client *c, bool strict) {
                 /* host names are letters, digits, '_' and '.': nothing to escape */
                 (void)buffer_printf(&b, "%s\"%s\":\"%s\"", i ? "," : "", manager_config(m)->hosts[i].name,
                                     host_state_to_string(host_state(manager_host_at(m, i))));
-        if (buffer_append_str(&b, "}}") < 0)
-                return client_respond_error(c, 500, NULL, "out of memory", NULL);
+        if (buffer_append_str(&b, "}}") < 0) {
+                client_respond_error(c, 500, NULL, "out of memory", NULL);
+                return;
+        }
         client_respond(c, strict && !ok ? 503 : 200, "application/json", buffer_peek(&b), buffer_size(&b),
                        strict && !ok ? "Retry-After: 30\r\n" : NULL);
 }
@@ -70,13 +70,16 @@ void client_respond_health(Client *c, bool strict) {
  * person has to fix the file, so the SDKs are told not to retry (x-should-retry, as for 423): the agent
  * shows the message instead of retrying for minutes. */
 void client_respond_refusal(Client *c, bool health) {
+        assert(c);
         const char *refusal = manager_refusal(c->manager);
         bool crash_loop = manager_crash_loop(c->manager);
         _cleanup_free_ char *body = NULL;
 
-        if (!health)
-                return client_respond_error(c, 503, crash_loop ? "crash_loop" : "config_error", refusal,
-                                            "x-should-retry: false\r\n");
+        if (!health) {
+                client_respond_error(c, 503, crash_loop ? "crash_loop" : "config_error", refusal,
+                                     "x-should-retry: false\r\n");
+                return;
+        }
         json_object *o = json_object_new_object();
         if (o) {
                 json_object_object_add(o, "status",
@@ -87,8 +90,10 @@ void client_respond_refusal(Client *c, bool health) {
                                                                         JSON_C_TO_STRING_NOSLASHESCAPE));
                 json_object_put(o);
         }
-        if (!body)
-                return client_respond_error(c, 500, NULL, "out of memory", NULL);
+        if (!body) {
+                client_respond_error(c, 500, NULL, "out of memory", NULL);
+                return;
+        }
         client_respond(c, 503, "application/json", body, strlen(body), NULL);
 }
 
@@ -152,9 +157,12 @@ static int render_gauges(Client *c, Buffer *b) {
 
 void client_respond_metrics(Client *c) {
         _cleanup_(buffer_done) Buffer b = {};
+        assert(c);
 
-        if (metrics_render(manager_metrics(c->manager), &b) < 0 || render_gauges(c, &b) < 0)
-                return client_respond_error(c, 500, NULL, "out of memory", NULL);
+        if (metrics_render(manager_metrics(c->manager), &b) < 0 || render_gauges(c, &b) < 0) {
+                client_respond_error(c, 500, NULL, "out of memory", NULL);
+                return;
+        }
         client_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", buffer_peek(&b), buffer_size(&b),
                        NULL);
 }
@@ -165,6 +173,7 @@ static const FeedSubscriberOps client_feed_ops = {
 
 /* GET /models/sse: every host's feed, relabelled, until the client goes */
 void client_start_feed(Client *c) {
+        assert(c);
         Manager *m = c->manager;
         FeedHub *hub = manager_feed_hub(m);
         Config *config = manager_config(m);
@@ -182,15 +191,19 @@ void client_start_feed(Client *c) {
                          "(MaxFeedSubscribers=%llu, "
                          "at most half of MaxConnections=)",
                          feed_hub_count(hub), (unsigned long long)max);
-                return client_respond_error(c, 503, "too_many_subscribers", msg, "Retry-After: 30\r\n");
+                client_respond_error(c, 503, "too_many_subscribers", msg, "Retry-After: 30\r\n");
+                return;
         }
 
-        if (client_queue_stream_head(c) < 0)
-                return client_respond_error(c, 500, NULL, "out of memory", NULL);
+        if (client_queue_stream_head(c) < 0) {
+                client_respond_error(c, 500, NULL, "out of memory", NULL);
+                return;
+        }
         c->x->head_sent = true;
         if (c->x->head) {
                 c->x->bytes = 0;
-                return client_response_complete(c, NULL);
+                client_response_complete(c, NULL);
+                return;
         }
         /* a feed is a trickle: a small kernel buffer lets a subscriber that stopped reading be seen (and
          * dropped) after a few hundred KiB instead of after megabytes */
@@ -207,7 +220,7 @@ void client_start_feed(Client *c) {
 }
 
 static void client_feed_send(FeedSubscriber *s, const FeedEvent *e) {
-        Client *c = container_of(s, Client, feed_sub);
+        _cleanup_(client_unrefp) Client *c = client_ref(container_of(s, Client, feed_sub));
 
         if (!client_feed_visible(c, e))
                 return;
@@ -215,9 +228,11 @@ static void client_feed_send(FeedSubscriber *s, const FeedEvent *e) {
                 /* bounded: a subscriber that does not read is dropped, not buffered for ever */
                 log_info("Client %s does not read /models/sse, dropping it", c->peer);
                 client_log_access(c, "cut=slow-client");
-                c->ops->free(c);
+                client_close(c);
                 return;
         }
-        if (client_frame_body(c, e->text, e->size) < 0 || c->ops->flush(c) < 0)
-                c->ops->free(c);
+        if (client_frame_body(c, e->text, e->size) < 0)
+                client_close(c);
+        else
+                client_flush(c);
 }

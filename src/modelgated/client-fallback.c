@@ -1,15 +1,67 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* The fallback and the budgets (SPEC §3): an engine that cannot answer in time, or at all, hands the
- * request to [Fallback] while no byte of its answer has reached the client; inference only, with the
- * path modelgate builds and only the headers the API needs. */
+/* What follows a failed attempt: the table of client-attempt.c applied (the alias's next target, the
+ * fallback, or the answer), and the end of the attempt that failed; the fallback itself and the budgets
+ * (SPEC §3): an engine that cannot answer in time, or at all, hands the request to [Fallback] while no
+ * byte of its answer has reached the client; inference only, with the path modelgate builds and only the
+ * headers the API needs. */
 
 #include "modelgated/client-internal.h"
 
 static int client_budget_cb(sd_event_source *s, uint64_t usec, void *userdata);
 
+/* What an attempt owns, given up when it ends: its connection, its place with the host, its budget, and
+ * what was held of its answer. The request keeps the rest: the early 200 and its keepalive, which stays
+ * silent once nothing waits (host_waiter_describe() of a released waiter), and the alias's memory of
+ * the targets tried. */
+void client_attempt_end(Client *c) {
+        assert(c);
+        c->x->upstream = upstream_cancel(c->x->upstream);
+        host_release(&c->x->waiter);
+        (void)sd_event_source_set_enabled(c->x->budget, SD_EVENT_OFF);
+        sse_filter_done(&c->x->sse);
+        c->x->mode = MODE_PASS;
+        c->x->awaiting_first_token = false;
+        c->x->first_byte_seen = false;
+        buffer_clear(&c->held_head);
+        buffer_done(&c->x->held);
+        c->x->error_status = 0;
+        buffer_done(&c->x->pending);
+}
+
+static bool attempt_may_fall_back(const Client *c, AttemptFallback fallback) {
+        switch (fallback) {
+        case ATTEMPT_FALLBACK_YES:
+                return true;
+        case ATTEMPT_FALLBACK_ON_BUSY:
+                return c->x->fallback && c->x->fallback->on_busy != 0;
+        default:
+                return false;
+        }
+}
+
+AttemptOutcome client_attempt_failed(Client *c, AttemptFailure failure, int error, const char *why) {
+        const AttemptRule *rule = attempt_rule(failure);
+
+        assert(c);
+        assert(rule);
+        /* the host's own probe looks again soon, and decides whether it is down */
+        Host *h = rule->reprobe && !c->x->via_fallback ? manager_host(c->manager, c->x->host) : NULL;
+        if (h)
+                host_report_request_failed(h);
+        if (rule->next_target && client_next_target(c, why))
+                return ATTEMPT_MOVED_ON;
+        if (attempt_may_fall_back(c, rule->fallback) && client_fall_back(c, why))
+                return ATTEMPT_MOVED_ON;
+        if (rule->answer == ATTEMPT_ANSWER_RELAY)
+                return ATTEMPT_RELAYED;
+        client_attempt_answer(c, failure, error, why);
+        return ATTEMPT_ANSWERED;
+}
+
 /* FirstTokenBudgetSec= (streaming) or RequestBudgetSec=, from the moment the engine gets the request */
 void client_start_budget(Client *c) {
         usec_t b;
+        assert(c);
 
         if (!c->x->engine_conf || c->x->via_fallback)
                 return;
@@ -77,6 +129,7 @@ static int build_fallback_request(Client *c, const FallbackConf *f, const char *
  * 200 with keepalive comments still counts as before), sends the request to the engine's fallback instead,
  * once. true: it went there, and the request is the fallback's now. */
 bool client_fall_back(Client *c, const char *why) {
+        assert(c);
         const FallbackConf *f = c->x->fallback;
         _cleanup_free_ char *quoted = NULL, *body = NULL, *model = NULL;
         _cleanup_free_ char *key_header = NULL;
@@ -105,18 +158,8 @@ bool client_fall_back(Client *c, const char *why) {
         c->x->via_fallback = true;
         /* the engine's request is cancelled (its connection closed, so the GPU stops), and the engine is
          * free */
-        c->x->upstream = upstream_cancel(c->x->upstream);
-        host_release(&c->x->waiter);
-        (void)sd_event_source_set_enabled(c->x->budget, SD_EVENT_OFF);
-        (void)sd_event_source_set_enabled(c->x->keepalive, SD_EVENT_OFF);
-        sse_filter_done(&c->x->sse);
-        c->x->mode = MODE_PASS;
-        c->x->awaiting_first_token = false;
-        buffer_clear(&c->held_head);
-        buffer_done(&c->x->held);
-        c->x->error_status = 0;
+        client_attempt_end(c);
         c->x->target = &f->url;
-        buffer_done(&c->x->pending);
         if (build_fallback_request(c, f, body, n, key_header, &c->x->pending) < 0) {
                 client_respond_error(c, 500, NULL, "out of memory", NULL);
                 return true;
@@ -126,7 +169,7 @@ bool client_fall_back(Client *c, const char *why) {
 }
 
 static int client_budget_cb(sd_event_source *s, uint64_t usec, void *userdata) {
-        Client *c = userdata;
+        _cleanup_(client_unrefp) Client *c = client_ref(userdata);
         char why[256], t[FORMAT_TIMESPAN_MAX];
         bool stream = c->x->streaming;
 
@@ -136,24 +179,11 @@ static int client_budget_cb(sd_event_source *s, uint64_t usec, void *userdata) {
                                         : c->x->engine_conf->request_budget_usec)
                          ?: "?",
                  stream ? "FirstTokenBudgetSec=" : "RequestBudgetSec=");
-        if (client_fall_back(c, why)) {
-                if (c->ops->flush(c) < 0)
-                        c->ops->free(c);
+        if (client_attempt_failed(c, ATTEMPT_BUDGET, -ETIMEDOUT, why) == ATTEMPT_MOVED_ON) {
+                client_flush(c);
                 return 0;
         }
-        /* no fallback: the request is cancelled all the same, so that the GPU stops working on it */
-        c->x->upstream = upstream_cancel(c->x->upstream);
-        if (!c->x->engine_bytes_sent) {
-                char msg[512];
-                snprintf(msg, sizeof(msg), "engine '%s' of host '%s': %s; the request was cancelled",
-                         strna(c->x->engine_name), c->x->host->name, why);
-                client_respond_error(c, 504, "budget_exceeded", msg, NULL);
-        } else
-                client_cut(c, "cut=budget");
-        if (c->ops->flush(c) < 0) {
-                c->ops->free(c);
-                return 0;
-        }
-        c->ops->process(c);
+        client_flush(c);
+        client_process(c);
         return 0;
 }

@@ -3,8 +3,10 @@
 
 /* Inside the client module: the connection (client-connection.c) and the parts of answering its requests,
  * each in a file of its own: writing answers (client-answer.c), admitting and routing a request
- * (client-dispatch.c), relaying a host's answer (client-relay.c), the fallback and budgets
- * (client-fallback.c), modelgate's own endpoints (client-endpoints.c). Only those files include this. */
+ * (client-dispatch.c), relaying a host's answer (client-relay.c), what may follow a failed attempt
+ * (client-attempt.c, the table) and that table applied with the fallback and budgets (client-fallback.c),
+ * modelgate's own endpoints (client-endpoints.c). Only those files include this; they call each other
+ * freely, through the prototypes below, one block per file. */
 
 /* A Client lives from accept() to close. States:
  *   WAITING    between requests (keep-alive); idle timeout closes silently
@@ -15,6 +17,7 @@
  *   LINGERING  after an error that left request bytes unread: our side is shut down and input is
  *              drained for a moment, so that the client reads the error instead of a reset (a close
  *              with unread input makes the kernel send RST, which can destroy the answer in flight)
+ *   CLOSED     client_close() ended it: only the memory is left, until the last reference goes
  * Pipelined requests wait in the socket and in 'in', and are parsed one at a time; the socket is read
  * while a response is produced (up to CLIENT_READ_SIZE of input), so that a client that goes away
  * cancels the host's work at once.
@@ -24,7 +27,29 @@
  * on), and, for input that is not read at once (the input buffer is full, or the connection closes),
  * read_pending (input may wait that no edge will announce: reading resumes with a read). */
 
+/* The lifetime rule (systemd's, as resolved's dns_stream_complete() keeps it). The ClientSet holds one
+ * reference to each open connection. Every callback by which the loop or another module enters the client
+ * module (the socket, the timers, the keepalive, the budget, the upstream's callbacks, the host waiter's,
+ * the feed's, the models merge's done) pins the Client first:
+ *         _cleanup_(client_unrefp) Client *ref = client_ref(c);
+ * and whatever it calls may then end the connection with client_close(): the Client leaves every list (the
+ * set's, the idle list, the feed hub), its timers and event sources stop, its upstream is cancelled and its
+ * host wait released (exchange_done()), its socket is closed, and the set's reference is dropped; the
+ * memory lives until the last pin goes. Nothing calls into a closed Client any more, and no function
+ * returns "it is gone": client_flush() and client_process() do nothing on a closed Client, and code that
+ * goes on after a call that may close looks at client_is_closed() where it must (before it re-arms a
+ * timer, or tells another module to go on).
+ * Below the client the other discipline stays, for reasons of their own. An Upstream has one owner, which
+ * may cancel it from inside its callbacks while llhttp is running on the Upstream's own memory and a pooled
+ * connection may be handed to another owner: upstream_cancel() there only detaches and marks it
+ * (in_parser, cancel_error), and the upstream ends it once the parser has returned; a reference count
+ * would keep a socket alive that the pool must be able to reuse or close. A HostBus is replaced, not
+ * shared, and its sd_bus must not be closed inside the bus's own dispatch: it is closed from a defer
+ * source. Both are objects with one owner and one way out, where a deferred end costs less than counting
+ * references from the many places a Client is entered. */
+
 #include <arpa/inet.h>
+#include <assert.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
@@ -37,6 +62,7 @@
 #include "modelgated/access.h"
 #include "modelgated/api-error.h"
 #include "modelgated/catalog.h"
+#include "modelgated/client-attempt.h"
 #include "modelgated/client.h"
 #include "modelgated/exchange.h"
 #include "modelgated/feed-hub.h"
@@ -65,6 +91,7 @@ typedef enum ClientState {
         CLIENT_RESPONDING,
         CLIENT_CLOSING,
         CLIENT_LINGERING, /* our side is shut; what the client still sends is read and dropped */
+        CLIENT_CLOSED,    /* client_close() ended it */
 } ClientState;
 
 struct ClientSet {
@@ -81,20 +108,8 @@ struct ClientSet {
         void *userdata;
 };
 
-/* What the upper files of the module do for the lower ones, set by the connection: the parts that
- * answer a request queue bytes and tell the connection to write them, to go on or to end; the relay
- * hands a failed engine to the fallback, which relays through it. */
-typedef struct ClientOps {
-        int (*flush)(Client *c); /* < 0: the connection is gone and must be freed */
-        void (*free)(Client *c);
-        void (*process)(Client *c); /* an answer ended, or input waits: the connection goes on */
-        bool (*fall_back)(Client *c, const char *why);
-        /* an alias's next target, after a refusal of this one; NULL: none */
-        bool (*next_target)(Client *c, const char *why);
-} ClientOps;
-
 struct Client {
-        const ClientOps *ops;
+        unsigned n_ref; /* the set's while open, and each callback's pin (see above) */
         Manager *manager;
         LIST_FIELDS(Client, clients);
         ClientSet *set;
@@ -111,7 +126,7 @@ struct Client {
         bool address_counted;
         LIST_FIELDS(Client, idle); /* in set->idle */
         ClientState state;
-        bool in_process;
+        bool in_process; /* client_process() is not re-entered: a callback inside it leaves the rest to it */
         bool close_after_response;
         bool answered_one; /* a response went out on this connection */
         bool read_eof;     /* the client shut its side: what it sent is answered, then the connection ends */
@@ -135,16 +150,23 @@ struct Client {
         Buffer held_head, scratch; /* working space, kept across requests */
 };
 
-/* A target that refused before any byte of its answer reached the client: the alias's next target
- * first, then the engine's fallback. true: the request went there. */
-static inline bool client_move_on(Client *c, const char *why) {
-        return (c->ops->next_target && c->ops->next_target(c, why)) || c->ops->fall_back(c, why);
+/* client-connection.c: the connection and its lifetime (the rule above) */
+Client *client_ref(Client *c);
+Client *client_unref(Client *c);
+DEFINE_TRIVIAL_CLEANUP_FUNC(Client *, client_unref);
+/* Ends the connection at once (see the rule above); a closed one stays closed. */
+void client_close(Client *c);
+static inline bool client_is_closed(const Client *c) {
+        return c->state == CLIENT_CLOSED;
 }
+/* Writes what can be written now; a socket that failed closes the connection. */
+void client_flush(Client *c);
+/* An answer ended, or input waits: the connection goes on (the next request, the close). */
+void client_process(Client *c);
 
-/* client-connection.c: the connection */
+/* client-answer.c: writing answers, and the access line */
 void client_log_access(Client *c, const char *note);
 void client_response_complete(Client *c, const char *note);
-int client_queue_stream_head(Client *c);
 int client_queue_head(Client *c, int status, const char *extra);
 void client_respond(Client *c, int status, const char *content_type, const char *body, size_t n,
                     const char *extra_headers);
@@ -158,28 +180,48 @@ void client_respond_error(Client *c, int status, const char *code, const char *m
                           const char *extra_headers);
 int client_frame_body(Client *c, const char *p, size_t n);
 int client_send_held_head(Client *c, const char *framing);
-void client_host_down(Client *c, int error);
-void client_host_went_down(HostWaiter *w);
-void client_cut(Client *c, const char *note);
+int client_queue_stream_head(Client *c);
+
+/* client-dispatch.c: admitting and routing a request */
+bool client_admit_head(Client *c);
+void client_dispatch(Client *c);
+bool client_next_target(Client *c, const char *why);
+
+/* client-relay.c: relaying a host's answer, and what a failed one becomes */
+/* The answer to a failure that nothing took over (the table's ATTEMPT_ANSWER_ERROR and _END): error is
+ * the connection's negative errno, or for a refusal the host's status; why is the failure in words */
+void client_attempt_answer(Client *c, AttemptFailure failure, int error, const char *why);
 /* The answer under way is an event stream whose bytes so far end with a whole line: a comment line may go
  * out here without changing any event */
 bool client_in_event_stream_line_end(const Client *c);
+void client_cut(Client *c, const char *note);
+void client_host_went_down(HostWaiter *w);
 extern const UpstreamCallbacks client_upstream_callbacks;
-void client_respond_host_error(Client *c, int status, const char *message);
 int client_keepalive_cb(sd_event_source *s, uint64_t usec, void *userdata);
+int client_send_upstream(Client *c);
+
+/* client-fallback.c: what follows a failed attempt, the fallback and the budgets */
+typedef enum AttemptOutcome {
+        ATTEMPT_MOVED_ON, /* the alias's next target or the fallback has the request now */
+        ATTEMPT_ANSWERED, /* the client has its answer (or the end of the answer under way) */
+        ATTEMPT_RELAYED,  /* the host's own answer goes on as it is (ATTEMPT_NOT_HERE) */
+} AttemptOutcome;
+/* The table's decision for a failed attempt, applied: the host's probe asked to look again, the next
+ * target, the fallback, or client_attempt_answer() */
+AttemptOutcome client_attempt_failed(Client *c, AttemptFailure failure, int error, const char *why);
+/* The attempt is over: what it owned is given up, for the next target or the fallback */
+void client_attempt_end(Client *c);
 void client_start_budget(Client *c);
 const char *client_fallback_path(llhttp_method_t method, Span path);
 bool client_fall_back(Client *c, const char *why);
-bool client_next_target(Client *c, const char *why);
-void client_models_done(ModelsMerge *mm, Blob *json, void *userdata);
+
+/* client-endpoints.c: modelgate's own endpoints */
 bool client_model_visible(const char *id, void *userdata);
+void client_models_done(ModelsMerge *mm, Blob *json, void *userdata);
 void client_respond_health(Client *c, bool strict);
 void client_respond_refusal(Client *c, bool health);
 void client_respond_metrics(Client *c);
 void client_start_feed(Client *c);
-int client_send_upstream(Client *c);
-bool client_admit_head(Client *c);
-void client_dispatch(Client *c);
 
 /* The loop's time: everything that one event dispatch decides about a request uses one "now" (every
  * caller runs inside an event callback of the loop). */

@@ -12,51 +12,6 @@ static const char *failure_reason(const Client *c, int error) {
         return (h ? host_down_reason(h) : NULL) ?: upstream_strerror(error);
 }
 
-/* A connection that never reached a server: nothing listens there, no route, no answer to the connect.
- * Anything later (a reset, a close before the answer, a malformed answer) happened to this request. */
-static bool error_is_unreachable(int error) {
-        switch (error < 0 ? -error : error) {
-        case ECONNREFUSED:
-        case EHOSTUNREACH:
-        case ENETUNREACH:
-        case ETIMEDOUT:
-        case EHOSTDOWN:
-                return true;
-        default:
-                return false;
-        }
-}
-
-void client_host_down(Client *c, int error) {
-        char msg[512];
-        const char *reason = failure_reason(c, error);
-
-        if (c->x->via_fallback) {
-                /* not chained, and not the host's fault: the fallback's own failure, as it is */
-                snprintf(msg, sizeof(msg), "fallback '%s' (%s) failed: %s", c->x->fallback->name,
-                         c->x->fallback->url.text, reason);
-                return client_respond_error(c, 502, "fallback_failed", msg, NULL);
-        }
-        if (client_move_on(c, reason))
-                return;
-        if (!error_is_unreachable(error)) {
-                /* SPEC §6: one request's failure is not the host's (its probe says whether it is down) */
-                snprintf(msg, sizeof(msg), "host '%s' failed this request: %s (%s)", c->x->host->name,
-                         reason, c->x->host->url.text);
-                return client_respond_error(c, 502, "upstream_failed", msg, NULL);
-        }
-        snprintf(msg, sizeof(msg), "host '%s' is down: %s (%s); modelgate keeps trying it, retry in 30 s",
-                 c->x->host->name, reason, c->x->host->url.text);
-        client_respond_error(c, 503, "host_down", msg, "Retry-After: 30\r\nretry-after-ms: 30000\r\n");
-}
-
-/* The request's exchange failed: the host's own probe looks again soon, and decides whether it is down */
-static void report_request_failed(Client *c) {
-        Host *h = c->x->via_fallback ? NULL : manager_host(c->manager, c->x->host);
-        if (h)
-                host_report_request_failed(h);
-}
-
 /* How the answer goes on (pass, SSE filter, hold) and its framing to the client: the framing header */
 static const char *relay_choose_mode(Client *c, const UpstreamResponse *resp, bool sse, bool no_body) {
         c->x->status = resp->status;
@@ -120,19 +75,17 @@ static int relay_build_head(Client *c, const UpstreamResponse *resp, bool no_bod
 }
 
 static int client_upstream_headers(Upstream *u, const UpstreamResponse *resp, void *userdata) {
-        Client *c = userdata;
+        _cleanup_(client_unrefp) Client *c = client_ref(userdata);
         Span ct = upstream_response_header(resp, "Content-Type");
         bool sse = ct.p && ct.n >= 17 && strncasecmp(ct.p, "text/event-stream", 17) == 0;
         bool no_body = c->x->head || resp->status == 204 || resp->status == 304;
 
-        if (!c->x->via_fallback) {
-                /* "not here (yet)": a host that has not registered the model, or is loading */
-                if ((resp->status == 404 || resp->status == 503) && !c->x->head) {
-                        char why[64];
-                        snprintf(why, sizeof(why), "the engine answered %d", resp->status);
-                        if (client_move_on(c, why))
-                                return 0;
-                }
+        /* "not here (yet)": a host that has not registered the model, or is loading */
+        if ((resp->status == 404 || resp->status == 503) && !c->x->head) {
+                char why[64];
+                snprintf(why, sizeof(why), "the engine answered %d", resp->status);
+                if (client_attempt_failed(c, ATTEMPT_NOT_HERE, resp->status, why) == ATTEMPT_MOVED_ON)
+                        return 0;
         }
         if (!c->x->first_byte_seen) {
                 c->x->first_byte_seen = true;
@@ -197,7 +150,7 @@ static int release_first_token(Client *c) {
 }
 
 static int client_upstream_body(Upstream *u, const char *p, size_t n, void *userdata) {
-        Client *c = userdata;
+        _cleanup_(client_unrefp) Client *c = client_ref(userdata);
         int r = 0;
 
         switch (c->x->mode) {
@@ -232,26 +185,23 @@ static int client_upstream_body(Upstream *u, const char *p, size_t n, void *user
         if (!c->x->awaiting_first_token && c->x->mode != MODE_HOLD)
                 c->x->engine_bytes_sent = true;
         if (r < 0) {
-                c->ops->free(c);
+                client_close(c); /* cancels u, which the upstream ends once this returns */
                 return -1;
         }
         /* a slow reader: stop reading the host before the end of this read (backpressure) */
-        if (buffer_size(&c->out) > CLIENT_OUT_HIGH && c->ops->flush(c) < 0) {
-                c->ops->free(c);
-                return -1;
-        }
-        return 0;
+        if (buffer_size(&c->out) > CLIENT_OUT_HIGH)
+                client_flush(c);
+        return client_is_closed(c) ? -1 : 0;
 }
 
 static void client_upstream_read_end(Upstream *u, void *userdata) {
-        Client *c = userdata;
+        _cleanup_(client_unrefp) Client *c = client_ref(userdata);
 
-        if (c->ops->flush(c) < 0)
-                c->ops->free(c); /* cancels u, which the upstream handles after this returns */
+        client_flush(c); /* a close cancels u, which the upstream ends once this returns */
 }
 
 static void client_upstream_complete(Upstream *u, void *userdata) {
-        Client *c = userdata;
+        _cleanup_(client_unrefp) Client *c = client_ref(userdata);
 
         c->x->upstream = NULL;
         (void)sd_event_source_set_enabled(c->x->budget, SD_EVENT_OFF);
@@ -263,11 +213,8 @@ static void client_upstream_complete(Upstream *u, void *userdata) {
                                                 buffer_size(&c->x->held), &c->scratch) < 0)
                         c->close_after_response = true;
                 client_end_early(c, &c->scratch);
-                if (c->ops->flush(c) < 0) {
-                        c->ops->free(c);
-                        return;
-                }
-                c->ops->process(c);
+                client_flush(c);
+                client_process(c);
                 return;
         }
         if (c->x->mode == MODE_HOLD) {
@@ -303,14 +250,13 @@ static void client_upstream_complete(Upstream *u, void *userdata) {
                                                 span_eq(c->x->path, "/models/load"));
         }
         client_response_complete(c, NULL);
-        if (c->ops->flush(c) < 0) {
-                c->ops->free(c);
-                return;
-        }
-        c->ops->process(c);
+        client_flush(c);
+        client_process(c);
 }
 
 bool client_in_event_stream_line_end(const Client *c) {
+        assert(c);
+
         if (c->x->response_complete || (!c->x->head_sent && !c->x->early))
                 return false;
         /* modelgate's own early 200: only its comments went out so far (the host's are held, if any) */
@@ -323,59 +269,66 @@ bool client_in_event_stream_line_end(const Client *c) {
 /* An answer that cannot be finished and has no way to say so in-band: the connection ends without the last
  * chunk (or before Content-Length is reached), so the client sees an incomplete answer, not a short one. */
 void client_cut(Client *c, const char *note) {
+        assert(c);
+
         c->close_after_response = true;
         c->state = CLIENT_CLOSING;
         client_response_complete(c, note);
 }
 
-static void client_upstream_error(Upstream *u, int error, bool started, void *userdata) {
-        Client *c = userdata;
+/* A connection that failed before the host's answer (ATTEMPT_UNREACHABLE, _BROKEN, _HOST_DOWN) */
+static void answer_not_reached(Client *c, AttemptFailure failure, int error) {
         char msg[512];
+        const char *reason = failure_reason(c, error);
 
-        c->x->upstream = NULL;
-        (void)sd_event_source_set_enabled(c->x->budget, SD_EVENT_OFF);
-        if (!started && error != -ETIME && error != -EHOSTDOWN)
-                report_request_failed(c);
-        if (client_move_on(c, failure_reason(c, error))) {
-                /* the engine failed before any of its answer reached the client */
-                if (c->ops->flush(c) < 0)
-                        c->ops->free(c);
+        if (!c->x->early)
+                log_debug("host %s: %s %.*s failed before an answer: %s", c->x->host->name, c->x->method,
+                          (int)c->x->path.n, c->x->path.p ?: "", upstream_strerror(error));
+        if (c->x->via_fallback) {
+                /* not chained, and not the host's fault: the fallback's own failure, as it is */
+                snprintf(msg, sizeof(msg), "fallback '%s' (%s) failed: %s", c->x->fallback->name,
+                         c->x->fallback->url.text, reason);
+                client_respond_error(c, 502, "fallback_failed", msg, NULL);
                 return;
         }
+        if (failure == ATTEMPT_BROKEN) {
+                /* SPEC §6: one request's failure is not the host's (its probe says whether it is down) */
+                snprintf(msg, sizeof(msg), "host '%s' failed this request: %s (%s)", c->x->host->name,
+                         reason, c->x->host->url.text);
+                client_respond_error(c, 502, "upstream_failed", msg, NULL);
+                return;
+        }
+        snprintf(msg, sizeof(msg), "host '%s' is down: %s (%s); modelgate keeps trying it, retry in 30 s",
+                 c->x->host->name, reason, c->x->host->url.text);
+        client_respond_error(c, 503, "host_down", msg, "Retry-After: 30\r\nretry-after-ms: 30000\r\n");
+}
+
+/* Stuck, not down: the connection is closed (so the GPU stops working on it) */
+static void answer_stalled(Client *c) {
+        char msg[512], t[FORMAT_TIMESPAN_MAX];
+
+        snprintf(msg, sizeof(msg),
+                 "host '%s' sent nothing for %s (UpstreamIdleTimeoutSec=), so modelgate cancelled "
+                 "the "
+                 "request",
+                 c->x->host->name,
+                 format_timespan(t, sizeof(t), manager_config(c->manager)->upstream_idle_timeout_usec)
+                         ?: "?");
+        client_respond_error(c, 504, "upstream_timeout", msg, NULL);
+}
+
+/* The answer had begun: an error body still held is answered as an error, a stream ends with an error
+ * event, anything else is cut */
+static void answer_incomplete(Client *c, int error) {
+        char msg[512];
+
         if (c->x->awaiting_first_token && c->x->mode == MODE_SSE)
                 (void)release_first_token(c);
         c->x->awaiting_first_token = false;
-        if (!started && (error == ETIME || error == -ETIME)) {
-                /* stuck, not down: the connection is closed (so the GPU stops working on it) */
-                char t[FORMAT_TIMESPAN_MAX];
-                snprintf(
-                        msg, sizeof(msg),
-                        "host '%s' sent nothing for %s (UpstreamIdleTimeoutSec=), so modelgate cancelled "
-                        "the "
-                        "request",
-                        c->x->host->name,
-                        format_timespan(t, sizeof(t), manager_config(c->manager)->upstream_idle_timeout_usec)
-                                ?: "?");
-                client_respond_error(c, 504, "upstream_timeout", msg, NULL);
-        } else if (c->x->early && (!started || c->x->mode == MODE_HOLD)) {
-                if (!started)
-                        client_host_down(c, error);
-                else {
-                        snprintf(msg, sizeof(msg), "host '%s' ended its answer early (%s)", c->x->host->name,
-                                 failure_reason(c, error));
-                        client_respond_error(c, 502, "upstream_incomplete", msg, NULL);
-                }
-        } else if (!started || (c->x->mode == MODE_HOLD && !c->x->head_sent)) {
-                if (!started) {
-                        log_debug("host %s: %s %.*s failed before an answer: %s", c->x->host->name,
-                                  c->x->method, (int)c->x->path.n, c->x->path.p ?: "",
-                                  upstream_strerror(error));
-                        client_host_down(c, error);
-                } else {
-                        snprintf(msg, sizeof(msg), "host '%s' ended its answer early (%s)", c->x->host->name,
-                                 failure_reason(c, error));
-                        client_respond_error(c, 502, "upstream_incomplete", msg, NULL);
-                }
+        if (c->x->mode == MODE_HOLD && (c->x->early || !c->x->head_sent)) {
+                snprintf(msg, sizeof(msg), "host '%s' ended its answer early (%s)", c->x->host->name,
+                         failure_reason(c, error));
+                client_respond_error(c, 502, "upstream_incomplete", msg, NULL);
         } else if (c->x->mode == MODE_SSE) {
                 buffer_clear(&c->scratch);
                 (void)sse_filter_finish(&c->x->sse, &c->scratch);
@@ -394,18 +347,77 @@ static void client_upstream_error(Upstream *u, int error, bool started, void *us
                 client_response_complete(c, c->x->sse.saw_done ? NULL : "cut=host");
         } else
                 client_cut(c, "cut=host");
-        if (c->ops->flush(c) < 0) {
-                c->ops->free(c);
+}
+
+/* The budget ran out and no fallback took the request: it is cancelled all the same, so that the GPU stops
+ * working on it */
+static void answer_budget(Client *c, const char *why) {
+        c->x->upstream = upstream_cancel(c->x->upstream);
+        if (!c->x->engine_bytes_sent) {
+                char msg[512];
+                snprintf(msg, sizeof(msg), "engine '%s' of host '%s': %s; the request was cancelled",
+                         strna(c->x->engine_name), c->x->host->name, why);
+                client_respond_error(c, 504, "budget_exceeded", msg, NULL);
+        } else
+                client_cut(c, "cut=budget");
+}
+
+void client_attempt_answer(Client *c, AttemptFailure failure, int error, const char *why) {
+        assert(c);
+        switch (failure) {
+        /* a refusal from the host's engine side: SPEC §7 statuses, with the headers that steer retrying
+         * clients */
+        case ATTEMPT_REFUSED:
+                client_respond_error(c, 503, "host_down", why,
+                                     "Retry-After: 30\r\nretry-after-ms: 30000\r\n");
+                break;
+        case ATTEMPT_BUSY:
+                client_respond_error(c, 423, "gpu_busy", why, "x-should-retry: false\r\n");
+                break;
+        case ATTEMPT_ENGINE_FAILED:
+                client_respond_error(c, error, "engine_failed", why, NULL);
+                break;
+        case ATTEMPT_UNREACHABLE:
+        case ATTEMPT_BROKEN:
+        case ATTEMPT_HOST_DOWN:
+                answer_not_reached(c, failure, error);
+                break;
+        case ATTEMPT_STALLED:
+                answer_stalled(c);
+                break;
+        case ATTEMPT_INCOMPLETE:
+                answer_incomplete(c, error);
+                break;
+        case ATTEMPT_BUDGET:
+                answer_budget(c, why);
+                break;
+        case ATTEMPT_NOT_HERE: /* the host's own answer goes on */
+        default:
+                break;
+        }
+}
+
+static void client_upstream_error(Upstream *u, int error, bool started, void *userdata) {
+        _cleanup_(client_unrefp) Client *c = client_ref(userdata);
+
+        c->x->upstream = NULL;
+        (void)sd_event_source_set_enabled(c->x->budget, SD_EVENT_OFF);
+        if (client_attempt_failed(c, attempt_failure_of_error(error, started), error,
+                                  failure_reason(c, error)) == ATTEMPT_MOVED_ON) {
+                /* the engine failed before any of its answer reached the client */
+                client_flush(c);
                 return;
         }
-        c->ops->process(c);
+        client_flush(c);
+        client_process(c);
 }
 
 /* SPEC §6: the host's probe found it down while this request was in flight. With no byte of the host's
  * answer yet, the request fails now (503 naming the host, or the next target or the fallback); a stream
  * is cut as the host's failure. Without this it would wait for UpstreamIdleTimeoutSec=. */
 void client_host_went_down(HostWaiter *w) {
-        Client *c = container_of(w, Exchange, waiter)->client;
+        assert(w);
+        _cleanup_(client_unrefp) Client *c = client_ref(container_of(w, Exchange, waiter)->client);
 
         if (!c->x->upstream)
                 return; /* not sent yet (its router may load the model), or its answer is whole */
@@ -422,31 +434,11 @@ const UpstreamCallbacks client_upstream_callbacks = {
         .on_error = client_upstream_error,
 };
 
-/* A refusal from the host's engine side: SPEC §7 statuses, with the headers that steer retrying clients;
- * or the fallback, for the availability failures (a busy GPU unless OnBusy=no). */
-void client_respond_host_error(Client *c, int status, const char *message) {
-        /* a busy GPU moves an alias on, whatever OnBusy= says of the fallback */
-        if (c->ops->next_target && c->ops->next_target(c, message))
-                return;
-        if ((status != 423 || (c->x->fallback && c->x->fallback->on_busy != 0)) &&
-            c->ops->fall_back(c, message))
-                return;
-        switch (status) {
-        case 503:
-                return client_respond_error(c, 503, "host_down", message,
-                                            "Retry-After: 30\r\nretry-after-ms: 30000\r\n");
-        case 423:
-                return client_respond_error(c, 423, "gpu_busy", message, "x-should-retry: false\r\n");
-        default:
-                return client_respond_error(c, status, "engine_failed", message, NULL);
-        }
-}
-
 /* SPEC §5 rule 5: a streaming request that waits gets modelgate's own 200 after KeepaliveAfterSec=, then
  * an SSE comment every KeepaliveIntervalSec= saying what it waits for; comments are ignored by every SSE
  * parser and keep clients' idle watchdogs and "waiting" banners quiet. */
 int client_keepalive_cb(sd_event_source *s, uint64_t usec, void *userdata) {
-        Client *c = userdata;
+        _cleanup_(client_unrefp) Client *c = client_ref(userdata);
         char what[256], line[320];
         int n, k;
 
@@ -467,17 +459,18 @@ int client_keepalive_cb(sd_event_source *s, uint64_t usec, void *userdata) {
         }
         if (!c->x->early) {
                 if (client_queue_stream_head(c) < 0) {
-                        c->ops->free(c);
+                        client_close(c);
                         return 0;
                 }
                 c->x->early = c->x->head_sent = true;
         }
         n = snprintf(line, sizeof(line), ": %s\n\n", what);
-        if (client_frame_body(c, line, (size_t)MIN((size_t)n, sizeof(line) - 1)) < 0 ||
-            c->ops->flush(c) < 0) {
-                c->ops->free(c);
-                return 0;
-        }
+        if (client_frame_body(c, line, (size_t)MIN((size_t)n, sizeof(line) - 1)) < 0)
+                client_close(c);
+        else
+                client_flush(c);
+        if (client_is_closed(c))
+                return 0; /* its source went with it */
         (void)sd_event_source_set_time_relative(s, manager_config(c->manager)->keepalive_interval_usec);
         (void)sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
         return 0;
@@ -486,12 +479,12 @@ int client_keepalive_cb(sd_event_source *s, uint64_t usec, void *userdata) {
 /* Sends the request to its target, the relay's callbacks taking the answer. < 0: the connection failed
  * at once, and the client has its answer (or the fallback took over). */
 int client_send_upstream(Client *c) {
+        assert(c);
         int k = upstream_start(manager_pool(c->manager), c->x->target, &c->x->pending, c->x->head,
                                &client_upstream_callbacks, c, &c->x->upstream);
         buffer_done(&c->x->pending);
         if (k < 0) {
-                report_request_failed(c);
-                client_host_down(c, k);
+                (void)client_attempt_failed(c, attempt_failure_of_error(k, false), k, failure_reason(c, k));
                 return k;
         }
         (void)upstream_set_idle_timeout(c->x->upstream,
