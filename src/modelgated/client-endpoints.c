@@ -83,8 +83,8 @@ void client_respond_refusal(Client *c, bool health) {
                                        json_object_new_string(crash_loop ? "crash-loop" : "config-error"));
                 json_object_object_add(o, "version", json_object_new_string(MODELGATE_VERSION));
                 json_object_object_add(o, "message", json_object_new_string(refusal));
-                body = strdup(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
-                                                                        JSON_C_TO_STRING_NOSLASHESCAPE));
+                body = json_to_string_dup(o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE,
+                                          /* ret_size= */ NULL);
                 json_object_put(o);
         }
         if (!body)

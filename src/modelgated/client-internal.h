@@ -43,6 +43,7 @@
 #include "modelgated/host.h"
 #include "modelgated/http-writer.h"
 #include "modelgated/http.h"
+#include "modelgated/json-util.h"
 #include "modelgated/lazy-timer.h"
 #include "modelgated/manager.h"
 #include "modelgated/metrics.h"
