@@ -272,30 +272,30 @@ static bool dispatch_read_model(Client *c, Dispatch *d) {
 
         if (d->body_len > 0) {
                 k = json_find_model(d->body, d->body_len, &d->span, &model, &c->x->streaming);
-                if (k == 0)
+                if (k == MODEL_FOUND)
                         d->in_body = true;
-                else if (k == -EBADMSG)
+                else if (k == MODEL_NOT_JSON)
                         return client_respond_error(
                                        c, 400, "invalid_json",
                                        "the request body is not valid JSON (or not a JSON object)", NULL),
                                false;
-                else if (k == -EMEDIUMTYPE)
+                else if (k == MODEL_NOT_STRING)
                         return client_respond_error(c, 400, "invalid_model",
                                                     "\"model\" in the request body must be a string", NULL),
                                false;
-                else if (k == -ENOTUNIQ)
+                else if (k == MODEL_TWICE)
                         return client_respond_error(c, 400, "invalid_model",
                                                     "\"model\" appears more than once in the request body",
                                                     NULL),
                                false;
-                else if (k != -ENOENT)
+                else if (k < 0)
                         return client_respond_error(c, 500, NULL, "out of memory", NULL), false;
         }
         /* a model in the query too: the host reads both, so both must name the same one (else a tier's
          * Models= would be checked against one and the host would load the other) */
         k = query_find_model(d->url, &d->qspan, &d->qmodel);
-        d->in_query = k == 0;
-        if (k == -ENOENT && !d->in_body)
+        d->in_query = k == MODEL_FOUND;
+        if (k == MODEL_ABSENT && !d->in_body)
                 return client_respond_error(
                                c, 400, "missing_model",
                                d->body_len > 0
@@ -305,17 +305,17 @@ static bool dispatch_read_model(Client *c, Dispatch *d) {
                                          "?model=<host>-<key> in the query (GET /v1/models lists them)",
                                NULL),
                        false;
-        if (k == -EBADMSG)
+        if (k == MODEL_BAD_ESCAPE)
                 return client_respond_error(c, 400, "invalid_model",
                                             "the query has a bad %-escape in its model parameter or in a "
                                             "parameter name",
                                             NULL),
                        false;
-        if (k == -ENOTUNIQ)
+        if (k == MODEL_TWICE)
                 return client_respond_error(c, 400, "invalid_model", "the query names model more than once",
                                             NULL),
                        false;
-        if (k < 0 && k != -ENOENT)
+        if (k < 0)
                 return client_respond_error(c, 500, NULL, "out of memory", NULL), false;
         if (d->in_body && d->in_query && !streq(model, d->qmodel))
                 return client_respond_error(c, 400, "invalid_model",

@@ -87,7 +87,7 @@ bool client_fall_back(Client *c, const char *why) {
         const Buffer *b = &c->parser.req.body;
         if (!f || c->x->via_fallback || c->x->engine_bytes_sent || buffer_is_empty(b))
                 return false;
-        if (json_find_model(buffer_peek(b), buffer_size(b), &span, &model, NULL) < 0)
+        if (json_find_model(buffer_peek(b), buffer_size(b), &span, &model, NULL) != MODEL_FOUND)
                 return false;
         quoted = json_quote(f->model);
         body = quoted ? span_replace((Span){buffer_peek(b), buffer_size(b)}, span, quoted, &n) : NULL;
