@@ -537,7 +537,6 @@ bool client_next_target(Client *c, const char *why) {
 /* The routed request, rewritten, to its host: at once, or when its engine is up. */
 static void dispatch_to_host(Client *c, Dispatch *d) {
         HttpRequest *r = d->r;
-        int k;
 
         if (!dispatch_rewrite(c, d))
                 return;
@@ -564,23 +563,25 @@ static void dispatch_to_host(Client *c, Dispatch *d) {
          * target may need it */
         if (!c->x->fallback && !c->x->alias)
                 buffer_done(&r->body);
-        if (engine >= 0) {
-                HostRefusal refusal;
-                k = host_acquire(host, (size_t)engine, &c->x->waiter, client_engine_ready,
-                                 client_host_went_down, c->x->alias_target ?: c->x->model, &refusal);
-                if (k < 0)
-                        return client_respond_host_error(c, refusal.status, refusal.message);
-                if (k > 0) {
-                        client_wait_for_engine(c);
-                        return; /* client_engine_ready() goes on */
+        HostRefusal refusal;
+        HostAcquire k = engine >= 0 ? host_acquire(host, (size_t)engine, &c->x->waiter, client_engine_ready,
+                                                   client_host_went_down, c->x->alias_target ?: c->x->model,
+                                                   &refusal)
+                                    : host_attach(host, &c->x->waiter, client_host_went_down,
+                                                  c->x->alias_target ?: c->x->model, &refusal);
+        switch (k) {
+        case HOST_REFUSED:
+                client_respond_host_error(c, refusal.status, refusal.message);
+                return;
+        case HOST_QUEUED:
+                client_wait_for_engine(c);
+                return; /* client_engine_ready() goes on */
+        case HOST_ACQUIRED:
+                if (engine >= 0) {
+                        metrics_wait(manager_metrics(c->manager), c->x->host->name, 0);
+                        client_wait_for_engine(c); /* its router may still have to load the model */
                 }
-                metrics_wait(manager_metrics(c->manager), c->x->host->name, 0);
-                client_wait_for_engine(c); /* its router may still have to load the model */
-        } else {
-                HostRefusal refusal;
-                if (host_attach(host, &c->x->waiter, client_host_went_down,
-                                c->x->alias_target ?: c->x->model, &refusal) < 0)
-                        return client_respond_host_error(c, refusal.status, refusal.message);
+                break;
         }
         client_go(c);
 }

@@ -382,7 +382,7 @@ ssize_t host_find_engine(const Host *h, const char *key) {
 
 /* A host that is down, as its bus or its own probe says, refuses at once: a request sent to a host that
  * accepts connections and never answers would otherwise wait for UpstreamIdleTimeoutSec=. */
-static int host_refuse_if_down(const Host *h, HostRefusal *ret) {
+static bool host_refuse_if_down(const Host *h, HostRefusal *ret) {
         /* the first connection is not an outcome yet: after an idle exit, the request that started this
          * instance must wait for the bus, not get a 503 */
         if ((h->bus_down && !streq_ptr(h->down_reason, "connecting")) || h->http_down) {
@@ -390,9 +390,9 @@ static int host_refuse_if_down(const Host *h, HostRefusal *ret) {
                 snprintf(ret->message, sizeof(ret->message),
                          "host '%s' is down: %s; modelgate keeps trying it, retry in 30 s", h->conf->name,
                          strna(h->down_reason));
-                return -1;
+                return true;
         }
-        return 0;
+        return false;
 }
 
 static void host_ride(Host *h, HostWaiter *w) {
@@ -400,28 +400,28 @@ static void host_ride(Host *h, HostWaiter *w) {
         w->riding = true;
 }
 
-int host_attach(Host *h, HostWaiter *w, HostDownFn down, const char *model, HostRefusal *ret) {
-        if (host_refuse_if_down(h, ret) < 0)
-                return -1;
+HostAcquire host_attach(Host *h, HostWaiter *w, HostDownFn down, const char *model, HostRefusal *ret) {
+        if (host_refuse_if_down(h, ret))
+                return HOST_REFUSED;
         *w = (HostWaiter){.host = h, .engine = -1, .model = model, .down = down};
         host_ride(h, w);
-        return 0;
+        return HOST_ACQUIRED;
 }
 
-int host_acquire(Host *h, size_t i, HostWaiter *w, HostReadyFn ready, HostDownFn down, const char *model,
-                 HostRefusal *ret) {
+HostAcquire host_acquire(Host *h, size_t i, HostWaiter *w, HostReadyFn ready, HostDownFn down,
+                         const char *model, HostRefusal *ret) {
         assert(i < h->n_engines);
 
-        if (host_refuse_if_down(h, ret) < 0)
-                return -1;
+        if (host_refuse_if_down(h, ret))
+                return HOST_REFUSED;
         *w = (HostWaiter){.host = h, .engine = (ssize_t)i, .model = model, .ready = ready, .down = down};
         host_ride(h, w);
         if (sched_add(&h->sched, host_now(h), &w->req, i)) {
                 host_changed(h);
-                return 0;
+                return HOST_ACQUIRED;
         }
         host_schedule_later(h);
-        return 1;
+        return HOST_QUEUED;
 }
 
 void host_release(HostWaiter *w) {
