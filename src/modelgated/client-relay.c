@@ -345,7 +345,7 @@ static void client_upstream_error(Upstream *u, int error, bool started, void *us
         if (c->x->awaiting_first_token && c->x->mode == MODE_SSE)
                 (void)release_first_token(c);
         c->x->awaiting_first_token = false;
-        if (!started && (error == ETIME || error == -ETIME)) {
+        if (!started && error == -ETIME) {
                 /* stuck, not down: the connection is closed (so the GPU stops working on it) */
                 char t[FORMAT_TIMESPAN_MAX];
                 snprintf(
