@@ -118,7 +118,7 @@ bool client_fall_back(Client *c, const char *why) {
         c->x->target = &f->url;
         buffer_done(&c->x->pending);
         if (build_fallback_request(c, f, body, n, key_header, &c->x->pending) < 0) {
-                client_respond_error(c, 500, NULL, "out of memory", NULL);
+                client_answer(c, ANSWER_OUT_OF_MEMORY);
                 return true;
         }
         (void)client_send_upstream(c); /* no budget for a fallback's answer */
@@ -143,12 +143,9 @@ static int client_budget_cb(sd_event_source *s, uint64_t usec, void *userdata) {
         }
         /* no fallback: the request is cancelled all the same, so that the GPU stops working on it */
         c->x->upstream = upstream_cancel(c->x->upstream);
-        if (!c->x->engine_bytes_sent) {
-                char msg[512];
-                snprintf(msg, sizeof(msg), "engine '%s' of host '%s': %s; the request was cancelled",
-                         strna(c->x->engine_name), c->x->host->name, why);
-                client_respond_error(c, 504, "budget_exceeded", msg, NULL);
-        } else
+        if (!c->x->engine_bytes_sent)
+                client_answer(c, ANSWER_BUDGET_EXCEEDED, strna(c->x->engine_name), c->x->host->name, why);
+        else
                 client_cut(c, "cut=budget");
         if (c->ops->flush(c) < 0) {
                 c->ops->free(c);

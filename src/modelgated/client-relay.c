@@ -28,26 +28,24 @@ static bool error_is_unreachable(int error) {
 }
 
 void client_host_down(Client *c, int error) {
-        char msg[512];
+        char why[512];
         const char *reason = failure_reason(c, error);
 
         if (c->x->via_fallback) {
                 /* not chained, and not the host's fault: the fallback's own failure, as it is */
-                snprintf(msg, sizeof(msg), "fallback '%s' (%s) failed: %s", c->x->fallback->name,
-                         c->x->fallback->url.text, reason);
-                return client_respond_error(c, 502, "fallback_failed", msg, NULL);
+                client_answer(c, ANSWER_FALLBACK_FAILED, c->x->fallback->name, c->x->fallback->url.text,
+                              reason);
+                return;
         }
         if (client_move_on(c, reason))
                 return;
         if (!error_is_unreachable(error)) {
                 /* SPEC §6: one request's failure is not the host's (its probe says whether it is down) */
-                snprintf(msg, sizeof(msg), "host '%s' failed this request: %s (%s)", c->x->host->name,
-                         reason, c->x->host->url.text);
-                return client_respond_error(c, 502, "upstream_failed", msg, NULL);
+                client_answer(c, ANSWER_UPSTREAM_FAILED, c->x->host->name, reason, c->x->host->url.text);
+                return;
         }
-        snprintf(msg, sizeof(msg), "host '%s' is down: %s (%s); modelgate keeps trying it, retry in 30 s",
-                 c->x->host->name, reason, c->x->host->url.text);
-        client_respond_error(c, 503, "host_down", msg, "Retry-After: 30\r\nretry-after-ms: 30000\r\n");
+        snprintf(why, sizeof(why), "%s (%s)", reason, c->x->host->url.text);
+        client_answer(c, ANSWER_HOST_DOWN, c->x->host->name, why);
 }
 
 /* The request's exchange failed: the host's own probe looks again soon, and decides whether it is down */
@@ -348,43 +346,33 @@ static void client_upstream_error(Upstream *u, int error, bool started, void *us
         if (!started && error == -ETIME) {
                 /* stuck, not down: the connection is closed (so the GPU stops working on it) */
                 char t[FORMAT_TIMESPAN_MAX];
-                snprintf(
-                        msg, sizeof(msg),
-                        "host '%s' sent nothing for %s (UpstreamIdleTimeoutSec=), so modelgate cancelled "
-                        "the "
-                        "request",
-                        c->x->host->name,
+                client_answer(
+                        c, ANSWER_UPSTREAM_TIMEOUT, c->x->host->name,
                         format_timespan(t, sizeof(t), manager_config(c->manager)->upstream_idle_timeout_usec)
                                 ?: "?");
-                client_respond_error(c, 504, "upstream_timeout", msg, NULL);
         } else if (c->x->early && (!started || c->x->mode == MODE_HOLD)) {
                 if (!started)
                         client_host_down(c, error);
-                else {
-                        snprintf(msg, sizeof(msg), "host '%s' ended its answer early (%s)", c->x->host->name,
-                                 failure_reason(c, error));
-                        client_respond_error(c, 502, "upstream_incomplete", msg, NULL);
-                }
+                else
+                        client_answer(c, ANSWER_UPSTREAM_ENDED_EARLY, c->x->host->name,
+                                      failure_reason(c, error));
         } else if (!started || (c->x->mode == MODE_HOLD && !c->x->head_sent)) {
                 if (!started) {
                         log_debug("host %s: %s %.*s failed before an answer: %s", c->x->host->name,
                                   c->x->method, (int)c->x->path.n, c->x->path.p ?: "",
                                   upstream_strerror(error));
                         client_host_down(c, error);
-                } else {
-                        snprintf(msg, sizeof(msg), "host '%s' ended its answer early (%s)", c->x->host->name,
-                                 failure_reason(c, error));
-                        client_respond_error(c, 502, "upstream_incomplete", msg, NULL);
-                }
+                } else
+                        client_answer(c, ANSWER_UPSTREAM_ENDED_EARLY, c->x->host->name,
+                                      failure_reason(c, error));
         } else if (c->x->mode == MODE_SSE) {
                 buffer_clear(&c->scratch);
                 (void)sse_filter_finish(&c->x->sse, &c->scratch);
                 if (!c->x->sse.saw_done) {
-                        snprintf(msg, sizeof(msg),
-                                 "host '%s' stopped the stream before it ended (%s); the answer is "
-                                 "incomplete",
-                                 c->x->host->name, failure_reason(c, error));
-                        (void)sse_error_event(c->x->api, 502, "upstream_incomplete", msg, &c->scratch);
+                        Answer a = ANSWER_UPSTREAM_STREAM_CUT;
+                        (void)answer_format(msg, sizeof(msg), a, c->x->host->name, failure_reason(c, error));
+                        (void)sse_error_event(c->x->api, answer_status(a, 0), answer_row(a)->code, msg,
+                                              &c->scratch);
                 }
                 (void)client_frame_body(c, buffer_peek(&c->scratch), buffer_size(&c->scratch));
                 if (c->x->chunked)
@@ -431,15 +419,9 @@ void client_respond_host_error(Client *c, int status, const char *message) {
         if ((status != 423 || (c->x->fallback && c->x->fallback->on_busy != 0)) &&
             c->ops->fall_back(c, message))
                 return;
-        switch (status) {
-        case 503:
-                return client_respond_error(c, 503, "host_down", message,
-                                            "Retry-After: 30\r\nretry-after-ms: 30000\r\n");
-        case 423:
-                return client_respond_error(c, 423, "gpu_busy", message, "x-should-retry: false\r\n");
-        default:
-                return client_respond_error(c, status, "engine_failed", message, NULL);
-        }
+        /* the host wrote the words (answer_format()); the row is its status's */
+        Answer a = status == 503 ? ANSWER_HOST_DOWN : status == 423 ? ANSWER_GPU_BUSY : ANSWER_ENGINE_FAILED;
+        client_answer_message(c, a, status, /* retry_after= */ 0, message);
 }
 
 /* SPEC §5 rule 5: a streaming request that waits gets modelgate's own 200 after KeepaliveAfterSec=, then

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "modelgated/api-answer.h"
 #include "modelgated/catalog.h"
 #include "modelgated/host-private.h"
 #include "modelgated/metrics.h"
@@ -25,8 +26,8 @@ static void answer_failed(Host *h, HostWaiter *w, int status) {
         w->host = NULL;
         switch (status) {
         case 503:
-                snprintf(msg, sizeof(msg), "host '%s' is down: %s; modelgate keeps trying it, retry in 30 s",
-                         h->conf->name, strna(h->down_reason));
+                (void)answer_format(msg, sizeof(msg), ANSWER_HOST_DOWN, h->conf->name,
+                                    strna(h->down_reason));
                 break;
         case 504:
                 metrics_budget_expired(h->env.metrics, h->conf->name);
@@ -387,9 +388,8 @@ static bool host_refuse_if_down(const Host *h, HostRefusal *ret) {
          * instance must wait for the bus, not get a 503 */
         if ((h->bus_down && !streq_ptr(h->down_reason, "connecting")) || h->http_down) {
                 ret->status = 503;
-                snprintf(ret->message, sizeof(ret->message),
-                         "host '%s' is down: %s; modelgate keeps trying it, retry in 30 s", h->conf->name,
-                         strna(h->down_reason));
+                (void)answer_format(ret->message, sizeof(ret->message), ANSWER_HOST_DOWN, h->conf->name,
+                                    strna(h->down_reason));
                 return true;
         }
         return false;
