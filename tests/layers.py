@@ -17,7 +17,7 @@ import tempfile
 LAYERS = [
     ("shared", [r"shared/.*"]),
     ("conf", [r"modelgated/conf(-.*)?", r"modelgated/url", r"modelgated/ssh-command"]),
-    ("rules", [r"modelgated/access-line", r"modelgated/http", r"modelgated/http-header", r"modelgated/http-request", r"modelgated/http-writer", r"modelgated/api-error", r"modelgated/sched", r"modelgated/alias-pick",
+    ("rules", [r"modelgated/access-line", r"modelgated/http", r"modelgated/http-header", r"modelgated/http-request", r"modelgated/http-writer", r"modelgated/api-error", r"modelgated/api-answer", r"modelgated/json-util", r"modelgated/sched", r"modelgated/alias-pick",
                r"modelgated/route", r"modelgated/sse", r"modelgated/lazy-timer", r"modelgated/socket-watch", r"modelgated/catalog-event", r"modelgated/catalog-list", r"modelgated/engine",
                r"modelgated/run-record"]),
     ("transport", [r"modelgated/upstream(-.*)?", r"modelgated/host-bus(-.*)?", r"modelgated/access",

@@ -159,8 +159,8 @@ int access_identify(const Config *c, const char *key, const char *peer, AccessCa
                 char hex[2 * SHA256_DIGEST_SIZE + 1];
 
                 if (sha256(key, strlen(key), h) < 0) {
-                        *d = (AccessDenial){.status = 500};
-                        snprintf(d->message, sizeof(d->message), "out of memory");
+                        *d = (AccessDenial){.answer = ANSWER_ADMISSION_OUT_OF_MEMORY};
+                        (void)answer_format(d->message, sizeof(d->message), d->answer);
                         return -ENOMEM;
                 }
                 sha256_to_hex(h, hex);
@@ -172,17 +172,13 @@ int access_identify(const Config *c, const char *key, const char *peer, AccessCa
                                 ret->digest[16] = 0;
                                 return 0;
                         }
-                *d = (AccessDenial){.status = 401, .code = "invalid_api_key"};
-                snprintf(d->message, sizeof(d->message),
-                         "the API key is not known to this proxy (digest %.8s…); ask its operator for one",
-                         hex);
+                *d = (AccessDenial){.answer = ANSWER_INVALID_API_KEY};
+                (void)answer_format(d->message, sizeof(d->message), d->answer, hex);
                 return -EPERM;
         }
         if (c->access.anonymous_daily_requests == 0) {
-                *d = (AccessDenial){.status = 401, .code = "missing_api_key"};
-                snprintf(d->message, sizeof(d->message),
-                         "this proxy needs an API key: send it as \"Authorization: Bearer <key>\" or "
-                         "\"X-Api-Key: <key>\"");
+                *d = (AccessDenial){.answer = ANSWER_MISSING_API_KEY};
+                (void)answer_format(d->message, sizeof(d->message), d->answer);
                 return -EPERM;
         }
         ret->admitted = true;
@@ -272,15 +268,14 @@ static int access_cap(Access *a, const Config *c, const AccessCaller *caller, co
         if (!n)
                 return -ENOMEM;
         if (cap != UINT64_MAX && *n >= cap) {
-                *d = (AccessDenial){.status = 429, .code = "rate_limit_exceeded", .retry_after = left};
-                snprintf(d->message, sizeof(d->message),
-                         "%s has used its %llu requests for today (%s, UTC); the count starts again in %llu "
-                         "s",
-                         caller->tier ? "this key"
-                         : overflow   ? "this proxy has counted its most anonymous addresses today, and the "
-                                        "rest, sharing one count,"
-                                      : "this address",
-                         (unsigned long long)cap, a->day, (unsigned long long)left);
+                *d = (AccessDenial){.answer = ANSWER_DAILY_LIMIT, .retry_after = left};
+                (void)answer_format(
+                        d->message, sizeof(d->message), d->answer,
+                        caller->tier ? "this key"
+                        : overflow   ? "this proxy has counted its most anonymous addresses today, and the "
+                                       "rest, sharing one count,"
+                                     : "this address",
+                        (unsigned long long)cap, a->day, (unsigned long long)left);
                 return -EDQUOT;
         }
         if (!take)

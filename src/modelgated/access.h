@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <systemd/sd-event.h>
 
+#include "modelgated/api-answer.h"
 #include "modelgated/conf.h"
 #include "shared/time-util.h"
 
@@ -30,9 +31,9 @@ typedef struct AccessCaller {
 const char *access_caller_id(const AccessCaller *caller, char buf[static 80]);
 
 typedef struct AccessDenial {
-        int status; /* 401, 403 or 429; 500 when hashing the key ran out of memory */
-        const char *code;
-        char message[256];
+        Answer answer;        /* ANSWER_INVALID_API_KEY, ANSWER_MISSING_API_KEY or ANSWER_DAILY_LIMIT;
+                               * ANSWER_ADMISSION_OUT_OF_MEMORY when hashing the key ran out of memory */
+        char message[256];    /* the row's words */
         uint64_t retry_after; /* 429: seconds until the day rolls over */
 } AccessDenial;
 

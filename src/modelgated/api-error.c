@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-#include <json-c/json.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "modelgated/api-error.h"
+#include "modelgated/json-util.h"
 
-DEFINE_TRIVIAL_CLEANUP_FUNC(json_object *, json_object_put);
+#define API_ERROR_JSON_FLAGS (JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE)
 
 ApiKind api_kind_for_path(Span path) {
         static const char prefix[] = "/v1/messages";
@@ -111,16 +111,6 @@ static const char *openai_type_for_status(int status) {
         }
 }
 
-static char *json_steal(json_object *o, size_t *ret_size) {
-        size_t l = 0;
-        const char *s = json_object_to_json_string_length(
-                o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &l);
-        char *r = s ? strndup(s, l) : NULL;
-        if (r && ret_size)
-                *ret_size = l;
-        return r;
-}
-
 char *api_error_json(ApiKind api, int status, const char *code, const char *message, size_t *ret_size) {
         _cleanup_(json_object_putp) json_object *o = json_object_new_object(), *e = json_object_new_object();
 
@@ -135,22 +125,7 @@ char *api_error_json(ApiKind api, int status, const char *code, const char *mess
                 json_object_object_add(e, "code", code ? json_object_new_string(code) : NULL);
         }
         json_object_object_add(o, "error", TAKE_PTR(e));
-        return json_steal(o, ret_size);
-}
-
-static const char *get_string(json_object *o, const char *key) {
-        json_object *v;
-        if (!json_object_object_get_ex(o, key, &v) || !json_object_is_type(v, json_type_string))
-                return NULL;
-        return json_object_get_string(v);
-}
-
-static bool get_int(json_object *o, const char *key, int64_t *ret) {
-        json_object *v;
-        if (!json_object_object_get_ex(o, key, &v) || !json_object_is_type(v, json_type_int))
-                return false;
-        *ret = json_object_get_int64(v);
-        return true;
+        return json_to_string_dup(o, API_ERROR_JSON_FLAGS, ret_size);
 }
 
 static const char *anthropic_type_for_llama(const char *t, int64_t code) {
@@ -166,38 +141,33 @@ static const char *anthropic_type_for_llama(const char *t, int64_t code) {
 
 int api_error_reword(ApiKind api, const char *body, size_t n, char **ret, size_t *ret_size) {
         _cleanup_(json_object_putp) json_object *root = NULL, *out = NULL;
-        json_tokener *tok;
         json_object *e = NULL, *w;
         const char *type, *message;
         int64_t code = 0;
         char buf[256];
 
-        tok = json_tokener_new();
-        if (!tok)
-                return 0;
-        root = json_tokener_parse_ex(tok, body, (int)MIN(n, (size_t)INT32_MAX));
-        json_tokener_free(tok);
-        if (!root || !json_object_is_type(root, json_type_object))
+        if (json_parse(/* tok= */ NULL, body, n, &root) < 0 || !json_object_is_type(root, json_type_object))
                 return 0;
 
         if (json_object_object_get_ex(root, "error", &w) && json_object_is_type(w, json_type_object)) {
-                const char *t = get_string(root, "type");
+                const char *t = json_get_string(root, "type");
                 if (t && streq(t, "error"))
                         return 0; /* Anthropic's shape already */
                 e = w;
-        } else if (get_string(root, "message") && (get_string(root, "type") || get_int(root, "code", &code)))
+        } else if (json_get_string(root, "message") &&
+                   (json_get_string(root, "type") || json_get_int(root, "code", &code)))
                 e = root; /* llama.cpp's bare error in an Anthropic stream */
         else
                 return 0;
 
-        type = get_string(e, "type");
-        message = get_string(e, "message") ?: "error";
-        (void)get_int(e, "code", &code);
+        type = json_get_string(e, "type");
+        message = json_get_string(e, "message") ?: "error";
+        (void)json_get_int(e, "code", &code);
 
         if (type && streq(type, "exceed_context_size_error")) {
                 int64_t np = 0, nc = 0;
-                (void)get_int(e, "n_prompt_tokens", &np);
-                (void)get_int(e, "n_ctx", &nc);
+                (void)json_get_int(e, "n_prompt_tokens", &np);
+                (void)json_get_int(e, "n_ctx", &nc);
                 snprintf(buf, sizeof(buf), "prompt is too long: %lld tokens > %lld maximum", (long long)np,
                          (long long)nc);
                 if (api == API_ANTHROPIC) {
@@ -217,7 +187,7 @@ int api_error_reword(ApiKind api, const char *body, size_t n, char **ret, size_t
                 json_object_object_add(oe, "n_prompt_tokens", json_object_new_int64(np));
                 json_object_object_add(oe, "n_ctx", json_object_new_int64(nc));
                 json_object_object_add(out, "error", oe);
-                *ret = json_steal(out, ret_size);
+                *ret = json_to_string_dup(out, API_ERROR_JSON_FLAGS, ret_size);
                 return *ret ? 1 : 0;
         }
 
@@ -234,6 +204,6 @@ int api_error_reword(ApiKind api, const char *body, size_t n, char **ret, size_t
         json_object_object_add(oe, "type", json_object_new_string(anthropic_type_for_llama(type, code)));
         json_object_object_add(oe, "message", json_object_new_string(message));
         json_object_object_add(out, "error", oe);
-        *ret = json_steal(out, ret_size);
+        *ret = json_to_string_dup(out, API_ERROR_JSON_FLAGS, ret_size);
         return *ret ? 1 : 0;
 }

@@ -140,10 +140,10 @@ static void switch_authorized(BusCall *c) {
                 return bus_call_reply_error(c, ERROR_NO_SUCH_ENGINE, msg);
         }
         r = host_acquire(h, (size_t)e, &c->waiter, switch_ready, NULL, "SwitchEngine()", &refusal);
-        if (r < 0)
+        if (r == HOST_REFUSED)
                 return bus_call_reply_error(c, ERROR_HOST_DOWN, refusal.message);
         c->waiting = true;
-        if (r == 0)
+        if (r == HOST_ACQUIRED)
                 switch_ready(&c->waiter, 0, NULL);
         bus_object_changed(o);
 }

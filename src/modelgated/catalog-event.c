@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "modelgated/catalog-event.h"
+#include "modelgated/json-util.h"
 #include "shared/strv.h"
 
 void catalog_status_done(CatalogStatus *s) {
@@ -22,17 +23,13 @@ void catalog_status_done(CatalogStatus *s) {
 /* A JSON object of a feed event (n bytes, not NUL-terminated), with tok (reset first), or a tokener of
  * its own when NULL */
 static int parse_object(json_tokener *tok, const char *json, size_t n, json_object **ret) {
-        json_tokener *own = tok ? NULL : json_tokener_new();
         json_object *o;
+        int r;
 
-        if (!tok && !own)
-                return -ENOMEM;
-        if (tok)
-                json_tokener_reset(tok);
-        o = json_tokener_parse_ex(tok ?: own, json, (int)MIN(n, (size_t)INT32_MAX));
-        if (own)
-                json_tokener_free(own);
-        if (!o || !json_object_is_type(o, json_type_object)) {
+        r = json_parse(tok, json, n, &o);
+        if (r < 0)
+                return r;
+        if (!json_object_is_type(o, json_type_object)) {
                 json_object_put(o);
                 return -EBADMSG;
         }

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* Writing an answer to the client: the status line and modelgate's headers, bodies framed as the
- * request allows (chunked, or up to the close for HTTP/1.0), errors in the client's API shape
- * (SPEC §6), the end of an answer, and the one access line each request leaves in the log. */
+ * request allows (chunked, or up to the close for HTTP/1.0), errors in the client's API shape (SPEC §7,
+ * the rows of api-answer.h), the end of an answer, and the one access line each request leaves in the
+ * log. */
 
 #include "modelgated/client-internal.h"
 
@@ -126,28 +127,41 @@ void client_end_early(Client *c, const Buffer *event) {
         client_response_complete(c, NULL);
 }
 
-void client_respond_error(Client *c, int status, const char *code, const char *message,
-                          const char *extra_headers) {
+void client_answer_message(Client *c, Answer a, int status, uint64_t retry_after, const char *message) {
+        const AnswerRow *row = answer_row(a);
         _cleanup_free_ char *j = NULL;
+        char h[128];
         size_t n = 0;
         assert(c);
 
+        status = answer_status(a, status);
         if (c->x->early) {
                 buffer_clear(&c->scratch);
-                if (sse_error_event(c->x->api, status, code, message, &c->scratch) < 0)
+                if (sse_error_event(c->x->api, status, row->code, message, &c->scratch) < 0)
                         c->close_after_response = true;
                 c->x->error_status = status;
                 client_end_early(c, &c->scratch);
                 return;
         }
 
-        j = api_error_json(c->x->api, status, code, message, &n);
+        j = api_error_json(c->x->api, status, row->code, message, &n);
         if (!j) {
                 c->close_after_response = true;
                 j = strdup("{}");
                 n = 2;
         }
-        client_respond(c, status, "application/json", j ?: "", j ? n : 0, extra_headers);
+        (void)answer_headers(h, sizeof(h), a, retry_after);
+        client_respond(c, status, "application/json", j ?: "", j ? n : 0, h);
+}
+
+void client_answer(Client *c, Answer a, ...) {
+        char message[512];
+        va_list ap;
+
+        va_start(ap, a);
+        (void)answer_vformat(message, sizeof(message), a, ap);
+        va_end(ap);
+        client_answer_message(c, a, /* status= */ 0, /* retry_after= */ 0, message);
 }
 
 int client_frame_body(Client *c, const char *p, size_t n) {

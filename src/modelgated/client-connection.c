@@ -175,7 +175,8 @@ static void client_parse_error(Client *c) {
         snprintf(m, sizeof(m), "%s", msg);
         c->close_after_response = true;
         c->x->api = API_OPENAI;
-        client_respond_error(c, status, status == 400 ? "invalid_request" : NULL, m, NULL);
+        client_answer_message(c, status == 400 ? ANSWER_BAD_REQUEST : ANSWER_MALFORMED_REQUEST, status,
+                              /* retry_after= */ 0, m);
         c->state = CLIENT_CLOSING;
 }
 
@@ -463,23 +464,19 @@ static int client_timer_cb(sd_event_source *s, uint64_t usec, void *userdata) {
         switch (c->state) {
         case CLIENT_READING: {
                 const Config *config = manager_config(c->manager);
-                char msg[192], t[FORMAT_TIMESPAN_MAX];
+                char t[FORMAT_TIMESPAN_MAX];
 
                 c->close_after_response = true;
                 c->x->start = client_now(c);
                 c->x->method = c->x->method ?: strdup("-");
                 if (!c->parser.headers_complete)
-                        snprintf(msg, sizeof(msg), "the client did not send its request headers in time");
+                        client_answer(c, ANSWER_HEADERS_TIMEOUT);
                 else if (c->x->start >= c->body_deadline)
-                        snprintf(msg, sizeof(msg),
-                                 "the client did not send its request body within BodyTimeoutSec=%s",
-                                 format_timespan(t, sizeof(t), config->body_timeout_usec));
+                        client_answer(c, ANSWER_BODY_TIMEOUT,
+                                      format_timespan(t, sizeof(t), config->body_timeout_usec));
                 else
-                        snprintf(
-                                msg, sizeof(msg),
-                                "the client sent its request body too slowly: nothing for IdleTimeoutSec=%s",
-                                format_timespan(t, sizeof(t), config->idle_timeout_usec));
-                client_respond_error(c, 408, "request_timeout", msg, NULL);
+                        client_answer(c, ANSWER_BODY_TOO_SLOW,
+                                      format_timespan(t, sizeof(t), config->idle_timeout_usec));
                 c->state = CLIENT_CLOSING;
                 client_flush(c);
                 client_process(c);
@@ -523,19 +520,13 @@ static void client_stop(Client *c) {
 /* One address cannot take every connection slot: told at once, before anything is read (out of memory to
  * count it, it is refused the same way). */
 static void client_refuse_address(Client *c, uint64_t same) {
-        char msg[160];
-
-        snprintf(msg, sizeof(msg),
-                 "this address has %llu connections open to modelgate, more than "
-                 "MaxConnectionsPerAddress=%llu; close some and retry",
-                 (unsigned long long)same,
-                 (unsigned long long)manager_config(c->manager)->max_connections_per_address);
         c->x->start = client_now(c);
         c->x->method = strdup("-");
         c->close_after_response = true;
         c->state = CLIENT_RESPONDING;
         c->x->api = API_OPENAI;
-        client_respond_error(c, 503, "too_many_connections", msg, "Retry-After: 5\r\n");
+        client_answer(c, ANSWER_TOO_MANY_CONNECTIONS, (unsigned long long)same,
+                      (unsigned long long)manager_config(c->manager)->max_connections_per_address);
         c->state = CLIENT_CLOSING;
         client_flush(c);
         client_process(c);

@@ -81,7 +81,7 @@ static bool client_admit(Client *c) {
         if (!c->x->config)
                 c->x->config = config_ref(manager_config(c->manager));
         if (access_identify(c->x->config, key, c->peer, &c->x->caller, &d) < 0) {
-                client_respond_error(c, d.status, d.code, d.message, "WWW-Authenticate: Bearer\r\n");
+                client_answer_message(c, d.answer, /* status= */ 0, /* retry_after= */ 0, d.message);
                 c->x->caller.admitted = false;
                 return false;
         }
@@ -89,9 +89,7 @@ static bool client_admit(Client *c) {
 }
 
 static void client_refuse_cap(Client *c, const AccessDenial *denial) {
-        char h[96];
-        snprintf(h, sizeof(h), "Retry-After: %llu\r\n", (unsigned long long)denial->retry_after);
-        client_respond_error(c, 429, denial->code, denial->message, h);
+        client_answer_message(c, denial->answer, /* status= */ 0, denial->retry_after, denial->message);
 }
 
 /* A caller whose day is used up is told on the head: its body is never read. */
@@ -119,12 +117,10 @@ static uint64_t caller_body_limit(const Client *c) {
 }
 
 static void client_refuse_body(Client *c) {
-        char msg[192];
-        snprintf(msg, sizeof(msg), "request body is larger than %s allows (%s %llu bytes)",
-                 c->x->caller.tier ? "this key's tier" : "this proxy for clients without a key",
-                 c->x->caller.tier ? "MaxBodySize=" : "AnonymousMaxBodySize=",
-                 (unsigned long long)caller_body_limit(c));
-        client_respond_error(c, 413, "request_too_large", msg, NULL);
+        client_answer(c, ANSWER_BODY_TOO_LARGE,
+                      c->x->caller.tier ? "this key's tier" : "this proxy for clients without a key",
+                      c->x->caller.tier ? "MaxBodySize=" : "AnonymousMaxBodySize=",
+                      (unsigned long long)caller_body_limit(c));
 }
 
 /* [Access] on the head of a request whose body is still to come: who asks is known before anything of the
@@ -149,8 +145,7 @@ bool client_admit_head(Client *c) {
         if (open) {
                 /* what modelgate answers itself reads no body: none is held for it */
                 if (http_parser_limit_body(&c->parser, 0) < 0) {
-                        client_respond_error(c, 413, "request_too_large", "this request takes no body",
-                                             NULL);
+                        client_answer(c, ANSWER_BODY_NOT_TAKEN);
                         return false;
                 }
         } else {
@@ -215,9 +210,7 @@ static bool dispatch_own(Client *c, Dispatch *d) {
         int k;
 
         if (d->url.n == 0 || d->url.p[0] != '/') {
-                client_respond_error(c, 400, "invalid_request",
-                                     "the request target must be a path (modelgate is not a forward proxy)",
-                                     NULL);
+                client_answer(c, ANSWER_NOT_A_PATH);
                 return true;
         }
         if (manager_refusal(c->manager)) {
@@ -257,70 +250,57 @@ static bool dispatch_own(Client *c, Dispatch *d) {
                 k = models_merge_start(c->manager, c->set->models, client_model_visible, client_models_done,
                                        c, &c->x->merge);
                 if (k < 0)
-                        client_respond_error(c, 500, NULL, "out of memory", NULL);
+                        client_answer(c, ANSWER_OUT_OF_MEMORY);
                 return true;
         }
         return false;
 }
 
+/* The answer to a lookup of the model in the body or (query) in the query that found none to route by;
+ * _ANSWER_INVALID when it found one, or found none and absent_ok (the other place may name it) */
+static Answer model_lookup_answer(int k, bool query, bool absent_ok, bool any_body) {
+        switch (k) {
+        case MODEL_FOUND:
+                return _ANSWER_INVALID;
+        case MODEL_ABSENT:
+                return absent_ok  ? _ANSWER_INVALID
+                       : any_body ? ANSWER_MODEL_MISSING_IN_BODY
+                                  : ANSWER_MODEL_MISSING;
+        case MODEL_NOT_JSON:
+                return ANSWER_INVALID_JSON;
+        case MODEL_NOT_STRING:
+                return ANSWER_MODEL_NOT_STRING;
+        case MODEL_TWICE:
+                return query ? ANSWER_MODEL_TWICE_IN_QUERY : ANSWER_MODEL_TWICE_IN_BODY;
+        case MODEL_BAD_ESCAPE:
+                return ANSWER_MODEL_BAD_ESCAPE;
+        default:
+                return ANSWER_OUT_OF_MEMORY; /* k < 0: the one failure is -ENOMEM */
+        }
+}
+
 /* The model the request names, in its body or its query (SPEC §2): false when answered */
 static bool dispatch_read_model(Client *c, Dispatch *d) {
         _cleanup_free_ char *model = NULL; /* the body's */
+        Answer a;
         int k;
 
         if (d->body_len > 0) {
                 k = json_find_model(d->body, d->body_len, &d->span, &model, &c->x->streaming);
-                if (k == 0)
-                        d->in_body = true;
-                else if (k == -EBADMSG)
-                        return client_respond_error(
-                                       c, 400, "invalid_json",
-                                       "the request body is not valid JSON (or not a JSON object)", NULL),
-                               false;
-                else if (k == -EMEDIUMTYPE)
-                        return client_respond_error(c, 400, "invalid_model",
-                                                    "\"model\" in the request body must be a string", NULL),
-                               false;
-                else if (k == -ENOTUNIQ)
-                        return client_respond_error(c, 400, "invalid_model",
-                                                    "\"model\" appears more than once in the request body",
-                                                    NULL),
-                               false;
-                else if (k != -ENOENT)
-                        return client_respond_error(c, 500, NULL, "out of memory", NULL), false;
+                d->in_body = k == MODEL_FOUND;
+                a = model_lookup_answer(k, /* query= */ false, /* absent_ok= */ true, /* any_body= */ true);
+                if (a >= 0)
+                        return client_answer(c, a), false;
         }
         /* a model in the query too: the host reads both, so both must name the same one (else a tier's
          * Models= would be checked against one and the host would load the other) */
         k = query_find_model(d->url, &d->qspan, &d->qmodel);
-        d->in_query = k == 0;
-        if (k == -ENOENT && !d->in_body)
-                return client_respond_error(
-                               c, 400, "missing_model",
-                               d->body_len > 0
-                                       ? "the request body has no \"model\"; name one as \"<host>-<key>\" "
-                                         "(GET /v1/models lists them)"
-                                       : "the request names no model; send \"model\" in a JSON body or "
-                                         "?model=<host>-<key> in the query (GET /v1/models lists them)",
-                               NULL),
-                       false;
-        if (k == -EBADMSG)
-                return client_respond_error(c, 400, "invalid_model",
-                                            "the query has a bad %-escape in its model parameter or in a "
-                                            "parameter name",
-                                            NULL),
-                       false;
-        if (k == -ENOTUNIQ)
-                return client_respond_error(c, 400, "invalid_model", "the query names model more than once",
-                                            NULL),
-                       false;
-        if (k < 0 && k != -ENOENT)
-                return client_respond_error(c, 500, NULL, "out of memory", NULL), false;
+        d->in_query = k == MODEL_FOUND;
+        a = model_lookup_answer(k, /* query= */ true, d->in_body, d->body_len > 0);
+        if (a >= 0)
+                return client_answer(c, a), false;
         if (d->in_body && d->in_query && !streq(model, d->qmodel))
-                return client_respond_error(c, 400, "invalid_model",
-                                            "the request names one model in its body and another in its "
-                                            "query; name it once",
-                                            NULL),
-                       false;
+                return client_answer(c, ANSWER_MODEL_BODY_AND_QUERY), false;
         if (!d->in_body) {
                 model = TAKE_PTR(d->qmodel);
                 d->span = d->qspan;
@@ -328,9 +308,7 @@ static bool dispatch_read_model(Client *c, Dispatch *d) {
         /* control characters would go into log lines and the host's request as they are */
         for (const char *q = model; *q; q++)
                 if ((unsigned char)*q < 0x20 || *q == 0x7f)
-                        return client_respond_error(c, 400, "invalid_model",
-                                                    "the model name holds a control character", NULL),
-                               false;
+                        return client_answer(c, ANSWER_MODEL_CONTROL_CHARACTER), false;
         free(c->x->model);
         d->model = c->x->model = TAKE_PTR(model);
         return true;
@@ -371,7 +349,6 @@ static bool dispatch_pick_target(Client *c, const char *after) {
 /* The host the model names, checked against the caller's tier and counted for the day: false when
  * answered */
 static bool dispatch_route(Client *c, Dispatch *d) {
-        char msg[512];
         int k;
 
         /* a caller whose day is used up hears so first, as it does on a head with a body (the same answer
@@ -379,28 +356,19 @@ static bool dispatch_route(Client *c, Dispatch *d) {
         if (!client_within_cap(c))
                 return false;
         /* a tier's Models= limits routing as much as the list */
-        if (c->x->caller.admitted && !access_model_allowed(&c->x->caller, d->model)) {
-                snprintf(msg, sizeof(msg),
-                         "this key (tier '%s') may not use model '%s'; GET /v1/models lists "
-                         "the ones it may",
-                         c->x->caller.tier->name, c->x->model);
-                return client_respond_error(c, 403, "model_not_allowed", msg, NULL), false;
-        }
+        if (c->x->caller.admitted && !access_model_allowed(&c->x->caller, d->model))
+                return client_answer(c, ANSWER_MODEL_NOT_ALLOWED, c->x->caller.tier->name, c->x->model),
+                       false;
         if (!c->x->config)
                 c->x->config = config_ref(manager_config(c->manager));
         c->x->alias = config_find_alias(c->x->config, d->model);
         if (c->x->alias && !dispatch_pick_target(c, NULL))
-                return client_respond_error(c, 500, NULL, "out of memory", NULL), false;
+                return client_answer(c, ANSWER_OUT_OF_MEMORY), false;
         c->x->host = config_host_of_model(c->x->config, c->x->alias_target ?: d->model, &d->key);
         if (!c->x->host) {
                 char m2[160];
                 log_escape(m2, sizeof(m2), d->model, strlen(d->model));
-                snprintf(msg, sizeof(msg),
-                         "model '%s' does not start with a configured host name and '-'; GET /v1/models "
-                         "lists "
-                         "the models this proxy serves",
-                         m2);
-                return client_respond_error(c, 404, "model_not_found", msg, NULL), false;
+                return client_answer(c, ANSWER_UNKNOWN_HOST, m2), false;
         }
         /* counted once it routes: a mistyped model name costs nobody a request of the day */
         if (c->x->caller.admitted) {
@@ -410,7 +378,7 @@ static bool dispatch_route(Client *c, Dispatch *d) {
                 if (k == -EDQUOT)
                         return client_refuse_cap(c, &denial), false;
                 if (k < 0)
-                        return client_respond_error(c, 500, NULL, "out of memory", NULL), false;
+                        return client_answer(c, ANSWER_OUT_OF_MEMORY), false;
         }
         return true;
 }
@@ -425,7 +393,7 @@ static bool dispatch_rewrite(Client *c, Dispatch *d) {
                 d->new_url = d->quoted ? span_replace(d->url, d->qspan, d->quoted, &d->url_len) : NULL;
                 d->url = (Span){d->new_url, d->url_len};
                 if (!d->new_url)
-                        return client_respond_error(c, 500, NULL, "out of memory", NULL), false;
+                        return client_answer(c, ANSWER_OUT_OF_MEMORY), false;
         }
         return true;
 }
@@ -433,7 +401,7 @@ static bool dispatch_rewrite(Client *c, Dispatch *d) {
 /* The engine of the host that serves the key, and what that engine's [Engine] says of budgets and the
  * fallback: the engine's index, -1 for a host without engines, or < -1 when answered */
 static ssize_t dispatch_engine(Client *c, Dispatch *d, Host *host) {
-        char msg[512], k2[160];
+        char k2[160];
         ssize_t engine;
 
         if (!host_has_engines(host)) {
@@ -442,22 +410,12 @@ static ssize_t dispatch_engine(Client *c, Dispatch *d, Host *host) {
                 /* SPEC §4: a key the host does not list (its list is known) is 404; /models/... calls
                  * (a download of a new model, say) are the host's to judge */
                 log_escape(k2, sizeof(k2), d->key, strlen(d->key));
-                snprintf(msg, sizeof(msg),
-                         "host '%s' does not list a model '%s'; GET /v1/models lists the models this proxy "
-                         "serves",
-                         c->x->host->name, k2);
-                return client_respond_error(c, 404, "model_not_found", msg, NULL), -2;
+                return client_answer(c, ANSWER_UNKNOWN_MODEL, c->x->host->name, k2), -2;
         }
         engine = host_find_engine(host, d->key);
         if (engine < 0) {
                 log_escape(k2, sizeof(k2), d->key, strlen(d->key));
-                snprintf(msg, sizeof(msg),
-                         "no engine of host '%s' serves '%s': no [Engine] of that host lists it in "
-                         "Models=, and no engine runs there now; GET /v1/models lists the models "
-                         "this "
-                         "proxy serves",
-                         c->x->host->name, k2);
-                return client_respond_error(c, 404, "model_not_found", msg, NULL), -2;
+                return client_answer(c, ANSWER_NO_ENGINE, c->x->host->name, k2), -2;
         }
         c->x->target = host_engine(host, (size_t)engine)->url;
         c->x->engine_conf = host_engine(host, (size_t)engine)->conf;
@@ -518,7 +476,7 @@ bool client_next_target(Client *c, const char *why) {
                 return true;
         c->x->host = config_host_of_model(c->x->config, c->x->alias_target, &d.key);
         if (!c->x->host) /* verified at load; the config is the one the pick read */
-                return client_respond_error(c, 500, NULL, "alias target without a host", NULL), true;
+                return client_answer(c, ANSWER_ALIAS_TARGET_LOST), true;
         dispatch_to_host(c, &d);
         return true;
 }
@@ -526,7 +484,6 @@ bool client_next_target(Client *c, const char *why) {
 /* The routed request, rewritten, to its host: at once, or when its engine is up. */
 static void dispatch_to_host(Client *c, Dispatch *d) {
         HttpRequest *r = d->r;
-        int k;
 
         if (!dispatch_rewrite(c, d))
                 return;
@@ -536,10 +493,7 @@ static void dispatch_to_host(Client *c, Dispatch *d) {
                  * replaced since, and the host it named is gone and drained: the host's refusal, so
                  * that an alias moves on and the fallback may answer */
                 char msg[256];
-                snprintf(msg, sizeof(msg),
-                         "host '%s' was removed from modelgate's configuration by a reload; GET /v1/models "
-                         "lists the models this proxy serves now",
-                         c->x->host->name);
+                (void)answer_format(msg, sizeof(msg), ANSWER_HOST_REMOVED, c->x->host->name);
                 (void)client_attempt_failed(c, ATTEMPT_REFUSED, 503, msg);
                 return;
         }
@@ -549,36 +503,33 @@ static void dispatch_to_host(Client *c, Dispatch *d) {
                 return;
         if (build_upstream_request(c, c->x->target, d->url, (Span){d->body ?: "", d->body ? d->body_len : 0},
                                    d->span, d->key, &c->x->pending) < 0) {
-                client_respond_error(c, 500, NULL, "out of memory", NULL);
+                client_answer(c, ANSWER_OUT_OF_MEMORY);
                 return;
         }
         /* the request's own copy of the body is not needed any more, unless a fallback or an alias's next
          * target may need it */
         if (!c->x->fallback && !c->x->alias)
                 buffer_done(&r->body);
-        if (engine >= 0) {
-                HostRefusal refusal;
-                k = host_acquire(host, (size_t)engine, &c->x->waiter, client_engine_ready,
-                                 client_host_went_down, c->x->alias_target ?: c->x->model, &refusal);
-                if (k < 0) {
-                        (void)client_attempt_failed(c, attempt_failure_of_refusal(refusal.status),
-                                                    refusal.status, refusal.message);
-                        return;
+        HostRefusal refusal;
+        HostAcquire k = engine >= 0 ? host_acquire(host, (size_t)engine, &c->x->waiter, client_engine_ready,
+                                                   client_host_went_down, c->x->alias_target ?: c->x->model,
+                                                   &refusal)
+                                    : host_attach(host, &c->x->waiter, client_host_went_down,
+                                                  c->x->alias_target ?: c->x->model, &refusal);
+        switch (k) {
+        case HOST_REFUSED:
+                (void)client_attempt_failed(c, attempt_failure_of_refusal(refusal.status), refusal.status,
+                                            refusal.message);
+                return;
+        case HOST_QUEUED:
+                client_wait_for_engine(c);
+                return; /* client_engine_ready() goes on */
+        case HOST_ACQUIRED:
+                if (engine >= 0) {
+                        metrics_wait(manager_metrics(c->manager), c->x->host->name, 0);
+                        client_wait_for_engine(c); /* its router may still have to load the model */
                 }
-                if (k > 0) {
-                        client_wait_for_engine(c);
-                        return; /* client_engine_ready() goes on */
-                }
-                metrics_wait(manager_metrics(c->manager), c->x->host->name, 0);
-                client_wait_for_engine(c); /* its router may still have to load the model */
-        } else {
-                HostRefusal refusal;
-                if (host_attach(host, &c->x->waiter, client_host_went_down,
-                                c->x->alias_target ?: c->x->model, &refusal) < 0) {
-                        (void)client_attempt_failed(c, attempt_failure_of_refusal(refusal.status),
-                                                    refusal.status, refusal.message);
-                        return;
-                }
+                break;
         }
         client_go(c);
 }

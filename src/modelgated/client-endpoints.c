@@ -30,7 +30,7 @@ void client_models_done(ModelsMerge *mm, Blob *json, void *userdata) {
 
         c->x->merge = models_merge_free(mm);
         if (!json)
-                client_respond_error(c, 500, NULL, "out of memory", NULL);
+                client_answer(c, ANSWER_OUT_OF_MEMORY);
         else
                 client_respond_blob(c, 200, "application/json", json);
         client_flush(c);
@@ -43,6 +43,7 @@ void client_respond_health(Client *c, bool strict) {
         assert(c);
         Manager *m = c->manager;
         _cleanup_(buffer_done) Buffer b = {};
+        char retry[64];
         size_t up = 0;
 
         size_t n = manager_n_hosts(m);
@@ -59,11 +60,12 @@ void client_respond_health(Client *c, bool strict) {
                 (void)buffer_printf(&b, "%s\"%s\":\"%s\"", i ? "," : "", manager_config(m)->hosts[i].name,
                                     host_state_to_string(host_state(manager_host_at(m, i))));
         if (buffer_append_str(&b, "}}") < 0) {
-                client_respond_error(c, 500, NULL, "out of memory", NULL);
+                client_answer(c, ANSWER_OUT_OF_MEMORY);
                 return;
         }
+        (void)answer_retry_after(retry, sizeof(retry), ANSWER_HOST_DOWN_RETRY_SEC, /* ms= */ false);
         client_respond(c, strict && !ok ? 503 : 200, "application/json", buffer_peek(&b), buffer_size(&b),
-                       strict && !ok ? "Retry-After: 30\r\n" : NULL);
+                       strict && !ok ? retry : NULL);
 }
 
 /* The configuration has errors (manager.h): every request gets them at once, and no host hears of it. A
@@ -76,8 +78,8 @@ void client_respond_refusal(Client *c, bool health) {
         _cleanup_free_ char *body = NULL;
 
         if (!health) {
-                client_respond_error(c, 503, crash_loop ? "crash_loop" : "config_error", refusal,
-                                     "x-should-retry: false\r\n");
+                client_answer_message(c, crash_loop ? ANSWER_CRASH_LOOP : ANSWER_CONFIG_ERROR,
+                                      /* status= */ 0, /* retry_after= */ 0, refusal);
                 return;
         }
         json_object *o = json_object_new_object();
@@ -86,12 +88,12 @@ void client_respond_refusal(Client *c, bool health) {
                                        json_object_new_string(crash_loop ? "crash-loop" : "config-error"));
                 json_object_object_add(o, "version", json_object_new_string(MODELGATE_VERSION));
                 json_object_object_add(o, "message", json_object_new_string(refusal));
-                body = strdup(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
-                                                                        JSON_C_TO_STRING_NOSLASHESCAPE));
+                body = json_to_string_dup(o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE,
+                                          /* ret_size= */ NULL);
                 json_object_put(o);
         }
         if (!body) {
-                client_respond_error(c, 500, NULL, "out of memory", NULL);
+                client_answer(c, ANSWER_OUT_OF_MEMORY);
                 return;
         }
         client_respond(c, 503, "application/json", body, strlen(body), NULL);
@@ -160,7 +162,7 @@ void client_respond_metrics(Client *c) {
         assert(c);
 
         if (metrics_render(manager_metrics(c->manager), &b) < 0 || render_gauges(c, &b) < 0) {
-                client_respond_error(c, 500, NULL, "out of memory", NULL);
+                client_answer(c, ANSWER_OUT_OF_MEMORY);
                 return;
         }
         client_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", buffer_peek(&b), buffer_size(&b),
@@ -185,18 +187,12 @@ void client_start_feed(Client *c) {
          * so that /health and requests always find one */
         uint64_t max = MIN(config->max_feed_subscribers, config->max_connections / 2);
         if (feed_hub_count(hub) >= max) {
-                char msg[160];
-                snprintf(msg, sizeof(msg),
-                         "/models/sse has %zu subscribers, as many as this proxy takes "
-                         "(MaxFeedSubscribers=%llu, "
-                         "at most half of MaxConnections=)",
-                         feed_hub_count(hub), (unsigned long long)max);
-                client_respond_error(c, 503, "too_many_subscribers", msg, "Retry-After: 30\r\n");
+                client_answer(c, ANSWER_TOO_MANY_SUBSCRIBERS, feed_hub_count(hub), (unsigned long long)max);
                 return;
         }
 
         if (client_queue_stream_head(c) < 0) {
-                client_respond_error(c, 500, NULL, "out of memory", NULL);
+                client_answer(c, ANSWER_OUT_OF_MEMORY);
                 return;
         }
         c->x->head_sent = true;

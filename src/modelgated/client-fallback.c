@@ -140,7 +140,7 @@ bool client_fall_back(Client *c, const char *why) {
         const Buffer *b = &c->parser.req.body;
         if (!f || c->x->via_fallback || c->x->engine_bytes_sent || buffer_is_empty(b))
                 return false;
-        if (json_find_model(buffer_peek(b), buffer_size(b), &span, &model, NULL) < 0)
+        if (json_find_model(buffer_peek(b), buffer_size(b), &span, &model, NULL) != MODEL_FOUND)
                 return false;
         quoted = json_quote(f->model);
         body = quoted ? span_replace((Span){buffer_peek(b), buffer_size(b)}, span, quoted, &n) : NULL;
@@ -161,7 +161,7 @@ bool client_fall_back(Client *c, const char *why) {
         client_attempt_end(c);
         c->x->target = &f->url;
         if (build_fallback_request(c, f, body, n, key_header, &c->x->pending) < 0) {
-                client_respond_error(c, 500, NULL, "out of memory", NULL);
+                client_answer(c, ANSWER_OUT_OF_MEMORY);
                 return true;
         }
         (void)client_send_upstream(c); /* no budget for a fallback's answer */

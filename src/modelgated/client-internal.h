@@ -60,6 +60,7 @@
 
 #include "modelgated/access-line.h"
 #include "modelgated/access.h"
+#include "modelgated/api-answer.h"
 #include "modelgated/api-error.h"
 #include "modelgated/catalog.h"
 #include "modelgated/client-attempt.h"
@@ -69,6 +70,7 @@
 #include "modelgated/host.h"
 #include "modelgated/http-writer.h"
 #include "modelgated/http.h"
+#include "modelgated/json-util.h"
 #include "modelgated/lazy-timer.h"
 #include "modelgated/manager.h"
 #include "modelgated/metrics.h"
@@ -176,8 +178,13 @@ void client_respond_blob(Client *c, int status, const char *content_type, Blob *
 /* Moves what fits under CLIENT_OUT_HIGH from the connection's tail to out */
 void client_refill_out(Client *c);
 void client_end_early(Client *c, const Buffer *event);
-void client_respond_error(Client *c, int status, const char *code, const char *message,
-                          const char *extra_headers);
+/* An error answer of modelgate's own (SPEC §7, api-answer.h), in the request's API shape (an SSE error
+ * event after the early 200): the row's status, code and headers, and its words formatted with the
+ * arguments its enum comment names */
+void client_answer(Client *c, Answer a, ...);
+/* The same with the words written already (answer_format(), where the outcome was found: the host,
+ * [Access]), and for a row without a status or Retry-After seconds of its own, those (0 otherwise) */
+void client_answer_message(Client *c, Answer a, int status, uint64_t retry_after, const char *message);
 int client_frame_body(Client *c, const char *p, size_t n);
 int client_send_held_head(Client *c, const char *framing);
 int client_queue_stream_head(Client *c);

@@ -278,7 +278,7 @@ void client_cut(Client *c, const char *note) {
 
 /* A connection that failed before the host's answer (ATTEMPT_UNREACHABLE, _BROKEN, _HOST_DOWN) */
 static void answer_not_reached(Client *c, AttemptFailure failure, int error) {
-        char msg[512];
+        char why[512];
         const char *reason = failure_reason(c, error);
 
         if (!c->x->early)
@@ -286,35 +286,26 @@ static void answer_not_reached(Client *c, AttemptFailure failure, int error) {
                           (int)c->x->path.n, c->x->path.p ?: "", upstream_strerror(error));
         if (c->x->via_fallback) {
                 /* not chained, and not the host's fault: the fallback's own failure, as it is */
-                snprintf(msg, sizeof(msg), "fallback '%s' (%s) failed: %s", c->x->fallback->name,
-                         c->x->fallback->url.text, reason);
-                client_respond_error(c, 502, "fallback_failed", msg, NULL);
+                client_answer(c, ANSWER_FALLBACK_FAILED, c->x->fallback->name, c->x->fallback->url.text,
+                              reason);
                 return;
         }
         if (failure == ATTEMPT_BROKEN) {
                 /* SPEC §6: one request's failure is not the host's (its probe says whether it is down) */
-                snprintf(msg, sizeof(msg), "host '%s' failed this request: %s (%s)", c->x->host->name,
-                         reason, c->x->host->url.text);
-                client_respond_error(c, 502, "upstream_failed", msg, NULL);
+                client_answer(c, ANSWER_UPSTREAM_FAILED, c->x->host->name, reason, c->x->host->url.text);
                 return;
         }
-        snprintf(msg, sizeof(msg), "host '%s' is down: %s (%s); modelgate keeps trying it, retry in 30 s",
-                 c->x->host->name, reason, c->x->host->url.text);
-        client_respond_error(c, 503, "host_down", msg, "Retry-After: 30\r\nretry-after-ms: 30000\r\n");
+        snprintf(why, sizeof(why), "%s (%s)", reason, c->x->host->url.text);
+        client_answer(c, ANSWER_HOST_DOWN, c->x->host->name, why);
 }
 
 /* Stuck, not down: the connection is closed (so the GPU stops working on it) */
 static void answer_stalled(Client *c) {
-        char msg[512], t[FORMAT_TIMESPAN_MAX];
+        char t[FORMAT_TIMESPAN_MAX];
 
-        snprintf(msg, sizeof(msg),
-                 "host '%s' sent nothing for %s (UpstreamIdleTimeoutSec=), so modelgate cancelled "
-                 "the "
-                 "request",
-                 c->x->host->name,
-                 format_timespan(t, sizeof(t), manager_config(c->manager)->upstream_idle_timeout_usec)
-                         ?: "?");
-        client_respond_error(c, 504, "upstream_timeout", msg, NULL);
+        client_answer(c, ANSWER_UPSTREAM_TIMEOUT, c->x->host->name,
+                      format_timespan(t, sizeof(t), manager_config(c->manager)->upstream_idle_timeout_usec)
+                              ?: "?");
 }
 
 /* The answer had begun: an error body still held is answered as an error, a stream ends with an error
@@ -326,18 +317,15 @@ static void answer_incomplete(Client *c, int error) {
                 (void)release_first_token(c);
         c->x->awaiting_first_token = false;
         if (c->x->mode == MODE_HOLD && (c->x->early || !c->x->head_sent)) {
-                snprintf(msg, sizeof(msg), "host '%s' ended its answer early (%s)", c->x->host->name,
-                         failure_reason(c, error));
-                client_respond_error(c, 502, "upstream_incomplete", msg, NULL);
+                client_answer(c, ANSWER_UPSTREAM_ENDED_EARLY, c->x->host->name, failure_reason(c, error));
         } else if (c->x->mode == MODE_SSE) {
                 buffer_clear(&c->scratch);
                 (void)sse_filter_finish(&c->x->sse, &c->scratch);
                 if (!c->x->sse.saw_done) {
-                        snprintf(msg, sizeof(msg),
-                                 "host '%s' stopped the stream before it ended (%s); the answer is "
-                                 "incomplete",
-                                 c->x->host->name, failure_reason(c, error));
-                        (void)sse_error_event(c->x->api, 502, "upstream_incomplete", msg, &c->scratch);
+                        Answer a = ANSWER_UPSTREAM_STREAM_CUT;
+                        (void)answer_format(msg, sizeof(msg), a, c->x->host->name, failure_reason(c, error));
+                        (void)sse_error_event(c->x->api, answer_status(a, 0), answer_row(a)->code, msg,
+                                              &c->scratch);
                 }
                 (void)client_frame_body(c, buffer_peek(&c->scratch), buffer_size(&c->scratch));
                 if (c->x->chunked)
@@ -353,12 +341,9 @@ static void answer_incomplete(Client *c, int error) {
  * working on it */
 static void answer_budget(Client *c, const char *why) {
         c->x->upstream = upstream_cancel(c->x->upstream);
-        if (!c->x->engine_bytes_sent) {
-                char msg[512];
-                snprintf(msg, sizeof(msg), "engine '%s' of host '%s': %s; the request was cancelled",
-                         strna(c->x->engine_name), c->x->host->name, why);
-                client_respond_error(c, 504, "budget_exceeded", msg, NULL);
-        } else
+        if (!c->x->engine_bytes_sent)
+                client_answer(c, ANSWER_BUDGET_EXCEEDED, strna(c->x->engine_name), c->x->host->name, why);
+        else
                 client_cut(c, "cut=budget");
 }
 
@@ -368,14 +353,13 @@ void client_attempt_answer(Client *c, AttemptFailure failure, int error, const c
         /* a refusal from the host's engine side: SPEC §7 statuses, with the headers that steer retrying
          * clients */
         case ATTEMPT_REFUSED:
-                client_respond_error(c, 503, "host_down", why,
-                                     "Retry-After: 30\r\nretry-after-ms: 30000\r\n");
+                client_answer_message(c, ANSWER_HOST_DOWN, 503, /* retry_after= */ 0, why);
                 break;
         case ATTEMPT_BUSY:
-                client_respond_error(c, 423, "gpu_busy", why, "x-should-retry: false\r\n");
+                client_answer_message(c, ANSWER_GPU_BUSY, 423, /* retry_after= */ 0, why);
                 break;
         case ATTEMPT_ENGINE_FAILED:
-                client_respond_error(c, error, "engine_failed", why, NULL);
+                client_answer_message(c, ANSWER_ENGINE_FAILED, error, /* retry_after= */ 0, why);
                 break;
         case ATTEMPT_UNREACHABLE:
         case ATTEMPT_BROKEN:

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "modelgated/api-answer.h"
 #include "modelgated/catalog.h"
 #include "modelgated/host-private.h"
 #include "modelgated/metrics.h"
@@ -25,8 +26,8 @@ static void answer_failed(Host *h, HostWaiter *w, int status) {
         w->host = NULL;
         switch (status) {
         case 503:
-                snprintf(msg, sizeof(msg), "host '%s' is down: %s; modelgate keeps trying it, retry in 30 s",
-                         h->conf->name, strna(h->down_reason));
+                (void)answer_format(msg, sizeof(msg), ANSWER_HOST_DOWN, h->conf->name,
+                                    strna(h->down_reason));
                 break;
         case 504:
                 metrics_budget_expired(h->env.metrics, h->conf->name);
@@ -382,17 +383,16 @@ ssize_t host_find_engine(const Host *h, const char *key) {
 
 /* A host that is down, as its bus or its own probe says, refuses at once: a request sent to a host that
  * accepts connections and never answers would otherwise wait for UpstreamIdleTimeoutSec=. */
-static int host_refuse_if_down(const Host *h, HostRefusal *ret) {
+static bool host_refuse_if_down(const Host *h, HostRefusal *ret) {
         /* the first connection is not an outcome yet: after an idle exit, the request that started this
          * instance must wait for the bus, not get a 503 */
         if ((h->bus_down && !streq_ptr(h->down_reason, "connecting")) || h->http_down) {
                 ret->status = 503;
-                snprintf(ret->message, sizeof(ret->message),
-                         "host '%s' is down: %s; modelgate keeps trying it, retry in 30 s", h->conf->name,
-                         strna(h->down_reason));
-                return -1;
+                (void)answer_format(ret->message, sizeof(ret->message), ANSWER_HOST_DOWN, h->conf->name,
+                                    strna(h->down_reason));
+                return true;
         }
-        return 0;
+        return false;
 }
 
 static void host_ride(Host *h, HostWaiter *w) {
@@ -400,28 +400,28 @@ static void host_ride(Host *h, HostWaiter *w) {
         w->riding = true;
 }
 
-int host_attach(Host *h, HostWaiter *w, HostDownFn down, const char *model, HostRefusal *ret) {
-        if (host_refuse_if_down(h, ret) < 0)
-                return -1;
+HostAcquire host_attach(Host *h, HostWaiter *w, HostDownFn down, const char *model, HostRefusal *ret) {
+        if (host_refuse_if_down(h, ret))
+                return HOST_REFUSED;
         *w = (HostWaiter){.host = h, .engine = -1, .model = model, .down = down};
         host_ride(h, w);
-        return 0;
+        return HOST_ACQUIRED;
 }
 
-int host_acquire(Host *h, size_t i, HostWaiter *w, HostReadyFn ready, HostDownFn down, const char *model,
-                 HostRefusal *ret) {
+HostAcquire host_acquire(Host *h, size_t i, HostWaiter *w, HostReadyFn ready, HostDownFn down,
+                         const char *model, HostRefusal *ret) {
         assert(i < h->n_engines);
 
-        if (host_refuse_if_down(h, ret) < 0)
-                return -1;
+        if (host_refuse_if_down(h, ret))
+                return HOST_REFUSED;
         *w = (HostWaiter){.host = h, .engine = (ssize_t)i, .model = model, .ready = ready, .down = down};
         host_ride(h, w);
         if (sched_add(&h->sched, host_now(h), &w->req, i)) {
                 host_changed(h);
-                return 0;
+                return HOST_ACQUIRED;
         }
         host_schedule_later(h);
-        return 1;
+        return HOST_QUEUED;
 }
 
 void host_release(HostWaiter *w) {

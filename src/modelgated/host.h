@@ -103,14 +103,20 @@ Catalog *host_catalog(const Host *h);
 /* The engine that is up (its /health answered 200), or -1. */
 ssize_t host_engine_up(const Host *h);
 
-/* Asks for engine i. 0: go now (counted in flight until host_release); 1: queued, w->ready is called
- * later; -1: refused now (the host is down), *ret says why. 'down' (optional) hears of the host going down
- * while the request is in flight. */
-int host_acquire(Host *h, size_t i, HostWaiter *w, HostReadyFn ready, HostDownFn down, const char *model,
-                 HostRefusal *ret);
-/* The same for a host without engines: 0, in flight until host_release(); or -1, refused now (its probe
- * found it down), *ret says why. */
-int host_attach(Host *h, HostWaiter *w, HostDownFn down, const char *model, HostRefusal *ret);
+/* What a host does with a request that asks for it: outcomes its caller handles, never failures */
+typedef enum HostAcquire {
+        HOST_ACQUIRED, /* go now: counted in flight until host_release() */
+        HOST_QUEUED,   /* w->ready is called later */
+        HOST_REFUSED,  /* refused now (the host is down): the HostRefusal says why */
+} HostAcquire;
+
+/* Asks for engine i: HOST_ACQUIRED, HOST_QUEUED or HOST_REFUSED. 'down' (optional) hears of the host
+ * going down while the request is in flight. */
+HostAcquire host_acquire(Host *h, size_t i, HostWaiter *w, HostReadyFn ready, HostDownFn down,
+                         const char *model, HostRefusal *ret);
+/* The same for a host without engines: HOST_ACQUIRED, in flight until host_release(); or HOST_REFUSED
+ * (its probe found it down). */
+HostAcquire host_attach(Host *h, HostWaiter *w, HostDownFn down, const char *model, HostRefusal *ret);
 /* The request is done or its client has gone; safe to call twice or on a waiter never used. */
 void host_release(HostWaiter *w);
 /* For a waiting client's keepalive comments, what it waits for: "waiting for engine fork on 3090, 2 ahead";

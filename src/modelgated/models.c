@@ -5,6 +5,7 @@
 #include "modelgated/catalog-list.h"
 #include "modelgated/catalog.h"
 #include "modelgated/host.h"
+#include "modelgated/json-util.h"
 #include "modelgated/manager.h"
 #include "modelgated/models.h"
 #include "modelgated/route.h"
@@ -96,13 +97,10 @@ static char *merge_entry(const Config *c, const HostConf *h, const char *engine,
 
 int models_merge_host(const Config *c, const HostConf *h, const char *engine, const char *body, size_t n,
                       json_object *data) {
-        json_tokener *tok = json_tokener_new();
-        json_object *root, *list;
+        json_object *root = NULL, *list;
 
-        if (!tok)
+        if (json_parse(/* tok= */ NULL, body, n, &root) == -ENOMEM)
                 return -ENOMEM;
-        root = json_tokener_parse_ex(tok, body, (int)MIN(n, (size_t)INT32_MAX));
-        json_tokener_free(tok);
         if (!root || !json_object_object_get_ex(root, "data", &list) ||
             !json_object_is_type(list, json_type_array)) {
                 json_object_put(root);

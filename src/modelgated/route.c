@@ -169,12 +169,12 @@ int json_find_model(const char *body, size_t n, Span *ret_span, char **ret_model
 
         skip_ws(&s);
         if (s.p >= s.end || *s.p != '{')
-                return -EBADMSG;
+                return MODEL_NOT_JSON;
 
 value:
         skip_ws(&s);
         if (s.p >= s.end)
-                return -EBADMSG;
+                return MODEL_NOT_JSON;
         if (capture) {
                 capture = false;
                 capturing = true;
@@ -182,7 +182,7 @@ value:
         }
         if (*s.p == '{' || *s.p == '[') {
                 if (depth >= JSON_MAX_DEPTH)
-                        return -EBADMSG;
+                        return MODEL_NOT_JSON;
                 char open = *s.p++;
                 stack[depth++] = open;
                 skip_ws(&s);
@@ -197,7 +197,7 @@ value:
         }
         r = *s.p == '"' ? scan_string(&s, NULL) : scan_scalar(&s);
         if (r < 0)
-                return r;
+                return MODEL_NOT_JSON;
         goto after_value;
 
 object_key : {
@@ -208,7 +208,7 @@ object_key : {
         kb = s.p;
         r = scan_string(&s, &escaped);
         if (r < 0)
-                return r;
+                return MODEL_NOT_JSON;
         if (depth == 1 && key_is(kb, s.p, escaped, "model")) {
                 if (vb)
                         duplicate = true;
@@ -218,7 +218,7 @@ object_key : {
         stream_key = depth == 1 && key_is(kb, s.p, escaped, "stream");
         skip_ws(&s);
         if (s.p >= s.end || *s.p != ':')
-                return -EBADMSG;
+                return MODEL_NOT_JSON;
         s.p++;
         if (stream_key) {
                 skip_ws(&s);
@@ -235,12 +235,12 @@ after_value:
         if (depth == 0) {
                 skip_ws(&s);
                 if (s.p != s.end)
-                        return -EBADMSG;
+                        return MODEL_NOT_JSON;
                 goto done;
         }
         skip_ws(&s);
         if (s.p >= s.end)
-                return -EBADMSG;
+                return MODEL_NOT_JSON;
         if (*s.p == ',') {
                 s.p++;
                 if (stack[depth - 1] == '{')
@@ -252,17 +252,17 @@ after_value:
                 depth--;
                 goto after_value;
         }
-        return -EBADMSG;
+        return MODEL_NOT_JSON;
 
 done:
         if (ret_stream)
                 *ret_stream = stream;
         if (duplicate)
-                return -ENOTUNIQ;
+                return MODEL_TWICE;
         if (!vb || !ve)
-                return -ENOENT;
+                return MODEL_ABSENT;
         if (*vb != '"')
-                return -EMEDIUMTYPE;
+                return MODEL_NOT_STRING;
 
         if (!memchr(vb + 1, '\\', (size_t)(ve - vb - 2))) {
                 /* no escapes (the usual case): the bytes between the quotes are the value */
@@ -271,7 +271,7 @@ done:
                         return -ENOMEM;
                 *ret_span = (Span){vb, (size_t)(ve - vb)};
                 *ret_model = model;
-                return 0;
+                return MODEL_FOUND;
         }
         _cleanup_free_ char *copy = strndup(vb, (size_t)(ve - vb));
         if (!copy)
@@ -279,13 +279,13 @@ done:
         json_object *o = json_tokener_parse(copy);
         if (!o || !json_object_is_type(o, json_type_string)) {
                 json_object_put(o);
-                return -EBADMSG;
+                return MODEL_NOT_JSON;
         }
         size_t l = (size_t)json_object_get_string_len(o);
         const char *m = json_object_get_string(o);
         if (strlen(m) != l) {
                 json_object_put(o);
-                return -EMEDIUMTYPE;
+                return MODEL_NOT_STRING;
         }
         char *model = strdup(m);
         json_object_put(o);
@@ -293,7 +293,7 @@ done:
                 return -ENOMEM;
         *ret_span = (Span){vb, (size_t)(ve - vb)};
         *ret_model = model;
-        return 0;
+        return MODEL_FOUND;
 }
 
 size_t json_quoted_len(const char *s) {
@@ -400,7 +400,7 @@ int query_find_model(Span url, Span *ret_span, char **ret_model) {
         Span found = {};
 
         if (i >= url.n || url.p[i] != '?')
-                return -ENOENT;
+                return MODEL_ABSENT;
         const char *hash = memchr(url.p + i, '#', url.n - i);
         if (hash)
                 qend = (size_t)(hash - url.p);
@@ -420,24 +420,24 @@ int query_find_model(Span url, Span *ret_span, char **ret_model) {
                         _cleanup_free_ char *d = NULL;
                         int r = query_unescape(name, &d);
                         if (r < 0)
-                                return r;
+                                return r == -EBADMSG ? MODEL_BAD_ESCAPE : r;
                         is_model = streq(d, "model");
                 }
                 if (is_model) {
                         if (found.p)
-                                return -ENOTUNIQ;
+                                return MODEL_TWICE;
                         found = eq ? (Span){eq + 1, (size_t)(param.p + param.n - eq - 1)}
                                    : (Span){param.p + param.n, 0};
                 }
                 i++;
         }
         if (!found.p)
-                return -ENOENT;
+                return MODEL_ABSENT;
         int r = query_unescape(found, ret_model);
         if (r < 0)
-                return r;
+                return r == -EBADMSG ? MODEL_BAD_ESCAPE : r;
         *ret_span = found;
-        return 0;
+        return MODEL_FOUND;
 }
 
 char *query_escape(const char *s) {

@@ -13,11 +13,21 @@
 #include "shared/buffer.h"
 #include "shared/macro.h"
 
+/* What a lookup of the model finds: MODEL_FOUND, or an outcome the caller answers (a 400 of SPEC §7).
+ * Real failures are negative errno (-ENOMEM) and never one of these. */
+typedef enum ModelLookup {
+        MODEL_FOUND = 0,
+        MODEL_ABSENT,     /* an object (a query) without "model" */
+        MODEL_NOT_STRING, /* "model" is not a string (or holds a NUL) */
+        MODEL_TWICE,      /* "model" appears twice */
+        MODEL_NOT_JSON,   /* the body is not JSON, or not an object */
+        MODEL_BAD_ESCAPE, /* the query has a bad %-escape */
+} ModelLookup;
+
 /* Validates body as JSON (RFC 8259, nesting at most 512 deep) and finds the top-level "model".
- * Returns 0 with *ret_span (the value's bytes, quotes included) and *ret_model (decoded, malloc'ed);
- * -ENOENT: an object without "model"; -EMEDIUMTYPE: "model" is not a string (or holds a NUL);
- * -ENOTUNIQ: "model" appears twice; -EBADMSG: not JSON, or not an object. On 0, -ENOENT, -EMEDIUMTYPE and
- * -ENOTUNIQ, *ret_stream (optional) says whether the top-level "stream" is true. */
+ * MODEL_FOUND with *ret_span (the value's bytes, quotes included) and *ret_model (decoded, malloc'ed);
+ * MODEL_ABSENT, MODEL_NOT_STRING, MODEL_TWICE or MODEL_NOT_JSON; -ENOMEM. On MODEL_FOUND, MODEL_ABSENT,
+ * MODEL_NOT_STRING and MODEL_TWICE, *ret_stream (optional) says whether the top-level "stream" is true. */
 int json_find_model(const char *body, size_t n, Span *ret_span, char **ret_model, bool *ret_stream);
 
 /* Encodes s as a JSON string, quotes included. */
@@ -27,8 +37,9 @@ char *json_quote(const char *s);
 size_t json_quoted_len(const char *s);
 int json_quote_append(Buffer *b, const char *s, size_t l);
 
-/* The "model" parameter of a URL's query. 0 with the value's span (still %-encoded) and the decoded
- * value; -ENOENT when there is none; -ENOTUNIQ when it is there twice; -EBADMSG on bad %-escapes. */
+/* The "model" parameter of a URL's query. MODEL_FOUND with the value's span (still %-encoded) and the
+ * decoded value; MODEL_ABSENT when there is none; MODEL_TWICE when it is there twice; MODEL_BAD_ESCAPE on
+ * bad %-escapes; -ENOMEM. */
 int query_find_model(Span url, Span *ret_span, char **ret_model);
 
 /* Whether the query sets a flag: "name", "name=1", "name=true" or "name=yes". */

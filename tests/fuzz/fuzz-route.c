@@ -35,12 +35,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (query) {
                 Span url = {(const char *)data, size};
                 r = query_find_model(url, &span, &model);
-                if (r < 0)
+                if (r != MODEL_FOUND)
                         return 0;
                 quoted = query_escape(model);
         } else {
                 r = json_find_model((const char *)data, size, &span, &model, NULL);
-                if (r < 0)
+                if (r != MODEL_FOUND)
                         return 0;
                 quoted = json_quote(model);
         }

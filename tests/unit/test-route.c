@@ -6,7 +6,7 @@ static char *rewrite(const char *body, int *ret) {
         Span span;
         char *model = NULL;
         *ret = json_find_model(body, strlen(body), &span, &model, NULL);
-        if (*ret < 0)
+        if (*ret != MODEL_FOUND)
                 return NULL;
         const char *dash = strchr(model, '-');
         _cleanup_free_ char *q = json_quote(dash ? dash + 1 : model);
@@ -39,19 +39,19 @@ TEST(model_errors) {
                 const char *in;
                 int error;
         } cases[] = {
-                {"", -EBADMSG},
-                {"[]", -EBADMSG},
-                {"{\"model\":\"a\"", -EBADMSG},
-                {"{\"model\":\"a\"} x", -EBADMSG},
-                {"{\"model\":'a'}", -EBADMSG},
-                {"{\"a\":01}", -EBADMSG},
-                {"{\"a\":\"\x01\"}", -EBADMSG},
-                {"{\"a\":tru}", -EBADMSG},
-                {"{\"a\":1}", -ENOENT},
-                {"{\"model\":1}", -EMEDIUMTYPE},
-                {"{\"model\":null}", -EMEDIUMTYPE},
-                {"{\"model\":\"a\\u0000b\"}", -EMEDIUMTYPE},
-                {"{\"model\":\"a\",\"model\":\"b\"}", -ENOTUNIQ},
+                {"", MODEL_NOT_JSON},
+                {"[]", MODEL_NOT_JSON},
+                {"{\"model\":\"a\"", MODEL_NOT_JSON},
+                {"{\"model\":\"a\"} x", MODEL_NOT_JSON},
+                {"{\"model\":'a'}", MODEL_NOT_JSON},
+                {"{\"a\":01}", MODEL_NOT_JSON},
+                {"{\"a\":\"\x01\"}", MODEL_NOT_JSON},
+                {"{\"a\":tru}", MODEL_NOT_JSON},
+                {"{\"a\":1}", MODEL_ABSENT},
+                {"{\"model\":1}", MODEL_NOT_STRING},
+                {"{\"model\":null}", MODEL_NOT_STRING},
+                {"{\"model\":\"a\\u0000b\"}", MODEL_NOT_STRING},
+                {"{\"model\":\"a\",\"model\":\"b\"}", MODEL_TWICE},
         };
         for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
                 int r;
@@ -66,7 +66,7 @@ TEST(model_errors) {
         int r;
         deep[sizeof(deep) - 1] = 0;
         free(rewrite(deep, &r));
-        ASSERT_EQ(r, -EBADMSG);
+        ASSERT_EQ(r, MODEL_NOT_JSON);
 }
 
 #define SPAN_OF(s) ((Span){(s), sizeof(s) - 1})
@@ -91,7 +91,7 @@ TEST(every_byte_of_a_long_string_is_checked) {
                                 int r = json_find_model(body, strlen(body), &span, &model, NULL);
                                 if (kind < 2) {
                                         /* a raw control character: not JSON */
-                                        ASSERT_EQ(r, -EBADMSG);
+                                        ASSERT_EQ(r, MODEL_NOT_JSON);
                                         continue;
                                 }
                                 ASSERT_OK(r);
@@ -104,21 +104,21 @@ TEST(query_model) {
         Span s;
         char *m = NULL;
         const char *url = "/props?autoload=false&model=3090-org%2Fmodel%3AQ4&x=1#frag";
-        ASSERT_OK(query_find_model((Span){url, strlen(url)}, &s, &m));
+        ASSERT_EQ(query_find_model((Span){url, strlen(url)}, &s, &m), MODEL_FOUND);
         ASSERT_STREQ(m, "3090-org/model:Q4");
         free(m);
         _cleanup_free_ char *e = query_escape("org/model:Q4");
         ASSERT_STREQ(e, "org%2Fmodel%3AQ4");
         _cleanup_free_ char *o = span_replace((Span){url, strlen(url)}, s, e, NULL);
         ASSERT_STREQ(o, "/props?autoload=false&model=org%2Fmodel%3AQ4&x=1#frag");
-        ASSERT_EQ(query_find_model((Span){"/slots", 6}, &s, &m), -ENOENT);
-        ASSERT_EQ(query_find_model((Span){"/s?model=a&model=b", 18}, &s, &m), -ENOTUNIQ);
-        ASSERT_EQ(query_find_model((Span){"/s?model=a%2", 12}, &s, &m), -EBADMSG);
-        ASSERT_EQ(query_find_model((Span){"/s?model=a%zz", 13}, &s, &m), -EBADMSG);
+        ASSERT_EQ(query_find_model((Span){"/slots", 6}, &s, &m), MODEL_ABSENT);
+        ASSERT_EQ(query_find_model((Span){"/s?model=a&model=b", 18}, &s, &m), MODEL_TWICE);
+        ASSERT_EQ(query_find_model((Span){"/s?model=a%2", 12}, &s, &m), MODEL_BAD_ESCAPE);
+        ASSERT_EQ(query_find_model((Span){"/s?model=a%zz", 13}, &s, &m), MODEL_BAD_ESCAPE);
         /* names compare after %-decoding, as the host reads them */
-        ASSERT_EQ(query_find_model(SPAN_OF("/p?mod%65l=a&model=b"), &s, &m), -ENOTUNIQ);
-        ASSERT_EQ(query_find_model(SPAN_OF("/p?%6dodel=a&model=b"), &s, &m), -ENOTUNIQ);
-        ASSERT_OK(query_find_model(SPAN_OF("/p?x=1&mod%65l=3090-a"), &s, &m));
+        ASSERT_EQ(query_find_model(SPAN_OF("/p?mod%65l=a&model=b"), &s, &m), MODEL_TWICE);
+        ASSERT_EQ(query_find_model(SPAN_OF("/p?%6dodel=a&model=b"), &s, &m), MODEL_TWICE);
+        ASSERT_EQ(query_find_model(SPAN_OF("/p?x=1&mod%65l=3090-a"), &s, &m), MODEL_FOUND);
         ASSERT_STREQ(m, "3090-a");
         ASSERT_TRUE(s.n == 6 && memcmp(s.p, "3090-a", 6) == 0);
         free(m);
@@ -161,14 +161,15 @@ TEST(stream_flag) {
                 Span span;
                 char *model = NULL;
                 bool stream = !cases[i].stream;
-                ASSERT_OK(json_find_model(cases[i].in, strlen(cases[i].in), &span, &model, &stream));
+                ASSERT_EQ(json_find_model(cases[i].in, strlen(cases[i].in), &span, &model, &stream),
+                          MODEL_FOUND);
                 ASSERT_EQ(stream, cases[i].stream);
                 free(model);
         }
         bool stream = false;
         char *model = NULL;
         Span span;
-        ASSERT_EQ(json_find_model("{\"stream\":truex}", 15, &span, &model, &stream), -EBADMSG);
+        ASSERT_EQ(json_find_model("{\"stream\":truex}", 15, &span, &model, &stream), MODEL_NOT_JSON);
 }
 
 #define SPAN(s) ((Span){(s), sizeof(s) - 1})

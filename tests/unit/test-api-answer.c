@@ -1,0 +1,259 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Every row of the error table (api-answer.h), written with arguments and rendered in both API shapes:
+ * its status, code, headers and words are today's, byte for byte, and the body is JSON. */
+#include <json-c/json.h>
+
+#include "modelgated/api-answer.h"
+#include "modelgated/json-util.h"
+#include "modelgated/sse.h"
+#include "tests.h"
+
+/* Each row's words with sample arguments, as its callers pass them */
+static void format_sample(Answer a, char *buf, size_t n) {
+        switch (a) {
+        case ANSWER_OUT_OF_MEMORY:
+        case ANSWER_ADMISSION_OUT_OF_MEMORY:
+        case ANSWER_ALIAS_TARGET_LOST:
+        case ANSWER_NOT_A_PATH:
+        case ANSWER_HEADERS_TIMEOUT:
+        case ANSWER_MISSING_API_KEY:
+        case ANSWER_BODY_NOT_TAKEN:
+        case ANSWER_INVALID_JSON:
+        case ANSWER_MODEL_NOT_STRING:
+        case ANSWER_MODEL_TWICE_IN_BODY:
+        case ANSWER_MODEL_MISSING_IN_BODY:
+        case ANSWER_MODEL_MISSING:
+        case ANSWER_MODEL_BAD_ESCAPE:
+        case ANSWER_MODEL_TWICE_IN_QUERY:
+        case ANSWER_MODEL_BODY_AND_QUERY:
+        case ANSWER_MODEL_CONTROL_CHARACTER:
+                (void)answer_format(buf, n, a);
+                return;
+        case ANSWER_BAD_REQUEST:
+        case ANSWER_MALFORMED_REQUEST:
+        case ANSWER_GPU_BUSY:
+        case ANSWER_ENGINE_FAILED:
+        case ANSWER_CONFIG_ERROR:
+        case ANSWER_CRASH_LOOP:
+                (void)answer_format(buf, n, a, "words of 100% someone else's");
+                return;
+        case ANSWER_BODY_TIMEOUT:
+        case ANSWER_BODY_TOO_SLOW:
+                (void)answer_format(buf, n, a, "1min");
+                return;
+        case ANSWER_TOO_MANY_CONNECTIONS:
+                (void)answer_format(buf, n, a, 17ULL, 16ULL);
+                return;
+        case ANSWER_INVALID_API_KEY:
+                (void)answer_format(buf, n, a, "3f2a9c1e00ff");
+                return;
+        case ANSWER_DAILY_LIMIT:
+                (void)answer_format(buf, n, a, "this key", 100ULL, "2026-12-01", 3600ULL);
+                return;
+        case ANSWER_BODY_TOO_LARGE:
+                (void)answer_format(buf, n, a, "this key's tier", "MaxBodySize=", 1024ULL);
+                return;
+        case ANSWER_MODEL_NOT_ALLOWED:
+                (void)answer_format(buf, n, a, "free", "3090-big");
+                return;
+        case ANSWER_UNKNOWN_HOST:
+        case ANSWER_HOST_REMOVED:
+                (void)answer_format(buf, n, a, "3090");
+                return;
+        case ANSWER_UNKNOWN_MODEL:
+        case ANSWER_NO_ENGINE:
+                (void)answer_format(buf, n, a, "3090", "k\"q");
+                return;
+        case ANSWER_HOST_DOWN:
+        case ANSWER_UPSTREAM_ENDED_EARLY:
+        case ANSWER_UPSTREAM_STREAM_CUT:
+                (void)answer_format(buf, n, a, "3090", "connection refused");
+                return;
+        case ANSWER_UPSTREAM_FAILED:
+                (void)answer_format(buf, n, a, "3090", "connection reset", "http://10.0.0.2:8080");
+                return;
+        case ANSWER_UPSTREAM_TIMEOUT:
+                (void)answer_format(buf, n, a, "3090", "5min");
+                return;
+        case ANSWER_FALLBACK_FAILED:
+                (void)answer_format(buf, n, a, "cloud", "https://api.example", "connection refused");
+                return;
+        case ANSWER_BUDGET_EXCEEDED:
+                (void)answer_format(buf, n, a, "fork", "3090", "no first token within 10s");
+                return;
+        case ANSWER_TOO_MANY_SUBSCRIBERS:
+                (void)answer_format(buf, n, a, (size_t)8, 8ULL);
+                return;
+        case _ANSWER_MAX:
+        case _ANSWER_INVALID:
+                break;
+        }
+        FAIL("row %d has no sample", a);
+}
+
+/* What each row says today, as the code before the table wrote it */
+static const struct {
+        Answer answer;
+        int given_status;
+        uint64_t given_retry;
+        int status;
+        const char *code, *headers, *message;
+} rows[] = {
+        {ANSWER_OUT_OF_MEMORY, 0, 0, 500, NULL, "", "out of memory"},
+        {ANSWER_ADMISSION_OUT_OF_MEMORY, 0, 0, 500, NULL, "WWW-Authenticate: Bearer\r\n", "out of memory"},
+        {ANSWER_ALIAS_TARGET_LOST, 0, 0, 500, NULL, "", "alias target without a host"},
+        {ANSWER_BAD_REQUEST, 400, 0, 400, "invalid_request", "", "words of 100% someone else's"},
+        {ANSWER_MALFORMED_REQUEST, 431, 0, 431, NULL, "", "words of 100% someone else's"},
+        {ANSWER_NOT_A_PATH, 0, 0, 400, "invalid_request", "",
+         "the request target must be a path (modelgate is not a forward proxy)"},
+        {ANSWER_HEADERS_TIMEOUT, 0, 0, 408, "request_timeout", "",
+         "the client did not send its request headers in time"},
+        {ANSWER_BODY_TIMEOUT, 0, 0, 408, "request_timeout", "",
+         "the client did not send its request body within BodyTimeoutSec=1min"},
+        {ANSWER_BODY_TOO_SLOW, 0, 0, 408, "request_timeout", "",
+         "the client sent its request body too slowly: nothing for IdleTimeoutSec=1min"},
+        {ANSWER_TOO_MANY_CONNECTIONS, 0, 0, 503, "too_many_connections", "Retry-After: 5\r\n",
+         "this address has 17 connections open to modelgate, more than MaxConnectionsPerAddress=16; close "
+         "some "
+         "and retry"},
+        {ANSWER_INVALID_API_KEY, 0, 0, 401, "invalid_api_key", "WWW-Authenticate: Bearer\r\n",
+         "the API key is not known to this proxy (digest 3f2a9c1e…); ask its operator for one"},
+        {ANSWER_MISSING_API_KEY, 0, 0, 401, "missing_api_key", "WWW-Authenticate: Bearer\r\n",
+         "this proxy needs an API key: send it as \"Authorization: Bearer <key>\" or \"X-Api-Key: <key>\""},
+        {ANSWER_DAILY_LIMIT, 0, 3600, 429, "rate_limit_exceeded", "Retry-After: 3600\r\n",
+         "this key has used its 100 requests for today (2026-12-01, UTC); the count starts again in 3600 s"},
+        {ANSWER_BODY_TOO_LARGE, 0, 0, 413, "request_too_large", "",
+         "request body is larger than this key's tier allows (MaxBodySize= 1024 bytes)"},
+        {ANSWER_BODY_NOT_TAKEN, 0, 0, 413, "request_too_large", "", "this request takes no body"},
+        {ANSWER_INVALID_JSON, 0, 0, 400, "invalid_json", "",
+         "the request body is not valid JSON (or not a JSON object)"},
+        {ANSWER_MODEL_NOT_STRING, 0, 0, 400, "invalid_model", "",
+         "\"model\" in the request body must be a string"},
+        {ANSWER_MODEL_TWICE_IN_BODY, 0, 0, 400, "invalid_model", "",
+         "\"model\" appears more than once in the request body"},
+        {ANSWER_MODEL_MISSING_IN_BODY, 0, 0, 400, "missing_model", "",
+         "the request body has no \"model\"; name one as \"<host>-<key>\" (GET /v1/models lists them)"},
+        {ANSWER_MODEL_MISSING, 0, 0, 400, "missing_model", "",
+         "the request names no model; send \"model\" in a JSON body or ?model=<host>-<key> in the query "
+         "(GET "
+         "/v1/models lists them)"},
+        {ANSWER_MODEL_BAD_ESCAPE, 0, 0, 400, "invalid_model", "",
+         "the query has a bad %-escape in its model parameter or in a parameter name"},
+        {ANSWER_MODEL_TWICE_IN_QUERY, 0, 0, 400, "invalid_model", "",
+         "the query names model more than once"},
+        {ANSWER_MODEL_BODY_AND_QUERY, 0, 0, 400, "invalid_model", "",
+         "the request names one model in its body and another in its query; name it once"},
+        {ANSWER_MODEL_CONTROL_CHARACTER, 0, 0, 400, "invalid_model", "",
+         "the model name holds a control character"},
+        {ANSWER_MODEL_NOT_ALLOWED, 0, 0, 403, "model_not_allowed", "",
+         "this key (tier 'free') may not use model '3090-big'; GET /v1/models lists the ones it may"},
+        {ANSWER_UNKNOWN_HOST, 0, 0, 404, "model_not_found", "",
+         "model '3090' does not start with a configured host name and '-'; GET /v1/models lists the "
+         "models "
+         "this proxy serves"},
+        {ANSWER_UNKNOWN_MODEL, 0, 0, 404, "model_not_found", "",
+         "host '3090' does not list a model 'k\"q'; GET /v1/models lists the models this proxy serves"},
+        {ANSWER_NO_ENGINE, 0, 0, 404, "model_not_found", "",
+         "no engine of host '3090' serves 'k\"q': no [Engine] of that host lists it in Models=, and no "
+         "engine "
+         "runs there now; GET /v1/models lists the models this proxy serves"},
+        {ANSWER_HOST_DOWN, 0, 0, 503, "host_down", "Retry-After: 30\r\nretry-after-ms: 30000\r\n",
+         "host '3090' is down: connection refused; modelgate keeps trying it, retry in 30 s"},
+        {ANSWER_HOST_REMOVED, 0, 0, 503, "host_down", "Retry-After: 30\r\nretry-after-ms: 30000\r\n",
+         "host '3090' was removed from modelgate's configuration by a reload; GET /v1/models lists the "
+         "models "
+         "this proxy serves now"},
+        {ANSWER_GPU_BUSY, 0, 0, 423, "gpu_busy", "x-should-retry: false\r\n",
+         "words of 100% someone else's"},
+        {ANSWER_ENGINE_FAILED, 504, 0, 504, "engine_failed", "", "words of 100% someone else's"},
+        {ANSWER_UPSTREAM_FAILED, 0, 0, 502, "upstream_failed", "",
+         "host '3090' failed this request: connection reset (http://10.0.0.2:8080)"},
+        {ANSWER_UPSTREAM_TIMEOUT, 0, 0, 504, "upstream_timeout", "",
+         "host '3090' sent nothing for 5min (UpstreamIdleTimeoutSec=), so modelgate cancelled the request"},
+        {ANSWER_UPSTREAM_ENDED_EARLY, 0, 0, 502, "upstream_incomplete", "",
+         "host '3090' ended its answer early (connection refused)"},
+        {ANSWER_UPSTREAM_STREAM_CUT, 0, 0, 502, "upstream_incomplete", "",
+         "host '3090' stopped the stream before it ended (connection refused); the answer is incomplete"},
+        {ANSWER_FALLBACK_FAILED, 0, 0, 502, "fallback_failed", "",
+         "fallback 'cloud' (https://api.example) failed: connection refused"},
+        {ANSWER_BUDGET_EXCEEDED, 0, 0, 504, "budget_exceeded", "",
+         "engine 'fork' of host '3090': no first token within 10s; the request was cancelled"},
+        {ANSWER_CONFIG_ERROR, 0, 0, 503, "config_error", "x-should-retry: false\r\n",
+         "words of 100% someone else's"},
+        {ANSWER_CRASH_LOOP, 0, 0, 503, "crash_loop", "x-should-retry: false\r\n",
+         "words of 100% someone else's"},
+        {ANSWER_TOO_MANY_SUBSCRIBERS, 0, 0, 503, "too_many_subscribers", "Retry-After: 30\r\n",
+         "/models/sse has 8 subscribers, as many as this proxy takes (MaxFeedSubscribers=8, at most half of "
+         "MaxConnections=)"},
+};
+
+static json_object *member(json_object *o, const char *key) {
+        json_object *v = NULL;
+        ASSERT_TRUE(json_object_object_get_ex(o, key, &v));
+        return v;
+}
+
+/* The row's body in one API shape: JSON, with the words, the status's type and (OpenAI) the code */
+static void check_shape(ApiKind api, int status, const char *code, const char *message, const char *body) {
+        _cleanup_(json_object_putp) json_object *o = NULL;
+        json_object *e;
+
+        ASSERT_OK(json_parse(/* tok= */ NULL, body, strlen(body), &o));
+        e = member(o, "error");
+        ASSERT_STREQ(json_get_string(e, "message"), message);
+        ASSERT_TRUE(json_get_string(e, "type"));
+        if (api == API_ANTHROPIC) {
+                ASSERT_STREQ(json_get_string(o, "type"), "error");
+                ASSERT_TRUE(!json_object_object_get_ex(e, "code", NULL));
+        } else if (code)
+                ASSERT_STREQ(json_get_string(e, "code"), code);
+        else
+                ASSERT_TRUE(json_object_is_type(member(e, "code"), json_type_null));
+        ASSERT_TRUE(status >= 400 && status < 600);
+}
+
+TEST(every_row_in_both_shapes) {
+        bool seen[_ANSWER_MAX] = {};
+
+        for (size_t i = 0; i < ELEMENTSOF(rows); i++) {
+                Answer a = rows[i].answer;
+                const AnswerRow *row = answer_row(a);
+                char message[512], headers[128];
+                int status = answer_status(a, rows[i].given_status);
+
+                ASSERT_TRUE(!seen[a]);
+                seen[a] = true;
+                format_sample(a, message, sizeof(message));
+                if (!streq(message, rows[i].message))
+                        FAIL("row %d: '%s' != '%s'", a, message, rows[i].message);
+                ASSERT_EQ(status, rows[i].status);
+                ASSERT_TRUE(streq_ptr(row->code, rows[i].code));
+                ASSERT_TRUE(answer_headers(headers, sizeof(headers), a, rows[i].given_retry) <
+                            (int)sizeof(headers));
+                ASSERT_STREQ(headers, rows[i].headers);
+                for (ApiKind api = API_OPENAI; api <= API_ANTHROPIC; api++) {
+                        _cleanup_free_ char *j = api_error_json(api, status, row->code, message, NULL);
+                        _cleanup_(buffer_done) Buffer ev = {};
+                        ASSERT_TRUE(j);
+                        check_shape(api, status, row->code, message, j);
+                        /* after the early 200, the same body as an SSE error event */
+                        ASSERT_OK(sse_error_event(api, status, row->code, message, &ev));
+                        ASSERT_OK(buffer_terminate(&ev));
+                        ASSERT_TRUE(strstr(buffer_peek(&ev), j));
+                }
+        }
+        for (Answer a = 0; a < _ANSWER_MAX; a++)
+                if (!seen[a])
+                        FAIL("row %d of the table is not tested", a);
+}
+
+TEST(retry_after_family) {
+        char b[96];
+
+        ASSERT_EQ(answer_retry_after(b, sizeof(b), ANSWER_HOST_DOWN_RETRY_SEC, /* ms= */ true), 40);
+        ASSERT_STREQ(b, "Retry-After: 30\r\nretry-after-ms: 30000\r\n");
+        (void)answer_retry_after(b, sizeof(b), 7, /* ms= */ false);
+        ASSERT_STREQ(b, "Retry-After: 7\r\n");
+}
+
+TESTS_MAIN
