@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "modelgated/catalog.h"
-#include "modelgated/host-private.h"
+#include "modelgated/host-internal.h"
 #include "modelgated/metrics.h"
 #include "shared/log.h"
 #include "shared/strv.h"

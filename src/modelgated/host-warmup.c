@@ -8,7 +8,7 @@
 
 #include <stdio.h>
 
-#include "modelgated/host-private.h"
+#include "modelgated/host-internal.h"
 #include "modelgated/http-writer.h"
 #include "modelgated/sched.h"
 #include "shared/log.h"
