@@ -117,8 +117,9 @@ COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*|\"(?:\\.|[^\"\\])*\"", re.S)
 
 
 def read_calls(src):
-    """{file.c: [other file.c whose functions it calls]}: the files of a module call each other only
-    downwards too (news goes up through callback tables, whose calls name no function)"""
+    """{file.c: [file.c of another module whose functions it calls]}: between modules calls point down
+    (news goes up through callback tables, whose calls name no function); the files of one module call
+    each other freely, through the module's internal header"""
     texts = {}
     for root, _, files in os.walk(src):
         for f in files:
@@ -132,8 +133,14 @@ def read_calls(src):
     calls = {}
     for f, text in texts.items():
         called = set(re.findall(r"\b([a-z_]\w*)\s*\(", text))
-        calls[f] = sorted({defined[n] for n in called if n in defined and defined[n] != f})
+        calls[f] = sorted({defined[n] for n in called if n in defined and not same_module(defined[n], f)})
     return calls
+
+
+def same_module(a, b):
+    """whether two files (paths relative to src) are of one module"""
+    ma, mb = module_of(os.path.splitext(a)[0]), module_of(os.path.splitext(b)[0])
+    return a == b or (ma is not None and ma == mb)
 
 
 def tangles(graph):
