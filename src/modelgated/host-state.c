@@ -200,7 +200,6 @@ Host *host_new(const HostEnv *env, Config *config, const HostConf *conf) {
         h->config = config_ref(config);
         h->running = h->target = -1;
         h->state = HOST_IDLE;
-        h->engine_ready = host_engine_is_up;
 
         if (collect_engines(config, conf, &h->engines, &h->n_engines, &units) < 0)
                 goto fail;
