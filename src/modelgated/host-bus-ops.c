@@ -95,7 +95,7 @@ static bool op_bus_closing(BusOp *op, sd_bus_message *m) {
         if (!sd_bus_message_is_method_error(m, NULL) || sd_bus_is_open(op->bus->bus) > 0)
                 return false;
         op->slot = sd_bus_slot_unref(op->slot);
-        if (!op->bus->lost(op->bus, "bus connection lost"))
+        if (!host_bus_lost(op->bus, "bus connection lost"))
                 bus_op_finish(op, NULL, NULL, "bus connection lost");
         return true;
 }

@@ -160,9 +160,9 @@ static int subscribe_reply_cb(sd_bus_message *m, void *userdata, sd_bus_error *r
                  * way this bus is no use, and a new one is tried after the backoff */
                 b->setup_failed = true;
                 log_debug("host %s: Subscribe() failed: %s", b->host->name, e);
-                b->lost(b, sd_bus_message_is_method_error(m, SD_BUS_ERROR_NO_REPLY)
-                                   ? "connection closed before the bus came up"
-                                   : e);
+                host_bus_lost(b, sd_bus_message_is_method_error(m, SD_BUS_ERROR_NO_REPLY)
+                                         ? "connection closed before the bus came up"
+                                         : e);
                 return 0;
         }
         b->subscribed = true;
