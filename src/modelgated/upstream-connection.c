@@ -5,9 +5,10 @@
  * (upstream-pool.c: the host keeps it alive) or freed. Callbacks into the owner run from inside
  * llhttp_execute() (upstream-response.c); the owner never frees the Upstream there, it returns < 0 and
  * this module cancels after the parser has returned. This is the top of the upstream files: it drives
- * the handshake by what upstream_handshake() returns, and what it shares with the pool (freeing, the
- * event sources, the loop's time) is below both, in upstream-base.c. */
+ * the handshake by what upstream_handshake() returns. The Upstream's own primitives (freeing it,
+ * re-arming its socket's edges, its one timer, the loop's time) are here too, and the pool uses them. */
 
+#include <assert.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <string.h>
@@ -52,6 +53,45 @@ const char *upstream_strerror(int error) {
         default:
                 return strerror(error < 0 ? -error : error);
         }
+}
+
+Upstream *upstream_free(Upstream *u) {
+        if (!u)
+                return NULL;
+        if (u->state == UPSTREAM_IDLE)
+                upstream_pool_remove(u);
+        socket_watch_free(u->io);
+        lazy_timer_done(&u->timer);
+        upstream_tls_close(u);
+        free(u->tls_host);
+        safe_close(u->fd);
+        buffer_done(&u->request);
+        buffer_done(&u->resp.head);
+        free(u->resp.headers);
+        free(u->authority);
+        free(u);
+        return NULL;
+}
+
+int upstream_rearm(Upstream *u) {
+        return socket_watch_rearm(u->io);
+}
+
+int upstream_arm_timer(Upstream *u, usec_t deadline) {
+        if (deadline == USEC_INFINITY)
+                return u->timer.source ? lazy_timer_set(&u->timer, USEC_INFINITY) : 0;
+        /* upstream_connect() made it, and nothing arms it before that */
+        assert(u->timer.source);
+        return lazy_timer_set(&u->timer, deadline);
+}
+
+usec_t upstream_now(const Upstream *u) {
+        usec_t now;
+
+        /* the time sd-event compares its timers with, as touch() in upstream-connection.c uses; it cannot
+         * fail for CLOCK_MONOTONIC, and before the loop first runs it is the time now */
+        (void)sd_event_now(u->pool->event, CLOCK_MONOTONIC, &now);
+        return now;
 }
 
 static Upstream *upstream_detach(Upstream *u) {

@@ -11,6 +11,12 @@
 
 #include "modelgated/upstream-internal.h"
 
+/* Unlinking from the idle list is the pool's, and freeing an idle connection does it too. */
+void upstream_pool_remove(Upstream *u) {
+        LIST_REMOVE(idle, u->pool->idle, u);
+        u->pool->n_idle--;
+}
+
 int upstream_pool_new(sd_event *event, SocketWatchSet *sockets, UpstreamPool **ret) {
         UpstreamPool *p = calloc(1, sizeof(UpstreamPool));
         if (!p)
