@@ -326,8 +326,8 @@ static int server_listen(Server *s) {
                                 return log_error_errno(r, "Failed to watch socket '%s': %m", name);
                 }
                 if (s->n_listeners == 0)
-                        return log_error_errno(EBADF, "None of the %d sockets passed by systemd can be used",
-                                               n);
+                        return log_error_errno(SYNTHETIC_ERRNO(EBADF),
+                                               "None of the %d sockets passed by systemd can be used", n);
                 if (config->listen)
                         log_info("Socket-activated: [Proxy] Listen= is not used");
                 return 0;
