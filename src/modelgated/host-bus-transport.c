@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "modelgated/host-bus-internal.h"
+#include "shared/errno-util.h"
 #include "shared/log.h"
 #include "shared/strv.h"
 
@@ -85,7 +86,7 @@ static int stderr_cb(sd_event_source *s, int fd, uint32_t revents, void *userdat
         char buf[4096];
         ssize_t k = read(fd, buf, sizeof(buf));
 
-        if (k < 0 && (errno == EAGAIN || errno == EINTR))
+        if (k < 0 && ERRNO_IS_TRANSIENT(errno))
                 return 0;
         if (k <= 0) {
                 /* every writer has gone (the child exited) */

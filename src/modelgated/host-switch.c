@@ -20,6 +20,7 @@
 #include "modelgated/catalog.h"
 #include "modelgated/host-internal.h"
 #include "modelgated/metrics.h"
+#include "shared/errno-util.h"
 #include "shared/log.h"
 #include "shared/strv.h"
 
@@ -280,7 +281,7 @@ static void start_done(HostBus *b, size_t i, const char *result, const char *err
         }
         /* "done" says little (systemd-notes.md §2.6); the unit's own state says the rest */
         int r = host_bus_refresh_unit(b, i, start_checked, h);
-        if (r == -ENOTCONN || r == -ECONNRESET || r == -EPIPE || r == -ESHUTDOWN)
+        if (ERRNO_IS_DISCONNECT(r))
                 /* the bus went away between the job's end and this read: its loss ends the switch, and
                  * the waiting requests hear "host down" (503), not that the engine failed */
                 return;

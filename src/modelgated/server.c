@@ -19,6 +19,7 @@
 #include "modelgated/client.h"
 #include "modelgated/manager.h"
 #include "modelgated/server.h"
+#include "shared/errno-util.h"
 #include "shared/log.h"
 #include "shared/parse-util.h"
 #include "shared/strv.h"
@@ -395,9 +396,9 @@ static int accept_cb(sd_event_source *source, int fd, uint32_t revents, void *us
                 }
                 cfd = accept4(fd, (struct sockaddr *)&peer, &pl, SOCK_NONBLOCK | SOCK_CLOEXEC);
                 if (cfd < 0) {
-                        if (errno == EAGAIN || errno == EINTR)
+                        if (ERRNO_IS_TRANSIENT(errno))
                                 return 0;
-                        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                        if (ERRNO_IS_RESOURCE(errno)) {
                                 accept_failed(s, errno);
                                 return 0;
                         }

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 
 #include "modelgated/upstream-internal.h"
+#include "shared/errno-util.h"
 
 /* Unlinking from the idle list is the pool's, and freeing an idle connection does it too. */
 void upstream_pool_remove(Upstream *u) {
@@ -65,7 +66,7 @@ static bool pool_alive(Upstream *u) {
                 return true;
         ssize_t k = recv(u->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
         /* through TLS, bytes may be a session ticket */
-        return (k < 0 && (errno == EAGAIN || errno == EINTR)) || (k > 0 && u->ssl);
+        return (k < 0 && ERRNO_IS_TRANSIENT(errno)) || (k > 0 && u->ssl);
 }
 
 Upstream *upstream_pool_take(UpstreamPool *p, const HttpUrl *url) {
