@@ -223,8 +223,6 @@ int manager_load_config(Manager *m, const char *path) {
         return 0;
 }
 
-#define FEED_KEEPALIVE_USEC (15 * USEC_PER_SEC)
-
 void manager_changed(Manager *m) {
         if (m->n_draining > 0)
                 /* a draining host may be done now; not freed from here, which runs inside its callbacks */
