@@ -262,8 +262,10 @@ static void fetch_on_complete(Upstream *u, void *userdata) {
         Catalog *c = userdata;
         int r = catalog_list_read_end(c->reading);
 
-        if (r < 0)
-                return fetch_refuse(c, r == -ENOMEM ? -EBADMSG : r);
+        if (r < 0) {
+                fetch_refuse(c, r == -ENOMEM ? -EBADMSG : r);
+                return;
+        }
         catalog_report_http(c, NULL);
         fetch_finished(c, true);
 }
@@ -271,8 +273,10 @@ static void fetch_on_complete(Upstream *u, void *userdata) {
 static void fetch_on_error(Upstream *u, int error, bool started, void *userdata) {
         Catalog *c = userdata;
 
-        if (c->fetch_refused)
-                return fetch_refuse(c, c->fetch_refused);
+        if (c->fetch_refused) {
+                fetch_refuse(c, c->fetch_refused);
+                return;
+        }
         log_debug("host %s: GET /models failed: %s", c->conf.host->name, upstream_strerror(error));
         /* an engine that runs but does not answer makes the host down (SPEC §6); so does a plain host */
         if (c->conf.n_engines == 0 || c->engine_up >= 0)

@@ -256,14 +256,18 @@ static void start_checked(HostBus *b, char **units, const char *error, void *use
 
         if (error) {
                 snprintf(what, sizeof(what), "could not be read after its start: %s", error);
-                return switch_fail_engine(h, what);
+                switch_fail_engine(h, what);
+                return;
         }
-        if (unit_info_is_running(u))
-                return phase_health(h, false);
+        if (unit_info_is_running(u)) {
+                phase_health(h, false);
+                return;
+        }
         if (!u->condition_result || streq_ptr(u->result, "exec-condition")) {
                 snprintf(what, sizeof(what), "%s refused to start: its %s failed", u->name,
                          streq_ptr(u->result, "exec-condition") ? "ExecCondition=" : "Condition…=");
-                return switch_refuse_busy(h, what);
+                switch_refuse_busy(h, what);
+                return;
         }
         snprintf(what, sizeof(what), "failed to start (result: %s, state: %s)",
                  u->result && !streq(u->result, "success") ? u->result : "exit-code",
@@ -277,7 +281,8 @@ static void start_done(HostBus *b, size_t i, const char *result, const char *err
 
         if (!result) {
                 snprintf(what, sizeof(what), "could not be started: %s", error);
-                return switch_fail_engine(h, what);
+                switch_fail_engine(h, what);
+                return;
         }
         /* "done" says little (systemd-notes.md §2.6); the unit's own state says the rest */
         int r = host_bus_refresh_unit(b, i, start_checked, h);
@@ -295,8 +300,10 @@ static void phase_start(Host *h) {
         char what[256];
         int r;
 
-        if (unit_info_is_running(host_bus_unit(h->bus, (size_t)h->target)))
-                return phase_health(h, false);
+        if (unit_info_is_running(host_bus_unit(h->bus, (size_t)h->target))) {
+                phase_health(h, false);
+                return;
+        }
         h->phase = PHASE_STARTING;
         h->running = -1;
         h->engine_up = false;
@@ -368,8 +375,10 @@ static void port_on_error(Upstream *u, int error, bool started, void *userdata) 
         Host *h = userdata;
 
         h->probe = NULL;
-        if (started)
-                return port_probe_answered(h);
+        if (started) {
+                port_probe_answered(h);
+                return;
+        }
         phase_stop_others(h);
 }
 
@@ -387,8 +396,10 @@ static bool any_engine_running(Host *h) {
 }
 
 static void phase_port_probe(Host *h) {
-        if (any_engine_running(h))
-                return phase_stop_others(h);
+        if (any_engine_running(h)) {
+                phase_stop_others(h);
+                return;
+        }
         h->phase = PHASE_PORT_PROBE;
         if (host_probe_start(h, &port_callbacks, PORT_PROBE_TIMEOUT_USEC) < 0)
                 phase_stop_others(h);
@@ -402,12 +413,14 @@ static void busy_listed(HostBus *b, char **units, const char *error, void *userd
 
         if (error) {
                 snprintf(msg, sizeof(msg), "could not be started: checking BusyUnits= failed: %s", error);
-                return switch_fail_engine(h, msg);
+                switch_fail_engine(h, msg);
+                return;
         }
         if (!strv_isempty(units)) {
                 _cleanup_free_ char *names = strv_join(units, ", ");
                 snprintf(msg, sizeof(msg), "%s %s active", names ?: units[0], units[1] ? "are" : "is");
-                return switch_refuse_busy(h, msg);
+                switch_refuse_busy(h, msg);
+                return;
         }
         phase_port_probe(h);
 }
@@ -420,8 +433,10 @@ void host_begin_switch(Host *h) {
                    h->for_model ?: "a request");
         h->phase = PHASE_BUSY_CHECK;
         host_update_state(h);
-        if (strv_isempty(h->conf->busy_units))
-                return phase_port_probe(h);
+        if (strv_isempty(h->conf->busy_units)) {
+                phase_port_probe(h);
+                return;
+        }
         r = host_bus_list_active(h->bus, h->conf->busy_units, busy_listed, h);
         if (r < 0)
                 busy_listed(h->bus, NULL, strerror(-r), h);
@@ -557,10 +572,13 @@ static void unit_changed(HostBus *b, size_t i, void *userdata) {
                         return;
                 snprintf(what, sizeof(what), "stopped%s (state: %s, result: %s)",
                          h->engine_up ? " on its own" : "", strna(u->active_state), strna(u->result));
-                if (h->phase == PHASE_HEALTH && h->target == (ssize_t)i)
-                        return switch_fail_engine(h, what);
+                if (h->phase == PHASE_HEALTH && h->target == (ssize_t)i) {
+                        switch_fail_engine(h, what);
+                        return;
+                }
                 log_warning("host %s: engine %s %s", h->conf->name, engine_name(h, (ssize_t)i), what);
-                return engine_gone(h);
+                engine_gone(h);
+                return;
         }
         if (h->running < 0 && h->phase == PHASE_NONE) {
                 /* started by someone else (or restarted by systemd): ours all the same, once healthy */

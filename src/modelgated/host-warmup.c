@@ -178,8 +178,10 @@ static void health_on_complete(Upstream *u, void *userdata) {
         Host *h = userdata;
 
         h->probe = NULL;
-        if (h->probe_status != 200)
-                return probe_again(h);
+        if (h->probe_status != 200) {
+                probe_again(h);
+                return;
+        }
         /* ready means answers at once: the first request must not pay the model's cold start */
         if (!h->adopting && h->engines[h->target].conf->warmup_body) {
                 h->warmup_start = host_now(h);

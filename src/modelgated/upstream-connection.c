@@ -192,24 +192,31 @@ static void upstream_handle_eof(Upstream *u) {
         if (!u->got_bytes) {
                 if (upstream_maybe_retry(u))
                         return;
-                return upstream_fail(u, u->write_error ?: -ECONNRESET);
+                upstream_fail(u, u->write_error ?: -ECONNRESET);
+                return;
         }
         /* A response without length ends here (older llama.cpp builds end streams like this) */
         u->in_parser = true;
         llhttp_errno_t e = llhttp_finish(&u->parser);
         u->in_parser = false;
-        if (u->complete && !u->cancel_error)
-                return upstream_finish_ok(u, 1); /* never reuse a closed connection */
-        if (u->cancel_error)
-                return upstream_fail(u, u->cancel_error);
+        if (u->complete && !u->cancel_error) {
+                upstream_finish_ok(u, 1); /* never reuse a closed connection */
+                return;
+        }
+        if (u->cancel_error) {
+                upstream_fail(u, u->cancel_error);
+                return;
+        }
         (void)e;
         upstream_fail(u, -ECONNABORTED);
 }
 
 /* The owner's cancel, or a callback's refusal, after the parser has returned */
 static void upstream_end_cancelled(Upstream *u) {
-        if (!u->cb) /* the owner cancelled: nobody to tell */
-                return (void)upstream_free(u);
+        if (!u->cb) { /* the owner cancelled: nobody to tell */
+                upstream_free(u);
+                return;
+        }
         upstream_fail(u, u->cancel_error);
 }
 
@@ -321,7 +328,8 @@ static void upstream_write(Upstream *u) {
                                 (void)upstream_read(u);
                                 return;
                         }
-                        return upstream_fail(u, error);
+                        upstream_fail(u, error);
+                        return;
                 }
                 u->request_sent += (size_t)k;
         }
@@ -332,8 +340,10 @@ static void upstream_write(Upstream *u) {
  * from now on instead of the connect timeout. */
 static void upstream_connected(Upstream *u) {
         u->state = UPSTREAM_SENDING;
-        if (upstream_arm_timer(u, u->deadline) < 0)
-                return upstream_fail(u, -ENOMEM);
+        if (upstream_arm_timer(u, u->deadline) < 0) {
+                upstream_fail(u, -ENOMEM);
+                return;
+        }
         upstream_write(u);
 }
 
@@ -341,9 +351,9 @@ static void upstream_handshake_step(Upstream *u) {
         int r = upstream_handshake(u);
 
         if (r < 0)
-                return upstream_fail(u, r);
-        if (r > 0)
-                return upstream_connected(u);
+                upstream_fail(u, r);
+        else if (r > 0)
+                upstream_connected(u);
         /* else it waits for the socket's next edge */
 }
 
