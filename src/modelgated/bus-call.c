@@ -3,6 +3,7 @@
  * the loop: the caller's uid first (root is always allowed, as systemd's daemons do), then
  * CheckAuthorization for everyone else. On the user bus the bus itself admits only its owner. */
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,8 +70,12 @@ void bus_call_reply(BusCall *c) {
         bus_call_free(c);
 }
 
-void bus_call_reply_error(BusCall *c, const char *name, const char *message) {
-        (void)sd_bus_reply_method_errorf(c->message, name, "%s", message);
+void bus_call_reply_error(BusCall *c, const char *name, const char *fmt, ...) {
+        va_list ap;
+
+        va_start(ap, fmt);
+        (void)sd_bus_reply_method_errorfv(c->message, name, fmt, ap);
+        va_end(ap);
         bus_call_free(c);
 }
 
@@ -83,13 +88,12 @@ static int polkit_answered(sd_bus_message *reply, void *userdata, sd_bus_error *
         /* sd-bus ends a call past its bound with NoReply; the bus sends that too when polkit exits first */
         if (e && sd_bus_error_has_name(e, SD_BUS_ERROR_NO_REPLY) &&
             now_usec(CLOCK_MONOTONIC) >= c->polkit_until) {
-                char t[FORMAT_TIMESPAN_MAX], msg[160];
+                char t[FORMAT_TIMESPAN_MAX];
 
                 format_timespan(t, sizeof(t), c->polkit_timeout);
                 log_warning("polkit did not answer the check of %s within %s, refusing it", c->action, t);
-                snprintf(msg, sizeof(msg), "polkit did not answer within %s; nothing was changed, try again",
-                         t);
-                bus_call_reply_error(c, SD_BUS_ERROR_TIMEOUT, msg);
+                bus_call_reply_error(c, SD_BUS_ERROR_TIMEOUT,
+                                     "polkit did not answer within %s; nothing was changed, try again", t);
                 return 0;
         }
         if (e) {
@@ -165,5 +169,5 @@ int bus_call_authorize(BusCall *c) {
 
 void bus_call_set_reply_all(BusCallSet *s, const char *name, const char *message) {
         while (s->calls)
-                bus_call_reply_error(s->calls, name, message);
+                bus_call_reply_error(s->calls, name, "%s", message);
 }
