@@ -368,7 +368,7 @@ static void client_upstream_error(Upstream *u, int error, bool started, void *us
         } else if (!started || (c->x->mode == MODE_HOLD && !c->x->head_sent)) {
                 if (!started) {
                         log_debug("host %s: %s %.*s failed before an answer: %s", c->x->host->name,
-                                  c->x->method, (int)c->x->path.n, c->x->path.p ?: "",
+                                  exchange_method_name(c->x), (int)c->x->path.n, c->x->path.p ?: "",
                                   upstream_strerror(error));
                         client_host_down(c, error);
                 } else {
