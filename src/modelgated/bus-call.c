@@ -3,6 +3,7 @@
  * the loop: the caller's uid first (root is always allowed, as systemd's daemons do), then
  * CheckAuthorization for everyone else. On the user bus the bus itself admits only its owner. */
 
+#include <assert.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +34,7 @@ static usec_t polkit_timeout(BusCall *c, bool interactive) {
 
 BusCall *bus_call_new(BusCallSet *set, void *userdata, sd_bus_message *message, const char *action,
                       BusCallAuthorized authorized, const char *host) {
+        assert(set);
         BusCall *c = calloc(1, sizeof(BusCall));
 
         if (!c)
@@ -66,11 +68,13 @@ void bus_call_free(BusCall *c) {
 }
 
 void bus_call_reply(BusCall *c) {
+        assert(c);
         (void)sd_bus_reply_method_return(c->message, NULL);
         bus_call_free(c);
 }
 
 void bus_call_reply_error(BusCall *c, const char *name, const char *fmt, ...) {
+        assert(c);
         va_list ap;
 
         va_start(ap, fmt);
@@ -153,6 +157,7 @@ static int uid_answered(sd_bus_message *reply, void *userdata, sd_bus_error *ret
 }
 
 int bus_call_authorize(BusCall *c) {
+        assert(c);
         int r;
 
         if (!c->set->polkit) {
@@ -168,6 +173,7 @@ int bus_call_authorize(BusCall *c) {
 }
 
 void bus_call_set_reply_all(BusCallSet *s, const char *name, const char *message) {
+        assert(s);
         while (s->calls)
                 bus_call_reply_error(s->calls, name, "%s", message);
 }

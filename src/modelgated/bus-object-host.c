@@ -3,6 +3,7 @@
  * from the live Host, and SwitchEngine()/StopEngine(). A path names a host, not a Host: a reload may
  * replace the Host meanwhile, so every call and every property looks it up by name again. */
 
+#include <assert.h>
 #include <stdio.h>
 
 #include "modelgated/bus-object-internal.h"
@@ -272,6 +273,7 @@ static int host_enumerate(sd_bus *bus, const char *path, void *userdata, char **
 }
 
 int bus_object_host_publish(BusObject *o) {
+        assert(o);
         int r;
 
         r = sd_bus_add_fallback_vtable(o->bus, NULL, HOST_PREFIX, "org.modelgate1.Host", host_vtable,

@@ -6,6 +6,7 @@
  * 'edits', and the old one is garbage there until edits are compacted (when garbage outweighs what is
  * live: each compaction follows as many bytes of changes as it copies). */
 
+#include <assert.h>
 #include <errno.h>
 #include <json-c/json.h>
 #include <stdlib.h>
@@ -418,6 +419,7 @@ static int scan(CatalogList *l, const char *p, size_t n, size_t base) {
 }
 
 int catalog_list_read(CatalogList *l, const char *p, size_t n) {
+        assert(l);
         size_t base = buffer_size(&l->raw);
 
         if (l->error)
@@ -434,6 +436,7 @@ int catalog_list_read(CatalogList *l, const char *p, size_t n) {
 }
 
 int catalog_list_read_end(CatalogList *l) {
+        assert(l);
         if (!l->error && (l->state != READ_TRAILER || !l->seen_data))
                 l->error = -EBADMSG;
         if (l->error)
@@ -464,23 +467,28 @@ int catalog_list_parse(const char *body, size_t n, size_t max_entries, size_t ma
 }
 
 size_t catalog_list_size(const CatalogList *l) {
+        assert(l);
         return l->n_entries;
 }
 
 const char *catalog_list_entry(const CatalogList *l, size_t i, size_t *ret_len) {
+        assert(l);
         *ret_len = l->entries[i].len;
         return entry_text(l, &l->entries[i]);
 }
 
 const char *catalog_list_id(const CatalogList *l, size_t i) {
+        assert(l);
         return l->entries[i].id;
 }
 
 bool catalog_list_loading(const CatalogList *l, size_t i) {
+        assert(l);
         return l->entries[i].loading;
 }
 
 ssize_t catalog_list_find(const CatalogList *l, const char *id) {
+        assert(l);
         CountMap *m = l->by_id;
         uint64_t *at = m ? count_map_get(&m, id, false) : NULL;
 
@@ -488,11 +496,13 @@ ssize_t catalog_list_find(const CatalogList *l, const char *id) {
 }
 
 bool catalog_list_has(const CatalogList *l, const char *key) {
+        assert(l);
         CountMap *m = l->names;
         return m && count_map_get(&m, key, false);
 }
 
 char **catalog_list_ids(const CatalogList *l) {
+        assert(l);
         char **ids = calloc(l->n_entries + 1, sizeof(char *));
 
         if (!ids)
@@ -506,6 +516,7 @@ char **catalog_list_ids(const CatalogList *l) {
 }
 
 bool catalog_list_equal(const CatalogList *a, const CatalogList *b) {
+        assert(a);
         if (a->n_entries != b->n_entries)
                 return false;
         for (size_t i = 0; i < a->n_entries; i++) {
@@ -586,6 +597,7 @@ static int pending_add(CatalogList *l, const CatalogStatus *s) {
 }
 
 int catalog_list_apply(CatalogList *l, const CatalogStatus *s) {
+        assert(l);
         ssize_t i = catalog_list_find(l, s->key);
 
         if (i >= 0)
@@ -596,5 +608,6 @@ int catalog_list_apply(CatalogList *l, const CatalogStatus *s) {
 }
 
 uint64_t catalog_list_entry_parses(const CatalogList *l) {
+        assert(l);
         return l->entry_parses;
 }

@@ -10,6 +10,7 @@
 #include "modelgated/upstream.h"
 
 void exchange_init(Exchange *x, Client *client) {
+        assert(x);
         *x = (Exchange){.client = client, .method = EXCHANGE_NO_METHOD, .mode = MODE_PASS};
 }
 

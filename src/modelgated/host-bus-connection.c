@@ -18,6 +18,7 @@
 #define RECONNECT_MAX_USEC (60 * USEC_PER_SEC)
 
 bool host_bus_lost(HostBus *b, const char *reason) {
+        assert(b);
         bool was_up = b->up;
         _cleanup_free_ char *why = NULL;
 
@@ -97,6 +98,7 @@ static int bus_send_setup(HostBus *b) {
 }
 
 void host_bus_connect(HostBus *b) {
+        assert(b);
         _cleanup_free_ char *reason = NULL;
         int r;
 
@@ -200,18 +202,22 @@ bool host_bus_is_up(const HostBus *b) {
 }
 
 size_t host_bus_n_units(const HostBus *b) {
+        assert(b);
         return b->n_units;
 }
 
 const UnitInfo *host_bus_unit(const HostBus *b, size_t i) {
+        assert(b);
         assert(i < b->n_units);
         return &b->units[i].info;
 }
 
 const char *host_bus_label(const HostBus *b) {
+        assert(b);
         return b->label;
 }
 
 void host_bus_set_conf(HostBus *b, const HostConf *h) {
+        assert(b);
         b->host = h;
 }

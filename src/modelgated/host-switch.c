@@ -14,6 +14,7 @@
  * the state the host shows, which the phases mostly decide. *When* to switch
  * is the Sched's (host-state.c carries its actions out). */
 
+#include <assert.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -38,6 +39,7 @@ const char *host_state_to_string(HostState s) {
 }
 
 void host_update_state(Host *h) {
+        assert(h);
         HostState s;
 
         if (h->bus_down || h->http_down)
@@ -105,6 +107,7 @@ int host_down_cb(sd_event_source *s, void *userdata) {
 }
 
 void host_tell_riders_down(Host *h) {
+        assert(h);
         if (h->riders)
                 (void)sd_event_source_set_enabled(h->down_source, SD_EVENT_ONESHOT);
 }
@@ -112,6 +115,7 @@ void host_tell_riders_down(Host *h) {
 /* The switch */
 
 void host_switch_reset(Host *h) {
+        assert(h);
         h->phase = PHASE_NONE;
         h->target = -1;
         h->adopting = false;
@@ -168,6 +172,7 @@ static void switch_fail_engine(Host *h, const char *what) {
 }
 
 void host_engine_is_up(Host *h) {
+        assert(h);
         char t[32];
         usec_t took = host_now(h) - h->switch_start;
 
@@ -426,6 +431,7 @@ static void busy_listed(HostBus *b, char **units, const char *error, void *userd
 }
 
 void host_begin_switch(Host *h) {
+        assert(h);
         int r;
 
         h->switch_start = host_now(h);
@@ -465,6 +471,7 @@ static void idle_stopped(HostBus *b, size_t i, const char *result, const char *e
 }
 
 void host_idle_stop(Host *h, ssize_t engine, bool requested) {
+        assert(h);
         h->phase = PHASE_IDLE_STOP;
         h->stop_requested = requested;
         h->target = -1;

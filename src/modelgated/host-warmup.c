@@ -6,6 +6,7 @@
  * the switch phases because these are HTTP exchanges with the engine, with
  * their own timers and answers, while the phases are the bus's jobs. */
 
+#include <assert.h>
 #include <stdio.h>
 
 #include "modelgated/host-internal.h"
@@ -162,6 +163,7 @@ int host_prime_timer_cb(sd_event_source *s, uint64_t usec, void *userdata) {
 }
 
 void host_prime_rearm(Host *h) {
+        assert(h);
         usec_t at = prime_at(h);
 
         if (!h->prime_timer)
@@ -205,6 +207,7 @@ static const UpstreamCallbacks health_callbacks = {
 };
 
 int host_probe_start(Host *h, const UpstreamCallbacks *cb, usec_t timeout) {
+        assert(h);
         const HttpUrl *url = h->engines[h->target].url;
         Buffer req = {};
         int r;

@@ -74,10 +74,12 @@ Upstream *upstream_free(Upstream *u) {
 }
 
 int upstream_rearm(Upstream *u) {
+        assert(u);
         return socket_watch_rearm(u->io);
 }
 
 int upstream_arm_timer(Upstream *u, usec_t deadline) {
+        assert(u);
         if (deadline == USEC_INFINITY)
                 return u->timer.source ? lazy_timer_set(&u->timer, USEC_INFINITY) : 0;
         /* upstream_connect() made it, and nothing arms it before that */
@@ -86,6 +88,7 @@ int upstream_arm_timer(Upstream *u, usec_t deadline) {
 }
 
 usec_t upstream_now(const Upstream *u) {
+        assert(u);
         usec_t now;
 
         /* the time sd-event compares its timers with, as touch() in upstream-connection.c uses; it cannot
@@ -125,14 +128,17 @@ Upstream *upstream_cancel(Upstream *u) {
 }
 
 bool upstream_answer_started(const Upstream *u) {
+        assert(u);
         return u->headers_done;
 }
 
 void upstream_set_read_budget(Upstream *u, size_t bytes) {
+        assert(u);
         u->read_budget = bytes;
 }
 
 int upstream_set_deadline(Upstream *u, usec_t usec) {
+        assert(u);
         u->deadline = usec == USEC_INFINITY ? USEC_INFINITY : upstream_now(u) + usec;
         if (u->state != UPSTREAM_CONNECTING)
                 return upstream_arm_timer(u, u->deadline);
@@ -443,6 +449,7 @@ static void touch(Upstream *u) {
 }
 
 int upstream_set_idle_timeout(Upstream *u, usec_t usec) {
+        assert(u);
         u->idle_timeout = usec == 0 ? USEC_INFINITY : usec;
         if (u->idle_timeout == USEC_INFINITY)
                 return 0;

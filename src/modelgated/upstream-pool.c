@@ -6,6 +6,7 @@
  * only after it has been idle for a while, see UPSTREAM_POOL_TRUST_USEC). The pool also owns
  * the process's TLS context (upstream-tls.c makes it). */
 
+#include <assert.h>
 #include <string.h>
 #include <sys/socket.h>
 
@@ -14,6 +15,7 @@
 
 /* Unlinking from the idle list is the pool's, and freeing an idle connection does it too. */
 void upstream_pool_remove(Upstream *u) {
+        assert(u);
         LIST_REMOVE(idle, u->pool->idle, u);
         u->pool->n_idle--;
 }
@@ -38,6 +40,7 @@ UpstreamPool *upstream_pool_free(UpstreamPool *p) {
 }
 
 void upstream_pool_stop(UpstreamPool *p) {
+        assert(p);
         p->stopping = true;
         while (p->idle)
                 upstream_free(p->idle);
@@ -86,6 +89,7 @@ Upstream *upstream_pool_take(UpstreamPool *p, const HttpUrl *url) {
 }
 
 void upstream_pool_put(Upstream *u) {
+        assert(u);
         UpstreamPool *p = u->pool;
 
         if (p->stopping || p->n_idle >= UPSTREAM_IDLE_MAX) {
