@@ -23,7 +23,7 @@ LAYERS = [
     ("transport", [r"modelgated/upstream(-.*)?", r"modelgated/host-bus(-.*)?", r"modelgated/access",
                    r"modelgated/metrics", r"modelgated/feed-hub"]),
     ("catalog", [r"modelgated/catalog"]),
-    ("host", [r"modelgated/host(-state|-switch|-warmup|-private)?"]),
+    ("host", [r"modelgated/host(-state|-switch|-warmup|-internal)?"]),
     ("engine-keys", [r"modelgated/engine-keys"]),
     ("manager", [r"modelgated/manager(-.*)?"]),
     ("request", [r"modelgated/models", r"modelgated/exchange"]),
@@ -221,8 +221,8 @@ def self_test():
     circle = dict(good, **{"modelgated/client.c": ["modelgated/client-internal.h"],
                            "modelgated/client-internal.h": ["modelgated/client.c"]})
     assert any("include circle" in p for p in check(circle)), check(circle)
-    rooms = dict(good, **{"modelgated/host.c": ["modelgated/host-private.h"], "modelgated/host.h": [],
-                          "modelgated/host-private.h": ["modelgated/host.h"]})
+    rooms = dict(good, **{"modelgated/host.c": ["modelgated/host-internal.h"], "modelgated/host.h": [],
+                          "modelgated/host-internal.h": ["modelgated/host.h"]})
     assert any("between rooms" in p for p in check(rooms)), check(rooms)
     assert tangles({"a.c": ["b.c"], "b.c": ["a.c"], "c.c": ["a.c"]}) == [["a.c", "b.c"]]
     # http-header.c includes http.h while http.c calls http-header.c: a circle of rooms

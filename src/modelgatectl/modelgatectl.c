@@ -479,13 +479,14 @@ static int load_config(Config *c) {
 
         config_init(c);
         if (!path)
-                return log_error_errno(EINVAL, "Cannot tell where modelgate.conf is: pass --config=PATH");
+                return log_error_errno(SYNTHETIC_ERRNO(EINVAL),
+                                       "Cannot tell where modelgate.conf is: pass --config=PATH");
         r = config_load(c, path);
         if (r < 0)
                 return log_error_errno(r, "Cannot read %s (see above)", path);
         if (!c->access.keys_file)
-                return log_error_errno(EINVAL, "%s has no [Access] KeysFile=: there is nowhere to keep keys",
-                                       path);
+                return log_error_errno(SYNTHETIC_ERRNO(EINVAL),
+                                       "%s has no [Access] KeysFile=: there is nowhere to keep keys", path);
         return 0;
 }
 

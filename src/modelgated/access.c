@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* API keys, tiers and daily caps: see access.h and modelgate.conf(5), [Access]. */
 
+#include <assert.h>
 #include <arpa/inet.h>
 #include <fnmatch.h>
 #include <json-c/json.h>
@@ -153,6 +154,7 @@ Access *access_free(Access *a) {
 }
 
 int access_identify(const Config *c, const char *key, const char *peer, AccessCaller *ret, AccessDenial *d) {
+        assert(c);
         *ret = (AccessCaller){};
         if (key && *key) {
                 uint8_t h[SHA256_DIGEST_SIZE];
@@ -186,6 +188,7 @@ int access_identify(const Config *c, const char *key, const char *peer, AccessCa
 }
 
 const char *access_caller_id(const AccessCaller *caller, char buf[static 80]) {
+        assert(caller);
         if (!caller->tier)
                 return "anonymous";
         snprintf(buf, 80, "%s:%.8s", caller->tier->name, caller->digest);
@@ -193,6 +196,7 @@ const char *access_caller_id(const AccessCaller *caller, char buf[static 80]) {
 }
 
 bool access_model_allowed(const AccessCaller *caller, const char *model) {
+        assert(caller);
         if (!caller->tier || strv_isempty(caller->tier->models))
                 return true;
         STRV_FOREACH (g, caller->tier->models)
@@ -202,6 +206,7 @@ bool access_model_allowed(const AccessCaller *caller, const char *model) {
 }
 
 bool access_host_allowed(const AccessCaller *caller, const char *host) {
+        assert(caller);
         size_t h = strlen(host);
 
         if (!caller->tier || strv_isempty(caller->tier->models))
@@ -221,6 +226,7 @@ bool access_host_allowed(const AccessCaller *caller, const char *host) {
 }
 
 const char *access_client_address(const char *peer, char buf[static INET6_ADDRSTRLEN + 8]) {
+        assert(peer);
         struct in6_addr a6;
 
         if (inet_pton(AF_INET6, peer, &a6) != 1)

@@ -294,6 +294,7 @@ static void client_names(const AliasClient *c, char who[static NAME_MAX_LEN], ch
 }
 
 ssize_t alias_memory_recall(const AliasMemory *m, const char *alias, const AliasClient *client, usec_t now) {
+        assert(m);
         const Part *p = client->key ? &m->keyed : &m->anonymous;
         char who[NAME_MAX_LEN];
         uint32_t i;
@@ -305,6 +306,7 @@ ssize_t alias_memory_recall(const AliasMemory *m, const char *alias, const Alias
 
 void alias_memory_store(AliasMemory *m, const char *alias, const AliasClient *client, size_t target,
                         usec_t now) {
+        assert(m);
         Part *p = client->key ? &m->keyed : &m->anonymous;
         char who[NAME_MAX_LEN], prefix[NAME_MAX_LEN];
         uint64_t a = hash(FNV_SEED, alias);
@@ -350,11 +352,13 @@ static void part_clear(Part *p) {
 }
 
 void alias_memory_clear(AliasMemory *m) {
+        assert(m);
         part_clear(&m->keyed);
         part_clear(&m->anonymous);
 }
 
 size_t alias_memory_size(const AliasMemory *m) {
+        assert(m);
         return m->keyed.probation.n + m->keyed.protected.n + m->anonymous.probation.n +
                m->anonymous.protected.n;
 }

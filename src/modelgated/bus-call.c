@@ -3,6 +3,8 @@
  * the loop: the caller's uid first (root is always allowed, as systemd's daemons do), then
  * CheckAuthorization for everyone else. On the user bus the bus itself admits only its owner. */
 
+#include <assert.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +34,7 @@ static usec_t polkit_timeout(BusCall *c, bool interactive) {
 
 BusCall *bus_call_new(BusCallSet *set, void *userdata, sd_bus_message *message, const char *action,
                       BusCallAuthorized authorized, const char *host) {
+        assert(set);
         BusCall *c = calloc(1, sizeof(BusCall));
 
         if (!c)
@@ -65,12 +68,18 @@ void bus_call_free(BusCall *c) {
 }
 
 void bus_call_reply(BusCall *c) {
+        assert(c);
         (void)sd_bus_reply_method_return(c->message, NULL);
         bus_call_free(c);
 }
 
-void bus_call_reply_error(BusCall *c, const char *name, const char *message) {
-        (void)sd_bus_reply_method_errorf(c->message, name, "%s", message);
+void bus_call_reply_error(BusCall *c, const char *name, const char *fmt, ...) {
+        assert(c);
+        va_list ap;
+
+        va_start(ap, fmt);
+        (void)sd_bus_reply_method_errorfv(c->message, name, fmt, ap);
+        va_end(ap);
         bus_call_free(c);
 }
 
@@ -83,13 +92,12 @@ static int polkit_answered(sd_bus_message *reply, void *userdata, sd_bus_error *
         /* sd-bus ends a call past its bound with NoReply; the bus sends that too when polkit exits first */
         if (e && sd_bus_error_has_name(e, SD_BUS_ERROR_NO_REPLY) &&
             now_usec(CLOCK_MONOTONIC) >= c->polkit_until) {
-                char t[FORMAT_TIMESPAN_MAX], msg[160];
+                char t[FORMAT_TIMESPAN_MAX];
 
                 format_timespan(t, sizeof(t), c->polkit_timeout);
                 log_warning("polkit did not answer the check of %s within %s, refusing it", c->action, t);
-                snprintf(msg, sizeof(msg), "polkit did not answer within %s; nothing was changed, try again",
-                         t);
-                bus_call_reply_error(c, SD_BUS_ERROR_TIMEOUT, msg);
+                bus_call_reply_error(c, SD_BUS_ERROR_TIMEOUT,
+                                     "polkit did not answer within %s; nothing was changed, try again", t);
                 return 0;
         }
         if (e) {
@@ -149,6 +157,7 @@ static int uid_answered(sd_bus_message *reply, void *userdata, sd_bus_error *ret
 }
 
 int bus_call_authorize(BusCall *c) {
+        assert(c);
         int r;
 
         if (!c->set->polkit) {
@@ -164,6 +173,7 @@ int bus_call_authorize(BusCall *c) {
 }
 
 void bus_call_set_reply_all(BusCallSet *s, const char *name, const char *message) {
+        assert(s);
         while (s->calls)
-                bus_call_reply_error(s->calls, name, message);
+                bus_call_reply_error(s->calls, name, "%s", message);
 }

@@ -50,7 +50,8 @@ void bus_call_free(BusCall *c);
 int bus_call_authorize(BusCall *c);
 /* Answers the call, and frees it */
 void bus_call_reply(BusCall *c);
-void bus_call_reply_error(BusCall *c, const char *name, const char *message);
+/* Answers the call with the error 'name' and a message formatted as by printf(), and frees it */
+void bus_call_reply_error(BusCall *c, const char *name, const char *fmt, ...) _printf_(3, 4);
 
 /* Every call still waiting is answered with this error (the daemon stops) */
 void bus_call_set_reply_all(BusCallSet *s, const char *name, const char *message);

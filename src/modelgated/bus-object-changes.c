@@ -4,6 +4,7 @@
  * was last announced, and one signal per object names what differs. A burst of changes becomes one
  * signal, and nothing needs to know which property a change touches. */
 
+#include <assert.h>
 #include <stdlib.h>
 
 #include "modelgated/bus-object-internal.h"
@@ -141,11 +142,13 @@ void bus_object_changed(BusObject *o) {
 }
 
 int bus_object_changes_start(BusObject *o) {
+        assert(o);
         return sd_event_add_time_relative(manager_event(o->manager), &o->emit_timer, CLOCK_MONOTONIC,
                                           EMIT_DELAY_USEC, 10 * USEC_PER_MSEC, emit_cb, o);
 }
 
 void bus_object_changes_stop(BusObject *o) {
+        assert(o);
         o->emit_timer = sd_event_source_disable_unref(o->emit_timer);
         for (size_t i = 0; i < o->n_seen; i++)
                 free(o->seen[i].last_error);

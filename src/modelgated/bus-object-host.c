@@ -3,6 +3,7 @@
  * from the live Host, and SwitchEngine()/StopEngine(). A path names a host, not a Host: a reload may
  * replace the Host meanwhile, so every call and every property looks it up by name again. */
 
+#include <assert.h>
 #include <stdio.h>
 
 #include "modelgated/bus-object-internal.h"
@@ -114,7 +115,7 @@ static void switch_ready(HostWaiter *w, int status, const char *message) {
         for (size_t i = 0; i < ELEMENTSOF(errors); i++)
                 if (errors[i].status == status)
                         name = errors[i].name;
-        bus_call_reply_error(c, name, message);
+        bus_call_reply_error(c, name, "%s", message);
 }
 
 static void switch_authorized(BusCall *c) {
@@ -123,25 +124,30 @@ static void switch_authorized(BusCall *c) {
         Host *h = host_by_name(m, c->host);
         HostRefusal refusal;
         ssize_t e = -1;
-        char msg[256];
         int r;
 
         if (!h) {
-                snprintf(msg, sizeof(msg), "host '%s' is gone (a reload removed it)", c->host);
-                return bus_call_reply_error(c, ERROR_NO_SUCH_HOST, msg);
+                bus_call_reply_error(c, ERROR_NO_SUCH_HOST, "host '%s' is gone (a reload removed it)",
+                                     c->host);
+                return;
         }
-        if (manager_stopping(m))
-                return bus_call_reply_error(c, ERROR_STOPPING, "modelgated is stopping");
+        if (manager_stopping(m)) {
+                bus_call_reply_error(c, ERROR_STOPPING, "modelgated is stopping");
+                return;
+        }
         for (size_t i = 0; i < host_n_engines(h); i++)
                 if (streq(host_engine(h, i)->conf->name, c->engine))
                         e = (ssize_t)i;
         if (e < 0) {
-                snprintf(msg, sizeof(msg), "host '%s' has no engine '%s'", c->host, c->engine);
-                return bus_call_reply_error(c, ERROR_NO_SUCH_ENGINE, msg);
+                bus_call_reply_error(c, ERROR_NO_SUCH_ENGINE, "host '%s' has no engine '%s'", c->host,
+                                     c->engine);
+                return;
         }
         r = host_acquire(h, (size_t)e, &c->waiter, switch_ready, NULL, "SwitchEngine()", &refusal);
-        if (r == HOST_REFUSED)
-                return bus_call_reply_error(c, ERROR_HOST_DOWN, refusal.message);
+        if (r == HOST_REFUSED) {
+                bus_call_reply_error(c, ERROR_HOST_DOWN, "%s", refusal.message);
+                return;
+        }
         c->waiting = true;
         if (r == HOST_ACQUIRED)
                 switch_ready(&c->waiter, 0, NULL);
@@ -176,24 +182,25 @@ static int method_switch_engine(sd_bus_message *message, void *userdata, sd_bus_
 static void stop_authorized(BusCall *c) {
         BusObject *o = c->userdata;
         Host *h = host_by_name(o->manager, c->host);
-        char msg[256];
         int r;
 
         if (!h) {
-                snprintf(msg, sizeof(msg), "host '%s' is gone (a reload removed it)", c->host);
-                return bus_call_reply_error(c, ERROR_NO_SUCH_HOST, msg);
+                bus_call_reply_error(c, ERROR_NO_SUCH_HOST, "host '%s' is gone (a reload removed it)",
+                                     c->host);
+                return;
         }
         r = host_request_stop(h);
         if (r == -ENOTCONN) {
-                snprintf(msg, sizeof(msg), "host '%s' is down: %s", c->host,
-                         host_last_error(h) ?: "unreachable");
-                return bus_call_reply_error(c, ERROR_HOST_DOWN, msg);
+                bus_call_reply_error(c, ERROR_HOST_DOWN, "host '%s' is down: %s", c->host,
+                                     host_last_error(h) ?: "unreachable");
+                return;
         }
         if (r == -EBUSY) {
-                snprintf(msg, sizeof(msg),
-                         "host '%s' is switching engines; the clients waiting for the switch decide",
-                         c->host);
-                return bus_call_reply_error(c, ERROR_SWITCHING, msg);
+                bus_call_reply_error(
+                        c, ERROR_SWITCHING,
+                        "host '%s' is switching engines; the clients waiting for the switch decide",
+                        c->host);
+                return;
         }
         bus_call_reply(c);
 }
@@ -266,6 +273,7 @@ static int host_enumerate(sd_bus *bus, const char *path, void *userdata, char **
 }
 
 int bus_object_host_publish(BusObject *o) {
+        assert(o);
         int r;
 
         r = sd_bus_add_fallback_vtable(o->bus, NULL, HOST_PREFIX, "org.modelgate1.Host", host_vtable,

@@ -138,7 +138,7 @@ static void reload_authorized(BusCall *c) {
 
         r = manager_reload(((BusObject *)c->userdata)->manager, &why);
         if (r < 0)
-                bus_call_reply_error(c, ERROR_RELOAD_FAILED, why ?: "the configuration has errors");
+                bus_call_reply_error(c, ERROR_RELOAD_FAILED, "%s", why ?: "the configuration has errors");
         else
                 bus_call_reply(c);
 }

@@ -4,10 +4,13 @@
  * path of a Host object. Here, below the objects and their signals, so that each of those only calls
  * down to compute the same value the same way. */
 
+#include <assert.h>
+
 #include "modelgated/bus-object-internal.h"
 #include "shared/strv.h"
 
 usec_t bus_object_realtime(const BusObject *o, usec_t mono) {
+        assert(o);
         if (mono == 0 || mono == USEC_INFINITY)
                 return 0;
         return mono + o->realtime_offset;

@@ -74,18 +74,6 @@ static int status_of(json_object *o, CatalogStatus *ret) {
         return 0;
 }
 
-int catalog_status_parse(const char *json, size_t n, CatalogStatus *ret) {
-        json_object *o;
-        int r;
-
-        r = parse_object(NULL, json, n, &o);
-        if (r < 0)
-                return r;
-        r = status_of(o, ret);
-        json_object_put(o);
-        return r;
-}
-
 int catalog_status_apply_entry(json_object *e, const CatalogStatus *s) {
         json_object *st, *v;
         bool failed = streq(s->status, "unloaded") && s->exit_code != 0;
@@ -174,19 +162,6 @@ static int relabel(const char *host, json_object *o, Buffer *out, bool *ret_chan
         if (ret_model)
                 *ret_model = whole_host ? NULL : TAKE_PTR(label);
         return 0;
-}
-
-int catalog_relabel_event(const char *host, const char *json, size_t n, Buffer *out, bool *ret_changes,
-                          char **ret_model) {
-        json_object *o;
-        int r;
-
-        r = parse_object(NULL, json, n, &o);
-        if (r < 0)
-                return r;
-        r = relabel(host, o, out, ret_changes, ret_model);
-        json_object_put(o);
-        return r;
 }
 
 int catalog_event_read(json_tokener *tok, const char *host, const char *json, size_t n, Buffer *out,

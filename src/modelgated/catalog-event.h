@@ -10,14 +10,6 @@
 
 #include "shared/buffer.h"
 
-/* Relabels one event of a host's /models/sse ("data: " stripped): "model" becomes "<host>-<key>"
- * ("<host>-*" for "" or "*") and "proxy":{"host","key"} is added. Appends "data: …\n\n" to out.
- * 0; -EBADMSG when the line is not such an event. Sets *ret_changes when the event may change the
- * model list (anything but download progress), and *ret_model (optional) to the client-visible name it
- * is about ("<host>-<key>", to be freed), or NULL when it is about the whole host ("<host>-*"). */
-int catalog_relabel_event(const char *host, const char *json, size_t n, Buffer *out, bool *ret_changes,
-                          char **ret_model);
-
 /* What one status event of a host's /models/sse says about one model. */
 typedef struct CatalogStatus {
         char *key;         /* the event's "model" */
@@ -28,9 +20,6 @@ typedef struct CatalogStatus {
         bool only_unloaded; /* applies only to a model the list has as "unloaded" */
 } CatalogStatus;
 
-/* Parses an event ("data: " stripped). 0; -ENOMSG: a well-formed event that sets no status (download
- * progress, models_reload, …); -EBADMSG: not an event; -ENOMEM. */
-int catalog_status_parse(const char *json, size_t n, CatalogStatus *ret);
 void catalog_status_done(CatalogStatus *s);
 /* Applies s to a parsed /models answer as llama.cpp would list it afterwards: the entry whose id is s->key
  * gets s->status as its status value, "failed" and "exit_code" for an unload with a non-zero exit code,
@@ -41,8 +30,13 @@ int catalog_status_apply(json_object *models, const CatalogStatus *s);
  * change; -ENOMEM. */
 int catalog_status_apply_entry(json_object *entry, const CatalogStatus *s);
 
-/* catalog_relabel_event() and catalog_status_parse() of one event, which is parsed once, with tok (a
- * tokener kept for it: one per event would be most of an event's cost). *ret_status is the event's status,
- * or has a NULL key when the event sets none. 0; -EBADMSG: not an event; -ENOMEM. */
+/* Reads one event of a host's /models/sse ("data: " stripped), parsed once, with tok (a tokener kept for
+ * it: one per event would be most of an event's cost; NULL: one of its own).
+ * The event relabelled: "model" becomes "<host>-<key>" ("<host>-*" for "" or "*") and
+ * "proxy":{"host","key"} is added; "data: …\n\n" is appended to out. *ret_changes (optional) is set when
+ * the event may change the model list (anything but download progress), *ret_model (optional) to the
+ * client-visible name it is about ("<host>-<key>", to be freed), or NULL when it is about the whole host.
+ * *ret_status is what a status event says about one model, or has a NULL key when the event sets none
+ * (download progress, models_reload, …). 0; -EBADMSG: not an event; -ENOMEM. */
 int catalog_event_read(json_tokener *tok, const char *host, const char *json, size_t n, Buffer *out,
                        bool *ret_changes, char **ret_model, CatalogStatus *ret_status);

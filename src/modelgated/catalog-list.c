@@ -6,6 +6,7 @@
  * 'edits', and the old one is garbage there until edits are compacted (when garbage outweighs what is
  * live: each compaction follows as many bytes of changes as it copies). */
 
+#include <assert.h>
 #include <errno.h>
 #include <json-c/json.h>
 #include <stdlib.h>
@@ -249,170 +250,176 @@ static bool key_is_data(CatalogList *l) {
         return yes;
 }
 
+/* One byte of the object's structure (whitespace, braces, the colon, commas, the trailer) in the
+ * states that read nothing else: 1 (it took the byte), or -EBADMSG */
+static int scan_structure(CatalogList *l, char ch) {
+        switch (l->state) {
+        case READ_START:
+                if (!is_ws(ch) && ch != '{')
+                        return -EBADMSG;
+                if (ch == '{')
+                        l->state = READ_KEY_OR_END;
+                return 1;
+
+        case READ_KEY_OR_END:
+        case READ_KEY:
+                if (is_ws(ch))
+                        return 1;
+                if (ch == '}' && l->state == READ_KEY_OR_END) {
+                        l->state = READ_TRAILER;
+                        return 1;
+                }
+                if (ch != '"')
+                        return -EBADMSG;
+                buffer_clear(&l->key);
+                l->key_escaped = l->in_escape = false;
+                l->state = READ_IN_KEY;
+                return 1;
+
+        case READ_COLON:
+                if (!is_ws(ch) && ch != ':')
+                        return -EBADMSG;
+                if (ch == ':') {
+                        l->member_is_data = key_is_data(l);
+                        if (l->member_is_data && l->seen_data)
+                                return -EBADMSG; /* two lists: which one would be the host's? */
+                        l->state = READ_VALUE;
+                }
+                return 1;
+
+        case READ_AFTER_ELEMENT:
+                if (!is_ws(ch) && ch != ',' && ch != ']')
+                        return -EBADMSG;
+                if (ch == ',')
+                        l->state = READ_ELEMENT;
+                else if (ch == ']')
+                        l->state = READ_AFTER_VALUE;
+                return 1;
+
+        case READ_AFTER_VALUE:
+                if (!is_ws(ch) && ch != ',' && ch != '}')
+                        return -EBADMSG;
+                if (ch == ',')
+                        l->state = READ_KEY;
+                else if (ch == '}')
+                        l->state = READ_TRAILER;
+                return 1;
+
+        case READ_TRAILER:
+                return is_ws(ch) ? 1 : -EBADMSG;
+
+        default: /* READ_DONE, and the states scan() hands elsewhere */
+                return -EBADMSG;
+        }
+}
+
+/* A member's key, up to its closing quote, as far as p[0..n) holds it: the bytes taken, or < 0 */
+static ssize_t scan_key(CatalogList *l, const char *p, size_t n) {
+        size_t j = 0;
+
+        for (; j < n; j++) {
+                if (l->in_escape)
+                        l->in_escape = false;
+                else if (p[j] == '\\')
+                        l->in_escape = l->key_escaped = true;
+                else if (p[j] == '"')
+                        break;
+                else if ((unsigned char)p[j] < 0x20)
+                        return -EBADMSG;
+        }
+        if (buffer_append(&l->key, p, j) < 0)
+                return -ENOMEM;
+        if (j == n)
+                return (ssize_t)n;
+        l->state = READ_COLON;
+        return (ssize_t)j + 1;
+}
+
+/* Before a member's value or an element of "data", at raw offset at: the "data" list opens, or the
+ * tokener starts on the value. The bytes taken (0: the tokener takes ch), or < 0 */
+static int scan_value_start(CatalogList *l, char ch, size_t at) {
+        if (is_ws(ch))
+                return 1;
+        if (l->state == READ_VALUE) {
+                if (l->member_is_data) {
+                        if (ch != '[')
+                                return -EBADMSG;
+                        l->seen_data = true;
+                        l->state = READ_ELEMENT_OR_END;
+                        return 1;
+                }
+                l->state = READ_IN_VALUE;
+        } else {
+                if (ch == ']' && l->state == READ_ELEMENT_OR_END) {
+                        l->state = READ_AFTER_VALUE;
+                        return 1;
+                }
+                if (++l->n_elements > l->max_entries)
+                        return -E2BIG;
+                l->state = READ_IN_ELEMENT;
+        }
+        json_tokener_reset(l->tok);
+        l->value_start = at;
+        return 0;
+}
+
+/* A value, or an element of "data", through the tokener, as far as p[0..n) (raw from base on) holds
+ * it: the bytes taken, or < 0 */
+static ssize_t scan_json(CatalogList *l, const char *p, size_t n, size_t base) {
+        size_t k = MIN(n, (size_t)INT32_MAX);
+        json_object *o = json_tokener_parse_ex(l->tok, p, (int)k);
+        enum json_tokener_error e = json_tokener_get_error(l->tok);
+        int r = 0;
+
+        if (e == json_tokener_continue)
+                return (ssize_t)k;
+        if (e != json_tokener_success) {
+                json_object_put(o);
+                return -EBADMSG;
+        }
+        k = json_tokener_get_parse_end(l->tok);
+        if (l->state == READ_IN_ELEMENT) {
+                r = element_read(l, o, base + k);
+                l->state = READ_AFTER_ELEMENT;
+        } else
+                l->state = READ_AFTER_VALUE;
+        json_object_put(o);
+        return r < 0 ? r : (ssize_t)k;
+}
+
 /* The new bytes p[0..n), which are raw from base on */
 static int scan(CatalogList *l, const char *p, size_t n, size_t base) {
         size_t i = 0;
 
         while (i < n) {
-                char ch = p[i];
+                ssize_t k;
 
                 switch (l->state) {
-                case READ_START:
-                        if (!is_ws(ch) && ch != '{')
-                                return -EBADMSG;
-                        if (ch == '{')
-                                l->state = READ_KEY_OR_END;
-                        i++;
+                case READ_IN_KEY:
+                        k = scan_key(l, p + i, n - i);
                         break;
-
-                case READ_KEY_OR_END:
-                case READ_KEY:
-                        if (is_ws(ch)) {
-                                i++;
-                                break;
-                        }
-                        if (ch == '}' && l->state == READ_KEY_OR_END) {
-                                l->state = READ_TRAILER;
-                                i++;
-                                break;
-                        }
-                        if (ch != '"')
-                                return -EBADMSG;
-                        buffer_clear(&l->key);
-                        l->key_escaped = l->in_escape = false;
-                        l->state = READ_IN_KEY;
-                        i++;
-                        break;
-
-                case READ_IN_KEY: {
-                        size_t j = i;
-                        for (; j < n; j++) {
-                                if (l->in_escape)
-                                        l->in_escape = false;
-                                else if (p[j] == '\\')
-                                        l->in_escape = l->key_escaped = true;
-                                else if (p[j] == '"')
-                                        break;
-                                else if ((unsigned char)p[j] < 0x20)
-                                        return -EBADMSG;
-                        }
-                        if (buffer_append(&l->key, p + i, j - i) < 0)
-                                return -ENOMEM;
-                        if (j < n)
-                                l->state = READ_COLON;
-                        i = j < n ? j + 1 : n;
-                        break;
-                }
-
-                case READ_COLON:
-                        if (!is_ws(ch) && ch != ':')
-                                return -EBADMSG;
-                        if (ch == ':') {
-                                l->member_is_data = key_is_data(l);
-                                if (l->member_is_data && l->seen_data)
-                                        return -EBADMSG; /* two lists: which one would be the host's? */
-                                l->state = READ_VALUE;
-                        }
-                        i++;
-                        break;
-
                 case READ_VALUE:
-                        if (is_ws(ch)) {
-                                i++;
-                                break;
-                        }
-                        if (l->member_is_data) {
-                                if (ch != '[')
-                                        return -EBADMSG;
-                                l->seen_data = true;
-                                l->state = READ_ELEMENT_OR_END;
-                                i++;
-                                break;
-                        }
-                        json_tokener_reset(l->tok);
-                        l->value_start = base + i;
-                        l->state = READ_IN_VALUE;
-                        break;
-
                 case READ_ELEMENT_OR_END:
                 case READ_ELEMENT:
-                        if (is_ws(ch)) {
-                                i++;
-                                break;
-                        }
-                        if (ch == ']' && l->state == READ_ELEMENT_OR_END) {
-                                l->state = READ_AFTER_VALUE;
-                                i++;
-                                break;
-                        }
-                        if (++l->n_elements > l->max_entries)
-                                return -E2BIG;
-                        json_tokener_reset(l->tok);
-                        l->value_start = base + i;
-                        l->state = READ_IN_ELEMENT;
+                        k = scan_value_start(l, p[i], base + i);
                         break;
-
                 case READ_IN_VALUE:
-                case READ_IN_ELEMENT: {
-                        size_t k = MIN(n - i, (size_t)INT32_MAX);
-                        json_object *o = json_tokener_parse_ex(l->tok, p + i, (int)k);
-                        enum json_tokener_error e = json_tokener_get_error(l->tok);
-                        int r = 0;
-
-                        if (e == json_tokener_continue) {
-                                i += k;
-                                break;
-                        }
-                        if (e != json_tokener_success) {
-                                json_object_put(o);
-                                return -EBADMSG;
-                        }
-                        i += json_tokener_get_parse_end(l->tok);
-                        if (l->state == READ_IN_ELEMENT) {
-                                r = element_read(l, o, base + i);
-                                l->state = READ_AFTER_ELEMENT;
-                        } else
-                                l->state = READ_AFTER_VALUE;
-                        json_object_put(o);
-                        if (r < 0)
-                                return r;
+                case READ_IN_ELEMENT:
+                        k = scan_json(l, p + i, n - i, base + i);
+                        break;
+                default:
+                        k = scan_structure(l, p[i]);
                         break;
                 }
-
-                case READ_AFTER_ELEMENT:
-                        if (!is_ws(ch) && ch != ',' && ch != ']')
-                                return -EBADMSG;
-                        if (ch == ',')
-                                l->state = READ_ELEMENT;
-                        else if (ch == ']')
-                                l->state = READ_AFTER_VALUE;
-                        i++;
-                        break;
-
-                case READ_AFTER_VALUE:
-                        if (!is_ws(ch) && ch != ',' && ch != '}')
-                                return -EBADMSG;
-                        if (ch == ',')
-                                l->state = READ_KEY;
-                        else if (ch == '}')
-                                l->state = READ_TRAILER;
-                        i++;
-                        break;
-
-                case READ_TRAILER:
-                        if (!is_ws(ch))
-                                return -EBADMSG;
-                        i++;
-                        break;
-
-                case READ_DONE:
-                        return -EBADMSG;
-                }
+                if (k < 0)
+                        return (int)k;
+                i += (size_t)k;
         }
         return 0;
 }
 
 int catalog_list_read(CatalogList *l, const char *p, size_t n) {
+        assert(l);
         size_t base = buffer_size(&l->raw);
 
         if (l->error)
@@ -429,6 +436,7 @@ int catalog_list_read(CatalogList *l, const char *p, size_t n) {
 }
 
 int catalog_list_read_end(CatalogList *l) {
+        assert(l);
         if (!l->error && (l->state != READ_TRAILER || !l->seen_data))
                 l->error = -EBADMSG;
         if (l->error)
@@ -459,23 +467,28 @@ int catalog_list_parse(const char *body, size_t n, size_t max_entries, size_t ma
 }
 
 size_t catalog_list_size(const CatalogList *l) {
+        assert(l);
         return l->n_entries;
 }
 
 const char *catalog_list_entry(const CatalogList *l, size_t i, size_t *ret_len) {
+        assert(l);
         *ret_len = l->entries[i].len;
         return entry_text(l, &l->entries[i]);
 }
 
 const char *catalog_list_id(const CatalogList *l, size_t i) {
+        assert(l);
         return l->entries[i].id;
 }
 
 bool catalog_list_loading(const CatalogList *l, size_t i) {
+        assert(l);
         return l->entries[i].loading;
 }
 
 ssize_t catalog_list_find(const CatalogList *l, const char *id) {
+        assert(l);
         CountMap *m = l->by_id;
         uint64_t *at = m ? count_map_get(&m, id, false) : NULL;
 
@@ -483,11 +496,13 @@ ssize_t catalog_list_find(const CatalogList *l, const char *id) {
 }
 
 bool catalog_list_has(const CatalogList *l, const char *key) {
+        assert(l);
         CountMap *m = l->names;
         return m && count_map_get(&m, key, false);
 }
 
 char **catalog_list_ids(const CatalogList *l) {
+        assert(l);
         char **ids = calloc(l->n_entries + 1, sizeof(char *));
 
         if (!ids)
@@ -501,6 +516,7 @@ char **catalog_list_ids(const CatalogList *l) {
 }
 
 bool catalog_list_equal(const CatalogList *a, const CatalogList *b) {
+        assert(a);
         if (a->n_entries != b->n_entries)
                 return false;
         for (size_t i = 0; i < a->n_entries; i++) {
@@ -581,6 +597,7 @@ static int pending_add(CatalogList *l, const CatalogStatus *s) {
 }
 
 int catalog_list_apply(CatalogList *l, const CatalogStatus *s) {
+        assert(l);
         ssize_t i = catalog_list_find(l, s->key);
 
         if (i >= 0)
@@ -591,5 +608,6 @@ int catalog_list_apply(CatalogList *l, const CatalogStatus *s) {
 }
 
 uint64_t catalog_list_entry_parses(const CatalogList *l) {
+        assert(l);
         return l->entry_parses;
 }

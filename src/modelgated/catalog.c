@@ -262,8 +262,10 @@ static void fetch_on_complete(Upstream *u, void *userdata) {
         Catalog *c = userdata;
         int r = catalog_list_read_end(c->reading);
 
-        if (r < 0)
-                return fetch_refuse(c, r == -ENOMEM ? -EBADMSG : r);
+        if (r < 0) {
+                fetch_refuse(c, r == -ENOMEM ? -EBADMSG : r);
+                return;
+        }
         catalog_report_http(c, NULL);
         fetch_finished(c, true);
 }
@@ -271,8 +273,10 @@ static void fetch_on_complete(Upstream *u, void *userdata) {
 static void fetch_on_error(Upstream *u, int error, bool started, void *userdata) {
         Catalog *c = userdata;
 
-        if (c->fetch_refused)
-                return fetch_refuse(c, c->fetch_refused);
+        if (c->fetch_refused) {
+                fetch_refuse(c, c->fetch_refused);
+                return;
+        }
         log_debug("host %s: GET /models failed: %s", c->conf.host->name, upstream_strerror(error));
         /* an engine that runs but does not answer makes the host down (SPEC §6); so does a plain host */
         if (c->conf.n_engines == 0 || c->engine_up >= 0)
@@ -567,6 +571,7 @@ Catalog *catalog_free(Catalog *c) {
 }
 
 void catalog_start(Catalog *c, bool host_down) {
+        assert(c);
         /* a host with engines is read once its bus says which engine runs */
         if (c->conf.n_engines > 0) {
                 if (host_down)
@@ -577,6 +582,7 @@ void catalog_start(Catalog *c, bool host_down) {
 }
 
 void catalog_engine_up(Catalog *c, size_t i) {
+        assert(c);
         feed_stop(c);
         c->engine_up = (ssize_t)i;
         c->changed = true;
@@ -587,6 +593,7 @@ void catalog_engine_up(Catalog *c, size_t i) {
 }
 
 void catalog_engine_down(Catalog *c) {
+        assert(c);
         if (c->engine_up < 0 && c->first_done)
                 return;
         feed_stop(c);
@@ -595,6 +602,7 @@ void catalog_engine_down(Catalog *c) {
 }
 
 void catalog_host_state(Catalog *c, const char *down_reason) {
+        assert(c);
         char line[512];
         int n;
 
@@ -614,10 +622,12 @@ void catalog_host_state(Catalog *c, const char *down_reason) {
 }
 
 bool catalog_ready(const Catalog *c) {
+        assert(c);
         return c->first_done && !c->changed;
 }
 
 int catalog_load_progress(const Catalog *c, const char *key) {
+        assert(c);
         json_object *p;
 
         if (!key || !json_object_object_get_ex(c->loading, key, &p))
@@ -626,16 +636,19 @@ int catalog_load_progress(const Catalog *c, const char *key) {
 }
 
 const CatalogList *catalog_snapshot(const Catalog *c) {
+        assert(c);
         return c->list;
 }
 
 int catalog_lists(const Catalog *c, const char *key) {
+        assert(c);
         if (!c->list)
                 return -ENODATA;
         return catalog_list_has(c->list, key);
 }
 
 ssize_t catalog_engine_for_key(const Catalog *c, const char *key) {
+        assert(c);
         for (size_t i = 0; i < c->conf.n_engines; i++)
                 if (strv_contains(c->keys[i], key))
                         return (ssize_t)i;
@@ -643,10 +656,12 @@ ssize_t catalog_engine_for_key(const Catalog *c, const char *key) {
 }
 
 char *const *catalog_engine_keys(const Catalog *c, size_t i) {
+        assert(c);
         return i < c->conf.n_engines ? c->keys[i] : NULL;
 }
 
 void catalog_set_engine_keys(Catalog *c, size_t i, char **keys) {
+        assert(c);
         assert(i < c->conf.n_engines);
         strv_free(c->keys[i]);
         c->keys[i] = keys;
@@ -654,11 +669,13 @@ void catalog_set_engine_keys(Catalog *c, size_t i, char **keys) {
 }
 
 void catalog_set_conf(Catalog *c, const CatalogConf *conf) {
+        assert(c);
         /* the learned keys are per engine: a reload that keeps the host keeps its engines, in order */
         assert(conf->n_engines == c->conf.n_engines);
         c->conf = *conf;
 }
 
 uint64_t catalog_generation(const Catalog *c) {
+        assert(c);
         return c->generation;
 }

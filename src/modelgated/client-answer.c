@@ -11,7 +11,7 @@ void client_log_access(Client *c, const char *note) {
         char line[2048], id[80];
         const Exchange *x = c->x;
         AccessLine l = {
-                .method = x->method,
+                .method = exchange_method_name(x),
                 .path = x->path,
                 .model = x->model,
                 .user_agent = x->user_agent,

@@ -168,9 +168,9 @@ static void client_parse_error(Client *c) {
         const char *msg = c->parser.error_message ?: "malformed request";
         char m[256];
 
-        if (!c->x->method) {
+        if (c->x->method == EXCHANGE_NO_METHOD) {
                 c->x->start = client_now(c);
-                c->x->method = strdup("-");
+                c->x->method = EXCHANGE_METHOD_UNPARSED;
         }
         snprintf(m, sizeof(m), "%s", msg);
         c->close_after_response = true;
@@ -423,7 +423,7 @@ static void client_read_failed(Client *c, int error) {
         if (c->state == CLIENT_RESPONDING && !c->x->response_complete) {
                 if (c->feed)
                         client_log_access(c, "feed");
-                else if (c->x->model || c->x->method)
+                else if (c->x->model || c->x->method != EXCHANGE_NO_METHOD)
                         client_log_access(c, "cut=client");
         }
         client_close(c);
@@ -468,7 +468,8 @@ static int client_timer_cb(sd_event_source *s, uint64_t usec, void *userdata) {
 
                 c->close_after_response = true;
                 c->x->start = client_now(c);
-                c->x->method = c->x->method ?: strdup("-");
+                if (c->x->method == EXCHANGE_NO_METHOD)
+                        c->x->method = EXCHANGE_METHOD_UNPARSED;
                 if (!c->parser.headers_complete)
                         client_answer(c, ANSWER_HEADERS_TIMEOUT);
                 else if (c->x->start >= c->body_deadline)
@@ -521,7 +522,7 @@ static void client_stop(Client *c) {
  * count it, it is refused the same way). */
 static void client_refuse_address(Client *c, uint64_t same) {
         c->x->start = client_now(c);
-        c->x->method = strdup("-");
+        c->x->method = EXCHANGE_METHOD_UNPARSED;
         c->close_after_response = true;
         c->state = CLIENT_RESPONDING;
         c->x->api = API_OPENAI;

@@ -137,8 +137,7 @@ bool client_admit_head(Client *c) {
         /* an answer on the head is the request's answer: its access line names it, and the body that
          * follows is not read (the connection closes) */
         c->x->start = client_now(c);
-        c->x->method = llhttp_method_name(r->method);
-        c->x->method_static = true;
+        c->x->method = r->method;
         c->x->path = path;
         c->x->api = api_kind_for_path(path);
         c->close_after_response = true;
@@ -158,8 +157,7 @@ bool client_admit_head(Client *c) {
                 }
         }
         /* admitted: the request is dispatched when its body is in */
-        c->x->method = NULL;
-        c->x->method_static = false;
+        c->x->method = EXCHANGE_NO_METHOD;
         c->x->path = (Span){};
         c->close_after_response = close;
         return true;
@@ -191,8 +189,7 @@ static void exchange_begin(Client *c, Dispatch *d) {
         HttpRequest *r = d->r;
 
         c->x->start = client_now(c);
-        c->x->method = llhttp_method_name(r->method);
-        c->x->method_static = true;
+        c->x->method = r->method;
         c->x->path = d->path;
         c->x->user_agent = http_request_header(r, "User-Agent");
         c->x->api = api_kind_for_path(d->path);

@@ -282,8 +282,9 @@ static void answer_not_reached(Client *c, AttemptFailure failure, int error) {
         const char *reason = failure_reason(c, error);
 
         if (!c->x->early)
-                log_debug("host %s: %s %.*s failed before an answer: %s", c->x->host->name, c->x->method,
-                          (int)c->x->path.n, c->x->path.p ?: "", upstream_strerror(error));
+                log_debug("host %s: %s %.*s failed before an answer: %s", c->x->host->name,
+                          exchange_method_name(c->x), (int)c->x->path.n, c->x->path.p ?: "",
+                          upstream_strerror(error));
         if (c->x->via_fallback) {
                 /* not chained, and not the host's fault: the fallback's own failure, as it is */
                 client_answer(c, ANSWER_FALLBACK_FAILED, c->x->fallback->name, c->x->fallback->url.text,

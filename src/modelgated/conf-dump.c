@@ -2,6 +2,7 @@
 /* modelgated --check-config: the effective configuration as modelgate.conf text, drop-ins merged and
  * defaults filled in, so that what the daemon will do can be read before it does it. */
 
+#include <assert.h>
 #include <stdio.h>
 
 #include "modelgated/conf.h"
@@ -119,6 +120,7 @@ static void dump_alias(const AliasConf *a, FILE *f) {
 }
 
 void config_dump(const Config *c, FILE *f) {
+        assert(c);
         dump_proxy(c, f);
         for (size_t i = 0; i < c->n_hosts; i++)
                 dump_host(&c->hosts[i], f);

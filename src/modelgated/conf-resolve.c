@@ -2,6 +2,7 @@
 /* config_resolve(): what the configuration names, read once at load so that no request waits on it:
  * addresses (blocking getaddrinfo), fallback keys, warmup bodies and the keys file. */
 
+#include <assert.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +30,7 @@ static int read_secret(const char *path, char **ret) {
 }
 
 int config_load_keys(Config *c, const char *path) {
+        assert(c);
         _cleanup_(keys_file_done) KeysFile f = {};
         _cleanup_free_ char *error = NULL;
         int r;
@@ -124,6 +126,7 @@ static int resolve_fallback(Config *c, FallbackConf *f) {
 }
 
 int config_resolve(Config *c) {
+        assert(c);
         int r = 0, k;
 
         for (size_t i = 0; i < c->n_fallbacks; i++) {

@@ -2,6 +2,7 @@
 /* config_verify(): what no single assignment can tell, checked once every file is read. Each check logs
  * and keeps its error and goes on, so that one run names every problem. */
 
+#include <assert.h>
 #include <string.h>
 #include <strings.h>
 
@@ -147,6 +148,7 @@ static int verify_alias(Config *c, size_t i) {
 }
 
 int config_verify(Config *c) {
+        assert(c);
         int r, k;
 
         r = verify_proxy(c);

@@ -4,6 +4,7 @@
  * It is the bottom of the configuration's files: conf-verify.c, conf-resolve.c, conf-dump.c and
  * conf-parse.c call into it, and it calls none of them (only url.c and ssh-command.c, below it). */
 
+#include <assert.h>
 #include <errno.h>
 #include <fnmatch.h>
 #include <stdarg.h>
@@ -17,6 +18,7 @@
 #include "shared/strv.h"
 
 int config_error(Config *c, int error, const char *fmt, ...) {
+        assert(c);
         _cleanup_free_ char *s = NULL;
         va_list ap;
         int k;
@@ -35,6 +37,7 @@ int config_error(Config *c, int error, const char *fmt, ...) {
 }
 
 void config_init(Config *c) {
+        assert(c);
         *c = (Config){
                 .exit_idle_usec = 60 * USEC_PER_SEC,
                 .idle_stop_usec = 15 * USEC_PER_MINUTE,
@@ -135,6 +138,7 @@ Config *config_new(void) {
 }
 
 Config *config_ref(Config *c) {
+        assert(c);
         if (c)
                 c->n_ref++;
         return c;
@@ -149,6 +153,7 @@ Config *config_unref(Config *c) {
 }
 
 const FallbackConf *config_find_fallback(const Config *c, const char *name) {
+        assert(c);
         for (size_t i = 0; name && i < c->n_fallbacks; i++)
                 if (streq(c->fallbacks[i].name, name))
                         return &c->fallbacks[i];
@@ -156,6 +161,7 @@ const FallbackConf *config_find_fallback(const Config *c, const char *name) {
 }
 
 const AliasConf *config_find_alias(const Config *c, const char *name) {
+        assert(c);
         for (size_t i = 0; name && i < c->n_aliases; i++)
                 if (streq(c->aliases[i].name, name))
                         return &c->aliases[i];
@@ -180,6 +186,7 @@ AliasPolicy alias_policy_from_string(const char *s) {
 }
 
 const HostConf *config_host_of_model(const Config *c, const char *model, const char **ret_key) {
+        assert(c);
         const HostConf *best = NULL;
         size_t best_len = 0;
 
@@ -197,6 +204,7 @@ const HostConf *config_host_of_model(const Config *c, const char *model, const c
 }
 
 const EngineConf *config_engine_of_key(const Config *c, const char *host, const char *key) {
+        assert(c);
         for (size_t i = 0; i < c->n_engines; i++) {
                 if (!streq(c->engines[i].host, host))
                         continue;
@@ -208,6 +216,7 @@ const EngineConf *config_engine_of_key(const Config *c, const char *host, const 
 }
 
 const HostConf *config_find_host(const Config *c, const char *name) {
+        assert(c);
         for (size_t i = 0; i < c->n_hosts; i++)
                 if (streq(c->hosts[i].name, name))
                         return &c->hosts[i];
@@ -217,5 +226,6 @@ const HostConf *config_find_host(const Config *c, const char *name) {
 /* Here rather than in ssh-command.c, which knows no HostConf: modelgatectl --host= builds the same command
  * from its own arguments. */
 int host_conf_ssh_argv(const HostConf *h, char ***ret) {
+        assert(h);
         return ssh_command_argv(h->ssh_command, h->bus + 4, h->bus_path, ret);
 }

@@ -2,6 +2,7 @@
 /* The Exchange's life: made empty, and ended with everything the request still holds. Its storage is the
  * connection's, so that a request costs no allocation of its own. */
 
+#include <assert.h>
 #include <string.h>
 
 #include "modelgated/exchange.h"
@@ -9,12 +10,11 @@
 #include "modelgated/upstream.h"
 
 void exchange_init(Exchange *x, Client *client) {
-        *x = (Exchange){.client = client, .mode = MODE_PASS};
+        assert(x);
+        *x = (Exchange){.client = client, .method = EXCHANGE_NO_METHOD, .mode = MODE_PASS};
 }
 
 void exchange_done(Exchange *x) {
-        if (!x->method_static)
-                free((char *)x->method);
         free(x->model);
         config_unref(x->config);
         sd_event_source_disable_unref(x->budget);
@@ -26,4 +26,13 @@ void exchange_done(Exchange *x) {
         sse_filter_done(&x->sse);
         buffer_done(&x->held);
         exchange_init(x, x->client);
+}
+
+const char *exchange_method_name(const Exchange *x) {
+        assert(x);
+        if (x->method == EXCHANGE_NO_METHOD)
+                return NULL;
+        if (x->method == EXCHANGE_METHOD_UNPARSED)
+                return "-";
+        return llhttp_method_name(x->method);
 }

@@ -6,6 +6,7 @@
  * connection holds one Exchange at a time and ends it with its request, so nothing of one request can
  * leak into the next. */
 
+#include <llhttp.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -27,12 +28,16 @@ typedef enum ResponseMode {
         MODE_HOLD, /* an error body, held whole to be reworded */
 } ResponseMode;
 
+/* Two values no method has: no request yet, and a request whose head was never parsed */
+#define EXCHANGE_NO_METHOD ((llhttp_method_t)-1)
+#define EXCHANGE_METHOD_UNPARSED ((llhttp_method_t)-2)
+
 typedef struct Exchange {
         Client *client;
         usec_t start;
-        /* llhttp's name of the method (static), or a copy of "-" for a request that never parsed */
-        const char *method;
-        bool method_static;
+        /* the request's method, as llhttp read it from the head; EXCHANGE_NO_METHOD before there is a
+         * request, EXCHANGE_METHOD_UNPARSED for one answered without a method (exchange_method_name()) */
+        llhttp_method_t method;
         /* in the parser's request head, which stays as it is until the exchange ends: the parser is fed
          * again only for the next request */
         Span path, user_agent;
@@ -86,3 +91,5 @@ void exchange_init(Exchange *x, Client *client);
 /* Ends whatever the request still holds: its wait for an engine, its upstream connection (the host
  * stops working on it), its timers; x is empty again afterwards. */
 void exchange_done(Exchange *x);
+/* The method's name for the log: llhttp's, "-" for a request never parsed, NULL before a request */
+const char *exchange_method_name(const Exchange *x);

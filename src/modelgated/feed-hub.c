@@ -3,6 +3,7 @@
  * behind, or gone) leaves the hub from inside its send, so a broadcast never touches it again. Every
  * subscriber is handed every event: which ones it shows is its own decision. */
 
+#include <assert.h>
 #include <stdlib.h>
 
 #include "modelgated/feed-hub.h"
@@ -39,6 +40,7 @@ FeedHub *feed_hub_free(FeedHub *h) {
 }
 
 size_t feed_hub_count(const FeedHub *h) {
+        assert(h);
         return h->n_subscribers;
 }
 
@@ -68,6 +70,7 @@ static void keepalive_arm(FeedHub *h) {
 }
 
 void feed_hub_subscribe(FeedHub *h, FeedSubscriber *s, const FeedSubscriberOps *ops) {
+        assert(h);
         if (s->subscribed)
                 return;
         s->ops = ops;
@@ -78,6 +81,7 @@ void feed_hub_subscribe(FeedHub *h, FeedSubscriber *s, const FeedSubscriberOps *
 }
 
 void feed_hub_unsubscribe(FeedHub *h, FeedSubscriber *s) {
+        assert(h);
         if (!s->subscribed)
                 return;
         LIST_REMOVE(subscribers, h->subscribers, s);
@@ -86,6 +90,7 @@ void feed_hub_unsubscribe(FeedHub *h, FeedSubscriber *s) {
 }
 
 void feed_hub_broadcast(FeedHub *h, const FeedEvent *e) {
+        assert(h);
         LIST_FOREACH_SAFE (subscribers, s, next, h->subscribers)
                 s->ops->send(s, e);
 }

@@ -17,8 +17,8 @@
 #define RECONNECT_MIN_USEC (1 * USEC_PER_SEC)
 #define RECONNECT_MAX_USEC (60 * USEC_PER_SEC)
 
-/* HostBus.lost: tells the owner, fails every operation and schedules the close and the reconnect. */
-static bool bus_lost(HostBus *b, const char *reason) {
+bool host_bus_lost(HostBus *b, const char *reason) {
+        assert(b);
         bool was_up = b->up;
         _cleanup_free_ char *why = NULL;
 
@@ -49,7 +49,7 @@ static int disconnected_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_
                 reason = strdup(b->down_reason);
         else
                 reason = strdup("connection closed before the bus came up");
-        bus_lost(b, reason ?: "bus connection lost");
+        host_bus_lost(b, reason ?: "bus connection lost");
         return 0;
 }
 
@@ -98,6 +98,7 @@ static int bus_send_setup(HostBus *b) {
 }
 
 void host_bus_connect(HostBus *b) {
+        assert(b);
         _cleanup_free_ char *reason = NULL;
         int r;
 
@@ -128,7 +129,7 @@ void host_bus_connect(HostBus *b) {
                 if (b->bus) {
                         /* the close waits for the loop: we may be inside a callback of the caller */
                         b->down_reason = strdup(reason ?: "cannot connect");
-                        bus_lost(b, reason ?: "cannot connect");
+                        host_bus_lost(b, reason ?: "cannot connect");
                 } else {
                         if (b->cb.on_down)
                                 b->cb.on_down(b, reason ?: "cannot connect", b->userdata);
@@ -145,7 +146,6 @@ int host_bus_new(sd_event *e, const HostConf *h, char **units, const HostBusCall
         b = calloc(1, sizeof(HostBus));
         if (!b)
                 return -ENOMEM;
-        b->lost = bus_lost;
         b->event = sd_event_ref(e);
         b->host = h;
         b->cb = *cb;
@@ -202,18 +202,22 @@ bool host_bus_is_up(const HostBus *b) {
 }
 
 size_t host_bus_n_units(const HostBus *b) {
+        assert(b);
         return b->n_units;
 }
 
 const UnitInfo *host_bus_unit(const HostBus *b, size_t i) {
+        assert(b);
         assert(i < b->n_units);
         return &b->units[i].info;
 }
 
 const char *host_bus_label(const HostBus *b) {
+        assert(b);
         return b->label;
 }
 
 void host_bus_set_conf(HostBus *b, const HostConf *h) {
+        assert(b);
         b->host = h;
 }

@@ -6,8 +6,8 @@
  * (connect, lost, closed, reconnected), host-bus-transport.c how a connection reaches the manager
  * (addresses, the ssh bridge), host-bus-units.c what is followed on it (the setup pipeline,
  * PropertiesChanged, the manager's unique name) and host-bus-ops.c the calls an owner waits for (jobs,
- * re-reads, listings). They call only downwards: transport and units at the bottom, ops above units,
- * the connection on top; a lower part that learns the bus is lost says so through HostBus.lost. */
+ * re-reads, listings). A part that learns the bus is lost (a reply in units or ops can be the first
+ * news of it) calls host_bus_lost(): the lifecycle that answers it is the connection's. */
 
 #include <stdbool.h>
 #include <systemd/sd-bus.h>
@@ -40,11 +40,6 @@ struct BusOp {
 };
 
 struct HostBus {
-        /* Set by the connection: a reply in units or ops can be the first news of a lost bus, and the
-         * lifecycle that answers it (owner first, then every pending operation fails, then the close and
-         * the reconnect) is the connection's, above them. false: it was lost already (its operations
-         * failed then). */
-        bool (*lost)(HostBus *b, const char *reason);
         sd_event *event;
         const HostConf *host;
         HostBusCallbacks cb;
@@ -79,6 +74,11 @@ static inline const char *bus_message_error(sd_bus_message *m) {
                 return NULL;
         return e->message ?: e->name ?: "unknown error";
 }
+
+/* host-bus-connection.c */
+/* The bus is lost: tells the owner first, then fails every pending operation, then schedules the close
+ * and the reconnect. false: it was lost already (its operations failed then). */
+bool host_bus_lost(HostBus *b, const char *reason);
 
 /* host-bus-transport.c */
 /* Sets the bus's address from the host's Bus=; *ret_reason may say why it could not, for on_down. */

@@ -4,6 +4,7 @@
  * callback and userdata; it ends exactly once, by its answer, by the lost bus (every pending one fails
  * then), or silently when its owner forgets it or the HostBus is freed. */
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,17 +53,20 @@ static void bus_op_finish(BusOp *op, const char *result, char **units, const cha
 }
 
 void host_bus_fail_ops(HostBus *b, const char *why) {
+        assert(b);
         /* callbacks may add operations; they fail at once on a closed bus, so this ends */
         while (b->ops)
                 bus_op_finish(b->ops, NULL, NULL, why);
 }
 
 void host_bus_free_ops(HostBus *b) {
+        assert(b);
         while (b->ops)
                 bus_op_free(b->ops);
 }
 
 void host_bus_forget(HostBus *b, void *userdata) {
+        assert(b);
         LIST_FOREACH_SAFE (ops, op, next, b->ops)
                 if (op->userdata == userdata)
                         bus_op_free(op);
@@ -84,6 +88,7 @@ static int job_removed_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_e
 }
 
 int host_bus_match_job_removed(HostBus *b) {
+        assert(b);
         return sd_bus_match_signal_async(b->bus, NULL, SD1, SD1_PATH, SD1_MANAGER, "JobRemoved",
                                          job_removed_cb, NULL, b);
 }
@@ -95,7 +100,7 @@ static bool op_bus_closing(BusOp *op, sd_bus_message *m) {
         if (!sd_bus_message_is_method_error(m, NULL) || sd_bus_is_open(op->bus->bus) > 0)
                 return false;
         op->slot = sd_bus_slot_unref(op->slot);
-        if (!op->bus->lost(op->bus, "bus connection lost"))
+        if (!host_bus_lost(op->bus, "bus connection lost"))
                 bus_op_finish(op, NULL, NULL, "bus connection lost");
         return true;
 }
@@ -139,6 +144,7 @@ static int bus_op_send(HostBus *b, size_t i, void *userdata, HostBusJobDone job_
 
 int host_bus_job(HostBus *b, const char *method, size_t i, const char *mode, HostBusJobDone cb,
                  void *userdata) {
+        assert(b);
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
         int r;
 
@@ -166,6 +172,7 @@ static int refresh_reply_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret
 }
 
 int host_bus_refresh_unit(HostBus *b, size_t i, HostBusDone cb, void *userdata) {
+        assert(b);
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
         int r;
 
@@ -217,6 +224,7 @@ static int list_reply_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_er
 }
 
 int host_bus_list_active(HostBus *b, char **patterns, HostBusDone cb, void *userdata) {
+        assert(b);
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
         char *states[] = {(char *)"active", (char *)"activating", (char *)"reloading",
                           (char *)"deactivating", NULL};

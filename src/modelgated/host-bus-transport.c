@@ -5,6 +5,7 @@
  * GPU host prints is evidence in our log rather than log lines of its own. The pipe is replaced on
  * each connect and closed with the HostBus. */
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "modelgated/host-bus-internal.h"
+#include "shared/errno-util.h"
 #include "shared/log.h"
 #include "shared/strv.h"
 
@@ -32,6 +34,7 @@ static char *address_escape(const char *s) {
 }
 
 int host_bus_set_address(HostBus *b, char **ret_reason) {
+        assert(b);
         int r;
 
         switch (b->host->bus_kind) {
@@ -76,6 +79,7 @@ static void stderr_flush(HostBus *b) {
 }
 
 void host_bus_stderr_close(HostBus *b) {
+        assert(b);
         stderr_flush(b);
         b->stderr_source = sd_event_source_disable_unref(b->stderr_source);
 }
@@ -85,7 +89,7 @@ static int stderr_cb(sd_event_source *s, int fd, uint32_t revents, void *userdat
         char buf[4096];
         ssize_t k = read(fd, buf, sizeof(buf));
 
-        if (k < 0 && (errno == EAGAIN || errno == EINTR))
+        if (k < 0 && ERRNO_IS_TRANSIENT(errno))
                 return 0;
         if (k <= 0) {
                 /* every writer has gone (the child exited) */
@@ -107,6 +111,7 @@ static int stderr_cb(sd_event_source *s, int fd, uint32_t revents, void *userdat
 /* sd_bus_start() forks the ssh child for an exec: address; its stderr is made a pipe of ours for the
  * moment of the fork (the loop is single-threaded, so nothing else writes to fd 2 meanwhile) */
 int host_bus_start(HostBus *b) {
+        assert(b);
         _cleanup_close_ int saved = -1, rd = -1, wr = -1;
         int p[2], r;
 

@@ -29,12 +29,14 @@ void unit_info_done(UnitInfo *u) {
 }
 
 bool unit_info_is_running(const UnitInfo *u) {
+        assert(u);
         return u->active_state &&
                (streq(u->active_state, "active") || streq(u->active_state, "activating") ||
                 streq(u->active_state, "reloading") || streq(u->active_state, "deactivating"));
 }
 
 void host_bus_reset_units(HostBus *b) {
+        assert(b);
         for (size_t i = 0; i < b->n_units; i++) {
                 UnitInfo *u = &b->units[i].info;
                 char *name = TAKE_PTR(u->name), *path = TAKE_PTR(u->path);
@@ -160,9 +162,9 @@ static int subscribe_reply_cb(sd_bus_message *m, void *userdata, sd_bus_error *r
                  * way this bus is no use, and a new one is tried after the backoff */
                 b->setup_failed = true;
                 log_debug("host %s: Subscribe() failed: %s", b->host->name, e);
-                b->lost(b, sd_bus_message_is_method_error(m, SD_BUS_ERROR_NO_REPLY)
-                                   ? "connection closed before the bus came up"
-                                   : e);
+                host_bus_lost(b, sd_bus_message_is_method_error(m, SD_BUS_ERROR_NO_REPLY)
+                                         ? "connection closed before the bus came up"
+                                         : e);
                 return 0;
         }
         b->subscribed = true;
@@ -175,6 +177,7 @@ static int subscribe_reply_cb(sd_bus_message *m, void *userdata, sd_bus_error *r
 /* A bus policy that lets signals through lets any local user send one with the manager's interface:
  * only the manager's unique name is believed. */
 bool host_bus_from_manager(HostBus *b, sd_bus_message *m) {
+        assert(b);
         const char *sender = sd_bus_message_get_sender(m);
         if (!b->manager_owner)
                 return false; /* not known yet: the state is read after Subscribe() anyway */
@@ -250,6 +253,7 @@ static int send_unit_reads(HostBus *b, FollowedUnit *fu) {
 }
 
 int host_bus_follow_units(HostBus *b) {
+        assert(b);
         int r;
 
         /* a manager that re-executes comes back under a new unique name */

@@ -13,7 +13,7 @@
 
 #include "modelgated/api-answer.h"
 #include "modelgated/catalog.h"
-#include "modelgated/host-private.h"
+#include "modelgated/host-internal.h"
 #include "modelgated/metrics.h"
 #include "shared/log.h"
 #include "shared/strv.h"
@@ -190,6 +190,7 @@ static CatalogConf catalog_conf_of(const Host *h) {
 }
 
 Host *host_new(const HostEnv *env, Config *config, const HostConf *conf) {
+        assert(env);
         Host *h = calloc(1, sizeof(Host));
         _cleanup_strv_free_ char **units = NULL;
         int r;
@@ -201,7 +202,6 @@ Host *host_new(const HostEnv *env, Config *config, const HostConf *conf) {
         h->config = config_ref(config);
         h->running = h->target = -1;
         h->state = HOST_IDLE;
-        h->engine_ready = host_engine_is_up;
 
         if (collect_engines(config, conf, &h->engines, &h->n_engines, &units) < 0)
                 goto fail;
@@ -287,6 +287,7 @@ Host *host_free(Host *h) {
 }
 
 bool host_can_take(const Host *h, const Config *config, const HostConf *conf) {
+        assert(h);
         _cleanup_free_ HostEngine *engines = NULL;
         size_t n;
 
@@ -304,6 +305,7 @@ bool host_can_take(const Host *h, const Config *config, const HostConf *conf) {
 }
 
 int host_set_conf(Host *h, Config *config, const HostConf *conf) {
+        assert(h);
         HostEngine *engines;
         size_t n;
 
@@ -325,48 +327,59 @@ int host_set_conf(Host *h, Config *config, const HostConf *conf) {
 }
 
 bool host_drained(const Host *h) {
+        assert(h);
         return h->sched.n_in_flight == 0 && h->sched.n_waiting == 0 && h->phase == PHASE_NONE;
 }
 
 void host_start(Host *h) {
+        assert(h);
         if (h->bus)
                 host_bus_connect(h->bus);
         catalog_start(h->catalog, h->state == HOST_DOWN);
 }
 
 const HostConf *host_conf(const Host *h) {
+        assert(h);
         return h->conf;
 }
 
 HostState host_state(const Host *h) {
+        assert(h);
         return h->state;
 }
 
 bool host_has_engines(const Host *h) {
+        assert(h);
         return h->n_engines > 0;
 }
 
 size_t host_n_engines(const Host *h) {
+        assert(h);
         return h->n_engines;
 }
 
 const HostEngine *host_engine(const Host *h, size_t i) {
+        assert(h);
         return i < h->n_engines ? &h->engines[i] : NULL;
 }
 
 char *const *host_warnings(const Host *h) {
+        assert(h);
         return h->warnings;
 }
 
 Catalog *host_catalog(const Host *h) {
+        assert(h);
         return h->catalog;
 }
 
 ssize_t host_engine_up(const Host *h) {
+        assert(h);
         return h->engine_up ? h->running : -1;
 }
 
 ssize_t host_find_engine(const Host *h, const char *key) {
+        assert(h);
         ssize_t i;
 
         for (size_t e = 0; e < h->n_engines; e++)
@@ -425,6 +438,7 @@ HostAcquire host_acquire(Host *h, size_t i, HostWaiter *w, HostReadyFn ready, Ho
 }
 
 void host_release(HostWaiter *w) {
+        assert(w);
         Host *h = w->host;
 
         if (!h)
@@ -438,6 +452,7 @@ void host_release(HostWaiter *w) {
 }
 
 int host_waiter_describe(const HostWaiter *w, char *buf, size_t l) {
+        assert(w);
         const Host *h = w->host;
         const char *key;
         int p;
@@ -468,6 +483,7 @@ int host_waiter_describe(const HostWaiter *w, char *buf, size_t l) {
 }
 
 void host_report_http(Host *h, const char *reason) {
+        assert(h);
         bool down = reason != NULL;
 
         /* with engines, only the engine that is up can fail: one stopping (an idle stop, a switch) is
@@ -485,42 +501,52 @@ void host_report_http(Host *h, const char *reason) {
 }
 
 void host_report_request_failed(Host *h) {
+        assert(h);
         catalog_check_soon(h->catalog);
 }
 
 unsigned host_in_flight(const Host *h) {
+        assert(h);
         return h->sched.n_in_flight;
 }
 
 bool host_switch_pending(const Host *h) {
+        assert(h);
         return sched_switch_pending(&h->sched);
 }
 
 unsigned host_waiting(const Host *h) {
+        assert(h);
         return h->sched.n_waiting;
 }
 
 ssize_t host_running(const Host *h) {
+        assert(h);
         return h->running;
 }
 
 const char *host_last_error(const Host *h) {
+        assert(h);
         return h->last_error;
 }
 
 const char *host_down_reason(const Host *h) {
+        assert(h);
         return h->bus_down || h->http_down ? h->down_reason : NULL;
 }
 
 usec_t host_hold_down_until(const Host *h) {
+        assert(h);
         return sched_hold_down_until(&h->sched, host_now(h));
 }
 
 usec_t host_idle_stop_at(const Host *h) {
+        assert(h);
         return h->phase == PHASE_NONE ? sched_idle_stop_at(&h->sched) : USEC_INFINITY;
 }
 
 int host_request_stop(Host *h) {
+        assert(h);
         if (h->bus_down)
                 return -ENOTCONN;
         if (h->running < 0 && h->phase == PHASE_NONE)
@@ -533,10 +559,12 @@ int host_request_stop(Host *h) {
 }
 
 bool host_keeps_daemon(const Host *h) {
+        assert(h);
         /* an engine it runs must still get its idle stop, which only a running daemon can do */
         return !host_drained(h) || (h->running >= 0 && h->sched.config.idle_stop != USEC_INFINITY);
 }
 
 usec_t host_up_since(const Host *h) {
+        assert(h);
         return h->up_since;
 }

@@ -14,12 +14,14 @@
  * the state the host shows, which the phases mostly decide. *When* to switch
  * is the Sched's (host-state.c carries its actions out). */
 
+#include <assert.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "modelgated/catalog.h"
-#include "modelgated/host-private.h"
+#include "modelgated/host-internal.h"
 #include "modelgated/metrics.h"
+#include "shared/errno-util.h"
 #include "shared/log.h"
 #include "shared/strv.h"
 
@@ -37,6 +39,7 @@ const char *host_state_to_string(HostState s) {
 }
 
 void host_update_state(Host *h) {
+        assert(h);
         HostState s;
 
         if (h->bus_down || h->http_down)
@@ -104,6 +107,7 @@ int host_down_cb(sd_event_source *s, void *userdata) {
 }
 
 void host_tell_riders_down(Host *h) {
+        assert(h);
         if (h->riders)
                 (void)sd_event_source_set_enabled(h->down_source, SD_EVENT_ONESHOT);
 }
@@ -111,6 +115,7 @@ void host_tell_riders_down(Host *h) {
 /* The switch */
 
 void host_switch_reset(Host *h) {
+        assert(h);
         h->phase = PHASE_NONE;
         h->target = -1;
         h->adopting = false;
@@ -167,6 +172,7 @@ static void switch_fail_engine(Host *h, const char *what) {
 }
 
 void host_engine_is_up(Host *h) {
+        assert(h);
         char t[32];
         usec_t took = host_now(h) - h->switch_start;
 
@@ -255,14 +261,18 @@ static void start_checked(HostBus *b, char **units, const char *error, void *use
 
         if (error) {
                 snprintf(what, sizeof(what), "could not be read after its start: %s", error);
-                return switch_fail_engine(h, what);
+                switch_fail_engine(h, what);
+                return;
         }
-        if (unit_info_is_running(u))
-                return phase_health(h, false);
+        if (unit_info_is_running(u)) {
+                phase_health(h, false);
+                return;
+        }
         if (!u->condition_result || streq_ptr(u->result, "exec-condition")) {
                 snprintf(what, sizeof(what), "%s refused to start: its %s failed", u->name,
                          streq_ptr(u->result, "exec-condition") ? "ExecCondition=" : "Condition…=");
-                return switch_refuse_busy(h, what);
+                switch_refuse_busy(h, what);
+                return;
         }
         snprintf(what, sizeof(what), "failed to start (result: %s, state: %s)",
                  u->result && !streq(u->result, "success") ? u->result : "exit-code",
@@ -276,11 +286,12 @@ static void start_done(HostBus *b, size_t i, const char *result, const char *err
 
         if (!result) {
                 snprintf(what, sizeof(what), "could not be started: %s", error);
-                return switch_fail_engine(h, what);
+                switch_fail_engine(h, what);
+                return;
         }
         /* "done" says little (systemd-notes.md §2.6); the unit's own state says the rest */
         int r = host_bus_refresh_unit(b, i, start_checked, h);
-        if (r == -ENOTCONN || r == -ECONNRESET || r == -EPIPE || r == -ESHUTDOWN)
+        if (ERRNO_IS_DISCONNECT(r))
                 /* the bus went away between the job's end and this read: its loss ends the switch, and
                  * the waiting requests hear "host down" (503), not that the engine failed */
                 return;
@@ -294,8 +305,10 @@ static void phase_start(Host *h) {
         char what[256];
         int r;
 
-        if (unit_info_is_running(host_bus_unit(h->bus, (size_t)h->target)))
-                return phase_health(h, false);
+        if (unit_info_is_running(host_bus_unit(h->bus, (size_t)h->target))) {
+                phase_health(h, false);
+                return;
+        }
         h->phase = PHASE_STARTING;
         h->running = -1;
         h->engine_up = false;
@@ -367,8 +380,10 @@ static void port_on_error(Upstream *u, int error, bool started, void *userdata) 
         Host *h = userdata;
 
         h->probe = NULL;
-        if (started)
-                return port_probe_answered(h);
+        if (started) {
+                port_probe_answered(h);
+                return;
+        }
         phase_stop_others(h);
 }
 
@@ -386,8 +401,10 @@ static bool any_engine_running(Host *h) {
 }
 
 static void phase_port_probe(Host *h) {
-        if (any_engine_running(h))
-                return phase_stop_others(h);
+        if (any_engine_running(h)) {
+                phase_stop_others(h);
+                return;
+        }
         h->phase = PHASE_PORT_PROBE;
         if (host_probe_start(h, &port_callbacks, PORT_PROBE_TIMEOUT_USEC) < 0)
                 phase_stop_others(h);
@@ -401,17 +418,20 @@ static void busy_listed(HostBus *b, char **units, const char *error, void *userd
 
         if (error) {
                 snprintf(msg, sizeof(msg), "could not be started: checking BusyUnits= failed: %s", error);
-                return switch_fail_engine(h, msg);
+                switch_fail_engine(h, msg);
+                return;
         }
         if (!strv_isempty(units)) {
                 _cleanup_free_ char *names = strv_join(units, ", ");
                 snprintf(msg, sizeof(msg), "%s %s active", names ?: units[0], units[1] ? "are" : "is");
-                return switch_refuse_busy(h, msg);
+                switch_refuse_busy(h, msg);
+                return;
         }
         phase_port_probe(h);
 }
 
 void host_begin_switch(Host *h) {
+        assert(h);
         int r;
 
         h->switch_start = host_now(h);
@@ -419,8 +439,10 @@ void host_begin_switch(Host *h) {
                    h->for_model ?: "a request");
         h->phase = PHASE_BUSY_CHECK;
         host_update_state(h);
-        if (strv_isempty(h->conf->busy_units))
-                return phase_port_probe(h);
+        if (strv_isempty(h->conf->busy_units)) {
+                phase_port_probe(h);
+                return;
+        }
         r = host_bus_list_active(h->bus, h->conf->busy_units, busy_listed, h);
         if (r < 0)
                 busy_listed(h->bus, NULL, strerror(-r), h);
@@ -449,6 +471,7 @@ static void idle_stopped(HostBus *b, size_t i, const char *result, const char *e
 }
 
 void host_idle_stop(Host *h, ssize_t engine, bool requested) {
+        assert(h);
         h->phase = PHASE_IDLE_STOP;
         h->stop_requested = requested;
         h->target = -1;
@@ -556,10 +579,13 @@ static void unit_changed(HostBus *b, size_t i, void *userdata) {
                         return;
                 snprintf(what, sizeof(what), "stopped%s (state: %s, result: %s)",
                          h->engine_up ? " on its own" : "", strna(u->active_state), strna(u->result));
-                if (h->phase == PHASE_HEALTH && h->target == (ssize_t)i)
-                        return switch_fail_engine(h, what);
+                if (h->phase == PHASE_HEALTH && h->target == (ssize_t)i) {
+                        switch_fail_engine(h, what);
+                        return;
+                }
                 log_warning("host %s: engine %s %s", h->conf->name, engine_name(h, (ssize_t)i), what);
-                return engine_gone(h);
+                engine_gone(h);
+                return;
         }
         if (h->running < 0 && h->phase == PHASE_NONE) {
                 /* started by someone else (or restarted by systemd): ours all the same, once healthy */

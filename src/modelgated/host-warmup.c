@@ -6,9 +6,10 @@
  * the switch phases because these are HTTP exchanges with the engine, with
  * their own timers and answers, while the phases are the bus's jobs. */
 
+#include <assert.h>
 #include <stdio.h>
 
-#include "modelgated/host-private.h"
+#include "modelgated/host-internal.h"
 #include "modelgated/http-writer.h"
 #include "modelgated/sched.h"
 #include "shared/log.h"
@@ -35,7 +36,7 @@ static void warmup_done(Host *h, const char *error) {
         else
                 log_info("host %s: engine %s warmed up in %s", h->conf->name, engine_name(h, h->target),
                          format_timespan(t, sizeof(t), took / USEC_PER_MSEC * USEC_PER_MSEC) ?: "?");
-        h->engine_ready(h);
+        host_engine_is_up(h);
 }
 
 static int warmup_on_headers(Upstream *u, const UpstreamResponse *resp, void *userdata) {
@@ -162,6 +163,7 @@ int host_prime_timer_cb(sd_event_source *s, uint64_t usec, void *userdata) {
 }
 
 void host_prime_rearm(Host *h) {
+        assert(h);
         usec_t at = prime_at(h);
 
         if (!h->prime_timer)
@@ -178,15 +180,17 @@ static void health_on_complete(Upstream *u, void *userdata) {
         Host *h = userdata;
 
         h->probe = NULL;
-        if (h->probe_status != 200)
-                return probe_again(h);
+        if (h->probe_status != 200) {
+                probe_again(h);
+                return;
+        }
         /* ready means answers at once: the first request must not pay the model's cold start */
         if (!h->adopting && h->engines[h->target].conf->warmup_body) {
                 h->warmup_start = host_now(h);
                 if (warmup_send(h, (size_t)h->target, &warmup_callbacks) >= 0)
                         return;
         }
-        h->engine_ready(h);
+        host_engine_is_up(h);
 }
 
 static void health_on_error(Upstream *u, int error, bool started, void *userdata) {
@@ -203,6 +207,7 @@ static const UpstreamCallbacks health_callbacks = {
 };
 
 int host_probe_start(Host *h, const UpstreamCallbacks *cb, usec_t timeout) {
+        assert(h);
         const HttpUrl *url = h->engines[h->target].url;
         Buffer req = {};
         int r;

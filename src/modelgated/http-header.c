@@ -2,6 +2,7 @@
 /* The header table, span and token comparisons, and which headers stop at each hop: see http-header.h.
  * Below the request parser (http.c) and the upstream's response parser, which both use them. */
 
+#include <assert.h>
 #include <stdint.h>
 #include <string.h>
 #include <strings.h>
@@ -9,6 +10,7 @@
 #include "modelgated/http-header.h"
 
 int http_header_table_add_grow(HttpHeader **headers, size_t *n, size_t *n_alloc, size_t max, size_t at) {
+        assert(headers);
         if (*n >= max)
                 return -E2BIG;
         if (*n == *n_alloc) {
@@ -24,6 +26,7 @@ int http_header_table_add_grow(HttpHeader **headers, size_t *n, size_t *n_alloc,
 }
 
 Span http_header_table_find(const char *base, const HttpHeader *headers, size_t n, const char *name) {
+        assert(base);
         size_t l = strlen(name);
 
         /* the name's length first: most headers differ in it */

@@ -3,13 +3,17 @@
  * names one, and the headers that go on to a host. Above the parser (http.c), which builds the
  * HttpRequest these read, and the header rules (http-header.c) they apply. */
 
+#include <assert.h>
+
 #include "modelgated/http.h"
 
 Span http_request_header(const HttpRequest *r, const char *name) {
+        assert(r);
         return http_header_table_find(buffer_peek(&r->head), r->headers, r->n_headers, name);
 }
 
 bool http_request_connection_lists(const HttpRequest *r, Span name) {
+        assert(r);
         /* RFC 9110 §5.3: several Connection lines are one list */
         for (size_t i = 0; i < r->n_headers; i++)
                 if (span_caseeq(http_header_name(r, i), "Connection") &&
@@ -19,6 +23,7 @@ bool http_request_connection_lists(const HttpRequest *r, Span name) {
 }
 
 int http_request_append_forwarded_headers(const HttpRequest *r, Buffer *out) {
+        assert(r);
         bool connection = false;
 
         for (size_t i = 0; i < r->n_headers && !connection; i++)

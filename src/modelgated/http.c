@@ -8,6 +8,7 @@
  * chunks), the bytes are checked here before llhttp sees them: head_limit()
  * and chunk_scan(). What callers ask of a parsed request is in http-header.c. */
 
+#include <assert.h>
 #include <ctype.h>
 #include <string.h>
 #include <strings.h>
@@ -307,6 +308,7 @@ static void request_reset(HttpRequest *r) {
 }
 
 void http_parser_init(HttpParser *p, uint64_t max_header_size, uint64_t max_body_size) {
+        assert(p);
         *p = (HttpParser){
                 .max_header_size = max_header_size,
                 .max_body_size = max_body_size,
@@ -324,6 +326,7 @@ void http_parser_done(HttpParser *p) {
 }
 
 int http_parser_limit_body(HttpParser *p, uint64_t max) {
+        assert(p);
         if (max >= p->max_body_size)
                 return 0;
         p->max_body_size = max;
@@ -333,6 +336,7 @@ int http_parser_limit_body(HttpParser *p, uint64_t max) {
 }
 
 void http_parser_next(HttpParser *p) {
+        assert(p);
         request_reset(&p->req);
         p->max_body_size = p->default_max_body_size;
         p->header_bytes = 0;
@@ -591,6 +595,7 @@ static int head_limit(HttpParser *p, const char *d, size_t *len) {
 }
 
 int http_parser_feed(HttpParser *p, const char *data, size_t n, size_t *ret_consumed) {
+        assert(p);
         size_t done = 0;
         int r;
 

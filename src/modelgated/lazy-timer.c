@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* Deadlines kept in a field, the sd-event source moved only when one comes sooner: see lazy-timer.h. */
 
+#include <assert.h>
+
 #include "modelgated/lazy-timer.h"
 
 static int arm(LazyTimer *t, usec_t when) {
@@ -29,6 +31,7 @@ static int lazy_timer_cb(sd_event_source *s, uint64_t usec, void *userdata) {
 }
 
 int lazy_timer_init(LazyTimer *t, sd_event *event, sd_event_time_handler_t handler, void *userdata) {
+        assert(t);
         *t = (LazyTimer){
                 .deadline = USEC_INFINITY, .armed = USEC_INFINITY, .handler = handler, .userdata = userdata};
         int r = sd_event_add_time(event, &t->source, CLOCK_MONOTONIC, USEC_INFINITY, 0, lazy_timer_cb, t);
@@ -43,6 +46,7 @@ void lazy_timer_done(LazyTimer *t) {
 }
 
 int lazy_timer_set(LazyTimer *t, usec_t deadline) {
+        assert(t);
         t->deadline = deadline;
         /* a source set for sooner fires first, and looks again */
         if (deadline >= t->armed)

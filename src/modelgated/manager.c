@@ -3,6 +3,7 @@
  * the hosts a reload left draining, and the reload itself, which never drops a connection (SPEC §3).
  * Socket-activated with a configuration that has errors, it holds the refusal instead of hosts. */
 
+#include <assert.h>
 #include <stdio.h>
 #include <string.h>
 #include <systemd/sd-daemon.h>
@@ -114,6 +115,7 @@ Manager *manager_free(Manager *m) {
 }
 
 void manager_set_callbacks(Manager *m, const ManagerCallbacks *cb, void *userdata) {
+        assert(m);
         m->cb = cb;
         m->userdata = userdata;
 }
@@ -164,6 +166,7 @@ static int manager_set_refusal(Manager *m, char **errors, int r) {
 }
 
 int manager_record_run(Manager *m) {
+        assert(m);
         _cleanup_free_ char *refusal = NULL;
         char w[FORMAT_TIMESPAN_MAX];
         unsigned unclean;
@@ -192,14 +195,17 @@ int manager_record_run(Manager *m) {
 }
 
 void manager_clean_exit(Manager *m) {
+        assert(m);
         run_record_clean(&m->runs);
 }
 
 bool manager_crash_loop(Manager *m) {
+        assert(m);
         return m->crash_loop;
 }
 
 int manager_load_config(Manager *m, const char *path) {
+        assert(m);
         _cleanup_(config_unrefp) Config *c = config_new();
         int r;
 
@@ -223,9 +229,8 @@ int manager_load_config(Manager *m, const char *path) {
         return 0;
 }
 
-#define FEED_KEEPALIVE_USEC (15 * USEC_PER_SEC)
-
 void manager_changed(Manager *m) {
+        assert(m);
         if (m->n_draining > 0)
                 /* a draining host may be done now; not freed from here, which runs inside its callbacks */
                 (void)sd_event_source_set_enabled(m->drain_source, SD_EVENT_ONESHOT);
@@ -286,6 +291,7 @@ static Host *manager_new_host(Manager *m, Config *config, const HostConf *conf) 
 }
 
 Host *manager_host(Manager *m, const HostConf *h) {
+        assert(m);
         size_t i = (size_t)(h - m->config->hosts);
 
         if (h >= m->config->hosts && i < m->config->n_hosts)
@@ -300,6 +306,7 @@ Host *manager_host(Manager *m, const HostConf *h) {
 }
 
 bool manager_keeps_daemon(Manager *m) {
+        assert(m);
         for (size_t i = 0; i < m->config->n_hosts; i++)
                 if (host_keeps_daemon(m->hosts[i]))
                         return true;
@@ -307,11 +314,13 @@ bool manager_keeps_daemon(Manager *m) {
 }
 
 void manager_stop(Manager *m) {
+        assert(m);
         m->stopping = true;
         upstream_pool_stop(m->pool);
 }
 
 int manager_start(Manager *m) {
+        assert(m);
         m->hosts = calloc(MAX(m->config->n_hosts, 1u), sizeof(Host *));
         if (!m->hosts)
                 return log_oom();
@@ -418,7 +427,25 @@ static int reload_refused(Manager *m, Config *n, int r, char **ret_error) {
         return r;
 }
 
+/* A configuration without errors is loaded: whatever refused requests before (its errors, a crash loop)
+ * is over. */
+static void reload_serves_again(Manager *m) {
+        if (!m->refusal)
+                return;
+        strv_free(TAKE_PTR(m->config_errors));
+        m->refusal = mfree(m->refusal);
+        m->warnings_serial++;
+        if (m->crash_loop) {
+                /* the operator looked: the runs before count no more */
+                run_record_forget(&m->runs);
+                m->crash_loop = false;
+                log_notice("Reloaded after a crash loop: serving requests");
+        } else
+                log_notice("%s has no errors now: serving requests", m->config_path);
+}
+
 int manager_reload(Manager *m, char **ret_error) {
+        assert(m);
         _cleanup_(config_unrefp) Config *n = NULL;
         _cleanup_free_ Host **hosts = NULL;
         _cleanup_free_ bool *kept_from = NULL;
@@ -476,18 +503,7 @@ int manager_reload(Manager *m, char **ret_error) {
         }
         config_unref(old);
 
-        if (m->refusal) {
-                strv_free(TAKE_PTR(m->config_errors));
-                m->refusal = mfree(m->refusal);
-                m->warnings_serial++;
-                if (m->crash_loop) {
-                        /* the operator looked: the runs before count no more */
-                        run_record_forget(&m->runs);
-                        m->crash_loop = false;
-                        log_notice("Reloaded after a crash loop: serving requests");
-                } else
-                        log_notice("%s has no errors now: serving requests", m->config_path);
-        }
+        reload_serves_again(m);
         log_notice("Reloaded %s: %zu host(s), %zu kept, %zu new, %zu draining", m->config_path,
                    m->config->n_hosts, kept, added, drained);
         (void)sd_notifyf(false, "STATUS=Reloaded; %zu host(s)", m->config->n_hosts);
@@ -500,58 +516,72 @@ int manager_reload(Manager *m, char **ret_error) {
 }
 
 sd_event *manager_event(Manager *m) {
+        assert(m);
         return m->event;
 }
 
 Config *manager_config(Manager *m) {
+        assert(m);
         return m->config;
 }
 
 bool manager_stopping(Manager *m) {
+        assert(m);
         return m->stopping;
 }
 
 const char *manager_refusal(Manager *m) {
+        assert(m);
         return m->refusal;
 }
 
 unsigned manager_warnings_serial(Manager *m) {
+        assert(m);
         return m->warnings_serial;
 }
 
 uint64_t manager_config_serial(Manager *m) {
+        assert(m);
         return m->config_serial;
 }
 
 size_t manager_n_hosts(Manager *m) {
+        assert(m);
         return m->config->n_hosts;
 }
 
 Host *manager_host_at(Manager *m, size_t i) {
+        assert(m);
         return i < m->config->n_hosts && m->hosts ? m->hosts[i] : NULL;
 }
 
 UpstreamPool *manager_pool(Manager *m) {
+        assert(m);
         return m->pool;
 }
 
 SocketWatchSet *manager_sockets(Manager *m) {
+        assert(m);
         return m->sockets;
 }
 
 Metrics *manager_metrics(Manager *m) {
+        assert(m);
         return m->metrics;
 }
 
 FeedHub *manager_feed_hub(Manager *m) {
+        assert(m);
         return m->feed_hub;
 }
 
 AliasMemory *manager_alias_memory(Manager *m) {
+        assert(m);
         return m->alias_memory;
 }
 
 Access *manager_access(Manager *m) {
+        assert(m);
         if (!m->access)
                 m->access = access_new(m->event);
         return m->access;

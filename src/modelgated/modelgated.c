@@ -73,7 +73,8 @@ static int parse_argv(int argc, char *argv[]) {
                         return -EINVAL;
                 }
         if (optind < argc)
-                return log_error_errno(EINVAL, "%s takes no arguments.", program_invocation_short_name);
+                return log_error_errno(SYNTHETIC_ERRNO(EINVAL), "%s takes no arguments.",
+                                       program_invocation_short_name);
         return 1;
 }
 

@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <assert.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -258,6 +259,7 @@ int models_list_add_learned(ModelsList *l, const char *host, const char *engine,
 
 int models_list_add_alias(ModelsList *l, ModelsList *hosts, const AliasConf *a, const AliasTarget *t,
                           ssize_t pick, const char *why) {
+        assert(l);
         json_object *o = json_object_new_object(), *alias = json_object_new_object(),
                     *targets = json_object_new_array(), *proxy = json_object_new_object();
         json_object *st = NULL;
@@ -365,6 +367,7 @@ ModelsCache *models_cache_free(ModelsCache *cache) {
 }
 
 uint64_t models_cache_merges(const ModelsCache *cache) {
+        assert(cache);
         return cache->merges;
 }
 
@@ -516,6 +519,7 @@ void models_merge_catalogs_ready(ModelsMerge *mm) {
 }
 
 void models_cache_catalogs_ready(ModelsCache *cache, Manager *m) {
+        assert(cache);
         if (all_ready(m))
                 cache->first_wait_until = 0;
 }

@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -52,6 +53,7 @@ static int write_starts(const char *path, const uint64_t *starts, size_t n) {
 }
 
 int run_record_start(RunRecord *r, uint64_t now, uint64_t window, unsigned *ret_unclean) {
+        assert(r);
         uint64_t starts[RUN_RECORD_MAX + 1];
         size_t n;
         int k;
@@ -71,6 +73,7 @@ int run_record_start(RunRecord *r, uint64_t now, uint64_t window, unsigned *ret_
 }
 
 void run_record_clean(RunRecord *r) {
+        assert(r);
         uint64_t starts[RUN_RECORD_MAX];
         size_t n;
 
@@ -84,6 +87,7 @@ void run_record_clean(RunRecord *r) {
 }
 
 void run_record_forget(RunRecord *r) {
+        assert(r);
         if (r->path)
                 (void)write_starts(r->path, &r->start, 1);
 }

@@ -183,6 +183,7 @@ static unsigned tree_count_before(const Sched *s, uint64_t seq) {
 }
 
 int sched_init(Sched *s, const SchedConfig *config, size_t n_engines) {
+        assert(s);
         *s = (Sched){
                 .config = *config,
                 .n_engines = n_engines,
@@ -273,6 +274,7 @@ static bool may_go(const Sched *s, usec_t now, const SchedRequest *r) {
 }
 
 bool sched_add(Sched *s, usec_t now, SchedRequest *r, size_t engine) {
+        assert(s);
         assert(engine < s->n_engines);
 
         /* the queues are in the budgets' order only if no arrival is earlier than the one before */
@@ -289,6 +291,7 @@ bool sched_add(Sched *s, usec_t now, SchedRequest *r, size_t engine) {
 }
 
 void sched_remove(Sched *s, usec_t now, SchedRequest *r) {
+        assert(s);
         switch (r->state) {
         case SCHED_IN_FLIGHT:
                 assert(s->n_in_flight > 0);
@@ -311,6 +314,7 @@ void sched_remove(Sched *s, usec_t now, SchedRequest *r) {
 }
 
 void sched_engine_up(Sched *s, usec_t now, size_t engine) {
+        assert(s);
         assert(engine < s->n_engines);
         s->running = (ssize_t)engine;
         s->up_at = s->last_done = now;
@@ -321,17 +325,20 @@ void sched_engine_up(Sched *s, usec_t now, size_t engine) {
 }
 
 void sched_engine_starting(Sched *s, size_t engine) {
+        assert(s);
         assert(engine < s->n_engines);
         s->running = -1;
         s->starting = (ssize_t)engine;
 }
 
 void sched_engine_stopping(Sched *s) {
+        assert(s);
         s->running = -1;
         s->stopping = true;
 }
 
 void sched_engine_down(Sched *s, usec_t now) {
+        assert(s);
         s->running = -1;
         s->stop_requested = false;
         s->starting = -1;
@@ -361,6 +368,7 @@ static void fail_waiting(Sched *s, ssize_t engine, int status) {
 }
 
 void sched_switch_failed(Sched *s, usec_t now, int status, ssize_t still_running) {
+        assert(s);
         ssize_t target = s->starting;
 
         if (target >= 0)
@@ -372,6 +380,7 @@ void sched_switch_failed(Sched *s, usec_t now, int status, ssize_t still_running
 }
 
 void sched_host_down(Sched *s, bool down) {
+        assert(s);
         s->down = down;
         if (!down)
                 return;
@@ -404,12 +413,14 @@ usec_t sched_idle_stop_at(const Sched *s) {
 }
 
 usec_t sched_hold_down_until(const Sched *s, usec_t now) {
+        assert(s);
         if (!in_hold_down(s, now) || s->config.hold_down == USEC_INFINITY)
                 return in_hold_down(s, now) ? USEC_INFINITY : 0;
         return s->up_at + s->config.hold_down;
 }
 
 void sched_request_stop(Sched *s) {
+        assert(s);
         if (s->running >= 0 && s->starting < 0)
                 s->stop_requested = true;
 }
@@ -522,6 +533,7 @@ static bool next_with_engine_down(Sched *s, SchedAction *ret) {
 }
 
 bool sched_next(Sched *s, usec_t now, SchedAction *ret) {
+        assert(s);
         *ret = (SchedAction){.type = SCHED_NONE, .engine = -1};
 
         if (next_decided_failure(s, ret) || next_abandoned(s, ret) || next_expired(s, now, ret))
@@ -534,6 +546,7 @@ bool sched_next(Sched *s, usec_t now, SchedAction *ret) {
 }
 
 usec_t sched_next_timer(const Sched *s, usec_t now) {
+        assert(s);
         /* the first budget to end is the oldest wait's */
         usec_t t = s->waiting.head ? deadline_of(s, s->waiting.head) : USEC_INFINITY;
 
@@ -546,6 +559,7 @@ usec_t sched_next_timer(const Sched *s, usec_t now) {
 }
 
 unsigned sched_ahead(const Sched *s, const SchedRequest *r) {
+        assert(s);
         /* answered or removed: not the scheduler's any more, everyone is ahead */
         if (r->state == SCHED_FAILED && !queue_has(&s->failed, r))
                 return s->n_in_flight + s->n_waiting;
@@ -553,6 +567,7 @@ unsigned sched_ahead(const Sched *s, const SchedRequest *r) {
 }
 
 bool sched_switch_pending(const Sched *s) {
+        assert(s);
         if (s->running < 0)
                 return false;
         if (s->starting >= 0 && s->starting != s->running)

@@ -5,6 +5,7 @@
  * instance), closes idle connections, lets running answers finish within STOP_DRAIN_USEC, then exits.
  * What it serves is the Manager's; the connections are the ClientSet's. */
 
+#include <assert.h>
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -19,6 +20,7 @@
 #include "modelgated/client.h"
 #include "modelgated/manager.h"
 #include "modelgated/server.h"
+#include "shared/errno-util.h"
 #include "shared/log.h"
 #include "shared/parse-util.h"
 #include "shared/strv.h"
@@ -155,19 +157,23 @@ Server *server_free(Server *s) {
 }
 
 void server_set_callbacks(Server *s, const ServerCallbacks *cb, void *userdata) {
+        assert(s);
         s->cb = cb;
         s->userdata = userdata;
 }
 
 size_t server_n_connections(const Server *s) {
+        assert(s);
         return client_set_count(s->clients);
 }
 
 size_t server_n_listeners(const Server *s) {
+        assert(s);
         return s->n_listeners;
 }
 
 const char *server_listener_address(const Server *s, size_t i) {
+        assert(s);
         return i < s->n_listeners ? s->listeners[i].address : NULL;
 }
 
@@ -326,8 +332,8 @@ static int server_listen(Server *s) {
                                 return log_error_errno(r, "Failed to watch socket '%s': %m", name);
                 }
                 if (s->n_listeners == 0)
-                        return log_error_errno(EBADF, "None of the %d sockets passed by systemd can be used",
-                                               n);
+                        return log_error_errno(SYNTHETIC_ERRNO(EBADF),
+                                               "None of the %d sockets passed by systemd can be used", n);
                 if (config->listen)
                         log_info("Socket-activated: [Proxy] Listen= is not used");
                 return 0;
@@ -395,9 +401,9 @@ static int accept_cb(sd_event_source *source, int fd, uint32_t revents, void *us
                 }
                 cfd = accept4(fd, (struct sockaddr *)&peer, &pl, SOCK_NONBLOCK | SOCK_CLOEXEC);
                 if (cfd < 0) {
-                        if (errno == EAGAIN || errno == EINTR)
+                        if (ERRNO_IS_TRANSIENT(errno))
                                 return 0;
-                        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                        if (ERRNO_IS_RESOURCE(errno)) {
                                 accept_failed(s, errno);
                                 return 0;
                         }
@@ -473,6 +479,7 @@ static bool server_exits_when_idle(Server *s) {
 
 /* The idle exit's timer runs exactly while nothing needs the daemon, and the owner hears of changes. */
 void server_changed(Server *s) {
+        assert(s);
         usec_t idle_usec = manager_config(s->manager)->exit_idle_usec;
 
         if (s->cb && s->cb->changed)
@@ -511,6 +518,7 @@ static int stop_timeout_cb(sd_event_source *source, uint64_t usec, void *userdat
 }
 
 void server_stop(Server *s) {
+        assert(s);
         if (s->stopping) {
                 log_notice("Second stop request, exiting now");
                 (void)sd_event_exit(s->event, 0);
@@ -573,6 +581,7 @@ static int server_watch_signals(Server *s) {
 }
 
 int server_start(Server *s) {
+        assert(s);
         char status[512];
         size_t o = 0;
         int r;
@@ -614,5 +623,6 @@ int server_start(Server *s) {
 }
 
 int server_run(Server *s) {
+        assert(s);
         return sd_event_loop(s->event);
 }

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* One epoll set for the proxy's sockets, dispatched in batches: see socket-watch.h. */
 
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
@@ -86,6 +87,7 @@ SocketWatchSet *socket_watch_set_free(SocketWatchSet *set) {
 
 int socket_watch_add(SocketWatchSet *set, int fd, uint32_t events, socket_watch_handler_t handler,
                      void *userdata, SocketWatch **ret) {
+        assert(set);
         SocketWatch *w = malloc(sizeof(SocketWatch));
 
         if (!w)
@@ -114,14 +116,17 @@ SocketWatch *socket_watch_free(SocketWatch *w) {
 }
 
 int socket_watch_rearm(SocketWatch *w) {
+        assert(w);
         struct epoll_event ev = {.events = w->events, .data.ptr = w};
         return epoll_ctl(w->set->epoll_fd, EPOLL_CTL_MOD, w->fd, &ev) < 0 ? -errno : 0;
 }
 
 uint32_t socket_watch_pending(const SocketWatch *w) {
+        assert(w);
         return w->pending;
 }
 
 bool socket_watch_in_batch(const SocketWatch *w) {
+        assert(w);
         return w->set->n_batch > 0;
 }

@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <assert.h>
 #include <json.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -7,6 +8,7 @@
 #include "modelgated/sse.h"
 
 void sse_filter_init(SseFilter *f, ApiKind api) {
+        assert(f);
         *f = (SseFilter){.api = api};
 }
 
@@ -59,6 +61,7 @@ static int filter_line(SseFilter *f, const char *p, size_t n, const char *eol, B
 }
 
 int sse_filter_feed(SseFilter *f, const char *p, size_t n, Buffer *out) {
+        assert(f);
         const char *end = p + n;
         int r;
 
@@ -100,6 +103,7 @@ int sse_filter_feed(SseFilter *f, const char *p, size_t n, Buffer *out) {
 }
 
 int sse_filter_finish(SseFilter *f, Buffer *out) {
+        assert(f);
         int r = 0;
         if (!buffer_is_empty(&f->line))
                 r = filter_line(f, buffer_peek(&f->line), buffer_size(&f->line), "", out);

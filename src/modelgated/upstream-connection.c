@@ -5,9 +5,10 @@
  * (upstream-pool.c: the host keeps it alive) or freed. Callbacks into the owner run from inside
  * llhttp_execute() (upstream-response.c); the owner never frees the Upstream there, it returns < 0 and
  * this module cancels after the parser has returned. This is the top of the upstream files: it drives
- * the handshake by what upstream_handshake() returns, and what it shares with the pool (freeing, the
- * event sources, the loop's time) is below both, in upstream-base.c. */
+ * the handshake by what upstream_handshake() returns. The Upstream's own primitives (freeing it,
+ * re-arming its socket's edges, its one timer, the loop's time) are here too, and the pool uses them. */
 
+#include <assert.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <string.h>
@@ -54,6 +55,48 @@ const char *upstream_strerror(int error) {
         }
 }
 
+Upstream *upstream_free(Upstream *u) {
+        if (!u)
+                return NULL;
+        if (u->state == UPSTREAM_IDLE)
+                upstream_pool_remove(u);
+        socket_watch_free(u->io);
+        lazy_timer_done(&u->timer);
+        upstream_tls_close(u);
+        free(u->tls_host);
+        safe_close(u->fd);
+        buffer_done(&u->request);
+        buffer_done(&u->resp.head);
+        free(u->resp.headers);
+        free(u->authority);
+        free(u);
+        return NULL;
+}
+
+int upstream_rearm(Upstream *u) {
+        assert(u);
+        return socket_watch_rearm(u->io);
+}
+
+int upstream_arm_timer(Upstream *u, usec_t deadline) {
+        assert(u);
+        if (deadline == USEC_INFINITY)
+                return u->timer.source ? lazy_timer_set(&u->timer, USEC_INFINITY) : 0;
+        /* upstream_connect() made it, and nothing arms it before that */
+        assert(u->timer.source);
+        return lazy_timer_set(&u->timer, deadline);
+}
+
+usec_t upstream_now(const Upstream *u) {
+        assert(u);
+        usec_t now;
+
+        /* the time sd-event compares its timers with, as touch() in upstream-connection.c uses; it cannot
+         * fail for CLOCK_MONOTONIC, and before the loop first runs it is the time now */
+        (void)sd_event_now(u->pool->event, CLOCK_MONOTONIC, &now);
+        return now;
+}
+
 static Upstream *upstream_detach(Upstream *u) {
         u->cb = NULL;
         u->userdata = NULL;
@@ -85,14 +128,17 @@ Upstream *upstream_cancel(Upstream *u) {
 }
 
 bool upstream_answer_started(const Upstream *u) {
+        assert(u);
         return u->headers_done;
 }
 
 void upstream_set_read_budget(Upstream *u, size_t bytes) {
+        assert(u);
         u->read_budget = bytes;
 }
 
 int upstream_set_deadline(Upstream *u, usec_t usec) {
+        assert(u);
         u->deadline = usec == USEC_INFINITY ? USEC_INFINITY : upstream_now(u) + usec;
         if (u->state != UPSTREAM_CONNECTING)
                 return upstream_arm_timer(u, u->deadline);
@@ -152,24 +198,31 @@ static void upstream_handle_eof(Upstream *u) {
         if (!u->got_bytes) {
                 if (upstream_maybe_retry(u))
                         return;
-                return upstream_fail(u, u->write_error ?: -ECONNRESET);
+                upstream_fail(u, u->write_error ?: -ECONNRESET);
+                return;
         }
         /* A response without length ends here (older llama.cpp builds end streams like this) */
         u->in_parser = true;
         llhttp_errno_t e = llhttp_finish(&u->parser);
         u->in_parser = false;
-        if (u->complete && !u->cancel_error)
-                return upstream_finish_ok(u, 1); /* never reuse a closed connection */
-        if (u->cancel_error)
-                return upstream_fail(u, u->cancel_error);
+        if (u->complete && !u->cancel_error) {
+                upstream_finish_ok(u, 1); /* never reuse a closed connection */
+                return;
+        }
+        if (u->cancel_error) {
+                upstream_fail(u, u->cancel_error);
+                return;
+        }
         (void)e;
         upstream_fail(u, -ECONNABORTED);
 }
 
 /* The owner's cancel, or a callback's refusal, after the parser has returned */
 static void upstream_end_cancelled(Upstream *u) {
-        if (!u->cb) /* the owner cancelled: nobody to tell */
-                return (void)upstream_free(u);
+        if (!u->cb) { /* the owner cancelled: nobody to tell */
+                upstream_free(u);
+                return;
+        }
         upstream_fail(u, u->cancel_error);
 }
 
@@ -281,7 +334,8 @@ static void upstream_write(Upstream *u) {
                                 (void)upstream_read(u);
                                 return;
                         }
-                        return upstream_fail(u, error);
+                        upstream_fail(u, error);
+                        return;
                 }
                 u->request_sent += (size_t)k;
         }
@@ -292,8 +346,10 @@ static void upstream_write(Upstream *u) {
  * from now on instead of the connect timeout. */
 static void upstream_connected(Upstream *u) {
         u->state = UPSTREAM_SENDING;
-        if (upstream_arm_timer(u, u->deadline) < 0)
-                return upstream_fail(u, -ENOMEM);
+        if (upstream_arm_timer(u, u->deadline) < 0) {
+                upstream_fail(u, -ENOMEM);
+                return;
+        }
         upstream_write(u);
 }
 
@@ -301,9 +357,9 @@ static void upstream_handshake_step(Upstream *u) {
         int r = upstream_handshake(u);
 
         if (r < 0)
-                return upstream_fail(u, r);
-        if (r > 0)
-                return upstream_connected(u);
+                upstream_fail(u, r);
+        else if (r > 0)
+                upstream_connected(u);
         /* else it waits for the socket's next edge */
 }
 
@@ -393,6 +449,7 @@ static void touch(Upstream *u) {
 }
 
 int upstream_set_idle_timeout(Upstream *u, usec_t usec) {
+        assert(u);
         u->idle_timeout = usec == 0 ? USEC_INFINITY : usec;
         if (u->idle_timeout == USEC_INFINITY)
                 return 0;

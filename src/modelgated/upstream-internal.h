@@ -2,12 +2,11 @@
 #pragma once
 
 /* What the upstream files share and nothing else may see: the Upstream and its pool, and the calls by
- * which the parts hand over to each other. Bottom to top, each calling only the ones below it:
- * upstream-tls.c what https adds (the context, the handshake, reads and writes through SSL),
- * upstream-response.c the llhttp callbacks that build the UpstreamResponse, upstream-base.c the
- * Upstream's own primitives (freeing it, its event sources, the loop's time), upstream-pool.c the idle
- * connections kept for reuse, and upstream-connection.c one exchange on a connection (connect, send,
- * read, retry, what the timers mean, the owner's callbacks). */
+ * which the parts hand over to each other: upstream-tls.c what https adds (the context, the handshake,
+ * reads and writes through SSL), upstream-response.c the llhttp callbacks that build the
+ * UpstreamResponse, upstream-pool.c the idle connections kept for reuse, and upstream-connection.c one
+ * exchange on a connection (connect, send, read, retry, what the timers mean, the owner's callbacks)
+ * with the Upstream's own primitives (freeing it, its event sources, the loop's time). */
 
 #include <llhttp.h>
 #include <openssl/types.h>
@@ -125,10 +124,17 @@ void upstream_parser_init(Upstream *u);
 /* The CRLF after a chunk's data, as far as [p, end) holds it: 0, or -1 with cancel_error set */
 int upstream_check_chunk_end(Upstream *u, const char *p, const char *end);
 
-/* upstream-base.c */
-Upstream *upstream_free(Upstream *u);
+/* upstream-pool.c */
 /* Out of the pool's idle list, before the connection is freed or used */
 void upstream_pool_remove(Upstream *u);
+/* An idle connection to url's address that is still open, taken out of the pool; NULL if none. */
+Upstream *upstream_pool_take(UpstreamPool *p, const HttpUrl *url);
+/* A connection whose exchange ended well goes idle into the pool, or is freed when the pool is full
+ * or stopping. */
+void upstream_pool_put(Upstream *u);
+
+/* upstream-connection.c: the Upstream's own primitives */
+Upstream *upstream_free(Upstream *u);
 /* The socket's edges raised again as they stand (one epoll_ctl): for what no new edge will announce,
  * such as input left while reading was paused; the loop dispatches it as an event */
 int upstream_rearm(Upstream *u);
@@ -137,10 +143,3 @@ int upstream_rearm(Upstream *u);
 int upstream_arm_timer(Upstream *u, usec_t deadline);
 /* The loop's time: what a deadline set from a callback counts from */
 usec_t upstream_now(const Upstream *u);
-
-/* upstream-pool.c */
-/* An idle connection to url's address that is still open, taken out of the pool; NULL if none. */
-Upstream *upstream_pool_take(UpstreamPool *p, const HttpUrl *url);
-/* A connection whose exchange ended well goes idle into the pool, or is freed when the pool is full
- * or stopping. */
-void upstream_pool_put(Upstream *u);

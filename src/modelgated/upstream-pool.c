@@ -6,10 +6,19 @@
  * only after it has been idle for a while, see UPSTREAM_POOL_TRUST_USEC). The pool also owns
  * the process's TLS context (upstream-tls.c makes it). */
 
+#include <assert.h>
 #include <string.h>
 #include <sys/socket.h>
 
 #include "modelgated/upstream-internal.h"
+#include "shared/errno-util.h"
+
+/* Unlinking from the idle list is the pool's, and freeing an idle connection does it too. */
+void upstream_pool_remove(Upstream *u) {
+        assert(u);
+        LIST_REMOVE(idle, u->pool->idle, u);
+        u->pool->n_idle--;
+}
 
 int upstream_pool_new(sd_event *event, SocketWatchSet *sockets, UpstreamPool **ret) {
         UpstreamPool *p = calloc(1, sizeof(UpstreamPool));
@@ -31,6 +40,7 @@ UpstreamPool *upstream_pool_free(UpstreamPool *p) {
 }
 
 void upstream_pool_stop(UpstreamPool *p) {
+        assert(p);
         p->stopping = true;
         while (p->idle)
                 upstream_free(p->idle);
@@ -59,7 +69,7 @@ static bool pool_alive(Upstream *u) {
                 return true;
         ssize_t k = recv(u->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
         /* through TLS, bytes may be a session ticket */
-        return (k < 0 && (errno == EAGAIN || errno == EINTR)) || (k > 0 && u->ssl);
+        return (k < 0 && ERRNO_IS_TRANSIENT(errno)) || (k > 0 && u->ssl);
 }
 
 Upstream *upstream_pool_take(UpstreamPool *p, const HttpUrl *url) {
@@ -79,6 +89,7 @@ Upstream *upstream_pool_take(UpstreamPool *p, const HttpUrl *url) {
 }
 
 void upstream_pool_put(Upstream *u) {
+        assert(u);
         UpstreamPool *p = u->pool;
 
         if (p->stopping || p->n_idle >= UPSTREAM_IDLE_MAX) {

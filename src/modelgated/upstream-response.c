@@ -6,20 +6,24 @@
  * callbacks run inside llhttp_execute(): a refusal sets cancel_error, and upstream-connection.c ends the
  * exchange once the parser has returned. */
 
+#include <assert.h>
 #include <string.h>
 #include <strings.h>
 
 #include "modelgated/upstream-internal.h"
 
 Span upstream_response_header_name(const UpstreamResponse *r, size_t i) {
+        assert(r);
         return (Span){buffer_peek(&r->head) + r->headers[i].name, r->headers[i].name_len};
 }
 
 Span upstream_response_header_value(const UpstreamResponse *r, size_t i) {
+        assert(r);
         return (Span){buffer_peek(&r->head) + r->headers[i].value, r->headers[i].value_len};
 }
 
 Span upstream_response_header(const UpstreamResponse *r, const char *name) {
+        assert(r);
         return http_header_table_find(buffer_peek(&r->head), r->headers, r->n_headers, name);
 }
 
@@ -123,6 +127,7 @@ static int on_chunk_header(llhttp_t *l) {
 /* llhttp takes any two bytes after a chunk's data ("5\r\nhelloXX0\r\n\r\n"): they must be CRLF, as a
  * request's must (http.c). Checked in the bytes llhttp is given, the rest at the start of the next read. */
 int upstream_check_chunk_end(Upstream *u, const char *p, const char *end) {
+        assert(u);
         for (; u->crlf_left > 0 && p < end; p++, u->crlf_left--)
                 if (*p != "\r\n"[2 - u->crlf_left]) {
                         u->cancel_error = -EPROTO;
@@ -179,6 +184,7 @@ static const llhttp_settings_t response_settings = {
 };
 
 void upstream_parser_init(Upstream *u) {
+        assert(u);
         llhttp_init(&u->parser, HTTP_RESPONSE, &response_settings);
         u->parser.data = u;
 }

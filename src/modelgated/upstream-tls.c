@@ -5,6 +5,7 @@
  * upstream-connection.c runs one state machine for http and https alike. This is the lowest part: it
  * calls none of the others, and what the handshake came to goes back to the connection as a result. */
 
+#include <assert.h>
 #include <arpa/inet.h>
 #include <limits.h>
 #include <openssl/err.h>
@@ -40,6 +41,7 @@ SSL_CTX *upstream_tls_context_free(SSL_CTX *ctx) {
 }
 
 int upstream_tls_new(Upstream *u, int fd) {
+        assert(u);
         SSL_CTX *ctx = tls_context(u->pool);
         struct in6_addr a;
         bool ip = inet_pton(AF_INET, u->tls_host, &a) == 1 || inet_pton(AF_INET6, u->tls_host, &a) == 1;
@@ -61,6 +63,7 @@ int upstream_tls_new(Upstream *u, int fd) {
 }
 
 void upstream_tls_close(Upstream *u) {
+        assert(u);
         SSL_free(u->ssl);
         u->ssl = NULL;
 }
@@ -94,6 +97,7 @@ static ssize_t tls_result(Upstream *u, int k, bool reading) {
 }
 
 ssize_t upstream_io_read(Upstream *u, void *buf, size_t n) {
+        assert(u);
         if (!u->ssl)
                 return read(u->fd, buf, n);
         ERR_clear_error();
@@ -101,6 +105,7 @@ ssize_t upstream_io_read(Upstream *u, void *buf, size_t n) {
 }
 
 ssize_t upstream_io_write(Upstream *u, const void *buf, size_t n) {
+        assert(u);
         if (!u->ssl)
                 return send(u->fd, buf, n, MSG_NOSIGNAL | MSG_DONTWAIT);
         ERR_clear_error();
@@ -108,6 +113,7 @@ ssize_t upstream_io_write(Upstream *u, const void *buf, size_t n) {
 }
 
 int upstream_handshake(Upstream *u) {
+        assert(u);
         ERR_clear_error();
         int k = SSL_do_handshake(u->ssl);
 

@@ -2,6 +2,7 @@
 /* Base URLs: scheme, host (bracketed IPv6 too), port and a path prefix; no query, fragment or user info,
  * since a base URL only ever has paths appended. */
 
+#include <assert.h>
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
@@ -22,6 +23,7 @@ void http_url_done(HttpUrl *u) {
 }
 
 int http_url_parse(const char *s, HttpUrl *ret) {
+        assert(s);
         _cleanup_free_ char *host = NULL, *authority = NULL, *base = NULL, *text = NULL;
         const char *p, *hs, *he, *path;
         uint64_t port = 80;

@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "shared/blob.h"
 
 Blob *blob_new(const void *p, size_t n) {
+        assert(p);
         Blob *b = malloc(sizeof(Blob) + n);
 
         if (!b)
@@ -17,6 +19,7 @@ Blob *blob_new(const void *p, size_t n) {
 }
 
 Blob *blob_ref(Blob *b) {
+        assert(b);
         if (b)
                 b->n_ref++;
         return b;

@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <assert.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +37,7 @@ static int buffer_reserve(Buffer *b, size_t n) {
 }
 
 int buffer_append_grow(Buffer *b, const void *p, size_t n) {
+        assert(b);
         if (n == 0)
                 return 0;
         if (buffer_reserve(b, n) < 0)
@@ -46,6 +48,7 @@ int buffer_append_grow(Buffer *b, const void *p, size_t n) {
 }
 
 char *buffer_append_space(Buffer *b, size_t n) {
+        assert(b);
         if (buffer_reserve(b, n) < 0)
                 return NULL;
         b->end += n;
@@ -53,6 +56,7 @@ char *buffer_append_space(Buffer *b, size_t n) {
 }
 
 int buffer_printf(Buffer *b, const char *fmt, ...) {
+        assert(b);
         va_list ap;
         size_t room;
         int k;
@@ -87,6 +91,7 @@ int buffer_append_u64(Buffer *b, uint64_t v) {
 }
 
 void buffer_consume(Buffer *b, size_t n) {
+        assert(b);
         if (n >= buffer_size(b)) {
                 b->start = b->end = 0;
                 return;
@@ -95,6 +100,7 @@ void buffer_consume(Buffer *b, size_t n) {
 }
 
 void buffer_clear(Buffer *b) {
+        assert(b);
         b->start = b->end = 0;
 }
 
@@ -104,6 +110,7 @@ void buffer_done(Buffer *b) {
 }
 
 int buffer_terminate(Buffer *b) {
+        assert(b);
         if (buffer_reserve(b, 1) < 0)
                 return -ENOMEM;
         b->data[b->end] = 0;
@@ -111,6 +118,7 @@ int buffer_terminate(Buffer *b) {
 }
 
 char *buffer_steal(Buffer *b, size_t *ret_size) {
+        assert(b);
         char *s;
 
         if (buffer_terminate(b) < 0)

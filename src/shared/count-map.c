@@ -2,6 +2,7 @@
 /* Open addressing with linear probing; removed entries leave tombstones, swept when the table is rebuilt,
  * so that entries that come and go (connections) never fill it. At most half full. */
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -81,6 +82,7 @@ CountMap *count_map_free(CountMap *m) {
 }
 
 uint64_t *count_map_get(CountMap **mp, const char *name, bool create) {
+        assert(mp);
         CountMap *m = *mp;
         Entry *e, *slot;
 

@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <assert.h>
 #include <ctype.h>
 #include <errno.h>
 #include <grp.h>
@@ -175,6 +176,7 @@ int keys_file_read(const char *path, KeysFile *ret, char **ret_error) {
 
 int keys_file_add(KeysFile *f, const char *note, const uint8_t digest[static SHA256_DIGEST_SIZE],
                   const char *tier) {
+        assert(f);
         _cleanup_free_ char *comment = NULL, *entry = NULL;
         char hex[SHA256_HEX_SIZE];
         int r;
@@ -196,6 +198,7 @@ int keys_file_add(KeysFile *f, const char *note, const uint8_t digest[static SHA
 }
 
 void keys_file_remove(KeysFile *f, size_t i) {
+        assert(f);
         size_t line = f->keys[i].line;
 
         free(f->keys[i].tier);
@@ -210,6 +213,7 @@ void keys_file_remove(KeysFile *f, size_t i) {
 }
 
 int keys_file_write(const KeysFile *f, const char *reader_group) {
+        assert(f);
         _cleanup_free_ char *text = NULL;
         size_t size = 0;
         /* a file root makes for the system service: the service's user reads it through its group (a file

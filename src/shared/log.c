@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <assert.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -99,6 +100,7 @@ void log_line(int level, const char *s, size_t n) {
 }
 
 void log_escape(char *dst, size_t l, const char *s, size_t n) {
+        assert(dst);
         size_t o = 0;
         for (size_t i = 0; i < n && o + 5 < l; i++) {
                 unsigned char ch = (unsigned char)s[i];

@@ -31,10 +31,17 @@ char *log_escape_dup(const char *s);
 /* A line formatted by the caller (no printf pass): the access log writes one per request. */
 void log_line(int level, const char *s, size_t n);
 
+/* An error made up by the caller rather than returned by a call: log_*_errno(SYNTHETIC_ERRNO(EINVAL), …)
+ * logs and returns -EINVAL as for any other, and says by the flag that no system call failed (so %m is
+ * that made-up error, not the errno of whatever ran last). ERRNO_VALUE() is the errno without the flag. */
+#define SYNTHETIC_ERRNO_FLAG (1 << 30)
+#define SYNTHETIC_ERRNO(num) (SYNTHETIC_ERRNO_FLAG | ((num) < 0 ? -(num) : (num)))
+#define IS_SYNTHETIC_ERRNO(val) ((((val) < 0 ? -(val) : (val)) & SYNTHETIC_ERRNO_FLAG) != 0)
+#define ERRNO_VALUE(val) (((val) < 0 ? -(val) : (val)) & ~SYNTHETIC_ERRNO_FLAG)
+
 #define log_full_errno(level, error, ...)                                                                   \
         ({                                                                                                  \
-                int _l = (level), _e = (error);                                                             \
-                _e = _e < 0 ? -_e : _e;                                                                     \
+                int _l = (level), _e = ERRNO_VALUE(error);                                                  \
                 (log_get_max_level() >= LOG_PRI(_l))                                                        \
                         ? log_internal(_l, _e, __FILE__, __LINE__, __VA_ARGS__)                             \
                         : -_e;                                                                              \
@@ -53,4 +60,4 @@ void log_line(int level, const char *s, size_t n);
 #define log_warning_errno(e, ...) log_full_errno(LOG_WARNING, e, __VA_ARGS__)
 #define log_error_errno(e, ...) log_full_errno(LOG_ERR, e, __VA_ARGS__)
 
-#define log_oom() log_error_errno(ENOMEM, "Out of memory.")
+#define log_oom() log_error_errno(SYNTHETIC_ERRNO(ENOMEM), "Out of memory.")

@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <assert.h>
 #include <ctype.h>
 #include <errno.h>
 #include <string.h>
@@ -65,6 +66,7 @@ int parse_size(const char *s, uint64_t *ret) {
 }
 
 int parse_boolean(const char *s) {
+        assert(s);
         static const char *const yes[] = {"1", "yes", "y", "true", "t", "on"};
         static const char *const no[] = {"0", "no", "n", "false", "f", "off"};
 

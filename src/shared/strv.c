@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <assert.h>
 #include <string.h>
 
 #include "shared/strv.h"
 
 int strv_push(char ***l, char *s) {
+        assert(l);
         size_t n = strv_length(*l);
         char **nl = realloc(*l, sizeof(char *) * (n + 2));
 
@@ -35,6 +37,7 @@ bool strv_contains(char *const *l, const char *s) {
 }
 
 int strv_split_words(const char *s, char ***ret) {
+        assert(s);
         _cleanup_strv_free_ char **l = NULL;
         _cleanup_free_ char *w = malloc(strlen(s) + 1);
         size_t n = 0;

@@ -78,9 +78,6 @@ struct Host {
         bool priming;
         usec_t primed_for; /* the idle period (its start) a prime was sent for */
         sd_event_source *prime_timer;
-        /* what the warm-up tells once the engine the switch was for answers and is warmed up: the
-         * switch's end, which sits above it (host_new() sets it to host_engine_is_up()) */
-        void (*engine_ready)(Host *h);
 };
 
 /* The host went down: its requests in flight hear it soon, from down_source (host_down_cb) */
@@ -139,7 +136,7 @@ int host_deadline_cb(sd_event_source *s, uint64_t usec, void *userdata);
 /* GET /health of the switch's target; the answer goes to cb. */
 int host_probe_start(Host *h, const UpstreamCallbacks *cb, usec_t timeout);
 int host_probe_on_headers(Upstream *u, const UpstreamResponse *resp, void *userdata);
-/* HEALTH: probes until /health answers 200, then warms the engine up, then h->engine_ready(). */
+/* HEALTH: probes until /health answers 200, then warms the engine up, then host_engine_is_up(). */
 void host_probe_health(Host *h);
 int host_probe_timer_cb(sd_event_source *s, uint64_t usec, void *userdata);
 void host_prime_rearm(Host *h);
