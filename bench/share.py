@@ -160,7 +160,7 @@ def summary(res):
 def report(res, before=None):
     s = summary(res)
     lines = [TITLE, "",
-             "SPEC §6: no host's feed or list can take more than its share of a turn of the loop. One modelgated"
+             "rule:fair-share: no host's feed or list can take more than its share of a turn of the loop. One modelgated"
              " with three `[Host]`s, each in front of its own C upstream: `flood` lists %d models and sends"
              " `status_change` events naming them in turn as fast as its socket takes them (`upstream PORT"
              " flood=%d`, SIGUSR1 and SIGUSR2); `blast` streams an answer in 16 KiB chunks as fast as its socket"

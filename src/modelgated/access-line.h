@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #pragma once
 
-/* The one log line each request leaves (SPEC §6, modelgated(8) LOGGING), as a pure function of what the
- * request was and how it ended: every client-supplied string in it is escaped, so no request can forge
- * a line or a priority. */
+/* The one log line each request leaves (rule:access-line, rule:log-escaped, modelgated(8) LOGS), as a pure
+ * function of what the request was and how it ended: every client-supplied string in it is escaped, so no
+ * request can forge a line or a priority. */
 
 #include <stdbool.h>
 #include <stddef.h>

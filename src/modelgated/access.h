@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #pragma once
 
-/* [Access] and [Tier] (SPEC §3): who may send model requests, and how many a day. A key (from
- * "Authorization: Bearer" or "X-Api-Key") is known by its SHA-256 only; its tier caps its requests per UTC
- * day and may limit the models it sees. Clients without a key are counted per source address. Counts are
- * kept in the state directory (usage.json), written atomically at most USAGE_SAVE_DELAY behind, so that an
- * idle exit, a restart or a crash resets nobody's quota. */
+/* [Access] and [Tier] (rule:access-on-head, rule:daily-cap, rule:tier-models): who may send model requests,
+ * and how many a day. A key (from "Authorization: Bearer" or "X-Api-Key") is known by its SHA-256 only; its
+ * tier caps its requests per UTC day and may limit the models it sees. Clients without a key are counted per
+ * source address. Counts are kept in the state directory (usage.json), written atomically at most
+ * USAGE_SAVE_DELAY behind, so that an idle exit, a restart or a crash resets nobody's quota. */
 
 #include <netinet/in.h>
 #include <stdbool.h>

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #pragma once
 
-/* Which target of an [Alias] serves a request (SPEC §4, aliases), as a pure function of what each
+/* Which target of an [Alias] serves a request (rule:alias-order), as a pure function of what each
  * target's host is doing now, and the memory of which target a client used last. No I/O, no clock of
  * its own: tests drive it with a fake one, the manager with CLOCK_MONOTONIC.
  *

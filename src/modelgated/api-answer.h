@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #pragma once
 
-/* SPEC §7 as data: every error answer of modelgate's own, from its outcome to its HTTP status, error code,
- * headers and words, in one table. The client renders a row in the request's API shape
- * (client_answer()); the host and [Access] write a row's words (answer_format()) where they find the
- * outcome and pass them up. Pure. */
+/* The error answers (rule:error-shape, rule:error-status) as data: every error answer of modelgate's own,
+ * from its outcome to its HTTP status, error code, headers and words, in one table. The client renders a row
+ * in the request's API shape (client_answer()); the host and [Access] write a row's words (answer_format())
+ * where they find the outcome and pass them up. Pure. */
 
 #include <errno.h>
 #include <stdarg.h>

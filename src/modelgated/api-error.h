@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #pragma once
 
-/* SPEC §7: errors in the client's API shape, and the two host errors that
+/* rule:error-shape: errors in the client's API shape, and the two host errors that
  * modelgate rewords so that coding agents recover by themselves. Pure. */
 
 #include <stdbool.h>
@@ -22,8 +22,8 @@ const char *http_status_reason(int status);
 /* {"error":{"message","type","code"}} or {"type":"error","error":{"type","message"}}; malloc'ed */
 char *api_error_json(ApiKind api, int status, const char *code, const char *message, size_t *ret_size);
 
-/* A host's error body, reworded where SPEC §7 says so: llama.cpp's exceed_context_size_error
- * becomes "prompt is too long: N tokens > M maximum" (both APIs), and on the Anthropic API a
- * llama.cpp error (bare {code,message,type}, or OpenAI-wrapped) is wrapped in Anthropic's shape.
- * Returns 1 with *ret set, or 0 when the body stays as it is. */
+/* A host's error body, reworded where rule:reword-context and rule:reword-anthropic say so: llama.cpp's
+ * exceed_context_size_error becomes "prompt is too long: N tokens > M maximum" (both APIs), and on the
+ * Anthropic API a llama.cpp error (bare {code,message,type}, or OpenAI-wrapped) is wrapped in Anthropic's
+ * shape. Returns 1 with *ret set, or 0 when the body stays as it is. */
 int api_error_reword(ApiKind api, const char *body, size_t n, char **ret, size_t *ret_size);

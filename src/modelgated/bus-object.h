@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #pragma once
 
-/* org.modelgate1 (SPEC §8, org.modelgate1(5)): the Manager object at
+/* org.modelgate1 (rule:bus-object, org.modelgate1(5)): the Manager object at
  * /org/modelgate1 and one Host object per host under /org/modelgate1/host,
  * on the bus of the instance. Properties are read from the live state; what
  * changed is found by comparing with what was last announced, so callers

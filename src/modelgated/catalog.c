@@ -4,7 +4,7 @@
  * after it, so no change is missed) and the /models/sse feed (reconnected
  * with backoff). Both go to the running engine's URL for a host with engines,
  * else to the host's URL. Both are bounded in what they may cost the loop
- * (SPEC §6: no host's feed or list takes more than its share of a turn): each
+ * (rule:fair-share: no host's feed or list takes more than its share of a turn): each
  * reads its budget a turn (CATALOG_*_BUDGET), the list is read entry by entry
  * as it arrives (catalog-list.h) up to CATALOG_MODELS_MAX models, and a feed
  * event re-reads and re-writes the one entry it names. */
@@ -236,8 +236,8 @@ static int fetch_on_body(Upstream *u, const char *p, size_t n, void *userdata) {
 }
 
 /* The host answered, with something that is not a list we keep: a list that is too long is left out as
- * a whole (a part of it would be a guess, SPEC §4), and said once; anything else that is not a list keeps
- * the last good one, as before. */
+ * a whole (a part of it would be a guess, rule:down-left-out), and said once; anything else that is not a
+ * list keeps the last good one, as before. */
 static void fetch_refuse(Catalog *c, int error) {
         if (error == -E2BIG) {
                 if (!c->too_long)
@@ -278,7 +278,7 @@ static void fetch_on_error(Upstream *u, int error, bool started, void *userdata)
                 return;
         }
         log_debug("host %s: GET /models failed: %s", c->conf.host->name, upstream_strerror(error));
-        /* an engine that runs but does not answer makes the host down (SPEC §6); so does a plain host */
+        /* rule:host-down: a running engine that does not answer makes the host down; so does a plain host */
         if (c->conf.n_engines == 0 || c->engine_up >= 0)
                 catalog_report_http(c, upstream_strerror(error));
         fetch_finished(c, false);

@@ -2,10 +2,9 @@
 #pragma once
 
 /* A host's catalog: its /models snapshot, kept fresh, its event feed, and
- * the keys each of its engines served the last time it ran (SPEC §4 "The
- * model list is never stale after a change", §6). Each status event of the
- * feed (model_status, status_change) is applied to the snapshot as it
- * arrives, and so is the 200 of a /models/load forwarded through modelgate
+ * the keys each of its engines served the last time it ran (rule:list-never-stale, rule:engine-for-key,
+ * rule:host-down). Each status event of the feed (model_status, status_change) is applied to the snapshot as
+ * it arrives, and so is the 200 of a /models/load forwarded through modelgate
  * ("loading"), so a listing never waits for a host. The snapshot is also
  * re-read, for what events do not carry: every PollIntervalSec=, after a
  * /models/load or /models/unload forwarded through modelgate succeeds, when

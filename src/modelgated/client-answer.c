@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* Writing an answer to the client: the status line and modelgate's headers, bodies framed as the
- * request allows (chunked, or up to the close for HTTP/1.0), errors in the client's API shape (SPEC §7,
- * the rows of api-answer.h), the end of an answer, and the one access line each request leaves in the
- * log. */
+ * request allows (chunked, or up to the close for HTTP/1.0), errors in the client's API shape
+ * (rule:error-shape, the rows of api-answer.h), the end of an answer, and the one access line each request
+ * leaves in the log. */
 
 #include "modelgated/client-internal.h"
 
@@ -116,7 +116,7 @@ void client_respond_blob(Client *c, int status, const char *content_type, Blob *
 }
 
 /* After the early 200 the status line is gone: an error is an SSE error event in the API's shape,
- * and the response ends cleanly (SPEC §7). */
+ * and the response ends cleanly (rule:error-event). */
 void client_end_early(Client *c, const Buffer *event) {
         assert(c);
         assert(event);

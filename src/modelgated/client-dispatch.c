@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* A request, from its head to the host: admission ([Access], body limits) as soon as the head is read,
- * then the route (SPEC §2), the rewrite of its model, and the wait for the host's engine. */
+ * then the route (rule:host-in-name), the rewrite of its model, and the wait for the host's engine. */
 
 #include "modelgated/client-internal.h"
 
@@ -30,7 +30,7 @@ static int build_upstream_request(Client *c, const HttpUrl *target, Span url, Sp
         return 0;
 }
 
-/* The request goes to its engine, and the budget for its answer starts (SPEC §3) */
+/* The request goes to its engine, and the budget for its answer starts (rule:answer-budget) */
 static void client_go(Client *c) {
         if (client_send_upstream(c) >= 0)
                 client_start_budget(c);
@@ -276,7 +276,8 @@ static Answer model_lookup_answer(int k, bool query, bool absent_ok, bool any_bo
         }
 }
 
-/* The model the request names, in its body or its query (SPEC §2): false when answered */
+/* The model the request names, in its body or its query (rule:model-rewrite, rule:model-once): false when
+ * answered */
 static bool dispatch_read_model(Client *c, Dispatch *d) {
         _cleanup_free_ char *model = NULL; /* the body's */
         Answer a;
@@ -319,8 +320,9 @@ static AliasClient client_identity(const Client *c) {
         return (AliasClient){.address = c->peer, .prefix = c->address};
 }
 
-/* The alias's target for this request (SPEC §4, aliases): picked on what the hosts do now, never one
- * tried before. 'after' is the refusal that moved it on, NULL for the first pick. false: none is left. */
+/* The alias's target for this request (rule:alias-order, rule:alias-next-target): picked on what the hosts
+ * do now, never one tried before. 'after' is the refusal that moved it on, NULL for the first pick. false:
+ * none is left. */
 static bool dispatch_pick_target(Client *c, const char *after) {
         const AliasConf *a = c->x->alias;
         AliasClient who = client_identity(c);
@@ -404,8 +406,8 @@ static ssize_t dispatch_engine(Client *c, Dispatch *d, Host *host) {
         if (!host_has_engines(host)) {
                 if (span_startswith(d->path, "/models") || catalog_lists(host_catalog(host), d->key) != 0)
                         return -1;
-                /* SPEC §4: a key the host does not list (its list is known) is 404; /models/... calls
-                 * (a download of a new model, say) are the host's to judge */
+                /* rule:unlisted-key-404: a key the host does not list (its list is known) is 404;
+                 * /models/... calls (a download of a new model, say) are the host's to judge */
                 log_escape(k2, sizeof(k2), d->key, strlen(d->key));
                 return client_answer(c, ANSWER_UNKNOWN_MODEL, c->x->host->name, k2), -2;
         }

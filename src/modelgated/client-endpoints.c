@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* modelgate's own endpoints (SPEC §4): /health, /metrics, the merged model lists, the /models/sse feed
- * and the answer of a daemon whose configuration has errors. */
+/* modelgate's own endpoints (rule:root-probe, rule:health, rule:merged-list, rule:merged-feed): /health,
+ * /metrics, the merged model lists, the /models/sse feed and the answer of a daemon whose configuration has
+ * errors. */
 
 #include <assert.h>
 
@@ -8,7 +9,7 @@
 
 static void client_feed_send(FeedSubscriber *s, const FeedEvent *e);
 
-/* Only what the caller's tier may use (SPEC §3, [Tier] Models=). */
+/* Only what the caller's tier may use (rule:tier-models). */
 bool client_model_visible(const char *id, void *userdata) {
         Client *c = userdata;
         return access_model_allowed(&c->x->caller, id);

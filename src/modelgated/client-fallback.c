@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* What follows a failed attempt: the table of client-attempt.c applied (the alias's next target, the
  * fallback, or the answer), and the end of the attempt that failed; the fallback itself and the budgets
- * (SPEC §3): an engine that cannot answer in time, or at all, hands the request to [Fallback] while no
- * byte of its answer has reached the client; inference only, with the path modelgate builds and only the
- * headers the API needs. */
+ * (rule:fallback-availability, rule:answer-budget): an engine that cannot answer in time, or at all, hands
+ * the request to [Fallback] while no byte of its answer has reached the client; inference only, with the
+ * path modelgate builds and only the headers the API needs. */
 
 #include "modelgated/client-internal.h"
 
@@ -125,9 +125,9 @@ static int build_fallback_request(Client *c, const FallbackConf *f, const char *
         return 0;
 }
 
-/* SPEC §3: an availability failure of the engine, before any byte of its answer reached the client (an early
- * 200 with keepalive comments still counts as before), sends the request to the engine's fallback instead,
- * once. true: it went there, and the request is the fallback's now. */
+/* rule:fallback-availability: an availability failure of the engine, before any byte of its answer reached
+ * the client (an early 200 with keepalive comments still counts as before), sends the request to the
+ * engine's fallback instead, once. true: it went there, and the request is the fallback's now. */
 bool client_fall_back(Client *c, const char *why) {
         assert(c);
         const FallbackConf *f = c->x->fallback;

@@ -178,8 +178,8 @@ void client_respond_blob(Client *c, int status, const char *content_type, Blob *
 /* Moves what fits under CLIENT_OUT_HIGH from the connection's tail to out */
 void client_refill_out(Client *c);
 void client_end_early(Client *c, const Buffer *event);
-/* An error answer of modelgate's own (SPEC §7, api-answer.h), in the request's API shape (an SSE error
- * event after the early 200): the row's status, code and headers, and its words formatted with the
+/* An error answer of modelgate's own (rule:error-shape, api-answer.h), in the request's API shape (an SSE
+ * error event after the early 200): the row's status, code and headers, and its words formatted with the
  * arguments its enum comment names */
 void client_answer(Client *c, Answer a, ...);
 /* The same with the words written already (answer_format(), where the outcome was found: the host,

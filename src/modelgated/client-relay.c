@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The host's answer, relayed to the client: passed on as it comes, filtered line by line when it is an
  * event stream (an error event is reworded), or held whole when it is an error body to reword; the
- * early 200 and its keepalive comments while a request waits for its engine (SPEC §5 rule 5); and what
+ * early 200 and its keepalive comments while a request waits for its engine (rule:keepalive); and what
  * a failed host connection becomes. */
 
 #include "modelgated/client-internal.h"
@@ -241,7 +241,7 @@ static void client_upstream_complete(Upstream *u, void *userdata) {
                 if (c->x->chunked)
                         (void)buffer_append_str(&c->out, "0\r\n\r\n");
         }
-        /* SPEC §4: the list is re-read after every load or unload that worked */
+        /* rule:list-never-stale: the list is re-read after every load or unload that worked */
         if (c->x->status >= 200 && c->x->status < 300 &&
             (span_eq(c->x->path, "/models/load") || span_eq(c->x->path, "/models/unload"))) {
                 Host *h = manager_host(c->manager, c->x->host);
@@ -292,7 +292,8 @@ static void answer_not_reached(Client *c, AttemptFailure failure, int error) {
                 return;
         }
         if (failure == ATTEMPT_BROKEN) {
-                /* SPEC §6: one request's failure is not the host's (its probe says whether it is down) */
+                /* rule:one-request-failure: one request's failure is not the host's (its probe says whether
+                 * it is down) */
                 client_answer(c, ANSWER_UPSTREAM_FAILED, c->x->host->name, reason, c->x->host->url.text);
                 return;
         }
@@ -351,8 +352,8 @@ static void answer_budget(Client *c, const char *why) {
 void client_attempt_answer(Client *c, AttemptFailure failure, int error, const char *why) {
         assert(c);
         switch (failure) {
-        /* a refusal from the host's engine side: SPEC §7 statuses, with the headers that steer retrying
-         * clients */
+        /* a refusal from the host's engine side: rule:error-status, with the headers that steer retrying
+         * clients (rule:busy-423, rule:retry-after) */
         case ATTEMPT_REFUSED:
                 client_answer_message(c, ANSWER_HOST_DOWN, 503, /* retry_after= */ 0, why);
                 break;
@@ -397,9 +398,9 @@ static void client_upstream_error(Upstream *u, int error, bool started, void *us
         client_process(c);
 }
 
-/* SPEC §6: the host's probe found it down while this request was in flight. With no byte of the host's
- * answer yet, the request fails now (503 naming the host, or the next target or the fallback); a stream
- * is cut as the host's failure. Without this it would wait for UpstreamIdleTimeoutSec=. */
+/* rule:down-fails-fast: the host's probe found it down while this request was in flight. With no byte of the
+ * host's answer yet, the request fails now (503 naming the host, or the next target or the fallback); a
+ * stream is cut as the host's failure. Without this it would wait for UpstreamIdleTimeoutSec=. */
 void client_host_went_down(HostWaiter *w) {
         assert(w);
         _cleanup_(client_unrefp) Client *c = client_ref(container_of(w, Exchange, waiter)->client);
@@ -419,7 +420,7 @@ const UpstreamCallbacks client_upstream_callbacks = {
         .on_error = client_upstream_error,
 };
 
-/* SPEC §5 rule 5: a streaming request that waits gets modelgate's own 200 after KeepaliveAfterSec=, then
+/* rule:keepalive: a streaming request that waits gets modelgate's own 200 after KeepaliveAfterSec=, then
  * an SSE comment every KeepaliveIntervalSec= saying what it waits for; comments are ignored by every SSE
  * parser and keep clients' idle watchdogs and "waiting" banners quiet. */
 int client_keepalive_cb(sd_event_source *s, uint64_t usec, void *userdata) {

@@ -143,7 +143,7 @@ static int parse_bus_item(const char *v, void *data) {
         return parse_string_item(v, data);
 }
 
-/* SPEC §3: an alias name has a host name's characters (no '-'), so that it can never read as
+/* rule:alias-name: an alias name has a host name's characters (no '-'), so that it can never read as
  * "<host>-<key>" */
 static int parse_alias_name_item(const char *v, void *data) {
         if (!host_name_is_valid(v))

@@ -56,7 +56,8 @@ typedef struct EngineConf {
         unsigned line;
 } EngineConf;
 
-/* An OpenAI- or Anthropic-compatible upstream that answers when an engine cannot (SPEC §3). */
+/* An OpenAI- or Anthropic-compatible upstream that answers when an engine cannot
+ * (rule:fallback-availability). */
 typedef struct FallbackConf {
         char *name;
         HttpUrl url;
@@ -78,7 +79,7 @@ typedef struct TierConf {
         unsigned line;
 } TierConf;
 
-/* SPEC §4 aliases: one client-visible name the operator declares to be served by any of its targets
+/* rule:alias-at-admission: one client-visible name the operator declares to be served by any of its targets
  * ("<host>-<key>" names, interchangeable by the operator's promise); which one serves a request is
  * alias-pick.h's rule. */
 typedef enum AliasPolicy {
@@ -186,7 +187,7 @@ const AliasConf *config_find_alias(const Config *c, const char *name);
 const char *alias_policy_to_string(AliasPolicy p);
 AliasPolicy alias_policy_from_string(const char *s);
 
-/* SPEC §4 routing: the host named by "<host>-<key>", the longest configured host name followed by '-'.
+/* rule:host-in-name: the host named by "<host>-<key>", the longest configured host name followed by '-'.
  * Returns the host and sets *ret_key to the rest, or NULL. */
 const HostConf *config_host_of_model(const Config *c, const char *model, const char **ret_key);
 /* The first [Engine] of host whose Models= globs match key, or NULL. */
@@ -194,8 +195,8 @@ const EngineConf *config_engine_of_key(const Config *c, const char *host, const 
 /* Reads a keys file (shared/keys-file.h) against c's tiers into c->access, replacing its keys. */
 int config_load_keys(Config *c, const char *path);
 
-/* The command a Bus=ssh:… host's bus runs (SPEC §6): SSHCommand= split into words, ssh's options, the
- * target, and systemd-stdio-bridge with BusPath= (quoted for the remote shell) or the remote user's own
+/* The command a Bus=ssh:… host's bus runs (rule:ssh-bridge): SSHCommand= split into words, ssh's options,
+ * the target, and systemd-stdio-bridge with BusPath= (quoted for the remote shell) or the remote user's own
  * bus (expanded by it). -EINVAL when SSHCommand=, the target or BusPath= cannot make one. */
 int host_conf_ssh_argv(const HostConf *h, char ***ret);
 

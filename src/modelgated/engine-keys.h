@@ -3,7 +3,7 @@
 
 /* engine-keys.json in the state directory: the keys each engine served the
  * last time it ran, so that a stopped engine's keys still route after a
- * restart (SPEC §4). One file for every host, so it belongs to whoever holds
+ * restart (rule:engine-for-key). One file for every host, so it belongs to whoever holds
  * every host: it is read for each host as the host is made, and written
  * whole whenever a host learns keys. */
 

@@ -49,12 +49,14 @@ typedef struct Exchange {
         bool first_byte_seen;
         AccessCaller caller; /* with [Access]: who asks */
 
-        /* an [Alias] (SPEC §4): the target it picked, in config; the ones tried (bit i: target i) */
+        /* an [Alias] (rule:alias-at-admission, rule:alias-next-target): the target it picked, in config; the
+         * ones tried (bit i: target i) */
         const AliasConf *alias;
         const char *alias_target;
         uint64_t alias_tried;
 
-        /* the fallback (SPEC §3): it may answer until a byte of the engine's answer reaches the client */
+        /* the fallback (rule:fallback-availability): it may answer until a byte of the engine's answer
+         * reaches the client */
         const FallbackConf *fallback;
         bool via_fallback;
         bool engine_bytes_sent;
@@ -73,7 +75,7 @@ typedef struct Exchange {
 
         HostWaiter waiter; /* for an engine of the host, or attached to a host without engines */
         sd_event_source *keepalive;
-        bool early;     /* modelgate's own 200 went out while the request waited (SPEC §5 rule 5) */
+        bool early;     /* modelgate's own 200 went out while the request waited (rule:keepalive) */
         Buffer pending; /* the upstream request, while waiting for the engine */
         const HttpUrl *target;
 

@@ -122,7 +122,7 @@ static int job_reply_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_err
                 bus_op_finish(op, NULL, NULL, "bad reply from the service manager");
                 return 0;
         }
-        /* JobRemoved comes later: the reply is sent before the job runs (systemd-notes.md §2.4) */
+        /* JobRemoved comes later: the reply is sent before the job runs (rule:job-match-first) */
         return 0;
 }
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* How a HostBus's connection reaches the service manager: the address of the user or the system bus,
- * or an exec: of ssh running systemd-stdio-bridge on the host (SPEC §6). sd-bus forks that child;
+ * or an exec: of ssh running systemd-stdio-bridge on the host (rule:ssh-bridge). sd-bus forks that child;
  * its stderr is a pipe of ours, read line by line and logged prefixed and escaped, so that what a
  * GPU host prints is evidence in our log rather than log lines of its own. The pipe is replaced on
  * each connect and closed with the HostBus. */

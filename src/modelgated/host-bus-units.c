@@ -5,7 +5,8 @@
  * in place before anything they must see). When every reply is in, the bus is up. From then on
  * PropertiesChanged keeps each UnitInfo current, and a signal is acted on only when it comes from the
  * manager's unique name, learnt from Subscribe()'s reply and followed through NameOwnerChanged.
- * systemd-notes.md §1 and §2 have the facts this relies on. */
+ * rule:job-match-first, rule:job-done-is-not-running, rule:enabled-uncached and rule:engine-unit-checks say
+ * what this relies on. */
 
 #include <assert.h>
 #include <stdlib.h>
@@ -232,11 +233,11 @@ static int send_unit_reads(HostBus *b, FollowedUnit *fu) {
                 const void *arg;
         } calls[] = {
                 {SD1_PATH, SD1_MANAGER, "LoadUnit", "s", fu->info.name},
-                /* keeps the unit loaded, so an inactive outcome stays readable (§2.5) */
+                /* rule:job-done-is-not-running: keeps the unit loaded, its outcome readable */
                 {fu->info.path, SD1 ".Unit", "Ref", NULL, NULL},
                 /* "": every interface, so Unit and Service properties in one answer */
                 {fu->info.path, "org.freedesktop.DBus.Properties", "GetAll", "s", ""},
-                /* computed on every call; the Unit property is cached until daemon-reload (§2.8) */
+                /* rule:enabled-uncached: computed on every call, where the Unit property is cached */
                 {SD1_PATH, SD1_MANAGER, "GetUnitFileState", "s", fu->info.name},
         };
         int r;

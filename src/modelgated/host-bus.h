@@ -2,7 +2,7 @@
 #pragma once
 
 /* The bus to one host's service manager: the local user bus, the system bus,
- * or a remote user bus through ssh and systemd-stdio-bridge (SPEC §6). It
+ * or a remote user bus through ssh and systemd-stdio-bridge (rule:ssh-bridge). It
  * connects, subscribes, follows a fixed set of units (the host's engine
  * units: loaded and Ref()ed so their outcome stays readable, state kept from
  * PropertiesChanged), runs jobs to their JobRemoved, and reconnects with

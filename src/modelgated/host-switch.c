@@ -5,8 +5,8 @@
  *   PORT_PROBE  no engine unit runs, yet something answers on the engine's port?
  *   STOPPING    StopUnit(replace) of each other running engine unit, to its JobRemoved
  *   STARTING    StartUnit(fail) of the target, to its JobRemoved, then a fresh read of the
- *               unit: "done" can hide a condition refusal or an instant death (SPEC §5)
- *   HEALTH      GET /health until 200, bounded by StartTimeoutSec= (rule 7)
+ *               unit: "done" can hide a condition refusal or an instant death (rule:job-done-is-not-running)
+ *   HEALTH      GET /health until 200, bounded by StartTimeoutSec= (rule:ready-is-health)
  * A refusal (423) or failure (502) ends the switch and answers everyone who
  * waited for that engine. The same HEALTH phase adopts an engine found
  * running when the bus comes up. The bus's news (up, down, a unit changed)
@@ -61,7 +61,7 @@ void host_update_state(Host *h) {
                           host_state_to_string(s));
         h->state = s;
 
-        /* SPEC §6: going down and coming back are logged once each, with the reason */
+        /* rule:down-logged-once: going down and coming back are logged once each, with the reason */
         int down = h->bus_down || h->http_down;
         if (h->bus && h->bus_down && streq_ptr(h->down_reason, "connecting"))
                 return; /* the first connection is not an outcome yet */
@@ -84,7 +84,7 @@ void host_update_state(Host *h) {
         host_changed(h);
 }
 
-/* SPEC §6: the host is down by its own probe: its requests in flight fail now instead of
+/* rule:down-fails-fast: the host is down by its own probe: its requests in flight fail now instead of
  * waiting for UpstreamIdleTimeoutSec=. Each leaves the riders before it hears, since its answer may end
  * its request or start another; the waiting ones are the scheduler's (sched_host_down()) or wait on. */
 int host_down_cb(sd_event_source *s, void *userdata) {
@@ -289,7 +289,7 @@ static void start_done(HostBus *b, size_t i, const char *result, const char *err
                 switch_fail_engine(h, what);
                 return;
         }
-        /* "done" says little (systemd-notes.md §2.6); the unit's own state says the rest */
+        /* "done" says little (rule:job-done-is-not-running); the unit's own state says the rest */
         int r = host_bus_refresh_unit(b, i, start_checked, h);
         if (ERRNO_IS_DISCONNECT(r))
                 /* the bus went away between the job's end and this read: its loss ends the switch, and

@@ -94,9 +94,9 @@ HostState host_state(const Host *h);
 bool host_has_engines(const Host *h);
 size_t host_n_engines(const Host *h);
 const HostEngine *host_engine(const Host *h, size_t i);
-/* The engine for 'key' (SPEC §4): the first whose Models= globs match; else the one whose key list, last
- * seen while it ran, has it; else the running one, if it lists the key now (or nothing is known yet);
- * -1 when none. */
+/* The engine for 'key' (rule:engine-for-key): the first whose Models= globs match; else the one whose key
+ * list, last seen while it ran, has it; else the running one, if it lists the key now (or nothing is known
+ * yet); -1 when none. */
 ssize_t host_find_engine(const Host *h, const char *key);
 char *const *host_warnings(const Host *h);
 Catalog *host_catalog(const Host *h);
@@ -129,7 +129,8 @@ int host_waiter_describe(const HostWaiter *w, char *buf, size_t l);
  * succeeded (NULL): the host is down, or up. */
 void host_report_http(Host *h, const char *reason);
 /* A client's request to the host failed at the network level, or got a malformed answer. That is the
- * request's failure, not the host's (SPEC §6): the host's probe looks again soon, and it says. */
+ * request's failure, not the host's (rule:one-request-failure): the host's probe looks again soon, and it
+ * says. */
 void host_report_request_failed(Host *h);
 
 unsigned host_in_flight(const Host *h);

@@ -3,8 +3,8 @@
 
 /* Headers as modelgate keeps them, for requests (http.h) and for an upstream's responses alike: a table
  * of offsets into one buffer, spans compared with names, tokens of comma-separated lists (RFC 9110
- * §5.6.1), and which headers stop at each hop (hop-by-hop, framing, Host, Expect, credentials: SPEC §4).
- * Pure functions; nothing here knows a request. */
+ * §5.6.1), and which headers stop at each hop (hop-by-hop, framing, Host, Expect, credentials:
+ * rule:hop-by-hop, rule:credentials-stop). Pure functions; nothing here knows a request. */
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -52,6 +52,6 @@ bool span_has_token(Span list, const char *token);
 bool span_list_has(Span list, Span token);
 
 /* RFC 9110 §7.6.1 hop-by-hop headers, plus what modelgate owns on each hop (framing, Host,
- * Expect) and the credentials that must never reach a host (SPEC §4). */
+ * Expect) and the credentials that must never reach a host (rule:hop-by-hop, rule:credentials-stop). */
 bool http_header_is_hop_by_hop(Span name);
 bool http_header_is_credential(Span name);

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The Manager: the configuration and one Host per [Host] in step with it (hosts[i] is config->hosts[i]),
- * the hosts a reload left draining, and the reload itself, which never drops a connection (SPEC §3).
- * Socket-activated with a configuration that has errors, it holds the refusal instead of hosts. */
+ * the hosts a reload left draining, and the reload itself, which never drops a connection
+ * (rule:reload-drains). Socket-activated with a configuration that has errors, it holds the refusal instead
+ * of hosts. */
 
 #include <assert.h>
 #include <stdio.h>
@@ -36,8 +37,9 @@ struct Manager {
         size_t n_draining;
         sd_event_source *drain_source;
 
-        /* Socket-activated with a configuration that has errors (SPEC §3): config is the defaults, with no
-         * host, and every request is answered 503 with refusal until a reload brings a good file. */
+        /* Socket-activated with a configuration that has errors (rule:refusing-state): config is the
+         * defaults, with no host, and every request is answered 503 with refusal until a reload brings a
+         * good file. */
         char **config_errors;
         char *refusal;
         /* The runs before this one ended without a clean exit, CRASH_LOOP_RUNS times in CRASH_LOOP_WINDOW:

@@ -2,8 +2,8 @@
 #pragma once
 
 /* The Manager holds what the daemon serves from: the configuration (or the errors that keep it from
- * serving, SPEC §3), one Host per [Host] in step with it, the hosts a reload left draining, the upstream
- * pool, the counters and the /models/sse feed hub. It knows nothing of listening sockets or client
+ * serving, rule:refusing-state), one Host per [Host] in step with it, the hosts a reload left draining, the
+ * upstream pool, the counters and the /models/sse feed hub. It knows nothing of listening sockets or client
  * connections (server.h, client.h sit above it) and tells its owner of changes through ManagerCallbacks.
  * Everything above reads it through the accessors below; its struct is its own. */
 
@@ -50,8 +50,8 @@ bool manager_crash_loop(Manager *m);
 void manager_clean_exit(Manager *m);
 /* Makes and starts one Host per [Host]; with configuration errors, sets the refusal instead. */
 int manager_start(Manager *m);
-/* Reads the configuration again and applies it without dropping a connection (SPEC §3). On failure
- * nothing changes and *ret_error says why. */
+/* Reads the configuration again and applies it without dropping a connection (rule:reload-drains). On
+ * failure nothing changes and *ret_error says why. */
 int manager_reload(Manager *m, char **ret_error);
 /* A clean stop began: no reload from now on, and no upstream connection goes back into the pool. */
 void manager_stop(Manager *m);

@@ -403,7 +403,7 @@ static ModelsList *merge_hosts(Manager *m) {
                 ssize_t up = host_engine_up(h);
                 int r = 0;
 
-                /* SPEC §4: hosts that are down are left out, not guessed at */
+                /* rule:down-left-out: hosts that are down are left out, not guessed at */
                 if (host_state(h) == HOST_DOWN)
                         continue;
                 list = catalog_snapshot(host_catalog(h));
@@ -558,7 +558,8 @@ int models_merge_start(Manager *m, ModelsCache *cache, ModelsAllowed allowed, Mo
         }
         /* the first request after a start waits (bounded) for the first read of each reachable host,
          * instead of answering an empty list; later ones only for the list of an engine that just came up,
-         * never for a load, an unload or a feed event, which are in the snapshot at once (SPEC §4) */
+         * never for a load, an unload or a feed event, which are in the snapshot at once
+         * (rule:list-never-stale) */
         usec_t now;
         (void)sd_event_now(manager_event(m), CLOCK_MONOTONIC, &now);
         if (cache->first_wait_until == 0)

@@ -29,7 +29,7 @@ typedef struct CatalogList CatalogList;
 /* The merged list, shared with the listings whose bytes are the same (the callee takes a reference to
  * keep it); NULL: out of memory. */
 typedef void (*ModelsMergeDone)(ModelsMerge *mm, Blob *json, void *userdata);
-/* Whether the caller may see the model (or alias) id: a tier's Models= (SPEC §3). */
+/* Whether the caller may see the model (or alias) id: a tier's Models= (rule:tier-models). */
 typedef bool (*ModelsAllowed)(const char *id, void *userdata);
 
 ModelsCache *models_cache_new(void);

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #pragma once
 
-/* SPEC §4 routing, as pure functions: which host a model name names, where
- * the model is in a request (top-level "model" of a JSON body, or the
- * "model" query parameter), and the rewrite that replaces that value by the
- * key and leaves every other byte alone. No I/O, no logging: fuzzed. */
+/* rule:host-in-name, rule:model-rewrite and rule:model-once, as pure functions: which host a model name
+ * names, where the model is in a request (top-level "model" of a JSON body, or the "model" query parameter),
+ * and the rewrite that replaces that value by the key and leaves every other byte alone. No I/O, no logging:
+ * fuzzed. */
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -13,8 +13,8 @@
 #include "shared/buffer.h"
 #include "shared/macro.h"
 
-/* What a lookup of the model finds: MODEL_FOUND, or an outcome the caller answers (a 400 of SPEC §7).
- * Real failures are negative errno (-ENOMEM) and never one of these. */
+/* What a lookup of the model finds: MODEL_FOUND, or an outcome the caller answers (a 400,
+ * rule:error-status). Real failures are negative errno (-ENOMEM) and never one of these. */
 typedef enum ModelLookup {
         MODEL_FOUND = 0,
         MODEL_ABSENT,     /* an object (a query) without "model" */

@@ -1,13 +1,14 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The scheduler's decisions, in the order sched_next() takes them:
  *   1. answers already decided (a failed switch, a host gone down)
- *   2. abandoned switches to report (rule 6)
- *   3. waits that spent their budget: 504 (rule 5)
+ *   2. abandoned switches to report (rule:abandon-switch)
+ *   3. waits that spent their budget: 504 (rule:wait-budget)
  *   nothing more while a switch or an idle stop is in progress
  *   4. with an engine up: release the requests for it, unless a switch is
- *      pending and the hold-down is over (rules 2, 3); start the first
+ *      pending and the hold-down is over (rule:hold-down, rule:no-starvation); start the first
  *      pending switch, in arrival order, once nothing is in flight and the
- *      hold-down is over (rules 1, 2, 4); else stop it when idle (rule 9)
+ *      hold-down is over (rule:switch-waits, rule:hold-down, rule:arrival-order);
+ *      else stop it when idle (rule:idle-stop)
  *   5. with no engine up: start the engine of the first waiting request
  * A host can have 10 000 clients waiting, each with a keepalive comment that
  * asks how many are ahead, so no call walks the requests (issue 26): each
@@ -239,8 +240,8 @@ static bool in_hold_down(const Sched *s, usec_t now) {
                (s->config.hold_down == USEC_INFINITY || now < s->up_at + s->config.hold_down);
 }
 
-/* The first waiting request for an engine other than the running one: the next switch (rule 4). The
- * oldest of the other engines' first waiting requests. */
+/* The first waiting request for an engine other than the running one: the next switch (rule:arrival-order).
+ * The oldest of the other engines' first waiting requests. */
 static SchedRequest *pending_switch(const Sched *s) {
         SchedRequest *p = s->waiting.head;
 
@@ -301,7 +302,7 @@ void sched_remove(Sched *s, usec_t now, SchedRequest *r) {
                 break;
         case SCHED_WAITING:
                 waiting_drop(s, r);
-                /* rule 6: the last client of a switch that has not started went away */
+                /* rule:abandon-switch: the last client of a switch that has not started went away */
                 if ((ssize_t)r->engine != s->running && (ssize_t)r->engine != s->starting &&
                     s->engines[r->engine].n_waiting == 0)
                         s->engines[r->engine].abandoned = true;
@@ -437,7 +438,7 @@ static bool next_decided_failure(Sched *s, SchedAction *ret) {
         return true;
 }
 
-/* 2. rule 6: one abandoned switch to report */
+/* 2. rule:abandon-switch: one abandoned switch to report */
 static bool next_abandoned(Sched *s, SchedAction *ret) {
         for (size_t i = 0; i < s->n_engines; i++) {
                 sched_steps++;
@@ -450,7 +451,7 @@ static bool next_abandoned(Sched *s, SchedAction *ret) {
         return false;
 }
 
-/* 3. rule 5: a wait that spent its budget is answered 504; the oldest is the first to */
+/* 3. rule:wait-budget: a wait that spent its budget is answered 504; the oldest is the first to */
 static bool next_expired(Sched *s, usec_t now, SchedAction *ret) {
         SchedRequest *r = s->waiting.head;
 
@@ -459,15 +460,15 @@ static bool next_expired(Sched *s, usec_t now, SchedAction *ret) {
         waiting_drop(s, r);
         r->state = SCHED_FAILED;
         *ret = (SchedAction){.type = SCHED_FAIL, .req = r, .engine = (ssize_t)r->engine, .status = 504};
-        /* a switch nobody waits for any more is not started (rule 6) */
+        /* a switch nobody waits for any more is not started (rule:abandon-switch) */
         if ((ssize_t)r->engine != s->running && (ssize_t)r->engine != s->starting &&
             s->engines[r->engine].n_waiting == 0)
                 s->engines[r->engine].abandoned = true;
         return true;
 }
 
-/* 4. rules 2, 3: a waiting request the running engine may serve now. Only the first one for it can be: a
- * later one arrived no earlier, so whatever keeps the first waiting keeps it too. */
+/* 4. rule:hold-down, rule:no-starvation: a waiting request the running engine may serve now. Only the first
+ * one for it can be: a later one arrived no earlier, so whatever keeps the first waiting keeps it too. */
 static bool next_go(Sched *s, usec_t now, SchedAction *ret) {
         SchedRequest *r = s->engines[s->running].waiting.head;
 
@@ -479,8 +480,8 @@ static bool next_go(Sched *s, usec_t now, SchedAction *ret) {
         return true;
 }
 
-/* 4. rules 1, 2, 4: the pending switch p starts once nothing is in flight and the hold-down is over;
- * until then its wait is logged, once */
+/* 4. rule:switch-waits, rule:hold-down, rule:arrival-order: the pending switch p starts once nothing is in
+ * flight and the hold-down is over; until then its wait is logged, once */
 static bool next_switch(Sched *s, usec_t now, SchedRequest *p, SchedAction *ret) {
         if (s->n_in_flight == 0 && !in_hold_down(s, now)) {
                 s->starting = (ssize_t)p->engine;
@@ -496,7 +497,7 @@ static bool next_switch(Sched *s, usec_t now, SchedRequest *p, SchedAction *ret)
         return false;
 }
 
-/* 4. rule 9: the running engine stops once idle long enough, or at once when a stop was asked for */
+/* 4. rule:idle-stop: the running engine stops once idle long enough, or at once when a stop was asked for */
 static bool next_idle_stop(Sched *s, usec_t now, SchedAction *ret) {
         if (idle_stop_at(s) > now)
                 return false;

@@ -1,13 +1,12 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #pragma once
 
-/* The switch scheduler of one host: SPEC §5 rules 1–6 and 9 as a pure state
- * machine. It is told what happens (a request arrives or ends, an engine is
- * up or down, a switch failed, the host went down) and the time, and it is
- * asked, one at a time, what to do next (sched_next): release a request,
- * fail one, start a switch, stop an idle engine, or log a wait or an
- * abandoned switch. No I/O, no clock of its own: tests drive it with a fake
- * clock, the host drives it with CLOCK_MONOTONIC.
+/* The switch scheduler of one host: rule:switch-waits, rule:hold-down, rule:no-starvation,
+ * rule:arrival-order, rule:wait-budget, rule:abandon-switch and rule:idle-stop as a pure state machine. It
+ * is told what happens (a request arrives or ends, an engine is up or down, a switch failed, the host went
+ * down) and the time, and it is asked, one at a time, what to do next (sched_next): release a request, fail
+ * one, start a switch, stop an idle engine, or log a wait or an abandoned switch. No I/O, no clock of its
+ * own: tests drive it with a fake clock, the host drives it with CLOCK_MONOTONIC.
  *
  * Why these rules: coding agents re-send a cut turn at once and forever, so
  * "switch at once" makes two agents on two engines of one GPU switch it back

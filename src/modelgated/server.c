@@ -435,9 +435,9 @@ static void clients_changed(void *userdata) {
         server_changed(s);
 }
 
-/* SPEC §8: nothing is lost by exiting when nobody is connected, waiting or subscribed and no engine still
- * needs its idle stop; a connection arriving now waits in the socket systemd holds, and starts the next
- * instance. */
+/* rule:idle-exit: nothing is lost by exiting when nobody is connected, waiting or subscribed and no engine
+ * still needs its idle stop; a connection arriving now waits in the socket systemd holds, and starts the
+ * next instance. */
 static bool server_is_idle(Server *s) {
         if (client_set_count(s->clients) > 0 || (s->cb && s->cb->busy && s->cb->busy(s->userdata)))
                 return false;

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #pragma once
 
-/* The daemon's front: listening sockets, accept, signals, the idle exit (SPEC §8) and the clean stop.
- * It owns the connections (a ClientSet) and serves them from a Manager; its owner hears of changes and
- * is asked whether it keeps the daemon busy through ServerCallbacks. */
+/* The daemon's front: listening sockets, accept, signals, the idle exit (rule:idle-exit) and the clean stop
+ * (rule:clean-stop). It owns the connections (a ClientSet) and serves them from a Manager; its owner hears
+ * of changes and is asked whether it keeps the daemon busy through ServerCallbacks. */
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -2,9 +2,9 @@
 #pragma once
 
 /* A line filter over a host's text/event-stream: every complete line is
- * passed on at once, unchanged, except the error events that SPEC §7 says
- * to reword (api_error_reword()). Only a line not yet ended is held back, up
- * to SSE_LINE_MAX; a longer one is passed on raw. Pure. */
+ * passed on at once, unchanged, except the error events that rule:reword-context and rule:reword-anthropic
+ * say to reword (api_error_reword()). Only a line not yet ended is held back, up to SSE_LINE_MAX; a longer
+ * one is passed on raw. Pure. */
 
 #include <stdbool.h>
 
@@ -28,8 +28,10 @@ int sse_filter_feed(SseFilter *f, const char *p, size_t n, Buffer *out);
 /* Flushes a last line without its line end. */
 int sse_filter_finish(SseFilter *f, Buffer *out);
 
-/* An error event in the API's shape, for a stream modelgate must end itself (SPEC §7). */
+/* An error event in the API's shape, for a stream modelgate must end itself (rule:error-event,
+ * rule:cut-stream). */
 int sse_error_event(ApiKind api, int status, const char *code, const char *message, Buffer *out);
-/* A host's whole error answer as one error event in the API's shape, reworded as SPEC §7 says: for an
- * error that arrives after modelgate's early 200 (a client waited for its engine). */
+/* A host's whole error answer as one error event in the API's shape, reworded as rule:reword-context and
+ * rule:reword-anthropic say: for an error that arrives after modelgate's early 200 (a client waited for its
+ * engine). */
 int sse_error_event_from_answer(ApiKind api, int status, const char *body, size_t n, Buffer *out);

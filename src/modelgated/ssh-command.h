@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #pragma once
 
-/* The command that reaches a bus over ssh (SPEC §6), for Bus=ssh: hosts and modelgatectl --host=. */
+/* The command that reaches a bus over ssh (rule:ssh-bridge), for Bus=ssh: hosts and modelgatectl --host=. */
 
 /* "[user@]host[:port]" (IPv6 bare or in brackets) split into ssh's "[user@]host" and the port (NULL: none);
  * either return may be NULL to only check. -EINVAL when it is not one. */

@@ -77,5 +77,5 @@ Span upstream_response_header(const UpstreamResponse *r, const char *name);
 Span upstream_response_header_name(const UpstreamResponse *r, size_t i);
 Span upstream_response_header_value(const UpstreamResponse *r, size_t i);
 
-/* Human words for a connection error, as SPEC §6 logs them ("connection refused") */
+/* Human words for a connection error, as rule:down-logged-once logs them ("connection refused") */
 const char *upstream_strerror(int error);

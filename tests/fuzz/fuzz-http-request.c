@@ -13,7 +13,7 @@
 #include "modelgated/http.h"
 #include "modelgated/route.h"
 
-/* SPEC §4 (credentials) and RFC 9110 §7.6.1, RFC 9112 §6, §7.1.2 (hop by hop, framing, Expect): none of
+/* rule:credentials-stop and RFC 9110 §7.6.1, RFC 9112 §6, §7.1.2 (hop by hop, framing, Expect): none of
  * these reaches a host, in any letter case */
 static const char *const never_forwarded[] = {
         "authorization",  "x-api-key",  "cookie",           "proxy-authorization",

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* Model extraction and the rewrite (SPEC §4): whatever the input, a body or query from which a model
+/* rule:model-rewrite: whatever the input, a body or query from which a model
  * was found, rewritten with the key, must yield exactly that key when searched again, and every byte
  * outside the model's value must be the client's. The first byte picks body or query. */
 #include <assert.h>

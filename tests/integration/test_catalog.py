@@ -1,5 +1,6 @@
-"""The host catalog (SPEC §4 "Served by modelgate itself", "The model list is never stale after a change",
-§6): a load seen within two polls at any phase of the periodic refresh, the merged and relabelled event
+"""The host catalog (rule:merged-list, rule:merged-feed, rule:list-never-stale,
+rule:down-logged-once, rule:engine-for-key): a load seen within two polls at any phase of the periodic
+refresh, the merged and relabelled event
 feed, hosts going down and coming back, learned engine keys surviving a restart, and bounded memory with
 a subscriber that never reads."""
 

@@ -1,5 +1,5 @@
-"""A configuration with errors (SPEC §3): refused at once with the errors under socket activation, in a boxed
-user manager with the installed units; EX_CONFIG when started by hand."""
+"""A configuration with errors (rule:refusing-state, rule:config-errors): refused at once with the errors
+under socket activation, in a boxed user manager with the installed units; EX_CONFIG when started by hand."""
 
 import http.client
 import json

@@ -1,5 +1,7 @@
 """Engines as systemd user units in boxed managers: started, switched, refused, failed, crashed, and
-reached through ssh and systemd-stdio-bridge (SPEC §5 mechanics and rules 7, 8, 10; §6)."""
+reached through ssh and systemd-stdio-bridge (rule:switch-steps, rule:ready-is-health,
+rule:busy-gpu, rule:engine-died, rule:adopt-engine, rule:engine-unit-checks, rule:job-done-is-not-running;
+rule:ssh-bridge, rule:bus-backoff)."""
 
 import json
 import os

@@ -1,4 +1,5 @@
-"""SPEC §7: statuses, shapes and wording of every error modelgate makes or rewords."""
+"""Statuses, shapes and wording of every error modelgate makes or rewords (rule:error-status, rule:error-shape,
+rule:busy-423, rule:retry-after, rule:refusal-words, rule:reword-context, rule:reword-anthropic)."""
 
 import json
 import re
@@ -12,7 +13,7 @@ from conftest import host_conf, post, read_response, read_sse
 
 CHAT = "/v1/chat/completions"
 MSGS = "/v1/messages"
-# words that make coding agents retry a refusal anyway (SPEC §7)
+# words that make coding agents retry a refusal anyway (rule:refusal-words)
 RETRY_WORDS = re.compile(r"429|500|502|503|504|overloaded|rate limit|too many requests|service unavailable|"
                          r"server error|internal error|connection (error|refused)|fetch failed|terminated|"
                          r"other side closed|timeout|x-api-key|prompt is too long", re.I)

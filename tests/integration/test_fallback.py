@@ -1,4 +1,5 @@
-"""The availability fallback and the time budgets (SPEC §3): engines in a boxed user manager, a second double
+"""The availability fallback and the time budgets (rule:fallback-availability, rule:fallback-request,
+rule:answer-budget): engines in a boxed user manager, a second double
 as the "cloud". It answers only when the engine cannot — before any of the engine's answer reached the
 client — never for errors that would fail the same anywhere, once, and with its own key."""
 

@@ -139,7 +139,7 @@ def health_ok(g, timeout):
 
 def test_a_feed_flood_and_a_full_speed_stream_leave_every_other_connection_its_turn(make_flood_host,
                                                                                    make_double, make_gate):
-    """SPEC §6: no host's feed can take more than its share of a turn of the loop. One host floods its
+    """rule:fair-share: no host's feed can take more than its share of a turn of the loop. One host floods its
     /models/sse with status_change events (faster than anything can apply them), another streams an answer at
     full speed to a client that reads it as fast: meanwhile /health and a third host are answered, turn after
     turn. What is counted is answers, not times: before each connection had a bounded share of a turn, the

@@ -197,8 +197,8 @@ def test_load_and_unload_through_modelgate_are_listed_at_once(box, engines, make
             return True
         wait_for(done, 15, "the router to take the " + verb, interval=0.2)
         accepted = time.monotonic()
-        # a client that lists at once, then every 2 s (SPEC §4); the router's events arrive meanwhile, and no
-        # listing waits for a re-read of the host's list because of them
+        # a client that lists at once, then every 2 s (rule:list-never-stale); the router's events arrive meanwhile,
+        # and no listing waits for a re-read of the host's list because of them
         seen = []
         while True:
             m, took = listing(g)
@@ -214,8 +214,8 @@ def test_load_and_unload_through_modelgate_are_listed_at_once(box, engines, make
             assert seen[0] in want, seen
             # --models-max 1: the router unloaded the other model for it
             wait_for(lambda: status(g, "3090-laguna-xs") == "unloaded", 15, "laguna-xs to read unloaded")
-    # SPEC §4 says 10 ms; the bound here is far from a busy machine's noise and far below the 0.9-2.2 s a
-    # listing used to wait for the re-read after a load
+    # rule:list-never-stale: a listing never waits for a host; the bound here is far from a busy
+    # machine's noise and far below the 0.9-2.2 s a listing used to wait for the re-read after a load
     print("slowest listing around a load or an unload: %.1f ms" % (slowest * 1000))
     assert slowest < 0.5, slowest
 

@@ -1,4 +1,6 @@
-"""The switch scheduler against a boxed user manager and the double (SPEC §5 rules 1–6 and 9, §7 after an
+"""The switch scheduler against a boxed user manager and the double (rule:switch-waits,
+rule:hold-down, rule:no-starvation, rule:arrival-order, rule:wait-budget, rule:keepalive, rule:abandon-switch,
+rule:idle-stop, rule:error-event after an
 early 200): streams are never cut, agents take turns, a trickle cannot starve a switch, waits get
 keepalives, budgets and abandonments are honoured, idle engines stop."""
 

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The switch scheduler as it was before issue 26, kept as the tests' model of the rules: every call walks
- * all the requests, which makes each decision easy to read off SPEC §5. test-sched drives it and
- * modelgated/sched.c with the same random events and asserts the same answers. */
+ * all the requests, which makes each decision easy to read off the rules (rule:switch-waits, rule:hold-down,
+ * rule:no-starvation, rule:arrival-order, rule:wait-budget, rule:abandon-switch and rule:idle-stop).
+ * test-sched drives it and modelgated/sched.c with the same random events and asserts the same answers. */
 
 #include <assert.h>
 #include <stdlib.h>
@@ -35,7 +36,8 @@ static bool in_hold_down(const RefSched *s, usec_t now) {
                (s->config.hold_down == USEC_INFINITY || now < s->up_at + s->config.hold_down);
 }
 
-/* The first waiting request for an engine other than the running one: the next switch (rule 4). */
+/* The first waiting request for an engine other than the running one: the next switch
+ * (rule:arrival-order). */
 static RefRequest *pending_switch(const RefSched *s) {
         LIST_FOREACH (requests, r, s->requests)
                 if (r->state == SCHED_WAITING && (ssize_t)r->engine != s->running)
@@ -96,7 +98,7 @@ void ref_sched_remove(RefSched *s, usec_t now, RefRequest *r) {
                 break;
         }
         LIST_REMOVE(requests, s->requests, r);
-        /* rule 6: the last client of a switch that has not started went away */
+        /* rule:abandon-switch: the last client of a switch that has not started went away */
         if (r->state == SCHED_WAITING && (ssize_t)r->engine != s->running &&
             (ssize_t)r->engine != s->starting && !has_waiting_for(s, r->engine))
                 s->abandoned[r->engine] = true;
@@ -209,7 +211,7 @@ static bool next_decided_failure(RefSched *s, RefAction *ret) {
         return false;
 }
 
-/* 2. rule 6: one abandoned switch to report */
+/* 2. rule:abandon-switch: one abandoned switch to report */
 static bool next_abandoned(RefSched *s, RefAction *ret) {
         for (size_t i = 0; i < s->n_engines; i++)
                 if (s->abandoned[i]) {
@@ -220,7 +222,7 @@ static bool next_abandoned(RefSched *s, RefAction *ret) {
         return false;
 }
 
-/* 3. rule 5: a wait that spent its budget is answered 504 */
+/* 3. rule:wait-budget: a wait that spent its budget is answered 504 */
 static bool next_expired(RefSched *s, usec_t now, RefAction *ret) {
         LIST_FOREACH (requests, r, s->requests)
                 if (r->state == SCHED_WAITING && deadline_of(s, r) <= now) {
@@ -229,7 +231,7 @@ static bool next_expired(RefSched *s, usec_t now, RefAction *ret) {
                         r->state = SCHED_FAILED;
                         *ret = (RefAction){
                                 .type = SCHED_FAIL, .req = r, .engine = (ssize_t)r->engine, .status = 504};
-                        /* a switch nobody waits for any more is not started (rule 6) */
+                        /* a switch nobody waits for any more is not started (rule:abandon-switch) */
                         if ((ssize_t)r->engine != s->running && (ssize_t)r->engine != s->starting &&
                             !has_waiting_for(s, r->engine))
                                 s->abandoned[r->engine] = true;
@@ -238,7 +240,7 @@ static bool next_expired(RefSched *s, usec_t now, RefAction *ret) {
         return false;
 }
 
-/* 4. rules 2, 3: a waiting request the running engine may serve now */
+/* 4. rule:hold-down, rule:no-starvation: a waiting request the running engine may serve now */
 static bool next_go(RefSched *s, usec_t now, RefAction *ret) {
         LIST_FOREACH (requests, r, s->requests)
                 if (r->state == SCHED_WAITING && may_go(s, now, r)) {
@@ -251,8 +253,8 @@ static bool next_go(RefSched *s, usec_t now, RefAction *ret) {
         return false;
 }
 
-/* 4. rules 1, 2, 4: the pending switch p starts once nothing is in flight and the hold-down is over;
- * until then its wait is logged, once */
+/* 4. rule:switch-waits, rule:hold-down, rule:arrival-order: the pending switch p starts once nothing is in
+ * flight and the hold-down is over; until then its wait is logged, once */
 static bool next_switch(RefSched *s, usec_t now, RefRequest *p, RefAction *ret) {
         if (s->n_in_flight == 0 && !in_hold_down(s, now)) {
                 s->starting = (ssize_t)p->engine;
@@ -268,7 +270,7 @@ static bool next_switch(RefSched *s, usec_t now, RefRequest *p, RefAction *ret) 
         return false;
 }
 
-/* 4. rule 9: the running engine stops once idle long enough, or at once when a stop was asked for */
+/* 4. rule:idle-stop: the running engine stops once idle long enough, or at once when a stop was asked for */
 static bool next_idle_stop(RefSched *s, usec_t now, RefAction *ret) {
         if (idle_stop_at(s) > now)
                 return false;

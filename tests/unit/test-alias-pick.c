@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* Which target of an alias a request goes to (SPEC §4, aliases): each policy against the states its rule
+/* Which target of an alias a request goes to (rule:alias-order): each policy against the states its rule
  * names, the refusal order (each target once), the spread memory on a fake clock, and the scheduler's
  * "a switch is pending" that keeps an alias off a host about to switch away; the memory bounded, and fair to
  * an agent that keeps coming back, whatever other addresses and one /64 send. A state list reads as one

@@ -90,7 +90,7 @@ static char *event_from(ApiKind api, int status, const char *body) {
         return s;
 }
 
-/* after modelgate's early 200 a host's error answer becomes one SSE error event (SPEC §7) */
+/* after modelgate's early 200 a host's error answer becomes one SSE error event (rule:error-event) */
 TEST(host_error_answer_after_an_early_200) {
         char *s;
 

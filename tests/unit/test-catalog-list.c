@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* A host's /models answer as the catalog keeps it (catalog-list.h): read entry by entry at every split
  * point, refused as soon as it is too long or is not a model list, and changed by a status event in the
- * one entry the event names, whatever the list's length (SPEC §6: no host's list or feed takes more than
- * its share of a turn). */
+ * one entry the event names, whatever the list's length (rule:fair-share: no host's list or feed takes more
+ * than its share of a turn). */
 
 #include <json-c/json.h>
 

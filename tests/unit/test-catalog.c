@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The pure part of the catalog: how a host's /models/sse event is relabelled for the merged feed, and how a
- * status event is read and applied to the /models snapshot (SPEC §4 "The model list is never stale"). */
+ * status event is read and applied to the /models snapshot (rule:list-never-stale). */
 
 #include "modelgated/catalog-event.h"
 #include "tests.h"

@@ -309,7 +309,7 @@ static char *ssh_line(const char *bus, const char *command, const char *bus_path
 TEST(ssh_command_lines) {
         char *s;
 
-        /* SPEC §6: the options, "--" before the target, the bridge with an explicit bus path */
+        /* rule:ssh-bridge: the options, "--" before the target, the bridge with an explicit bus path */
         s = ssh_line("ssh:gpu@a9", "ssh", NULL);
         ASSERT_STREQ(s, "ssh|-xT|-oBatchMode=yes|-oConnectTimeout=10|-oServerAliveInterval=15|"
                         "-oServerAliveCountMax=3|--|gpu@a9|SYSTEMD_LOG_TARGET=console|systemd-stdio-bridge|"

@@ -171,7 +171,7 @@ TEST(a_stream_the_host_cuts_ends_with_an_error_event_and_the_connection_goes_on)
         peer_expect(p, SSE_HEAD_OUT);
         peer_expect_chunk(p, "data: {\"n\":1}\n\n");
         fake_close(f);
-        /* SPEC §7: an event stream can say it was cut, in the API's shape, and then end cleanly */
+        /* rule:cut-stream: an event stream can say it was cut, in the API's shape, and then end cleanly */
         peer_expect_chunk(p, "data: {\"error\":{\"message\":\"host 'h' stopped the stream before it ended "
                              "(connection closed before the response ended); the answer is incomplete\","
                              "\"type\":\"server_error\",\"code\":\"upstream_incomplete\"}}\n\n");

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The host's answer relayed to the client (client-relay.c), byte for byte, against a fake host on loopback
  * (relay-harness.h): pass-through with its length, hop-by-hop headers dropped and X-Modelgate-Served-By
- * added (SPEC §4); event streams chunked to HTTP/1.1 clients and up to the close for HTTP/1.0; error
- * events of a stream and whole error answers reworded in the client's API shape (SPEC §7). */
+ * added (rule:hop-by-hop, rule:served-by); event streams chunked to HTTP/1.1 clients and up to the close for
+ * HTTP/1.0; error events of a stream and whole error answers reworded in the client's API shape
+ * (rule:reword-context, rule:reword-anthropic, rule:error-event). */
 
 #include "relay-harness.h"
 #include "tests.h"
@@ -210,7 +211,7 @@ TEST(error_answers_are_held_whole_and_reworded) {
                 with_length("HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n",
                             "{\"error\":" OVERFLOW_ERROR "}");
 
-        /* a stream refused before it began (llama.cpp answers its first error as JSON, SPEC §7) */
+        /* a stream refused before it began: llama.cpp's first error is JSON (rule:reword-context) */
         held_error_case(CHAT, true, overflow,
                         "HTTP/1.1 400 Bad Request\r\n" SERVED "Content-Type: application/json\r\n",
                         OPENAI_TOO_LONG);
@@ -240,7 +241,7 @@ TEST(an_unknown_key_of_a_known_host_is_404_without_asking_the_host) {
         Harness *h = harness_new("");
         Peer *p = peer_new(h);
         static const char head[] = "HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\n";
-/* SPEC §4: the host's list is known, and does not have the key */
+/* rule:unlisted-key-404: the host's list is known, and does not have the key */
 #define NOT_LISTED "host 'h' does not list a model 'nope'; GET /v1/models lists the models this proxy serves"
 
         peer_send_request(p, "POST", CHAT, "1.1", "", "{\"model\":\"h-nope\"}");

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* The switch scheduler on a fake clock: one test per rule of SPEC §5, and the seed's two-client
- * timeline with every switch time as the rules predict. Actions are written as short words so a test
- * reads as the sequence it expects: "go:r0 start:B/r1 wait:B/r1 fail:r2:504 stop:A abandon:B".
- * Then 10 000 waiting requests through the rules, with the steps each call takes counted, and random
- * events given to the scheduler and to the one before issue 26 (sched-reference.c), which must answer
- * alike. */
+/* The switch scheduler on a fake clock: one test per rule of switching (rule:switch-waits, rule:hold-down,
+ * rule:no-starvation, rule:arrival-order, rule:wait-budget, rule:abandon-switch and rule:idle-stop,
+ * rule:busy-gpu), and the seed's two-client timeline with every switch time as the rules predict. Actions
+ * are written as short words so a test reads as the sequence it expects: "go:r0 start:B/r1 wait:B/r1
+ * fail:r2:504 stop:A abandon:B". Then 10 000 waiting requests through the rules, with the steps each call
+ * takes counted, and random events given to the scheduler and to the one before issue 26
+ * (sched-reference.c), which must answer alike. */
 
 #include <stdio.h>
 
@@ -489,7 +490,8 @@ TEST(ten_thousand_waiting_take_turns_by_the_rules) {
                 ahead += !gone(i);
         }
 
-        /* rule 1: the stream ends, B starts; B up serves its own in order, C's switch waits (rule 4) */
+        /* rule:switch-waits: the stream ends, B starts; B up serves its own in order, C's switch waits
+         * (rule:arrival-order) */
         t = t0 + S(20);
         sched_remove(&s, t, &many[0]);
         expect_many(&s, t, SCHED_START, B, 1);
@@ -498,7 +500,7 @@ TEST(ten_thousand_waiting_take_turns_by_the_rules) {
         serve_all(&s, t + S(2), B);
         expect_many(&s, t + S(2), SCHED_WAIT, C, 2);
         expect_nothing(&s, t + S(3));
-        /* rule 2: C's switch once B's hold-down is over, then A's once C's is */
+        /* rule:hold-down: C's switch once B's hold-down is over, then A's once C's is */
         ASSERT_EQ(sched_next_timer(&s, t + S(3)), t + S(32));
         expect_nothing(&s, t + S(32) - 1);
         expect_many(&s, t + S(32), SCHED_START, C, 2);
@@ -511,7 +513,7 @@ TEST(ten_thousand_waiting_take_turns_by_the_rules) {
         expect_nothing(&s, t + S(67));
         ASSERT_EQ(s.n_waiting, 0);
         ASSERT_TRUE(!sched_switch_pending(&s));
-        /* rule 9: A idle for IdleStopSec= after its last request */
+        /* rule:idle-stop: A idle for IdleStopSec= after its last request */
         ASSERT_EQ(sched_next_timer(&s, t + S(67)), t + S(67) + S(60));
         expect_nothing(&s, t + S(126));
         expect_many(&s, t + S(127), SCHED_STOP, A, -1);
@@ -535,8 +537,8 @@ TEST(ten_thousand_budgets_end_in_arrival_order) {
                 step_end();
         }
         expect_many(&s, t0, SCHED_WAIT, C, 1);
-        /* the stream never ends: rule 5 answers each at its budget, two at a time (they came in pairs),
-         * and rule 6 drops a switch whose last client that was */
+        /* the stream never ends: rule:wait-budget answers each at its budget, two at a time (they came in
+         * pairs), and rule:abandon-switch drops a switch whose last client that was */
         for (int i = 1; i <= MANY; i++) {
                 usec_t deadline = t0 + (usec_t)(i / 2) * USEC_PER_MSEC + S(900);
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* What a host's service manager says of a unit (host-bus-units.c), read from a real sd-bus message: a
  * manager (or whatever answers on the host's bus, through ssh) is not trusted with modelgate's log lines
- * and LastError, so the strings are kept escaped (SPEC §6: "strings from its bus are escaped in logs"). */
+ * and LastError, so the strings are kept escaped (rule:log-escaped). */
 
 #include <sys/socket.h>
 #include <systemd/sd-bus.h>
