@@ -159,13 +159,83 @@ static inline bool key_is(const char *b, const char *e, bool escaped, const char
         return (size_t)(e - b) == l + 2 && memcmp(b + 1, name, l) == 0;
 }
 
+/* What the scan of a body has found so far */
+typedef struct ModelScan {
+        const char *vb, *ve; /* the top-level "model" value, quotes included */
+        bool capture;        /* the next value is the model's */
+        bool capturing;      /* the value being scanned is */
+        bool duplicate;
+        bool stream;
+} ModelScan;
+
+/* A key of an object at depth, and its ':' */
+static int scan_member_key(Scanner *s, unsigned depth, ModelScan *m) {
+        bool escaped, stream_key;
+        const char *kb;
+
+        skip_ws(s);
+        kb = s->p;
+        if (scan_string(s, &escaped) < 0)
+                return -EBADMSG;
+        if (depth == 1 && key_is(kb, s->p, escaped, "model")) {
+                if (m->vb)
+                        m->duplicate = true;
+                m->capture = true;
+        }
+        /* "stream": true (the last one wins, as in most parsers); validated with the rest */
+        stream_key = depth == 1 && key_is(kb, s->p, escaped, "stream");
+        skip_ws(s);
+        if (s->p >= s->end || *s->p != ':')
+                return -EBADMSG;
+        s->p++;
+        if (stream_key) {
+                skip_ws(s);
+                m->stream = s->end - s->p >= 4 && memcmp(s->p, "true", 4) == 0;
+        }
+        return 0;
+}
+
+/* The model's value (vb..ve, a JSON string) as the text it spells */
+static int model_of_value(const char *vb, const char *ve, Span *ret_span, char **ret_model) {
+        char *model;
+
+        if (*vb != '"')
+                return MODEL_NOT_STRING;
+        if (!memchr(vb + 1, '\\', (size_t)(ve - vb - 2))) {
+                /* no escapes (the usual case): the bytes between the quotes are the value */
+                model = strndup(vb + 1, (size_t)(ve - vb - 2));
+                if (!model)
+                        return -ENOMEM;
+        } else {
+                _cleanup_free_ char *copy = strndup(vb, (size_t)(ve - vb));
+                if (!copy)
+                        return -ENOMEM;
+                json_object *o = json_tokener_parse(copy);
+                if (!o || !json_object_is_type(o, json_type_string)) {
+                        json_object_put(o);
+                        return MODEL_NOT_JSON;
+                }
+                size_t l = (size_t)json_object_get_string_len(o);
+                const char *v = json_object_get_string(o);
+                if (strlen(v) != l) {
+                        json_object_put(o);
+                        return MODEL_NOT_STRING;
+                }
+                model = strdup(v);
+                json_object_put(o);
+                if (!model)
+                        return -ENOMEM;
+        }
+        *ret_span = (Span){vb, (size_t)(ve - vb)};
+        *ret_model = model;
+        return MODEL_FOUND;
+}
+
 int json_find_model(const char *body, size_t n, Span *ret_span, char **ret_model, bool *ret_stream) {
         Scanner s = {body, body + n};
         char stack[JSON_MAX_DEPTH]; /* '{' or '[' */
         unsigned depth = 0;
-        const char *vb = NULL, *ve = NULL;
-        bool capture = false, capturing = false, duplicate = false, stream = false, stream_key = false;
-        int r;
+        ModelScan m = {};
 
         skip_ws(&s);
         if (s.p >= s.end || *s.p != '{')
@@ -175,10 +245,10 @@ value:
         skip_ws(&s);
         if (s.p >= s.end)
                 return MODEL_NOT_JSON;
-        if (capture) {
-                capture = false;
-                capturing = true;
-                vb = s.p;
+        if (m.capture) {
+                m.capture = false;
+                m.capturing = true;
+                m.vb = s.p;
         }
         if (*s.p == '{' || *s.p == '[') {
                 if (depth >= JSON_MAX_DEPTH)
@@ -195,50 +265,32 @@ value:
                         goto value;
                 goto object_key;
         }
-        r = *s.p == '"' ? scan_string(&s, NULL) : scan_scalar(&s);
-        if (r < 0)
+        if ((*s.p == '"' ? scan_string(&s, NULL) : scan_scalar(&s)) < 0)
                 return MODEL_NOT_JSON;
         goto after_value;
 
-object_key : {
-        bool escaped;
-        const char *kb;
-
-        skip_ws(&s);
-        kb = s.p;
-        r = scan_string(&s, &escaped);
-        if (r < 0)
+object_key:
+        if (scan_member_key(&s, depth, &m) < 0)
                 return MODEL_NOT_JSON;
-        if (depth == 1 && key_is(kb, s.p, escaped, "model")) {
-                if (vb)
-                        duplicate = true;
-                capture = true;
-        }
-        /* "stream": true (the last one wins, as in most parsers); validated with the rest */
-        stream_key = depth == 1 && key_is(kb, s.p, escaped, "stream");
-        skip_ws(&s);
-        if (s.p >= s.end || *s.p != ':')
-                return MODEL_NOT_JSON;
-        s.p++;
-        if (stream_key) {
-                skip_ws(&s);
-                stream = s.end - s.p >= 4 && memcmp(s.p, "true", 4) == 0;
-        }
         goto value;
-}
 
 after_value:
-        if (capturing && depth == 1) {
-                capturing = false;
-                ve = s.p;
-        }
-        if (depth == 0) {
-                skip_ws(&s);
-                if (s.p != s.end)
-                        return MODEL_NOT_JSON;
-                goto done;
+        if (m.capturing && depth == 1) {
+                m.capturing = false;
+                m.ve = s.p;
         }
         skip_ws(&s);
+        if (depth == 0) {
+                if (s.p != s.end)
+                        return MODEL_NOT_JSON;
+                if (ret_stream)
+                        *ret_stream = m.stream;
+                if (m.duplicate)
+                        return MODEL_TWICE;
+                if (!m.vb || !m.ve)
+                        return MODEL_ABSENT;
+                return model_of_value(m.vb, m.ve, ret_span, ret_model);
+        }
         if (s.p >= s.end)
                 return MODEL_NOT_JSON;
         if (*s.p == ',') {
@@ -253,47 +305,6 @@ after_value:
                 goto after_value;
         }
         return MODEL_NOT_JSON;
-
-done:
-        if (ret_stream)
-                *ret_stream = stream;
-        if (duplicate)
-                return MODEL_TWICE;
-        if (!vb || !ve)
-                return MODEL_ABSENT;
-        if (*vb != '"')
-                return MODEL_NOT_STRING;
-
-        if (!memchr(vb + 1, '\\', (size_t)(ve - vb - 2))) {
-                /* no escapes (the usual case): the bytes between the quotes are the value */
-                char *model = strndup(vb + 1, (size_t)(ve - vb - 2));
-                if (!model)
-                        return -ENOMEM;
-                *ret_span = (Span){vb, (size_t)(ve - vb)};
-                *ret_model = model;
-                return MODEL_FOUND;
-        }
-        _cleanup_free_ char *copy = strndup(vb, (size_t)(ve - vb));
-        if (!copy)
-                return -ENOMEM;
-        json_object *o = json_tokener_parse(copy);
-        if (!o || !json_object_is_type(o, json_type_string)) {
-                json_object_put(o);
-                return MODEL_NOT_JSON;
-        }
-        size_t l = (size_t)json_object_get_string_len(o);
-        const char *m = json_object_get_string(o);
-        if (strlen(m) != l) {
-                json_object_put(o);
-                return MODEL_NOT_STRING;
-        }
-        char *model = strdup(m);
-        json_object_put(o);
-        if (!model)
-                return -ENOMEM;
-        *ret_span = (Span){vb, (size_t)(ve - vb)};
-        *ret_model = model;
-        return MODEL_FOUND;
 }
 
 size_t json_quoted_len(const char *s) {
