@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The switch scheduler's cost per event with many requests waiting (issue 26).
- * bench/schedcost.py builds it against src/modelgated/sched.c of the tree and of an older commit: the API it
- * uses is the same.
+ * bench/schedcost.py builds it against src/modelgated/rules/sched.c of the tree and of an older commit: the
+ * API it uses is the same.
  *
  * usage: sched N K    N requests waiting, then K events of each kind
  *
@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "modelgated/sched.h"
+#include "modelgated/rules/sched.h"
 
 #if __has_include(<valgrind/callgrind.h>)
 #include <valgrind/callgrind.h>

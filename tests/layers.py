@@ -12,26 +12,16 @@ import re
 import sys
 import tempfile
 
-# Bottom to top. A module is a set of files; a file belongs to the module whose pattern matches its
-# name without the extension (first match wins). Files of one module may include each other.
-LAYERS = [
-    ("shared", [r"shared/.*"]),
-    ("conf", [r"modelgated/conf(-.*)?", r"modelgated/url", r"modelgated/ssh-command"]),
-    ("rules", [r"modelgated/access-line", r"modelgated/http", r"modelgated/http-header", r"modelgated/http-request", r"modelgated/http-writer", r"modelgated/api-error", r"modelgated/api-answer", r"modelgated/json-util", r"modelgated/sched", r"modelgated/alias-pick",
-               r"modelgated/route", r"modelgated/sse", r"modelgated/lazy-timer", r"modelgated/socket-watch", r"modelgated/catalog-event", r"modelgated/catalog-list", r"modelgated/engine",
-               r"modelgated/run-record"]),
-    ("transport", [r"modelgated/upstream(-.*)?", r"modelgated/host-bus(-.*)?", r"modelgated/access",
-                   r"modelgated/metrics", r"modelgated/feed-hub"]),
-    ("catalog", [r"modelgated/catalog"]),
-    ("host", [r"modelgated/host(-state|-switch|-warmup|-internal)?"]),
-    ("engine-keys", [r"modelgated/engine-keys"]),
-    ("manager", [r"modelgated/manager(-.*)?"]),
-    ("request", [r"modelgated/models", r"modelgated/exchange"]),
-    ("client", [r"modelgated/client(-.*)?"]),
-    ("server", [r"modelgated/server"]),
-    ("bus-object", [r"modelgated/bus-(object|call)(-.*)?"]),
-    ("main", [r"modelgated/modelgated", r"modelgatectl/.*"]),
-]
+# Bottom to top, one folder a module: a file belongs to the module of its folder (src/shared/, a folder of
+# src/modelgated/, or main: src/modelgated/modelgated.c and src/modelgatectl/). Files of one module include
+# and call each other freely; between modules, includes and calls point down this list.
+FOLDERS = ["conf", "http", "rules", "event", "records", "upstream", "hostbus", "host", "manager", "client", "server",
+           "bus"]
+LAYERS = ([("shared", [r"shared/.*"])] + [(f, [r"modelgated/%s/.*" % f]) for f in FOLDERS] +
+          [("main", [r"modelgated/modelgated", r"modelgatectl/.*"])])
+# Folders of pure functions: no event loop, no bus, no file or socket of their own (tests drive them alone)
+PURE = {"http", "rules"}
+IMPURE = re.compile(r'^\s*#\s*include\s+<(systemd/[^>]+|unistd\.h|fcntl\.h|sys/epoll\.h|sys/stat\.h)>', re.M)
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
@@ -55,6 +45,18 @@ def read_includes(src):
             with open(os.path.join(root, f), encoding="utf-8") as fh:
                 graph[path] = [i for i in INCLUDE.findall(fh.read())]
     return graph
+
+
+def impure(src):
+    """files of a PURE folder that include the event loop's, the bus's or the kernel's I/O headers"""
+    problems = []
+    for folder in sorted(PURE):
+        top = os.path.join(src, "modelgated", folder)
+        for f in sorted(os.listdir(top)) if os.path.isdir(top) else []:
+            with open(os.path.join(top, f), encoding="utf-8") as fh:
+                for inc in IMPURE.findall(fh.read()):
+                    problems.append("modelgated/%s/%s includes <%s>: the %s folder is pure" % (folder, f, inc, folder))
+    return problems
 
 
 def find_circle(graph):
@@ -214,15 +216,15 @@ def room_tangles(includes, calls):
 
 def self_test():
     """the checks themselves: each broken layout must be refused"""
-    good = {"shared/a.h": [], "modelgated/http.h": ["shared/a.h"], "modelgated/manager.c": ["modelgated/http.h"]}
+    good = {"shared/a.h": [], "modelgated/http/http.h": ["shared/a.h"], "modelgated/manager/manager.c": ["modelgated/http/http.h"]}
     assert check(good) == [], check(good)
-    upward = dict(good, **{"modelgated/http.c": ["modelgated/manager.h"], "modelgated/manager.h": []})
+    upward = dict(good, **{"modelgated/http/http.c": ["modelgated/manager/manager.h"], "modelgated/manager/manager.h": []})
     assert any("points up" in p for p in check(upward)), check(upward)
-    circle = dict(good, **{"modelgated/client.c": ["modelgated/client-internal.h"],
-                           "modelgated/client-internal.h": ["modelgated/client.c"]})
+    circle = dict(good, **{"modelgated/client/client.c": ["modelgated/client/client-internal.h"],
+                           "modelgated/client/client-internal.h": ["modelgated/client/client.c"]})
     assert any("include circle" in p for p in check(circle)), check(circle)
-    rooms = dict(good, **{"modelgated/host.c": ["modelgated/host-internal.h"], "modelgated/host.h": [],
-                          "modelgated/host-internal.h": ["modelgated/host.h"]})
+    rooms = dict(good, **{"modelgated/host/host.c": ["modelgated/host/host-internal.h"], "modelgated/host/host.h": [],
+                          "modelgated/host/host-internal.h": ["modelgated/host/host.h"]})
     assert any("between rooms" in p for p in check(rooms)), check(rooms)
     assert tangles({"a.c": ["b.c"], "b.c": ["a.c"], "c.c": ["a.c"]}) == [["a.c", "b.c"]]
     # http-header.c includes http.h while http.c calls http-header.c: a circle of rooms
@@ -234,30 +236,38 @@ def self_test():
     # one above it is refused, and so is a circle of calls between modules
     with tempfile.TemporaryDirectory() as src:
         sources = {
-            "modelgated/client-a.c": "void client_a(void) { client_b(); manager_go(); }\n",
-            "modelgated/client-b.c": "void client_b(void) { client_a(); }\n",
-            "modelgated/manager.c": "void manager_go(void) { }\nvoid manager_up(void) { client_a(); }\n",
+            "modelgated/client/client-a.c": "void client_a(void) { client_b(); manager_go(); }\n",
+            "modelgated/client/client-b.c": "void client_b(void) { client_a(); }\n",
+            "modelgated/manager/manager.c": "void manager_go(void) { }\nvoid manager_up(void) { client_a(); }\n",
         }
-        os.mkdir(os.path.join(src, "modelgated"))
+        for d in ("client", "manager"):
+            os.makedirs(os.path.join(src, "modelgated", d))
         for name, text in sources.items():
             with open(os.path.join(src, name), "w", encoding="utf-8") as fh:
                 fh.write(text)
         calls = read_calls(src)
-        assert calls["modelgated/client-a.c"] == ["modelgated/manager.c"], calls
-        assert calls["modelgated/client-b.c"] == [], calls
-        assert any("calls modelgated/client-a.c" in p and "points up" in p for p in upward_calls(calls)), calls
-        assert tangles(calls) == [["modelgated/client-a.c", "modelgated/manager.c"]], tangles(calls)
-        del calls["modelgated/manager.c"]
+        assert calls["modelgated/client/client-a.c"] == ["modelgated/manager/manager.c"], calls
+        assert calls["modelgated/client/client-b.c"] == [], calls
+        assert any("calls modelgated/client/client-a.c" in p and "points up" in p for p in upward_calls(calls)), calls
+        assert tangles(calls) == [["modelgated/client/client-a.c", "modelgated/manager/manager.c"]], tangles(calls)
+        del calls["modelgated/manager/manager.c"]
         assert upward_calls(calls) == [] and tangles(calls) == [], calls
+    stray_folder = dict(good, **{"modelgated/newfolder/a.c": []})
+    assert any("in no layer" in p for p in check(stray_folder)), check(stray_folder)
+    with tempfile.TemporaryDirectory() as src:
+        os.makedirs(os.path.join(src, "modelgated", "rules"))
+        with open(os.path.join(src, "modelgated", "rules", "r.c"), "w", encoding="utf-8") as fh:
+            fh.write("#include <string.h>\n#include <systemd/sd-event.h>\n")
+        assert any("is pure" in p for p in impure(src)), impure(src)
     print("self-test: an upward include or call, a circle between files or rooms (by includes, calls between "
-          "modules or both) and a file in no layer are each refused; files of one module call each other")
+          "modules or both) a file in no folder of the list and an event loop in a pure folder are each refused; files of one module call each other")
 
 
 def main():
     if sys.argv[1:] == ["--self-test"]:
         self_test()
         return 0
-    problems = check(read_includes(sys.argv[1]))
+    problems = check(read_includes(sys.argv[1])) + impure(sys.argv[1])
     calls = read_calls(sys.argv[1])
     problems += upward_calls(calls)
     for group in tangles(calls):

@@ -12,8 +12,8 @@
 #include <systemd/sd-bus.h>
 #include <unistd.h>
 
-#include "modelgated/conf.h"
-#include "modelgated/ssh-command.h"
+#include "modelgated/conf/conf.h"
+#include "modelgated/conf/ssh-command.h"
 #include "shared/keys-file.h"
 #include "shared/log.h"
 #include "shared/state-file.h"

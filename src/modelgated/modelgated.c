@@ -9,9 +9,9 @@
 #include <sysexits.h>
 #include <systemd/sd-daemon.h>
 
-#include "modelgated/bus-object.h"
-#include "modelgated/manager.h"
-#include "modelgated/server.h"
+#include "modelgated/bus/bus-object.h"
+#include "modelgated/manager/manager.h"
+#include "modelgated/server/server.h"
 #include "shared/log.h"
 
 static char *arg_config = NULL;

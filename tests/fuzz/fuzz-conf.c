@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include <stdint.h>
 
-#include "modelgated/conf.h"
+#include "modelgated/conf/conf.h"
 #include "shared/log.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

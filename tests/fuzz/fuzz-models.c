@@ -8,9 +8,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "modelgated/catalog-event.h"
-#include "modelgated/catalog-list.h"
-#include "modelgated/models.h"
+#include "modelgated/rules/catalog-event.h"
+#include "modelgated/rules/catalog-list.h"
+#include "modelgated/client/models.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

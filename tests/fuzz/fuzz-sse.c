@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "modelgated/sse.h"
+#include "modelgated/rules/sse.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

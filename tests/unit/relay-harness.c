@@ -9,10 +9,10 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "modelgated/catalog.h"
-#include "modelgated/client.h"
-#include "modelgated/host.h"
-#include "modelgated/manager.h"
+#include "modelgated/host/catalog.h"
+#include "modelgated/client/client.h"
+#include "modelgated/host/host.h"
+#include "modelgated/manager/manager.h"
 #include "relay-harness.h"
 #include "tests.h"
 

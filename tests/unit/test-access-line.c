@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-#include "modelgated/access-line.h"
+#include "modelgated/rules/access-line.h"
 #include "tests.h"
 
 #define LIT(s) ((Span){"" s, sizeof(s) - 1})

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-#include "modelgated/access.h"
+#include "modelgated/records/access.h"
 #include "tests.h"
 
 TEST(anonymous_address) {

@@ -8,9 +8,9 @@
 #include <arpa/inet.h>
 #include <string.h>
 
-#include "modelgated/access.h"
-#include "modelgated/alias-pick.h"
-#include "modelgated/sched.h"
+#include "modelgated/records/access.h"
+#include "modelgated/rules/alias-pick.h"
+#include "modelgated/rules/sched.h"
 #include "tests.h"
 
 #define S(x) ((usec_t)(x)*USEC_PER_SEC)

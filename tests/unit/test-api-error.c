@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-#include "modelgated/api-error.h"
-#include "modelgated/sse.h"
+#include "modelgated/rules/api-error.h"
+#include "modelgated/rules/sse.h"
 #include "tests.h"
 
 static char *reword(ApiKind api, const char *in) {

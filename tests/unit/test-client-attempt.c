@@ -6,7 +6,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "modelgated/client-attempt.h"
+#include "modelgated/client/client-attempt.h"
 #include "tests.h"
 
 static void assert_rule(AttemptFailure f, bool next, AttemptFallback fallback, bool reprobe,

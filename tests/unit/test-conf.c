@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-#include "modelgated/conf.h"
+#include "modelgated/conf/conf.h"
 #include "shared/keys-file.h"
 #include "shared/strv.h"
 #include "shared/time-util.h"

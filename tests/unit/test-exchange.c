@@ -5,7 +5,7 @@
  * connection without a clean end while the next connection works; a client that goes away, which ends
  * the host's work. Driven against a fake host on loopback (relay-harness.h). */
 
-#include "modelgated/exchange.h"
+#include "modelgated/client/exchange.h"
 #include "relay-harness.h"
 #include "tests.h"
 

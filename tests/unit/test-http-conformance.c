@@ -5,7 +5,7 @@
  * time, followed by a pipelined request: it must parse next when the connection stays, and never when
  * the row is refused. */
 
-#include "modelgated/http.h"
+#include "modelgated/http/http.h"
 #include "tests.h"
 
 typedef struct Row {

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include <ctype.h>
 
-#include "modelgated/http.h"
+#include "modelgated/http/http.h"
 #include "tests.h"
 
 /* Feeds msg split at every point (picohttpparser's "incomplete N" idea) and checks the result. */

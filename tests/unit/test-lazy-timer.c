@@ -2,7 +2,7 @@
 /* The lazy timer (lazy-timer.h) on a real sd-event loop: a deadline moved later runs its handler once,
  * not before the later deadline; one given up never runs it; one moved sooner runs it then. */
 
-#include "modelgated/lazy-timer.h"
+#include "modelgated/event/lazy-timer.h"
 #include "tests.h"
 
 #define MS USEC_PER_MSEC

@@ -7,7 +7,7 @@
 
 #include <fnmatch.h>
 
-#include "modelgated/models.h"
+#include "modelgated/client/models.h"
 #include "tests.h"
 
 #define FLAGS (JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE)

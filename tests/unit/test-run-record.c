@@ -5,7 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "modelgated/run-record.h"
+#include "modelgated/records/run-record.h"
 #include "shared/fileio.h"
 #include "shared/time-util.h"
 #include "tests.h"

@@ -9,7 +9,7 @@
 
 #include <stdio.h>
 
-#include "modelgated/sched.h"
+#include "modelgated/rules/sched.h"
 #include "tests.h"
 #include "unit/sched-reference.h"
 

@@ -8,7 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "modelgated/socket-watch.h"
+#include "modelgated/event/socket-watch.h"
 #include "tests.h"
 
 #define N_MANY 300 /* more than one batch */

@@ -7,7 +7,7 @@
 #include <systemd/sd-bus.h>
 #include <unistd.h>
 
-#include "modelgated/host-bus-internal.h"
+#include "modelgated/hostbus/host-bus-internal.h"
 #include "tests.h"
 
 /* An a{sv} of string properties, sealed and ready to be read as a reply would be */

@@ -9,7 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "modelgated/upstream.h"
+#include "modelgated/upstream/upstream.h"
 #include "tests.h"
 
 #define POST "POST /x HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n\r\n{}"

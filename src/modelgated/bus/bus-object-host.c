@@ -1,0 +1,284 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The Host objects of org.modelgate1, one per host under /org/modelgate1/host: their properties, read
+ * from the live Host, and SwitchEngine()/StopEngine(). A path names a host, not a Host: a reload may
+ * replace the Host meanwhile, so every call and every property looks it up by name again. */
+
+#include <assert.h>
+#include <stdio.h>
+
+#include "modelgated/bus/bus-object-internal.h"
+#include "shared/strv.h"
+
+static Host *host_by_name(Manager *m, const char *name) {
+        for (size_t i = 0; name && i < manager_n_hosts(m); i++)
+                if (streq(manager_config(m)->hosts[i].name, name))
+                        return manager_host_at(m, i);
+        return NULL;
+}
+
+/* The host a /org/modelgate1/host/… path names now: a reload may have replaced it since the call began */
+static Host *host_at_path(BusObject *o, const char *path) {
+        _cleanup_free_ char *name = NULL;
+
+        if (sd_bus_path_decode(path, HOST_PREFIX, &name) <= 0)
+                return NULL;
+        return host_by_name(o->manager, name);
+}
+
+/* Properties; userdata is the BusObject (host_find), the host is the path's */
+
+static int property_get_host_string(sd_bus *bus, const char *path, const char *interface,
+                                    const char *property, sd_bus_message *reply, void *userdata,
+                                    sd_bus_error *error) {
+        Host *h = host_at_path(userdata, path);
+
+        if (!h)
+                return -ENOENT;
+        const HostConf *c = host_conf(h);
+        ssize_t e = host_running(h);
+        const char *v = "";
+
+        if (streq(property, "Name"))
+                v = c->name;
+        else if (streq(property, "URL"))
+                v = c->url.text;
+        else if (streq(property, "Bus"))
+                v = host_has_engines(h) ? c->bus : "";
+        else if (streq(property, "State"))
+                v = host_state_to_string(host_state(h));
+        else if (streq(property, "Engine"))
+                v = e >= 0 ? host_engine(h, (size_t)e)->conf->name : "";
+        else if (streq(property, "Unit"))
+                v = e >= 0 ? host_engine(h, (size_t)e)->conf->unit : "";
+        else if (streq(property, "LastError"))
+                v = host_last_error(h) ?: "";
+        return sd_bus_message_append(reply, "s", v);
+}
+
+static int property_get_host_engines(sd_bus *bus, const char *path, const char *interface,
+                                     const char *property, sd_bus_message *reply, void *userdata,
+                                     sd_bus_error *error) {
+        Host *h = host_at_path(userdata, path);
+
+        if (!h)
+                return -ENOENT;
+        int r;
+
+        r = sd_bus_message_open_container(reply, 'a', "s");
+        for (size_t i = 0; r >= 0 && i < host_n_engines(h); i++)
+                r = sd_bus_message_append(reply, "s", host_engine(h, i)->conf->name);
+        return r < 0 ? r : sd_bus_message_close_container(reply);
+}
+
+static int property_get_host_u(sd_bus *bus, const char *path, const char *interface, const char *property,
+                               sd_bus_message *reply, void *userdata, sd_bus_error *error) {
+        Host *h = host_at_path(userdata, path);
+
+        if (!h)
+                return -ENOENT;
+        return sd_bus_message_append(reply, "u",
+                                     streq(property, "InFlight") ? host_in_flight(h) : host_waiting(h));
+}
+
+static int property_get_host_usec(sd_bus *bus, const char *path, const char *interface, const char *property,
+                                  sd_bus_message *reply, void *userdata, sd_bus_error *error) {
+        BusObject *o = userdata;
+        Host *h = host_at_path(o, path);
+        if (!h)
+                return -ENOENT;
+        usec_t t = streq(property, "HoldDownUntilUSec") ? host_hold_down_until(h) : host_idle_stop_at(h);
+
+        return sd_bus_message_append(reply, "t", bus_object_realtime(o, t));
+}
+
+static void switch_ready(HostWaiter *w, int status, const char *message) {
+        BusCall *c = container_of(w, BusCall, waiter);
+        static const struct {
+                int status;
+                const char *name;
+        } errors[] = {
+                {423, ERROR_BUSY},
+                {502, ERROR_ENGINE_FAILED},
+                {503, ERROR_HOST_DOWN},
+                {504, ERROR_TIMEOUT},
+        };
+        const char *name = ERROR_ENGINE_FAILED;
+
+        if (status == 0) {
+                /* the engine is up: the switch was all this call wanted, it is not a request in flight */
+                host_release(w);
+                c->waiting = false;
+                bus_call_reply(c);
+                return;
+        }
+        c->waiting = false; /* answered with an error, the host has forgotten it */
+        for (size_t i = 0; i < ELEMENTSOF(errors); i++)
+                if (errors[i].status == status)
+                        name = errors[i].name;
+        bus_call_reply_error(c, name, "%s", message);
+}
+
+static void switch_authorized(BusCall *c) {
+        BusObject *o = c->userdata;
+        Manager *m = o->manager;
+        Host *h = host_by_name(m, c->host);
+        HostRefusal refusal;
+        ssize_t e = -1;
+        int r;
+
+        if (!h) {
+                bus_call_reply_error(c, ERROR_NO_SUCH_HOST, "host '%s' is gone (a reload removed it)",
+                                     c->host);
+                return;
+        }
+        if (manager_stopping(m)) {
+                bus_call_reply_error(c, ERROR_STOPPING, "modelgated is stopping");
+                return;
+        }
+        for (size_t i = 0; i < host_n_engines(h); i++)
+                if (streq(host_engine(h, i)->conf->name, c->engine))
+                        e = (ssize_t)i;
+        if (e < 0) {
+                bus_call_reply_error(c, ERROR_NO_SUCH_ENGINE, "host '%s' has no engine '%s'", c->host,
+                                     c->engine);
+                return;
+        }
+        r = host_acquire(h, (size_t)e, &c->waiter, switch_ready, NULL, "SwitchEngine()", &refusal);
+        if (r == HOST_REFUSED) {
+                bus_call_reply_error(c, ERROR_HOST_DOWN, "%s", refusal.message);
+                return;
+        }
+        c->waiting = true;
+        if (r == HOST_ACQUIRED)
+                switch_ready(&c->waiter, 0, NULL);
+        bus_object_changed(o);
+}
+
+static int method_switch_engine(sd_bus_message *message, void *userdata, sd_bus_error *error) {
+        BusObject *o = userdata;
+        Host *h = host_at_path(o, sd_bus_message_get_path(message));
+        const char *engine;
+        BusCall *c;
+        int r;
+
+        if (!h)
+                return -ENOENT;
+        r = sd_bus_message_read(message, "s", &engine);
+        if (r < 0)
+                return r;
+        if (!host_has_engines(h))
+                return sd_bus_error_setf(error, ERROR_NO_SUCH_ENGINE,
+                                         "host '%s' has no [Engine]: modelgate does not start its server",
+                                         host_conf(h)->name);
+        c = bus_call_new(&o->calls, o, message, "org.modelgate1.switch-engine", switch_authorized,
+                         host_conf(h)->name);
+        if (!c || !(c->engine = strdup(engine))) {
+                bus_call_free(c);
+                return -ENOMEM;
+        }
+        return bus_call_authorize(c);
+}
+
+static void stop_authorized(BusCall *c) {
+        BusObject *o = c->userdata;
+        Host *h = host_by_name(o->manager, c->host);
+        int r;
+
+        if (!h) {
+                bus_call_reply_error(c, ERROR_NO_SUCH_HOST, "host '%s' is gone (a reload removed it)",
+                                     c->host);
+                return;
+        }
+        r = host_request_stop(h);
+        if (r == -ENOTCONN) {
+                bus_call_reply_error(c, ERROR_HOST_DOWN, "host '%s' is down: %s", c->host,
+                                     host_last_error(h) ?: "unreachable");
+                return;
+        }
+        if (r == -EBUSY) {
+                bus_call_reply_error(
+                        c, ERROR_SWITCHING,
+                        "host '%s' is switching engines; the clients waiting for the switch decide",
+                        c->host);
+                return;
+        }
+        bus_call_reply(c);
+}
+
+static int method_stop_engine(sd_bus_message *message, void *userdata, sd_bus_error *error) {
+        BusObject *o = userdata;
+        Host *h = host_at_path(o, sd_bus_message_get_path(message));
+        BusCall *c;
+
+        if (!h)
+                return -ENOENT;
+        c = bus_call_new(&o->calls, o, message, "org.modelgate1.stop-engine", stop_authorized,
+                         host_conf(h)->name);
+        if (!c)
+                return -ENOMEM;
+        return bus_call_authorize(c);
+}
+
+static const sd_bus_vtable host_vtable[] = {
+        SD_BUS_VTABLE_START(0),
+        SD_BUS_PROPERTY("Name", "s", property_get_host_string, 0, SD_BUS_VTABLE_PROPERTY_CONST),
+        SD_BUS_PROPERTY("URL", "s", property_get_host_string, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("Bus", "s", property_get_host_string, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("State", "s", property_get_host_string, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("Engine", "s", property_get_host_string, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("Unit", "s", property_get_host_string, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("Engines", "as", property_get_host_engines, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("InFlight", "u", property_get_host_u, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("Waiting", "u", property_get_host_u, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("HoldDownUntilUSec", "t", property_get_host_usec, 0,
+                        SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("IdleStopAtUSec", "t", property_get_host_usec, 0,
+                        SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("LastError", "s", property_get_host_string, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_METHOD_WITH_ARGS("SwitchEngine", SD_BUS_ARGS("s", engine), SD_BUS_NO_RESULT,
+                                method_switch_engine, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("StopEngine", SD_BUS_NO_ARGS, SD_BUS_NO_RESULT, method_stop_engine,
+                                SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_VTABLE_END,
+};
+
+static int host_find(sd_bus *bus, const char *path, const char *interface, void *userdata, void **found,
+                     sd_bus_error *error) {
+        _cleanup_free_ char *name = NULL;
+        Host *h;
+
+        if (sd_bus_path_decode(path, HOST_PREFIX, &name) <= 0)
+                return 0;
+        h = host_by_name(((BusObject *)userdata)->manager, name);
+        if (!h)
+                return 0;
+        *found = userdata;
+        return 1;
+}
+
+static int host_enumerate(sd_bus *bus, const char *path, void *userdata, char ***nodes,
+                          sd_bus_error *error) {
+        Manager *m = ((BusObject *)userdata)->manager;
+        char **l = calloc(manager_n_hosts(m) + 1, sizeof(char *));
+
+        if (!l)
+                return -ENOMEM;
+        for (size_t i = 0; i < manager_n_hosts(m); i++)
+                if (!(l[i] = bus_object_host_path(manager_host_at(m, i)))) {
+                        strv_free(l);
+                        return -ENOMEM;
+                }
+        *nodes = l;
+        return 0;
+}
+
+int bus_object_host_publish(BusObject *o) {
+        assert(o);
+        int r;
+
+        r = sd_bus_add_fallback_vtable(o->bus, NULL, HOST_PREFIX, "org.modelgate1.Host", host_vtable,
+                                       host_find, o);
+        if (r >= 0)
+                r = sd_bus_add_node_enumerator(o->bus, NULL, HOST_PREFIX, host_enumerate, o);
+        return r;
+}

@@ -1,0 +1,224 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Writing an answer to the client: the status line and modelgate's headers, bodies framed as the
+ * request allows (chunked, or up to the close for HTTP/1.0), errors in the client's API shape
+ * (rule:error-shape, the rows of api-answer.h), the end of an answer, and the one access line each request
+ * leaves in the log. */
+
+#include "modelgated/client/client-internal.h"
+
+void client_log_access(Client *c, const char *note) {
+        assert(c);
+        char line[2048], id[80];
+        const Exchange *x = c->x;
+        AccessLine l = {
+                .method = exchange_method_name(x),
+                .path = x->path,
+                .model = x->model,
+                .user_agent = x->user_agent,
+                .host = x->host ? x->host->name : NULL,
+                .target = x->alias_target,
+                .peer = c->peer,
+                .status = x->status,
+                .bytes = x->bytes,
+                .duration = client_now(c) - x->start,
+                .early = x->early,
+                .error_status = x->error_status,
+                .key = x->caller.admitted ? access_caller_id(&x->caller, id) : NULL,
+                .fallback = x->via_fallback ? (x->fallback ? x->fallback->name : "?") : NULL,
+                .note = note,
+        };
+
+        log_line(LOG_INFO, line, access_line_format(line, sizeof(line), &l));
+        metrics_request(manager_metrics(c->manager), x->host ? x->host->name : "", x->engine_name,
+                        x->error_status ?: x->status);
+        if (x->alias)
+                metrics_alias_request(manager_metrics(c->manager), x->alias->name, x->alias_target,
+                                      x->error_status ?: x->status);
+}
+
+/* The response's last byte is queued. */
+void client_response_complete(Client *c, const char *note) {
+        assert(c);
+
+        /* the engine is free for a switch as soon as the answer has fully arrived */
+        host_release(&c->x->waiter);
+        client_log_access(c, note);
+        c->x->response_complete = true;
+        c->answered_one = true;
+}
+
+int client_queue_head(Client *c, int status, const char *extra) {
+        assert(c);
+        int r = http_write_status_line(&c->out, status, http_status_reason(status));
+        if (r >= 0 && extra)
+                r = buffer_append_str(&c->out, extra);
+        if (r < 0)
+                return r;
+        if (c->close_after_response)
+                r = buffer_append_str(&c->out, "Connection: close\r\n");
+        else if (c->x->http10)
+                r = buffer_append_str(&c->out, "Connection: keep-alive\r\n");
+        if (r < 0)
+                return r;
+        return buffer_append_str(&c->out, "\r\n");
+}
+
+/* A whole response of modelgate's own. */
+void client_respond(Client *c, int status, const char *content_type, const char *body, size_t n,
+                    const char *extra_headers) {
+        char h[1024];
+        assert(c);
+
+        c->x->status = status;
+        snprintf(h, sizeof(h), "Content-Type: %s\r\nContent-Length: %zu\r\n%s", content_type, n,
+                 extra_headers ?: "");
+        if (client_queue_head(c, status, h) < 0 || (!c->x->head && buffer_append(&c->out, body, n) < 0))
+                c->close_after_response = true; /* out of memory: what is queued will be cut */
+        c->x->bytes = c->x->head ? 0 : n;
+        client_response_complete(c, NULL);
+}
+
+void client_refill_out(Client *c) {
+        assert(c);
+        size_t room = CLIENT_OUT_HIGH - MIN(buffer_size(&c->out), (size_t)CLIENT_OUT_HIGH), n;
+
+        if (!c->tail)
+                return;
+        n = MIN(c->tail->size - c->tail_sent, room);
+        if (n > 0 && buffer_append(&c->out, c->tail->data + c->tail_sent, n) < 0) {
+                /* out of memory: the answer ends short, which the client sees by its length */
+                c->close_after_response = true;
+                n = c->tail->size - c->tail_sent;
+        }
+        c->tail_sent += n;
+        if (c->tail_sent == c->tail->size)
+                c->tail = blob_unref(c->tail);
+}
+
+void client_respond_blob(Client *c, int status, const char *content_type, Blob *body) {
+        char h[128];
+        assert(c);
+        assert(body);
+
+        if (body->size <= CLIENT_OUT_HIGH || c->x->head || c->tail) {
+                client_respond(c, status, content_type, body->data, body->size, NULL);
+                return;
+        }
+        c->x->status = status;
+        snprintf(h, sizeof(h), "Content-Type: %s\r\nContent-Length: %zu\r\n", content_type, body->size);
+        if (client_queue_head(c, status, h) < 0)
+                c->close_after_response = true;
+        c->tail = blob_ref(body);
+        c->tail_sent = 0;
+        client_refill_out(c);
+        c->x->bytes = body->size;
+        client_response_complete(c, NULL);
+}
+
+/* After the early 200 the status line is gone: an error is an SSE error event in the API's shape,
+ * and the response ends cleanly (rule:error-event). */
+void client_end_early(Client *c, const Buffer *event) {
+        assert(c);
+        assert(event);
+
+        if (client_frame_body(c, buffer_peek(event), buffer_size(event)) < 0 ||
+            (c->x->chunked && buffer_append_str(&c->out, "0\r\n\r\n") < 0) || !c->x->chunked)
+                c->close_after_response = true;
+        client_response_complete(c, NULL);
+}
+
+void client_answer_message(Client *c, Answer a, int status, uint64_t retry_after, const char *message) {
+        const AnswerRow *row = answer_row(a);
+        _cleanup_free_ char *j = NULL;
+        char h[128];
+        size_t n = 0;
+        assert(c);
+
+        status = answer_status(a, status);
+        if (c->x->early) {
+                buffer_clear(&c->scratch);
+                if (sse_error_event(c->x->api, status, row->code, message, &c->scratch) < 0)
+                        c->close_after_response = true;
+                c->x->error_status = status;
+                client_end_early(c, &c->scratch);
+                return;
+        }
+
+        j = api_error_json(c->x->api, status, row->code, message, &n);
+        if (!j) {
+                c->close_after_response = true;
+                j = strdup("{}");
+                n = 2;
+        }
+        (void)answer_headers(h, sizeof(h), a, retry_after);
+        client_respond(c, status, "application/json", j ?: "", j ? n : 0, h);
+}
+
+void client_answer(Client *c, Answer a, ...) {
+        char message[512];
+        va_list ap;
+
+        va_start(ap, a);
+        (void)answer_vformat(message, sizeof(message), a, ap);
+        va_end(ap);
+        client_answer_message(c, a, /* status= */ 0, /* retry_after= */ 0, message);
+}
+
+int client_frame_body(Client *c, const char *p, size_t n) {
+        assert(c);
+
+        if (n == 0)
+                return 0;
+        if (c->x->chunked) {
+                /* the chunk-size line, written by hand: this runs for every piece of every stream */
+                char h[24], *e = h + sizeof(h), *q = e;
+                *--q = '\n';
+                *--q = '\r';
+                size_t v = n;
+                do
+                        *--q = "0123456789abcdef"[v & 15];
+                while (v >>= 4);
+                if (buffer_append(&c->out, q, (size_t)(e - q)) < 0)
+                        return -ENOMEM;
+        }
+        if (buffer_append(&c->out, p, n) < 0)
+                return -ENOMEM;
+        if (c->x->chunked && buffer_append_str(&c->out, "\r\n") < 0)
+                return -ENOMEM;
+        c->x->bytes += n;
+        return 0;
+}
+
+/* The host's status line and headers, kept in held_head, with this hop's framing and connection lines. */
+int client_send_held_head(Client *c, const char *framing) {
+        assert(c);
+
+        if (buffer_append(&c->out, buffer_peek(&c->held_head), buffer_size(&c->held_head)) < 0 ||
+            buffer_append_str(&c->out, framing) < 0)
+                return -ENOMEM;
+        if (c->close_after_response && buffer_append_str(&c->out, "Connection: close\r\n") < 0)
+                return -ENOMEM;
+        if (c->x->http10 && !c->close_after_response &&
+            buffer_append_str(&c->out, "Connection: keep-alive\r\n") < 0)
+                return -ENOMEM;
+        if (buffer_append_str(&c->out, "\r\n") < 0)
+                return -ENOMEM;
+        c->x->head_sent = true;
+        c->x->engine_bytes_sent = true; /* from here on, the answer is the engine's (or the fallback's) */
+        buffer_clear(&c->held_head);
+        return 0;
+}
+
+/* The head of an event stream of modelgate's own (the early 200, /models/sse): chunked, or for HTTP/1.0
+ * up to the close. */
+int client_queue_stream_head(Client *c) {
+        assert(c);
+
+        c->x->status = 200;
+        c->x->chunked = !c->x->http10;
+        if (!c->x->chunked)
+                c->close_after_response = true;
+        return client_queue_head(c, 200,
+                                 c->x->chunked ? HTTP_SSE_HEADERS "Transfer-Encoding: chunked\r\n"
+                                               : HTTP_SSE_HEADERS);
+}

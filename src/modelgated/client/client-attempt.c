@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* What may follow a failed attempt, as a table (client-attempt.h); client-fallback.c applies it. */
+
+#include <errno.h>
+#include <stddef.h>
+
+#include "modelgated/client/client-attempt.h"
+
+/* Before any byte of the engine's answer has reached the client (an early 200 and its comments are
+ * modelgate's, not the engine's), a failure may move on: to the alias's next target, each at most once,
+ * then to the fallback, once (client_next_target() and client_fall_back() check that). The budget moves
+ * only to the fallback: a target that is slow is not a target that refused. Only a failed connection
+ * asks the host's probe to look again; a stall, a refusal or an answer says nothing about the host's
+ * health, and the probe's own "down" it knows already. */
+static const AttemptRule rules[_ATTEMPT_FAILURE_MAX] = {
+        [ATTEMPT_REFUSED] = {true, ATTEMPT_FALLBACK_YES, false, ATTEMPT_ANSWER_ERROR, 503},
+        [ATTEMPT_BUSY] = {true, ATTEMPT_FALLBACK_ON_BUSY, false, ATTEMPT_ANSWER_ERROR, 423},
+        [ATTEMPT_ENGINE_FAILED] = {true, ATTEMPT_FALLBACK_YES, false, ATTEMPT_ANSWER_ERROR, 0},
+        [ATTEMPT_UNREACHABLE] = {true, ATTEMPT_FALLBACK_YES, true, ATTEMPT_ANSWER_ERROR, 503},
+        [ATTEMPT_BROKEN] = {true, ATTEMPT_FALLBACK_YES, true, ATTEMPT_ANSWER_ERROR, 502},
+        [ATTEMPT_HOST_DOWN] = {true, ATTEMPT_FALLBACK_YES, false, ATTEMPT_ANSWER_ERROR, 503},
+        [ATTEMPT_STALLED] = {true, ATTEMPT_FALLBACK_YES, false, ATTEMPT_ANSWER_ERROR, 504},
+        [ATTEMPT_NOT_HERE] = {true, ATTEMPT_FALLBACK_YES, false, ATTEMPT_ANSWER_RELAY, 0},
+        [ATTEMPT_INCOMPLETE] = {true, ATTEMPT_FALLBACK_YES, false, ATTEMPT_ANSWER_END, 502},
+        [ATTEMPT_BUDGET] = {false, ATTEMPT_FALLBACK_YES, false, ATTEMPT_ANSWER_END, 504},
+};
+
+static const char *const names[_ATTEMPT_FAILURE_MAX] = {
+        [ATTEMPT_REFUSED] = "refused",
+        [ATTEMPT_BUSY] = "busy",
+        [ATTEMPT_ENGINE_FAILED] = "engine-failed",
+        [ATTEMPT_UNREACHABLE] = "unreachable",
+        [ATTEMPT_BROKEN] = "broken",
+        [ATTEMPT_HOST_DOWN] = "host-down",
+        [ATTEMPT_STALLED] = "stalled",
+        [ATTEMPT_NOT_HERE] = "not-here",
+        [ATTEMPT_INCOMPLETE] = "incomplete",
+        [ATTEMPT_BUDGET] = "budget",
+};
+
+const AttemptRule *attempt_rule(AttemptFailure f) {
+        return f >= 0 && f < _ATTEMPT_FAILURE_MAX ? &rules[f] : NULL;
+}
+
+const char *attempt_failure_to_string(AttemptFailure f) {
+        return f >= 0 && f < _ATTEMPT_FAILURE_MAX ? names[f] : NULL;
+}
+
+AttemptFailure attempt_failure_of_error(int error, bool started) {
+        if (started)
+                return ATTEMPT_INCOMPLETE;
+        switch (error < 0 ? -error : error) {
+        case ETIME:
+                return ATTEMPT_STALLED;
+        case EHOSTDOWN:
+                return ATTEMPT_HOST_DOWN;
+        case ECONNREFUSED:
+        case EHOSTUNREACH:
+        case ENETUNREACH:
+        case ETIMEDOUT:
+                return ATTEMPT_UNREACHABLE;
+        default:
+                return ATTEMPT_BROKEN;
+        }
+}
+
+AttemptFailure attempt_failure_of_refusal(int status) {
+        switch (status) {
+        case 503:
+                return ATTEMPT_REFUSED;
+        case 423:
+                return ATTEMPT_BUSY;
+        default:
+                return ATTEMPT_ENGINE_FAILED;
+        }
+}

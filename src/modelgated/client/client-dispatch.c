@@ -1,0 +1,534 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* A request, from its head to the host: admission ([Access], body limits) as soon as the head is read,
+ * then the route (rule:host-in-name), the rewrite of its model, and the wait for the host's engine. */
+
+#include "modelgated/client/client-internal.h"
+
+/* The request for a host: the body is the client's with the bytes of 'span' (the model's value; empty:
+ * none) replaced by 'key' as a JSON string, written straight into the request, so that no rewritten copy
+ * of the body (nor of the quoted key) is made. */
+static int build_upstream_request(Client *c, const HttpUrl *target, Span url, Span body, Span span,
+                                  const char *key, Buffer *out) {
+        HttpRequest *r = &c->parser.req;
+        size_t pre = span.p ? (size_t)(span.p - body.p) : body.n, wl = span.p ? json_quoted_len(key) : 0;
+        size_t body_len = body.n - span.n + wl;
+        int k;
+
+        k = http_write_request_line(out, llhttp_method_name(r->method), target->base_path, url.p, url.n,
+                                    target->authority);
+        if (k < 0)
+                return k;
+        if (http_request_append_forwarded_headers(r, out) < 0)
+                return -ENOMEM;
+        if (body_len > 0 || r->method == HTTP_POST || r->method == HTTP_PUT || r->method == HTTP_PATCH)
+                if (http_write_content_length(out, body_len) < 0)
+                        return -ENOMEM;
+        if (buffer_append_str(out, "\r\n") < 0 || buffer_append(out, body.p, pre) < 0 ||
+            (span.p && (json_quote_append(out, key, wl) < 0 ||
+                        buffer_append(out, span.p + span.n, body.n - pre - span.n) < 0)))
+                return -ENOMEM;
+        return 0;
+}
+
+/* The request goes to its engine, and the budget for its answer starts (rule:answer-budget) */
+static void client_go(Client *c) {
+        if (client_send_upstream(c) >= 0)
+                client_start_budget(c);
+}
+
+static void client_wait_for_engine(Client *c) {
+        const Config *cf = manager_config(c->manager);
+
+        if (!c->x->streaming || c->x->head || cf->keepalive_after_usec == USEC_INFINITY)
+                return;
+        if (!c->x->keepalive) {
+                if (sd_event_add_time_relative(manager_event(c->manager), &c->x->keepalive, CLOCK_MONOTONIC,
+                                               cf->keepalive_after_usec, 0, client_keepalive_cb, c) < 0)
+                        return; /* no keepalives: the client waits in silence */
+        } else
+                (void)sd_event_source_set_time_relative(c->x->keepalive, cf->keepalive_after_usec);
+        (void)sd_event_source_set_enabled(c->x->keepalive, SD_EVENT_ONESHOT);
+}
+
+static void client_engine_ready(HostWaiter *w, int status, const char *message) {
+        _cleanup_(client_unrefp) Client *c = client_ref(container_of(w, Exchange, waiter)->client);
+
+        /* on success the comments go on while the engine's router loads the model */
+        if (status != 0) {
+                (void)sd_event_source_set_enabled(c->x->keepalive, SD_EVENT_OFF);
+                (void)client_attempt_failed(c, attempt_failure_of_refusal(status), status, message);
+        } else {
+                metrics_wait(manager_metrics(c->manager), c->x->host->name, client_now(c) - c->x->start);
+                client_go(c);
+        }
+        client_flush(c);
+        client_process(c);
+}
+
+/* [Access]: who the client is. false: answered already (401). */
+static bool client_admit(Client *c) {
+        HttpRequest *r = &c->parser.req;
+        Span auth = http_request_header(r, "Authorization"), xkey = http_request_header(r, "X-Api-Key");
+        _cleanup_free_ char *key = NULL;
+        AccessDenial d;
+
+        if (auth.p && auth.n > 7 && strncasecmp(auth.p, "Bearer ", 7) == 0)
+                key = strndup(auth.p + 7, auth.n - 7);
+        else if (xkey.p)
+                key = strndup(xkey.p, xkey.n);
+        /* the caller's tier points into this configuration: the request holds it, through a reload that
+         * comes while its body is read or its listing waits */
+        if (!c->x->config)
+                c->x->config = config_ref(manager_config(c->manager));
+        if (access_identify(c->x->config, key, c->peer, &c->x->caller, &d) < 0) {
+                client_answer_message(c, d.answer, /* status= */ 0, /* retry_after= */ 0, d.message);
+                c->x->caller.admitted = false;
+                return false;
+        }
+        return true;
+}
+
+static void client_refuse_cap(Client *c, const AccessDenial *denial) {
+        client_answer_message(c, denial->answer, /* status= */ 0, denial->retry_after, denial->message);
+}
+
+/* A caller whose day is used up is told on the head: its body is never read. */
+static bool client_within_cap(Client *c) {
+        Access *access = manager_access(c->manager);
+        AccessDenial denial;
+
+        if (!c->x->caller.admitted || !access ||
+            access_check(access, c->x->config, &c->x->caller, c->peer, &denial) != -EDQUOT)
+                return true;
+        client_refuse_cap(c, &denial);
+        return false;
+}
+
+/* What modelgate answers itself, for anyone: no admission. */
+static bool request_is_open(const HttpRequest *r, Span path) {
+        return (r->method == HTTP_GET || r->method == HTTP_HEAD) &&
+               (span_eq(path, "/") || span_eq(path, "/health") || span_eq(path, "/metrics"));
+}
+
+/* The body limit of the caller: its tier's MaxBodySize=, or AnonymousMaxBodySize=; 0: MaxBodySize=. */
+static uint64_t caller_body_limit(const Client *c) {
+        const AccessConf *a = &(c->x->config ?: manager_config(c->manager))->access;
+        return c->x->caller.tier ? c->x->caller.tier->max_body_size : a->anonymous_max_body_size;
+}
+
+static void client_refuse_body(Client *c) {
+        client_answer(c, ANSWER_BODY_TOO_LARGE,
+                      c->x->caller.tier ? "this key's tier" : "this proxy for clients without a key",
+                      c->x->caller.tier ? "MaxBodySize=" : "AnonymousMaxBodySize=",
+                      (unsigned long long)caller_body_limit(c));
+}
+
+/* [Access] on the head of a request whose body is still to come: who asks is known before anything of the
+ * body is read, so that a client without a (good) key cannot make modelgate hold its body. false: it was
+ * answered (401, 413), and the connection closes without reading the body. */
+bool client_admit_head(Client *c) {
+        assert(c);
+        HttpRequest *r = &c->parser.req;
+        Span path = url_path(http_request_url(r));
+        bool open = request_is_open(r, path), close = c->close_after_response;
+
+        if (!open && !manager_config(c->manager)->access.enabled)
+                return true;
+        /* an answer on the head is the request's answer: its access line names it, and the body that
+         * follows is not read (the connection closes) */
+        c->x->start = client_now(c);
+        c->x->method = r->method;
+        c->x->path = path;
+        c->x->api = api_kind_for_path(path);
+        c->close_after_response = true;
+        if (open) {
+                /* what modelgate answers itself reads no body: none is held for it */
+                if (http_parser_limit_body(&c->parser, 0) < 0) {
+                        client_answer(c, ANSWER_BODY_NOT_TAKEN);
+                        return false;
+                }
+        } else {
+                if (!client_admit(c) || !client_within_cap(c))
+                        return false;
+                uint64_t limit = caller_body_limit(c);
+                if (limit > 0 && http_parser_limit_body(&c->parser, limit) < 0) {
+                        client_refuse_body(c);
+                        return false;
+                }
+        }
+        /* admitted: the request is dispatched when its body is in */
+        c->x->method = EXCHANGE_NO_METHOD;
+        c->x->path = (Span){};
+        c->close_after_response = close;
+        return true;
+}
+
+/* Finds the model, the host and the key, rewrites, and sends the request on. */
+/* What client_dispatch() learns of a request on its way to the host */
+typedef struct Dispatch {
+        HttpRequest *r;
+        Span url, path;
+        Span span, qspan; /* the model's value in the body, in the query */
+        bool in_body, in_query;
+        const char *body;
+        size_t body_len, url_len;
+        const char *model; /* as the client named it: the Exchange's copy */
+        char *qmodel;      /* the query's, while it is compared with the body's */
+        const char *key;   /* the model without its host */
+        char *quoted;      /* the key, for the query (the body's is written straight into the request) */
+        char *new_url;
+} Dispatch;
+
+static void dispatch_done(Dispatch *d) {
+        free(d->qmodel);
+        free(d->quoted);
+        free(d->new_url);
+}
+
+static void exchange_begin(Client *c, Dispatch *d) {
+        HttpRequest *r = d->r;
+
+        c->x->start = client_now(c);
+        c->x->method = r->method;
+        c->x->path = d->path;
+        c->x->user_agent = http_request_header(r, "User-Agent");
+        c->x->api = api_kind_for_path(d->path);
+        c->x->head = r->method == HTTP_HEAD;
+        c->x->http10 = r->http_major == 1 && r->http_minor == 0;
+        if (!r->keep_alive || manager_stopping(c->manager))
+                c->close_after_response = true;
+}
+
+/* modelgate's own answers, and admission before anything reaches a host: true when answered */
+static bool dispatch_own(Client *c, Dispatch *d) {
+        HttpRequest *r = d->r;
+        Span path = d->path;
+        bool get = r->method == HTTP_GET || r->method == HTTP_HEAD;
+        int k;
+
+        if (d->url.n == 0 || d->url.p[0] != '/') {
+                client_answer(c, ANSWER_NOT_A_PATH);
+                return true;
+        }
+        if (manager_refusal(c->manager)) {
+                client_respond_refusal(c, get && span_eq(path, "/health"));
+                return true;
+        }
+        if (get && span_eq(path, "/")) {
+                /* clients (Claude Code among them) probe the root before their first request */
+                static const char root[] = "{\"name\":\"modelgate\",\"version\":\"" MODELGATE_VERSION
+                                           "\",\"models\":\"/v1/models\",\"health\":\"/health\"}";
+                client_respond(c, 200, "application/json", root, sizeof(root) - 1, NULL);
+                return true;
+        }
+        if (get && span_eq(path, "/health")) {
+                client_respond_health(c, query_flag(d->url, "strict"));
+                return true;
+        }
+        if (get && span_eq(path, "/metrics")) {
+                client_respond_metrics(c);
+                return true;
+        }
+        if (manager_config(c->manager)->access.enabled) {
+                if (!c->x->caller.admitted && !client_admit(c))
+                        return true;
+                uint64_t limit = caller_body_limit(c);
+                if (limit > 0 && buffer_size(&r->body) > limit) {
+                        client_refuse_body(c);
+                        return true;
+                }
+        }
+        /* a subscriber holds a connection for good: with [Access], only an admitted one */
+        if (get && span_eq(path, "/models/sse")) {
+                client_start_feed(c);
+                return true;
+        }
+        if (get && (span_eq(path, "/models") || span_eq(path, "/v1/models"))) {
+                k = models_merge_start(c->manager, c->set->models, client_model_visible, client_models_done,
+                                       c, &c->x->merge);
+                if (k < 0)
+                        client_answer(c, ANSWER_OUT_OF_MEMORY);
+                return true;
+        }
+        return false;
+}
+
+/* The answer to a lookup of the model in the body or (query) in the query that found none to route by;
+ * _ANSWER_INVALID when it found one, or found none and absent_ok (the other place may name it) */
+static Answer model_lookup_answer(int k, bool query, bool absent_ok, bool any_body) {
+        switch (k) {
+        case MODEL_FOUND:
+                return _ANSWER_INVALID;
+        case MODEL_ABSENT:
+                return absent_ok  ? _ANSWER_INVALID
+                       : any_body ? ANSWER_MODEL_MISSING_IN_BODY
+                                  : ANSWER_MODEL_MISSING;
+        case MODEL_NOT_JSON:
+                return ANSWER_INVALID_JSON;
+        case MODEL_NOT_STRING:
+                return ANSWER_MODEL_NOT_STRING;
+        case MODEL_TWICE:
+                return query ? ANSWER_MODEL_TWICE_IN_QUERY : ANSWER_MODEL_TWICE_IN_BODY;
+        case MODEL_BAD_ESCAPE:
+                return ANSWER_MODEL_BAD_ESCAPE;
+        default:
+                return ANSWER_OUT_OF_MEMORY; /* k < 0: the one failure is -ENOMEM */
+        }
+}
+
+/* The model the request names, in its body or its query (rule:model-rewrite, rule:model-once): false when
+ * answered */
+static bool dispatch_read_model(Client *c, Dispatch *d) {
+        _cleanup_free_ char *model = NULL; /* the body's */
+        Answer a;
+        int k;
+
+        if (d->body_len > 0) {
+                k = json_find_model(d->body, d->body_len, &d->span, &model, &c->x->streaming);
+                d->in_body = k == MODEL_FOUND;
+                a = model_lookup_answer(k, /* query= */ false, /* absent_ok= */ true, /* any_body= */ true);
+                if (a >= 0)
+                        return client_answer(c, a), false;
+        }
+        /* a model in the query too: the host reads both, so both must name the same one (else a tier's
+         * Models= would be checked against one and the host would load the other) */
+        k = query_find_model(d->url, &d->qspan, &d->qmodel);
+        d->in_query = k == MODEL_FOUND;
+        a = model_lookup_answer(k, /* query= */ true, d->in_body, d->body_len > 0);
+        if (a >= 0)
+                return client_answer(c, a), false;
+        if (d->in_body && d->in_query && !streq(model, d->qmodel))
+                return client_answer(c, ANSWER_MODEL_BODY_AND_QUERY), false;
+        if (!d->in_body) {
+                model = TAKE_PTR(d->qmodel);
+                d->span = d->qspan;
+        }
+        /* control characters would go into log lines and the host's request as they are */
+        for (const char *q = model; *q; q++)
+                if ((unsigned char)*q < 0x20 || *q == 0x7f)
+                        return client_answer(c, ANSWER_MODEL_CONTROL_CHARACTER), false;
+        free(c->x->model);
+        d->model = c->x->model = TAKE_PTR(model);
+        return true;
+}
+
+/* Who the client is to an alias's "spread" memory: its key, else its address, which counts against its
+ * IPv6 /64 (or IPv4 address) as MaxConnectionsPerAddress= and [Access] count it */
+static AliasClient client_identity(const Client *c) {
+        if (c->x->caller.tier)
+                return (AliasClient){.key = c->x->caller.digest};
+        return (AliasClient){.address = c->peer, .prefix = c->address};
+}
+
+/* The alias's target for this request (rule:alias-order, rule:alias-next-target): picked on what the hosts
+ * do now, never one tried before. 'after' is the refusal that moved it on, NULL for the first pick. false:
+ * none is left. */
+static bool dispatch_pick_target(Client *c, const char *after) {
+        const AliasConf *a = c->x->alias;
+        AliasClient who = client_identity(c);
+        const char *why;
+        ssize_t i;
+
+        i = manager_alias_pick(c->manager, a, &who, c->x->alias_tried, NULL, &why);
+        if (i < 0)
+                return false;
+        if (after) {
+                _cleanup_free_ char *e = log_escape_dup(after);
+                log_notice("alias %s: target %s refused (%s); trying %s (%s)", a->name, c->x->alias_target,
+                           strna(e), a->targets[i], why);
+        } else
+                log_debug("alias %s: %s%s picks %s (%s)", a->name, who.key ? "key:" : "",
+                          who.key ?: who.address, a->targets[i], why);
+        c->x->alias_tried |= UINT64_C(1) << i;
+        c->x->alias_target = a->targets[i];
+        manager_alias_used(c->manager, a, &who, (size_t)i);
+        return true;
+}
+
+/* The host the model names, checked against the caller's tier and counted for the day: false when
+ * answered */
+static bool dispatch_route(Client *c, Dispatch *d) {
+        int k;
+
+        /* a caller whose day is used up hears so first, as it does on a head with a body (the same answer
+         * however the request came in pieces) */
+        if (!client_within_cap(c))
+                return false;
+        /* a tier's Models= limits routing as much as the list */
+        if (c->x->caller.admitted && !access_model_allowed(&c->x->caller, d->model))
+                return client_answer(c, ANSWER_MODEL_NOT_ALLOWED, c->x->caller.tier->name, c->x->model),
+                       false;
+        if (!c->x->config)
+                c->x->config = config_ref(manager_config(c->manager));
+        c->x->alias = config_find_alias(c->x->config, d->model);
+        if (c->x->alias && !dispatch_pick_target(c, NULL))
+                return client_answer(c, ANSWER_OUT_OF_MEMORY), false;
+        c->x->host = config_host_of_model(c->x->config, c->x->alias_target ?: d->model, &d->key);
+        if (!c->x->host) {
+                char m2[160];
+                log_escape(m2, sizeof(m2), d->model, strlen(d->model));
+                return client_answer(c, ANSWER_UNKNOWN_HOST, m2), false;
+        }
+        /* counted once it routes: a mistyped model name costs nobody a request of the day */
+        if (c->x->caller.admitted) {
+                AccessDenial denial;
+                Access *access = manager_access(c->manager);
+                k = access ? access_count(access, c->x->config, &c->x->caller, c->peer, &denial) : -ENOMEM;
+                if (k == -EDQUOT)
+                        return client_refuse_cap(c, &denial), false;
+                if (k < 0)
+                        return client_answer(c, ANSWER_OUT_OF_MEMORY), false;
+        }
+        return true;
+}
+
+/* The model renamed to its key where the client named it (the host sees "laguna-xs"): false when
+ * answered */
+static bool dispatch_rewrite(Client *c, Dispatch *d) {
+        if (!d->in_body)
+                d->span = (Span){};
+        if (d->in_query) {
+                d->quoted = query_escape(d->key);
+                d->new_url = d->quoted ? span_replace(d->url, d->qspan, d->quoted, &d->url_len) : NULL;
+                d->url = (Span){d->new_url, d->url_len};
+                if (!d->new_url)
+                        return client_answer(c, ANSWER_OUT_OF_MEMORY), false;
+        }
+        return true;
+}
+
+/* The engine of the host that serves the key, and what that engine's [Engine] says of budgets and the
+ * fallback: the engine's index, -1 for a host without engines, or < -1 when answered */
+static ssize_t dispatch_engine(Client *c, Dispatch *d, Host *host) {
+        char k2[160];
+        ssize_t engine;
+
+        if (!host_has_engines(host)) {
+                if (span_startswith(d->path, "/models") || catalog_lists(host_catalog(host), d->key) != 0)
+                        return -1;
+                /* rule:unlisted-key-404: a key the host does not list (its list is known) is 404;
+                 * /models/... calls (a download of a new model, say) are the host's to judge */
+                log_escape(k2, sizeof(k2), d->key, strlen(d->key));
+                return client_answer(c, ANSWER_UNKNOWN_MODEL, c->x->host->name, k2), -2;
+        }
+        engine = host_find_engine(host, d->key);
+        if (engine < 0) {
+                log_escape(k2, sizeof(k2), d->key, strlen(d->key));
+                return client_answer(c, ANSWER_NO_ENGINE, c->x->host->name, k2), -2;
+        }
+        c->x->target = host_engine(host, (size_t)engine)->url;
+        c->x->engine_conf = host_engine(host, (size_t)engine)->conf;
+        c->x->engine_name = c->x->engine_conf->name;
+        /* the fallback spends the operator's cloud key: inference only, on a path of modelgate's
+         * own, and only for a model in the body (the only place it can be renamed) */
+        c->x->fb_path = client_fallback_path(d->r->method, d->path);
+        c->x->fallback = c->x->fb_path && d->in_body
+                                 ? config_find_fallback(c->x->config, c->x->engine_conf->fallback)
+                                 : NULL;
+        if (c->x->fallback)
+                c->x->awaiting_first_token = c->x->streaming && !c->x->head;
+        if (c->x->streaming && c->x->engine_conf->first_token_budget_usec != 0)
+                c->x->awaiting_first_token = !c->x->head;
+        return engine;
+}
+
+static void dispatch_to_host(Client *c, Dispatch *d);
+
+/* A complete request: modelgate's own answer, or on to its host (at once, or when its engine is up). */
+void client_dispatch(Client *c) {
+        assert(c);
+        HttpRequest *r = &c->parser.req;
+        _cleanup_(dispatch_done) Dispatch d = {.r = r};
+
+        d.url = http_request_url(r);
+        d.url_len = d.url.n;
+        d.path = url_path(d.url);
+        d.body = buffer_peek(&r->body);
+        d.body_len = buffer_size(&r->body);
+        exchange_begin(c, &d);
+        if (dispatch_own(c, &d) || !dispatch_read_model(c, &d) || !dispatch_route(c, &d))
+                return;
+        dispatch_to_host(c, &d);
+}
+
+/* An alias's target refused before any byte of its answer reached the client (host down, GPU busy,
+ * engine failed, connection refused): the same request goes to the next target, each at most once, and
+ * is exactly a request for that target from then on. false: none is left (the fallback is next). */
+bool client_next_target(Client *c, const char *why) {
+        assert(c);
+        HttpRequest *r = &c->parser.req;
+        _cleanup_(dispatch_done) Dispatch d = {.r = r};
+
+        if (!c->x->alias || c->x->via_fallback || c->x->engine_bytes_sent || !dispatch_pick_target(c, why))
+                return false;
+        metrics_alias_move(manager_metrics(c->manager), c->x->alias->name);
+        client_attempt_end(c);
+        c->x->fallback = NULL; /* the next target's engine names its own */
+
+        /* the request is the parser's still (its body kept for this): read again, it cannot fail now */
+        d.url = http_request_url(r);
+        d.url_len = d.url.n;
+        d.path = url_path(d.url);
+        d.body = buffer_peek(&r->body);
+        d.body_len = buffer_size(&r->body);
+        if (!dispatch_read_model(c, &d))
+                return true;
+        c->x->host = config_host_of_model(c->x->config, c->x->alias_target, &d.key);
+        if (!c->x->host) /* verified at load; the config is the one the pick read */
+                return client_answer(c, ANSWER_ALIAS_TARGET_LOST), true;
+        dispatch_to_host(c, &d);
+        return true;
+}
+
+/* The routed request, rewritten, to its host: at once, or when its engine is up. */
+static void dispatch_to_host(Client *c, Dispatch *d) {
+        HttpRequest *r = d->r;
+
+        if (!dispatch_rewrite(c, d))
+                return;
+        Host *host = manager_host(c->manager, c->x->host);
+        if (!host) {
+                /* admitted (or moved on to this alias target) under a configuration that a reload has
+                 * replaced since, and the host it named is gone and drained: the host's refusal, so
+                 * that an alias moves on and the fallback may answer */
+                char msg[256];
+                (void)answer_format(msg, sizeof(msg), ANSWER_HOST_REMOVED, c->x->host->name);
+                (void)client_attempt_failed(c, ATTEMPT_REFUSED, 503, msg);
+                return;
+        }
+        c->x->target = &c->x->host->url;
+        ssize_t engine = dispatch_engine(c, d, host);
+        if (engine < -1)
+                return;
+        if (build_upstream_request(c, c->x->target, d->url, (Span){d->body ?: "", d->body ? d->body_len : 0},
+                                   d->span, d->key, &c->x->pending) < 0) {
+                client_answer(c, ANSWER_OUT_OF_MEMORY);
+                return;
+        }
+        /* the request's own copy of the body is not needed any more, unless a fallback or an alias's next
+         * target may need it */
+        if (!c->x->fallback && !c->x->alias)
+                buffer_done(&r->body);
+        HostRefusal refusal;
+        HostAcquire k = engine >= 0 ? host_acquire(host, (size_t)engine, &c->x->waiter, client_engine_ready,
+                                                   client_host_went_down, c->x->alias_target ?: c->x->model,
+                                                   &refusal)
+                                    : host_attach(host, &c->x->waiter, client_host_went_down,
+                                                  c->x->alias_target ?: c->x->model, &refusal);
+        switch (k) {
+        case HOST_REFUSED:
+                (void)client_attempt_failed(c, attempt_failure_of_refusal(refusal.status), refusal.status,
+                                            refusal.message);
+                return;
+        case HOST_QUEUED:
+                client_wait_for_engine(c);
+                return; /* client_engine_ready() goes on */
+        case HOST_ACQUIRED:
+                if (engine >= 0) {
+                        metrics_wait(manager_metrics(c->manager), c->x->host->name, 0);
+                        client_wait_for_engine(c); /* its router may still have to load the model */
+                }
+                break;
+        }
+        client_go(c);
+}

@@ -1,0 +1,235 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* modelgate's own endpoints (rule:root-probe, rule:health, rule:merged-list, rule:merged-feed): /health,
+ * /metrics, the merged model lists, the /models/sse feed and the answer of a daemon whose configuration has
+ * errors. */
+
+#include <assert.h>
+
+#include "modelgated/client/client-internal.h"
+
+static void client_feed_send(FeedSubscriber *s, const FeedEvent *e);
+
+/* Only what the caller's tier may use (rule:tier-models). */
+bool client_model_visible(const char *id, void *userdata) {
+        Client *c = userdata;
+        return access_model_allowed(&c->x->caller, id);
+}
+
+/* A /models/sse event is shown as /v1/models shows the model it is about: an event of "<host>-<key>" to a
+ * tier that may use that name, so an alias's tier hears nothing of its targets (the alias has no events of
+ * its own). An event about the whole host ("<host>-*", the host going down or coming back) goes to a tier
+ * that may use some model of that host (access_host_allowed()): it names the host, and a models_reload is
+ * what such a subscriber re-reads its list on. */
+static bool client_feed_visible(Client *c, const FeedEvent *e) {
+        if (e->model)
+                return access_model_allowed(&c->x->caller, e->model);
+        return !e->host || access_host_allowed(&c->x->caller, e->host);
+}
+
+void client_models_done(ModelsMerge *mm, Blob *json, void *userdata) {
+        _cleanup_(client_unrefp) Client *c = client_ref(userdata);
+
+        c->x->merge = models_merge_free(mm);
+        if (!json)
+                client_answer(c, ANSWER_OUT_OF_MEMORY);
+        else
+                client_respond_blob(c, 200, "application/json", json);
+        client_flush(c);
+        client_process(c);
+}
+
+/* GET /health: cheap (no I/O, the hosts' states as they are) and true: "ok" while at least one host can
+ * serve (is not down), "degraded" when none can; ?strict=1 makes the latter a 503, for load balancers. */
+void client_respond_health(Client *c, bool strict) {
+        assert(c);
+        Manager *m = c->manager;
+        _cleanup_(buffer_done) Buffer b = {};
+        char retry[64];
+        size_t up = 0;
+
+        size_t n = manager_n_hosts(m);
+
+        for (size_t i = 0; i < n; i++)
+                up += host_state(manager_host_at(m, i)) != HOST_DOWN;
+        bool ok = up > 0 || n == 0;
+        (void)buffer_printf(&b,
+                            "{\"status\":\"%s\",\"version\":\"%s\",\"hosts\":%zu,\"hosts_up\":%zu,"
+                            "\"connections\":%zu,\"host_states\":{",
+                            ok ? "ok" : "degraded", MODELGATE_VERSION, n, up, c->set->n_clients);
+        for (size_t i = 0; i < n; i++)
+                /* host names are letters, digits, '_' and '.': nothing to escape */
+                (void)buffer_printf(&b, "%s\"%s\":\"%s\"", i ? "," : "", manager_config(m)->hosts[i].name,
+                                    host_state_to_string(host_state(manager_host_at(m, i))));
+        if (buffer_append_str(&b, "}}") < 0) {
+                client_answer(c, ANSWER_OUT_OF_MEMORY);
+                return;
+        }
+        (void)answer_retry_after(retry, sizeof(retry), ANSWER_HOST_DOWN_RETRY_SEC, /* ms= */ false);
+        client_respond(c, strict && !ok ? 503 : 200, "application/json", buffer_peek(&b), buffer_size(&b),
+                       strict && !ok ? retry : NULL);
+}
+
+/* The configuration has errors (manager.h): every request gets them at once, and no host hears of it. A
+ * person has to fix the file, so the SDKs are told not to retry (x-should-retry, as for 423): the agent
+ * shows the message instead of retrying for minutes. */
+void client_respond_refusal(Client *c, bool health) {
+        assert(c);
+        const char *refusal = manager_refusal(c->manager);
+        bool crash_loop = manager_crash_loop(c->manager);
+        _cleanup_free_ char *body = NULL;
+
+        if (!health) {
+                client_answer_message(c, crash_loop ? ANSWER_CRASH_LOOP : ANSWER_CONFIG_ERROR,
+                                      /* status= */ 0, /* retry_after= */ 0, refusal);
+                return;
+        }
+        json_object *o = json_object_new_object();
+        if (o) {
+                json_object_object_add(o, "status",
+                                       json_object_new_string(crash_loop ? "crash-loop" : "config-error"));
+                json_object_object_add(o, "version", json_object_new_string(MODELGATE_VERSION));
+                json_object_object_add(o, "message", json_object_new_string(refusal));
+                body = json_to_string_dup(o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE,
+                                          /* ret_size= */ NULL);
+                json_object_put(o);
+        }
+        if (!body) {
+                client_answer(c, ANSWER_OUT_OF_MEMORY);
+                return;
+        }
+        client_respond(c, 503, "application/json", body, strlen(body), NULL);
+}
+
+/* Gauges of what the daemon holds now, after the counters; first the one counter kept outside Metrics,
+ * by the cache whose work it counts */
+static int render_gauges(Client *c, Buffer *b) {
+        Manager *m = c->manager;
+        usec_t now;
+        static const struct {
+                const char *name, *help;
+                unsigned (*get)(const Host *h);
+        } per_host[] = {
+                {"modelgate_in_flight", "Requests sent to a host and not yet answered", host_in_flight},
+                {"modelgate_waiting", "Requests waiting for their engine", host_waiting},
+        };
+
+        (void)sd_event_now(manager_event(m), CLOCK_MONOTONIC, &now);
+        metrics_render_header(b, "modelgate_models_merges_total", "counter",
+                              "Times the hosts' model lists were parsed and merged for /v1/models");
+        (void)buffer_printf(b, "modelgate_models_merges_total %llu\n",
+                            (unsigned long long)models_cache_merges(c->set->models));
+        metrics_render_header(b, "modelgate_connections", "gauge", "Open client connections");
+        (void)buffer_printf(b, "modelgate_connections %zu\n", c->set->n_clients);
+        for (size_t g = 0; g < ELEMENTSOF(per_host); g++) {
+                metrics_render_header(b, per_host[g].name, "gauge", per_host[g].help);
+                for (size_t i = 0; i < manager_n_hosts(m); i++) {
+                        _cleanup_(buffer_done) Buffer l = {};
+                        metrics_append_label(&l, "host", host_conf(manager_host_at(m, i))->name);
+                        (void)buffer_terminate(&l);
+                        (void)buffer_printf(b, "%s{%s} %u\n", per_host[g].name, buffer_peek(&l),
+                                            per_host[g].get(manager_host_at(m, i)));
+                }
+        }
+        metrics_render_header(b, "modelgate_host_state", "gauge",
+                              "1 for the state each host is in (org.modelgate1(5))");
+        for (size_t i = 0; i < manager_n_hosts(m); i++)
+                for (HostState st = 0; st < _HOST_STATE_MAX; st++) {
+                        _cleanup_(buffer_done) Buffer l = {};
+                        metrics_append_label(&l, "host", host_conf(manager_host_at(m, i))->name);
+                        metrics_append_label(&l, "state", host_state_to_string(st));
+                        (void)buffer_terminate(&l);
+                        (void)buffer_printf(b, "modelgate_host_state{%s} %d\n", buffer_peek(&l),
+                                            host_state(manager_host_at(m, i)) == st);
+                }
+        metrics_render_header(b, "modelgate_engine_up_seconds", "gauge",
+                              "How long the running engine has been up");
+        for (size_t i = 0; i < manager_n_hosts(m); i++) {
+                Host *h = manager_host_at(m, i);
+                ssize_t e = host_engine_up(h);
+                if (e < 0)
+                        continue;
+                _cleanup_(buffer_done) Buffer l = {};
+                metrics_append_label(&l, "host", host_conf(h)->name);
+                metrics_append_label(&l, "engine", host_engine(h, (size_t)e)->conf->name);
+                (void)buffer_terminate(&l);
+                (void)buffer_printf(b, "modelgate_engine_up_seconds{%s} %.3f\n", buffer_peek(&l),
+                                    (double)(now - host_up_since(h)) / USEC_PER_SEC);
+        }
+        return buffer_terminate(b);
+}
+
+void client_respond_metrics(Client *c) {
+        _cleanup_(buffer_done) Buffer b = {};
+        assert(c);
+
+        if (metrics_render(manager_metrics(c->manager), &b) < 0 || render_gauges(c, &b) < 0) {
+                client_answer(c, ANSWER_OUT_OF_MEMORY);
+                return;
+        }
+        client_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", buffer_peek(&b), buffer_size(&b),
+                       NULL);
+}
+
+static const FeedSubscriberOps client_feed_ops = {
+        .send = client_feed_send,
+};
+
+/* GET /models/sse: every host's feed, relabelled, until the client goes */
+void client_start_feed(Client *c) {
+        assert(c);
+        Manager *m = c->manager;
+        FeedHub *hub = manager_feed_hub(m);
+        Config *config = manager_config(m);
+        char hello[128];
+        size_t hosts = 0;
+        int n;
+
+        /* subscribers hold their connection for good: they may not take more than half of MaxConnections=,
+         * so that /health and requests always find one */
+        uint64_t max = MIN(config->max_feed_subscribers, config->max_connections / 2);
+        if (feed_hub_count(hub) >= max) {
+                client_answer(c, ANSWER_TOO_MANY_SUBSCRIBERS, feed_hub_count(hub), (unsigned long long)max);
+                return;
+        }
+
+        if (client_queue_stream_head(c) < 0) {
+                client_answer(c, ANSWER_OUT_OF_MEMORY);
+                return;
+        }
+        c->x->head_sent = true;
+        if (c->x->head) {
+                c->x->bytes = 0;
+                client_response_complete(c, NULL);
+                return;
+        }
+        /* a feed is a trickle: a small kernel buffer lets a subscriber that stopped reading be seen (and
+         * dropped) after a few hundred KiB instead of after megabytes */
+        (void)setsockopt(c->fd, SOL_SOCKET, SO_SNDBUF, &(int){64 * 1024}, sizeof(int));
+        c->feed = true;
+        /* the caller's tier is in the configuration it was admitted under, which the exchange holds until
+         * the feed ends: a reload leaves it valid, and the subscriber under the tier it came with */
+        assert(!c->x->caller.tier || c->x->config);
+        for (size_t i = 0; i < config->n_hosts; i++)
+                hosts += access_host_allowed(&c->x->caller, config->hosts[i].name);
+        n = snprintf(hello, sizeof(hello), ": modelgate model events from %zu host(s)\n\n", hosts);
+        (void)client_frame_body(c, hello, (size_t)n);
+        feed_hub_subscribe(hub, &c->feed_sub, &client_feed_ops);
+}
+
+static void client_feed_send(FeedSubscriber *s, const FeedEvent *e) {
+        _cleanup_(client_unrefp) Client *c = client_ref(container_of(s, Client, feed_sub));
+
+        if (!client_feed_visible(c, e))
+                return;
+        if (buffer_size(&c->out) > CLIENT_FEED_OUT_MAX) {
+                /* bounded: a subscriber that does not read is dropped, not buffered for ever */
+                log_info("Client %s does not read /models/sse, dropping it", c->peer);
+                client_log_access(c, "cut=slow-client");
+                client_close(c);
+                return;
+        }
+        if (client_frame_body(c, e->text, e->size) < 0)
+                client_close(c);
+        else
+                client_flush(c);
+}

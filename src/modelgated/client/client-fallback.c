@@ -1,0 +1,189 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* What follows a failed attempt: the table of client-attempt.c applied (the alias's next target, the
+ * fallback, or the answer), and the end of the attempt that failed; the fallback itself and the budgets
+ * (rule:fallback-availability, rule:answer-budget): an engine that cannot answer in time, or at all, hands
+ * the request to [Fallback] while no byte of its answer has reached the client; inference only, with the
+ * path modelgate builds and only the headers the API needs. */
+
+#include "modelgated/client/client-internal.h"
+
+static int client_budget_cb(sd_event_source *s, uint64_t usec, void *userdata);
+
+/* What an attempt owns, given up when it ends: its connection, its place with the host, its budget, and
+ * what was held of its answer. The request keeps the rest: the early 200 and its keepalive, which stays
+ * silent once nothing waits (host_waiter_describe() of a released waiter), and the alias's memory of
+ * the targets tried. */
+void client_attempt_end(Client *c) {
+        assert(c);
+        c->x->upstream = upstream_cancel(c->x->upstream);
+        host_release(&c->x->waiter);
+        (void)sd_event_source_set_enabled(c->x->budget, SD_EVENT_OFF);
+        sse_filter_done(&c->x->sse);
+        c->x->mode = MODE_PASS;
+        c->x->awaiting_first_token = false;
+        c->x->first_byte_seen = false;
+        buffer_clear(&c->held_head);
+        buffer_done(&c->x->held);
+        c->x->error_status = 0;
+        buffer_done(&c->x->pending);
+}
+
+static bool attempt_may_fall_back(const Client *c, AttemptFallback fallback) {
+        switch (fallback) {
+        case ATTEMPT_FALLBACK_YES:
+                return true;
+        case ATTEMPT_FALLBACK_ON_BUSY:
+                return c->x->fallback && c->x->fallback->on_busy != 0;
+        default:
+                return false;
+        }
+}
+
+AttemptOutcome client_attempt_failed(Client *c, AttemptFailure failure, int error, const char *why) {
+        const AttemptRule *rule = attempt_rule(failure);
+
+        assert(c);
+        assert(rule);
+        /* the host's own probe looks again soon, and decides whether it is down */
+        Host *h = rule->reprobe && !c->x->via_fallback ? manager_host(c->manager, c->x->host) : NULL;
+        if (h)
+                host_report_request_failed(h);
+        if (rule->next_target && client_next_target(c, why))
+                return ATTEMPT_MOVED_ON;
+        if (attempt_may_fall_back(c, rule->fallback) && client_fall_back(c, why))
+                return ATTEMPT_MOVED_ON;
+        if (rule->answer == ATTEMPT_ANSWER_RELAY)
+                return ATTEMPT_RELAYED;
+        client_attempt_answer(c, failure, error, why);
+        return ATTEMPT_ANSWERED;
+}
+
+/* FirstTokenBudgetSec= (streaming) or RequestBudgetSec=, from the moment the engine gets the request */
+void client_start_budget(Client *c) {
+        usec_t b;
+        assert(c);
+
+        if (!c->x->engine_conf || c->x->via_fallback)
+                return;
+        b = c->x->streaming ? c->x->engine_conf->first_token_budget_usec
+                            : c->x->engine_conf->request_budget_usec;
+        if (b == 0 || b == USEC_INFINITY)
+                return;
+        if (!c->x->budget) {
+                if (sd_event_add_time_relative(manager_event(c->manager), &c->x->budget, CLOCK_MONOTONIC, b,
+                                               0, client_budget_cb, c) < 0)
+                        return;
+        } else
+                (void)sd_event_source_set_time_relative(c->x->budget, b);
+        (void)sd_event_source_set_enabled(c->x->budget, SD_EVENT_ONESHOT);
+}
+
+/* The paths a fallback serves: inference, nothing that reads or changes the cloud account. The path
+ * sent is this table's string, never the client's bytes. */
+const char *client_fallback_path(llhttp_method_t method, Span path) {
+        static const char *const paths[] = {
+                "/v1/chat/completions",
+                "/v1/completions",
+                "/v1/messages",
+                "/v1/messages/count_tokens",
+        };
+        if (method != HTTP_POST)
+                return NULL;
+        for (size_t i = 0; i < ELEMENTSOF(paths); i++)
+                if (span_eq(path, paths[i]))
+                        return paths[i];
+        return NULL;
+}
+
+/* The fallback's request is modelgate's: POST to its path under the fallback's URL, no query, and of the
+ * client's headers only what the API needs to read the body and shape the answer. The client's vendor
+ * and account headers (OpenAI-Organization, OpenAI-Project, anthropic-beta, ...) never go with the
+ * operator's key. */
+static int build_fallback_request(Client *c, const FallbackConf *f, const char *body, size_t body_len,
+                                  const char *key_header, Buffer *out) {
+        HttpRequest *r = &c->parser.req;
+        Span accept = http_request_header(r, "Accept"),
+             version = http_request_header(r, "anthropic-version");
+
+        if (http_write_request_line(out, "POST", f->url.base_path, c->x->fb_path, strlen(c->x->fb_path),
+                                    f->url.authority) < 0 ||
+            buffer_append_str(out, "User-Agent: modelgate/" MODELGATE_VERSION
+                                   "\r\nContent-Type: application/json\r\n") < 0)
+                return -ENOMEM;
+        if (accept.p && (buffer_append_str(out, "Accept: ") < 0 ||
+                         buffer_append(out, accept.p, accept.n) < 0 || buffer_append_str(out, "\r\n") < 0))
+                return -ENOMEM;
+        if (c->x->api == API_ANTHROPIC && (buffer_append_str(out, "anthropic-version: ") < 0 ||
+                                           (version.p ? buffer_append(out, version.p, version.n)
+                                                      : buffer_append_str(out, "2023-06-01")) < 0 ||
+                                           buffer_append_str(out, "\r\n") < 0))
+                return -ENOMEM;
+        if ((key_header && buffer_append_str(out, key_header) < 0) ||
+            http_write_content_length(out, body_len) < 0 || buffer_append_str(out, "\r\n") < 0 ||
+            buffer_append(out, body, body_len) < 0)
+                return -ENOMEM;
+        return 0;
+}
+
+/* rule:fallback-availability: an availability failure of the engine, before any byte of its answer reached
+ * the client (an early 200 with keepalive comments still counts as before), sends the request to the
+ * engine's fallback instead, once. true: it went there, and the request is the fallback's now. */
+bool client_fall_back(Client *c, const char *why) {
+        assert(c);
+        const FallbackConf *f = c->x->fallback;
+        _cleanup_free_ char *quoted = NULL, *body = NULL, *model = NULL;
+        _cleanup_free_ char *key_header = NULL;
+        size_t n;
+        Span span;
+
+        /* the client's body is still the parser's (kept for this; the one copy besides the request sent) */
+        const Buffer *b = &c->parser.req.body;
+        if (!f || c->x->via_fallback || c->x->engine_bytes_sent || buffer_is_empty(b))
+                return false;
+        if (json_find_model(buffer_peek(b), buffer_size(b), &span, &model, NULL) != MODEL_FOUND)
+                return false;
+        quoted = json_quote(f->model);
+        body = quoted ? span_replace((Span){buffer_peek(b), buffer_size(b)}, span, quoted, &n) : NULL;
+        if (f->key &&
+            asprintf(&key_header,
+                     c->x->api == API_ANTHROPIC ? "x-api-key: %s\r\n" : "Authorization: Bearer %s\r\n",
+                     f->key) < 0)
+                return false;
+        if (!body)
+                return false;
+
+        _cleanup_free_ char *m = log_escape_dup(c->x->model);
+        log_notice("host %s: %s goes to fallback %s: %s", c->x->host->name, strna(m), f->name, why);
+        metrics_fallback(manager_metrics(c->manager), c->x->host->name, c->x->engine_name, f->name);
+        c->x->via_fallback = true;
+        /* the engine's request is cancelled (its connection closed, so the GPU stops), and the engine is
+         * free */
+        client_attempt_end(c);
+        c->x->target = &f->url;
+        if (build_fallback_request(c, f, body, n, key_header, &c->x->pending) < 0) {
+                client_answer(c, ANSWER_OUT_OF_MEMORY);
+                return true;
+        }
+        (void)client_send_upstream(c); /* no budget for a fallback's answer */
+        return true;
+}
+
+static int client_budget_cb(sd_event_source *s, uint64_t usec, void *userdata) {
+        _cleanup_(client_unrefp) Client *c = client_ref(userdata);
+        char why[256], t[FORMAT_TIMESPAN_MAX];
+        bool stream = c->x->streaming;
+
+        snprintf(why, sizeof(why), "%s not within %s (%s)", stream ? "no first token" : "no whole answer",
+                 format_timespan(t, sizeof(t),
+                                 stream ? c->x->engine_conf->first_token_budget_usec
+                                        : c->x->engine_conf->request_budget_usec)
+                         ?: "?",
+                 stream ? "FirstTokenBudgetSec=" : "RequestBudgetSec=");
+        if (client_attempt_failed(c, ATTEMPT_BUDGET, -ETIMEDOUT, why) == ATTEMPT_MOVED_ON) {
+                client_flush(c);
+                return 0;
+        }
+        client_flush(c);
+        client_process(c);
+        return 0;
+}

@@ -1,0 +1,239 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/* Inside the client module: the connection (client-connection.c) and the parts of answering its requests,
+ * each in a file of its own: writing answers (client-answer.c), admitting and routing a request
+ * (client-dispatch.c), relaying a host's answer (client-relay.c), what may follow a failed attempt
+ * (client-attempt.c, the table) and that table applied with the fallback and budgets (client-fallback.c),
+ * modelgate's own endpoints (client-endpoints.c). Only those files include this; they call each other
+ * freely, through the prototypes below, one block per file. */
+
+/* A Client lives from accept() to close. States:
+ *   WAITING    between requests (keep-alive); idle timeout closes silently
+ *   READING    a request has begun; header timeout → 408, and once its head is in, a body that stalls
+ *              (IdleTimeoutSec=) or is not whole by body_deadline (BodyTimeoutSec=) → 408
+ *   RESPONDING the request is complete; its response is being produced
+ *   CLOSING    the last bytes are flushed, then the connection closes
+ *   LINGERING  after an error that left request bytes unread: our side is shut down and input is
+ *              drained for a moment, so that the client reads the error instead of a reset (a close
+ *              with unread input makes the kernel send RST, which can destroy the answer in flight)
+ *   CLOSED     client_close() ended it: only the memory is left, until the last reference goes
+ * Pipelined requests wait in the socket and in 'in', and are parsed one at a time; the socket is read
+ * while a response is produced (up to CLIENT_READ_SIZE of input), so that a client that goes away
+ * cancels the host's work at once.
+ * The socket is registered once, for EPOLLIN|EPOLLOUT|EPOLLRDHUP edge-triggered, as nginx does, and its
+ * interest set never changes: an epoll_ctl() per change would be most of the system calls of a request.
+ * What it waits for is in the flags instead: out_blocked (a send hit EAGAIN: the next EPOLLOUT edge goes
+ * on), and, for input that is not read at once (the input buffer is full, or the connection closes),
+ * read_pending (input may wait that no edge will announce: reading resumes with a read). */
+
+/* The lifetime rule (systemd's, as resolved's dns_stream_complete() keeps it). The ClientSet holds one
+ * reference to each open connection. Every callback by which the loop or another module enters the client
+ * module (the socket, the timers, the keepalive, the budget, the upstream's callbacks, the host waiter's,
+ * the feed's, the models merge's done) pins the Client first:
+ *         _cleanup_(client_unrefp) Client *ref = client_ref(c);
+ * and whatever it calls may then end the connection with client_close(): the Client leaves every list (the
+ * set's, the idle list, the feed hub), its timers and event sources stop, its upstream is cancelled and its
+ * host wait released (exchange_done()), its socket is closed, and the set's reference is dropped; the
+ * memory lives until the last pin goes. Nothing calls into a closed Client any more, and no function
+ * returns "it is gone": client_flush() and client_process() do nothing on a closed Client, and code that
+ * goes on after a call that may close looks at client_is_closed() where it must (before it re-arms a
+ * timer, or tells another module to go on).
+ * Below the client the other discipline stays, for reasons of their own. An Upstream has one owner, which
+ * may cancel it from inside its callbacks while llhttp is running on the Upstream's own memory and a pooled
+ * connection may be handed to another owner: upstream_cancel() there only detaches and marks it
+ * (in_parser, cancel_error), and the upstream ends it once the parser has returned; a reference count
+ * would keep a socket alive that the pool must be able to reuse or close. A HostBus is replaced, not
+ * shared, and its sd_bus must not be closed inside the bus's own dispatch: it is closed from a defer
+ * source. Both are objects with one owner and one way out, where a deferred end costs less than counting
+ * references from the many places a Client is entered. */
+
+#include <arpa/inet.h>
+#include <assert.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "modelgated/rules/access-line.h"
+#include "modelgated/records/access.h"
+#include "modelgated/rules/api-answer.h"
+#include "modelgated/rules/api-error.h"
+#include "modelgated/host/catalog.h"
+#include "modelgated/client/client-attempt.h"
+#include "modelgated/client/client.h"
+#include "modelgated/client/exchange.h"
+#include "modelgated/event/feed-hub.h"
+#include "modelgated/host/host.h"
+#include "modelgated/http/http-writer.h"
+#include "modelgated/http/http.h"
+#include "modelgated/rules/json-util.h"
+#include "modelgated/event/lazy-timer.h"
+#include "modelgated/manager/manager.h"
+#include "modelgated/records/metrics.h"
+#include "modelgated/client/models.h"
+#include "modelgated/rules/route.h"
+#include "modelgated/rules/sse.h"
+#include "modelgated/upstream/upstream.h"
+#include "shared/count-map.h"
+#include "shared/log.h"
+
+#define CLIENT_READ_SIZE (64 * 1024)
+#define CLIENT_READ_BUDGET CLIENT_READ_SIZE /* read from one client in one turn of the loop: one read */
+#define CLIENT_OUT_HIGH (256 * 1024)     /* above this, the host is not read until the client catches up */
+#define CLIENT_HELD_MAX (1024 * 1024)    /* error bodies held back for rewording */
+#define CLIENT_FEED_OUT_MAX (256 * 1024) /* a /models/sse subscriber this far behind is dropped */
+
+typedef enum ClientState {
+        CLIENT_WAITING,
+        CLIENT_READING,
+        CLIENT_RESPONDING,
+        CLIENT_CLOSING,
+        CLIENT_LINGERING, /* our side is shut; what the client still sends is read and dropped */
+        CLIENT_CLOSED,    /* client_close() ended it */
+} ClientState;
+
+struct ClientSet {
+        Manager *manager;
+        Client *clients;
+        size_t n_clients;
+        CountMap *by_address; /* MaxConnectionsPerAddress= */
+        ModelsCache *models;  /* the hosts' part of the last /models answer, for the next one */
+        /* The connections that hold no admitted request: silent since accept, idle between requests, or
+         * still sending a head. Oldest first: at MaxConnections= the first is closed to make room, so
+         * that connections nobody uses can never keep out /health or a client with a key. */
+        Client *idle, *idle_oldest; /* newest first; the oldest is the list's tail */
+        const ClientSetCallbacks *cb;
+        void *userdata;
+};
+
+struct Client {
+        unsigned n_ref; /* the set's while open, and each callback's pin (see above) */
+        Manager *manager;
+        LIST_FIELDS(Client, clients);
+        ClientSet *set;
+        FeedSubscriber feed_sub; /* in the manager's feed hub while it follows /models/sse */
+        bool feed;
+        int fd;
+        SocketWatch *io;
+        LazyTimer timer; /* each state's deadline (client_set_timer()) */
+        /* BodyTimeoutSec= after the head of the request being read: what no read of its body can push
+         * back. USEC_INFINITY: none (no head yet, or no bound) */
+        usec_t body_deadline;
+        char peer[INET6_ADDRSTRLEN + 8];
+        char address[INET6_ADDRSTRLEN + 8]; /* what MaxConnectionsPerAddress= counts (IPv6 per /64) */
+        bool address_counted;
+        LIST_FIELDS(Client, idle); /* in set->idle */
+        ClientState state;
+        bool in_process; /* client_process() is not re-entered: a callback inside it leaves the rest to it */
+        bool close_after_response;
+        bool answered_one; /* a response went out on this connection */
+        bool read_eof;     /* the client shut its side: what it sent is answered, then the connection ends */
+        bool eof_probed;   /* since then, something went out that a closed socket answers with a reset */
+        bool out_blocked;  /* a send hit EAGAIN: nothing more is sent before the socket's EPOLLOUT edge */
+        bool read_pending; /* input may be in the socket whose edge came (or was left) while not reading */
+        bool peer_shut; /* its FIN (or an error) was seen: a short read does not mean the socket is empty */
+        uint64_t read_turn;  /* the loop's iteration that read_in_turn counts for */
+        size_t read_in_turn; /* bytes read from the socket in that turn (CLIENT_READ_BUDGET) */
+
+        Buffer in;
+        HttpParser parser;
+        Buffer out;
+        /* the rest of a big answer of modelgate's own, moved into out as it drains: out is empty only once
+         * this is done (NULL) */
+        Blob *tail;
+        size_t tail_sent;
+
+        Exchange exchange;         /* the request being answered, ended with it */
+        Exchange *x;               /* &exchange */
+        Buffer held_head, scratch; /* working space, kept across requests */
+};
+
+/* client-connection.c: the connection and its lifetime (the rule above) */
+Client *client_ref(Client *c);
+Client *client_unref(Client *c);
+DEFINE_TRIVIAL_CLEANUP_FUNC(Client *, client_unref);
+/* Ends the connection at once (see the rule above); a closed one stays closed. */
+void client_close(Client *c);
+static inline bool client_is_closed(const Client *c) {
+        return c->state == CLIENT_CLOSED;
+}
+/* Writes what can be written now; a socket that failed closes the connection. */
+void client_flush(Client *c);
+/* An answer ended, or input waits: the connection goes on (the next request, the close). */
+void client_process(Client *c);
+
+/* client-answer.c: writing answers, and the access line */
+void client_log_access(Client *c, const char *note);
+void client_response_complete(Client *c, const char *note);
+int client_queue_head(Client *c, int status, const char *extra);
+void client_respond(Client *c, int status, const char *content_type, const char *body, size_t n,
+                    const char *extra_headers);
+/* The same for a body modelgate made and may share with other connections (a /v1/models answer): a big
+ * one goes out from the blob as the socket drains, never more than CLIENT_OUT_HIGH of it queued */
+void client_respond_blob(Client *c, int status, const char *content_type, Blob *body);
+/* Moves what fits under CLIENT_OUT_HIGH from the connection's tail to out */
+void client_refill_out(Client *c);
+void client_end_early(Client *c, const Buffer *event);
+/* An error answer of modelgate's own (rule:error-shape, api-answer.h), in the request's API shape (an SSE
+ * error event after the early 200): the row's status, code and headers, and its words formatted with the
+ * arguments its enum comment names */
+void client_answer(Client *c, Answer a, ...);
+/* The same with the words written already (answer_format(), where the outcome was found: the host,
+ * [Access]), and for a row without a status or Retry-After seconds of its own, those (0 otherwise) */
+void client_answer_message(Client *c, Answer a, int status, uint64_t retry_after, const char *message);
+int client_frame_body(Client *c, const char *p, size_t n);
+int client_send_held_head(Client *c, const char *framing);
+int client_queue_stream_head(Client *c);
+
+/* client-dispatch.c: admitting and routing a request */
+bool client_admit_head(Client *c);
+void client_dispatch(Client *c);
+bool client_next_target(Client *c, const char *why);
+
+/* client-relay.c: relaying a host's answer, and what a failed one becomes */
+/* The answer to a failure that nothing took over (the table's ATTEMPT_ANSWER_ERROR and _END): error is
+ * the connection's negative errno, or for a refusal the host's status; why is the failure in words */
+void client_attempt_answer(Client *c, AttemptFailure failure, int error, const char *why);
+/* The answer under way is an event stream whose bytes so far end with a whole line: a comment line may go
+ * out here without changing any event */
+bool client_in_event_stream_line_end(const Client *c);
+void client_cut(Client *c, const char *note);
+void client_host_went_down(HostWaiter *w);
+extern const UpstreamCallbacks client_upstream_callbacks;
+int client_keepalive_cb(sd_event_source *s, uint64_t usec, void *userdata);
+int client_send_upstream(Client *c);
+
+/* client-fallback.c: what follows a failed attempt, the fallback and the budgets */
+typedef enum AttemptOutcome {
+        ATTEMPT_MOVED_ON, /* the alias's next target or the fallback has the request now */
+        ATTEMPT_ANSWERED, /* the client has its answer (or the end of the answer under way) */
+        ATTEMPT_RELAYED,  /* the host's own answer goes on as it is (ATTEMPT_NOT_HERE) */
+} AttemptOutcome;
+/* The table's decision for a failed attempt, applied: the host's probe asked to look again, the next
+ * target, the fallback, or client_attempt_answer() */
+AttemptOutcome client_attempt_failed(Client *c, AttemptFailure failure, int error, const char *why);
+/* The attempt is over: what it owned is given up, for the next target or the fallback */
+void client_attempt_end(Client *c);
+void client_start_budget(Client *c);
+const char *client_fallback_path(llhttp_method_t method, Span path);
+bool client_fall_back(Client *c, const char *why);
+
+/* client-endpoints.c: modelgate's own endpoints */
+bool client_model_visible(const char *id, void *userdata);
+void client_models_done(ModelsMerge *mm, Blob *json, void *userdata);
+void client_respond_health(Client *c, bool strict);
+void client_respond_refusal(Client *c, bool health);
+void client_respond_metrics(Client *c);
+void client_start_feed(Client *c);
+
+/* The loop's time: everything that one event dispatch decides about a request uses one "now" (every
+ * caller runs inside an event callback of the loop). */
+static inline usec_t client_now(Client *c) {
+        usec_t t;
+        (void)sd_event_now(manager_event(c->manager), CLOCK_MONOTONIC, &t);
+        return t;
+}

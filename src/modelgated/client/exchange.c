@@ -1,0 +1,38 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The Exchange's life: made empty, and ended with everything the request still holds. Its storage is the
+ * connection's, so that a request costs no allocation of its own. */
+
+#include <assert.h>
+#include <string.h>
+
+#include "modelgated/client/exchange.h"
+#include "modelgated/client/models.h"
+#include "modelgated/upstream/upstream.h"
+
+void exchange_init(Exchange *x, Client *client) {
+        assert(x);
+        *x = (Exchange){.client = client, .method = EXCHANGE_NO_METHOD, .mode = MODE_PASS};
+}
+
+void exchange_done(Exchange *x) {
+        free(x->model);
+        config_unref(x->config);
+        sd_event_source_disable_unref(x->budget);
+        sd_event_source_disable_unref(x->keepalive);
+        upstream_cancel(x->upstream);
+        host_release(&x->waiter);
+        buffer_done(&x->pending);
+        models_merge_free(x->merge);
+        sse_filter_done(&x->sse);
+        buffer_done(&x->held);
+        exchange_init(x, x->client);
+}
+
+const char *exchange_method_name(const Exchange *x) {
+        assert(x);
+        if (x->method == EXCHANGE_NO_METHOD)
+                return NULL;
+        if (x->method == EXCHANGE_METHOD_UNPARSED)
+                return "-";
+        return llhttp_method_name(x->method);
+}

@@ -1,0 +1,97 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/* One request on a client connection, from the moment the previous one ended (or the connection
+ * opened) to the end of its answer: what was asked, where it went, what has been sent back. The
+ * connection holds one Exchange at a time and ends it with its request, so nothing of one request can
+ * leak into the next. */
+
+#include <llhttp.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "modelgated/records/access.h"
+#include "modelgated/rules/api-error.h"
+#include "modelgated/conf/conf.h"
+#include "modelgated/host/host.h"
+#include "modelgated/rules/sse.h"
+#include "shared/buffer.h"
+#include "shared/time-util.h"
+
+typedef struct Client Client;
+typedef struct Upstream Upstream;
+typedef struct ModelsMerge ModelsMerge;
+
+typedef enum ResponseMode {
+        MODE_PASS, /* bytes go on as they are */
+        MODE_SSE,  /* line filter for error events */
+        MODE_HOLD, /* an error body, held whole to be reworded */
+} ResponseMode;
+
+/* Two values no method has: no request yet, and a request whose head was never parsed */
+#define EXCHANGE_NO_METHOD ((llhttp_method_t)-1)
+#define EXCHANGE_METHOD_UNPARSED ((llhttp_method_t)-2)
+
+typedef struct Exchange {
+        Client *client;
+        usec_t start;
+        /* the request's method, as llhttp read it from the head; EXCHANGE_NO_METHOD before there is a
+         * request, EXCHANGE_METHOD_UNPARSED for one answered without a method (exchange_method_name()) */
+        llhttp_method_t method;
+        /* in the parser's request head, which stays as it is until the exchange ends: the parser is fed
+         * again only for the next request */
+        Span path, user_agent;
+        char *model;
+        const HostConf *host;
+        Config *config;          /* host's: a reload meanwhile must not free it */
+        const char *engine_name; /* in config */
+        const EngineConf *engine_conf;
+        bool first_byte_seen;
+        AccessCaller caller; /* with [Access]: who asks */
+
+        /* an [Alias] (rule:alias-at-admission, rule:alias-next-target): the target it picked, in config; the
+         * ones tried (bit i: target i) */
+        const AliasConf *alias;
+        const char *alias_target;
+        uint64_t alias_tried;
+
+        /* the fallback (rule:fallback-availability): it may answer until a byte of the engine's answer
+         * reaches the client */
+        const FallbackConf *fallback;
+        bool via_fallback;
+        bool engine_bytes_sent;
+        const char *fb_path;       /* modelgate's own path for the fallback (inference only) */
+        sd_event_source *budget;   /* FirstTokenBudgetSec= or RequestBudgetSec= */
+        bool awaiting_first_token; /* a stream's head and comments are held until its first data line */
+        const char *held_framing;
+        ApiKind api;
+        bool head;
+        bool streaming; /* "stream": true in the body */
+        bool http10;
+        bool response_complete;
+        int status;
+        int error_status; /* an error told inside an early 200, for the log */
+        uint64_t bytes;
+
+        HostWaiter waiter; /* for an engine of the host, or attached to a host without engines */
+        sd_event_source *keepalive;
+        bool early;     /* modelgate's own 200 went out while the request waited (rule:keepalive) */
+        Buffer pending; /* the upstream request, while waiting for the engine */
+        const HttpUrl *target;
+
+        Upstream *upstream;
+        ModelsMerge *merge;
+        ResponseMode mode;
+        bool chunked;
+        bool head_sent;
+        SseFilter sse;
+        Buffer held; /* an error body, held whole to be reworded */
+} Exchange;
+
+/* A new, empty request of client. */
+void exchange_init(Exchange *x, Client *client);
+/* Ends whatever the request still holds: its wait for an engine, its upstream connection (the host
+ * stops working on it), its timers; x is empty again afterwards. */
+void exchange_done(Exchange *x);
+/* The method's name for the log: llhttp's, "-" for a request never parsed, NULL before a request */
+const char *exchange_method_name(const Exchange *x);

@@ -1,0 +1,231 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The Config object itself: its defaults, its lifetime (a reload keeps the old one while requests and
+ * hosts use it), its errors kept for clients, and the look-ups every part of the configuration shares.
+ * It is the bottom of the configuration's files: conf-verify.c, conf-resolve.c, conf-dump.c and
+ * conf-parse.c call into it, and it calls none of them (only url.c and ssh-command.c, below it). */
+
+#include <assert.h>
+#include <errno.h>
+#include <fnmatch.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "modelgated/conf/conf.h"
+#include "modelgated/conf/ssh-command.h"
+#include "shared/log.h"
+#include "shared/strv.h"
+
+int config_error(Config *c, int error, const char *fmt, ...) {
+        assert(c);
+        _cleanup_free_ char *s = NULL;
+        va_list ap;
+        int k;
+
+        error = error < 0 ? -error : error;
+        errno = error;
+        va_start(ap, fmt);
+        k = vasprintf(&s, fmt, ap);
+        va_end(ap);
+        if (k < 0)
+                return log_oom();
+        log_error("%s", s);
+        if (strv_length(c->errors) < CONFIG_ERRORS_MAX && strv_push(&c->errors, s) >= 0)
+                TAKE_PTR(s);
+        return -error;
+}
+
+void config_init(Config *c) {
+        assert(c);
+        *c = (Config){
+                .exit_idle_usec = 60 * USEC_PER_SEC,
+                .idle_stop_usec = 15 * USEC_PER_MINUTE,
+                .hold_down_usec = 30 * USEC_PER_SEC,
+                .wait_budget_usec = 15 * USEC_PER_MINUTE,
+                .keepalive_after_usec = 10 * USEC_PER_SEC,
+                .keepalive_interval_usec = 15 * USEC_PER_SEC,
+                .poll_interval_usec = 30 * USEC_PER_SEC,
+                .header_timeout_usec = 30 * USEC_PER_SEC,
+                .idle_timeout_usec = 5 * USEC_PER_MINUTE,
+                .body_timeout_usec = 5 * USEC_PER_MINUTE,
+                .upstream_idle_timeout_usec = 10 * USEC_PER_MINUTE,
+                .max_body_size = 64ULL * 1024 * 1024,
+                .max_header_size = 64ULL * 1024,
+                .max_connections = 16384,
+                .max_connections_per_address = 1024,
+                .max_feed_subscribers = 64,
+                .access.anonymous_daily_requests = UINT64_MAX,
+        };
+}
+
+static void host_conf_done(HostConf *h) {
+        free(h->name);
+        http_url_done(&h->url);
+        free(h->bus);
+        free(h->ssh_command);
+        free(h->bus_path);
+        strv_free(h->busy_units);
+        free(h->file);
+}
+
+static void engine_conf_done(EngineConf *e) {
+        free(e->host);
+        free(e->name);
+        free(e->unit);
+        strv_free(e->models);
+        http_url_done(&e->url);
+        free(e->fallback);
+        free(e->warmup_request);
+        free(e->warmup_body);
+        free(e->file);
+}
+
+static void fallback_conf_done(FallbackConf *f) {
+        free(f->name);
+        http_url_done(&f->url);
+        free(f->model);
+        free(f->key_credential);
+        free(f->key_file);
+        free(f->key);
+        free(f->file);
+}
+
+static void tier_conf_done(TierConf *t) {
+        free(t->name);
+        strv_free(t->models);
+        free(t->file);
+}
+
+static void alias_conf_done(AliasConf *a) {
+        free(a->name);
+        strv_free(a->targets);
+        free(a->file);
+}
+
+void config_done(Config *c) {
+        strv_free(c->listen);
+        strv_free(c->errors);
+        for (size_t i = 0; i < c->n_hosts; i++)
+                host_conf_done(&c->hosts[i]);
+        free(c->hosts);
+        for (size_t i = 0; i < c->n_engines; i++)
+                engine_conf_done(&c->engines[i]);
+        free(c->engines);
+        for (size_t i = 0; i < c->n_fallbacks; i++)
+                fallback_conf_done(&c->fallbacks[i]);
+        free(c->fallbacks);
+        for (size_t i = 0; i < c->n_tiers; i++)
+                tier_conf_done(&c->tiers[i]);
+        free(c->tiers);
+        for (size_t i = 0; i < c->n_aliases; i++)
+                alias_conf_done(&c->aliases[i]);
+        free(c->aliases);
+        free(c->access.keys_file);
+        free(c->access.key_hashes);
+        free(c->access.key_tiers);
+        *c = (Config){};
+}
+
+Config *config_new(void) {
+        Config *c = malloc(sizeof(Config));
+
+        if (!c)
+                return NULL;
+        config_init(c);
+        c->n_ref = 1;
+        return c;
+}
+
+Config *config_ref(Config *c) {
+        assert(c);
+        if (c)
+                c->n_ref++;
+        return c;
+}
+
+Config *config_unref(Config *c) {
+        if (c && --c->n_ref == 0) {
+                config_done(c);
+                free(c);
+        }
+        return NULL;
+}
+
+const FallbackConf *config_find_fallback(const Config *c, const char *name) {
+        assert(c);
+        for (size_t i = 0; name && i < c->n_fallbacks; i++)
+                if (streq(c->fallbacks[i].name, name))
+                        return &c->fallbacks[i];
+        return NULL;
+}
+
+const AliasConf *config_find_alias(const Config *c, const char *name) {
+        assert(c);
+        for (size_t i = 0; name && i < c->n_aliases; i++)
+                if (streq(c->aliases[i].name, name))
+                        return &c->aliases[i];
+        return NULL;
+}
+
+static const char *const alias_policy_names[_ALIAS_POLICY_MAX] = {
+        [ALIAS_POLICY_WARM] = "warm",
+        [ALIAS_POLICY_ORDERED] = "ordered",
+        [ALIAS_POLICY_SPREAD] = "spread",
+};
+
+const char *alias_policy_to_string(AliasPolicy p) {
+        return p >= 0 && p < _ALIAS_POLICY_MAX ? alias_policy_names[p] : NULL;
+}
+
+AliasPolicy alias_policy_from_string(const char *s) {
+        for (AliasPolicy p = 0; s && p < _ALIAS_POLICY_MAX; p++)
+                if (streq(s, alias_policy_names[p]))
+                        return p;
+        return _ALIAS_POLICY_INVALID;
+}
+
+const HostConf *config_host_of_model(const Config *c, const char *model, const char **ret_key) {
+        assert(c);
+        const HostConf *best = NULL;
+        size_t best_len = 0;
+
+        for (size_t i = 0; i < c->n_hosts; i++) {
+                const char *n = c->hosts[i].name;
+                size_t l = strlen(n);
+                if (l > best_len && strncmp(model, n, l) == 0 && model[l] == '-' && model[l + 1]) {
+                        best = &c->hosts[i];
+                        best_len = l;
+                }
+        }
+        if (best && ret_key)
+                *ret_key = model + best_len + 1;
+        return best;
+}
+
+const EngineConf *config_engine_of_key(const Config *c, const char *host, const char *key) {
+        assert(c);
+        for (size_t i = 0; i < c->n_engines; i++) {
+                if (!streq(c->engines[i].host, host))
+                        continue;
+                STRV_FOREACH (g, c->engines[i].models)
+                        if (fnmatch(*g, key, 0) == 0)
+                                return &c->engines[i];
+        }
+        return NULL;
+}
+
+const HostConf *config_find_host(const Config *c, const char *name) {
+        assert(c);
+        for (size_t i = 0; i < c->n_hosts; i++)
+                if (streq(c->hosts[i].name, name))
+                        return &c->hosts[i];
+        return NULL;
+}
+
+/* Here rather than in ssh-command.c, which knows no HostConf: modelgatectl --host= builds the same command
+ * from its own arguments. */
+int host_conf_ssh_argv(const HostConf *h, char ***ret) {
+        assert(h);
+        return ssh_command_argv(h->ssh_command, h->bus + 4, h->bus_path, ret);
+}

@@ -1,0 +1,143 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/* The inside of a Host, shared by the three files one is made of, because
+ * each holds a concept of its own that would drown the others. Bottom to top,
+ * each calling only the ones below it:
+ *   host-warmup.c  the HTTP exchanges that bring a started engine to serving,
+ *                  and keep an idle one warm
+ *   host-switch.c  the switch phases, the bus's news that drives them, and
+ *                  the state the host shows, which those phases mostly decide
+ *   host-state.c   the requests and the scheduler's actions, life and reload
+ * Only those three include it; everything else goes through host.h. */
+
+#include "modelgated/hostbus/host-bus.h"
+#include "modelgated/host/host.h"
+#include "modelgated/upstream/upstream.h"
+
+#define HEALTH_PROBE_INTERVAL_USEC (250 * USEC_PER_MSEC)
+#define HEALTH_PROBE_TIMEOUT_USEC (2 * USEC_PER_SEC)
+#define PORT_PROBE_TIMEOUT_USEC (2 * USEC_PER_SEC)
+
+typedef enum SwitchPhase {
+        PHASE_NONE,
+        PHASE_BUSY_CHECK,
+        PHASE_PORT_PROBE,
+        PHASE_STOPPING,
+        PHASE_STARTING,
+        PHASE_HEALTH,
+        PHASE_GIVING_UP, /* stopping an engine that never became healthy */
+        PHASE_IDLE_STOP, /* stopping an engine nobody used for IdleStopSec= */
+} SwitchPhase;
+
+struct Host {
+        HostEnv env;
+        Config *config; /* the configuration conf belongs to: a reload keeps it while this host lives */
+        const HostConf *conf;
+        HostEngine *engines;
+        size_t n_engines;
+        HostBus *bus;
+
+        HostState state;
+        bool bus_down;
+        char *down_reason;
+        bool http_down;
+        int logged_down; /* -1: nothing logged yet, so the first outcome is */
+
+        ssize_t running; /* the engine whose unit runs, -1 for none */
+        bool engine_up;  /* and whose /health answered 200 */
+        usec_t up_since;
+        bool busy;           /* the last switch was refused */
+        bool stop_requested; /* the stop in progress is StopEngine()'s */
+
+        SwitchPhase phase;
+        ssize_t target;
+        bool adopting;
+        char *for_model;
+        usec_t switch_start;
+        Upstream *probe;
+        int probe_status;
+        sd_event_source *deadline, *probe_timer;
+
+        Sched sched;
+        /* every request attached or acquired (host_attach(), host_acquire()): those in flight are told
+         * when the probe finds the host down, from down_source (never from inside the probe's callback) */
+        HostWaiter *riders;
+        sd_event_source *down_source;
+        Catalog *catalog;
+        char *fail_message; /* for the requests a failed switch answers */
+        char *last_error;   /* LastError: the last failed switch or the last reason to be down */
+        char **warnings;
+        sd_event_source *schedule_source, *sched_timer;
+
+        /* WarmupRequest=: sent after /health answers 200, before the engine counts as up; and again after
+         * PrimeAfterIdleSec= without traffic, as a request in flight of modelgate's own */
+        Upstream *warmup, *prime_upstream;
+        usec_t warmup_start;
+        SchedRequest prime;
+        bool priming;
+        usec_t primed_for; /* the idle period (its start) a prime was sent for */
+        sd_event_source *prime_timer;
+};
+
+/* The host went down: its requests in flight hear it soon, from down_source (host_down_cb) */
+void host_tell_riders_down(Host *h);
+int host_down_cb(sd_event_source *s, void *userdata);
+
+static inline void host_unride(Host *h, HostWaiter *w) {
+        if (w->riding) {
+                LIST_REMOVE(riders, h->riders, w);
+                w->riding = false;
+        }
+}
+
+static inline const char *engine_name(const Host *h, ssize_t i) {
+        return i >= 0 && (size_t)i < h->n_engines ? h->engines[i].conf->name : "-";
+}
+
+static inline const char *engine_unit(const Host *h, ssize_t i) {
+        return i >= 0 && (size_t)i < h->n_engines ? h->engines[i].conf->unit : "-";
+}
+
+/* The time of the event being dispatched: whatever one event sets off sees one "now", and so does the
+ * scheduler. */
+static inline usec_t host_now(const Host *h) {
+        usec_t t;
+
+        /* sd_event_now() fails only for a clock the loop does not keep, or in a forked child */
+        if (sd_event_now(h->env.event, CLOCK_MONOTONIC, &t) < 0)
+                return now_usec(CLOCK_MONOTONIC);
+        return t;
+}
+
+/* Tells the owner that something it shows changed. */
+static inline void host_changed(Host *h) {
+        if (h->env.cb->on_changed)
+                h->env.cb->on_changed(h, h->env.userdata);
+}
+
+/* Lets schedule_cb() (host-state.c) look again, once the event at hand is done: every part calls it
+ * when it changes what the scheduler decides on, so it lives here rather than in the file on top. */
+static inline void host_schedule_later(Host *h) {
+        (void)sd_event_source_set_enabled(h->schedule_source, SD_EVENT_ONESHOT);
+}
+
+/* host-switch.c */
+extern const HostBusCallbacks host_bus_callbacks;
+void host_update_state(Host *h);
+void host_switch_reset(Host *h);
+void host_begin_switch(Host *h);
+void host_idle_stop(Host *h, ssize_t engine, bool requested);
+/* The engine the switch was for answers (and is warmed up): it serves from now. */
+void host_engine_is_up(Host *h);
+int host_deadline_cb(sd_event_source *s, uint64_t usec, void *userdata);
+
+/* host-warmup.c */
+/* GET /health of the switch's target; the answer goes to cb. */
+int host_probe_start(Host *h, const UpstreamCallbacks *cb, usec_t timeout);
+int host_probe_on_headers(Upstream *u, const UpstreamResponse *resp, void *userdata);
+/* HEALTH: probes until /health answers 200, then warms the engine up, then host_engine_is_up(). */
+void host_probe_health(Host *h);
+int host_probe_timer_cb(sd_event_source *s, uint64_t usec, void *userdata);
+void host_prime_rearm(Host *h);
+int host_prime_timer_cb(sd_event_source *s, uint64_t usec, void *userdata);

@@ -1,0 +1,570 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* One Host per [Host]: the requests that use or wait for its engines, what
+ * the daemon reads of it, and its life across reloads. The Sched decides;
+ * schedule_cb() carries its actions out, one at a time, through the switch
+ * (host-switch.c) and answers to the waiting requests. A host with
+ * engines owns a HostBus; every host owns its Catalog, whose news it passes
+ * up to its owner with its own (HostCallbacks). */
+
+#include <assert.h>
+#include <fnmatch.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "modelgated/rules/api-answer.h"
+#include "modelgated/host/catalog.h"
+#include "modelgated/host/host-internal.h"
+#include "modelgated/records/metrics.h"
+#include "shared/log.h"
+#include "shared/strv.h"
+
+static void answer_failed(Host *h, HostWaiter *w, int status) {
+        char msg[512], t[FORMAT_TIMESPAN_MAX];
+
+        /* answered: released by the scheduler already */
+        host_unride(h, w);
+        w->host = NULL;
+        switch (status) {
+        case 503:
+                (void)answer_format(msg, sizeof(msg), ANSWER_HOST_DOWN, h->conf->name,
+                                    strna(h->down_reason));
+                break;
+        case 504:
+                metrics_budget_expired(h->env.metrics, h->conf->name);
+                snprintf(
+                        msg, sizeof(msg),
+                        "waited %s for engine '%s' of host '%s' (WaitBudgetSec=), and it is still busy with "
+                        "other requests or switching; send the request again later",
+                        format_timespan(t, sizeof(t), h->sched.config.wait_budget) ?: "?",
+                        engine_name(h, w->engine), h->conf->name);
+                break;
+        default:
+                snprintf(msg, sizeof(msg), "%s", h->fail_message ?: "the engine could not be started");
+        }
+        w->ready(w, status, msg);
+}
+
+/* Carries out what the scheduler decides, one action at a time: each may re-enter (a client that is
+ * answered can go away, or ask again). */
+static int schedule_cb(sd_event_source *s, void *userdata) {
+        Host *h = userdata;
+        SchedAction a;
+        usec_t now = host_now(h), next;
+
+        while (sched_next(&h->sched, now, &a)) {
+                HostWaiter *w = a.req ? container_of(a.req, HostWaiter, req) : NULL;
+
+                switch (a.type) {
+                case SCHED_GO:
+                        w->ready(w, 0, NULL);
+                        break;
+                case SCHED_FAIL:
+                        answer_failed(h, w, a.status);
+                        break;
+                case SCHED_START:
+                        h->target = a.engine;
+                        metrics_switch(h->env.metrics, h->conf->name, engine_name(h, a.engine));
+                        free(h->for_model);
+                        h->for_model = log_escape_dup(w->model); /* for log lines only */
+                        host_begin_switch(h);
+                        break;
+                case SCHED_STOP:
+                        host_idle_stop(h, a.engine, a.requested);
+                        break;
+                case SCHED_WAIT: {
+                        _cleanup_free_ char *model = log_escape_dup(w->model);
+                        log_notice("host %s: %s waits for the running engine before switching to %s",
+                                   h->conf->name, strna(model), engine_name(h, a.engine));
+                        break;
+                }
+                case SCHED_ABANDON:
+                        log_notice("host %s: switch to %s abandoned, no client is waiting", h->conf->name,
+                                   engine_name(h, a.engine));
+                        break;
+                case SCHED_NONE:
+                        break;
+                }
+        }
+        next = sched_next_timer(&h->sched, now);
+        if (next == USEC_INFINITY)
+                (void)sd_event_source_set_enabled(h->sched_timer, SD_EVENT_OFF);
+        else {
+                (void)sd_event_source_set_time(h->sched_timer, next);
+                (void)sd_event_source_set_enabled(h->sched_timer, SD_EVENT_ONESHOT);
+        }
+        host_prime_rearm(h);
+        host_changed(h);
+        return 0;
+}
+
+static int sched_timer_cb(sd_event_source *s, uint64_t usec, void *userdata) {
+        return schedule_cb(NULL, userdata);
+}
+
+/* The catalog's news: its owner's business, or the daemon's, passed up */
+
+static void catalog_ready_cb(Catalog *c, void *userdata) {
+        Host *h = userdata;
+
+        if (h->env.cb->on_catalog_ready)
+                h->env.cb->on_catalog_ready(h, h->env.userdata);
+}
+
+static void catalog_feed_cb(Catalog *c, const FeedEvent *e, void *userdata) {
+        Host *h = userdata;
+
+        if (h->env.cb->on_feed)
+                h->env.cb->on_feed(h, e, h->env.userdata);
+}
+
+static void catalog_keys_learned_cb(Catalog *c, size_t i, void *userdata) {
+        Host *h = userdata;
+
+        if (h->env.cb->on_keys_learned)
+                h->env.cb->on_keys_learned(h, h->env.userdata);
+}
+
+static void catalog_http_cb(Catalog *c, const char *reason, void *userdata) {
+        host_report_http(userdata, reason);
+}
+
+static const CatalogCallbacks catalog_callbacks = {
+        .on_ready = catalog_ready_cb,
+        .on_feed = catalog_feed_cb,
+        .on_keys_learned = catalog_keys_learned_cb,
+        .on_http = catalog_http_cb,
+};
+
+/* Life */
+
+/* The engines of host conf in config, in the order of the file. */
+static int collect_engines(const Config *config, const HostConf *conf, HostEngine **ret, size_t *ret_n,
+                           char ***ret_units) {
+        _cleanup_free_ HostEngine *engines = NULL;
+        _cleanup_strv_free_ char **units = NULL;
+        size_t n = 0;
+
+        for (size_t i = 0; i < config->n_engines; i++) {
+                const EngineConf *e = &config->engines[i];
+                if (!streq(e->host, conf->name))
+                        continue;
+                HostEngine *x = realloc(engines, sizeof(HostEngine) * (n + 1));
+                if (!x)
+                        return -ENOMEM;
+                engines = x;
+                engines[n++] = (HostEngine){.conf = e, .url = e->url.text ? &e->url : &conf->url};
+                if (ret_units && strv_extend(&units, e->unit) < 0)
+                        return -ENOMEM;
+        }
+        *ret = TAKE_PTR(engines);
+        *ret_n = n;
+        if (ret_units)
+                *ret_units = TAKE_PTR(units);
+        return 0;
+}
+
+static SchedConfig sched_config_of(const Config *config, const HostConf *conf) {
+        SchedConfig sc = {
+                .hold_down = conf->hold_down_usec != CONF_USEC_UNSET ? conf->hold_down_usec
+                                                                     : config->hold_down_usec,
+                .idle_stop = conf->idle_stop_usec != CONF_USEC_UNSET ? conf->idle_stop_usec
+                                                                     : config->idle_stop_usec,
+                .wait_budget = conf->wait_budget_usec != CONF_USEC_UNSET ? conf->wait_budget_usec
+                                                                         : config->wait_budget_usec,
+        };
+        /* 0 means "never" for both, as ExitIdleSec=0 does */
+        if (sc.idle_stop == 0)
+                sc.idle_stop = USEC_INFINITY;
+        if (sc.wait_budget == 0)
+                sc.wait_budget = USEC_INFINITY;
+        return sc;
+}
+
+static CatalogConf catalog_conf_of(const Host *h) {
+        return (CatalogConf){
+                .host = h->conf,
+                .engines = h->engines,
+                .n_engines = h->n_engines,
+                .poll_interval = h->config->poll_interval_usec,
+        };
+}
+
+Host *host_new(const HostEnv *env, Config *config, const HostConf *conf) {
+        assert(env);
+        Host *h = calloc(1, sizeof(Host));
+        _cleanup_strv_free_ char **units = NULL;
+        int r;
+
+        if (!h)
+                return NULL;
+        h->env = *env;
+        h->conf = conf;
+        h->config = config_ref(config);
+        h->running = h->target = -1;
+        h->state = HOST_IDLE;
+
+        if (collect_engines(config, conf, &h->engines, &h->n_engines, &units) < 0)
+                goto fail;
+        SchedConfig sc = sched_config_of(config, conf);
+        if (sched_init(&h->sched, &sc, h->n_engines) < 0)
+                goto fail;
+        r = sd_event_add_defer(env->event, &h->schedule_source, schedule_cb, h);
+        if (r >= 0)
+                r = sd_event_add_time(env->event, &h->sched_timer, CLOCK_MONOTONIC, USEC_INFINITY, 0,
+                                      sched_timer_cb, h);
+        if (r >= 0)
+                r = sd_event_add_time_relative(env->event, &h->deadline, CLOCK_MONOTONIC, 0, 0,
+                                               host_deadline_cb, h);
+        if (r >= 0)
+                r = sd_event_add_time_relative(env->event, &h->probe_timer, CLOCK_MONOTONIC, 0, 0,
+                                               host_probe_timer_cb, h);
+        if (r >= 0)
+                r = sd_event_add_defer(env->event, &h->down_source, host_down_cb, h);
+        if (r >= 0)
+                r = sd_event_add_time(env->event, &h->prime_timer, CLOCK_MONOTONIC, USEC_INFINITY,
+                                      USEC_PER_SEC / 10, host_prime_timer_cb, h);
+        if (r < 0)
+                goto fail;
+        (void)sd_event_source_set_enabled(h->schedule_source, SD_EVENT_OFF);
+        (void)sd_event_source_set_enabled(h->down_source, SD_EVENT_OFF);
+        (void)sd_event_source_set_enabled(h->sched_timer, SD_EVENT_OFF);
+        (void)sd_event_source_set_enabled(h->deadline, SD_EVENT_OFF);
+        (void)sd_event_source_set_enabled(h->probe_timer, SD_EVENT_OFF);
+        (void)sd_event_source_set_enabled(h->prime_timer, SD_EVENT_OFF);
+        /* hold-downs and budgets are rules with numbers: no 250 ms coalescing */
+        (void)sd_event_source_set_time_accuracy(h->sched_timer, USEC_PER_MSEC);
+        CatalogConf cc = catalog_conf_of(h);
+        if (catalog_new(env->event, env->pool, &cc, &catalog_callbacks, h, &h->catalog) < 0)
+                goto fail;
+        if (h->n_engines > 0) {
+                if (host_bus_new(env->event, conf, units, &host_bus_callbacks, h, &h->bus) < 0)
+                        goto fail;
+                /* until the bus says otherwise: requests must not be sent to an engine nobody started */
+                h->bus_down = true;
+                h->logged_down = -1;
+                h->down_reason = strdup("connecting");
+                h->state = HOST_DOWN;
+                sched_host_down(&h->sched, true); /* requests wait (budgets apply) until it is known */
+        }
+        return h;
+fail:
+        host_free(h);
+        return NULL;
+}
+
+Host *host_free(Host *h) {
+        if (!h)
+                return NULL;
+        const SchedQueue *queues[] = {&h->sched.waiting, &h->sched.in_flight, &h->sched.failed};
+        for (size_t i = 0; i < ELEMENTSOF(queues); i++)
+                LIST_FOREACH (requests, r, queues[i]->head)
+                        container_of(r, HostWaiter, req)->host = NULL;
+        while (h->riders) {
+                HostWaiter *w = h->riders;
+                LIST_REMOVE(riders, h->riders, w);
+                w->riding = false;
+                w->host = NULL;
+        }
+        sd_event_source_disable_unref(h->down_source);
+        h->prime_upstream = upstream_cancel(h->prime_upstream);
+        sched_done(&h->sched);
+        host_switch_reset(h);
+        sd_event_source_disable_unref(h->prime_timer);
+        h->catalog = catalog_free(h->catalog);
+        h->bus = host_bus_free(h->bus);
+        sd_event_source_disable_unref(h->schedule_source);
+        sd_event_source_disable_unref(h->sched_timer);
+        free(h->fail_message);
+        free(h->last_error);
+        sd_event_source_disable_unref(h->deadline);
+        sd_event_source_disable_unref(h->probe_timer);
+        free(h->engines);
+        free(h->down_reason);
+        strv_free(h->warnings);
+        config_unref(h->config);
+        free(h);
+        return NULL;
+}
+
+bool host_can_take(const Host *h, const Config *config, const HostConf *conf) {
+        assert(h);
+        _cleanup_free_ HostEngine *engines = NULL;
+        size_t n;
+
+        if (!streq(h->conf->name, conf->name) || !streq(h->conf->url.text, conf->url.text) ||
+            !streq_ptr(h->conf->bus, conf->bus) || !streq_ptr(h->conf->ssh_command, conf->ssh_command) ||
+            !streq_ptr(h->conf->bus_path, conf->bus_path))
+                return false;
+        if (collect_engines(config, conf, &engines, &n, NULL) < 0 || n != h->n_engines)
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (!streq(engines[i].conf->name, h->engines[i].conf->name) ||
+                    !streq(engines[i].conf->unit, h->engines[i].conf->unit))
+                        return false;
+        return true;
+}
+
+int host_set_conf(Host *h, Config *config, const HostConf *conf) {
+        assert(h);
+        HostEngine *engines;
+        size_t n;
+
+        assert(host_can_take(h, config, conf));
+        if (collect_engines(config, conf, &engines, &n, NULL) < 0)
+                return -ENOMEM;
+        free(h->engines);
+        h->engines = engines;
+        h->conf = conf;
+        h->sched.config = sched_config_of(config, conf);
+        if (h->bus)
+                host_bus_set_conf(h->bus, conf);
+        config_unref(h->config);
+        h->config = config_ref(config);
+        CatalogConf cc = catalog_conf_of(h);
+        catalog_set_conf(h->catalog, &cc);
+        host_schedule_later(h); /* a new hold-down, idle stop or budget may apply now */
+        return 0;
+}
+
+bool host_drained(const Host *h) {
+        assert(h);
+        return h->sched.n_in_flight == 0 && h->sched.n_waiting == 0 && h->phase == PHASE_NONE;
+}
+
+void host_start(Host *h) {
+        assert(h);
+        if (h->bus)
+                host_bus_connect(h->bus);
+        catalog_start(h->catalog, h->state == HOST_DOWN);
+}
+
+const HostConf *host_conf(const Host *h) {
+        assert(h);
+        return h->conf;
+}
+
+HostState host_state(const Host *h) {
+        assert(h);
+        return h->state;
+}
+
+bool host_has_engines(const Host *h) {
+        assert(h);
+        return h->n_engines > 0;
+}
+
+size_t host_n_engines(const Host *h) {
+        assert(h);
+        return h->n_engines;
+}
+
+const HostEngine *host_engine(const Host *h, size_t i) {
+        assert(h);
+        return i < h->n_engines ? &h->engines[i] : NULL;
+}
+
+char *const *host_warnings(const Host *h) {
+        assert(h);
+        return h->warnings;
+}
+
+Catalog *host_catalog(const Host *h) {
+        assert(h);
+        return h->catalog;
+}
+
+ssize_t host_engine_up(const Host *h) {
+        assert(h);
+        return h->engine_up ? h->running : -1;
+}
+
+ssize_t host_find_engine(const Host *h, const char *key) {
+        assert(h);
+        ssize_t i;
+
+        for (size_t e = 0; e < h->n_engines; e++)
+                STRV_FOREACH (g, h->engines[e].conf->models)
+                        if (fnmatch(*g, key, 0) == 0)
+                                return (ssize_t)e;
+        i = catalog_engine_for_key(h->catalog, key);
+        if (i >= 0)
+                return i;
+        if (h->running >= 0 && catalog_lists(h->catalog, key) != 0)
+                return h->running; /* it lists the key now, or its list is not known yet */
+        return -1;
+}
+
+/* A host that is down, as its bus or its own probe says, refuses at once: a request sent to a host that
+ * accepts connections and never answers would otherwise wait for UpstreamIdleTimeoutSec=. */
+static bool host_refuse_if_down(const Host *h, HostRefusal *ret) {
+        /* the first connection is not an outcome yet: after an idle exit, the request that started this
+         * instance must wait for the bus, not get a 503 */
+        if ((h->bus_down && !streq_ptr(h->down_reason, "connecting")) || h->http_down) {
+                ret->status = 503;
+                (void)answer_format(ret->message, sizeof(ret->message), ANSWER_HOST_DOWN, h->conf->name,
+                                    strna(h->down_reason));
+                return true;
+        }
+        return false;
+}
+
+static void host_ride(Host *h, HostWaiter *w) {
+        LIST_PREPEND(riders, h->riders, w);
+        w->riding = true;
+}
+
+HostAcquire host_attach(Host *h, HostWaiter *w, HostDownFn down, const char *model, HostRefusal *ret) {
+        if (host_refuse_if_down(h, ret))
+                return HOST_REFUSED;
+        *w = (HostWaiter){.host = h, .engine = -1, .model = model, .down = down};
+        host_ride(h, w);
+        return HOST_ACQUIRED;
+}
+
+HostAcquire host_acquire(Host *h, size_t i, HostWaiter *w, HostReadyFn ready, HostDownFn down,
+                         const char *model, HostRefusal *ret) {
+        assert(i < h->n_engines);
+
+        if (host_refuse_if_down(h, ret))
+                return HOST_REFUSED;
+        *w = (HostWaiter){.host = h, .engine = (ssize_t)i, .model = model, .ready = ready, .down = down};
+        host_ride(h, w);
+        if (sched_add(&h->sched, host_now(h), &w->req, i)) {
+                host_changed(h);
+                return HOST_ACQUIRED;
+        }
+        host_schedule_later(h);
+        return HOST_QUEUED;
+}
+
+void host_release(HostWaiter *w) {
+        assert(w);
+        Host *h = w->host;
+
+        if (!h)
+                return;
+        host_unride(h, w);
+        w->host = NULL;
+        if (w->engine < 0)
+                return;
+        sched_remove(&h->sched, host_now(h), &w->req);
+        host_schedule_later(h);
+}
+
+int host_waiter_describe(const HostWaiter *w, char *buf, size_t l) {
+        assert(w);
+        const Host *h = w->host;
+        const char *key;
+        int p;
+
+        if (!h)
+                return -ESTALE;
+        /* the engine is up, and the router loads the model: how far it has got, as its feed says */
+        key = w->model ? startswith(w->model, h->conf->name) : NULL;
+        if (key && *key == '-' && w->engine == host_engine_up(h)) {
+                p = catalog_load_progress(h->catalog, key + 1);
+                if (p >= 0) {
+                        snprintf(buf, l, "loading %s %d%%", w->model, p);
+                        return 1;
+                }
+                if (p == -ENODATA) {
+                        snprintf(buf, l, "loading %s", w->model);
+                        return 1;
+                }
+        }
+        if (w->req.state == SCHED_IN_FLIGHT) {
+                snprintf(buf, l, "waiting for engine %s on %s to answer", engine_name(h, w->engine),
+                         h->conf->name);
+                return 0;
+        }
+        snprintf(buf, l, "waiting for engine %s on %s, %u ahead", engine_name(h, w->engine), h->conf->name,
+                 sched_ahead(&h->sched, &w->req));
+        return 1;
+}
+
+void host_report_http(Host *h, const char *reason) {
+        assert(h);
+        bool down = reason != NULL;
+
+        /* with engines, only the engine that is up can fail: one stopping (an idle stop, a switch) is
+         * expected to refuse connections */
+        if (down && h->n_engines > 0 && (!h->engine_up || h->phase != PHASE_NONE))
+                return;
+        if (down == h->http_down)
+                return;
+        h->http_down = down;
+        if (down && !h->bus_down) {
+                free(h->down_reason);
+                h->down_reason = strdup(reason);
+        }
+        host_update_state(h);
+}
+
+void host_report_request_failed(Host *h) {
+        assert(h);
+        catalog_check_soon(h->catalog);
+}
+
+unsigned host_in_flight(const Host *h) {
+        assert(h);
+        return h->sched.n_in_flight;
+}
+
+bool host_switch_pending(const Host *h) {
+        assert(h);
+        return sched_switch_pending(&h->sched);
+}
+
+unsigned host_waiting(const Host *h) {
+        assert(h);
+        return h->sched.n_waiting;
+}
+
+ssize_t host_running(const Host *h) {
+        assert(h);
+        return h->running;
+}
+
+const char *host_last_error(const Host *h) {
+        assert(h);
+        return h->last_error;
+}
+
+const char *host_down_reason(const Host *h) {
+        assert(h);
+        return h->bus_down || h->http_down ? h->down_reason : NULL;
+}
+
+usec_t host_hold_down_until(const Host *h) {
+        assert(h);
+        return sched_hold_down_until(&h->sched, host_now(h));
+}
+
+usec_t host_idle_stop_at(const Host *h) {
+        assert(h);
+        return h->phase == PHASE_NONE ? sched_idle_stop_at(&h->sched) : USEC_INFINITY;
+}
+
+int host_request_stop(Host *h) {
+        assert(h);
+        if (h->bus_down)
+                return -ENOTCONN;
+        if (h->running < 0 && h->phase == PHASE_NONE)
+                return 0;
+        if (h->phase != PHASE_NONE && h->phase != PHASE_IDLE_STOP)
+                return -EBUSY; /* a switch is under way: its waiters decide */
+        sched_request_stop(&h->sched);
+        host_schedule_later(h);
+        return 1;
+}
+
+bool host_keeps_daemon(const Host *h) {
+        assert(h);
+        /* an engine it runs must still get its idle stop, which only a running daemon can do */
+        return !host_drained(h) || (h->running >= 0 && h->sched.config.idle_stop != USEC_INFINITY);
+}
+
+usec_t host_up_since(const Host *h) {
+        assert(h);
+        return h->up_since;
+}

@@ -1,0 +1,604 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The switch of a host's GPU from one engine to another, and what its bus
+ * says meanwhile. At most one switch runs at a time, in phases:
+ *   BUSY_CHECK  BusyUnits= active? (ListUnitsByPatterns)
+ *   PORT_PROBE  no engine unit runs, yet something answers on the engine's port?
+ *   STOPPING    StopUnit(replace) of each other running engine unit, to its JobRemoved
+ *   STARTING    StartUnit(fail) of the target, to its JobRemoved, then a fresh read of the
+ *               unit: "done" can hide a condition refusal or an instant death (rule:job-done-is-not-running)
+ *   HEALTH      GET /health until 200, bounded by StartTimeoutSec= (rule:ready-is-health)
+ * A refusal (423) or failure (502) ends the switch and answers everyone who
+ * waited for that engine. The same HEALTH phase adopts an engine found
+ * running when the bus comes up. The bus's news (up, down, a unit changed)
+ * lives here too, since it starts, ends or fails these phases, and so does
+ * the state the host shows, which the phases mostly decide. *When* to switch
+ * is the Sched's (host-state.c carries its actions out). */
+
+#include <assert.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "modelgated/host/catalog.h"
+#include "modelgated/host/host-internal.h"
+#include "modelgated/records/metrics.h"
+#include "shared/errno-util.h"
+#include "shared/log.h"
+#include "shared/strv.h"
+
+static void phase_stop_others(Host *h);
+
+/* The state the daemon shows */
+
+static const char *const host_state_table[_HOST_STATE_MAX] = {
+        [HOST_DOWN] = "down",       [HOST_IDLE] = "idle",           [HOST_STARTING] = "starting",
+        [HOST_SERVING] = "serving", [HOST_SWITCHING] = "switching", [HOST_BUSY] = "busy",
+};
+
+const char *host_state_to_string(HostState s) {
+        return s >= 0 && s < _HOST_STATE_MAX ? host_state_table[s] : NULL;
+}
+
+void host_update_state(Host *h) {
+        assert(h);
+        HostState s;
+
+        if (h->bus_down || h->http_down)
+                s = HOST_DOWN;
+        else if (h->phase != PHASE_NONE)
+                /* another engine still holds the GPU, or is being stopped: a switch; else a start */
+                s = h->phase == PHASE_STOPPING || h->phase == PHASE_GIVING_UP ||
+                                    (h->running >= 0 && h->running != h->target)
+                            ? HOST_SWITCHING
+                            : HOST_STARTING;
+        else if (h->running >= 0 && h->engine_up)
+                s = HOST_SERVING;
+        else if (h->busy)
+                s = HOST_BUSY;
+        else
+                s = HOST_IDLE;
+        if (s != h->state)
+                log_debug("host %s: state %s → %s", h->conf->name, host_state_to_string(h->state),
+                          host_state_to_string(s));
+        h->state = s;
+
+        /* rule:down-logged-once: going down and coming back are logged once each, with the reason */
+        int down = h->bus_down || h->http_down;
+        if (h->bus && h->bus_down && streq_ptr(h->down_reason, "connecting"))
+                return; /* the first connection is not an outcome yet */
+        if (down && h->logged_down != 1) {
+                log_warning("host %s down: %s", h->conf->name, h->down_reason ?: "unreachable");
+                /* by its own probe: the engine's URL fails. A lost bus alone leaves the HTTP going, and
+                 * the streams on it run to their end. */
+                if (h->http_down)
+                        host_tell_riders_down(h);
+                if (h->catalog)
+                        catalog_host_state(h->catalog, h->down_reason ?: "unreachable");
+        } else if (!down && h->logged_down != 0) {
+                log_notice("host %s up", h->conf->name);
+                if (h->catalog)
+                        catalog_host_state(h->catalog, NULL);
+        }
+        h->logged_down = down;
+        if (down && h->down_reason && !streq(h->down_reason, "connecting"))
+                (void)free_and_strdup(&h->last_error, h->down_reason);
+        host_changed(h);
+}
+
+/* rule:down-fails-fast: the host is down by its own probe: its requests in flight fail now instead of
+ * waiting for UpstreamIdleTimeoutSec=. Each leaves the riders before it hears, since its answer may end
+ * its request or start another; the waiting ones are the scheduler's (sched_host_down()) or wait on. */
+int host_down_cb(sd_event_source *s, void *userdata) {
+        Host *h = userdata;
+
+        while (h->http_down) {
+                HostWaiter *w = NULL;
+                LIST_FOREACH (riders, x, h->riders)
+                        if (x->engine < 0 || x->req.state == SCHED_IN_FLIGHT) {
+                                w = x;
+                                break;
+                        }
+                if (!w)
+                        break;
+                host_unride(h, w);
+                if (w->down)
+                        w->down(w);
+        }
+        return 0;
+}
+
+void host_tell_riders_down(Host *h) {
+        assert(h);
+        if (h->riders)
+                (void)sd_event_source_set_enabled(h->down_source, SD_EVENT_ONESHOT);
+}
+
+/* The switch */
+
+void host_switch_reset(Host *h) {
+        assert(h);
+        h->phase = PHASE_NONE;
+        h->target = -1;
+        h->adopting = false;
+        h->for_model = mfree(h->for_model);
+        h->probe = upstream_cancel(h->probe);
+        h->warmup = upstream_cancel(h->warmup);
+        (void)sd_event_source_set_enabled(h->deadline, SD_EVENT_OFF);
+        (void)sd_event_source_set_enabled(h->probe_timer, SD_EVENT_OFF);
+        if (h->bus)
+                host_bus_forget(h->bus, h);
+}
+
+/* The switch ends without the engine: everyone waiting for it gets 'status'. */
+static void switch_fail(Host *h, int status, const char *message) {
+        /* a refusal before anything was stopped leaves the running engine as it was */
+        ssize_t still = h->engine_up && h->running >= 0 && h->running != h->target ? h->running : -1;
+
+        host_switch_reset(h);
+        h->busy = status == 423;
+        free(h->fail_message);
+        h->fail_message = strdup(message);
+        (void)free_and_strdup(&h->last_error, message);
+        sched_switch_failed(&h->sched, host_now(h), status, still);
+        if (still < 0) {
+                h->running = -1;
+                h->engine_up = false;
+                catalog_engine_down(h->catalog);
+        }
+        host_update_state(h);
+        host_schedule_later(h);
+}
+
+static void switch_refuse_busy(Host *h, const char *reason) {
+        char msg[512];
+
+        log_warning("host %s: GPU busy (%s), switch to %s refused", h->conf->name, reason,
+                    engine_name(h, h->target));
+        metrics_refusal(h->env.metrics, h->conf->name);
+        snprintf(msg, sizeof(msg),
+                 "the GPU of host '%s' is in use by someone else (%s), so modelgate did not switch it to "
+                 "engine '%s'; ask again once that work is done",
+                 h->conf->name, reason, engine_name(h, h->target));
+        switch_fail(h, 423, msg);
+}
+
+static void switch_fail_engine(Host *h, const char *what) {
+        char msg[512];
+
+        log_error("host %s: engine %s (%s) %s", h->conf->name, engine_name(h, h->target),
+                  engine_unit(h, h->target), what);
+        snprintf(msg, sizeof(msg), "engine '%s' of host '%s' (unit %s) %s", engine_name(h, h->target),
+                 h->conf->name, engine_unit(h, h->target), what);
+        switch_fail(h, 502, msg);
+}
+
+void host_engine_is_up(Host *h) {
+        assert(h);
+        char t[32];
+        usec_t took = host_now(h) - h->switch_start;
+
+        snprintf(t, sizeof(t), "%llu.%01llus", (unsigned long long)(took / USEC_PER_SEC),
+                 (unsigned long long)(took % USEC_PER_SEC / (100 * USEC_PER_MSEC)));
+        if (h->adopting)
+                log_notice("host %s: engine %s adopted, it was already running", h->conf->name,
+                           engine_name(h, h->target));
+        else
+                log_notice("host %s: engine %s up after %s", h->conf->name, engine_name(h, h->target), t);
+        h->running = h->target;
+        h->engine_up = true;
+        h->busy = false;
+        h->up_since = host_now(h);
+        sched_engine_up(&h->sched, h->up_since, (size_t)h->target);
+        catalog_engine_up(h->catalog, (size_t)h->target);
+        host_switch_reset(h);
+        host_update_state(h);
+        host_schedule_later(h);
+}
+
+/* No engine runs on the host any more (stopped on its own, idle-stopped, or given up on). */
+static void engine_gone(Host *h) {
+        h->running = -1;
+        h->engine_up = false;
+        h->http_down = false; /* it was that engine's URL that failed */
+        sched_engine_down(&h->sched, host_now(h));
+        catalog_engine_down(h->catalog);
+        host_update_state(h);
+        host_schedule_later(h);
+}
+
+static void give_up_stopped(HostBus *b, size_t i, const char *result, const char *error, void *userdata) {
+        Host *h = userdata;
+
+        h->phase = PHASE_NONE;
+        engine_gone(h);
+}
+
+int host_deadline_cb(sd_event_source *s, uint64_t usec, void *userdata) {
+        Host *h = userdata;
+        char what[256], t[FORMAT_TIMESPAN_MAX];
+        ssize_t target = h->target;
+
+        if (h->phase != PHASE_HEALTH)
+                return 0;
+        snprintf(what, sizeof(what),
+                 "did not answer /health with 200 within %s (result: timeout); it was stopped",
+                 format_timespan(t, sizeof(t), h->engines[target].conf->start_timeout_usec) ?: "?");
+        switch_fail_engine(h, what);
+        /* an engine that never became healthy must not keep the GPU */
+        if (host_bus_job(h->bus, "StopUnit", (size_t)target, "replace", give_up_stopped, h) >= 0) {
+                h->phase = PHASE_GIVING_UP;
+                h->running = target;
+                sched_engine_stopping(&h->sched);
+                host_update_state(h);
+        }
+        return 0;
+}
+
+static void phase_health(Host *h, bool adopting) {
+        usec_t timeout = h->engines[h->target].conf->start_timeout_usec;
+
+        if (adopting)
+                sched_engine_starting(&h->sched, (size_t)h->target);
+        h->phase = PHASE_HEALTH;
+        h->adopting = adopting;
+        h->running = h->target;
+        h->engine_up = false;
+        host_update_state(h);
+        if (timeout != USEC_INFINITY) {
+                usec_t left = host_now(h) - h->switch_start;
+                left = left < timeout ? timeout - left : 0;
+                (void)sd_event_source_set_time_relative(h->deadline, left);
+                (void)sd_event_source_set_enabled(h->deadline, SD_EVENT_ONESHOT);
+        }
+        host_probe_health(h);
+}
+
+/* STARTING */
+
+static void start_checked(HostBus *b, char **units, const char *error, void *userdata) {
+        Host *h = userdata;
+        const UnitInfo *u = host_bus_unit(b, (size_t)h->target);
+        char what[256];
+
+        if (error) {
+                snprintf(what, sizeof(what), "could not be read after its start: %s", error);
+                switch_fail_engine(h, what);
+                return;
+        }
+        if (unit_info_is_running(u)) {
+                phase_health(h, false);
+                return;
+        }
+        if (!u->condition_result || streq_ptr(u->result, "exec-condition")) {
+                snprintf(what, sizeof(what), "%s refused to start: its %s failed", u->name,
+                         streq_ptr(u->result, "exec-condition") ? "ExecCondition=" : "Condition…=");
+                switch_refuse_busy(h, what);
+                return;
+        }
+        snprintf(what, sizeof(what), "failed to start (result: %s, state: %s)",
+                 u->result && !streq(u->result, "success") ? u->result : "exit-code",
+                 strna(u->active_state));
+        switch_fail_engine(h, what);
+}
+
+static void start_done(HostBus *b, size_t i, const char *result, const char *error, void *userdata) {
+        Host *h = userdata;
+        char what[512];
+
+        if (!result) {
+                snprintf(what, sizeof(what), "could not be started: %s", error);
+                switch_fail_engine(h, what);
+                return;
+        }
+        /* "done" says little (rule:job-done-is-not-running); the unit's own state says the rest */
+        int r = host_bus_refresh_unit(b, i, start_checked, h);
+        if (ERRNO_IS_DISCONNECT(r))
+                /* the bus went away between the job's end and this read: its loss ends the switch, and
+                 * the waiting requests hear "host down" (503), not that the engine failed */
+                return;
+        if (r < 0) {
+                snprintf(what, sizeof(what), "could not be read after its start (job result: %s)", result);
+                switch_fail_engine(h, what);
+        }
+}
+
+static void phase_start(Host *h) {
+        char what[256];
+        int r;
+
+        if (unit_info_is_running(host_bus_unit(h->bus, (size_t)h->target))) {
+                phase_health(h, false);
+                return;
+        }
+        h->phase = PHASE_STARTING;
+        h->running = -1;
+        h->engine_up = false;
+        host_update_state(h);
+        r = host_bus_job(h->bus, "StartUnit", (size_t)h->target, "fail", start_done, h);
+        if (r < 0) {
+                snprintf(what, sizeof(what), "could not be started: %s", strerror(-r));
+                switch_fail_engine(h, what);
+        }
+}
+
+/* STOPPING */
+
+static void stop_done(HostBus *b, size_t i, const char *result, const char *error, void *userdata) {
+        Host *h = userdata;
+        char msg[512];
+
+        if (!result || !streq(result, "done")) {
+                snprintf(msg, sizeof(msg), "could not stop engine unit %s of host '%s' (%s)",
+                         engine_unit(h, i), h->conf->name, result ?: error);
+                log_error("host %s: %s", h->conf->name, msg);
+                switch_fail(h, 502, msg);
+                return;
+        }
+        if ((ssize_t)i == h->running) {
+                h->running = -1;
+                h->engine_up = false;
+        }
+        phase_stop_others(h);
+}
+
+static void phase_stop_others(Host *h) {
+        int r;
+
+        for (size_t i = 0; i < h->n_engines; i++) {
+                if ((ssize_t)i == h->target || !unit_info_is_running(host_bus_unit(h->bus, i)))
+                        continue;
+                h->phase = PHASE_STOPPING;
+                host_update_state(h);
+                r = host_bus_job(h->bus, "StopUnit", i, "replace", stop_done, h);
+                if (r < 0) {
+                        char what[256];
+                        snprintf(what, sizeof(what), "could not be started: stopping %s failed: %s",
+                                 engine_unit(h, (ssize_t)i), strerror(-r));
+                        switch_fail_engine(h, what);
+                }
+                return;
+        }
+        phase_start(h);
+}
+
+/* PORT_PROBE: something answers where the engine would listen, while none of our units runs */
+
+static void port_probe_answered(Host *h) {
+        char reason[300];
+
+        snprintf(reason, sizeof(reason), "a server answers on %s while no engine unit of the host is active",
+                 h->engines[h->target].url->text);
+        switch_refuse_busy(h, reason);
+}
+
+static void port_on_complete(Upstream *u, void *userdata) {
+        Host *h = userdata;
+        h->probe = NULL;
+        port_probe_answered(h);
+}
+
+static void port_on_error(Upstream *u, int error, bool started, void *userdata) {
+        Host *h = userdata;
+
+        h->probe = NULL;
+        if (started) {
+                port_probe_answered(h);
+                return;
+        }
+        phase_stop_others(h);
+}
+
+static const UpstreamCallbacks port_callbacks = {
+        .on_headers = host_probe_on_headers,
+        .on_complete = port_on_complete,
+        .on_error = port_on_error,
+};
+
+static bool any_engine_running(Host *h) {
+        for (size_t i = 0; i < h->n_engines; i++)
+                if (unit_info_is_running(host_bus_unit(h->bus, i)))
+                        return true;
+        return false;
+}
+
+static void phase_port_probe(Host *h) {
+        if (any_engine_running(h)) {
+                phase_stop_others(h);
+                return;
+        }
+        h->phase = PHASE_PORT_PROBE;
+        if (host_probe_start(h, &port_callbacks, PORT_PROBE_TIMEOUT_USEC) < 0)
+                phase_stop_others(h);
+}
+
+/* BUSY_CHECK */
+
+static void busy_listed(HostBus *b, char **units, const char *error, void *userdata) {
+        Host *h = userdata;
+        char msg[512];
+
+        if (error) {
+                snprintf(msg, sizeof(msg), "could not be started: checking BusyUnits= failed: %s", error);
+                switch_fail_engine(h, msg);
+                return;
+        }
+        if (!strv_isempty(units)) {
+                _cleanup_free_ char *names = strv_join(units, ", ");
+                snprintf(msg, sizeof(msg), "%s %s active", names ?: units[0], units[1] ? "are" : "is");
+                switch_refuse_busy(h, msg);
+                return;
+        }
+        phase_port_probe(h);
+}
+
+void host_begin_switch(Host *h) {
+        assert(h);
+        int r;
+
+        h->switch_start = host_now(h);
+        log_notice("host %s: switching to engine %s for %s", h->conf->name, engine_name(h, h->target),
+                   h->for_model ?: "a request");
+        h->phase = PHASE_BUSY_CHECK;
+        host_update_state(h);
+        if (strv_isempty(h->conf->busy_units)) {
+                phase_port_probe(h);
+                return;
+        }
+        r = host_bus_list_active(h->bus, h->conf->busy_units, busy_listed, h);
+        if (r < 0)
+                busy_listed(h->bus, NULL, strerror(-r), h);
+}
+
+/* IDLE_STOP */
+
+static void idle_stopped(HostBus *b, size_t i, const char *result, const char *error, void *userdata) {
+        Host *h = userdata;
+        char t[FORMAT_TIMESPAN_MAX];
+
+        if (result && streq(result, "done") && h->stop_requested)
+                log_notice("host %s: engine %s stopped on request", h->conf->name,
+                           engine_name(h, (ssize_t)i));
+        else if (result && streq(result, "done"))
+                /* the rule's time, not the timer's (which fires a little after it) */
+                log_notice("host %s: idle %s, engine %s stopped", h->conf->name,
+                           format_timespan(t, sizeof(t), h->sched.config.idle_stop) ?: "?",
+                           engine_name(h, (ssize_t)i));
+        else
+                log_warning("host %s: idle stop of engine %s failed: %s", h->conf->name,
+                            engine_name(h, (ssize_t)i), result ?: strna(error));
+        h->phase = PHASE_NONE;
+        h->stop_requested = false;
+        engine_gone(h);
+}
+
+void host_idle_stop(Host *h, ssize_t engine, bool requested) {
+        assert(h);
+        h->phase = PHASE_IDLE_STOP;
+        h->stop_requested = requested;
+        h->target = -1;
+        host_update_state(h);
+        if (host_bus_job(h->bus, "StopUnit", (size_t)engine, "replace", idle_stopped, h) < 0)
+                idle_stopped(h->bus, (size_t)engine, NULL, "the bus is not connected", h);
+}
+
+/* The bus */
+
+static void check_units(Host *h) {
+        strv_free(h->warnings);
+        h->warnings = NULL;
+
+        for (size_t i = 0; i < h->n_engines; i++) {
+                const UnitInfo *u = host_bus_unit(h->bus, i);
+                _cleanup_free_ char *w = NULL;
+
+                if (u->load_state && !streq(u->load_state, "loaded")) {
+                        if (asprintf(&w, "engine unit %s is %s", u->name, u->load_state) >= 0)
+                                (void)strv_push(&h->warnings, TAKE_PTR(w));
+                        continue;
+                }
+                if (u->file_state &&
+                    (startswith(u->file_state, "enabled") || streq(u->file_state, "indirect") ||
+                     startswith(u->file_state, "linked")))
+                        if (asprintf(&w,
+                                     "engine unit %s is %s; modelgate starts engines itself, so it should "
+                                     "have no [Install] section and not be enabled",
+                                     u->name, u->file_state) >= 0)
+                                (void)strv_push(&h->warnings, TAKE_PTR(w));
+                if (u->restart && !streq(u->restart, "no"))
+                        if (asprintf(
+                                    &w,
+                                    "engine unit %s has Restart=%s; use Restart=no, so that a crash is seen "
+                                    "and not hidden by a restart that takes the GPU back",
+                                    u->name, u->restart) >= 0)
+                                (void)strv_push(&h->warnings, TAKE_PTR(w));
+                for (size_t j = 0; j < h->n_engines; j++) {
+                        const char *other = h->engines[j].conf->unit;
+                        if (j == i || strv_contains(u->conflicts, other))
+                                continue;
+                        if (asprintf(&w, "engine unit %s lacks Conflicts=%s, so both could run at once",
+                                     u->name, other) >= 0)
+                                (void)strv_push(&h->warnings, TAKE_PTR(w));
+                }
+        }
+        STRV_FOREACH (w, h->warnings)
+                log_warning("host %s: %s", h->conf->name, *w);
+}
+
+static void bus_up(HostBus *b, void *userdata) {
+        Host *h = userdata;
+        ssize_t found = -1;
+
+        h->bus_down = false;
+        h->down_reason = mfree(h->down_reason);
+        sched_host_down(&h->sched, false);
+        sched_engine_down(&h->sched, host_now(h));
+        check_units(h);
+        for (size_t i = 0; i < h->n_engines; i++)
+                if (unit_info_is_running(host_bus_unit(b, i))) {
+                        if (found >= 0)
+                                log_warning("host %s: engine units %s and %s are both active", h->conf->name,
+                                            engine_unit(h, found), engine_unit(h, (ssize_t)i));
+                        else
+                                found = (ssize_t)i;
+                }
+        h->running = -1;
+        h->engine_up = false;
+        catalog_engine_down(h->catalog);
+        if (found >= 0) {
+                /* the daemon may have exited idle and come back: the running engine is ours */
+                h->target = found;
+                h->switch_start = host_now(h);
+                phase_health(h, true);
+        }
+        host_update_state(h);
+        host_schedule_later(h);
+}
+
+static void bus_down(HostBus *b, const char *reason, void *userdata) {
+        Host *h = userdata;
+
+        host_switch_reset(h);
+        h->running = -1;
+        h->engine_up = false;
+        h->bus_down = true;
+        free(h->down_reason);
+        h->down_reason = strdup(reason);
+        sched_host_down(&h->sched, true);
+        catalog_engine_down(h->catalog);
+        host_update_state(h);
+        host_schedule_later(h);
+}
+
+static void unit_changed(HostBus *b, size_t i, void *userdata) {
+        Host *h = userdata;
+        const UnitInfo *u = host_bus_unit(b, i);
+        char what[256];
+
+        if (!unit_info_is_running(u)) {
+                if ((ssize_t)i != h->running || h->phase == PHASE_STOPPING || h->phase == PHASE_GIVING_UP ||
+                    h->phase == PHASE_IDLE_STOP)
+                        return;
+                snprintf(what, sizeof(what), "stopped%s (state: %s, result: %s)",
+                         h->engine_up ? " on its own" : "", strna(u->active_state), strna(u->result));
+                if (h->phase == PHASE_HEALTH && h->target == (ssize_t)i) {
+                        switch_fail_engine(h, what);
+                        return;
+                }
+                log_warning("host %s: engine %s %s", h->conf->name, engine_name(h, (ssize_t)i), what);
+                engine_gone(h);
+                return;
+        }
+        if (h->running < 0 && h->phase == PHASE_NONE) {
+                /* started by someone else (or restarted by systemd): ours all the same, once healthy */
+                log_notice("host %s: engine unit %s became %s without modelgate", h->conf->name, u->name,
+                           u->active_state);
+                h->target = (ssize_t)i;
+                h->switch_start = host_now(h);
+                phase_health(h, true);
+        }
+}
+
+const HostBusCallbacks host_bus_callbacks = {
+        .on_up = bus_up,
+        .on_down = bus_down,
+        .on_unit_changed = unit_changed,
+};

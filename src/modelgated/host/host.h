@@ -1,0 +1,162 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/* A Host at run time: its bus, its engines and which one runs, the requests
+ * in flight and the requests waiting for an engine, and the switch in
+ * progress. The switch *mechanics* live here (busy checks, StopUnit,
+ * StartUnit, the unit's real outcome, /health); *when* to switch, and who
+ * goes, is the Sched's (sched.h), whose actions this module carries out. */
+
+#include <stdbool.h>
+#include <sys/types.h>
+#include <systemd/sd-event.h>
+
+#include "modelgated/conf/conf.h"
+#include "modelgated/conf/engine.h"
+#include "modelgated/event/feed-hub.h"
+#include "modelgated/rules/sched.h"
+#include "shared/list.h"
+#include "shared/time-util.h"
+
+typedef struct Host Host;
+typedef struct HostBus HostBus;
+typedef struct HostWaiter HostWaiter;
+typedef struct Catalog Catalog;
+typedef struct UpstreamPool UpstreamPool;
+typedef struct Metrics Metrics;
+
+typedef enum HostState {
+        HOST_DOWN,      /* bus unreachable, or the engine's URL fails while its unit is active */
+        HOST_IDLE,      /* bus up, no engine running */
+        HOST_STARTING,  /* an engine is starting (no engine was running) */
+        HOST_SERVING,   /* an engine is up */
+        HOST_SWITCHING, /* one engine is stopping for another */
+        HOST_BUSY,      /* the last switch was refused: the GPU is someone else's */
+        _HOST_STATE_MAX,
+} HostState;
+
+const char *host_state_to_string(HostState s);
+
+/* The outcome for a waiting request: status 0 means "go, the engine is up"; otherwise an HTTP status
+ * (423, 502, 503) and a message for the client. */
+typedef void (*HostReadyFn)(HostWaiter *w, int status, const char *message);
+/* The host's probe found it down while the request was in flight (host_down_reason() says why). The
+ * waiter is no longer told anything else of the host's state; it is still to be released. */
+typedef void (*HostDownFn)(HostWaiter *w);
+
+struct HostWaiter {
+        Host *host;     /* NULL once released or answered with an error */
+        ssize_t engine; /* index into the host's engines; -1: a host without engines (host_attach()) */
+        const char *model;
+        HostReadyFn ready;
+        HostDownFn down; /* optional */
+        SchedRequest req;
+        LIST_FIELDS(HostWaiter, riders); /* in the host's riders while 'riding' */
+        bool riding;
+};
+
+typedef struct HostRefusal {
+        int status;
+        char message[512];
+} HostRefusal;
+
+/* The news a host sends to its owner. Each may be called from inside any host_*() call but host_free(). */
+typedef struct HostCallbacks {
+        /* Something a host shows (state, engine, counts, errors), or whether it keeps the daemon from its
+         * idle exit, may have changed. */
+        void (*on_changed)(Host *h, void *userdata);
+        /* catalog_ready() of the host's catalog may have become true. */
+        void (*on_catalog_ready)(Host *h, void *userdata);
+        /* An event of the host's feed for the /models/sse subscribers, relabelled, or a comment, with
+         * what it is about. */
+        void (*on_feed)(Host *h, const FeedEvent *e, void *userdata);
+        /* The keys one of its engines serves were learned anew (catalog_engine_keys()). */
+        void (*on_keys_learned)(Host *h, void *userdata);
+} HostCallbacks;
+
+/* What a host gets from its owner, who keeps all of it alive for as long as the host lives. */
+typedef struct HostEnv {
+        sd_event *event;
+        UpstreamPool *pool;
+        Metrics *metrics;
+        const HostCallbacks *cb;
+        void *userdata;
+} HostEnv;
+
+/* A host of config (the running one, or a reload's new one). */
+Host *host_new(const HostEnv *env, Config *config, const HostConf *conf);
+Host *host_free(Host *h);
+/* Connects the bus of a host that has engines. */
+void host_start(Host *h);
+
+const HostConf *host_conf(const Host *h);
+HostState host_state(const Host *h);
+bool host_has_engines(const Host *h);
+size_t host_n_engines(const Host *h);
+const HostEngine *host_engine(const Host *h, size_t i);
+/* The engine for 'key' (rule:engine-for-key): the first whose Models= globs match; else the one whose key
+ * list, last seen while it ran, has it; else the running one, if it lists the key now (or nothing is known
+ * yet); -1 when none. */
+ssize_t host_find_engine(const Host *h, const char *key);
+char *const *host_warnings(const Host *h);
+Catalog *host_catalog(const Host *h);
+/* The engine that is up (its /health answered 200), or -1. */
+ssize_t host_engine_up(const Host *h);
+
+/* What a host does with a request that asks for it: outcomes its caller handles, never failures */
+typedef enum HostAcquire {
+        HOST_ACQUIRED, /* go now: counted in flight until host_release() */
+        HOST_QUEUED,   /* w->ready is called later */
+        HOST_REFUSED,  /* refused now (the host is down): the HostRefusal says why */
+} HostAcquire;
+
+/* Asks for engine i: HOST_ACQUIRED, HOST_QUEUED or HOST_REFUSED. 'down' (optional) hears of the host
+ * going down while the request is in flight. */
+HostAcquire host_acquire(Host *h, size_t i, HostWaiter *w, HostReadyFn ready, HostDownFn down,
+                         const char *model, HostRefusal *ret);
+/* The same for a host without engines: HOST_ACQUIRED, in flight until host_release(); or HOST_REFUSED
+ * (its probe found it down). */
+HostAcquire host_attach(Host *h, HostWaiter *w, HostDownFn down, const char *model, HostRefusal *ret);
+/* The request is done or its client has gone; safe to call twice or on a waiter never used. */
+void host_release(HostWaiter *w);
+/* For a waiting client's keepalive comments, what it waits for: "waiting for engine fork on 3090, 2 ahead";
+ * or, once the engine is up and its router loads the model (its feed says so), "loading 3090-flint-40b
+ * 40%". 1: the request waits; 0: it is in flight and nothing is known to hold it up (buf says "waiting for
+ * engine fork on 3090 to answer"); -ESTALE: released. */
+int host_waiter_describe(const HostWaiter *w, char *buf, size_t l);
+
+/* An HTTP exchange of the host's own probe (its catalog's reads) failed at the network level (reason) or
+ * succeeded (NULL): the host is down, or up. */
+void host_report_http(Host *h, const char *reason);
+/* A client's request to the host failed at the network level, or got a malformed answer. That is the
+ * request's failure, not the host's (rule:one-request-failure): the host's probe looks again soon, and it
+ * says. */
+void host_report_request_failed(Host *h);
+
+unsigned host_in_flight(const Host *h);
+/* sched_switch_pending() of the host's scheduler */
+bool host_switch_pending(const Host *h);
+unsigned host_waiting(const Host *h);
+/* The engine whose unit runs (up or being checked), or -1. */
+ssize_t host_running(const Host *h);
+const char *host_last_error(const Host *h);
+/* Why the host is down (its bus, or its probe), or NULL while it is not */
+const char *host_down_reason(const Host *h);
+/* CLOCK_MONOTONIC: the end of the running engine's hold-down (0: none, USEC_INFINITY: forever), and when
+ * its idle stop happens as things are (USEC_INFINITY: not now). */
+usec_t host_hold_down_until(const Host *h);
+usec_t host_idle_stop_at(const Host *h);
+/* StopEngine(): the running engine stops once nothing is in flight or waiting. 1: requested; 0: nothing
+ * runs; -EBUSY: a switch is under way; -ENOTCONN: the host is down. */
+int host_request_stop(Host *h);
+/* Something still needs this daemon: requests, a switch, or an engine whose idle stop is still due. */
+bool host_keeps_daemon(const Host *h);
+
+/* Reload: whether this host can carry on with conf (same URL, bus and engine units, in order: only
+ * values change), and doing so. */
+bool host_can_take(const Host *h, const Config *config, const HostConf *conf);
+int host_set_conf(Host *h, Config *config, const HostConf *conf);
+/* Nothing in flight or waiting and no switch under way: a host a reload removed can go. */
+bool host_drained(const Host *h);
+/* CLOCK_MONOTONIC: when the engine that is up came up. */
+usec_t host_up_since(const Host *h);

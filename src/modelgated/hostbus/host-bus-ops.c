@@ -1,0 +1,243 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The calls an owner of a HostBus waits for: StartUnit/StopUnit until the job's JobRemoved, a re-read
+ * of one unit, a listing of active units. Each is a BusOp owned by the HostBus, carrying the owner's
+ * callback and userdata; it ends exactly once, by its answer, by the lost bus (every pending one fails
+ * then), or silently when its owner forgets it or the HostBus is freed. */
+
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "modelgated/hostbus/host-bus-internal.h"
+#include "shared/log.h"
+#include "shared/strv.h"
+
+static BusOp *bus_op_free(BusOp *op) {
+        if (!op)
+                return NULL;
+        LIST_REMOVE(ops, op->bus->ops, op);
+        sd_bus_slot_unref(op->slot);
+        free(op->job);
+        free(op);
+        return NULL;
+}
+
+static BusOp *bus_op_new(HostBus *b, size_t unit, void *userdata) {
+        BusOp *op = calloc(1, sizeof(BusOp));
+        if (!op)
+                return NULL;
+        op->bus = b;
+        op->unit = unit;
+        op->userdata = userdata;
+        LIST_PREPEND(ops, b->ops, op);
+        return op;
+}
+
+/* Ends an operation: its callback runs after it is unlinked, so the callback may start the next one. */
+static void bus_op_finish(BusOp *op, const char *result, char **units, const char *error) {
+        HostBus *b = op->bus;
+        HostBusJobDone job_done = op->job_done;
+        HostBusDone done = op->done;
+        void *ud = op->userdata;
+        size_t unit = op->unit;
+        /* the job's result and a bus error's message come from the host: escaped before any log line,
+         * LastError or client message can carry them */
+        _cleanup_free_ char *e = error ? log_escape_dup(error) : NULL,
+                            *res = result ? log_escape_dup(result) : NULL;
+
+        bus_op_free(op);
+        if (job_done)
+                job_done(b, unit, res, e ?: (res ? NULL : "out of memory"), ud);
+        else if (done)
+                done(b, units, e, ud);
+}
+
+void host_bus_fail_ops(HostBus *b, const char *why) {
+        assert(b);
+        /* callbacks may add operations; they fail at once on a closed bus, so this ends */
+        while (b->ops)
+                bus_op_finish(b->ops, NULL, NULL, why);
+}
+
+void host_bus_free_ops(HostBus *b) {
+        assert(b);
+        while (b->ops)
+                bus_op_free(b->ops);
+}
+
+void host_bus_forget(HostBus *b, void *userdata) {
+        assert(b);
+        LIST_FOREACH_SAFE (ops, op, next, b->ops)
+                if (op->userdata == userdata)
+                        bus_op_free(op);
+}
+
+static int job_removed_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
+        HostBus *b = userdata;
+        const char *path, *unit, *result;
+        uint32_t id;
+
+        if (!host_bus_from_manager(b, m) || sd_bus_message_read(m, "uoss", &id, &path, &unit, &result) < 0)
+                return 0;
+        LIST_FOREACH (ops, op, b->ops)
+                if (op->job && streq(op->job, path)) {
+                        bus_op_finish(op, result, NULL, NULL);
+                        break;
+                }
+        return 0;
+}
+
+int host_bus_match_job_removed(HostBus *b) {
+        assert(b);
+        return sd_bus_match_signal_async(b->bus, NULL, SD1, SD1_PATH, SD1_MANAGER, "JobRemoved",
+                                         job_removed_cb, NULL, b);
+}
+
+/* An error reply that sd-bus makes up for each pending call when the connection closes ("Connection
+ * terminated") arrives before the Disconnected signal: the news is the lost bus, so the owner hears "host
+ * down" first, as for any other lost bus, and the operation fails with it. true: op is gone. */
+static bool op_bus_closing(BusOp *op, sd_bus_message *m) {
+        if (!sd_bus_message_is_method_error(m, NULL) || sd_bus_is_open(op->bus->bus) > 0)
+                return false;
+        op->slot = sd_bus_slot_unref(op->slot);
+        if (!host_bus_lost(op->bus, "bus connection lost"))
+                bus_op_finish(op, NULL, NULL, "bus connection lost");
+        return true;
+}
+
+static int job_reply_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
+        BusOp *op = userdata;
+        const char *e = bus_message_error(m), *path;
+        int r;
+
+        if (op_bus_closing(op, m))
+                return 0;
+        op->slot = sd_bus_slot_unref(op->slot);
+        if (e) {
+                bus_op_finish(op, NULL, NULL, e);
+                return 0;
+        }
+        r = sd_bus_message_read(m, "o", &path);
+        if (r < 0 || !(op->job = strdup(path))) {
+                bus_op_finish(op, NULL, NULL, "bad reply from the service manager");
+                return 0;
+        }
+        /* JobRemoved comes later: the reply is sent before the job runs (rule:job-match-first) */
+        return 0;
+}
+
+/* Sends m as operation on unit i; reply_cb gets it, and ends it with bus_op_finish(). */
+static int bus_op_send(HostBus *b, size_t i, void *userdata, HostBusJobDone job_done, HostBusDone done,
+                       sd_bus_message *m, sd_bus_message_handler_t reply_cb) {
+        BusOp *op = bus_op_new(b, i, userdata);
+        int r;
+
+        if (!op)
+                return -ENOMEM;
+        op->job_done = job_done;
+        op->done = done;
+        r = sd_bus_call_async(b->bus, &op->slot, m, reply_cb, op, 0);
+        if (r < 0)
+                bus_op_free(op);
+        return r < 0 ? r : 0;
+}
+
+int host_bus_job(HostBus *b, const char *method, size_t i, const char *mode, HostBusJobDone cb,
+                 void *userdata) {
+        assert(b);
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+        int r;
+
+        if (!b->up)
+                return -ENOTCONN;
+        r = sd_bus_message_new_method_call(b->bus, &m, SD1, SD1_PATH, SD1_MANAGER, method);
+        if (r >= 0)
+                r = sd_bus_message_append(m, "ss", b->units[i].info.name, mode);
+        if (r < 0)
+                return r;
+        return bus_op_send(b, i, userdata, cb, NULL, m, job_reply_cb);
+}
+
+static int refresh_reply_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
+        BusOp *op = userdata;
+        const char *e = bus_message_error(m);
+
+        if (op_bus_closing(op, m))
+                return 0;
+        op->slot = sd_bus_slot_unref(op->slot);
+        if (!e && unit_info_read_properties(m, &op->bus->units[op->unit].info) < 0)
+                e = "bad reply from the service manager";
+        bus_op_finish(op, NULL, NULL, e);
+        return 0;
+}
+
+int host_bus_refresh_unit(HostBus *b, size_t i, HostBusDone cb, void *userdata) {
+        assert(b);
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+        int r;
+
+        if (!b->up)
+                return -ENOTCONN;
+        r = sd_bus_message_new_method_call(b->bus, &m, SD1, b->units[i].info.path,
+                                           "org.freedesktop.DBus.Properties", "GetAll");
+        if (r >= 0)
+                r = sd_bus_message_append(m, "s", ""); /* "": every interface */
+        if (r < 0)
+                return r;
+        return bus_op_send(b, i, userdata, NULL, cb, m, refresh_reply_cb);
+}
+
+static int list_reply_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
+        BusOp *op = userdata;
+        _cleanup_strv_free_ char **names = NULL;
+        const char *e = bus_message_error(m);
+        int r;
+
+        if (op_bus_closing(op, m))
+                return 0;
+        op->slot = sd_bus_slot_unref(op->slot);
+        if (e) {
+                bus_op_finish(op, NULL, NULL, e);
+                return 0;
+        }
+        r = sd_bus_message_enter_container(m, 'a', "(ssssssouso)");
+        while (r >= 0) {
+                const char *name, *d, *load, *active, *sub, *following, *upath, *jtype, *jpath;
+                uint32_t jid;
+                r = sd_bus_message_read(m, "(ssssssouso)", &name, &d, &load, &active, &sub, &following,
+                                        &upath, &jid, &jtype, &jpath);
+                if (r <= 0)
+                        break;
+                if (strv_extend(&names, name) < 0)
+                        r = -ENOMEM;
+        }
+        if (r < 0) {
+                bus_op_finish(op, NULL, NULL, "bad reply from the service manager");
+                return 0;
+        }
+        if (!names && !(names = calloc(1, sizeof(char *)))) {
+                bus_op_finish(op, NULL, NULL, "out of memory");
+                return 0;
+        }
+        bus_op_finish(op, NULL, names, NULL);
+        return 0;
+}
+
+int host_bus_list_active(HostBus *b, char **patterns, HostBusDone cb, void *userdata) {
+        assert(b);
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+        char *states[] = {(char *)"active", (char *)"activating", (char *)"reloading",
+                          (char *)"deactivating", NULL};
+        int r;
+
+        if (!b->up)
+                return -ENOTCONN;
+        r = sd_bus_message_new_method_call(b->bus, &m, SD1, SD1_PATH, SD1_MANAGER, "ListUnitsByPatterns");
+        if (r >= 0)
+                r = sd_bus_message_append_strv(m, states);
+        if (r >= 0)
+                r = sd_bus_message_append_strv(m, patterns);
+        if (r < 0)
+                return r;
+        return bus_op_send(b, 0, userdata, NULL, cb, m, list_reply_cb);
+}

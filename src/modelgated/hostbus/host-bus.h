@@ -1,0 +1,75 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/* The bus to one host's service manager: the local user bus, the system bus,
+ * or a remote user bus through ssh and systemd-stdio-bridge (rule:ssh-bridge). It
+ * connects, subscribes, follows a fixed set of units (the host's engine
+ * units: loaded and Ref()ed so their outcome stays readable, state kept from
+ * PropertiesChanged), runs jobs to their JobRemoved, and reconnects with
+ * backoff when the bus is lost. Everything is asynchronous on the one event
+ * loop. It knows nothing of engines or policy; the Host does. */
+
+#include <stdbool.h>
+#include <systemd/sd-event.h>
+
+#include "modelgated/conf/conf.h"
+#include "shared/macro.h"
+
+typedef struct HostBus HostBus;
+
+typedef struct UnitInfo {
+        char *name;
+        char *path;
+        char *load_state;   /* loaded, not-found, masked, … */
+        char *active_state; /* active, activating, inactive, failed, … */
+        char *sub_state;
+        char *result;     /* Service.Result: success, exit-code, exec-condition, … */
+        char *restart;    /* Service.Restart */
+        char *file_state; /* GetUnitFileState(): enabled, static, …; NULL when it has no file */
+        char **conflicts;
+        bool condition_result;
+        bool read; /* every property above was read at least once */
+} UnitInfo;
+
+typedef struct HostBusCallbacks {
+        /* Connected, subscribed, and every unit read. */
+        void (*on_up)(HostBus *b, void *userdata);
+        /* Lost, or could not connect; a reconnect is scheduled. */
+        void (*on_down)(HostBus *b, const char *reason, void *userdata);
+        /* A followed unit's state changed (not called while the bus is coming up). */
+        void (*on_unit_changed)(HostBus *b, size_t i, void *userdata);
+} HostBusCallbacks;
+
+/* A job ended: 'result' is JobRemoved's (done, failed, canceled, …), or NULL when the call failed or the
+ * bus was lost; then 'error' says why. */
+typedef void (*HostBusJobDone)(HostBus *b, size_t i, const char *result, const char *error, void *userdata);
+/* A read finished: 'error' is NULL on success. For a list, 'units' names what matched. */
+typedef void (*HostBusDone)(HostBus *b, char **units, const char *error, void *userdata);
+
+int host_bus_new(sd_event *e, const HostConf *h, char **units, const HostBusCallbacks *cb, void *userdata,
+                 HostBus **ret);
+/* Closes the bus (an ssh child is stopped and reaped by sd-bus); pending callbacks are not called. */
+HostBus *host_bus_free(HostBus *b);
+DEFINE_TRIVIAL_CLEANUP_FUNC(HostBus *, host_bus_free);
+
+/* Starts connecting. Failures come back through on_down, never as an error here. */
+void host_bus_connect(HostBus *b);
+bool host_bus_is_up(const HostBus *b);
+size_t host_bus_n_units(const HostBus *b);
+const UnitInfo *host_bus_unit(const HostBus *b, size_t i);
+/* What the bus is, for logs: "user bus", "system bus", "ssh gpu@a9". */
+const char *host_bus_label(const HostBus *b);
+
+/* StartUnit or StopUnit (method) of followed unit i, waiting for the job's JobRemoved. */
+int host_bus_job(HostBus *b, const char *method, size_t i, const char *mode, HostBusJobDone cb,
+                 void *userdata);
+/* Re-reads unit i's properties (after a job: a "done" can hide an inactive unit). */
+int host_bus_refresh_unit(HostBus *b, size_t i, HostBusDone cb, void *userdata);
+/* Units matching 'patterns' that are active, activating, reloading or deactivating. */
+int host_bus_list_active(HostBus *b, char **patterns, HostBusDone cb, void *userdata);
+/* Forgets every pending callback that carries 'userdata' (its owner is going away). */
+void host_bus_forget(HostBus *b, void *userdata);
+
+bool unit_info_is_running(const UnitInfo *u);
+/* A reload with the same bus settings: the new configuration's copy. */
+void host_bus_set_conf(HostBus *b, const HostConf *h);

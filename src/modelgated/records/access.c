@@ -1,0 +1,304 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* API keys, tiers and daily caps: see access.h and modelgate.conf(5), [Access]. */
+
+#include <assert.h>
+#include <arpa/inet.h>
+#include <fnmatch.h>
+#include <json-c/json.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "modelgated/records/access.h"
+#include "shared/count-map.h"
+#include "shared/keys-file.h"
+#include "shared/log.h"
+#include "shared/state-file.h"
+
+/* Anonymous clients are counted per address (IPv6 per /64, which is what one client has): at most this many
+ * a day. Past the cap, new anonymous addresses share one count (OVERFLOW) with the same daily cap, rather
+ * than an old count being forgotten (a fresh quota for its address) or every new address being refused (a
+ * /48 has 65536 /64s: one user could shut everyone else out). Keys are bounded by the keys file. */
+#define ACCESS_ANONYMOUS_MAX 65536
+#define OVERFLOW "ip:*"
+
+struct Access {
+        char day[16]; /* "2026-11-30", UTC: the day the counts are for */
+        CountMap *counts;
+        size_t n_anonymous;
+        bool dirty;
+        sd_event_source *save_timer;
+};
+
+static void today(char day[16], uint64_t *ret_seconds_left) {
+        time_t now = time(NULL);
+        struct tm tm;
+
+        gmtime_r(&now, &tm);
+        strftime(day, 16, "%Y-%m-%d", &tm);
+        if (ret_seconds_left)
+                *ret_seconds_left = (uint64_t)(86400 - (tm.tm_hour * 3600 + tm.tm_min * 60 + tm.tm_sec));
+}
+
+static void counters_clear(Access *a) {
+        a->counts = count_map_free(a->counts);
+        a->n_anonymous = 0;
+}
+
+/* The count called name, made if need be. NULL with errno: ENOMEM, or EDQUOT when an anonymous one
+ * would pass ACCESS_ANONYMOUS_MAX. */
+static uint64_t *counter_get(Access *a, const char *name) {
+        bool anonymous = startswith(name, "ip:") && !streq(name, OVERFLOW);
+        uint64_t *n = count_map_get(&a->counts, name, false);
+
+        if (n)
+                return n;
+        if (anonymous && a->n_anonymous >= ACCESS_ANONYMOUS_MAX) {
+                errno = EDQUOT;
+                return NULL;
+        }
+        n = count_map_get(&a->counts, name, true);
+        if (!n) {
+                errno = ENOMEM;
+                return NULL;
+        }
+        a->n_anonymous += anonymous;
+        return n;
+}
+
+static void usage_save(Access *a) {
+        _cleanup_free_ char *path = state_file_path("usage.json");
+        json_object *root = json_object_new_object(), *counts = json_object_new_object();
+        int r;
+
+        json_object_object_add(root, "day", json_object_new_string(a->day));
+        json_object_object_add(root, "counts", counts);
+        const char *name;
+        uint64_t n;
+        for (size_t i = 0; count_map_next(a->counts, &i, &name, &n);)
+                json_object_object_add(counts, name, json_object_new_uint64(n));
+        if (!path)
+                log_warning("No state directory: daily request counts will not survive a restart");
+        else {
+                const char *s = json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN);
+                r = state_file_write(path, s, strlen(s));
+                if (r < 0)
+                        log_warning_errno(r, "Cannot write %s, daily request counts may be lost: %m", path);
+        }
+        a->dirty = false;
+        json_object_put(root);
+}
+
+static void usage_load(Access *a) {
+        _cleanup_free_ char *path = state_file_path("usage.json");
+        json_object *root, *day, *counts;
+
+        today(a->day, NULL);
+        if (!path)
+                return;
+        root = json_object_from_file(path);
+        if (!root) {
+                if (access(path, F_OK) < 0)
+                        return; /* a first start: nothing counted yet */
+                /* kept aside for a look, and said: every quota starts again */
+                _cleanup_free_ char *aside = NULL;
+                if (asprintf(&aside, "%s.corrupt", path) >= 0 && rename(path, aside) >= 0)
+                        log_warning(
+                                "%s cannot be read (%s); moved to %s, today's request counts start again",
+                                path, json_util_get_last_err() ?: "not JSON", aside);
+                else
+                        log_warning("%s cannot be read (%s); today's request counts start again", path,
+                                    json_util_get_last_err() ?: "not JSON");
+                return;
+        }
+        if (json_object_object_get_ex(root, "day", &day) && streq(json_object_get_string(day), a->day) &&
+            json_object_object_get_ex(root, "counts", &counts) &&
+            json_object_is_type(counts, json_type_object)) {
+                /* linear in the entries: a hash table, and nothing past the anonymous cap is kept */
+                json_object_object_foreach(counts, k, v) {
+                        uint64_t *c = counter_get(a, k);
+                        if (c)
+                                *c = json_object_get_uint64(v);
+                }
+        }
+        json_object_put(root);
+}
+
+static int save_cb(sd_event_source *s, uint64_t usec, void *userdata) {
+        usage_save(userdata);
+        return 0;
+}
+
+Access *access_new(sd_event *event) {
+        Access *a = calloc(1, sizeof(Access));
+
+        if (!a)
+                return NULL;
+        usage_load(a);
+        if (sd_event_add_time_relative(event, &a->save_timer, CLOCK_MONOTONIC, USAGE_SAVE_DELAY_USEC, 0,
+                                       save_cb, a) < 0)
+                return access_free(a);
+        (void)sd_event_source_set_enabled(a->save_timer, SD_EVENT_OFF);
+        return a;
+}
+
+Access *access_free(Access *a) {
+        if (!a)
+                return NULL;
+        if (a->dirty)
+                usage_save(a);
+        sd_event_source_disable_unref(a->save_timer);
+        counters_clear(a);
+        free(a);
+        return NULL;
+}
+
+int access_identify(const Config *c, const char *key, const char *peer, AccessCaller *ret, AccessDenial *d) {
+        assert(c);
+        *ret = (AccessCaller){};
+        if (key && *key) {
+                uint8_t h[SHA256_DIGEST_SIZE];
+                char hex[2 * SHA256_DIGEST_SIZE + 1];
+
+                if (sha256(key, strlen(key), h) < 0) {
+                        *d = (AccessDenial){.answer = ANSWER_ADMISSION_OUT_OF_MEMORY};
+                        (void)answer_format(d->message, sizeof(d->message), d->answer);
+                        return -ENOMEM;
+                }
+                sha256_to_hex(h, hex);
+                for (size_t i = 0; i < c->access.n_keys; i++)
+                        if (memcmp(c->access.key_hashes[i], h, sizeof(h)) == 0) {
+                                ret->tier = &c->tiers[c->access.key_tiers[i]];
+                                ret->admitted = true;
+                                memcpy(ret->digest, hex, 16);
+                                ret->digest[16] = 0;
+                                return 0;
+                        }
+                *d = (AccessDenial){.answer = ANSWER_INVALID_API_KEY};
+                (void)answer_format(d->message, sizeof(d->message), d->answer, hex);
+                return -EPERM;
+        }
+        if (c->access.anonymous_daily_requests == 0) {
+                *d = (AccessDenial){.answer = ANSWER_MISSING_API_KEY};
+                (void)answer_format(d->message, sizeof(d->message), d->answer);
+                return -EPERM;
+        }
+        ret->admitted = true;
+        return 0;
+}
+
+const char *access_caller_id(const AccessCaller *caller, char buf[static 80]) {
+        assert(caller);
+        if (!caller->tier)
+                return "anonymous";
+        snprintf(buf, 80, "%s:%.8s", caller->tier->name, caller->digest);
+        return buf;
+}
+
+bool access_model_allowed(const AccessCaller *caller, const char *model) {
+        assert(caller);
+        if (!caller->tier || strv_isempty(caller->tier->models))
+                return true;
+        STRV_FOREACH (g, caller->tier->models)
+                if (fnmatch(*g, model, 0) == 0)
+                        return true;
+        return false;
+}
+
+bool access_host_allowed(const AccessCaller *caller, const char *host) {
+        assert(caller);
+        size_t h = strlen(host);
+
+        if (!caller->tier || strv_isempty(caller->tier->models))
+                return true;
+        STRV_FOREACH (g, caller->tier->models) {
+                /* up to its first special character a glob matches only itself: a name of the host must
+                 * agree with that much ("<host>-" as far as both go), and a glob without one must begin
+                 * with "<host>-" */
+                size_t fixed = strcspn(*g, "*?[\\");
+                size_t k = MIN(fixed, h);
+                if (strncmp(*g, host, k) != 0)
+                        continue;
+                if (fixed > h ? (*g)[h] == '-' : (*g)[fixed] != '\0')
+                        return true;
+        }
+        return false;
+}
+
+const char *access_client_address(const char *peer, char buf[static INET6_ADDRSTRLEN + 8]) {
+        assert(peer);
+        struct in6_addr a6;
+
+        if (inet_pton(AF_INET6, peer, &a6) != 1)
+                return peer; /* IPv4 (or "local") */
+        if (IN6_IS_ADDR_V4MAPPED(&a6)) {
+                /* a dual-stack listener's IPv4 client is that IPv4 address */
+                inet_ntop(AF_INET, &a6.s6_addr[12], buf, INET6_ADDRSTRLEN + 8);
+                return buf;
+        }
+        memset(&a6.s6_addr[8], 0, 8);
+        inet_ntop(AF_INET6, &a6, buf, INET6_ADDRSTRLEN);
+        strcat(buf, "/64");
+        return buf;
+}
+
+static int access_cap(Access *a, const Config *c, const AccessCaller *caller, const char *peer, bool take,
+                      AccessDenial *d) {
+        uint64_t cap = caller->tier ? caller->tier->daily_requests : c->access.anonymous_daily_requests;
+        uint64_t left, zero = 0;
+        char day[16];
+        uint64_t *n;
+
+        today(day, &left);
+        if (!streq(day, a->day)) {
+                /* the day rolled over: everyone starts again */
+                counters_clear(a);
+                memcpy(a->day, day, sizeof(day));
+                a->dirty = true;
+        }
+        /* an anonymous client without a cap costs nothing to count, and is not */
+        if (!caller->tier && cap == UINT64_MAX)
+                return 0;
+        char name[80], address[INET6_ADDRSTRLEN + 8];
+        /* the key's digest prefix, or the anonymous client's address */
+        snprintf(name, sizeof(name), caller->tier ? "k:%s" : "ip:%s",
+                 caller->tier ? caller->digest : access_client_address(peer, address));
+        /* a check creates no counter: a caller not counted yet has used nothing. Past the cap of anonymous
+         * addresses, one not counted yet is counted as all the others are (counter_get()'s EDQUOT) */
+        n = take ? counter_get(a, name) : count_map_get(&a->counts, name, false);
+        bool overflow = !n && !caller->tier && a->n_anonymous >= ACCESS_ANONYMOUS_MAX;
+        if (overflow)
+                n = take ? counter_get(a, OVERFLOW) : count_map_get(&a->counts, OVERFLOW, false);
+        if (!n && !take)
+                n = &zero;
+        if (!n)
+                return -ENOMEM;
+        if (cap != UINT64_MAX && *n >= cap) {
+                *d = (AccessDenial){.answer = ANSWER_DAILY_LIMIT, .retry_after = left};
+                (void)answer_format(
+                        d->message, sizeof(d->message), d->answer,
+                        caller->tier ? "this key"
+                        : overflow   ? "this proxy has counted its most anonymous addresses today, and the "
+                                       "rest, sharing one count,"
+                                     : "this address",
+                        (unsigned long long)cap, a->day, (unsigned long long)left);
+                return -EDQUOT;
+        }
+        if (!take)
+                return 0;
+        (*n)++;
+        if (!a->dirty || sd_event_source_get_enabled(a->save_timer, NULL) <= 0) {
+                a->dirty = true;
+                (void)sd_event_source_set_time_relative(a->save_timer, USAGE_SAVE_DELAY_USEC);
+                (void)sd_event_source_set_enabled(a->save_timer, SD_EVENT_ONESHOT);
+        }
+        return 0;
+}
+
+int access_count(Access *a, const Config *c, const AccessCaller *caller, const char *peer, AccessDenial *d) {
+        return access_cap(a, c, caller, peer, true, d);
+}
+
+int access_check(Access *a, const Config *c, const AccessCaller *caller, const char *peer, AccessDenial *d) {
+        return access_cap(a, c, caller, peer, false, d);
+}

@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/* [Access] and [Tier] (rule:access-on-head, rule:daily-cap, rule:tier-models): who may send model requests,
+ * and how many a day. A key (from "Authorization: Bearer" or "X-Api-Key") is known by its SHA-256 only; its
+ * tier caps its requests per UTC day and may limit the models it sees. Clients without a key are counted per
+ * source address. Counts are kept in the state directory (usage.json), written atomically at most
+ * USAGE_SAVE_DELAY behind, so that an idle exit, a restart or a crash resets nobody's quota. */
+
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <systemd/sd-event.h>
+
+#include "modelgated/rules/api-answer.h"
+#include "modelgated/conf/conf.h"
+#include "shared/time-util.h"
+
+#define USAGE_SAVE_DELAY_USEC (2 * USEC_PER_SEC)
+
+typedef struct Access Access;
+
+/* Who is asking, set by access_identify(); small, since every connection carries one. */
+typedef struct AccessCaller {
+        const TierConf *tier; /* NULL: anonymous */
+        bool admitted;
+        char digest[17]; /* a key's: the first 16 hex digits of its SHA-256 */
+} AccessCaller;
+
+/* For the log: "free:3f2a9c1e" (tier and digest prefix, never the key) or "anonymous". */
+const char *access_caller_id(const AccessCaller *caller, char buf[static 80]);
+
+typedef struct AccessDenial {
+        Answer answer;        /* ANSWER_INVALID_API_KEY, ANSWER_MISSING_API_KEY or ANSWER_DAILY_LIMIT;
+                               * ANSWER_ADMISSION_OUT_OF_MEMORY when hashing the key ran out of memory */
+        char message[256];    /* the row's words */
+        uint64_t retry_after; /* 429: seconds until the day rolls over */
+} AccessDenial;
+
+Access *access_new(sd_event *event);
+/* Writes what is not written yet. */
+Access *access_free(Access *a);
+
+/* Who the caller is. -EPERM with *ret_denial filled when it cannot be served at all (an unknown key, or no
+ * key where anonymous clients are refused). */
+int access_identify(const Config *c, const char *key, const char *peer, AccessCaller *ret,
+                    AccessDenial *ret_denial);
+/* Whether the caller's tier may use this client-visible model name. */
+bool access_model_allowed(const AccessCaller *caller, const char *model);
+/* Whether the caller's tier may use some model of host, as far as its globs say: one of its Models= can
+ * match a name that begins with "<host>-" (judged by the glob's fixed beginning, so "*" or "3*" counts for
+ * host 3090, and a glob that names only an alias counts for no host). */
+bool access_host_allowed(const AccessCaller *caller, const char *host);
+/* What an anonymous client is counted as: its IPv4 address (an IPv4-mapped IPv6 one too), or the /64 of
+ * its IPv6 address ("2001:db8:1:2::/64"), since one IPv6 client has a whole /64 to send from. */
+const char *access_client_address(const char *peer, char buf[static INET6_ADDRSTRLEN + 8]);
+/* Counts a request against the caller's daily cap: 0, or -EDQUOT with *ret_denial (429). */
+int access_count(Access *a, const Config *c, const AccessCaller *caller, const char *peer,
+                 AccessDenial *ret_denial);
+/* Whether the caller has a request of the day left, counting nothing: a request over its cap is refused on
+ * its head, before its body is read. 0, or -EDQUOT with *ret_denial (429). */
+int access_check(Access *a, const Config *c, const AccessCaller *caller, const char *peer,
+                 AccessDenial *ret_denial);

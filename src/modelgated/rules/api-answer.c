@@ -1,0 +1,154 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <assert.h>
+#include <stdio.h>
+
+#include "modelgated/rules/api-answer.h"
+
+#define WORDS_OF_(x) #x
+#define WORDS_OF(x) WORDS_OF_(x)
+#define RETRY_WORDS "modelgate keeps trying it, retry in " WORDS_OF(ANSWER_HOST_DOWN_RETRY_SEC) " s"
+#define LISTS_THEM "GET /v1/models lists the models this proxy serves"
+
+static const AnswerRow answer_table[_ANSWER_MAX] = {
+        [ANSWER_OUT_OF_MEMORY] = {500, NULL, ANSWER_HEADERS_NONE, 0, "out of memory"},
+        [ANSWER_ADMISSION_OUT_OF_MEMORY] = {500, NULL, ANSWER_HEADERS_BEARER, 0, "out of memory"},
+        [ANSWER_ALIAS_TARGET_LOST] = {500, NULL, ANSWER_HEADERS_NONE, 0, "alias target without a host"},
+        [ANSWER_BAD_REQUEST] = {400, "invalid_request", ANSWER_HEADERS_NONE, 0, "%s"},
+        [ANSWER_MALFORMED_REQUEST] = {0, NULL, ANSWER_HEADERS_NONE, 0, "%s"},
+        [ANSWER_NOT_A_PATH] = {400, "invalid_request", ANSWER_HEADERS_NONE, 0,
+                               "the request target must be a path (modelgate is not a forward proxy)"},
+        [ANSWER_HEADERS_TIMEOUT] = {408, "request_timeout", ANSWER_HEADERS_NONE, 0,
+                                    "the client did not send its request headers in time"},
+        [ANSWER_BODY_TIMEOUT] = {408, "request_timeout", ANSWER_HEADERS_NONE, 0,
+                                 "the client did not send its request body within BodyTimeoutSec=%s"},
+        [ANSWER_BODY_TOO_SLOW] =
+                {408, "request_timeout", ANSWER_HEADERS_NONE, 0,
+                 "the client sent its request body too slowly: nothing for IdleTimeoutSec=%s"},
+        [ANSWER_TOO_MANY_CONNECTIONS] = {503, "too_many_connections", ANSWER_HEADERS_RETRY_AFTER, 5,
+                                         "this address has %llu connections open to modelgate, more than "
+                                         "MaxConnectionsPerAddress=%llu; close some and retry"},
+        [ANSWER_INVALID_API_KEY] =
+                {401, "invalid_api_key", ANSWER_HEADERS_BEARER, 0,
+                 "the API key is not known to this proxy (digest %.8s…); ask its operator "
+                 "for one"},
+        [ANSWER_MISSING_API_KEY] =
+                {401, "missing_api_key", ANSWER_HEADERS_BEARER, 0,
+                 "this proxy needs an API key: send it as \"Authorization: Bearer <key>\" "
+                 "or \"X-Api-Key: <key>\""},
+        [ANSWER_DAILY_LIMIT] =
+                {429, "rate_limit_exceeded", ANSWER_HEADERS_RETRY_AFTER, 0,
+                 "%s has used its %llu requests for today (%s, UTC); the count starts again in "
+                 "%llu s"},
+        [ANSWER_BODY_TOO_LARGE] = {413, "request_too_large", ANSWER_HEADERS_NONE, 0,
+                                   "request body is larger than %s allows (%s %llu bytes)"},
+        [ANSWER_BODY_NOT_TAKEN] = {413, "request_too_large", ANSWER_HEADERS_NONE, 0,
+                                   "this request takes no body"},
+        [ANSWER_INVALID_JSON] = {400, "invalid_json", ANSWER_HEADERS_NONE, 0,
+                                 "the request body is not valid JSON (or not a JSON object)"},
+        [ANSWER_MODEL_NOT_STRING] = {400, "invalid_model", ANSWER_HEADERS_NONE, 0,
+                                     "\"model\" in the request body must be a string"},
+        [ANSWER_MODEL_TWICE_IN_BODY] = {400, "invalid_model", ANSWER_HEADERS_NONE, 0,
+                                        "\"model\" appears more than once in the request body"},
+        [ANSWER_MODEL_MISSING_IN_BODY] = {400, "missing_model", ANSWER_HEADERS_NONE, 0,
+                                          "the request body has no \"model\"; name one as \"<host>-<key>\" "
+                                          "(GET /v1/models lists them)"},
+        [ANSWER_MODEL_MISSING] = {400, "missing_model", ANSWER_HEADERS_NONE, 0,
+                                  "the request names no model; send \"model\" in a JSON body or "
+                                  "?model=<host>-<key> in the query (GET /v1/models lists them)"},
+        [ANSWER_MODEL_BAD_ESCAPE] =
+                {400, "invalid_model", ANSWER_HEADERS_NONE, 0,
+                 "the query has a bad %%-escape in its model parameter or in a parameter "
+                 "name"},
+        [ANSWER_MODEL_TWICE_IN_QUERY] = {400, "invalid_model", ANSWER_HEADERS_NONE, 0,
+                                         "the query names model more than once"},
+        [ANSWER_MODEL_BODY_AND_QUERY] = {400, "invalid_model", ANSWER_HEADERS_NONE, 0,
+                                         "the request names one model in its body and another in its query; "
+                                         "name it once"},
+        [ANSWER_MODEL_CONTROL_CHARACTER] = {400, "invalid_model", ANSWER_HEADERS_NONE, 0,
+                                            "the model name holds a control character"},
+        [ANSWER_MODEL_NOT_ALLOWED] =
+                {403, "model_not_allowed", ANSWER_HEADERS_NONE, 0,
+                 "this key (tier '%s') may not use model '%s'; GET /v1/models lists the "
+                 "ones it may"},
+        [ANSWER_UNKNOWN_HOST] =
+                {404, "model_not_found", ANSWER_HEADERS_NONE, 0,
+                 "model '%s' does not start with a configured host name and '-'; " LISTS_THEM},
+        [ANSWER_UNKNOWN_MODEL] = {404, "model_not_found", ANSWER_HEADERS_NONE, 0,
+                                  "host '%s' does not list a model '%s'; " LISTS_THEM},
+        [ANSWER_NO_ENGINE] = {404, "model_not_found", ANSWER_HEADERS_NONE, 0,
+                              "no engine of host '%s' serves '%s': no [Engine] of that host lists it in "
+                              "Models=, and no engine runs there now; " LISTS_THEM},
+        [ANSWER_HOST_DOWN] = {503, "host_down", ANSWER_HEADERS_RETRY_AFTER_MS, ANSWER_HOST_DOWN_RETRY_SEC,
+                              "host '%s' is down: %s; " RETRY_WORDS},
+        [ANSWER_HOST_REMOVED] =
+                {503, "host_down", ANSWER_HEADERS_RETRY_AFTER_MS, ANSWER_HOST_DOWN_RETRY_SEC,
+                 "host '%s' was removed from modelgate's configuration by a reload; " LISTS_THEM " now"},
+        [ANSWER_GPU_BUSY] = {423, "gpu_busy", ANSWER_HEADERS_NO_RETRY, 0, "%s"},
+        [ANSWER_ENGINE_FAILED] = {0, "engine_failed", ANSWER_HEADERS_NONE, 0, "%s"},
+        [ANSWER_UPSTREAM_FAILED] = {502, "upstream_failed", ANSWER_HEADERS_NONE, 0,
+                                    "host '%s' failed this request: %s (%s)"},
+        [ANSWER_UPSTREAM_TIMEOUT] = {504, "upstream_timeout", ANSWER_HEADERS_NONE, 0,
+                                     "host '%s' sent nothing for %s (UpstreamIdleTimeoutSec=), so modelgate "
+                                     "cancelled the request"},
+        [ANSWER_UPSTREAM_ENDED_EARLY] = {502, "upstream_incomplete", ANSWER_HEADERS_NONE, 0,
+                                         "host '%s' ended its answer early (%s)"},
+        [ANSWER_UPSTREAM_STREAM_CUT] = {502, "upstream_incomplete", ANSWER_HEADERS_NONE, 0,
+                                        "host '%s' stopped the stream before it ended (%s); the answer is "
+                                        "incomplete"},
+        [ANSWER_FALLBACK_FAILED] = {502, "fallback_failed", ANSWER_HEADERS_NONE, 0,
+                                    "fallback '%s' (%s) failed: %s"},
+        [ANSWER_BUDGET_EXCEEDED] = {504, "budget_exceeded", ANSWER_HEADERS_NONE, 0,
+                                    "engine '%s' of host '%s': %s; the request was cancelled"},
+        [ANSWER_CONFIG_ERROR] = {503, "config_error", ANSWER_HEADERS_NO_RETRY, 0, "%s"},
+        [ANSWER_CRASH_LOOP] = {503, "crash_loop", ANSWER_HEADERS_NO_RETRY, 0, "%s"},
+        [ANSWER_TOO_MANY_SUBSCRIBERS] = {503, "too_many_subscribers", ANSWER_HEADERS_RETRY_AFTER, 30,
+                                         "/models/sse has %zu subscribers, as many as this proxy takes "
+                                         "(MaxFeedSubscribers=%llu, at most half of MaxConnections=)"},
+};
+
+const AnswerRow *answer_row(Answer a) {
+        assert(a >= 0 && a < _ANSWER_MAX);
+        return &answer_table[a];
+}
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+int answer_vformat(char *buf, size_t size, Answer a, va_list ap) {
+        /* the format is the table's: its arguments are checked row by row in test-api-answer */
+        return vsnprintf(buf, size, answer_row(a)->format, ap);
+}
+#pragma GCC diagnostic pop
+
+int answer_format(char *buf, size_t size, Answer a, ...) {
+        va_list ap;
+        int r;
+
+        va_start(ap, a);
+        r = answer_vformat(buf, size, a, ap);
+        va_end(ap);
+        return r;
+}
+
+int answer_retry_after(char *buf, size_t size, uint64_t seconds, bool ms) {
+        if (ms)
+                return snprintf(buf, size, "Retry-After: %llu\r\nretry-after-ms: %llu000\r\n",
+                                (unsigned long long)seconds, (unsigned long long)seconds);
+        return snprintf(buf, size, "Retry-After: %llu\r\n", (unsigned long long)seconds);
+}
+
+int answer_headers(char *buf, size_t size, Answer a, uint64_t retry_after) {
+        const AnswerRow *row = answer_row(a);
+        uint64_t seconds = row->retry_after ?: retry_after;
+
+        switch (row->headers) {
+        case ANSWER_HEADERS_RETRY_AFTER:
+        case ANSWER_HEADERS_RETRY_AFTER_MS:
+                return answer_retry_after(buf, size, seconds, row->headers == ANSWER_HEADERS_RETRY_AFTER_MS);
+        case ANSWER_HEADERS_NO_RETRY:
+                return snprintf(buf, size, "x-should-retry: false\r\n");
+        case ANSWER_HEADERS_BEARER:
+                return snprintf(buf, size, "WWW-Authenticate: Bearer\r\n");
+        default:
+                return snprintf(buf, size, "%s", "");
+        }
+}

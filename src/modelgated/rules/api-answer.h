@@ -1,0 +1,102 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/* The error answers (rule:error-shape, rule:error-status) as data: every error answer of modelgate's own,
+ * from its outcome to its HTTP status, error code, headers and words, in one table. The client renders a row
+ * in the request's API shape (client_answer()); the host and [Access] write a row's words (answer_format())
+ * where they find the outcome and pass them up. Pure. */
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "modelgated/rules/api-error.h"
+
+/* How long a client is told to wait before it asks a host that is down again */
+#define ANSWER_HOST_DOWN_RETRY_SEC 30
+
+/* One outcome each. The comment names the arguments of the row's words, in their order. */
+typedef enum Answer {
+        ANSWER_OUT_OF_MEMORY,           /* - */
+        ANSWER_ADMISSION_OUT_OF_MEMORY, /* - (the key could not be checked) */
+        ANSWER_ALIAS_TARGET_LOST,       /* - */
+        ANSWER_BAD_REQUEST,             /* the parser's words (400) */
+        ANSWER_MALFORMED_REQUEST,       /* the parser's words; its status */
+        ANSWER_NOT_A_PATH,              /* - */
+        ANSWER_HEADERS_TIMEOUT,         /* - */
+        ANSWER_BODY_TIMEOUT,            /* BodyTimeoutSec= as a timespan */
+        ANSWER_BODY_TOO_SLOW,           /* IdleTimeoutSec= as a timespan */
+        ANSWER_TOO_MANY_CONNECTIONS, /* connections (unsigned long long), MaxConnectionsPerAddress= (ull) */
+        ANSWER_INVALID_API_KEY,      /* the key's digest in hex */
+        ANSWER_MISSING_API_KEY,      /* - */
+        ANSWER_DAILY_LIMIT,          /* who, the cap (ull), the day, seconds left (ull); Retry-After given */
+        ANSWER_BODY_TOO_LARGE,       /* whose limit, its option, the limit (ull) */
+        ANSWER_BODY_NOT_TAKEN,       /* - */
+        ANSWER_INVALID_JSON,         /* - */
+        ANSWER_MODEL_NOT_STRING,     /* - */
+        ANSWER_MODEL_TWICE_IN_BODY,  /* - */
+        ANSWER_MODEL_MISSING_IN_BODY,   /* - */
+        ANSWER_MODEL_MISSING,           /* - */
+        ANSWER_MODEL_BAD_ESCAPE,        /* - */
+        ANSWER_MODEL_TWICE_IN_QUERY,    /* - */
+        ANSWER_MODEL_BODY_AND_QUERY,    /* - */
+        ANSWER_MODEL_CONTROL_CHARACTER, /* - */
+        ANSWER_MODEL_NOT_ALLOWED,       /* tier, model */
+        ANSWER_UNKNOWN_HOST,            /* model (escaped) */
+        ANSWER_UNKNOWN_MODEL,           /* host, key (escaped) */
+        ANSWER_NO_ENGINE,               /* host, key (escaped) */
+        ANSWER_HOST_DOWN,               /* host, why */
+        ANSWER_HOST_REMOVED,            /* host */
+        ANSWER_GPU_BUSY,                /* the host's words */
+        ANSWER_ENGINE_FAILED,           /* the host's words; its status */
+        ANSWER_UPSTREAM_FAILED,         /* host, why, the host's URL */
+        ANSWER_UPSTREAM_TIMEOUT,        /* host, UpstreamIdleTimeoutSec= as a timespan */
+        ANSWER_UPSTREAM_ENDED_EARLY,    /* host, why */
+        ANSWER_UPSTREAM_STREAM_CUT,     /* host, why */
+        ANSWER_FALLBACK_FAILED,         /* fallback, its URL, why */
+        ANSWER_BUDGET_EXCEEDED,         /* engine, host, what was not within which budget */
+        ANSWER_CONFIG_ERROR,            /* the manager's words */
+        ANSWER_CRASH_LOOP,              /* the manager's words */
+        ANSWER_TOO_MANY_SUBSCRIBERS,    /* subscribers (size_t), the most taken (ull) */
+        _ANSWER_MAX,
+        _ANSWER_INVALID = -EINVAL,
+} Answer;
+
+/* The headers that steer a client's retry */
+typedef enum AnswerHeaders {
+        ANSWER_HEADERS_NONE,
+        ANSWER_HEADERS_RETRY_AFTER,    /* Retry-After */
+        ANSWER_HEADERS_RETRY_AFTER_MS, /* Retry-After and retry-after-ms, for the SDKs that read that */
+        ANSWER_HEADERS_NO_RETRY, /* x-should-retry: false: a person has to act, the SDKs do not retry */
+        ANSWER_HEADERS_BEARER,   /* WWW-Authenticate: Bearer */
+        _ANSWER_HEADERS_MAX,
+} AnswerHeaders;
+
+typedef struct AnswerRow {
+        int status;       /* 0: the one that found the outcome gives it (the parser, the host) */
+        const char *code; /* OpenAI's "code"; NULL: none */
+        AnswerHeaders headers;
+        unsigned retry_after; /* seconds, for the Retry-After headers; 0: given with the answer */
+        const char *format;   /* printf: the words, their arguments as the enum's comment names them */
+} AnswerRow;
+
+const AnswerRow *answer_row(Answer a);
+
+/* The row's words, with its arguments; snprintf()'s return */
+int answer_vformat(char *buf, size_t size, Answer a, va_list ap);
+int answer_format(char *buf, size_t size, Answer a, ...);
+
+/* The one writing of the Retry-After family: "Retry-After: N\r\n", and "retry-after-ms: N000\r\n" when
+ * ms; snprintf()'s return */
+int answer_retry_after(char *buf, size_t size, uint64_t seconds, bool ms);
+
+/* The row's header lines, each ending in CRLF ("" for none); retry_after: the seconds for a row without
+ * its own. snprintf()'s return */
+int answer_headers(char *buf, size_t size, Answer a, uint64_t retry_after);
+
+/* The status of an answer: the row's, or 'given' for a row without one of its own */
+static inline int answer_status(Answer a, int given) {
+        return answer_row(a)->status ?: given;
+}

@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/* A line filter over a host's text/event-stream: every complete line is
+ * passed on at once, unchanged, except the error events that rule:reword-context and rule:reword-anthropic
+ * say to reword (api_error_reword()). Only a line not yet ended is held back, up to SSE_LINE_MAX; a longer
+ * one is passed on raw. Pure. */
+
+#include <stdbool.h>
+
+#include "modelgated/rules/api-error.h"
+#include "shared/buffer.h"
+
+#define SSE_LINE_MAX (1024 * 1024)
+
+typedef struct SseFilter {
+        ApiKind api;
+        Buffer line;
+        bool in_error_event;
+        bool raw_until_newline; /* a line longer than SSE_LINE_MAX is being passed on raw */
+        bool saw_done;          /* "data: [DONE]" went by: the stream is complete */
+} SseFilter;
+
+void sse_filter_init(SseFilter *f, ApiKind api);
+void sse_filter_done(SseFilter *f);
+/* Appends the output for these bytes to out. 0 or -ENOMEM. */
+int sse_filter_feed(SseFilter *f, const char *p, size_t n, Buffer *out);
+/* Flushes a last line without its line end. */
+int sse_filter_finish(SseFilter *f, Buffer *out);
+
+/* An error event in the API's shape, for a stream modelgate must end itself (rule:error-event,
+ * rule:cut-stream). */
+int sse_error_event(ApiKind api, int status, const char *code, const char *message, Buffer *out);
+/* A host's whole error answer as one error event in the API's shape, reworded as rule:reword-context and
+ * rule:reword-anthropic say: for an error that arrives after modelgate's early 200 (a client waited for its
+ * engine). */
+int sse_error_event_from_answer(ApiKind api, int status, const char *body, size_t n, Buffer *out);
