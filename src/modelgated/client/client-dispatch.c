@@ -80,7 +80,7 @@ static bool client_admit(Client *c) {
          * comes while its body is read or its listing waits */
         if (!c->x->config)
                 c->x->config = config_ref(manager_config(c->manager));
-        if (access_identify(c->x->config, key, c->peer, &c->x->caller, &d) < 0) {
+        if (access_identify(c->x->config, key, c->peer, &c->x->caller, &d) != ACCESS_ALLOWED) {
                 client_answer_message(c, d.answer, /* status= */ 0, /* retry_after= */ 0, d.message);
                 c->x->caller.admitted = false;
                 return false;
@@ -98,7 +98,7 @@ static bool client_within_cap(Client *c) {
         AccessDenial denial;
 
         if (!c->x->caller.admitted || !access ||
-            access_check(access, c->x->config, &c->x->caller, c->peer, &denial) != -EDQUOT)
+            access_check(access, c->x->config, &c->x->caller, c->peer, &denial) != ACCESS_OVER_CAP)
                 return true;
         client_refuse_cap(c, &denial);
         return false;
@@ -374,7 +374,7 @@ static bool dispatch_route(Client *c, Dispatch *d) {
                 AccessDenial denial;
                 Access *access = manager_access(c->manager);
                 k = access ? access_count(access, c->x->config, &c->x->caller, c->peer, &denial) : -ENOMEM;
-                if (k == -EDQUOT)
+                if (k == ACCESS_OVER_CAP)
                         return client_refuse_cap(c, &denial), false;
                 if (k < 0)
                         return client_answer(c, ANSWER_OUT_OF_MEMORY), false;

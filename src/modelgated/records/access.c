@@ -172,19 +172,19 @@ int access_identify(const Config *c, const char *key, const char *peer, AccessCa
                                 ret->admitted = true;
                                 memcpy(ret->digest, hex, 16);
                                 ret->digest[16] = 0;
-                                return 0;
+                                return ACCESS_ALLOWED;
                         }
                 *d = (AccessDenial){.answer = ANSWER_INVALID_API_KEY};
                 (void)answer_format(d->message, sizeof(d->message), d->answer, hex);
-                return -EPERM;
+                return ACCESS_REFUSED;
         }
         if (c->access.anonymous_daily_requests == 0) {
                 *d = (AccessDenial){.answer = ANSWER_MISSING_API_KEY};
                 (void)answer_format(d->message, sizeof(d->message), d->answer);
-                return -EPERM;
+                return ACCESS_REFUSED;
         }
         ret->admitted = true;
-        return 0;
+        return ACCESS_ALLOWED;
 }
 
 const char *access_caller_id(const AccessCaller *caller, char buf[static 80]) {
@@ -258,7 +258,7 @@ static int access_cap(Access *a, const Config *c, const AccessCaller *caller, co
         }
         /* an anonymous client without a cap costs nothing to count, and is not */
         if (!caller->tier && cap == UINT64_MAX)
-                return 0;
+                return ACCESS_ALLOWED;
         char name[80], address[INET6_ADDRSTRLEN + 8];
         /* the key's digest prefix, or the anonymous client's address */
         snprintf(name, sizeof(name), caller->tier ? "k:%s" : "ip:%s",
@@ -282,17 +282,17 @@ static int access_cap(Access *a, const Config *c, const AccessCaller *caller, co
                                        "rest, sharing one count,"
                                      : "this address",
                         (unsigned long long)cap, a->day, (unsigned long long)left);
-                return -EDQUOT;
+                return ACCESS_OVER_CAP;
         }
         if (!take)
-                return 0;
+                return ACCESS_ALLOWED;
         (*n)++;
         if (!a->dirty || sd_event_source_get_enabled(a->save_timer, NULL) <= 0) {
                 a->dirty = true;
                 (void)sd_event_source_set_time_relative(a->save_timer, USAGE_SAVE_DELAY_USEC);
                 (void)sd_event_source_set_enabled(a->save_timer, SD_EVENT_ONESHOT);
         }
-        return 0;
+        return ACCESS_ALLOWED;
 }
 
 int access_count(Access *a, const Config *c, const AccessCaller *caller, const char *peer, AccessDenial *d) {

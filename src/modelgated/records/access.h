@@ -41,8 +41,15 @@ Access *access_new(sd_event *event);
 /* Writes what is not written yet. */
 Access *access_free(Access *a);
 
-/* Who the caller is. -EPERM with *ret_denial filled when it cannot be served at all (an unknown key, or no
- * key where anonymous clients are refused). */
+/* What admission decided: outcomes the caller answers, as positive codes; a failure (-ENOMEM) is negative */
+typedef enum AccessVerdict {
+        ACCESS_ALLOWED = 0,
+        ACCESS_REFUSED,  /* an unknown key, or no key where anonymous clients are refused (401) */
+        ACCESS_OVER_CAP, /* the caller's requests of the day are used up (429) */
+} AccessVerdict;
+
+/* Who the caller is: ACCESS_ALLOWED, or ACCESS_REFUSED with *ret_denial filled when it cannot be served at
+ * all; -ENOMEM, with *ret_denial filled too. */
 int access_identify(const Config *c, const char *key, const char *peer, AccessCaller *ret,
                     AccessDenial *ret_denial);
 /* Whether the caller's tier may use this client-visible model name. */
@@ -54,10 +61,10 @@ bool access_host_allowed(const AccessCaller *caller, const char *host);
 /* What an anonymous client is counted as: its IPv4 address (an IPv4-mapped IPv6 one too), or the /64 of
  * its IPv6 address ("2001:db8:1:2::/64"), since one IPv6 client has a whole /64 to send from. */
 const char *access_client_address(const char *peer, char buf[static INET6_ADDRSTRLEN + 8]);
-/* Counts a request against the caller's daily cap: 0, or -EDQUOT with *ret_denial (429). */
+/* Counts a request against the caller's daily cap: ACCESS_ALLOWED, or ACCESS_OVER_CAP with *ret_denial. */
 int access_count(Access *a, const Config *c, const AccessCaller *caller, const char *peer,
                  AccessDenial *ret_denial);
 /* Whether the caller has a request of the day left, counting nothing: a request over its cap is refused on
- * its head, before its body is read. 0, or -EDQUOT with *ret_denial (429). */
+ * its head, before its body is read. ACCESS_ALLOWED, or ACCESS_OVER_CAP with *ret_denial. */
 int access_check(Access *a, const Config *c, const AccessCaller *caller, const char *peer,
                  AccessDenial *ret_denial);
