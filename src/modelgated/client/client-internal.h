@@ -45,8 +45,9 @@
  * (in_parser, cancel_error), and the upstream ends it once the parser has returned; a reference count
  * would keep a socket alive that the pool must be able to reuse or close. A HostBus is replaced, not
  * shared, and its sd_bus must not be closed inside the bus's own dispatch: it is closed from a defer
- * source. Both are objects with one owner and one way out, where a deferred end costs less than counting
- * references from the many places a Client is entered. */
+ * source. A Host that a reload left draining says it is done from inside its own callbacks, so the manager
+ * frees it from a defer source too. These are objects with one owner and one way out, where a deferred end
+ * costs less than counting references from the many places a Client is entered. */
 
 #include <arpa/inet.h>
 #include <assert.h>
