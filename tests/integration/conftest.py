@@ -150,6 +150,17 @@ class Gate:
         except AssertionError as e:
             raise AssertionError("%s; the log:\n%s" % (e, self.logtext())) from None
 
+    def log_mark(self, name):
+        """A GET /health named by its User-Agent, and its access line waited for. modelgated writes notice and
+        info lines when its loop is idle, which may be after a client has its answer, but always in order:
+        once this line is in the log, so is every line logged before the request. A test that asserts a line
+        is not in the log, with no later line of its own to wait for, calls this first."""
+        c = self.conn()
+        c.request("GET", "/health", headers={"User-Agent": name})
+        c.getresponse().read()
+        c.close()
+        return self.wait_log('ua="%s"' % name)
+
     def logtext(self):
         self.log.flush()
         return open(self.logpath).read()

@@ -72,6 +72,8 @@ def test_warm_targets_serve_without_a_switch_and_a_pending_switch_sends_requests
         make_box, sshd, make_gate):
     g = two_hosts(make_box, sshd, make_gate)
     warm(g, "3090-laguna-xs", "a9-laguna-xs")
+    # the last warm-up's access line: the switch lines logged before it are in the log file too
+    g.wait_log('model="a9-laguna-xs" host=a9 status=200')
     assert switches(g) == 2
     # two agents alternating on the alias: the first warm target, no switch
     agents = [g.conn(), g.conn()]
@@ -79,8 +81,9 @@ def test_warm_targets_serve_without_a_switch_and_a_pending_switch_sends_requests
         status, served, body = ask(g, conn=agents[i % 2])
         assert (status, served) == (200, "3090/mainline"), body
         assert json.loads(body)["model"] == "laguna-xs"  # the host saw its own key
+    # the sixth one's access line, written after any switch they could have caused
+    g.wait_log('model="laguna" host=3090 target=3090-laguna-xs status=200', count=6)
     assert switches(g) == 2
-    g.wait_log('model="laguna" host=3090 target=3090-laguna-xs status=200')
 
     # a stream in flight on 3090, and a request there for another engine: 3090 is about to switch away, so
     # the alias sends new requests to a9, where mainline is up, instead of queueing them behind the switch
@@ -93,12 +96,16 @@ def test_warm_targets_serve_without_a_switch_and_a_pending_switch_sends_requests
     wait_for(lambda: alias_pick(g)[0] == "a9-laguna-xs", what="3090's pending switch to be seen")
     status, served, body = ask(g)
     assert (status, served) == (200, "a9/mainline"), body
-    # ... while the stream still runs, i.e. before 3090's switch even began
+    # ... while the stream still runs, i.e. before 3090's switch even began (a switch begun before that answer
+    # would be logged before its access line, so this is in the log file once that line is)
+    g.wait_log('model="laguna" host=a9 target=a9-laguna-xs status=200')
     assert stream.is_alive() and "host 3090: switching to engine fork" not in g.logtext()
     stream.join(60)
     other.join(60)
     assert results["stream"][:2] == (200, "3090/mainline") and "data: [DONE]" in results["stream"][2]
     assert results["other"][:2] == (200, "3090/fork")
+    g.wait_log('model="3090-flint-40b" host=3090 status=200')  # the last answer's line: the switches before it
+    g.wait_log('model="laguna" host=3090 target=3090-laguna-xs status=200', count=7)  # and the stream's
     assert switches(g) == 3  # the direct request's switch only
 
     # what modelgatectl and /v1/models say of it now: 3090 runs fork, a9 mainline
@@ -134,6 +141,8 @@ def test_a_busy_gpu_sends_every_request_to_the_other_target_and_none_gets_423(ma
     for _ in range(4):
         status, served, body = ask(g)
         assert (status, served) == (200, "a9/mainline"), body
+    # the fourth one's access line: each line logged before it is in the log file with it
+    g.wait_log('model="laguna" host=a9 target=a9-laguna-xs status=200', count=4)
     log = g.logtext()
     assert log.count("alias laguna: target 3090-laguna-xs refused (the GPU of host '3090' is in use by someone else") == 1, log
     assert "status=423" not in log

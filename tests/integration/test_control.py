@@ -342,5 +342,7 @@ def test_a_changed_engine_host_starts_only_after_the_old_one_drained(box, make_g
     t.join(timeout=60)
     assert answer["status"] == 200 and answer["engine"] == "fork", answer
     assert answer["at"] >= stream_end, "the new Host switched the GPU under the old one's stream"
+    g.wait_log("host h: drained")
+    g.wait_log("host h: switching to engine fork")
     log = g.logtext()
     assert log.index("host h: drained") < log.index("host h: switching to engine fork")

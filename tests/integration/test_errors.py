@@ -173,7 +173,7 @@ def test_host_unreachable_is_503_with_retry_after(make_gate, path):
     assert "host '3090' is down" in err["message"] and "connection refused" in err["message"]
     if path == MSGS:
         assert err["type"] == "api_error"
-    assert "host 3090 down: connection refused" in g.logtext()
+    g.wait_log("host 3090 down: connection refused")
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -29,7 +29,7 @@ def test_sigterm_lets_a_running_stream_finish(make_double, make_gate):
     # and it no longer accepts
     with pytest.raises(OSError):
         g.sock()
-    assert "Stopping: no new connections" in g.logtext()
+    g.wait_log("Stopping: no new connections")
 
 
 def test_check_config_prints_effective_configuration(tmp):

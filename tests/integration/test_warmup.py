@@ -31,6 +31,8 @@ def test_warmup_before_up_and_prime_after_idle(box, make_gate, tmp):
     r.read()
     bodies = [json.loads(q["body"])["messages"][0]["content"] for q in double_requests(port, "/v1/chat/completions")]
     assert bodies == ["warm-up please", "the client"], bodies
+    g.wait_log("engine main warmed up in")
+    g.wait_log("engine main up after")
     log = g.logtext()
     assert log.index("engine main warmed up in") < log.index("engine main up after"), log
     agents = [dict(q["headers"]).get("User-Agent") for q in double_requests(port, "/v1/chat/completions")]
