@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* Method calls answered later (see bus-call.h). polkit, asynchronously, as no blocking call may run in
- * the loop: the caller's uid first (root is always allowed, as systemd's daemons do), then
+/* Method calls answered later (see bus-call.h). polkit (rule:polkit), asynchronously, as no blocking call
+ * may run in the loop: the caller's uid first (root is always allowed, as systemd's daemons do), then
  * CheckAuthorization for everyone else. On the user bus the bus itself admits only its owner. */
 
 #include <assert.h>

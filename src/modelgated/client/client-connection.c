@@ -158,6 +158,7 @@ void client_flush(Client *c) {
                 /* a client that stops reading is dropped after IdleTimeoutSec without progress (a last
                  * answer before a close included: every state has a deadline) */
                 client_set_timer(c, manager_config(c->manager)->idle_timeout_usec);
+        /* rule:bytes-flow: a client that does not read stops the reads from its host */
         if (!buffer_is_empty(&c->out) && buffer_size(&c->out) > CLIENT_OUT_HIGH && c->x->upstream)
                 upstream_set_reading(c->x->upstream, false);
 }
@@ -193,7 +194,7 @@ typedef enum Step {
  * Before the answer's head, an interim "100 Continue" is that probe (RFC 9110 §15.2: a client takes 1xx
  * at any time); after it, in an event stream, a comment line (ignored by every SSE parser, between any two
  * lines); else the answer's next bytes. HTTP/1.0 has no 1xx, and a feed no end: those are cut at once,
- * as before. */
+ * as before (rule:client-gone). */
 static Step client_probe_eof(Client *c) {
         if (!c->read_eof || c->state != CLIENT_RESPONDING || c->x->response_complete || c->eof_probed)
                 return STEP_PARSE;
@@ -334,7 +335,7 @@ void client_process(Client *c) {
 #define CLIENT_LINGER_USEC (2 * USEC_PER_SEC)
 
 /* The end of a connection we close: at once when nothing of the client's is left unread, else after
- * shutting our side and draining what still comes, for at most CLIENT_LINGER_USEC. */
+ * shutting our side and draining what still comes, for at most CLIENT_LINGER_USEC (rule:lingering-close). */
 static void client_linger(Client *c) {
         int unread = 0;
 
@@ -396,7 +397,8 @@ static int client_read(Client *c) {
                 if (k == 0) {
                         if (c->state == CLIENT_LINGERING)
                                 return -ECONNRESET;
-                        /* a half-close (or a close) after whole requests: they are answered first */
+                        /* a half-close (or a close) after whole requests: they are answered first
+                         * (rule:half-close) */
                         c->read_eof = true;
                         return 1;
                 }

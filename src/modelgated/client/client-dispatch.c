@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* A request, from its head to the host: admission ([Access], body limits) as soon as the head is read,
- * then the route (rule:host-in-name), the rewrite of its model, and the wait for the host's engine. */
+ * then the route (rule:host-in-name), the rewrite of its model, and the wait for the host's engine. Every
+ * path passes through; only the model is rewritten (rule:passthrough). */
 
 #include "modelgated/client/client-internal.h"
 
@@ -363,6 +364,7 @@ static bool dispatch_route(Client *c, Dispatch *d) {
         c->x->alias = config_find_alias(c->x->config, d->model);
         if (c->x->alias && !dispatch_pick_target(c, NULL))
                 return client_answer(c, ANSWER_OUT_OF_MEMORY), false;
+        /* the host the model names, or none: never another host's copy (rule:no-substitute) */
         c->x->host = config_host_of_model(c->x->config, c->x->alias_target ?: d->model, &d->key);
         if (!c->x->host) {
                 char m2[160];

@@ -8,7 +8,7 @@
  * modelgate's own endpoints (client-endpoints.c). Only those files include this; they call each other
  * freely, through the prototypes below, one block per file. */
 
-/* A Client lives from accept() to close. States:
+/* A Client lives from accept() to close. States, each with its deadline (rule:deadlines):
  *   WAITING    between requests (keep-alive); idle timeout closes silently
  *   READING    a request has begun; header timeout → 408, and once its head is in, a body that stalls
  *              (IdleTimeoutSec=) or is not whole by body_deadline (BodyTimeoutSec=) → 408
@@ -84,6 +84,7 @@
 
 #define CLIENT_READ_SIZE (64 * 1024)
 #define CLIENT_READ_BUDGET CLIENT_READ_SIZE /* read from one client in one turn of the loop: one read */
+/* rule:bytes-flow: what is held for a client that does not read */
 #define CLIENT_OUT_HIGH (256 * 1024)     /* above this, the host is not read until the client catches up */
 #define CLIENT_HELD_MAX (1024 * 1024)    /* error bodies held back for rewording */
 #define CLIENT_FEED_OUT_MAX (256 * 1024) /* a /models/sse subscriber this far behind is dropped */
@@ -105,7 +106,8 @@ struct ClientSet {
         ModelsCache *models;  /* the hosts' part of the last /models answer, for the next one */
         /* The connections that hold no admitted request: silent since accept, idle between requests, or
          * still sending a head. Oldest first: at MaxConnections= the first is closed to make room, so
-         * that connections nobody uses can never keep out /health or a client with a key. */
+         * that connections nobody uses can never keep out /health or a client with a key
+         * (rule:connection-room). */
         Client *idle, *idle_oldest; /* newest first; the oldest is the list's tail */
         const ClientSetCallbacks *cb;
         void *userdata;

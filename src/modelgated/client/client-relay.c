@@ -12,7 +12,8 @@ static const char *failure_reason(const Client *c, int error) {
         return (h ? host_down_reason(h) : NULL) ?: upstream_strerror(error);
 }
 
-/* How the answer goes on (pass, SSE filter, hold) and its framing to the client: the framing header */
+/* How the answer goes on (pass, SSE filter, hold) and its framing to the client: the framing header
+ * (rule:own-framing) */
 static const char *relay_choose_mode(Client *c, const UpstreamResponse *resp, bool sse, bool no_body) {
         c->x->status = resp->status;
         if (!no_body && resp->status >= 400 && !sse)

@@ -23,7 +23,8 @@ static int verify_proxy(Config *c) {
                 r = config_error(c, EINVAL, "[Proxy] KeepaliveIntervalSec= must not be 0");
         if (c->exit_idle_usec > 0 && c->exit_idle_usec < CONFIG_EXIT_IDLE_MIN_USEC) {
                 /* every idle exit and re-activation is a start of the unit, and the units' start limit
-                 * (modelgated(8), UNIT SETTINGS) counts on at least a second between them */
+                 * (modelgated(8), UNIT SETTINGS) counts on at least a second between them (rule:start-limit)
+                 */
                 char t[FORMAT_TIMESPAN_MAX];
                 log_warning("[Proxy] ExitIdleSec=%s is below 1s, using 1s: each idle exit and re-activation "
                             "counts against the unit's start limit",

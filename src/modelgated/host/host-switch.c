@@ -3,7 +3,8 @@
  * says meanwhile. At most one switch runs at a time, in phases:
  *   BUSY_CHECK  BusyUnits= active? (ListUnitsByPatterns)
  *   PORT_PROBE  no engine unit runs, yet something answers on the engine's port?
- *   STOPPING    StopUnit(replace) of each other running engine unit, to its JobRemoved
+ *   STOPPING    StopUnit(replace) of each other running engine unit, to its JobRemoved; only the host's
+ *               own engine units, over its own bus (rule:own-units-only)
  *   STARTING    StartUnit(fail) of the target, to its JobRemoved, then a fresh read of the
  *               unit: "done" can hide a condition refusal or an instant death (rule:job-done-is-not-running)
  *   HEALTH      GET /health until 200, bounded by StartTimeoutSec= (rule:ready-is-health)
@@ -12,7 +13,8 @@
  * running when the bus comes up. The bus's news (up, down, a unit changed)
  * lives here too, since it starts, ends or fails these phases, and so does
  * the state the host shows, which the phases mostly decide. *When* to switch
- * is the Sched's (host-state.c carries its actions out). */
+ * is the Sched's (host-state.c carries its actions out). Each of these
+ * events is one log line of its own, once (rule:host-log-lines). */
 
 #include <assert.h>
 #include <stdio.h>

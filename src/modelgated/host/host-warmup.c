@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* An engine's way from a running unit to serving, and its upkeep while it
- * serves: GET /health until 200, then WarmupRequest= before it counts as up
+ * serves (rule:warmup): GET /health until 200, then WarmupRequest= before it counts as up
  * (so that the first client does not pay the model's cold start), and the
  * same request again after PrimeAfterIdleSec= without traffic. Apart from
  * the switch phases because these are HTTP exchanges with the engine, with

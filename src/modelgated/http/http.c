@@ -90,7 +90,7 @@ static int on_header_field(llhttp_t *l, const char *at, size_t n) {
                 return -1;
         if (p->headers_complete) {
                 /* a trailer (RFC 9112 §7.1.2): its syntax is checked by the chunk scan; it is dropped,
-                 * never forwarded and never used for admission */
+                 * never forwarded and never used for admission (rule:trailers-dropped) */
                 r->had_trailers = true;
                 return 0;
         }
@@ -225,8 +225,9 @@ static int on_headers_complete(llhttp_t *l) {
                 r->url_len -= (size_t)(slash - url.p);
         }
 
-        /* modelgate never switches protocols: Upgrade is dropped as a hop-by-hop header and the request
-         * is an ordinary one, so that llhttp does not take what follows for another protocol's bytes */
+        /* modelgate never switches protocols (rule:no-upgrade): Upgrade is dropped as a hop-by-hop header
+         * and the request is an ordinary one, so that llhttp does not take what follows for another
+         * protocol's bytes */
         if (l->upgrade) {
                 r->upgrade = true;
                 l->upgrade = 0;

@@ -5,7 +5,7 @@
  * HttpRequest at a time, with the limits of modelgate.conf(5) applied as the
  * bytes arrive, and the refusals that request smuggling needs (RFC 9112 §6.3,
  * §5.2: both Content-Length and Transfer-Encoding, duplicate lengths,
- * obsolete line folding, bare LF line ends). Non-logging; no I/O. */
+ * obsolete line folding, bare LF line ends; rule:strict-requests). Non-logging; no I/O. */
 
 #include <llhttp.h>
 #include <stdbool.h>

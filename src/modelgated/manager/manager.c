@@ -21,8 +21,8 @@
 #include "shared/strv.h"
 #include "shared/time-util.h"
 
-/* A crash loop, for manager_record_run(): this many runs ended badly within the window. Runs that
- * end cleanly never count, so idle exits and re-activations, however many, cannot make one. */
+/* A crash loop (rule:crash-loop), for manager_record_run(): this many runs ended badly within the window.
+ * Runs that end cleanly never count, so idle exits and re-activations, however many, cannot make one. */
 #define CRASH_LOOP_RUNS 5
 #define CRASH_LOOP_WINDOW (5 * USEC_PER_MINUTE)
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #pragma once
 
-/* GET /metrics (Prometheus text format 0.0.4). Counters and histograms are
+/* GET /metrics (rule:metrics; Prometheus text format 0.0.4). Counters and histograms are
  * kept here by label set, under host and engine *names*, so that a reload
  * that replaces a Host object does not reset them; gauges (in flight,
  * waiting, state, engine up time) are read from the hosts when rendered.

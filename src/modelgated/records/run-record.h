@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #pragma once
 
-/* The daemon's runs that did not end cleanly, in the state directory ("unclean-runs"): a line per run, its
- * start (CLOCK_REALTIME µs). A run adds its line as it starts and takes it out at a clean exit (an idle
- * exit, a stop); a crash, a watchdog kill or an out-of-memory kill leaves it. So the next run knows how
- * many runs before it ended badly, and when: what the units' start limit cannot tell apart from idle
- * exits and re-activations, which are starts too (modelgated(8), UNIT SETTINGS). */
+/* The daemon's runs that did not end cleanly (rule:crash-loop), in the state directory ("unclean-runs"): a
+ * line per run, its start (CLOCK_REALTIME µs). A run adds its line as it starts and takes it out at a clean
+ * exit (an idle exit, a stop); a crash, a watchdog kill or an out-of-memory kill leaves it. So the next run
+ * knows how many runs before it ended badly, and when: what the units' start limit cannot tell apart from
+ * idle exits and re-activations, which are starts too (modelgated(8), UNIT SETTINGS). */
 
 #include <stdint.h>
 

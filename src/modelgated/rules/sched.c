@@ -241,7 +241,8 @@ static bool in_hold_down(const Sched *s, usec_t now) {
 }
 
 /* The first waiting request for an engine other than the running one: the next switch (rule:arrival-order).
- * The oldest of the other engines' first waiting requests. */
+ * The oldest of the other engines' first waiting requests: however many wait for an engine, a resent
+ * request among them, it is one switch (rule:resend-joins). */
 static SchedRequest *pending_switch(const Sched *s) {
         SchedRequest *p = s->waiting.head;
 

@@ -311,6 +311,7 @@ static int server_listen(Server *s) {
         Config *config = manager_config(s->manager);
         int n, r;
 
+        /* rule:socket-activation: the sockets passed, whatever their names; else Listen= */
         n = sd_listen_fds_with_names(true, &names);
         if (n < 0)
                 return log_error_errno(n, "Failed to read the sockets passed by systemd: %m");

@@ -176,9 +176,10 @@ static void upstream_finish_ok(Upstream *u, size_t leftover) {
 
 static int upstream_connect(Upstream *u);
 
-/* A failure before the host said anything, on a connection from the pool: try a fresh one once, when
- * nothing of the request can have been acted on (as nginx does): nothing of it was written, or the
- * method is idempotent. A POST whose bytes went out may have been read, and is not sent twice. */
+/* A failure before the host said anything, on a connection from the pool (rule:retry-idempotent): try a
+ * fresh one once, when nothing of the request can have been acted on (as nginx does): nothing of it was
+ * written, or the method is idempotent. A POST whose bytes went out may have been read, and is not sent
+ * twice. */
 static bool upstream_maybe_retry(Upstream *u) {
         if (!u->reused || u->retried || u->got_bytes || (u->request_sent > 0 && !u->idempotent))
                 return false;
@@ -434,7 +435,8 @@ static int upstream_timer_cb(sd_event_source *s, uint64_t usec, void *userdata) 
                         (void)upstream_arm_timer(u, due);
                         return 0;
                 }
-                /* silence after connecting: a host that is stuck (or a prompt longer than the bound) */
+                /* silence after connecting: a host that is stuck (or a prompt longer than the bound)
+                 * (rule:upstream-idle) */
                 upstream_fail(u, -ETIME);
         } else
                 /* a connect that never completes is a host that is not there */

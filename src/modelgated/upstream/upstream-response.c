@@ -1,10 +1,9 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* A host's response as llhttp reads it: status and headers collected into the UpstreamResponse (with
- * a bound on their size and number), handed to the owner once, then body pieces as they come. 1xx
- * interim responses are skipped with no content, and a body is never expected where HTTP says there is
- * none. These
- * callbacks run inside llhttp_execute(): a refusal sets cancel_error, and upstream-connection.c ends the
- * exchange once the parser has returned. */
+/* A host's response as llhttp reads it (rule:host-input): status and headers collected into the
+ * UpstreamResponse (with a bound on their size and number), handed to the owner once, then body pieces as
+ * they come. 1xx interim responses are skipped with no content, and a body is never expected where HTTP says
+ * there is none. These callbacks run inside llhttp_execute(): a refusal sets cancel_error, and
+ * upstream-connection.c ends the exchange once the parser has returned. */
 
 #include <assert.h>
 #include <string.h>
