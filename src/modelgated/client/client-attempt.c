@@ -5,6 +5,7 @@
 #include <stddef.h>
 
 #include "modelgated/client/client-attempt.h"
+#include "shared/errno-util.h"
 
 /* Before any byte of the engine's answer has reached the client (an early 200 and its comments are
  * modelgate's, not the engine's), a failure may move on: to the alias's next target, each at most once,
@@ -49,19 +50,14 @@ const char *attempt_failure_to_string(AttemptFailure f) {
 AttemptFailure attempt_failure_of_error(int error, bool started) {
         if (started)
                 return ATTEMPT_INCOMPLETE;
-        switch (error < 0 ? -error : error) {
-        case ETIME:
+        error = error < 0 ? -error : error;
+        /* before the unreachable set, which holds EHOSTDOWN too: the probe's own word that the host is down
+         */
+        if (error == ETIME)
                 return ATTEMPT_STALLED;
-        case EHOSTDOWN:
+        if (error == EHOSTDOWN)
                 return ATTEMPT_HOST_DOWN;
-        case ECONNREFUSED:
-        case EHOSTUNREACH:
-        case ENETUNREACH:
-        case ETIMEDOUT:
-                return ATTEMPT_UNREACHABLE;
-        default:
-                return ATTEMPT_BROKEN;
-        }
+        return ERRNO_IS_UNREACHABLE(error) ? ATTEMPT_UNREACHABLE : ATTEMPT_BROKEN;
 }
 
 AttemptFailure attempt_failure_of_refusal(int status) {
