@@ -130,8 +130,8 @@ def report(res):
              " switch waits; %d requests wait for B, C and A in turn. An event is the call and then the pass"
              " `schedule_cb()` makes (`sched_next()` until it has nothing, `sched_next_timer()`): a request"
              " arrives and waits; a waiting client goes away (one picked at random); a waiting client's keepalive"
-             " comment asks `sched_ahead()`. Before: `src/modelgated/rules/sched.c` of %s, which walked the requests"
-             " on each of these; after: of %s. CPU time: the thread's, over %d events of each kind, the median"
+             " comment asks `sched_ahead()`. Before: `src/modelgated/sched.c` of %s, which walked the requests"
+             " on each of these; after: `src/modelgated/rules/sched.c` of %s. CPU time: the thread's, over %d events of each kind, the median"
              " of %d runs alternating the two builds (gcc -O2); instructions: callgrind, each kind's events"
              " counted apart (they move by less than 0.1 %% from run to run)." % (
                  res["waiting"], res["before_rev"], res["after_rev"], res["events"], res["rounds"]), "",
