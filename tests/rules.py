@@ -19,7 +19,7 @@ import tempfile
 RULES = "docs/rules.md"
 # where cites are looked for, relative to the root: directories are walked, files read
 PLACES = ["src", "tests", "man", "bench", "docs", "README.md", "SECURITY.md"]
-SKIP_DIRS = {"node_modules", "corpus", "__pycache__", ".git"}
+SKIP_DIRS = {"node_modules", "corpus", "__pycache__", ".git", "out"}  # out: bench/out, what bench/run built
 SELF = "tests/rules.py"
 
 HEADING = re.compile(r"^#{2,6}[ \t]+rule:([a-z0-9]+(?:-[a-z0-9]+)*)[ \t]*$", re.M)
