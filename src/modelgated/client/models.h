@@ -3,8 +3,11 @@
 
 /* GET /v1/models and /models: each host's catalog snapshot, merged. Ids
  * become "<host>-<key>", each entry gets a "proxy" field, llama.cpp's status
- * is kept as the host sent it, hosts that are down are left out, and a
- * stopped engine's learned keys are listed as "unloaded". The first request
+ * is kept as the host sent it, a stopped engine's learned keys and every
+ * exact Models= name are listed as "unloaded" with what their host last said
+ * of them (model-memory.h), every entry gets its context window, and a host
+ * that is down lists only its configured and learned names (one without
+ * engines nothing). The first request
  * after a start waits (at most 2 s) for the first read of each host, and one
  * right after an engine came up for that engine's list; nothing else waits.
  *
