@@ -421,3 +421,38 @@ def test_a_stopped_engines_keys_still_route_after_a_restart(box, make_gate, tmp)
     open(os.path.join(state, "engine-keys.json"), "w").write("{not json")
     g3 = make_gate(conf, env=env)
     g3.wait_log("engine-keys.json is not a JSON object, ignoring it")
+
+
+def test_a_down_host_with_engines_lists_its_configured_names_marked_down(make_gate, tmp):
+    """rule:down-listed, rule:remembered-context: names in Models= are configuration, not a guess: listed while
+    the host's bus cannot be reached, with what was remembered of them and the host's state"""
+    state = os.path.join(tmp, "state-down")
+    os.makedirs(state)
+    # what an earlier run remembered of laguna-xs: its meta and args
+    with open(os.path.join(state, "models-seen.json"), "w") as f:
+        json.dump({"version": 1, "hosts": {"gpu": {"laguna-xs": {
+            "engine": "mainline", "meta": {"n_ctx": 8192, "n_ctx_train": 32768},
+            "args": ["llama-server", "--port", "0", "--ctx-size", "8192"], "seen": 1700000000000000}}}}, f)
+    conf = "[Host]\nName=gpu\nURL=http://127.0.0.1:9\nBus=ssh:nobody@127.0.0.1:9\nSSHCommand=false\n" \
+        "[Engine]\nHost=gpu\nName=mainline\nUnit=llama-mainline.service\nModels=laguna-xs laguna-s qwen3-*\n"
+    g = make_gate(conf, env=dict(os.environ, STATE_DIRECTORY=state))
+    g.wait_log("host gpu down: ")
+    m = models(g)
+    assert sorted(m) == ["gpu-laguna-s", "gpu-laguna-xs"], m  # the glob is no name
+    xs, s = m["gpu-laguna-xs"], m["gpu-laguna-s"]
+    assert xs["proxy"] == {"host": "gpu", "key": "laguna-xs", "engine": "mainline", "host_state": "down",
+                           "remembered": True, "seen": "2023-11-14T22:13:20Z"}, xs
+    assert xs["meta"] == {"n_ctx": 8192, "n_ctx_train": 32768} and xs["context_length"] == 8192, xs
+    assert xs["max_model_len"] == 8192 and xs["status"]["value"] == "unloaded", xs
+    assert "--ctx-size" in xs["status"]["args"], xs
+    # never seen: listed, with no window rather than a guessed one
+    assert s["proxy"] == {"host": "gpu", "key": "laguna-s", "engine": "mainline", "host_state": "down"}, s
+    assert "meta" not in s and "context_length" not in s, s
+    g.stop()
+    # a file that is not a memory is moved aside, said, and the names are still listed
+    open(os.path.join(state, "models-seen.json"), "w").write("{not json")
+    g2 = make_gate(conf, env=dict(os.environ, STATE_DIRECTORY=state))
+    g2.wait_log("models-seen.json cannot be read (not a model memory); moved to ")
+    assert os.path.exists(os.path.join(state, "models-seen.json.corrupt"))
+    g2.wait_log("host gpu down: ")
+    assert "remembered" not in models(g2)["gpu-laguna-xs"]["proxy"]

@@ -470,3 +470,61 @@ def test_an_oversized_head_refused_by_the_real_server_is_that_requests_answer(tm
         server.kill()
         server.wait()
         log.close()
+
+
+def test_every_configured_model_is_listed_with_its_remembered_context_after_a_restart(box, engines, make_gate, tmp):
+    """rule:merged-list, rule:model-context, rule:remembered-context: exact Models= names are listed before
+    their engine ever ran; each model the router listed keeps its context window (meta.n_ctx, as the
+    loaded model said it, or its --ctx-size) and its args across a restart, marked remembered"""
+    port, conf = engines
+    conf = conf.replace("Models=laguna-*", "Models=laguna-xs laguna-*").replace("Models=flint-*",
+                                                                                  "Models=flint-xs flint-*")
+    state = os.path.join(tmp, "state-remembered")
+    env = dict(gate_env(box), STATE_DIRECTORY=state)
+    g = make_gate(FAST + conf, env=env)
+    g.wait_log("host 3090 up")
+    m = models(g)
+    for key, engine in (("laguna-xs", "mainline"), ("flint-xs", "fork")):
+        e = m["3090-" + key]
+        assert e["status"]["value"] == "unloaded" and e["proxy"]["engine"] == engine, e
+        assert "context_length" not in e and "remembered" not in e["proxy"], e  # nothing said of it yet
+
+    assert ask(g, "3090-laguna-xs").status == 200
+    def loaded_with_context():
+        e = models(g)["3090-laguna-xs"]
+        return e if e["status"]["value"] == "loaded" and e.get("meta", {}).get("n_ctx") == 512 else None
+    e = wait_for(loaded_with_context, 15, "laguna-xs loaded with its meta")
+    assert e["context_length"] == 512 and e["max_model_len"] == 512 and "remembered" not in e["proxy"], e
+    # an unloaded model of the running engine: its window from its own --ctx-size
+    s = models(g)["3090-laguna-s"]
+    assert s["meta"]["n_ctx"] == 512 and s["context_length"] == 512 and "--ctx-size" in s["status"]["args"], s
+    seen_file = os.path.join(state, "models-seen.json")
+    wait_for(lambda: os.path.exists(seen_file) and
+             json.load(open(seen_file))["hosts"]["3090"].get("laguna-xs", {}).get("meta", {}).get("n_ctx") == 512,
+             15, "laguna-xs's meta in models-seen.json")
+
+    assert ask(g, "3090-flint-xs").status == 200
+    g.wait_log("host 3090: switching to engine fork for 3090-flint-xs")
+    wait_for(lambda: models(g)["3090-flint-xs"].get("meta", {}).get("n_ctx") == 4096, 15, "flint-xs's meta")
+    e = models(g)["3090-laguna-xs"]  # mainline stopped: what the router said of it, from memory
+    assert e["proxy"]["remembered"] is True and e["proxy"]["engine"] == "mainline", e
+    assert e["meta"]["n_ctx"] == 512 and e["meta"]["n_ctx_train"] == 8192 and e["context_length"] == 512, e
+    g.stop()
+    box.systemctl("stop", "llama-fork.service")
+
+    # a fresh start (as after an idle exit), nothing running: every model with its remembered window
+    g2 = make_gate(FAST + conf, env=env)
+    g2.wait_log("host 3090 up")
+    m = models(g2)
+    print("listing after a restart: %s" % json.dumps({k: (v.get("context_length"), v["proxy"]) for k, v in m.items()}))
+    for key, engine, n_ctx in (("laguna-xs", "mainline", 512), ("laguna-s", "mainline", 512),
+                               ("flint-xs", "fork", 4096), ("flint-40b", "fork", 4096)):
+        e = m["3090-" + key]
+        assert e["status"]["value"] == "unloaded" and e["proxy"]["engine"] == engine, e
+        assert e["meta"]["n_ctx"] == n_ctx and e["context_length"] == n_ctx and e["max_model_len"] == n_ctx, e
+        assert e["proxy"]["remembered"] is True and re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ",
+                                                                 e["proxy"]["seen"]), e
+        assert "--ctx-size" in e["status"]["args"], e
+    # the loaded models' own meta came back too, not only the window
+    assert m["3090-flint-xs"]["meta"]["n_ctx_train"] == 8192, m["3090-flint-xs"]
+    assert "n_ctx_train" not in m["3090-laguna-s"]["meta"], m["3090-laguna-s"]  # never ran: args only

@@ -9,6 +9,7 @@
 #include "modelgated/rules/json-util.h"
 #include "modelgated/manager/manager.h"
 #include "modelgated/client/models.h"
+#include "modelgated/rules/model-memory.h"
 #include "modelgated/rules/route.h"
 #include "shared/count-map.h"
 #include "shared/log.h"
@@ -37,7 +38,8 @@ typedef struct ModelsCacheKey {
 struct ModelsCache {
         ModelsList *hosts; /* the hosts' part, as merged last; NULL: none yet */
         uint64_t config_serial;
-        ModelsCacheKey *keys; /* per host of that configuration */
+        uint64_t memory_generation; /* the model memory's, of that merge */
+        ModelsCacheKey *keys;       /* per host of that configuration */
         size_t n_keys;
         uint64_t merges;
         /* while some catalog's first read is pending: when the listings stop waiting for it. Every
@@ -67,9 +69,24 @@ struct ModelsList {
         CountMap *index; /* id → 1 + the position of the first entry with that id */
 };
 
-/* Entry e of host h's list as a listing has it: its id "<host>-<key>" (returned), and a "proxy" field.
- * NULL: not an entry with an id, or out of memory. */
-static char *merge_entry(const Config *c, const HostConf *h, const char *engine, json_object *e) {
+/* "proxy" says where entry e's context came from when the memory gave some (rule:remembered-context) */
+static int add_context(json_object *e, json_object *proxy, json_object *record) {
+        char seen[32];
+        int r = model_context_apply(e, record);
+
+        if (r > 0) {
+                json_object_object_add(proxy, "remembered", json_object_new_boolean(true));
+                if (model_record_seen(record, seen))
+                        json_object_object_add(proxy, "seen", json_object_new_string(seen));
+        }
+        return r;
+}
+
+/* Entry e of host h's list as a listing has it: its id "<host>-<key>" (returned), a "proxy" field, and its
+ * context window (rule:model-context), from mem where the entry does not say it (mem may be NULL). NULL:
+ * not an entry with an id, or out of memory. */
+static char *merge_entry(const Config *c, const HostConf *h, const char *engine, const ModelMemory *mem,
+                         json_object *e) {
         json_object *id, *proxy;
         _cleanup_free_ char *nid = NULL;
         const char *key;
@@ -90,6 +107,10 @@ static char *merge_entry(const Config *c, const HostConf *h, const char *engine,
                                engine ? json_object_new_string(engine)
                                : eng  ? json_object_new_string(eng->name)
                                       : NULL);
+        if (add_context(e, proxy, model_memory_get(mem, h->name, key)) < 0) {
+                json_object_put(proxy);
+                return NULL;
+        }
         /* "key" above copied the old id before it is replaced */
         json_object_object_add(e, "id", json_object_new_string(nid));
         json_object_object_add(e, "proxy", proxy);
@@ -109,7 +130,7 @@ int models_merge_host(const Config *c, const HostConf *h, const char *engine, co
         }
         for (size_t i = 0; i < json_object_array_length(list); i++) {
                 json_object *e = json_object_array_get_idx(list, i);
-                _cleanup_free_ char *nid = merge_entry(c, h, engine, e);
+                _cleanup_free_ char *nid = merge_entry(c, h, engine, /* mem= */ NULL, e);
 
                 if (nid)
                         json_object_array_add(data, json_object_get(e));
@@ -195,7 +216,7 @@ static bool list_status(ModelsList *l, const char *id, json_object **ret) {
 }
 
 int models_list_add_host_list(ModelsList *l, const Config *c, const HostConf *h, const char *engine,
-                              const CatalogList *list) {
+                              const ModelMemory *mem, const CatalogList *list) {
         json_tokener *tok = json_tokener_new();
         int r = 0;
 
@@ -209,7 +230,7 @@ int models_list_add_host_list(ModelsList *l, const Config *c, const HostConf *h,
 
                 json_tokener_reset(tok);
                 e = json_tokener_parse_ex(tok, text, (int)MIN(n, (size_t)INT32_MAX));
-                _cleanup_free_ char *nid = e ? merge_entry(c, h, engine, e) : NULL;
+                _cleanup_free_ char *nid = e ? merge_entry(c, h, engine, mem, e) : NULL;
                 if (nid)
                         r = list_add(l, nid, e);
                 json_object_put(e);
@@ -226,35 +247,53 @@ int models_list_add_host(ModelsList *l, const Config *c, const HostConf *h, cons
         r = catalog_list_parse(body, n, SIZE_MAX, SIZE_MAX, &list);
         if (r < 0)
                 return r == -ENOMEM ? r : -EBADMSG;
-        return models_list_add_host_list(l, c, h, engine, list);
+        return models_list_add_host_list(l, c, h, engine, /* mem= */ NULL, list);
 }
 
-int models_list_add_learned(ModelsList *l, const char *host, const char *engine, char *const *keys) {
-        STRV_FOREACH (k, keys) {
-                _cleanup_free_ char *id = NULL;
-                int r;
+/* One model of a stopped engine (or of a host that is down), as llama.cpp lists a model it does not run,
+ * with what the host said of it when it last listed it (rule:remembered-context) */
+static int add_stopped(ModelsList *l, const char *host, const char *engine, const char *key,
+                       const ModelMemory *mem, bool down) {
+        _cleanup_free_ char *id = NULL;
+        int r;
 
-                if (asprintf(&id, "%s-%s", host, *k) < 0)
-                        return -ENOMEM;
-                if (list_find(l, id))
-                        continue;
-                json_object *o = json_object_new_object(), *st = json_object_new_object(),
-                            *proxy = json_object_new_object();
-                json_object_object_add(o, "id", json_object_new_string(id));
-                json_object_object_add(o, "object", json_object_new_string("model"));
-                json_object_object_add(o, "owned_by", json_object_new_string("llamacpp"));
-                json_object_object_add(st, "value", json_object_new_string("unloaded"));
-                json_object_object_add(o, "status", st);
-                json_object_object_add(proxy, "host", json_object_new_string(host));
-                json_object_object_add(proxy, "key", json_object_new_string(*k));
-                json_object_object_add(proxy, "engine", json_object_new_string(engine));
-                json_object_object_add(o, "proxy", proxy);
+        if (asprintf(&id, "%s-%s", host, key) < 0)
+                return -ENOMEM;
+        if (list_find(l, id))
+                return 0;
+        json_object *o = json_object_new_object(), *st = json_object_new_object(),
+                    *proxy = json_object_new_object();
+        json_object_object_add(o, "id", json_object_new_string(id));
+        json_object_object_add(o, "object", json_object_new_string("model"));
+        json_object_object_add(o, "owned_by", json_object_new_string("llamacpp"));
+        json_object_object_add(st, "value", json_object_new_string("unloaded"));
+        json_object_object_add(o, "status", st);
+        json_object_object_add(proxy, "host", json_object_new_string(host));
+        json_object_object_add(proxy, "key", json_object_new_string(key));
+        json_object_object_add(proxy, "engine", json_object_new_string(engine));
+        /* rule:down-listed: a down host's configured and learned models, said to be down */
+        if (down)
+                json_object_object_add(proxy, "host_state", json_object_new_string("down"));
+        r = add_context(o, proxy, model_memory_get(mem, host, key));
+        json_object_object_add(o, "proxy", proxy);
+        if (r >= 0)
                 r = list_add(l, id, o);
-                json_object_put(o);
+        json_object_put(o);
+        return r;
+}
+
+int models_list_add_stopped(ModelsList *l, const char *host, const char *engine, char *const *keys,
+                            const ModelMemory *mem, bool down) {
+        STRV_FOREACH (k, keys) {
+                int r = add_stopped(l, host, engine, *k, mem, down);
                 if (r < 0)
                         return r;
         }
         return 0;
+}
+
+int models_list_add_learned(ModelsList *l, const char *host, const char *engine, char *const *keys) {
+        return models_list_add_stopped(l, host, engine, keys, /* mem= */ NULL, /* down= */ false);
 }
 
 int models_list_add_alias(ModelsList *l, ModelsList *hosts, const AliasConf *a, const AliasTarget *t,
@@ -381,6 +420,7 @@ static ModelsCacheKey key_of(Manager *m, size_t i) {
 
 static bool cache_fresh(const ModelsCache *cache, Manager *m) {
         if (!cache->hosts || cache->config_serial != manager_config_serial(m) ||
+            cache->memory_generation != model_memory_generation(manager_model_memory(m)) ||
             cache->n_keys != manager_n_hosts(m))
                 return false;
         for (size_t i = 0; i < cache->n_keys; i++) {
@@ -392,31 +432,56 @@ static bool cache_fresh(const ModelsCache *cache, Manager *m) {
         return true;
 }
 
-/* Each host's snapshot, then its stopped engines' learned keys */
+/* The exact names (no glob) of engine e's Models= that route to e (the first engine whose Models= matches
+ * a key serves it): NULL-terminated, the strings borrowed; NULL when out of memory or none. */
+static const char **exact_names(const Config *c, const HostConf *h, const EngineConf *e) {
+        const char **names = calloc(strv_length(e->models) + 1, sizeof(char *));
+        size_t n = 0;
+
+        STRV_FOREACH (g, e->models)
+                if (names && !strpbrk(*g, "*?[\\") && config_engine_of_key(c, h->name, *g) == e)
+                        names[n++] = *g;
+        return names;
+}
+
+/* Host h's entries: its running engine's list (the host's own words), then each other engine's learned
+ * keys and exact Models= names, with what the host last said of each (rule:remembered-context). A host
+ * that is down lists only the latter, said to be down (rule:down-listed); one without engines is left
+ * out (rule:down-left-out). */
+static int merge_host(ModelsList *l, Manager *m, Host *h) {
+        const Config *c = manager_config(m);
+        const ModelMemory *mem = manager_model_memory(m);
+        const char *name = host_conf(h)->name;
+        bool down = host_state(h) == HOST_DOWN;
+        const CatalogList *list = down ? NULL : catalog_snapshot(host_catalog(h));
+        ssize_t up = down ? -1 : host_engine_up(h);
+        int r = 0;
+
+        /* rule:down-left-out: of a host without engines, nothing is configuration: not guessed at */
+        if (down && host_n_engines(h) == 0)
+                return 0;
+        if (list)
+                r = models_list_add_host_list(l, c, host_conf(h),
+                                              up >= 0 ? host_engine(h, up)->conf->name : NULL, mem, list);
+        for (size_t e = 0; r >= 0 && e < host_n_engines(h); e++) {
+                const EngineConf *eng = host_engine(h, e)->conf;
+                if ((ssize_t)e == up && list)
+                        continue; /* the running engine's own list wins over what was remembered */
+                _cleanup_free_ const char **names = exact_names(c, host_conf(h), eng);
+                r = models_list_add_stopped(l, name, eng->name, catalog_engine_keys(host_catalog(h), e), mem,
+                                            down);
+                if (r >= 0)
+                        r = models_list_add_stopped(l, name, eng->name, (char *const *)names, mem, down);
+        }
+        return r;
+}
+
 static ModelsList *merge_hosts(Manager *m) {
         _cleanup_(models_list_freep) ModelsList *l = models_list_new();
 
-        for (size_t i = 0; l && i < manager_n_hosts(m); i++) {
-                Host *h = manager_host_at(m, i);
-                const char *name = host_conf(h)->name;
-                const CatalogList *list;
-                ssize_t up = host_engine_up(h);
-                int r = 0;
-
-                /* rule:down-left-out: hosts that are down are left out, not guessed at */
-                if (host_state(h) == HOST_DOWN)
-                        continue;
-                list = catalog_snapshot(host_catalog(h));
-                if (list)
-                        r = models_list_add_host_list(l, manager_config(m), host_conf(h),
-                                                      up >= 0 ? host_engine(h, up)->conf->name : NULL, list);
-                for (size_t e = 0; r != -ENOMEM && e < host_n_engines(h); e++)
-                        if ((ssize_t)e != up)
-                                r = models_list_add_learned(l, name, host_engine(h, e)->conf->name,
-                                                            catalog_engine_keys(host_catalog(h), e));
-                if (r == -ENOMEM)
+        for (size_t i = 0; l && i < manager_n_hosts(m); i++)
+                if (merge_host(l, m, manager_host_at(m, i)) == -ENOMEM)
                         return NULL;
-        }
         return TAKE_PTR(l);
 }
 
@@ -442,6 +507,7 @@ static ModelsList *cache_hosts(ModelsCache *cache, Manager *m) {
         cache->keys = keys;
         cache->n_keys = manager_n_hosts(m);
         cache->config_serial = manager_config_serial(m);
+        cache->memory_generation = model_memory_generation(manager_model_memory(m));
         cache->merges++;
         return l;
 }

@@ -3,8 +3,11 @@
 
 /* GET /v1/models and /models: each host's catalog snapshot, merged. Ids
  * become "<host>-<key>", each entry gets a "proxy" field, llama.cpp's status
- * is kept as the host sent it, hosts that are down are left out, and a
- * stopped engine's learned keys are listed as "unloaded". The first request
+ * is kept as the host sent it, a stopped engine's learned keys and every
+ * exact Models= name are listed as "unloaded" with what their host last said
+ * of them (model-memory.h), every entry gets its context window, and a host
+ * that is down lists only its configured and learned names (one without
+ * engines nothing). The first request
  * after a start waits (at most 2 s) for the first read of each host, and one
  * right after an engine came up for that engine's list; nothing else waits.
  *
@@ -25,6 +28,7 @@ typedef struct ModelsMerge ModelsMerge;
 typedef struct ModelsCache ModelsCache;
 typedef struct ModelsList ModelsList;
 typedef struct CatalogList CatalogList;
+typedef struct ModelMemory ModelMemory;
 
 /* The merged list, shared with the listings whose bytes are the same (the callee takes a reference to
  * keep it); NULL: out of memory. */
@@ -55,16 +59,22 @@ int models_merge_host(const Config *c, const HostConf *h, const char *engine, co
 ModelsList *models_list_new(void);
 ModelsList *models_list_free(ModelsList *l);
 DEFINE_TRIVIAL_CLEANUP_FUNC(ModelsList *, models_list_free);
-/* models_merge_host()'s entries, from a host's list as the catalog keeps it (catalog-list.h). 0 or
+/* models_merge_host()'s entries, from a host's list as the catalog keeps it (catalog-list.h), each with
+ * its context window (rule:model-context), from mem (may be NULL) where the entry does not say it. 0 or
  * -ENOMEM. */
 int models_list_add_host_list(ModelsList *l, const Config *c, const HostConf *h, const char *engine,
-                              const CatalogList *list);
+                              const ModelMemory *mem, const CatalogList *list);
 /* The same from a /models answer's text. 0, -EBADMSG (nothing added) or -ENOMEM. */
 int models_list_add_host(ModelsList *l, const Config *c, const HostConf *h, const char *engine,
                          const char *body, size_t n);
 /* A stopped engine's learned keys, as llama.cpp lists a model it does not run ("unloaded"), each unless
  * the list has its id already. */
 int models_list_add_learned(ModelsList *l, const char *host, const char *engine, char *const *keys);
+/* The same, with what mem (may be NULL) remembers of each key: its meta, its args and its context window,
+ * "proxy" marked "remembered" with the time it was "seen" (rule:remembered-context); down: the host is
+ * down, "proxy" says "host_state":"down". */
+int models_list_add_stopped(ModelsList *l, const char *host, const char *engine, char *const *keys,
+                            const ModelMemory *mem, bool down);
 /* Alias a with the state of each target (t), the one it would pick (-1: none) and why; the picked
  * target's "status" as 'hosts' has it. */
 int models_list_add_alias(ModelsList *l, ModelsList *hosts, const AliasConf *a, const AliasTarget *t,

@@ -180,7 +180,8 @@ static void fetch_finished(Catalog *c, bool ok) {
         if (ok) {
                 /* a periodic read that brings the same list changes nothing; the events that came while it
                  * was under way are in it already */
-                if (!c->list || !catalog_list_equal(c->list, read))
+                bool changed = !c->list || !catalog_list_equal(c->list, read);
+                if (changed)
                         catalog_changed(c);
                 catalog_list_free(c->list);
                 c->list = TAKE_PTR(read);
@@ -201,6 +202,8 @@ static void fetch_finished(Catalog *c, bool ok) {
                                 if (c->cb->on_keys_learned)
                                         c->cb->on_keys_learned(c, (size_t)c->fetch_engine, c->userdata);
                         }
+                        if (c->cb->on_listed)
+                                c->cb->on_listed(c, (size_t)c->fetch_engine, changed, c->userdata);
                 }
         }
         if (c->again) {

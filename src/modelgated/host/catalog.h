@@ -55,6 +55,10 @@ typedef struct CatalogCallbacks {
         void (*on_feed)(Catalog *c, const FeedEvent *e, void *userdata);
         /* The keys engine i serves were learned anew (catalog_engine_keys()). */
         void (*on_keys_learned)(Catalog *c, size_t i, void *userdata);
+        /* Engine i's list was read while it ran (catalog_snapshot()); changed: other bytes than the last
+         * read's. Every good read says so, so that what is remembered of each model says when it was
+         * last listed (rule:remembered-context). */
+        void (*on_listed)(Catalog *c, size_t i, bool changed, void *userdata);
         /* An HTTP exchange with the host failed at the network level (reason), or one succeeded (NULL). */
         void (*on_http)(Catalog *c, const char *reason, void *userdata);
 } CatalogCallbacks;

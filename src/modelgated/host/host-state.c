@@ -124,6 +124,13 @@ static void catalog_keys_learned_cb(Catalog *c, size_t i, void *userdata) {
                 h->env.cb->on_keys_learned(h, h->env.userdata);
 }
 
+static void catalog_listed_cb(Catalog *c, size_t i, bool changed, void *userdata) {
+        Host *h = userdata;
+
+        if (h->env.cb->on_listed)
+                h->env.cb->on_listed(h, i, changed, h->env.userdata);
+}
+
 static void catalog_http_cb(Catalog *c, const char *reason, void *userdata) {
         host_report_http(userdata, reason);
 }
@@ -132,6 +139,7 @@ static const CatalogCallbacks catalog_callbacks = {
         .on_ready = catalog_ready_cb,
         .on_feed = catalog_feed_cb,
         .on_keys_learned = catalog_keys_learned_cb,
+        .on_listed = catalog_listed_cb,
         .on_http = catalog_http_cb,
 };
 

@@ -72,6 +72,8 @@ typedef struct HostCallbacks {
         void (*on_feed)(Host *h, const FeedEvent *e, void *userdata);
         /* The keys one of its engines serves were learned anew (catalog_engine_keys()). */
         void (*on_keys_learned)(Host *h, void *userdata);
+        /* Engine i's list was read while it ran (CatalogCallbacks.on_listed). */
+        void (*on_listed)(Host *h, size_t i, bool changed, void *userdata);
 } HostCallbacks;
 
 /* What a host gets from its owner, who keeps all of it alive for as long as the host lives. */

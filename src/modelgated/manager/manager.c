@@ -14,8 +14,10 @@
 #include "modelgated/event/feed-hub.h"
 #include "modelgated/host/host.h"
 #include "modelgated/manager/manager.h"
+#include "modelgated/manager/models-seen.h"
 #include "modelgated/records/metrics.h"
 #include "modelgated/records/run-record.h"
+#include "modelgated/rules/model-memory.h"
 #include "modelgated/upstream/upstream.h"
 #include "shared/log.h"
 #include "shared/strv.h"
@@ -57,6 +59,8 @@ struct Manager {
         Metrics *metrics;
         Access *access; /* daily counts; made by the first request [Access] counts */
         AliasMemory *alias_memory;
+        ModelMemory *model_memory; /* what each host last said of its models (models-seen.h) */
+        bool model_memory_dirty;   /* times learned since it was written */
 
         const ManagerCallbacks *cb;
         void *userdata;
@@ -73,7 +77,10 @@ int manager_new(sd_event *event, bool user, Manager **ret) {
         m->config = config_new();
         m->metrics = metrics_new();
         m->alias_memory = alias_memory_new();
-        r = m->config && m->metrics && m->alias_memory ? 0 : -ENOMEM;
+        m->model_memory = model_memory_new();
+        r = m->config && m->metrics && m->alias_memory && m->model_memory ? 0 : -ENOMEM;
+        if (r >= 0)
+                models_seen_load(m->model_memory);
         if (r >= 0)
                 r = socket_watch_set_new(m->event, &m->sockets);
         if (r >= 0)
@@ -104,6 +111,10 @@ Manager *manager_free(Manager *m) {
         config_unref(m->config);
         metrics_free(m->metrics);
         alias_memory_free(m->alias_memory);
+        /* the times of the last reads, which were not worth a write each */
+        if (m->model_memory_dirty)
+                models_seen_save(m->model_memory);
+        model_memory_free(m->model_memory);
         m->feed_hub = feed_hub_free(m->feed_hub);
         /* after the hosts: their upstreams were the pool's */
         m->pool = upstream_pool_free(m->pool);
@@ -269,11 +280,22 @@ static void host_keys_learned_cb(Host *h, void *userdata) {
         engine_keys_save(m->hosts, m->config->n_hosts);
 }
 
+static void host_listed_cb(Host *h, size_t i, bool changed, void *userdata) {
+        Manager *m = userdata;
+
+        if (models_seen_learn(m->model_memory, h, i, changed)) {
+                models_seen_save(m->model_memory);
+                m->model_memory_dirty = false;
+        } else
+                m->model_memory_dirty = true;
+}
+
 static const HostCallbacks host_callbacks = {
         .on_changed = host_changed_cb,
         .on_catalog_ready = host_catalog_ready_cb,
         .on_feed = host_feed_cb,
         .on_keys_learned = host_keys_learned_cb,
+        .on_listed = host_listed_cb,
 };
 
 /* A Host of config, with the keys its engines served when they last ran. */
@@ -587,4 +609,9 @@ Access *manager_access(Manager *m) {
         if (!m->access)
                 m->access = access_new(m->event);
         return m->access;
+}
+
+ModelMemory *manager_model_memory(Manager *m) {
+        assert(m);
+        return m->model_memory;
 }

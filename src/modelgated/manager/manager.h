@@ -22,6 +22,7 @@ typedef struct UpstreamPool UpstreamPool;
 typedef struct Metrics Metrics;
 typedef struct Access Access;
 typedef struct FeedHub FeedHub;
+typedef struct ModelMemory ModelMemory;
 
 typedef struct ManagerCallbacks {
         /* a host's state, its counts, or what keeps the daemon from its idle exit may have changed */
@@ -94,3 +95,5 @@ AliasMemory *manager_alias_memory(Manager *m);
 ssize_t manager_alias_pick(Manager *m, const AliasConf *a, const AliasClient *client, uint64_t tried,
                            AliasTarget *ret_targets, const char **ret_why);
 void manager_alias_used(Manager *m, const AliasConf *a, const AliasClient *client, size_t target);
+/* What each host last said of its models (model-memory.h, rule:remembered-context), kept across runs. */
+ModelMemory *manager_model_memory(Manager *m);
