@@ -15,7 +15,7 @@ import pytest
 
 from boxes import (Sshd, box_skip_reason, chat, children, engine_unit, engines_conf, gate_env, local_host,
                    two_engines)
-from conftest import DOUBLE, PYTHON, Double, free_port, post, read_sse, wait_for
+from conftest import DOUBLE, MODELGATED, PYTHON, Double, free_port, post, read_sse, wait_for
 
 CHAT = "/v1/chat/completions"
 # these tests are about the mechanics; test_scheduler.py is about hold-downs
@@ -171,6 +171,60 @@ def test_engine_that_cannot_start_gets_502_with_the_unit_result(box, make_gate):
     body = json.loads(r.read())
     assert r.status == 502
     assert "llama-missing.service" in body["error"]["message"] and "exit-code" in body["error"]["message"]
+
+
+MODELGATECTL = os.environ.get("MODELGATECTL", os.path.join(os.path.dirname(MODELGATED), "modelgatectl"))
+
+
+def test_a_failed_start_is_held_and_its_requests_get_the_same_502_at_once(box, make_gate, tmp):
+    """rule:failed-start-hold: the re-sends of a failed turn do not start the broken unit again; the hold
+    ends with reset-failed, and by itself after FailedStartHoldSec="""
+    port = free_port()
+    starts = os.path.join(tmp, "starts")
+    box.add_unit("llama-broken.service",
+                 "[Service]\nType=exec\nExecStart=/bin/sh -c 'echo start >> %s; exit 3'\n" % starts)
+    box.reload()
+    conf = local_host("3090", port) + "FailedStartHoldSec=3s\n" + \
+        "[Engine]\nHost=3090\nName=broken\nUnit=llama-broken.service\nModels=broken-*\nStartTimeoutSec=10s\n"
+    g = make_gate(FAST + conf, extra_args=["--user"], env=gate_env(box))  # --user: on the bus, for modelgatectl
+    g.wait_log("host 3090 up")
+    n_starts = lambda: len(open(starts).read().splitlines()) if os.path.exists(starts) else 0
+
+    def ask():
+        t0 = time.monotonic()
+        r = post(g.conn(), CHAT, chat("3090-broken-1"))
+        return r.status, json.loads(r.read())["error"]["message"], time.monotonic() - t0
+
+    status, first, _ = ask()
+    assert status == 502 and "llama-broken.service" in first and "exit-code" in first, first
+    assert "does not start it again for 3s (FailedStartHoldSec=)" in first
+    assert "modelgatectl reset-failed 3090" in first
+    g.wait_log("host 3090: engine broken held after its failed start")
+    assert n_starts() == 1
+    # a re-send, as Codex does: the same status and words, at once, and no second start
+    status, again, took = ask()
+    assert status == 502 and again == first
+    assert took < 0.5, took
+    assert n_starts() == 1
+    ctl = lambda *a: subprocess.run([MODELGATECTL, "--user"] + list(a), env=box.env, capture_output=True,
+                                    text=True, timeout=60)
+    hosts = ctl("hosts").stdout.splitlines()
+    assert hosts[0].split()[-1] == "HELD" and hosts[1].split()[-1] == "broken", hosts
+    assert "held:       broken after a failed start" in ctl("status").stdout
+
+    out = ctl("reset-failed", "3090")
+    assert out.returncode == 0, out.stderr
+    g.wait_log("host 3090: engine broken no longer held: reset-failed, the next request starts it")
+    assert ctl("hosts").stdout.splitlines()[1].split()[-1] == "-"
+    status, third, _ = ask()
+    assert status == 502 and third == first
+    assert n_starts() == 2
+    # and the hold ends by itself after FailedStartHoldSec=
+    g.wait_log("host 3090: engine broken held after its failed start", count=2)
+    g.wait_log("host 3090: engine broken no longer held: FailedStartHoldSec= is over", timeout=10)
+    status, _, _ = ask()
+    assert status == 502
+    assert n_starts() == 3
 
 
 def test_engine_that_never_gets_healthy_is_stopped_after_start_timeout(box, make_gate):
