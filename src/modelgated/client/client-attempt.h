@@ -22,6 +22,7 @@ typedef enum AttemptFailure {
         ATTEMPT_NOT_HERE,      /* the engine answered 404 or 503: the model is not loaded (yet) */
         ATTEMPT_INCOMPLETE,    /* the answer began, and its connection failed */
         ATTEMPT_BUDGET,        /* FirstTokenBudgetSec= or RequestBudgetSec= ran out */
+        ATTEMPT_PROBE,         /* a probe whose engine is not up would move the GPU (rule:probe): 423 */
         _ATTEMPT_FAILURE_MAX,
 } AttemptFailure;
 
