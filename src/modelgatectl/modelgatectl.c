@@ -4,40 +4,23 @@
  * would. */
 
 #include <getopt.h>
-#include <sys/random.h>
-#include <time.h>
 #include <json-c/json.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <systemd/sd-bus.h>
 #include <unistd.h>
 
-#include "modelgated/conf/conf.h"
 #include "modelgated/conf/ssh-command.h"
-#include "shared/keys-file.h"
+#include "modelgatectl/modelgatectl.h"
 #include "shared/log.h"
-#include "shared/state-file.h"
 #include "shared/strv.h"
 #include "shared/time-util.h"
 
-#define BUS_NAME "org.modelgate1"
-#define OBJECT_PATH "/org/modelgate1"
-
-/* exit codes, modelgatectl(1) */
-enum {
-        EXIT_OK = 0,
-        EXIT_FAILED = 1,      /* the daemon refused or the operation failed */
-        EXIT_USAGE = 2,       /* bad command line */
-        EXIT_UNREACHABLE = 3, /* no bus, or no modelgated on it */
-        EXIT_NOT_FOUND = 4,   /* no such host or engine */
-        EXIT_DENIED = 5,      /* polkit or the bus said no */
-};
-
-static int arg_user = -1;
+int arg_user = -1;
 static bool arg_json = false;
 static const char *arg_host = NULL;
 static uint64_t arg_timeout = 0;
-static const char *arg_config = NULL;
+const char *arg_config = NULL;
 
 static void help(void) {
         printf("%s [OPTIONS...] COMMAND\n\n"
@@ -48,6 +31,8 @@ static void help(void) {
                "  aliases                Each alias, the target it would pick now, and why\n"
                "  switch HOST ENGINE     Switch HOST to ENGINE, by the scheduler's rules; waits for it\n"
                "  stop HOST              Stop HOST's engine once nothing is in flight\n"
+               "  reset-failed HOST      Start HOST's engines held after a failed start at the next "
+               "request\n"
                "  reload                 Read the configuration again\n"
                "  key add TIER           Make an API key of TIER, print it once, store its digest\n"
                "  key list               The keys' digests (a prefix) and tiers\n"
@@ -117,7 +102,7 @@ static int parse_argv(int argc, char *argv[]) {
         return 1;
 }
 
-static int connect_bus(sd_bus **ret) {
+int connect_bus(sd_bus **ret) {
         _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
         _cleanup_strv_free_ char **argv = NULL;
         int r;
@@ -167,7 +152,26 @@ static int report(const char *what, const sd_bus_error *e, int r) {
         return error_exit(e, r);
 }
 
-/* a{sv} of basic types and string arrays, as JSON */
+/* a(sst) (FailedStarts) as JSON, as busctl -j shows it: an array of [s, s, t] */
+static int read_sst_array(sd_bus_message *m, json_object **ret) {
+        json_object *v = json_object_new_array();
+        const char *a, *b;
+        uint64_t t;
+        int r;
+
+        *ret = v;
+        r = sd_bus_message_enter_container(m, 'a', "(sst)");
+        while (r >= 0 && (r = sd_bus_message_read(m, "(sst)", &a, &b, &t)) > 0) {
+                json_object *e = json_object_new_array();
+                json_object_array_add(e, json_object_new_string(a));
+                json_object_array_add(e, json_object_new_string(b));
+                json_object_array_add(e, json_object_new_uint64(t));
+                json_object_array_add(v, e);
+        }
+        return r < 0 ? r : sd_bus_message_exit_container(m);
+}
+
+/* a{sv} of basic types, string arrays and FailedStarts, as JSON */
 static int read_properties(sd_bus_message *m, json_object *o) {
         int r;
 
@@ -206,7 +210,9 @@ static int read_properties(sd_bus_message *m, json_object *o) {
                         v = json_object_new_array();
                         STRV_FOREACH (s, l)
                                 json_object_array_add(v, json_object_new_string(*s));
-                } else
+                } else if (streq(contents, "a(sst)"))
+                        r = read_sst_array(m, &v);
+                else
                         r = sd_bus_message_skip(m, contents);
                 if (r < 0)
                         return r;
@@ -367,6 +373,29 @@ static int do_aliases(sd_bus *bus) {
         return EXIT_OK;
 }
 
+/* FailedStarts: the engines held after a failed start, "fork,main" */
+static char *held_names(json_object *held) {
+        _cleanup_strv_free_ char **l = NULL;
+
+        for (size_t k = 0; held && k < json_object_array_length(held); k++)
+                (void)strv_extend(&l, json_object_get_string(json_object_array_get_idx(
+                                              json_object_array_get_idx(held, k), 0)));
+        return strv_join(l, ",");
+}
+
+static void print_held(json_object *held) {
+        char b[FORMAT_TIMESPAN_MAX + 16];
+
+        for (size_t k = 0; held && k < json_object_array_length(held); k++) {
+                json_object *x = json_object_array_get_idx(held, k);
+                uint64_t at = json_object_get_uint64(json_object_array_get_idx(x, 2));
+                const char *left = at == UINT64_MAX ? NULL : until(b, sizeof(b), at);
+                printf("  held:       %s after a failed start, %s%s (reset-failed ends it)\n",
+                       json_object_get_string(json_object_array_get_idx(x, 0)), left ?: "until reset",
+                       left ? " left" : "");
+        }
+}
+
 static int do_status(sd_bus *bus, bool brief) {
         _cleanup_(sd_bus_error_free) sd_bus_error e = SD_BUS_ERROR_NULL;
         json_object *state = NULL, *hosts;
@@ -391,17 +420,21 @@ static int do_status(sd_bus *bus, bool brief) {
                        (unsigned long long)num(state, "InFlight"),
                        (unsigned long long)num(state, "Waiting"));
         } else
-                printf("%-12s %-10s %-14s %9s %7s\n", "HOST", "STATE", "ENGINE", "IN-FLIGHT", "WAITING");
+                printf("%-12s %-10s %-14s %9s %7s %s\n", "HOST", "STATE", "ENGINE", "IN-FLIGHT", "WAITING",
+                       "HELD");
 
         for (size_t i = 0; i < json_object_array_length(hosts); i++) {
                 json_object *h = json_object_array_get_idx(hosts, i);
                 char b1[FORMAT_TIMESPAN_MAX + 16], b2[FORMAT_TIMESPAN_MAX + 16];
                 const char *engine = str(h, "Engine"), *hold, *idle;
 
+                json_object *held = json_object_object_get(h, "FailedStarts");
+
                 if (brief) {
-                        printf("%-12s %-10s %-14s %9llu %7llu\n", str(h, "Name"), str(h, "State"),
+                        _cleanup_free_ char *names = held_names(held);
+                        printf("%-12s %-10s %-14s %9llu %7llu %s\n", str(h, "Name"), str(h, "State"),
                                *engine ? engine : "-", (unsigned long long)num(h, "InFlight"),
-                               (unsigned long long)num(h, "Waiting"));
+                               (unsigned long long)num(h, "Waiting"), names && *names ? names : "-");
                         continue;
                 }
                 _cleanup_free_ char *engines = join(h, "Engines", " ");
@@ -419,6 +452,7 @@ static int do_status(sd_bus *bus, bool brief) {
                         printf("  hold-down:  %s left\n", hold);
                 if (idle)
                         printf("  idle stop:  in %s\n", idle);
+                print_held(held);
                 if (*str(h, "LastError"))
                         printf("  last error: %s\n", str(h, "LastError"));
         }
@@ -470,158 +504,6 @@ static int call_host(sd_bus *bus, const char *host, const char *method, uint64_t
         return EXIT_OK;
 }
 
-/* key: the keys file that modelgate.conf names, edited in place (atomically), then Reload() so that the
- * daemon knows at once; the key itself is printed once and stored nowhere. */
-
-static int load_config(Config *c) {
-        _cleanup_free_ char *path = arg_config ? strdup(arg_config) : config_default_path(arg_user);
-        int r;
-
-        config_init(c);
-        if (!path)
-                return log_error_errno(SYNTHETIC_ERRNO(EINVAL),
-                                       "Cannot tell where modelgate.conf is: pass --config=PATH");
-        r = config_load(c, path);
-        if (r < 0)
-                return log_error_errno(r, "Cannot read %s (see above)", path);
-        if (!c->access.keys_file)
-                return log_error_errno(SYNTHETIC_ERRNO(EINVAL),
-                                       "%s has no [Access] KeysFile=: there is nowhere to keep keys", path);
-        return 0;
-}
-
-static void reload_daemon(void) {
-        _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
-        _cleanup_(sd_bus_error_free) sd_bus_error e = SD_BUS_ERROR_NULL;
-
-        if (connect_bus(&bus) < 0 || sd_bus_call_method(bus, BUS_NAME, OBJECT_PATH, "org.modelgate1.Manager",
-                                                        "Reload", &e, NULL, "") < 0)
-                fprintf(stderr,
-                        "modelgated was not reloaded (%s); it reads the keys at its next start or reload\n",
-                        e.message ?: "not running");
-}
-
-static int key_list(const KeysFile *f) {
-        for (size_t i = 0; i < f->n_keys; i++) {
-                char hex[SHA256_HEX_SIZE];
-
-                sha256_to_hex(f->keys[i].digest, hex);
-                printf("%.12s  %s\n", hex, f->keys[i].tier);
-        }
-        return EXIT_OK;
-}
-
-/* The system service runs as User=modelgate: a keys file root makes for it is readable by its group. */
-static int key_file_write(const KeysFile *f) {
-        int r = keys_file_write(f, arg_user ? NULL : "modelgate");
-        if (r == -ESRCH)
-                log_warning("There is no group 'modelgate': the system service cannot read the new %s",
-                            f->path);
-        else if (r < 0)
-                return log_error_errno(r, "Cannot write %s: %m", f->path);
-        return 0;
-}
-
-static int key_add(const Config *c, KeysFile *f, const char *tier) {
-        uint8_t raw[24], digest[SHA256_DIGEST_SIZE];
-        char key[64], hex[SHA256_HEX_SIZE], note[64];
-        bool known = false;
-        time_t now = time(NULL);
-        struct tm tm;
-        int r;
-
-        for (size_t i = 0; i < c->n_tiers; i++)
-                known = known || streq(c->tiers[i].name, tier);
-        if (!known) {
-                log_error("There is no [Tier] named '%s' in the configuration", tier);
-                return EXIT_NOT_FOUND;
-        }
-        if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
-                return log_error_errno(errno, "getrandom() failed: %m"), EXIT_FAILED;
-        strcpy(key, "mg-");
-        for (size_t i = 0; i < sizeof(raw); i++)
-                snprintf(key + 3 + 2 * i, 3, "%02x", raw[i]);
-        if (sha256(key, strlen(key), digest) < 0)
-                return log_oom(), EXIT_FAILED;
-        sha256_to_hex(digest, hex);
-        gmtime_r(&now, &tm);
-        strftime(note, sizeof(note), "added %Y-%m-%d by modelgatectl", &tm);
-        r = keys_file_add(f, note, digest, tier);
-        if (r < 0)
-                return log_oom(), EXIT_FAILED;
-        r = key_file_write(f);
-        if (r < 0)
-                return EXIT_FAILED;
-        /* the only time the key is shown */
-        printf("%s\n", key);
-        fprintf(stderr, "key %.12s of tier %s added to %s\n", hex, tier, f->path);
-        reload_daemon();
-        return EXIT_OK;
-}
-
-static int key_remove(KeysFile *f, const char *prefix) {
-        size_t matches = 0, match = 0;
-        int r;
-
-        if (strlen(prefix) < 8) {
-                log_error("Give at least 8 digits of the digest ('modelgatectl key list' shows them)");
-                return EXIT_USAGE;
-        }
-        for (size_t i = 0; i < f->n_keys; i++) {
-                char hex[SHA256_HEX_SIZE];
-
-                sha256_to_hex(f->keys[i].digest, hex);
-                if (strncasecmp(hex, prefix, strlen(prefix)) == 0) {
-                        matches++;
-                        match = i;
-                }
-        }
-        if (matches != 1) {
-                log_error("%zu keys have a digest starting with '%s'; give a longer prefix", matches,
-                          prefix);
-                return matches == 0 ? EXIT_NOT_FOUND : EXIT_USAGE;
-        }
-        keys_file_remove(f, match);
-        r = key_file_write(f);
-        if (r < 0)
-                return EXIT_FAILED;
-        fprintf(stderr, "key %s removed from %s\n", prefix, f->path);
-        reload_daemon();
-        return EXIT_OK;
-}
-
-static int do_key(int argc, char **argv) {
-        _cleanup_(config_done) Config c = {};
-        _cleanup_(keys_file_done) KeysFile f = {};
-        _cleanup_free_ char *error = NULL;
-        _cleanup_close_ int lock = -1;
-        const char *verb = argv[0];
-        int r;
-
-        r = load_config(&c);
-        if (r < 0)
-                return EXIT_FAILED;
-        /* two writers at once must not lose one's key: the read and the write are one step */
-        if (!streq(verb, "list")) {
-                lock = state_file_lock(c.access.keys_file);
-                if (lock < 0)
-                        return log_error_errno(lock, "Cannot lock %s: %m", c.access.keys_file), EXIT_FAILED;
-        }
-        r = keys_file_read(c.access.keys_file, &f, &error);
-        if (r == -ENOENT) /* none yet: the first key added makes it */
-                r = keys_file_parse(c.access.keys_file, "", &f, &error);
-        if (r == -EBADMSG)
-                return log_error("%s", error), EXIT_FAILED;
-        if (r < 0)
-                return log_error_errno(r, "Cannot read %s: %m", c.access.keys_file), EXIT_FAILED;
-
-        if (streq(verb, "list"))
-                return key_list(&f);
-        if (streq(verb, "add"))
-                return key_add(&c, &f, argv[1]);
-        return key_remove(&f, argv[1]);
-}
-
 int main(int argc, char *argv[]) {
         _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
         const char *verb;
@@ -641,12 +523,12 @@ int main(int argc, char *argv[]) {
                 }
                 return do_key(n, argv + optind + 1);
         }
-        if (!STR_IN_SET(verb, "status", "hosts", "aliases", "switch", "stop", "reload")) {
+        if (!STR_IN_SET(verb, "status", "hosts", "aliases", "switch", "stop", "reset-failed", "reload")) {
                 log_error("Unknown command '%s'; see %s --help", verb, program_invocation_short_name);
                 return EXIT_USAGE;
         }
         if ((STR_IN_SET(verb, "status", "hosts", "aliases", "reload") && n > 0) ||
-            (streq(verb, "switch") && n != 2) || (streq(verb, "stop") && n != 1)) {
+            (streq(verb, "switch") && n != 2) || (STR_IN_SET(verb, "stop", "reset-failed") && n != 1)) {
                 log_error("Wrong arguments for '%s'; see %s --help", verb, program_invocation_short_name);
                 return EXIT_USAGE;
         }
@@ -676,6 +558,13 @@ int main(int argc, char *argv[]) {
                 r = call_host(bus, host, "StopEngine", 0, "Stop failed", NULL);
                 if (r == EXIT_OK && !arg_json)
                         printf("host %s: its engine stops once nothing is in flight\n", host);
+                return r;
+        }
+        if (streq(verb, "reset-failed")) {
+                const char *host = argv[optind + 1];
+                r = call_host(bus, host, "ResetFailed", 0, "Cannot reset the failed starts", NULL);
+                if (r == EXIT_OK && !arg_json)
+                        printf("host %s: the next request for any of its engines starts it\n", host);
                 return r;
         }
         /* reload */

@@ -51,7 +51,7 @@ def test_introspection_shows_the_spec_members(box, engine_gate):
     host = busctl(box, "introspect", "org.modelgate1", HOST_PATH)
     for member in ("org.modelgate1.Host", ".Name", ".URL", ".Bus", ".State", ".Engine", ".Unit", ".Engines",
                    ".InFlight", ".Waiting", ".HoldDownUntilUSec", ".IdleStopAtUSec", ".LastError",
-                   ".SwitchEngine", ".StopEngine"):
+                   ".FailedStarts", ".SwitchEngine", ".StopEngine", ".ResetFailed"):
         assert member in host, host
     assert "/org/modelgate1/host/h" in busctl(box, "tree", "org.modelgate1")
     assert prop(box, HOST_PATH, "org.modelgate1.Host", "Engines") == ["mainline", "fork"]
@@ -126,7 +126,7 @@ def test_modelgatectl_status_matches_the_bus_and_stop_engine_stops(box, engine_g
         assert status[name] == prop(box, "/org/modelgate1", "org.modelgate1.Manager", name), name
     (h,) = status["Hosts"]
     for name in ("Name", "URL", "Bus", "State", "Engine", "Unit", "Engines", "InFlight", "Waiting",
-                 "HoldDownUntilUSec", "IdleStopAtUSec", "LastError"):
+                 "HoldDownUntilUSec", "IdleStopAtUSec", "LastError", "FailedStarts"):
         assert h[name] == prop(box, HOST_PATH, "org.modelgate1.Host", name), name
     assert h["State"] == "serving" and h["Engine"] == "mainline"
     assert h["HoldDownUntilUSec"] > time.time() * 1e6
@@ -134,8 +134,8 @@ def test_modelgatectl_status_matches_the_bus_and_stop_engine_stops(box, engine_g
     assert "h (http://127.0.0.1:" in human and "serving, engine mainline (llama-mainline.service)" in human
     assert "hold-down:" in human and "idle stop:  in 14min" in human, human
     hosts = ctl(box, "hosts").stdout.splitlines()
-    assert hosts[0].split() == ["HOST", "STATE", "ENGINE", "IN-FLIGHT", "WAITING"]
-    assert hosts[1].split() == ["h", "serving", "mainline", "0", "0"]
+    assert hosts[0].split() == ["HOST", "STATE", "ENGINE", "IN-FLIGHT", "WAITING", "HELD"]
+    assert hosts[1].split() == ["h", "serving", "mainline", "0", "0", "-"]
 
     # StopEngine inside the hold-down: stops at once, nothing is in flight
     out = ctl(box, "stop", "h")

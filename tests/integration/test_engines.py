@@ -15,7 +15,7 @@ import pytest
 
 from boxes import (Sshd, box_skip_reason, chat, children, engine_unit, engines_conf, gate_env, local_host,
                    two_engines)
-from conftest import DOUBLE, PYTHON, Double, free_port, post, read_sse, wait_for
+from conftest import DOUBLE, MODELGATED, PYTHON, Double, free_port, post, read_sse, wait_for
 
 CHAT = "/v1/chat/completions"
 # these tests are about the mechanics; test_scheduler.py is about hold-downs
@@ -171,6 +171,63 @@ def test_engine_that_cannot_start_gets_502_with_the_unit_result(box, make_gate):
     body = json.loads(r.read())
     assert r.status == 502
     assert "llama-missing.service" in body["error"]["message"] and "exit-code" in body["error"]["message"]
+
+
+MODELGATECTL = os.environ.get("MODELGATECTL", os.path.join(os.path.dirname(MODELGATED), "modelgatectl"))
+
+
+def test_a_failed_start_is_held_and_its_requests_get_the_same_502_at_once(box, make_gate, tmp):
+    """rule:failed-start-hold: the re-sends of a failed turn do not start the broken unit again; the hold
+    ends with reset-failed, and by itself after FailedStartHoldSec="""
+    port = free_port()
+    starts = os.path.join(tmp, "starts")
+    box.add_unit("llama-broken.service",
+                 "[Service]\nType=exec\nExecStart=/bin/sh -c 'echo start >> %s; exit 3'\n" % starts)
+    box.reload()
+    conf = local_host("3090", port) + "FailedStartHoldSec=3s\n" + \
+        "[Engine]\nHost=3090\nName=broken\nUnit=llama-broken.service\nModels=broken-*\nStartTimeoutSec=10s\n"
+    g = make_gate(FAST + conf, extra_args=["--user"], env=gate_env(box))  # --user: on the bus, for modelgatectl
+    g.wait_log("host 3090 up")
+    n_starts = lambda: len(open(starts).read().splitlines()) if os.path.exists(starts) else 0
+
+    def ask():
+        t0 = time.monotonic()
+        r = post(g.conn(), CHAT, chat("3090-broken-1"))
+        return r.status, json.loads(r.read())["error"]["message"], time.monotonic() - t0
+
+    status, first, _ = ask()
+    assert status == 502 and "llama-broken.service" in first and "exit-code" in first, first
+    assert "does not start it again for 3s (FailedStartHoldSec=)" in first
+    assert "modelgatectl reset-failed 3090" in first
+    g.wait_log("host 3090: engine broken held after its failed start")
+    assert n_starts() == 1
+    # a re-send, as Codex does: the same status and words, at once, and no second start
+    status, again, took = ask()
+    assert status == 502 and again == first
+    assert took < 0.5, took
+    assert n_starts() == 1
+    ctl = lambda *a: subprocess.run([MODELGATECTL, "--user"] + list(a), env=box.env, capture_output=True,
+                                    text=True, timeout=60)
+    hosts = ctl("hosts").stdout.splitlines()
+    assert hosts[0].split()[-1] == "HELD" and hosts[1].split()[-1] == "broken", hosts
+    assert "held:       broken after a failed start" in ctl("status").stdout
+
+    out = ctl("reset-failed", "3090")
+    assert out.returncode == 0, out.stderr
+    g.wait_log("host 3090: engine broken no longer held: reset-failed, the next request starts it")
+    assert ctl("hosts").stdout.splitlines()[1].split()[-1] == "-"
+    status, third, _ = ask()
+    # a start of its own: the unit may be seen dying at the job's end or just after it, in other words
+    assert status == 502 and "llama-broken.service" in third and "(FailedStartHoldSec=)" in third, third
+    assert n_starts() == 2
+    status, again, _ = ask()
+    assert status == 502 and again == third and n_starts() == 2
+    # and the hold ends by itself after FailedStartHoldSec=
+    g.wait_log("host 3090: engine broken held after its failed start", count=2)
+    g.wait_log("host 3090: engine broken no longer held: FailedStartHoldSec= is over", timeout=10)
+    status, _, _ = ask()
+    assert status == 502
+    assert n_starts() == 3
 
 
 def test_engine_that_never_gets_healthy_is_stopped_after_start_timeout(box, make_gate):
@@ -425,3 +482,57 @@ def _open_writer(fifo):
         return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
     except OSError:
         return None  # no reader yet
+
+
+def test_probes_never_move_the_gpu_and_start_an_engine_only_on_an_idle_one(box, make_gate):
+    """rule:probe: 50 count_tokens in about a second for the stopped engine's model, while the other one
+    streams: no switch, each answered at once, the stream whole; then a probe on an idle GPU starts its
+    engine"""
+    port = free_port()
+    g = make_gate(FAST + local_host("3090", port) + engines_conf(box, "3090", port), env=gate_env(box))
+    g.wait_log("host 3090 up")
+    stream = post(g.conn(timeout=60), CHAT, chat("3090-laguna-xs", "[[tokens:150]]", stream=True))
+    assert stream.status == 200
+    wait_for(lambda: stream.readline().startswith(b"data: "), what="the first token")
+    took, answers = [], []
+
+    def probe():
+        c = g.conn(timeout=10)
+        t0 = time.monotonic()
+        r = post(c, "/v1/messages/count_tokens", {"model": "3090-flint-40b",
+                                                  "messages": [{"role": "user", "content": "hi"}]})
+        body = json.loads(r.read())
+        took.append(time.monotonic() - t0)
+        answers.append((r.status, r.getheader("x-should-retry"), body))
+
+    threads = []
+    for _ in range(50):
+        threads.append(threading.Thread(target=probe))
+        threads[-1].start()
+        time.sleep(0.02)  # pacing: 50 in about a second, as the VS Code extension sends them
+    for t in threads:
+        t.join(30)
+    print("50 count_tokens probes: slowest %.1f ms" % (max(took) * 1000))
+    assert len(answers) == 50
+    for status, retry, body in answers:
+        assert status == 423 and retry == "false", body
+        assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error", body
+        assert "engine 'fork' of host '3090' is not running" in body["error"]["message"]
+        assert "engine 'mainline' runs there" in body["error"]["message"]
+    assert max(took) < 0.1, took
+    rest = read_sse(stream)
+    data = [l for _, l in rest if l.startswith("data: ")]
+    assert data[-1].strip() == "data: [DONE]" and not any('"error"' in l for l in data)
+    assert len(data) >= 150  # every token after the first, the last chunk and [DONE]
+    g.log_mark("after the probes")
+    assert "switching to engine fork" not in g.logtext()
+    assert box.active_state("llama-fork.service") == "inactive"
+    assert box.active_state("llama-mainline.service") == "active"
+
+    # the line: on a GPU nobody uses, a probe starts its engine like any request
+    box.systemctl("stop", "llama-mainline.service")
+    g.wait_log("host 3090: engine mainline stopped on its own")
+    r = post(g.conn(timeout=60), "/tokenize", {"model": "3090-flint-40b", "content": "a b c"})
+    assert r.status == 200 and json.loads(r.read())["tokens"] == [0, 1, 2]
+    g.wait_log("host 3090: switching to engine fork for 3090-flint-40b")
+    assert box.active_state("llama-fork.service") == "active"

@@ -84,6 +84,9 @@ static void format_sample(Answer a, char *buf, size_t n) {
         case ANSWER_TOO_MANY_SUBSCRIBERS:
                 (void)answer_format(buf, n, a, (size_t)8, 8ULL);
                 return;
+        case ANSWER_PROBE_NOT_SWITCHED:
+                (void)answer_format(buf, n, a, "fork", "3090", "engine 'mainline' runs");
+                return;
         case _ANSWER_MAX:
         case _ANSWER_INVALID:
                 break;
@@ -185,6 +188,11 @@ static const struct {
         {ANSWER_TOO_MANY_SUBSCRIBERS, 0, 0, 503, "too_many_subscribers", "Retry-After: 30\r\n",
          "/models/sse has 8 subscribers, as many as this proxy takes (MaxFeedSubscribers=8, at most half of "
          "MaxConnections=)"},
+        {ANSWER_PROBE_NOT_SWITCHED, 0, 0, 423, "engine_not_running", "x-should-retry: false\r\n",
+         "engine 'fork' of host '3090' is not running, and modelgate does not switch a GPU for a token "
+         "count "
+         "or other probe (engine 'mainline' runs); estimate locally, or send a real request for that model "
+         "first"},
 };
 
 static json_object *member(json_object *o, const char *key) {

@@ -60,6 +60,10 @@ TEST(budget_goes_to_the_fallback_only_never_to_the_next_target) {
         assert_rule(ATTEMPT_BUDGET, false, ATTEMPT_FALLBACK_YES, false, ATTEMPT_ANSWER_END, 504);
 }
 
+TEST(a_refused_probe_moves_to_the_next_target_never_to_the_fallback) {
+        assert_rule(ATTEMPT_PROBE, true, ATTEMPT_FALLBACK_NO, false, ATTEMPT_ANSWER_ERROR, 423);
+}
+
 TEST(every_row_has_a_rule_and_a_name_of_its_own) {
         for (AttemptFailure f = 0; f < _ATTEMPT_FAILURE_MAX; f++) {
                 ASSERT_TRUE(attempt_rule(f));

@@ -54,6 +54,9 @@ static const char *run(Sched *s, usec_t now) {
                 case SCHED_ABANDON:
                         snprintf(w, sizeof(w), "abandon:%s", engine_names[a.engine]);
                         break;
+                case SCHED_UNHOLD:
+                        snprintf(w, sizeof(w), "unhold:%s", engine_names[a.engine]);
+                        break;
                 default:
                         FAIL("unexpected action %d", a.type);
                 }
@@ -268,6 +271,57 @@ TEST(rule8_busy_fails_everyone_waiting_for_that_switch) {
         ASSERT_STREQ(run(&s, S(2)), "start:B/r0");
         sched_switch_failed(&s, S(3), 423, -1);
         ASSERT_STREQ(run(&s, S(3)), "fail:r0:423 fail:r1:423 start:C/r2");
+        sched_done(&s);
+}
+
+/* rule:failed-start-hold: a failed start of B holds B for FailedStartHoldSec=: the host refuses its
+ * requests meanwhile (sched_held_until()); the hold's end is a timer and an action of its own; a reload
+ * shortens it; an operator's reset or B coming up without a START ends it early; 0 holds nothing. */
+TEST(failed_start_hold_refuses_for_its_time_and_ends_three_ways) {
+        Sched s;
+        SchedConfig c = {
+                .idle_stop = USEC_INFINITY, .wait_budget = USEC_INFINITY, .failed_start_hold = S(60)};
+        ASSERT_OK(sched_init(&s, &c, 3));
+        add(&s, 0, 0, B);
+        ASSERT_STREQ(run(&s, 0), "start:B/r0");
+        sched_start_failed(&s, S(2), B);
+        sched_switch_failed(&s, S(2), 502, -1);
+        ASSERT_STREQ(run(&s, S(2)), "fail:r0:502");
+        ASSERT_EQ(sched_held_until(&s, S(2), B), S(62));
+        ASSERT_EQ(sched_held_until(&s, S(2), A), 0); /* only B */
+        ASSERT_EQ(sched_next_timer(&s, S(2)), S(62));
+        ASSERT_STREQ(run(&s, S(61)), "");
+        ASSERT_EQ(sched_held_until(&s, S(61), B), S(62));
+        ASSERT_EQ(sched_held_until(&s, S(62), B), 0);
+        ASSERT_STREQ(run(&s, S(62)), "unhold:B");
+        ASSERT_STREQ(run(&s, S(63)), ""); /* once */
+        ASSERT_EQ(sched_next_timer(&s, S(63)), USEC_INFINITY);
+
+        /* an operator's reset: true once, no unhold action after it */
+        sched_start_failed(&s, S(70), B);
+        ASSERT_TRUE(sched_unhold(&s, S(71), B));
+        ASSERT_TRUE(!sched_unhold(&s, S(71), B));
+        ASSERT_EQ(sched_held_until(&s, S(71), B), 0);
+        ASSERT_STREQ(run(&s, S(200)), "");
+
+        /* the engine came up without modelgate: nothing is held */
+        sched_start_failed(&s, S(300), B);
+        sched_engine_up(&s, S(301), B);
+        ASSERT_EQ(sched_held_until(&s, S(301), B), 0);
+        ASSERT_STREQ(run(&s, S(400)), "");
+        sched_engine_down(&s, S(401));
+
+        /* a reload to 10 s ends a hold begun 20 s ago at once; to 0, every hold */
+        sched_start_failed(&s, S(500), B);
+        s.config.failed_start_hold = S(10);
+        ASSERT_EQ(sched_held_until(&s, S(520), B), 0);
+        ASSERT_STREQ(run(&s, S(520)), "unhold:B");
+        sched_start_failed(&s, S(600), C);
+        s.config.failed_start_hold = 0;
+        ASSERT_STREQ(run(&s, S(600)), "unhold:C");
+        sched_start_failed(&s, S(700), C); /* 0: nothing is held */
+        ASSERT_EQ(sched_held_until(&s, S(700), C), 0);
+        ASSERT_STREQ(run(&s, S(700)), "");
         sched_done(&s);
 }
 

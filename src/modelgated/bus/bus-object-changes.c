@@ -19,6 +19,7 @@ struct HostSeen {
         ssize_t engine;
         unsigned in_flight, waiting;
         usec_t hold_down, idle_stop;
+        unsigned holds; /* host_holds_serial() */
         char *last_error;
 };
 
@@ -41,7 +42,7 @@ static int seen_resize(BusObject *o, size_t n) {
 
 /* Which properties of host i differ from what was last announced (NULL-terminated, in changed), and
  * records what it shows now. Returns how many. */
-static size_t host_compare(BusObject *o, size_t i, const char *changed[static 12]) {
+static size_t host_compare(BusObject *o, size_t i, const char *changed[static 14]) {
         Host *h = manager_host_at(o->manager, i);
         HostSeen *v = &o->seen[i], now = {
                                            .host = h,
@@ -51,6 +52,7 @@ static size_t host_compare(BusObject *o, size_t i, const char *changed[static 12
                                            .waiting = host_waiting(h),
                                            .hold_down = bus_object_realtime(o, host_hold_down_until(h)),
                                            .idle_stop = bus_object_realtime(o, host_idle_stop_at(h)),
+                                           .holds = host_holds_serial(h),
                                    };
         size_t k = 0;
         bool all = v->host != h;
@@ -74,6 +76,8 @@ static size_t host_compare(BusObject *o, size_t i, const char *changed[static 12
                 changed[k++] = "HoldDownUntilUSec";
         if (all || v->idle_stop != now.idle_stop)
                 changed[k++] = "IdleStopAtUSec";
+        if (all || v->holds != now.holds)
+                changed[k++] = "FailedStarts";
         if (all || !streq_ptr(v->last_error, host_last_error(h))) {
                 changed[k++] = "LastError";
                 (void)free_and_strdup(&v->last_error, host_last_error(h));
@@ -85,7 +89,7 @@ static size_t host_compare(BusObject *o, size_t i, const char *changed[static 12
 }
 
 static void emit_host_changes(BusObject *o, size_t i) {
-        const char *changed[12];
+        const char *changed[14];
 
         if (host_compare(o, i, changed) > 0 && o->primed) {
                 _cleanup_free_ char *p = bus_object_host_path(manager_host_at(o->manager, i));

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The Host objects of org.modelgate1, one per host under /org/modelgate1/host: their properties, read
- * from the live Host, and SwitchEngine()/StopEngine(). A path names a host, not a Host: a reload may
- * replace the Host meanwhile, so every call and every property looks it up by name again. */
+ * from the live Host, and SwitchEngine()/StopEngine()/ResetFailed(). A path names a host, not a Host: a
+ * reload may replace the Host meanwhile, so every call and every property looks it up by name again. */
 
 #include <assert.h>
 #include <stdio.h>
@@ -145,7 +145,8 @@ static void switch_authorized(BusCall *c) {
         }
         r = host_acquire(h, (size_t)e, &c->waiter, switch_ready, NULL, "SwitchEngine()", &refusal);
         if (r == HOST_REFUSED) {
-                bus_call_reply_error(c, ERROR_HOST_DOWN, "%s", refusal.message);
+                /* down (503), or held after a failed start (502): the error of that status */
+                switch_ready(&c->waiter, refusal.status, refusal.message);
                 return;
         }
         c->waiting = true;
@@ -219,6 +220,58 @@ static int method_stop_engine(sd_bus_message *message, void *userdata, sd_bus_er
         return bus_call_authorize(c);
 }
 
+/* rule:failed-start-hold: a(sst), each held engine: its name, its words, the hold's end (CLOCK_REALTIME
+ * µs; UINT64_MAX: until reset) */
+static int property_get_failed_starts(sd_bus *bus, const char *path, const char *interface,
+                                      const char *property, sd_bus_message *reply, void *userdata,
+                                      sd_bus_error *error) {
+        BusObject *o = userdata;
+        Host *h = host_at_path(o, path);
+        int r;
+
+        if (!h)
+                return -ENOENT;
+        r = sd_bus_message_open_container(reply, 'a', "(sst)");
+        for (size_t i = 0; r >= 0 && i < host_n_engines(h); i++) {
+                usec_t until = host_held_until(h, i);
+                if (until > 0)
+                        r = sd_bus_message_append(
+                                reply, "(sst)", host_engine(h, i)->conf->name, host_held_reason(h, i) ?: "",
+                                until == USEC_INFINITY ? UINT64_MAX : bus_object_realtime(o, until));
+        }
+        return r < 0 ? r : sd_bus_message_close_container(reply);
+}
+
+static void reset_failed_authorized(BusCall *c) {
+        BusObject *o = c->userdata;
+        Host *h = host_by_name(o->manager, c->host);
+
+        if (!h) {
+                bus_call_reply_error(c, ERROR_NO_SUCH_HOST, "host '%s' is gone (a reload removed it)",
+                                     c->host);
+                return;
+        }
+        (void)host_reset_failed(h);
+        bus_object_changed(o);
+        bus_call_reply(c);
+}
+
+/* ResetFailed(), as systemctl reset-failed: the engines held after a failed start are started again by
+ * the next request for them */
+static int method_reset_failed(sd_bus_message *message, void *userdata, sd_bus_error *error) {
+        BusObject *o = userdata;
+        Host *h = host_at_path(o, sd_bus_message_get_path(message));
+        BusCall *c;
+
+        if (!h)
+                return -ENOENT;
+        c = bus_call_new(&o->calls, o, message, "org.modelgate1.reset-failed", reset_failed_authorized,
+                         host_conf(h)->name);
+        if (!c)
+                return -ENOMEM;
+        return bus_call_authorize(c);
+}
+
 static const sd_bus_vtable host_vtable[] = {
         SD_BUS_VTABLE_START(0),
         SD_BUS_PROPERTY("Name", "s", property_get_host_string, 0, SD_BUS_VTABLE_PROPERTY_CONST),
@@ -235,9 +288,13 @@ static const sd_bus_vtable host_vtable[] = {
         SD_BUS_PROPERTY("IdleStopAtUSec", "t", property_get_host_usec, 0,
                         SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("LastError", "s", property_get_host_string, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("FailedStarts", "a(sst)", property_get_failed_starts, 0,
+                        SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_METHOD_WITH_ARGS("SwitchEngine", SD_BUS_ARGS("s", engine), SD_BUS_NO_RESULT,
                                 method_switch_engine, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("StopEngine", SD_BUS_NO_ARGS, SD_BUS_NO_RESULT, method_stop_engine,
+                                SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("ResetFailed", SD_BUS_NO_ARGS, SD_BUS_NO_RESULT, method_reset_failed,
                                 SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_VTABLE_END,
 };

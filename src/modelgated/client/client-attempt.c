@@ -24,6 +24,8 @@ static const AttemptRule rules[_ATTEMPT_FAILURE_MAX] = {
         [ATTEMPT_NOT_HERE] = {true, ATTEMPT_FALLBACK_YES, false, ATTEMPT_ANSWER_RELAY, 0},
         [ATTEMPT_INCOMPLETE] = {true, ATTEMPT_FALLBACK_YES, false, ATTEMPT_ANSWER_END, 502},
         [ATTEMPT_BUDGET] = {false, ATTEMPT_FALLBACK_YES, false, ATTEMPT_ANSWER_END, 504},
+        /* rule:probe: another target may have its engine up; the cloud is not asked for a count */
+        [ATTEMPT_PROBE] = {true, ATTEMPT_FALLBACK_NO, false, ATTEMPT_ANSWER_ERROR, 423},
 };
 
 static const char *const names[_ATTEMPT_FAILURE_MAX] = {
@@ -37,6 +39,7 @@ static const char *const names[_ATTEMPT_FAILURE_MAX] = {
         [ATTEMPT_NOT_HERE] = "not-here",
         [ATTEMPT_INCOMPLETE] = "incomplete",
         [ATTEMPT_BUDGET] = "budget",
+        [ATTEMPT_PROBE] = "probe",
 };
 
 const AttemptRule *attempt_rule(AttemptFailure f) {

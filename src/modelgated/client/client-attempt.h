@@ -13,7 +13,8 @@
 typedef enum AttemptFailure {
         ATTEMPT_REFUSED,       /* the host refused before the request was sent: it is down (503) */
         ATTEMPT_BUSY,          /* its GPU is someone else's: the switch was refused (423) */
-        ATTEMPT_ENGINE_FAILED, /* its engine could not be started, or not in WaitBudgetSec= (502, 504) */
+        ATTEMPT_ENGINE_FAILED, /* its engine could not be started (or did not start a moment ago, and is
+                                * held: rule:failed-start-hold), or not in WaitBudgetSec= (502, 504) */
         ATTEMPT_UNREACHABLE,   /* the connection never reached a server: refused, no route, no answer */
         ATTEMPT_BROKEN,        /* the connection failed before an answer: a reset, a close, bad bytes */
         ATTEMPT_HOST_DOWN,     /* the host's probe found it down while the request was in flight */
@@ -21,6 +22,7 @@ typedef enum AttemptFailure {
         ATTEMPT_NOT_HERE,      /* the engine answered 404 or 503: the model is not loaded (yet) */
         ATTEMPT_INCOMPLETE,    /* the answer began, and its connection failed */
         ATTEMPT_BUDGET,        /* FirstTokenBudgetSec= or RequestBudgetSec= ran out */
+        ATTEMPT_PROBE,         /* a probe whose engine is not up would move the GPU (rule:probe): 423 */
         _ATTEMPT_FAILURE_MAX,
 } AttemptFailure;
 

@@ -4,6 +4,7 @@
  * path passes through; only the model is rewritten (rule:passthrough). */
 
 #include "modelgated/client/client-internal.h"
+#include "modelgated/rules/probe.h"
 
 /* The request for a host: the body is the client's with the bytes of 'span' (the model's value; empty:
  * none) replaced by 'key' as a JSON string, written straight into the request, so that no rewritten copy
@@ -436,6 +437,41 @@ static ssize_t dispatch_engine(Client *c, Dispatch *d, Host *host) {
 
 static void dispatch_to_host(Client *c, Dispatch *d);
 
+/* rule:probe: a probe (probe_path()) for an engine that is not up never moves the GPU nor waits behind a
+ * switch: it goes when its engine is up and staying, may start it on a GPU nothing uses, and is answered
+ * at once otherwise (the alias's next target may have its engine up). false: it was answered, or moved on.
+ */
+static bool dispatch_probe_may_go(Client *c, Dispatch *d, Host *host, size_t engine) {
+        HostState st = host_state(host);
+        bool moving = st == HOST_STARTING || st == HOST_SWITCHING;
+        ssize_t running = host_running(host);
+        char why[160], msg[512];
+
+        if (!probe_path(d->path, d->r->method == HTTP_GET || d->r->method == HTTP_HEAD))
+                return true;
+        ProbeView v = {
+                .up = host_engine_up(host) == (ssize_t)engine,
+                .switch_pending = moving || host_switch_pending(host),
+                .running = moving || running >= 0,
+                .in_flight = host_in_flight(host),
+                .waiting = host_waiting(host),
+        };
+        if (probe_decide(&v) != PROBE_REFUSE)
+                return true;
+        if (moving)
+                snprintf(why, sizeof(why), "the host is switching engines");
+        else if (running >= 0)
+                snprintf(why, sizeof(why), "engine '%s' runs there",
+                         host_engine(host, (size_t)running)->conf->name);
+        else
+                snprintf(why, sizeof(why), "%u requests are in flight or waiting there",
+                         v.in_flight + v.waiting);
+        (void)answer_format(msg, sizeof(msg), ANSWER_PROBE_NOT_SWITCHED, c->x->engine_name, c->x->host->name,
+                            why);
+        (void)client_attempt_failed(c, ATTEMPT_PROBE, 423, msg);
+        return false;
+}
+
 /* A complete request: modelgate's own answer, or on to its host (at once, or when its engine is up). */
 void client_dispatch(Client *c) {
         assert(c);
@@ -511,6 +547,8 @@ static void dispatch_to_host(Client *c, Dispatch *d) {
          * target may need it */
         if (!c->x->fallback && !c->x->alias)
                 buffer_done(&r->body);
+        if (engine >= 0 && !dispatch_probe_may_go(c, d, host, (size_t)engine))
+                return;
         HostRefusal refusal;
         HostAcquire k = engine >= 0 ? host_acquire(host, (size_t)engine, &c->x->waiter, client_engine_ready,
                                                    client_host_went_down, c->x->alias_target ?: c->x->model,

@@ -378,6 +378,9 @@ void client_attempt_answer(Client *c, AttemptFailure failure, int error, const c
         case ATTEMPT_BUDGET:
                 answer_budget(c, why);
                 break;
+        case ATTEMPT_PROBE:
+                client_answer_message(c, ANSWER_PROBE_NOT_SWITCHED, 423, /* retry_after= */ 0, why);
+                break;
         case ATTEMPT_NOT_HERE: /* the host's own answer goes on */
         default:
                 break;

@@ -31,6 +31,7 @@ static void dump_proxy(const Config *c, FILE *f) {
         dump_usec(f, "IdleStopSec", c->idle_stop_usec);
         dump_usec(f, "HoldDownSec", c->hold_down_usec);
         dump_usec(f, "WaitBudgetSec", c->wait_budget_usec);
+        dump_usec(f, "FailedStartHoldSec", c->failed_start_hold_usec);
         dump_usec(f, "KeepaliveAfterSec", c->keepalive_after_usec);
         dump_usec(f, "KeepaliveIntervalSec", c->keepalive_interval_usec);
         dump_usec(f, "PollIntervalSec", c->poll_interval_usec);
@@ -64,6 +65,7 @@ static void dump_host(const HostConf *h, FILE *f) {
         dump_usec(f, "IdleStopSec", h->idle_stop_usec);
         dump_usec(f, "HoldDownSec", h->hold_down_usec);
         dump_usec(f, "WaitBudgetSec", h->wait_budget_usec);
+        dump_usec(f, "FailedStartHoldSec", h->failed_start_hold_usec);
 }
 
 static void dump_engine(const EngineConf *e, FILE *f) {

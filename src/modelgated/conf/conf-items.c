@@ -174,6 +174,7 @@ static const ConfigItem config_items[] = {
         {SECTION_PROXY, "IdleStopSec", parse_timespan_item, offsetof(Config, idle_stop_usec)},
         {SECTION_PROXY, "HoldDownSec", parse_timespan_item, offsetof(Config, hold_down_usec)},
         {SECTION_PROXY, "WaitBudgetSec", parse_timespan_item, offsetof(Config, wait_budget_usec)},
+        {SECTION_PROXY, "FailedStartHoldSec", parse_timespan_item, offsetof(Config, failed_start_hold_usec)},
         {SECTION_PROXY, "KeepaliveAfterSec", parse_timespan_item, offsetof(Config, keepalive_after_usec)},
         {SECTION_PROXY, "KeepaliveIntervalSec", parse_timespan_item,
          offsetof(Config, keepalive_interval_usec)},
@@ -199,6 +200,8 @@ static const ConfigItem config_items[] = {
         {SECTION_HOST, "IdleStopSec", parse_timespan_override, offsetof(HostConf, idle_stop_usec)},
         {SECTION_HOST, "HoldDownSec", parse_timespan_override, offsetof(HostConf, hold_down_usec)},
         {SECTION_HOST, "WaitBudgetSec", parse_timespan_override, offsetof(HostConf, wait_budget_usec)},
+        {SECTION_HOST, "FailedStartHoldSec", parse_timespan_override,
+         offsetof(HostConf, failed_start_hold_usec)},
 
         {SECTION_ENGINE, "Host", parse_host_name_item, offsetof(EngineConf, host)},
         {SECTION_ENGINE, "Name", parse_engine_name_item, offsetof(EngineConf, name)},

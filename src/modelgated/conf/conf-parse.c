@@ -95,6 +95,7 @@ static int section_host(Config *c, const char *name, const Section *s, void **re
                 .idle_stop_usec = CONF_USEC_UNSET,
                 .hold_down_usec = CONF_USEC_UNSET,
                 .wait_budget_usec = CONF_USEC_UNSET,
+                .failed_start_hold_usec = CONF_USEC_UNSET,
                 .file = strdup(name),
                 .line = s->line,
         };

@@ -43,6 +43,7 @@ void config_init(Config *c) {
                 .idle_stop_usec = 15 * USEC_PER_MINUTE,
                 .hold_down_usec = 30 * USEC_PER_SEC,
                 .wait_budget_usec = 15 * USEC_PER_MINUTE,
+                .failed_start_hold_usec = 60 * USEC_PER_SEC,
                 .keepalive_after_usec = 10 * USEC_PER_SEC,
                 .keepalive_interval_usec = 15 * USEC_PER_SEC,
                 .poll_interval_usec = 30 * USEC_PER_SEC,

@@ -33,7 +33,7 @@ typedef struct HostConf {
         char *ssh_command;
         char *bus_path;
         char **busy_units;
-        usec_t idle_stop_usec, hold_down_usec, wait_budget_usec;
+        usec_t idle_stop_usec, hold_down_usec, wait_budget_usec, failed_start_hold_usec;
         char *file;
         unsigned line;
 } HostConf;
@@ -119,6 +119,7 @@ typedef struct Config {
         usec_t idle_stop_usec;
         usec_t hold_down_usec;
         usec_t wait_budget_usec;
+        usec_t failed_start_hold_usec;
         usec_t keepalive_after_usec;
         usec_t keepalive_interval_usec;
         usec_t poll_interval_usec;

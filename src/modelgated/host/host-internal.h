@@ -67,6 +67,10 @@ struct Host {
         Catalog *catalog;
         char *fail_message; /* for the requests a failed switch answers */
         char *last_error;   /* LastError: the last failed switch or the last reason to be down */
+        /* rule:failed-start-hold: per engine, the words of its failed start while the scheduler holds it
+         * (sched_held_until()); holds_serial counts the holds begun and ended, for FailedStarts */
+        char **held_reasons;
+        unsigned holds_serial;
         char **warnings;
         sd_event_source *schedule_source, *sched_timer;
 
@@ -121,6 +125,11 @@ static inline void host_changed(Host *h) {
 static inline void host_schedule_later(Host *h) {
         (void)sd_event_source_set_enabled(h->schedule_source, SD_EVENT_ONESHOT);
 }
+
+/* host-state.c */
+/* rule:failed-start-hold: the hold of engine i's failed start ends before its time, for 'why'. true: it
+ * was held. */
+bool host_unhold(Host *h, size_t i, const char *why);
 
 /* host-switch.c */
 extern const HostBusCallbacks host_bus_callbacks;

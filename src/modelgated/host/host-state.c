@@ -77,6 +77,14 @@ static int schedule_cb(sd_event_source *s, void *userdata) {
                                    h->conf->name, strna(model), engine_name(h, a.engine));
                         break;
                 }
+                case SCHED_UNHOLD:
+                        h->held_reasons[a.engine] = mfree(h->held_reasons[a.engine]);
+                        h->holds_serial++;
+                        log_notice(
+                                "host %s: engine %s no longer held: FailedStartHoldSec= is over, the next "
+                                "request starts it",
+                                h->conf->name, engine_name(h, a.engine));
+                        break;
                 case SCHED_ABANDON:
                         log_notice("host %s: switch to %s abandoned, no client is waiting", h->conf->name,
                                    engine_name(h, a.engine));
@@ -179,6 +187,9 @@ static SchedConfig sched_config_of(const Config *config, const HostConf *conf) {
                                                                      : config->idle_stop_usec,
                 .wait_budget = conf->wait_budget_usec != CONF_USEC_UNSET ? conf->wait_budget_usec
                                                                          : config->wait_budget_usec,
+                .failed_start_hold = conf->failed_start_hold_usec != CONF_USEC_UNSET
+                                             ? conf->failed_start_hold_usec
+                                             : config->failed_start_hold_usec,
         };
         /* 0 means "never" for both, as ExitIdleSec=0 does */
         if (sc.idle_stop == 0)
@@ -212,6 +223,9 @@ Host *host_new(const HostEnv *env, Config *config, const HostConf *conf) {
         h->state = HOST_IDLE;
 
         if (collect_engines(config, conf, &h->engines, &h->n_engines, &units) < 0)
+                goto fail;
+        h->held_reasons = calloc(h->n_engines ?: 1, sizeof(char *));
+        if (!h->held_reasons)
                 goto fail;
         SchedConfig sc = sched_config_of(config, conf);
         if (sched_init(&h->sched, &sc, h->n_engines) < 0)
@@ -286,6 +300,9 @@ Host *host_free(Host *h) {
         free(h->last_error);
         sd_event_source_disable_unref(h->deadline);
         sd_event_source_disable_unref(h->probe_timer);
+        for (size_t i = 0; h->held_reasons && i < h->n_engines; i++)
+                free(h->held_reasons[i]);
+        free(h->held_reasons);
         free(h->engines);
         free(h->down_reason);
         strv_free(h->warnings);
@@ -416,6 +433,17 @@ static bool host_refuse_if_down(const Host *h, HostRefusal *ret) {
         return false;
 }
 
+/* rule:failed-start-hold: an engine whose start failed a moment ago is not started again: its requests get
+ * the failure's 502 and words at once */
+static bool host_refuse_if_held(const Host *h, size_t i, HostRefusal *ret) {
+        if (sched_held_until(&h->sched, host_now(h), i) == 0)
+                return false;
+        ret->status = 502;
+        snprintf(ret->message, sizeof(ret->message), "%s",
+                 h->held_reasons[i] ?: "the engine failed to start a moment ago");
+        return true;
+}
+
 static void host_ride(Host *h, HostWaiter *w) {
         LIST_PREPEND(riders, h->riders, w);
         w->riding = true;
@@ -433,7 +461,7 @@ HostAcquire host_acquire(Host *h, size_t i, HostWaiter *w, HostReadyFn ready, Ho
                          const char *model, HostRefusal *ret) {
         assert(i < h->n_engines);
 
-        if (host_refuse_if_down(h, ret))
+        if (host_refuse_if_down(h, ret) || host_refuse_if_held(h, i, ret))
                 return HOST_REFUSED;
         *w = (HostWaiter){.host = h, .engine = (ssize_t)i, .model = model, .ready = ready, .down = down};
         host_ride(h, w);
@@ -575,4 +603,44 @@ bool host_keeps_daemon(const Host *h) {
 usec_t host_up_since(const Host *h) {
         assert(h);
         return h->up_since;
+}
+
+usec_t host_held_until(const Host *h, size_t i) {
+        assert(h);
+        return i < h->n_engines ? sched_held_until(&h->sched, host_now(h), i) : 0;
+}
+
+const char *host_held_reason(const Host *h, size_t i) {
+        assert(h);
+        return host_held_until(h, i) > 0 ? h->held_reasons[i] : NULL;
+}
+
+unsigned host_holds_serial(const Host *h) {
+        assert(h);
+        return h->holds_serial;
+}
+
+bool host_unhold(Host *h, size_t i, const char *why) {
+        assert(h);
+        bool was = sched_unhold(&h->sched, host_now(h), i);
+
+        if (h->held_reasons[i]) {
+                h->held_reasons[i] = mfree(h->held_reasons[i]);
+                h->holds_serial++;
+        }
+        if (was)
+                log_notice("host %s: engine %s no longer held: %s, the next request starts it",
+                           h->conf->name, engine_name(h, (ssize_t)i), why);
+        host_schedule_later(h); /* its timer may go */
+        return was;
+}
+
+int host_reset_failed(Host *h) {
+        assert(h);
+        int n = 0;
+
+        for (size_t i = 0; i < h->n_engines; i++)
+                n += host_unhold(h, i, "reset-failed");
+        host_changed(h);
+        return n;
 }

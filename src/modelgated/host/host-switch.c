@@ -173,6 +173,31 @@ static void switch_fail_engine(Host *h, const char *what) {
         switch_fail(h, 502, msg);
 }
 
+/* rule:failed-start-hold: the engine itself failed to start (its job failed, its unit is not active after
+ * it, it died or never answered /health in StartTimeoutSec=): its requests get these words at once for
+ * FailedStartHoldSec=, so that each re-send of a failed turn does not start the broken unit again. The
+ * waiting ones get the very same words now. */
+static void switch_fail_start(Host *h, const char *what) {
+        char msg[512], t[FORMAT_TIMESPAN_MAX];
+        ssize_t i = h->target;
+        usec_t hold = h->sched.config.failed_start_hold;
+
+        if (hold == 0 || i < 0) {
+                switch_fail_engine(h, what);
+                return;
+        }
+        snprintf(msg, sizeof(msg), "%s; modelgate does not start it again for %s (FailedStartHoldSec=) or "
+                 "until 'modelgatectl reset-failed %s'", what,
+                 hold == USEC_INFINITY ? "ever" : format_timespan(t, sizeof(t), hold) ?: "?", h->conf->name);
+        sched_start_failed(&h->sched, host_now(h), (size_t)i);
+        switch_fail_engine(h, msg);
+        (void)free_and_strdup(&h->held_reasons[i], h->fail_message);
+        h->holds_serial++;
+        log_notice("host %s: engine %s held after its failed start: its requests get the same 502 %s%s",
+                   h->conf->name, engine_name(h, i), hold == USEC_INFINITY ? "until reset-failed" : "for ",
+                   hold == USEC_INFINITY ? "" : format_timespan(t, sizeof(t), hold) ?: "?");
+}
+
 void host_engine_is_up(Host *h) {
         assert(h);
         char t[32];
@@ -189,6 +214,7 @@ void host_engine_is_up(Host *h) {
         h->engine_up = true;
         h->busy = false;
         h->up_since = host_now(h);
+        (void)host_unhold(h, (size_t)h->target, "it is up after all"); /* started without modelgate */
         sched_engine_up(&h->sched, h->up_since, (size_t)h->target);
         catalog_engine_up(h->catalog, (size_t)h->target);
         host_switch_reset(h);
@@ -224,7 +250,7 @@ int host_deadline_cb(sd_event_source *s, uint64_t usec, void *userdata) {
         snprintf(what, sizeof(what),
                  "did not answer /health with 200 within %s (result: timeout); it was stopped",
                  format_timespan(t, sizeof(t), h->engines[target].conf->start_timeout_usec) ?: "?");
-        switch_fail_engine(h, what);
+        switch_fail_start(h, what);
         /* an engine that never became healthy must not keep the GPU */
         if (host_bus_job(h->bus, "StopUnit", (size_t)target, "replace", give_up_stopped, h) >= 0) {
                 h->phase = PHASE_GIVING_UP;
@@ -279,7 +305,7 @@ static void start_checked(HostBus *b, char **units, const char *error, void *use
         snprintf(what, sizeof(what), "failed to start (result: %s, state: %s)",
                  u->result && !streq(u->result, "success") ? u->result : "exit-code",
                  strna(u->active_state));
-        switch_fail_engine(h, what);
+        switch_fail_start(h, what);
 }
 
 static void start_done(HostBus *b, size_t i, const char *result, const char *error, void *userdata) {
@@ -288,7 +314,7 @@ static void start_done(HostBus *b, size_t i, const char *result, const char *err
 
         if (!result) {
                 snprintf(what, sizeof(what), "could not be started: %s", error);
-                switch_fail_engine(h, what);
+                switch_fail_start(h, what);
                 return;
         }
         /* "done" says little (rule:job-done-is-not-running); the unit's own state says the rest */
@@ -582,7 +608,7 @@ static void unit_changed(HostBus *b, size_t i, void *userdata) {
                 snprintf(what, sizeof(what), "stopped%s (state: %s, result: %s)",
                          h->engine_up ? " on its own" : "", strna(u->active_state), strna(u->result));
                 if (h->phase == PHASE_HEALTH && h->target == (ssize_t)i) {
-                        switch_fail_engine(h, what);
+                        switch_fail_start(h, what);
                         return;
                 }
                 log_warning("host %s: engine %s %s", h->conf->name, engine_name(h, (ssize_t)i), what);

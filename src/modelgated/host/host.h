@@ -109,11 +109,12 @@ ssize_t host_engine_up(const Host *h);
 typedef enum HostAcquire {
         HOST_ACQUIRED, /* go now: counted in flight until host_release() */
         HOST_QUEUED,   /* w->ready is called later */
-        HOST_REFUSED,  /* refused now (the host is down): the HostRefusal says why */
+        HOST_REFUSED,  /* refused now: the host is down (503), or the engine's start failed a moment
+                        * ago (502, rule:failed-start-hold); the HostRefusal says why */
 } HostAcquire;
 
-/* Asks for engine i: HOST_ACQUIRED, HOST_QUEUED or HOST_REFUSED. 'down' (optional) hears of the host
- * going down while the request is in flight. */
+/* Asks for engine i: HOST_ACQUIRED, HOST_QUEUED or HOST_REFUSED (down, or held). 'down' (optional) hears of
+ * the host going down while the request is in flight. */
 HostAcquire host_acquire(Host *h, size_t i, HostWaiter *w, HostReadyFn ready, HostDownFn down,
                          const char *model, HostRefusal *ret);
 /* The same for a host without engines: HOST_ACQUIRED, in flight until host_release(); or HOST_REFUSED
@@ -162,3 +163,12 @@ int host_set_conf(Host *h, Config *config, const HostConf *conf);
 bool host_drained(const Host *h);
 /* CLOCK_MONOTONIC: when the engine that is up came up. */
 usec_t host_up_since(const Host *h);
+
+/* rule:failed-start-hold: when the hold of engine i's failed start ends (CLOCK_MONOTONIC; USEC_INFINITY:
+ * never by itself), or 0 when it is not held; and the words its requests get meanwhile (NULL: not held) */
+usec_t host_held_until(const Host *h, size_t i);
+const char *host_held_reason(const Host *h, size_t i);
+/* Counts the holds begun and ended: what FailedStarts shows changed when it did */
+unsigned host_holds_serial(const Host *h);
+/* ResetFailed(): every hold ends now. Returns how many engines were held. */
+int host_reset_failed(Host *h);

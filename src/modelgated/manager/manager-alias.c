@@ -20,7 +20,8 @@ static AliasTargetState target_state(Manager *m, const char *target, unsigned *r
         if (!host_has_engines(h))
                 return ALIAS_TARGET_WARM;
         e = host_find_engine(h, key);
-        if (e < 0)
+        /* rule:failed-start-hold: a held engine refuses at once; the next target takes the request */
+        if (e < 0 || host_held_until(h, (size_t)e) > 0)
                 return ALIAS_TARGET_DOWN;
         if (host_engine_up(h) == e)
                 return host_switch_pending(h) ? ALIAS_TARGET_OTHER : ALIAS_TARGET_WARM;

@@ -104,6 +104,13 @@ static const AnswerRow answer_table[_ANSWER_MAX] = {
         [ANSWER_TOO_MANY_SUBSCRIBERS] = {503, "too_many_subscribers", ANSWER_HEADERS_RETRY_AFTER, 30,
                                          "/models/sse has %zu subscribers, as many as this proxy takes "
                                          "(MaxFeedSubscribers=%llu, at most half of MaxConnections=)"},
+        /* rule:probe: not retried by any SDK (x-should-retry: false, a 4xx they pass on); Claude Code's
+         * token count then stands in its own estimate, as for any count it cannot get */
+        [ANSWER_PROBE_NOT_SWITCHED] =
+                {423, "engine_not_running", ANSWER_HEADERS_NO_RETRY, 0,
+                 "engine '%s' of host '%s' is not running, and modelgate does not switch a GPU for a "
+                 "token count or other probe (%s); estimate locally, or send a real request for that "
+                 "model first"},
 };
 
 const AnswerRow *answer_row(Answer a) {

@@ -60,6 +60,7 @@ typedef enum Answer {
         ANSWER_CONFIG_ERROR,            /* the manager's words */
         ANSWER_CRASH_LOOP,              /* the manager's words */
         ANSWER_TOO_MANY_SUBSCRIBERS,    /* subscribers (size_t), the most taken (ull) */
+        ANSWER_PROBE_NOT_SWITCHED,      /* engine, host, what holds the GPU */
         _ANSWER_MAX,
         _ANSWER_INVALID = -EINVAL,
 } Answer;

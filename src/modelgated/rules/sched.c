@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The scheduler's decisions, in the order sched_next() takes them:
  *   1. answers already decided (a failed switch, a host gone down)
- *   2. abandoned switches to report (rule:abandon-switch)
+ *   2. abandoned switches to report (rule:abandon-switch), failed-start holds that are over
+ *      (rule:failed-start-hold)
  *   3. waits that spent their budget: 504 (rule:wait-budget)
  *   nothing more while a switch or an idle stop is in progress
  *   4. with an engine up: release the requests for it, unless a switch is
@@ -318,6 +319,7 @@ void sched_remove(Sched *s, usec_t now, SchedRequest *r) {
 void sched_engine_up(Sched *s, usec_t now, size_t engine) {
         assert(s);
         assert(engine < s->n_engines);
+        s->engines[engine].held = false; /* it runs after all: nothing to hold */
         s->running = (ssize_t)engine;
         s->up_at = s->last_done = now;
         s->starting = -1;
@@ -379,6 +381,40 @@ void sched_switch_failed(Sched *s, usec_t now, int status, ssize_t still_running
         s->wait_logged = -1;
         if (still_running < 0)
                 s->running = -1;
+}
+
+static usec_t held_until(const Sched *s, const SchedEngine *e) {
+        if (!e->held || s->config.failed_start_hold == 0)
+                return 0;
+        if (s->config.failed_start_hold == USEC_INFINITY)
+                return USEC_INFINITY;
+        return e->failed_at + s->config.failed_start_hold;
+}
+
+void sched_start_failed(Sched *s, usec_t now, size_t engine) {
+        assert(s);
+        assert(engine < s->n_engines);
+        if (s->config.failed_start_hold == 0)
+                return;
+        s->engines[engine].held = true;
+        s->engines[engine].failed_at = now;
+}
+
+usec_t sched_held_until(const Sched *s, usec_t now, size_t engine) {
+        assert(s);
+        assert(engine < s->n_engines);
+        usec_t t = held_until(s, &s->engines[engine]);
+
+        return t > now ? t : 0;
+}
+
+bool sched_unhold(Sched *s, usec_t now, size_t engine) {
+        assert(s);
+        assert(engine < s->n_engines);
+        bool was = sched_held_until(s, now, engine) > 0;
+
+        s->engines[engine].held = false;
+        return was;
 }
 
 void sched_host_down(Sched *s, bool down) {
@@ -446,6 +482,19 @@ static bool next_abandoned(Sched *s, SchedAction *ret) {
                 if (s->engines[i].abandoned) {
                         s->engines[i].abandoned = false;
                         *ret = (SchedAction){.type = SCHED_ABANDON, .engine = (ssize_t)i};
+                        return true;
+                }
+        }
+        return false;
+}
+
+/* 2. rule:failed-start-hold: one hold that is over (its time passed, or a reload shortened it) */
+static bool next_hold_over(Sched *s, usec_t now, SchedAction *ret) {
+        for (size_t i = 0; i < s->n_engines; i++) {
+                sched_steps++;
+                if (s->engines[i].held && held_until(s, &s->engines[i]) <= now) {
+                        s->engines[i].held = false;
+                        *ret = (SchedAction){.type = SCHED_UNHOLD, .engine = (ssize_t)i};
                         return true;
                 }
         }
@@ -538,7 +587,8 @@ bool sched_next(Sched *s, usec_t now, SchedAction *ret) {
         assert(s);
         *ret = (SchedAction){.type = SCHED_NONE, .engine = -1};
 
-        if (next_decided_failure(s, ret) || next_abandoned(s, ret) || next_expired(s, now, ret))
+        if (next_decided_failure(s, ret) || next_abandoned(s, ret) || next_hold_over(s, now, ret) ||
+            next_expired(s, now, ret))
                 return true;
         if (s->down || s->starting >= 0 || s->stopping)
                 return false;
@@ -551,6 +601,10 @@ usec_t sched_next_timer(const Sched *s, usec_t now) {
         assert(s);
         /* the first budget to end is the oldest wait's */
         usec_t t = s->waiting.head ? deadline_of(s, s->waiting.head) : USEC_INFINITY;
+
+        for (size_t i = 0; i < s->n_engines; i++)
+                if (s->engines[i].held)
+                        t = MIN(t, held_until(s, &s->engines[i]));
 
         if (!s->down && s->starting < 0 && !s->stopping && s->running >= 0) {
                 if (in_hold_down(s, now) && pending_switch(s) && s->config.hold_down != USEC_INFINITY)

@@ -21,9 +21,10 @@
 #include "shared/time-util.h"
 
 typedef struct SchedConfig {
-        usec_t hold_down;   /* HoldDownSec= */
-        usec_t idle_stop;   /* IdleStopSec=, USEC_INFINITY: never */
-        usec_t wait_budget; /* WaitBudgetSec=, USEC_INFINITY: never */
+        usec_t hold_down;         /* HoldDownSec= */
+        usec_t idle_stop;         /* IdleStopSec=, USEC_INFINITY: never */
+        usec_t wait_budget;       /* WaitBudgetSec=, USEC_INFINITY: never */
+        usec_t failed_start_hold; /* FailedStartHoldSec=, 0: none (rule:failed-start-hold) */
 } SchedConfig;
 
 typedef enum SchedRequestState {
@@ -57,6 +58,8 @@ typedef struct SchedEngine {
         SchedQueue waiting; /* its waiting requests (linked by queue) */
         unsigned n_waiting;
         bool abandoned; /* an ABANDON to report */
+        bool held;      /* its start failed at failed_at, and the hold has not been reported over */
+        usec_t failed_at;
 } SchedEngine;
 
 typedef enum SchedActionType {
@@ -67,6 +70,7 @@ typedef enum SchedActionType {
         SCHED_STOP,    /* engine, idle_for: stop the idle engine */
         SCHED_WAIT,    /* engine, req: log that req waits for the running engine before this switch */
         SCHED_ABANDON, /* engine: the pending switch lost its last waiter before it started */
+        SCHED_UNHOLD,  /* engine: the hold of its failed start is over (rule:failed-start-hold) */
 } SchedActionType;
 
 typedef struct SchedAction {
@@ -126,6 +130,15 @@ void sched_engine_down(Sched *s, usec_t now);
 /* The START failed: every request waiting for that engine fails with status. still_running: the engine
  * that kept running (a refusal before anything was stopped), or -1. */
 void sched_switch_failed(Sched *s, usec_t now, int status, ssize_t still_running);
+/* rule:failed-start-hold: the start of engine failed (its waiting requests are sched_switch_failed()'s);
+ * for FailedStartHoldSec= its requests are to be refused at once, not started again. */
+void sched_start_failed(Sched *s, usec_t now, size_t engine);
+/* When the hold of engine's failed start ends, or 0 when it is not held. */
+usec_t sched_held_until(const Sched *s, usec_t now, size_t engine);
+/* The hold ends before its time (an operator's ResetFailed(), the unit became active without modelgate).
+ * true: it was held. */
+bool sched_unhold(Sched *s, usec_t now, size_t engine);
+
 /* The host is down (every waiting request fails with 503) or back. */
 void sched_host_down(Sched *s, bool down);
 

@@ -1,0 +1,29 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/* What the files of modelgatectl(1) share: its bus, its exit codes and its options. */
+
+#include <stdbool.h>
+#include <systemd/sd-bus.h>
+
+#define BUS_NAME "org.modelgate1"
+#define OBJECT_PATH "/org/modelgate1"
+
+/* exit codes, modelgatectl(1) */
+enum {
+        EXIT_OK = 0,
+        EXIT_FAILED = 1,      /* the daemon refused or the operation failed */
+        EXIT_USAGE = 2,       /* bad command line */
+        EXIT_UNREACHABLE = 3, /* no bus, or no modelgated on it */
+        EXIT_NOT_FOUND = 4,   /* no such host or engine */
+        EXIT_DENIED = 5,      /* polkit or the bus said no */
+};
+
+extern int arg_user;           /* --user (1) or --system (0) */
+extern const char *arg_config; /* --config= */
+
+/* The bus of the instance the options name (-H: through ssh) */
+int connect_bus(sd_bus **ret);
+
+/* key add|list|remove: argv[0] is the verb, checked by the caller */
+int do_key(int argc, char **argv);
