@@ -85,7 +85,7 @@ def model_files():
         shutil.rmtree(d)
 
 
-def router_unit(name, port, models_dir, args, conflicts):
+def router_unit(name, port, models_dir, args, conflicts, extra_service=""):
     return """[Unit]
 Description=test engine %(name)s (llama-server, router mode)
 Conflicts=%(c)s
@@ -95,7 +95,8 @@ After=%(c)s
 Type=exec
 ExecStart=%(server)s --models-dir %(dir)s --models-max 1 --host 127.0.0.1 --port %(port)d %(args)s
 Restart=no
-""" % {"name": name, "c": conflicts, "server": SERVER, "dir": models_dir, "port": port, "args": args}
+%(extra)s""" % {"name": name, "c": conflicts, "server": SERVER, "dir": models_dir, "port": port, "args": args,
+                "extra": extra_service}
 
 
 @pytest.fixture
