@@ -142,7 +142,8 @@ def test_codex_context_overflow_after_and_before_the_early_200_is_one_post_each(
 
 
 def test_codex_prints_modelgates_reason_when_the_engine_fails_to_start(codex_gate, tmp):
-    # SPEC rule 10 (a failed start remembered): the unit is started once, however often Codex re-sends
+    # a failed start remembered (docs/rules.md, "Asked for, not built"): the unit is started once, however
+    # often Codex re-sends
     starts = os.path.join(tmp, "starts")
     g = codex_gate(start="ExecStartPre=/bin/sh -c 'echo start >> %s; sleep 2; exit 1'\n" % starts)
     rc, out = g.run("say hi")
@@ -151,6 +152,8 @@ def test_codex_prints_modelgates_reason_when_the_engine_fails_to_start(codex_gat
     print("Codex: " + [l for l in out.splitlines() if "failed to start" in l][-1])
     assert "stream closed before response.completed" not in out, out
     posts = g.posts()
-    assert posts and all(" early=200" in l and " error=502" in l for l in posts), posts
+    # the first waits through the early 200; a re-send may be answered 502 before it, once the failure is known
+    assert posts and " early=200" in posts[0] and " error=502" in posts[0], posts
+    assert all(" error=502" in l or " status=502" in l for l in posts), posts
     print("Codex sent %d POSTs; the unit was started %d times" % (len(posts), open(starts).read().count("start")))
     assert open(starts).read().count("start") == 1, (posts, open(starts).read())
