@@ -48,7 +48,8 @@ REQUESTS = []
 SSE_LISTENERS = []
 START = int(time.time())
 GENERATE_ROUTES = ("/v1/chat/completions", "/chat/completions", "/v1/completions", "/completion", "/completions",
-                   "/v1/messages")
+                   "/v1/messages", "/v1/responses", "/responses")
+RESPONSES = ("/v1/responses", "/responses")
 # the routes that read a model (the router's own /props included); any other path is 404
 MODEL_ROUTES = GENERATE_ROUTES + ("/models/load", "/models/unload", "/props", "/slots", "/tokenize", "/v1/embeddings",
                                   "/embeddings")
@@ -388,7 +389,25 @@ class Handler(BaseHTTPRequestHandler):
                 parts += [b.get("text", "") for b in c if isinstance(b, dict)]
         if isinstance(req.get("prompt"), str):
             parts.append(req["prompt"])
+        # the Responses API: "input" is a string, or items whose content is a string or parts with text
+        items = req.get("input")
+        for m in ([{"content": items}] if isinstance(items, str) else items if isinstance(items, list) else []):
+            c = m.get("content") if isinstance(m, dict) else None
+            if isinstance(c, str):
+                parts.append(c)
+            elif isinstance(c, list):
+                parts += [b.get("text", "") for b in c if isinstance(b, dict)]
         return " ".join(parts)
+
+    def response_object(self, rid, mid, model, content, n_prompt, n):
+        """llama.cpp's /v1/responses answer (server-task.cpp, to_json_oaicompat_resp)"""
+        part = {"type": "output_text", "annotations": [], "logprobs": [], "text": content}
+        return {"completed_at": now(), "created_at": now(), "id": rid, "model": model, "object": "response",
+                "output": [{"content": [part], "id": mid, "role": "assistant", "status": "completed",
+                            "type": "message"}],
+                "status": "completed",
+                "usage": {"input_tokens": n_prompt, "output_tokens": n, "total_tokens": n + n_prompt,
+                          "input_tokens_details": {"cached_tokens": 0}}}
 
     def generate(self, path, model, req, body):
         text = self.prompt_text(req)
@@ -417,12 +436,16 @@ class Handler(BaseHTTPRequestHandler):
         tokens = [("tok%d " % i).ljust(size, "x") for i in range(n)]
         stream = bool(req.get("stream"))
         anthropic = path == "/v1/messages"
+        responses = path in RESPONSES
         cid = "chatcmpl-%032x" % (hash((time.time(), threading.get_ident())) & (2**128 - 1))
         if not stream:
             if knob("hang"):
                 return self.hang()
             time.sleep(ARGS.token_delay * n)
             content = "".join(tokens)
+            if responses:
+                return self.send_json(200, self.response_object("resp_" + cid[9:], "msg_" + cid[9:], model,
+                                                                content, n_prompt, n))
             if anthropic:
                 return self.send_json(200, {"id": "msg_" + cid[9:], "type": "message", "role": "assistant",
                                             "content": [{"type": "text", "text": content}], "model": model,
@@ -455,6 +478,16 @@ class Handler(BaseHTTPRequestHandler):
                 "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": n_prompt, "output_tokens": 0}}})
             ev("content_block_start", {"type": "content_block_start", "index": 0,
                                        "content_block": {"type": "text", "text": ""}})
+        elif responses:
+            # llama.cpp's event sequence (server-task.cpp, to_json_oaicompat_resp and _stream)
+            rid, mid = "resp_" + cid[9:], "msg_" + cid[9:]
+            head = {"id": rid, "object": "response", "status": "in_progress"}
+            ev("response.created", {"type": "response.created", "response": head})
+            ev("response.in_progress", {"type": "response.in_progress", "response": head})
+            ev("response.output_item.added", {"type": "response.output_item.added", "item": {
+                "content": [], "id": mid, "role": "assistant", "status": "in_progress", "type": "message"}})
+            ev("response.content_part.added", {"type": "response.content_part.added", "item_id": mid,
+                                               "part": {"type": "output_text", "text": ""}})
         elif path == "/v1/chat/completions" or path == "/chat/completions":
             data(dict(base, choices=[{"finish_reason": None, "index": 0,
                                       "delta": {"role": "assistant", "content": None}}]))
@@ -468,7 +501,10 @@ class Handler(BaseHTTPRequestHandler):
                     data({"error": {"code": 500, "message": "generation failed", "type": "server_error"}})
                 return self.end_stream()
             time.sleep(ARGS.token_delay)
-            if anthropic:
+            if responses:
+                ev("response.output_text.delta", {"type": "response.output_text.delta", "item_id": mid,
+                                                  "delta": t})
+            elif anthropic:
                 ev("content_block_delta", {"type": "content_block_delta", "index": 0,
                                            "delta": {"type": "text_delta", "text": t}})
             elif path in ("/completion", "/completions"):
@@ -483,6 +519,15 @@ class Handler(BaseHTTPRequestHandler):
             ev("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
                                  "usage": {"output_tokens": n}})
             ev("message_stop", {"type": "message_stop"})
+        elif responses:
+            final = self.response_object(rid, mid, model, "".join(tokens), n_prompt, n)
+            part = final["output"][0]["content"][0]
+            ev("response.output_text.done", {"type": "response.output_text.done", "item_id": mid,
+                                             "text": part["text"]})
+            ev("response.content_part.done", {"type": "response.content_part.done", "item_id": mid, "part": part})
+            ev("response.output_item.done", {"type": "response.output_item.done", "item": final["output"][0]})
+            del final["completed_at"]
+            ev("response.completed", {"type": "response.completed", "response": final})
         elif path in ("/completion", "/completions"):
             data({"index": 0, "content": "", "stop": True, "model": model, "tokens_predicted": n,
                   "timings": {"predicted_n": n}})

@@ -17,7 +17,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
         if (size < 2)
                 return 0;
-        api = data[0] & 1 ? API_ANTHROPIC : API_OPENAI;
+        api = (ApiKind)(data[0] % _API_KIND_MAX);
         split = data[1];
         data += 2, size -= 2;
 

@@ -86,6 +86,24 @@ def test_engine_that_cannot_start_falls_back_with_the_server_key(box, make_gate,
     assert samples[("modelgate_fallbacks_total", (("engine", "main"), ("fallback", "cloud"), ("host", "h")))] == 1
 
 
+def test_the_responses_api_goes_to_the_fallbacks_responses_path_as_it_is(box, make_gate, cloud):
+    """rule:responses-api: /v1/responses is forwarded untranslated, to a fallback that speaks it"""
+    g = gate_with_fallback(box, make_gate, cloud, unit_extra="ExecStartPre=/bin/false\n")
+    for stream in (False, True):
+        r = post(g.conn(timeout=60), "/v1/responses", {"model": "h-laguna-xs", "input": "hi", "stream": stream})
+        body = r.read().decode()
+        assert r.status == 200, body
+        if stream:
+            assert "event: response.completed" in body, body
+        else:
+            assert json.loads(body)["object"] == "response" and json.loads(body)["model"] == "cloud-model", body
+        (req,) = [q for q in cloud.requests() if q["path"] == "/v1/responses"][-1:]
+        sent = json.loads(req["body"])
+        assert sent == {"model": "cloud-model", "input": "hi", "stream": stream}, sent
+        assert dict((k.lower(), v) for k, v in req["headers"])["authorization"] == "Bearer " + KEY
+    assert "via=fallback/cloud" in g.wait_log("POST /v1/responses", count=2)
+
+
 def test_reset_before_the_answer_and_404_503_fall_back(box, make_gate, cloud):
     g = gate_with_fallback(box, make_gate, cloud)
     r, body = ask(g, "warm up")

@@ -1,7 +1,7 @@
 """modelgate in front of the real llama-server (router mode, CPU only, tiny generated models), as two engine
 units in a boxed user manager: a cold start by a request, a switch, loads and unloads listed at once, the
 merged event feed with the router's own progress events, keepalive comments that tell the load progress, the
-context overflow reworded for both APIs, the official SDKs streaming, a client gone mid-stream freeing
+context overflow reworded for each API, the official SDKs streaming (the Responses API too), a client gone mid-stream freeing
 the server's slot, an [Alias] over two hosts' servers following the warm copy, and a head the server
 refuses early (150 headers, 16 MiB unread) that stays that request's answer. The double (tests/double) stays for what the real server cannot be made to do on purpose.
 
@@ -31,6 +31,7 @@ MAKE_MODEL = os.environ.get("MAKE_MODEL", os.path.join(HERE, "../real/make-model
 REQUIRED = bool(os.environ.get("MODELGATE_REQUIRE_REAL_ENGINE"))
 CHAT = "/v1/chat/completions"
 MESSAGES = "/v1/messages"
+RESPONSES = "/v1/responses"
 FAST = "[Proxy]\nHoldDownSec=1s\n"
 
 
@@ -84,7 +85,7 @@ def model_files():
         shutil.rmtree(d)
 
 
-def router_unit(name, port, models_dir, args, conflicts):
+def router_unit(name, port, models_dir, args, conflicts, extra_service=""):
     return """[Unit]
 Description=test engine %(name)s (llama-server, router mode)
 Conflicts=%(c)s
@@ -94,7 +95,8 @@ After=%(c)s
 Type=exec
 ExecStart=%(server)s --models-dir %(dir)s --models-max 1 --host 127.0.0.1 --port %(port)d %(args)s
 Restart=no
-""" % {"name": name, "c": conflicts, "server": SERVER, "dir": models_dir, "port": port, "args": args}
+%(extra)s""" % {"name": name, "c": conflicts, "server": SERVER, "dir": models_dir, "port": port, "args": args,
+                "extra": extra_service}
 
 
 @pytest.fixture
@@ -137,8 +139,12 @@ StartTimeoutSec=60s
 def ask(g, model, content="hi", max_tokens=8, path=CHAT, stream=False, **extra):
     """greedy: the same answer each time (a random model's random sample can be text that llama.cpp's chat
     output parser refuses with a 500)"""
-    body = chat(model, content, stream)
-    body.update(max_tokens=max_tokens, temperature=0, **extra)
+    if path == RESPONSES:
+        body = {"model": model, "input": content, "stream": stream, "max_output_tokens": max_tokens}
+    else:
+        body = chat(model, content, stream)
+        body.update(max_tokens=max_tokens)
+    body.update(temperature=0, **extra)
     return post(g.conn(timeout=120), path, body)
 
 
@@ -280,7 +286,7 @@ def test_keepalive_comments_tell_how_far_the_model_has_loaded(box, engines, make
 OVERFLOW = re.compile(r"prompt is too long: (\d+) tokens > 512 maximum")
 
 
-@pytest.mark.parametrize("path", [CHAT, MESSAGES])
+@pytest.mark.parametrize("path", [CHAT, MESSAGES, RESPONSES])
 @pytest.mark.parametrize("stream", [False, True])
 def test_context_overflow_is_reworded_for_each_api(box, engines, make_gate, path, stream):
     port, conf = engines
@@ -324,6 +330,13 @@ def test_official_sdks_stream_from_the_real_server(box, engines, make_gate):
         r = run_sdk("anthropic.mjs", base, model, "stream", json.dumps(extra))
         assert r["events"] >= 4 and r["stop"] in ("max_tokens", "end_turn"), r
         assert r["text"] == reference(g, model, extra), r
+        # the Responses API (rule:responses-api), streamed and plain: the same computation again
+        resp = {"max_output_tokens": 24, "temperature": 0, "cache_prompt": False}
+        r = run_sdk("openai.mjs", base + "/v1", model, "responses-stream", json.dumps(resp))
+        assert r["status"] == "completed" and r["types"][-1] == "response.completed", r
+        assert "response.output_text.delta" in r["types"] and r["text"] == reference(g, model, extra), r
+        r = run_sdk("openai.mjs", base + "/v1", model, "responses-plain", json.dumps(resp))
+        assert r["status"] == "completed" and r["text"] == reference(g, model, extra), r
     g.wait_log("host 3090: switching to engine fork for 3090-flint-xs")
 
 

@@ -1,6 +1,7 @@
 """The official OpenAI and Anthropic SDKs (npm, run with the machine's Node.js) through modelgate: streaming
 through a wait long enough for modelgate's early 200 and keepalive comments, and plain requests through an
-engine switch. Every answer must arrive whole."""
+engine switch, on chat completions, messages and the Responses API. Every answer must arrive whole, and an
+error after the early 200 must be the event the SDK reads as one."""
 
 import json
 import os
@@ -100,3 +101,42 @@ def test_sdks_stream_through_a_wait_with_keepalives_and_get_the_whole_answer(box
     r = run_sdk("anthropic.mjs", base, "3090-laguna-xs", "plain")
     assert r["text"] == EXPECTED
     g.wait_log("switching to engine", count=4)
+
+
+def test_sdk_responses_api_streams_through_a_wait_and_reads_its_errors_as_response_failed(box, make_gate):
+    """rule:responses-api, rule:error-event: the OpenAI SDK's responses.create through an early 200, plain
+    through a switch, and the errors after the early 200 (the host's overflow answer) and inside the
+    engine's stream (llama.cpp's unnamed error line) as the response.failed events the SDK yields"""
+    port = free_port()
+    conf = "[Proxy]\nHoldDownSec=1s\nKeepaliveAfterSec=1s\nKeepaliveIntervalSec=1s\n" + local_host("3090", port) + \
+        engines_conf(box, "3090", port, double_args="--token-delay 0.1")
+    g = make_gate(conf, env=gate_env(box))
+    g.wait_log("host 3090 up")
+    base = "http://127.0.0.1:%d/v1" % g.port
+
+    t, done = busy_engine(g, "3090-laguna-xs", 40)
+    r = run_sdk("openai.mjs", base, "3090-flint-40b", "responses-stream")
+    t.join()
+    assert done["complete"], "the running stream was cut"
+    assert r["text"] == EXPECTED and r["status"] == "completed" and r["error"] is None, r
+    assert r["types"][0] == "response.created" and r["types"][-1] == "response.completed", r
+    assert " early=200" in g.wait_log('POST /v1/responses model="3090-flint-40b"')
+
+    r = run_sdk("openai.mjs", base, "3090-laguna-xs", "responses-plain")
+    assert r["text"] == EXPECTED and r["status"] == "completed" and r["types"] == ["response"], r
+
+    # the overflow answer arrives after the early 200: one response.failed, Codex's code, the reworded words
+    t, done = busy_engine(g, "3090-flint-40b", 40)
+    r = run_sdk("openai.mjs", base, "3090-laguna-xs", "responses-stream", json.dumps({"input": "[[overflow]]"}))
+    t.join()
+    assert r["status"] == "failed" and r["types"] == ["response.failed"], r
+    assert r["error"]["code"] == "context_length_exceeded", r
+    assert r["error"]["message"].startswith("prompt is too long: "), r
+    line = g.wait_log('POST /v1/responses model="3090-laguna-xs"', count=2)  # the plain one is the first
+    assert " early=200" in line and " error=400" in line, line
+
+    # the engine's own error inside its stream: the text so far, then response.failed
+    r = run_sdk("openai.mjs", base, "3090-laguna-xs", "responses-stream",
+                json.dumps({"input": "[[tokens:12]] [[error:3]]"}))
+    assert r["text"] == "tok0 tok1 tok2 " and r["status"] == "failed", r
+    assert r["error"] == {"code": "server_error", "message": "generation failed"}, r

@@ -1,6 +1,9 @@
-// The official OpenAI SDK through modelgate: node openai.mjs BASE_URL MODEL stream|plain [EXTRA_JSON]
+// The official OpenAI SDK through modelgate:
+//   node openai.mjs BASE_URL MODEL stream|plain|responses-stream|responses-plain [EXTRA_JSON]
 // EXTRA_JSON: request fields added to the request (e.g. max_tokens for a real server).
-// Prints one JSON line: {"text": ..., "chunks": N, "finish": ...}; exits non-zero on any error.
+// Prints one JSON line: {"text": ..., "chunks": N, "finish": ...} (chat.completions.create), or
+// {"text": ..., "events": N, "status": ..., "types": [...], "error": {code, message} | null}
+// (responses.create; "error" is a response.failed event's); exits non-zero on any error thrown.
 import OpenAI from "openai";
 
 const [baseURL, model, mode, extra] = process.argv.slice(2);
@@ -18,6 +21,21 @@ if (mode === "stream") {
     if (c?.finish_reason) finish = c.finish_reason;
   }
   console.log(JSON.stringify({ text, chunks, finish }));
+} else if (mode === "responses-stream") {
+  const stream = await client.responses.create({ model, input: "[[tokens:12]]", stream: true, ...more });
+  let text = "", events = 0, status = null, error = null;
+  const types = [];
+  for await (const ev of stream) {
+    events++;
+    if (!types.includes(ev.type)) types.push(ev.type);
+    if (ev.type === "response.output_text.delta") text += ev.delta;
+    if (ev.type === "response.completed" || ev.type === "response.failed") status = ev.response.status;
+    if (ev.type === "response.failed") error = ev.response.error;
+  }
+  console.log(JSON.stringify({ text, events, status, types, error }));
+} else if (mode === "responses-plain") {
+  const r = await client.responses.create({ model, input: "[[tokens:12]]", ...more });
+  console.log(JSON.stringify({ text: r.output_text, events: 1, status: r.status, types: [r.object], error: r.error ?? null }));
 } else {
   const r = await client.chat.completions.create({ model, messages, ...more });
   console.log(JSON.stringify({ text: r.choices[0].message.content, chunks: 1, finish: r.choices[0].finish_reason }));

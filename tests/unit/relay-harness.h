@@ -17,6 +17,7 @@
  * client sends it and as the host gets it, and the head the relay makes of an event stream. */
 #define CHAT "/v1/chat/completions"
 #define MSGS "/v1/messages"
+#define RESPONSES "/v1/responses"
 #define SERVED "X-Modelgate-Served-By: h\r\n"
 #define TO_HOST(path) "POST " path " HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
 #define SSE_HEAD "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"

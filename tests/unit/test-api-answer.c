@@ -220,7 +220,27 @@ static void check_shape(ApiKind api, int status, const char *code, const char *m
         ASSERT_TRUE(status >= 400 && status < 600);
 }
 
-TEST(every_row_in_both_shapes) {
+/* event: response.failed, its body the words and the row's code (or the status's type) */
+static void check_response_failed(int status, const char *code, const char *message, const char *event) {
+        static const char head[] = "event: response.failed\ndata: ";
+        _cleanup_(json_object_putp) json_object *o = NULL;
+        json_object *r, *e;
+
+        ASSERT_TRUE(startswith(event, head) && streq(event + strlen(event) - 2, "\n\n"));
+        ASSERT_OK(json_parse(/* tok= */ NULL, event + strlen(head), strlen(event) - strlen(head) - 2, &o));
+        ASSERT_STREQ(json_get_string(o, "type"), "response.failed");
+        r = member(o, "response");
+        ASSERT_STREQ(json_get_string(r, "status"), "failed");
+        e = member(r, "error");
+        ASSERT_STREQ(json_get_string(e, "message"), message);
+        if (code)
+                ASSERT_STREQ(json_get_string(e, "code"), code);
+        else
+                ASSERT_STREQ(json_get_string(e, "code"),
+                             status >= 500 ? "server_error" : "invalid_request_error");
+}
+
+TEST(every_row_in_every_shape) {
         bool seen[_ANSWER_MAX] = {};
 
         for (size_t i = 0; i < ELEMENTSOF(rows); i++) {
@@ -239,15 +259,19 @@ TEST(every_row_in_both_shapes) {
                 ASSERT_TRUE(answer_headers(headers, sizeof(headers), a, rows[i].given_retry) <
                             (int)sizeof(headers));
                 ASSERT_STREQ(headers, rows[i].headers);
-                for (ApiKind api = API_OPENAI; api <= API_ANTHROPIC; api++) {
+                for (ApiKind api = 0; api < _API_KIND_MAX; api++) {
                         _cleanup_free_ char *j = api_error_json(api, status, row->code, message, NULL);
                         _cleanup_(buffer_done) Buffer ev = {};
                         ASSERT_TRUE(j);
                         check_shape(api, status, row->code, message, j);
-                        /* after the early 200, the same body as an SSE error event */
+                        /* after the early 200, the same body as an SSE error event (the Responses API's
+                         * own event there) */
                         ASSERT_OK(sse_error_event(api, status, row->code, message, &ev));
                         ASSERT_OK(buffer_terminate(&ev));
-                        ASSERT_TRUE(strstr(buffer_peek(&ev), j));
+                        if (api == API_RESPONSES)
+                                check_response_failed(status, row->code, message, buffer_peek(&ev));
+                        else
+                                ASSERT_TRUE(strstr(buffer_peek(&ev), j));
                 }
         }
         for (Answer a = 0; a < _ANSWER_MAX; a++)

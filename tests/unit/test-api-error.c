@@ -20,6 +20,11 @@ TEST(context_overflow) {
                      "maximum\",\"type\":\"invalid_request_error\"}}");
         ASSERT_TRUE(strstr(o, "\"message\":\"prompt is too long: 9000 tokens > 4096 maximum\""));
         ASSERT_TRUE(strstr(o, "\"code\":\"context_length_exceeded\""));
+        ASSERT_TRUE(strstr(o, "\"param\":\"messages\""));
+        /* the Responses API: OpenAI's shape, its request names the prompt "input" */
+        _cleanup_free_ char *r = reword(API_RESPONSES, in);
+        ASSERT_TRUE(strstr(r, "\"message\":\"prompt is too long: 9000 tokens > 4096 maximum\""));
+        ASSERT_TRUE(strstr(r, "\"code\":\"context_length_exceeded\"") && strstr(r, "\"param\":\"input\""));
 }
 
 TEST(anthropic_rewrap) {
@@ -51,6 +56,19 @@ TEST(own_errors) {
         ASSERT_EQ(api_kind_for_path((Span){"/v1/messages", 12}), API_ANTHROPIC);
         ASSERT_EQ(api_kind_for_path((Span){"/v1/messages/count_tokens", 25}), API_ANTHROPIC);
         ASSERT_EQ(api_kind_for_path((Span){"/v1/messagesx", 13}), API_OPENAI);
+        ASSERT_EQ(api_kind_for_path((Span){"/v1/responses", 13}), API_RESPONSES);
+        ASSERT_EQ(api_kind_for_path((Span){"/responses", 10}), API_RESPONSES);
+        ASSERT_EQ(api_kind_for_path((Span){"/v1/responses/input_tokens", 26}), API_RESPONSES);
+        ASSERT_EQ(api_kind_for_path((Span){"/v1/responsesx", 14}), API_OPENAI);
+        ASSERT_EQ(api_kind_for_path((Span){"/v1/chat/completions", 20}), API_OPENAI);
+        /* the Responses API answers errors before a stream in OpenAI's shape */
+        _cleanup_free_ char *r = api_error_json(API_RESPONSES, 404, "model_not_found", "no", NULL);
+        ASSERT_STREQ(r, o);
+        _cleanup_free_ char *f = api_response_failed_json(502, "engine_failed", "unit x failed", NULL);
+        ASSERT_STREQ(f, "{\"type\":\"response.failed\",\"response\":{\"object\":\"response\",\"status\":"
+                        "\"failed\",\"error\":{\"code\":\"engine_failed\",\"message\":\"unit x failed\"}}}");
+        _cleanup_free_ char *g = api_response_failed_json(500, NULL, "m", NULL);
+        ASSERT_TRUE(strstr(g, "\"code\":\"server_error\""));
 }
 
 static void sse_run(ApiKind api, const char *in, size_t step, const char *expect) {
@@ -80,6 +98,60 @@ TEST(sse_filter) {
         sse_run(API_OPENAI,
                 "data: {\"error\":{\"code\":500,\"message\":\"m\",\"type\":\"server_error\"}}\n\n", 7,
                 "data: {\"error\":{\"code\":500,\"message\":\"m\",\"type\":\"server_error\"}}\n\n");
+}
+
+/* llama.cpp's /v1/responses stream: named events, and on an error OpenAI's data line without a name */
+TEST(sse_filter_responses) {
+        const char *in =
+                "event: response.created\ndata: {\"type\":\"response.created\"}\n\n"
+                "event: response.output_text.delta\r\ndata: {\"type\":\"response.output_text.delta\","
+                "\"delta\":\"\\\"error\\\"\"}\r\n\r\n"
+                "data: {\"error\":{\"code\":500,\"message\":\"boom\",\"type\":\"server_error\"}}\r\n\r\n";
+        const char *out =
+                "event: response.created\ndata: {\"type\":\"response.created\"}\n\n"
+                "event: response.output_text.delta\r\ndata: {\"type\":\"response.output_text.delta\","
+                "\"delta\":\"\\\"error\\\"\"}\r\n\r\n"
+                "event: response.failed\r\ndata: {\"type\":\"response.failed\",\"response\":{\"object\":"
+                "\"response\",\"status\":\"failed\",\"error\":{\"code\":\"server_error\",\"message\":"
+                "\"boom\"}}}\r\n\r\n";
+        for (size_t step = 1; step <= strlen(in); step++)
+                sse_run(API_RESPONSES, in, step, out);
+        /* a context overflow mid-stream: Codex's code for it */
+        sse_run(API_RESPONSES,
+                "data: {\"error\":{\"code\":400,\"message\":\"x\",\"type\":\"exceed_context_size_error\","
+                "\"n_prompt_tokens\":9000,\"n_ctx\":512}}\n\n",
+                5,
+                "event: response.failed\ndata: {\"type\":\"response.failed\",\"response\":{\"object\":"
+                "\"response\",\"status\":\"failed\",\"error\":{\"code\":\"context_length_exceeded\","
+                "\"message\":\"prompt is too long: 9000 tokens > 512 maximum\"}}}\n\n");
+        /* an event already named (a cloud's own "error" event) stays as it is */
+        sse_run(API_RESPONSES,
+                "event: error\ndata: {\"type\":\"error\",\"code\":\"x\",\"message\":\"m\"}\n\n", 3,
+                "event: error\ndata: {\"type\":\"error\",\"code\":\"x\",\"message\":\"m\"}\n\n");
+}
+
+/* the Responses API ends its stream with a named event, not [DONE]: that is a whole stream */
+TEST(responses_stream_end) {
+        static const char *const ends[] = {"response.completed", "response.failed", "response.incomplete"};
+        for (size_t i = 0; i < ELEMENTSOF(ends); i++) {
+                SseFilter f;
+                _cleanup_(buffer_done) Buffer out = {};
+                _cleanup_free_ char *in = NULL;
+                ASSERT_TRUE(asprintf(&in, "event: response.created\ndata: {}\n\nevent: %s\n", ends[i]) > 0);
+                sse_filter_init(&f, API_RESPONSES);
+                ASSERT_OK(sse_filter_feed(&f, in, 34, &out));
+                ASSERT_TRUE(!f.saw_done);
+                ASSERT_OK(sse_filter_feed(&f, in + 34, strlen(in) - 34, &out));
+                ASSERT_TRUE(f.saw_done);
+                sse_filter_done(&f);
+        }
+        /* the same names on another API end nothing */
+        SseFilter f;
+        _cleanup_(buffer_done) Buffer out = {};
+        sse_filter_init(&f, API_OPENAI);
+        ASSERT_OK(sse_filter_feed(&f, "event: response.completed\n", 26, &out));
+        ASSERT_TRUE(!f.saw_done);
+        sse_filter_done(&f);
 }
 
 static char *event_from(ApiKind api, int status, const char *body) {
@@ -119,6 +191,30 @@ TEST(host_error_answer_after_an_early_200) {
         s = event_from(API_OPENAI, 502, "<html>Bad Gateway</html>");
         ASSERT_TRUE(strstr(s, "the host answered 502: <html>Bad Gateway</html>") != NULL);
         ASSERT_TRUE(startswith(s, "data: {\"error\":"));
+        free(s);
+        /* Responses route: event response.failed, with Codex's code for an overflow */
+        s = event_from(
+                API_RESPONSES, 400,
+                "{\"error\":{\"code\":400,\"message\":\"the request exceeds the available context size\","
+                "\"type\":\"exceed_context_size_error\",\"n_prompt_tokens\":9000,\"n_ctx\":4096}}");
+        ASSERT_STREQ(s,
+                     "event: response.failed\ndata: {\"type\":\"response.failed\",\"response\":{\"object\":"
+                     "\"response\",\"status\":\"failed\",\"error\":{\"code\":\"context_length_exceeded\","
+                     "\"message\":\"prompt is too long: 9000 tokens > 4096 maximum\"}}}\n\n");
+        free(s);
+        /* modelgate's own OpenAI-shaped body keeps its code; a host's number code becomes its type */
+        s = event_from(API_RESPONSES, 502,
+                       "{\"error\":{\"message\":\"unit x failed\",\"type\":\"server_error\",\"code\":"
+                       "\"engine_failed\"}}");
+        ASSERT_TRUE(strstr(s, "\"error\":{\"code\":\"engine_failed\",\"message\":\"unit x failed\"}"));
+        free(s);
+        s = event_from(API_RESPONSES, 500,
+                       "{\"error\":{\"code\":500,\"message\":\"b\",\"type\":\"server_error\"}}");
+        ASSERT_TRUE(strstr(s, "\"error\":{\"code\":\"server_error\",\"message\":\"b\"}"));
+        free(s);
+        s = event_from(API_RESPONSES, 502, "<html>Bad Gateway</html>");
+        ASSERT_TRUE(startswith(s, "event: response.failed\ndata: {\"type\":\"response.failed\""));
+        ASSERT_TRUE(strstr(s, "\"code\":\"upstream_error\",\"message\":\"the host answered 502: <html>"));
         free(s);
 }
 

@@ -183,6 +183,12 @@ TEST(stream_error_events_are_reworded_in_the_clients_api_shape) {
                           "\"message\":\"generation failed\"}}\n\n");
         stream_error_case(MSGS, "event: error\ndata: " OVERFLOW_ERROR "\n\n",
                           "event: error\ndata: " ANTHROPIC_TOO_LONG "\n\n");
+        /* Responses: llama.cpp's unnamed error line becomes the API's own event, with Codex's code */
+        stream_error_case(
+                RESPONSES, "data: {\"error\":" OVERFLOW_ERROR "}\n\n",
+                "event: response.failed\ndata: {\"type\":\"response.failed\",\"response\":{\"object\":"
+                "\"response\",\"status\":\"failed\",\"error\":{\"code\":\"context_length_exceeded\","
+                "\"message\":\"" TOO_LONG "\"}}}\n\n");
 }
 
 /* The host answers 'answer' (its last 10 bytes later than the rest): nothing reaches the client before the
@@ -218,6 +224,12 @@ TEST(error_answers_are_held_whole_and_reworded) {
         held_error_case(MSGS, true, overflow,
                         "HTTP/1.1 400 Bad Request\r\n" SERVED "Content-Type: application/json\r\n",
                         ANTHROPIC_TOO_LONG);
+        /* the Responses API answers HTTP errors in OpenAI's shape; its prompt is "input" */
+        held_error_case(
+                RESPONSES, true, overflow,
+                "HTTP/1.1 400 Bad Request\r\n" SERVED "Content-Type: application/json\r\n",
+                "{\"error\":{\"message\":\"" TOO_LONG "\",\"type\":\"invalid_request_error\",\"param\":"
+                "\"input\",\"code\":\"context_length_exceeded\",\"n_prompt_tokens\":4100,\"n_ctx\":4096}}");
         /* a chunked llama.cpp error in Anthropic's shape, framed by its length */
         held_error_case(
                 MSGS, false,

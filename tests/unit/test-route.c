@@ -172,6 +172,30 @@ TEST(stream_flag) {
         ASSERT_EQ(json_find_model("{\"stream\":truex}", 15, &span, &model, &stream), MODEL_NOT_JSON);
 }
 
+/* rule:responses-api: a Responses API body has "model" and "stream" at the top level as well; the ones in
+ * its input, instructions and tools' schemas are not the request's */
+TEST(responses_body) {
+        static const char body[] =
+                "{\"model\":\"h-k\",\"instructions\":\"say \\\"model\\\":\\\"x\\\"\",\"input\":[{\"type\":"
+                "\"message\",\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"hi\"}]}],"
+                "\"tools\":[{\"type\":\"function\",\"name\":\"f\",\"parameters\":{\"type\":\"object\","
+                "\"properties\":{\"model\":{\"type\":\"string\"},\"stream\":{\"type\":\"boolean\"}}}}],"
+                "\"tool_choice\":\"auto\",\"parallel_tool_calls\":false,\"reasoning\":null,\"store\":false,"
+                "\"stream\":true,\"include\":[],\"prompt_cache_key\":\"c\"}";
+        Span span;
+        char *model = NULL;
+        bool stream = false;
+        int r;
+
+        ASSERT_EQ(json_find_model(body, strlen(body), &span, &model, &stream), MODEL_FOUND);
+        ASSERT_STREQ(model, "h-k");
+        ASSERT_TRUE(stream);
+        free(model);
+        _cleanup_free_ char *out = rewrite(body, &r);
+        ASSERT_TRUE(out && startswith(out, "{\"model\":\"k\",\"instructions\":"));
+        ASSERT_STREQ(out + 13, body + 15);
+}
+
 #define SPAN(s) ((Span){(s), sizeof(s) - 1})
 
 TEST(query_flags) {

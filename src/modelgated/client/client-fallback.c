@@ -79,13 +79,12 @@ void client_start_budget(Client *c) {
 }
 
 /* The paths a fallback serves: inference, nothing that reads or changes the cloud account. The path
- * sent is this table's string, never the client's bytes. */
+ * sent is this table's string, never the client's bytes. rule:responses-api: /v1/responses goes as it is,
+ * to a fallback that speaks the Responses API (OpenAI's cloud does); nothing translates it. */
 const char *client_fallback_path(llhttp_method_t method, Span path) {
         static const char *const paths[] = {
-                "/v1/chat/completions",
-                "/v1/completions",
-                "/v1/messages",
-                "/v1/messages/count_tokens",
+                "/v1/chat/completions",      "/v1/completions", "/v1/messages",
+                "/v1/messages/count_tokens", "/v1/responses",   "/v1/responses/input_tokens",
         };
         if (method != HTTP_POST)
                 return NULL;

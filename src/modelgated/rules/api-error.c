@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -7,12 +8,18 @@
 
 #define API_ERROR_JSON_FLAGS (JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE)
 
-ApiKind api_kind_for_path(Span path) {
-        static const char prefix[] = "/v1/messages";
-        size_t l = sizeof(prefix) - 1;
+static bool path_is_or_below(Span path, const char *prefix) {
+        size_t l = strlen(prefix);
+        return path.n >= l && memcmp(path.p, prefix, l) == 0 && (path.n == l || path.p[l] == '/');
+}
 
-        if (path.n >= l && memcmp(path.p, prefix, l) == 0 && (path.n == l || path.p[l] == '/'))
+/* rule:responses-api: /v1/responses/input_tokens (a probe that never streams) is the Responses API's too:
+ * its error bodies are OpenAI's either way */
+ApiKind api_kind_for_path(Span path) {
+        if (path_is_or_below(path, "/v1/messages"))
                 return API_ANTHROPIC;
+        if (path_is_or_below(path, "/v1/responses") || path_is_or_below(path, "/responses"))
+                return API_RESPONSES;
         return API_OPENAI;
 }
 
@@ -182,7 +189,8 @@ int api_error_reword(ApiKind api, const char *body, size_t n, char **ret, size_t
                 }
                 json_object_object_add(oe, "message", json_object_new_string(buf));
                 json_object_object_add(oe, "type", json_object_new_string("invalid_request_error"));
-                json_object_object_add(oe, "param", json_object_new_string("messages"));
+                json_object_object_add(oe, "param",
+                                       json_object_new_string(api == API_RESPONSES ? "input" : "messages"));
                 json_object_object_add(oe, "code", json_object_new_string("context_length_exceeded"));
                 json_object_object_add(oe, "n_prompt_tokens", json_object_new_int64(np));
                 json_object_object_add(oe, "n_ctx", json_object_new_int64(nc));
@@ -206,4 +214,48 @@ int api_error_reword(ApiKind api, const char *body, size_t n, char **ret, size_t
         json_object_object_add(out, "error", oe);
         *ret = json_to_string_dup(out, API_ERROR_JSON_FLAGS, ret_size);
         return *ret ? 1 : 0;
+}
+
+char *api_response_failed_json(int status, const char *code, const char *message, size_t *ret_size) {
+        _cleanup_(json_object_putp) json_object *o = json_object_new_object();
+        json_object *r = json_object_new_object(), *e = json_object_new_object();
+
+        if (!o || !r || !e) {
+                json_object_put(r);
+                json_object_put(e);
+                return NULL;
+        }
+        /* Codex reads response.error.code (context_length_exceeded: its context-window message) and
+         * .message; the SDKs read the event's type */
+        json_object_object_add(e, "code", json_object_new_string(code ?: openai_type_for_status(status)));
+        json_object_object_add(e, "message", json_object_new_string(message));
+        json_object_object_add(r, "object", json_object_new_string("response"));
+        json_object_object_add(r, "status", json_object_new_string("failed"));
+        json_object_object_add(r, "error", e);
+        json_object_object_add(o, "type", json_object_new_string("response.failed"));
+        json_object_object_add(o, "response", r);
+        return json_to_string_dup(o, API_ERROR_JSON_FLAGS, ret_size);
+}
+
+int api_response_failed_from(int status, const char *body, size_t n, char **ret, size_t *ret_size) {
+        _cleanup_(json_object_putp) json_object *root = NULL;
+        _cleanup_free_ char *reworded = NULL;
+        json_object *e;
+        size_t rl = 0;
+        int64_t num;
+
+        if (api_error_reword(API_RESPONSES, body, n, &reworded, &rl) > 0) {
+                body = reworded;
+                n = rl;
+        }
+        if (json_parse(/* tok= */ NULL, body, n, &root) < 0 ||
+            !json_object_is_type(root, json_type_object) || !json_object_object_get_ex(root, "error", &e) ||
+            !json_object_is_type(e, json_type_object))
+                return 0;
+        /* llama.cpp's "code" is the HTTP status, a number; its "type" names the error */
+        const char *code = json_get_string(e, "code") ?: json_get_string(e, "type");
+        if (!code && json_get_int(e, "code", &num) && num >= 400 && num < 600)
+                status = (int)num;
+        *ret = api_response_failed_json(status, code, json_get_string(e, "message") ?: "error", ret_size);
+        return *ret ? 1 : -ENOMEM;
 }

@@ -21,22 +21,58 @@ static bool has_prefix(const char *p, size_t n, const char *prefix) {
         return n >= l && memcmp(p, prefix, l) == 0;
 }
 
+static bool value_is(const char *v, size_t vl, const char *s) {
+        return vl == strlen(s) && memcmp(v, s, vl) == 0;
+}
+
+static void filter_event_line(SseFilter *f, const char *v, size_t vl) {
+        while (vl > 0 && *v == ' ')
+                v++, vl--;
+        f->event_named = true;
+        f->in_error_event = value_is(v, vl, "error");
+        /* the Responses API ends a stream with one of these, and no [DONE] */
+        if (f->api == API_RESPONSES &&
+            (value_is(v, vl, "response.completed") || value_is(v, vl, "response.failed") ||
+             value_is(v, vl, "response.incomplete")))
+                f->saw_done = true;
+}
+
+/* llama.cpp's error in a Responses stream is OpenAI's data: {"error":…} without an event line, which Codex
+ * ignores (and then sends the turn again): it becomes event response.failed. 1: written */
+static int filter_responses_error(SseFilter *f, const char *v, size_t vl, const char *cr, size_t crl,
+                                  const char *eol, Buffer *out) {
+        _cleanup_free_ char *j = NULL;
+        size_t jl = 0;
+        int r;
+
+        if (f->api != API_RESPONSES || f->event_named)
+                return 0;
+        r = api_response_failed_from(500, v, vl, &j, &jl);
+        if (r <= 0)
+                return r;
+        if (buffer_append_str(out, "event: response.failed") < 0 || buffer_append(out, cr, crl) < 0 ||
+            buffer_append_str(out, "\n") < 0 || buffer_append_str(out, "data: ") < 0 ||
+            buffer_append(out, j, jl) < 0 || buffer_append(out, cr, crl) < 0 ||
+            buffer_append_str(out, eol) < 0)
+                return -ENOMEM;
+        f->event_named = true;
+        f->saw_done = true;
+        return 1;
+}
+
 /* One line, without its '\n' (a '\r' before it is kept in eol). */
 static int filter_line(SseFilter *f, const char *p, size_t n, const char *eol, Buffer *out) {
         size_t content = n;
+        int r;
 
         if (content > 0 && p[content - 1] == '\r')
                 content--;
 
         if (content == 0)
-                f->in_error_event = false;
-        else if (has_prefix(p, content, "event:")) {
-                const char *v = p + 6;
-                size_t vl = content - 6;
-                while (vl > 0 && *v == ' ')
-                        v++, vl--;
-                f->in_error_event = vl == 5 && memcmp(v, "error", 5) == 0;
-        } else if (has_prefix(p, content, "data:")) {
+                f->in_error_event = f->event_named = false;
+        else if (has_prefix(p, content, "event:"))
+                filter_event_line(f, p + 6, content - 6);
+        else if (has_prefix(p, content, "data:")) {
                 const char *v = p + 5;
                 size_t vl = content - 5;
                 if (vl > 0 && *v == ' ')
@@ -46,6 +82,10 @@ static int filter_line(SseFilter *f, const char *p, size_t n, const char *eol, B
                 else if (f->in_error_event || (vl > 0 && *v == '{' && memmem(v, vl, "\"error\"", 7))) {
                         _cleanup_free_ char *n2 = NULL;
                         size_t nl = 0;
+
+                        r = filter_responses_error(f, v, vl, p + content, n - content, eol, out);
+                        if (r != 0)
+                                return r < 0 ? r : 0;
                         if (api_error_reword(f->api, v, vl, &n2, &nl) > 0) {
                                 if (buffer_append_str(out, "data: ") < 0 || buffer_append(out, n2, nl) < 0 ||
                                     buffer_append(out, p + content, n - content) < 0 ||
@@ -111,34 +151,39 @@ int sse_filter_finish(SseFilter *f, Buffer *out) {
         return r;
 }
 
-int sse_error_event(ApiKind api, int status, const char *code, const char *message, Buffer *out) {
-        _cleanup_free_ char *j = NULL;
-        size_t l = 0;
-
-        j = api_error_json(api, status, code, message, &l);
-        if (!j)
-                return -ENOMEM;
-        if (api == API_ANTHROPIC && buffer_append_str(out, "event: error\n") < 0)
-                return -ENOMEM;
-        if (buffer_append_str(out, "data: ") < 0 || buffer_append(out, j, l) < 0 ||
-            buffer_append_str(out, "\n\n") < 0)
+static int append_event(ApiKind api, const char *j, size_t l, Buffer *out) {
+        const char *name = api == API_ANTHROPIC   ? "event: error\n"
+                           : api == API_RESPONSES ? "event: response.failed\n"
+                                                  : "";
+        if (buffer_append_str(out, name) < 0 || buffer_append_str(out, "data: ") < 0 ||
+            buffer_append(out, j, l) < 0 || buffer_append_str(out, "\n\n") < 0)
                 return -ENOMEM;
         return 0;
 }
 
-int sse_error_event_from_answer(ApiKind api, int status, const char *body, size_t n, Buffer *out) {
-        _cleanup_free_ char *reworded = NULL;
-        size_t rl = 0;
-        json_object *o = NULL, *e = NULL;
-        int r;
+int sse_error_event(ApiKind api, int status, const char *code, const char *message, Buffer *out) {
+        _cleanup_free_ char *j = NULL;
+        size_t l = 0;
 
-        if (api_error_reword(api, body, n, &reworded, &rl) > 0) {
-                body = reworded;
-                n = rl;
-        }
-        json_tokener *tok = json_tokener_new();
-        if (!tok)
+        j = api == API_RESPONSES ? api_response_failed_json(status, code, message, &l)
+                                 : api_error_json(api, status, code, message, &l);
+        if (!j)
                 return -ENOMEM;
+        return append_event(api, j, l, out);
+}
+
+/* body as one JSON value with an "error" member, printed again on one line (an SSE data line cannot
+ * hold a line break); NULL when it is not */
+static char *one_line_error(const char *body, size_t n, int *ret) {
+        json_object *o = NULL, *e = NULL;
+        char *j = NULL;
+
+        *ret = 0;
+        json_tokener *tok = json_tokener_new();
+        if (!tok) {
+                *ret = -ENOMEM;
+                return NULL;
+        }
         o = json_tokener_parse_ex(tok, body, (int)MIN(n, (size_t)INT32_MAX));
         if (o) {
                 size_t end = json_tokener_get_parse_end(tok);
@@ -149,18 +194,37 @@ int sse_error_event_from_answer(ApiKind api, int status, const char *body, size_
         }
         json_tokener_free(tok);
         if (o && json_object_is_type(o, json_type_object) && json_object_object_get_ex(o, "error", &e)) {
-                /* printed again on one line: an SSE data line cannot hold a line break */
-                const char *j = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
-                                                                          JSON_C_TO_STRING_NOSLASHESCAPE);
-                r = (api == API_ANTHROPIC ? buffer_append_str(out, "event: error\n") : 0) < 0 ||
-                                    buffer_append_str(out, "data: ") < 0 || buffer_append_str(out, j) < 0 ||
-                                    buffer_append_str(out, "\n\n") < 0
-                            ? -ENOMEM
-                            : 0;
-                json_object_put(o);
-                return r;
+                j = strdup(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
+                                                                     JSON_C_TO_STRING_NOSLASHESCAPE));
+                if (!j)
+                        *ret = -ENOMEM;
         }
         json_object_put(o);
+        return j;
+}
+
+int sse_error_event_from_answer(ApiKind api, int status, const char *body, size_t n, Buffer *out) {
+        _cleanup_free_ char *reworded = NULL, *j = NULL;
+        size_t rl = 0;
+        int r;
+
+        if (api == API_RESPONSES) {
+                r = api_response_failed_from(status, body, n, &j, &rl);
+                if (r < 0)
+                        return r;
+                if (r > 0)
+                        return append_event(api, j, rl, out);
+        } else {
+                if (api_error_reword(api, body, n, &reworded, &rl) > 0) {
+                        body = reworded;
+                        n = rl;
+                }
+                j = one_line_error(body, n, &r);
+                if (r < 0)
+                        return r;
+                if (j)
+                        return append_event(api, j, strlen(j), out);
+        }
 
         char msg[512];
         size_t k = 0;

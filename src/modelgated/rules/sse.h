@@ -3,8 +3,9 @@
 
 /* A line filter over a host's text/event-stream: every complete line is
  * passed on at once, unchanged, except the error events that rule:reword-context and rule:reword-anthropic
- * say to reword (api_error_reword()). Only a line not yet ended is held back, up to SSE_LINE_MAX; a longer
- * one is passed on raw. Pure. */
+ * say to reword (api_error_reword()), and on the Responses API the OpenAI-shaped error llama.cpp sends there
+ * (a data line without an event line), which becomes event response.failed (rule:error-event). Only a line
+ * not yet ended is held back, up to SSE_LINE_MAX; a longer one is passed on raw. Pure. */
 
 #include <stdbool.h>
 
@@ -17,8 +18,10 @@ typedef struct SseFilter {
         ApiKind api;
         Buffer line;
         bool in_error_event;
+        bool event_named;       /* this event has an "event:" line */
         bool raw_until_newline; /* a line longer than SSE_LINE_MAX is being passed on raw */
-        bool saw_done;          /* "data: [DONE]" went by: the stream is complete */
+        bool saw_done; /* "data: [DONE]" (or, on the Responses API, its last event) went by: the stream is
+                        * complete */
 } SseFilter;
 
 void sse_filter_init(SseFilter *f, ApiKind api);

@@ -1,0 +1,159 @@
+"""The Codex CLI (npm @openai/codex, pinned in tests/sdk) through modelgate in front of the real llama-server,
+on the Responses API (rule:responses-api): a streamed turn, a turn that waits through modelgate's early 200, a
+context overflow before and after the early 200 (one POST each, and Codex says its context window is full),
+and an engine that fails to start after the early 200 (Codex prints modelgate's reason).
+
+Codex re-sends a turn whose stream ends without response.completed (up to 5 times) and ignores a data line
+without a "type": an error that is not the Responses API's own event costs a user several POSTs and shows
+them "stream closed before response.completed" instead of the reason. The access log counts the POSTs.
+
+Skipped with the reason when node, Codex, the boxes or the server are missing; MODELGATE_REQUIRE_SDK=1 makes
+a missing Codex fail, MODELGATE_REQUIRE_REAL_ENGINE=1 a missing server (as test_sdk.py and test_real.py do)."""
+
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from boxes import box_skip_reason, gate_env, local_host
+from conftest import free_port
+from test_real import MISSING, REQUIRED, model_files, router_unit  # noqa: F401 (model_files: a fixture)
+
+SDK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../sdk")
+CODEX = os.path.join(SDK, "node_modules/.bin/codex")
+MODEL = "3090-laguna-xs"
+POST = 'POST /v1/responses model="%s"' % MODEL
+# Codex's prompt (instructions and tools) is ~5000 tokens; 9000 words more are over any slot of -c 8192
+OVERFLOW = "overflow " * 9000
+ROOM = "ran out of room"  # Codex's words for a full context window (clients.md)
+TURN_TIMEOUT = 150  # s: a turn Codex re-sends five times, with its backoff, still ends within this
+
+
+def codex_missing():
+    if shutil.which("node") is None:
+        return "node is not installed (tests/setup-and-test installs it)"
+    if not os.access(CODEX, os.X_OK):
+        return "the Codex CLI is not installed in tests/sdk (tests/setup-and-test runs npm ci there)"
+    return None
+
+
+def skip_reason():
+    if not REQUIRED and (box_skip_reason() or MISSING):
+        return box_skip_reason() or MISSING
+    r = codex_missing()
+    if r and os.environ.get("MODELGATE_REQUIRE_SDK"):
+        return None  # CI installs it: a missing Codex must fail there, not skip
+    return r
+
+
+pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason()))
+
+
+@pytest.fixture
+def codex_gate(box, tmp, model_files, make_gate):  # noqa: F811
+    """make(start=...): the engine 'mainline' (the real router, laguna-xs, -c 8192, greedy, 16 tokens at
+    most) behind modelgate with KeepaliveAfterSec=1s; start: the unit's ExecStartPre= (a slow or failing
+    start). Returns the gate, with .run(prompt) for one Codex turn and .posts() for the POSTs logged"""
+    tiny, _ = model_files
+
+    def make(start=""):
+        port = free_port()
+        d = os.path.join(tmp, "models")
+        os.makedirs(d)
+        os.link(tiny, os.path.join(d, "laguna-xs.gguf"))
+        box.add_unit("llama-mainline.service", router_unit("mainline", port, d, "-c 8192 --temp 0 -n 16",
+                                                           "llama-fork.service", extra_service=start))
+        box.reload()
+        conf = ("[Proxy]\nHoldDownSec=1s\nKeepaliveAfterSec=1s\nKeepaliveIntervalSec=1s\n" + local_host("3090", port) +
+                "[Engine]\nHost=3090\nName=mainline\nUnit=llama-mainline.service\nModels=laguna-*\n"
+                "StartTimeoutSec=60s\n")
+        g = make_gate(conf, env=gate_env(box))
+        g.wait_log("host 3090 up")
+        home = os.path.join(tmp, "codex-home")
+        os.makedirs(home)
+        with open(os.path.join(home, "config.toml"), "w") as f:
+            f.write(CONFIG % g.port)
+        marks = [0]
+
+        def run(prompt):
+            assert codex_missing() is None, codex_missing()
+            env = dict(os.environ, MG_API_KEY="unused", CODEX_HOME=home)
+            t0 = time.monotonic()
+            out = subprocess.run([CODEX, "exec", "--skip-git-repo-check", "-m", MODEL, prompt], cwd=tmp, env=env,
+                                 stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=TURN_TIMEOUT)
+            print("codex turn: exit %d in %.1f s" % (out.returncode, time.monotonic() - t0))
+            return out.returncode, out.stdout + out.stderr
+
+        def posts():
+            """the POSTs of Codex's turns so far, from the access log, all of them written"""
+            marks[0] += 1
+            g.log_mark("codex-mark-%d" % marks[0])
+            return [l for l in g.logtext().splitlines() if POST in l]
+
+        g.run, g.posts = run, posts
+        return g
+    return make
+
+
+CONFIG = """model_provider = "mg"
+approval_policy = "never"
+sandbox_mode = "read-only"
+check_for_update_on_startup = false
+[analytics]
+enabled = false
+[model_providers.mg]
+name = "modelgate"
+base_url = "http://127.0.0.1:%d/v1"
+env_key = "MG_API_KEY"
+wire_api = "responses"
+"""
+
+
+def test_codex_turns_stream_and_wait_through_an_early_200(codex_gate):
+    # a start slower than KeepaliveAfterSec=1s: the first turn gets modelgate's early 200 and comments
+    g = codex_gate(start="ExecStartPre=/bin/sleep 3\n")
+    rc, out = g.run("say hi")
+    assert rc == 0, out
+    (line,) = g.posts()
+    assert " status=200" in line and " early=200" in line and " error=" not in line, line
+    # the engine runs now: a plain streamed turn, the router's own stream passed on
+    rc, out = g.run("say hi again")
+    assert rc == 0, out
+    posts = g.posts()
+    assert len(posts) == 2 and " early=200" not in posts[1] and " status=200" in posts[1], posts
+    assert "Reconnecting" not in out, out
+
+
+def test_codex_context_overflow_after_and_before_the_early_200_is_one_post_each(codex_gate):
+    g = codex_gate(start="ExecStartPre=/bin/sleep 3\n")
+    # after the early 200: the overflow is event response.failed with code context_length_exceeded
+    rc, out = g.run(OVERFLOW)
+    assert rc != 0 and ROOM in out and "Reconnecting" not in out, out
+    print("Codex: " + [l for l in out.splitlines() if ROOM in l][-1])
+    (line,) = g.posts()
+    assert " early=200" in line and " error=400" in line, line
+    # before it (the engine runs): 400 context_length_exceeded, which Codex reads the same way
+    rc, out = g.run(OVERFLOW)
+    assert rc != 0 and ROOM in out and "Reconnecting" not in out, out
+    posts = g.posts()
+    assert len(posts) == 2 and " status=400" in posts[1] and " early=200" not in posts[1], posts
+
+
+def test_codex_prints_modelgates_reason_when_the_engine_fails_to_start(codex_gate, tmp):
+    # a failed start remembered (docs/rules.md, "Asked for, not built"): the unit is started once, however
+    # often Codex re-sends
+    starts = os.path.join(tmp, "starts")
+    g = codex_gate(start="ExecStartPre=/bin/sh -c 'echo start >> %s; sleep 2; exit 1'\n" % starts)
+    rc, out = g.run("say hi")
+    assert rc != 0, out
+    assert "llama-mainline.service" in out and "failed to start" in out, out
+    print("Codex: " + [l for l in out.splitlines() if "failed to start" in l][-1])
+    assert "stream closed before response.completed" not in out, out
+    posts = g.posts()
+    # the first waits through the early 200; a re-send may be answered 502 before it, once the failure is known
+    assert posts and " early=200" in posts[0] and " error=502" in posts[0], posts
+    assert all(" error=502" in l or " status=502" in l for l in posts), posts
+    print("Codex sent %d POSTs; the unit was started %d times" % (len(posts), open(starts).read().count("start")))
+    assert open(starts).read().count("start") == 1, (posts, open(starts).read())
