@@ -57,6 +57,7 @@ struct Manager {
         Metrics *metrics;
         Access *access; /* daily counts; made by the first request [Access] counts */
         AliasMemory *alias_memory;
+        ConvMap convs; /* rule:resumable-streams: which host served each conversation */
 
         const ManagerCallbacks *cb;
         void *userdata;
@@ -104,6 +105,7 @@ Manager *manager_free(Manager *m) {
         config_unref(m->config);
         metrics_free(m->metrics);
         alias_memory_free(m->alias_memory);
+        conv_map_done(&m->convs);
         m->feed_hub = feed_hub_free(m->feed_hub);
         /* after the hosts: their upstreams were the pool's */
         m->pool = upstream_pool_free(m->pool);
@@ -580,6 +582,11 @@ FeedHub *manager_feed_hub(Manager *m) {
 AliasMemory *manager_alias_memory(Manager *m) {
         assert(m);
         return m->alias_memory;
+}
+
+ConvMap *manager_convs(Manager *m) {
+        assert(m);
+        return &m->convs;
 }
 
 Access *manager_access(Manager *m) {

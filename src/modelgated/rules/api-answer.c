@@ -104,6 +104,13 @@ static const AnswerRow answer_table[_ANSWER_MAX] = {
         [ANSWER_TOO_MANY_SUBSCRIBERS] = {503, "too_many_subscribers", ANSWER_HEADERS_RETRY_AFTER, 30,
                                          "/models/sse has %zu subscribers, as many as this proxy takes "
                                          "(MaxFeedSubscribers=%llu, at most half of MaxConnections=)"},
+        /* rule:resumable-streams: what llama-server's router answers on the wire for a conversation it
+         * does not know (its HTTP layer writes these words over every 404 body, its "Stream not found or
+         * expired" among them), and for a request without one; an id of another tier gets the same,
+         * never a hint of it */
+        [ANSWER_STREAM_NOT_FOUND] = {404, "stream_not_found", ANSWER_HEADERS_NONE, 0, "File Not Found"},
+        [ANSWER_STREAM_NO_CONV_ID] = {400, "missing_conv_id", ANSWER_HEADERS_NONE, 0,
+                                      "Missing conversation id in path"},
 };
 
 const AnswerRow *answer_row(Answer a) {

@@ -1,0 +1,172 @@
+"""Resumable streams through modelgate against the real llama-server (rule:resumable-streams): a stream
+started with X-Conversation-Id, its client gone, resumed from=N through modelgate byte for byte as straight
+from the server; the lookup, the stop and an unknown id as the server answers them; a conversation that is
+its tier's alone; and a switch that waits for a session still producing. Then every route of the server's
+own route table (tools/server/server.cpp of the tree it was built from) through modelgate against the
+server directly, status and body shape, with the routes modelgate answers differently on purpose listed
+with the reason.
+
+The server, the models and the engines are test_real.py's; without them this module skips, saying why."""
+
+import http.client
+import json
+import os
+import re
+import threading
+
+import pytest
+
+import test_real
+from boxes import chat, gate_env
+from test_access import make_key
+from test_real import CHAT, FAST, TREE, engines, model_files  # noqa: F401 (fixtures)
+
+pytestmark = test_real.pytestmark
+
+
+def conn(port, timeout=120):
+    return http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+
+
+def start(port, conv, model, key=None, **extra):
+    """a streamed chat with X-Conversation-Id: the open connection and its response"""
+    c = conn(port)
+    body = dict(chat(model, "go on", True), temperature=0, **extra)
+    headers = {"Content-Type": "application/json", "X-Conversation-Id": conv}
+    if key:
+        headers["Authorization"] = "Bearer " + key
+    c.request("POST", CHAT, json.dumps(body), headers)
+    r = c.getresponse()
+    assert r.status == 200, r.read()
+    return c, r
+
+
+def drop(c, r):
+    """the client leaves: its socket closes"""
+    r.close()
+    c.close()
+
+
+def call(port, method, path, body=None, key=None):
+    """(status, content type, body) of one request"""
+    c = conn(port)
+    headers = {"Authorization": "Bearer " + key} if key else {}
+    if body is not None:
+        headers["Content-Type"] = "application/json"
+        body = json.dumps(body)
+    c.request(method, path, body, headers)
+    r = c.getresponse()
+    out = r.status, r.getheader("Content-Type"), r.read()
+    c.close()
+    return out
+
+
+def resume(port, conv, frm, key=None):
+    return call(port, "GET", "/v1/stream?conv_id=%s&from=%d" % (conv, frm), key=key)
+
+
+def error_of(body):
+    e = json.loads(body)["error"]
+    return e["message"], e["type"]
+
+
+def test_a_stream_resumed_through_modelgate_is_the_servers_byte_for_byte(box, engines, make_gate):
+    port, conf = engines
+    g = make_gate(FAST + conf, env=gate_env(box))
+    g.wait_log("host 3090 up")
+    c, r = start(g.port, "c1", "3090-laguna-xs", max_tokens=64)
+    first = r.read(100)  # de-chunked: the stream's own bytes, which from=N counts
+    drop(c, r)
+
+    status, ctype, through = resume(g.port, "c1", 100)
+    assert status == 200 and ctype.startswith("text/event-stream"), through
+    status, _, direct = resume(port, "c1", 100)
+    assert status == 200
+    assert through == direct and through.endswith(b"data: [DONE]\n\n"), (through[-200:], direct[-200:])
+    status, _, whole = resume(port, "c1", 0)
+    assert status == 200 and whole == first + through
+    g.wait_log("GET /v1/stream model=\"\" host=3090 status=200")
+    g.wait_log("host 3090: conversation c1: its stream ended (complete)")
+
+    # the lookup: the server's own array, an id it does not know left out
+    ask = {"conversation_ids": ["c1", "nope"]}
+    s1, _, b1 = call(g.port, "POST", "/v1/streams/lookup", ask)
+    s2, _, b2 = call(port, "POST", "/v1/streams/lookup", ask)
+    assert (s1, s2) == (200, 200), (b1, b2)
+    found = json.loads(b1)
+    assert found == json.loads(b2) and [e["conversation_id"] for e in found] == ["c1"], (b1, b2)
+    assert found[0]["is_done"] is True and found[0]["total_bytes"] == len(whole)
+    assert call(g.port, "POST", "/v1/streams/lookup", {"conversation_ids": ["nope"]})[::2] == (200, b"[]")
+
+    # unknown, and no id at all: the server's status and words
+    for path in ("/v1/stream?conv_id=nope&from=0", "/v1/stream?from=0"):
+        s1, _, b1 = call(g.port, "GET", path)
+        s2, _, b2 = call(port, "GET", path)
+        assert s1 == s2 and s1 in (400, 404) and error_of(b1) == error_of(b2), (path, b1, b2)
+    assert call(g.port, "DELETE", "/v1/stream?conv_id=nope")[0] == call(port, "DELETE", "/v1/stream?conv_id=nope")[0] == 204
+
+    # the stop reaches the server: the session is gone there
+    assert call(g.port, "DELETE", "/v1/stream?conv_id=c1")[0] == 204
+    assert resume(port, "c1", 0)[0] == 404
+
+
+def test_a_conversation_is_its_tiers_alone(box, engines, make_gate, tmp):
+    port, conf = engines
+    keys = os.path.join(tmp, "keys")
+    access = ("[Access]\nKeysFile=%s\nAnonymousDailyRequests=100\n[Tier]\nName=free\n[Tier]\nName=pro\n"
+              % keys)
+    free = make_key(tmp, access + conf, "free")
+    pro = make_key(tmp, access + conf, "pro")
+    g = make_gate(FAST + access + conf, env=gate_env(box))
+    g.wait_log("host 3090 up")
+    c, r = start(g.port, "c2", "3090-laguna-xs", key=free, max_tokens=16)
+    streamed = r.read()
+    drop(c, r)
+
+    # another tier, and a client without a key: as if the id were unknown, and the stop does nothing
+    for key in (pro, None):
+        status, _, body = resume(g.port, "c2", 0, key=key)
+        assert status == 404 and error_of(body) == ("File Not Found", "not_found_error"), body
+        assert call(g.port, "POST", "/v1/streams/lookup", {"conversation_ids": ["c2"]}, key=key)[::2] == (200, b"[]")
+        assert call(g.port, "DELETE", "/v1/stream?conv_id=c2", key=key)[0] == 204
+    assert resume(port, "c2", 0)[::2] == (200, streamed)
+    # its own tier reads it
+    assert resume(g.port, "c2", 0, key=free)[::2] == (200, streamed)
+    status, _, body = call(g.port, "POST", "/v1/streams/lookup", {"conversation_ids": ["c2"]}, key=free)
+    assert status == 200 and [e["conversation_id"] for e in json.loads(body)] == ["c2"], body
+
+
+def test_a_switch_waits_for_a_session_still_producing(box, engines, make_gate):
+    port, conf = engines
+    g = make_gate(FAST + conf, env=gate_env(box))
+    g.wait_log("host 3090 up")
+    # the whole context (4096 tokens) of fork's flint-xs: seconds of streaming on this machine
+    c, r = start(g.port, "c3", "3090-flint-xs", max_tokens=100000, ignore_eos=True)
+    while not r.readline().startswith(b"data: {"):
+        pass
+    drop(c, r)
+    g.wait_log("host 3090: conversation c3: its client left mid-stream")
+
+    other = {}
+    t = threading.Thread(target=lambda: other.update(r=test_real.ask(g, "3090-laguna-xs")))
+    t.start()
+    g.wait_log("waits for the running engine before switching to")
+    # a resume meanwhile joins the engine up, ahead of the pending switch: its start is the session's
+    c, r = conn(g.port), None
+    c.request("GET", "/v1/stream?conv_id=c3&from=0")
+    r = c.getresponse()
+    assert r.status == 200
+    head = r.read(200)
+    drop(c, r)
+    c = conn(port)
+    c.request("GET", "/v1/stream?conv_id=c3&from=0")
+    r = c.getresponse()
+    assert r.status == 200 and r.read(200) == head
+    drop(c, r)
+    # and the switch waits for the session's end, which only the stream read on holds
+    t.join(120)
+    assert other["r"].status == 200, other["r"].read()
+    log = g.logtext()
+    ended = log.index("host 3090: conversation c3: its stream ended (complete)")
+    assert ended < log.index("host 3090: switching to engine mainline for 3090-laguna-xs"), log
+    assert box.active_state("llama-mainline.service") == "active"
