@@ -18,6 +18,7 @@ import pytest
 
 import test_real
 from boxes import chat, gate_env
+from conftest import wait_for
 from test_access import make_key
 from test_real import CHAT, FAST, TREE, engines, model_files  # noqa: F401 (fixtures)
 
@@ -102,7 +103,7 @@ def test_a_stream_resumed_through_modelgate_is_the_servers_byte_for_byte(box, en
     for path in ("/v1/stream?conv_id=nope&from=0", "/v1/stream?from=0"):
         s1, _, b1 = call(g.port, "GET", path)
         s2, _, b2 = call(port, "GET", path)
-        assert s1 == s2 and s1 in (400, 404) and error_of(b1) == error_of(b2), (path, b1, b2)
+        assert s1 == s2 and s1 in (400, 404) and json.loads(b1) == json.loads(b2), (path, b1, b2)
     assert call(g.port, "DELETE", "/v1/stream?conv_id=nope")[0] == call(port, "DELETE", "/v1/stream?conv_id=nope")[0] == 204
 
     # the stop reaches the server: the session is gone there
@@ -170,3 +171,135 @@ def test_a_switch_waits_for_a_session_still_producing(box, engines, make_gate):
     ended = log.index("host 3090: conversation c3: its stream ended (complete)")
     assert ended < log.index("host 3090: switching to engine mainline for 3090-laguna-xs"), log
     assert box.active_state("llama-mainline.service") == "active"
+
+
+# The real server's route table, walked: each route through modelgate (model "3090-<key>") and straight to
+# the server (model "<key>"), status and JSON shape compared. A route llama.cpp adds is a new case here.
+ROUTE = re.compile(r'ctx_http\.(get|post|del)\s*\(\s*"([^"]+)"')
+METHODS = {"get": "GET", "post": "POST", "del": "DELETE"}
+
+# modelgate answers these itself, and differently, on purpose
+DIFFERENT_ON_PURPOSE = {
+    ("GET", "/health"): "modelgate's own health, with every host's state (rule:health); the server's is "
+                        "GET /v1/health?model=3090-<key>, compared below",
+    ("GET", "/metrics"): "modelgate's own counters (rule:metrics); a host's are that host's business",
+    ("GET", "/models"): "every host's list merged, ids <host>-<key>, a proxy field (rule:merged-list)",
+    ("GET", "/v1/models"): "the same merged list (rule:merged-list)",
+    ("GET", "/models/sse"): "every host's event feed merged and relabelled (rule:merged-feed)",
+}
+# forwarded like any other, but not sent here
+NOT_SENT = {
+    ("POST", "/models"): "the router fetches the named model from Hugging Face: traffic beyond loopback",
+}
+
+CHAT_BODY = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "temperature": 0}
+BODIES = [  # (path contains, body), the first that matches
+    ("/responses", {"input": "hi", "max_output_tokens": 16, "temperature": 0}),
+    ("/messages", CHAT_BODY), ("chat/completions", CHAT_BODY), ("/apply-template", CHAT_BODY),
+    ("completion", {"prompt": "hi", "max_tokens": 4, "n_predict": 4, "temperature": 0}),
+    ("/infill", {"input_prefix": "def f(", "input_suffix": "):", "n_predict": 4, "temperature": 0}),
+    ("/tokenize", {"content": "hi"}), ("/detokenize", {"tokens": [1, 2]}),
+    ("embedding", {"input": "hi", "content": "hi"}), ("rerank", {"query": "hi", "documents": ["a", "b"]}),
+]
+# a request of its own where a route needs one: (path and query, body without the model, model key);
+# {m} is the model as the side names it
+REQUESTS = {
+    ("GET", "/v1/stream"): ("/v1/stream?conv_id=none&from=0", None),
+    ("DELETE", "/v1/stream"): ("/v1/stream?conv_id=none", None),
+    ("POST", "/v1/streams/lookup"): ("/v1/streams/lookup", {"conversation_ids": ["none"]}),
+    ("DELETE", "/models"): ("/models?model={m}", None),  # a model the server does not have: removes nothing
+    ("POST", "/slots/:id_slot"): ("/slots/0?action=erase", {}),
+}
+KEYS = {("DELETE", "/models"): "laguna-none", ("POST", "/models/load"): "laguna-s",
+        ("POST", "/models/unload"): "laguna-s"}
+
+
+def route_table():
+    path = os.path.join(TREE, "tools/server/server.cpp")
+    with open(path) as f:
+        found = [(METHODS[m], p) for m, p in ROUTE.findall(f.read())]
+    assert len(found) > 40, "%s: the route table was not found" % path
+    return list(dict.fromkeys(found))  # /cors-proxy and /tools are registered in two branches
+
+
+def shape(v):
+    """what is compared of a JSON value: keys and types, never values"""
+    if isinstance(v, dict):
+        return {k: shape(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [shape(v[0])] if v else []
+    if isinstance(v, bool) or v is None:
+        return type(v).__name__
+    return "number" if isinstance(v, (int, float)) else type(v).__name__
+
+
+def body_shape(ctype, body):
+    if not body:
+        return "empty"  # a 204's Content-Type, or none, says nothing
+    if (ctype or "").startswith("application/json") or body[:1] in (b"{", b"["):
+        try:
+            return shape(json.loads(body))
+        except ValueError:
+            pass
+    return (ctype or "").split(";")[0], "not JSON"
+
+
+def server_status(port, key):
+    r = call(port, "GET", "/models")
+    return {m["id"]: m["status"]["value"] for m in json.loads(r[2])["data"]}.get(key)
+
+
+def settle(port, key, verb, want):
+    """the router's model in state want, by verb when it is not (it may answer "try again later" while
+    another model has just answered)"""
+    def done():
+        if server_status(port, key) == want:
+            return True
+        s, _, b = call(port, "POST", "/models/" + verb, {"model": key})
+        assert s in (200, 400, 500), b
+        return False
+    wait_for(done, 60, "%s to be %s" % (key, want), interval=0.2)
+
+
+PREPARE = {("POST", "/models/load"): ("unload", "unloaded"), ("POST", "/models/unload"): ("load", "loaded")}
+
+
+def send(port, route, model, direct_port):
+    method, path = route
+    url, body = REQUESTS.get(route, (path, next((b for k, b in BODIES if k in path), {})))
+    url = url.format(m=model)
+    if method == "GET" and "model=" not in url and route not in REQUESTS:
+        url += "?model=" + model
+    if body is not None and method != "GET" and "model=" not in url:
+        body = dict(body, model=model)
+    if route in PREPARE:
+        verb, want = PREPARE[route]
+        settle(direct_port, KEYS[route], verb, want)
+    return call(port, method, url, None if method == "GET" else body)
+
+
+def test_every_route_of_the_real_servers_table_answers_as_the_server_does(box, engines, make_gate):
+    port, conf = engines
+    g = make_gate(FAST + conf, env=gate_env(box))
+    g.wait_log("host 3090 up")
+    assert test_real.ask(g, "3090-laguna-xs").status == 200  # mainline runs
+    routes = route_table()
+    unlisted = [r for r in list(DIFFERENT_ON_PURPOSE) + list(NOT_SENT) if r not in routes]
+    assert not unlisted, "listed, but no longer in the server's table: %s" % unlisted
+    compared, differ, statuses = [], [], {}
+    for route in routes:
+        if route in DIFFERENT_ON_PURPOSE or route in NOT_SENT:
+            continue
+        key = KEYS.get(route, "laguna-xs")
+        s1, t1, b1 = send(g.port, route, "3090-" + key, port)
+        s2, t2, b2 = send(port, route, key, port)
+        compared.append(route)
+        if (s1, body_shape(t1, b1)) != (s2, body_shape(t2, b2)):
+            differ.append("%s %s: through modelgate %d %s %r, direct %d %s %r"
+                          % (route + (s1, t1, b1[:300], s2, t2, b2[:300])))
+        statuses.setdefault(s2, []).append("%s %s" % route)
+    print("%d routes compared (%s), %d answered by modelgate itself, %d not sent"
+          % (len(compared), ", ".join("%d: %d" % (k, len(v)) for k, v in sorted(statuses.items())),
+             len(DIFFERENT_ON_PURPOSE), len(NOT_SENT)))
+    print("\n".join("  %d %s" % (k, ", ".join(v)) for k, v in sorted(statuses.items()) if k != 200))
+    assert not differ, "\n".join(differ)

@@ -62,9 +62,23 @@ static void respond_204(Client *c) {
         client_response_complete(c, NULL);
 }
 
+/* The table's row in the shape of llama-server's router, which is what a client of the server's resumable
+ * streams (its WebUI) reads: "code" is the status, as a number */
+static void stream_answer(Client *c, Answer a) {
+        const AnswerRow *row = answer_row(a);
+        _cleanup_free_ char *j = NULL;
+        int n;
+
+        n = asprintf(&j, "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"code\":%d}}", row->format,
+                     row->status == 404 ? "not_found_error" : "invalid_request_error", row->status);
+        if (n < 0)
+                return client_answer(c, ANSWER_OUT_OF_MEMORY);
+        client_respond(c, row->status, "application/json; charset=utf-8", j, (size_t)n, NULL);
+}
+
 static void answer_unknown(Client *c, bool get) {
         if (get)
-                client_answer(c, ANSWER_STREAM_NOT_FOUND);
+                stream_answer(c, ANSWER_STREAM_NOT_FOUND);
         else
                 respond_204(c);
 }
@@ -82,7 +96,7 @@ static void stream_forward(Client *c, Span url, bool get) {
         if (k == -ENOMEM)
                 return client_answer(c, ANSWER_OUT_OF_MEMORY);
         if (k != MODEL_FOUND || !*id)
-                return client_answer(c, ANSWER_STREAM_NO_CONV_ID);
+                return stream_answer(c, ANSWER_STREAM_NO_CONV_ID);
         if (!conv_target(c, id, &t))
                 return answer_unknown(c, get);
         c->x->host = t.conf;

@@ -107,7 +107,8 @@ static const AnswerRow answer_table[_ANSWER_MAX] = {
         /* rule:resumable-streams: what llama-server's router answers on the wire for a conversation it
          * does not know (its HTTP layer writes these words over every 404 body, its "Stream not found or
          * expired" among them), and for a request without one; an id of another tier gets the same,
-         * never a hint of it */
+         * never a hint of it. Written in the router's shape (client-stream.c): words without arguments,
+         * no quote or backslash */
         [ANSWER_STREAM_NOT_FOUND] = {404, "stream_not_found", ANSWER_HEADERS_NONE, 0, "File Not Found"},
         [ANSWER_STREAM_NO_CONV_ID] = {400, "missing_conv_id", ANSWER_HEADERS_NONE, 0,
                                       "Missing conversation id in path"},
