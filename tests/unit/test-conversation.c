@@ -50,6 +50,21 @@ TEST(a_conversation_is_found_with_its_host_and_owner_until_it_expires) {
         conv_map_done(&m);
 }
 
+TEST(the_conversations_keep_the_daemon_until_the_newest_could_be_gone_from_its_host) {
+        ConvMap m = {};
+
+        ASSERT_EQ(conv_map_hold_until(&m), 0u);
+        ASSERT_OK(conv_map_remember(&m, "c1", "3090", "mainline", "", S(10)));
+        ASSERT_OK(conv_map_remember(&m, "c2", "3090", "mainline", "", S(20)));
+        ASSERT_EQ(conv_map_hold_until(&m), S(20) + CONV_HOLD_USEC);
+        conv_map_touch(&m, "c1", S(30)); /* its stream ended */
+        ASSERT_EQ(conv_map_hold_until(&m), S(30) + CONV_HOLD_USEC);
+        /* the server drops a finished session 300-360 s after its end: the hold is past that, and the
+         * memory past the hold */
+        ASSERT_TRUE(CONV_HOLD_USEC >= S(360) && CONV_TTL_USEC > CONV_HOLD_USEC);
+        conv_map_done(&m);
+}
+
 TEST(the_map_is_bounded_and_the_one_used_longest_ago_makes_room) {
         ConvMap m = {};
         char id[32];

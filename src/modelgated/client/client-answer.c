@@ -43,7 +43,7 @@ void client_response_complete(Client *c, const char *note) {
         /* the engine is free for a switch as soon as the answer has fully arrived */
         host_release(&c->x->waiter);
         if (c->x->conv_id) /* rule:resumable-streams: its time runs from the end of its stream */
-                conv_map_touch(manager_convs(c->manager), c->x->conv_id, client_now(c));
+                manager_conv_touch(c->manager, c->x->conv_id);
         client_log_access(c, note);
         c->x->response_complete = true;
         c->answered_one = true;

@@ -445,9 +445,8 @@ static void dispatch_remember_conversation(Client *c, const HttpRequest *r, cons
                 return;
         free(c->x->conv_id);
         c->x->conv_id = strndup(id.p, id.n);
-        if (!c->x->conv_id ||
-            conv_map_remember(manager_convs(c->manager), c->x->conv_id, c->x->host->name, engine,
-                              c->x->caller.tier ? c->x->caller.tier->name : "", client_now(c)) < 0)
+        if (!c->x->conv_id || manager_conv_remember(c->manager, c->x->conv_id, c->x->host->name, engine,
+                                                    c->x->caller.tier ? c->x->caller.tier->name : "") < 0)
                 c->x->conv_id = mfree(c->x->conv_id); /* out of memory: it goes on, not resumable here */
 }
 

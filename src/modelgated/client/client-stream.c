@@ -31,7 +31,7 @@ typedef struct ConvTarget {
 /* Where the conversation id lives, for this caller: false for an id never routed, expired, another
  * tier's, or on a host or engine that a reload removed. All of them are "not found" to the client. */
 static bool conv_target(Client *c, const char *id, ConvTarget *ret) {
-        const ConvEntry *e = conv_map_find(manager_convs(c->manager), id, client_now(c));
+        const ConvEntry *e = manager_conv_find(c->manager, id);
 
         if (!e || !conv_owned_by(e, caller_owner(c)))
                 return false;
@@ -117,7 +117,7 @@ static void stream_forward(Client *c, Span url, bool get) {
                                             refusal.message);
                 return;
         }
-        conv_map_touch(manager_convs(c->manager), id, client_now(c));
+        manager_conv_touch(c->manager, id);
         client_go(c);
 }
 
@@ -233,7 +233,7 @@ static int lookup_group(Client *c, StreamLookup *l, char *const *ids) {
                 }
                 if (strv_extend(&p->ids, *id) < 0)
                         return -ENOMEM;
-                conv_map_touch(manager_convs(c->manager), *id, client_now(c));
+                manager_conv_touch(c->manager, *id);
         }
         return 0;
 }
@@ -318,14 +318,12 @@ static void drain_end(StreamDrain *d, const char *why) {
         d->upstream = NULL;
         log_info("host %s: conversation %s: its stream ended (%s), %" PRIu64 " bytes after its client left",
                  d->host, strna(e), why ?: "complete", d->bytes);
-        usec_t now;
-        (void)sd_event_now(manager_event(d->set->manager), CLOCK_MONOTONIC, &now);
-        conv_map_touch(manager_convs(d->set->manager), d->conv_id, now);
+        manager_conv_touch(d->set->manager, d->conv_id);
         drain_free(d);
 }
 
 static int drain_headers(Upstream *u, const UpstreamResponse *resp, void *userdata) {
-        return 0; /* had come before it was handed over */
+        return 0; /* whatever the status: the rest is read all the same */
 }
 
 static int drain_body(Upstream *u, const char *p, size_t n, void *userdata) {
@@ -363,8 +361,9 @@ void client_stream_drain(Client *c) {
         StreamDrain *d;
         HostAcquire a;
 
-        if (!x->conv_id || !x->upstream || !upstream_answer_started(x->upstream) || x->status != 200 || !h ||
-            x->response_complete || c->set->closing || manager_stopping(c->manager))
+        /* the engine has the session from the moment it has the request, whatever of the answer came */
+        if (!x->conv_id || !x->upstream || x->via_fallback || !h || x->response_complete ||
+            c->set->closing || manager_stopping(c->manager))
                 return;
         d = calloc(1, sizeof(StreamDrain));
         if (!d || !(d->conv_id = strdup(x->conv_id)) || !(d->host = strdup(host_conf(h)->name)))
@@ -380,7 +379,7 @@ void client_stream_drain(Client *c) {
         upstream_set_owner(d->upstream, &drain_callbacks, d);
         upstream_set_reading(d->upstream, true);
         LIST_PREPEND(drains, c->set->drains, d);
-        conv_map_touch(manager_convs(c->manager), d->conv_id, client_now(c));
+        manager_conv_touch(c->manager, d->conv_id);
         e = log_escape_dup(d->conv_id);
         log_info("host %s: conversation %s: its client left mid-stream; the rest is read to its end, in "
                  "flight meanwhile",

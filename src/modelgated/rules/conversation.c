@@ -37,6 +37,10 @@ bool conv_expired(const ConvEntry *e, usec_t now) {
         return now > e->seen && now - e->seen > CONV_TTL_USEC;
 }
 
+usec_t conv_map_hold_until(const ConvMap *m) {
+        return m->n > 0 ? m->entries[m->n - 1].seen + CONV_HOLD_USEC : 0;
+}
+
 bool conv_owned_by(const ConvEntry *e, const char *owner) {
         return streq(e->owner, owner ?: "");
 }

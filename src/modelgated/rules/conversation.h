@@ -22,6 +22,9 @@
  * and collects them every 60 s, so at most 360 s: an entry outlives the session it names, and a stale one
  * only sends the client to the host that answers "not found" itself. */
 #define CONV_TTL_USEC (10 * USEC_PER_MINUTE)
+/* A remembered conversation keeps the daemon from its idle exit this long after its last use: llama-server
+ * keeps a finished session for up to 360 s, and a daemon that exits forgets which host has it */
+#define CONV_HOLD_USEC (6 * USEC_PER_MINUTE)
 /* A lookup names at most this many ids: more are not asked for */
 #define CONV_LOOKUP_MAX 256
 
@@ -52,6 +55,9 @@ int conv_map_remember(ConvMap *m, const char *id, const char *host, const char *
 const ConvEntry *conv_map_find(ConvMap *m, const char *id, usec_t now);
 /* The conversation was used now: it moves to the back and its time starts again. */
 void conv_map_touch(ConvMap *m, const char *id, usec_t now);
+/* Until when the conversations keep the daemon (rule:idle-exit): the last use of the newest and
+ * CONV_HOLD_USEC; 0 for none */
+usec_t conv_map_hold_until(const ConvMap *m);
 /* Whether the entry's time is up at now */
 bool conv_expired(const ConvEntry *e, usec_t now);
 /* Whom an entry may be shown: the tier that started it (NULL or "": a client without a key) */
