@@ -1,10 +1,10 @@
 """Resumable streams through modelgate against the real llama-server (rule:resumable-streams): a stream
 started with X-Conversation-Id, its client gone, resumed from=N through modelgate byte for byte as straight
 from the server; the lookup, the stop and an unknown id as the server answers them; a conversation that is
-its tier's alone; and a switch that waits for a session still producing. Then every route of the server's
-own route table (tools/server/server.cpp of the tree it was built from) through modelgate against the
-server directly, status and body shape, with the routes modelgate answers differently on purpose listed
-with the reason.
+its tier's alone; a lookup over two hosts answered from both; and a switch that waits for a session
+still producing. Then every route of the server's own route table (tools/server/server.cpp of the tree it
+was built from) through modelgate against the server directly, status and body shape, with the routes
+modelgate answers differently on purpose listed with the reason.
 
 The server, the models and the engines are test_real.py's; without them this module skips, saying why."""
 
@@ -12,6 +12,7 @@ import http.client
 import json
 import os
 import re
+import socket
 import threading
 
 import pytest
@@ -20,6 +21,7 @@ import test_real
 from boxes import chat, gate_env
 from conftest import wait_for
 from test_access import make_key
+from test_catalog import models
 from test_real import CHAT, FAST, TREE, engines, model_files  # noqa: F401 (fixtures)
 
 pytestmark = test_real.pytestmark
@@ -135,6 +137,36 @@ def test_a_conversation_is_its_tiers_alone(box, engines, make_gate, tmp):
     assert resume(g.port, "c2", 0, key=free)[::2] == (200, streamed)
     status, _, body = call(g.port, "POST", "/v1/streams/lookup", {"conversation_ids": ["c2"]}, key=free)
     assert status == 200 and [e["conversation_id"] for e in json.loads(body)] == ["c2"], body
+
+
+def test_a_lookup_of_ids_on_two_hosts_is_answered_from_both(box, engines, make_gate):
+    port, conf = engines
+    # a second host, without engines, in front of the same server: its conversations are that host's
+    box.systemctl("start", "llama-mainline.service")
+    wait_for(lambda: call(port, "GET", "/health")[0] == 200 if port_open(port) else False, 60, "mainline's health")
+    g = make_gate(FAST + conf + "[Host]\nName=a9\nURL=http://127.0.0.1:%d\n" % port, env=gate_env(box))
+    g.wait_log("host 3090: engine mainline adopted")
+    wait_for(lambda: "a9-laguna-xs" in models(g), 30, "host a9's list")
+    for conv, model in (("c4", "3090-laguna-xs"), ("c5", "a9-laguna-xs")):
+        c, r = start(g.port, conv, model, max_tokens=8)
+        r.read()
+        drop(c, r)
+    ask = {"conversation_ids": ["c5", "nope", "c4"]}
+    s1, _, b1 = call(g.port, "POST", "/v1/streams/lookup", ask)
+    s2, _, b2 = call(port, "POST", "/v1/streams/lookup", ask)
+    assert (s1, s2) == (200, 200), (b1, b2)
+    # each host was asked for its own id only, and the answers merged
+    by_id = lambda b: sorted(json.loads(b), key=lambda e: e["conversation_id"])
+    assert by_id(b1) == by_id(b2) and [e["conversation_id"] for e in by_id(b1)] == ["c4", "c5"], (b1, b2)
+    # and each id resumes from its own host
+    for conv in ("c4", "c5"):
+        assert resume(g.port, conv, 0)[::2] == resume(port, conv, 0)[::2]
+    assert " host=a9 status=200" in g.wait_log('GET /v1/stream model="" host=a9')
+
+
+def port_open(port):
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def test_a_switch_waits_for_a_session_still_producing(box, engines, make_gate):

@@ -273,12 +273,14 @@ static void stream_lookup(Client *c) {
         if (!l || !(l->merged = json_object_new_array()) || lookup_group(c, l, ids) < 0)
                 return client_answer(c, ANSWER_OUT_OF_MEMORY);
         l->client = c;
+        /* one more than the parts, this loop's own: no answer goes out before every part is sent */
+        l->n_pending = l->n_parts + 1;
         for (size_t i = 0; i < l->n_parts; i++)
-                if (lookup_send(c, &l->parts[i]) >= 0)
-                        l->n_pending++;
-        /* none of the ids is this caller's on a host that is up: the router's answer to ids it does not
-         * know */
-        if (l->n_pending == 0)
+                if (lookup_send(c, &l->parts[i]) < 0)
+                        l->n_pending--; /* left out, as a host that does not answer */
+        /* with no part (none of the ids is this caller's on an engine that is up), the router's answer to
+         * ids it does not know: [] */
+        if (--l->n_pending == 0)
                 lookup_respond(c, l);
 }
 
