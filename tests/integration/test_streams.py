@@ -205,6 +205,21 @@ def test_a_switch_waits_for_a_session_still_producing(box, engines, make_gate):
     assert box.active_state("llama-mainline.service") == "active"
 
 
+
+def test_a_stream_read_on_ends_with_the_daemon(box, engines, make_gate):
+    port, conf = engines
+    g = make_gate(FAST + conf, env=gate_env(box))
+    g.wait_log("host 3090 up")
+    c, r = start(g.port, "c6", "3090-flint-xs", max_tokens=100000, ignore_eos=True)
+    while not r.readline().startswith(b"data: {"):
+        pass
+    drop(c, r)
+    g.wait_log("host 3090: conversation c6: its client left mid-stream")
+    # a stop meanwhile does not wait for it (it is nobody's answer), and ends it cleanly (no sanitizer
+    # report, exit 0: Gate.stop())
+    g.stop()
+    assert "its stream ended" not in open(g.logpath).read()
+
 # The real server's route table, walked: each route through modelgate (model "3090-<key>") and straight to
 # the server (model "<key>"), status and JSON shape compared. A route llama.cpp adds is a new case here.
 ROUTE = re.compile(r'ctx_http\.(get|post|del)\s*\(\s*"([^"]+)"')
