@@ -157,6 +157,8 @@ def test_a_lookup_of_ids_on_two_hosts_is_answered_from_both(box, engines, make_g
     assert (s1, s2) == (200, 200), (b1, b2)
     # each host was asked for its own id only, and the answers merged
     by_id = lambda b: sorted(json.loads(b), key=lambda e: e["conversation_id"])
+    g.log_mark("after-lookup")
+    assert "stream lookup is left out" not in g.logtext(), g.logtext()
     assert by_id(b1) == by_id(b2) and [e["conversation_id"] for e in by_id(b1)] == ["c4", "c5"], (b1, b2)
     # and each id resumes from its own host
     for conv in ("c4", "c5"):

@@ -198,7 +198,8 @@ static void lookup_complete(Upstream *u, void *userdata) {
 static void lookup_error(Upstream *u, int error, bool started, void *userdata) {
         LookupPart *p = userdata;
         _cleanup_free_ char *e = log_escape_dup(p->target.conf->name);
-        log_debug("host %s: stream lookup left out: %s", strna(e), upstream_strerror(error));
+        log_notice("host %s: its part of a stream lookup is left out: %s", strna(e),
+                   p->status > 0 && p->status != 200 ? "it did not answer 200" : upstream_strerror(error));
         lookup_part_done(p);
 }
 
@@ -258,6 +259,8 @@ static int lookup_send(Client *c, LookupPart *p) {
         k = upstream_start(manager_pool(c->manager), url, &req, false, &lookup_callbacks, p, &p->upstream);
         if (k < 0)
                 return k;
+        /* it only reads: a pooled connection the host closed meanwhile is no reason to leave it out */
+        upstream_set_idempotent(p->upstream);
         (void)upstream_set_deadline(p->upstream, LOOKUP_TIMEOUT_USEC);
         return 0;
 }
