@@ -27,6 +27,8 @@ static void format_sample(Answer a, char *buf, size_t n) {
         case ANSWER_MODEL_TWICE_IN_QUERY:
         case ANSWER_MODEL_BODY_AND_QUERY:
         case ANSWER_MODEL_CONTROL_CHARACTER:
+        case ANSWER_STREAM_NOT_FOUND:
+        case ANSWER_STREAM_NO_CONV_ID:
                 (void)answer_format(buf, n, a);
                 return;
         case ANSWER_BAD_REQUEST:
@@ -193,6 +195,8 @@ static const struct {
          "count "
          "or other probe (engine 'mainline' runs); estimate locally, or send a real request for that model "
          "first"},
+        {ANSWER_STREAM_NOT_FOUND, 0, 0, 404, "stream_not_found", "", "File Not Found"},
+        {ANSWER_STREAM_NO_CONV_ID, 0, 0, 400, "missing_conv_id", "", "Missing conversation id in path"},
 };
 
 static json_object *member(json_object *o, const char *key) {

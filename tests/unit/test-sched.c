@@ -110,6 +110,31 @@ TEST(rule1_switch_waits_for_zero_in_flight) {
         sched_done(&s);
 }
 
+/* rule:resumable-streams: a resume joins the engine up, ahead of a pending switch, which waits for it; it
+ * never starts an engine, nor joins one that is not up */
+TEST(a_joining_request_holds_a_pending_switch_and_never_starts_one) {
+        Sched s;
+        setup(&s, 0, USEC_INFINITY, USEC_INFINITY);
+        ASSERT_TRUE(!sched_join(&s, 0, &req[9], A)); /* nothing runs */
+        ASSERT_EQ(s.n_in_flight, 0u);
+        ASSERT_STREQ(run(&s, 0), "");
+        add(&s, 0, 0, A);
+        run(&s, 0);
+        ASSERT_TRUE(!sched_join(&s, 0, &req[9], A)); /* starting, not up */
+        sched_engine_up(&s, S(1), A);
+        ASSERT_STREQ(run(&s, S(1)), "go:r0");
+        ASSERT_TRUE(!sched_join(&s, S(1), &req[9], B)); /* not the engine up */
+        ASSERT_STREQ(add(&s, S(2), 1, B), "waits");
+        ASSERT_STREQ(run(&s, S(2)), "wait:B/r1");
+        ASSERT_TRUE(sched_join(&s, S(3), &req[2], A)); /* ahead of the pending switch */
+        sched_remove(&s, S(4), &req[0]);
+        ASSERT_STREQ(run(&s, S(4)), ""); /* the resume still streams */
+        sched_remove(&s, S(5), &req[2]);
+        ASSERT_STREQ(run(&s, S(5)), "start:B/r1");
+        ASSERT_TRUE(!sched_join(&s, S(5), &req[2], A)); /* a switch has begun */
+        sched_done(&s);
+}
+
 TEST(rule2_hold_down_keeps_a_fresh_engine) {
         Sched s;
         setup(&s, S(30), USEC_INFINITY, USEC_INFINITY);

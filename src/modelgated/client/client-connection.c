@@ -84,7 +84,8 @@ void client_close(Client *c) {
                 feed_hub_unsubscribe(manager_feed_hub(c->manager), &c->feed_sub);
                 c->feed = false;
         }
-        exchange_done(c->x); /* its upstream, its host wait, its budget and keepalive */
+        client_stream_drain(c); /* rule:resumable-streams: a session's stream is read on */
+        exchange_done(c->x);    /* its upstream, its host wait, its budget and keepalive */
         ClientSet *set = c->set;
         LIST_REMOVE(clients, set->clients, c);
         set->n_clients--;
@@ -630,8 +631,10 @@ ClientSet *client_set_free(ClientSet *set) {
         if (!set)
                 return NULL;
         set->cb = NULL; /* nobody to tell any more */
+        set->closing = true;
         while (set->clients)
                 client_close(set->clients);
+        client_stream_drains_free(set);
         count_map_free(set->by_address);
         models_cache_free(set->models);
         return mfree(set);

@@ -9,8 +9,8 @@
 /* The request for a host: the body is the client's with the bytes of 'span' (the model's value; empty:
  * none) replaced by 'key' as a JSON string, written straight into the request, so that no rewritten copy
  * of the body (nor of the quoted key) is made. */
-static int build_upstream_request(Client *c, const HttpUrl *target, Span url, Span body, Span span,
-                                  const char *key, Buffer *out) {
+int client_build_request(Client *c, const HttpUrl *target, Span url, Span body, Span span, const char *key,
+                         Buffer *out) {
         HttpRequest *r = &c->parser.req;
         size_t pre = span.p ? (size_t)(span.p - body.p) : body.n, wl = span.p ? json_quoted_len(key) : 0;
         size_t body_len = body.n - span.n + wl;
@@ -32,8 +32,7 @@ static int build_upstream_request(Client *c, const HttpUrl *target, Span url, Sp
         return 0;
 }
 
-/* The request goes to its engine, and the budget for its answer starts (rule:answer-budget) */
-static void client_go(Client *c) {
+void client_go(Client *c) {
         if (client_send_upstream(c) >= 0)
                 client_start_budget(c);
 }
@@ -472,6 +471,21 @@ static bool dispatch_probe_may_go(Client *c, Dispatch *d, Host *host, size_t eng
         return false;
 }
 
+/* rule:resumable-streams: a request with X-Conversation-Id makes the engine keep its stream for a resume;
+ * which host and engine that is, and whose tier may ask, is remembered, as llama-server's router remembers
+ * the model. The header itself goes on to the host as every other does. */
+static void dispatch_remember_conversation(Client *c, const HttpRequest *r, const char *engine) {
+        Span id = http_request_header(r, "X-Conversation-Id");
+
+        if (r->method != HTTP_POST || !conv_id_valid(id.p, id.n))
+                return;
+        free(c->x->conv_id);
+        c->x->conv_id = strndup(id.p, id.n);
+        if (!c->x->conv_id || manager_conv_remember(c->manager, c->x->conv_id, c->x->host->name, engine,
+                                                    c->x->caller.tier ? c->x->caller.tier->name : "") < 0)
+                c->x->conv_id = mfree(c->x->conv_id); /* out of memory: it goes on, not resumable here */
+}
+
 /* A complete request: modelgate's own answer, or on to its host (at once, or when its engine is up). */
 void client_dispatch(Client *c) {
         assert(c);
@@ -484,7 +498,8 @@ void client_dispatch(Client *c) {
         d.body = buffer_peek(&r->body);
         d.body_len = buffer_size(&r->body);
         exchange_begin(c, &d);
-        if (dispatch_own(c, &d) || !dispatch_read_model(c, &d) || !dispatch_route(c, &d))
+        if (dispatch_own(c, &d) || client_dispatch_stream(c, d.url, d.path) || !dispatch_read_model(c, &d) ||
+            !dispatch_route(c, &d))
                 return;
         dispatch_to_host(c, &d);
 }
@@ -538,8 +553,9 @@ static void dispatch_to_host(Client *c, Dispatch *d) {
         ssize_t engine = dispatch_engine(c, d, host);
         if (engine < -1)
                 return;
-        if (build_upstream_request(c, c->x->target, d->url, (Span){d->body ?: "", d->body ? d->body_len : 0},
-                                   d->span, d->key, &c->x->pending) < 0) {
+        dispatch_remember_conversation(c, r, engine >= 0 ? c->x->engine_name : "");
+        if (client_build_request(c, c->x->target, d->url, (Span){d->body ?: "", d->body ? d->body_len : 0},
+                                 d->span, d->key, &c->x->pending) < 0) {
                 client_answer(c, ANSWER_OUT_OF_MEMORY);
                 return;
         }

@@ -82,6 +82,8 @@
 #include "shared/count-map.h"
 #include "shared/log.h"
 
+typedef struct StreamDrain StreamDrain;
+
 #define CLIENT_READ_SIZE (64 * 1024)
 #define CLIENT_READ_BUDGET CLIENT_READ_SIZE /* read from one client in one turn of the loop: one read */
 /* rule:bytes-flow: what is held for a client that does not read */
@@ -109,6 +111,8 @@ struct ClientSet {
          * that connections nobody uses can never keep out /health or a client with a key
          * (rule:connection-room). */
         Client *idle, *idle_oldest; /* newest first; the oldest is the list's tail */
+        StreamDrain *drains;        /* streams read on after their clients left (client-stream.c) */
+        bool closing;               /* client_set_free(): no stream is read on any more */
         const ClientSetCallbacks *cb;
         void *userdata;
 };
@@ -196,6 +200,20 @@ int client_queue_stream_head(Client *c);
 bool client_admit_head(Client *c);
 void client_dispatch(Client *c);
 bool client_next_target(Client *c, const char *why);
+/* The request for a host: the client's, with the body's bytes of span (empty: none) replaced by key */
+int client_build_request(Client *c, const HttpUrl *target, Span url, Span body, Span span, const char *key,
+                         Buffer *out);
+/* The request goes to its engine, and the budget for its answer starts (rule:answer-budget) */
+void client_go(Client *c);
+
+/* client-stream.c: resumable streams (rule:resumable-streams) */
+/* GET and DELETE /v1/stream, POST /v1/streams/lookup: true when it is one of them (answered, or on its
+ * way to the host that holds the conversation) */
+bool client_dispatch_stream(Client *c, Span url, Span path);
+/* The client is closing mid-stream: a stream of a remembered conversation is read on to its end, in
+ * flight on its engine, instead of being cancelled */
+void client_stream_drain(Client *c);
+void client_stream_drains_free(ClientSet *set);
 
 /* client-relay.c: relaying a host's answer, and what a failed one becomes */
 /* The answer to a failure that nothing took over (the table's ATTEMPT_ANSWER_ERROR and _END): error is

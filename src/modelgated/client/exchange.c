@@ -7,6 +7,7 @@
 
 #include "modelgated/client/exchange.h"
 #include "modelgated/client/models.h"
+#include "modelgated/client/streams.h"
 #include "modelgated/upstream/upstream.h"
 
 void exchange_init(Exchange *x, Client *client) {
@@ -23,6 +24,8 @@ void exchange_done(Exchange *x) {
         host_release(&x->waiter);
         buffer_done(&x->pending);
         models_merge_free(x->merge);
+        stream_lookup_free(x->lookup);
+        free(x->conv_id);
         sse_filter_done(&x->sse);
         buffer_done(&x->held);
         exchange_init(x, x->client);

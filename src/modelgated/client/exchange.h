@@ -21,6 +21,7 @@
 typedef struct Client Client;
 typedef struct Upstream Upstream;
 typedef struct ModelsMerge ModelsMerge;
+typedef struct StreamLookup StreamLookup;
 
 typedef enum ResponseMode {
         MODE_PASS, /* bytes go on as they are */
@@ -81,6 +82,10 @@ typedef struct Exchange {
 
         Upstream *upstream;
         ModelsMerge *merge;
+        StreamLookup *lookup; /* POST /v1/streams/lookup, asking the hosts */
+        /* X-Conversation-Id of a request remembered with its host (rule:resumable-streams): its stream
+         * outlives a client that leaves, and so does the engine's request in flight */
+        char *conv_id;
         ResponseMode mode;
         bool chunked;
         bool head_sent;

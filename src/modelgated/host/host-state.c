@@ -473,6 +473,25 @@ HostAcquire host_acquire(Host *h, size_t i, HostWaiter *w, HostReadyFn ready, Ho
         return HOST_QUEUED;
 }
 
+HostAcquire host_join(Host *h, size_t i, HostWaiter *w, HostDownFn down, const char *model,
+                      HostRefusal *ret) {
+        assert(i < h->n_engines);
+
+        if (host_refuse_if_down(h, ret))
+                return HOST_REFUSED;
+        *w = (HostWaiter){.host = h, .engine = (ssize_t)i, .model = model, .down = down};
+        if (!sched_join(&h->sched, host_now(h), &w->req, i)) {
+                *w = (HostWaiter){};
+                ret->status = 404;
+                snprintf(ret->message, sizeof(ret->message), "engine %s of host %s is not up",
+                         h->engines[i].conf->name, h->conf->name);
+                return HOST_REFUSED;
+        }
+        host_ride(h, w);
+        host_changed(h);
+        return HOST_ACQUIRED;
+}
+
 void host_release(HostWaiter *w) {
         assert(w);
         Host *h = w->host;

@@ -120,6 +120,11 @@ HostAcquire host_acquire(Host *h, size_t i, HostWaiter *w, HostReadyFn ready, Ho
 /* The same for a host without engines: HOST_ACQUIRED, in flight until host_release(); or HOST_REFUSED
  * (its probe found it down). */
 HostAcquire host_attach(Host *h, HostWaiter *w, HostDownFn down, const char *model, HostRefusal *ret);
+/* For a request only engine i can answer while it runs (sched_join()): HOST_ACQUIRED, in flight until
+ * host_release(), when i is up and no switch has begun; HOST_REFUSED otherwise, ret's status 503 when the
+ * host is down, 404 when i is not the engine up. Never queues, never switches. */
+HostAcquire host_join(Host *h, size_t i, HostWaiter *w, HostDownFn down, const char *model,
+                      HostRefusal *ret);
 /* The request is done or its client has gone; safe to call twice or on a waiter never used. */
 void host_release(HostWaiter *w);
 /* For a waiting client's keepalive comments, what it waits for: "waiting for engine fork on 3090, 2 ahead";

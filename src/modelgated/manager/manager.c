@@ -59,8 +59,10 @@ struct Manager {
         Metrics *metrics;
         Access *access; /* daily counts; made by the first request [Access] counts */
         AliasMemory *alias_memory;
-        ModelMemory *model_memory; /* what each host last said of its models (models-seen.h) */
-        bool model_memory_dirty;   /* times learned since it was written */
+        ModelMemory *model_memory;  /* what each host last said of its models (models-seen.h) */
+        bool model_memory_dirty;    /* times learned since it was written */
+        ConvMap convs;              /* rule:resumable-streams: which host served each conversation */
+        sd_event_source *conv_hold; /* when the conversations stop keeping the daemon */
 
         const ManagerCallbacks *cb;
         void *userdata;
@@ -115,6 +117,8 @@ Manager *manager_free(Manager *m) {
         if (m->model_memory_dirty)
                 models_seen_save(m->model_memory);
         model_memory_free(m->model_memory);
+        conv_map_done(&m->convs);
+        sd_event_source_disable_unref(m->conv_hold);
         m->feed_hub = feed_hub_free(m->feed_hub);
         /* after the hosts: their upstreams were the pool's */
         m->pool = upstream_pool_free(m->pool);
@@ -329,11 +333,20 @@ Host *manager_host(Manager *m, const HostConf *h) {
         return NULL;
 }
 
+static usec_t manager_now(Manager *m) {
+        usec_t t;
+        (void)sd_event_now(m->event, CLOCK_MONOTONIC, &t);
+        return t;
+}
+
 bool manager_keeps_daemon(Manager *m) {
         assert(m);
         for (size_t i = 0; i < m->config->n_hosts; i++)
                 if (host_keeps_daemon(m->hosts[i]))
                         return true;
+        /* rule:resumable-streams: a session on a host is found again only through this daemon's memory */
+        if (manager_now(m) < conv_map_hold_until(&m->convs))
+                return true;
         return m->n_draining > 0;
 }
 
@@ -602,6 +615,47 @@ FeedHub *manager_feed_hub(Manager *m) {
 AliasMemory *manager_alias_memory(Manager *m) {
         assert(m);
         return m->alias_memory;
+}
+
+/* the hold is over: the server looks at its idle exit again */
+static int conv_hold_cb(sd_event_source *s, uint64_t usec, void *userdata) {
+        manager_changed(userdata);
+        return 0;
+}
+
+/* rule:idle-exit: the newest conversation's use moves the end of the hold */
+static void manager_conv_used(Manager *m) {
+        usec_t until = conv_map_hold_until(&m->convs);
+
+        if (until == 0)
+                return;
+        if (!m->conv_hold) {
+                if (sd_event_add_time(m->event, &m->conv_hold, CLOCK_MONOTONIC, until, USEC_PER_SEC,
+                                      conv_hold_cb, m) < 0)
+                        return; /* no hold: a conversation started now may not outlive an idle exit */
+        } else
+                (void)sd_event_source_set_time(m->conv_hold, until);
+        (void)sd_event_source_set_enabled(m->conv_hold, SD_EVENT_ONESHOT);
+}
+
+int manager_conv_remember(Manager *m, const char *id, const char *host, const char *engine,
+                          const char *owner) {
+        assert(m);
+        int r = conv_map_remember(&m->convs, id, host, engine, owner, manager_now(m));
+        if (r >= 0)
+                manager_conv_used(m);
+        return r;
+}
+
+const ConvEntry *manager_conv_find(Manager *m, const char *id) {
+        assert(m);
+        return conv_map_find(&m->convs, id, manager_now(m));
+}
+
+void manager_conv_touch(Manager *m, const char *id) {
+        assert(m);
+        conv_map_touch(&m->convs, id, manager_now(m));
+        manager_conv_used(m);
 }
 
 Access *manager_access(Manager *m) {

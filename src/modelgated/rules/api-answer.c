@@ -111,6 +111,14 @@ static const AnswerRow answer_table[_ANSWER_MAX] = {
                  "engine '%s' of host '%s' is not running, and modelgate does not switch a GPU for a "
                  "token count or other probe (%s); estimate locally, or send a real request for that "
                  "model first"},
+        /* rule:resumable-streams: what llama-server's router answers on the wire for a conversation it
+         * does not know (its HTTP layer writes these words over every 404 body, its "Stream not found or
+         * expired" among them), and for a request without one; an id of another tier gets the same,
+         * never a hint of it. Written in the router's shape (client-stream.c): words without arguments,
+         * no quote or backslash */
+        [ANSWER_STREAM_NOT_FOUND] = {404, "stream_not_found", ANSWER_HEADERS_NONE, 0, "File Not Found"},
+        [ANSWER_STREAM_NO_CONV_ID] = {400, "missing_conv_id", ANSWER_HEADERS_NONE, 0,
+                                      "Missing conversation id in path"},
 };
 
 const AnswerRow *answer_row(Answer a) {

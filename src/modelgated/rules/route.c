@@ -405,8 +405,9 @@ static int query_unescape(Span v, char **ret) {
         return 0;
 }
 
-int query_find_model(Span url, Span *ret_span, char **ret_model) {
+int query_find_param(Span url, const char *pname, Span *ret_span, char **ret_value) {
         Span path = url_path(url);
+        size_t pl = strlen(pname);
         size_t i = path.n, qend = url.n;
         Span found = {};
 
@@ -424,17 +425,17 @@ int query_find_model(Span url, Span *ret_span, char **ret_model) {
                 const char *eq = memchr(param.p, '=', param.n);
                 Span name = {param.p, eq ? (size_t)(eq - param.p) : param.n};
                 /* names compare after %-decoding, as the host reads them ("mod%65l" is "model") */
-                bool is_model = name.n == 5 && memcmp(name.p, "model", 5) == 0;
-                if (!is_model && memchr(name.p, '%', name.n)) {
+                bool named = name.n == pl && memcmp(name.p, pname, pl) == 0;
+                if (!named && memchr(name.p, '%', name.n)) {
                         /* a name that does not decode strictly ("%u0064", "%zz") is refused: a host's
                          * decoder might read it as "model" where ours cannot tell */
                         _cleanup_free_ char *d = NULL;
                         int r = query_unescape(name, &d);
                         if (r < 0)
                                 return r == -EBADMSG ? MODEL_BAD_ESCAPE : r;
-                        is_model = streq(d, "model");
+                        named = streq(d, pname);
                 }
-                if (is_model) {
+                if (named) {
                         if (found.p)
                                 return MODEL_TWICE;
                         found = eq ? (Span){eq + 1, (size_t)(param.p + param.n - eq - 1)}
@@ -444,11 +445,15 @@ int query_find_model(Span url, Span *ret_span, char **ret_model) {
         }
         if (!found.p)
                 return MODEL_ABSENT;
-        int r = query_unescape(found, ret_model);
+        int r = query_unescape(found, ret_value);
         if (r < 0)
                 return r == -EBADMSG ? MODEL_BAD_ESCAPE : r;
         *ret_span = found;
         return MODEL_FOUND;
+}
+
+int query_find_model(Span url, Span *ret_span, char **ret_model) {
+        return query_find_param(url, "model", ret_span, ret_model);
 }
 
 char *query_escape(const char *s) {

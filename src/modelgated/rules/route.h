@@ -41,6 +41,8 @@ int json_quote_append(Buffer *b, const char *s, size_t l);
  * decoded value; MODEL_ABSENT when there is none; MODEL_TWICE when it is there twice; MODEL_BAD_ESCAPE on
  * bad %-escapes; -ENOMEM. */
 int query_find_model(Span url, Span *ret_span, char **ret_model);
+/* The same for any parameter (its name compared after %-decoding): conv_id of GET /v1/stream */
+int query_find_param(Span url, const char *name, Span *ret_span, char **ret_value);
 
 /* Whether the query sets a flag: "name", "name=1", "name=true" or "name=yes". */
 bool query_flag(Span url, const char *name);

@@ -293,6 +293,19 @@ bool sched_add(Sched *s, usec_t now, SchedRequest *r, size_t engine) {
         return false;
 }
 
+bool sched_join(Sched *s, usec_t now, SchedRequest *r, size_t engine) {
+        assert(s);
+        assert(engine < s->n_engines);
+
+        if ((ssize_t)engine != s->running || s->starting >= 0 || s->stopping || s->down)
+                return false;
+        s->last_arrived = MAX(now, s->last_arrived);
+        *r = (SchedRequest){
+                .engine = engine, .arrived = s->last_arrived, .seq = s->next_seq++, .state = SCHED_WAITING};
+        in_flight_add(s, r);
+        return true;
+}
+
 void sched_remove(Sched *s, usec_t now, SchedRequest *r) {
         assert(s);
         switch (r->state) {

@@ -116,6 +116,11 @@ void sched_done(Sched *s);
  * back from one call to the next (CLOCK_MONOTONIC): the queues are in arrival order, and so in the order of
  * their budgets' ends. */
 bool sched_add(Sched *s, usec_t now, SchedRequest *r, size_t engine);
+/* A request that only the running engine can answer (a resumed stream, whose buffer is that engine's:
+ * rule:resumable-streams) joins it: true when engine is the one up and no switch or stop has begun, and it
+ * is in flight from now, ahead of a pending switch, which waits for it as for any request in flight
+ * (rule:switch-waits); false, and nothing is added, otherwise. It never makes a switch. */
+bool sched_join(Sched *s, usec_t now, SchedRequest *r, size_t engine);
 /* A request ended (answered, or its client went away): in flight, waiting or failed. */
 void sched_remove(Sched *s, usec_t now, SchedRequest *r);
 

@@ -115,6 +115,17 @@ static void upstream_fail(Upstream *u, int error) {
                 cb->on_error(NULL, error, started, userdata);
 }
 
+void upstream_set_idempotent(Upstream *u) {
+        assert(u);
+        u->idempotent = true;
+}
+
+void upstream_set_owner(Upstream *u, const UpstreamCallbacks *cb, void *userdata) {
+        assert(u);
+        u->cb = cb;
+        u->userdata = userdata;
+}
+
 Upstream *upstream_cancel(Upstream *u) {
         if (!u)
                 return NULL;

@@ -105,7 +105,9 @@ static int on_headers_complete(llhttp_t *l) {
         r->keep_alive = llhttp_should_keep_alive(l);
         u->headers_done = true;
 
-        if (u->cb && u->cb->on_headers && u->cb->on_headers(u, r, u->userdata) < 0) {
+        const UpstreamCallbacks *cb = u->cb;
+        /* a failure of an owner that handed u over meanwhile (upstream_set_owner()) is not the new one's */
+        if (cb && cb->on_headers && cb->on_headers(u, r, u->userdata) < 0 && u->cb == cb) {
                 u->cancel_error = -ECANCELED;
                 return -1;
         }
@@ -147,7 +149,8 @@ static int on_body(llhttp_t *l, const char *at, size_t n) {
                 }
         }
 
-        if (u->cb && u->cb->on_body && u->cb->on_body(u, at, n, u->userdata) < 0) {
+        const UpstreamCallbacks *cb = u->cb;
+        if (cb && cb->on_body && cb->on_body(u, at, n, u->userdata) < 0 && u->cb == cb) {
                 u->cancel_error = -ECANCELED;
                 return -1;
         }

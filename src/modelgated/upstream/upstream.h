@@ -70,6 +70,14 @@ int upstream_set_deadline(Upstream *u, usec_t usec);
 int upstream_set_idle_timeout(Upstream *u, usec_t usec);
 /* Whether the host's status and headers have come (on_headers was called) */
 bool upstream_answer_started(const Upstream *u);
+/* The request may be sent twice (rule:retry-idempotent): a POST of modelgate's own that only reads (a
+ * lookup), retried on a fresh connection when a pooled one fails before the answer, as a GET is. Called
+ * right after upstream_start(): a failure of the first write is retried whatever the method. */
+void upstream_set_idempotent(Upstream *u);
+/* Another owner takes the request over as it is, from the next callback on (also from inside one of the
+ * old owner's callbacks, whose return then no longer cancels it): the rest of an answer that its first
+ * owner's client left, read to its end (rule:resumable-streams). */
+void upstream_set_owner(Upstream *u, const UpstreamCallbacks *cb, void *userdata);
 /* The owner gives up: the connection is closed (so the host stops working on it). */
 Upstream *upstream_cancel(Upstream *u);
 

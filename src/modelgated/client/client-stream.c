@@ -1,0 +1,404 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Resumable streams (rule:resumable-streams). A request with X-Conversation-Id is remembered with the host
+ * and engine that served it and the tier of its key (client-dispatch.c); GET and DELETE /v1/stream?conv_id=
+ * go to that engine unchanged (its router finds the session by the id, no model is needed), POST
+ * /v1/streams/lookup asks each host for its own ids and merges the answers, and an id that is unknown, or
+ * another tier's, gets llama-server's router's own answer for an id it does not know. A client that leaves
+ * such a stream leaves the engine producing it into the session's buffer: the rest of it is read here to
+ * its end, in flight on the host meanwhile, so that no switch stops the engine under a session that a
+ * client is about to resume. */
+
+#include "modelgated/client/client-internal.h"
+#include "modelgated/client/streams.h"
+#include "modelgated/rules/conversation.h"
+#include "shared/strv.h"
+
+/* A host answers a lookup from its memory: one that takes longer is left out of the answer, as the
+ * router leaves out a child that does not answer in 250 ms; ours are further away */
+#define LOOKUP_TIMEOUT_USEC (2 * USEC_PER_SEC)
+#define LOOKUP_BODY_MAX (1024 * 1024)
+
+static const char *caller_owner(const Client *c) {
+        return c->x->caller.tier ? c->x->caller.tier->name : "";
+}
+
+typedef struct ConvTarget {
+        const HostConf *conf;
+        Host *host;
+        ssize_t engine; /* -1: a host without engines */
+} ConvTarget;
+
+/* Where the conversation id lives, for this caller: false for an id never routed, expired, another
+ * tier's, or on a host or engine that a reload removed. All of them are "not found" to the client. */
+static bool conv_target(Client *c, const char *id, ConvTarget *ret) {
+        const ConvEntry *e = manager_conv_find(c->manager, id);
+
+        if (!e || !conv_owned_by(e, caller_owner(c)))
+                return false;
+        if (!c->x->config)
+                c->x->config = config_ref(manager_config(c->manager));
+        *ret = (ConvTarget){.conf = config_find_host(c->x->config, e->host), .engine = -1};
+        ret->host = ret->conf ? manager_host(c->manager, ret->conf) : NULL;
+        if (!ret->host)
+                return false;
+        if (!host_has_engines(ret->host))
+                return !*e->engine;
+        for (size_t i = 0; i < host_n_engines(ret->host); i++)
+                if (streq(host_engine(ret->host, i)->conf->name, e->engine))
+                        ret->engine = (ssize_t)i;
+        return ret->engine >= 0;
+}
+
+static const HttpUrl *target_url(const ConvTarget *t) {
+        return t->engine >= 0 ? host_engine(t->host, (size_t)t->engine)->url : &t->conf->url;
+}
+
+/* DELETE of an id the router does not know is its 204 too: a stop is idempotent */
+static void respond_204(Client *c) {
+        c->x->status = 204;
+        if (client_queue_head(c, 204, "") < 0)
+                c->close_after_response = true;
+        c->x->bytes = 0;
+        client_response_complete(c, NULL);
+}
+
+/* The table's row in the shape of llama-server's router, which is what a client of the server's resumable
+ * streams (its WebUI) reads: "code" is the status, as a number */
+static void stream_answer(Client *c, Answer a) {
+        const AnswerRow *row = answer_row(a);
+        _cleanup_free_ char *j = NULL;
+        int n;
+
+        n = asprintf(&j, "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"code\":%d}}", row->format,
+                     row->status == 404 ? "not_found_error" : "invalid_request_error", row->status);
+        if (n < 0)
+                return client_answer(c, ANSWER_OUT_OF_MEMORY);
+        client_respond(c, row->status, "application/json; charset=utf-8", j, (size_t)n, NULL);
+}
+
+static void answer_unknown(Client *c, bool get) {
+        if (get)
+                stream_answer(c, ANSWER_STREAM_NOT_FOUND);
+        else
+                respond_204(c);
+}
+
+/* GET /v1/stream (a resume, from=N bytes into the session) or DELETE (a stop) to the engine that holds
+ * the session: in flight there while it lasts, never a reason to start or switch an engine */
+static void stream_forward(Client *c, Span url, bool get) {
+        _cleanup_free_ char *id = NULL;
+        HostRefusal refusal;
+        ConvTarget t;
+        Span span;
+        int k;
+
+        k = query_find_param(url, "conv_id", &span, &id);
+        if (k == -ENOMEM)
+                return client_answer(c, ANSWER_OUT_OF_MEMORY);
+        if (k != MODEL_FOUND || !*id)
+                return stream_answer(c, ANSWER_STREAM_NO_CONV_ID);
+        if (!conv_target(c, id, &t))
+                return answer_unknown(c, get);
+        c->x->host = t.conf;
+        c->x->target = target_url(&t);
+        c->x->engine_name = t.engine >= 0 ? host_engine(t.host, (size_t)t.engine)->conf->name : NULL;
+        c->x->streaming = get;
+        if (client_build_request(c, c->x->target, url, (Span){"", 0}, (Span){}, NULL, &c->x->pending) < 0)
+                return client_answer(c, ANSWER_OUT_OF_MEMORY);
+        HostAcquire a = t.engine >= 0
+                                ? host_join(t.host, (size_t)t.engine, &c->x->waiter, client_host_went_down,
+                                            NULL, &refusal)
+                                : host_attach(t.host, &c->x->waiter, client_host_went_down, NULL, &refusal);
+        if (a == HOST_REFUSED) {
+                /* the engine that held the session is not up: the session went with it */
+                if (refusal.status == 404)
+                        return answer_unknown(c, get);
+                (void)client_attempt_failed(c, attempt_failure_of_refusal(refusal.status), refusal.status,
+                                            refusal.message);
+                return;
+        }
+        manager_conv_touch(c->manager, id);
+        client_go(c);
+}
+
+/* One host's part of a lookup */
+typedef struct LookupPart {
+        StreamLookup *lookup;
+        ConvTarget target;
+        char **ids;
+        Upstream *upstream;
+        Buffer body;
+        int status;
+} LookupPart;
+
+struct StreamLookup {
+        Client *client;
+        LookupPart *parts;
+        size_t n_parts, n_pending;
+        json_object *merged;
+};
+
+StreamLookup *stream_lookup_free(StreamLookup *l) {
+        if (!l)
+                return NULL;
+        for (size_t i = 0; i < l->n_parts; i++) {
+                upstream_cancel(l->parts[i].upstream);
+                strv_free(l->parts[i].ids);
+                buffer_done(&l->parts[i].body);
+        }
+        free(l->parts);
+        json_object_put(l->merged);
+        return mfree(l);
+}
+
+static void lookup_respond(Client *c, StreamLookup *l) {
+        _cleanup_free_ char *j = NULL;
+        size_t n = 0;
+
+        j = json_to_string_dup(l->merged, JSON_C_TO_STRING_PLAIN, &n);
+        if (!j)
+                return client_answer(c, ANSWER_OUT_OF_MEMORY);
+        /* llama-server's router's type, for a client that compares */
+        client_respond(c, 200, "application/json; charset=utf-8", j, n, NULL);
+}
+
+/* A part is over: the answer goes out with the last. l may be freed on the way (the answer ends the
+ * exchange), so nothing of it is touched after. */
+static void lookup_part_done(LookupPart *p) {
+        StreamLookup *l = p->lookup;
+        p->upstream = NULL;
+        if (--l->n_pending > 0)
+                return;
+        _cleanup_(client_unrefp) Client *c = client_ref(l->client);
+        lookup_respond(c, l);
+        client_flush(c);
+        client_process(c);
+}
+
+static int lookup_headers(Upstream *u, const UpstreamResponse *resp, void *userdata) {
+        LookupPart *p = userdata;
+        p->status = resp->status;
+        return resp->status == 200 ? 0 : -1; /* a host that cannot say is left out */
+}
+
+static int lookup_body(Upstream *u, const char *d, size_t n, void *userdata) {
+        LookupPart *p = userdata;
+        if (buffer_size(&p->body) + n > LOOKUP_BODY_MAX)
+                return -1;
+        return buffer_append(&p->body, d, n) < 0 ? -1 : 0;
+}
+
+static void lookup_complete(Upstream *u, void *userdata) {
+        LookupPart *p = userdata;
+        /* an answer that is not an array of sessions adds nothing */
+        (void)conv_lookup_merge(p->lookup->merged, buffer_peek(&p->body), buffer_size(&p->body), p->ids);
+        lookup_part_done(p);
+}
+
+static void lookup_error(Upstream *u, int error, bool started, void *userdata) {
+        LookupPart *p = userdata;
+        _cleanup_free_ char *e = log_escape_dup(p->target.conf->name);
+        log_notice("host %s: its part of a stream lookup is left out: %s", strna(e),
+                   p->status > 0 && p->status != 200 ? "it did not answer 200" : upstream_strerror(error));
+        lookup_part_done(p);
+}
+
+static const UpstreamCallbacks lookup_callbacks = {
+        .on_headers = lookup_headers,
+        .on_body = lookup_body,
+        .on_complete = lookup_complete,
+        .on_error = lookup_error,
+};
+
+/* The ids, grouped by the engine that holds them; ids unknown to this caller are in none. -ENOMEM */
+static int lookup_group(Client *c, StreamLookup *l, char *const *ids) {
+        size_t n = strv_length(ids);
+        ConvTarget t;
+
+        l->parts = calloc(MAX(n, (size_t)1), sizeof(LookupPart));
+        if (!l->parts)
+                return -ENOMEM;
+        STRV_FOREACH (id, ids) {
+                LookupPart *p = NULL;
+                if (!conv_target(c, *id, &t))
+                        continue;
+                /* an engine that is not up holds no session any more */
+                if (t.engine >= 0 && host_engine_up(t.host) != t.engine)
+                        continue;
+                for (size_t i = 0; i < l->n_parts && !p; i++)
+                        if (l->parts[i].target.host == t.host && l->parts[i].target.engine == t.engine)
+                                p = &l->parts[i];
+                if (!p) {
+                        p = &l->parts[l->n_parts++];
+                        *p = (LookupPart){.lookup = l, .target = t};
+                }
+                if (strv_extend(&p->ids, *id) < 0)
+                        return -ENOMEM;
+                manager_conv_touch(c->manager, *id);
+        }
+        return 0;
+}
+
+static int lookup_send(Client *c, LookupPart *p) {
+        const HttpUrl *url = target_url(&p->target);
+        _cleanup_(buffer_done) Buffer req = {};
+        _cleanup_free_ char *body = NULL;
+        size_t n = 0;
+        int k;
+
+        body = conv_lookup_body(p->ids, &n);
+        if (!body)
+                return -ENOMEM;
+        static const char path[] = "/v1/streams/lookup";
+        if (http_write_request_line(&req, "POST", url->base_path, path, sizeof(path) - 1, url->authority) <
+                    0 ||
+            buffer_append_str(&req, "Content-Type: application/json\r\n") < 0 ||
+            http_write_content_length(&req, n) < 0 || buffer_append_str(&req, "\r\n") < 0 ||
+            buffer_append(&req, body, n) < 0)
+                return -ENOMEM;
+        k = upstream_start(manager_pool(c->manager), url, &req, false, &lookup_callbacks, p, &p->upstream);
+        if (k < 0)
+                return k;
+        /* it only reads: a pooled connection the host closed meanwhile is no reason to leave it out */
+        upstream_set_idempotent(p->upstream);
+        (void)upstream_set_deadline(p->upstream, LOOKUP_TIMEOUT_USEC);
+        return 0;
+}
+
+static void stream_lookup(Client *c) {
+        HttpRequest *r = &c->parser.req;
+        _cleanup_strv_free_ char **ids = NULL;
+        StreamLookup *l;
+
+        if (conv_lookup_ids(buffer_peek(&r->body), buffer_size(&r->body), &ids) < 0)
+                return client_answer(c, ANSWER_OUT_OF_MEMORY);
+        l = c->x->lookup = calloc(1, sizeof(StreamLookup));
+        if (!l || !(l->merged = json_object_new_array()) || lookup_group(c, l, ids) < 0)
+                return client_answer(c, ANSWER_OUT_OF_MEMORY);
+        l->client = c;
+        /* one more than the parts, this loop's own: no answer goes out before every part is sent */
+        l->n_pending = l->n_parts + 1;
+        for (size_t i = 0; i < l->n_parts; i++)
+                if (lookup_send(c, &l->parts[i]) < 0)
+                        l->n_pending--; /* left out, as a host that does not answer */
+        /* with no part (none of the ids is this caller's on an engine that is up), the router's answer to
+         * ids it does not know: [] */
+        if (--l->n_pending == 0)
+                lookup_respond(c, l);
+}
+
+bool client_dispatch_stream(Client *c, Span url, Span path) {
+        llhttp_method_t m = c->parser.req.method;
+
+        if (span_eq(path, "/v1/stream") && (m == HTTP_GET || m == HTTP_DELETE))
+                stream_forward(c, url, m == HTTP_GET);
+        else if (span_eq(path, "/v1/streams/lookup") && m == HTTP_POST)
+                stream_lookup(c);
+        else
+                return false;
+        return true;
+}
+
+/* The rest of a stream whose client left, read to its end */
+struct StreamDrain {
+        LIST_FIELDS(StreamDrain, drains);
+        ClientSet *set;
+        Upstream *upstream;
+        HostWaiter waiter; /* in flight on the engine until the stream ends */
+        char *conv_id, *host;
+        uint64_t bytes;
+};
+
+static void drain_free(StreamDrain *d) {
+        LIST_REMOVE(drains, d->set->drains, d);
+        upstream_cancel(d->upstream);
+        host_release(&d->waiter);
+        free(d->conv_id);
+        free(d->host);
+        free(d);
+}
+
+static void drain_end(StreamDrain *d, const char *why) {
+        _cleanup_free_ char *e = log_escape_dup(d->conv_id);
+        d->upstream = NULL;
+        log_info("host %s: conversation %s: its stream ended (%s), %" PRIu64 " bytes after its client left",
+                 d->host, strna(e), why ?: "complete", d->bytes);
+        manager_conv_touch(d->set->manager, d->conv_id);
+        drain_free(d);
+}
+
+static int drain_headers(Upstream *u, const UpstreamResponse *resp, void *userdata) {
+        return 0; /* whatever the status: the rest is read all the same */
+}
+
+static int drain_body(Upstream *u, const char *p, size_t n, void *userdata) {
+        StreamDrain *d = userdata;
+        d->bytes += n; /* the session on the host has them; nobody here wants them */
+        return 0;
+}
+
+static void drain_complete(Upstream *u, void *userdata) {
+        drain_end(userdata, NULL);
+}
+
+static void drain_error(Upstream *u, int error, bool started, void *userdata) {
+        drain_end(userdata, upstream_strerror(error));
+}
+
+static const UpstreamCallbacks drain_callbacks = {
+        .on_headers = drain_headers,
+        .on_body = drain_body,
+        .on_complete = drain_complete,
+        .on_error = drain_error,
+};
+
+static void drain_host_down(HostWaiter *w) {
+        StreamDrain *d = container_of(w, StreamDrain, waiter);
+        d->upstream = upstream_cancel(d->upstream);
+        drain_end(d, "host down");
+}
+
+void client_stream_drain(Client *c) {
+        Exchange *x = c->x;
+        HostRefusal refusal;
+        Host *h = x->waiter.host;
+        _cleanup_free_ char *e = NULL;
+        StreamDrain *d;
+        HostAcquire a;
+
+        /* the engine has the session from the moment it has the request, whatever of the answer came */
+        if (!x->conv_id || !x->upstream || x->via_fallback || !h || x->response_complete ||
+            c->set->closing || manager_stopping(c->manager))
+                return;
+        d = calloc(1, sizeof(StreamDrain));
+        if (!d || !(d->conv_id = strdup(x->conv_id)) || !(d->host = strdup(host_conf(h)->name)))
+                goto fail;
+        /* joined before the exchange lets go of its own: the count never falls to zero between */
+        a = x->waiter.engine >= 0
+                    ? host_join(h, (size_t)x->waiter.engine, &d->waiter, drain_host_down, NULL, &refusal)
+                    : host_attach(h, &d->waiter, drain_host_down, NULL, &refusal);
+        if (a != HOST_ACQUIRED)
+                goto fail;
+        d->set = c->set;
+        d->upstream = TAKE_PTR(x->upstream);
+        upstream_set_owner(d->upstream, &drain_callbacks, d);
+        upstream_set_reading(d->upstream, true);
+        LIST_PREPEND(drains, c->set->drains, d);
+        manager_conv_touch(c->manager, d->conv_id);
+        e = log_escape_dup(d->conv_id);
+        log_info("host %s: conversation %s: its client left mid-stream; the rest is read to its end, in "
+                 "flight meanwhile",
+                 d->host, strna(e));
+        return;
+fail:
+        if (d) {
+                free(d->conv_id);
+                free(d->host);
+        }
+        free(d);
+}
+
+void client_stream_drains_free(ClientSet *set) {
+        while (set->drains)
+                drain_free(set->drains);
+}

@@ -1,0 +1,198 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* rule:resumable-streams: the conversations modelgate has routed, and the lookup bodies. */
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+
+#include "modelgated/rules/conversation.h"
+#include "shared/macro.h"
+#include "shared/strv.h"
+
+static void entry_done(ConvEntry *e) {
+        free(e->id);
+        free(e->host);
+        free(e->engine);
+        free(e->owner);
+}
+
+void conv_map_done(ConvMap *m) {
+        for (size_t i = 0; i < m->n; i++)
+                entry_done(&m->entries[i]);
+        m->entries = mfree(m->entries);
+        m->n = 0;
+}
+
+bool conv_id_valid(const char *p, size_t n) {
+        if (!p || n == 0 || n > CONV_ID_MAX)
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if ((unsigned char)p[i] < 0x20 || p[i] == 0x7f)
+                        return false;
+        return true;
+}
+
+bool conv_expired(const ConvEntry *e, usec_t now) {
+        return now > e->seen && now - e->seen > CONV_TTL_USEC;
+}
+
+usec_t conv_map_hold_until(const ConvMap *m) {
+        return m->n > 0 ? m->entries[m->n - 1].seen + CONV_HOLD_USEC : 0;
+}
+
+bool conv_owned_by(const ConvEntry *e, const char *owner) {
+        return streq(e->owner, owner ?: "");
+}
+
+static void map_drop(ConvMap *m, size_t i) {
+        entry_done(&m->entries[i]);
+        memmove(m->entries + i, m->entries + i + 1, (m->n - i - 1) * sizeof(ConvEntry));
+        m->n--;
+}
+
+/* the expired ones are the oldest: at the front */
+static void map_expire(ConvMap *m, usec_t now) {
+        size_t k = 0;
+
+        while (k < m->n && conv_expired(&m->entries[k], now))
+                entry_done(&m->entries[k++]);
+        if (k == 0)
+                return;
+        memmove(m->entries, m->entries + k, (m->n - k) * sizeof(ConvEntry));
+        m->n -= k;
+}
+
+static ssize_t map_index(const ConvMap *m, const char *id) {
+        for (size_t i = m->n; i > 0; i--) /* the newest first: a resume follows its start soon */
+                if (streq(m->entries[i - 1].id, id))
+                        return (ssize_t)(i - 1);
+        return -1;
+}
+
+int conv_map_remember(ConvMap *m, const char *id, const char *host, const char *engine, const char *owner,
+                      usec_t now) {
+        ConvEntry e = {.seen = now};
+        ssize_t i;
+
+        e.id = strdup(id);
+        e.host = strdup(host);
+        e.engine = strdup(engine ?: "");
+        e.owner = strdup(owner ?: "");
+        if (!e.id || !e.host || !e.engine || !e.owner) {
+                entry_done(&e);
+                return -ENOMEM;
+        }
+        map_expire(m, now);
+        i = map_index(m, id);
+        if (i >= 0)
+                map_drop(m, (size_t)i);
+        else if (m->n >= CONV_MAP_MAX)
+                map_drop(m, 0);
+        if (!m->entries) {
+                m->entries = calloc(CONV_MAP_MAX, sizeof(ConvEntry));
+                if (!m->entries) {
+                        entry_done(&e);
+                        return -ENOMEM;
+                }
+        }
+        m->entries[m->n++] = e;
+        return 0;
+}
+
+const ConvEntry *conv_map_find(ConvMap *m, const char *id, usec_t now) {
+        ssize_t i;
+
+        map_expire(m, now);
+        i = map_index(m, id);
+        return i >= 0 ? &m->entries[i] : NULL;
+}
+
+void conv_map_touch(ConvMap *m, const char *id, usec_t now) {
+        ssize_t i = map_index(m, id);
+        ConvEntry e;
+
+        if (i < 0)
+                return;
+        e = m->entries[i];
+        memmove(m->entries + i, m->entries + i + 1, (m->n - (size_t)i - 1) * sizeof(ConvEntry));
+        e.seen = MAX(now, e.seen);
+        m->entries[m->n - 1] = e;
+}
+
+int conv_lookup_ids(const char *body, size_t n, char ***ret) {
+        _cleanup_(json_object_putp) json_object *o = NULL;
+        _cleanup_strv_free_ char **ids = NULL;
+        json_object *a;
+        size_t count = 0;
+        int r;
+
+        *ret = NULL;
+        r = json_parse(NULL, body ?: "", n, &o);
+        if (r == -ENOMEM)
+                return r;
+        if (r < 0 || !json_object_is_type(o, json_type_object) ||
+            !json_object_object_get_ex(o, "conversation_ids", &a) ||
+            !json_object_is_type(a, json_type_array))
+                return 0;
+        for (size_t i = 0; i < json_object_array_length(a) && count < CONV_LOOKUP_MAX; i++) {
+                json_object *v = json_object_array_get_idx(a, i);
+                const char *s = json_object_is_type(v, json_type_string) ? json_object_get_string(v) : NULL;
+                if (!s || !*s || strv_contains(ids, s))
+                        continue;
+                if (strv_extend(&ids, s) < 0)
+                        return -ENOMEM;
+                count++;
+        }
+        *ret = TAKE_PTR(ids);
+        return 0;
+}
+
+char *conv_lookup_body(char *const *ids, size_t *ret_size) {
+        _cleanup_(json_object_putp) json_object *o = json_object_new_object(), *a = json_object_new_array();
+
+        if (!o || !a)
+                return NULL;
+        STRV_FOREACH (id, ids) {
+                json_object *s = json_object_new_string(*id);
+                if (!s || json_object_array_add(a, s) < 0) {
+                        json_object_put(s);
+                        return NULL;
+                }
+        }
+        if (json_object_object_add(o, "conversation_ids", TAKE_PTR(a)) < 0)
+                return NULL;
+        return json_to_string_dup(o, JSON_C_TO_STRING_PLAIN, ret_size);
+}
+
+/* "<id>" or "<id>::<model>", as llama-server's lookup matches a session to an id asked for */
+static bool names_one_of(const char *conv, char *const *ids) {
+        STRV_FOREACH (id, ids) {
+                const char *rest = startswith(conv, *id);
+                if (rest && (*rest == 0 || startswith(rest, "::")))
+                        return true;
+        }
+        return false;
+}
+
+int conv_lookup_merge(json_object *into, const char *body, size_t n, char *const *ids) {
+        _cleanup_(json_object_putp) json_object *a = NULL;
+        int r;
+
+        r = json_parse(NULL, body ?: "", n, &a);
+        if (r < 0)
+                return r;
+        if (!json_object_is_type(a, json_type_array))
+                return -EBADMSG;
+        for (size_t i = 0; i < json_object_array_length(a); i++) {
+                json_object *e = json_object_array_get_idx(a, i);
+                const char *conv = json_get_string(e, "conversation_id");
+                if (!json_object_is_type(e, json_type_object) || !conv || !names_one_of(conv, ids))
+                        continue;
+                if (json_object_array_add(into, json_object_get(e)) < 0) {
+                        json_object_put(e);
+                        return -ENOMEM;
+                }
+        }
+        return 0;
+}

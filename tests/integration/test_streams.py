@@ -1,0 +1,354 @@
+"""Resumable streams through modelgate against the real llama-server (rule:resumable-streams): a stream
+started with X-Conversation-Id, its client gone, resumed from=N through modelgate byte for byte as straight
+from the server; the lookup, the stop and an unknown id as the server answers them; a conversation that is
+its tier's alone; a lookup over two hosts answered from both; and a switch that waits for a session
+still producing. Then every route of the server's own route table (tools/server/server.cpp of the tree it
+was built from) through modelgate against the server directly, status and body shape, with the routes
+modelgate answers differently on purpose listed with the reason.
+
+The server, the models and the engines are test_real.py's; without them this module skips, saying why."""
+
+import http.client
+import json
+import os
+import re
+import socket
+import threading
+
+import pytest
+
+import test_real
+from boxes import chat, gate_env
+from conftest import wait_for
+from test_access import make_key
+from test_catalog import models
+from test_real import CHAT, FAST, TREE, engines, model_files  # noqa: F401 (fixtures)
+
+pytestmark = test_real.pytestmark
+
+
+def conn(port, timeout=120):
+    return http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+
+
+def start(port, conv, model, key=None, **extra):
+    """a streamed chat with X-Conversation-Id: the open connection and its response"""
+    c = conn(port)
+    body = dict(chat(model, "go on", True), temperature=0, **extra)
+    headers = {"Content-Type": "application/json", "X-Conversation-Id": conv}
+    if key:
+        headers["Authorization"] = "Bearer " + key
+    c.request("POST", CHAT, json.dumps(body), headers)
+    r = c.getresponse()
+    assert r.status == 200, r.read()
+    return c, r
+
+
+def drop(c, r):
+    """the client leaves: its socket closes"""
+    r.close()
+    c.close()
+
+
+def call(port, method, path, body=None, key=None):
+    """(status, content type, body) of one request"""
+    c = conn(port)
+    headers = {"Authorization": "Bearer " + key} if key else {}
+    if body is not None:
+        headers["Content-Type"] = "application/json"
+        body = json.dumps(body)
+    c.request(method, path, body, headers)
+    r = c.getresponse()
+    out = r.status, r.getheader("Content-Type"), r.read()
+    c.close()
+    return out
+
+
+def resume(port, conv, frm, key=None):
+    return call(port, "GET", "/v1/stream?conv_id=%s&from=%d" % (conv, frm), key=key)
+
+
+def error_of(body):
+    e = json.loads(body)["error"]
+    return e["message"], e["type"]
+
+
+def test_a_stream_resumed_through_modelgate_is_the_servers_byte_for_byte(box, engines, make_gate):
+    port, conf = engines
+    g = make_gate(FAST + conf, env=gate_env(box))
+    g.wait_log("host 3090 up")
+    c, r = start(g.port, "c1", "3090-laguna-xs", max_tokens=64)
+    first = r.read(100)  # de-chunked: the stream's own bytes, which from=N counts
+    drop(c, r)
+
+    status, ctype, through = resume(g.port, "c1", 100)
+    assert status == 200 and ctype.startswith("text/event-stream"), through
+    status, _, direct = resume(port, "c1", 100)
+    assert status == 200
+    assert through == direct and through.endswith(b"data: [DONE]\n\n"), (through[-200:], direct[-200:])
+    status, _, whole = resume(port, "c1", 0)
+    assert status == 200 and whole == first + through
+    g.wait_log("GET /v1/stream model=\"\" host=3090 status=200")
+    g.wait_log("host 3090: conversation c1: its stream ended (complete)")
+
+    # the lookup: the server's own array, an id it does not know left out
+    ask = {"conversation_ids": ["c1", "nope"]}
+    s1, _, b1 = call(g.port, "POST", "/v1/streams/lookup", ask)
+    s2, _, b2 = call(port, "POST", "/v1/streams/lookup", ask)
+    assert (s1, s2) == (200, 200), (b1, b2)
+    found = json.loads(b1)
+    assert found == json.loads(b2) and [e["conversation_id"] for e in found] == ["c1"], (b1, b2)
+    assert found[0]["is_done"] is True and found[0]["total_bytes"] == len(whole)
+    assert call(g.port, "POST", "/v1/streams/lookup", {"conversation_ids": ["nope"]})[::2] == (200, b"[]")
+
+    # unknown, and no id at all: the server's status and words
+    for path in ("/v1/stream?conv_id=nope&from=0", "/v1/stream?from=0"):
+        s1, _, b1 = call(g.port, "GET", path)
+        s2, _, b2 = call(port, "GET", path)
+        assert s1 == s2 and s1 in (400, 404) and json.loads(b1) == json.loads(b2), (path, b1, b2)
+    assert call(g.port, "DELETE", "/v1/stream?conv_id=nope")[0] == call(port, "DELETE", "/v1/stream?conv_id=nope")[0] == 204
+
+    # the stop reaches the server: the session is gone there
+    assert call(g.port, "DELETE", "/v1/stream?conv_id=c1")[0] == 204
+    assert resume(port, "c1", 0)[0] == 404
+
+
+def test_a_conversation_is_its_tiers_alone(box, engines, make_gate, tmp):
+    port, conf = engines
+    keys = os.path.join(tmp, "keys")
+    access = ("[Access]\nKeysFile=%s\nAnonymousDailyRequests=100\n[Tier]\nName=free\n[Tier]\nName=pro\n"
+              % keys)
+    free = make_key(tmp, access + conf, "free")
+    pro = make_key(tmp, access + conf, "pro")
+    g = make_gate(FAST + access + conf, env=gate_env(box))
+    g.wait_log("host 3090 up")
+    c, r = start(g.port, "c2", "3090-laguna-xs", key=free, max_tokens=16)
+    streamed = r.read()
+    drop(c, r)
+
+    # another tier, and a client without a key: as if the id were unknown, and the stop does nothing
+    for key in (pro, None):
+        status, _, body = resume(g.port, "c2", 0, key=key)
+        assert status == 404 and error_of(body) == ("File Not Found", "not_found_error"), body
+        assert call(g.port, "POST", "/v1/streams/lookup", {"conversation_ids": ["c2"]}, key=key)[::2] == (200, b"[]")
+        assert call(g.port, "DELETE", "/v1/stream?conv_id=c2", key=key)[0] == 204
+    assert resume(port, "c2", 0)[::2] == (200, streamed)
+    # its own tier reads it
+    assert resume(g.port, "c2", 0, key=free)[::2] == (200, streamed)
+    status, _, body = call(g.port, "POST", "/v1/streams/lookup", {"conversation_ids": ["c2"]}, key=free)
+    assert status == 200 and [e["conversation_id"] for e in json.loads(body)] == ["c2"], body
+
+
+def test_a_lookup_of_ids_on_two_hosts_is_answered_from_both(box, engines, make_gate):
+    port, conf = engines
+    # a second host, without engines, in front of the same server: its conversations are that host's
+    box.systemctl("start", "llama-mainline.service")
+    wait_for(lambda: call(port, "GET", "/health")[0] == 200 if port_open(port) else False, 60, "mainline's health")
+    g = make_gate(FAST + conf + "[Host]\nName=a9\nURL=http://127.0.0.1:%d\n" % port, env=gate_env(box))
+    g.wait_log("host 3090: engine mainline adopted")
+    wait_for(lambda: "a9-laguna-xs" in models(g), 30, "host a9's list")
+    for conv, model in (("c4", "3090-laguna-xs"), ("c5", "a9-laguna-xs")):
+        c, r = start(g.port, conv, model, max_tokens=8)
+        r.read()
+        drop(c, r)
+    ask = {"conversation_ids": ["c5", "nope", "c4"]}
+    s1, _, b1 = call(g.port, "POST", "/v1/streams/lookup", ask)
+    s2, _, b2 = call(port, "POST", "/v1/streams/lookup", ask)
+    assert (s1, s2) == (200, 200), (b1, b2)
+    # each host was asked for its own id only, and the answers merged
+    by_id = lambda b: sorted(json.loads(b), key=lambda e: e["conversation_id"])
+    g.log_mark("after-lookup")
+    assert "stream lookup is left out" not in g.logtext(), g.logtext()
+    assert by_id(b1) == by_id(b2) and [e["conversation_id"] for e in by_id(b1)] == ["c4", "c5"], (b1, b2)
+    # and each id resumes from its own host
+    for conv in ("c4", "c5"):
+        assert resume(g.port, conv, 0)[::2] == resume(port, conv, 0)[::2]
+    assert " host=a9 status=200" in g.wait_log('GET /v1/stream model="" host=a9')
+
+
+def port_open(port):
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_a_switch_waits_for_a_session_still_producing(box, engines, make_gate):
+    port, conf = engines
+    g = make_gate(FAST + conf, env=gate_env(box))
+    g.wait_log("host 3090 up")
+    # the whole context (4096 tokens) of fork's flint-xs: seconds of streaming on this machine
+    c, r = start(g.port, "c3", "3090-flint-xs", max_tokens=100000, ignore_eos=True)
+    while not r.readline().startswith(b"data: {"):
+        pass
+    drop(c, r)
+    g.wait_log("host 3090: conversation c3: its client left mid-stream")
+
+    other = {}
+    t = threading.Thread(target=lambda: other.update(r=test_real.ask(g, "3090-laguna-xs")))
+    t.start()
+    g.wait_log("waits for the running engine before switching to")
+    # a resume meanwhile joins the engine up, ahead of the pending switch: its start is the session's
+    c, r = conn(g.port), None
+    c.request("GET", "/v1/stream?conv_id=c3&from=0")
+    r = c.getresponse()
+    assert r.status == 200
+    head = r.read(200)
+    drop(c, r)
+    c = conn(port)
+    c.request("GET", "/v1/stream?conv_id=c3&from=0")
+    r = c.getresponse()
+    assert r.status == 200 and r.read(200) == head
+    drop(c, r)
+    # and the switch waits for the session's end, which only the stream read on holds
+    t.join(120)
+    assert other["r"].status == 200, other["r"].read()
+    log = g.logtext()
+    ended = log.index("host 3090: conversation c3: its stream ended (complete)")
+    assert ended < log.index("host 3090: switching to engine mainline for 3090-laguna-xs"), log
+    assert box.active_state("llama-mainline.service") == "active"
+
+
+
+def test_a_stream_read_on_ends_with_the_daemon(box, engines, make_gate):
+    port, conf = engines
+    g = make_gate(FAST + conf, env=gate_env(box))
+    g.wait_log("host 3090 up")
+    c, r = start(g.port, "c6", "3090-flint-xs", max_tokens=100000, ignore_eos=True)
+    while not r.readline().startswith(b"data: {"):
+        pass
+    drop(c, r)
+    g.wait_log("host 3090: conversation c6: its client left mid-stream")
+    # a stop meanwhile does not wait for it (it is nobody's answer), and ends it cleanly (no sanitizer
+    # report, exit 0: Gate.stop())
+    g.stop()
+    assert "its stream ended" not in open(g.logpath).read()
+
+# The real server's route table, walked: each route through modelgate (model "3090-<key>") and straight to
+# the server (model "<key>"), status and JSON shape compared. A route llama.cpp adds is a new case here.
+ROUTE = re.compile(r'ctx_http\.(get|post|del)\s*\(\s*"([^"]+)"')
+METHODS = {"get": "GET", "post": "POST", "del": "DELETE"}
+
+# modelgate answers these itself, and differently, on purpose
+DIFFERENT_ON_PURPOSE = {
+    ("GET", "/health"): "modelgate's own health, with every host's state (rule:health); the server's is "
+                        "GET /v1/health?model=3090-<key>, compared below",
+    ("GET", "/metrics"): "modelgate's own counters (rule:metrics); a host's are that host's business",
+    ("GET", "/models"): "every host's list merged, ids <host>-<key>, a proxy field (rule:merged-list)",
+    ("GET", "/v1/models"): "the same merged list (rule:merged-list)",
+    ("GET", "/models/sse"): "every host's event feed merged and relabelled (rule:merged-feed)",
+}
+# forwarded like any other, but not sent here
+NOT_SENT = {
+    ("POST", "/models"): "the router fetches the named model from Hugging Face: traffic beyond loopback",
+}
+
+CHAT_BODY = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "temperature": 0}
+BODIES = [  # (path contains, body), the first that matches
+    ("/responses", {"input": "hi", "max_output_tokens": 16, "temperature": 0}),
+    ("/messages", CHAT_BODY), ("chat/completions", CHAT_BODY), ("/apply-template", CHAT_BODY),
+    ("completion", {"prompt": "hi", "max_tokens": 4, "n_predict": 4, "temperature": 0}),
+    ("/infill", {"input_prefix": "def f(", "input_suffix": "):", "n_predict": 4, "temperature": 0}),
+    ("/tokenize", {"content": "hi"}), ("/detokenize", {"tokens": [1, 2]}),
+    ("embedding", {"input": "hi", "content": "hi"}), ("rerank", {"query": "hi", "documents": ["a", "b"]}),
+]
+# a request of its own where a route needs one: (path and query, body without the model, model key);
+# {m} is the model as the side names it
+REQUESTS = {
+    ("GET", "/v1/stream"): ("/v1/stream?conv_id=none&from=0", None),
+    ("DELETE", "/v1/stream"): ("/v1/stream?conv_id=none", None),
+    ("POST", "/v1/streams/lookup"): ("/v1/streams/lookup", {"conversation_ids": ["none"]}),
+    ("DELETE", "/models"): ("/models?model={m}", None),  # a model the server does not have: removes nothing
+    ("POST", "/slots/:id_slot"): ("/slots/0?action=erase", {}),
+}
+KEYS = {("DELETE", "/models"): "laguna-none", ("POST", "/models/load"): "laguna-s",
+        ("POST", "/models/unload"): "laguna-s"}
+
+
+def route_table():
+    path = os.path.join(TREE, "tools/server/server.cpp")
+    with open(path) as f:
+        found = [(METHODS[m], p) for m, p in ROUTE.findall(f.read())]
+    assert len(found) > 40, "%s: the route table was not found" % path
+    return list(dict.fromkeys(found))  # /cors-proxy and /tools are registered in two branches
+
+
+def shape(v):
+    """what is compared of a JSON value: keys and types, never values"""
+    if isinstance(v, dict):
+        return {k: shape(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [shape(v[0])] if v else []
+    if isinstance(v, bool) or v is None:
+        return type(v).__name__
+    return "number" if isinstance(v, (int, float)) else type(v).__name__
+
+
+def body_shape(ctype, body):
+    if not body:
+        return "empty"  # a 204's Content-Type, or none, says nothing
+    if (ctype or "").startswith("application/json") or body[:1] in (b"{", b"["):
+        try:
+            return shape(json.loads(body))
+        except ValueError:
+            pass
+    return (ctype or "").split(";")[0], "not JSON"
+
+
+def server_status(port, key):
+    r = call(port, "GET", "/models")
+    return {m["id"]: m["status"]["value"] for m in json.loads(r[2])["data"]}.get(key)
+
+
+def settle(port, key, verb, want):
+    """the router's model in state want, by verb when it is not (it may answer "try again later" while
+    another model has just answered)"""
+    def done():
+        if server_status(port, key) == want:
+            return True
+        s, _, b = call(port, "POST", "/models/" + verb, {"model": key})
+        assert s in (200, 400, 500), b
+        return False
+    wait_for(done, 60, "%s to be %s" % (key, want), interval=0.2)
+
+
+PREPARE = {("POST", "/models/load"): ("unload", "unloaded"), ("POST", "/models/unload"): ("load", "loaded")}
+
+
+def send(port, route, model, direct_port):
+    method, path = route
+    url, body = REQUESTS.get(route, (path, next((b for k, b in BODIES if k in path), {})))
+    url = url.format(m=model)
+    if method == "GET" and "model=" not in url and route not in REQUESTS:
+        url += "?model=" + model
+    if body is not None and method != "GET" and "model=" not in url:
+        body = dict(body, model=model)
+    if route in PREPARE:
+        verb, want = PREPARE[route]
+        settle(direct_port, KEYS[route], verb, want)
+    return call(port, method, url, None if method == "GET" else body)
+
+
+def test_every_route_of_the_real_servers_table_answers_as_the_server_does(box, engines, make_gate):
+    port, conf = engines
+    g = make_gate(FAST + conf, env=gate_env(box))
+    g.wait_log("host 3090 up")
+    assert test_real.ask(g, "3090-laguna-xs").status == 200  # mainline runs
+    routes = route_table()
+    unlisted = [r for r in list(DIFFERENT_ON_PURPOSE) + list(NOT_SENT) if r not in routes]
+    assert not unlisted, "listed, but no longer in the server's table: %s" % unlisted
+    compared, differ, statuses = [], [], {}
+    for route in routes:
+        if route in DIFFERENT_ON_PURPOSE or route in NOT_SENT:
+            continue
+        key = KEYS.get(route, "laguna-xs")
+        s1, t1, b1 = send(g.port, route, "3090-" + key, port)
+        s2, t2, b2 = send(port, route, key, port)
+        compared.append(route)
+        if (s1, body_shape(t1, b1)) != (s2, body_shape(t2, b2)):
+            differ.append("%s %s: through modelgate %d %s %r, direct %d %s %r"
+                          % (route + (s1, t1, b1[:300], s2, t2, b2[:300])))
+        statuses.setdefault(s2, []).append("%s %s" % route)
+    print("%d routes compared (%s), %d answered by modelgate itself, %d not sent"
+          % (len(compared), ", ".join("%d: %d" % (k, len(v)) for k, v in sorted(statuses.items())),
+             len(DIFFERENT_ON_PURPOSE), len(NOT_SENT)))
+    print("\n".join("  %d %s" % (k, ", ".join(v)) for k, v in sorted(statuses.items()) if k != 200))
+    assert not differ, "\n".join(differ)
