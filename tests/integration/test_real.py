@@ -518,7 +518,11 @@ def test_every_configured_model_is_listed_with_its_remembered_context_after_a_re
 
     assert ask(g, "3090-flint-xs").status == 200
     g.wait_log("host 3090: switching to engine fork for 3090-flint-xs")
-    wait_for(lambda: models(g)["3090-flint-xs"].get("meta", {}).get("n_ctx") == 4096, 15, "flint-xs's meta")
+    # its own meta, once loaded (a window from its --ctx-size is listed before: not what this waits for),
+    # and in the file, which a stop does not have to write
+    wait_for(lambda: json.load(open(seen_file))["hosts"]["3090"].get("flint-xs", {}).get("meta", {})
+             .get("n_ctx_train") == 8192, 15, "flint-xs's own meta in models-seen.json")
+    assert models(g)["3090-flint-xs"]["meta"]["n_ctx"] == 4096
     e = models(g)["3090-laguna-xs"]  # mainline stopped: what the router said of it, from memory
     assert e["proxy"]["remembered"] is True and e["proxy"]["engine"] == "mainline", e
     assert e["meta"]["n_ctx"] == 512 and e["meta"]["n_ctx_train"] == 8192 and e["context_length"] == 512, e
