@@ -52,7 +52,7 @@ GENERATE_ROUTES = ("/v1/chat/completions", "/chat/completions", "/v1/completions
 RESPONSES = ("/v1/responses", "/responses")
 # the routes that read a model (the router's own /props included); any other path is 404
 MODEL_ROUTES = GENERATE_ROUTES + ("/models/load", "/models/unload", "/props", "/slots", "/tokenize", "/v1/embeddings",
-                                  "/embeddings")
+                                  "/embeddings", "/v1/messages/count_tokens")
 
 
 def now():
@@ -325,6 +325,10 @@ class Handler(BaseHTTPRequestHandler):
                                          "model": model}])
         if path == "/tokenize":
             return self.send_json(200, {"tokens": list(range(len(str(req.get("content", "")).split())))})
+        if path == "/v1/messages/count_tokens":
+            # llama-server's handle_count_tokens (Anthropic): {"input_tokens": N}; here a word is a token
+            words = sum(len(str(m.get("content", "")).split()) for m in req.get("messages") or [])
+            return self.send_json(200, {"input_tokens": words})
         if path in ("/v1/embeddings", "/embeddings"):
             return self.send_json(200, {"model": model, "object": "list",
                                         "usage": {"prompt_tokens": 1, "total_tokens": 1},

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import threading
+import time
 
 import pytest
 
@@ -29,16 +30,17 @@ def remote_host(box, sshd, port, extra=""):
 
 
 def two_hosts(make_box, sshd, make_gate, policy="warm", targets="3090-laguna-xs a9-laguna-xs", local_extra="",
-              proxy="", extra="", setup=None):
+              proxy="", extra="", setup=None, engine_extra=""):
     """hosts 3090 (local box) and a9 (a box through ssh), engines mainline (laguna-*) and fork (flint-*) on each,
-    and [Alias] laguna over both; setup(local_box) runs before the gate starts"""
+    and [Alias] laguna over both; setup(local_box) runs before the gate starts; engine_extra goes in each
+    [Engine]"""
     local, remote = make_box(), make_box()
     lport, rport = free_port(), free_port()
     conf = "[Proxy]\nHoldDownSec=1s\n" + proxy
     conf += local_host("3090", lport, local_extra) + two_engines(local, lport, double_args=SLOW) % {
-        "host": "3090", "extra": ""}
+        "host": "3090", "extra": engine_extra}
     conf += remote_host(remote, sshd, rport) + two_engines(remote, rport, double_args=SLOW) % {
-        "host": "a9", "extra": ""}
+        "host": "a9", "extra": engine_extra}
     conf += "[Alias]\nName=laguna\nTargets=%s\nPolicy=%s\n%s" % (targets, policy, extra)
     if setup:
         setup(local)
@@ -147,6 +149,100 @@ def test_a_busy_gpu_sends_every_request_to_the_other_target_and_none_gets_423(ma
     assert log.count("alias laguna: target 3090-laguna-xs refused (the GPU of host '3090' is in use by someone else") == 1, log
     assert "status=423" not in log
     assert g.boxes[0].active_state("llama-mainline.service") == "inactive"
+
+
+def probe(g, model="laguna", path="/v1/messages/count_tokens"):
+    """a token-count probe (rule:probe): (status, served by, x-should-retry, body, seconds)"""
+    t0 = time.monotonic()
+    r = post(g.conn(), path, {"model": model, "messages": [{"role": "user", "content": "a b c"}]})
+    body = json.loads(r.read())
+    return r.status, r.getheader("X-Modelgate-Served-By"), r.getheader("x-should-retry"), body, \
+        time.monotonic() - t0
+
+
+def test_a_probe_for_an_alias_goes_to_the_target_whose_engine_is_up_and_never_to_the_fallback(
+        make_box, sshd, make_gate, make_double):
+    """rule:probe: 3090 runs mainline, a9 fork; a probe for an alias over both hosts' fork is refused on 3090
+    (Policy=ordered picks it first), served by a9 at once, and 3090 switches nothing; with fork up nowhere,
+    the probe gets 423 at once and the engines' [Fallback] is not asked"""
+    cloud = make_double("--models", "cloud-model", "--loaded", "cloud-model", "--name", "cloud", "--no-knobs")
+    g = two_hosts(make_box, sshd, make_gate, policy="ordered", targets="3090-flint-40b a9-flint-40b",
+                  engine_extra="Fallback=cloud\n",
+                  extra="[Fallback]\nName=cloud\nURL=%s\nModel=cloud-model\n" % cloud.url)
+    local, remote = g.boxes
+    warm(g, "3090-laguna-xs", "a9-flint-40b")
+    g.wait_log('model="a9-flint-40b" host=a9 status=200')
+    assert switches(g) == 2
+
+    status, served, _, body, took = probe(g)
+    assert (status, served) == (200, "a9/fork") and body == {"input_tokens": 3}, body
+    assert took < 0.5, took
+    g.wait_log('model="laguna" host=a9 target=a9-flint-40b status=200')
+    log = g.logtext()
+    assert "alias laguna: target 3090-flint-40b refused (engine 'fork' of host '3090' is not running" in log, log
+    assert switches(g) == 2 and "host 3090: switching to engine fork" not in log
+    assert local.active_state("llama-fork.service") == "inactive"
+    assert local.active_state("llama-mainline.service") == "active"
+
+    # a9 runs mainline now: no target has fork up, and a probe moves no GPU, nor goes to the cloud
+    warm(g, "a9-laguna-xs")
+    g.wait_log('model="a9-laguna-xs" host=a9 status=200')
+    assert switches(g) == 3
+    status, _, retry, body, took = probe(g)
+    assert (status, retry) == (423, "false"), body
+    assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error", body  # Anthropic's shape
+    assert "engine 'fork' of host 'a9' is not running" in body["error"]["message"], body
+    assert "engine 'mainline' runs there" in body["error"]["message"], body
+    assert took < 0.25, took
+    # the OpenAI shape carries the code
+    status, _, retry, body, took = probe(g, path="/v1/responses/input_tokens")
+    assert (status, retry, body["error"]["code"]) == (423, "false", "engine_not_running"), body
+    assert took < 0.25, took
+    g.wait_log('model="laguna" host=a9 target=a9-flint-40b status=423', count=2)
+    log = g.logtext()
+    assert switches(g) == 3 and "goes to fallback" not in log, log
+    assert not any("count_tokens" in r["path"] for r in cloud.requests()), cloud.requests()
+    for box in (local, remote):
+        assert box.active_state("llama-fork.service") == "inactive"
+        assert box.active_state("llama-mainline.service") == "active"
+
+
+def test_an_alias_target_whose_engine_is_held_passes_the_request_on_at_once(make_box, sshd, make_gate, tmp):
+    """rule:failed-start-hold: 3090's first target fails to start and is held; the alias's next requests go
+    to a9 at once and do not start the broken unit again, until reset-failed ends the hold"""
+    starts = os.path.join(tmp, "starts")
+
+    def broken(local):
+        local.add_unit("llama-broken.service",
+                       "[Service]\nType=exec\nExecStart=/bin/sh -c 'echo start >> %s; exit 3'\n" % starts)
+        local.reload()
+    g = two_hosts(make_box, sshd, make_gate, policy="ordered", targets="3090-broken-1 a9-laguna-xs", setup=broken,
+                  local_extra="FailedStartHoldSec=1h\n[Engine]\nHost=3090\nName=broken\n"
+                              "Unit=llama-broken.service\nModels=broken-*\nStartTimeoutSec=10s\n")
+    n_starts = lambda: len(open(starts).read().splitlines()) if os.path.exists(starts) else 0
+    warm(g, "a9-laguna-xs")
+    # the first one starts the broken unit, which fails: a9 takes the request, as after any engine's 502
+    status, served, body = ask(g)
+    assert (status, served) == (200, "a9/mainline"), body
+    g.wait_log("host 3090: engine broken held after its failed start")
+    assert n_starts() == 1
+    for _ in range(3):
+        t0 = time.monotonic()
+        status, served, body = ask(g)
+        assert (status, served) == (200, "a9/mainline"), body
+        assert time.monotonic() - t0 < 0.5
+    g.wait_log('model="laguna" host=a9 target=a9-laguna-xs status=200', count=4)
+    assert n_starts() == 1
+    assert g.logtext().count("host 3090: switching to engine broken") == 1
+
+    # the hold is what kept it: once it ends, the alias's first target is started again
+    out = subprocess.run([CTL, "--user", "reset-failed", "3090"], env=g.boxes[0].env, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    g.wait_log("host 3090: engine broken no longer held: reset-failed")
+    status, served, body = ask(g)
+    assert (status, served) == (200, "a9/mainline"), body
+    assert n_starts() == 2
 
 
 def test_a_host_that_goes_down_moves_new_requests_and_cuts_no_running_stream(make_box, sshd, make_gate):

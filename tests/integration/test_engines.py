@@ -230,6 +230,58 @@ def test_a_failed_start_is_held_and_its_requests_get_the_same_502_at_once(box, m
     assert n_starts() == 3
 
 
+def test_switch_engine_on_a_held_engine_fails_at_once_and_starts_it_after_reset_failed(box, make_gate, tmp):
+    """rule:failed-start-hold: SwitchEngine() (modelgatectl switch) is one more request for the engine: while it
+    is held it gets the hold's words at once and the unit is not started; after reset-failed it starts it"""
+    port = free_port()
+    starts, flag = os.path.join(tmp, "starts"), os.path.join(tmp, "fail")
+    open(flag, "w").close()
+    # fails while the flag is there, as a unit does until its operator mends it
+    box.add_unit("llama-flaky.service", "[Service]\nType=exec\nExecStart=/bin/sh -c 'echo start >> %s; "
+                 "test -e %s && exit 3; exec %s %s --port %d --name flaky --models flaky-1 --loaded flaky-1'\n"
+                 % (starts, flag, PYTHON, os.path.abspath(DOUBLE), port))
+    box.reload()
+    conf = local_host("3090", port) + "FailedStartHoldSec=1h\n" + \
+        "[Engine]\nHost=3090\nName=flaky\nUnit=llama-flaky.service\nModels=flaky-*\nStartTimeoutSec=30s\n"
+    g = make_gate(FAST + conf, extra_args=["--user"], env=gate_env(box))
+    g.wait_log("host 3090 up")
+    n_starts = lambda: len(open(starts).read().splitlines()) if os.path.exists(starts) else 0
+    ctl = lambda *a: subprocess.run([MODELGATECTL, "--user"] + list(a), env=box.env, capture_output=True,
+                                    text=True, timeout=60)
+
+    r = post(g.conn(), CHAT, chat("3090-flaky-1"))
+    first = json.loads(r.read())["error"]["message"]
+    assert r.status == 502 and "llama-flaky.service" in first and "modelgatectl reset-failed 3090" in first, first
+    g.wait_log("host 3090: engine flaky held after its failed start")
+    assert n_starts() == 1
+
+    t0 = time.monotonic()
+    out = ctl("switch", "3090", "flaky")
+    took = time.monotonic() - t0
+    assert out.returncode != 0 and out.stdout == "", out
+    assert "Switch failed: " + first in out.stderr, out.stderr
+    assert took < 2, took  # a start would take the unit's exit and its job's end at least
+    # busctl, as any D-Bus client: the same error, named as a 502 is on the bus
+    out = subprocess.run(["busctl", "--user", "call", "org.modelgate1", "/org/modelgate1/host/3090",
+                          "org.modelgate1.Host", "SwitchEngine", "s", "flaky"], env=box.env, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode != 0 and first in out.stderr, out
+    g.log_mark("after the switches")
+    assert n_starts() == 1
+    assert "switching to engine flaky for SwitchEngine()" not in g.logtext()
+    assert box.active_state("llama-flaky.service") != "active"
+
+    os.unlink(flag)  # mended
+    out = ctl("reset-failed", "3090")
+    assert out.returncode == 0, out.stderr
+    g.wait_log("host 3090: engine flaky no longer held: reset-failed, the next request starts it")
+    out = ctl("switch", "3090", "flaky")
+    assert out.returncode == 0 and out.stdout == "host 3090: engine flaky is up\n", out
+    assert n_starts() == 2
+    assert box.active_state("llama-flaky.service") == "active"
+    g.wait_log("host 3090: switching to engine flaky for SwitchEngine()")
+
+
 def test_engine_that_never_gets_healthy_is_stopped_after_start_timeout(box, make_gate):
     port = free_port()
     box.add_unit("llama-slow.service", engine_unit("slow", port, "slow-1", double_args="--startup-delay 3600"))
