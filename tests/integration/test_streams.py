@@ -133,6 +133,28 @@ def test_a_conversation_is_its_tiers_alone(box, engines, make_gate, tmp):
         assert call(g.port, "POST", "/v1/streams/lookup", {"conversation_ids": ["c2"]}, key=key)[::2] == (200, b"[]")
         assert call(g.port, "DELETE", "/v1/stream?conv_id=c2", key=key)[0] == 204
     assert resume(port, "c2", 0)[::2] == (200, streamed)
+    # nor can another tier take it over: a request that carries its id is refused before it reaches the
+    # host (where it would replace the session), and a header on a probe makes no session at all
+    for key in (pro, None):
+        c = conn(g.port)
+        headers = {"Content-Type": "application/json", "X-Conversation-Id": "c2"}
+        if key:
+            headers["Authorization"] = "Bearer " + key
+        c.request("POST", CHAT, json.dumps(dict(chat("3090-laguna-xs", "mine now", True), max_tokens=4)),
+                  headers)
+        r = c.getresponse()
+        body = r.read()
+        c.close()
+        assert r.status == 409 and r.getheader("x-should-retry") == "false", (r.status, body)
+        assert "another API key" in json.loads(body)["error"]["message"], body
+        c = conn(g.port)
+        headers["Content-Type"] = "application/json"
+        c.request("POST", "/tokenize", json.dumps({"model": "3090-laguna-xs", "content": "a"}), headers)
+        r = c.getresponse()
+        assert r.status == 200, r.read()
+        r.read()
+        c.close()
+    assert resume(port, "c2", 0)[::2] == (200, streamed)
     # its own tier reads it
     assert resume(g.port, "c2", 0, key=free)[::2] == (200, streamed)
     status, _, body = call(g.port, "POST", "/v1/streams/lookup", {"conversation_ids": ["c2"]}, key=free)
@@ -313,8 +335,27 @@ def settle(port, key, verb, want):
 PREPARE = {("POST", "/models/load"): ("unload", "unloaded"), ("POST", "/models/unload"): ("load", "loaded")}
 
 
+# rule:probe: modelgate sends these on only while their model is loaded (a probe never loads one, which
+# on a router with --models-max 1 would unload another); the walk loads it first, as a client's request
+# would, so that the probe is compared with the server's own answer
+PROBES = {("POST", "/v1/messages/count_tokens"), ("POST", "/v1/responses/input_tokens"),
+          ("POST", "/responses/input_tokens"), ("POST", "/v1/chat/completions/input_tokens"),
+          ("POST", "/chat/completions/input_tokens"), ("POST", "/tokenize"), ("POST", "/detokenize"),
+          ("POST", "/apply-template"), ("GET", "/props"), ("POST", "/props"), ("GET", "/slots")}
+
+
+def gate_status(port, model):
+    r = call(port, "GET", "/v1/models")
+    return {m["id"]: m["status"]["value"] for m in json.loads(r[2])["data"]}.get(model)
+
+
 def send(port, route, model, direct_port):
     method, path = route
+    if route in PROBES and port != direct_port:
+        key = model.split("-", 1)[1]
+        settle(direct_port, key, "load", "loaded")
+        wait_for(lambda: gate_status(port, model) == "loaded", 30, "modelgate to list %s loaded" % model,
+                 interval=0.1)
     url, body = REQUESTS.get(route, (path, next((b for k, b in BODIES if k in path), {})))
     url = url.format(m=model)
     if method == "GET" and "model=" not in url and route not in REQUESTS:
@@ -352,3 +393,24 @@ def test_every_route_of_the_real_servers_table_answers_as_the_server_does(box, e
              len(DIFFERENT_ON_PURPOSE), len(NOT_SENT)))
     print("\n".join("  %d %s" % (k, ", ".join(v)) for k, v in sorted(statuses.items()) if k != 200))
     assert not differ, "\n".join(differ)
+
+
+def test_a_probe_never_loads_a_model_on_a_router(box, engines, make_gate):
+    """rule:probe on a router engine: with laguna-xs loaded (--models-max 1), a token count for laguna-s of
+    the same engine would make the router unload laguna-xs to load it; it is answered at once instead, and
+    laguna-xs stays loaded"""
+    port, conf = engines
+    g = make_gate(FAST + conf, env=gate_env(box))
+    g.wait_log("host 3090 up")
+    assert test_real.ask(g, "3090-laguna-xs").status == 200
+    settle(port, "laguna-xs", "load", "loaded")
+    wait_for(lambda: gate_status(g.port, "3090-laguna-s") == "unloaded", 30, "laguna-s listed unloaded",
+             interval=0.1)
+    status, _, body = call(g.port, "POST", "/v1/messages/count_tokens",
+                           dict(CHAT_BODY, model="3090-laguna-s"))
+    assert status == 423, body
+    assert "model 'laguna-s' is not loaded in engine 'mainline'" in json.loads(body)["error"]["message"], body
+    assert server_status(port, "laguna-xs") == "loaded" and server_status(port, "laguna-s") == "unloaded"
+    # the loaded one is served, as straight from the server
+    status, _, body = call(g.port, "POST", "/v1/messages/count_tokens", dict(CHAT_BODY, model="3090-laguna-xs"))
+    assert status == 200 and json.loads(body)["input_tokens"] > 0, body

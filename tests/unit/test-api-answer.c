@@ -60,7 +60,11 @@ static void format_sample(Answer a, char *buf, size_t n) {
                 return;
         case ANSWER_UNKNOWN_HOST:
         case ANSWER_HOST_REMOVED:
+        case ANSWER_CONV_TAKEN:
                 (void)answer_format(buf, n, a, "3090");
+                return;
+        case ANSWER_PROBE_NOT_LOADED:
+                (void)answer_format(buf, n, a, "flint-xs", "fork", "3090");
                 return;
         case ANSWER_UNKNOWN_MODEL:
         case ANSWER_NO_ENGINE:
@@ -196,6 +200,14 @@ static const struct {
          "or other probe (engine 'mainline' runs); estimate locally, or send a real request for that model "
          "first"},
         {ANSWER_STREAM_NOT_FOUND, 0, 0, 404, "stream_not_found", "", "File Not Found"},
+        {ANSWER_PROBE_NOT_LOADED, 0, 0, 423, "engine_not_running", "x-should-retry: false\r\n",
+         "model 'flint-xs' is not loaded in engine 'fork' of host '3090', and modelgate does not load a "
+         "model "
+         "for a token count or other probe; estimate locally, or send a real request for that model first"},
+        {ANSWER_CONV_TAKEN, 0, 0, 409, "conversation_in_use", "x-should-retry: false\r\n",
+         "X-Conversation-Id '3090' names a conversation that another API key started; send this request "
+         "with "
+         "an id of its own, or without the header"},
         {ANSWER_STREAM_NO_CONV_ID, 0, 0, 400, "missing_conv_id", "", "Missing conversation id in path"},
 };
 

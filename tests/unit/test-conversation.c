@@ -7,6 +7,7 @@
 #include "tests.h"
 
 #define S(n) ((usec_t)(n)*USEC_PER_SEC)
+#define SPAN(s) ((Span){s, strlen(s)})
 
 TEST(ids_worth_remembering) {
         ASSERT_TRUE(conv_id_valid("c1", 2));
@@ -38,6 +39,11 @@ TEST(a_conversation_is_found_with_its_host_and_owner_until_it_expires) {
         ASSERT_OK(conv_map_remember(&m, "c1", "a9", "fork", "free", S(20)));
         ASSERT_EQ(m.n, 1u);
         ASSERT_STREQ(conv_map_find(&m, "c1", S(20))->host, "a9");
+        /* another owner never takes it over, a client without a key included; its entry stays */
+        ASSERT_EQ(conv_map_remember(&m, "c1", "3090", "mainline", "pro", S(20)), CONV_TAKEN);
+        ASSERT_EQ(conv_map_remember(&m, "c1", "3090", "mainline", NULL, S(20)), CONV_TAKEN);
+        ASSERT_STREQ(conv_map_find(&m, "c1", S(20))->host, "a9");
+        ASSERT_TRUE(conv_owned_by(conv_map_find(&m, "c1", S(20)), "free"));
         /* its time runs from its last use */
         conv_map_touch(&m, "c1", S(20) + CONV_TTL_USEC - S(1));
         ASSERT_TRUE(conv_map_find(&m, "c1", S(20) + CONV_TTL_USEC + S(1)));
@@ -48,6 +54,17 @@ TEST(a_conversation_is_found_with_its_host_and_owner_until_it_expires) {
         ASSERT_TRUE(conv_owned_by(conv_map_find(&m, "c2", 0), NULL));
         ASSERT_TRUE(conv_owned_by(conv_map_find(&m, "c2", 0), ""));
         conv_map_done(&m);
+}
+
+TEST(only_a_generating_request_makes_a_session) {
+        ASSERT_TRUE(conv_path_keeps_stream(SPAN("/v1/chat/completions")));
+        ASSERT_TRUE(conv_path_keeps_stream(SPAN("/v1/responses")));
+        ASSERT_TRUE(conv_path_keeps_stream(SPAN("/v1/messages")));
+        ASSERT_TRUE(conv_path_keeps_stream(SPAN("/completion")));
+        ASSERT_TRUE(!conv_path_keeps_stream(SPAN("/v1/messages/count_tokens")));
+        ASSERT_TRUE(!conv_path_keeps_stream(SPAN("/tokenize")));
+        ASSERT_TRUE(!conv_path_keeps_stream(SPAN("/v1/embeddings")));
+        ASSERT_TRUE(!conv_path_keeps_stream(SPAN("/v1/chat/completions/input_tokens")));
 }
 
 TEST(the_conversations_keep_the_daemon_until_the_newest_could_be_gone_from_its_host) {

@@ -448,8 +448,10 @@ static bool dispatch_probe_may_go(Client *c, Dispatch *d, Host *host, size_t eng
 
         if (!probe_path(d->path, d->r->method == HTTP_GET || d->r->method == HTTP_HEAD))
                 return true;
+        bool cold = host_engine_up(host) == (ssize_t)engine && host_key_cold(host, d->key);
         ProbeView v = {
-                .up = host_engine_up(host) == (ssize_t)engine,
+                /* a router's model not loaded yet is not up: loading it may unload another */
+                .up = host_engine_up(host) == (ssize_t)engine && !cold,
                 .switch_pending = moving || host_switch_pending(host),
                 .running = moving || running >= 0,
                 .in_flight = host_in_flight(host),
@@ -457,6 +459,12 @@ static bool dispatch_probe_may_go(Client *c, Dispatch *d, Host *host, size_t eng
         };
         if (probe_decide(&v) != PROBE_REFUSE)
                 return true;
+        if (cold) {
+                (void)answer_format(msg, sizeof(msg), ANSWER_PROBE_NOT_LOADED, d->key, c->x->engine_name,
+                                    c->x->host->name);
+                (void)client_attempt_failed(c, ATTEMPT_PROBE, 423, msg);
+                return false;
+        }
         if (moving)
                 snprintf(why, sizeof(why), "the host is switching engines");
         else if (running >= 0)
@@ -474,16 +482,28 @@ static bool dispatch_probe_may_go(Client *c, Dispatch *d, Host *host, size_t eng
 /* rule:resumable-streams: a request with X-Conversation-Id makes the engine keep its stream for a resume;
  * which host and engine that is, and whose tier may ask, is remembered, as llama-server's router remembers
  * the model. The header itself goes on to the host as every other does. */
-static void dispatch_remember_conversation(Client *c, const HttpRequest *r, const char *engine) {
-        Span id = http_request_header(r, "X-Conversation-Id");
+static bool dispatch_remember_conversation(Client *c, Dispatch *d, const char *engine) {
+        Span id = http_request_header(d->r, "X-Conversation-Id");
+        int k;
 
-        if (r->method != HTTP_POST || !conv_id_valid(id.p, id.n))
-                return;
+        /* only a generating request makes a session on the host: a header on a token count leaves it */
+        if (d->r->method != HTTP_POST || !conv_id_valid(id.p, id.n) || !conv_path_keeps_stream(d->path))
+                return true;
         free(c->x->conv_id);
         c->x->conv_id = strndup(id.p, id.n);
-        if (!c->x->conv_id || manager_conv_remember(c->manager, c->x->conv_id, c->x->host->name, engine,
-                                                    c->x->caller.tier ? c->x->caller.tier->name : "") < 0)
+        k = c->x->conv_id ? manager_conv_remember(c->manager, c->x->conv_id, c->x->host->name, engine,
+                                                  c->x->caller.tier ? c->x->caller.tier->name : "")
+                          : -ENOMEM;
+        if (k == CONV_TAKEN) {
+                /* on the host it would cut that session, and the map would give its stream to this caller */
+                _cleanup_free_ char *e = log_escape_dup(c->x->conv_id);
+                c->x->conv_id = mfree(c->x->conv_id);
+                client_answer(c, ANSWER_CONV_TAKEN, e ?: "?");
+                return false;
+        }
+        if (k < 0)
                 c->x->conv_id = mfree(c->x->conv_id); /* out of memory: it goes on, not resumable here */
+        return true;
 }
 
 /* A complete request: modelgate's own answer, or on to its host (at once, or when its engine is up). */
@@ -553,7 +573,8 @@ static void dispatch_to_host(Client *c, Dispatch *d) {
         ssize_t engine = dispatch_engine(c, d, host);
         if (engine < -1)
                 return;
-        dispatch_remember_conversation(c, r, engine >= 0 ? c->x->engine_name : "");
+        if (!dispatch_remember_conversation(c, d, engine >= 0 ? c->x->engine_name : ""))
+                return;
         if (client_build_request(c, c->x->target, d->url, (Span){d->body ?: "", d->body ? d->body_len : 0},
                                  d->span, d->key, &c->x->pending) < 0) {
                 client_answer(c, ANSWER_OUT_OF_MEMORY);

@@ -334,7 +334,7 @@ static int drain_headers(Upstream *u, const UpstreamResponse *resp, void *userda
 static int drain_body(Upstream *u, const char *p, size_t n, void *userdata) {
         StreamDrain *d = userdata;
         d->bytes += n; /* the session on the host has them; nobody here wants them */
-        return 0;
+        return d->bytes > CONV_DRAIN_MAX_BYTES ? -EFBIG : 0; /* on_error(-ECANCELED) follows */
 }
 
 static void drain_complete(Upstream *u, void *userdata) {
@@ -342,7 +342,10 @@ static void drain_complete(Upstream *u, void *userdata) {
 }
 
 static void drain_error(Upstream *u, int error, bool started, void *userdata) {
-        drain_end(userdata, upstream_strerror(error));
+        StreamDrain *d = userdata;
+        drain_end(d, d->bytes > CONV_DRAIN_MAX_BYTES ? "cut: over 64 MiB read"
+                     : error == -ETIMEDOUT           ? "cut: read for 30min"
+                                                     : upstream_strerror(error));
 }
 
 static const UpstreamCallbacks drain_callbacks = {
@@ -383,6 +386,7 @@ void client_stream_drain(Client *c) {
         d->upstream = TAKE_PTR(x->upstream);
         upstream_set_owner(d->upstream, &drain_callbacks, d);
         upstream_set_reading(d->upstream, true);
+        (void)upstream_set_deadline(d->upstream, CONV_DRAIN_MAX_USEC); /* else bounded by its idle timeout */
         LIST_PREPEND(drains, c->set->drains, d);
         manager_conv_touch(c->manager, d->conv_id);
         e = log_escape_dup(d->conv_id);

@@ -13,6 +13,7 @@
 
 #include "modelgated/rules/api-answer.h"
 #include "modelgated/host/catalog.h"
+#include "modelgated/rules/catalog-list.h"
 #include "modelgated/host/host-internal.h"
 #include "modelgated/records/metrics.h"
 #include "shared/log.h"
@@ -401,6 +402,14 @@ Catalog *host_catalog(const Host *h) {
 ssize_t host_engine_up(const Host *h) {
         assert(h);
         return h->engine_up ? h->running : -1;
+}
+
+bool host_key_cold(const Host *h, const char *key) {
+        assert(h);
+        const CatalogList *l = catalog_snapshot(h->catalog);
+        ssize_t i = l ? catalog_list_find(l, key) : -1;
+
+        return i >= 0 && catalog_list_cold(l, (size_t)i);
 }
 
 ssize_t host_find_engine(const Host *h, const char *key) {

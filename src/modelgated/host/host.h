@@ -104,6 +104,9 @@ char *const *host_warnings(const Host *h);
 Catalog *host_catalog(const Host *h);
 /* The engine that is up (its /health answered 200), or -1. */
 ssize_t host_engine_up(const Host *h);
+/* Whether the running engine lists key as a model it would have to load first (a router's "unloaded" or
+ * "loading"): a request for it moves the GPU as a switch does (rule:probe). */
+bool host_key_cold(const Host *h, const char *key);
 
 /* What a host does with a request that asks for it: outcomes its caller handles, never failures */
 typedef enum HostAcquire {

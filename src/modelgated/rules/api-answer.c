@@ -111,12 +111,22 @@ static const AnswerRow answer_table[_ANSWER_MAX] = {
                  "engine '%s' of host '%s' is not running, and modelgate does not switch a GPU for a "
                  "token count or other probe (%s); estimate locally, or send a real request for that "
                  "model first"},
+        [ANSWER_PROBE_NOT_LOADED] =
+                {423, "engine_not_running", ANSWER_HEADERS_NO_RETRY, 0,
+                 "model '%s' is not loaded in engine '%s' of host '%s', and modelgate does not load a model "
+                 "for a token count or other probe; estimate locally, or send a real request for that model "
+                 "first"},
         /* rule:resumable-streams: what llama-server's router answers on the wire for a conversation it
          * does not know (its HTTP layer writes these words over every 404 body, its "Stream not found or
          * expired" among them), and for a request without one; an id of another tier gets the same,
          * never a hint of it. Written in the router's shape (client-stream.c): words without arguments,
          * no quote or backslash */
         [ANSWER_STREAM_NOT_FOUND] = {404, "stream_not_found", ANSWER_HEADERS_NONE, 0, "File Not Found"},
+        /* rule:resumable-streams: the engine would replace that conversation's session, and the map
+         * would give this caller the stream of another tier's; nothing is said of whose it is */
+        [ANSWER_CONV_TAKEN] = {409, "conversation_in_use", ANSWER_HEADERS_NO_RETRY, 0,
+                               "X-Conversation-Id '%s' names a conversation that another API key started; "
+                               "send this request with an id of its own, or without the header"},
         [ANSWER_STREAM_NO_CONV_ID] = {400, "missing_conv_id", ANSWER_HEADERS_NONE, 0,
                                       "Missing conversation id in path"},
 };

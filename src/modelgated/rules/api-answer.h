@@ -61,8 +61,10 @@ typedef enum Answer {
         ANSWER_CRASH_LOOP,              /* the manager's words */
         ANSWER_TOO_MANY_SUBSCRIBERS,    /* subscribers (size_t), the most taken (ull) */
         ANSWER_PROBE_NOT_SWITCHED,      /* engine, host, what holds the GPU */
+        ANSWER_PROBE_NOT_LOADED,        /* model (the key), engine, host */
         ANSWER_STREAM_NOT_FOUND,        /* - */
         ANSWER_STREAM_NO_CONV_ID,       /* - */
+        ANSWER_CONV_TAKEN,              /* the conversation id */
         _ANSWER_MAX,
         _ANSWER_INVALID = -EINVAL,
 } Answer;

@@ -42,6 +42,7 @@ typedef struct ListEntry {
         size_t offset, len; /* in raw, or in edits once edited */
         bool edited;
         bool loading;
+        bool cold; /* a status.value other than "loaded": a router's model that a request would load */
 } ListEntry;
 
 struct CatalogList {
@@ -126,6 +127,13 @@ static bool status_is_loading(json_object *o) {
                json_object_is_type(v, json_type_string) && streq(json_object_get_string(v), "loading");
 }
 
+static bool status_is_cold(json_object *o) {
+        json_object *st, *v;
+
+        return json_object_object_get_ex(o, "status", &st) && json_object_object_get_ex(st, "value", &v) &&
+               (!json_object_is_type(v, json_type_string) || !streq(json_object_get_string(v), "loaded"));
+}
+
 static int add_names(CatalogList *l, json_object *o) {
         json_object *al;
 
@@ -177,6 +185,7 @@ static int entry_write(CatalogList *l, size_t i, json_object *o) {
         e->len = n;
         e->edited = true;
         e->loading = status_is_loading(o);
+        e->cold = status_is_cold(o);
         l->edits_live += n;
         /* a loaded model's own entry may bring aliases the list did not have */
         if (add_names(l, o) < 0)
@@ -207,8 +216,10 @@ static int element_read(CatalogList *l, json_object *o, size_t end) {
         if (!at || !count_map_get(&l->names, json_object_get_string(id), true) || add_names(l, o) < 0)
                 return -ENOMEM;
         e = &l->entries[l->n_entries];
-        *e = (ListEntry){
-                .offset = l->value_start, .len = end - l->value_start, .loading = status_is_loading(o)};
+        *e = (ListEntry){.offset = l->value_start,
+                         .len = end - l->value_start,
+                         .loading = status_is_loading(o),
+                         .cold = status_is_cold(o)};
         e->id = strdup(json_object_get_string(id));
         if (!e->id)
                 return -ENOMEM;
@@ -485,6 +496,11 @@ const char *catalog_list_id(const CatalogList *l, size_t i) {
 bool catalog_list_loading(const CatalogList *l, size_t i) {
         assert(l);
         return l->entries[i].loading;
+}
+
+bool catalog_list_cold(const CatalogList *l, size_t i) {
+        assert(l);
+        return l->entries[i].cold;
 }
 
 ssize_t catalog_list_find(const CatalogList *l, const char *id) {

@@ -41,6 +41,9 @@ const char *catalog_list_entry(const CatalogList *l, size_t i, size_t *ret_len);
 const char *catalog_list_id(const CatalogList *l, size_t i);
 /* Whether entry i's status.value is "loading" */
 bool catalog_list_loading(const CatalogList *l, size_t i);
+/* Whether entry i has a status.value other than "loaded" (a router lists every model with one; a plain
+ * llama-server lists its one model with none: always serving) */
+bool catalog_list_cold(const CatalogList *l, size_t i);
 /* The first entry whose id is id, or -1 */
 ssize_t catalog_list_find(const CatalogList *l, const char *id);
 /* Whether key is an entry's id or one of its aliases */

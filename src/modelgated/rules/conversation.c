@@ -70,6 +70,28 @@ static ssize_t map_index(const ConvMap *m, const char *id) {
         return -1;
 }
 
+/* The routes whose handler is handle_completions_impl() in llama-server's server-context.cpp, the one
+ * place that makes a stream session (server-stream.cpp) */
+bool conv_path_keeps_stream(Span path) {
+        static const char *const paths[] = {
+                "/completion",
+                "/completions",
+                "/v1/completions",
+                "/chat/completions",
+                "/v1/chat/completions",
+                "/v1/responses",
+                "/responses",
+                "/v1/messages",
+                "/infill",
+                "/v1/audio/transcriptions",
+                "/audio/transcriptions",
+        };
+        for (size_t i = 0; i < ELEMENTSOF(paths); i++)
+                if (path.n == strlen(paths[i]) && memcmp(path.p, paths[i], path.n) == 0)
+                        return true;
+        return false;
+}
+
 int conv_map_remember(ConvMap *m, const char *id, const char *host, const char *engine, const char *owner,
                       usec_t now) {
         ConvEntry e = {.seen = now};
@@ -85,6 +107,10 @@ int conv_map_remember(ConvMap *m, const char *id, const char *host, const char *
         }
         map_expire(m, now);
         i = map_index(m, id);
+        if (i >= 0 && !conv_owned_by(&m->entries[i], owner)) {
+                entry_done(&e);
+                return CONV_TAKEN;
+        }
         if (i >= 0)
                 map_drop(m, (size_t)i);
         else if (m->n >= CONV_MAP_MAX)
@@ -97,7 +123,7 @@ int conv_map_remember(ConvMap *m, const char *id, const char *host, const char *
                 }
         }
         m->entries[m->n++] = e;
-        return 0;
+        return CONV_REMEMBERED;
 }
 
 const ConvEntry *conv_map_find(ConvMap *m, const char *id, usec_t now) {

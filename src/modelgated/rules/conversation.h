@@ -11,6 +11,7 @@
 #include <stddef.h>
 
 #include "modelgated/rules/json-util.h"
+#include "shared/macro.h"
 #include "shared/time-util.h"
 
 /* An id longer than this is not remembered (the request still goes on, carrying it) */
@@ -25,6 +26,11 @@
 /* A remembered conversation keeps the daemon from its idle exit this long after its last use: llama-server
  * keeps a finished session for up to 360 s, and a daemon that exits forgets which host has it */
 #define CONV_HOLD_USEC (6 * USEC_PER_MINUTE)
+/* The rest of a stream whose client left is read at most this long and this far: a host that keeps such a
+ * stream open (comments, or a generation that never ends) must not hold its engine in flight, and the
+ * daemon up, for ever. Half an hour is a long answer at local speeds (32k tokens at 20 a second). */
+#define CONV_DRAIN_MAX_USEC (30 * USEC_PER_MINUTE)
+#define CONV_DRAIN_MAX_BYTES (64u * 1024 * 1024)
 /* A lookup names at most this many ids: more are not asked for */
 #define CONV_LOOKUP_MAX 256
 
@@ -47,8 +53,20 @@ typedef struct ConvMap {
 void conv_map_done(ConvMap *m);
 /* Whether an id is one to remember: 1..CONV_ID_MAX bytes, no control characters */
 bool conv_id_valid(const char *p, size_t n);
-/* The conversation was started (again) on host's engine by owner: it replaces any entry of that id (the
- * engine replaces a session of the same id, too). 0, or -ENOMEM. */
+/* Whether a request to this path makes llama-server keep its stream for X-Conversation-Id: the
+ * generating routes (server-stream.cpp's sessions are made by the completions handler alone); a header
+ * on any other request (a token count, /tokenize, embeddings) leaves the session as it is. */
+bool conv_path_keeps_stream(Span path);
+
+/* What conv_map_remember() did: CONV_REMEMBERED, or CONV_TAKEN when a live entry of that id is another
+ * owner's (it stays as it is: a caller never takes over, nor cuts, a conversation another tier started) */
+typedef enum ConvRemember {
+        CONV_REMEMBERED = 0,
+        CONV_TAKEN,
+} ConvRemember;
+
+/* The conversation was started (again) on host's engine by owner: it replaces an entry of that id of the
+ * same owner (the engine replaces a session of the same id, too). A ConvRemember, or -ENOMEM. */
 int conv_map_remember(ConvMap *m, const char *id, const char *host, const char *engine, const char *owner,
                       usec_t now);
 /* The entry of id if it has not expired, or NULL (expired ones are forgotten on the way). */
