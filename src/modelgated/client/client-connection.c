@@ -3,6 +3,8 @@
  * taken one at a time (the states are in client-internal.h), and the ClientSet that counts connections
  * per address. What a request is answered with is decided in the other client-*.c files. */
 
+#include <sys/random.h>
+
 #include "modelgated/client/client-internal.h"
 
 static void client_io_cb(SocketWatch *w, int fd, uint32_t revents, void *userdata);
@@ -55,6 +57,7 @@ static void client_free(Client *c) {
         blob_unref(c->tail);
         buffer_done(&c->held_head);
         buffer_done(&c->scratch);
+        buffer_done(&c->usage_tail);
         free(c);
 }
 
@@ -620,6 +623,9 @@ int client_set_new(Manager *m, const ClientSetCallbacks *cb, void *userdata, Cli
                 free(set);
                 return -ENOMEM;
         }
+        /* rule:request-id: one system call per process; without it the ids are still unique in it */
+        if (getrandom(set->id_seed, sizeof(set->id_seed), GRND_NONBLOCK) != (ssize_t)sizeof(set->id_seed))
+                set->id_seed[0] = now_usec(CLOCK_REALTIME) ^ ((uint64_t)getpid() << 32);
         set->manager = m;
         set->cb = cb;
         set->userdata = userdata;

@@ -77,6 +77,8 @@ static int filter_line(SseFilter *f, const char *p, size_t n, const char *eol, B
                 size_t vl = content - 5;
                 if (vl > 0 && *v == ' ')
                         v++, vl--;
+                if (f->usage && !f->in_error_event)
+                        usage_sse_data(f->usage, v, vl);
                 if (vl == 6 && memcmp(v, "[DONE]", 6) == 0)
                         f->saw_done = true;
                 else if (f->in_error_event || (vl > 0 && *v == '{' && memmem(v, vl, "\"error\"", 7))) {
