@@ -58,7 +58,7 @@ static void assert_all(const Usage *u, bool timings) {
 }
 
 /* s through the SSE filter in two pieces, cut at k: what passes is what came, and usage is read */
-static void stream_split(ApiKind api, const char *s, size_t n, size_t k, Usage *u) {
+static bool stream_split(ApiKind api, const char *s, size_t n, size_t k, Usage *u) {
         SseFilter f;
         Buffer out = {};
 
@@ -72,13 +72,15 @@ static void stream_split(ApiKind api, const char *s, size_t n, size_t k, Usage *
         ASSERT_TRUE(memcmp(buffer_peek(&out), s, n) == 0);
         sse_filter_done(&f);
         buffer_done(&out);
+        return f.saw_done;
 }
 
 static void every_split(ApiKind api, const char *s, bool timings) {
         size_t n = strlen(s);
         for (size_t k = 0; k <= n; k++) {
                 Usage u;
-                stream_split(api, s, n, k, &u);
+                /* each ends as its API ends a stream: not cut */
+                ASSERT_TRUE(stream_split(api, s, n, k, &u));
                 assert_all(&u, timings);
         }
 }
@@ -112,7 +114,7 @@ TEST(a_cut_stream_counts_what_arrived) {
         /* up to the second content_block_delta: message_start told the prompt, two pieces came */
         const char *end = strstr(anthropic_stream, "event: message_delta");
         Usage u;
-        stream_split(API_ANTHROPIC, anthropic_stream, (size_t)(end - anthropic_stream), 3, &u);
+        ASSERT_TRUE(!stream_split(API_ANTHROPIC, anthropic_stream, (size_t)(end - anthropic_stream), 3, &u));
         ASSERT_EQ(u.in, 812);
         ASSERT_EQ(u.out, 0);
         usage_cut(&u);
@@ -120,7 +122,7 @@ TEST(a_cut_stream_counts_what_arrived) {
 
         /* a chat stream cut before its usage: 2 pieces (the role's and a token's), nothing of the prompt */
         end = strstr(chat_stream, "data: {\"choices\":[{\"delta\":{},");
-        stream_split(API_OPENAI, chat_stream, (size_t)(end - chat_stream), 0, &u);
+        ASSERT_TRUE(!stream_split(API_OPENAI, chat_stream, (size_t)(end - chat_stream), 0, &u));
         ASSERT_EQ(u.in, -1);
         usage_cut(&u);
         ASSERT_EQ(u.out, 2);

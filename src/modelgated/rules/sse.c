@@ -35,6 +35,10 @@ static void filter_event_line(SseFilter *f, const char *v, size_t vl) {
             (value_is(v, vl, "response.completed") || value_is(v, vl, "response.failed") ||
              value_is(v, vl, "response.incomplete")))
                 f->saw_done = true;
+        /* and Anthropic's with message_stop (llama.cpp sends no [DONE] there): what follows it cuts nothing
+         * (rule:usage) */
+        if (f->api == API_ANTHROPIC && value_is(v, vl, "message_stop"))
+                f->saw_done = true;
 }
 
 /* llama.cpp's error in a Responses stream is OpenAI's data: {"error":…} without an event line, which Codex
