@@ -637,4 +637,4 @@ def test_the_access_line_counts_the_engines_own_tokens_and_names_the_request(box
     print(line)
     assert " status=499 " in line and " cut=client " in line, line
     m = re.search(r" tokens=in:\?,cached:\?,out:(\d+)\(cut\) ", line)
-    assert m and int(m.group(1)) >= seen, line
+    assert m and int(m.group(1)) >= seen - 1, line  # the first data line names the role, no token

@@ -71,8 +71,13 @@ TEST(a_line_longer_than_its_buffer_is_cut_not_overrun) {
 
 TEST(engine_first_byte_tokens_speeds_and_id) {
         char b[1024];
-        Usage u = {.in = 812, .cached = 640, .out = 95, .prompt_n = 172, .prompt_ms = 113.9,
-                   .predicted_n = 95, .predicted_ms = 2305.8};
+        Usage u = {.in = 812,
+                   .cached = 640,
+                   .out = 95,
+                   .prompt_n = 172,
+                   .prompt_ms = 113.9,
+                   .predicted_n = 95,
+                   .predicted_ms = 2305.8};
         AccessLine l = {.method = "POST",
                         .path = LIT("/v1/chat/completions"),
                         .model = "3090-laguna-xs",
@@ -94,8 +99,7 @@ TEST(engine_first_byte_tokens_speeds_and_id) {
         l.cut = true;
         l.status = 499;
         l.note = "cut=client";
-        ASSERT_TRUE(strstr(format(&l, b, sizeof(b)),
-                           " status=499 ") &&
+        ASSERT_TRUE(strstr(format(&l, b, sizeof(b)), " status=499 ") &&
                     strstr(b, " cut=client first_byte=0.012s tokens=in:?,cached:?,out:3(cut) id=req-1"));
         l.cut = false;
         l.note = NULL;

@@ -10,7 +10,7 @@
 
 #define TIMINGS                                                                                             \
         "\"timings\":{\"cache_n\":640,\"prompt_n\":172,\"prompt_ms\":86.0,\"prompt_per_token_ms\":0.5,"     \
-        "\"prompt_per_second\":2000.0,\"predicted_n\":95,\"predicted_ms\":2000.0,"                         \
+        "\"prompt_per_second\":2000.0,\"predicted_n\":95,\"predicted_ms\":2000.0,"                          \
         "\"predicted_per_token_ms\":21.0,\"predicted_per_second\":47.5}"
 
 /* Each API's stream, as llama.cpp sends it: the usage event (or chunk) last */
@@ -19,7 +19,8 @@ static const char chat_stream[] =
         "\"object\":\"chat.completion.chunk\"}\n\n"
         "data: {\"choices\":[{\"delta\":{\"content\":\"\\\"usage\\\": no\"},\"index\":0}]}\n\n"
         "data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\",\"index\":0}]," TIMINGS "}\n\n"
-        "data: {\"choices\":[],\"usage\":{\"completion_tokens\":95,\"prompt_tokens\":812,\"total_tokens\":907,"
+        "data: "
+        "{\"choices\":[],\"usage\":{\"completion_tokens\":95,\"prompt_tokens\":812,\"total_tokens\":907,"
         "\"prompt_tokens_details\":{\"cached_tokens\":640}}," TIMINGS "}\n\n"
         "data: [DONE]\n\n";
 
@@ -28,9 +29,13 @@ static const char anthropic_stream[] =
         "data: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"content\":[],\"usage\":"
         "{\"cache_read_input_tokens\":640,\"input_tokens\":172,\"output_tokens\":0}}}\n\n"
         "event: content_block_delta\n"
-        "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"a\"}}\n\n"
+        "data: "
+        "{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"a\"}}"
+        "\n\n"
         "event: content_block_delta\n"
-        "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"b\"}}\n\n"
+        "data: "
+        "{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"b\"}}"
+        "\n\n"
         "event: message_delta\n"
         "data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":"
         "{\"output_tokens\":95}}\n\n"
@@ -41,9 +46,10 @@ static const char responses_stream[] =
         "event: response.output_text.delta\n"
         "data: {\"type\":\"response.output_text.delta\",\"delta\":\"a\"}\n\n"
         "event: response.completed\n"
-        "data: {\"response\":{\"id\":\"r\",\"output\":[],\"status\":\"completed\",\"usage\":{\"input_tokens\":812,"
-        "\"input_tokens_details\":{\"cached_tokens\":640},\"output_tokens\":95,\"total_tokens\":907}}," TIMINGS
-        ",\"type\":\"response.completed\"}\n\n";
+        "data: "
+        "{\"response\":{\"id\":\"r\",\"output\":[],\"status\":\"completed\",\"usage\":{\"input_tokens\":812,"
+        "\"input_tokens_details\":{\"cached_tokens\":640},\"output_tokens\":95,\"total_tokens\":907}}"
+        "," TIMINGS ",\"type\":\"response.completed\"}\n\n";
 
 static void assert_all(const Usage *u, bool timings) {
         ASSERT_EQ(u->in, 812);
@@ -120,12 +126,13 @@ TEST(a_cut_stream_counts_what_arrived) {
         usage_cut(&u);
         ASSERT_EQ(u.out, 2);
 
-        /* a chat stream cut before its usage: 2 pieces (the role's and a token's), nothing of the prompt */
+        /* a chat stream cut before its usage: 1 token (the role's chunk carries none), nothing of the
+         * prompt */
         end = strstr(chat_stream, "data: {\"choices\":[{\"delta\":{},");
         ASSERT_TRUE(!stream_split(API_OPENAI, chat_stream, (size_t)(end - chat_stream), 0, &u));
         ASSERT_EQ(u.in, -1);
         usage_cut(&u);
-        ASSERT_EQ(u.out, 2);
+        ASSERT_EQ(u.out, 1);
         ASSERT_TRUE(usage_known(&u));
 }
 
@@ -150,7 +157,8 @@ TEST(whole_bodies_of_each_api) {
                 "\"usage\":{\"cache_read_input_tokens\":640,\"input_tokens\":172,\"output_tokens\":95}}",
                 /* Responses */
                 "{\"created_at\":1,\"id\":\"r\",\"model\":\"m\",\"object\":\"response\",\"output\":[],"
-                "\"status\":\"completed\"," TIMINGS ",\"usage\":{\"input_tokens\":812,\"input_tokens_details\":"
+                "\"status\":\"completed\"," TIMINGS
+                ",\"usage\":{\"input_tokens\":812,\"input_tokens_details\":"
                 "{\"cached_tokens\":640},\"output_tokens\":95,\"total_tokens\":907}}",
         };
         Buffer tail = {};

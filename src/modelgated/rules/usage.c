@@ -132,8 +132,12 @@ void usage_sse_data(Usage *u, const char *v, size_t n) {
                 return;
         if (memmem(v, n, "\"usage\"", 7) || memmem(v, n, "\"timings\"", 9))
                 usage_scan(u, v, n);
-        else if (memmem(v, n, "\"delta\"", 7))
+        else if (memmem(v, n, "\"delta\"", 7)) {
+                /* a chat stream's first chunk names the role and carries no token: looked for once */
+                if (!u->first_delta_seen && (u->first_delta_seen = true) && memmem(v, n, "\"role\"", 6))
+                        return;
                 u->deltas++;
+        }
 }
 
 int usage_body_feed(Usage *u, const char *p, size_t n) {

@@ -25,7 +25,8 @@ typedef struct Usage {
         int64_t prompt_n, predicted_n;
         double prompt_ms, predicted_ms;
         uint64_t deltas; /* stream events that carry a piece of the answer: what a cut stream counts */
-        Buffer *tail;    /* of a whole body: the caller's working space, kept across requests */
+        bool first_delta_seen;
+        Buffer *tail; /* of a whole body: the caller's working space, kept across requests */
 } Usage;
 
 /* Nothing known yet; tail is emptied (NULL: no whole body is read) */
