@@ -60,6 +60,7 @@ void client_log_access(Client *c, const char *note) {
                 .usage = x->usage_on ? &x->usage : NULL,
                 .cut = cut,
                 .request_id = client_request_id(c),
+                .request_id_made = x->request_id.p == x->made_id,
         };
 
         log_line(LOG_INFO, line, access_line_format(line, sizeof(line), &l));

@@ -178,7 +178,10 @@ size_t access_line_format(char *buf, size_t size, const AccessLine *l) {
         out_usage(&o, l);
         if (l->request_id.n > 0) {
                 out_lit(&o, " id=");
-                out_escaped(&o, l->request_id);
+                if (l->request_id_made)
+                        out_mem(&o, l->request_id.p, l->request_id.n);
+                else
+                        out_escaped(&o, l->request_id);
         }
         return (size_t)(o.p - buf);
 }

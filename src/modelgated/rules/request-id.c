@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* rule:request-id */
 
+#include <string.h>
+
 #include "modelgated/rules/request-id.h"
 
 bool request_id_sane(Span id) {
@@ -12,20 +14,21 @@ bool request_id_sane(Span id) {
         return true;
 }
 
-/* splitmix64's finalizer: each bit of the input moves half the output's, so that consecutive counters
- * give unrelated ids, and the seed cannot be read back from one without work */
-static uint64_t mix(uint64_t z) {
-        z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-        z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-        return z ^ (z >> 31);
+static void hex64(uint64_t w, char *out) {
+#define R(x) x "0" x "1" x "2" x "3" x "4" x "5" x "6" x "7" x "8" x "9" x "a" x "b" x "c" x "d" x "e" x "f"
+        /* each byte's two digits */
+        static const char hex2[] = R("0") R("1") R("2") R("3") R("4") R("5") R("6") R("7") R("8") R("9")
+                R("a") R("b") R("c") R("d") R("e") R("f");
+#undef R
+        for (size_t i = 0; i < 8; i++)
+                memcpy(out + 2 * i, hex2 + 2 * ((w >> (56 - 8 * i)) & 0xff), 2);
 }
 
+/* The process's random half, then its second random word plus the count: unique in the process, and
+ * across processes as their seeds are. Not a secret, so no mixing: it is made for every request without
+ * an id of its own. */
 void request_id_make(const uint64_t seed[2], uint64_t n, char out[static REQUEST_ID_MADE_LEN + 1]) {
-        static const char hex[] = "0123456789abcdef";
-        uint64_t w[2] = {mix(seed[0] + n * UINT64_C(0x9e3779b97f4a7c15)),
-                         mix(seed[1] ^ mix(n + UINT64_C(0x632be59bd9b4e019)))};
-
-        for (size_t i = 0; i < 32; i++)
-                out[i] = hex[(w[i / 16] >> (60 - 4 * (i % 16))) & 0xf];
+        hex64(seed[0], out);
+        hex64(seed[1] + n, out + 16);
         out[32] = 0;
 }

@@ -30,6 +30,8 @@ static void filter_event_line(SseFilter *f, const char *v, size_t vl) {
                 v++, vl--;
         f->event_named = true;
         f->in_error_event = value_is(v, vl, "error");
+        if (f->usage)
+                f->usage_event = usage_event_of(v, vl);
         /* the Responses API ends a stream with one of these, and no [DONE] */
         if (f->api == API_RESPONSES &&
             (value_is(v, vl, "response.completed") || value_is(v, vl, "response.failed") ||
@@ -72,9 +74,10 @@ static int filter_line(SseFilter *f, const char *p, size_t n, const char *eol, B
         if (content > 0 && p[content - 1] == '\r')
                 content--;
 
-        if (content == 0)
+        if (content == 0) {
                 f->in_error_event = f->event_named = false;
-        else if (has_prefix(p, content, "event:"))
+                f->usage_event = USAGE_EVENT_UNNAMED;
+        } else if (has_prefix(p, content, "event:"))
                 filter_event_line(f, p + 6, content - 6);
         else if (has_prefix(p, content, "data:")) {
                 const char *v = p + 5;
@@ -82,7 +85,7 @@ static int filter_line(SseFilter *f, const char *p, size_t n, const char *eol, B
                 if (vl > 0 && *v == ' ')
                         v++, vl--;
                 if (f->usage && !f->in_error_event)
-                        usage_sse_data(f->usage, v, vl);
+                        usage_sse_data(f->usage, f->usage_event, v, vl);
                 if (vl == 6 && memcmp(v, "[DONE]", 6) == 0)
                         f->saw_done = true;
                 else if (f->in_error_event || (vl > 0 && *v == '{' && memmem(v, vl, "\"error\"", 7))) {

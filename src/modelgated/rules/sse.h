@@ -22,8 +22,9 @@ typedef struct SseFilter {
         bool event_named;       /* this event has an "event:" line */
         bool raw_until_newline; /* a line longer than SSE_LINE_MAX is being passed on raw */
         Usage *usage;           /* told every data line (rule:usage), or NULL */
-        bool saw_done;          /* "data: [DONE]" (or, on the Responses API, its last event; on Anthropic's,
-                                 * message_stop) went by: the stream is complete */
+        UsageEvent usage_event;
+        bool saw_done; /* "data: [DONE]" (or, on the Responses API, its last event; on Anthropic's,
+                        * message_stop) went by: the stream is complete */
 } SseFilter;
 
 void sse_filter_init(SseFilter *f, ApiKind api);

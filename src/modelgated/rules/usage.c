@@ -5,8 +5,10 @@
 #include <errno.h>
 #include <string.h>
 
-#include "modelgated/rules/json-util.h"
+#include <stdlib.h>
+
 #include "modelgated/rules/usage.h"
+#include "shared/macro.h"
 
 void usage_init(Usage *u, Buffer *tail) {
         assert(u);
@@ -19,125 +21,340 @@ bool usage_known(const Usage *u) {
         return u->in >= 0 || u->out >= 0;
 }
 
-/* The last occurrence of needle in p */
-static const char *find_last(const char *p, size_t n, const char *needle, size_t l) {
-        const char *last = NULL;
-        for (const char *q = p; q < p + n && (q = memmem(q, n - (size_t)(q - p), needle, l)); q++)
-                last = q;
-        return last;
+static bool is_space(char c) {
+        return c == ' ' || c == '\t' || c == '\r' || c == '\n';
 }
 
-/* The object that follows key (a quoted name) last in p, parsed, or NULL. A quoted name inside a JSON
- * string has its quotes escaped, so only a member matches. */
-static json_object *member_object(const char *p, size_t n, const char *key, size_t kl) {
-        const char *k = find_last(p, n, key, kl), *end = p + n, *q;
-        if (!k)
+/* The last quoted name key in p, looked for from the end: the members read here are at the end of what
+ * carries them, so that finding one costs the few bytes after it */
+static const char *find_last(const char *p, size_t n, const char *key, size_t kl) {
+        if (n < kl)
                 return NULL;
-        for (q = k + kl; q < end && (*q == ' ' || *q == '\t' || *q == '\r' || *q == '\n' || *q == ':'); q++)
+        for (const char *q = p + n - kl;; q--) {
+                if (*q == '"' && memcmp(q, key, kl) == 0)
+                        return q;
+                if (q == p)
+                        return NULL;
+        }
+}
+
+/* The object that is the value of the member whose quoted name starts at k, as the span from its '{' to
+ * its '}', or an empty span when it is not an object or not whole (a tail cut in its middle) */
+static Span object_after(const char *k, size_t kl, const char *end) {
+        const char *q = k + kl;
+        unsigned depth = 0;
+        bool in_string = false;
+
+        while (q < end && is_space(*q))
+                q++;
+        if (q >= end || *q != ':')
+                return (Span){};
+        for (q++; q < end && is_space(*q); q++)
                 ;
         if (q >= end || *q != '{')
-                return NULL;
-        json_tokener *tok = json_tokener_new();
-        if (!tok)
-                return NULL;
-        json_object *o = json_tokener_parse_ex(tok, q, (int)MIN((size_t)(end - q), (size_t)INT32_MAX));
-        json_tokener_free(tok);
-        if (o && !json_object_is_type(o, json_type_object)) {
-                json_object_put(o);
-                return NULL;
+                return (Span){};
+        for (const char *o = q; q < end; q++) {
+                if (in_string) {
+                        if (*q == '\\')
+                                q++;
+                        else if (*q == '"')
+                                in_string = false;
+                } else if (*q == '"')
+                        in_string = true;
+                else if (*q == '{')
+                        depth++;
+                else if (*q == '}' && --depth == 0)
+                        return (Span){o, (size_t)(q + 1 - o)};
         }
-        return o; /* NULL too when the object is not whole (a tail cut in its middle) */
+        return (Span){};
 }
 
-static bool get_number(json_object *o, const char *key, double *ret) {
-        json_object *v;
-        if (!json_object_object_get_ex(o, key, &v) ||
-            !(json_object_is_type(v, json_type_int) || json_object_is_type(v, json_type_double)))
+/* The quoted name of the member whose object value ends at close ('}'), or NULL. Walked backwards over
+ * the object: what it holds (timings: names and numbers) has no escaped quote; the caller reads it forwards
+ * again from the name it finds, which is exact. */
+static const char *name_of_object_ending_at(const char *p, const char *close) {
+        unsigned depth = 0;
+        const char *q;
+
+        for (q = close; q >= p; q--) {
+                if (*q == '"') {
+                        q = q > p ? memrchr(p, '"', (size_t)(q - p)) : NULL;
+                        if (!q)
+                                return NULL;
+                } else if (*q == '}')
+                        depth++;
+                else if (*q == '{' && --depth == 0)
+                        break;
+        }
+        if (q < p)
+                return NULL;
+        for (q--; q >= p && is_space(*q); q--)
+                ;
+        if (q < p || *q != ':')
+                return NULL;
+        for (q--; q >= p && is_space(*q); q--)
+                ;
+        if (q <= p || *q != '"')
+                return NULL;
+        return memrchr(p, '"', (size_t)(q - p));
+}
+
+static Span timings_named_at(const char *k, const char *end) {
+        if (!k || (size_t)(end - k) < 9 || memcmp(k, "\"timings\"", 9) != 0)
+                return (Span){};
+        return object_after(k, 9, end);
+}
+
+/* llama.cpp's timings, looked for only where it writes them (its members in name order): just before
+ * usage (chat's body and last chunk), just after usage or the object that holds it (response.completed),
+ * or, without usage, as the last member (a chat stream without include_usage). Anything else would cost
+ * a scan of the whole text. */
+static Span find_timings(const char *p, size_t n, const char *usage_key, Span usage) {
+        const char *end = p + n, *q;
+        Span t;
+
+        if (usage_key) {
+                for (q = usage_key - 1; q >= p && is_space(*q); q--)
+                        ;
+                if (q >= p && *q == ',')
+                        for (q--; q >= p && is_space(*q); q--)
+                                ;
+                if (q >= p && *q == '}' && (t = timings_named_at(name_of_object_ending_at(p, q), end)).n > 0)
+                        return t;
+        }
+        if (usage.n > 0) {
+                for (q = usage.p + usage.n; q < end && (is_space(*q) || *q == '}'); q++)
+                        ;
+                if (q < end && *q == ',')
+                        for (q++; q < end && is_space(*q); q++)
+                                ;
+                return timings_named_at(q, end);
+        }
+        for (q = end - 1; q >= p && is_space(*q); q--)
+                ;
+        if (q >= p && *q == '}') /* the text's own end */
+                for (q--; q >= p && is_space(*q); q--)
+                        ;
+        if (q >= p && *q == '}')
+                return timings_named_at(name_of_object_ending_at(p, q), end);
+        return (Span){};
+}
+
+/* The numbers read, by name */
+typedef enum Member {
+        M_PROMPT_TOKENS,
+        M_COMPLETION_TOKENS,
+        M_CACHE_READ_INPUT_TOKENS,
+        M_INPUT_TOKENS,
+        M_OUTPUT_TOKENS,
+        M_CACHED_TOKENS, /* in prompt_tokens_details or input_tokens_details */
+        M_PROMPT_N,
+        M_PROMPT_MS,
+        M_PREDICTED_N,
+        M_PREDICTED_MS,
+        M_CACHE_N,
+        _M_MAX,
+} Member;
+
+#define NAME(s)                                                                                             \
+        { "" s, sizeof(s) - 1 }
+static const Span member_name[_M_MAX] = {
+        [M_PROMPT_TOKENS] = NAME("prompt_tokens"),
+        [M_COMPLETION_TOKENS] = NAME("completion_tokens"),
+        [M_CACHE_READ_INPUT_TOKENS] = NAME("cache_read_input_tokens"),
+        [M_INPUT_TOKENS] = NAME("input_tokens"),
+        [M_OUTPUT_TOKENS] = NAME("output_tokens"),
+        [M_CACHED_TOKENS] = NAME("cached_tokens"),
+        [M_PROMPT_N] = NAME("prompt_n"),
+        [M_PROMPT_MS] = NAME("prompt_ms"),
+        [M_PREDICTED_N] = NAME("predicted_n"),
+        [M_PREDICTED_MS] = NAME("predicted_ms"),
+        [M_CACHE_N] = NAME("cache_n"),
+};
+
+typedef struct Members {
+        double v[_M_MAX];
+        bool has[_M_MAX];
+} Members;
+
+/* A number >= 0 at p: digits, a fraction, an exponent (strtod only then). Its end in *ret_end. */
+static bool parse_number(const char *p, const char *end, double *ret, const char **ret_end) {
+        const char *q = p;
+        double v = 0;
+
+        if (q >= end || *q < '0' || *q > '9')
                 return false;
-        double d = json_object_get_double(v);
-        if (d < 0)
-                return false;
-        *ret = d;
+        for (; q < end && *q >= '0' && *q <= '9'; q++)
+                v = v * 10 + (*q - '0');
+        if (q < end && (*q == '.' || *q == 'e' || *q == 'E')) {
+                char t[40], *e;
+                size_t l = 0;
+                while (p + l < end && l < sizeof(t) - 1 && p[l] && strchr("0123456789.eE+-", p[l]))
+                        l++;
+                memcpy(t, p, l);
+                t[l] = 0;
+                v = strtod(t, &e);
+                q = p + (e - t);
+        }
+        *ret = v;
+        *ret_end = q;
         return true;
 }
 
-static bool get_count(json_object *o, const char *key, int64_t *ret) {
-        double d;
-        if (!get_number(o, key, &d))
+/* One pass over o: every member, at any depth, whose value is a number >= 0 and whose name is one of
+ * member_name */
+static void read_members(Span o, Members *m) {
+        const char *q = o.p, *end = o.p + o.n;
+
+        *m = (Members){};
+        while ((q = memchr(q, '"', (size_t)(end - q)))) {
+                const char *name = ++q;
+                /* the string's end: a quote that no backslash escapes (names here have none) */
+                while ((q = memchr(q, '"', (size_t)(end - q))) && q[-1] == '\\')
+                        q++;
+                if (!q)
+                        return;
+                size_t l = (size_t)(q - name);
+                for (q++; q < end && is_space(*q); q++)
+                        ;
+                if (q >= end || *q != ':')
+                        continue; /* a string value, not a name */
+                for (q++; q < end && is_space(*q); q++)
+                        ;
+                double v;
+                const char *after;
+                if (!parse_number(q, end, &v, &after))
+                        continue;
+                q = after;
+                for (size_t i = 0; i < _M_MAX; i++)
+                        if (member_name[i].n == l && member_name[i].p[0] == name[0] &&
+                            memcmp(member_name[i].p, name, l) == 0) {
+                                m->v[i] = v;
+                                m->has[i] = true;
+                                break;
+                        }
+        }
+}
+
+static bool count(const Members *m, Member i, int64_t *ret) {
+        if (!m->has[i] || m->v[i] > (double)INT64_MAX)
                 return false;
-        *ret = (int64_t)d;
+        *ret = (int64_t)m->v[i];
         return true;
 }
 
-static void read_usage(Usage *u, json_object *o) {
-        json_object *details;
+static void read_usage(Usage *u, Span o) {
+        Members m;
         int64_t in, cached;
 
+        read_members(o, &m);
         /* OpenAI's chat and completions: prompt_tokens counts the cached ones */
-        if (get_count(o, "prompt_tokens", &in))
+        u->usage_seen = true;
+        if (count(&m, M_PROMPT_TOKENS, &in))
                 u->in = in;
-        (void)get_count(o, "completion_tokens", &u->out);
+        (void)count(&m, M_COMPLETION_TOKENS, &u->out);
         /* Anthropic's: input_tokens is what was not read from the cache, cache_read_input_tokens the rest
          * (an event without them, message_delta, keeps what message_start said) */
-        if (get_count(o, "cache_read_input_tokens", &cached)) {
+        if (count(&m, M_CACHE_READ_INPUT_TOKENS, &cached)) {
                 u->cached = cached;
-                if (get_count(o, "input_tokens", &in))
+                if (count(&m, M_INPUT_TOKENS, &in))
                         u->in = in + cached;
-        } else if (get_count(o, "input_tokens", &in)) /* Responses: all of the prompt */
+        } else if (count(&m, M_INPUT_TOKENS, &in)) /* Responses: all of the prompt */
                 u->in = in;
-        (void)get_count(o, "output_tokens", &u->out);
-        if ((json_object_object_get_ex(o, "prompt_tokens_details", &details) ||
-             json_object_object_get_ex(o, "input_tokens_details", &details)) &&
-            json_object_is_type(details, json_type_object))
-                (void)get_count(details, "cached_tokens", &u->cached);
+        (void)count(&m, M_OUTPUT_TOKENS, &u->out);
+        (void)count(&m, M_CACHED_TOKENS, &u->cached);
 }
 
-static void read_timings(Usage *u, json_object *o) {
+static void read_timings(Usage *u, Span o) {
+        Members m;
         int64_t cache_n = -1;
 
-        (void)get_count(o, "prompt_n", &u->prompt_n);
-        (void)get_number(o, "prompt_ms", &u->prompt_ms);
-        (void)get_count(o, "predicted_n", &u->predicted_n);
-        (void)get_number(o, "predicted_ms", &u->predicted_ms);
-        (void)get_count(o, "cache_n", &cache_n);
-        /* an answer with timings and no usage (a chat stream without stream_options.include_usage,
-         * llama.cpp's own /completion): the timings say it */
-        if (u->in < 0 && u->prompt_n >= 0)
+        read_members(o, &m);
+        (void)count(&m, M_PROMPT_N, &u->prompt_n);
+        if (m.has[M_PROMPT_MS])
+                u->prompt_ms = m.v[M_PROMPT_MS];
+        (void)count(&m, M_PREDICTED_N, &u->predicted_n);
+        if (m.has[M_PREDICTED_MS])
+                u->predicted_ms = m.v[M_PREDICTED_MS];
+        (void)count(&m, M_CACHE_N, &cache_n);
+        /* an answer with timings and no usage (a chat stream without stream_options.include_usage): the
+         * timings say it, the last of them (with timings_per_token, each chunk has its own) */
+        if (u->usage_seen)
+                return;
+        if (u->prompt_n >= 0)
                 u->in = u->prompt_n + MAX(cache_n, (int64_t)0);
-        if (u->cached < 0 && cache_n >= 0)
+        if (cache_n >= 0)
                 u->cached = cache_n;
-        if (u->out < 0 && u->predicted_n >= 0)
+        if (u->predicted_n >= 0)
                 u->out = u->predicted_n;
 }
 
 void usage_scan(Usage *u, const char *p, size_t n) {
         assert(u);
-        json_object *o;
+        const char *k = find_last(p, n, "\"usage\"", 7);
+        Span o = k ? object_after(k, 7, p + n) : (Span){}, t = find_timings(p, n, k, o);
 
         /* usage first: timings fill in only what it did not say */
-        if ((o = member_object(p, n, "\"usage\"", 7))) {
+        if (o.n > 0)
                 read_usage(u, o);
-                json_object_put(o);
-        }
-        if ((o = member_object(p, n, "\"timings\"", 9))) {
-                read_timings(u, o);
-                json_object_put(o);
-        }
+        if (t.n > 0)
+                read_timings(u, t);
 }
 
-void usage_sse_data(Usage *u, const char *v, size_t n) {
+static bool name_is(const char *v, size_t n, const char *s) {
+        return n == strlen(s) && memcmp(v, s, n) == 0;
+}
+
+UsageEvent usage_event_of(const char *v, size_t n) {
+        if (name_is(v, n, "content_block_delta") ||
+            (n > 15 && memcmp(v, "response.", 9) == 0 && memcmp(v + n - 6, ".delta", 6) == 0))
+                return USAGE_EVENT_DELTA;
+        if (name_is(v, n, "message_start") || name_is(v, n, "message_delta") ||
+            name_is(v, n, "response.completed"))
+                return USAGE_EVENT_COUNTS;
+        return USAGE_EVENT_OTHER;
+}
+
+/* The data ends with an object member: "…}}" */
+static bool ends_with_object(const char *v, size_t n) {
+        while (n > 0 && is_space(v[n - 1]))
+                n--;
+        if (n < 2 || v[n - 1] != '}')
+                return false;
+        for (n--; n > 0 && is_space(v[n - 1]); n--)
+                ;
+        return n > 0 && v[n - 1] == '}';
+}
+
+void usage_sse_data(Usage *u, UsageEvent ev, const char *v, size_t n) {
         assert(u);
 
         if (n == 0 || *v != '{')
                 return;
-        if (memmem(v, n, "\"usage\"", 7) || memmem(v, n, "\"timings\"", 9))
+        switch (ev) {
+        case USAGE_EVENT_COUNTS:
                 usage_scan(u, v, n);
-        else if (memmem(v, n, "\"delta\"", 7)) {
-                /* a chat stream's first chunk names the role and carries no token: looked for once */
-                if (!u->first_delta_seen && (u->first_delta_seen = true) && memmem(v, n, "\"role\"", 6))
-                        return;
+                return;
+        case USAGE_EVENT_DELTA:
                 u->deltas++;
+                return;
+        case USAGE_EVENT_OTHER:
+                return;
+        case USAGE_EVENT_UNNAMED:
+                break;
         }
+        if (ends_with_object(v, n)) {
+                /* a last chunk (or one with per-token timings) */
+                usage_scan(u, v, n);
+                return;
+        }
+        /* a chat stream's first chunk names the role and carries no token: looked for once */
+        if (!u->first_delta_seen) {
+                u->first_delta_seen = true;
+                if (memmem(v, n, "\"role\"", 6))
+                        return;
+        }
+        u->deltas++;
 }
 
 int usage_body_feed(Usage *u, const char *p, size_t n) {

@@ -3,11 +3,13 @@
 
 /* What a request cost, from the engine's own numbers (rule:usage): the usage and timings llama.cpp (or a
  * fallback) writes into its answer, read as the bytes pass and never holding any back. In an event stream
- * each data line is looked at as the SSE filter passes it on, and only a line that names "usage" or
- * "timings" is parsed; of a whole body only its last USAGE_TAIL bytes are kept, where those members are
- * (llama.cpp writes an object's members in name order, and "timings" and "usage" come last; OpenAI and
- * Anthropic put usage at the end too), and the objects are parsed at its end. Only numbers are kept.
- * Pure. */
+ * each data line is looked at as the SSE filter passes it on, and only one that can carry them is read:
+ * after event message_start, message_delta or response.completed, or, in a stream without event names
+ * (chat, completions), a line that ends with an object member ("}}"), as llama.cpp's last chunks do. Of a
+ * whole body only its last USAGE_TAIL bytes are kept, where those members are (llama.cpp writes an
+ * object's members in name order, so "timings" and "usage" come last; OpenAI and Anthropic put usage at
+ * the end too), and read at its end. Both are looked for from the end, and only numbers are kept, without
+ * json-c: a tokener and its objects cost more than the rest of a small request's accounting. Pure. */
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -15,7 +17,7 @@
 
 #include "shared/buffer.h"
 
-#define USAGE_TAIL 4096
+#define USAGE_TAIL 2048
 
 typedef struct Usage {
         /* tokens: the prompt's (with the cached ones), of it from the cache, generated; -1 unknown */
@@ -26,7 +28,8 @@ typedef struct Usage {
         double prompt_ms, predicted_ms;
         uint64_t deltas; /* stream events that carry a piece of the answer: what a cut stream counts */
         bool first_delta_seen;
-        Buffer *tail; /* of a whole body: the caller's working space, kept across requests */
+        bool usage_seen; /* a usage object said the counts: timings no longer do */
+        Buffer *tail;    /* of a whole body: the caller's working space, kept across requests */
 } Usage;
 
 /* Nothing known yet; tail is emptied (NULL: no whole body is read) */
@@ -36,8 +39,16 @@ bool usage_known(const Usage *u);
 
 /* One JSON text (a data line's value, or a body's last bytes): its last "usage" and "timings" objects */
 void usage_scan(Usage *u, const char *p, size_t n);
-/* The value of an event stream's data line (after "data:" and its space) */
-void usage_sse_data(Usage *u, const char *v, size_t n);
+/* What an event's name says of its data */
+typedef enum UsageEvent {
+        USAGE_EVENT_UNNAMED, /* no event line: OpenAI's chat and completions */
+        USAGE_EVENT_COUNTS,  /* message_start, message_delta, response.completed */
+        USAGE_EVENT_DELTA,   /* content_block_delta, response.….delta: a piece of the answer */
+        USAGE_EVENT_OTHER,
+} UsageEvent;
+UsageEvent usage_event_of(const char *name, size_t n);
+/* The value of an event stream's data line (after "data:" and its space), in an event of kind ev */
+void usage_sse_data(Usage *u, UsageEvent ev, const char *v, size_t n);
 /* A whole body's bytes as they pass; usage_body_end() when it is all there. 0 or -ENOMEM. */
 int usage_body_feed(Usage *u, const char *p, size_t n);
 void usage_body_end(Usage *u);
