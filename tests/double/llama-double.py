@@ -478,10 +478,11 @@ class Handler(BaseHTTPRequestHandler):
             choice = ({"text": content, "index": 0, "logprobs": None, "finish_reason": "stop"}
                       if obj == "text_completion" else
                       {"finish_reason": "stop", "index": 0, "message": {"role": "assistant", "content": content}})
-            # in name order, as llama.cpp's json writes them: timings, then usage, last
-            return self.send_json(200, {"choices": [choice], "created": now(), "id": cid, "model": model,
-                                        "object": obj, "system_fingerprint": "b9500-double",
-                                        "timings": self.timings(n_prompt, n), "usage": self.usage(n_prompt, n)})
+            # in llama.cpp's order: timings appended last, after the id
+            return self.send_json(200, {"choices": [choice], "created": now(), "model": model,
+                                        "system_fingerprint": "b9500-double", "object": obj,
+                                        "usage": self.usage(n_prompt, n), "id": cid,
+                                        "timings": self.timings(n_prompt, n)})
 
         self.start_stream()
         self.chunk(":\n\n")
@@ -556,7 +557,7 @@ class Handler(BaseHTTPRequestHandler):
             data(dict(base, choices=[{"finish_reason": "stop", "index": 0, "delta": {}}],
                       timings=self.timings(n_prompt, n)))
             if (req.get("stream_options") or {}).get("include_usage"):
-                data(dict(base, choices=[], timings=self.timings(n_prompt, n), usage=self.usage(n_prompt, n)))
+                data(dict(base, choices=[], usage=self.usage(n_prompt, n), timings=self.timings(n_prompt, n)))
             self.chunk("data: [DONE]\n\n")
         self.end_stream()
 

@@ -126,6 +126,16 @@ static bool client_may_read(const Client *c) {
                buffer_size(&c->in) < CLIENT_READ_SIZE;
 }
 
+/* The client went away while its answer was produced: its line says so (499, cut=client) */
+static void client_log_left(Client *c) {
+        if (c->state == CLIENT_RESPONDING && !c->x->response_complete) {
+                if (c->feed)
+                        client_log_access(c, "feed");
+                else if (c->x->model || c->x->method != EXCHANGE_NO_METHOD)
+                        client_log_access(c, "cut=client");
+        }
+}
+
 void client_flush(Client *c) {
         bool progress = false;
 
@@ -144,6 +154,8 @@ void client_flush(Client *c) {
                         if (errno == EINTR)
                                 continue;
                         if (errno != EAGAIN) {
+                                /* a reset or a broken pipe: found by a send before any read saw it */
+                                client_log_left(c);
                                 client_close(c);
                                 return;
                         }
@@ -425,13 +437,7 @@ static void client_read_failed(Client *c, int error) {
         /* EOF between requests is the normal end of a keep-alive connection */
         if (c->state == CLIENT_READING && error == -ECONNRESET)
                 log_debug("Client %s closed in the middle of a request", c->peer);
-        /* the client went away while its answer was produced */
-        if (c->state == CLIENT_RESPONDING && !c->x->response_complete) {
-                if (c->feed)
-                        client_log_access(c, "feed");
-                else if (c->x->model || c->x->method != EXCHANGE_NO_METHOD)
-                        client_log_access(c, "cut=client");
-        }
+        client_log_left(c);
         client_close(c);
 }
 

@@ -105,39 +105,31 @@ static Span timings_named_at(const char *k, const char *end) {
         return object_after(k, 9, end);
 }
 
-/* llama.cpp's timings, looked for only where it writes them (its members in name order): just before
- * usage (chat's body and last chunk), just after usage or the object that holds it (response.completed),
- * or, without usage, as the last member (a chat stream without include_usage). Anything else would cost
- * a scan of the whole text. */
-static Span find_timings(const char *p, size_t n, const char *usage_key, Span usage) {
+/* llama.cpp's timings, looked for only where it writes them (appended to the answer's object, after the
+ * members the API has): just after usage or the object that holds it (a stream's last chunk,
+ * response.completed), or as the last member (a chat body, whose id comes after usage; a chat stream
+ * without include_usage). Anything else would cost a scan of the whole text. */
+static Span find_timings(const char *p, size_t n, Span usage) {
         const char *end = p + n, *q;
         Span t;
 
-        if (usage_key) {
-                for (q = usage_key - 1; q >= p && is_space(*q); q--)
-                        ;
-                if (q >= p && *q == ',')
-                        for (q--; q >= p && is_space(*q); q--)
-                                ;
-                if (q >= p && *q == '}' && (t = timings_named_at(name_of_object_ending_at(p, q), end)).n > 0)
-                        return t;
-        }
         if (usage.n > 0) {
                 for (q = usage.p + usage.n; q < end && (is_space(*q) || *q == '}'); q++)
                         ;
                 if (q < end && *q == ',')
                         for (q++; q < end && is_space(*q); q++)
                                 ;
-                return timings_named_at(q, end);
+                if ((t = timings_named_at(q, end)).n > 0)
+                        return t;
         }
         for (q = end - 1; q >= p && is_space(*q); q--)
                 ;
         if (q >= p && *q == '}') /* the text's own end */
                 for (q--; q >= p && is_space(*q); q--)
                         ;
-        if (q >= p && *q == '}')
-                return timings_named_at(name_of_object_ending_at(p, q), end);
-        return (Span){};
+        if (q < p || *q != '}' || (usage.n > 0 && q == usage.p + usage.n - 1)) /* usage is the last */
+                return (Span){};
+        return timings_named_at(name_of_object_ending_at(p, q), end);
 }
 
 /* The numbers read, by name */
@@ -292,7 +284,7 @@ static void read_timings(Usage *u, Span o) {
 void usage_scan(Usage *u, const char *p, size_t n) {
         assert(u);
         const char *k = find_last(p, n, "\"usage\"", 7);
-        Span o = k ? object_after(k, 7, p + n) : (Span){}, t = find_timings(p, n, k, o);
+        Span o = k ? object_after(k, 7, p + n) : (Span){}, t = find_timings(p, n, o);
 
         /* usage first: timings fill in only what it did not say */
         if (o.n > 0)
