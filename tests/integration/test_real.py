@@ -618,6 +618,13 @@ def test_the_access_line_counts_the_engines_own_tokens_and_names_the_request(box
         made = r.getheader("X-Request-Id")
         assert made and re.fullmatch(r"[0-9a-f]{32}", made), made
         g.wait_log(" id=%s" % made)
+    # modelgate's own answers carry one too
+    c = g.conn()
+    c.request("GET", "/health", headers={"X-Request-Id": "t-health"})
+    r = c.getresponse()
+    r.read()
+    assert r.getheader("X-Request-Id") == "t-health"
+    g.wait_log(" id=t-health")
 
     # a client that leaves mid-stream: status 499, and the count of what it was sent so far says (cut)
     s = g.sock()
