@@ -22,10 +22,15 @@ Span client_request_id(Client *c) {
 }
 
 int client_append_request_id(Client *c, Buffer *b) {
+        static const char h[] = "X-Request-Id: ";
         Span id = client_request_id(c);
-        if (buffer_append_str(b, "X-Request-Id: ") < 0 || buffer_append(b, id.p, id.n) < 0 ||
-            buffer_append_str(b, "\r\n") < 0)
+        char *p = buffer_append_space(b, sizeof(h) - 1 + id.n + 2);
+
+        if (!p)
                 return -ENOMEM;
+        memcpy(p, h, sizeof(h) - 1);
+        memcpy(p + sizeof(h) - 1, id.p, id.n);
+        memcpy(p + sizeof(h) - 1 + id.n, "\r\n", 2);
         return 0;
 }
 

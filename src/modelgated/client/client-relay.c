@@ -42,7 +42,9 @@ static const char *relay_choose_mode(Client *c, const UpstreamResponse *resp, bo
  * for it as it passes */
 static void relay_usage_start(Client *c, const UpstreamResponse *resp, Span ct, bool sse, bool no_body) {
         Exchange *x = c->x;
-        bool json = ct.p && ct.n >= 16 && strncasecmp(ct.p, "application/json", 16) == 0;
+        bool json = ct.p && ct.n >= 16 &&
+                    (memcmp(ct.p, "application/json", 16) == 0 ||
+                     strncasecmp(ct.p, "application/json", 16) == 0);
 
         x->usage_on = x->usage_body = false;
         if (no_body || x->method != HTTP_POST || resp->status != 200 || !(sse || json) || (x->early && !sse))
@@ -72,7 +74,7 @@ static int relay_build_head(Client *c, const UpstreamResponse *resp, bool no_bod
                 Span name = upstream_response_header_name(resp, i),
                      value = upstream_response_header_value(resp, i);
                 if (http_header_is_hop_by_hop(name) || (connection.p && span_list_has(connection, name)) ||
-                    span_caseeq(name, "X-Request-Id")) /* rule:request-id: ours, above */
+                    http_header_is_request_id(name)) /* rule:request-id: ours, above */
                         continue;
                 if (buffer_append(b, name.p, name.n) < 0 || buffer_append_str(b, ": ") < 0 ||
                     buffer_append(b, value.p, value.n) < 0 || buffer_append_str(b, "\r\n") < 0)
@@ -106,8 +108,7 @@ static int client_upstream_headers(Upstream *u, const UpstreamResponse *resp, vo
         if (!c->x->first_byte_seen) {
                 c->x->first_byte_seen = true;
                 c->x->first_byte = MAX(client_now(c) - c->x->start, (usec_t)1);
-                metrics_first_byte(manager_metrics(c->manager), c->x->host->name,
-                                   client_now(c) - c->x->start);
+                metrics_first_byte(manager_metrics(c->manager), c->x->host->name, c->x->first_byte);
         }
         if (c->x->early) {
                 /* the 200 and its framing are out: a stream continues it, anything else becomes an error

@@ -38,100 +38,6 @@ static const char *find_last(const char *p, size_t n, const char *key, size_t kl
         }
 }
 
-/* The object that is the value of the member whose quoted name starts at k, as the span from its '{' to
- * its '}', or an empty span when it is not an object or not whole (a tail cut in its middle) */
-static Span object_after(const char *k, size_t kl, const char *end) {
-        const char *q = k + kl;
-        unsigned depth = 0;
-        bool in_string = false;
-
-        while (q < end && is_space(*q))
-                q++;
-        if (q >= end || *q != ':')
-                return (Span){};
-        for (q++; q < end && is_space(*q); q++)
-                ;
-        if (q >= end || *q != '{')
-                return (Span){};
-        for (const char *o = q; q < end; q++) {
-                if (in_string) {
-                        if (*q == '\\')
-                                q++;
-                        else if (*q == '"')
-                                in_string = false;
-                } else if (*q == '"')
-                        in_string = true;
-                else if (*q == '{')
-                        depth++;
-                else if (*q == '}' && --depth == 0)
-                        return (Span){o, (size_t)(q + 1 - o)};
-        }
-        return (Span){};
-}
-
-/* The quoted name of the member whose object value ends at close ('}'), or NULL. Walked backwards over
- * the object: what it holds (timings: names and numbers) has no escaped quote; the caller reads it forwards
- * again from the name it finds, which is exact. */
-static const char *name_of_object_ending_at(const char *p, const char *close) {
-        unsigned depth = 0;
-        const char *q;
-
-        for (q = close; q >= p; q--) {
-                if (*q == '"') {
-                        q = q > p ? memrchr(p, '"', (size_t)(q - p)) : NULL;
-                        if (!q)
-                                return NULL;
-                } else if (*q == '}')
-                        depth++;
-                else if (*q == '{' && --depth == 0)
-                        break;
-        }
-        if (q < p)
-                return NULL;
-        for (q--; q >= p && is_space(*q); q--)
-                ;
-        if (q < p || *q != ':')
-                return NULL;
-        for (q--; q >= p && is_space(*q); q--)
-                ;
-        if (q <= p || *q != '"')
-                return NULL;
-        return memrchr(p, '"', (size_t)(q - p));
-}
-
-static Span timings_named_at(const char *k, const char *end) {
-        if (!k || (size_t)(end - k) < 9 || memcmp(k, "\"timings\"", 9) != 0)
-                return (Span){};
-        return object_after(k, 9, end);
-}
-
-/* llama.cpp's timings, looked for only where it writes them (appended to the answer's object, after the
- * members the API has): just after usage or the object that holds it (a stream's last chunk,
- * response.completed), or as the last member (a chat body, whose id comes after usage; a chat stream
- * without include_usage). Anything else would cost a scan of the whole text. */
-static Span find_timings(const char *p, size_t n, Span usage) {
-        const char *end = p + n, *q;
-        Span t;
-
-        if (usage.n > 0) {
-                for (q = usage.p + usage.n; q < end && (is_space(*q) || *q == '}'); q++)
-                        ;
-                if (q < end && *q == ',')
-                        for (q++; q < end && is_space(*q); q++)
-                                ;
-                if ((t = timings_named_at(q, end)).n > 0)
-                        return t;
-        }
-        for (q = end - 1; q >= p && is_space(*q); q--)
-                ;
-        if (q >= p && *q == '}') /* the text's own end */
-                for (q--; q >= p && is_space(*q); q--)
-                        ;
-        if (q < p || *q != '}' || (usage.n > 0 && q == usage.p + usage.n - 1)) /* usage is the last */
-                return (Span){};
-        return timings_named_at(name_of_object_ending_at(p, q), end);
-}
-
 /* The numbers read, by name */
 typedef enum Member {
         M_PROMPT_TOKENS,
@@ -193,39 +99,121 @@ static bool parse_number(const char *p, const char *end, double *ret, const char
         return true;
 }
 
-/* One pass over o: every member, at any depth, whose value is a number >= 0 and whose name is one of
+/* The object that is the value of the member whose quoted name starts at k, as the span from its '{' to
+ * its '}', or an empty span when it is not an object or not whole (a tail cut in its middle); in the same
+ * pass, into m, every member in it (at any depth) whose value is a number >= 0 and whose name is one of
  * member_name */
-static void read_members(Span o, Members *m) {
-        const char *q = o.p, *end = o.p + o.n;
+static Span object_after(const char *k, size_t kl, const char *end, Members *m) {
+        const char *q = k + kl, *o;
+        unsigned depth = 0;
 
         *m = (Members){};
-        while ((q = memchr(q, '"', (size_t)(end - q)))) {
-                const char *name = ++q;
-                /* the string's end: a quote that no backslash escapes (names here have none) */
-                while ((q = memchr(q, '"', (size_t)(end - q))) && q[-1] == '\\')
-                        q++;
-                if (!q)
-                        return;
-                size_t l = (size_t)(q - name);
-                for (q++; q < end && is_space(*q); q++)
-                        ;
-                if (q >= end || *q != ':')
-                        continue; /* a string value, not a name */
-                for (q++; q < end && is_space(*q); q++)
-                        ;
-                double v;
-                const char *after;
-                if (!parse_number(q, end, &v, &after))
-                        continue;
-                q = after;
-                for (size_t i = 0; i < _M_MAX; i++)
-                        if (member_name[i].n == l && member_name[i].p[0] == name[0] &&
-                            memcmp(member_name[i].p, name, l) == 0) {
-                                m->v[i] = v;
-                                m->has[i] = true;
-                                break;
-                        }
+        while (q < end && is_space(*q))
+                q++;
+        if (q >= end || *q != ':')
+                return (Span){};
+        for (q++; q < end && is_space(*q); q++)
+                ;
+        if (q >= end || *q != '{')
+                return (Span){};
+        for (o = q; q < end; q++) {
+                if (*q == '{')
+                        depth++;
+                else if (*q == '}') {
+                        if (--depth == 0)
+                                return (Span){o, (size_t)(q + 1 - o)};
+                } else if (*q == '"') {
+                        const char *name = ++q;
+                        /* the string's end: a quote that no backslash escapes (names here have none) */
+                        while ((q = memchr(q, '"', (size_t)(end - q))) && q[-1] == '\\')
+                                q++;
+                        if (!q)
+                                return (Span){};
+                        size_t l = (size_t)(q - name);
+                        const char *v = q + 1, *after;
+                        double d;
+                        while (v < end && is_space(*v))
+                                v++;
+                        if (v >= end || *v != ':')
+                                continue; /* a string value, not a name */
+                        for (v++; v < end && is_space(*v); v++)
+                                ;
+                        if (!parse_number(v, end, &d, &after))
+                                continue;
+                        q = after - 1;
+                        for (size_t i = 0; i < _M_MAX; i++)
+                                if (member_name[i].n == l && member_name[i].p[0] == name[0] &&
+                                    memcmp(member_name[i].p, name, l) == 0) {
+                                        m->v[i] = d;
+                                        m->has[i] = true;
+                                        break;
+                                }
+                }
         }
+        return (Span){};
+}
+
+/* The quoted name of the member whose object value ends at close ('}'), or NULL. Walked backwards over
+ * the object: what it holds (timings: names and numbers) has no escaped quote; the caller reads it forwards
+ * again from the name it finds, which is exact. */
+static const char *name_of_object_ending_at(const char *p, const char *close) {
+        unsigned depth = 0;
+        const char *q;
+
+        for (q = close; q >= p; q--) {
+                if (*q == '"') {
+                        q = q > p ? memrchr(p, '"', (size_t)(q - p)) : NULL;
+                        if (!q)
+                                return NULL;
+                } else if (*q == '}')
+                        depth++;
+                else if (*q == '{' && --depth == 0)
+                        break;
+        }
+        if (q < p)
+                return NULL;
+        for (q--; q >= p && is_space(*q); q--)
+                ;
+        if (q < p || *q != ':')
+                return NULL;
+        for (q--; q >= p && is_space(*q); q--)
+                ;
+        if (q <= p || *q != '"')
+                return NULL;
+        return memrchr(p, '"', (size_t)(q - p));
+}
+
+static Span timings_named_at(const char *k, const char *end, Members *m) {
+        if (!k || (size_t)(end - k) < 9 || memcmp(k, "\"timings\"", 9) != 0)
+                return (Span){};
+        return object_after(k, 9, end, m);
+}
+
+/* llama.cpp's timings, looked for only where it writes them (appended to the answer's object, after the
+ * members the API has): just after usage or the object that holds it (a stream's last chunk,
+ * response.completed), or as the last member (a chat body, whose id comes after usage; a chat stream
+ * without include_usage). Anything else would cost a scan of the whole text. */
+static Span find_timings(const char *p, size_t n, Span usage, Members *m) {
+        const char *end = p + n, *q;
+        Span t;
+
+        if (usage.n > 0) {
+                for (q = usage.p + usage.n; q < end && (is_space(*q) || *q == '}'); q++)
+                        ;
+                if (q < end && *q == ',')
+                        for (q++; q < end && is_space(*q); q++)
+                                ;
+                if ((t = timings_named_at(q, end, m)).n > 0)
+                        return t;
+        }
+        for (q = end - 1; q >= p && is_space(*q); q--)
+                ;
+        if (q >= p && *q == '}') /* the text's own end */
+                for (q--; q >= p && is_space(*q); q--)
+                        ;
+        if (q < p || *q != '}' || (usage.n > 0 && q == usage.p + usage.n - 1)) /* usage is the last */
+                return (Span){};
+        return timings_named_at(name_of_object_ending_at(p, q), end, m);
 }
 
 static bool count(const Members *m, Member i, int64_t *ret) {
@@ -235,40 +223,36 @@ static bool count(const Members *m, Member i, int64_t *ret) {
         return true;
 }
 
-static void read_usage(Usage *u, Span o) {
-        Members m;
+static void read_usage(Usage *u, const Members *m) {
         int64_t in, cached;
 
-        read_members(o, &m);
         /* OpenAI's chat and completions: prompt_tokens counts the cached ones */
         u->usage_seen = true;
-        if (count(&m, M_PROMPT_TOKENS, &in))
+        if (count(m, M_PROMPT_TOKENS, &in))
                 u->in = in;
-        (void)count(&m, M_COMPLETION_TOKENS, &u->out);
+        (void)count(m, M_COMPLETION_TOKENS, &u->out);
         /* Anthropic's: input_tokens is what was not read from the cache, cache_read_input_tokens the rest
          * (an event without them, message_delta, keeps what message_start said) */
-        if (count(&m, M_CACHE_READ_INPUT_TOKENS, &cached)) {
+        if (count(m, M_CACHE_READ_INPUT_TOKENS, &cached)) {
                 u->cached = cached;
-                if (count(&m, M_INPUT_TOKENS, &in))
+                if (count(m, M_INPUT_TOKENS, &in))
                         u->in = in + cached;
-        } else if (count(&m, M_INPUT_TOKENS, &in)) /* Responses: all of the prompt */
+        } else if (count(m, M_INPUT_TOKENS, &in)) /* Responses: all of the prompt */
                 u->in = in;
-        (void)count(&m, M_OUTPUT_TOKENS, &u->out);
-        (void)count(&m, M_CACHED_TOKENS, &u->cached);
+        (void)count(m, M_OUTPUT_TOKENS, &u->out);
+        (void)count(m, M_CACHED_TOKENS, &u->cached);
 }
 
-static void read_timings(Usage *u, Span o) {
-        Members m;
+static void read_timings(Usage *u, const Members *m) {
         int64_t cache_n = -1;
 
-        read_members(o, &m);
-        (void)count(&m, M_PROMPT_N, &u->prompt_n);
-        if (m.has[M_PROMPT_MS])
-                u->prompt_ms = m.v[M_PROMPT_MS];
-        (void)count(&m, M_PREDICTED_N, &u->predicted_n);
-        if (m.has[M_PREDICTED_MS])
-                u->predicted_ms = m.v[M_PREDICTED_MS];
-        (void)count(&m, M_CACHE_N, &cache_n);
+        (void)count(m, M_PROMPT_N, &u->prompt_n);
+        if (m->has[M_PROMPT_MS])
+                u->prompt_ms = m->v[M_PROMPT_MS];
+        (void)count(m, M_PREDICTED_N, &u->predicted_n);
+        if (m->has[M_PREDICTED_MS])
+                u->predicted_ms = m->v[M_PREDICTED_MS];
+        (void)count(m, M_CACHE_N, &cache_n);
         /* an answer with timings and no usage (a chat stream without stream_options.include_usage): the
          * timings say it, the last of them (with timings_per_token, each chunk has its own) */
         if (u->usage_seen)
@@ -284,13 +268,14 @@ static void read_timings(Usage *u, Span o) {
 void usage_scan(Usage *u, const char *p, size_t n) {
         assert(u);
         const char *k = find_last(p, n, "\"usage\"", 7);
-        Span o = k ? object_after(k, 7, p + n) : (Span){}, t = find_timings(p, n, o);
+        Members mu, mt;
+        Span o = k ? object_after(k, 7, p + n, &mu) : (Span){};
 
         /* usage first: timings fill in only what it did not say */
         if (o.n > 0)
-                read_usage(u, o);
-        if (t.n > 0)
-                read_timings(u, t);
+                read_usage(u, &mu);
+        if (find_timings(p, n, o, &mt).n > 0)
+                read_timings(u, &mt);
 }
 
 static bool name_is(const char *v, size_t n, const char *s) {
