@@ -139,8 +139,8 @@ TEST(a_cut_stream_counts_what_arrived) {
 static void body_split(const char *s, size_t k, Usage *u, Buffer *tail) {
         size_t n = strlen(s);
         usage_init(u, tail);
-        ASSERT_OK(usage_body_feed(u, s, k));
-        ASSERT_OK(usage_body_feed(u, s + k, n - k));
+        ASSERT_OK(usage_body_feed(u, s, k, false));
+        ASSERT_OK(usage_body_feed(u, s + k, n - k, k % 2 == 0));
         usage_body_end(u);
 }
 
@@ -183,7 +183,7 @@ TEST(a_huge_body_keeps_only_its_tail) {
         usage_init(&u, &tail);
         size_t n = strlen(s);
         for (size_t at = 0; at < n; at += 1000) {
-                ASSERT_OK(usage_body_feed(&u, s + at, MIN((size_t)1000, n - at)));
+                ASSERT_OK(usage_body_feed(&u, s + at, MIN((size_t)1000, n - at), false));
                 ASSERT_TRUE(buffer_size(&tail) <= 2 * USAGE_TAIL);
         }
         usage_body_end(&u);
@@ -194,7 +194,7 @@ TEST(a_huge_body_keeps_only_its_tail) {
 
         /* a body whose usage is not whole in the tail (a cut body) says nothing */
         usage_init(&u, &tail);
-        ASSERT_OK(usage_body_feed(&u, "{\"usage\":{\"prompt_tokens\":7,", 29));
+        ASSERT_OK(usage_body_feed(&u, "{\"usage\":{\"prompt_tokens\":7,", 29, true));
         usage_body_end(&u);
         ASSERT_TRUE(!usage_known(&u));
         buffer_done(&tail);

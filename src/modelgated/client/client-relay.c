@@ -52,6 +52,8 @@ static void relay_usage_start(Client *c, const UpstreamResponse *resp, Span ct, 
         usage_init(&x->usage, sse ? NULL : &c->usage_tail);
         x->usage_on = true;
         x->usage_body = !sse;
+        x->usage_sized = !sse && resp->has_content_length && !resp->chunked;
+        x->usage_left = resp->content_length;
 }
 
 /* The head for the client, in held_head: the host's status and end-to-end headers, and where the
@@ -202,8 +204,12 @@ static int client_upstream_body(Upstream *u, const char *p, size_t n, void *user
                         r = client_frame_body(c, buffer_peek(&c->scratch), buffer_size(&c->scratch));
                 break;
         case MODE_PASS:
-                if (c->x->usage_body)
-                        (void)usage_body_feed(&c->x->usage, p, n); /* out of memory: not known */
+                if (c->x->usage_body) {
+                        c->x->usage_left -= MIN(c->x->usage_left, (uint64_t)n);
+                        /* out of memory: not known */
+                        (void)usage_body_feed(&c->x->usage, p, n,
+                                              c->x->usage_sized && c->x->usage_left == 0);
+                }
                 r = client_frame_body(c, p, n);
                 break;
         }

@@ -98,6 +98,8 @@ typedef struct Exchange {
          * from the end of a whole JSON body (usage_body while it arrives) */
         Usage usage;
         bool usage_on, usage_body;
+        bool usage_sized; /* the body's Content-Length is known: usage_left of it is still to come */
+        uint64_t usage_left;
         usec_t first_byte; /* from start to the host's answer head; 0: none yet */
         /* rule:request-id: the client's X-Request-Id (in the request's head) or made_id; empty until
          * client_request_id() first asks */

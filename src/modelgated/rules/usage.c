@@ -334,12 +334,19 @@ void usage_sse_data(Usage *u, UsageEvent ev, const char *v, size_t n) {
         u->deltas++;
 }
 
-int usage_body_feed(Usage *u, const char *p, size_t n) {
+int usage_body_feed(Usage *u, const char *p, size_t n, bool last) {
         assert(u);
         Buffer *t = u->tail;
 
-        if (!t)
+        if (!t || u->body_read)
                 return 0;
+        if (last && buffer_is_empty(t)) {
+                /* the whole body in one piece (as a small answer comes): read where it is, not copied */
+                size_t k = MIN(n, (size_t)USAGE_TAIL);
+                usage_scan(u, p + n - k, k);
+                u->body_read = true;
+                return 0;
+        }
         if (n >= USAGE_TAIL) {
                 buffer_clear(t);
                 return buffer_append(t, p + n - USAGE_TAIL, USAGE_TAIL);
@@ -354,7 +361,7 @@ int usage_body_feed(Usage *u, const char *p, size_t n) {
 void usage_body_end(Usage *u) {
         assert(u);
 
-        if (!u->tail)
+        if (!u->tail || u->body_read)
                 return;
         usage_scan(u, buffer_peek(u->tail), buffer_size(u->tail));
         buffer_clear(u->tail);

@@ -30,6 +30,7 @@ typedef struct Usage {
         bool first_delta_seen;
         bool usage_seen; /* a usage object said the counts: timings no longer do */
         Buffer *tail;    /* of a whole body: the caller's working space, kept across requests */
+        bool body_read;  /* the body's last piece was read where it was */
 } Usage;
 
 /* Nothing known yet; tail is emptied (NULL: no whole body is read) */
@@ -49,8 +50,9 @@ typedef enum UsageEvent {
 UsageEvent usage_event_of(const char *name, size_t n);
 /* The value of an event stream's data line (after "data:" and its space), in an event of kind ev */
 void usage_sse_data(Usage *u, UsageEvent ev, const char *v, size_t n);
-/* A whole body's bytes as they pass; usage_body_end() when it is all there. 0 or -ENOMEM. */
-int usage_body_feed(Usage *u, const char *p, size_t n);
+/* A whole body's bytes as they pass (last: they end it, when the caller knows its length); usage_body_end()
+ * when it is all there. 0 or -ENOMEM. */
+int usage_body_feed(Usage *u, const char *p, size_t n, bool last);
 void usage_body_end(Usage *u);
 
 /* The stream ended before its last event: the pieces that arrived are what was generated, as far as it
