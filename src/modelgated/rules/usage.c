@@ -30,12 +30,11 @@ static bool is_space(char c) {
 static const char *find_last(const char *p, size_t n, const char *key, size_t kl) {
         if (n < kl)
                 return NULL;
-        for (const char *q = p + n - kl;; q--) {
-                if (*q == '"' && memcmp(q, key, kl) == 0)
+        /* from quote to quote: memrchr() skips the bytes between */
+        for (const char *q = p + n - kl + 1; (q = memrchr(p, '"', (size_t)(q - p)));)
+                if (memcmp(q, key, kl) == 0)
                         return q;
-                if (q == p)
-                        return NULL;
-        }
+        return NULL;
 }
 
 /* The numbers read, by name */
