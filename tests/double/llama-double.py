@@ -403,6 +403,20 @@ class Handler(BaseHTTPRequestHandler):
                 parts += [b.get("text", "") for b in c if isinstance(b, dict)]
         return " ".join(parts)
 
+    @staticmethod
+    def timings(n_prompt, n):
+        """llama.cpp's timings (server-common.cpp, server_slot_stats::to_json): 2 ms a prompt token, 20 ms a
+        generated one, nothing cached"""
+        return {"cache_n": 0, "prompt_n": n_prompt, "prompt_ms": 2.0 * n_prompt, "prompt_per_token_ms": 2.0,
+                "prompt_per_second": 500.0, "predicted_n": n, "predicted_ms": 20.0 * n,
+                "predicted_per_token_ms": 20.0, "predicted_per_second": 50.0}
+
+    @staticmethod
+    def usage(n_prompt, n):
+        """llama.cpp's usage on chat and completions (server-task.cpp, usage_json_oaicompat)"""
+        return {"completion_tokens": n, "prompt_tokens": n_prompt, "total_tokens": n + n_prompt,
+                "prompt_tokens_details": {"cached_tokens": 0}}
+
     def response_object(self, rid, mid, model, content, n_prompt, n):
         """llama.cpp's /v1/responses answer (server-task.cpp, to_json_oaicompat_resp)"""
         part = {"type": "output_text", "annotations": [], "logprobs": [], "text": content}
@@ -454,19 +468,21 @@ class Handler(BaseHTTPRequestHandler):
                 return self.send_json(200, {"id": "msg_" + cid[9:], "type": "message", "role": "assistant",
                                             "content": [{"type": "text", "text": content}], "model": model,
                                             "stop_reason": "end_turn", "stop_sequence": None,
-                                            "usage": {"input_tokens": n_prompt, "output_tokens": n}})
+                                            "usage": {"cache_read_input_tokens": 0, "input_tokens": n_prompt,
+                                                      "output_tokens": n}})
             if path in ("/completion", "/completions"):
                 return self.send_json(200, {"index": 0, "content": content, "stop": True, "model": model,
-                                            "tokens_predicted": n, "tokens_evaluated": n_prompt})
+                                            "tokens_predicted": n, "tokens_evaluated": n_prompt,
+                                            "timings": self.timings(n_prompt, n)})
             obj = "text_completion" if path == "/v1/completions" else "chat.completion"
             choice = ({"text": content, "index": 0, "logprobs": None, "finish_reason": "stop"}
                       if obj == "text_completion" else
                       {"finish_reason": "stop", "index": 0, "message": {"role": "assistant", "content": content}})
+            # in llama.cpp's order: timings appended last, after the id
             return self.send_json(200, {"choices": [choice], "created": now(), "model": model,
                                         "system_fingerprint": "b9500-double", "object": obj,
-                                        "usage": {"completion_tokens": n, "prompt_tokens": n_prompt,
-                                                  "total_tokens": n + n_prompt},
-                                        "id": cid, "timings": {"prompt_n": n_prompt, "predicted_n": n}})
+                                        "usage": self.usage(n_prompt, n), "id": cid,
+                                        "timings": self.timings(n_prompt, n)})
 
         self.start_stream()
         self.chunk(":\n\n")
@@ -479,7 +495,8 @@ class Handler(BaseHTTPRequestHandler):
         if anthropic:
             ev("message_start", {"type": "message_start", "message": {
                 "id": "msg_" + cid[9:], "type": "message", "role": "assistant", "content": [], "model": model,
-                "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": n_prompt, "output_tokens": 0}}})
+                "stop_reason": None, "stop_sequence": None,
+                "usage": {"cache_read_input_tokens": 0, "input_tokens": n_prompt, "output_tokens": 0}}})
             ev("content_block_start", {"type": "content_block_start", "index": 0,
                                        "content_block": {"type": "text", "text": ""}})
         elif responses:
@@ -531,13 +548,16 @@ class Handler(BaseHTTPRequestHandler):
             ev("response.content_part.done", {"type": "response.content_part.done", "item_id": mid, "part": part})
             ev("response.output_item.done", {"type": "response.output_item.done", "item": final["output"][0]})
             del final["completed_at"]
-            ev("response.completed", {"type": "response.completed", "response": final})
+            ev("response.completed", {"type": "response.completed", "response": final,
+                                      "timings": self.timings(n_prompt, n)})
         elif path in ("/completion", "/completions"):
             data({"index": 0, "content": "", "stop": True, "model": model, "tokens_predicted": n,
-                  "timings": {"predicted_n": n}})
+                  "timings": self.timings(n_prompt, n)})
         else:
             data(dict(base, choices=[{"finish_reason": "stop", "index": 0, "delta": {}}],
-                      timings={"prompt_n": n_prompt, "predicted_n": n}))
+                      timings=self.timings(n_prompt, n)))
+            if (req.get("stream_options") or {}).get("include_usage"):
+                data(dict(base, choices=[], usage=self.usage(n_prompt, n), timings=self.timings(n_prompt, n)))
             self.chunk("data: [DONE]\n\n")
         self.end_stream()
 

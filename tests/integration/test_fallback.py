@@ -5,6 +5,7 @@ client — never for errors that would fail the same anywhere, once, and with it
 
 import json
 import os
+import re
 import subprocess
 import time
 
@@ -81,6 +82,8 @@ def test_engine_that_cannot_start_falls_back_with_the_server_key(box, make_gate,
     assert "client-secret" not in json.dumps(cloud_requests(cloud))
     line = g.wait_log("POST /v1/chat/completions")
     assert "via=fallback/cloud" in line, line
+    # rule:usage: the cloud's answer is counted, and said to be the cloud's; no engine of ours answered
+    assert re.search(r" tokens=in:\d+,cached:0,out:5\(cloud\) prefill=", line) and " engine=" not in line, line
     g.wait_log("goes to fallback cloud: engine 'main' of host 'h' (unit llama-main.service) failed to start")
     samples = metric_samples(g)
     assert samples[("modelgate_fallbacks_total", (("engine", "main"), ("fallback", "cloud"), ("host", "h")))] == 1
@@ -101,7 +104,9 @@ def test_the_responses_api_goes_to_the_fallbacks_responses_path_as_it_is(box, ma
         sent = json.loads(req["body"])
         assert sent == {"model": "cloud-model", "input": "hi", "stream": stream}, sent
         assert dict((k.lower(), v) for k, v in req["headers"])["authorization"] == "Bearer " + KEY
-    assert "via=fallback/cloud" in g.wait_log("POST /v1/responses", count=2)
+    for n in (1, 2):  # rule:usage: "hi" is one token to the double, which writes 5
+        line = g.wait_log("POST /v1/responses", count=n)
+        assert "via=fallback/cloud" in line and " tokens=in:1,cached:0,out:5(cloud) " in line, line
 
 
 def test_reset_before_the_answer_and_404_503_fall_back(box, make_gate, cloud):
@@ -131,6 +136,9 @@ def test_a_stream_cut_after_its_first_byte_is_not_retried(box, make_gate, cloud)
     assert r.status == 200
     assert "tok0" in body and "stopped the stream before it ended" in body, body
     assert cloud_requests(cloud) == []
+    # rule:usage: the three tokens that came are counted, and said to be all that came
+    line = g.wait_log("cut=host")
+    assert " engine=main " in line and " tokens=in:?,cached:?,out:3(cut) " in line, line
 
 
 def test_the_fallback_failing_is_the_clients_error_not_chained(box, make_gate, make_double, tmp):

@@ -545,3 +545,103 @@ def test_every_configured_model_is_listed_with_its_remembered_context_after_a_re
     # the loaded models' own meta came back too, not only the window
     assert m["3090-flint-xs"]["meta"]["n_ctx_train"] == 8192, m["3090-flint-xs"]
     assert "n_ctx_train" not in m["3090-laguna-s"]["meta"], m["3090-laguna-s"]  # never ran: args only
+
+
+def engine_usage(path, stream, body):
+    """(in, cached, out, timings) as the server's own answer says them, for the access line's tokens=
+    (rule:usage): Anthropic's input_tokens leaves out the cached ones, the others count them"""
+    if stream:
+        events = [json.loads(line[6:]) for line in body.decode().splitlines()
+                  if line.startswith("data: {")]
+    else:
+        events = [json.loads(body)]
+    u, timings = {}, None
+    for e in events:
+        for o in (e, e.get("message", {}), e.get("response", {})):
+            if isinstance(o.get("usage"), dict):
+                u.update(o["usage"])
+        timings = e.get("timings") or timings
+    if path == CHAT:
+        return (u["prompt_tokens"], u["prompt_tokens_details"]["cached_tokens"], u["completion_tokens"],
+                timings)
+    if path == MESSAGES:
+        return (u["input_tokens"] + u["cache_read_input_tokens"], u["cache_read_input_tokens"],
+                u["output_tokens"], timings)
+    return u["input_tokens"], u["input_tokens_details"]["cached_tokens"], u["output_tokens"], timings
+
+
+def speed(n, ms):
+    """tokens per second to a tenth, rounded as the access line does"""
+    t = int(n * 1000.0 / ms * 10 + 0.5)
+    return "%d.%dt/s" % (t // 10, t % 10)
+
+
+def test_the_access_line_counts_the_engines_own_tokens_and_names_the_request(box, engines, make_gate):
+    """rule:usage, rule:request-id: for each API, streaming and not, the line's tokens are the numbers the
+    server's answer carries, its speeds those of the server's timings; the client's X-Request-Id goes to the
+    server and comes back, one is made when it sends none; a client that leaves mid-stream is 499 and its
+    count says (cut)"""
+    port, conf = engines
+    g = make_gate(FAST + conf, env=gate_env(box))
+    g.wait_log("host 3090 up")
+
+    for path in (CHAT, MESSAGES, RESPONSES):
+        for stream in (False, True):
+            rid = "t-%s-%d" % (path.rsplit("/", 1)[1], stream)
+            extra = {"stream_options": {"include_usage": True}} if path == CHAT and stream else {}
+            if path == RESPONSES:
+                body = {"model": "3090-laguna-xs", "input": "hi", "stream": stream, "max_output_tokens": 8}
+            else:
+                body = dict(chat("3090-laguna-xs", "hi", stream), max_tokens=8)
+            body.update(temperature=0, **extra)
+            r = post(g.conn(timeout=120), path, body, headers={"X-Request-Id": rid})
+            answer = r.read()
+            assert r.status == 200, answer
+            assert r.getheader("X-Request-Id") == rid
+            n_in, cached, out, timings = engine_usage(path, stream, answer)
+            line = g.wait_log(" id=%s" % rid)
+            print(line)
+            assert " engine=mainline first_byte=" in line
+            want = " tokens=in:%d,cached:%d,out:%d" % (n_in, cached, out)
+            assert want + " " in line or line.endswith(want), (want, line)
+            if timings:
+                assert " prefill=%s decode=%s " % (speed(timings["prompt_n"], timings["prompt_ms"]),
+                                                   speed(timings["predicted_n"], timings["predicted_ms"])) in line
+            else:  # llama.cpp sends timings with chat's answers and in response.completed only
+                assert path == MESSAGES or (path == RESPONSES and not stream), answer[-600:]
+                assert " prefill=" not in line and " decode=" not in line, line
+
+    # no id of its own, or one that is not sane: one is made, returned and logged
+    for h in ({}, {"X-Request-Id": "has space"}):
+        r = post(g.conn(timeout=120), CHAT, dict(chat("3090-laguna-xs"), max_tokens=4, temperature=0), headers=h)
+        r.read()
+        made = r.getheader("X-Request-Id")
+        assert made and re.fullmatch(r"[0-9a-f]{32}", made), made
+        g.wait_log(" id=%s" % made)
+    # modelgate's own answers carry one too
+    c = g.conn()
+    c.request("GET", "/health", headers={"X-Request-Id": "t-health"})
+    r = c.getresponse()
+    r.read()
+    assert r.getheader("X-Request-Id") == "t-health"
+    g.wait_log(" id=t-health")
+
+    # a client that leaves mid-stream: status 499, and the count of what it was sent so far says (cut)
+    s = g.sock()
+    body = json.dumps(dict(chat("3090-laguna-xs", "go on", True), max_tokens=100000, ignore_eos=True,
+                           temperature=0)).encode()
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"X-Request-Id: t-left\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    f = s.makefile("rb")
+    seen = 0
+    while seen < 5:
+        line = f.readline()
+        assert line, "the stream ended before 5 data lines"
+        seen += line.startswith(b"data: {")
+    f.close()
+    s.close()
+    line = g.wait_log(" id=t-left")
+    print(line)
+    assert " status=499 " in line and " cut=client " in line, line
+    m = re.search(r" tokens=in:\?,cached:\?,out:(\d+)\(cut\) ", line)
+    assert m and int(m.group(1)) >= seen - 1, line  # the first data line names the role, no token

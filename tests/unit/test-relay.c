@@ -27,19 +27,21 @@ TEST(a_json_answer_passes_through_with_its_length_and_end_to_end_headers) {
         /* credentials and what the client's Connection: names stay here; only the model is renamed */
         peer_send_request(p, "POST", CHAT, "1.1",
                           "User-Agent: t/1\r\nAuthorization: Bearer s3cret\r\nConnection: keep-alive, "
-                          "X-Private\r\nX-Private: p\r\n",
+                          "X-Private\r\nX-Private: p\r\nX-Request-Id: c-1\r\n",
                           "{\"model\":\"h-m1\",\"messages\":[],\"note\":\"h-m1\"}");
+        /* rule:request-id: the client's sane id goes on to the host, and comes back in the answer in
+         * place of the host's own */
         FakeConn *f = fake_expect_request_with_length(
                 h,
                 "POST " CHAT " HTTP/1.1\r\nHost: {host}\r\nUser-Agent: t/1\r\nContent-Type: "
-                "application/json\r\n",
+                "application/json\r\nX-Request-Id: c-1\r\n",
                 "{\"model\":\"m1\",\"messages\":[],\"note\":\"h-m1\"}");
 
         /* the answer in two pieces: each goes on as it comes */
         fake_send(f, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close, X-Hop\r\n"
                      "Keep-Alive: timeout=5\r\nX-Hop: private\r\nX-Request-Id: r1\r\nContent-Length: 24\r\n"
                      "\r\n{\"id\":\"r1\",");
-        peer_expect(p, "HTTP/1.1 200 OK\r\n" SERVED "Content-Type: application/json\r\nX-Request-Id: r1\r\n"
+        peer_expect(p, "HTTP/1.1 200 OK\r\n" SERVED "X-Request-Id: c-1\r\nContent-Type: application/json\r\n"
                        "Content-Length: 24\r\n\r\n{\"id\":\"r1\",");
         fake_send(f, "\"choices\":[]}");
         peer_expect(p, "\"choices\":[]}");

@@ -6,10 +6,44 @@
 
 #include "modelgated/client/client-internal.h"
 
+Span client_request_id(Client *c) {
+        assert(c);
+        Exchange *x = c->x;
+
+        if (x->request_id.n > 0)
+                return x->request_id;
+        if (x->method != EXCHANGE_NO_METHOD && x->method != EXCHANGE_METHOD_UNPARSED) {
+                Span h = http_request_header(&c->parser.req, "X-Request-Id");
+                if (request_id_sane(h))
+                        return (x->request_id = h);
+        }
+        request_id_make(c->set->id_seed, c->set->n_ids++, x->made_id);
+        return (x->request_id = (Span){x->made_id, REQUEST_ID_MADE_LEN});
+}
+
+int client_append_request_id(Client *c, Buffer *b) {
+        static const char h[] = "X-Request-Id: ";
+        Span id = client_request_id(c);
+        char *p = buffer_append_space(b, sizeof(h) - 1 + id.n + 2);
+
+        if (!p)
+                return -ENOMEM;
+        memcpy(p, h, sizeof(h) - 1);
+        memcpy(p + sizeof(h) - 1, id.p, id.n);
+        memcpy(p + sizeof(h) - 1 + id.n, "\r\n", 2);
+        return 0;
+}
+
 void client_log_access(Client *c, const char *note) {
         assert(c);
         char line[2048], id[80];
-        const Exchange *x = c->x;
+        Exchange *x = c->x;
+        bool left = note && streq(note, "cut=client");
+        /* rule:usage: a stream that ended before its last event, or a body before its end */
+        bool cut = x->usage_on && (x->usage_body || (x->mode == MODE_SSE && !x->sse.saw_done));
+
+        if (cut)
+                usage_cut(&x->usage);
         AccessLine l = {
                 .method = exchange_method_name(x),
                 .path = x->path,
@@ -18,7 +52,7 @@ void client_log_access(Client *c, const char *note) {
                 .host = x->host ? x->host->name : NULL,
                 .target = x->alias_target,
                 .peer = c->peer,
-                .status = x->status,
+                .status = left ? 499 : x->status, /* nginx's: the client left before its answer ended */
                 .bytes = x->bytes,
                 .duration = client_now(c) - x->start,
                 .early = x->early,
@@ -26,6 +60,12 @@ void client_log_access(Client *c, const char *note) {
                 .key = x->caller.admitted ? access_caller_id(&x->caller, id) : NULL,
                 .fallback = x->via_fallback ? (x->fallback ? x->fallback->name : "?") : NULL,
                 .note = note,
+                .engine = x->via_fallback ? NULL : x->engine_name,
+                .first_byte = x->first_byte,
+                .usage = x->usage_on ? &x->usage : NULL,
+                .cut = cut,
+                .request_id = client_request_id(c),
+                .request_id_made = x->request_id.p == x->made_id,
         };
 
         log_line(LOG_INFO, line, access_line_format(line, sizeof(line), &l));
@@ -52,6 +92,8 @@ void client_response_complete(Client *c, const char *note) {
 int client_queue_head(Client *c, int status, const char *extra) {
         assert(c);
         int r = http_write_status_line(&c->out, status, http_status_reason(status));
+        if (r >= 0)
+                r = client_append_request_id(c, &c->out);
         if (r >= 0 && extra)
                 r = buffer_append_str(&c->out, extra);
         if (r < 0)

@@ -3,6 +3,8 @@
  * taken one at a time (the states are in client-internal.h), and the ClientSet that counts connections
  * per address. What a request is answered with is decided in the other client-*.c files. */
 
+#include <sys/random.h>
+
 #include "modelgated/client/client-internal.h"
 
 static void client_io_cb(SocketWatch *w, int fd, uint32_t revents, void *userdata);
@@ -55,6 +57,7 @@ static void client_free(Client *c) {
         blob_unref(c->tail);
         buffer_done(&c->held_head);
         buffer_done(&c->scratch);
+        buffer_done(&c->usage_tail);
         free(c);
 }
 
@@ -123,6 +126,16 @@ static bool client_may_read(const Client *c) {
                buffer_size(&c->in) < CLIENT_READ_SIZE;
 }
 
+/* The client went away while its answer was produced: its line says so (499, cut=client) */
+static void client_log_left(Client *c) {
+        if (c->state == CLIENT_RESPONDING && !c->x->response_complete) {
+                if (c->feed)
+                        client_log_access(c, "feed");
+                else if (c->x->model || c->x->method != EXCHANGE_NO_METHOD)
+                        client_log_access(c, "cut=client");
+        }
+}
+
 void client_flush(Client *c) {
         bool progress = false;
 
@@ -141,6 +154,8 @@ void client_flush(Client *c) {
                         if (errno == EINTR)
                                 continue;
                         if (errno != EAGAIN) {
+                                /* a reset or a broken pipe: found by a send before any read saw it */
+                                client_log_left(c);
                                 client_close(c);
                                 return;
                         }
@@ -422,13 +437,7 @@ static void client_read_failed(Client *c, int error) {
         /* EOF between requests is the normal end of a keep-alive connection */
         if (c->state == CLIENT_READING && error == -ECONNRESET)
                 log_debug("Client %s closed in the middle of a request", c->peer);
-        /* the client went away while its answer was produced */
-        if (c->state == CLIENT_RESPONDING && !c->x->response_complete) {
-                if (c->feed)
-                        client_log_access(c, "feed");
-                else if (c->x->model || c->x->method != EXCHANGE_NO_METHOD)
-                        client_log_access(c, "cut=client");
-        }
+        client_log_left(c);
         client_close(c);
 }
 
@@ -620,6 +629,9 @@ int client_set_new(Manager *m, const ClientSetCallbacks *cb, void *userdata, Cli
                 free(set);
                 return -ENOMEM;
         }
+        /* rule:request-id: one system call per process; without it the ids are still unique in it */
+        if (getrandom(set->id_seed, sizeof(set->id_seed), GRND_NONBLOCK) != (ssize_t)sizeof(set->id_seed))
+                set->id_seed[0] = now_usec(CLOCK_REALTIME) ^ ((uint64_t)getpid() << 32);
         set->manager = m;
         set->cb = cb;
         set->userdata = userdata;

@@ -113,6 +113,7 @@ struct ClientSet {
         Client *idle, *idle_oldest; /* newest first; the oldest is the list's tail */
         StreamDrain *drains;        /* streams read on after their clients left (client-stream.c) */
         bool closing;               /* client_set_free(): no stream is read on any more */
+        uint64_t id_seed[2], n_ids; /* rule:request-id: the ids made here */
         const ClientSetCallbacks *cb;
         void *userdata;
 };
@@ -157,6 +158,7 @@ struct Client {
         Exchange exchange;         /* the request being answered, ended with it */
         Exchange *x;               /* &exchange */
         Buffer held_head, scratch; /* working space, kept across requests */
+        Buffer usage_tail;         /* the end of a whole body, for rule:usage */
 };
 
 /* client-connection.c: the connection and its lifetime (the rule above) */
@@ -177,6 +179,10 @@ void client_process(Client *c);
 void client_log_access(Client *c, const char *note);
 void client_response_complete(Client *c, const char *note);
 int client_queue_head(Client *c, int status, const char *extra);
+/* rule:request-id: the request's id, the client's or made on the first call */
+Span client_request_id(Client *c);
+/* "X-Request-Id: …\r\n" appended. 0 or -ENOMEM */
+int client_append_request_id(Client *c, Buffer *b);
 void client_respond(Client *c, int status, const char *content_type, const char *body, size_t n,
                     const char *extra_headers);
 /* The same for a body modelgate made and may share with other connections (a /v1/models answer): a big

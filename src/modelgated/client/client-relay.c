@@ -38,6 +38,24 @@ static const char *relay_choose_mode(Client *c, const UpstreamResponse *resp, bo
         return "";
 }
 
+/* rule:usage: an answer that may say what it cost (a generation's 200, a stream or a JSON body) is read
+ * for it as it passes */
+static void relay_usage_start(Client *c, const UpstreamResponse *resp, Span ct, bool sse, bool no_body) {
+        Exchange *x = c->x;
+        bool json = ct.p && ct.n >= 16 &&
+                    (memcmp(ct.p, "application/json", 16) == 0 ||
+                     strncasecmp(ct.p, "application/json", 16) == 0);
+
+        x->usage_on = x->usage_body = false;
+        if (no_body || x->method != HTTP_POST || resp->status != 200 || !(sse || json) || (x->early && !sse))
+                return;
+        usage_init(&x->usage, sse ? NULL : &c->usage_tail);
+        x->usage_on = true;
+        x->usage_body = !sse;
+        x->usage_sized = !sse && resp->has_content_length && !resp->chunked;
+        x->usage_left = resp->content_length;
+}
+
 /* The head for the client, in held_head: the host's status and end-to-end headers, and where the
  * answer came from */
 static int relay_build_head(Client *c, const UpstreamResponse *resp, bool no_body) {
@@ -52,12 +70,13 @@ static int relay_build_head(Client *c, const UpstreamResponse *resp, bool no_bod
             buffer_append_str(b, c->x->via_fallback ? "fallback" : c->x->host->name) < 0 ||
             buffer_append_str(b, c->x->via_fallback || c->x->engine_name ? "/" : "") < 0 ||
             buffer_append_str(b, c->x->via_fallback ? c->x->fallback->name : c->x->engine_name ?: "") < 0 ||
-            buffer_append_str(b, "\r\n") < 0)
+            buffer_append_str(b, "\r\n") < 0 || client_append_request_id(c, b) < 0)
                 return -1;
         for (size_t i = 0; i < resp->n_headers; i++) {
                 Span name = upstream_response_header_name(resp, i),
                      value = upstream_response_header_value(resp, i);
-                if (http_header_is_hop_by_hop(name) || (connection.p && span_list_has(connection, name)))
+                if (http_header_is_hop_by_hop(name) || (connection.p && span_list_has(connection, name)) ||
+                    http_header_is_request_id(name)) /* rule:request-id: ours, above */
                         continue;
                 if (buffer_append(b, name.p, name.n) < 0 || buffer_append_str(b, ": ") < 0 ||
                     buffer_append(b, value.p, value.n) < 0 || buffer_append_str(b, "\r\n") < 0)
@@ -90,22 +109,27 @@ static int client_upstream_headers(Upstream *u, const UpstreamResponse *resp, vo
         }
         if (!c->x->first_byte_seen) {
                 c->x->first_byte_seen = true;
-                metrics_first_byte(manager_metrics(c->manager), c->x->host->name,
-                                   client_now(c) - c->x->start);
+                c->x->first_byte = MAX(client_now(c) - c->x->start, (usec_t)1);
+                metrics_first_byte(manager_metrics(c->manager), c->x->host->name, c->x->first_byte);
         }
         if (c->x->early) {
                 /* the 200 and its framing are out: a stream continues it, anything else becomes an error
                  * event when it is complete */
+                relay_usage_start(c, resp, ct, sse, no_body);
                 if (sse && resp->status == 200) {
                         c->x->mode = MODE_SSE;
                         sse_filter_init(&c->x->sse, c->x->api);
+                        c->x->sse.usage = c->x->usage_on ? &c->x->usage : NULL;
                 } else {
                         c->x->mode = MODE_HOLD;
                         c->x->error_status = resp->status;
                 }
                 return 0;
         }
+        relay_usage_start(c, resp, ct, sse, no_body);
         const char *framing = relay_choose_mode(c, resp, sse, no_body);
+        if (c->x->mode == MODE_SSE && c->x->usage_on)
+                c->x->sse.usage = &c->x->usage;
         if (relay_build_head(c, resp, no_body) < 0)
                 return -1;
         if (c->x->mode == MODE_HOLD)
@@ -180,6 +204,12 @@ static int client_upstream_body(Upstream *u, const char *p, size_t n, void *user
                         r = client_frame_body(c, buffer_peek(&c->scratch), buffer_size(&c->scratch));
                 break;
         case MODE_PASS:
+                if (c->x->usage_body) {
+                        c->x->usage_left -= MIN(c->x->usage_left, (uint64_t)n);
+                        /* out of memory: not known */
+                        (void)usage_body_feed(&c->x->usage, p, n,
+                                              c->x->usage_sized && c->x->usage_left == 0);
+                }
                 r = client_frame_body(c, p, n);
                 break;
         }
@@ -241,6 +271,10 @@ static void client_upstream_complete(Upstream *u, void *userdata) {
                 }
                 if (c->x->chunked)
                         (void)buffer_append_str(&c->out, "0\r\n\r\n");
+        }
+        if (c->x->usage_body) {
+                usage_body_end(&c->x->usage);
+                c->x->usage_body = false;
         }
         /* rule:list-never-stale: the list is re-read after every load or unload that worked */
         if (c->x->status >= 200 && c->x->status < 300 &&

@@ -13,6 +13,7 @@
 void exchange_init(Exchange *x, Client *client) {
         assert(x);
         *x = (Exchange){.client = client, .method = EXCHANGE_NO_METHOD, .mode = MODE_PASS};
+        usage_init(&x->usage, NULL);
 }
 
 void exchange_done(Exchange *x) {

@@ -14,7 +14,9 @@
 #include "modelgated/rules/api-error.h"
 #include "modelgated/conf/conf.h"
 #include "modelgated/host/host.h"
+#include "modelgated/rules/request-id.h"
 #include "modelgated/rules/sse.h"
+#include "modelgated/rules/usage.h"
 #include "shared/buffer.h"
 #include "shared/time-util.h"
 
@@ -91,6 +93,18 @@ typedef struct Exchange {
         bool head_sent;
         SseFilter sse;
         Buffer held; /* an error body, held whole to be reworded */
+
+        /* rule:usage: what the answer says it cost (usage_on), read from an event stream (sse.usage) or
+         * from the end of a whole JSON body (usage_body while it arrives) */
+        Usage usage;
+        bool usage_on, usage_body;
+        bool usage_sized; /* the body's Content-Length is known: usage_left of it is still to come */
+        uint64_t usage_left;
+        usec_t first_byte; /* from start to the host's answer head; 0: none yet */
+        /* rule:request-id: the client's X-Request-Id (in the request's head) or made_id; empty until
+         * client_request_id() first asks */
+        Span request_id;
+        char made_id[REQUEST_ID_MADE_LEN + 1];
 } Exchange;
 
 /* A new, empty request of client. */

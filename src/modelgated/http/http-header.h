@@ -39,6 +39,11 @@ static inline bool span_caseeq(Span s, const char *t) {
         size_t l = strlen(t);
         return s.p && l == s.n && strncasecmp(s.p, t, l) == 0;
 }
+/* X-Request-Id (rule:request-id): held against every header each way, so the first letter is looked at
+ * before a case-insensitive compare (Content-Type has the same length) */
+static inline bool http_header_is_request_id(Span s) {
+        return s.n == 12 && (s.p[0] | 0x20) == 'x' && strncasecmp(s.p, "X-Request-Id", 12) == 0;
+}
 static inline bool span_eq(Span s, const char *t) {
         size_t l = strlen(t);
         return s.p && l == s.n && memcmp(s.p, t, l) == 0;

@@ -97,7 +97,8 @@ Span http_request_header(const HttpRequest *r, const char *name);
 bool http_request_connection_lists(const HttpRequest *r, Span name);
 
 /* The request's headers as they go on to a host: everything but the hop-by-hop headers (and those
- * that a Connection header names), Host, framing, Expect and the credentials; "Name: value\r\n" each. */
+ * that a Connection header names), Host, framing, Expect, the credentials and X-Request-Id (the caller
+ * writes its own, rule:request-id); "Name: value\r\n" each. */
 int http_request_append_forwarded_headers(const HttpRequest *r, Buffer *out);
 
 /* RFC 9110 §5.6.2 token characters: what a header name is made of */

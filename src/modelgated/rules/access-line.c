@@ -69,6 +69,64 @@ static void out_escaped(LineOut *o, Span s) {
         out_str(o, t);
 }
 
+static void out_seconds(LineOut *o, usec_t t) {
+        out_u64(o, t / USEC_PER_SEC, 0);
+        out_lit(o, ".");
+        out_u64(o, t % USEC_PER_SEC / USEC_PER_MSEC, 3);
+        out_lit(o, "s");
+}
+
+static void out_count(LineOut *o, int64_t v) {
+        if (v < 0)
+                out_lit(o, "?");
+        else
+                out_u64(o, (uint64_t)v, 0);
+}
+
+/* tokens per second, to a tenth */
+static void out_speed(LineOut *o, double v) {
+        uint64_t t = (uint64_t)(v * 10 + 0.5);
+        out_u64(o, t / 10, 0);
+        out_lit(o, ".");
+        out_u64(o, t % 10, 0);
+        out_lit(o, "t/s");
+}
+
+/* rule:usage: the engine, its first byte, the tokens and the speeds */
+static void out_usage(LineOut *o, const AccessLine *l) {
+        const Usage *u = l->usage;
+        double prefill, decode;
+
+        if (l->engine) {
+                out_lit(o, " engine=");
+                out_str(o, l->engine);
+        }
+        if (l->first_byte > 0) {
+                out_lit(o, " first_byte=");
+                out_seconds(o, l->first_byte);
+        }
+        if (!u || (!usage_known(u) && !l->cut))
+                return;
+        out_lit(o, " tokens=in:");
+        out_count(o, u->in);
+        out_lit(o, ",cached:");
+        out_count(o, u->cached);
+        out_lit(o, ",out:");
+        out_count(o, u->out);
+        if (l->cut)
+                out_lit(o, "(cut)");
+        if (l->fallback)
+                out_lit(o, "(cloud)");
+        if ((prefill = usage_speed(u->prompt_n, u->prompt_ms)) >= 0) {
+                out_lit(o, " prefill=");
+                out_speed(o, prefill);
+        }
+        if ((decode = usage_speed(u->predicted_n, u->predicted_ms)) >= 0) {
+                out_lit(o, " decode=");
+                out_speed(o, decode);
+        }
+}
+
 static Span str_span(const char *s) {
         return (Span){s, s ? strlen(s) : 0};
 }
@@ -92,10 +150,8 @@ size_t access_line_format(char *buf, size_t size, const AccessLine *l) {
         out_lit(&o, " bytes=");
         out_u64(&o, l->bytes, 0);
         out_lit(&o, " dur=");
-        out_u64(&o, l->duration / USEC_PER_SEC, 0);
-        out_lit(&o, ".");
-        out_u64(&o, l->duration % USEC_PER_SEC / USEC_PER_MSEC, 3);
-        out_lit(&o, "s from=");
+        out_seconds(&o, l->duration);
+        out_lit(&o, " from=");
         out_str(&o, l->peer);
         out_lit(&o, " ua=\"");
         out_escaped(&o, l->user_agent);
@@ -118,6 +174,14 @@ size_t access_line_format(char *buf, size_t size, const AccessLine *l) {
         if (l->note) {
                 out_lit(&o, " ");
                 out_str(&o, l->note);
+        }
+        out_usage(&o, l);
+        if (l->request_id.n > 0) {
+                out_lit(&o, " id=");
+                if (l->request_id_made)
+                        out_mem(&o, l->request_id.p, l->request_id.n);
+                else
+                        out_escaped(&o, l->request_id);
         }
         return (size_t)(o.p - buf);
 }

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "modelgated/rules/usage.h"
 #include "shared/macro.h"
 #include "shared/time-util.h"
 
@@ -27,6 +28,13 @@ typedef struct AccessLine {
         const char *key;      /* the caller's key id with [Access], else NULL */
         const char *fallback; /* the fallback that answered, else NULL */
         const char *note;     /* "cut=client", "feed", …, or NULL */
+        /* rule:usage */
+        const char *engine;   /* the host's engine that answered, else NULL */
+        usec_t first_byte;    /* from the start to the answer's head, 0: no answer from a host */
+        const Usage *usage;   /* what the answer said it cost, or NULL */
+        bool cut;             /* the stream ended before its last event: usage counts what arrived */
+        Span request_id;      /* rule:request-id: the client's (escaped here) or one made here */
+        bool request_id_made; /* it is modelgate's own (hex): nothing in it to escape */
 } AccessLine;
 
 /* Writes the line into buf (cut at size, never NUL-terminated) and returns its length. */

@@ -30,10 +30,16 @@ static void filter_event_line(SseFilter *f, const char *v, size_t vl) {
                 v++, vl--;
         f->event_named = true;
         f->in_error_event = value_is(v, vl, "error");
+        if (f->usage)
+                f->usage_event = usage_event_of(v, vl);
         /* the Responses API ends a stream with one of these, and no [DONE] */
         if (f->api == API_RESPONSES &&
             (value_is(v, vl, "response.completed") || value_is(v, vl, "response.failed") ||
              value_is(v, vl, "response.incomplete")))
+                f->saw_done = true;
+        /* and Anthropic's with message_stop (llama.cpp sends no [DONE] there): what follows it cuts nothing
+         * (rule:usage) */
+        if (f->api == API_ANTHROPIC && value_is(v, vl, "message_stop"))
                 f->saw_done = true;
 }
 
@@ -68,15 +74,18 @@ static int filter_line(SseFilter *f, const char *p, size_t n, const char *eol, B
         if (content > 0 && p[content - 1] == '\r')
                 content--;
 
-        if (content == 0)
+        if (content == 0) {
                 f->in_error_event = f->event_named = false;
-        else if (has_prefix(p, content, "event:"))
+                f->usage_event = USAGE_EVENT_UNNAMED;
+        } else if (has_prefix(p, content, "event:"))
                 filter_event_line(f, p + 6, content - 6);
         else if (has_prefix(p, content, "data:")) {
                 const char *v = p + 5;
                 size_t vl = content - 5;
                 if (vl > 0 && *v == ' ')
                         v++, vl--;
+                if (f->usage && !f->in_error_event)
+                        usage_sse_data(f->usage, f->usage_event, v, vl);
                 if (vl == 6 && memcmp(v, "[DONE]", 6) == 0)
                         f->saw_done = true;
                 else if (f->in_error_event || (vl > 0 && *v == '{' && memmem(v, vl, "\"error\"", 7))) {

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 
 #include "modelgated/rules/api-error.h"
+#include "modelgated/rules/usage.h"
 #include "shared/buffer.h"
 
 #define SSE_LINE_MAX (1024 * 1024)
@@ -20,8 +21,10 @@ typedef struct SseFilter {
         bool in_error_event;
         bool event_named;       /* this event has an "event:" line */
         bool raw_until_newline; /* a line longer than SSE_LINE_MAX is being passed on raw */
-        bool saw_done; /* "data: [DONE]" (or, on the Responses API, its last event) went by: the stream is
-                        * complete */
+        Usage *usage;           /* told every data line (rule:usage), or NULL */
+        UsageEvent usage_event;
+        bool saw_done; /* "data: [DONE]" (or, on the Responses API, its last event; on Anthropic's,
+                        * message_stop) went by: the stream is complete */
 } SseFilter;
 
 void sse_filter_init(SseFilter *f, ApiKind api);

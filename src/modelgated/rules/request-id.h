@@ -1,0 +1,19 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/* A request's id (rule:request-id): the client's X-Request-Id when it is sane, else one made here, from a
+ * per-process random seed and a counter (no system call per request). Pure. */
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "shared/macro.h"
+
+#define REQUEST_ID_MAX 128
+#define REQUEST_ID_MADE_LEN 32 /* 16 bytes, in hex */
+
+/* 1 to REQUEST_ID_MAX visible ASCII characters: nothing that could split a header or a log line */
+bool request_id_sane(Span id);
+/* The n-th id of a process whose seed is seed: 32 lowercase hex digits and a NUL into out: seed[0], then
+ * seed[1] + n */
+void request_id_make(const uint64_t seed[2], uint64_t n, char out[static REQUEST_ID_MADE_LEN + 1]);

@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/* What a request cost, from the engine's own numbers (rule:usage): the usage and timings llama.cpp (or a
+ * fallback) writes into its answer, read as the bytes pass and never holding any back. In an event stream
+ * each data line is looked at as the SSE filter passes it on, and only one that can carry them is read:
+ * after event message_start, message_delta or response.completed, or, in a stream without event names
+ * (chat, completions), a line that ends with an object member ("}}"), as llama.cpp's last chunks do. Of a
+ * whole body only its last USAGE_TAIL bytes are kept, where those members are (llama.cpp writes an
+ * object's members in name order, so "timings" and "usage" come last; OpenAI and Anthropic put usage at
+ * the end too), and read at its end. Both are looked for from the end, and only numbers are kept, without
+ * json-c: a tokener and its objects cost more than the rest of a small request's accounting. Pure. */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shared/buffer.h"
+
+#define USAGE_TAIL 2048
+
+typedef struct Usage {
+        /* tokens: the prompt's (with the cached ones), of it from the cache, generated; -1 unknown */
+        int64_t in, cached, out;
+        /* llama.cpp's timings: tokens evaluated and their time, for the prompt and for generation;
+         * -1 unknown */
+        int64_t prompt_n, predicted_n;
+        double prompt_ms, predicted_ms;
+        uint64_t deltas; /* stream events that carry a piece of the answer: what a cut stream counts */
+        bool first_delta_seen;
+        bool usage_seen; /* a usage object said the counts: timings no longer do */
+        Buffer *tail;    /* of a whole body: the caller's working space, kept across requests */
+        bool body_read;  /* the body's last piece was read where it was */
+} Usage;
+
+/* Nothing known yet; tail is emptied (NULL: no whole body is read) */
+void usage_init(Usage *u, Buffer *tail);
+/* Anything read at all */
+bool usage_known(const Usage *u);
+
+/* One JSON text (a data line's value, or a body's last bytes): its last "usage" and "timings" objects */
+void usage_scan(Usage *u, const char *p, size_t n);
+/* What an event's name says of its data */
+typedef enum UsageEvent {
+        USAGE_EVENT_UNNAMED, /* no event line: OpenAI's chat and completions */
+        USAGE_EVENT_COUNTS,  /* message_start, message_delta, response.completed */
+        USAGE_EVENT_DELTA,   /* content_block_delta, response.….delta: a piece of the answer */
+        USAGE_EVENT_OTHER,
+} UsageEvent;
+UsageEvent usage_event_of(const char *name, size_t n);
+/* The value of an event stream's data line (after "data:" and its space), in an event of kind ev */
+void usage_sse_data(Usage *u, UsageEvent ev, const char *v, size_t n);
+/* A whole body's bytes as they pass (last: they end it, when the caller knows its length); usage_body_end()
+ * when it is all there. 0 or -ENOMEM. */
+int usage_body_feed(Usage *u, const char *p, size_t n, bool last);
+void usage_body_end(Usage *u);
+
+/* The stream ended before its last event: the pieces that arrived are what was generated, as far as it
+ * is known (llama.cpp sends one token in each) */
+void usage_cut(Usage *u);
+
+/* Tokens per second over ms, -1 when not known */
+double usage_speed(int64_t n, double ms);

@@ -1,0 +1,40 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* rule:request-id */
+#include <string.h>
+
+#include "modelgated/rules/request-id.h"
+#include "tests.h"
+
+#define LIT(s) ((Span){"" s, sizeof(s) - 1})
+
+TEST(sane_ids) {
+        char l[REQUEST_ID_MAX + 2];
+        ASSERT_TRUE(request_id_sane(LIT("a")));
+        ASSERT_TRUE(request_id_sane(LIT("req_01HZX-9f/aa:b=c")));
+        ASSERT_TRUE(!request_id_sane(LIT("")));
+        ASSERT_TRUE(!request_id_sane(LIT("a b")));
+        ASSERT_TRUE(!request_id_sane(LIT("a\tb")));
+        ASSERT_TRUE(!request_id_sane(LIT("a\x7f")));
+        ASSERT_TRUE(!request_id_sane(LIT("caf\xc3\xa9")));
+        memset(l, 'x', sizeof(l));
+        ASSERT_TRUE(request_id_sane((Span){l, REQUEST_ID_MAX}));
+        ASSERT_TRUE(!request_id_sane((Span){l, REQUEST_ID_MAX + 1}));
+}
+
+TEST(made_ids_are_hex_distinct_and_sane) {
+        uint64_t seed[2] = {0x1234, 0x5678};
+        char a[REQUEST_ID_MADE_LEN + 1], b[REQUEST_ID_MADE_LEN + 1];
+
+        request_id_make(seed, 0, a);
+        request_id_make(seed, 1, b);
+        ASSERT_EQ(strlen(a), (size_t)REQUEST_ID_MADE_LEN);
+        ASSERT_EQ(strspn(a, "0123456789abcdef"), (size_t)REQUEST_ID_MADE_LEN);
+        ASSERT_TRUE(strcmp(a, b) != 0);
+        ASSERT_TRUE(request_id_sane((Span){a, strlen(a)}));
+        /* another process's seed gives another id for the same count */
+        seed[1]++;
+        request_id_make(seed, 0, b);
+        ASSERT_TRUE(strcmp(a, b) != 0);
+}
+
+TESTS_MAIN
