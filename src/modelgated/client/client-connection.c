@@ -131,6 +131,10 @@ static void client_log_left(Client *c) {
         if (c->state == CLIENT_RESPONDING && !c->x->response_complete) {
                 if (c->feed)
                         client_log_access(c, "feed");
+                else if (c->x->mode == MODE_SSE && c->x->sse.saw_done && buffer_is_empty(&c->out))
+                        /* it had the whole stream, its end event written out, and left before the
+                         * last chunk: a complete answer (Codex closes at response.completed) */
+                        client_log_access(c, NULL);
                 else if (c->x->model || c->x->method != EXCHANGE_NO_METHOD)
                         client_log_access(c, "cut=client");
         }
