@@ -381,8 +381,16 @@ def test_every_route_of_the_real_servers_table_answers_as_the_server_does(box, e
         if route in DIFFERENT_ON_PURPOSE or route in NOT_SENT:
             continue
         key = KEYS.get(route, "laguna-xs")
-        s1, t1, b1 = send(g.port, route, "3090-" + key, port)
-        s2, t2, b2 = send(port, route, key, port)
+        # a load or unload is compared against a model the walk has just put in place, but the router
+        # changes its models on its own threads (--models-max 1 evicts, a load answers before it is done),
+        # so the state can move between the settle and the call: such a pair is tried again, at most
+        # three times, and the last pair is what is compared
+        for _ in range(3 if route in PREPARE else 1):
+            s1, t1, b1 = send(g.port, route, "3090-" + key, port)
+            s2, t2, b2 = send(port, route, key, port)
+            if (s1, body_shape(t1, b1)) == (s2, body_shape(t2, b2)):
+                break
+            print("%s %s: through modelgate %d, direct %d: tried again" % (route + (s1, s2)))
         compared.append(route)
         if (s1, body_shape(t1, b1)) != (s2, body_shape(t2, b2)):
             differ.append("%s %s: through modelgate %d %s %r, direct %d %s %r"
