@@ -159,6 +159,17 @@ def status(g, model):
     return models(g)[model]["status"]["value"]
 
 
+def long_stream(g, model, headers=b""):
+    """a streamed chat over the model's whole context on a raw socket, which the test can close at any
+    byte: the socket and its reader"""
+    s = g.sock()
+    body = json.dumps(dict(chat(model, "go on", True), max_tokens=100000, ignore_eos=True,
+                           temperature=0)).encode()
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
+              headers + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    return s, s.makefile("rb")
+
+
 def test_cold_start_and_switch_on_the_real_server(box, engines, make_gate):
     port, conf = engines
     g = make_gate(FAST + conf, env=gate_env(box))
@@ -373,12 +384,7 @@ def test_a_client_gone_mid_stream_frees_the_servers_slot(box, engines, make_gate
         return [s["id"] for s in slots if s["is_processing"]]
 
     # the whole context (4096) of tokens: seconds of streaming on this machine
-    s = g.sock()
-    body = json.dumps(dict(chat("3090-flint-xs", "go on", True), max_tokens=100000, ignore_eos=True,
-                           temperature=0)).encode()
-    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-              b"Content-Length: %d\r\n\r\n" % len(body) + body)
-    f = s.makefile("rb")
+    s, f = long_stream(g, "3090-flint-xs")
     wait_for(lambda: f.readline().startswith(b"data: {"), 60, "the first token")
     assert processing(), "the stream's slot is not processing"
     streaming = connections(g.proc.pid, port)  # the stream's, the feed's, and any pooled one
@@ -627,12 +633,7 @@ def test_the_access_line_counts_the_engines_own_tokens_and_names_the_request(box
     g.wait_log(" id=t-health")
 
     # a client that leaves mid-stream: status 499, and the count of what it was sent so far says (cut)
-    s = g.sock()
-    body = json.dumps(dict(chat("3090-laguna-xs", "go on", True), max_tokens=100000, ignore_eos=True,
-                           temperature=0)).encode()
-    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-              b"X-Request-Id: t-left\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
-    f = s.makefile("rb")
+    s, f = long_stream(g, "3090-laguna-xs", b"X-Request-Id: t-left\r\n")
     seen = 0
     while seen < 5:
         line = f.readline()

@@ -49,6 +49,17 @@ def run_sdk(script, base, model, mode, *extra):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def two_engines_gate(box, make_gate):
+    """modelgated in front of the double's two engines on one GPU, with a short hold-down and keepalives
+    within a second, so that an SDK's request waits through a switch and sees comments meanwhile"""
+    port = free_port()
+    conf = "[Proxy]\nHoldDownSec=1s\nKeepaliveAfterSec=1s\nKeepaliveIntervalSec=1s\n" + local_host("3090", port) + \
+        engines_conf(box, "3090", port, double_args="--token-delay 0.1")
+    g = make_gate(conf, env=gate_env(box))
+    g.wait_log("host 3090 up")
+    return g
+
+
 def busy_engine(g, model, tokens):
     """streams from model in the background; returns once the stream has begun"""
     started = threading.Event()
@@ -68,11 +79,7 @@ def busy_engine(g, model, tokens):
 
 
 def test_sdks_stream_through_a_wait_with_keepalives_and_get_the_whole_answer(box, make_gate):
-    port = free_port()
-    conf = "[Proxy]\nHoldDownSec=1s\nKeepaliveAfterSec=1s\nKeepaliveIntervalSec=1s\n" + local_host("3090", port) + \
-        engines_conf(box, "3090", port, double_args="--token-delay 0.1")
-    g = make_gate(conf, env=gate_env(box))
-    g.wait_log("host 3090 up")
+    g = two_engines_gate(box, make_gate)
     base = "http://127.0.0.1:%d" % g.port
 
     # OpenAI SDK, streaming, waits ~4 s for fork while mainline streams
@@ -107,11 +114,7 @@ def test_sdk_responses_api_streams_through_a_wait_and_reads_its_errors_as_respon
     """rule:responses-api, rule:error-event: the OpenAI SDK's responses.create through an early 200, plain
     through a switch, and the errors after the early 200 (the host's overflow answer) and inside the
     engine's stream (llama.cpp's unnamed error line) as the response.failed events the SDK yields"""
-    port = free_port()
-    conf = "[Proxy]\nHoldDownSec=1s\nKeepaliveAfterSec=1s\nKeepaliveIntervalSec=1s\n" + local_host("3090", port) + \
-        engines_conf(box, "3090", port, double_args="--token-delay 0.1")
-    g = make_gate(conf, env=gate_env(box))
-    g.wait_log("host 3090 up")
+    g = two_engines_gate(box, make_gate)
     base = "http://127.0.0.1:%d/v1" % g.port
 
     t, done = busy_engine(g, "3090-laguna-xs", 40)

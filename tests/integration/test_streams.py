@@ -50,6 +50,18 @@ def drop(c, r):
     c.close()
 
 
+def leave_a_long_stream(g, conv):
+    """a stream of fork's flint-xs over its whole context (4096 tokens: seconds of streaming on this
+    machine), left by its client after the first token; the session goes on without it"""
+    c, r = start(g.port, conv, "3090-flint-xs", max_tokens=100000, ignore_eos=True)
+    line = b""
+    while not line.startswith(b"data: {"):
+        line = r.readline()
+        assert line, "the stream ended before its first token"
+    drop(c, r)
+    g.wait_log("host 3090: conversation %s: its client left mid-stream" % conv)
+
+
 def call(port, method, path, body=None, key=None):
     """(status, content type, body) of one request"""
     c = conn(port)
@@ -197,12 +209,7 @@ def test_a_switch_waits_for_a_session_still_producing(box, engines, make_gate):
     port, conf = engines
     g = make_gate(FAST + conf, env=gate_env(box))
     g.wait_log("host 3090 up")
-    # the whole context (4096 tokens) of fork's flint-xs: seconds of streaming on this machine
-    c, r = start(g.port, "c3", "3090-flint-xs", max_tokens=100000, ignore_eos=True)
-    while not r.readline().startswith(b"data: {"):
-        pass
-    drop(c, r)
-    g.wait_log("host 3090: conversation c3: its client left mid-stream")
+    leave_a_long_stream(g, "c3")
 
     other = {}
     t = threading.Thread(target=lambda: other.update(r=test_real.ask(g, "3090-laguna-xs")))
@@ -234,11 +241,7 @@ def test_a_stream_read_on_ends_with_the_daemon(box, engines, make_gate):
     port, conf = engines
     g = make_gate(FAST + conf, env=gate_env(box))
     g.wait_log("host 3090 up")
-    c, r = start(g.port, "c6", "3090-flint-xs", max_tokens=100000, ignore_eos=True)
-    while not r.readline().startswith(b"data: {"):
-        pass
-    drop(c, r)
-    g.wait_log("host 3090: conversation c6: its client left mid-stream")
+    leave_a_long_stream(g, "c6")
     # a stop meanwhile does not wait for it (it is nobody's answer), and ends it cleanly (no sanitizer
     # report, exit 0: Gate.stop())
     g.stop()
