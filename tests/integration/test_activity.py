@@ -213,6 +213,7 @@ def test_top_in_tmux_shows_a_switch_and_quits_on_q(box, make_gate, tmp):
         assert done["r"][0] == 200
         wait_for(lambda: any(l.startswith("200") and "3090-flint-40b" in l and "fork" in l
                              for l in pane().splitlines()), timeout=30, what="the request in RECENT")
+        print(pane())  # the frame, in the log
         assert all(len(l) <= 100 for l in pane().splitlines())
         subprocess.run(tmux + ["send-keys", "q"], check=True, timeout=10)
         wait_for(lambda: subprocess.run(tmux + ["has-session"], capture_output=True).returncode != 0, timeout=10,
