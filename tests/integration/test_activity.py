@@ -6,6 +6,7 @@ import http.client
 import json
 import os
 import shutil
+import socket
 import subprocess
 import threading
 import uuid
@@ -76,6 +77,8 @@ class Activity:
         return [d for d in self.of("request") if d["id"] == rid]
 
     def close(self):
+        # the reader's file holds the socket: shut it, so the daemon sees the end now
+        self.s.shutdown(socket.SHUT_RDWR)
         self.s.close()
 
 
@@ -136,6 +139,17 @@ def test_a_switch_seen_live_and_by_a_late_subscriber(box, make_gate):
     assert marker.encode() not in feed.raw and marker.encode() not in late.raw
     feed.close()
     late.close()
+
+    # nobody watching: the ring still has the switch's time (the host's news is read during a switch)
+    wait_for(lambda: "feed" in g.logtext() and g.logtext().count("GET /activity") >= 2, what="both feeds gone")
+    status, _ = ask(g, "3090-laguna-xs", "switch-2", marker)
+    assert status == 200
+    again = Activity(g)
+    wait_for(lambda: again.of("snapshot"), what="the third snapshot")
+    last = again.of("snapshot")[0]["recent"][-1]
+    assert last["id"] == "switch-2" and last["engine"] == "mainline" and last["switch_ms"] > 0, last
+    assert last["queued_ms"] >= last["switch_ms"] - 1
+    again.close()
 
 
 def test_only_a_tier_with_activity_may_subscribe(make_double, make_gate, tmp):

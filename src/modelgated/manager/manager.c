@@ -270,8 +270,9 @@ static void manager_catalog_ready(Manager *m) {
 static void host_changed_cb(Host *h, void *userdata) {
         Manager *m = userdata;
 
-        /* rule:activity-feed: a host event only while someone follows /activity (a cheap check) */
-        if (activity_watched(m->activity)) {
+        /* rule:activity-feed: a host event only while someone follows /activity (a cheap check); during
+         * a switch always, for the switching phase of the requests that wait for it */
+        if (activity_watched(m->activity) || host_switch_target(h) >= 0) {
                 ActivityHost v;
                 manager_activity_host(m, h, &v);
                 activity_host_changed(m->activity, &v);

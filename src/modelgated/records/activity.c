@@ -283,7 +283,8 @@ static ActivityHost *host_slot(Activity *a, const char *name) {
         return &n[a->n_hosts++];
 }
 
-/* The requests queued on h for the engine it switches to now wait for that switch */
+/* The requests queued on h for the engine it switches to now wait for that switch (again for each change
+ * of the host's view while it switches: only those still queued move) */
 static void promote_switching(Activity *a, const ActivityHost *h) {
         LIST_FOREACH_SAFE (inflight, r, next, a->inflight)
                 if (r->phase == ACTIVITY_QUEUED && streq(r->host, h->name) &&
@@ -297,12 +298,11 @@ void activity_host_changed(Activity *a, const ActivityHost *h) {
 
         if (last && host_view_eq(last, h))
                 return;
-        bool switch_began = h->switching_to[0] && (!last || !streq(last->switching_to, h->switching_to));
         if (last)
                 *last = *h;
         if (activity_watched(a))
                 broadcast(a, "host", NULL, h);
-        if (switch_began)
+        if (h->switching_to[0])
                 promote_switching(a, h);
 }
 

@@ -88,7 +88,8 @@ void activity_request_done(ActivityRequest *r);
 void activity_request_forget(ActivityRequest *r);
 
 /* What a host shows now: a "host" event when it differs from what was last shown, and the requests
- * queued for the engine it switches to are "switching" from now. */
+ * queued for the engine it switches to are "switching" from now. Called while someone watches, and
+ * during a switch whether or not (so that a request's switch_ms is right in the ring). */
 void activity_host_changed(Activity *a, const ActivityHost *h);
 
 /* The snapshot's JSON (the "snapshot" event's data, GetActivity()'s answer) with these hosts */
