@@ -68,6 +68,17 @@ void client_activity_queued(Client *c) {
         activity_request_phase(r, ACTIVITY_QUEUED);
 }
 
+/* Its engine's router loads its model (seen at the keepalives of a waiting stream) */
+void client_activity_loading(Client *c) {
+        ActivityRequest *r = &c->x->activity;
+        int p = host_waiter_loading(&c->x->waiter);
+
+        if ((p < 0 && p != -ENODATA) || (r->phase == ACTIVITY_LOADING && r->progress == p))
+                return;
+        r->progress = p >= 0 ? p : -1;
+        activity_request_phase(r, ACTIVITY_LOADING);
+}
+
 void client_activity_first_byte(Client *c) {
         ActivityRequest *r = &c->x->activity;
 

@@ -262,6 +262,7 @@ void client_start_feed(Client *c);
 void client_activity_begin(Client *c);
 void client_activity_queued(Client *c);
 void client_activity_first_byte(Client *c);
+void client_activity_loading(Client *c);
 void client_activity_done(Client *c, int status, usec_t duration, bool cut);
 void client_start_activity(Client *c);
 

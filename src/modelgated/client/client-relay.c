@@ -475,6 +475,7 @@ int client_keepalive_cb(sd_event_source *s, uint64_t usec, void *userdata) {
         k = host_waiter_describe(&c->x->waiter, what, sizeof(what));
         if (k < 0)
                 return 0;
+        client_activity_loading(c); /* rule:activity-feed: the router's load, when it is one */
         if (k == 0 && !c->x->early) {
                 /* looked at again soon: a load that begins now gets its early 200 in time */
                 (void)sd_event_source_set_time_relative(

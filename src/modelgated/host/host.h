@@ -136,6 +136,9 @@ void host_release(HostWaiter *w);
  * engine fork on 3090 to answer"); -ESTALE: released. */
 int host_waiter_describe(const HostWaiter *w, char *buf, size_t l);
 
+/* The model w asks for is being loaded by the running engine's router: its percent, -ENODATA when its feed
+ * gives none; -ENOENT: it is not loading */
+int host_waiter_loading(const HostWaiter *w);
 /* What a waiting request waits for (rule:activity-feed), for the /activity feed's "queued" event */
 typedef enum HostWait {
         HOST_WAIT_NONE,         /* it does not wait (in flight, or released) */
