@@ -22,6 +22,7 @@ import pytest
 
 from boxes import box_skip_reason, chat, gate_env, local_host
 from conftest import PYTHON, free_port, post, wait_for
+from test_activity import Activity
 from test_catalog import Feed, models
 from test_sdk import run_sdk, sdk_missing
 
@@ -274,6 +275,8 @@ def test_keepalive_comments_tell_how_far_the_model_has_loaded(box, engines, make
     port, conf = engines
     g = make_gate(FAST + "KeepaliveAfterSec=100ms\nKeepaliveIntervalSec=100ms\n" + conf, env=gate_env(box))
     g.wait_log("host 3090 up")
+    feed = Activity(g)  # rule:activity-feed: the same load as the request's loading phase
+    wait_for(lambda: feed.of("snapshot"), what="the activity snapshot")
     # a cold start: the request waits for fork, then for the router to load flint-40b (seconds)
     r = ask(g, "3090-flint-40b", stream=True, max_tokens=4)
     assert r.status == 200
@@ -292,6 +295,14 @@ def test_keepalive_comments_tell_how_far_the_model_has_loaded(box, engines, make
     # then the router's own stream, in the same response
     assert any(l.startswith("data: {") for l in lines) and lines[-2:] == ["data: [DONE]", ""], lines[-5:]
     assert " early=200" in g.wait_log('model="3090-flint-40b"')
+    wait_for(lambda: any(d["phase"] == "done" for d in feed.of("request")), what="the request's done event")
+    phases = [d for d in feed.of("request") if d["model"] == "3090-flint-40b"]
+    names = [d["phase"] for d in phases]
+    assert "loading" in names and names.index("loading") < names.index("first_byte") < names.index("done"), names
+    shown = [d["progress"] for d in phases if d["phase"] == "loading" and d["progress"] is not None]
+    assert shown == sorted(shown) and all(0 <= p <= 1 for p in shown), phases
+    assert phases[-1]["tokens_out"] and phases[-1]["decode_tps"], phases[-1]
+    feed.close()
 
 
 OVERFLOW = re.compile(r"prompt is too long: (\d+) tokens > 512 maximum")

@@ -111,6 +111,7 @@ static int client_upstream_headers(Upstream *u, const UpstreamResponse *resp, vo
                 c->x->first_byte_seen = true;
                 c->x->first_byte = MAX(client_now(c) - c->x->start, (usec_t)1);
                 metrics_first_byte(manager_metrics(c->manager), c->x->host->name, c->x->first_byte);
+                client_activity_first_byte(c);
         }
         if (c->x->early) {
                 /* the 200 and its framing are out: a stream continues it, anything else becomes an error
@@ -474,6 +475,7 @@ int client_keepalive_cb(sd_event_source *s, uint64_t usec, void *userdata) {
         k = host_waiter_describe(&c->x->waiter, what, sizeof(what));
         if (k < 0)
                 return 0;
+        client_activity_loading(c); /* rule:activity-feed: the router's load, when it is one */
         if (k == 0 && !c->x->early) {
                 /* looked at again soon: a load that begins now gets its early 200 in time */
                 (void)sd_event_source_set_time_relative(

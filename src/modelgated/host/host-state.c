@@ -515,26 +515,32 @@ void host_release(HostWaiter *w) {
         host_schedule_later(h);
 }
 
+int host_waiter_loading(const HostWaiter *w) {
+        assert(w);
+        const Host *h = w->host;
+        const char *key = h && w->model ? startswith(w->model, h->conf->name) : NULL;
+
+        /* the engine is up, and the router loads the model: how far it has got, as its feed says */
+        if (!key || *key != '-' || w->engine != host_engine_up(h))
+                return -ENOENT;
+        return catalog_load_progress(h->catalog, key + 1);
+}
+
 int host_waiter_describe(const HostWaiter *w, char *buf, size_t l) {
         assert(w);
         const Host *h = w->host;
-        const char *key;
         int p;
 
         if (!h)
                 return -ESTALE;
-        /* the engine is up, and the router loads the model: how far it has got, as its feed says */
-        key = w->model ? startswith(w->model, h->conf->name) : NULL;
-        if (key && *key == '-' && w->engine == host_engine_up(h)) {
-                p = catalog_load_progress(h->catalog, key + 1);
-                if (p >= 0) {
-                        snprintf(buf, l, "loading %s %d%%", w->model, p);
-                        return 1;
-                }
-                if (p == -ENODATA) {
-                        snprintf(buf, l, "loading %s", w->model);
-                        return 1;
-                }
+        p = host_waiter_loading(w);
+        if (p >= 0) {
+                snprintf(buf, l, "loading %s %d%%", w->model, p);
+                return 1;
+        }
+        if (p == -ENODATA) {
+                snprintf(buf, l, "loading %s", w->model);
+                return 1;
         }
         if (w->req.state == SCHED_IN_FLIGHT) {
                 snprintf(buf, l, "waiting for engine %s on %s to answer", engine_name(h, w->engine),
