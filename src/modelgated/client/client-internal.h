@@ -255,6 +255,8 @@ void client_models_done(ModelsMerge *mm, Blob *json, void *userdata);
 void client_respond_health(Client *c, bool strict);
 void client_respond_refusal(Client *c, bool health);
 void client_respond_metrics(Client *c);
+void client_respond_ui(Client *c);
+void client_start_ui(Client *c);
 void client_start_feed(Client *c);
 
 /* The loop's time: everything that one event dispatch decides about a request uses one "now" (every
