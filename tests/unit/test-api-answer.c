@@ -58,6 +58,9 @@ static void format_sample(Answer a, char *buf, size_t n) {
         case ANSWER_MODEL_NOT_ALLOWED:
                 (void)answer_format(buf, n, a, "free", "3090-big");
                 return;
+        case ANSWER_ACTIVITY_NOT_ALLOWED:
+                (void)answer_format(buf, n, a, "free");
+                return;
         case ANSWER_UNKNOWN_HOST:
         case ANSWER_HOST_REMOVED:
         case ANSWER_CONV_TAKEN:
@@ -88,7 +91,7 @@ static void format_sample(Answer a, char *buf, size_t n) {
                 (void)answer_format(buf, n, a, "fork", "3090", "no first token within 10s");
                 return;
         case ANSWER_TOO_MANY_SUBSCRIBERS:
-                (void)answer_format(buf, n, a, (size_t)8, 8ULL);
+                (void)answer_format(buf, n, a, "/models/sse", (size_t)8, 8ULL);
                 return;
         case ANSWER_PROBE_NOT_SWITCHED:
                 (void)answer_format(buf, n, a, "fork", "3090", "engine 'mainline' runs");
@@ -156,6 +159,10 @@ static const struct {
          "the model name holds a control character"},
         {ANSWER_MODEL_NOT_ALLOWED, 0, 0, 403, "model_not_allowed", "",
          "this key (tier 'free') may not use model '3090-big'; GET /v1/models lists the ones it may"},
+        {ANSWER_ACTIVITY_NOT_ALLOWED, 0, 0, 403, "activity_not_allowed", "",
+         "this key's tier 'free' may not watch the activity; set Activity=yes in its [Tier] for an "
+         "operator's "
+         "key"},
         {ANSWER_UNKNOWN_HOST, 0, 0, 404, "model_not_found", "",
          "model '3090' does not start with a configured host name and '-'; GET /v1/models lists the "
          "models "

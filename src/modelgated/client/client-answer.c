@@ -69,6 +69,7 @@ void client_log_access(Client *c, const char *note) {
         };
 
         log_line(LOG_INFO, line, access_line_format(line, sizeof(line), &l));
+        client_activity_done(c, l.status, l.duration, cut);
         metrics_request(manager_metrics(c->manager), x->host ? x->host->name : "", x->engine_name,
                         x->error_status ?: x->status);
         if (x->alias)

@@ -84,8 +84,10 @@ void client_close(Client *c) {
         client_idle_leave(c);
         c->state = CLIENT_CLOSED;
         if (c->feed) {
-                feed_hub_unsubscribe(manager_feed_hub(c->manager), &c->feed_sub);
-                c->feed = false;
+                feed_hub_unsubscribe(c->activity_feed ? activity_hub(manager_activity(c->manager))
+                                                      : manager_feed_hub(c->manager),
+                                     &c->feed_sub);
+                c->feed = c->activity_feed = false;
         }
         client_stream_drain(c); /* rule:resumable-streams: a session's stream is read on */
         exchange_done(c->x);    /* its upstream, its host wait, its budget and keepalive */
@@ -517,8 +519,10 @@ static void client_stop(Client *c) {
         c->close_after_response = true;
         if (c->feed) {
                 /* a feed has no end of its own: it ends cleanly with the daemon */
-                feed_hub_unsubscribe(manager_feed_hub(c->manager), &c->feed_sub);
-                c->feed = false;
+                feed_hub_unsubscribe(c->activity_feed ? activity_hub(manager_activity(c->manager))
+                                                      : manager_feed_hub(c->manager),
+                                     &c->feed_sub);
+                c->feed = c->activity_feed = false;
                 if (c->x->chunked)
                         (void)buffer_append_str(&c->out, "0\r\n\r\n");
                 client_response_complete(c, "feed");

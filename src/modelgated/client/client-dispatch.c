@@ -63,6 +63,7 @@ static void client_engine_ready(HostWaiter *w, int status, const char *message) 
                 (void)client_attempt_failed(c, attempt_failure_of_refusal(status), status, message);
         } else {
                 metrics_wait(manager_metrics(c->manager), c->x->host->name, client_now(c) - c->x->start);
+                activity_request_ready(&c->x->activity);
                 client_go(c);
         }
         client_flush(c);
@@ -261,6 +262,10 @@ static bool dispatch_own(Client *c, Dispatch *d) {
         /* a subscriber holds a connection for good: with [Access], only an admitted one */
         if (get && span_eq(path, "/models/sse")) {
                 client_start_feed(c);
+                return true;
+        }
+        if (get && span_eq(path, "/activity")) {
+                client_start_activity(c);
                 return true;
         }
         if (get && (span_eq(path, "/models") || span_eq(path, "/v1/models"))) {
@@ -606,6 +611,7 @@ static void dispatch_to_host(Client *c, Dispatch *d) {
         if (engine >= 0 && !dispatch_probe_may_go(c, d, host, (size_t)engine))
                 return;
         HostRefusal refusal;
+        client_activity_begin(c);
         HostAcquire k = engine >= 0 ? host_acquire(host, (size_t)engine, &c->x->waiter, client_engine_ready,
                                                    client_host_went_down, c->x->alias_target ?: c->x->model,
                                                    &refusal)
@@ -617,6 +623,7 @@ static void dispatch_to_host(Client *c, Dispatch *d) {
                                             refusal.message);
                 return;
         case HOST_QUEUED:
+                client_activity_queued(c);
                 client_wait_for_engine(c);
                 return; /* client_engine_ready() goes on */
         case HOST_ACQUIRED:

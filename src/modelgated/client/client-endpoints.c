@@ -219,7 +219,8 @@ void client_start_feed(Client *c) {
          * so that /health and requests always find one */
         uint64_t max = MIN(config->max_feed_subscribers, config->max_connections / 2);
         if (feed_hub_count(hub) >= max) {
-                client_answer(c, ANSWER_TOO_MANY_SUBSCRIBERS, feed_hub_count(hub), (unsigned long long)max);
+                client_answer(c, ANSWER_TOO_MANY_SUBSCRIBERS, "/models/sse", feed_hub_count(hub),
+                              (unsigned long long)max);
                 return;
         }
 

@@ -125,6 +125,7 @@ struct Client {
         ClientSet *set;
         FeedSubscriber feed_sub; /* in the manager's feed hub while it follows /models/sse */
         bool feed;
+        bool activity_feed; /* the feed is /activity's (feed_sub in the activity's hub) */
         int fd;
         SocketWatch *io;
         LazyTimer timer; /* each state's deadline (client_set_timer()) */
@@ -258,6 +259,13 @@ void client_respond_metrics(Client *c);
 void client_respond_ui(Client *c);
 void client_start_ui(Client *c);
 void client_start_feed(Client *c);
+
+/* client-activity.c: a request as /activity shows it (rule:activity-feed), and its subscribers */
+void client_activity_begin(Client *c);
+void client_activity_queued(Client *c);
+void client_activity_first_byte(Client *c);
+void client_activity_done(Client *c, int status, usec_t duration, bool cut);
+void client_start_activity(Client *c);
 
 /* The loop's time: everything that one event dispatch decides about a request uses one "now" (every
  * caller runs inside an event callback of the loop). */

@@ -111,6 +111,7 @@ static int client_upstream_headers(Upstream *u, const UpstreamResponse *resp, vo
                 c->x->first_byte_seen = true;
                 c->x->first_byte = MAX(client_now(c) - c->x->start, (usec_t)1);
                 metrics_first_byte(manager_metrics(c->manager), c->x->host->name, c->x->first_byte);
+                client_activity_first_byte(c);
         }
         if (c->x->early) {
                 /* the 200 and its framing are out: a stream continues it, anything else becomes an error

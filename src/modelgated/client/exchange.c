@@ -29,6 +29,7 @@ void exchange_done(Exchange *x) {
         free(x->conv_id);
         sse_filter_done(&x->sse);
         buffer_done(&x->held);
+        activity_request_forget(&x->activity); /* a request that never logged its end */
         exchange_init(x, x->client);
 }
 

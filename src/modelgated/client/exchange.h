@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "modelgated/records/access.h"
+#include "modelgated/records/activity.h"
 #include "modelgated/rules/api-error.h"
 #include "modelgated/conf/conf.h"
 #include "modelgated/host/host.h"
@@ -107,6 +108,8 @@ typedef struct Exchange {
          * client_request_id() first asks */
         Span request_id;
         char made_id[REQUEST_ID_MADE_LEN + 1];
+        /* rule:activity-feed: the request as /activity shows it, in its in-flight list from its host on */
+        ActivityRequest activity;
 } Exchange;
 
 /* A new, empty request of client. */

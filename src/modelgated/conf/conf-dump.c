@@ -113,6 +113,8 @@ static void dump_tier(const TierConf *t, FILE *f) {
         if (t->max_body_size)
                 fprintf(f, "MaxBodySize=%llu\n", (unsigned long long)t->max_body_size);
         dump_strv(f, "Models", t->models);
+        if (t->activity)
+                fprintf(f, "Activity=yes\n");
 }
 
 static void dump_alias(const AliasConf *a, FILE *f) {

@@ -55,6 +55,14 @@ static int parse_tristate_item(const char *v, void *data) {
         return 0;
 }
 
+static int parse_bool_item(const char *v, void *data) {
+        int b = parse_boolean(v);
+        if (b < 0)
+                return b;
+        *(bool *)data = b;
+        return 0;
+}
+
 static int parse_absolute_path_item(const char *v, void *data) {
         if (*v && v[0] != '/')
                 return -EINVAL;
@@ -234,6 +242,7 @@ static const ConfigItem config_items[] = {
         {SECTION_TIER, "DailyRequests", parse_cap_item, offsetof(TierConf, daily_requests)},
         {SECTION_TIER, "Models", parse_strv_item, offsetof(TierConf, models)},
         {SECTION_TIER, "MaxBodySize", parse_size_item, offsetof(TierConf, max_body_size)},
+        {SECTION_TIER, "Activity", parse_bool_item, offsetof(TierConf, activity)},
 
         {SECTION_ALIAS, "Name", parse_alias_name_item, offsetof(AliasConf, name)},
         {SECTION_ALIAS, "Targets", parse_strv_item, offsetof(AliasConf, targets)},

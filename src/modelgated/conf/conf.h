@@ -75,6 +75,7 @@ typedef struct TierConf {
         uint64_t daily_requests; /* UINT64_MAX: no cap */
         uint64_t max_body_size;  /* 0: [Proxy] MaxBodySize= */
         char **models;           /* globs over client-visible names; NULL: all */
+        bool activity;           /* Activity=: may follow /activity and GetActivity (rule:activity-feed) */
         char *file;
         unsigned line;
 } TierConf;

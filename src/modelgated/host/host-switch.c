@@ -40,6 +40,51 @@ const char *host_state_to_string(HostState s) {
         return s >= 0 && s < _HOST_STATE_MAX ? host_state_table[s] : NULL;
 }
 
+static const char *const host_wait_table[] = {
+        [HOST_WAIT_NONE] = NULL,
+        [HOST_WAIT_STREAM] = "stream",
+        [HOST_WAIT_HOLD_DOWN] = "hold-down",
+        [HOST_WAIT_ENGINE_START] = "engine-start",
+        [HOST_WAIT_SWITCH] = "switch",
+};
+
+const char *host_wait_to_string(HostWait w) {
+        return w >= 0 && (size_t)w < ELEMENTSOF(host_wait_table) ? host_wait_table[w] : NULL;
+}
+
+ssize_t host_switch_target(const Host *h) {
+        assert(h);
+        return h->phase != PHASE_NONE && h->phase != PHASE_IDLE_STOP ? h->target : -1;
+}
+
+/* rule:activity-feed: what a waiting request waits for, as the scheduler and the switch see it now */
+HostWait host_waiter_wait(const HostWaiter *w, unsigned *ret_ahead, usec_t *ret_hold_left) {
+        assert(w);
+        const Host *h = w->host;
+        usec_t now, until;
+
+        *ret_ahead = 0;
+        *ret_hold_left = 0;
+        if (!h || w->req.state != SCHED_WAITING)
+                return HOST_WAIT_NONE;
+        *ret_ahead = sched_ahead(&h->sched, &w->req);
+        if (h->phase != PHASE_NONE && h->phase != PHASE_IDLE_STOP)
+                return h->target == w->engine && (h->running < 0 || h->running == h->target)
+                               ? HOST_WAIT_ENGINE_START
+                               : HOST_WAIT_SWITCH;
+        if (h->running < 0)
+                return HOST_WAIT_ENGINE_START;
+        if (h->running == w->engine)
+                return HOST_WAIT_SWITCH; /* behind a pending switch to another engine */
+        now = host_now(h);
+        until = sched_hold_down_until(&h->sched, now);
+        if (until > now) {
+                *ret_hold_left = until == USEC_INFINITY ? USEC_INFINITY : until - now;
+                return HOST_WAIT_HOLD_DOWN;
+        }
+        return h->sched.n_in_flight > 0 ? HOST_WAIT_STREAM : HOST_WAIT_SWITCH;
+}
+
 void host_update_state(Host *h) {
         assert(h);
         HostState s;

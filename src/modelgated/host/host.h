@@ -136,6 +136,20 @@ void host_release(HostWaiter *w);
  * engine fork on 3090 to answer"); -ESTALE: released. */
 int host_waiter_describe(const HostWaiter *w, char *buf, size_t l);
 
+/* What a waiting request waits for (rule:activity-feed), for the /activity feed's "queued" event */
+typedef enum HostWait {
+        HOST_WAIT_NONE,         /* it does not wait (in flight, or released) */
+        HOST_WAIT_STREAM,       /* the running engine's requests in flight, before the switch */
+        HOST_WAIT_HOLD_DOWN,    /* the running engine's hold-down */
+        HOST_WAIT_ENGINE_START, /* its engine starting, nothing else held the GPU */
+        HOST_WAIT_SWITCH,       /* a switch: to its engine, or first to another one */
+} HostWait;
+const char *host_wait_to_string(HostWait w);
+/* Why w waits, the requests ahead of it (ret_ahead) and the hold-down left (ret_hold_left, 0: none) */
+HostWait host_waiter_wait(const HostWaiter *w, unsigned *ret_ahead, usec_t *ret_hold_left);
+/* The engine a switch or start under way goes to, or -1 */
+ssize_t host_switch_target(const Host *h);
+
 /* An HTTP exchange of the host's own probe (its catalog's reads) failed at the network level (reason) or
  * succeeded (NULL): the host is down, or up. */
 void host_report_http(Host *h, const char *reason);

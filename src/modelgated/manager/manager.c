@@ -10,6 +10,7 @@
 #include <systemd/sd-daemon.h>
 
 #include "modelgated/records/access.h"
+#include "modelgated/records/activity.h"
 #include "modelgated/manager/engine-keys.h"
 #include "modelgated/event/feed-hub.h"
 #include "modelgated/host/host.h"
@@ -56,6 +57,7 @@ struct Manager {
         SocketWatchSet *sockets;
         UpstreamPool *pool;
         FeedHub *feed_hub;
+        Activity *activity; /* rule:activity-feed: the requests and hosts as /activity shows them */
         Metrics *metrics;
         Access *access; /* daily counts; made by the first request [Access] counts */
         AliasMemory *alias_memory;
@@ -89,6 +91,8 @@ int manager_new(sd_event *event, bool user, Manager **ret) {
                 r = upstream_pool_new(m->event, m->sockets, &m->pool);
         if (r >= 0)
                 r = feed_hub_new(m->event, &m->feed_hub);
+        if (r >= 0)
+                r = activity_new(m->event, &m->activity);
         if (r < 0) {
                 manager_free(m);
                 return r;
@@ -120,6 +124,7 @@ Manager *manager_free(Manager *m) {
         conv_map_done(&m->convs);
         sd_event_source_disable_unref(m->conv_hold);
         m->feed_hub = feed_hub_free(m->feed_hub);
+        m->activity = activity_free(m->activity);
         /* after the hosts: their upstreams were the pool's */
         m->pool = upstream_pool_free(m->pool);
         m->sockets = socket_watch_set_free(m->sockets);
@@ -263,7 +268,15 @@ static void manager_catalog_ready(Manager *m) {
 /* A Host's news (host.h), and what its owner does with it */
 
 static void host_changed_cb(Host *h, void *userdata) {
-        manager_changed(userdata);
+        Manager *m = userdata;
+
+        /* rule:activity-feed: a host event only while someone follows /activity (a cheap check) */
+        if (activity_watched(m->activity)) {
+                ActivityHost v;
+                manager_activity_host(m, h, &v);
+                activity_host_changed(m->activity, &v);
+        }
+        manager_changed(m);
 }
 
 static void host_catalog_ready_cb(Host *h, void *userdata) {
@@ -605,6 +618,11 @@ SocketWatchSet *manager_sockets(Manager *m) {
 Metrics *manager_metrics(Manager *m) {
         assert(m);
         return m->metrics;
+}
+
+Activity *manager_activity(Manager *m) {
+        assert(m);
+        return m->activity;
 }
 
 FeedHub *manager_feed_hub(Manager *m) {

@@ -14,6 +14,7 @@
 #include "modelgated/rules/conversation.h"
 #include "modelgated/conf/conf.h"
 #include "modelgated/event/socket-watch.h"
+#include "modelgated/records/activity.h"
 #include "shared/macro.h"
 #include "shared/time-util.h"
 
@@ -23,6 +24,7 @@ typedef struct UpstreamPool UpstreamPool;
 typedef struct Metrics Metrics;
 typedef struct Access Access;
 typedef struct FeedHub FeedHub;
+typedef struct Activity Activity;
 typedef struct ModelMemory ModelMemory;
 
 typedef struct ManagerCallbacks {
@@ -85,6 +87,12 @@ UpstreamPool *manager_pool(Manager *m);
 SocketWatchSet *manager_sockets(Manager *m);
 Metrics *manager_metrics(Manager *m);
 FeedHub *manager_feed_hub(Manager *m);
+/* rule:activity-feed: the requests in flight and done, the /activity subscribers (records/activity.h) */
+Activity *manager_activity(Manager *m);
+/* What host h shows, as /activity's "host" event has it */
+void manager_activity_host(Manager *m, Host *h, ActivityHost *ret);
+/* The snapshot of the hosts and requests (the JSON of GetActivity(), or as the "snapshot" event) */
+int manager_activity_snapshot(Manager *m, bool event, Buffer *out);
 /* [Access] counts; made by the first request that needs them, so that no file is read at start unless
  * [Access] is used. NULL: out of memory. */
 Access *manager_access(Manager *m);

@@ -66,6 +66,10 @@ static const AnswerRow answer_table[_ANSWER_MAX] = {
                                          "name it once"},
         [ANSWER_MODEL_CONTROL_CHARACTER] = {400, "invalid_model", ANSWER_HEADERS_NONE, 0,
                                             "the model name holds a control character"},
+        /* rule:activity-feed */
+        [ANSWER_ACTIVITY_NOT_ALLOWED] = {403, "activity_not_allowed", ANSWER_HEADERS_NONE, 0,
+                                         "this key's tier '%s' may not watch the activity; set Activity=yes "
+                                         "in its [Tier] for an operator's key"},
         [ANSWER_MODEL_NOT_ALLOWED] =
                 {403, "model_not_allowed", ANSWER_HEADERS_NONE, 0,
                  "this key (tier '%s') may not use model '%s'; GET /v1/models lists the "
@@ -102,7 +106,7 @@ static const AnswerRow answer_table[_ANSWER_MAX] = {
         [ANSWER_CONFIG_ERROR] = {503, "config_error", ANSWER_HEADERS_NO_RETRY, 0, "%s"},
         [ANSWER_CRASH_LOOP] = {503, "crash_loop", ANSWER_HEADERS_NO_RETRY, 0, "%s"},
         [ANSWER_TOO_MANY_SUBSCRIBERS] = {503, "too_many_subscribers", ANSWER_HEADERS_RETRY_AFTER, 30,
-                                         "/models/sse has %zu subscribers, as many as this proxy takes "
+                                         "%s has %zu subscribers, as many as this proxy takes "
                                          "(MaxFeedSubscribers=%llu, at most half of MaxConnections=)"},
         /* rule:probe: not retried by any SDK (x-should-retry: false, a 4xx they pass on); Claude Code's
          * token count then stands in its own estimate, as for any count it cannot get */

@@ -44,6 +44,7 @@ typedef enum Answer {
         ANSWER_MODEL_BODY_AND_QUERY,    /* - */
         ANSWER_MODEL_CONTROL_CHARACTER, /* - */
         ANSWER_MODEL_NOT_ALLOWED,       /* tier, model */
+        ANSWER_ACTIVITY_NOT_ALLOWED,    /* tier (or "anonymous") */
         ANSWER_UNKNOWN_HOST,            /* model (escaped) */
         ANSWER_UNKNOWN_MODEL,           /* host, key (escaped) */
         ANSWER_NO_ENGINE,               /* host, key (escaped) */
@@ -59,7 +60,7 @@ typedef enum Answer {
         ANSWER_BUDGET_EXCEEDED,         /* engine, host, what was not within which budget */
         ANSWER_CONFIG_ERROR,            /* the manager's words */
         ANSWER_CRASH_LOOP,              /* the manager's words */
-        ANSWER_TOO_MANY_SUBSCRIBERS,    /* subscribers (size_t), the most taken (ull) */
+        ANSWER_TOO_MANY_SUBSCRIBERS,    /* the feed's path, subscribers (size_t), the most taken (ull) */
         ANSWER_PROBE_NOT_SWITCHED,      /* engine, host, what holds the GPU */
         ANSWER_PROBE_NOT_LOADED,        /* model (the key), engine, host */
         ANSWER_STREAM_NOT_FOUND,        /* - */

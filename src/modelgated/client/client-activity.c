@@ -1,0 +1,162 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* A request's life as /activity shows it (rule:activity-feed), and the /activity subscribers. The record
+ * is the Exchange's (records/activity.h): filling it is a few short copies, and events are written only
+ * while someone follows. Only names, ids and numbers go into it, never a prompt or an answer
+ * (rule:no-text-in-activity). */
+
+#include <assert.h>
+
+#include "modelgated/client/client-internal.h"
+
+static void client_activity_send(FeedSubscriber *s, const FeedEvent *e);
+
+static const FeedSubscriberOps client_activity_ops = {
+        .send = client_activity_send,
+};
+
+static const char *api_name(Span path) {
+        if (span_eq(path, "/v1/chat/completions") || span_eq(path, "/chat/completions"))
+                return "chat";
+        if (span_eq(path, "/v1/completions") || span_eq(path, "/completions"))
+                return "completions";
+        if (span_startswith(path, "/v1/messages"))
+                return "messages";
+        if (span_startswith(path, "/v1/responses") || span_startswith(path, "/responses"))
+                return "responses";
+        return "other";
+}
+
+static void copy_span(char *dst, size_t size, Span s) {
+        size_t n = MIN(s.n, size - 1);
+
+        memcpy(dst, s.p, n);
+        dst[n] = 0;
+}
+
+/* The request reached its host (again, for an alias's next target) */
+void client_activity_begin(Client *c) {
+        assert(c);
+        Exchange *x = c->x;
+        ActivityRequest *r = &x->activity;
+        char id[80];
+
+        copy_span(r->id, sizeof(r->id), client_request_id(c));
+        snprintf(r->model, sizeof(r->model), "%s", x->model ?: "");
+        snprintf(r->host, sizeof(r->host), "%s", x->host ? x->host->name : "");
+        snprintf(r->engine, sizeof(r->engine), "%s", x->engine_name ?: "");
+        snprintf(r->key, sizeof(r->key), "%s", x->caller.admitted ? access_caller_id(&x->caller, id) : "");
+        r->api = api_name(x->path);
+        r->stream = x->streaming;
+        activity_request_begin(manager_activity(c->manager), r);
+}
+
+/* It waits for its engine: why, and behind how many */
+void client_activity_queued(Client *c) {
+        ActivityRequest *r = &c->x->activity;
+        usec_t hold_left;
+
+        HostWait w = host_waiter_wait(&c->x->waiter, &r->position, &hold_left);
+        r->waits_for = host_wait_to_string(w);
+        r->hold_down_left = w == HOST_WAIT_HOLD_DOWN && hold_left != USEC_INFINITY
+                                    ? (double)hold_left / USEC_PER_SEC
+                                    : -1;
+        activity_request_phase(r, ACTIVITY_QUEUED);
+}
+
+void client_activity_first_byte(Client *c) {
+        ActivityRequest *r = &c->x->activity;
+
+        r->first_byte_ms = (int64_t)(c->x->first_byte / USEC_PER_MSEC);
+        activity_request_phase(r, ACTIVITY_FIRST_BYTE);
+}
+
+/* Its end, with the access line's numbers: a struct copy into the ring */
+void client_activity_done(Client *c, int status, usec_t duration, bool cut) {
+        Exchange *x = c->x;
+        ActivityRequest *r = &x->activity;
+        const Usage *u = x->usage_on ? &x->usage : NULL;
+
+        if (!r->owner)
+                return;
+        r->status = status;
+        r->duration_ms = (int64_t)(duration / USEC_PER_MSEC);
+        r->first_byte_ms = x->first_byte ? (int64_t)(x->first_byte / USEC_PER_MSEC) : -1;
+        r->tokens_in = u ? u->in : -1;
+        r->tokens_cached = u ? u->cached : -1;
+        r->tokens_out = u ? u->out : -1;
+        r->prefill_tps = u ? usage_speed(u->prompt_n, u->prompt_ms) : -1;
+        r->decode_tps = u ? usage_speed(u->predicted_n, u->predicted_ms) : -1;
+        r->cut = cut;
+        snprintf(r->fallback, sizeof(r->fallback), "%s",
+                 x->via_fallback ? (x->fallback ? x->fallback->name : "?") : "");
+        if (x->via_fallback)
+                r->engine[0] = 0;
+        activity_request_done(r);
+}
+
+/* rule:activity-feed: without [Access] anyone on the socket; with it, a tier with Activity=yes */
+static bool client_may_watch(Client *c) {
+        if (!manager_config(c->manager)->access.enabled)
+                return true;
+        if (c->x->caller.tier && c->x->caller.tier->activity)
+                return true;
+        client_answer(c, ANSWER_ACTIVITY_NOT_ALLOWED,
+                      c->x->caller.tier ? c->x->caller.tier->name : "anonymous");
+        return false;
+}
+
+/* GET /activity: the snapshot, then every host's and request's news, until the client goes */
+void client_start_activity(Client *c) {
+        assert(c);
+        Manager *m = c->manager;
+        FeedHub *hub = activity_hub(manager_activity(m));
+        Config *config = manager_config(m);
+        _cleanup_(buffer_done) Buffer snap = {};
+
+        if (!client_may_watch(c))
+                return;
+        /* with /models/sse's: subscribers hold their connection for good, at most half of MaxConnections= */
+        uint64_t max = MIN(config->max_feed_subscribers, config->max_connections / 2);
+        size_t n = feed_hub_count(hub) + feed_hub_count(manager_feed_hub(m));
+        if (n >= max) {
+                client_answer(c, ANSWER_TOO_MANY_SUBSCRIBERS, "/activity", n, (unsigned long long)max);
+                return;
+        }
+        if (client_queue_stream_head(c) < 0) {
+                client_answer(c, ANSWER_OUT_OF_MEMORY);
+                return;
+        }
+        c->x->head_sent = true;
+        if (c->x->head) {
+                c->x->bytes = 0;
+                client_response_complete(c, NULL);
+                return;
+        }
+        /* a small kernel buffer lets a subscriber that stopped reading be seen (and dropped) soon */
+        (void)setsockopt(c->fd, SOL_SOCKET, SO_SNDBUF, &(int){64 * 1024}, sizeof(int));
+        c->feed = true;
+        c->activity_feed = true;
+        if (manager_activity_snapshot(m, /* event= */ true, &snap) < 0 ||
+            client_frame_body(c, buffer_peek(&snap), buffer_size(&snap)) < 0) {
+                client_close(c);
+                return;
+        }
+        feed_hub_subscribe(hub, &c->feed_sub, &client_activity_ops);
+        client_flush(c);
+}
+
+static void client_activity_send(FeedSubscriber *s, const FeedEvent *e) {
+        _cleanup_(client_unrefp) Client *c = client_ref(container_of(s, Client, feed_sub));
+
+        if (buffer_size(&c->out) > CLIENT_FEED_OUT_MAX) {
+                /* bounded: a subscriber that does not read is dropped, not buffered for ever */
+                log_info("Client %s does not read /activity, dropping it", c->peer);
+                client_log_access(c, "cut=slow-client");
+                client_close(c);
+                return;
+        }
+        if (client_frame_body(c, e->text, e->size) < 0)
+                client_close(c);
+        else
+                client_flush(c);
+}

@@ -1,0 +1,343 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The live activity (rule:activity-feed): requests in flight, the ring of the last finished ones, the
+ * hosts' last views, and the /activity subscribers. Events are rendered only while someone subscribes;
+ * a request's end is a struct copy into the ring, rendered when a snapshot asks for it. Only names, ids
+ * and numbers are ever written (rule:no-text-in-activity). */
+
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "modelgated/records/activity.h"
+#include "modelgated/rules/route.h"
+#include "shared/macro.h"
+
+struct Activity {
+        sd_event *event;
+        FeedHub *hub;
+        ActivityRequest *inflight;
+        ActivityRequest *ring; /* ACTIVITY_RECENT, oldest at ring_next once full */
+        size_t ring_next, ring_n;
+        ActivityHost *hosts; /* the last view of each host shown */
+        size_t n_hosts;
+};
+
+static const char *const phase_names[_ACTIVITY_PHASE_MAX] = {
+        [ACTIVITY_ADMITTED] = "admitted",     [ACTIVITY_QUEUED] = "queued",
+        [ACTIVITY_SWITCHING] = "switching",   [ACTIVITY_LOADING] = "loading",
+        [ACTIVITY_FIRST_BYTE] = "first_byte", [ACTIVITY_DONE] = "done",
+};
+
+const char *activity_phase_to_string(ActivityPhase p) {
+        return p >= 0 && p < _ACTIVITY_PHASE_MAX ? phase_names[p] : NULL;
+}
+
+int activity_new(sd_event *event, Activity **ret) {
+        Activity *a = calloc(1, sizeof(Activity));
+
+        if (!a)
+                return -ENOMEM;
+        a->event = sd_event_ref(event);
+        int r = feed_hub_new(event, &a->hub);
+        if (r < 0) {
+                activity_free(a);
+                return r;
+        }
+        *ret = a;
+        return 0;
+}
+
+Activity *activity_free(Activity *a) {
+        if (!a)
+                return NULL;
+        while (a->inflight)
+                activity_request_forget(a->inflight);
+        feed_hub_free(a->hub);
+        free(a->ring);
+        free(a->hosts);
+        sd_event_unref(a->event);
+        return mfree(a);
+}
+
+bool activity_watched(const Activity *a) {
+        return a && feed_hub_count(a->hub) > 0;
+}
+
+FeedHub *activity_hub(Activity *a) {
+        assert(a);
+        return a->hub;
+}
+
+static usec_t activity_now(Activity *a) {
+        usec_t t;
+
+        /* the loop's time of this iteration: no system call */
+        if (sd_event_now(a->event, CLOCK_REALTIME, &t) < 0)
+                return now_usec(CLOCK_REALTIME);
+        return t;
+}
+
+/* JSON writers: strings are quoted (names a client gave may hold anything), empty ones are null */
+static void put_str(Buffer *b, const char *name, const char *v) {
+        (void)buffer_printf(b, ",\"%s\":", name);
+        if (!v || !*v)
+                (void)buffer_append_str(b, "null");
+        else
+                (void)json_quote_append(b, v, json_quoted_len(v));
+}
+
+static void put_num(Buffer *b, const char *name, int64_t v) {
+        if (v < 0)
+                (void)buffer_printf(b, ",\"%s\":null", name);
+        else
+                (void)buffer_printf(b, ",\"%s\":%lld", name, (long long)v);
+}
+
+static void put_real(Buffer *b, const char *name, double v) {
+        if (v < 0)
+                (void)buffer_printf(b, ",\"%s\":null", name);
+        else
+                (void)buffer_printf(b, ",\"%s\":%.2f", name, v);
+}
+
+static void put_time(Buffer *b, const char *name, usec_t v) {
+        put_num(b, name, v == 0 || v == USEC_INFINITY ? -1 : (int64_t)v);
+}
+
+static void render_host(Buffer *b, const ActivityHost *h, usec_t t) {
+        (void)buffer_printf(b, "{\"t\":%llu", (unsigned long long)t);
+        put_str(b, "host", h->name);
+        put_str(b, "state", h->state);
+        put_str(b, "engine", h->engine);
+        put_str(b, "switching_to", h->switching_to);
+        put_time(b, "hold_down_until", h->hold_down_until);
+        put_time(b, "idle_stop_at", h->idle_stop_at);
+        (void)buffer_printf(b, ",\"in_flight\":%u,\"waiting\":%u}", h->in_flight, h->waiting);
+}
+
+static void render_request(Buffer *b, const ActivityRequest *r) {
+        (void)buffer_printf(b, "{\"t\":%llu", (unsigned long long)r->t);
+        put_str(b, "id", r->id);
+        put_str(b, "phase", activity_phase_to_string(r->phase));
+        put_str(b, "model", r->model);
+        put_str(b, "host", r->host);
+        put_str(b, "engine", r->engine);
+        put_str(b, "key", r->key);
+        put_str(b, "api", r->api ?: "other");
+        (void)buffer_printf(b, ",\"stream\":%s,\"started\":%llu", r->stream ? "true" : "false",
+                            (unsigned long long)r->started);
+        switch (r->phase) {
+        case ACTIVITY_QUEUED:
+                (void)buffer_printf(b, ",\"position\":%u", r->position);
+                put_str(b, "waits_for", r->waits_for);
+                put_real(b, "hold_down_left", r->hold_down_left);
+                break;
+        case ACTIVITY_LOADING:
+                put_real(b, "progress", r->progress < 0 ? -1 : r->progress / 100.0);
+                break;
+        case ACTIVITY_FIRST_BYTE:
+                put_num(b, "first_byte_ms", r->first_byte_ms);
+                break;
+        case ACTIVITY_DONE:
+                (void)buffer_printf(b, ",\"status\":%d", r->status);
+                put_num(b, "duration_ms", r->duration_ms);
+                put_num(b, "first_byte_ms", r->first_byte_ms);
+                put_num(b, "queued_ms", (int64_t)(r->queued_usec / USEC_PER_MSEC));
+                put_num(b, "switch_ms", (int64_t)(r->switch_usec / USEC_PER_MSEC));
+                put_num(b, "tokens_in", r->tokens_in);
+                put_num(b, "tokens_cached", r->tokens_cached);
+                put_num(b, "tokens_out", r->tokens_out);
+                put_real(b, "prefill_tps", r->prefill_tps);
+                put_real(b, "decode_tps", r->decode_tps);
+                (void)buffer_printf(b, ",\"cut\":%s", r->cut ? "true" : "false");
+                put_str(b, "fallback", r->fallback);
+                break;
+        default:
+                break;
+        }
+        (void)buffer_append_str(b, "}");
+}
+
+/* One event to every subscriber: the hub's subscribers drop themselves when they fall behind */
+static void broadcast(Activity *a, const char *type, const ActivityRequest *r, const ActivityHost *h) {
+        /* its own buffer: a subscriber's send may close a connection, whose news may be an event too */
+        _cleanup_(buffer_done) Buffer event = {};
+        Buffer *b = &event;
+
+        (void)buffer_printf(b, "event: %s\ndata: ", type);
+        if (r)
+                render_request(b, r);
+        else
+                render_host(b, h, activity_now(a));
+        if (buffer_append_str(b, "\n\n") < 0)
+                return; /* out of memory: this event is not shown */
+        feed_hub_broadcast(a->hub, &(const FeedEvent){.text = buffer_peek(b), .size = buffer_size(b)});
+}
+
+/* The time spent in the phase that ends at now */
+static void close_phase(ActivityRequest *r, usec_t now) {
+        if (r->queued_at) {
+                r->queued_usec += now - MIN(now, r->queued_at);
+                r->queued_at = 0;
+        }
+        if (r->switch_at) {
+                r->switch_usec += now - MIN(now, r->switch_at);
+                r->switch_at = 0;
+        }
+}
+
+void activity_request_begin(Activity *a, ActivityRequest *r) {
+        assert(a && r);
+        usec_t now = activity_now(a);
+
+        if (!r->owner) {
+                r->owner = a;
+                r->started = now;
+                r->first_byte_ms = r->tokens_in = r->tokens_cached = r->tokens_out = r->duration_ms = -1;
+                r->prefill_tps = r->decode_tps = -1;
+                r->progress = -1;
+                LIST_PREPEND(inflight, a->inflight, r);
+        } else
+                close_phase(r, now);
+        r->t = now;
+        r->phase = ACTIVITY_ADMITTED;
+        if (activity_watched(a))
+                broadcast(a, "request", r, NULL);
+}
+
+void activity_request_phase(ActivityRequest *r, ActivityPhase p) {
+        assert(r);
+        Activity *a = r->owner;
+
+        if (!a || (r->phase == p && p != ACTIVITY_QUEUED && p != ACTIVITY_LOADING))
+                return;
+        usec_t now = activity_now(a);
+        if (p != ACTIVITY_LOADING && p != r->phase)
+                close_phase(r, now);
+        if (p == ACTIVITY_QUEUED && !r->queued_at)
+                r->queued_at = now;
+        if (p == ACTIVITY_SWITCHING)
+                r->switch_at = now;
+        r->t = now;
+        r->phase = p;
+        if (activity_watched(a))
+                broadcast(a, "request", r, NULL);
+}
+
+void activity_request_ready(ActivityRequest *r) {
+        assert(r);
+        if (r->owner)
+                close_phase(r, activity_now(r->owner));
+}
+
+void activity_request_forget(ActivityRequest *r) {
+        assert(r);
+        if (!r->owner)
+                return;
+        LIST_REMOVE(inflight, r->owner->inflight, r);
+        r->owner = NULL;
+}
+
+void activity_request_done(ActivityRequest *r) {
+        assert(r);
+        Activity *a = r->owner;
+
+        if (!a)
+                return;
+        usec_t now = activity_now(a);
+        close_phase(r, now);
+        r->t = now;
+        r->phase = ACTIVITY_DONE;
+        activity_request_forget(r);
+        if (!a->ring)
+                a->ring = malloc(ACTIVITY_RECENT * sizeof(ActivityRequest));
+        if (a->ring) {
+                ActivityRequest *slot = &a->ring[a->ring_next];
+                *slot = *r;
+                slot->inflight_next = slot->inflight_prev = NULL;
+                a->ring_next = (a->ring_next + 1) % ACTIVITY_RECENT;
+                a->ring_n = MIN(a->ring_n + 1, (size_t)ACTIVITY_RECENT);
+        }
+        if (activity_watched(a))
+                broadcast(a, "request", r, NULL);
+}
+
+static bool host_view_eq(const ActivityHost *x, const ActivityHost *y) {
+        return streq(x->state, y->state) && streq(x->engine, y->engine) &&
+               streq(x->switching_to, y->switching_to) && x->hold_down_until == y->hold_down_until &&
+               x->idle_stop_at == y->idle_stop_at && x->in_flight == y->in_flight &&
+               x->waiting == y->waiting;
+}
+
+/* The host's last view, made when it is first shown; NULL: out of memory */
+static ActivityHost *host_slot(Activity *a, const char *name) {
+        for (size_t i = 0; i < a->n_hosts; i++)
+                if (streq(a->hosts[i].name, name))
+                        return &a->hosts[i];
+        ActivityHost *n = reallocarray(a->hosts, a->n_hosts + 1, sizeof(ActivityHost));
+        if (!n)
+                return NULL;
+        a->hosts = n;
+        n[a->n_hosts] = (ActivityHost){.state = ""};
+        snprintf(n[a->n_hosts].name, sizeof(n->name), "%s", name);
+        return &n[a->n_hosts++];
+}
+
+/* The requests queued on h for the engine it switches to now wait for that switch */
+static void promote_switching(Activity *a, const ActivityHost *h) {
+        LIST_FOREACH_SAFE (inflight, r, next, a->inflight)
+                if (r->phase == ACTIVITY_QUEUED && streq(r->host, h->name) &&
+                    streq(r->engine, h->switching_to))
+                        activity_request_phase(r, ACTIVITY_SWITCHING);
+}
+
+void activity_host_changed(Activity *a, const ActivityHost *h) {
+        assert(a && h);
+        ActivityHost *last = host_slot(a, h->name);
+
+        if (last && host_view_eq(last, h))
+                return;
+        bool switch_began = h->switching_to[0] && (!last || !streq(last->switching_to, h->switching_to));
+        if (last)
+                *last = *h;
+        if (activity_watched(a))
+                broadcast(a, "host", NULL, h);
+        if (switch_began)
+                promote_switching(a, h);
+}
+
+int activity_render_snapshot(Activity *a, const ActivityHost *hosts, size_t n_hosts, Buffer *out) {
+        assert(a && out);
+        usec_t now = activity_now(a);
+
+        (void)buffer_printf(out, "{\"t\":%llu,\"hosts\":[", (unsigned long long)now);
+        for (size_t i = 0; i < n_hosts; i++) {
+                if (i > 0)
+                        (void)buffer_append_str(out, ",");
+                render_host(out, &hosts[i], now);
+        }
+        (void)buffer_append_str(out, "],\"inflight\":[");
+        /* oldest first: the list is newest first */
+        ActivityRequest *last = a->inflight;
+        while (last && last->inflight_next)
+                last = last->inflight_next;
+        for (ActivityRequest *r = last; r; r = r->inflight_prev) {
+                render_request(out, r);
+                if (r->inflight_prev)
+                        (void)buffer_append_str(out, ",");
+        }
+        (void)buffer_append_str(out, "],\"recent\":[");
+        for (size_t k = 0; k < a->ring_n; k++) {
+                size_t i = (a->ring_next + ACTIVITY_RECENT - a->ring_n + k) % ACTIVITY_RECENT;
+                if (k > 0)
+                        (void)buffer_append_str(out, ",");
+                render_request(out, &a->ring[i]);
+        }
+        return buffer_append_str(out, "]}");
+}
+
+int activity_render_snapshot_event(Activity *a, const ActivityHost *hosts, size_t n_hosts, Buffer *out) {
+        (void)buffer_append_str(out, "event: snapshot\ndata: ");
+        (void)activity_render_snapshot(a, hosts, n_hosts, out);
+        return buffer_append_str(out, "\n\n");
+}

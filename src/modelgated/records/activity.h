@@ -1,0 +1,97 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/* The live activity (rule:activity-feed, modelgated(8) ACTIVITY): the requests in flight, the ring of the
+ * last ACTIVITY_RECENT finished ones, each host's last view, and the /activity subscribers (a FeedHub of
+ * its own). A request's record is a fixed-size struct its owner embeds (the client's Exchange): the
+ * phases change fields in it, and JSON is written only while someone subscribes; its end is a struct copy
+ * into the ring. Nothing in it is ever prompt or answer text (rule:no-text-in-activity): names, ids and
+ * numbers only. Times are CLOCK_REALTIME µs (the loop's, no system call). */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <systemd/sd-event.h>
+
+#include "modelgated/event/feed-hub.h"
+#include "shared/buffer.h"
+#include "shared/list.h"
+#include "shared/time-util.h"
+
+#define ACTIVITY_RECENT 300
+
+typedef struct Activity Activity;
+
+typedef enum ActivityPhase {
+        ACTIVITY_ADMITTED,
+        ACTIVITY_QUEUED,
+        ACTIVITY_SWITCHING,
+        ACTIVITY_LOADING,
+        ACTIVITY_FIRST_BYTE,
+        ACTIVITY_DONE,
+        _ACTIVITY_PHASE_MAX,
+} ActivityPhase;
+
+/* What a host shows, as the feed's "host" event has it; times CLOCK_REALTIME µs, 0: none */
+typedef struct ActivityHost {
+        char name[64];
+        const char *state; /* "up", "down", "switching", "idle", "busy", "unknown" */
+        char engine[64];   /* empty: none */
+        char switching_to[64];
+        usec_t hold_down_until, idle_stop_at;
+        unsigned in_flight, waiting;
+} ActivityHost;
+
+typedef struct ActivityRequest {
+        LIST_FIELDS(struct ActivityRequest, inflight);
+        Activity *owner; /* set while in flight */
+        ActivityPhase phase;
+        usec_t t, started;                 /* CLOCK_REALTIME: the last phase's time, the request's start */
+        usec_t queued_at, switch_at;       /* CLOCK_REALTIME, 0: not (yet) */
+        uint64_t queued_usec, switch_usec; /* spent queued, spent while its engine was switched to */
+        char id[129], model[128], host[64], engine[64], key[80], fallback[64];
+        const char *api; /* "chat", "completions", "messages", "responses", "other" */
+        bool stream;
+        /* queued */
+        unsigned position;
+        const char *waits_for; /* "stream", "hold-down", "engine-start", "switch" */
+        double hold_down_left;
+        /* loading: 0–100, -1 unknown */
+        int progress;
+        /* first_byte and done; -1: unknown */
+        int64_t first_byte_ms;
+        int status;
+        int64_t duration_ms, tokens_in, tokens_cached, tokens_out;
+        double prefill_tps, decode_tps; /* < 0: unknown */
+        bool cut;
+} ActivityRequest;
+
+int activity_new(sd_event *event, Activity **ret);
+Activity *activity_free(Activity *a);
+/* Someone follows /activity: only then are events written (the cheap check of every phase) */
+bool activity_watched(const Activity *a);
+FeedHub *activity_hub(Activity *a);
+const char *activity_phase_to_string(ActivityPhase p);
+
+/* A request reached its host: r (its fields filled by the caller: id, model, host, engine, key, api,
+ * stream) is in flight from now, "admitted". Again for the same r (an alias's next target): the new host
+ * and engine, "admitted" again. */
+void activity_request_begin(Activity *a, ActivityRequest *r);
+/* A new phase of a request in flight (the phase's own fields set first by the caller) */
+void activity_request_phase(ActivityRequest *r, ActivityPhase p);
+/* Its engine is up and it goes: the time queued and switching ends here (no event: first_byte is next) */
+void activity_request_ready(ActivityRequest *r);
+/* The request ended (status and the numbers set by the caller): copied into the ring, no longer in
+ * flight. Nothing for a request never begun or already done. */
+void activity_request_done(ActivityRequest *r);
+/* The request is gone without a done (its record's memory is reused): out of the in-flight list */
+void activity_request_forget(ActivityRequest *r);
+
+/* What a host shows now: a "host" event when it differs from what was last shown, and the requests
+ * queued for the engine it switches to are "switching" from now. */
+void activity_host_changed(Activity *a, const ActivityHost *h);
+
+/* The snapshot's JSON (the "snapshot" event's data, GetActivity()'s answer) with these hosts */
+int activity_render_snapshot(Activity *a, const ActivityHost *hosts, size_t n_hosts, Buffer *out);
+/* "event: snapshot\ndata: …\n\n" */
+int activity_render_snapshot_event(Activity *a, const ActivityHost *hosts, size_t n_hosts, Buffer *out);

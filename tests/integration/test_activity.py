@@ -1,0 +1,170 @@
+"""GET /activity, the live feed (rule:activity-feed, rule:no-text-in-activity): a request's phases through an
+engine switch, the ring of recent requests for a late subscriber, admission under [Access], no prompt text;
+and modelgatectl top in tmux showing the switch."""
+
+import http.client
+import json
+import os
+import shutil
+import subprocess
+import threading
+import uuid
+
+import pytest
+
+from boxes import box_skip_reason, chat, engines_conf, gate_env, local_host
+from conftest import MODELGATED, free_port, host_conf, post, wait_for
+from test_access import make_key
+
+CHAT = "/v1/chat/completions"
+FAST = "[Proxy]\nHoldDownSec=1s\n"
+MODELGATECTL = os.environ.get("MODELGATECTL")
+
+
+class Activity:
+    """an /activity subscriber that reads in a thread and keeps every event as (type, data) and the raw bytes"""
+
+    def __init__(self, g, key=None):
+        self.s = g.sock()
+        auth = b"Authorization: Bearer %s\r\n" % key.encode() if key else b""
+        self.s.sendall(b"GET /activity HTTP/1.1\r\nHost: x\r\n%s\r\n" % auth)
+        self.f = self.s.makefile("rb")
+        self.status = int(self.f.readline().split()[1])
+        self.headers = {}
+        while True:
+            line = self.f.readline()
+            if line in (b"\r\n", b""):
+                break
+            k, _, v = line.decode().partition(":")
+            self.headers[k.strip().lower()] = v.strip()
+        self.raw = b""
+        self.events = []
+        if self.status == 200:
+            self.t = threading.Thread(target=self.run, daemon=True)
+            self.t.start()
+        else:
+            self.body = self.f.read(int(self.headers.get("content-length", "0")))
+
+    def run(self):
+        pending = b""
+        while True:
+            size = self.f.readline()
+            if not size:
+                return
+            n = int(size.strip() or b"0", 16)
+            if n == 0:
+                return
+            data = self.f.read(n)
+            self.f.readline()
+            self.raw += data
+            pending += data
+            while b"\n\n" in pending:
+                block, pending = pending.split(b"\n\n", 1)
+                typ, payload = None, None
+                for line in block.decode().split("\n"):
+                    if line.startswith("event: "):
+                        typ = line[7:]
+                    elif line.startswith("data: "):
+                        payload = json.loads(line[6:])
+                if typ:
+                    self.events.append((typ, payload))
+
+    def of(self, typ):
+        return [d for t, d in list(self.events) if t == typ]
+
+    def phases(self, rid):
+        return [d for d in self.of("request") if d["id"] == rid]
+
+    def close(self):
+        self.s.close()
+
+
+def ask(g, model, rid, content, key=None):
+    c = http.client.HTTPConnection("127.0.0.1", g.port, timeout=60)
+    h = {"X-Request-Id": rid}
+    if key:
+        h["Authorization"] = "Bearer " + key
+    r = post(c, CHAT, chat(model, content), headers=h)
+    body = r.read()
+    return r.status, body
+
+
+@pytest.mark.skipif(box_skip_reason() is not None, reason=str(box_skip_reason()))
+def test_a_switch_seen_live_and_by_a_late_subscriber(box, make_gate):
+    port = free_port()
+    g = make_gate(FAST + local_host("3090", port) + engines_conf(box, "3090", port), env=gate_env(box))
+    g.wait_log("host 3090 up")
+    marker = "PROMPT-MARKER-" + uuid.uuid4().hex
+    status, _ = ask(g, "3090-laguna-xs", "warm-1", marker)
+    assert status == 200
+    feed = Activity(g)
+    assert feed.status == 200 and feed.headers["content-type"].startswith("text/event-stream")
+    wait_for(lambda: feed.of("snapshot"), what="the snapshot")
+    snap = feed.of("snapshot")[0]
+    assert feed.events[0][0] == "snapshot"
+    h = [x for x in snap["hosts"] if x["host"] == "3090"][0]
+    assert h["state"] == "up" and h["engine"] == "mainline"
+    assert [r["id"] for r in snap["recent"]] == ["warm-1"]
+    assert snap["recent"][0]["phase"] == "done" and snap["recent"][0]["status"] == 200
+
+    # the other engine: a switch, seen as the request's phases in order and the host's events
+    status, _ = ask(g, "3090-flint-40b", "switch-1", marker)
+    assert status == 200
+    wait_for(lambda: any(d["phase"] == "done" for d in feed.phases("switch-1")), what="switch-1 done")
+    seen = feed.phases("switch-1")
+    names = [d["phase"] for d in seen]
+    assert names == ["admitted", "queued", "switching", "first_byte", "done"], names
+    queued, done = seen[1], seen[-1]
+    assert queued["waits_for"] in ("switch", "stream", "hold-down") and queued["position"] >= 0
+    assert all(d["host"] == "3090" and d["engine"] == "fork" and d["model"] == "3090-flint-40b" for d in seen)
+    assert done["status"] == 200 and done["tokens_out"] and done["tokens_out"] > 0
+    assert done["tokens_in"] and done["duration_ms"] >= done["switch_ms"] > 0
+    assert done["first_byte_ms"] is not None and done["key"] is None and done["api"] == "chat"
+    hosts = [x for x in feed.of("host") if x["host"] == "3090"]
+    assert any(x["state"] == "switching" and x["switching_to"] == "fork" for x in hosts), hosts
+    wait_for(lambda: any(x["state"] == "up" and x["engine"] == "fork" for x in feed.of("host")),
+             what="the host up on fork")
+
+    # a late subscriber finds both in the ring, in their done form, oldest first
+    late = Activity(g)
+    wait_for(lambda: late.of("snapshot"), what="the late snapshot")
+    recent = late.of("snapshot")[0]["recent"]
+    assert [r["id"] for r in recent] == ["warm-1", "switch-1"]
+    assert recent[1] == done
+    assert late.of("snapshot")[0]["inflight"] == []
+    # rule:no-text-in-activity
+    assert marker.encode() not in feed.raw and marker.encode() not in late.raw
+    feed.close()
+    late.close()
+
+
+def test_only_a_tier_with_activity_may_subscribe(make_double, make_gate, tmp):
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    keys = os.path.join(tmp, "keys")
+    conf = ("[Access]\nKeysFile=%s\nAnonymousDailyRequests=10\n"
+            "[Tier]\nName=free\n[Tier]\nName=ops\nActivity=yes\n" % keys) + host_conf("3090", d.url)
+    free = make_key(tmp, conf, "free")
+    ops = make_key(tmp, conf, "ops")
+    g = make_gate(conf)
+    denied = Activity(g, free)
+    assert denied.status == 403
+    err = json.loads(denied.body)["error"]
+    assert "tier 'free' may not watch the activity" in err["message"] and "Activity=yes" in err["message"]
+    assert Activity(g).status == 403  # anonymous
+    bad = Activity(g, "mg-not-a-key")
+    assert bad.status == 401
+    feed = Activity(g, ops)
+    assert feed.status == 200
+    wait_for(lambda: feed.of("snapshot"), what="the snapshot")
+    marker = "PROMPT-MARKER-" + uuid.uuid4().hex
+    status, _ = ask(g, "3090-laguna-xs", "free-1", marker, key=free)
+    assert status == 200
+    wait_for(lambda: any(x["phase"] == "done" for x in feed.phases("free-1")), what="free-1 done")
+    done = feed.phases("free-1")[-1]
+    assert done["key"].startswith("free:") and free not in json.dumps(done)
+    assert marker.encode() not in feed.raw and free.encode() not in feed.raw
+    # the configuration shows the option
+    out = subprocess.run([MODELGATED, "--config=" + os.path.join(tmp, "keys-conf.conf"), "--check-config"],
+                         capture_output=True, text=True, timeout=30)
+    assert "Activity=yes" in out.stdout, out
+    feed.close()
