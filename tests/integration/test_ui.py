@@ -9,6 +9,7 @@ import html.parser
 import http.client
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -138,7 +139,7 @@ def test_the_page_follows_the_activity_live(make_double, make_gate, tmp):
     try:
         b.navigate("http://127.0.0.1:%d/ui" % g.port)
         # the snapshot: the host's card
-        b.wait_js("document.querySelector('#hosts .host[data-host=\"3090\"]')", what="the host's card")
+        b.wait_js("!!document.querySelector('#hosts .host[data-host=\"3090\"]')", what="the host's card")
         assert b.evaluate("document.getElementById('conn').textContent") == "live"
         assert b.evaluate("document.querySelectorAll('#recent tbody tr[data-id]').length") == 0
         c = g.conn()
@@ -189,14 +190,14 @@ def test_the_page_and_its_feed_are_for_a_tier_that_may_watch(make_double, tmp):
         r.read()
         assert r.status == 200
         line = g.wait_log("POST %s" % CHAT)
-        assert "key=" not in line, line  # anonymous: the Basic credentials were not taken
+        assert "key=anonymous" in line, line  # the Basic credentials were not taken
         # the browser: asked for credentials, given the ops key as the password, then the feed follows
         b = browser.Chromium(tmp, log_dir(tmp))
         try:
             b.auth = ("ops", ops)
             b.navigate("http://127.0.0.1:%d/ui" % g.port)
             assert any(e[0] == "Fetch.authRequired" for e in b.events), "the browser was not asked for a key"
-            b.wait_js("document.querySelector('#hosts .host[data-host=\"3090\"]')", what="the host's card")
+            b.wait_js("!!document.querySelector('#hosts .host[data-host=\"3090\"]')", what="the host's card")
             c = g.conn()
             r = post(c, CHAT, chat("3090-laguna-xs"), headers={"Authorization": "Bearer " + free})
             r.read()
@@ -225,7 +226,7 @@ def test_the_timeline_shows_a_switch(box, make_gate, tmp):
     b = browser.Chromium(tmp, log_dir(tmp))
     try:
         b.navigate("http://127.0.0.1:%d/ui" % g.port)
-        b.wait_js("document.querySelector('#hosts .host[data-host=\"3090\"]')", what="the host's card")
+        b.wait_js("!!document.querySelector('#hosts .host[data-host=\"3090\"]')", what="the host's card")
         for model in ("3090-laguna-xs", "3090-flint-40b", "3090-laguna-xs"):
             c = g.conn(timeout=90)
             r = post(c, CHAT, chat(model))
@@ -233,21 +234,25 @@ def test_the_timeline_shows_a_switch(box, make_gate, tmp):
             r.read()
             c.close()
             wait_for_request(b, model, "3090")
+        shot = b.screenshot(os.path.join(log_dir(tmp), "ui-switch.png"))
+        print("screenshot:", shot)
         # the lane: both engines' runs, and the switches between them with how long each took
         runs = b.wait_js("(() => { const e = [...document.querySelectorAll('#timeline g.host[data-host=\"3090\"]"
                          " g.run')].map(g => g.dataset.engine); return e.includes('fork') && "
                          "e.includes('mainline') ? e : null; })()", what="both engines' runs")
         switches = b.wait_js("(() => { const s = [...document.querySelectorAll('#timeline g.host[data-host=\"3090\"]"
-                             " g.switch text')].map(t => t.textContent); return s.length >= 2 ? s : null; })()",
-                             what="the switches in the timeline")
-        assert any(s.startswith("→ fork ") for s in switches), switches
-        assert any(s.startswith("→ mainline ") for s in switches), (runs, switches)
+                             " g.switch')].map(g => [g.dataset.from, g.dataset.engine, g.dataset.ms]);"
+                             " return s.length >= 2 ? s : null; })()", what="the switches in the timeline")
+        # from mainline to fork and back, each with how long it took (the double starts in about 1 s)
+        assert any(s[0] == "mainline" and s[1] == "fork" and int(s[2]) >= 500 for s in switches), switches
+        assert any(s[0] == "fork" and s[1] == "mainline" and int(s[2]) >= 500 for s in switches), (runs, switches)
+        # labels where there is room for them (the others are the bars' tooltips)
+        labels = b.evaluate("[...document.querySelectorAll('#timeline g.switch text')].map(t => t.textContent)")
+        assert labels and all(re.match(r"→ (fork|mainline) [0-9.]+ m?s$", l) for l in labels), labels
         # the recent list says how long the requests waited for their switch
         waited = b.evaluate("[...document.querySelectorAll('#recent tbody tr')].filter(tr => "
                             "tr.children[8].textContent !== '–').length")
         assert waited >= 1
-        shot = b.screenshot(os.path.join(log_dir(tmp), "ui-switch.png"))
-        print("screenshot:", shot)
         assert b.failures() == []
     finally:
         b.stop()

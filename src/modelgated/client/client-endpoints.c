@@ -188,7 +188,7 @@ void client_respond_ui(Client *c) {
         client_respond(c, 200, "text/html; charset=utf-8", ui_page, ui_page_size, h);
 }
 
-/* GET /ui, admitted as /activity is: a browser that sent no key is asked for one (a
+/* GET /ui, admitted as /activity is (rule:activity-feed): a browser that sent no key is asked for one (a
  * 401 with a Basic challenge, rule:ui-key) even where clients without a key are admitted, as the page would
  * show it nothing */
 void client_start_ui(Client *c) {
@@ -198,7 +198,8 @@ void client_start_ui(Client *c) {
                 client_answer(c, ANSWER_MISSING_API_KEY);
                 return;
         }
-        client_respond_ui(c);
+        if (client_may_watch(c))
+                client_respond_ui(c);
 }
 
 static const FeedSubscriberOps client_feed_ops = {

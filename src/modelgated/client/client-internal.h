@@ -266,6 +266,7 @@ void client_activity_queued(Client *c);
 void client_activity_first_byte(Client *c);
 void client_activity_done(Client *c, int status, usec_t duration, bool cut);
 void client_start_activity(Client *c);
+bool client_may_watch(Client *c);
 
 /* The loop's time: everything that one event dispatch decides about a request uses one "now" (every
  * caller runs inside an event callback of the loop). */
