@@ -25,7 +25,15 @@ CHAT = "/v1/chat/completions"
 EMBED = os.path.join(os.path.dirname(__file__), "../../src/modelgated/client/ui-embed.py")
 LOG_DIR = os.environ.get("MODELGATE_TEST_LOG_DIR") or None
 
-needs_browser = pytest.mark.skipif(browser.skip_reason() is not None, reason=str(browser.skip_reason()))
+needs_browser = pytest.mark.skipif(browser.skip_reason() is not None and not os.environ.get("MODELGATE_REQUIRE_BROWSER"),
+                                   reason=str(browser.skip_reason()))
+
+
+@pytest.fixture(autouse=True)
+def browser_present():
+    # CI installed chromium: its tests must run, not skip
+    if browser.skip_reason() and os.environ.get("MODELGATE_REQUIRE_BROWSER"):
+        pytest.fail("MODELGATE_REQUIRE_BROWSER=1: " + browser.skip_reason())
 
 
 def log_dir(tmp):
@@ -77,6 +85,7 @@ def test_the_page_comes_with_a_strict_policy_and_no_inline_handlers(make_double,
     assert r.getheader("X-Content-Type-Options") == "nosniff"
     assert r.getheader("Cache-Control") == "no-cache"
     assert r.getheader("Referrer-Policy") == "no-referrer"
+    assert r.getheader("X-Frame-Options") == "DENY"
     csp = r.getheader("Content-Security-Policy")
     directives = dict((p.strip().split(" ", 1) + [""])[:2] for p in csp.split(";"))
     # the page's own script and style by their hashes, computed here from what was served
