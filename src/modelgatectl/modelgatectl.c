@@ -18,6 +18,7 @@
 
 int arg_user = -1;
 static bool arg_json = false;
+static bool arg_once = false;
 static const char *arg_host = NULL;
 static uint64_t arg_timeout = 0;
 const char *arg_config = NULL;
@@ -34,6 +35,7 @@ static void help(void) {
                "  reset-failed HOST      Start HOST's engines held after a failed start at the next "
                "request\n"
                "  reload                 Read the configuration again\n"
+               "  top                    Hosts, requests in flight and the last ones, live (q quits)\n"
                "  key add TIER           Make an API key of TIER, print it once, store its digest\n"
                "  key list               The keys' digests (a prefix) and tiers\n"
                "  key remove DIGEST      Remove the key whose digest starts with DIGEST\n\n"
@@ -44,6 +46,7 @@ static void help(void) {
                "     --system            The system instance (default for root)\n"
                "  -H --host=[USER@]HOST[:PORT]  The instance on HOST, through ssh\n"
                "     --json              Print the bus's properties as JSON\n"
+               "     --once              For top: print one frame and exit\n"
                "     --timeout=SPAN      How long switch waits (default: 24h)\n"
                "     --config=PATH       For key: the modelgate.conf that names KeysFile=\n\n"
                "See modelgatectl(1).\n",
@@ -51,7 +54,7 @@ static void help(void) {
 }
 
 static int parse_argv(int argc, char *argv[]) {
-        enum { ARG_VERSION = 0x100, ARG_USER, ARG_SYSTEM, ARG_JSON, ARG_TIMEOUT, ARG_CONFIG };
+        enum { ARG_VERSION = 0x100, ARG_USER, ARG_SYSTEM, ARG_JSON, ARG_TIMEOUT, ARG_CONFIG, ARG_ONCE };
         static const struct option options[] = {
                 {"help", no_argument, NULL, 'h'},
                 {"version", no_argument, NULL, ARG_VERSION},
@@ -59,6 +62,7 @@ static int parse_argv(int argc, char *argv[]) {
                 {"system", no_argument, NULL, ARG_SYSTEM},
                 {"host", required_argument, NULL, 'H'},
                 {"json", no_argument, NULL, ARG_JSON},
+                {"once", no_argument, NULL, ARG_ONCE},
                 {"timeout", required_argument, NULL, ARG_TIMEOUT},
                 {"config", required_argument, NULL, ARG_CONFIG},
                 {},
@@ -84,6 +88,9 @@ static int parse_argv(int argc, char *argv[]) {
                         break;
                 case ARG_JSON:
                         arg_json = true;
+                        break;
+                case ARG_ONCE:
+                        arg_once = true;
                         break;
                 case ARG_CONFIG:
                         arg_config = optarg;
@@ -523,11 +530,12 @@ int main(int argc, char *argv[]) {
                 }
                 return do_key(n, argv + optind + 1);
         }
-        if (!STR_IN_SET(verb, "status", "hosts", "aliases", "switch", "stop", "reset-failed", "reload")) {
+        if (!STR_IN_SET(verb, "status", "hosts", "aliases", "switch", "stop", "reset-failed", "reload",
+                        "top")) {
                 log_error("Unknown command '%s'; see %s --help", verb, program_invocation_short_name);
                 return EXIT_USAGE;
         }
-        if ((STR_IN_SET(verb, "status", "hosts", "aliases", "reload") && n > 0) ||
+        if ((STR_IN_SET(verb, "status", "hosts", "aliases", "reload", "top") && n > 0) ||
             (streq(verb, "switch") && n != 2) || (STR_IN_SET(verb, "stop", "reset-failed") && n != 1)) {
                 log_error("Wrong arguments for '%s'; see %s --help", verb, program_invocation_short_name);
                 return EXIT_USAGE;
@@ -545,6 +553,8 @@ int main(int argc, char *argv[]) {
                 return do_status(bus, streq(verb, "hosts"));
         if (streq(verb, "aliases"))
                 return do_aliases(bus);
+        if (streq(verb, "top"))
+                return do_top(bus, arg_once);
         if (streq(verb, "switch")) {
                 const char *host = argv[optind + 1], *engine = argv[optind + 2];
                 r = call_host(bus, host, "SwitchEngine", arg_timeout ?: 24 * USEC_PER_HOUR, "Switch failed",

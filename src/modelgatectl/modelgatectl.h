@@ -25,5 +25,8 @@ extern const char *arg_config; /* --config= */
 /* The bus of the instance the options name (-H: through ssh) */
 int connect_bus(sd_bus **ret);
 
+/* top: the live activity, every second until q; once: one frame (also when stdout is no terminal) */
+int do_top(sd_bus *bus, bool once);
+
 /* key add|list|remove: argv[0] is the verb, checked by the caller */
 int do_key(int argc, char **argv);

@@ -168,3 +168,55 @@ def test_only_a_tier_with_activity_may_subscribe(make_double, make_gate, tmp):
                          capture_output=True, text=True, timeout=30)
     assert "Activity=yes" in out.stdout, out
     feed.close()
+
+
+def host_line(pane, host="3090"):
+    return next((l.split() for l in pane.splitlines() if l.startswith(host + " ")), None)
+
+
+@pytest.mark.skipif(box_skip_reason() is not None, reason=str(box_skip_reason()))
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_top_in_tmux_shows_a_switch_and_quits_on_q(box, make_gate, tmp):
+    port = free_port()
+    g = make_gate(FAST + local_host("3090", port) + engines_conf(box, "3090", port), extra_args=["--user"],
+                  env=gate_env(box))
+    g.wait_log("host 3090 up")
+    assert ask(g, "3090-laguna-xs", "top-1", "hi")[0] == 200
+    wait_for(lambda: subprocess.run([MODELGATECTL, "--user", "hosts"], env=box.env,
+                                    capture_output=True).returncode == 0, timeout=30, what="the bus name")
+    # no terminal: one frame, for scripts
+    once = subprocess.run([MODELGATECTL, "--user", "top"], env=box.env, capture_output=True, text=True, timeout=30)
+    assert once.returncode == 0, once
+    assert host_line(once.stdout)[1:3] == ["up", "mainline"], once.stdout
+    assert "\033[" not in once.stdout
+
+    sock = "mg-top-%d" % os.getpid()
+    tmux = ["tmux", "-L", sock]
+    cmd = "env DBUS_SESSION_BUS_ADDRESS=%s %s --user top" % (box.env["DBUS_SESSION_BUS_ADDRESS"], MODELGATECTL)
+    subprocess.run(tmux + ["-f", "/dev/null", "new-session", "-d", "-x", "100", "-y", "30", cmd], check=True,
+                   timeout=30)
+    try:
+        def pane():
+            out = subprocess.run(tmux + ["capture-pane", "-p"], capture_output=True, text=True, timeout=10)
+            return out.stdout
+
+        wait_for(lambda: (host_line(pane()) or [None] * 3)[1:3] == ["up", "mainline"], timeout=30,
+                 what="top showing mainline up")
+        assert "top-1" not in pane() and "RECENT" in pane()
+        done = {}
+        t = threading.Thread(target=lambda: done.update(r=ask(g, "3090-flint-40b", "top-2", "hi")))
+        t.start()
+        # the switch as it happens: the host's line goes through switching to fork up
+        wait_for(lambda: (host_line(pane()) or [None] * 3)[1:3] == ["up", "fork"], timeout=60,
+                 what="top showing fork up after the switch")
+        t.join(60)
+        assert done["r"][0] == 200
+        wait_for(lambda: any(l.startswith("200") and "3090-flint-40b" in l and "fork" in l
+                             for l in pane().splitlines()), timeout=30, what="the request in RECENT")
+        print(pane())  # the frame, in the log
+        assert all(len(l) <= 100 for l in pane().splitlines())
+        subprocess.run(tmux + ["send-keys", "q"], check=True, timeout=10)
+        wait_for(lambda: subprocess.run(tmux + ["has-session"], capture_output=True).returncode != 0, timeout=10,
+                 what="top to quit on q")
+    finally:
+        subprocess.run(tmux + ["kill-server"], capture_output=True, timeout=10)

@@ -26,11 +26,16 @@ static const char *api_name(Span path) {
         return "other";
 }
 
+/* Short copies, cut to the field: cheaper than snprintf() on every request */
 static void copy_span(char *dst, size_t size, Span s) {
         size_t n = MIN(s.n, size - 1);
 
         memcpy(dst, s.p, n);
         dst[n] = 0;
+}
+
+static void copy_str(char *dst, size_t size, const char *s) {
+        copy_span(dst, size, (Span){s ?: "", s ? strnlen(s, size - 1) : 0});
 }
 
 /* The request reached its host (again, for an alias's next target) */
@@ -41,10 +46,10 @@ void client_activity_begin(Client *c) {
         char id[80];
 
         copy_span(r->id, sizeof(r->id), client_request_id(c));
-        snprintf(r->model, sizeof(r->model), "%s", x->model ?: "");
-        snprintf(r->host, sizeof(r->host), "%s", x->host ? x->host->name : "");
-        snprintf(r->engine, sizeof(r->engine), "%s", x->engine_name ?: "");
-        snprintf(r->key, sizeof(r->key), "%s", x->caller.admitted ? access_caller_id(&x->caller, id) : "");
+        copy_str(r->model, sizeof(r->model), x->model);
+        copy_str(r->host, sizeof(r->host), x->host ? x->host->name : NULL);
+        copy_str(r->engine, sizeof(r->engine), x->engine_name);
+        copy_str(r->key, sizeof(r->key), x->caller.admitted ? access_caller_id(&x->caller, id) : NULL);
         r->api = api_name(x->path);
         r->stream = x->streaming;
         activity_request_begin(manager_activity(c->manager), r);
@@ -87,8 +92,8 @@ void client_activity_done(Client *c, int status, usec_t duration, bool cut) {
         r->prefill_tps = u ? usage_speed(u->prompt_n, u->prompt_ms) : -1;
         r->decode_tps = u ? usage_speed(u->predicted_n, u->predicted_ms) : -1;
         r->cut = cut;
-        snprintf(r->fallback, sizeof(r->fallback), "%s",
-                 x->via_fallback ? (x->fallback ? x->fallback->name : "?") : "");
+        copy_str(r->fallback, sizeof(r->fallback),
+                 x->via_fallback ? (x->fallback ? x->fallback->name : "?") : NULL);
         if (x->via_fallback)
                 r->engine[0] = 0;
         activity_request_done(r);
