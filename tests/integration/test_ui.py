@@ -225,24 +225,31 @@ def test_the_page_and_its_feed_are_for_a_tier_that_may_watch(make_double, tmp):
 
 @needs_browser
 @pytest.mark.skipif(box_skip_reason() is not None, reason=str(box_skip_reason()))
-def test_the_timeline_shows_a_switch(box, make_gate, tmp):
+def test_the_timeline_shows_a_switch(box, make_gate, make_double, tmp):
     from conftest import free_port
     port = free_port()
+    a9 = make_double("--models", "qwen3-8b", "--loaded", "qwen3-8b")
     g = make_gate("[Proxy]\nHoldDownSec=2s\n" + local_host("3090", port) + engines_conf(box, "3090", port,
-                                                                                         startup_delay=1),
-                  env=gate_env(box))
+                                                                                         startup_delay=1)
+                  + host_conf("a9", a9.url), env=gate_env(box))
     g.wait_log("host 3090 up")
     b = browser.Chromium(tmp, log_dir(tmp))
+
+    def ask(model, results):
+        c = g.conn(timeout=90)
+        r = post(c, CHAT, chat(model))
+        results.append((model, r.status, r.read()))
+        c.close()
     try:
         b.navigate("http://127.0.0.1:%d/ui" % g.port)
         b.wait_js("!!document.querySelector('#hosts .host[data-host=\"3090\"]')", what="the host's card")
-        for model in ("3090-laguna-xs", "3090-flint-40b", "3090-laguna-xs"):
-            c = g.conn(timeout=90)
-            r = post(c, CHAT, chat(model))
-            assert r.status == 200, r.read()
-            r.read()
-            c.close()
-            wait_for_request(b, model, "3090")
+        # mainline starts, flint waits for the hold-down and switches to fork, laguna switches back
+        done = []
+        for model in ("a9-qwen3-8b", "3090-laguna-xs", "3090-flint-40b", "3090-laguna-xs"):
+            ask(model, done)
+            assert done[-1][1] == 200, done
+            wait_for_request(b, model, model.split("-")[0])
+        b.wait_js("document.querySelectorAll('#recent tbody tr[data-id]').length === 4", what="four requests")
         shot = b.screenshot(os.path.join(log_dir(tmp), "ui-switch.png"))
         print("screenshot:", shot)
         # the lane: both engines' runs, and the switches between them with how long each took
