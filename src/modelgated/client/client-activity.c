@@ -111,7 +111,7 @@ void client_activity_done(Client *c, int status, usec_t duration, bool cut) {
 }
 
 /* rule:activity-feed: without [Access] anyone on the socket; with it, a tier with Activity=yes */
-static bool client_may_watch(Client *c) {
+bool client_may_watch(Client *c) {
         if (!manager_config(c->manager)->access.enabled)
                 return true;
         if (c->x->caller.tier && c->x->caller.tier->activity)

@@ -175,7 +175,7 @@ void client_end_early(Client *c, const Buffer *event) {
 void client_answer_message(Client *c, Answer a, int status, uint64_t retry_after, const char *message) {
         const AnswerRow *row = answer_row(a);
         _cleanup_free_ char *j = NULL;
-        char h[128];
+        char h[256];
         size_t n = 0;
         assert(c);
 
@@ -195,7 +195,11 @@ void client_answer_message(Client *c, Answer a, int status, uint64_t retry_after
                 j = strdup("{}");
                 n = 2;
         }
-        (void)answer_headers(h, sizeof(h), a, retry_after);
+        int k = answer_headers(h, sizeof(h), a, retry_after);
+        /* rule:ui-key: a browser asks its user for the key (the password of Basic credentials) */
+        if (status == 401 && c->x->browser && k >= 0 && (size_t)k < sizeof(h))
+                (void)snprintf(h + k, sizeof(h) - (size_t)k,
+                               "WWW-Authenticate: Basic realm=\"modelgate\", charset=\"UTF-8\"\r\n");
         client_respond(c, status, "application/json", j ?: "", j ? n : 0, h);
 }
 

@@ -4,6 +4,7 @@
  * path passes through; only the model is rewritten (rule:passthrough). */
 
 #include "modelgated/client/client-internal.h"
+#include "modelgated/rules/basic-auth.h"
 #include "modelgated/rules/probe.h"
 
 /* The request for a host: the body is the client's with the bytes of 'span' (the model's value; empty:
@@ -69,6 +70,13 @@ static void client_engine_ready(HostWaiter *w, int status, const char *message) 
         client_process(c);
 }
 
+/* The pages a browser reads with its own credentials (rule:ui-key): GET /ui and GET /activity, which change
+ * nothing and which another site's page cannot read */
+static bool request_is_browser(const HttpRequest *r, Span path) {
+        return (r->method == HTTP_GET || r->method == HTTP_HEAD) &&
+               (span_eq(path, "/ui") || span_eq(path, "/activity"));
+}
+
 /* [Access]: who the client is. false: answered already (401). */
 static bool client_admit(Client *c) {
         HttpRequest *r = &c->parser.req;
@@ -76,10 +84,15 @@ static bool client_admit(Client *c) {
         _cleanup_free_ char *key = NULL;
         AccessDenial d;
 
+        c->x->browser = request_is_browser(r, url_path(http_request_url(r)));
         if (auth.p && auth.n > 7 && strncasecmp(auth.p, "Bearer ", 7) == 0)
                 key = strndup(auth.p + 7, auth.n - 7);
         else if (xkey.p)
                 key = strndup(xkey.p, xkey.n);
+        else if (c->x->browser && basic_auth_key(auth, &key) < 0) {
+                client_answer(c, ANSWER_OUT_OF_MEMORY);
+                return false;
+        }
         /* the caller's tier points into this configuration: the request holds it, through a reload that
          * comes while its body is read or its listing waits */
         if (!c->x->config)
@@ -241,6 +254,10 @@ static bool dispatch_own(Client *c, Dispatch *d) {
                         client_refuse_body(c);
                         return true;
                 }
+        }
+        if (get && span_eq(path, "/ui")) {
+                client_start_ui(c);
+                return true;
         }
         /* a subscriber holds a connection for good: with [Access], only an admitted one */
         if (get && span_eq(path, "/models/sse")) {

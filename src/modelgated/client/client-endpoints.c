@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* modelgate's own endpoints (rule:root-probe, rule:health, rule:merged-list, rule:merged-feed): /health,
- * /metrics, the merged model lists, the /models/sse feed and the answer of a daemon whose configuration has
- * errors. */
+/* modelgate's own endpoints (rule:root-probe, rule:health, rule:merged-list, rule:merged-feed,
+ * rule:ui-page): /health, /metrics, the merged model lists, the /models/sse feed, the /ui page and the
+ * answer of a daemon whose configuration has errors. */
 
 #include <assert.h>
 
 #include "modelgated/client/client-internal.h"
+#include "modelgated/client/ui-page.h"
 
 static void client_feed_send(FeedSubscriber *s, const FeedEvent *e);
 
@@ -168,6 +169,37 @@ void client_respond_metrics(Client *c) {
         }
         client_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", buffer_peek(&b), buffer_size(&b),
                        NULL);
+}
+
+/* GET /ui: the page, embedded at build time, under a policy that lets only its own inline script and style
+ * run and lets it talk only to its own origin (rule:ui-page); what it shows comes from /activity */
+void client_respond_ui(Client *c) {
+        char h[768];
+        assert(c);
+
+        int n = snprintf(h, sizeof(h),
+                         "Content-Security-Policy: %s\r\n"
+                         "X-Content-Type-Options: nosniff\r\n"
+                         "Cache-Control: no-cache\r\n"
+                         "Referrer-Policy: no-referrer\r\n"
+                         "X-Frame-Options: DENY\r\n",
+                         ui_page_csp);
+        assert(n > 0 && (size_t)n < sizeof(h));
+        client_respond(c, 200, "text/html; charset=utf-8", ui_page, ui_page_size, h);
+}
+
+/* GET /ui, admitted as /activity is (rule:activity-feed): a browser that sent no key is asked for one (a
+ * 401 with a Basic challenge, rule:ui-key) even where clients without a key are admitted, as the page would
+ * show it nothing */
+void client_start_ui(Client *c) {
+        assert(c);
+
+        if (manager_config(c->manager)->access.enabled && !c->x->caller.tier) {
+                client_answer(c, ANSWER_MISSING_API_KEY);
+                return;
+        }
+        if (client_may_watch(c))
+                client_respond_ui(c);
 }
 
 static const FeedSubscriberOps client_feed_ops = {

@@ -256,6 +256,8 @@ void client_models_done(ModelsMerge *mm, Blob *json, void *userdata);
 void client_respond_health(Client *c, bool strict);
 void client_respond_refusal(Client *c, bool health);
 void client_respond_metrics(Client *c);
+void client_respond_ui(Client *c);
+void client_start_ui(Client *c);
 void client_start_feed(Client *c);
 
 /* client-activity.c: a request as /activity shows it (rule:activity-feed), and its subscribers */
@@ -265,6 +267,7 @@ void client_activity_first_byte(Client *c);
 void client_activity_loading(Client *c);
 void client_activity_done(Client *c, int status, usec_t duration, bool cut);
 void client_start_activity(Client *c);
+bool client_may_watch(Client *c);
 
 /* The loop's time: everything that one event dispatch decides about a request uses one "now" (every
  * caller runs inside an event callback of the loop). */

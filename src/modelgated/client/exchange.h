@@ -70,6 +70,8 @@ typedef struct Exchange {
         const char *held_framing;
         ApiKind api;
         bool head;
+        bool browser; /* GET /ui or /activity: Basic credentials count, and a 401 asks for them (rule:ui-key)
+                       */
         bool streaming; /* "stream": true in the body */
         bool http10;
         bool response_complete;

@@ -1,0 +1,274 @@
+"""/ui in a real headless browser (Debian's chromium over the DevTools protocol): the page loads from
+modelgated under its Content-Security-Policy with no error, no exception and no violation, follows
+/activity live, and shows a request and a switch as they happen (rule:ui-page, rule:ui-key).
+Each test keeps a screenshot in the test log directory."""
+
+import base64
+import hashlib
+import html.parser
+import http.client
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+import browser
+from boxes import box_skip_reason, chat, engines_conf, gate_env, local_host
+from conftest import Gate, host_conf, post
+
+from test_access import make_key
+
+CHAT = "/v1/chat/completions"
+EMBED = os.path.join(os.path.dirname(__file__), "../../src/modelgated/client/ui-embed.py")
+LOG_DIR = os.environ.get("MODELGATE_TEST_LOG_DIR") or None
+
+needs_browser = pytest.mark.skipif(browser.skip_reason() is not None and not os.environ.get("MODELGATE_REQUIRE_BROWSER"),
+                                   reason=str(browser.skip_reason()))
+
+
+@pytest.fixture(autouse=True)
+def browser_present():
+    # CI installed chromium: its tests must run, not skip
+    if browser.skip_reason() and os.environ.get("MODELGATE_REQUIRE_BROWSER"):
+        pytest.fail("MODELGATE_REQUIRE_BROWSER=1: " + browser.skip_reason())
+
+
+def log_dir(tmp):
+    d = LOG_DIR or tmp
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+def get(g, path, headers=None):
+    c = g.conn()
+    c.request("GET", path, headers=headers or {})
+    r = c.getresponse()
+    body = r.read()
+    c.close()
+    return r, body
+
+
+class Page(html.parser.HTMLParser):
+    """the page's tags, and the text of its scripts and styles, as a browser would take them"""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=False)
+        self.tags, self.inline, self.open = [], {"script": [], "style": []}, None
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, attrs))
+        if tag in self.inline:
+            self.open = tag
+            self.inline[tag].append("")
+
+    def handle_endtag(self, tag):
+        self.open = None
+
+    def handle_data(self, data):
+        if self.open:
+            self.inline[self.open][-1] += data
+
+
+def sha256(text):
+    return "'sha256-%s'" % base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()
+
+
+def test_the_page_comes_with_a_strict_policy_and_no_inline_handlers(make_double, make_gate):
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    g = make_gate(host_conf("3090", d.url))
+    r, body = get(g, "/ui")
+    assert r.status == 200, body
+    assert r.getheader("Content-Type") == "text/html; charset=utf-8"
+    assert r.getheader("X-Content-Type-Options") == "nosniff"
+    assert r.getheader("Cache-Control") == "no-cache"
+    assert r.getheader("Referrer-Policy") == "no-referrer"
+    assert r.getheader("X-Frame-Options") == "DENY"
+    csp = r.getheader("Content-Security-Policy")
+    directives = dict((p.strip().split(" ", 1) + [""])[:2] for p in csp.split(";"))
+    # the page's own script and style by their hashes, computed here from what was served
+    p = Page()
+    p.feed(body.decode())
+    assert len(p.inline["script"]) == 1 and len(p.inline["style"]) == 1
+    assert directives == {
+        "default-src": "'none'", "script-src": sha256(p.inline["script"][0]),
+        "style-src": sha256(p.inline["style"][0]), "connect-src": "'self'", "img-src": "'self' data:",
+        "base-uri": "'none'", "form-action": "'none'", "frame-ancestors": "'none'"}, csp
+    for tag, attrs in p.tags:
+        for name, value in attrs:
+            assert not name.startswith("on"), (tag, name)
+            assert name != "style", tag
+            assert not (value or "").strip().lower().startswith("javascript:"), (tag, name)
+        if tag in ("script", "style", "link") and tag != "link":
+            assert attrs == [], (tag, attrs)
+        if tag == "link":
+            assert dict(attrs)["href"].startswith("data:"), attrs  # nothing from elsewhere
+    # the same page as the embedding script's policy says: the build hashed what it embedded
+    out = subprocess.run([sys.executable, EMBED, "--csp", os.path.join(os.path.dirname(EMBED), "ui.html")],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == csp
+    # no body for HEAD, and only the page's own path
+    c = g.conn()
+    c.request("HEAD", "/ui")
+    h = c.getresponse()
+    assert h.status == 200 and h.read() == b"" and h.getheader("Content-Security-Policy") == csp
+    c.close()
+
+
+def test_the_embedding_refuses_what_the_policy_would_block(tmp):
+    for bad in ('<button onclick="x()">', '<div style="color:red">', '<a href="javascript:x()">',
+                '<script src="/x.js"></script>'):
+        page = os.path.join(tmp, "bad.html")
+        with open(page, "w") as f:
+            f.write("<!doctype html><style>p{}</style>%s<script>1</script>" % bad)
+        out = subprocess.run([sys.executable, EMBED, page, os.path.join(tmp, "out.c")], capture_output=True,
+                             text=True)
+        assert out.returncode == 1 and "ui-embed.py:" in out.stderr, (bad, out)
+
+
+def wait_for_request(b, model, host):
+    """the page shows a finished request for model: in the recent list, and as a bar in host's lane"""
+    return b.wait_js(
+        "(() => { const rows = [...document.querySelectorAll('#recent tbody tr[data-id]')]"
+        ".filter(tr => tr.querySelector('td.model').textContent === %s);"
+        " const bars = document.querySelectorAll('#timeline g.host[data-host=%s] g.request[data-model=%s]');"
+        " return rows.length && bars.length ? {rows: rows.length, bars: bars.length,"
+        " status: rows[0].querySelector('td.st').textContent} : null; })()"
+        % (json.dumps(model), json.dumps(host), json.dumps(model)), timeout=30,
+        what="the page to show the request for " + model)
+
+
+@needs_browser
+def test_the_page_follows_the_activity_live(make_double, make_gate, tmp):
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    g = make_gate(host_conf("3090", d.url))
+    b = browser.Chromium(tmp, log_dir(tmp))
+    try:
+        b.navigate("http://127.0.0.1:%d/ui" % g.port)
+        # the snapshot: the host's card
+        b.wait_js("!!document.querySelector('#hosts .host[data-host=\"3090\"]')", what="the host's card")
+        assert b.evaluate("document.getElementById('conn').textContent") == "live"
+        assert b.evaluate("document.querySelectorAll('#recent tbody tr[data-id]').length") == 0
+        c = g.conn()
+        r = post(c, CHAT, chat("3090-laguna-xs"))
+        assert r.status == 200, r.read()
+        r.read()
+        rid = r.getheader("X-Request-Id")
+        shown = wait_for_request(b, "3090-laguna-xs", "3090")
+        assert shown["status"] == "200", shown
+        assert b.evaluate("document.querySelector('#recent tbody tr[data-id=%s]') !== null" % json.dumps(rid))
+        shot = b.screenshot(os.path.join(log_dir(tmp), "ui-live.png"))
+        print("screenshot:", shot)
+        assert b.failures() == []
+    finally:
+        b.stop()
+
+
+def access_conf(keys):
+    return ("[Access]\nKeysFile=%s\nAnonymousDailyRequests=10\n"
+            "[Tier]\nName=ops\nActivity=yes\n[Tier]\nName=free\n" % keys)
+
+
+@needs_browser
+def test_the_page_and_its_feed_are_for_a_tier_that_may_watch(make_double, tmp):
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    keys = os.path.join(tmp, "keys")
+    conf = access_conf(keys) + host_conf("3090", d.url)
+    ops, free = make_key(tmp, conf, "ops"), make_key(tmp, conf, "free")
+    g = Gate(tmp, conf)
+    try:
+        # no key, though clients without one are admitted: asked for one, as a browser understands
+        r, body = get(g, "/ui")
+        assert r.status == 401, body
+        assert 'Basic realm="modelgate"' in ",".join(r.headers.get_all("WWW-Authenticate")), r.headers
+        # a key whose tier may not watch: 403, by Bearer or Basic
+        basic = lambda user, key: "Basic " + base64.b64encode(("%s:%s" % (user, key)).encode()).decode()
+        for h in ({"Authorization": "Bearer " + free}, {"Authorization": basic("me", free)}):
+            r, body = get(g, "/ui", h)
+            assert r.status == 403, body
+            assert "may not watch the activity" in json.loads(body)["error"]["message"], body
+            r, body = get(g, "/activity", h)
+            assert r.status == 403, body
+        r, body = get(g, "/ui", {"Authorization": "Bearer " + ops})
+        assert r.status == 200
+        # Basic credentials are for the browser's two pages only: elsewhere the key must be a Bearer one
+        c = g.conn()
+        r = post(c, CHAT, chat("3090-laguna-xs"), headers={"Authorization": basic("me", ops)})
+        r.read()
+        assert r.status == 200
+        line = g.wait_log("POST %s" % CHAT)
+        assert "key=anonymous" in line, line  # the Basic credentials were not taken
+        # the browser: asked for credentials, given the ops key as the password, then the feed follows
+        b = browser.Chromium(tmp, log_dir(tmp))
+        try:
+            b.auth = ("ops", ops)
+            b.navigate("http://127.0.0.1:%d/ui" % g.port)
+            assert any(e[0] == "Fetch.authRequired" for e in b.events), "the browser was not asked for a key"
+            b.wait_js("!!document.querySelector('#hosts .host[data-host=\"3090\"]')", what="the host's card")
+            c = g.conn()
+            r = post(c, CHAT, chat("3090-laguna-xs"), headers={"Authorization": "Bearer " + free})
+            r.read()
+            assert r.status == 200
+            wait_for_request(b, "3090-laguna-xs", "3090")
+            assert b.failures() == []
+        finally:
+            b.stop()
+        # the key is never in the log: only its tier and digest
+        log = g.logtext()
+        assert ops not in log and free not in log
+        assert "GET /ui" in log and "key=ops:" in log
+    finally:
+        g.stop()
+
+
+@needs_browser
+@pytest.mark.skipif(box_skip_reason() is not None, reason=str(box_skip_reason()))
+def test_the_timeline_shows_a_switch(box, make_gate, make_double, tmp):
+    from conftest import free_port
+    port = free_port()
+    a9 = make_double("--models", "qwen3-8b", "--loaded", "qwen3-8b")
+    g = make_gate("[Proxy]\nHoldDownSec=2s\n" + local_host("3090", port) + engines_conf(box, "3090", port,
+                                                                                         startup_delay=1)
+                  + host_conf("a9", a9.url), env=gate_env(box))
+    g.wait_log("host 3090 up")
+    b = browser.Chromium(tmp, log_dir(tmp))
+
+    def ask(model, results):
+        c = g.conn(timeout=90)
+        r = post(c, CHAT, chat(model))
+        results.append((model, r.status, r.read()))
+        c.close()
+    try:
+        b.navigate("http://127.0.0.1:%d/ui" % g.port)
+        b.wait_js("!!document.querySelector('#hosts .host[data-host=\"3090\"]')", what="the host's card")
+        # mainline starts, flint waits for the hold-down and switches to fork, laguna switches back
+        done = []
+        for model in ("a9-qwen3-8b", "3090-laguna-xs", "3090-flint-40b", "3090-laguna-xs"):
+            ask(model, done)
+            assert done[-1][1] == 200, done
+            wait_for_request(b, model, model.split("-")[0])
+        b.wait_js("document.querySelectorAll('#recent tbody tr[data-id]').length === 4", what="four requests")
+        shot = b.screenshot(os.path.join(log_dir(tmp), "ui-switch.png"))
+        print("screenshot:", shot)
+        # the lane: both engines' runs, and the switches between them with how long each took
+        runs = b.wait_js("(() => { const e = [...document.querySelectorAll('#timeline g.host[data-host=\"3090\"]"
+                         " g.run')].map(g => g.dataset.engine); return e.includes('fork') && "
+                         "e.includes('mainline') ? e : null; })()", what="both engines' runs")
+        switches = b.wait_js("(() => { const s = [...document.querySelectorAll('#timeline g.host[data-host=\"3090\"]"
+                             " g.switch')].map(g => [g.dataset.from, g.dataset.engine, g.dataset.ms]);"
+                             " return s.length >= 2 ? s : null; })()", what="the switches in the timeline")
+        # from mainline to fork and back, each with how long it took (the double starts in about 1 s)
+        assert any(s[0] == "mainline" and s[1] == "fork" and int(s[2]) >= 500 for s in switches), switches
+        assert any(s[0] == "fork" and s[1] == "mainline" and int(s[2]) >= 500 for s in switches), (runs, switches)
+        # labels where there is room for them (the others are the bars' tooltips)
+        labels = b.evaluate("[...document.querySelectorAll('#timeline g.switch text')].map(t => t.textContent)")
+        assert labels and all(re.match(r"→ (fork|mainline) [0-9.]+ m?s$", l) for l in labels), labels
+        # the recent list says how long the requests waited for their switch
+        waited = b.evaluate("[...document.querySelectorAll('#recent tbody tr')].filter(tr => "
+                            "tr.children[8].textContent !== '–').length")
+        assert waited >= 1
+        assert b.failures() == []
+    finally:
+        b.stop()
