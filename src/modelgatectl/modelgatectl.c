@@ -523,6 +523,35 @@ static int call_host(sd_bus *bus, const char *host, const char *method, uint64_t
         return EXIT_OK;
 }
 
+/* connect_bus(), a failure said: EXIT_OK, EXIT_USAGE or EXIT_UNREACHABLE */
+static int connect_bus_or_say(sd_bus **ret) {
+        int r = connect_bus(ret);
+        if (r < 0) {
+                if (r != -EINVAL)
+                        log_error_errno(r, "Cannot connect to the %s bus%s: %m",
+                                        arg_user ? "user" : "system", arg_host ? " through ssh" : "");
+                return r == -EINVAL ? EXIT_USAGE : EXIT_UNREACHABLE;
+        }
+        return EXIT_OK;
+}
+
+/* key add|list|remove (the keys file) or usage (the bus): args[0] is the verb, n the words from it on */
+static int key_command(int n, char **args) {
+        _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
+        const char *kv = n >= 1 ? args[0] : "";
+        int r;
+
+        if (streq(kv, "usage") && n <= 2) {
+                r = connect_bus_or_say(&bus);
+                return r != EXIT_OK ? r : do_key_usage(bus, n == 2 ? args[1] : NULL);
+        }
+        if (!((streq(kv, "list") && n == 1) || (STR_IN_SET(kv, "add", "remove") && n == 2))) {
+                log_error("Use 'key add TIER', 'key list', 'key remove DIGEST' or 'key usage [NAME]'");
+                return EXIT_USAGE;
+        }
+        return do_key(n, args);
+}
+
 int main(int argc, char *argv[]) {
         _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
         const char *verb;
@@ -534,26 +563,8 @@ int main(int argc, char *argv[]) {
                 return r < 0 ? EXIT_USAGE : EXIT_OK;
         verb = optind < argc ? argv[optind] : "status";
         n = argc - optind - 1;
-        if (streq(verb, "key")) {
-                const char *kv = n >= 1 ? argv[optind + 1] : "";
-                if (streq(kv, "usage") && n <= 2) {
-                        r = connect_bus(&bus);
-                        if (r < 0) {
-                                if (r != -EINVAL)
-                                        log_error_errno(r, "Cannot connect to the %s bus%s: %m",
-                                                        arg_user ? "user" : "system",
-                                                        arg_host ? " through ssh" : "");
-                                return r == -EINVAL ? EXIT_USAGE : EXIT_UNREACHABLE;
-                        }
-                        return do_key_usage(bus, n == 2 ? argv[optind + 2] : NULL);
-                }
-                if (!((streq(kv, "list") && n == 1) || (STR_IN_SET(kv, "add", "remove") && n == 2))) {
-                        log_error(
-                                "Use 'key add TIER', 'key list', 'key remove DIGEST' or 'key usage [NAME]'");
-                        return EXIT_USAGE;
-                }
-                return do_key(n, argv + optind + 1);
-        }
+        if (streq(verb, "key"))
+                return key_command(n, argv + optind + 1);
         if (!STR_IN_SET(verb, "status", "hosts", "aliases", "switch", "stop", "reset-failed", "reload")) {
                 log_error("Unknown command '%s'; see %s --help", verb, program_invocation_short_name);
                 return EXIT_USAGE;
@@ -564,13 +575,9 @@ int main(int argc, char *argv[]) {
                 return EXIT_USAGE;
         }
 
-        r = connect_bus(&bus);
-        if (r < 0) {
-                if (r != -EINVAL)
-                        log_error_errno(r, "Cannot connect to the %s bus%s: %m",
-                                        arg_user ? "user" : "system", arg_host ? " through ssh" : "");
-                return r == -EINVAL ? EXIT_USAGE : EXIT_UNREACHABLE;
-        }
+        r = connect_bus_or_say(&bus);
+        if (r != EXIT_OK)
+                return r;
 
         if (streq(verb, "status") || streq(verb, "hosts"))
                 return do_status(bus, streq(verb, "hosts"));
