@@ -312,8 +312,8 @@ void access_record_usage(Access *a, const Config *c, const AccessCaller *caller,
                 return;
         if (in <= 0 && cached <= 0 && out <= 0)
                 return;
-        roll_over(a, NULL);
-        /* a key's request that began yesterday counts its tokens today */
+        /* in the day the counts are for, with no clock read: the next request's check rolls the day over.
+         * A key's count is made if need be (its day rolled over while it was in flight) */
         n = caller_count(a, caller, peer, caller->tier != NULL, &overflow);
         if (!n)
                 return;
