@@ -706,6 +706,12 @@ def test_key_usage_is_kept_shown_and_capped_in_tokens(make_double, make_gate, bo
     for n in (2, 7):
         r, body = chat_tokens(g, pro, n, words="one two three four")
         assert r.status == 200, body
+    # a stream's usage is in its last chunk: counted as well
+    c = g.conn()
+    r = post(c, CHAT, {"model": "3090-laguna-xs", "stream": True, "stream_options": {"include_usage": True},
+                       "messages": [{"role": "user", "content": "[[tokens:4]] one two three four"}]},
+             headers={"Authorization": "Bearer " + pro})
+    assert r.status == 200 and b'"completion_tokens": 4' in r.read().replace(b'":4', b'": 4')
     day = time.strftime("%Y-%m-%d", time.gmtime())
 
     def check(table, rows):
@@ -714,13 +720,13 @@ def test_key_usage_is_kept_shown_and_capped_in_tokens(make_double, make_gate, bo
         assert sorted(l.split() for l in lines[1:]) == sorted(rows), table
 
     free_row = [fd, "free", day, "3", "9", "0", "15", "10", "req,", "20", "tok"]
-    pro_row = [pd, "pro", day, "2", "10", "0", "9", "-"]
+    pro_row = [pd, "pro", day, "3", "15", "0", "13", "-"]
     check(usage_ctl(box), [free_row, pro_row])
     check(usage_ctl(box, "free"), [free_row])
     check(usage_ctl(box, pd[:8]), [pro_row])
     rows = json.loads(usage_ctl(box, "--json", "pro"))
-    assert rows == [{"Key": pd, "Tier": "pro", "Day": day, "Requests": 2, "TokensIn": 10, "CachedTokens": 0,
-                     "TokensOut": 9, "DailyRequests": 2**64 - 1, "DailyTokens": 2**64 - 1}], rows
+    assert rows == [{"Key": pd, "Tier": "pro", "Day": day, "Requests": 3, "TokensIn": 15, "CachedTokens": 0,
+                     "TokensOut": 13, "DailyRequests": 2**64 - 1, "DailyTokens": 2**64 - 1}], rows
     (row,) = json.loads(usage_ctl(box, "--json", fd))
     assert (row["Requests"], row["TokensIn"], row["TokensOut"], row["DailyRequests"], row["DailyTokens"]) == \
         (3, 9, 15, 10, 20), row
@@ -734,5 +740,5 @@ def test_key_usage_is_kept_shown_and_capped_in_tokens(make_double, make_gate, bo
     r, body = chat_tokens(g, free, 1)
     assert r.status == 429 and "DailyTokens=20" in body["error"]["message"], body
     usage = json.load(open(os.path.join(tmp, "state", "usage.json")))
-    assert usage["counts"] == {"k:" + fd: 3, "k:" + pd: 2}, usage
+    assert usage["counts"] == {"k:" + fd: 3, "k:" + pd: 3}, usage
     assert usage["tokens"]["k:" + fd] == [9, 0, 15], usage
