@@ -164,3 +164,75 @@ int do_key(int argc, char **argv) {
                 return key_add(&c, &f, argv[1]);
         return key_remove(&f, argv[1]);
 }
+
+/* "50 req, 200000 tok", "-" without caps */
+static const char *caps(char *buf, size_t l, uint64_t requests, uint64_t tokens) {
+        if (requests == UINT64_MAX && tokens == UINT64_MAX)
+                return "-";
+        if (tokens == UINT64_MAX)
+                snprintf(buf, l, "%llu req", (unsigned long long)requests);
+        else if (requests == UINT64_MAX)
+                snprintf(buf, l, "%llu tok", (unsigned long long)tokens);
+        else
+                snprintf(buf, l, "%llu req, %llu tok", (unsigned long long)requests,
+                         (unsigned long long)tokens);
+        return buf;
+}
+
+static json_object *usage_row(const char *key, const char *tier, const char *day, const uint64_t n[6]) {
+        static const char *const names[] = {"Requests",  "TokensIn",      "CachedTokens",
+                                            "TokensOut", "DailyRequests", "DailyTokens"};
+        json_object *o = json_object_new_object();
+
+        json_object_object_add(o, "Key", json_object_new_string(key));
+        json_object_object_add(o, "Tier", json_object_new_string(tier));
+        json_object_object_add(o, "Day", json_object_new_string(day));
+        for (size_t i = 0; i < 6; i++)
+                json_object_object_add(o, names[i], json_object_new_uint64(n[i]));
+        return o;
+}
+
+/* rule:key-usage: ListKeyUsage() as a table or as JSON (the bus's values as they are: a cap of
+ * 18446744073709551615 is none) */
+int do_key_usage(sd_bus *bus, const char *name) {
+        _cleanup_(sd_bus_error_free) sd_bus_error e = SD_BUS_ERROR_NULL;
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+        json_object *rows = json_object_new_array();
+        const char *key, *tier, *day;
+        uint64_t n[6];
+        int r;
+
+        r = sd_bus_call_method(bus, BUS_NAME, OBJECT_PATH, "org.modelgate1.Manager", "ListKeyUsage", &e,
+                               &reply, "");
+        if (r >= 0)
+                r = sd_bus_message_enter_container(reply, 'a', "(ssstttttt)");
+        while (r >= 0 && (r = sd_bus_message_read(reply, "(ssstttttt)", &key, &tier, &day, &n[0], &n[1],
+                                                  &n[2], &n[3], &n[4], &n[5])) > 0)
+                if (!name || streq(tier, name) || strncasecmp(key, name, strlen(name)) == 0)
+                        json_object_array_add(rows, usage_row(key, tier, day, n));
+        if (r < 0) {
+                json_object_put(rows);
+                return report("Cannot read the key usage", &e, r);
+        }
+        if (arg_json)
+                print_json(rows);
+        else
+                printf("%-16s %-10s %-10s %8s %10s %10s %10s %s\n", "KEY", "TIER", "DAY", "REQUESTS",
+                       "TOKENS-IN", "CACHED", "TOKENS-OUT", "CAP");
+        for (size_t i = 0; !arg_json && i < json_object_array_length(rows); i++) {
+                json_object *o = json_object_array_get_idx(rows, i);
+                char b[64];
+#define U(k) (unsigned long long)json_object_get_uint64(json_object_object_get(o, k))
+                printf("%-16s %-10s %-10s %8llu %10llu %10llu %10llu %s\n",
+                       json_object_get_string(json_object_object_get(o, "Key")),
+                       *json_object_get_string(json_object_object_get(o, "Tier"))
+                               ? json_object_get_string(json_object_object_get(o, "Tier"))
+                               : "-",
+                       json_object_get_string(json_object_object_get(o, "Day")), U("Requests"),
+                       U("TokensIn"), U("CachedTokens"), U("TokensOut"),
+                       caps(b, sizeof(b), U("DailyRequests"), U("DailyTokens")));
+#undef U
+        }
+        json_object_put(rows);
+        return EXIT_OK;
+}

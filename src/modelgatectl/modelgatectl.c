@@ -7,6 +7,7 @@
 #include <json-c/json.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <systemd/sd-bus.h>
 #include <unistd.h>
 
@@ -17,7 +18,7 @@
 #include "shared/time-util.h"
 
 int arg_user = -1;
-static bool arg_json = false;
+bool arg_json = false;
 static bool arg_once = false;
 static const char *arg_host = NULL;
 static uint64_t arg_timeout = 0;
@@ -38,7 +39,9 @@ static void help(void) {
                "  top                    Hosts, requests in flight and the last ones, live (q quits)\n"
                "  key add TIER           Make an API key of TIER, print it once, store its digest\n"
                "  key list               The keys' digests (a prefix) and tiers\n"
-               "  key remove DIGEST      Remove the key whose digest starts with DIGEST\n\n"
+               "  key remove DIGEST      Remove the key whose digest starts with DIGEST\n"
+               "  key usage [NAME]       Requests and tokens per key and UTC day (NAME: a tier or a\n"
+               "                         digest prefix)\n\n"
                "Options:\n"
                "  -h --help              Show this help\n"
                "     --version           Show the version\n"
@@ -150,7 +153,7 @@ static int error_exit(const sd_bus_error *e, int r) {
         return EXIT_FAILED;
 }
 
-static int report(const char *what, const sd_bus_error *e, int r) {
+int report(const char *what, const sd_bus_error *e, int r) {
         if (e && sd_bus_error_has_names(e, SD_BUS_ERROR_SERVICE_UNKNOWN, SD_BUS_ERROR_NAME_HAS_NO_OWNER))
                 log_error("%s: modelgated is not running on the %s bus%s", what,
                           arg_user ? "user" : "system", arg_host ? " of that host" : "");
@@ -307,7 +310,17 @@ static const char *until(char *buf, size_t l, uint64_t at) {
         return buf;
 }
 
-static void print_json(json_object *o) {
+/* "15:42" (local time) of a realtime timestamp the bus shows; "-" for none */
+static const char *clock_time(char buf[static 16], uint64_t at) {
+        time_t t = (time_t)(at / USEC_PER_SEC);
+        struct tm tm;
+
+        if (at == 0 || !localtime_r(&t, &tm) || strftime(buf, 16, "%H:%M", &tm) == 0)
+                return "-";
+        return buf;
+}
+
+void print_json(json_object *o) {
         printf("%s\n",
                json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE));
 }
@@ -427,21 +440,22 @@ static int do_status(sd_bus *bus, bool brief) {
                        (unsigned long long)num(state, "InFlight"),
                        (unsigned long long)num(state, "Waiting"));
         } else
-                printf("%-12s %-10s %-14s %9s %7s %s\n", "HOST", "STATE", "ENGINE", "IN-FLIGHT", "WAITING",
-                       "HELD");
+                printf("%-12s %-10s %-14s %9s %7s %-9s %s\n", "HOST", "STATE", "ENGINE", "IN-FLIGHT",
+                       "WAITING", "IDLE-STOP", "HELD");
 
         for (size_t i = 0; i < json_object_array_length(hosts); i++) {
                 json_object *h = json_object_array_get_idx(hosts, i);
-                char b1[FORMAT_TIMESPAN_MAX + 16], b2[FORMAT_TIMESPAN_MAX + 16];
+                char b1[FORMAT_TIMESPAN_MAX + 16], b2[FORMAT_TIMESPAN_MAX + 16], hhmm[16];
                 const char *engine = str(h, "Engine"), *hold, *idle;
 
                 json_object *held = json_object_object_get(h, "FailedStarts");
 
                 if (brief) {
                         _cleanup_free_ char *names = held_names(held);
-                        printf("%-12s %-10s %-14s %9llu %7llu %s\n", str(h, "Name"), str(h, "State"),
+                        printf("%-12s %-10s %-14s %9llu %7llu %-9s %s\n", str(h, "Name"), str(h, "State"),
                                *engine ? engine : "-", (unsigned long long)num(h, "InFlight"),
-                               (unsigned long long)num(h, "Waiting"), names && *names ? names : "-");
+                               (unsigned long long)num(h, "Waiting"),
+                               clock_time(hhmm, num(h, "IdleStopAtUSec")), names && *names ? names : "-");
                         continue;
                 }
                 _cleanup_free_ char *engines = join(h, "Engines", " ");
@@ -457,8 +471,13 @@ static int do_status(sd_bus *bus, bool brief) {
                 idle = until(b2, sizeof(b2), num(h, "IdleStopAtUSec"));
                 if (hold)
                         printf("  hold-down:  %s left\n", hold);
-                if (idle)
-                        printf("  idle stop:  in %s\n", idle);
+                /* what is loaded and until when, as ollama ps shows it */
+                if (*engine && idle)
+                        printf("  loaded:     %s, idle stop in %s (at %s)\n", engine, idle,
+                               clock_time(hhmm, num(h, "IdleStopAtUSec")));
+                else if (*engine)
+                        printf("  loaded:     %s, no idle stop due%s\n", engine,
+                               num(h, "InFlight") + num(h, "Waiting") > 0 ? " (in use)" : "");
                 print_held(held);
                 if (*str(h, "LastError"))
                         printf("  last error: %s\n", str(h, "LastError"));
@@ -511,6 +530,35 @@ static int call_host(sd_bus *bus, const char *host, const char *method, uint64_t
         return EXIT_OK;
 }
 
+/* connect_bus(), a failure said: EXIT_OK, EXIT_USAGE or EXIT_UNREACHABLE */
+static int connect_bus_or_say(sd_bus **ret) {
+        int r = connect_bus(ret);
+        if (r < 0) {
+                if (r != -EINVAL)
+                        log_error_errno(r, "Cannot connect to the %s bus%s: %m",
+                                        arg_user ? "user" : "system", arg_host ? " through ssh" : "");
+                return r == -EINVAL ? EXIT_USAGE : EXIT_UNREACHABLE;
+        }
+        return EXIT_OK;
+}
+
+/* key add|list|remove (the keys file) or usage (the bus): args[0] is the verb, n the words from it on */
+static int key_command(int n, char **args) {
+        _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
+        const char *kv = n >= 1 ? args[0] : "";
+        int r;
+
+        if (streq(kv, "usage") && n <= 2) {
+                r = connect_bus_or_say(&bus);
+                return r != EXIT_OK ? r : do_key_usage(bus, n == 2 ? args[1] : NULL);
+        }
+        if (!((streq(kv, "list") && n == 1) || (STR_IN_SET(kv, "add", "remove") && n == 2))) {
+                log_error("Use 'key add TIER', 'key list', 'key remove DIGEST' or 'key usage [NAME]'");
+                return EXIT_USAGE;
+        }
+        return do_key(n, args);
+}
+
 int main(int argc, char *argv[]) {
         _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
         const char *verb;
@@ -522,14 +570,8 @@ int main(int argc, char *argv[]) {
                 return r < 0 ? EXIT_USAGE : EXIT_OK;
         verb = optind < argc ? argv[optind] : "status";
         n = argc - optind - 1;
-        if (streq(verb, "key")) {
-                const char *kv = n >= 1 ? argv[optind + 1] : "";
-                if (!((streq(kv, "list") && n == 1) || (STR_IN_SET(kv, "add", "remove") && n == 2))) {
-                        log_error("Use 'key add TIER', 'key list' or 'key remove DIGEST'");
-                        return EXIT_USAGE;
-                }
-                return do_key(n, argv + optind + 1);
-        }
+        if (streq(verb, "key"))
+                return key_command(n, argv + optind + 1);
         if (!STR_IN_SET(verb, "status", "hosts", "aliases", "switch", "stop", "reset-failed", "reload",
                         "top")) {
                 log_error("Unknown command '%s'; see %s --help", verb, program_invocation_short_name);
@@ -541,13 +583,9 @@ int main(int argc, char *argv[]) {
                 return EXIT_USAGE;
         }
 
-        r = connect_bus(&bus);
-        if (r < 0) {
-                if (r != -EINVAL)
-                        log_error_errno(r, "Cannot connect to the %s bus%s: %m",
-                                        arg_user ? "user" : "system", arg_host ? " through ssh" : "");
-                return r == -EINVAL ? EXIT_USAGE : EXIT_UNREACHABLE;
-        }
+        r = connect_bus_or_say(&bus);
+        if (r != EXIT_OK)
+                return r;
 
         if (streq(verb, "status") || streq(verb, "hosts"))
                 return do_status(bus, streq(verb, "hosts"));

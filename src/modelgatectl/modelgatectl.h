@@ -19,7 +19,10 @@ enum {
         EXIT_DENIED = 5,      /* polkit or the bus said no */
 };
 
+#include <json-c/json.h>
+
 extern int arg_user;           /* --user (1) or --system (0) */
+extern bool arg_json;          /* --json */
 extern const char *arg_config; /* --config= */
 
 /* The bus of the instance the options name (-H: through ssh) */
@@ -30,3 +33,9 @@ int do_top(sd_bus *bus, bool once);
 
 /* key add|list|remove: argv[0] is the verb, checked by the caller */
 int do_key(int argc, char **argv);
+/* key usage [NAME]: ListKeyUsage(), the rows whose tier is NAME or whose key begins with it */
+int do_key_usage(sd_bus *bus, const char *name);
+
+/* A failed call said, and its exit code */
+int report(const char *what, const sd_bus_error *e, int r);
+void print_json(json_object *o);

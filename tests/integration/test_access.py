@@ -658,3 +658,87 @@ def test_the_feed_shows_a_tier_only_its_models(make_double, tmp):
         for f in feeds:
             f.close()
         g.stop()
+
+
+def usage_ctl(box, *args):
+    out = subprocess.run([MODELGATECTL, "--user", "key", "usage"] + list(args), env=box.env, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out
+    return out.stdout
+
+
+def chat_tokens(g, key, n_out, words="hello there"):
+    """a chat whose prompt is len(words) + 1 words (the double's prompt tokens) and whose answer is n_out tokens"""
+    c = g.conn()
+    r = post(c, CHAT, {"model": "3090-laguna-xs",
+                       "messages": [{"role": "user", "content": "[[tokens:%d]] %s" % (n_out, words)}]},
+             headers={"Authorization": "Bearer " + key})
+    return r, json.loads(r.read() or b"{}")
+
+
+@pytest.mark.skipif(__import__("boxes").box_skip_reason() is not None,
+                    reason=str(__import__("boxes").box_skip_reason()))
+def test_key_usage_is_kept_shown_and_capped_in_tokens(make_double, make_gate, box, tmp):
+    """rule:key-usage, rule:daily-tokens: two keys' requests and tokens by `modelgatectl key usage` (table and
+    --json), kept across a restart; DailyTokens= refuses with 429 once spent, the request that crossed it
+    served"""
+    from boxes import gate_env
+    import hashlib
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    keys = os.path.join(tmp, "keys")
+    text = ("[Access]\nKeysFile=%s\n[Tier]\nName=free\nDailyRequests=10\nDailyTokens=20\n[Tier]\nName=pro\n"
+            % keys) + host_conf("3090", d.url)
+    free, pro = make_key(tmp, text, "free"), make_key(tmp, text, "pro")
+    fd, pd = (hashlib.sha256(k.encode()).hexdigest()[:16] for k in (free, pro))
+    env = dict(gate_env(box), STATE_DIRECTORY=os.path.join(tmp, "state"))
+    g = make_gate(text, extra_args=["--user"], env=env)
+    wait_for(lambda: subprocess.run([MODELGATECTL, "--user", "key", "usage"], env=box.env,
+                                    capture_output=True).returncode == 0, what="modelgated on the bus")
+    # each free request: 3 prompt tokens, 5 generated, none cached: 8 of DailyTokens=20
+    for _ in range(3):
+        r, body = chat_tokens(g, free, 5)
+        assert r.status == 200, body
+    # the third crossed the cap (24) and was served; the next is refused on its head
+    r, body = chat_tokens(g, free, 5)
+    assert r.status == 429 and body["error"]["code"] == "rate_limit_exceeded", body
+    assert 0 < int(r.getheader("Retry-After")) <= 86400
+    assert "has used 24 tokens today" in body["error"]["message"] and "DailyTokens=20" in body["error"]["message"]
+    for n in (2, 7):
+        r, body = chat_tokens(g, pro, n, words="one two three four")
+        assert r.status == 200, body
+    # a stream's usage is in its last chunk: counted as well
+    c = g.conn()
+    r = post(c, CHAT, {"model": "3090-laguna-xs", "stream": True, "stream_options": {"include_usage": True},
+                       "messages": [{"role": "user", "content": "[[tokens:4]] one two three four"}]},
+             headers={"Authorization": "Bearer " + pro})
+    assert r.status == 200 and b'"completion_tokens": 4' in r.read().replace(b'":4', b'": 4')
+    day = time.strftime("%Y-%m-%d", time.gmtime())
+
+    def check(table, rows):
+        lines = table.splitlines()
+        assert lines[0].split() == ["KEY", "TIER", "DAY", "REQUESTS", "TOKENS-IN", "CACHED", "TOKENS-OUT", "CAP"]
+        assert sorted(l.split() for l in lines[1:]) == sorted(rows), table
+
+    free_row = [fd, "free", day, "3", "9", "0", "15", "10", "req,", "20", "tok"]
+    pro_row = [pd, "pro", day, "3", "15", "0", "13", "-"]
+    check(usage_ctl(box), [free_row, pro_row])
+    check(usage_ctl(box, "free"), [free_row])
+    check(usage_ctl(box, pd[:8]), [pro_row])
+    rows = json.loads(usage_ctl(box, "--json", "pro"))
+    assert rows == [{"Key": pd, "Tier": "pro", "Day": day, "Requests": 3, "TokensIn": 15, "CachedTokens": 0,
+                     "TokensOut": 13, "DailyRequests": 2**64 - 1, "DailyTokens": 2**64 - 1}], rows
+    (row,) = json.loads(usage_ctl(box, "--json", fd))
+    assert (row["Requests"], row["TokensIn"], row["TokensOut"], row["DailyRequests"], row["DailyTokens"]) == \
+        (3, 9, 15, 10, 20), row
+
+    # a restart keeps it all, shown before any request, and the spent tokens still refuse
+    g.stop()
+    g = make_gate(text, extra_args=["--user"], env=env)
+    wait_for(lambda: subprocess.run([MODELGATECTL, "--user", "key", "usage"], env=box.env,
+                                    capture_output=True).returncode == 0, what="modelgated on the bus again")
+    check(usage_ctl(box), [free_row, pro_row])
+    r, body = chat_tokens(g, free, 1)
+    assert r.status == 429 and "DailyTokens=20" in body["error"]["message"], body
+    usage = json.load(open(os.path.join(tmp, "state", "usage.json")))
+    assert usage["counts"] == {"k:" + fd: 3, "k:" + pd: 3}, usage
+    assert usage["tokens"]["k:" + fd] == [9, 0, 15], usage

@@ -46,7 +46,7 @@ def engine_gate(box, make_gate):
 def test_introspection_shows_the_spec_members(box, engine_gate):
     manager = busctl(box, "introspect", "org.modelgate1", "/org/modelgate1")
     for member in ("org.modelgate1.Manager", ".Version", ".Listening", ".Connections", ".InFlight", ".Waiting",
-                   ".Warnings", ".ListHosts", ".Reload"):
+                   ".Warnings", ".ListHosts", ".ListKeyUsage", ".Reload"):
         assert member in manager, manager
     host = busctl(box, "introspect", "org.modelgate1", HOST_PATH)
     for member in ("org.modelgate1.Host", ".Name", ".URL", ".Bus", ".State", ".Engine", ".Unit", ".Engines",
@@ -132,10 +132,13 @@ def test_modelgatectl_status_matches_the_bus_and_stop_engine_stops(box, engine_g
     assert h["HoldDownUntilUSec"] > time.time() * 1e6
     human = ctl(box, "status").stdout
     assert "h (http://127.0.0.1:" in human and "serving, engine mainline (llama-mainline.service)" in human
-    assert "hold-down:" in human and "idle stop:  in 14min" in human, human
+    # what is loaded and until when, as ollama ps shows it
+    at = time.strftime("%H:%M", time.localtime(h["IdleStopAtUSec"] / 1e6))
+    assert "hold-down:" in human and "loaded:     mainline, idle stop in 14min" in human, human
+    assert "(at %s)" % at in human, human
     hosts = ctl(box, "hosts").stdout.splitlines()
-    assert hosts[0].split() == ["HOST", "STATE", "ENGINE", "IN-FLIGHT", "WAITING", "HELD"]
-    assert hosts[1].split() == ["h", "serving", "mainline", "0", "0", "-"]
+    assert hosts[0].split() == ["HOST", "STATE", "ENGINE", "IN-FLIGHT", "WAITING", "IDLE-STOP", "HELD"]
+    assert hosts[1].split() == ["h", "serving", "mainline", "0", "0", at, "-"]
 
     # StopEngine inside the hold-down: stops at once, nothing is in flight
     out = ctl(box, "stop", "h")

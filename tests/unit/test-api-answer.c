@@ -52,6 +52,9 @@ static void format_sample(Answer a, char *buf, size_t n) {
         case ANSWER_DAILY_LIMIT:
                 (void)answer_format(buf, n, a, "this key", 100ULL, "2026-12-01", 3600ULL);
                 return;
+        case ANSWER_DAILY_TOKENS:
+                (void)answer_format(buf, n, a, 2048ULL, "2026-12-01", 2000ULL, 3600ULL);
+                return;
         case ANSWER_BODY_TOO_LARGE:
                 (void)answer_format(buf, n, a, "this key's tier", "MaxBodySize=", 1024ULL);
                 return;
@@ -134,6 +137,9 @@ static const struct {
          "this proxy needs an API key: send it as \"Authorization: Bearer <key>\" or \"X-Api-Key: <key>\""},
         {ANSWER_DAILY_LIMIT, 0, 3600, 429, "rate_limit_exceeded", "Retry-After: 3600\r\n",
          "this key has used its 100 requests for today (2026-12-01, UTC); the count starts again in 3600 s"},
+        {ANSWER_DAILY_TOKENS, 0, 3600, 429, "rate_limit_exceeded", "Retry-After: 3600\r\n",
+         "this key has used 2048 tokens today (2026-12-01, UTC), its tier's DailyTokens=2000 (prompt tokens "
+         "not from the cache, and generated ones); the count starts again in 3600 s"},
         {ANSWER_BODY_TOO_LARGE, 0, 0, 413, "request_too_large", "",
          "request body is larger than this key's tier allows (MaxBodySize= 1024 bytes)"},
         {ANSWER_BODY_NOT_TAKEN, 0, 0, 413, "request_too_large", "", "this request takes no body"},

@@ -70,6 +70,7 @@ TEST(errors_are_refused) {
                 "[Fallback]\nName=x\nKeyCredential=../k\n", /* not a credential name */
                 "[Fallback]\nName=x\nOnBusy=maybe\n",
                 "[Tier]\nName=x\nDailyRequests=lots\n",
+                "[Tier]\nName=x\nDailyTokens=-5\n",
                 "[Fallback]\nURL=http://x:1\n",                             /* no Name= */
                 "[Proxy]\nIdleStopSec=soon\n",                              /* bad time */
                 "[Proxy]\nMaxBodySize=-1\n",                                /* bad size */
@@ -181,6 +182,28 @@ TEST(aliases_parse_merge_and_dump) {
         ASSERT_STREQ(c.errors[0],
                      "test.conf:2: [Alias] Name='a9-fast' is not valid (letters, digits, '_' and "
                      "'.', at most 64, as a host name)");
+        config_done(&c);
+}
+
+/* rule:daily-tokens: DailyTokens= parses as a cap (a number or infinity, the default) and is dumped */
+TEST(tier_daily_tokens) {
+        Config c;
+        char *text = NULL;
+        size_t n = 0;
+
+        ASSERT_OK(parse(&c, "[Access]\n[Tier]\nName=free\nDailyTokens=200000\n[Tier]\nName=pro\n"
+                            "[Tier]\nName=x\nDailyTokens=infinity\n"));
+        ASSERT_OK(config_verify(&c));
+        ASSERT_EQ(c.n_tiers, 3);
+        ASSERT_EQ(c.tiers[0].daily_tokens, 200000);
+        ASSERT_TRUE(c.tiers[1].daily_tokens == UINT64_MAX && c.tiers[1].daily_requests == UINT64_MAX);
+        ASSERT_TRUE(c.tiers[2].daily_tokens == UINT64_MAX);
+        FILE *f = open_memstream(&text, &n);
+        config_dump(&c, f);
+        fclose(f);
+        ASSERT_TRUE(strstr(text, "[Tier]\nName=free\nDailyTokens=200000\n"));
+        ASSERT_TRUE(!strstr(text, "Name=pro\nDailyTokens"));
+        free(text);
         config_done(&c);
 }
 

@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "modelgated/bus/bus-object-internal.h"
+#include "modelgated/records/access.h"
 #include "shared/log.h"
 #include "shared/strv.h"
 
@@ -143,6 +144,49 @@ static int method_get_activity(sd_bus_message *message, void *userdata, sd_bus_e
         return sd_bus_reply_method_return(message, "s", buffer_peek(&b));
 }
 
+typedef struct KeyUsageReply {
+        sd_bus_message *reply;
+        const Config *config;
+} KeyUsageReply;
+
+/* rule:key-usage: one row of ListKeyUsage(), with the caps its caller has now (none: UINT64_MAX) */
+static int append_key_usage(const char *day, const char *name, const char *tier, const UsageCount *n,
+                            void *userdata) {
+        KeyUsageReply *k = userdata;
+        uint64_t requests_cap = UINT64_MAX, tokens_cap = UINT64_MAX;
+        const char *digest = startswith(name, "k:");
+
+        if (!tier)
+                requests_cap = k->config->access.anonymous_daily_requests;
+        for (size_t i = 0; tier && i < k->config->n_tiers; i++)
+                if (streq(k->config->tiers[i].name, tier)) {
+                        requests_cap = k->config->tiers[i].daily_requests;
+                        tokens_cap = k->config->tiers[i].daily_tokens;
+                }
+        return sd_bus_message_append(k->reply, "(ssstttttt)", digest ?: name, tier ?: "", day, n->requests,
+                                     n->in, n->cached, n->out, requests_cap, tokens_cap);
+}
+
+static int method_list_key_usage(sd_bus_message *message, void *userdata, sd_bus_error *error) {
+        BusObject *o = userdata;
+        KeyUsageReply k = {.config = manager_config(o->manager)};
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+        Access *access = k.config->access.enabled ? manager_access(o->manager) : NULL;
+        int r;
+
+        r = sd_bus_message_new_method_return(message, &reply);
+        if (r >= 0)
+                r = sd_bus_message_open_container(reply, 'a', "(ssstttttt)");
+        k.reply = reply;
+        if (r >= 0 && access)
+                r = access_usage_foreach(access, append_key_usage, &k);
+        if (r >= 0)
+                r = sd_bus_message_close_container(reply);
+        if (r < 0)
+                return r;
+        return sd_bus_send(NULL, reply, NULL);
+}
+
 static void reload_authorized(BusCall *c) {
         _cleanup_free_ char *why = NULL;
         int r;
@@ -177,6 +221,8 @@ static const sd_bus_vtable manager_vtable[] = {
                                 method_list_aliases, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("GetActivity", SD_BUS_NO_ARGS, SD_BUS_RESULT("s", activity),
                                 method_get_activity, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("ListKeyUsage", SD_BUS_NO_ARGS, SD_BUS_RESULT("a(ssstttttt)", usage),
+                                method_list_key_usage, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("Reload", SD_BUS_NO_ARGS, SD_BUS_NO_RESULT, method_reload,
                                 SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_VTABLE_END,

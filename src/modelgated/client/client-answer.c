@@ -69,6 +69,13 @@ void client_log_access(Client *c, const char *note) {
         };
 
         log_line(LOG_INFO, line, access_line_format(line, sizeof(line), &l));
+        /* rule:key-usage: the tokens the line says, for the caller's day */
+        if (x->usage_on && x->caller.admitted && x->config && usage_known(&x->usage)) {
+                Access *access = manager_access(c->manager);
+                if (access)
+                        access_record_usage(access, x->config, &x->caller, c->peer, x->usage.in,
+                                            x->usage.cached, x->usage.out);
+        }
         client_activity_done(c, l.status, l.duration, cut);
         metrics_request(manager_metrics(c->manager), x->host ? x->host->name : "", x->engine_name,
                         x->error_status ?: x->status);

@@ -110,6 +110,8 @@ static void dump_tier(const TierConf *t, FILE *f) {
         fprintf(f, "\n[Tier]\nName=%s\n", t->name);
         if (t->daily_requests != UINT64_MAX)
                 fprintf(f, "DailyRequests=%llu\n", (unsigned long long)t->daily_requests);
+        if (t->daily_tokens != UINT64_MAX)
+                fprintf(f, "DailyTokens=%llu\n", (unsigned long long)t->daily_tokens);
         if (t->max_body_size)
                 fprintf(f, "MaxBodySize=%llu\n", (unsigned long long)t->max_body_size);
         dump_strv(f, "Models", t->models);

@@ -240,6 +240,7 @@ static const ConfigItem config_items[] = {
 
         {SECTION_TIER, "Name", parse_engine_name_item, offsetof(TierConf, name)},
         {SECTION_TIER, "DailyRequests", parse_cap_item, offsetof(TierConf, daily_requests)},
+        {SECTION_TIER, "DailyTokens", parse_cap_item, offsetof(TierConf, daily_tokens)},
         {SECTION_TIER, "Models", parse_strv_item, offsetof(TierConf, models)},
         {SECTION_TIER, "MaxBodySize", parse_size_item, offsetof(TierConf, max_body_size)},
         {SECTION_TIER, "Activity", parse_bool_item, offsetof(TierConf, activity)},

@@ -190,7 +190,7 @@ static int section_apply(Config *c, const char *name, const Section *s) {
                 break;
         case SECTION_TIER:
                 r = SECTION_NAMED(c, name, s, c->tiers, c->n_tiers, TierConf, &base,
-                                  .daily_requests = UINT64_MAX);
+                                  .daily_requests = UINT64_MAX, .daily_tokens = UINT64_MAX);
                 break;
         case SECTION_ALIAS:
                 r = SECTION_NAMED(c, name, s, c->aliases, c->n_aliases, AliasConf, &base,

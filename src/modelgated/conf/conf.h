@@ -73,6 +73,8 @@ typedef struct FallbackConf {
 typedef struct TierConf {
         char *name;
         uint64_t daily_requests; /* UINT64_MAX: no cap */
+        uint64_t daily_tokens;   /* rule:daily-tokens: prompt tokens not from the cache and generated ones;
+                                  * UINT64_MAX: no cap */
         uint64_t max_body_size;  /* 0: [Proxy] MaxBodySize= */
         char **models;           /* globs over client-visible names; NULL: all */
         bool activity;           /* Activity=: may follow /activity and GetActivity (rule:activity-feed) */

@@ -10,22 +10,18 @@
 #include <time.h>
 
 #include "modelgated/records/access.h"
-#include "shared/count-map.h"
 #include "shared/keys-file.h"
 #include "shared/log.h"
 #include "shared/state-file.h"
 
-/* Anonymous clients are counted per address (IPv6 per /64, which is what one client has): at most this many
- * a day. Past the cap, new anonymous addresses share one count (OVERFLOW) with the same daily cap, rather
- * than an old count being forgotten (a fresh quota for its address) or every new address being refused (a
- * /48 has 65536 /64s: one user could shut everyone else out). Keys are bounded by the keys file. */
-#define ACCESS_ANONYMOUS_MAX 65536
-#define OVERFLOW "ip:*"
+/* Anonymous clients are counted per address (IPv6 per /64, which is what one client has): at most
+ * USAGE_ANONYMOUS_MAX a day. Past the cap, new anonymous addresses share one count (USAGE_OVERFLOW) with the
+ * same daily cap, rather than an old count being forgotten (a fresh quota for its address) or every new
+ * address being refused (a /48 has 65536 /64s: one user could shut everyone else out). Keys are bounded by
+ * the keys file. */
 
 struct Access {
-        char day[16]; /* "2026-11-30", UTC: the day the counts are for */
-        CountMap *counts;
-        size_t n_anonymous;
+        KeyUsage *usage; /* today's counts, and the days before (key-usage.h) */
         bool dirty;
         sd_event_source *save_timer;
 };
@@ -40,64 +36,37 @@ static void today(char day[16], uint64_t *ret_seconds_left) {
                 *ret_seconds_left = (uint64_t)(86400 - (tm.tm_hour * 3600 + tm.tm_min * 60 + tm.tm_sec));
 }
 
-static void counters_clear(Access *a) {
-        a->counts = count_map_free(a->counts);
-        a->n_anonymous = 0;
-}
-
-/* The count called name, made if need be. NULL with errno: ENOMEM, or EDQUOT when an anonymous one
- * would pass ACCESS_ANONYMOUS_MAX. */
-static uint64_t *counter_get(Access *a, const char *name) {
-        bool anonymous = startswith(name, "ip:") && !streq(name, OVERFLOW);
-        uint64_t *n = count_map_get(&a->counts, name, false);
-
-        if (n)
-                return n;
-        if (anonymous && a->n_anonymous >= ACCESS_ANONYMOUS_MAX) {
-                errno = EDQUOT;
-                return NULL;
-        }
-        n = count_map_get(&a->counts, name, true);
-        if (!n) {
-                errno = ENOMEM;
-                return NULL;
-        }
-        a->n_anonymous += anonymous;
-        return n;
-}
-
 static void usage_save(Access *a) {
         _cleanup_free_ char *path = state_file_path("usage.json");
-        json_object *root = json_object_new_object(), *counts = json_object_new_object();
+        json_object *root = key_usage_to_json(a->usage);
         int r;
 
-        json_object_object_add(root, "day", json_object_new_string(a->day));
-        json_object_object_add(root, "counts", counts);
-        const char *name;
-        uint64_t n;
-        for (size_t i = 0; count_map_next(a->counts, &i, &name, &n);)
-                json_object_object_add(counts, name, json_object_new_uint64(n));
-        if (!path)
+        if (!root)
+                log_warning("Out of memory: the request counts are not written now");
+        else if (!path)
                 log_warning("No state directory: daily request counts will not survive a restart");
         else {
                 const char *s = json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN);
-                r = state_file_write(path, s, strlen(s));
+                r = s ? state_file_write(path, s, strlen(s)) : -ENOMEM;
                 if (r < 0)
                         log_warning_errno(r, "Cannot write %s, daily request counts may be lost: %m", path);
         }
-        a->dirty = false;
+        a->dirty = !root;
         json_object_put(root);
 }
 
 static void usage_load(Access *a) {
         _cleanup_free_ char *path = state_file_path("usage.json");
-        json_object *root, *day, *counts;
+        json_object *root;
+        char day[16];
 
-        today(a->day, NULL);
+        today(day, NULL);
+        (void)key_usage_set_day(a->usage, day);
         if (!path)
                 return;
         root = json_object_from_file(path);
-        if (!root) {
+        if (!root || !json_object_is_type(root, json_type_object)) {
+                json_object_put(root);
                 if (access(path, F_OK) < 0)
                         return; /* a first start: nothing counted yet */
                 /* kept aside for a look, and said: every quota starts again */
@@ -111,17 +80,28 @@ static void usage_load(Access *a) {
                                     json_util_get_last_err() ?: "not JSON");
                 return;
         }
-        if (json_object_object_get_ex(root, "day", &day) && streq(json_object_get_string(day), a->day) &&
-            json_object_object_get_ex(root, "counts", &counts) &&
-            json_object_is_type(counts, json_type_object)) {
-                /* linear in the entries: a hash table, and nothing past the anonymous cap is kept */
-                json_object_object_foreach(counts, k, v) {
-                        uint64_t *c = counter_get(a, k);
-                        if (c)
-                                *c = json_object_get_uint64(v);
-                }
-        }
+        /* rule:key-usage: an older file's "day" and "counts" load as they are, without tokens */
+        if (key_usage_from_json(a->usage, root, day) < 0)
+                log_warning("Out of memory: some of the request counts in %s are not read", path);
         json_object_put(root);
+}
+
+/* A count changed: written at most USAGE_SAVE_DELAY_USEC behind */
+static void usage_changed(Access *a) {
+        if (!a->dirty || sd_event_source_get_enabled(a->save_timer, NULL) <= 0) {
+                a->dirty = true;
+                (void)sd_event_source_set_time_relative(a->save_timer, USAGE_SAVE_DELAY_USEC);
+                (void)sd_event_source_set_enabled(a->save_timer, SD_EVENT_ONESHOT);
+        }
+}
+
+/* The day rolled over: everyone starts again (the day that ended is history) */
+static void roll_over(Access *a, uint64_t *ret_seconds_left) {
+        char day[16];
+
+        today(day, ret_seconds_left);
+        if (!streq(day, key_usage_day(a->usage)) && key_usage_set_day(a->usage, day) != 0)
+                usage_changed(a);
 }
 
 static int save_cb(sd_event_source *s, uint64_t usec, void *userdata) {
@@ -134,6 +114,9 @@ Access *access_new(sd_event *event) {
 
         if (!a)
                 return NULL;
+        a->usage = key_usage_new();
+        if (!a->usage)
+                return access_free(a);
         usage_load(a);
         if (sd_event_add_time_relative(event, &a->save_timer, CLOCK_MONOTONIC, USAGE_SAVE_DELAY_USEC, 0,
                                        save_cb, a) < 0)
@@ -148,7 +131,7 @@ Access *access_free(Access *a) {
         if (a->dirty)
                 usage_save(a);
         sd_event_source_disable_unref(a->save_timer);
-        counters_clear(a);
+        key_usage_free(a->usage);
         free(a);
         return NULL;
 }
@@ -242,38 +225,49 @@ const char *access_client_address(const char *peer, char buf[static INET6_ADDRST
         return buf;
 }
 
+/* The name a caller is counted by: "k:" and its key's digest prefix, or "ip:" and the anonymous client's
+ * address */
+static const char *caller_name(const AccessCaller *caller, const char *peer, char name[static 80]) {
+        char address[INET6_ADDRSTRLEN + 8];
+
+        snprintf(name, 80, caller->tier ? "k:%s" : "ip:%s",
+                 caller->tier ? caller->digest : access_client_address(peer, address));
+        return name;
+}
+
+/* The caller's count of the day; with take, made. NULL: none (a check creates no counter: a caller not
+ * counted yet has used nothing), or out of memory when taking. Past the cap of anonymous addresses, one
+ * not counted yet is counted as all the others are (key_usage_get()'s EDQUOT). */
+static UsageCount *caller_count(Access *a, const AccessCaller *caller, const char *peer, bool take,
+                                bool *ret_overflow) {
+        const char *tier = caller->tier ? caller->tier->name : NULL;
+        char name[80];
+        UsageCount *n = key_usage_get(a->usage, caller_name(caller, peer, name), tier, take);
+
+        *ret_overflow = !n && !caller->tier && key_usage_n_anonymous(a->usage) >= USAGE_ANONYMOUS_MAX;
+        if (*ret_overflow)
+                n = key_usage_get(a->usage, USAGE_OVERFLOW, NULL, take);
+        return n;
+}
+
 static int access_cap(Access *a, const Config *c, const AccessCaller *caller, const char *peer, bool take,
                       AccessDenial *d) {
         uint64_t cap = caller->tier ? caller->tier->daily_requests : c->access.anonymous_daily_requests;
-        uint64_t left, zero = 0;
-        char day[16];
-        uint64_t *n;
+        uint64_t tokens_cap = caller->tier ? caller->tier->daily_tokens : UINT64_MAX;
+        const UsageCount zero = {};
+        uint64_t left;
+        bool overflow;
+        UsageCount *n;
 
-        today(day, &left);
-        if (!streq(day, a->day)) {
-                /* the day rolled over: everyone starts again */
-                counters_clear(a);
-                memcpy(a->day, day, sizeof(day));
-                a->dirty = true;
-        }
+        roll_over(a, &left);
         /* an anonymous client without a cap costs nothing to count, and is not */
         if (!caller->tier && cap == UINT64_MAX)
                 return ACCESS_ALLOWED;
-        char name[80], address[INET6_ADDRSTRLEN + 8];
-        /* the key's digest prefix, or the anonymous client's address */
-        snprintf(name, sizeof(name), caller->tier ? "k:%s" : "ip:%s",
-                 caller->tier ? caller->digest : access_client_address(peer, address));
-        /* a check creates no counter: a caller not counted yet has used nothing. Past the cap of anonymous
-         * addresses, one not counted yet is counted as all the others are (counter_get()'s EDQUOT) */
-        n = take ? counter_get(a, name) : count_map_get(&a->counts, name, false);
-        bool overflow = !n && !caller->tier && a->n_anonymous >= ACCESS_ANONYMOUS_MAX;
-        if (overflow)
-                n = take ? counter_get(a, OVERFLOW) : count_map_get(&a->counts, OVERFLOW, false);
-        if (!n && !take)
-                n = &zero;
-        if (!n)
+        n = caller_count(a, caller, peer, take, &overflow);
+        if (!n && take)
                 return -ENOMEM;
-        if (cap != UINT64_MAX && *n >= cap) {
+        const UsageCount *seen = n ?: &zero;
+        if (cap != UINT64_MAX && seen->requests >= cap) {
                 *d = (AccessDenial){.answer = ANSWER_DAILY_LIMIT, .retry_after = left};
                 (void)answer_format(
                         d->message, sizeof(d->message), d->answer,
@@ -281,17 +275,21 @@ static int access_cap(Access *a, const Config *c, const AccessCaller *caller, co
                         : overflow   ? "this proxy has counted its most anonymous addresses today, and the "
                                        "rest, sharing one count,"
                                      : "this address",
-                        (unsigned long long)cap, a->day, (unsigned long long)left);
+                        (unsigned long long)cap, key_usage_day(a->usage), (unsigned long long)left);
+                return ACCESS_OVER_CAP;
+        }
+        /* rule:daily-tokens: a request in flight when the cap is crossed finishes; the next is refused */
+        if (tokens_cap != UINT64_MAX && usage_count_charged(seen) >= tokens_cap) {
+                *d = (AccessDenial){.answer = ANSWER_DAILY_TOKENS, .retry_after = left};
+                (void)answer_format(d->message, sizeof(d->message), d->answer,
+                                    (unsigned long long)usage_count_charged(seen), key_usage_day(a->usage),
+                                    (unsigned long long)tokens_cap, (unsigned long long)left);
                 return ACCESS_OVER_CAP;
         }
         if (!take)
                 return ACCESS_ALLOWED;
-        (*n)++;
-        if (!a->dirty || sd_event_source_get_enabled(a->save_timer, NULL) <= 0) {
-                a->dirty = true;
-                (void)sd_event_source_set_time_relative(a->save_timer, USAGE_SAVE_DELAY_USEC);
-                (void)sd_event_source_set_enabled(a->save_timer, SD_EVENT_ONESHOT);
-        }
+        n->requests++;
+        usage_changed(a);
         return ACCESS_ALLOWED;
 }
 
@@ -301,4 +299,32 @@ int access_count(Access *a, const Config *c, const AccessCaller *caller, const c
 
 int access_check(Access *a, const Config *c, const AccessCaller *caller, const char *peer, AccessDenial *d) {
         return access_cap(a, c, caller, peer, false, d);
+}
+
+void access_record_usage(Access *a, const Config *c, const AccessCaller *caller, const char *peer,
+                         int64_t in, int64_t cached, int64_t out) {
+        bool overflow;
+        UsageCount *n;
+
+        assert(a);
+        /* only who is counted: a key, or an anonymous client under a cap */
+        if (!caller->admitted || (!caller->tier && c->access.anonymous_daily_requests == UINT64_MAX))
+                return;
+        if (in <= 0 && cached <= 0 && out <= 0)
+                return;
+        /* in the day the counts are for, with no clock read: the next request's check rolls the day over.
+         * A key's count is made if need be (its day rolled over while it was in flight) */
+        n = caller_count(a, caller, peer, caller->tier != NULL, &overflow);
+        if (!n)
+                return;
+        n->in += MAX(in, (int64_t)0);
+        n->cached += MAX(cached, (int64_t)0);
+        n->out += MAX(out, (int64_t)0);
+        usage_changed(a);
+}
+
+int access_usage_foreach(Access *a, KeyUsageFn fn, void *userdata) {
+        assert(a);
+        roll_over(a, NULL);
+        return key_usage_foreach(a->usage, fn, userdata);
 }

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #pragma once
 
-/* [Access] and [Tier] (rule:access-on-head, rule:daily-cap, rule:tier-models): who may send model requests,
- * and how many a day. A key (from "Authorization: Bearer" or "X-Api-Key") is known by its SHA-256 only; its
- * tier caps its requests per UTC day and may limit the models it sees. Clients without a key are counted per
- * source address. Counts are kept in the state directory (usage.json), written atomically at most
+/* [Access] and [Tier] (rule:access-on-head, rule:daily-cap, rule:daily-tokens, rule:tier-models): who may
+ * send model requests, and how many a day. A key (from "Authorization: Bearer" or "X-Api-Key") is known by
+ * its SHA-256 only; its tier caps its requests and its tokens per UTC day and may limit the models it sees.
+ * Clients without a key are counted per source address. Counts, and the tokens each caller used on each of
+ * the last days (rule:key-usage), are kept in the state directory (usage.json), written atomically at most
  * USAGE_SAVE_DELAY behind, so that an idle exit, a restart or a crash resets nobody's quota. */
 
 #include <netinet/in.h>
@@ -14,6 +15,7 @@
 
 #include "modelgated/rules/api-answer.h"
 #include "modelgated/conf/conf.h"
+#include "modelgated/records/key-usage.h"
 #include "shared/time-util.h"
 
 #define USAGE_SAVE_DELAY_USEC (2 * USEC_PER_SEC)
@@ -31,7 +33,8 @@ typedef struct AccessCaller {
 const char *access_caller_id(const AccessCaller *caller, char buf[static 80]);
 
 typedef struct AccessDenial {
-        Answer answer;        /* ANSWER_INVALID_API_KEY, ANSWER_MISSING_API_KEY or ANSWER_DAILY_LIMIT;
+        Answer answer;        /* ANSWER_INVALID_API_KEY, ANSWER_MISSING_API_KEY, ANSWER_DAILY_LIMIT or
+                               * ANSWER_DAILY_TOKENS;
                                * ANSWER_ADMISSION_OUT_OF_MEMORY when hashing the key ran out of memory */
         char message[256];    /* the row's words */
         uint64_t retry_after; /* 429: seconds until the day rolls over */
@@ -45,7 +48,7 @@ Access *access_free(Access *a);
 typedef enum AccessVerdict {
         ACCESS_ALLOWED = 0,
         ACCESS_REFUSED,  /* an unknown key, or no key where anonymous clients are refused (401) */
-        ACCESS_OVER_CAP, /* the caller's requests of the day are used up (429) */
+        ACCESS_OVER_CAP, /* the caller's requests or tokens of the day are used up (429) */
 } AccessVerdict;
 
 /* Who the caller is: ACCESS_ALLOWED, or ACCESS_REFUSED with *ret_denial filled when it cannot be served at
@@ -68,3 +71,10 @@ int access_count(Access *a, const Config *c, const AccessCaller *caller, const c
  * its head, before its body is read. ACCESS_ALLOWED, or ACCESS_OVER_CAP with *ret_denial. */
 int access_check(Access *a, const Config *c, const AccessCaller *caller, const char *peer,
                  AccessDenial *ret_denial);
+/* The tokens of a request's answer, from the engine's own usage (rule:usage; -1: not known), added to the
+ * caller's day (rule:key-usage): a key's, or an anonymous client's that is counted. Tokens spent past
+ * DailyTokens= are counted all the same; the caller's next request is refused. */
+void access_record_usage(Access *a, const Config *c, const AccessCaller *caller, const char *peer,
+                         int64_t in, int64_t cached, int64_t out);
+/* Every caller's count, the current day's first, then the days before, newest first (key-usage.h) */
+int access_usage_foreach(Access *a, KeyUsageFn fn, void *userdata);

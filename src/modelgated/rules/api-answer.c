@@ -39,6 +39,11 @@ static const AnswerRow answer_table[_ANSWER_MAX] = {
                 {429, "rate_limit_exceeded", ANSWER_HEADERS_RETRY_AFTER, 0,
                  "%s has used its %llu requests for today (%s, UTC); the count starts again in "
                  "%llu s"},
+        /* rule:daily-tokens */
+        [ANSWER_DAILY_TOKENS] =
+                {429, "rate_limit_exceeded", ANSWER_HEADERS_RETRY_AFTER, 0,
+                 "this key has used %llu tokens today (%s, UTC), its tier's DailyTokens=%llu (prompt tokens "
+                 "not from the cache, and generated ones); the count starts again in %llu s"},
         [ANSWER_BODY_TOO_LARGE] = {413, "request_too_large", ANSWER_HEADERS_NONE, 0,
                                    "request body is larger than %s allows (%s %llu bytes)"},
         [ANSWER_BODY_NOT_TAKEN] = {413, "request_too_large", ANSWER_HEADERS_NONE, 0,

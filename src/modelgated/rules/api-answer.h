@@ -32,11 +32,13 @@ typedef enum Answer {
         ANSWER_INVALID_API_KEY,      /* the key's digest in hex */
         ANSWER_MISSING_API_KEY,      /* - */
         ANSWER_DAILY_LIMIT,          /* who, the cap (ull), the day, seconds left (ull); Retry-After given */
-        ANSWER_BODY_TOO_LARGE,       /* whose limit, its option, the limit (ull) */
-        ANSWER_BODY_NOT_TAKEN,       /* - */
-        ANSWER_INVALID_JSON,         /* - */
-        ANSWER_MODEL_NOT_STRING,     /* - */
-        ANSWER_MODEL_TWICE_IN_BODY,  /* - */
+        ANSWER_DAILY_TOKENS,     /* tokens counted (ull), the day, DailyTokens= (ull), seconds left (ull); as
+                                    above */
+        ANSWER_BODY_TOO_LARGE,   /* whose limit, its option, the limit (ull) */
+        ANSWER_BODY_NOT_TAKEN,   /* - */
+        ANSWER_INVALID_JSON,     /* - */
+        ANSWER_MODEL_NOT_STRING, /* - */
+        ANSWER_MODEL_TWICE_IN_BODY,     /* - */
         ANSWER_MODEL_MISSING_IN_BODY,   /* - */
         ANSWER_MODEL_MISSING,           /* - */
         ANSWER_MODEL_BAD_ESCAPE,        /* - */
