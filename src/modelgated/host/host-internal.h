@@ -55,6 +55,11 @@ struct Host {
         bool adopting;
         char *for_model;
         usec_t switch_start;
+        ssize_t switch_from; /* the engine that ran when the switch began, or -1 */
+        /* the last switch that ended (up or failed): its target and its time, for the requests that
+         * waited for it (rule:queued-and-switch) */
+        ssize_t last_switch_target;
+        usec_t last_switch_start, last_switch_end;
         Upstream *probe;
         int probe_status;
         sd_event_source *deadline, *probe_timer;
