@@ -141,8 +141,10 @@ TEST(queued_and_switch) {
 static const char *field(const struct iovec *f, size_t n, const char *name, char *out, size_t size) {
         size_t l = strlen(name);
         for (size_t i = 0; i < n; i++)
-                if (f[i].iov_len > l && memcmp(f[i].iov_base, name, l) == 0 && ((char *)f[i].iov_base)[l] == '=') {
-                        snprintf(out, size, "%.*s", (int)(f[i].iov_len - l - 1), (char *)f[i].iov_base + l + 1);
+                if (f[i].iov_len > l && memcmp(f[i].iov_base, name, l) == 0 &&
+                    ((char *)f[i].iov_base)[l] == '=') {
+                        snprintf(out, size, "%.*s", (int)(f[i].iov_len - l - 1),
+                                 (char *)f[i].iov_base + l + 1);
                         return out;
                 }
         return NULL;
@@ -151,8 +153,8 @@ static const char *field(const struct iovec *f, size_t n, const char *name, char
 TEST(journal_fields_only_those_known_and_escaped) {
         char b[1024], v[256];
         struct iovec f[ACCESS_LINE_MAX_FIELDS];
-        Usage u = {.in = 812, .cached = 640, .out = 95, .prompt_n = 172, .prompt_ms = 113.9,
-                   .predicted_n = -1};
+        Usage u = {
+                .in = 812, .cached = 640, .out = 95, .prompt_n = 172, .prompt_ms = 113.9, .predicted_n = -1};
         AccessLine l = {.method = "POST",
                         .path = LIT("/v1/chat/completions"),
                         .model = "3090-a\"\nb",
@@ -189,7 +191,8 @@ TEST(journal_fields_only_those_known_and_escaped) {
         /* modelgate's own answer: no host, no engine, no usage, no times it did not have */
         l = (AccessLine){.method = "GET", .path = LIT("/health"), .peer = "p", .status = 200};
         n = access_line_fields(b, sizeof(b), f, &l);
-        ASSERT_TRUE(!field(f, n, "MODELGATE_HOST", v, sizeof(v)) && !field(f, n, "MODELGATE_ENGINE", v, sizeof(v)) &&
+        ASSERT_TRUE(!field(f, n, "MODELGATE_HOST", v, sizeof(v)) &&
+                    !field(f, n, "MODELGATE_ENGINE", v, sizeof(v)) &&
                     !field(f, n, "MODELGATE_QUEUED_USEC", v, sizeof(v)) &&
                     !field(f, n, "MODELGATE_TOKENS_IN", v, sizeof(v)));
         ASSERT_STREQ(field(f, n, "MODELGATE_STATUS", v, sizeof(v)), "200");

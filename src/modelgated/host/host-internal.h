@@ -140,6 +140,8 @@ bool host_unhold(Host *h, size_t i, const char *why);
 extern const HostBusCallbacks host_bus_callbacks;
 void host_update_state(Host *h);
 void host_switch_reset(Host *h);
+/* rule:queued-and-switch: sets w->queued and w->switched, before w is told */
+void host_waiter_times(const Host *h, HostWaiter *w);
 void host_begin_switch(Host *h);
 void host_idle_stop(Host *h, ssize_t engine, bool requested);
 /* The engine the switch was for answers (and is warmed up): it serves from now. */

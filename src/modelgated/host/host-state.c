@@ -19,24 +19,10 @@
 #include "shared/log.h"
 #include "shared/strv.h"
 
-/* rule:queued-and-switch: of the time since w's request asked, the part its own engine's switch (or start)
- * took, the one under way or the last that ended; the rest it was queued */
-static void waiter_times(const Host *h, HostWaiter *w) {
-        bool under_way = h->phase >= PHASE_BUSY_CHECK && h->phase <= PHASE_HEALTH;
-        usec_t now = host_now(h), from = w->req.arrived;
-        usec_t start = under_way ? h->switch_start : h->last_switch_start;
-        usec_t end = under_way ? now : h->last_switch_end;
-        ssize_t target = under_way ? h->target : h->last_switch_target;
-
-        from = MAX(from, start);
-        w->switched = target == w->engine && end > from ? end - from : 0;
-        w->queued = now > w->req.arrived + w->switched ? now - w->req.arrived - w->switched : 0;
-}
-
 static void answer_failed(Host *h, HostWaiter *w, int status) {
         char msg[512], t[FORMAT_TIMESPAN_MAX];
 
-        waiter_times(h, w);
+        host_waiter_times(h, w);
         /* answered: released by the scheduler already */
         host_unride(h, w);
         w->host = NULL;
@@ -72,7 +58,7 @@ static int schedule_cb(sd_event_source *s, void *userdata) {
 
                 switch (a.type) {
                 case SCHED_GO:
-                        waiter_times(h, w);
+                        host_waiter_times(h, w);
                         w->ready(w, 0, NULL);
                         break;
                 case SCHED_FAIL:

@@ -138,6 +138,20 @@ void host_switch_reset(Host *h) {
                 host_bus_forget(h->bus, h);
 }
 
+/* rule:queued-and-switch: of the time since w's request asked, the part its own engine's switch (or start)
+ * took, the one under way or the last that ended; the rest it was queued */
+void host_waiter_times(const Host *h, HostWaiter *w) {
+        bool under_way = h->phase >= PHASE_BUSY_CHECK && h->phase <= PHASE_HEALTH;
+        usec_t now = host_now(h), from = w->req.arrived;
+        usec_t start = under_way ? h->switch_start : h->last_switch_start;
+        usec_t end = under_way ? now : h->last_switch_end;
+        ssize_t target = under_way ? h->target : h->last_switch_target;
+
+        from = MAX(from, start);
+        w->switched = target == w->engine && end > from ? end - from : 0;
+        w->queued = now > w->req.arrived + w->switched ? now - w->req.arrived - w->switched : 0;
+}
+
 /* The switch ends without the engine: everyone waiting for it gets 'status'. */
 static void switch_fail(Host *h, int status, const char *message) {
         /* a refusal before anything was stopped leaves the running engine as it was */
@@ -206,7 +220,8 @@ static void switch_fail_start(Host *h, const char *what) {
                    hold == USEC_INFINITY ? "" : format_timespan(t, sizeof(t), hold) ?: "?");
 }
 
-/* "host 3090: engine fork up after 12.3s", with the switch's fields under the journal (rule:journal-fields) */
+/* "host 3090: engine fork up after 12.3s", with the switch's fields under the journal (rule:journal-fields)
+ */
 static void log_switch_done(Host *h, usec_t took) {
         char line[LOG_MESSAGE_ROOM + 512], f[4][256];
         struct iovec iov[4];
