@@ -244,7 +244,11 @@ def test_metrics_parse_and_move_with_requests(make_double, make_gate):
     d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
     started = time.time()
     g = make_gate(host_conf("3090", d.url))
-    g.wait_log("host 3090 up")  # its list read: the model's name is one the host lists
+    def listed():  # its list read: the model's name is one the host lists
+        c = g.conn()
+        c.request("GET", "/v1/models")
+        return "3090-laguna-xs" in c.getresponse().read().decode()
+    wait_for(listed, 10, what="the host's list")
     before = metric_samples(g)
     ok = ("modelgate_requests_total", (("engine", ""), ("host", "3090"), ("status", "200")))
     missing = ("modelgate_requests_total", (("engine", ""), ("host", ""), ("status", "404")))
