@@ -53,6 +53,12 @@ def test_request_for_stopped_engine_starts_it_and_waits_for_health(box, make_gat
     assert samples[("modelgate_switch_seconds_sum", (("engine", "mainline"), ("host", "3090")))] >= 3.0
     assert samples[("modelgate_queued_seconds_count", (("host", "3090"),))] == 1
     assert samples[("modelgate_queued_seconds_sum", (("host", "3090"),))] < 1.0
+    # rule:usage-metrics: the model label is the Models= glob that matched, not the client's name
+    usage = json.loads(body)["usage"]
+    assert samples[("modelgate_tokens_total", (("engine", "mainline"), ("host", "3090"), ("kind", "prompt"),
+                                               ("model", "laguna-*")))] == usage["prompt_tokens"]
+    assert samples[("modelgate_tokens_total", (("engine", "mainline"), ("host", "3090"), ("kind", "completion"),
+                                               ("model", "laguna-*")))] == usage["completion_tokens"]
 
 
 def test_other_engine_of_the_host_replaces_the_running_one(box, make_gate):
