@@ -119,6 +119,7 @@ int main(int argc, char *argv[]) {
         r = parse_argv(argc, argv);
         if (r <= 0)
                 return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+        log_open_journal(); /* once: never a system call per request for it */
 
         bool user = !(arg_user == 0 || (arg_user < 0 && getuid() == 0));
         path = arg_config ? strdup(arg_config) : config_default_path(user);

@@ -2,12 +2,17 @@
 #include <assert.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <systemd/sd-journal.h>
 #include <unistd.h>
 
 #include "shared/log.h"
 
 static int max_level = LOG_INFO;
+static bool to_journal;
 static int use_prefix = -1; /* -1: decide on first use */
 
 void log_set_max_level(int level) {
@@ -123,4 +128,54 @@ char *log_escape_dup(const char *s) {
         if (d)
                 log_escape(d, l, s, n);
         return d;
+}
+
+void log_open_journal(void) {
+        const char *e = getenv("JOURNAL_STREAM");
+        unsigned long long dev, ino;
+        struct stat st;
+        int k = 0;
+
+        /* rule:journal-fields: "dev:ino" of the stream the service manager connected to the journal; fd 2
+         * must still be that one (a shell redirect keeps the variable and changes the fd) */
+        to_journal = e && sscanf(e, "%llu:%llu%n", &dev, &ino, &k) == 2 && e[k] == 0 &&
+                     fstat(STDERR_FILENO, &st) >= 0 && (unsigned long long)st.st_dev == dev &&
+                     (unsigned long long)st.st_ino == ino;
+}
+
+bool log_journal(void) {
+        return to_journal;
+}
+
+void log_line_fields(int level, const char *message_id, char *buf, size_t n, const struct iovec *fields,
+                     size_t n_fields) {
+        struct iovec iov[LOG_MAX_FIELDS + 3];
+        char pri[sizeof("PRIORITY=") + 1] = "PRIORITY=0", mid[sizeof("MESSAGE_ID=") + 32];
+        size_t k = 0;
+
+        assert(buf);
+        if (LOG_PRI(level) > max_level)
+                return;
+        if (!to_journal) {
+                log_line(level, buf + LOG_MESSAGE_ROOM, n);
+                return;
+        }
+        memcpy(buf, "MESSAGE=", LOG_MESSAGE_ROOM);
+        iov[k++] = (struct iovec){buf, LOG_MESSAGE_ROOM + n};
+        pri[sizeof(pri) - 2] = (char)('0' + LOG_PRI(level));
+        iov[k++] = (struct iovec){pri, sizeof(pri) - 1};
+        if (message_id) {
+                int l = snprintf(mid, sizeof(mid), "MESSAGE_ID=%s", message_id);
+                iov[k++] = (struct iovec){mid, (size_t)MIN(l, (int)sizeof(mid) - 1)};
+        }
+        for (size_t i = 0; i < n_fields && i < LOG_MAX_FIELDS; i++)
+                iov[k++] = fields[i];
+        /* the journal gone (restarted, full socket buffer): the line goes to stderr as it would have */
+        if (sd_journal_sendv(iov, (int)k) < 0)
+                log_line(level, buf + LOG_MESSAGE_ROOM, n);
+}
+
+struct iovec log_field(char *b, size_t l, const char *name, const char *value) {
+        int k = snprintf(b, l, "%s=%s", name, value ?: "");
+        return (struct iovec){b, (size_t)MIN(MAX(k, 0), (int)l - 1)};
 }

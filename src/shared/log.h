@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <stdbool.h>
+#include <sys/uio.h>
 #include <syslog.h>
 
 #include "shared/macro.h"
@@ -30,6 +31,23 @@ char *log_escape_dup(const char *s);
 
 /* A line formatted by the caller (no printf pass): the access log writes one per request. */
 void log_line(int level, const char *s, size_t n);
+
+/* rule:journal-fields: whether stderr is the journal's stream ($JOURNAL_STREAM names the device and inode
+ * of fd 2, as systemd's own log code checks), decided once at start-up by log_open_journal(). Then lines
+ * with fields of their own go to the journal as entries (sd_journal_sendv(), one sendmsg instead of one
+ * write), with MESSAGE=, PRIORITY=, MESSAGE_ID= and the fields; otherwise they are plain lines on stderr
+ * and the fields are never built. */
+void log_open_journal(void);
+bool log_journal(void);
+/* The text of a MESSAGE= field starts after this much room at the start of its buffer */
+#define LOG_MESSAGE_ROOM (sizeof("MESSAGE=") - 1)
+/* buf holds LOG_MESSAGE_ROOM bytes of room, then the line (n bytes), and fields are "NAME=value" each (at
+ * most LOG_MAX_FIELDS): one journal entry when log_journal(), else the line as log_line() writes it. */
+#define LOG_MAX_FIELDS 24
+/* "NAME=value" written into b (cut at l), as a field for log_line_fields() */
+struct iovec log_field(char *b, size_t l, const char *name, const char *value);
+void log_line_fields(int level, const char *message_id, char *buf, size_t n, const struct iovec *fields,
+                     size_t n_fields);
 
 /* An error made up by the caller rather than returned by a call: log_*_errno(SYNTHETIC_ERRNO(EINVAL), …)
  * logs and returns -EINVAL as for any other, and says by the flag that no system call failed (so %m is

@@ -15,7 +15,7 @@ import pytest
 
 from boxes import (Sshd, box_skip_reason, chat, children, engine_unit, engines_conf, gate_env, local_host,
                    two_engines)
-from conftest import DOUBLE, MODELGATED, PYTHON, Double, free_port, post, read_sse, wait_for
+from conftest import DOUBLE, MODELGATED, PYTHON, Double, free_port, metric_samples, post, read_sse, wait_for
 
 CHAT = "/v1/chat/completions"
 # these tests are about the mechanics; test_scheduler.py is about hold-downs
@@ -43,6 +43,22 @@ def test_request_for_stopped_engine_starts_it_and_waits_for_health(box, make_gat
     assert box.active_state("llama-mainline.service") == "active"
     g.wait_log("host 3090: switching to engine mainline for 3090-laguna-xs")
     g.wait_log("host 3090: engine mainline up after")
+    # rule:queued-and-switch: its wait was the engine's start, not a queue
+    line = g.wait_log('model="3090-laguna-xs" host=3090 status=200')
+    m = re.search(r" switch=(\d+\.\d+)s", line)
+    assert m and 3.0 <= float(m.group(1)) <= took, line
+    assert " queued=" not in line or float(re.search(r" queued=(\d+\.\d+)s", line).group(1)) < 1.0, line
+    samples = metric_samples(g)
+    assert samples[("modelgate_switch_seconds_count", (("engine", "mainline"), ("host", "3090")))] == 1
+    assert samples[("modelgate_switch_seconds_sum", (("engine", "mainline"), ("host", "3090")))] >= 3.0
+    assert samples[("modelgate_queued_seconds_count", (("host", "3090"),))] == 1
+    assert samples[("modelgate_queued_seconds_sum", (("host", "3090"),))] < 1.0
+    # rule:usage-metrics: the model label is the Models= glob that matched, not the client's name
+    usage = json.loads(body)["usage"]
+    assert samples[("modelgate_tokens_total", (("engine", "mainline"), ("host", "3090"), ("kind", "prompt"),
+                                               ("model", "laguna-*")))] == usage["prompt_tokens"]
+    assert samples[("modelgate_tokens_total", (("engine", "mainline"), ("host", "3090"), ("kind", "completion"),
+                                               ("model", "laguna-*")))] == usage["completion_tokens"]
 
 
 def test_other_engine_of_the_host_replaces_the_running_one(box, make_gate):

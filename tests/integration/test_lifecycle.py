@@ -114,3 +114,83 @@ def test_check_config_warns_about_a_fallback_key_over_http(tmp):
             assert lines == ["<4>%s:10: [Fallback] 'cloud': URL=%s %s" % (conf, url, warning)], out.stderr
         else:
             assert lines == [], out.stderr
+
+
+def test_access_and_switch_lines_are_journal_entries_with_fields(make_double, tmp):
+    """rule:journal-fields, under a real systemd-journald: one of the box's own (its sockets in the box's
+    /run/systemd, its files on a tmpfs of the box's mount namespace), started before modelgate.service, whose
+    stderr the user manager connects to it as for any unit."""
+    if os.geteuid() != 0:
+        pytest.skip("the boxed systemd user manager needs root (cgroups, namespaces)")
+    if not os.path.exists("/usr/lib/systemd/systemd-journald"):
+        pytest.skip("no /usr/lib/systemd/systemd-journald on this machine")
+    from boxes import engine_unit
+    from shared_ids import MESSAGE_ID_ACCESS, MESSAGE_ID_SWITCH
+    port, engine_port = free_port(), free_port()
+    conf = os.path.join(tmp, "modelgate.conf")
+    open(conf, "w").write("[Host]\nName=3090\nURL=http://127.0.0.1:%d\nBus=local\n[Engine]\nHost=3090\nName=mainline\n"
+                          "Unit=llama-mainline.service\nModels=laguna-*\nStartTimeoutSec=30s\n" % engine_port)
+    units = os.path.join(os.path.dirname(__file__), "../../units")
+    service = open(os.path.join(units, "modelgate.service.in")).read().replace(
+        "@libexecdir@/modelgated --user", "%s --user --config=%s" % (os.path.abspath(MODELGATED), conf)).replace(
+        "@bindir@/modelgatectl", os.path.join(os.path.dirname(os.path.abspath(MODELGATED)), "modelgatectl"))
+    open(os.path.join(tmp, "modelgate.service"), "w").write(unit_for_tests(service))
+    open(os.path.join(tmp, "modelgate.socket"), "w").write(open(os.path.join(units, "modelgate.socket")).read().replace(
+        "ListenStream=127.0.0.1:8080", "ListenStream=127.0.0.1:%d" % port))
+    open(os.path.join(tmp, "llama-mainline.service"), "w").write(
+        engine_unit("mainline", engine_port, "laguna-xs", double_args="--startup-delay 1"))
+    script = os.path.join(tmp, "inside.sh")
+    open(script, "w").write("""set -eu
+# the box's own journal: nothing of it reaches the machine's /run/log or /var/log
+mount -t tmpfs tmpfs /run/log
+[ ! -d /var/log/journal ] || mount -t tmpfs tmpfs /var/log/journal
+/usr/lib/systemd/systemd-journald >%(tmp)s/journald.log 2>&1 &
+journald=$!
+trap 'kill $journald' EXIT
+for i in $(seq 100); do [ -S /run/systemd/journal/stdout ] && [ -S /run/systemd/journal/socket ] && break; sleep 0.1; done
+mkdir -p "$XDG_RUNTIME_DIR/systemd/user"
+cp %(tmp)s/modelgate.service %(tmp)s/modelgate.socket %(tmp)s/llama-mainline.service "$XDG_RUNTIME_DIR/systemd/user/"
+systemctl --user daemon-reload
+systemctl --user start modelgate.socket
+curl -sS --max-time 30 -H 'Content-Type: application/json' -H 'X-Request-Id: journal-1' -A 'agent "x"' \\
+     -d '{"model":"3090-laguna-xs","messages":[{"role":"user","content":"hi"}]}' \\
+     http://127.0.0.1:%(port)d/v1/chat/completions > %(tmp)s/answer.json
+# the entries, waited for (the daemon sends each as its line is made; the journal stores it on receipt)
+for i in $(seq 100); do
+        journalctl -D /run/log/journal -o json --no-pager MESSAGE_ID=%(access)s MODELGATE_REQUEST_ID=journal-1 \\
+                >%(tmp)s/access.json 2>/dev/null || true
+        journalctl -D /run/log/journal -o json --no-pager MESSAGE_ID=%(switch)s >%(tmp)s/switch.json 2>/dev/null || true
+        [ -s %(tmp)s/access.json ] && [ -s %(tmp)s/switch.json ] && break
+        sleep 0.1
+done
+journalctl -D /run/log/journal --no-pager _SYSTEMD_UNIT=modelgate.service >%(tmp)s/unit.txt 2>&1 || true
+systemctl --user stop modelgate.service modelgate.socket llama-mainline.service
+""" % {"tmp": tmp, "port": port, "access": MESSAGE_ID_ACCESS, "switch": MESSAGE_ID_SWITCH})
+    out = subprocess.run([BOX, "bash", script], capture_output=True, text=True, timeout=150)
+    read = lambda f: open(os.path.join(tmp, f)).read() if os.path.exists(os.path.join(tmp, f)) else "(none)"
+    why = out.stdout + out.stderr + "\n--- journald:\n" + read("journald.log") + "\n--- the unit's entries:\n" + \
+        read("unit.txt")
+    assert out.returncode == 0, why
+    assert json.load(open(os.path.join(tmp, "answer.json")))["choices"], why
+    access = [json.loads(l) for l in read("access.json").splitlines() if l.strip()]
+    switch = [json.loads(l) for l in read("switch.json").splitlines() if l.strip()]
+    assert len(access) == 1 and len(switch) == 1, why
+    a, s = access[0], switch[0]
+    # the same text as the line, its priority, and the fields (only those known)
+    assert a["MESSAGE"].startswith('POST /v1/chat/completions model="3090-laguna-xs" host=3090 status=200 '), a
+    assert ' ua="agent \\x22x\\x22"' in a["MESSAGE"] and a["MESSAGE"].endswith(" id=journal-1"), a
+    assert a["PRIORITY"] == "6" and a["_SYSTEMD_UNIT"] == "modelgate.service", a
+    assert (a["MODELGATE_HOST"], a["MODELGATE_ENGINE"], a["MODELGATE_MODEL"], a["MODELGATE_STATUS"]) == \
+        ("3090", "mainline", "3090-laguna-xs", "200"), a
+    assert int(a["MODELGATE_SWITCH_USEC"]) >= 1_000_000, a  # the engine's start, its --startup-delay 1
+    assert int(a["MODELGATE_DURATION_USEC"]) >= int(a["MODELGATE_FIRST_BYTE_USEC"]) >= int(a["MODELGATE_SWITCH_USEC"])
+    assert " switch=%.3fs" % (int(a["MODELGATE_SWITCH_USEC"]) // 1000 / 1000) in a["MESSAGE"], a
+    answer = json.load(open(os.path.join(tmp, "answer.json")))
+    assert int(a["MODELGATE_TOKENS_IN"]) == answer["usage"]["prompt_tokens"], (a, answer)
+    assert int(a["MODELGATE_TOKENS_OUT"]) == answer["usage"]["completion_tokens"], (a, answer)
+    assert "MODELGATE_KEY" not in a and "MODELGATE_FALLBACK" not in a, a
+    assert s["MESSAGE"].startswith("host 3090: engine mainline up after ") and s["PRIORITY"] == "5", s
+    assert (s["MODELGATE_HOST"], s["MODELGATE_ENGINE_FROM"], s["MODELGATE_ENGINE_TO"]) == ("3090", "-", "mainline"), s
+    assert int(s["MODELGATE_SWITCH_USEC"]) >= int(a["MODELGATE_SWITCH_USEC"]), (s, a)
+    # the line is not on stderr too: once in the journal
+    assert read("unit.txt").count("id=journal-1") == 1, why

@@ -3,12 +3,14 @@
 import hashlib
 import json
 import os
+import re
+import subprocess
 import socket
 import time
 
 import pytest
 
-from conftest import host_conf, metric_samples, post, read_response, read_sse, wait_for
+from conftest import MODELGATED, host_conf, metric_samples, post, read_response, read_sse, wait_for
 
 CHAT = "/v1/chat/completions"
 
@@ -240,7 +242,13 @@ def test_slow_reader_does_not_grow_memory_and_others_are_served(make_double, mak
 
 def test_metrics_parse_and_move_with_requests(make_double, make_gate):
     d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    started = time.time()
     g = make_gate(host_conf("3090", d.url))
+    def listed():  # its list read: the model's name is one the host lists
+        c = g.conn()
+        c.request("GET", "/v1/models")
+        return "3090-laguna-xs" in c.getresponse().read().decode()
+    wait_for(listed, 10, what="the host's list")
     before = metric_samples(g)
     ok = ("modelgate_requests_total", (("engine", ""), ("host", "3090"), ("status", "200")))
     missing = ("modelgate_requests_total", (("engine", ""), ("host", ""), ("status", "404")))
@@ -261,6 +269,23 @@ def test_metrics_parse_and_move_with_requests(make_double, make_gate):
     assert after[("modelgate_in_flight", (("host", "3090"),))] == 0
     assert after[("modelgate_host_state", (("host", "3090"), ("state", "idle")))] == 1
     assert after[("modelgate_connections", ())] >= 1
+    # rule:usage-metrics: the double's usage, under the model the host lists; never a client's string
+    tokens = lambda kind: after.get(("modelgate_tokens_total", (("engine", ""), ("host", "3090"), ("kind", kind),
+                                                               ("model", "laguna-xs"))), 0) - \
+        before.get(("modelgate_tokens_total", (("engine", ""), ("host", "3090"), ("kind", kind),
+                                               ("model", "laguna-xs"))), 0)
+    g.log_mark("metrics-lines")
+    lines = [l for l in g.logtext().splitlines() if 'model="3090-laguna-xs" host=3090 status=200' in l][-3:]
+    ins = sum(int(re.search(r" tokens=in:(\d+),", l).group(1)) for l in lines)
+    outs = sum(int(re.search(r",out:(\d+)", l).group(1)) for l in lines)
+    assert ins > 0 and tokens("prompt") == ins, (lines, tokens("prompt"))
+    assert tokens("completion") == outs, (lines, tokens("completion"))
+    assert ("modelgate_tokens_total", (("engine", ""), ("host", ""), ("kind", "prompt"), ("model", ""))) not in after
+    decode = ("modelgate_decode_tokens_per_second_count", (("engine", ""), ("host", "3090"), ("model", "laguna-xs")))
+    assert after[decode] - before.get(decode, 0) == sum(" decode=" in l for l in lines), lines
+    version = subprocess.run([MODELGATED, "--version"], capture_output=True, text=True).stdout.split()[1]
+    assert after[("modelgate_build_info", (("version", version),))] == 1
+    assert started - 1 <= after[("process_start_time_seconds", ())] <= started + 10
 
 
 def health(g, query=""):

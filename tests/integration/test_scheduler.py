@@ -6,6 +6,7 @@ keepalives, budgets and abandonments are honoured, idle engines stop."""
 
 import json
 import os
+import re
 import socket
 import threading
 import time
@@ -82,6 +83,11 @@ def test_waiting_stream_gets_an_early_200_and_keepalives_and_the_running_stream_
     g.wait_log("host 3090: 3090-flint-40b waits for the running engine before switching to fork")
     line = g.wait_log('POST /v1/chat/completions model="3090-flint-40b" host=3090 status=200 ')
     assert " early=200" in line, line
+    # rule:queued-and-switch: it waited behind mainline's stream, then for fork's switch
+    queued = float(re.search(r" queued=(\d+\.\d+)s", line).group(1))
+    switch = float(re.search(r" switch=(\d+\.\d+)s", line).group(1))
+    assert queued >= a_end - t0 - 1.5, (line, a_end - t0)
+    assert 0 < switch < first_token - a_end + 1, (line, first_token - a_end)
 
 
 def test_two_agents_on_two_engines_take_turns(box, make_gate):

@@ -1,4 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <sys/uio.h>
+
 #include "modelgated/rules/access-line.h"
 #include "tests.h"
 
@@ -113,6 +115,88 @@ TEST(engine_first_byte_tokens_speeds_and_id) {
         format(&l, b, sizeof(b));
         ASSERT_TRUE(!strstr(b, "tokens="));
         ASSERT_TRUE(strstr(b, " id=a\\x22b"));
+}
+
+TEST(queued_and_switch) {
+        char b[1024];
+        AccessLine l = {.method = "POST",
+                        .path = LIT("/v1/chat/completions"),
+                        .model = "3090-flint-40b",
+                        .host = "3090",
+                        .peer = "p",
+                        .status = 200,
+                        .engine = "fork",
+                        .queued = 2500 * USEC_PER_MSEC,
+                        .switched = 41 * USEC_PER_SEC + 7 * USEC_PER_MSEC,
+                        .first_byte = 43600 * USEC_PER_MSEC};
+
+        ASSERT_TRUE(strstr(format(&l, b, sizeof(b)),
+                           " engine=fork queued=2.500s switch=41.007s first_byte=43.600s"));
+        /* a request that went at once says neither */
+        l.queued = l.switched = 0;
+        format(&l, b, sizeof(b));
+        ASSERT_TRUE(!strstr(b, "queued=") && !strstr(b, "switch="));
+}
+
+static const char *field(const struct iovec *f, size_t n, const char *name, char *out, size_t size) {
+        size_t l = strlen(name);
+        for (size_t i = 0; i < n; i++)
+                if (f[i].iov_len > l && memcmp(f[i].iov_base, name, l) == 0 &&
+                    ((char *)f[i].iov_base)[l] == '=') {
+                        snprintf(out, size, "%.*s", (int)(f[i].iov_len - l - 1),
+                                 (char *)f[i].iov_base + l + 1);
+                        return out;
+                }
+        return NULL;
+}
+
+TEST(journal_fields_only_those_known_and_escaped) {
+        char b[1024], v[256];
+        struct iovec f[ACCESS_LINE_MAX_FIELDS];
+        Usage u = {
+                .in = 812, .cached = 640, .out = 95, .prompt_n = 172, .prompt_ms = 113.9, .predicted_n = -1};
+        AccessLine l = {.method = "POST",
+                        .path = LIT("/v1/chat/completions"),
+                        .model = "3090-a\"\nb",
+                        .host = "3090",
+                        .peer = "p",
+                        .status = 200,
+                        .duration = 3 * USEC_PER_SEC,
+                        .engine = "fork",
+                        .key = "team",
+                        .queued = 5,
+                        .switched = 7,
+                        .first_byte = 9,
+                        .usage = &u,
+                        .request_id = LIT("id\x01")};
+        size_t n = access_line_fields(b, sizeof(b), f, &l);
+
+        ASSERT_STREQ(field(f, n, "MODELGATE_HOST", v, sizeof(v)), "3090");
+        ASSERT_STREQ(field(f, n, "MODELGATE_ENGINE", v, sizeof(v)), "fork");
+        ASSERT_STREQ(field(f, n, "MODELGATE_MODEL", v, sizeof(v)), "3090-a\\x22\\x0ab");
+        ASSERT_STREQ(field(f, n, "MODELGATE_STATUS", v, sizeof(v)), "200");
+        ASSERT_STREQ(field(f, n, "MODELGATE_REQUEST_ID", v, sizeof(v)), "id\\x01");
+        ASSERT_STREQ(field(f, n, "MODELGATE_KEY", v, sizeof(v)), "team");
+        ASSERT_STREQ(field(f, n, "MODELGATE_DURATION_USEC", v, sizeof(v)), "3000000");
+        ASSERT_STREQ(field(f, n, "MODELGATE_FIRST_BYTE_USEC", v, sizeof(v)), "9");
+        ASSERT_STREQ(field(f, n, "MODELGATE_QUEUED_USEC", v, sizeof(v)), "5");
+        ASSERT_STREQ(field(f, n, "MODELGATE_SWITCH_USEC", v, sizeof(v)), "7");
+        ASSERT_STREQ(field(f, n, "MODELGATE_TOKENS_IN", v, sizeof(v)), "812");
+        ASSERT_STREQ(field(f, n, "MODELGATE_TOKENS_CACHED", v, sizeof(v)), "640");
+        ASSERT_STREQ(field(f, n, "MODELGATE_TOKENS_OUT", v, sizeof(v)), "95");
+        ASSERT_STREQ(field(f, n, "MODELGATE_PREFILL_TPS", v, sizeof(v)), "1510.1");
+        ASSERT_TRUE(!field(f, n, "MODELGATE_DECODE_TPS", v, sizeof(v)));
+        ASSERT_TRUE(!field(f, n, "MODELGATE_FALLBACK", v, sizeof(v)));
+
+        /* modelgate's own answer: no host, no engine, no usage, no times it did not have */
+        l = (AccessLine){.method = "GET", .path = LIT("/health"), .peer = "p", .status = 200};
+        n = access_line_fields(b, sizeof(b), f, &l);
+        ASSERT_TRUE(!field(f, n, "MODELGATE_HOST", v, sizeof(v)) &&
+                    !field(f, n, "MODELGATE_ENGINE", v, sizeof(v)) &&
+                    !field(f, n, "MODELGATE_QUEUED_USEC", v, sizeof(v)) &&
+                    !field(f, n, "MODELGATE_TOKENS_IN", v, sizeof(v)));
+        ASSERT_STREQ(field(f, n, "MODELGATE_STATUS", v, sizeof(v)), "200");
+        ASSERT_TRUE(n <= ACCESS_LINE_MAX_FIELDS);
 }
 
 TESTS_MAIN

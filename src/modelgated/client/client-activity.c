@@ -95,6 +95,9 @@ void client_activity_done(Client *c, int status, usec_t duration, bool cut) {
         if (!r->owner)
                 return;
         r->status = status;
+        /* rule:queued-and-switch: the access line's own figures, so that the two never disagree */
+        r->queued_usec = x->queued;
+        r->switch_usec = x->switched;
         r->duration_ms = (int64_t)(duration / USEC_PER_MSEC);
         r->first_byte_ms = x->first_byte ? (int64_t)(x->first_byte / USEC_PER_MSEC) : -1;
         r->tokens_in = u ? u->in : -1;

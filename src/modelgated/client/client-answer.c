@@ -5,6 +5,7 @@
  * leaves in the log. */
 
 #include "modelgated/client/client-internal.h"
+#include "shared/message-id.h"
 
 Span client_request_id(Client *c) {
         assert(c);
@@ -34,9 +35,22 @@ int client_append_request_id(Client *c, Buffer *b) {
         return 0;
 }
 
+/* rule:journal-fields: under the journal, the line with its fields */
+static void log_access_line(const AccessLine *l) {
+        char line[LOG_MESSAGE_ROOM + 2048], fb[1024];
+        struct iovec f[ACCESS_LINE_MAX_FIELDS];
+        size_t n = access_line_format(line + LOG_MESSAGE_ROOM, sizeof(line) - LOG_MESSAGE_ROOM, l);
+
+        if (!log_journal()) {
+                log_line(LOG_INFO, line + LOG_MESSAGE_ROOM, n);
+                return;
+        }
+        log_line_fields(LOG_INFO, MESSAGE_ID_ACCESS, line, n, f, access_line_fields(fb, sizeof(fb), f, l));
+}
+
 void client_log_access(Client *c, const char *note) {
         assert(c);
-        char line[2048], id[80];
+        char id[80];
         Exchange *x = c->x;
         bool left = note && streq(note, "cut=client");
         /* rule:usage: a stream that ended before its last event, or a body before its end */
@@ -62,13 +76,18 @@ void client_log_access(Client *c, const char *note) {
                 .note = note,
                 .engine = x->via_fallback ? NULL : x->engine_name,
                 .first_byte = x->first_byte,
+                .queued = x->queued,
+                .switched = x->switched,
                 .usage = x->usage_on ? &x->usage : NULL,
                 .cut = cut,
                 .request_id = client_request_id(c),
                 .request_id_made = x->request_id.p == x->made_id,
         };
 
-        log_line(LOG_INFO, line, access_line_format(line, sizeof(line), &l));
+        log_access_line(&l);
+        if (x->usage_on && !x->via_fallback && x->host) /* the host's own work: not the cloud's */
+                metrics_usage(manager_metrics(c->manager), x->host->name, x->engine_name, x->model_label,
+                              &x->usage);
         /* rule:key-usage: the tokens the line says, for the caller's day */
         if (x->usage_on && x->caller.admitted && x->config && usage_known(&x->usage)) {
                 Access *access = manager_access(c->manager);

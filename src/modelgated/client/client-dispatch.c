@@ -57,12 +57,17 @@ static void client_wait_for_engine(Client *c) {
 static void client_engine_ready(HostWaiter *w, int status, const char *message) {
         _cleanup_(client_unrefp) Client *c = client_ref(container_of(w, Exchange, waiter)->client);
 
+        /* rule:queued-and-switch: summed over an alias's targets */
+        c->x->queued += w->queued;
+        c->x->switched += w->switched;
+
         /* on success the comments go on while the engine's router loads the model */
         if (status != 0) {
                 (void)sd_event_source_set_enabled(c->x->keepalive, SD_EVENT_OFF);
                 (void)client_attempt_failed(c, attempt_failure_of_refusal(status), status, message);
         } else {
                 metrics_wait(manager_metrics(c->manager), c->x->host->name, client_now(c) - c->x->start);
+                metrics_queued(manager_metrics(c->manager), c->x->host->name, w->queued);
                 activity_request_ready(&c->x->activity);
                 client_go(c);
         }
@@ -429,15 +434,19 @@ static ssize_t dispatch_engine(Client *c, Dispatch *d, Host *host) {
         char k2[160];
         ssize_t engine;
 
+        c->x->model_label = NULL; /* an alias's earlier target named its own */
         if (!host_has_engines(host)) {
-                if (span_startswith(d->path, "/models") || catalog_lists(host_catalog(host), d->key) != 0)
+                int listed = catalog_lists(host_catalog(host), d->key);
+                if (listed > 0)
+                        c->x->model_label = d->key; /* rule:usage-metrics: the host lists it */
+                if (span_startswith(d->path, "/models") || listed != 0)
                         return -1;
                 /* rule:unlisted-key-404: a key the host does not list (its list is known) is 404;
                  * /models/... calls (a download of a new model, say) are the host's to judge */
                 log_escape(k2, sizeof(k2), d->key, strlen(d->key));
                 return client_answer(c, ANSWER_UNKNOWN_MODEL, c->x->host->name, k2), -2;
         }
-        engine = host_find_engine(host, d->key);
+        engine = host_find_engine(host, d->key, &c->x->model_label);
         if (engine < 0) {
                 log_escape(k2, sizeof(k2), d->key, strlen(d->key));
                 return client_answer(c, ANSWER_NO_ENGINE, c->x->host->name, k2), -2;
@@ -629,6 +638,7 @@ static void dispatch_to_host(Client *c, Dispatch *d) {
         case HOST_ACQUIRED:
                 if (engine >= 0) {
                         metrics_wait(manager_metrics(c->manager), c->x->host->name, 0);
+                        metrics_queued(manager_metrics(c->manager), c->x->host->name, 0);
                         client_wait_for_engine(c); /* its router may still have to load the model */
                 }
                 break;

@@ -104,6 +104,11 @@ typedef struct Exchange {
         bool usage_sized; /* the body's Content-Length is known: usage_left of it is still to come */
         uint64_t usage_left;
         usec_t first_byte; /* from start to the host's answer head; 0: none yet */
+        /* rule:queued-and-switch: what the host said of the request's wait (HostWaiter) */
+        usec_t queued, switched;
+        /* rule:usage-metrics: the model's name for /metrics (a Models= glob in config, or the key where
+         * the host lists it, in model or alias_target), or NULL */
+        const char *model_label;
         /* rule:request-id: the client's X-Request-Id (in the request's head) or made_id; empty until
          * client_request_id() first asks */
         Span request_id;

@@ -55,6 +55,11 @@ struct Host {
         bool adopting;
         char *for_model;
         usec_t switch_start;
+        ssize_t switch_from; /* the engine that ran when the switch began, or -1 */
+        /* the last switch that ended (up or failed): its target and its time, for the requests that
+         * waited for it (rule:queued-and-switch) */
+        ssize_t last_switch_target;
+        usec_t last_switch_start, last_switch_end;
         Upstream *probe;
         int probe_status;
         sd_event_source *deadline, *probe_timer;
@@ -135,6 +140,8 @@ bool host_unhold(Host *h, size_t i, const char *why);
 extern const HostBusCallbacks host_bus_callbacks;
 void host_update_state(Host *h);
 void host_switch_reset(Host *h);
+/* rule:queued-and-switch: sets w->queued and w->switched, before w is told */
+void host_waiter_times(const Host *h, HostWaiter *w);
 void host_begin_switch(Host *h);
 void host_idle_stop(Host *h, ssize_t engine, bool requested);
 /* The engine the switch was for answers (and is warmed up): it serves from now. */

@@ -22,6 +22,7 @@
 static void answer_failed(Host *h, HostWaiter *w, int status) {
         char msg[512], t[FORMAT_TIMESPAN_MAX];
 
+        host_waiter_times(h, w);
         /* answered: released by the scheduler already */
         host_unride(h, w);
         w->host = NULL;
@@ -57,6 +58,7 @@ static int schedule_cb(sd_event_source *s, void *userdata) {
 
                 switch (a.type) {
                 case SCHED_GO:
+                        host_waiter_times(h, w);
                         w->ready(w, 0, NULL);
                         break;
                 case SCHED_FAIL:
@@ -220,7 +222,7 @@ Host *host_new(const HostEnv *env, Config *config, const HostConf *conf) {
         h->env = *env;
         h->conf = conf;
         h->config = config_ref(config);
-        h->running = h->target = -1;
+        h->running = h->target = h->switch_from = h->last_switch_target = -1;
         h->state = HOST_IDLE;
 
         if (collect_engines(config, conf, &h->engines, &h->n_engines, &units) < 0)
@@ -412,19 +414,33 @@ bool host_key_cold(const Host *h, const char *key) {
         return i >= 0 && catalog_list_cold(l, (size_t)i);
 }
 
-ssize_t host_find_engine(const Host *h, const char *key) {
+ssize_t host_find_engine(const Host *h, const char *key, const char **ret_model) {
         assert(h);
         ssize_t i;
+        int k;
 
+        /* rule:usage-metrics: the model's name for /metrics is the Models= glob that matched, or the key
+         * where the host lists it; never a client's string that nothing bounds */
+        if (ret_model)
+                *ret_model = NULL;
         for (size_t e = 0; e < h->n_engines; e++)
                 STRV_FOREACH (g, h->engines[e].conf->models)
-                        if (fnmatch(*g, key, 0) == 0)
+                        if (fnmatch(*g, key, 0) == 0) {
+                                if (ret_model)
+                                        *ret_model = *g;
                                 return (ssize_t)e;
+                        }
         i = catalog_engine_for_key(h->catalog, key);
-        if (i >= 0)
+        if (i >= 0) {
+                if (ret_model)
+                        *ret_model = key;
                 return i;
-        if (h->running >= 0 && catalog_lists(h->catalog, key) != 0)
+        }
+        if (h->running >= 0 && (k = catalog_lists(h->catalog, key)) != 0) {
+                if (ret_model && k > 0)
+                        *ret_model = key;
                 return h->running; /* it lists the key now, or its list is not known yet */
+        }
         return -1;
 }
 

@@ -11,158 +11,36 @@
  * A refusal (423) or failure (502) ends the switch and answers everyone who
  * waited for that engine. The same HEALTH phase adopts an engine found
  * running when the bus comes up. The bus's news (up, down, a unit changed)
- * lives here too, since it starts, ends or fails these phases, and so does
- * the state the host shows, which the phases mostly decide. *When* to switch
+ * lives here too, since it starts, ends or fails these phases; the state the
+ * host shows, which the phases mostly decide, is host-view.c's. *When* to switch
  * is the Sched's (host-state.c carries its actions out). Each of these
  * events is one log line of its own, once (rule:host-log-lines). */
 
 #include <assert.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/uio.h>
 
 #include "modelgated/host/catalog.h"
 #include "modelgated/host/host-internal.h"
 #include "modelgated/records/metrics.h"
 #include "shared/errno-util.h"
 #include "shared/log.h"
+#include "shared/message-id.h"
 #include "shared/strv.h"
 
 static void phase_stop_others(Host *h);
-
-/* The state the daemon shows */
-
-static const char *const host_state_table[_HOST_STATE_MAX] = {
-        [HOST_DOWN] = "down",       [HOST_IDLE] = "idle",           [HOST_STARTING] = "starting",
-        [HOST_SERVING] = "serving", [HOST_SWITCHING] = "switching", [HOST_BUSY] = "busy",
-};
-
-const char *host_state_to_string(HostState s) {
-        return s >= 0 && s < _HOST_STATE_MAX ? host_state_table[s] : NULL;
-}
-
-static const char *const host_wait_table[] = {
-        [HOST_WAIT_NONE] = NULL,
-        [HOST_WAIT_STREAM] = "stream",
-        [HOST_WAIT_HOLD_DOWN] = "hold-down",
-        [HOST_WAIT_ENGINE_START] = "engine-start",
-        [HOST_WAIT_SWITCH] = "switch",
-};
-
-const char *host_wait_to_string(HostWait w) {
-        return w >= 0 && (size_t)w < ELEMENTSOF(host_wait_table) ? host_wait_table[w] : NULL;
-}
-
-ssize_t host_switch_target(const Host *h) {
-        assert(h);
-        return h->phase != PHASE_NONE && h->phase != PHASE_IDLE_STOP ? h->target : -1;
-}
-
-/* rule:activity-feed: what a waiting request waits for, as the scheduler and the switch see it now */
-HostWait host_waiter_wait(const HostWaiter *w, unsigned *ret_ahead, usec_t *ret_hold_left) {
-        assert(w);
-        const Host *h = w->host;
-        usec_t now, until;
-
-        *ret_ahead = 0;
-        *ret_hold_left = 0;
-        if (!h || w->req.state != SCHED_WAITING)
-                return HOST_WAIT_NONE;
-        *ret_ahead = sched_ahead(&h->sched, &w->req);
-        if (h->phase != PHASE_NONE && h->phase != PHASE_IDLE_STOP)
-                return h->target == w->engine && (h->running < 0 || h->running == h->target)
-                               ? HOST_WAIT_ENGINE_START
-                               : HOST_WAIT_SWITCH;
-        if (h->running < 0)
-                return HOST_WAIT_ENGINE_START;
-        if (h->running == w->engine)
-                return HOST_WAIT_SWITCH; /* behind a pending switch to another engine */
-        now = host_now(h);
-        until = sched_hold_down_until(&h->sched, now);
-        if (until > now) {
-                *ret_hold_left = until == USEC_INFINITY ? USEC_INFINITY : until - now;
-                return HOST_WAIT_HOLD_DOWN;
-        }
-        return h->sched.n_in_flight > 0 ? HOST_WAIT_STREAM : HOST_WAIT_SWITCH;
-}
-
-void host_update_state(Host *h) {
-        assert(h);
-        HostState s;
-
-        if (h->bus_down || h->http_down)
-                s = HOST_DOWN;
-        else if (h->phase != PHASE_NONE)
-                /* another engine still holds the GPU, or is being stopped: a switch; else a start */
-                s = h->phase == PHASE_STOPPING || h->phase == PHASE_GIVING_UP ||
-                                    (h->running >= 0 && h->running != h->target)
-                            ? HOST_SWITCHING
-                            : HOST_STARTING;
-        else if (h->running >= 0 && h->engine_up)
-                s = HOST_SERVING;
-        else if (h->busy)
-                s = HOST_BUSY;
-        else
-                s = HOST_IDLE;
-        if (s != h->state)
-                log_debug("host %s: state %s → %s", h->conf->name, host_state_to_string(h->state),
-                          host_state_to_string(s));
-        h->state = s;
-
-        /* rule:down-logged-once: going down and coming back are logged once each, with the reason */
-        int down = h->bus_down || h->http_down;
-        if (h->bus && h->bus_down && streq_ptr(h->down_reason, "connecting"))
-                return; /* the first connection is not an outcome yet */
-        if (down && h->logged_down != 1) {
-                log_warning("host %s down: %s", h->conf->name, h->down_reason ?: "unreachable");
-                /* by its own probe: the engine's URL fails. A lost bus alone leaves the HTTP going, and
-                 * the streams on it run to their end. */
-                if (h->http_down)
-                        host_tell_riders_down(h);
-                if (h->catalog)
-                        catalog_host_state(h->catalog, h->down_reason ?: "unreachable");
-        } else if (!down && h->logged_down != 0) {
-                log_notice("host %s up", h->conf->name);
-                if (h->catalog)
-                        catalog_host_state(h->catalog, NULL);
-        }
-        h->logged_down = down;
-        if (down && h->down_reason && !streq(h->down_reason, "connecting"))
-                (void)free_and_strdup(&h->last_error, h->down_reason);
-        host_changed(h);
-}
-
-/* rule:down-fails-fast: the host is down by its own probe: its requests in flight fail now instead of
- * waiting for UpstreamIdleTimeoutSec=. Each leaves the riders before it hears, since its answer may end
- * its request or start another; the waiting ones are the scheduler's (sched_host_down()) or wait on. */
-int host_down_cb(sd_event_source *s, void *userdata) {
-        Host *h = userdata;
-
-        while (h->http_down) {
-                HostWaiter *w = NULL;
-                LIST_FOREACH (riders, x, h->riders)
-                        if (x->engine < 0 || x->req.state == SCHED_IN_FLIGHT) {
-                                w = x;
-                                break;
-                        }
-                if (!w)
-                        break;
-                host_unride(h, w);
-                if (w->down)
-                        w->down(w);
-        }
-        return 0;
-}
-
-void host_tell_riders_down(Host *h) {
-        assert(h);
-        if (h->riders)
-                (void)sd_event_source_set_enabled(h->down_source, SD_EVENT_ONESHOT);
-}
 
 /* The switch */
 
 void host_switch_reset(Host *h) {
         assert(h);
+        if (h->phase >= PHASE_BUSY_CHECK && h->phase <= PHASE_HEALTH && h->target >= 0) {
+                /* rule:queued-and-switch: its waiting requests are told after this, and say how long */
+                h->last_switch_target = h->target;
+                h->last_switch_start = h->switch_start;
+                h->last_switch_end = host_now(h);
+        }
         h->phase = PHASE_NONE;
         h->target = -1;
         h->adopting = false;
@@ -243,18 +121,43 @@ static void switch_fail_start(Host *h, const char *what) {
                    hold == USEC_INFINITY ? "" : format_timespan(t, sizeof(t), hold) ?: "?");
 }
 
+/* "host 3090: engine fork up after 12.3s", with the switch's fields under the journal (rule:journal-fields)
+ */
+static void log_switch_done(Host *h, usec_t took) {
+        char line[LOG_MESSAGE_ROOM + 512], f[4][256];
+        struct iovec iov[4];
+        int n;
+
+        n = snprintf(line + LOG_MESSAGE_ROOM, sizeof(line) - LOG_MESSAGE_ROOM,
+                     "host %s: engine %s up after %llu.%01llus", h->conf->name, engine_name(h, h->target),
+                     (unsigned long long)(took / USEC_PER_SEC),
+                     (unsigned long long)(took % USEC_PER_SEC / (100 * USEC_PER_MSEC)));
+        n = MIN(MAX(n, 0), (int)(sizeof(line) - LOG_MESSAGE_ROOM - 1));
+        if (!log_journal()) {
+                log_line(LOG_NOTICE, line + LOG_MESSAGE_ROOM, (size_t)n);
+                return;
+        }
+        /* names from the configuration: nothing in them to escape */
+        char usec[24];
+        snprintf(usec, sizeof(usec), "%llu", (unsigned long long)took);
+        iov[0] = log_field(f[0], sizeof(f[0]), "MODELGATE_HOST", h->conf->name);
+        iov[1] = log_field(f[1], sizeof(f[1]), "MODELGATE_ENGINE_FROM", engine_name(h, h->switch_from));
+        iov[2] = log_field(f[2], sizeof(f[2]), "MODELGATE_ENGINE_TO", engine_name(h, h->target));
+        iov[3] = log_field(f[3], sizeof(f[3]), "MODELGATE_SWITCH_USEC", usec);
+        log_line_fields(LOG_NOTICE, MESSAGE_ID_SWITCH, line, (size_t)n, iov, 4);
+}
+
 void host_engine_is_up(Host *h) {
         assert(h);
-        char t[32];
         usec_t took = host_now(h) - h->switch_start;
 
-        snprintf(t, sizeof(t), "%llu.%01llus", (unsigned long long)(took / USEC_PER_SEC),
-                 (unsigned long long)(took % USEC_PER_SEC / (100 * USEC_PER_MSEC)));
         if (h->adopting)
                 log_notice("host %s: engine %s adopted, it was already running", h->conf->name,
                            engine_name(h, h->target));
-        else
-                log_notice("host %s: engine %s up after %s", h->conf->name, engine_name(h, h->target), t);
+        else {
+                log_switch_done(h, took);
+                metrics_switch_time(h->env.metrics, h->conf->name, engine_name(h, h->target), took);
+        }
         h->running = h->target;
         h->engine_up = true;
         h->busy = false;
@@ -508,6 +411,7 @@ void host_begin_switch(Host *h) {
         int r;
 
         h->switch_start = host_now(h);
+        h->switch_from = h->running;
         log_notice("host %s: switching to engine %s for %s", h->conf->name, engine_name(h, h->target),
                    h->for_model ?: "a request");
         h->phase = PHASE_BUSY_CHECK;

@@ -53,6 +53,10 @@ struct HostWaiter {
         SchedRequest req;
         LIST_FIELDS(HostWaiter, riders); /* in the host's riders while 'riding' */
         bool riding;
+        /* rule:queued-and-switch: set before ready() is called, of the time since host_acquire(): how
+         * much the request spent waiting for a switch (or start) of its own engine, and how much in the
+         * queue otherwise (the running stream, the hold-down, another engine's switch) */
+        usec_t queued, switched;
 };
 
 typedef struct HostRefusal {
@@ -98,8 +102,9 @@ size_t host_n_engines(const Host *h);
 const HostEngine *host_engine(const Host *h, size_t i);
 /* The engine for 'key' (rule:engine-for-key): the first whose Models= globs match; else the one whose key
  * list, last seen while it ran, has it; else the running one, if it lists the key now (or nothing is known
- * yet); -1 when none. */
-ssize_t host_find_engine(const Host *h, const char *key);
+ * yet); -1 when none. ret_model (optional): the name /metrics may label the request's model with, the
+ * Models= glob that matched or the key where the host lists it, else NULL (rule:usage-metrics). */
+ssize_t host_find_engine(const Host *h, const char *key, const char **ret_model);
 char *const *host_warnings(const Host *h);
 Catalog *host_catalog(const Host *h);
 /* The engine that is up (its /health answered 200), or -1. */

@@ -19,7 +19,7 @@ static AliasTargetState target_state(Manager *m, const char *target, unsigned *r
                 return ALIAS_TARGET_DOWN;
         if (!host_has_engines(h))
                 return ALIAS_TARGET_WARM;
-        e = host_find_engine(h, key);
+        e = host_find_engine(h, key, NULL);
         /* rule:failed-start-hold: a held engine refuses at once; the next target takes the request */
         if (e < 0 || host_held_until(h, (size_t)e) > 0)
                 return ALIAS_TARGET_DOWN;

@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "modelgated/records/metrics.h"
 #include "shared/macro.h"
@@ -17,6 +18,11 @@ typedef enum Family {
         F_FIRST_BYTE,
         F_ALIAS_REQUESTS,
         F_ALIAS_MOVES,
+        F_TOKENS,
+        F_PREFILL,
+        F_DECODE,
+        F_QUEUED,
+        F_SWITCH_TIME,
         _F_MAX,
 } Family;
 
@@ -45,17 +51,45 @@ static const struct {
                  "target"},
         [F_ALIAS_MOVES] = {"modelgate_alias_moves_total", "counter",
                            "Requests an alias moved to its next target after a refusal", "alias", NULL},
+        [F_TOKENS] = {"modelgate_tokens_total", "counter",
+                      "Tokens the engines' answers said they cost, by host, engine, model and kind"},
+        [F_PREFILL] = {"modelgate_prefill_tokens_per_second", "histogram",
+                       "Prompt processing speed the engine reported, per answer"},
+        [F_DECODE] = {"modelgate_decode_tokens_per_second", "histogram",
+                      "Generation speed the engine reported, per answer"},
+        [F_QUEUED] = {"modelgate_queued_seconds", "histogram",
+                      "Time a request waited in its host's queue, not counting its own engine's switch"},
+        [F_SWITCH_TIME] = {"modelgate_switch_seconds", "histogram",
+                           "Time a switch took, from its start to its engine up, by the engine started"},
 };
+
+/* rule:usage-metrics: the kinds of modelgate_tokens_total, kept in one series (value, buckets[0], [1]) */
+static const char *const token_kinds[] = {"prompt", "cached", "completion"};
 
 static const double wait_buckets[] = {0.005, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900};
 static const double first_byte_buckets[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+static const double speed_buckets[] = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000};
+static const double switch_buckets[] = {0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600};
 #define MAX_BUCKETS 13
+
+static const struct {
+        const double *b;
+        size_t n;
+} bucket_sets[_F_MAX] = {
+        [F_WAIT] = {wait_buckets, ELEMENTSOF(wait_buckets)},
+        [F_QUEUED] = {wait_buckets, ELEMENTSOF(wait_buckets)},
+        [F_FIRST_BYTE] = {first_byte_buckets, ELEMENTSOF(first_byte_buckets)},
+        [F_PREFILL] = {speed_buckets, ELEMENTSOF(speed_buckets)},
+        [F_DECODE] = {speed_buckets, ELEMENTSOF(speed_buckets)},
+        [F_SWITCH_TIME] = {switch_buckets, ELEMENTSOF(switch_buckets)},
+};
 
 typedef struct Series {
         Family family;
         /* the labels, kept apart so that recording compares a few short strings and builds nothing; the
          * text (host="3090",engine="fork") is made when /metrics is rendered */
         char *host, *engine, *fallback; /* engine, fallback: NULL when not a label of the family */
+        char *model;                    /* a name from the configuration (rule:usage-metrics), or NULL */
         int status;                     /* 0: not a label */
         uint64_t value;
         uint64_t buckets[MAX_BUCKETS]; /* histograms: counts per upper bound, not cumulative */
@@ -68,16 +102,21 @@ struct Metrics {
         /* the series each family found last: requests come in runs for the same one, and each records
          * in several families (its wait, its first byte, its end) */
         size_t last[_F_MAX];
+        usec_t start_realtime;
 };
 
 Metrics *metrics_new(void) {
-        return calloc(1, sizeof(Metrics));
+        Metrics *m = calloc(1, sizeof(Metrics));
+        if (m)
+                m->start_realtime = now_usec(CLOCK_REALTIME);
+        return m;
 }
 
 static void series_done(Series *s) {
         free(s->host);
         free(s->engine);
         free(s->fallback);
+        free(s->model);
 }
 
 Metrics *metrics_free(Metrics *m) {
@@ -108,22 +147,27 @@ void metrics_append_label(Buffer *b, const char *name, const char *value) {
 }
 
 /* always inline: the remembered series is checked with it on every record, which then costs no call */
-static _always_inline_ bool series_is(const Series *s, Family f, const char *host, const char *engine,
-                                      int status, const char *fallback) {
-        return s->family == f && s->status == status && streq_ptr(s->host, host) &&
-               streq_ptr(s->engine, engine) && streq_ptr(s->fallback, fallback);
+typedef struct Labels {
+        const char *host, *engine, *fallback, *model;
+        int status;
+} Labels;
+
+static _always_inline_ bool series_is(const Series *s, Family f, const Labels *l) {
+        return s->family == f && s->status == l->status && streq_ptr(s->host, l->host) &&
+               streq_ptr(s->engine, l->engine) && streq_ptr(s->fallback, l->fallback) &&
+               streq_ptr(s->model, l->model);
 }
 
-static Series *series_get3(Metrics *m, Family f, const char *host, const char *engine, int status,
-                           const char *fallback) {
+static Series *series_find(Metrics *m, Family f, const Labels *l) {
+        const char *host = l->host, *engine = l->engine, *fallback = l->fallback, *model = l->model;
         Series *s;
 
         if (!m)
                 return NULL;
-        if (m->last[f] < m->n_series && series_is(&m->series[m->last[f]], f, host, engine, status, fallback))
+        if (m->last[f] < m->n_series && series_is(&m->series[m->last[f]], f, l))
                 return &m->series[m->last[f]];
         for (size_t i = 0; i < m->n_series; i++)
-                if (series_is(&m->series[i], f, host, engine, status, fallback)) {
+                if (series_is(&m->series[i], f, l)) {
                         m->last[f] = i;
                         return &m->series[i];
                 }
@@ -136,13 +180,19 @@ static Series *series_get3(Metrics *m, Family f, const char *host, const char *e
                       .host = strdup(host ?: ""),
                       .engine = engine ? strdup(engine) : NULL,
                       .fallback = fallback ? strdup(fallback) : NULL,
-                      .status = status};
-        if (!s->host || (engine && !s->engine) || (fallback && !s->fallback)) {
+                      .model = model ? strdup(model) : NULL,
+                      .status = l->status};
+        if (!s->host || (engine && !s->engine) || (fallback && !s->fallback) || (model && !s->model)) {
                 series_done(s);
                 return NULL;
         }
         m->last[f] = m->n_series++;
         return s;
+}
+
+static Series *series_get3(Metrics *m, Family f, const char *host, const char *engine, int status,
+                           const char *fallback) {
+        return series_find(m, f, &(Labels){host, engine, fallback, NULL, status});
 }
 
 static Series *series_get(Metrics *m, Family f, const char *host, const char *engine, int status) {
@@ -156,6 +206,8 @@ static int series_labels(const Series *s, Buffer *b) {
                 metrics_append_label(b, families[s->family].label2 ?: "engine", s->engine);
         if (s->fallback)
                 metrics_append_label(b, "fallback", s->fallback);
+        if (s->model)
+                metrics_append_label(b, "model", s->model);
         if (s->status > 0) {
                 char st[16];
                 snprintf(st, sizeof(st), "%d", s->status);
@@ -170,13 +222,10 @@ static void count(Metrics *m, Family f, const char *host, const char *engine, in
                 s->value++;
 }
 
-static void observe(Metrics *m, Family f, const char *host, usec_t t, const double *bounds, size_t n) {
-        Series *s = series_get(m, f, host, NULL, 0);
-        double v = (double)t / USEC_PER_SEC;
-        size_t i = 0;
+static void observe_in(Series *s, double v) {
+        const double *bounds = bucket_sets[s->family].b;
+        size_t i = 0, n = bucket_sets[s->family].n;
 
-        if (!s)
-                return;
         while (i < n && v > bounds[i])
                 i++;
         if (i < n)
@@ -185,16 +234,50 @@ static void observe(Metrics *m, Family f, const char *host, usec_t t, const doub
         s->sum += v;
 }
 
+static void observe(Metrics *m, Family f, const char *host, usec_t t) {
+        Series *s = series_get(m, f, host, NULL, 0);
+        if (s)
+                observe_in(s, (double)t / USEC_PER_SEC);
+}
+
 void metrics_request(Metrics *m, const char *host, const char *engine, int status) {
         count(m, F_REQUESTS, host, engine ?: "", status);
 }
 
 void metrics_wait(Metrics *m, const char *host, usec_t waited) {
-        observe(m, F_WAIT, host, waited, wait_buckets, ELEMENTSOF(wait_buckets));
+        observe(m, F_WAIT, host, waited);
 }
 
 void metrics_first_byte(Metrics *m, const char *host, usec_t t) {
-        observe(m, F_FIRST_BYTE, host, t, first_byte_buckets, ELEMENTSOF(first_byte_buckets));
+        observe(m, F_FIRST_BYTE, host, t);
+}
+
+void metrics_queued(Metrics *m, const char *host, usec_t t) {
+        observe(m, F_QUEUED, host, t);
+}
+
+void metrics_switch_time(Metrics *m, const char *host, const char *engine, usec_t t) {
+        Series *s = series_get(m, F_SWITCH_TIME, host, engine, 0);
+        if (s)
+                observe_in(s, (double)t / USEC_PER_SEC);
+}
+
+void metrics_usage(Metrics *m, const char *host, const char *engine, const char *model, const Usage *u) {
+        Labels l = {host, engine ?: "", NULL, model ?: "", 0};
+        double v;
+        Series *s;
+
+        if (!usage_known(u))
+                return;
+        if ((s = series_find(m, F_TOKENS, &l))) {
+                s->value += (uint64_t)MAX(u->in, 0);
+                s->buckets[0] += (uint64_t)MAX(u->cached, 0);
+                s->buckets[1] += (uint64_t)MAX(u->out, 0);
+        }
+        if ((v = usage_speed(u->prompt_n, u->prompt_ms)) >= 0 && (s = series_find(m, F_PREFILL, &l)))
+                observe_in(s, v);
+        if ((v = usage_speed(u->predicted_n, u->predicted_ms)) >= 0 && (s = series_find(m, F_DECODE, &l)))
+                observe_in(s, v);
 }
 
 void metrics_alias_request(Metrics *m, const char *alias, const char *target, int status) {
@@ -227,12 +310,12 @@ void metrics_render_header(Buffer *b, const char *name, const char *type, const 
         (void)buffer_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-static void render_histogram(Buffer *b, const Series *s, const char *labels, const double *bounds,
-                             size_t n) {
+static void render_histogram(Buffer *b, const Series *s, const char *labels) {
         const char *name = families[s->family].name;
+        const double *bounds = bucket_sets[s->family].b;
         uint64_t cumulative = 0;
 
-        for (size_t i = 0; i < n; i++) {
+        for (size_t i = 0; i < bucket_sets[s->family].n; i++) {
                 cumulative += s->buckets[i];
                 (void)buffer_printf(b, "%s_bucket{%s,le=\"%g\"} %llu\n", name, labels, bounds[i],
                                     (unsigned long long)cumulative);
@@ -240,6 +323,14 @@ static void render_histogram(Buffer *b, const Series *s, const char *labels, con
         (void)buffer_printf(b, "%s_bucket{%s,le=\"+Inf\"} %llu\n%s_sum{%s} %.6f\n%s_count{%s} %llu\n", name,
                             labels, (unsigned long long)s->value, name, labels, s->sum, name, labels,
                             (unsigned long long)s->value);
+}
+
+static void render_tokens(Buffer *b, const Series *s, const char *labels) {
+        const uint64_t v[] = {s->value, s->buckets[0], s->buckets[1]};
+
+        for (size_t i = 0; i < ELEMENTSOF(token_kinds); i++)
+                (void)buffer_printf(b, "%s{%s,kind=\"%s\"} %llu\n", families[s->family].name, labels,
+                                    token_kinds[i], (unsigned long long)v[i]);
 }
 
 int metrics_render(Metrics *m, Buffer *b) {
@@ -250,17 +341,24 @@ int metrics_render(Metrics *m, Buffer *b) {
                         _cleanup_(buffer_done) Buffer l = {};
                         if (s->family != f || series_labels(s, &l) < 0)
                                 continue;
-                        if (f == F_WAIT)
-                                render_histogram(b, s, buffer_peek(&l), wait_buckets,
-                                                 ELEMENTSOF(wait_buckets));
-                        else if (f == F_FIRST_BYTE)
-                                render_histogram(b, s, buffer_peek(&l), first_byte_buckets,
-                                                 ELEMENTSOF(first_byte_buckets));
+                        if (bucket_sets[f].b)
+                                render_histogram(b, s, buffer_peek(&l));
+                        else if (f == F_TOKENS)
+                                render_tokens(b, s, buffer_peek(&l));
                         else
                                 (void)buffer_printf(b, "%s{%s} %llu\n", families[f].name, buffer_peek(&l),
                                                     (unsigned long long)s->value);
                 }
         }
+        /* rule:usage-metrics: counters start again at each start (an idle exit ends them): the start time
+         * lets Prometheus tell */
+        metrics_render_header(b, "modelgate_build_info", "gauge", "The running modelgated's version");
+        (void)buffer_printf(b, "modelgate_build_info{version=\"%s\"} 1\n", MODELGATE_VERSION);
+        metrics_render_header(b, "process_start_time_seconds", "gauge",
+                              "Start time of the process since the Unix epoch, in seconds");
+        (void)buffer_printf(b, "process_start_time_seconds %llu.%06llu\n",
+                            (unsigned long long)((m ? m->start_realtime : 0) / USEC_PER_SEC),
+                            (unsigned long long)((m ? m->start_realtime : 0) % USEC_PER_SEC));
 
         return buffer_terminate(b);
 }

@@ -10,6 +10,7 @@
 
 #include <stdint.h>
 
+#include "modelgated/rules/usage.h"
 #include "shared/buffer.h"
 #include "shared/time-util.h"
 
@@ -23,6 +24,13 @@ void metrics_request(Metrics *m, const char *host, const char *engine, int statu
 /* A request's wait for its engine (0 when it went at once), and its time to the first response byte. */
 void metrics_wait(Metrics *m, const char *host, usec_t waited);
 void metrics_first_byte(Metrics *m, const char *host, usec_t t);
+/* rule:queued-and-switch: the part of a request's wait spent in its host's queue; a switch's time, from its
+ * start to its engine up */
+void metrics_queued(Metrics *m, const char *host, usec_t t);
+void metrics_switch_time(Metrics *m, const char *host, const char *engine, usec_t t);
+/* rule:usage-metrics: what an engine's answer said it cost; model is a name of the configuration or of the
+ * host's own list, never a client's string ("" when it is not known to be one) */
+void metrics_usage(Metrics *m, const char *host, const char *engine, const char *model, const Usage *u);
 void metrics_switch(Metrics *m, const char *host, const char *engine);
 void metrics_refusal(Metrics *m, const char *host);
 void metrics_budget_expired(Metrics *m, const char *host);

@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 #include <string.h>
+#include <sys/uio.h>
 
 #include "modelgated/rules/access-line.h"
 #include "shared/log.h"
@@ -101,6 +102,15 @@ static void out_usage(LineOut *o, const AccessLine *l) {
                 out_lit(o, " engine=");
                 out_str(o, l->engine);
         }
+        /* rule:queued-and-switch */
+        if (l->queued > 0) {
+                out_lit(o, " queued=");
+                out_seconds(o, l->queued);
+        }
+        if (l->switched > 0) {
+                out_lit(o, " switch=");
+                out_seconds(o, l->switched);
+        }
         if (l->first_byte > 0) {
                 out_lit(o, " first_byte=");
                 out_seconds(o, l->first_byte);
@@ -184,4 +194,84 @@ size_t access_line_format(char *buf, size_t size, const AccessLine *l) {
                         out_escaped(&o, l->request_id);
         }
         return (size_t)(o.p - buf);
+}
+
+/* One field: its name, then what 'write' puts in (cut at the buffer's end) */
+typedef struct FieldsOut {
+        LineOut o;
+        struct iovec *iov;
+        size_t n;
+} FieldsOut;
+
+static LineOut *field_begin(FieldsOut *f, const char *name) {
+        f->iov[f->n].iov_base = f->o.p;
+        out_str(&f->o, name);
+        out_lit(&f->o, "=");
+        return &f->o;
+}
+
+static void field_end(FieldsOut *f) {
+        f->iov[f->n].iov_len = (size_t)(f->o.p - (char *)f->iov[f->n].iov_base);
+        f->n++;
+}
+
+static void field_str(FieldsOut *f, const char *name, const char *v) {
+        if (!v)
+                return;
+        out_str(field_begin(f, name), v);
+        field_end(f);
+}
+
+static void field_u64(FieldsOut *f, const char *name, uint64_t v) {
+        out_u64(field_begin(f, name), v, 0);
+        field_end(f);
+}
+
+static void field_speed(FieldsOut *f, const char *name, double v) {
+        uint64_t t = (uint64_t)(v * 10 + 0.5);
+        LineOut *o = field_begin(f, name);
+        out_u64(o, t / 10, 0);
+        out_lit(o, ".");
+        out_u64(o, t % 10, 0);
+        field_end(f);
+}
+
+size_t access_line_fields(char *buf, size_t size, struct iovec *fields, const AccessLine *l) {
+        FieldsOut f = {{buf, buf + size}, fields, 0};
+        const Usage *u = l->usage;
+        double v;
+
+        /* names from the configuration, and modelgate's own numbers: only the model, the key and the id
+         * are the client's, escaped as in the line */
+        field_str(&f, "MODELGATE_HOST", l->host);
+        field_str(&f, "MODELGATE_ENGINE", l->engine);
+        if (l->model) {
+                out_escaped(field_begin(&f, "MODELGATE_MODEL"), str_span(l->model));
+                field_end(&f);
+        }
+        field_u64(&f, "MODELGATE_STATUS", (uint64_t)l->status);
+        if (l->request_id.n > 0) {
+                out_escaped(field_begin(&f, "MODELGATE_REQUEST_ID"), l->request_id);
+                field_end(&f);
+        }
+        field_str(&f, "MODELGATE_KEY", l->key);
+        field_str(&f, "MODELGATE_FALLBACK", l->fallback);
+        field_u64(&f, "MODELGATE_DURATION_USEC", l->duration);
+        if (l->first_byte > 0)
+                field_u64(&f, "MODELGATE_FIRST_BYTE_USEC", l->first_byte);
+        if (l->queued > 0)
+                field_u64(&f, "MODELGATE_QUEUED_USEC", l->queued);
+        if (l->switched > 0)
+                field_u64(&f, "MODELGATE_SWITCH_USEC", l->switched);
+        if (u && u->in >= 0)
+                field_u64(&f, "MODELGATE_TOKENS_IN", (uint64_t)u->in);
+        if (u && u->cached >= 0)
+                field_u64(&f, "MODELGATE_TOKENS_CACHED", (uint64_t)u->cached);
+        if (u && u->out >= 0)
+                field_u64(&f, "MODELGATE_TOKENS_OUT", (uint64_t)u->out);
+        if (u && (v = usage_speed(u->prompt_n, u->prompt_ms)) >= 0)
+                field_speed(&f, "MODELGATE_PREFILL_TPS", v);
+        if (u && (v = usage_speed(u->predicted_n, u->predicted_ms)) >= 0)
+                field_speed(&f, "MODELGATE_DECODE_TPS", v);
+        return f.n;
 }

@@ -31,6 +31,8 @@ typedef struct AccessLine {
         /* rule:usage */
         const char *engine;   /* the host's engine that answered, else NULL */
         usec_t first_byte;    /* from the start to the answer's head, 0: no answer from a host */
+        usec_t queued;        /* rule:queued-and-switch: in the host's queue (0: not at all) */
+        usec_t switched;      /* waiting for its own engine's switch or start (0: none) */
         const Usage *usage;   /* what the answer said it cost, or NULL */
         bool cut;             /* the stream ended before its last event: usage counts what arrived */
         Span request_id;      /* rule:request-id: the client's (escaped here) or one made here */
@@ -39,3 +41,10 @@ typedef struct AccessLine {
 
 /* Writes the line into buf (cut at size, never NUL-terminated) and returns its length. */
 size_t access_line_format(char *buf, size_t size, const AccessLine *l);
+
+/* rule:journal-fields: the line's MODELGATE_* fields for the journal, "NAME=value" each, written into buf
+ * (size bytes) and pointed at by fields (room for ACCESS_LINE_MAX_FIELDS); only those known. Strings of the
+ * client's are escaped as in the line. Returns how many. */
+#define ACCESS_LINE_MAX_FIELDS 16
+struct iovec;
+size_t access_line_fields(char *buf, size_t size, struct iovec *fields, const AccessLine *l);

@@ -1,0 +1,154 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* What a host shows of itself: its state (decided mostly by host-switch.c's phases, and logged when it
+ * goes down or comes back), what a waiting request waits for, and how its wait divides into time queued
+ * and time switching. */
+
+#include <assert.h>
+
+#include "modelgated/host/catalog.h"
+#include "modelgated/host/host-internal.h"
+#include "shared/log.h"
+
+/* The state the daemon shows */
+
+static const char *const host_state_table[_HOST_STATE_MAX] = {
+        [HOST_DOWN] = "down",       [HOST_IDLE] = "idle",           [HOST_STARTING] = "starting",
+        [HOST_SERVING] = "serving", [HOST_SWITCHING] = "switching", [HOST_BUSY] = "busy",
+};
+
+const char *host_state_to_string(HostState s) {
+        return s >= 0 && s < _HOST_STATE_MAX ? host_state_table[s] : NULL;
+}
+
+static const char *const host_wait_table[] = {
+        [HOST_WAIT_NONE] = NULL,
+        [HOST_WAIT_STREAM] = "stream",
+        [HOST_WAIT_HOLD_DOWN] = "hold-down",
+        [HOST_WAIT_ENGINE_START] = "engine-start",
+        [HOST_WAIT_SWITCH] = "switch",
+};
+
+const char *host_wait_to_string(HostWait w) {
+        return w >= 0 && (size_t)w < ELEMENTSOF(host_wait_table) ? host_wait_table[w] : NULL;
+}
+
+ssize_t host_switch_target(const Host *h) {
+        assert(h);
+        return h->phase != PHASE_NONE && h->phase != PHASE_IDLE_STOP ? h->target : -1;
+}
+
+/* rule:activity-feed: what a waiting request waits for, as the scheduler and the switch see it now */
+HostWait host_waiter_wait(const HostWaiter *w, unsigned *ret_ahead, usec_t *ret_hold_left) {
+        assert(w);
+        const Host *h = w->host;
+        usec_t now, until;
+
+        *ret_ahead = 0;
+        *ret_hold_left = 0;
+        if (!h || w->req.state != SCHED_WAITING)
+                return HOST_WAIT_NONE;
+        *ret_ahead = sched_ahead(&h->sched, &w->req);
+        if (h->phase != PHASE_NONE && h->phase != PHASE_IDLE_STOP)
+                return h->target == w->engine && (h->running < 0 || h->running == h->target)
+                               ? HOST_WAIT_ENGINE_START
+                               : HOST_WAIT_SWITCH;
+        if (h->running < 0)
+                return HOST_WAIT_ENGINE_START;
+        if (h->running == w->engine)
+                return HOST_WAIT_SWITCH; /* behind a pending switch to another engine */
+        now = host_now(h);
+        until = sched_hold_down_until(&h->sched, now);
+        if (until > now) {
+                *ret_hold_left = until == USEC_INFINITY ? USEC_INFINITY : until - now;
+                return HOST_WAIT_HOLD_DOWN;
+        }
+        return h->sched.n_in_flight > 0 ? HOST_WAIT_STREAM : HOST_WAIT_SWITCH;
+}
+
+void host_update_state(Host *h) {
+        assert(h);
+        HostState s;
+
+        if (h->bus_down || h->http_down)
+                s = HOST_DOWN;
+        else if (h->phase != PHASE_NONE)
+                /* another engine still holds the GPU, or is being stopped: a switch; else a start */
+                s = h->phase == PHASE_STOPPING || h->phase == PHASE_GIVING_UP ||
+                                    (h->running >= 0 && h->running != h->target)
+                            ? HOST_SWITCHING
+                            : HOST_STARTING;
+        else if (h->running >= 0 && h->engine_up)
+                s = HOST_SERVING;
+        else if (h->busy)
+                s = HOST_BUSY;
+        else
+                s = HOST_IDLE;
+        if (s != h->state)
+                log_debug("host %s: state %s → %s", h->conf->name, host_state_to_string(h->state),
+                          host_state_to_string(s));
+        h->state = s;
+
+        /* rule:down-logged-once: going down and coming back are logged once each, with the reason */
+        int down = h->bus_down || h->http_down;
+        if (h->bus && h->bus_down && streq_ptr(h->down_reason, "connecting"))
+                return; /* the first connection is not an outcome yet */
+        if (down && h->logged_down != 1) {
+                log_warning("host %s down: %s", h->conf->name, h->down_reason ?: "unreachable");
+                /* by its own probe: the engine's URL fails. A lost bus alone leaves the HTTP going, and
+                 * the streams on it run to their end. */
+                if (h->http_down)
+                        host_tell_riders_down(h);
+                if (h->catalog)
+                        catalog_host_state(h->catalog, h->down_reason ?: "unreachable");
+        } else if (!down && h->logged_down != 0) {
+                log_notice("host %s up", h->conf->name);
+                if (h->catalog)
+                        catalog_host_state(h->catalog, NULL);
+        }
+        h->logged_down = down;
+        if (down && h->down_reason && !streq(h->down_reason, "connecting"))
+                (void)free_and_strdup(&h->last_error, h->down_reason);
+        host_changed(h);
+}
+
+/* rule:down-fails-fast: the host is down by its own probe: its requests in flight fail now instead of
+ * waiting for UpstreamIdleTimeoutSec=. Each leaves the riders before it hears, since its answer may end
+ * its request or start another; the waiting ones are the scheduler's (sched_host_down()) or wait on. */
+int host_down_cb(sd_event_source *s, void *userdata) {
+        Host *h = userdata;
+
+        while (h->http_down) {
+                HostWaiter *w = NULL;
+                LIST_FOREACH (riders, x, h->riders)
+                        if (x->engine < 0 || x->req.state == SCHED_IN_FLIGHT) {
+                                w = x;
+                                break;
+                        }
+                if (!w)
+                        break;
+                host_unride(h, w);
+                if (w->down)
+                        w->down(w);
+        }
+        return 0;
+}
+
+void host_tell_riders_down(Host *h) {
+        assert(h);
+        if (h->riders)
+                (void)sd_event_source_set_enabled(h->down_source, SD_EVENT_ONESHOT);
+}
+
+/* rule:queued-and-switch: of the time since w's request asked, the part its own engine's switch (or start)
+ * took, the one under way or the last that ended; the rest it was queued */
+void host_waiter_times(const Host *h, HostWaiter *w) {
+        bool under_way = h->phase >= PHASE_BUSY_CHECK && h->phase <= PHASE_HEALTH;
+        usec_t now = host_now(h), from = w->req.arrived;
+        usec_t start = under_way ? h->switch_start : h->last_switch_start;
+        usec_t end = under_way ? now : h->last_switch_end;
+        ssize_t target = under_way ? h->target : h->last_switch_target;
+
+        from = MAX(from, start);
+        w->switched = target == w->engine && end > from ? end - from : 0;
+        w->queued = now > w->req.arrived + w->switched ? now - w->req.arrived - w->switched : 0;
+}
