@@ -129,31 +129,10 @@ void client_start_activity(Client *c) {
         assert(c);
         Manager *m = c->manager;
         FeedHub *hub = activity_hub(manager_activity(m));
-        Config *config = manager_config(m);
         _cleanup_(buffer_done) Buffer snap = {};
 
-        if (!client_may_watch(c))
+        if (!client_may_watch(c) || !client_feed_open(c, "/activity"))
                 return;
-        /* with /models/sse's: subscribers hold their connection for good, at most half of MaxConnections= */
-        uint64_t max = MIN(config->max_feed_subscribers, config->max_connections / 2);
-        size_t n = feed_hub_count(hub) + feed_hub_count(manager_feed_hub(m));
-        if (n >= max) {
-                client_answer(c, ANSWER_TOO_MANY_SUBSCRIBERS, "/activity", n, (unsigned long long)max);
-                return;
-        }
-        if (client_queue_stream_head(c) < 0) {
-                client_answer(c, ANSWER_OUT_OF_MEMORY);
-                return;
-        }
-        c->x->head_sent = true;
-        if (c->x->head) {
-                c->x->bytes = 0;
-                client_response_complete(c, NULL);
-                return;
-        }
-        /* a small kernel buffer lets a subscriber that stopped reading be seen (and dropped) soon */
-        (void)setsockopt(c->fd, SOL_SOCKET, SO_SNDBUF, &(int){64 * 1024}, sizeof(int));
-        c->feed = true;
         c->activity_feed = true;
         if (manager_activity_snapshot(m, /* event= */ true, &snap) < 0 ||
             client_frame_body(c, buffer_peek(&snap), buffer_size(&snap)) < 0) {

@@ -206,6 +206,39 @@ static const FeedSubscriberOps client_feed_ops = {
         .send = client_feed_send,
 };
 
+/* The head of a feed (/models/sse, /activity): true when the subscriber is to be added; false when it was
+ * answered (refused, or a HEAD, which gets the head alone) */
+bool client_feed_open(Client *c, const char *path) {
+        assert(c);
+        assert(path);
+        Manager *m = c->manager;
+        Config *config = manager_config(m);
+
+        /* subscribers of both feeds hold their connection for good: together they may not take more than
+         * half of MaxConnections=, so that /health and requests always find one */
+        uint64_t max = MIN(config->max_feed_subscribers, config->max_connections / 2);
+        size_t n = feed_hub_count(manager_feed_hub(m)) + feed_hub_count(activity_hub(manager_activity(m)));
+        if (n >= max) {
+                client_answer(c, ANSWER_TOO_MANY_SUBSCRIBERS, path, n, (unsigned long long)max);
+                return false;
+        }
+        if (client_queue_stream_head(c) < 0) {
+                client_answer(c, ANSWER_OUT_OF_MEMORY);
+                return false;
+        }
+        c->x->head_sent = true;
+        if (c->x->head) {
+                c->x->bytes = 0;
+                client_response_complete(c, NULL);
+                return false;
+        }
+        /* a feed is a trickle: a small kernel buffer lets a subscriber that stopped reading be seen (and
+         * dropped) after a few hundred KiB instead of after megabytes */
+        (void)setsockopt(c->fd, SOL_SOCKET, SO_SNDBUF, &(int){64 * 1024}, sizeof(int));
+        c->feed = true;
+        return true;
+}
+
 /* GET /models/sse: every host's feed, relabelled, until the client goes */
 void client_start_feed(Client *c) {
         assert(c);
@@ -216,29 +249,8 @@ void client_start_feed(Client *c) {
         size_t hosts = 0;
         int n;
 
-        /* subscribers hold their connection for good: they may not take more than half of MaxConnections=,
-         * so that /health and requests always find one */
-        uint64_t max = MIN(config->max_feed_subscribers, config->max_connections / 2);
-        if (feed_hub_count(hub) >= max) {
-                client_answer(c, ANSWER_TOO_MANY_SUBSCRIBERS, "/models/sse", feed_hub_count(hub),
-                              (unsigned long long)max);
+        if (!client_feed_open(c, "/models/sse"))
                 return;
-        }
-
-        if (client_queue_stream_head(c) < 0) {
-                client_answer(c, ANSWER_OUT_OF_MEMORY);
-                return;
-        }
-        c->x->head_sent = true;
-        if (c->x->head) {
-                c->x->bytes = 0;
-                client_response_complete(c, NULL);
-                return;
-        }
-        /* a feed is a trickle: a small kernel buffer lets a subscriber that stopped reading be seen (and
-         * dropped) after a few hundred KiB instead of after megabytes */
-        (void)setsockopt(c->fd, SOL_SOCKET, SO_SNDBUF, &(int){64 * 1024}, sizeof(int));
-        c->feed = true;
         /* the caller's tier is in the configuration it was admitted under, which the exchange holds until
          * the feed ends: a reload leaves it valid, and the subscriber under the tier it came with */
         assert(!c->x->caller.tier || c->x->config);
