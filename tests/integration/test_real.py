@@ -31,6 +31,7 @@ BUILDER = os.environ.get("LLAMA_SERVER_BUILDER", os.path.join(HERE, "../real/bui
 MAKE_MODEL = os.environ.get("MAKE_MODEL", os.path.join(HERE, "../real/make-model"))
 REQUIRED = bool(os.environ.get("MODELGATE_REQUIRE_REAL_ENGINE"))
 CHAT = "/v1/chat/completions"
+COMPLETIONS = "/v1/completions"
 MESSAGES = "/v1/messages"
 RESPONSES = "/v1/responses"
 FAST = "[Proxy]\nHoldDownSec=1s\n"
@@ -578,7 +579,7 @@ def engine_usage(path, stream, body):
             if isinstance(o.get("usage"), dict):
                 u.update(o["usage"])
         timings = e.get("timings") or timings
-    if path == CHAT:
+    if path in (CHAT, COMPLETIONS):
         return (u["prompt_tokens"], u["prompt_tokens_details"]["cached_tokens"], u["completion_tokens"],
                 timings)
     if path == MESSAGES:
@@ -594,7 +595,7 @@ def speed(n, ms):
 
 
 def test_the_access_line_counts_the_engines_own_tokens_and_names_the_request(box, engines, make_gate):
-    """rule:usage, rule:request-id: for each API, streaming and not, the line's tokens are the numbers the
+    """rule:usage, rule:request-id: for each of the four APIs, streaming and not, the line's tokens are the numbers the
     server's answer carries, its speeds those of the server's timings; the client's X-Request-Id goes to the
     server and comes back, one is made when it sends none; a client that leaves mid-stream is 499 and its
     count says (cut)"""
@@ -602,12 +603,14 @@ def test_the_access_line_counts_the_engines_own_tokens_and_names_the_request(box
     g = make_gate(FAST + conf, env=gate_env(box))
     g.wait_log("host 3090 up")
 
-    for path in (CHAT, MESSAGES, RESPONSES):
+    for path in (CHAT, COMPLETIONS, MESSAGES, RESPONSES):
         for stream in (False, True):
-            rid = "t-%s-%d" % (path.rsplit("/", 1)[1], stream)
-            extra = {"stream_options": {"include_usage": True}} if path == CHAT and stream else {}
+            rid = "t-%s-%d" % (path.strip("/").replace("/", "-"), stream)
+            extra = {"stream_options": {"include_usage": True}} if path in (CHAT, COMPLETIONS) and stream else {}
             if path == RESPONSES:
                 body = {"model": "3090-laguna-xs", "input": "hi", "stream": stream, "max_output_tokens": 8}
+            elif path == COMPLETIONS:
+                body = {"model": "3090-laguna-xs", "prompt": "hi", "stream": stream, "max_tokens": 8}
             else:
                 body = dict(chat("3090-laguna-xs", "hi", stream), max_tokens=8)
             body.update(temperature=0, **extra)
@@ -618,7 +621,7 @@ def test_the_access_line_counts_the_engines_own_tokens_and_names_the_request(box
             n_in, cached, out, timings = engine_usage(path, stream, answer)
             line = g.wait_log(" id=%s" % rid)
             print(line)
-            assert " engine=mainline first_byte=" in line
+            assert " engine=mainline " in line and " first_byte=" in line, line
             want = " tokens=in:%d,cached:%d,out:%d" % (n_in, cached, out)
             assert want + " " in line or line.endswith(want), (want, line)
             if timings:
