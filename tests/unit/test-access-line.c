@@ -136,6 +136,12 @@ TEST(queued_and_switch) {
         l.queued = l.switched = 0;
         format(&l, b, sizeof(b));
         ASSERT_TRUE(!strstr(b, "queued=") && !strstr(b, "switch="));
+        /* nor one whose parts are under the line's millisecond, which would read "0.000s" */
+        l.queued = l.switched = USEC_PER_MSEC - 1;
+        format(&l, b, sizeof(b));
+        ASSERT_TRUE(!strstr(b, "queued=") && !strstr(b, "switch="));
+        l.queued = USEC_PER_MSEC;
+        ASSERT_TRUE(strstr(format(&l, b, sizeof(b)), " queued=0.001s first_byte="));
 }
 
 static const char *field(const struct iovec *f, size_t n, const char *name, char *out, size_t size) {

@@ -102,12 +102,12 @@ static void out_usage(LineOut *o, const AccessLine *l) {
                 out_lit(o, " engine=");
                 out_str(o, l->engine);
         }
-        /* rule:queued-and-switch */
-        if (l->queued > 0) {
+        /* rule:queued-and-switch: a part under the line's millisecond would read "0.000s" */
+        if (l->queued >= USEC_PER_MSEC) {
                 out_lit(o, " queued=");
                 out_seconds(o, l->queued);
         }
-        if (l->switched > 0) {
+        if (l->switched >= USEC_PER_MSEC) {
                 out_lit(o, " switch=");
                 out_seconds(o, l->switched);
         }
