@@ -271,6 +271,21 @@ def post(conn, path, obj, headers=None):
     return conn.getresponse()
 
 
+def chunks(f):
+    """the data of each chunk of a chunked body, as it arrives, until its last chunk or the end of the
+    connection (a feed that never ends is read in a thread)"""
+    while True:
+        size = f.readline()
+        if not size:
+            return
+        n = int(size.strip() or b"0", 16)
+        if n == 0:
+            return
+        data = f.read(n)
+        f.readline()
+        yield data
+
+
 def read_response(f):
     """(status, {header: value}, body) of one response from a binary file, keep-alive safe"""
     status = int(f.readline().split()[1])

@@ -14,7 +14,7 @@ import uuid
 import pytest
 
 from boxes import box_skip_reason, chat, engines_conf, gate_env, local_host
-from conftest import MODELGATED, free_port, host_conf, post, wait_for
+from conftest import MODELGATED, chunks, free_port, host_conf, post, wait_for
 from test_access import make_key
 
 CHAT = "/v1/chat/completions"
@@ -48,15 +48,7 @@ class Activity:
 
     def run(self):
         pending = b""
-        while True:
-            size = self.f.readline()
-            if not size:
-                return
-            n = int(size.strip() or b"0", 16)
-            if n == 0:
-                return
-            data = self.f.read(n)
-            self.f.readline()
+        for data in chunks(self.f):
             self.raw += data
             pending += data
             while b"\n\n" in pending:

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from boxes import box_skip_reason, chat, engine_unit, gate_env, local_host
-from conftest import DOUBLE, PYTHON, free_port, host_conf, metric_samples, post, read_response, wait_for
+from conftest import DOUBLE, PYTHON, chunks, free_port, host_conf, metric_samples, post, read_response, wait_for
 
 CHAT = "/v1/chat/completions"
 
@@ -45,16 +45,7 @@ class Feed:
         self.t.start()
 
     def run(self):
-        # chunked framing: size lines, then data; the data is what we keep
-        while True:
-            size = self.f.readline()
-            if not size:
-                return
-            n = int(size.strip() or b"0", 16)
-            if n == 0:
-                return
-            data = self.f.read(n)
-            self.f.readline()
+        for data in chunks(self.f):  # the data is what we keep
             self.lines.extend(l for l in data.decode().split("\n") if l)
 
     def events(self):
