@@ -5,7 +5,7 @@
 #include "tests.h"
 
 static char *render(Metrics *m) {
-        Buffer b = {};
+        _cleanup_(buffer_done) Buffer b = {};
         ASSERT_TRUE(metrics_render(m, &b) >= 0);
         return strdup(buffer_peek(&b) ?: "");
 }
