@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* A request's life as /activity shows it (rule:activity-feed), and the /activity subscribers. The record
- * is the Exchange's (records/activity.h): filling it is a few short copies, and events are written only
+ * is the Exchange's (records/activity.h): it points at the Exchange's names, and events are written only
  * while someone follows. Only names, ids and numbers go into it, never a prompt or an answer
  * (rule:no-text-in-activity). */
 
@@ -26,30 +26,19 @@ static const char *api_name(Span path) {
         return "other";
 }
 
-/* Short copies, cut to the field: cheaper than snprintf() on every request */
-static void copy_span(char *dst, size_t size, Span s) {
-        size_t n = MIN(s.n, size - 1);
-
-        memcpy(dst, s.p, n);
-        dst[n] = 0;
-}
-
-static void copy_str(char *dst, size_t size, const char *s) {
-        copy_span(dst, size, (Span){s ?: "", s ? strnlen(s, size - 1) : 0});
-}
-
 /* The request reached its host (again, for an alias's next target) */
 void client_activity_begin(Client *c) {
         assert(c);
         Exchange *x = c->x;
         ActivityRequest *r = &x->activity;
-        char id[80];
 
-        copy_span(r->id, sizeof(r->id), client_request_id(c));
-        copy_str(r->model, sizeof(r->model), x->model);
-        copy_str(r->host, sizeof(r->host), x->host ? x->host->name : NULL);
-        copy_str(r->engine, sizeof(r->engine), x->engine_name);
-        copy_str(r->key, sizeof(r->key), x->caller.admitted ? access_caller_id(&x->caller, id) : NULL);
+        /* the Exchange's own strings, which live as long as it does: the record copies them only at the
+         * end, into its ring */
+        r->id = client_request_id(c);
+        r->model = x->model;
+        r->host = x->host ? x->host->name : NULL;
+        r->engine = x->engine_name;
+        r->key = x->caller.admitted ? access_caller_id(&x->caller, x->activity_key) : NULL;
         r->api = api_name(x->path);
         r->stream = x->streaming;
         activity_request_begin(manager_activity(c->manager), r);
@@ -106,10 +95,9 @@ void client_activity_done(Client *c, int status, usec_t duration, bool cut) {
         r->prefill_tps = u ? usage_speed(u->prompt_n, u->prompt_ms) : -1;
         r->decode_tps = u ? usage_speed(u->predicted_n, u->predicted_ms) : -1;
         r->cut = cut;
-        copy_str(r->fallback, sizeof(r->fallback),
-                 x->via_fallback ? (x->fallback ? x->fallback->name : "?") : NULL);
+        r->fallback = x->via_fallback ? (x->fallback ? x->fallback->name : "?") : NULL;
         if (x->via_fallback)
-                r->engine[0] = 0;
+                r->engine = NULL;
         activity_request_done(r);
 }
 

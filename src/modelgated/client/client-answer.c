@@ -14,9 +14,15 @@ Span client_request_id(Client *c) {
         if (x->request_id.n > 0)
                 return x->request_id;
         if (x->method != EXCHANGE_NO_METHOD && x->method != EXCHANGE_METHOD_UNPARSED) {
-                Span h = http_request_header(&c->parser.req, "X-Request-Id");
-                if (request_id_sane(h))
-                        return (x->request_id = h);
+                const HttpRequest *req = &c->parser.req;
+                /* the name held as the forwarded headers hold it: its first letter before the compare */
+                for (size_t i = 0; i < req->n_headers; i++)
+                        if (http_header_is_request_id(http_header_name(req, i))) {
+                                Span h = http_header_value(req, i);
+                                if (request_id_sane(h))
+                                        return (x->request_id = h);
+                                break;
+                        }
         }
         request_id_make(c->set->id_seed, c->set->n_ids++, x->made_id);
         return (x->request_id = (Span){x->made_id, REQUEST_ID_MADE_LEN});

@@ -17,6 +17,8 @@ void exchange_init(Exchange *x, Client *client) {
 }
 
 void exchange_done(Exchange *x) {
+        /* first: the record points at the names freed below, and releasing the host may show the activity */
+        activity_request_forget(&x->activity); /* a request that never logged its end */
         free(x->model);
         config_unref(x->config);
         sd_event_source_disable_unref(x->budget);
@@ -29,7 +31,6 @@ void exchange_done(Exchange *x) {
         free(x->conv_id);
         sse_filter_done(&x->sse);
         buffer_done(&x->held);
-        activity_request_forget(&x->activity); /* a request that never logged its end */
         exchange_init(x, x->client);
 }
 

@@ -115,6 +115,7 @@ typedef struct Exchange {
         char made_id[REQUEST_ID_MADE_LEN + 1];
         /* rule:activity-feed: the request as /activity shows it, in its in-flight list from its host on */
         ActivityRequest activity;
+        char activity_key[80]; /* the caller's id as activity.key shows it */
 } Exchange;
 
 /* A new, empty request of client. */

@@ -9,14 +9,21 @@
 #include <string.h>
 
 #include "modelgated/records/activity.h"
+#include "modelgated/rules/request-id.h"
 #include "modelgated/rules/route.h"
 #include "shared/macro.h"
+
+/* A finished request in the ring: its record, whose names point at the slot's own copies */
+typedef struct ActivitySlot {
+        ActivityRequest r;
+        char id[REQUEST_ID_MAX + 1], model[128], host[64], engine[64], key[80], fallback[64];
+} ActivitySlot;
 
 struct Activity {
         sd_event *event;
         FeedHub *hub;
         ActivityRequest *inflight;
-        ActivityRequest *ring; /* ACTIVITY_RECENT, oldest at ring_next once full */
+        ActivitySlot *ring; /* ACTIVITY_RECENT, oldest at ring_next once full */
         size_t ring_next, ring_n;
         ActivityHost *hosts; /* the last view of each host shown */
         size_t n_hosts;
@@ -77,6 +84,22 @@ static usec_t activity_now(Activity *a) {
         return t;
 }
 
+/* Short copies, cut to the field: cheaper than snprintf() */
+static void copy_span(char *dst, size_t size, Span s) {
+        size_t n = MIN(s.n, size - 1);
+
+        if (n > 0)
+                memcpy(dst, s.p, n);
+        dst[n] = 0;
+}
+
+static const char *copy_str(char *dst, size_t size, const char *s) {
+        if (!s || !*s)
+                return NULL;
+        copy_span(dst, size, (Span){s, strnlen(s, size - 1)});
+        return dst;
+}
+
 /* JSON writers: strings are quoted (names a client gave may hold anything), empty ones are null */
 static void put_str(Buffer *b, const char *name, const char *v) {
         (void)buffer_printf(b, ",\"%s\":", name);
@@ -116,8 +139,11 @@ static void render_host(Buffer *b, const ActivityHost *h, usec_t t) {
 }
 
 static void render_request(Buffer *b, const ActivityRequest *r) {
+        char id[REQUEST_ID_MAX + 1];
+
         (void)buffer_printf(b, "{\"t\":%llu", (unsigned long long)r->t);
-        put_str(b, "id", r->id);
+        copy_span(id, sizeof(id), r->id);
+        put_str(b, "id", id);
         put_str(b, "phase", activity_phase_to_string(r->phase));
         put_str(b, "model", r->model);
         put_str(b, "host", r->host);
@@ -250,11 +276,19 @@ void activity_request_done(ActivityRequest *r) {
         r->phase = ACTIVITY_DONE;
         activity_request_forget(r);
         if (!a->ring)
-                a->ring = malloc(ACTIVITY_RECENT * sizeof(ActivityRequest));
+                a->ring = malloc(ACTIVITY_RECENT * sizeof(ActivitySlot));
         if (a->ring) {
-                ActivityRequest *slot = &a->ring[a->ring_next];
-                *slot = *r;
-                slot->inflight_next = slot->inflight_prev = NULL;
+                /* the one copy of its names: the owner's strings go with the request */
+                ActivitySlot *slot = &a->ring[a->ring_next];
+                slot->r = *r;
+                slot->r.inflight_next = slot->r.inflight_prev = NULL;
+                copy_span(slot->id, sizeof(slot->id), r->id);
+                slot->r.id = (Span){slot->id, strlen(slot->id)};
+                slot->r.model = copy_str(slot->model, sizeof(slot->model), r->model);
+                slot->r.host = copy_str(slot->host, sizeof(slot->host), r->host);
+                slot->r.engine = copy_str(slot->engine, sizeof(slot->engine), r->engine);
+                slot->r.key = copy_str(slot->key, sizeof(slot->key), r->key);
+                slot->r.fallback = copy_str(slot->fallback, sizeof(slot->fallback), r->fallback);
                 a->ring_next = (a->ring_next + 1) % ACTIVITY_RECENT;
                 a->ring_n = MIN(a->ring_n + 1, (size_t)ACTIVITY_RECENT);
         }
@@ -287,8 +321,8 @@ static ActivityHost *host_slot(Activity *a, const char *name) {
  * of the host's view while it switches: only those still queued move) */
 static void promote_switching(Activity *a, const ActivityHost *h) {
         LIST_FOREACH_SAFE (inflight, r, next, a->inflight)
-                if (r->phase == ACTIVITY_QUEUED && streq(r->host, h->name) &&
-                    streq(r->engine, h->switching_to))
+                if (r->phase == ACTIVITY_QUEUED && streq_ptr(r->host, h->name) &&
+                    streq_ptr(r->engine, h->switching_to))
                         activity_request_phase(r, ACTIVITY_SWITCHING);
 }
 
@@ -331,7 +365,7 @@ int activity_render_snapshot(Activity *a, const ActivityHost *hosts, size_t n_ho
                 size_t i = (a->ring_next + ACTIVITY_RECENT - a->ring_n + k) % ACTIVITY_RECENT;
                 if (k > 0)
                         (void)buffer_append_str(out, ",");
-                render_request(out, &a->ring[i]);
+                render_request(out, &a->ring[i].r);
         }
         return buffer_append_str(out, "]}");
 }

@@ -4,9 +4,10 @@
 /* The live activity (rule:activity-feed, modelgated(8) ACTIVITY): the requests in flight, the ring of the
  * last ACTIVITY_RECENT finished ones, each host's last view, and the /activity subscribers (a FeedHub of
  * its own). A request's record is a fixed-size struct its owner embeds (the client's Exchange): the
- * phases change fields in it, and JSON is written only while someone subscribes; its end is a struct copy
- * into the ring. Nothing in it is ever prompt or answer text (rule:no-text-in-activity): names, ids and
- * numbers only. Times are CLOCK_REALTIME µs (the loop's, no system call). */
+ * phases change fields in it, and JSON is written only while someone subscribes; at its end its numbers
+ * and copies of its names go into the ring. Nothing in it is ever prompt or answer text
+ * (rule:no-text-in-activity): names, ids and numbers only. Times are CLOCK_REALTIME µs (the loop's, no
+ * system call). */
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -16,6 +17,7 @@
 #include "modelgated/event/feed-hub.h"
 #include "shared/buffer.h"
 #include "shared/list.h"
+#include "shared/macro.h"
 #include "shared/time-util.h"
 
 #define ACTIVITY_RECENT 300
@@ -49,7 +51,11 @@ typedef struct ActivityRequest {
         usec_t t, started;                 /* CLOCK_REALTIME: the last phase's time, the request's start */
         usec_t queued_at, switch_at;       /* CLOCK_REALTIME, 0: not (yet) */
         uint64_t queued_usec, switch_usec; /* spent queued, spent while its engine was switched to */
-        char id[129], model[128], host[64], engine[64], key[80], fallback[64];
+        /* The names: while in flight the owner's own strings, which live as long as the request does (so
+         * that a request that nobody watches costs no copy of them); in the ring, the ring's copies. NULL
+         * or empty: none. */
+        Span id;
+        const char *model, *host, *engine, *key, *fallback;
         const char *api; /* "chat", "completions", "messages", "responses", "other" */
         bool stream;
         /* queued */

@@ -34,12 +34,28 @@ static void out_str(LineOut *o, const char *s) {
         out_mem(o, s, strlen(s));
 }
 
-static void out_u64(LineOut *o, uint64_t v, int width) {
-        char t[24], *e = t + sizeof(t), *q = e;
-        do
+/* Written in place, digit by digit from the end: a number is in every field, and a copy through
+ * memcpy() cost more than the digits */
+static inline void out_u64(LineOut *o, uint64_t v, int width) {
+        size_t n = 1;
+
+        for (uint64_t w = v; w >= 10; w /= 10)
+                n++;
+        n = MAX(n, (size_t)MAX(width, 0));
+        if ((size_t)(o->end - o->p) < n) {
+                char t[24], *e = t + sizeof(t), *q = e;
+                do
+                        *--q = (char)('0' + v % 10);
+                while ((v /= 10) || e - q < width);
+                out_mem(o, q, (size_t)(e - q));
+                return;
+        }
+        char *start = o->p, *q = start + n;
+        o->p = q;
+        while (q > start) {
                 *--q = (char)('0' + v % 10);
-        while ((v /= 10) || e - q < width);
-        out_mem(o, q, (size_t)(e - q));
+                v /= 10;
+        }
 }
 
 /* The bytes log_escape() leaves as they are (and not the NUL that ends a string) */
