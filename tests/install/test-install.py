@@ -143,6 +143,34 @@ def check_layout(destdir, prefix, system):
     check(outside <= set(policies + actions), tag + "nothing else outside the prefix: %s" % sorted(outside))
 
 
+def readme_system_steps(source):
+    """the README's system-flavour commands (Installing the units, the block after "As root:")"""
+    text = open(os.path.join(source, "README.md")).read()
+    m = re.search(r"As root:\n\n```sh\n(.*?)^```", text[text.index("\n## Installing the units\n"):], re.S | re.M)
+    assert m, "README's Installing the units no longer has the system flavour's commands after 'As root:'"
+    return m.group(1)
+
+
+def check_readme_steps(source, destdir):
+    """the files the README's system-flavour commands name are installed (prefix /usr, as they set up),
+    and its systemd-sysusers line makes the user the bus policy names"""
+    steps = readme_system_steps(source)
+    files = installed(destdir)
+    for path in sorted(set(re.findall(r"(/usr/\S+[^/\s])(?=\s|$)", steps))):
+        check(path in files, "[README] %s is installed" % path)
+    sysusers = re.search(r"^systemd-sysusers (\S+)", steps, re.M)
+    check(sysusers is not None, "[README] runs systemd-sysusers")
+    if sysusers:
+        os.makedirs(os.path.join(destdir, "etc"), exist_ok=True)
+        run("systemd-sysusers", "--root=" + destdir, sysusers.group(1))
+        passwd = open(os.path.join(destdir, "etc/passwd")).read()
+        policy = open(os.path.join(source, "units/dbus/org.modelgate1.conf")).read()
+        user = re.search(r'<policy user="(?!root)([^"]+)"', policy).group(1)
+        check(re.search(r"^%s:x:\d+:\d+:[^:]*:/var/lib/modelgate:" % user, passwd, re.M) is not None,
+              "[README] %s makes the user %s of the bus policy, at home in /var/lib/modelgate"
+              % (sysusers.group(0), user))
+
+
 def main():
     source = sys.argv[1]
     for f in SYSTEM_FLAVOUR:
@@ -159,6 +187,8 @@ def main():
             destdir = os.path.join(tmp, "dest%d" % n)
             run(meson, "install", "-C", build, "--destdir", destdir, "--quiet")
             check_layout(destdir, prefix, system)
+            if prefix == "/usr" and system:
+                check_readme_steps(source, destdir)
     if failures:
         sys.exit("\n%d check(s) failed:\n  %s" % (len(failures), "\n  ".join(failures)))
 
