@@ -121,19 +121,21 @@ Restart=no
 
 
 class Sshd:
-    """sshd on 127.0.0.1 with keys of its own; `ssh_command` reaches it as root without prompts."""
+    """sshd on 127.0.0.1 (or another loopback address) with keys of its own; `ssh_command` reaches it as
+    root without prompts."""
 
-    def __init__(self, tmp):
+    def __init__(self, tmp, address="127.0.0.1"):
         self.dir = tempfile.mkdtemp(prefix="sshd.", dir=tmp)
-        self.port = free_port()
+        self.address = address
+        self.port = free_port(host=address)
         d = self.dir
         for k in ("host", "client"):
             subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", os.path.join(d, k)], check=True)
         shutil.copy(os.path.join(d, "client.pub"), os.path.join(d, "authorized_keys"))
         with open(os.path.join(d, "known_hosts"), "w") as f:
-            f.write("[127.0.0.1]:%d %s" % (self.port, open(os.path.join(d, "host.pub")).read()))
+            f.write("[%s]:%d %s" % (address, self.port, open(os.path.join(d, "host.pub")).read()))
         with open(os.path.join(d, "sshd_config"), "w") as f:
-            f.write("""ListenAddress 127.0.0.1
+            f.write("""ListenAddress %s
 Port %d
 HostKey %s/host
 AuthorizedKeysFile %s/authorized_keys
@@ -143,7 +145,7 @@ KbdInteractiveAuthentication no
 UsePAM no
 StrictModes no
 PidFile none
-""" % (self.port, d, d))
+""" % (address, self.port, d, d))
         os.makedirs("/run/sshd", exist_ok=True)  # sshd's privilege separation directory
         self.ssh_command = "ssh -i %s/client -oUserKnownHostsFile=%s/known_hosts -oStrictHostKeyChecking=yes" % (d, d)
         self.proc = None
@@ -158,7 +160,7 @@ PidFile none
             if self.proc.poll() is not None:
                 raise AssertionError("sshd exited: " + open(os.path.join(self.dir, "sshd.log")).read())
             try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                socket.create_connection((self.address, self.port), timeout=1).close()
                 return True
             except OSError:
                 return False
