@@ -149,6 +149,63 @@ def test_modelgatectl_status_matches_the_bus_and_stop_engine_stops(box, engine_g
     assert prop(box, HOST_PATH, "org.modelgate1.Host", "Engine") == ""
 
 
+def get(gate, path, method="GET"):
+    c = gate.conn()
+    c.request(method, path)
+    r = c.getresponse()
+    body = r.read()
+    c.close()
+    return r.status, r.getheader("Content-Type"), body
+
+
+def running(gate):
+    status, ctype, body = get(gate, "/running")
+    assert status == 200 and ctype == "application/json", (status, body)
+    return json.loads(body)["running"]
+
+
+def test_running_and_unload_answer_as_llama_swap_and_wait_for_a_running_stream(box, engine_gate):
+    assert running(engine_gate) == []
+    r = post(engine_gate.conn(), "/v1/chat/completions", chat("h-laguna-xs", "[[tokens:3]]"))
+    assert r.status == 200
+    r.read()
+    # llama-swap's shape, under modelgate's names, once the engine's list says the model is loaded
+    wait_for(lambda: running(engine_gate), what="/running to list the loaded model")
+    (entry,) = running(engine_gate)
+    assert entry["model"] == "h-laguna-xs" and entry["state"] == "ready", entry
+    assert entry["engine"] == "mainline" and entry["unit"] == "llama-mainline.service", entry
+    assert entry["host"] == "h" and entry["proxy"].startswith("http://127.0.0.1:"), entry
+
+    # GET /unload with a stream running: "OK" at once, and the engine stops only after the stream
+    stream = post(engine_gate.conn(), "/v1/chat/completions", chat("h-laguna-xs", "[[tokens:20]]", stream=True))
+    assert stream.status == 200
+    assert stream.readline()
+    assert get(engine_gate, "/unload") == (200, "text/plain; charset=utf-8", b"OK")
+    engine_gate.wait_log("host h: unload asked by 127.0.0.1")
+    assert box.active_state("llama-mainline.service") == "active"
+    lines = read_sse(stream)
+    assert lines[-2][1] == "data: [DONE]\n", "the running stream was cut"
+    engine_gate.wait_log("host h: engine mainline stopped on request")
+    wait_for(lambda: box.active_state("llama-mainline.service") == "inactive", what="mainline stopped")
+    assert running(engine_gate) == []
+
+    # the per-model form stops the engine of that model only, and only when it is the one running
+    r = post(engine_gate.conn(), "/v1/chat/completions", chat("h-flint-40b", "[[tokens:2]]"))
+    assert r.status == 200
+    r.read()
+    assert get(engine_gate, "/api/models/unload/h-laguna-xs", "POST")[::2] == (200, b"OK")
+    engine_gate.log_mark("after-unload-of-a-stopped-engine")
+    assert box.active_state("llama-fork.service") == "active"
+    assert "engine fork stopped on request" not in engine_gate.logtext()
+    assert get(engine_gate, "/api/models/unload/h-flint-40b", "POST")[::2] == (200, b"OK")
+    engine_gate.wait_log("host h: engine fork stopped on request")
+    status, _, body = get(engine_gate, "/api/models/unload/zz-flint-40b", "POST")
+    assert status == 404 and json.loads(body)["error"]["code"] == "model_not_found", body
+    assert get(engine_gate, "/api/models/unload", "POST") == (200, "application/json", b'{"msg":"ok"}')
+    # llama-swap's /unload is a GET; a POST there is not an unload (it names no model)
+    assert get(engine_gate, "/unload", "POST")[0] == 400
+
+
 def write_conf(gate, text):
     with open(gate.conf, "w") as f:
         f.write("[Proxy]\nListen=127.0.0.1:%d\n" % gate.port + text)

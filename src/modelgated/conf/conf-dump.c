@@ -117,6 +117,8 @@ static void dump_tier(const TierConf *t, FILE *f) {
         dump_strv(f, "Models", t->models);
         if (t->activity)
                 fprintf(f, "Activity=yes\n");
+        if (t->control)
+                fprintf(f, "Control=yes\n");
 }
 
 static void dump_alias(const AliasConf *a, FILE *f) {

@@ -244,6 +244,7 @@ static const ConfigItem config_items[] = {
         {SECTION_TIER, "Models", parse_strv_item, offsetof(TierConf, models)},
         {SECTION_TIER, "MaxBodySize", parse_size_item, offsetof(TierConf, max_body_size)},
         {SECTION_TIER, "Activity", parse_bool_item, offsetof(TierConf, activity)},
+        {SECTION_TIER, "Control", parse_bool_item, offsetof(TierConf, control)},
 
         {SECTION_ALIAS, "Name", parse_alias_name_item, offsetof(AliasConf, name)},
         {SECTION_ALIAS, "Targets", parse_strv_item, offsetof(AliasConf, targets)},
