@@ -206,6 +206,36 @@ def test_running_and_unload_answer_as_llama_swap_and_wait_for_a_running_stream(b
     assert get(engine_gate, "/unload", "POST")[0] == 400
 
 
+def test_modelgatectl_H_takes_the_ssh_command_and_bus_path_that_SSHCommand_and_BusPath_take(box, engine_gate, sshd):
+    # no local bus at all: whatever answers comes through ssh
+    env = dict(os.environ, DBUS_SESSION_BUS_ADDRESS="unix:path=/nonexistent/bus")
+    remote = ["-H", "root@127.0.0.1:%d" % sshd.port, "--ssh-command=" + sshd.ssh_command,
+              "--bus-path=unix:path=" + box.bus]
+
+    def ctl_remote(*args):
+        return subprocess.run([MODELGATECTL, "--user"] + list(args), env=env, capture_output=True, text=True,
+                              timeout=120)
+    out = ctl_remote(*remote, "--json", "status")
+    assert out.returncode == 0, out
+    (h,) = json.loads(out.stdout)["Hosts"]
+    assert h["Name"] == "h" and h["Engines"] == ["mainline", "fork"], h
+    out = ctl_remote(*remote, "switch", "h", "fork")
+    assert out.returncode == 0 and out.stdout == "host h: engine fork is up\n", out
+    assert box.active_state("llama-fork.service") == "active"
+    out = ctl_remote(*remote, "stop", "h")
+    assert out.returncode == 0, out
+    engine_gate.wait_log("host h: engine fork stopped on request")
+    # the plain ssh, without the key and known_hosts of the command, is refused by this sshd
+    # (no bus: 3, as for a local bus that is not there)
+    out = ctl_remote("-H", "root@127.0.0.1:%d" % sshd.port, "--bus-path=unix:path=" + box.bus, "status")
+    assert out.returncode == 3 and "Host key verification failed" in out.stderr, out
+    # the options belong to -H, and a command line that cannot be one is said
+    out = ctl_remote("--ssh-command=ssh -v", "status")
+    assert out.returncode == 2 and "are for -H" in out.stderr, out
+    out = ctl_remote("-H", "root@127.0.0.1", "--bus-path=unix:path=/a b'c", "status")
+    assert out.returncode == 2 and "--bus-path='unix:path=/a b'c'" in out.stderr, out
+
+
 def write_conf(gate, text):
     with open(gate.conf, "w") as f:
         f.write("[Proxy]\nListen=127.0.0.1:%d\n" % gate.port + text)
