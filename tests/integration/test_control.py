@@ -300,6 +300,21 @@ def request(port, content="hi", model="3090-laguna-xs"):
         return r.status, json.load(r)
 
 
+def test_the_user_unit_keeps_its_state_in_local_state_not_beside_the_configuration(box, make_double, tmp):
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    port = free_port()
+    installed_units(box, tmp, port, "[Proxy]\nExitIdleSec=1h\n" + host_conf("3090", d.url), state_in_tmp=False)
+    assert request(port)[0] == 200
+    home = os.path.join(box.dir, "home")
+    # a running run's line is in unclean-runs from its start (modelgated(8), FILES)
+    wait_for(lambda: os.path.exists(os.path.join(home, ".local/state/modelgate/unclean-runs")),
+             what="unclean-runs in ~/.local/state/modelgate")
+    # systemd 252 would have made StateDirectory=modelgate ~/.config/modelgate, beside modelgate.conf
+    assert not os.path.exists(os.path.join(home, ".config/modelgate")), os.listdir(os.path.join(home, ".config"))
+    assert box.systemctl("show", "-P", "StateDirectory", "modelgate.service").strip() == ""
+    box.systemctl("stop", "modelgate.socket", "modelgate.service")
+
+
 def test_idle_exit_and_reactivation_lose_no_connection(box, make_double, tmp):
     d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs", "--token-delay", "0")
     port = free_port()
