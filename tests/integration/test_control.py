@@ -315,6 +315,21 @@ def test_the_user_unit_keeps_its_state_in_local_state_not_beside_the_configurati
     box.systemctl("stop", "modelgate.socket", "modelgate.service")
 
 
+def test_a_reload_of_a_socket_activated_daemon_says_listen_is_not_used(box, make_double, tmp):
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    port = free_port()
+    log = activated_units(box, tmp, port, host_conf("3090", d.url), "1h")
+    assert request(port)[0] == 200
+    with open(os.path.join(tmp, "modelgate.conf"), "a") as f:
+        f.write("[Proxy]\nListen=127.0.0.1:9\n")
+    box.systemctl("reload", "modelgate.service")
+    wait_for(lambda: "[Proxy] Listen= changed from '(none)' to '127.0.0.1:9', which a socket-activated "
+             "modelgated never uses: it listens where modelgate.socket's ListenStream= says" in open(log).read(),
+             what="the warning about Listen=")
+    assert request(port)[0] == 200
+    box.systemctl("stop", "modelgate.socket", "modelgate.service")
+
+
 def test_idle_exit_and_reactivation_lose_no_connection(box, make_double, tmp):
     d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs", "--token-delay", "0")
     port = free_port()
