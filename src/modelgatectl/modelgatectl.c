@@ -13,6 +13,7 @@
 
 #include "modelgated/conf/ssh-command.h"
 #include "modelgatectl/modelgatectl.h"
+#include "shared/errno-util.h"
 #include "shared/log.h"
 #include "shared/strv.h"
 #include "shared/time-util.h"
@@ -21,6 +22,8 @@ int arg_user = -1;
 bool arg_json = false;
 static bool arg_once = false;
 static const char *arg_host = NULL;
+static const char *arg_ssh_command = NULL; /* as [Host] SSHCommand= (NULL: "ssh") */
+static const char *arg_bus_path = NULL;    /* as [Host] BusPath= (NULL: the remote instance's own bus) */
 static uint64_t arg_timeout = 0;
 const char *arg_config = NULL;
 
@@ -48,6 +51,8 @@ static void help(void) {
                "     --user              The user instance (default unless root)\n"
                "     --system            The system instance (default for root)\n"
                "  -H --host=[USER@]HOST[:PORT]  The instance on HOST, through ssh\n"
+               "     --ssh-command=CMD   For -H: the ssh client and its options, as SSHCommand=\n"
+               "     --bus-path=ADDRESS  For -H: the remote bus, as BusPath=\n"
                "     --json              Print the bus's properties as JSON\n"
                "     --once              For top: print one frame and exit\n"
                "     --timeout=SPAN      How long switch waits (default: 24h)\n"
@@ -57,13 +62,25 @@ static void help(void) {
 }
 
 static int parse_argv(int argc, char *argv[]) {
-        enum { ARG_VERSION = 0x100, ARG_USER, ARG_SYSTEM, ARG_JSON, ARG_TIMEOUT, ARG_CONFIG, ARG_ONCE };
+        enum {
+                ARG_VERSION = 0x100,
+                ARG_USER,
+                ARG_SYSTEM,
+                ARG_JSON,
+                ARG_TIMEOUT,
+                ARG_CONFIG,
+                ARG_ONCE,
+                ARG_SSH_COMMAND,
+                ARG_BUS_PATH,
+        };
         static const struct option options[] = {
                 {"help", no_argument, NULL, 'h'},
                 {"version", no_argument, NULL, ARG_VERSION},
                 {"user", no_argument, NULL, ARG_USER},
                 {"system", no_argument, NULL, ARG_SYSTEM},
                 {"host", required_argument, NULL, 'H'},
+                {"ssh-command", required_argument, NULL, ARG_SSH_COMMAND},
+                {"bus-path", required_argument, NULL, ARG_BUS_PATH},
                 {"json", no_argument, NULL, ARG_JSON},
                 {"once", no_argument, NULL, ARG_ONCE},
                 {"timeout", required_argument, NULL, ARG_TIMEOUT},
@@ -89,6 +106,12 @@ static int parse_argv(int argc, char *argv[]) {
                 case 'H':
                         arg_host = optarg;
                         break;
+                case ARG_SSH_COMMAND:
+                        arg_ssh_command = optarg;
+                        break;
+                case ARG_BUS_PATH:
+                        arg_bus_path = optarg;
+                        break;
                 case ARG_JSON:
                         arg_json = true;
                         break;
@@ -109,6 +132,10 @@ static int parse_argv(int argc, char *argv[]) {
                 }
         if (arg_user < 0)
                 arg_user = getuid() != 0;
+        if ((arg_ssh_command || arg_bus_path) && !arg_host) {
+                log_error("--ssh-command= and --bus-path= are for -H: without it there is no ssh");
+                return -EINVAL;
+        }
         return 1;
 }
 
@@ -120,11 +147,20 @@ int connect_bus(sd_bus **ret) {
         if (!arg_host)
                 return arg_user ? sd_bus_open_user(ret) : sd_bus_open_system(ret);
 
-        /* the same ssh command line modelgated uses for Bus=ssh: (modelgate.conf(5)) */
-        r = ssh_command_argv(/* ssh_command= */ NULL, arg_host,
-                             arg_user ? NULL : "unix:path=/run/dbus/system_bus_socket", &argv);
+        /* the same ssh command line modelgated uses for Bus=ssh:, from what SSHCommand= and BusPath= take
+         * (modelgate.conf(5)) */
+        if (ssh_target_split(arg_host, NULL, NULL) < 0)
+                return log_error("-H '%s' is not [USER@]HOST[:PORT]", arg_host), -EINVAL;
+        r = ssh_command_argv(arg_ssh_command, arg_host,
+                             arg_bus_path ?: (arg_user ? NULL : "unix:path=/run/dbus/system_bus_socket"),
+                             &argv);
+        if (r == -ENOMEM)
+                return log_oom();
         if (r < 0)
-                return log_error_errno(r, "-H '%s' is not [USER@]HOST[:PORT]", arg_host), -EINVAL;
+                return log_error("--ssh-command='%s' or --bus-path='%s' cannot make an ssh command line "
+                                 "(see SSHCommand= and BusPath= in modelgate.conf(5))",
+                                 arg_ssh_command ?: "ssh", arg_bus_path ?: ""),
+                       -EINVAL;
         r = sd_bus_new(&bus);
         if (r >= 0)
                 r = sd_bus_set_exec(bus, argv[0], argv);
@@ -139,6 +175,11 @@ int connect_bus(sd_bus **ret) {
 }
 
 static int error_exit(const sd_bus_error *e, int r) {
+        /* a bus that never came up (an ssh that could not log in: sd_bus_start() of an unixexec: address
+         * succeeds, the first call fails with ENOTCONN, as System.Error.ENOTCONN) is no bus, not a failed
+         * operation */
+        if (ERRNO_IS_DISCONNECT(r) && (!e || !e->name || ERRNO_IS_DISCONNECT(sd_bus_error_get_errno(e))))
+                return EXIT_UNREACHABLE;
         if (!e || !e->name)
                 return EXIT_FAILED;
         if (sd_bus_error_has_names(e, SD_BUS_ERROR_SERVICE_UNKNOWN, SD_BUS_ERROR_NAME_HAS_NO_OWNER,

@@ -82,10 +82,11 @@ class Box:
         assert open("/proc/1/cgroup").read() == self.pid1_cgroup, "PID 1's cgroup changed"
 
 
-def installed_units(box, tmp, port, conf_text, exec_start=None):
+def installed_units(box, tmp, port, conf_text, exec_start=None, state_in_tmp=True):
     """units/modelgate.{service,socket} as installed, with this build's binaries, tmp/modelgate.conf holding
     conf_text, the socket on port and the daemon's stderr in the returned log file; exec_start replaces the
-    daemon. The socket is started."""
+    daemon; the state files go to tmp unless state_in_tmp is false (then where the unit puts them). The socket
+    is started."""
     conf = os.path.join(tmp, "modelgate.conf")
     with open(conf, "w") as f:
         f.write(conf_text)
@@ -95,8 +96,8 @@ def installed_units(box, tmp, port, conf_text, exec_start=None):
                               exec_start or "%s --user --config=%s" % (os.path.abspath(MODELGATED), conf))
     service = service.replace("ExecReload=@bindir@/modelgatectl --user reload",
                               "ExecReload=%s --user reload" % os.path.abspath(MODELGATECTL))
-    service = service.replace("[Service]\n", "[Service]\nStandardError=append:%s\nEnvironment=STATE_DIRECTORY=%s\n"
-                              % (log, tmp))
+    service = service.replace("[Service]\n", "[Service]\nStandardError=append:%s\n" % log +
+                              ("Environment=STATE_DIRECTORY=%s\n" % tmp if state_in_tmp else ""))
     box.add_unit("modelgate.service", unit_for_tests(service))
     box.add_unit("modelgate.socket", open(os.path.join(UNITS, "modelgate.socket")).read().replace(
         "ListenStream=127.0.0.1:8080", "ListenStream=127.0.0.1:%d" % port))

@@ -742,3 +742,41 @@ def test_key_usage_is_kept_shown_and_capped_in_tokens(make_double, make_gate, bo
     usage = json.load(open(os.path.join(tmp, "state", "usage.json")))
     assert usage["counts"] == {"k:" + fd: 3, "k:" + pd: 3}, usage
     assert usage["tokens"]["k:" + fd] == [9, 0, 15], usage
+
+
+def test_only_a_tier_with_control_may_unload(make_double, make_gate, tmp):
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    keys = os.path.join(tmp, "keys")
+    conf = ("[Access]\nKeysFile=%s\nAnonymousDailyRequests=10\n"
+            "[Tier]\nName=free\nActivity=yes\n[Tier]\nName=ops\nControl=yes\n" % keys) + host_conf("3090", d.url)
+    free = make_key(tmp, conf, "free")
+    ops = make_key(tmp, conf, "ops")
+    g = make_gate(conf)
+
+    def call(method, path, key=None):
+        c = g.conn()
+        c.request(method, path, headers={"Authorization": "Bearer " + key} if key else {})
+        r = c.getresponse()
+        return r.status, r.read()
+
+    for method, path in (("GET", "/unload"), ("POST", "/api/models/unload"),
+                         ("POST", "/api/models/unload/3090-laguna-xs")):
+        status, body = call(method, path, free)
+        err = json.loads(body)["error"]
+        # watching is not controlling: Activity=yes is not enough
+        assert status == 403 and err["code"] == "control_not_allowed", body
+        assert "tier 'free' may not stop engines" in err["message"] and "Control=yes" in err["message"]
+        status, body = call(method, path)
+        assert status == 403 and "tier 'anonymous'" in json.loads(body)["error"]["message"], body
+        assert call(method, path, "mg-not-a-key")[0] == 401
+        status, body = call(method, path, ops)
+        if path.startswith("/api/models/unload/"):
+            # a host without [Engine]s: modelgate starts and stops nothing there
+            assert status == 404 and "no engine of host '3090' serves 'laguna-xs'" in body.decode(), body
+        else:
+            assert status == 200, body
+    # /running changes nothing: any admitted caller reads it, as it reads /v1/models
+    assert call("GET", "/running", free) == (200, b'{"running":[]}')
+    out = subprocess.run([MODELGATED, "--config=" + os.path.join(tmp, "keys-conf.conf"), "--check-config"],
+                         capture_output=True, text=True, timeout=30)
+    assert "Control=yes" in out.stdout, out

@@ -447,3 +447,28 @@ def test_a_down_host_with_engines_lists_its_configured_names_marked_down(make_ga
     assert os.path.exists(os.path.join(state, "models-seen.json.corrupt"))
     g2.wait_log("host gpu down: ")
     assert "remembered" not in models(g2)["gpu-laguna-xs"]["proxy"]
+
+
+@pytest.mark.skipif(box_skip_reason() is not None, reason=str(box_skip_reason()))
+def test_a_fresh_install_lists_exact_names_at_once_and_globs_once_seen(box, make_gate, tmp):
+    """rule:merged-list, as modelgate.conf(5) says under [Engine] Models=: on a fresh install (no state, no
+    engine ever ran) /v1/models lists every exact Models= name at once; a key only a glob covers is listed
+    once its engine has run and its list was seen"""
+    port = free_port()
+    box.add_unit("llama-mainline.service", engine_unit("mainline", port, "laguna-xs", ["llama-fork.service"]))
+    box.add_unit("llama-fork.service", engine_unit("fork", port, "flint-40b", ["llama-mainline.service"]))
+    box.reload()
+    conf = "[Proxy]\nHoldDownSec=1s\n" + local_host("3090", port) + \
+        "[Engine]\nHost=3090\nName=mainline\nUnit=llama-mainline.service\nModels=laguna-xs laguna-*\n" \
+        "[Engine]\nHost=3090\nName=fork\nUnit=llama-fork.service\nModels=flint-*\n"
+    g = make_gate(conf, env=dict(gate_env(box), STATE_DIRECTORY=os.path.join(tmp, "fresh-state")))
+    g.wait_log("host 3090 up")
+    m = models(g)
+    assert sorted(m) == ["3090-laguna-xs"], m  # a glob is no name
+    assert m["3090-laguna-xs"]["status"]["value"] == "unloaded" and \
+        m["3090-laguna-xs"]["proxy"]["engine"] == "mainline", m
+    r = post(g.conn(), CHAT, chat("3090-flint-40b"))
+    assert r.status == 200, r.read()
+    r.read()
+    wait_for(lambda: "3090-flint-40b" in models(g), 10, "fork's key, once its list was seen")
+    assert "3090-laguna-xs" in models(g)

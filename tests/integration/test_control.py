@@ -149,6 +149,93 @@ def test_modelgatectl_status_matches_the_bus_and_stop_engine_stops(box, engine_g
     assert prop(box, HOST_PATH, "org.modelgate1.Host", "Engine") == ""
 
 
+def get(gate, path, method="GET"):
+    c = gate.conn()
+    c.request(method, path)
+    r = c.getresponse()
+    body = r.read()
+    c.close()
+    return r.status, r.getheader("Content-Type"), body
+
+
+def running(gate):
+    status, ctype, body = get(gate, "/running")
+    assert status == 200 and ctype == "application/json", (status, body)
+    return json.loads(body)["running"]
+
+
+def test_running_and_unload_answer_as_llama_swap_and_wait_for_a_running_stream(box, engine_gate):
+    assert running(engine_gate) == []
+    r = post(engine_gate.conn(), "/v1/chat/completions", chat("h-laguna-xs", "[[tokens:3]]"))
+    assert r.status == 200
+    r.read()
+    # llama-swap's shape, under modelgate's names, once the engine's list says the model is loaded
+    wait_for(lambda: running(engine_gate), what="/running to list the loaded model")
+    (entry,) = running(engine_gate)
+    assert entry["model"] == "h-laguna-xs" and entry["state"] == "ready", entry
+    assert entry["engine"] == "mainline" and entry["unit"] == "llama-mainline.service", entry
+    assert entry["host"] == "h" and entry["proxy"].startswith("http://127.0.0.1:"), entry
+
+    # GET /unload with a stream running: "OK" at once, and the engine stops only after the stream
+    stream = post(engine_gate.conn(), "/v1/chat/completions", chat("h-laguna-xs", "[[tokens:20]]", stream=True))
+    assert stream.status == 200
+    assert stream.readline()
+    assert get(engine_gate, "/unload") == (200, "text/plain; charset=utf-8", b"OK")
+    engine_gate.wait_log("host h: unload asked by 127.0.0.1")
+    assert box.active_state("llama-mainline.service") == "active"
+    lines = read_sse(stream)
+    assert lines[-2][1] == "data: [DONE]\n", "the running stream was cut"
+    engine_gate.wait_log("host h: engine mainline stopped on request")
+    wait_for(lambda: box.active_state("llama-mainline.service") == "inactive", what="mainline stopped")
+    assert running(engine_gate) == []
+
+    # the per-model form stops the engine of that model only, and only when it is the one running
+    r = post(engine_gate.conn(), "/v1/chat/completions", chat("h-flint-40b", "[[tokens:2]]"))
+    assert r.status == 200
+    r.read()
+    assert get(engine_gate, "/api/models/unload/h-laguna-xs", "POST")[::2] == (200, b"OK")
+    engine_gate.log_mark("after-unload-of-a-stopped-engine")
+    assert box.active_state("llama-fork.service") == "active"
+    assert "engine fork stopped on request" not in engine_gate.logtext()
+    assert get(engine_gate, "/api/models/unload/h-flint-40b", "POST")[::2] == (200, b"OK")
+    engine_gate.wait_log("host h: engine fork stopped on request")
+    status, _, body = get(engine_gate, "/api/models/unload/zz-flint-40b", "POST")
+    assert status == 404 and json.loads(body)["error"]["code"] == "model_not_found", body
+    assert get(engine_gate, "/api/models/unload", "POST") == (200, "application/json", b'{"msg":"ok"}')
+    # llama-swap's /unload is a GET; a POST there is not an unload (it names no model)
+    assert get(engine_gate, "/unload", "POST")[0] == 400
+
+
+def test_modelgatectl_H_takes_the_ssh_command_and_bus_path_that_SSHCommand_and_BusPath_take(box, engine_gate, sshd):
+    # no local bus at all: whatever answers comes through ssh
+    env = dict(os.environ, DBUS_SESSION_BUS_ADDRESS="unix:path=/nonexistent/bus")
+    remote = ["-H", "root@127.0.0.1:%d" % sshd.port, "--ssh-command=" + sshd.ssh_command,
+              "--bus-path=unix:path=" + box.bus]
+
+    def ctl_remote(*args):
+        return subprocess.run([MODELGATECTL, "--user"] + list(args), env=env, capture_output=True, text=True,
+                              timeout=120)
+    out = ctl_remote(*remote, "--json", "status")
+    assert out.returncode == 0, out
+    (h,) = json.loads(out.stdout)["Hosts"]
+    assert h["Name"] == "h" and h["Engines"] == ["mainline", "fork"], h
+    out = ctl_remote(*remote, "switch", "h", "fork")
+    assert out.returncode == 0 and out.stdout == "host h: engine fork is up\n", out
+    assert box.active_state("llama-fork.service") == "active"
+    out = ctl_remote(*remote, "stop", "h")
+    assert out.returncode == 0, out
+    engine_gate.wait_log("host h: engine fork stopped on request")
+    # the plain ssh, without the key and known_hosts of the command, is refused by this sshd
+    # (no bus: 3, as for a local bus that is not there)
+    out = ctl_remote("-H", "root@127.0.0.1:%d" % sshd.port, "--bus-path=unix:path=" + box.bus, "status")
+    assert out.returncode == 3 and "Host key verification failed" in out.stderr, out
+    # the options belong to -H, and a command line that cannot be one is said
+    out = ctl_remote("--ssh-command=ssh -v", "status")
+    assert out.returncode == 2 and "are for -H" in out.stderr, out
+    out = ctl_remote("-H", "root@127.0.0.1", "--bus-path=unix:path=/a b'c", "status")
+    assert out.returncode == 2 and "--bus-path='unix:path=/a b'c'" in out.stderr, out
+
+
 def write_conf(gate, text):
     with open(gate.conf, "w") as f:
         f.write("[Proxy]\nListen=127.0.0.1:%d\n" % gate.port + text)
@@ -211,6 +298,36 @@ def request(port, content="hi", model="3090-laguna-xs"):
                                  headers={"Content-Type": "application/json", "Connection": "close"})
     with urllib.request.urlopen(req, timeout=60) as r:
         return r.status, json.load(r)
+
+
+def test_the_user_unit_keeps_its_state_in_local_state_not_beside_the_configuration(box, make_double, tmp):
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    port = free_port()
+    installed_units(box, tmp, port, "[Proxy]\nExitIdleSec=1h\n" + host_conf("3090", d.url), state_in_tmp=False)
+    assert request(port)[0] == 200
+    home = os.path.join(box.dir, "home")
+    # a running run's line is in unclean-runs from its start (modelgated(8), FILES)
+    wait_for(lambda: os.path.exists(os.path.join(home, ".local/state/modelgate/unclean-runs")),
+             what="unclean-runs in ~/.local/state/modelgate")
+    # systemd 252 would have made StateDirectory=modelgate ~/.config/modelgate, beside modelgate.conf
+    assert not os.path.exists(os.path.join(home, ".config/modelgate")), os.listdir(os.path.join(home, ".config"))
+    assert box.systemctl("show", "-P", "StateDirectory", "modelgate.service").strip() == ""
+    box.systemctl("stop", "modelgate.socket", "modelgate.service")
+
+
+def test_a_reload_of_a_socket_activated_daemon_says_listen_is_not_used(box, make_double, tmp):
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    port = free_port()
+    log = activated_units(box, tmp, port, host_conf("3090", d.url), "1h")
+    assert request(port)[0] == 200
+    with open(os.path.join(tmp, "modelgate.conf"), "a") as f:
+        f.write("[Proxy]\nListen=127.0.0.1:9\n")
+    box.systemctl("reload", "modelgate.service")
+    wait_for(lambda: "[Proxy] Listen= changed from '(none)' to '127.0.0.1:9', which a socket-activated "
+             "modelgated never uses: it listens where modelgate.socket's ListenStream= says" in open(log).read(),
+             what="the warning about Listen=")
+    assert request(port)[0] == 200
+    box.systemctl("stop", "modelgate.socket", "modelgate.service")
 
 
 def test_idle_exit_and_reactivation_lose_no_connection(box, make_double, tmp):

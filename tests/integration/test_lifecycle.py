@@ -3,6 +3,7 @@
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 
@@ -44,6 +45,35 @@ def test_check_config_prints_effective_configuration(tmp):
     out = subprocess.run([MODELGATED, "--config=" + conf, "--check-config"], capture_output=True, text=True)
     assert out.returncode == 78  # EX_CONFIG
     assert "20-bad.conf:3: [Host] IdleStopSec='soon' is not valid" in out.stderr
+
+
+def test_a_reload_that_changes_listen_says_the_listener_needs_a_restart(make_double, make_gate, tmp):
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    g = make_gate(host_conf("3090", d.url))
+    other = free_port()
+    with open(g.conf, "w") as f:
+        f.write("[Proxy]\nListen=127.0.0.1:%d\n" % other + host_conf("3090", d.url))
+    g.proc.send_signal(signal.SIGHUP)
+    g.wait_log("[Proxy] Listen= changed from '127.0.0.1:%d' to '127.0.0.1:%d': a reload keeps the listeners, "
+               "modelgated listens on '127.0.0.1:%d' until it is restarted" % (g.port, other, g.port))
+    # as it says: the old listener answers, nothing listens on the new one
+    c = g.conn()
+    c.request("GET", "/health")
+    assert c.getresponse().status == 200
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", other), timeout=5).close()
+    # a value no listener can be made of is the file's error, named by line, before any start
+    with open(g.conf, "w") as f:
+        f.write("[Proxy]\nListen=127.0.0.1:%d\nListen=localhost:8080\n" % g.port + host_conf("3090", d.url))
+    out = subprocess.run([MODELGATED, "--config=" + g.conf, "--check-config"], capture_output=True, text=True)
+    assert out.returncode == 78, out
+    assert "%s:3: [Proxy] Listen='localhost:8080' is not valid (each an IPv4:port" % g.conf in out.stderr, out
+    # and the default is shown when none is given
+    with open(g.conf, "w") as f:
+        f.write(host_conf("3090", d.url))
+    out = subprocess.run([MODELGATED, "--config=" + g.conf, "--check-config"], capture_output=True, text=True)
+    assert out.returncode == 0 and "[Proxy]\n# Listen= is used without socket activation" in out.stdout, out
+    assert "\nListen=127.0.0.1:8080\n" in out.stdout, out
 
 
 def test_socket_activation_in_a_boxed_user_manager(make_double, tmp):

@@ -62,10 +62,12 @@ static void format_sample(Answer a, char *buf, size_t n) {
                 (void)answer_format(buf, n, a, "free", "3090-big");
                 return;
         case ANSWER_ACTIVITY_NOT_ALLOWED:
+        case ANSWER_CONTROL_NOT_ALLOWED:
                 (void)answer_format(buf, n, a, "free");
                 return;
         case ANSWER_UNKNOWN_HOST:
         case ANSWER_HOST_REMOVED:
+        case ANSWER_UNLOAD_SWITCHING:
         case ANSWER_CONV_TAKEN:
                 (void)answer_format(buf, n, a, "3090");
                 return;
@@ -169,6 +171,11 @@ static const struct {
          "this key's tier 'free' may not watch the activity; set Activity=yes in its [Tier] for an "
          "operator's "
          "key"},
+        {ANSWER_CONTROL_NOT_ALLOWED, 0, 0, 403, "control_not_allowed", "",
+         "this key's tier 'free' may not stop engines; set Control=yes in its [Tier] for an operator's key"},
+        {ANSWER_UNLOAD_SWITCHING, 0, 0, 409, "switching", "",
+         "host '3090' is switching engines; the clients waiting for the switch decide, and the new engine "
+         "stops at its idle stop or at the next unload"},
         {ANSWER_UNKNOWN_HOST, 0, 0, 404, "model_not_found", "",
          "model '3090' does not start with a configured host name and '-'; GET /v1/models lists the "
          "models "

@@ -185,6 +185,42 @@ TEST(aliases_parse_merge_and_dump) {
         config_done(&c);
 }
 
+/* Listen= is checked where the file is read (file and line, --check-config), and dumped with its default */
+TEST(listen_is_checked_and_dumped) {
+        Config c;
+        char *text = NULL;
+        size_t n = 0;
+
+        ASSERT_OK(parse(&c, "[Proxy]\nListen=8080 /run/m.sock\nListen=[::1]:9\n"));
+        ASSERT_EQ(strv_length(c.listen), 3);
+        FILE *f = open_memstream(&text, &n);
+        config_dump(&c, f);
+        fclose(f);
+        ASSERT_TRUE(strstr(text, "\nListen=8080\nListen=/run/m.sock\nListen=[::1]:9\n"));
+        free(text);
+        config_done(&c);
+
+        ASSERT_EQ(parse(&c, "[Proxy]\nListen=8080\nListen=localhost:80\n"), -EINVAL);
+        ASSERT_STREQ(c.errors[0],
+                     "test.conf:3: [Proxy] Listen='localhost:80' is not valid (each an IPv4:port, "
+                     "[IPv6]:port, a port, or an absolute path)");
+        config_done(&c);
+        ASSERT_EQ(parse(&c, "[Proxy]\nListen=127.0.0.1:65536\n"), -EINVAL);
+        ASSERT_TRUE(strstr(c.errors[0], "test.conf:2: [Proxy] Listen='127.0.0.1:65536' is not valid"));
+        config_done(&c);
+
+        /* none given: the default is shown, as every other value */
+        ASSERT_OK(parse(&c, "[Proxy]\nListen=8080\nListen=\n"));
+        ASSERT_TRUE(!c.listen);
+        f = open_memstream(&text, &n);
+        config_dump(&c, f);
+        fclose(f);
+        ASSERT_TRUE(strstr(text, "[Proxy]\n# Listen= is used without socket activation"));
+        ASSERT_TRUE(strstr(text, "\nListen=127.0.0.1:8080\n"));
+        free(text);
+        config_done(&c);
+}
+
 /* rule:daily-tokens: DailyTokens= parses as a cap (a number or infinity, the default) and is dumped */
 TEST(tier_daily_tokens) {
         Config c;

@@ -273,6 +273,21 @@ static bool dispatch_own(Client *c, Dispatch *d) {
                 client_start_activity(c);
                 return true;
         }
+        /* llama-swap's control endpoints, under the same admission (rule:swap-running, rule:swap-unload) */
+        if (get && span_eq(path, "/running")) {
+                client_respond_running(c);
+                return true;
+        }
+        if (r->method == HTTP_GET && span_eq(path, "/unload")) {
+                client_unload_all(c, /* api= */ false);
+                return true;
+        }
+        if (r->method == HTTP_POST && span_eq(path, "/api/models/unload")) {
+                client_unload_all(c, /* api= */ true);
+                return true;
+        }
+        if (r->method == HTTP_POST && client_unload_model(c, path))
+                return true;
         if (get && (span_eq(path, "/models") || span_eq(path, "/v1/models"))) {
                 k = models_merge_start(c->manager, c->set->models, client_model_visible, client_models_done,
                                        c, &c->x->merge);

@@ -258,6 +258,14 @@ void client_respond_refusal(Client *c, bool health);
 void client_respond_metrics(Client *c);
 void client_respond_ui(Client *c);
 void client_start_ui(Client *c);
+
+/* client-control.c: llama-swap's GET /running and its unload endpoints (rule:swap-running,
+ * rule:swap-unload) */
+void client_respond_running(Client *c);
+/* GET /unload (api: false) or POST /api/models/unload (api: true) */
+void client_unload_all(Client *c, bool api);
+/* POST /api/models/unload/<model>: false when path is not of it */
+bool client_unload_model(Client *c, Span path);
 void client_start_feed(Client *c);
 
 /* client-activity.c: a request as /activity shows it (rule:activity-feed), and its subscribers */

@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 #include "modelgated/conf/conf.h"
+#include "modelgated/conf/listen-address.h"
 #include "shared/strv.h"
 
 static void dump_usec(FILE *f, const char *key, usec_t u) {
@@ -25,6 +26,11 @@ static void dump_strv(FILE *f, const char *key, char *const *l) {
 
 static void dump_proxy(const Config *c, FILE *f) {
         fprintf(f, "[Proxy]\n");
+        /* the default too, as every other value: where a start without socket activation listens */
+        fprintf(f, "# Listen= is used without socket activation; socket-activated, modelgate.socket's "
+                   "ListenStream= is\n");
+        if (!c->listen)
+                fprintf(f, "Listen=%s\n", LISTEN_ADDRESS_DEFAULT);
         STRV_FOREACH (l, c->listen)
                 fprintf(f, "Listen=%s\n", *l);
         dump_usec(f, "ExitIdleSec", c->exit_idle_usec);
@@ -117,6 +123,8 @@ static void dump_tier(const TierConf *t, FILE *f) {
         dump_strv(f, "Models", t->models);
         if (t->activity)
                 fprintf(f, "Activity=yes\n");
+        if (t->control)
+                fprintf(f, "Control=yes\n");
 }
 
 static void dump_alias(const AliasConf *a, FILE *f) {

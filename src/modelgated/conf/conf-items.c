@@ -6,6 +6,7 @@
 
 #include "modelgated/conf/conf-items.h"
 #include "modelgated/conf/conf.h"
+#include "modelgated/conf/listen-address.h"
 #include "modelgated/conf/ssh-command.h"
 #include "shared/parse-util.h"
 #include "shared/strv.h"
@@ -167,6 +168,19 @@ static int parse_alias_policy_item(const char *v, void *data) {
         return 0;
 }
 
+/* Listen=: words as parse_strv_item() takes them, each an address a listener can be made of, so that a
+ * typo is the configuration's error (file and line, --check-config) and not a start that fails */
+static int parse_listen_item(const char *v, void *data) {
+        _cleanup_strv_free_ char **words = NULL;
+        int r = parse_strv_item(v, &words);
+        if (r < 0)
+                return r;
+        STRV_FOREACH (w, words)
+                if (listen_address_parse(*w, NULL, NULL) < 0)
+                        return -EADDRNOTAVAIL;
+        return parse_strv_item(v, data);
+}
+
 static int parse_url_item(const char *v, void *data) {
         HttpUrl *u = data;
         if (!*v) {
@@ -177,7 +191,7 @@ static int parse_url_item(const char *v, void *data) {
 }
 
 static const ConfigItem config_items[] = {
-        {SECTION_PROXY, "Listen", parse_strv_item, offsetof(Config, listen)},
+        {SECTION_PROXY, "Listen", parse_listen_item, offsetof(Config, listen)},
         {SECTION_PROXY, "ExitIdleSec", parse_timespan_item, offsetof(Config, exit_idle_usec)},
         {SECTION_PROXY, "IdleStopSec", parse_timespan_item, offsetof(Config, idle_stop_usec)},
         {SECTION_PROXY, "HoldDownSec", parse_timespan_item, offsetof(Config, hold_down_usec)},
@@ -244,6 +258,7 @@ static const ConfigItem config_items[] = {
         {SECTION_TIER, "Models", parse_strv_item, offsetof(TierConf, models)},
         {SECTION_TIER, "MaxBodySize", parse_size_item, offsetof(TierConf, max_body_size)},
         {SECTION_TIER, "Activity", parse_bool_item, offsetof(TierConf, activity)},
+        {SECTION_TIER, "Control", parse_bool_item, offsetof(TierConf, control)},
 
         {SECTION_ALIAS, "Name", parse_alias_name_item, offsetof(AliasConf, name)},
         {SECTION_ALIAS, "Targets", parse_strv_item, offsetof(AliasConf, targets)},

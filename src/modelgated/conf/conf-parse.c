@@ -56,11 +56,14 @@ static int apply_assignment(Config *c, const char *name, const Assignment *a, vo
                 return log_oom();
         if (r < 0)
                 return config_error(
-                        c, r == -EDOM ? EINVAL : r, "%s:%u: [%s] %s='%s' is not valid%s", name, a->line,
+                        c, r == -EDOM || r == -EADDRNOTAVAIL ? EINVAL : r,
+                        "%s:%u: [%s] %s='%s' is not valid%s", name, a->line,
                         section_kind_to_string(a->item->section), a->item->key, a->value,
                         r == -EPROTONOSUPPORT ? " (only http:// and https:// URLs are supported)"
                         : r == -EDOM          ? " (letters, digits, '_' and '.', at most 64, as a host name)"
-                                              : "");
+                        : r == -EADDRNOTAVAIL
+                                ? " (each an IPv4:port, [IPv6]:port, a port, or an absolute path)"
+                                : "");
         return 0;
 }
 

@@ -78,6 +78,7 @@ typedef struct TierConf {
         uint64_t max_body_size;  /* 0: [Proxy] MaxBodySize= */
         char **models;           /* globs over client-visible names; NULL: all */
         bool activity;           /* Activity=: may follow /activity and GetActivity (rule:activity-feed) */
+        bool control;            /* Control=: may stop engines over HTTP (rule:swap-unload) */
         char *file;
         unsigned line;
 } TierConf;

@@ -75,6 +75,14 @@ static const AnswerRow answer_table[_ANSWER_MAX] = {
         [ANSWER_ACTIVITY_NOT_ALLOWED] = {403, "activity_not_allowed", ANSWER_HEADERS_NONE, 0,
                                          "this key's tier '%s' may not watch the activity; set Activity=yes "
                                          "in its [Tier] for an operator's key"},
+        /* rule:swap-unload */
+        [ANSWER_CONTROL_NOT_ALLOWED] = {403, "control_not_allowed", ANSWER_HEADERS_NONE, 0,
+                                        "this key's tier '%s' may not stop engines; set Control=yes in its "
+                                        "[Tier] for an operator's key"},
+        [ANSWER_UNLOAD_SWITCHING] = {409, "switching", ANSWER_HEADERS_NONE, 0,
+                                     "host '%s' is switching engines; the clients waiting for the switch "
+                                     "decide, and the new engine stops at its idle stop or at the next "
+                                     "unload"},
         [ANSWER_MODEL_NOT_ALLOWED] =
                 {403, "model_not_allowed", ANSWER_HEADERS_NONE, 0,
                  "this key (tier '%s') may not use model '%s'; GET /v1/models lists the "

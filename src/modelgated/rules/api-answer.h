@@ -47,6 +47,8 @@ typedef enum Answer {
         ANSWER_MODEL_CONTROL_CHARACTER, /* - */
         ANSWER_MODEL_NOT_ALLOWED,       /* tier, model */
         ANSWER_ACTIVITY_NOT_ALLOWED,    /* tier (or "anonymous") */
+        ANSWER_CONTROL_NOT_ALLOWED,     /* tier (or "anonymous") */
+        ANSWER_UNLOAD_SWITCHING,        /* host */
         ANSWER_UNKNOWN_HOST,            /* model (escaped) */
         ANSWER_UNKNOWN_MODEL,           /* host, key (escaped) */
         ANSWER_NO_ENGINE,               /* host, key (escaped) */

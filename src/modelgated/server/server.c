@@ -18,6 +18,7 @@
 #include <systemd/sd-daemon.h>
 
 #include "modelgated/client/client.h"
+#include "modelgated/conf/listen-address.h"
 #include "modelgated/manager/manager.h"
 #include "modelgated/server/server.h"
 #include "shared/errno-util.h"
@@ -92,13 +93,37 @@ static void manager_changed_cb(void *userdata) {
         server_changed(userdata);
 }
 
+/* A reload never moves a listener (its socket, and the connections it accepts, stay): a changed Listen= is
+ * said, with both values, so that nobody believes it applied */
+static void warn_listen_changed(Server *s) {
+        char **now = manager_config(s->manager)->listen;
+        _cleanup_free_ char *was = NULL, *is = NULL;
+
+        if (strv_equal(s->listen_at_start, now))
+                return;
+        was = s->listen_at_start ? strv_join(s->listen_at_start, " ") : strdup("(none)");
+        is = now ? strv_join(now, " ") : strdup("(none)");
+        if (!was || !is) {
+                log_oom();
+                return;
+        }
+        if (s->socket_activated)
+                log_warning("[Proxy] Listen= changed from '%s' to '%s', which a socket-activated modelgated "
+                            "never uses: it listens where modelgate.socket's ListenStream= says (change "
+                            "that, then restart the socket and the service)",
+                            was, is);
+        else
+                log_warning("[Proxy] Listen= changed from '%s' to '%s': a reload keeps the listeners, "
+                            "modelgated listens on '%s' until it is restarted",
+                            was, is, s->listen_at_start ? was : LISTEN_ADDRESS_DEFAULT);
+}
+
 static void manager_reloaded_cb(void *userdata) {
         Server *s = userdata;
         /* a new ExitIdleSec= applies from now */
         if (s->exit_idle_timer)
                 (void)sd_event_source_set_enabled(s->exit_idle_timer, SD_EVENT_OFF);
-        if (!s->socket_activated && !strv_equal(s->listen_at_start, manager_config(s->manager)->listen))
-                log_warning("[Proxy] Listen= changed: it applies at the next start of modelgated");
+        warn_listen_changed(s);
         /* a higher MaxConnections= has room for the connections waiting in the backlog now */
         resume_accepting(s);
         server_changed(s);
@@ -221,70 +246,13 @@ static int add_listener(Server *s, int fd, const char *name) {
         return 0;
 }
 
-/* "127.0.0.1:8080", "[::1]:8080", "8080" (every address), "/run/x.sock" */
-static int parse_listen(const char *s, struct sockaddr_storage *ss, socklen_t *sl) {
-        uint64_t port;
-        char host[128];
-        const char *colon;
-
-        memset(ss, 0, sizeof(*ss));
-        if (s[0] == '/') {
-                struct sockaddr_un *un = (struct sockaddr_un *)ss;
-                if (strlen(s) >= sizeof(un->sun_path))
-                        return -ENAMETOOLONG;
-                un->sun_family = AF_UNIX;
-                strcpy(un->sun_path, s);
-                *sl = sizeof(*un);
-                return 0;
-        }
-        if (safe_atou64(s, &port) == 0) {
-                struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
-                if (port == 0 || port > 65535)
-                        return -EINVAL;
-                in6->sin6_family = AF_INET6;
-                in6->sin6_addr = in6addr_any;
-                in6->sin6_port = htons((uint16_t)port);
-                *sl = sizeof(*in6);
-                return 0;
-        }
-        if (s[0] == '[') {
-                const char *e = strchr(s, ']');
-                if (!e || e[1] != ':' || (size_t)(e - s - 1) >= sizeof(host))
-                        return -EINVAL;
-                memcpy(host, s + 1, (size_t)(e - s - 1));
-                host[e - s - 1] = 0;
-                colon = e + 1;
-        } else {
-                colon = strrchr(s, ':');
-                if (!colon || (size_t)(colon - s) >= sizeof(host))
-                        return -EINVAL;
-                memcpy(host, s, (size_t)(colon - s));
-                host[colon - s] = 0;
-        }
-        if (safe_atou64(colon + 1, &port) < 0 || port == 0 || port > 65535)
-                return -EINVAL;
-        struct sockaddr_in *in = (struct sockaddr_in *)ss;
-        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
-        if (inet_pton(AF_INET, host, &in->sin_addr) == 1) {
-                in->sin_family = AF_INET;
-                in->sin_port = htons((uint16_t)port);
-                *sl = sizeof(*in);
-        } else if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
-                in6->sin6_family = AF_INET6;
-                in6->sin6_port = htons((uint16_t)port);
-                *sl = sizeof(*in6);
-        } else
-                return -EINVAL;
-        return 0;
-}
-
 static int listen_on(Server *s, const char *spec) {
         struct sockaddr_storage ss;
         socklen_t sl;
         _cleanup_close_ int fd = -1;
         int r, one = 1;
 
-        r = parse_listen(spec, &ss, &sl);
+        r = listen_address_parse(spec, &ss, &sl);
         if (r < 0)
                 return log_error_errno(
                         r, "[Proxy] Listen='%s' is not an address, a port or an absolute path", spec);
@@ -311,6 +279,9 @@ static int server_listen(Server *s) {
         Config *config = manager_config(s->manager);
         int n, r;
 
+        /* Listen= as started, socket-activated or not: a reload that changes it says so */
+        if (config->listen && !(s->listen_at_start = strv_copy(config->listen)))
+                return log_oom();
         /* rule:socket-activation: the sockets passed, whatever their names; else Listen= */
         n = sd_listen_fds_with_names(true, &names);
         if (n < 0)
@@ -340,10 +311,8 @@ static int server_listen(Server *s) {
                 return 0;
         }
 
-        if (config->listen && !(s->listen_at_start = strv_copy(config->listen)))
-                return log_oom();
         if (!config->listen)
-                return listen_on(s, "127.0.0.1:8080");
+                return listen_on(s, LISTEN_ADDRESS_DEFAULT);
         STRV_FOREACH (l, config->listen) {
                 r = listen_on(s, *l);
                 if (r < 0)
