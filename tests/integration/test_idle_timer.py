@@ -134,3 +134,22 @@ def test_a_host_through_ssh_holds_the_idle_stop_too(make_box, sshd, make_gate):
     wait_for(lambda: idle_units(remote) == ["modelgate-idle-llama-mainline.timer"], what="the idle timer on a9")
     kill(g)
     wait_stopped(remote, "llama-mainline.service", done)
+
+
+def test_a_restarted_modelgated_takes_the_timer_over(box, make_gate):
+    port = free_port()
+    conf = conf_for(box, port, idle=5)
+    g = make_gate(conf, env=gate_env(box))
+    g.wait_log("host 3090 up")
+    one_request(g)
+    wait_for(lambda: idle_units(box) == ["modelgate-idle-llama-mainline.timer"], what="the idle timer")
+    kill(g)
+    # the next one adopts the engine and makes the timer anew over the old one's (same name, unknown length)
+    g2 = make_gate(conf, env=gate_env(box))
+    g2.wait_log("host 3090: engine mainline adopted, it was already running")
+    done = one_request(g2)
+    assert idle_units(box) == ["modelgate-idle-llama-mainline.timer"]
+    assert "cannot hold the idle stop" not in g2.logtext()
+    g2.wait_log("host 3090: idle 5s, engine mainline stopped", timeout=20)
+    assert time.monotonic() - done >= 4.5
+    wait_for(lambda: idle_units(box, "") == [], timeout=10, what="no modelgate unit left")
