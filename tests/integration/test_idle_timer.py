@@ -10,7 +10,8 @@ import urllib.request
 
 import pytest
 
-from boxes import box_skip_reason, chat, engines_conf, gate_env, installed_units, local_host, two_engines
+from boxes import (box_skip_reason, chat, engine_unit, engines_conf, gate_env, installed_units, local_host,
+                   two_engines)
 from conftest import free_port, post, read_sse, wait_for
 
 CHAT = "/v1/chat/completions"
@@ -153,3 +154,22 @@ def test_a_restarted_modelgated_takes_the_timer_over(box, make_gate):
     g2.wait_log("host 3090: idle 5s, engine mainline stopped", timeout=20)
     assert time.monotonic() - done >= 4.5
     wait_for(lambda: idle_units(box, "") == [], timeout=10, what="no modelgate unit left")
+
+
+def test_a_manager_that_refuses_the_timer_is_warned_about_once_and_the_daemons_own_stop_remains(box, make_gate):
+    # an engine unit whose name is valid, but too long for modelgate-idle-<unit>.timer (256 bytes at most):
+    # the host's manager refuses the timer, as a system manager without the polkit right would
+    port = free_port()
+    unit = "llama-" + "x" * 240 + ".service"
+    box.add_unit(unit, engine_unit("long", port, "laguna-xs"))
+    box.reload()
+    conf = "[Proxy]\nIdleStopSec=%gs\n" % IDLE + local_host("3090", port) + \
+        "[Engine]\nHost=3090\nName=long\nUnit=%s\nModels=laguna-*\nStartTimeoutSec=30s\n" % unit
+    g = make_gate(conf, env=gate_env(box))
+    g.wait_log("host 3090 up")
+    one_request(g)
+    g.wait_log("host 3090: cannot hold the idle stop of engine long on the host: ")
+    assert "modelgated's own still applies while it runs" in g.logtext()
+    g.wait_log("host 3090: idle 3s, engine long stopped", timeout=20)
+    assert box.active_state(unit) == "inactive"
+    assert g.logtext().count("cannot hold the idle stop") == 1
