@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The calls an owner of a HostBus waits for: StartUnit/StopUnit until the job's JobRemoved (of a followed
  * unit, or of one by name), a re-read of one unit, a listing of active units, and the transient idle
- * timer with its service (rule:idle-stop-on-host), also to its JobRemoved. Each is a BusOp owned by the HostBus, carrying the owner's
- * callback and userdata; it ends exactly once, by its answer, by the lost bus (every pending one fails
- * then), or silently when its owner forgets it or the HostBus is freed. */
+ * timer with its service (rule:idle-stop-on-host), also to its JobRemoved. Each is a BusOp owned by the
+ * HostBus, carrying the owner's callback and userdata; it ends exactly once, by its answer, by the lost bus
+ * (every pending one fails then), or silently when its owner forgets it or the HostBus is freed. */
 
 #include <assert.h>
 #include <stdlib.h>
