@@ -9,7 +9,9 @@
  *   host-switch.c  the switch phases, the bus's news that drives them, and
  *                  the state the host shows, which those phases mostly decide
  *   host-state.c   the requests and the scheduler's actions, life and reload
- * Only those three include it; everything else goes through host.h. */
+ * and, beside them, host-idle-timer.c, the idle stop the host's manager holds, which the
+ * other three tell when what it follows changes. Only those four include it; everything
+ * else goes through host.h. */
 
 #include "modelgated/hostbus/host-bus.h"
 #include "modelgated/host/host.h"
@@ -29,6 +31,27 @@ typedef enum SwitchPhase {
         PHASE_GIVING_UP, /* stopping an engine that never became healthy */
         PHASE_IDLE_STOP, /* stopping an engine nobody used for IdleStopSec= */
 } SwitchPhase;
+
+typedef enum IdleTimerOp {
+        IDLE_TIMER_NONE,
+        IDLE_TIMER_STOP,    /* StopUnit: the engine is to stop, or another to start */
+        IDLE_TIMER_CLEAR,   /* StopUnit of whatever the host holds for it, then CREATE */
+        IDLE_TIMER_CREATE,  /* StartTransientUnit */
+        IDLE_TIMER_RESTART, /* RestartUnit: renewed */
+} IdleTimerOp;
+
+/* rule:idle-stop-on-host: the timer unit on the host, as far as modelgated knows it */
+typedef struct IdleTimer {
+        ssize_t engine; /* whose timer the host holds, -1: none (or not known) */
+        usec_t at;      /* when it elapses, on our clock (the host's start of it came a little later) */
+        usec_t span;    /* its OnActiveSec= */
+        IdleTimerOp op; /* the one call under way, and what it is for */
+        ssize_t op_engine;
+        usec_t op_sent, op_span;
+        usec_t retry_at, backoff; /* after a failed call, not before */
+        bool warned;
+        sd_event_source *wake; /* the renewal while the engine is busy */
+} IdleTimer;
 
 struct Host {
         HostEnv env;
@@ -87,6 +110,7 @@ struct Host {
         bool priming;
         usec_t primed_for; /* the idle period (its start) a prime was sent for */
         sd_event_source *prime_timer;
+        IdleTimer idle_timer;
 };
 
 /* The host went down: its requests in flight hear it soon, from down_source (host_down_cb) */
@@ -147,6 +171,11 @@ void host_idle_stop(Host *h, ssize_t engine, bool requested);
 /* The engine the switch was for answers (and is warmed up): it serves from now. */
 void host_engine_is_up(Host *h);
 int host_deadline_cb(sd_event_source *s, uint64_t usec, void *userdata);
+
+/* host-idle-timer.c */
+/* Makes, renews or stops the host's idle timer for what the host now is; cheap when nothing is due. */
+void host_idle_timer_sync(Host *h);
+void host_idle_timer_done(Host *h);
 
 /* host-warmup.c */
 /* GET /health of the switch's target; the answer goes to cb. */

@@ -104,6 +104,7 @@ static int schedule_cb(sd_event_source *s, void *userdata) {
                 (void)sd_event_source_set_enabled(h->sched_timer, SD_EVENT_ONESHOT);
         }
         host_prime_rearm(h);
+        host_idle_timer_sync(h);
         host_changed(h);
         return 0;
 }
@@ -222,7 +223,7 @@ Host *host_new(const HostEnv *env, Config *config, const HostConf *conf) {
         h->env = *env;
         h->conf = conf;
         h->config = config_ref(config);
-        h->running = h->target = h->switch_from = h->last_switch_target = -1;
+        h->running = h->target = h->switch_from = h->last_switch_target = h->idle_timer.engine = -1;
         h->state = HOST_IDLE;
 
         if (collect_engines(config, conf, &h->engines, &h->n_engines, &units) < 0)
@@ -295,6 +296,7 @@ Host *host_free(Host *h) {
         sched_done(&h->sched);
         host_switch_reset(h);
         sd_event_source_disable_unref(h->prime_timer);
+        host_idle_timer_done(h);
         h->catalog = catalog_free(h->catalog);
         h->bus = host_bus_free(h->bus);
         sd_event_source_disable_unref(h->schedule_source);

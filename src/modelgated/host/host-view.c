@@ -87,6 +87,7 @@ void host_update_state(Host *h) {
                 log_debug("host %s: state %s → %s", h->conf->name, host_state_to_string(h->state),
                           host_state_to_string(s));
         h->state = s;
+        host_idle_timer_sync(h);
 
         /* rule:down-logged-once: going down and coming back are logged once each, with the reason */
         int down = h->bus_down || h->http_down;

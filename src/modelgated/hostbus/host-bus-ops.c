@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* The calls an owner of a HostBus waits for: StartUnit/StopUnit until the job's JobRemoved, a re-read
- * of one unit, a listing of active units. Each is a BusOp owned by the HostBus, carrying the owner's
- * callback and userdata; it ends exactly once, by its answer, by the lost bus (every pending one fails
- * then), or silently when its owner forgets it or the HostBus is freed. */
+/* The calls an owner of a HostBus waits for: StartUnit/StopUnit until the job's JobRemoved (of a followed
+ * unit, or of one by name), a re-read of one unit, a listing of active units, and the transient idle
+ * timer with its service (rule:idle-stop-on-host), also to its JobRemoved. Each is a BusOp owned by the
+ * HostBus, carrying the owner's callback and userdata; it ends exactly once, by its answer, by the lost bus
+ * (every pending one fails then), or silently when its owner forgets it or the HostBus is freed. */
 
 #include <assert.h>
 #include <stdlib.h>
@@ -142,9 +143,8 @@ static int bus_op_send(HostBus *b, size_t i, void *userdata, HostBusJobDone job_
         return r < 0 ? r : 0;
 }
 
-int host_bus_job(HostBus *b, const char *method, size_t i, const char *mode, HostBusJobDone cb,
-                 void *userdata) {
-        assert(b);
+static int unit_job(HostBus *b, const char *method, size_t i, const char *unit, const char *mode,
+                    HostBusJobDone cb, void *userdata) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
         int r;
 
@@ -152,10 +152,22 @@ int host_bus_job(HostBus *b, const char *method, size_t i, const char *mode, Hos
                 return -ENOTCONN;
         r = sd_bus_message_new_method_call(b->bus, &m, SD1, SD1_PATH, SD1_MANAGER, method);
         if (r >= 0)
-                r = sd_bus_message_append(m, "ss", b->units[i].info.name, mode);
+                r = sd_bus_message_append(m, "ss", unit, mode);
         if (r < 0)
                 return r;
         return bus_op_send(b, i, userdata, cb, NULL, m, job_reply_cb);
+}
+
+int host_bus_job(HostBus *b, const char *method, size_t i, const char *mode, HostBusJobDone cb,
+                 void *userdata) {
+        assert(b);
+        return unit_job(b, method, i, b->units[i].info.name, mode, cb, userdata);
+}
+
+int host_bus_unit_job(HostBus *b, const char *method, const char *unit, HostBusJobDone cb, void *userdata) {
+        assert(b);
+        assert(unit);
+        return unit_job(b, method, SIZE_MAX, unit, "replace", cb, userdata);
 }
 
 static int refresh_reply_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
@@ -240,4 +252,59 @@ int host_bus_list_active(HostBus *b, char **patterns, HostBusDone cb, void *user
         if (r < 0)
                 return r;
         return bus_op_send(b, 0, userdata, NULL, cb, m, list_reply_cb);
+}
+
+/* The service the timer starts: systemctl on the host stops the engine unit, through the same
+ * manager, with the same StopUnit job modelgate would send. Both units go when inactive, failed or
+ * not (CollectMode=), so none is left behind in list-units. */
+static int append_stopper(sd_bus_message *m, const HostBus *b, const char *service, const char *stop_unit) {
+        bool user = b->host->bus_kind != BUS_SYSTEM;
+        int r;
+
+        r = sd_bus_message_open_container(m, 'a', "(sa(sv))");
+        if (r >= 0)
+                r = sd_bus_message_open_container(m, 'r', "sa(sv)");
+        if (r >= 0)
+                r = sd_bus_message_append(m, "s", service);
+        if (r >= 0 && user)
+                r = sd_bus_message_append(m, "a(sv)", 4, "Description", "s", "modelgate: idle stop", "Type",
+                                          "s", "oneshot", "CollectMode", "s", "inactive-or-failed",
+                                          "ExecStart", "a(sasb)", 1, "systemctl", 4, "systemctl", "--user",
+                                          "stop", stop_unit, false);
+        else if (r >= 0)
+                r = sd_bus_message_append(m, "a(sv)", 4, "Description", "s", "modelgate: idle stop", "Type",
+                                          "s", "oneshot", "CollectMode", "s", "inactive-or-failed",
+                                          "ExecStart", "a(sasb)", 1, "systemctl", 3, "systemctl", "stop",
+                                          stop_unit, false);
+        if (r >= 0)
+                r = sd_bus_message_close_container(m);
+        if (r >= 0)
+                r = sd_bus_message_close_container(m);
+        return r;
+}
+
+int host_bus_start_stop_timer(HostBus *b, const char *timer, const char *service, const char *stop_unit,
+                              usec_t after, usec_t accuracy, HostBusJobDone cb, void *userdata) {
+        assert(b);
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+        int r;
+
+        if (!b->up)
+                return -ENOTCONN;
+        r = sd_bus_message_new_method_call(b->bus, &m, SD1, SD1_PATH, SD1_MANAGER, "StartTransientUnit");
+        if (r >= 0)
+                r = sd_bus_message_append(m, "ss", timer, "replace");
+        /* OnActiveSec= counts from the timer's own start, so a RestartUnit() renews it; it goes when it
+         * has elapsed (RemainAfterElapse=no), and fires within 'accuracy', not the default minute. What it
+         * starts is the service of its own name (252 takes no transient Unit=): the caller names both. */
+        if (r >= 0)
+                r = sd_bus_message_append(m, "a(sv)", 5, "Description", "s", "modelgate: idle stop",
+                                          "TimersMonotonic", "a(st)", 1, "OnActiveSec", after,
+                                          "AccuracyUSec", "t", accuracy, "RemainAfterElapse", "b", false,
+                                          "CollectMode", "s", "inactive-or-failed");
+        if (r >= 0)
+                r = append_stopper(m, b, service, stop_unit);
+        if (r < 0)
+                return r;
+        return bus_op_send(b, SIZE_MAX, userdata, cb, NULL, m, job_reply_cb);
 }

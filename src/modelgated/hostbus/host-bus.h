@@ -63,6 +63,13 @@ const char *host_bus_label(const HostBus *b);
 /* StartUnit or StopUnit (method) of followed unit i, waiting for the job's JobRemoved. */
 int host_bus_job(HostBus *b, const char *method, size_t i, const char *mode, HostBusJobDone cb,
                  void *userdata);
+/* rule:idle-stop-on-host: StopUnit or RestartUnit (method, mode replace) of a unit that is not followed,
+ * by name, waiting for the job's JobRemoved as host_bus_job() does; cb's index is SIZE_MAX. */
+int host_bus_unit_job(HostBus *b, const char *method, const char *unit, HostBusJobDone cb, void *userdata);
+/* StartTransientUnit of 'timer', elapsing 'after' its start (within 'accuracy'), with the 'service' it
+ * starts then, which stops 'stop_unit' (systemctl on the host), in the same call; waits for the job. */
+int host_bus_start_stop_timer(HostBus *b, const char *timer, const char *service, const char *stop_unit,
+                              usec_t after, usec_t accuracy, HostBusJobDone cb, void *userdata);
 /* Re-reads unit i's properties (after a job: a "done" can hide an inactive unit). */
 int host_bus_refresh_unit(HostBus *b, size_t i, HostBusDone cb, void *userdata);
 /* Units matching 'patterns' that are active, activating, reloading or deactivating. */
