@@ -66,7 +66,7 @@ def test_a_broken_file_is_answered_at_once_until_a_reload_fixes_it(box, make_dou
     assert status == 503, body
     message = body["error"]["message"]
     assert message == ("modelgate's configuration has errors: %s:2: unknown key 'BogusKey' in section [Proxy]; "
-                       "fix it and run 'systemctl --user reload modelgate'" % conf)
+                       "modelgate.conf(5) lists its keys; fix it and run 'systemctl --user reload modelgate'" % conf)
     assert body["error"]["code"] == "config_error"
     assert headers["x-should-retry"] == "false"
     assert took < 1.0, "the first answer took %.2f s" % took

@@ -88,6 +88,8 @@ static int resolve_url(Config *c, HttpUrl *u, const char *what) {
 static int resolve_named_url(Config *c, const char *section, const char *name, HttpUrl *u) {
         _cleanup_free_ char *what = NULL;
 
+        if (!u->text) /* none, or one that did not parse: said already */
+                return 0;
         if (asprintf(&what, "[%s] %s URL=%s", section, name, u->text) < 0)
                 return log_oom();
         return resolve_url(c, u, what);

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* config_verify(): what no single assignment can tell, checked once every file is read. Each check logs
- * and keeps its error and goes on, so that one run names every problem. */
+ * and keeps its error and goes on, so that one run names every problem; it runs after the files had
+ * errors too, but what is missing from a section with a value that was not valid is not said again (the
+ * value's own error says it). */
 
 #include <assert.h>
 #include <string.h>
@@ -43,7 +45,7 @@ static int verify_host(Config *c, size_t i) {
         HostConf *h = &c->hosts[i];
         int r = 0;
 
-        if (!h->url.text)
+        if (!h->url.text && !h->invalid)
                 r = config_error(c, EINVAL, "%s:%u: [Host] '%s' has no URL=", h->file, h->line, h->name);
         if (!h->bus && !(h->bus = strdup("local")))
                 return log_oom();
@@ -75,7 +77,7 @@ static int verify_engine(Config *c, size_t i) {
         if (!config_find_host(c, e->host))
                 r = config_error(c, EINVAL, "%s:%u: [Engine] '%s' names Host='%s', which no [Host] defines",
                                  e->file, e->line, e->name, e->host);
-        if (!e->unit)
+        if (!e->unit && !e->invalid)
                 r = config_error(c, EINVAL, "%s:%u: [Engine] '%s' has no Unit=", e->file, e->line, e->name);
         for (size_t j = 0; j < i; j++)
                 if (e->unit && c->engines[j].unit && streq(c->engines[j].host, e->host) &&
@@ -86,7 +88,7 @@ static int verify_engine(Config *c, size_t i) {
                 r = config_error(c, EINVAL,
                                  "%s:%u: [Engine] '%s' names Fallback='%s', which no [Fallback] defines",
                                  e->file, e->line, e->name, e->fallback);
-        if (e->prime_after_idle_usec != 0 && !e->warmup_request)
+        if (e->prime_after_idle_usec != 0 && !e->warmup_request && !e->invalid)
                 r = config_error(c, EINVAL,
                                  "%s:%u: [Engine] '%s' has PrimeAfterIdleSec= but no WarmupRequest=",
                                  e->file, e->line, e->name);
@@ -96,7 +98,7 @@ static int verify_engine(Config *c, size_t i) {
 static int verify_fallback(Config *c, const FallbackConf *f) {
         int r = 0;
 
-        if (!f->url.text || !f->model)
+        if ((!f->url.text || !f->model) && !f->invalid)
                 r = config_error(c, EINVAL, "%s:%u: [Fallback] '%s' needs URL= and Model=", f->file, f->line,
                                  f->name);
         if (f->key_credential && f->key_file)
@@ -115,7 +117,7 @@ static int verify_alias(Config *c, size_t i) {
         const char *key;
         int r = 0;
 
-        if (strv_length(a->targets) == 0)
+        if (strv_length(a->targets) == 0 && !a->invalid)
                 r = config_error(c, EINVAL, "%s:%u: [Alias] '%s' has no Targets=", a->file, a->line,
                                  a->name);
         if (strv_length(a->targets) > ALIAS_TARGETS_MAX)

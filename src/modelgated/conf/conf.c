@@ -31,6 +31,7 @@ int config_error(Config *c, int error, const char *fmt, ...) {
         if (k < 0)
                 return log_oom();
         log_error("%s", s);
+        c->n_errors++;
         if (strv_length(c->errors) < CONFIG_ERRORS_MAX && strv_push(&c->errors, s) >= 0)
                 TAKE_PTR(s);
         return -error;

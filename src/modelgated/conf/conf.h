@@ -36,6 +36,7 @@ typedef struct HostConf {
         usec_t idle_stop_usec, hold_down_usec, wait_budget_usec, failed_start_hold_usec;
         char *file;
         unsigned line;
+        bool invalid; /* a value of its section is not valid: said, and not checked further */
 } HostConf;
 
 typedef struct EngineConf {
@@ -54,6 +55,7 @@ typedef struct EngineConf {
         size_t warmup_size;
         char *file;
         unsigned line;
+        bool invalid; /* a value of its section is not valid: said, and not checked further */
 } EngineConf;
 
 /* An OpenAI- or Anthropic-compatible upstream that answers when an engine cannot
@@ -68,6 +70,7 @@ typedef struct FallbackConf {
         char *key;   /* read by config_resolve(); NULL: none is sent */
         char *file;
         unsigned line;
+        bool invalid; /* a value of its section is not valid: said, and not checked further */
 } FallbackConf;
 
 typedef struct TierConf {
@@ -80,6 +83,7 @@ typedef struct TierConf {
         bool activity;           /* Activity=: may follow /activity and GetActivity (rule:activity-feed) */
         char *file;
         unsigned line;
+        bool invalid; /* a value of its section is not valid: said, and not checked further */
 } TierConf;
 
 /* rule:alias-at-admission: one client-visible name the operator declares to be served by any of its targets
@@ -102,6 +106,7 @@ typedef struct AliasConf {
         AliasPolicy policy;
         char *file;
         unsigned line;
+        bool invalid; /* a value of its section is not valid: said, and not checked further */
 } AliasConf;
 
 typedef struct AccessConf {
@@ -151,6 +156,7 @@ typedef struct Config {
         /* What was wrong, as logged ("file:line: …"), at most CONFIG_ERRORS_MAX: a socket-activated daemon
          * answers with these while it refuses requests (modelgated(8)) */
         char **errors;
+        unsigned n_errors; /* all of them, also those past CONFIG_ERRORS_MAX */
 } Config;
 
 #define CONFIG_ERRORS_MAX 16
@@ -168,8 +174,8 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(Config *, config_unref);
  * wrong to clients instead of only to its log. Returns -abs(error); %m is that error. */
 _printf_(3, 4) int config_error(Config *c, int error, const char *fmt, ...);
 
-/* Reads one file's text into c. 'name' labels error messages. 0 or -EINVAL (errors logged with file:line,
- * and kept in c->errors). */
+/* Reads one file's text into c. 'name' labels error messages. 0 or -EINVAL (every error of the text logged
+ * with file:line and what would be right, and kept in c->errors). */
 int config_parse_text(Config *c, const char *name, const char *text, size_t size);
 /* Reads path and, beside it, path.d/ *.conf in lexical order. -ENOENT if neither exists. */
 int config_load(Config *c, const char *path);
