@@ -441,6 +441,26 @@ TEST(every_file_and_the_whole_in_one_run) {
         ASSERT_OK(rmdir(dir));
 }
 
+/* rule:refusing-state: the answer says how a fixed file is read, whether the daemon still runs or not */
+TEST(refusal_message) {
+        char *errors[] = {"a.conf:1: one",  "a.conf:2: two",  "a.conf:3: three",
+                          "a.conf:4: four", "a.conf:5: five", NULL};
+        char *m;
+
+        m = config_refusal_message(errors + 4, 1, -EINVAL, /* user= */ true);
+        ASSERT_STREQ(
+                m, "modelgate's configuration has errors: a.conf:5: five; fix it; a running modelgate reads "
+                   "it on 'systemctl --user reload modelgate', a stopped one at its next start");
+        free(m);
+        m = config_refusal_message(errors, 20, -EINVAL, /* user= */ false);
+        ASSERT_STREQ(m,
+                     "modelgate's configuration has errors: a.conf:1: one; a.conf:2: two; a.conf:3: three; "
+                     "a.conf:4: four; and 16 more (see the log); fix it; a running modelgate reads it on "
+                     "'systemctl reload modelgate', a stopped one at its next start");
+        free(m);
+        ASSERT_STREQ(errors[4], "a.conf:5: five");
+}
+
 TEST(exit_idle_is_a_second_at_least) {
         static const struct {
                 const char *value;

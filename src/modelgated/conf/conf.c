@@ -231,3 +231,41 @@ int host_conf_ssh_argv(const HostConf *h, char ***ret) {
         assert(h);
         return ssh_command_argv(h->ssh_command, h->bus + 4, h->bus_path, ret);
 }
+
+char *config_errors_join(char **errors, unsigned n_total, int r) {
+        _cleanup_free_ char *s = NULL;
+        size_t n = strv_length(errors);
+        char *ret;
+
+        if (n == 0)
+                /* out of memory, or an error that config_error() could not keep */
+                return asprintf(&ret, "%s", strerror(r < 0 ? -r : r)) < 0 ? NULL : ret;
+        if (n <= 4)
+                return strv_join(errors, "; ");
+        char *keep = errors[4];
+        errors[4] = NULL;
+        s = strv_join(errors, "; ");
+        errors[4] = keep;
+        if (!s || asprintf(&ret, "%s; and %zu more (see the log)", s, MAX((size_t)n_total, n) - 4) < 0)
+                return NULL;
+        return ret;
+}
+
+const char *config_reload_command(bool user) {
+        return user ? "systemctl --user reload modelgate" : "systemctl reload modelgate";
+}
+
+char *config_refusal_message(char **errors, unsigned n_total, int r, bool user) {
+        _cleanup_free_ char *what = config_errors_join(errors, n_total, r);
+        char *ret;
+
+        /* read by someone who may come when the daemon has exited idle: then there is nothing to reload,
+         * and the next start reads the file anyway */
+        if (!what ||
+            asprintf(&ret,
+                     "modelgate's configuration has errors: %s; fix it; a running modelgate reads it "
+                     "on '%s', a stopped one at its next start",
+                     what, config_reload_command(user)) < 0)
+                return NULL;
+        return ret;
+}

@@ -187,6 +187,14 @@ int config_resolve(Config *c);
  * every problem found logged and in c->errors. */
 int config_read(Config *c, const char *path);
 void config_dump(const Config *c, FILE *f);
+/* The first four of errors (n_total in all) joined with "; " and how many more the log has; r's text when
+ * none was kept. NULL: out of memory. */
+char *config_errors_join(char **errors, unsigned n_total, int r);
+/* "systemctl [--user] reload modelgate" */
+const char *config_reload_command(bool user);
+/* What a daemon that refuses requests for errors in its configuration answers (rule:refusing-state): the
+ * errors, and how a fixed file is read whether the daemon runs or has exited. NULL: out of memory. */
+char *config_refusal_message(char **errors, unsigned n_total, int r, bool user);
 /* modelgate.conf of a user instance ($XDG_CONFIG_HOME/modelgate, ~/.config/modelgate) or of the system
  * (/etc/modelgate); NULL when a user's cannot be told. */
 char *config_default_path(bool user);
