@@ -441,6 +441,24 @@ TEST(every_file_and_the_whole_in_one_run) {
         ASSERT_OK(rmdir(dir));
 }
 
+/* [Proxy] is one section however many times it is written: a check of its values names where each was last
+ * set */
+TEST(proxy_errors_name_file_and_line) {
+        const char *dropin = "[Proxy]\nMaxConnections=0\n";
+        Config c;
+
+        ASSERT_OK(parse(&c, "[Proxy]\nMaxConnections=5\nHeaderTimeoutSec=0\n[Host]\nName=a\nURL=http://x:1\n"
+                            "[Tier]\nName=t\n"));
+        ASSERT_OK(config_parse_text(&c, "drop.conf", dropin, strlen(dropin)));
+        ASSERT_EQ(config_verify(&c), -EINVAL);
+        ASSERT_EQ(c.n_errors, 3);
+        ASSERT_STREQ(c.errors[0], "drop.conf:2: [Proxy] MaxConnections= must be at least 1");
+        ASSERT_STREQ(c.errors[1],
+                     "test.conf:3: [Proxy] HeaderTimeoutSec= must not be 0 (infinity: no bound)");
+        ASSERT_STREQ(c.errors[2], "test.conf:7: [Tier] sections need an [Access] section with KeysFile=");
+        config_done(&c);
+}
+
 /* rule:refusing-state: the answer says how a fixed file is read, whether the daemon still runs or not */
 TEST(refusal_message) {
         char *errors[] = {"a.conf:1: one",  "a.conf:2: two",  "a.conf:3: three",

@@ -274,8 +274,10 @@ static int section_apply(Config *c, const char *name, const Section *s) {
                         continue;
                 }
                 r = apply_assignment(&s->assignments[i], base);
+                if (r >= 0 && (s->kind == SECTION_PROXY || s->kind == SECTION_ACCESS))
+                        r = config_note_origin(c, s->assignments[i].item->key, name, s->assignments[i].line);
                 if (r < 0)
-                        return r;
+                        return r == -ENOMEM ? log_oom() : r;
         }
         if (invalid)
                 section_mark_invalid(s->kind, base);

@@ -5,6 +5,7 @@
  * value's own error says it). */
 
 #include <assert.h>
+#include <stddef.h>
 #include <string.h>
 #include <strings.h>
 
@@ -13,30 +14,44 @@
 #include "shared/strv.h"
 
 static int verify_proxy(Config *c) {
+        char w[256];
         int r = 0;
 
         if (c->max_header_size < 1024 || c->max_header_size > 16 * 1024 * 1024)
-                r = config_error(c, EINVAL, "[Proxy] MaxHeaderSize= must be between 1K and 16M");
+                r = config_error(c, EINVAL, "%s[Proxy] MaxHeaderSize= must be between 1K and 16M",
+                                 config_where(c, "MaxHeaderSize", w));
         if (c->max_connections_per_address < 1)
-                r = config_error(c, EINVAL, "[Proxy] MaxConnectionsPerAddress= must be at least 1");
+                r = config_error(c, EINVAL, "%s[Proxy] MaxConnectionsPerAddress= must be at least 1",
+                                 config_where(c, "MaxConnectionsPerAddress", w));
         if (c->max_connections < 1)
-                r = config_error(c, EINVAL, "[Proxy] MaxConnections= must be at least 1");
+                r = config_error(c, EINVAL, "%s[Proxy] MaxConnections= must be at least 1",
+                                 config_where(c, "MaxConnections", w));
         if (c->keepalive_interval_usec == 0)
-                r = config_error(c, EINVAL, "[Proxy] KeepaliveIntervalSec= must not be 0");
+                r = config_error(c, EINVAL, "%s[Proxy] KeepaliveIntervalSec= must not be 0",
+                                 config_where(c, "KeepaliveIntervalSec", w));
         if (c->exit_idle_usec > 0 && c->exit_idle_usec < CONFIG_EXIT_IDLE_MIN_USEC) {
                 /* every idle exit and re-activation is a start of the unit, and the units' start limit
                  * (modelgated(8), UNIT SETTINGS) counts on at least a second between them (rule:start-limit)
                  */
                 char t[FORMAT_TIMESPAN_MAX];
-                log_warning("[Proxy] ExitIdleSec=%s is below 1s, using 1s: each idle exit and re-activation "
-                            "counts against the unit's start limit",
-                            format_timespan(t, sizeof(t), c->exit_idle_usec));
+                log_warning(
+                        "%s[Proxy] ExitIdleSec=%s is below 1s, using 1s: each idle exit and re-activation "
+                        "counts against the unit's start limit",
+                        config_where(c, "ExitIdleSec", w), format_timespan(t, sizeof(t), c->exit_idle_usec));
                 c->exit_idle_usec = CONFIG_EXIT_IDLE_MIN_USEC;
         }
-        if (c->header_timeout_usec == 0 || c->idle_timeout_usec == 0 || c->body_timeout_usec == 0)
-                r = config_error(
-                        c, EINVAL,
-                        "[Proxy] HeaderTimeoutSec=, IdleTimeoutSec= and BodyTimeoutSec= must not be 0");
+        static const struct {
+                const char *key;
+                size_t offset;
+        } timeouts[] = {
+                {"HeaderTimeoutSec", offsetof(Config, header_timeout_usec)},
+                {"IdleTimeoutSec", offsetof(Config, idle_timeout_usec)},
+                {"BodyTimeoutSec", offsetof(Config, body_timeout_usec)},
+        };
+        for (size_t i = 0; i < ELEMENTSOF(timeouts); i++)
+                if (*(usec_t *)((char *)c + timeouts[i].offset) == 0)
+                        r = config_error(c, EINVAL, "%s[Proxy] %s= must not be 0 (infinity: no bound)",
+                                         config_where(c, timeouts[i].key, w), timeouts[i].key);
         return r;
 }
 
@@ -178,6 +193,7 @@ int config_verify(Config *c) {
                         r = k;
         }
         if (c->n_tiers > 0 && !c->access.enabled)
-                r = config_error(c, EINVAL, "[Tier] sections need an [Access] section with KeysFile=");
+                r = config_error(c, EINVAL, "%s:%u: [Tier] sections need an [Access] section with KeysFile=",
+                                 c->tiers[0].file, c->tiers[0].line);
         return r;
 }

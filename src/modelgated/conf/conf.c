@@ -126,6 +126,9 @@ void config_done(Config *c) {
         free(c->access.keys_file);
         free(c->access.key_hashes);
         free(c->access.key_tiers);
+        for (size_t i = 0; i < c->n_origins; i++)
+                free(c->origins[i].file);
+        free(c->origins);
         *c = (Config){};
 }
 
@@ -152,6 +155,41 @@ Config *config_unref(Config *c) {
                 free(c);
         }
         return NULL;
+}
+
+int config_note_origin(Config *c, const char *key, const char *file, unsigned line) {
+        assert(c);
+        ConfigOrigin *o = NULL;
+        char *f = strdup(file);
+
+        if (!f)
+                return -ENOMEM;
+        for (size_t i = 0; i < c->n_origins && !o; i++)
+                if (c->origins[i].key == key)
+                        o = &c->origins[i];
+        if (!o) {
+                ConfigOrigin *n = reallocarray(c->origins, c->n_origins + 1, sizeof(ConfigOrigin));
+                if (!n) {
+                        free(f);
+                        return -ENOMEM;
+                }
+                c->origins = n;
+                o = &n[c->n_origins++];
+                *o = (ConfigOrigin){.key = key};
+        }
+        free(o->file);
+        o->file = f;
+        o->line = line;
+        return 0;
+}
+
+const char *config_where(const Config *c, const char *key, char buf[static 256]) {
+        assert(c);
+        buf[0] = 0;
+        for (size_t i = 0; i < c->n_origins; i++)
+                if (streq(c->origins[i].key, key))
+                        snprintf(buf, 256, "%s:%u: ", c->origins[i].file, c->origins[i].line);
+        return buf;
 }
 
 const FallbackConf *config_find_fallback(const Config *c, const char *name) {

@@ -120,6 +120,13 @@ typedef struct AccessConf {
         size_t n_keys;
 } AccessConf;
 
+/* Where a key of [Proxy] or [Access] (sections that are one, not one per name) was last set */
+typedef struct ConfigOrigin {
+        const char *key; /* the ConfigItem's */
+        char *file;
+        unsigned line;
+} ConfigOrigin;
+
 typedef struct Config {
         unsigned n_ref; /* config_new()'s: a reload keeps the old one while requests and hosts use it */
         char **listen;
@@ -157,6 +164,8 @@ typedef struct Config {
          * answers with these while it refuses requests (modelgated(8)) */
         char **errors;
         unsigned n_errors; /* all of them, also those past CONFIG_ERRORS_MAX */
+        ConfigOrigin *origins;
+        size_t n_origins;
 } Config;
 
 #define CONFIG_ERRORS_MAX 16
@@ -198,6 +207,11 @@ char *config_refusal_message(char **errors, unsigned n_total, int r, bool user);
 /* modelgate.conf of a user instance ($XDG_CONFIG_HOME/modelgate, ~/.config/modelgate) or of the system
  * (/etc/modelgate); NULL when a user's cannot be told. */
 char *config_default_path(bool user);
+
+/* Notes that key (of [Proxy] or [Access]) was set at file:line, for the errors of config_verify() */
+int config_note_origin(Config *c, const char *key, const char *file, unsigned line);
+/* "file:line: " where key was last set, "" when it was not (a default): the start of an error about it */
+const char *config_where(const Config *c, const char *key, char buf[static 256]);
 
 const HostConf *config_find_host(const Config *c, const char *name);
 const FallbackConf *config_find_fallback(const Config *c, const char *name);
