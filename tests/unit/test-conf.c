@@ -382,6 +382,20 @@ TEST(errors_say_the_fix) {
         }
 }
 
+/* A file that is no configuration at all: every error is counted, the first CONFIG_ERRORS_MAX kept */
+TEST(many_errors_are_counted) {
+        char text[8192] = "", *p = text;
+        Config c;
+
+        for (int i = 0; i < 500; i++)
+                p += sprintf(p, "junk%d\n", i);
+        ASSERT_EQ(parse(&c, text), -EINVAL);
+        ASSERT_EQ(c.n_errors, 500);
+        ASSERT_EQ(strv_length(c.errors), CONFIG_ERRORS_MAX);
+        ASSERT_STREQ(c.errors[0], "test.conf:1: a line that is neither [Section] nor Key=value");
+        config_done(&c);
+}
+
 /* A section without a (valid) name is not applied, but its values are checked; what is missing from a
  * section whose value did not parse is not said again */
 TEST(nameless_sections_are_checked_too) {

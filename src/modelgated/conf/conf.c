@@ -30,7 +30,12 @@ int config_error(Config *c, int error, const char *fmt, ...) {
         va_end(ap);
         if (k < 0)
                 return log_oom();
-        log_error("%s", s);
+        /* every error is counted, but a file that is no configuration at all (a binary, the wrong path)
+         * would fill the journal */
+        if (c->n_errors < CONFIG_ERRORS_LOGGED)
+                log_error("%s", s);
+        else if (c->n_errors == CONFIG_ERRORS_LOGGED)
+                log_error("More than %d errors: the others are counted, not shown", CONFIG_ERRORS_LOGGED);
         c->n_errors++;
         if (strv_length(c->errors) < CONFIG_ERRORS_MAX && strv_push(&c->errors, s) >= 0)
                 TAKE_PTR(s);

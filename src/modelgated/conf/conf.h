@@ -169,6 +169,8 @@ typedef struct Config {
 } Config;
 
 #define CONFIG_ERRORS_MAX 16
+/* errors logged by one read; the rest are counted */
+#define CONFIG_ERRORS_LOGGED 100
 /* ExitIdleSec= below this is raised to it */
 #define CONFIG_EXIT_IDLE_MIN_USEC USEC_PER_SEC
 
