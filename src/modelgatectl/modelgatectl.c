@@ -194,8 +194,18 @@ static int error_exit(const sd_bus_error *e, int r) {
         return EXIT_FAILED;
 }
 
+/* Root gets the system instance by default: one that is not there may be the wrong one */
+static const char *user_hint(void) {
+        return !arg_user && !arg_host ? "; for the user instance use --user" : "";
+}
+
 int report(const char *what, const sd_bus_error *e, int r) {
-        if (e && sd_bus_error_has_names(e, SD_BUS_ERROR_SERVICE_UNKNOWN, SD_BUS_ERROR_NAME_HAS_NO_OWNER))
+        if (e && sd_bus_error_has_names(e, SD_BUS_ERROR_SERVICE_UNKNOWN, SD_BUS_ERROR_NAME_HAS_NO_OWNER) &&
+            !arg_user && !arg_host)
+                log_error("%s: no system modelgate (modelgated is not on the system bus)%s", what,
+                          user_hint());
+        else if (e &&
+                 sd_bus_error_has_names(e, SD_BUS_ERROR_SERVICE_UNKNOWN, SD_BUS_ERROR_NAME_HAS_NO_OWNER))
                 log_error("%s: modelgated is not running on the %s bus%s", what,
                           arg_user ? "user" : "system", arg_host ? " of that host" : "");
         else
@@ -457,6 +467,18 @@ static void print_held(json_object *held) {
         }
 }
 
+/* status's first lines: version, addresses, counts, and a refusal */
+static void print_header(json_object *state, const char *refusing) {
+        _cleanup_free_ char *listening = join(state, "Listening", ", ");
+        printf("modelgate %s, listening on %s\n", str(state, "Version"),
+               listening && *listening ? listening : "nothing");
+        printf("%llu connection(s), %llu request(s) in flight, %llu waiting\n",
+               (unsigned long long)num(state, "Connections"), (unsigned long long)num(state, "InFlight"),
+               (unsigned long long)num(state, "Waiting"));
+        if (refusing)
+                printf("refusing every request (%s): see the warnings below\n", refusing);
+}
+
 static int do_status(sd_bus *bus, bool brief) {
         _cleanup_(sd_bus_error_free) sd_bus_error e = SD_BUS_ERROR_NULL;
         json_object *state = NULL, *hosts;
@@ -466,21 +488,20 @@ static int do_status(sd_bus *bus, bool brief) {
         if (r < 0)
                 return report("Cannot read modelgated's state", &e, r);
         hosts = json_object_object_get(state, "Hosts");
+        /* a daemon that answers every request with an error is not one that serves, for scripts too */
+        _cleanup_free_ char *refusing = strdup(str(state, "Refusing"));
+        int ret = refusing && *refusing ? EXIT_REFUSING : EXIT_OK;
+        if (ret != EXIT_OK && (brief || arg_json))
+                log_error("modelgated refuses every request (%s); 'modelgatectl status' says why", refusing);
         if (arg_json) {
                 print_json(brief ? hosts : state);
                 json_object_put(state);
-                return EXIT_OK;
+                return ret;
         }
 
-        if (!brief) {
-                _cleanup_free_ char *listening = join(state, "Listening", ", ");
-                printf("modelgate %s, listening on %s\n", str(state, "Version"),
-                       listening && *listening ? listening : "nothing");
-                printf("%llu connection(s), %llu request(s) in flight, %llu waiting\n",
-                       (unsigned long long)num(state, "Connections"),
-                       (unsigned long long)num(state, "InFlight"),
-                       (unsigned long long)num(state, "Waiting"));
-        } else
+        if (!brief)
+                print_header(state, ret != EXIT_OK ? refusing : NULL);
+        else
                 printf("%-12s %-10s %-14s %9s %7s %-9s %s\n", "HOST", "STATE", "ENGINE", "IN-FLIGHT",
                        "WAITING", "IDLE-STOP", "HELD");
 
@@ -532,7 +553,7 @@ static int do_status(sd_bus *bus, bool brief) {
                 }
         }
         json_object_put(state);
-        return EXIT_OK;
+        return ret;
 }
 
 static int host_object_path(const char *host, char **ret) {
@@ -575,7 +596,10 @@ static int call_host(sd_bus *bus, const char *host, const char *method, uint64_t
 static int connect_bus_or_say(sd_bus **ret) {
         int r = connect_bus(ret);
         if (r < 0) {
-                if (r != -EINVAL)
+                if (r != -EINVAL && !arg_user && !arg_host)
+                        log_error_errno(r, "Cannot connect to the system bus: %m; no system modelgate%s",
+                                        user_hint());
+                else if (r != -EINVAL)
                         log_error_errno(r, "Cannot connect to the %s bus%s: %m",
                                         arg_user ? "user" : "system", arg_host ? " through ssh" : "");
                 return r == -EINVAL ? EXIT_USAGE : EXIT_UNREACHABLE;

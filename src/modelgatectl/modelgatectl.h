@@ -17,6 +17,7 @@ enum {
         EXIT_UNREACHABLE = 3, /* no bus, or no modelgated on it */
         EXIT_NOT_FOUND = 4,   /* no such host or engine */
         EXIT_DENIED = 5,      /* polkit or the bus said no */
+        EXIT_REFUSING = 6,    /* status, hosts: modelgated answers, but refuses every request */
 };
 
 #include <json-c/json.h>

@@ -142,7 +142,14 @@ int main(int argc, char *argv[]) {
          * again for the next one): manager_start() brings up a daemon that refuses requests instead. By
          * hand, the errors above and EX_CONFIG (the units' RestartPreventExitStatus=) say it all. */
         if (r < 0 && (arg_check_config || sd_listen_fds(/* unset_environment= */ false) <= 0)) {
-                log_error("Refusing to start: the configuration has errors.");
+                unsigned n = manager_n_config_errors(m);
+                if (r == -ENOENT && !user && !arg_config)
+                        /* root gets the system instance by default, and may have meant its own */
+                        log_error(
+                                "No system modelgate: %s does not exist; for the user instance use --user.",
+                                path);
+                log_error("Refusing to start: the configuration has %u error%s (above).", n,
+                          n == 1 ? "" : "s");
                 return EX_CONFIG;
         }
         if (arg_check_config) {

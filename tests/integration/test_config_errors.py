@@ -7,10 +7,15 @@ import os
 import subprocess
 import time
 
+import signal
+
 import pytest
 
-from boxes import box_skip_reason, chat, installed_units
+from boxes import MODELGATECTL, box_skip_reason, chat, installed_units
 from conftest import MODELGATED, free_port, host_conf, post, wait_for
+
+REFUSAL_HINT = ("fix it; a running modelgate reads it on 'systemctl --user reload modelgate', a stopped one at its "
+                "next start")
 
 
 def show(box, prop, unit="modelgate.service"):
@@ -28,6 +33,19 @@ def answer(conn, path="/v1/chat/completions", obj=None):
     return r.status, dict((k.lower(), v) for k, v in r.getheaders()), json.loads(r.read())
 
 
+def ctl(box, *args):
+    return subprocess.run([MODELGATECTL, "--user"] + list(args), env=box.env, capture_output=True, text=True,
+                          timeout=60)
+
+
+def assert_in_order(text, parts):
+    at = 0
+    for p in parts:
+        i = text.find(p, at)
+        assert i >= 0, "%r not found (in order) in:\n%s" % (p, text)
+        at = i + len(p)
+
+
 def assert_clean(log):
     text = open(log).read()
     assert "Sanitizer" not in text and "runtime error:" not in text, text
@@ -41,7 +59,64 @@ def test_without_socket_activation_a_broken_file_is_ex_config(tmp):
         out = subprocess.run([MODELGATED, "--config=" + conf] + extra, capture_output=True, text=True, timeout=30)
         assert out.returncode == 78, out  # EX_CONFIG: the units' RestartPreventExitStatus=
         assert "%s:2: unknown key 'BogusKey' in section [Proxy]" % conf in out.stderr
-        assert "Refusing to start: the configuration has errors." in out.stderr
+        assert "Refusing to start: the configuration has 1 error (above)." in out.stderr
+
+
+def test_every_error_of_the_files_in_one_run_each_with_its_fix(tmp):
+    conf = os.path.join(tmp, "modelgate.conf")
+    with open(conf, "w") as f:
+        f.write("[Proxy]\nIdelStopSec=5min\nMaxBodySize=lots\n[host]\nName=x\n"
+                "[Host]\nName=rtx-4090\nURL=http://127.0.0.1:1\n[Host]\nName=a\nURL=http://127.0.0.1:2\nUnit=x.service\n"
+                "[Engine]\nHost=a\nName=main\nUnit=llama-main.service\n")
+    os.mkdir(conf + ".d")
+    with open(os.path.join(conf + ".d", "50-more.conf"), "w") as f:
+        f.write("[Engine]\nHost=a\nName=fork\nUnit=llama-fork\n[Alias]\nName=fast\nTargets=nowhere-x\n")
+    out = subprocess.run([MODELGATED, "--config=" + conf, "--check-config"], capture_output=True, text=True,
+                         timeout=30)
+    assert out.returncode == 78, out
+    dropin = os.path.join(conf + ".d", "50-more.conf")
+    assert_in_order(out.stderr, [
+        "%s:2: unknown key 'IdelStopSec' in section [Proxy]; did you mean IdleStopSec=?" % conf,
+        "%s:3: [Proxy] MaxBodySize='lots' is not valid: a size in bytes, or with K, M or G" % conf,
+        "%s:4: section [host] is unknown; did you mean [Host]?" % conf,
+        "%s:7: [Host] Name='rtx-4090' is not valid: '-' is not allowed in a host name (letters, digits, '_' and "
+        "'.', at most 64: '-' separates host and model in '<host>-<model>'), e.g. 'rtx_4090'" % conf,
+        "%s:12: unknown key 'Unit' in section [Host]; Unit= is a key of [Engine]" % conf,
+        "%s:4: [Engine] Unit='llama-fork' is not valid: a unit name with its type, like llama-mainline.service"
+        % dropin,
+        # and what only the whole can tell, in the same run
+        "%s:5: [Alias] 'fast': target 'nowhere-x' does not start with a configured host name and '-'" % dropin,
+        "Refusing to start: the configuration has 7 errors (above).",
+    ])
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root gets the system instance by default")
+def test_as_root_a_missing_system_instance_points_at_user(tmp):
+    if os.path.exists("/etc/modelgate/modelgate.conf") or os.path.isdir("/etc/modelgate/modelgate.conf.d"):
+        pytest.skip("this machine has a system modelgate configuration in /etc/modelgate")
+    out = subprocess.run([MODELGATED, "--check-config"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 78, out
+    assert ("No system modelgate: /etc/modelgate/modelgate.conf does not exist; for the user instance use --user."
+            in out.stderr), out.stderr
+
+    # modelgatectl: no system bus at all, then a system bus without modelgated on it
+    env = dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS="unix:path=" + os.path.join(tmp, "none"))
+    out = subprocess.run([MODELGATECTL, "status"], env=env, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 3, out
+    assert "no system modelgate; for the user instance use --user" in out.stderr, out.stderr
+    sock = os.path.join(tmp, "system_bus_socket")
+    bus = subprocess.Popen(["dbus-daemon", "--session", "--address=unix:path=" + sock, "--nofork", "--nopidfile"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: os.path.exists(sock), what="the private bus")
+        env["DBUS_SYSTEM_BUS_ADDRESS"] = "unix:path=" + sock
+        for verb in (["status"], ["hosts"], ["reload"]):
+            out = subprocess.run([MODELGATECTL] + verb, env=env, capture_output=True, text=True, timeout=30)
+            assert out.returncode == 3, out
+            assert "no system modelgate" in out.stderr and "for the user instance use --user" in out.stderr, out
+    finally:
+        bus.send_signal(signal.SIGTERM)
+        bus.wait(timeout=10)
 
 
 @pytest.mark.skipif(box_skip_reason() is not None, reason=str(box_skip_reason()))
@@ -66,7 +141,7 @@ def test_a_broken_file_is_answered_at_once_until_a_reload_fixes_it(box, make_dou
     assert status == 503, body
     message = body["error"]["message"]
     assert message == ("modelgate's configuration has errors: %s:2: unknown key 'BogusKey' in section [Proxy]; "
-                       "fix it and run 'systemctl --user reload modelgate'" % conf)
+                       "modelgate.conf(5) lists its keys; %s" % (conf, REFUSAL_HINT))
     assert body["error"]["code"] == "config_error"
     assert headers["x-should-retry"] == "false"
     assert took < 1.0, "the first answer took %.2f s" % took
@@ -83,6 +158,12 @@ def test_a_broken_file_is_answered_at_once_until_a_reload_fixes_it(box, make_dou
     c.close()
     assert show(box, "StatusText") == "Refusing requests: " + message
     assert warnings(box) == [message]
+    # modelgatectl says it, and does not exit 0 while every request is refused
+    for verb in ("status", "hosts"):
+        out = ctl(box, verb)
+        assert out.returncode == 6, out
+    assert "refusing every request (config-error): see the warnings below" in ctl(box, "status").stdout
+    assert "modelgated refuses every request (config-error)" in ctl(box, "--json", "hosts").stderr
 
     # no restart loop, and no idle exit after the broken file's 1 s: ten seconds of it, looked at all along
     pid = show(box, "MainPID")
@@ -127,6 +208,7 @@ def test_a_broken_file_is_answered_at_once_until_a_reload_fixes_it(box, make_dou
     assert show(box, "MainPID") == pid and show(box, "NRestarts") == "0"
     assert show(box, "StatusText").startswith("Reloaded; 1 host(s)")
     assert warnings(box) == []
+    assert ctl(box, "status").returncode == 0
     assert "has no errors now: serving requests" in open(log).read()
 
     # and it stops cleanly (a sanitizer build reports here what the refusal and the reloads left behind)
@@ -173,3 +255,39 @@ def test_a_refusing_daemon_exits_when_idle_and_answers_the_same_again(box, tmp):
     r = c.getresponse()
     assert r.status == 200 and json.loads(r.read())["status"] == "ok"
     c.close()
+
+
+@pytest.mark.skipif(box_skip_reason() is not None, reason=str(box_skip_reason()))
+def test_a_refused_reload_says_why_in_the_units_status_and_keeps_serving(box, make_double, tmp):
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    port = free_port()
+    log = installed_units(box, tmp, port, host_conf("3090", d.url))
+    conf = os.path.join(tmp, "modelgate.conf")
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    assert answer(c)[0] == 200
+    pid = show(box, "MainPID")
+
+    with open(conf, "w") as f:
+        f.write("[Proxy]\nIdelStopSec=5min\n" + host_conf("3090", d.url) + "[Host]\nName=rtx-4090\nURL=%s\n" % d.url)
+    failed = subprocess.run(["systemctl", "--user", "reload", "modelgate"], env=box.env, capture_output=True,
+                            text=True, timeout=60)
+    assert failed.returncode != 0, failed
+    # systemctl says only that the job failed and points at 'systemctl status': the reason is there
+    first = "%s:2: unknown key 'IdelStopSec' in section [Proxy]; did you mean IdleStopSec=?" % conf
+    assert show(box, "StatusText") == (
+        "Reload refused, serving with the previous configuration: 2 errors, the first: " + first)
+    # every error in the log, once each, and the running configuration serves on
+    text = open(log).read()
+    assert_in_order(text, ["Reloading " + conf, first, "%s:7: [Host] Name='rtx-4090' is not valid: '-'" % conf,
+                           "Reload refused, the running configuration stays: %s has 2 errors (above)" % conf])
+    assert answer(c)[0] == 200
+    assert ctl(box, "status").returncode == 0
+    assert show(box, "MainPID") == pid
+
+    with open(conf, "w") as f:
+        f.write(host_conf("3090", d.url))
+    box.systemctl("reload", "modelgate")
+    assert show(box, "StatusText").startswith("Reloaded; 1 host(s)")
+    c.close()
+    box.systemctl("stop", "modelgate.service")
+    assert_clean(log)

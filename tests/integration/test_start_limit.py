@@ -99,7 +99,7 @@ def test_a_slow_crash_loop_ends_in_a_refusal_not_in_restarts(box, tmp):
              "the crash loop's refusal", interval=0.2)
     message = ("modelgated ended 5 times in the last 5min without a clean exit (it crashed or was killed: "
                "'journalctl --user -u modelgate' says why); it refuses requests until 'systemctl --user reload "
-               "modelgate', or until those runs are 5min old")
+               "modelgate' while it runs, or until those runs are 5min old")
     assert open(log).read().count(message) == 1
 
     def answer(path):

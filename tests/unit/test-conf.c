@@ -1,4 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "modelgated/conf/conf.h"
 #include "shared/keys-file.h"
 #include "shared/strv.h"
@@ -180,8 +183,9 @@ TEST(aliases_parse_merge_and_dump) {
         /* a host name's characters: no '-', so that an alias never reads as "<host>-<key>" */
         ASSERT_EQ(parse(&c, "[Alias]\nName=a9-fast\nTargets=3090-laguna-xs\n"), -EINVAL);
         ASSERT_STREQ(c.errors[0],
-                     "test.conf:2: [Alias] Name='a9-fast' is not valid (letters, digits, '_' and "
-                     "'.', at most 64, as a host name)");
+                     "test.conf:2: [Alias] Name='a9-fast' is not valid: '-' is not allowed in an "
+                     "alias name (letters, digits, '_' and '.', at most 64, as a host name: a name "
+                     "with '-' would read as '<host>-<model>'), e.g. 'a9_fast'");
         config_done(&c);
 }
 
@@ -281,7 +285,9 @@ TEST(errors_are_kept_as_logged) {
 
         ASSERT_EQ(parse(&c, "[Proxy]\nBogusKey=1\n"), -EINVAL);
         ASSERT_EQ(strv_length(c.errors), 1);
-        ASSERT_STREQ(c.errors[0], "test.conf:2: unknown key 'BogusKey' in section [Proxy]");
+        ASSERT_STREQ(
+                c.errors[0],
+                "test.conf:2: unknown key 'BogusKey' in section [Proxy]; modelgate.conf(5) lists its keys");
         config_done(&c);
 
         /* verify names every problem, not just the first; up to CONFIG_ERRORS_MAX */
@@ -310,6 +316,217 @@ TEST(errors_are_kept_as_logged) {
         ASSERT_EQ(strv_length(c.errors), 1);
         ASSERT_TRUE(strncmp(c.errors[0], "Failed to read /proc/self/mem: ", 31) == 0);
         config_done(&c);
+}
+
+/* One run says every error of a file, in the order of its lines, and each says what would be right */
+TEST(every_error_of_a_file_at_once) {
+        static const char text[] = "[Proxy]\n"
+                                   "IdelStopSec=5min\n"
+                                   "MaxBodySize=lots\n"
+                                   "[host]\n"
+                                   "Name=x\n"
+                                   "[Host]\n"
+                                   "Name=rtx-4090\n"
+                                   "URL=http://127.0.0.1:8080\n"
+                                   "[Host]\n"
+                                   "Name=ok\n"
+                                   "URL=ftp://x\n"
+                                   "Unit=llama.service\n"
+                                   "garbage line\n"
+                                   "[Engine]\n"
+                                   "Host=ok\n"
+                                   "Name=main\n"
+                                   "Unit=main.service\n";
+        static const char *const want[] = {
+                "test.conf:2: unknown key 'IdelStopSec' in section [Proxy]; did you mean IdleStopSec=?",
+                "test.conf:3: [Proxy] MaxBodySize='lots' is not valid: a size in bytes, or with K, M or G "
+                "(1024-based) like 512K or 64M",
+                "test.conf:4: section [host] is unknown; did you mean [Host]?",
+                "test.conf:7: [Host] Name='rtx-4090' is not valid: '-' is not allowed in a host name "
+                "(letters, "
+                "digits, '_' and '.', at most 64: '-' separates host and model in '<host>-<model>'), e.g. "
+                "'rtx_4090'",
+                "test.conf:11: [Host] URL='ftp://x' is not valid: only http:// and https:// URLs are "
+                "supported",
+                "test.conf:12: unknown key 'Unit' in section [Host]; Unit= is a key of [Engine]",
+                "test.conf:13: a line that is neither [Section] nor Key=value",
+        };
+        Config c;
+
+        ASSERT_EQ(parse(&c, text), -EINVAL);
+        ASSERT_EQ(c.n_errors, ELEMENTSOF(want));
+        ASSERT_EQ(strv_length(c.errors), ELEMENTSOF(want));
+        for (size_t i = 0; i < ELEMENTSOF(want); i++)
+                ASSERT_STREQ(c.errors[i], want[i]);
+        /* what could be read is: the good host and its engine; the section [host] and the host without a
+         * valid name are not */
+        ASSERT_EQ(c.n_hosts, 1);
+        ASSERT_STREQ(c.hosts[0].name, "ok");
+        ASSERT_TRUE(c.hosts[0].invalid);
+        ASSERT_EQ(c.n_engines, 1);
+        ASSERT_STREQ(c.engines[0].unit, "main.service");
+        /* the host's URL= was not valid: verify does not say it has none */
+        ASSERT_OK(config_verify(&c));
+        config_done(&c);
+}
+
+TEST(errors_say_the_fix) {
+        static const struct {
+                const char *text, *error;
+        } cases[] = {
+                {"[Nope]\n",
+                 "test.conf:1: section [Nope] is unknown; the sections are [Proxy], [Host], [Engine], "
+                 "[Fallback], [Access], [Tier] and [Alias]"},
+                {"[PROXY]\n", "test.conf:1: section [PROXY] is unknown; did you mean [Proxy]?"},
+                {"[Engines]\n", "test.conf:1: section [Engines] is unknown; did you mean [Engine]?"},
+                {"[Proxy\n",
+                 "test.conf:1: invalid section header '[Proxy': a header is [Name], alone on its line"},
+                {"Listen=1\n", "test.conf:1: assignment outside of a section; it goes under [Proxy]"},
+                {"Bogus=1\n",
+                 "test.conf:1: assignment outside of a section; a file begins with a [Section] header"},
+                {"[Proxy]\nidlestopsec=1\n",
+                 "test.conf:2: unknown key 'idlestopsec' in section [Proxy]; did you mean IdleStopSec=?"},
+                {"[Proxy]\nBogusKey=1\n",
+                 "test.conf:2: unknown key 'BogusKey' in section [Proxy]; modelgate.conf(5) lists its keys"},
+                {"[Proxy]\nHoldDownSec=soon\n",
+                 "test.conf:2: [Proxy] HoldDownSec='soon' is not valid: a time "
+                 "span like 30s, 15min, 1h 30min or infinity"},
+                {"[Host]\nName=a b\n",
+                 "test.conf:2: [Host] Name='a b' is not valid: ' ' is not allowed in a "
+                 "host name (letters, digits, '_' and '.', at most 64: '-' separates host "
+                 "and model in '<host>-<model>'), e.g. 'a_b'"},
+                {"[Host]\nName=\xc3\xa9t\xc3\xa9\n", "test.conf:2: [Host] Name='\xc3\xa9t\xc3\xa9' is not "
+                                                     "valid: \\xc3 is not allowed in a host name "
+                                                     "(letters, digits, '_' and '.', at most 64: '-' "
+                                                     "separates host and model in '<host>-<model>'), "
+                                                     "e.g. '__t__'"},
+                {"[Engine]\nHost=a\nName=main fork\nUnit=a.service\n",
+                 "test.conf:3: [Engine] Name='main fork' is not valid: ' ' is not allowed in a name "
+                 "(letters, "
+                 "digits, '_', '.', '-' and '@', at most 64), e.g. 'main_fork'"},
+                {"[Tier]\nName=t\nActivity=maybe\n", "test.conf:3: [Tier] Activity='maybe' is not valid: "
+                                                     "yes or no (also true/false, on/off, 1/0)"},
+                {"[Alias]\nName=a\nPolicy=nearest\n",
+                 "test.conf:3: [Alias] Policy='nearest' is not valid: warm, ordered or spread"},
+        };
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                Config c;
+                ASSERT_EQ(parse(&c, cases[i].text), -EINVAL);
+                ASSERT_TRUE(c.n_errors >= 1);
+                ASSERT_STREQ(c.errors[0], cases[i].error);
+                config_done(&c);
+        }
+}
+
+/* A file that is no configuration at all: every error is counted, the first CONFIG_ERRORS_MAX kept */
+TEST(many_errors_are_counted) {
+        char text[8192] = "", *p = text;
+        Config c;
+
+        for (int i = 0; i < 500; i++)
+                p += sprintf(p, "junk%d\n", i);
+        ASSERT_EQ(parse(&c, text), -EINVAL);
+        ASSERT_EQ(c.n_errors, 500);
+        ASSERT_EQ(strv_length(c.errors), CONFIG_ERRORS_MAX);
+        ASSERT_STREQ(c.errors[0], "test.conf:1: a line that is neither [Section] nor Key=value");
+        config_done(&c);
+}
+
+/* A section without a (valid) name is not applied, but its values are checked; what is missing from a
+ * section whose value did not parse is not said again */
+TEST(nameless_sections_are_checked_too) {
+        Config c;
+
+        ASSERT_EQ(parse(&c, "[Host]\nURL=ftp://x\nIdleStopSec=soon\n"), -EINVAL);
+        ASSERT_EQ(c.n_errors, 3);
+        ASSERT_STREQ(c.errors[0],
+                     "test.conf:2: [Host] URL='ftp://x' is not valid: only http:// and https:// "
+                     "URLs are supported");
+        ASSERT_TRUE(strstr(c.errors[1], "test.conf:3: [Host] IdleStopSec='soon' is not valid: a time span"));
+        ASSERT_STREQ(c.errors[2], "test.conf:1: [Host] section without Name=");
+        ASSERT_EQ(c.n_hosts, 0);
+        config_done(&c);
+
+        ASSERT_EQ(parse(&c, "[Host]\nName=a\nURL=http://x:1\n[Engine]\nHost=a\nName=e\nUnit=noext\n"
+                            "PrimeAfterIdleSec=1h\nWarmupRequest=relative.json\n"),
+                  -EINVAL);
+        ASSERT_EQ(c.n_errors, 2);
+        ASSERT_EQ(config_verify(&c), 0); /* neither "has no Unit=" nor "no WarmupRequest=" */
+        ASSERT_EQ(c.n_errors, 2);
+        config_done(&c);
+}
+
+/* config_read(): every file and the checks of the whole, in one run */
+TEST(every_file_and_the_whole_in_one_run) {
+        char dir[] = "/tmp/test-conf-XXXXXX", path[64], dropins[80], dropin[128];
+        Config c;
+        FILE *f;
+
+        ASSERT_TRUE(mkdtemp(dir) != NULL);
+        snprintf(path, sizeof(path), "%s/modelgate.conf", dir);
+        snprintf(dropins, sizeof(dropins), "%s.d", path);
+        snprintf(dropin, sizeof(dropin), "%s/50-x.conf", dropins);
+        ASSERT_TRUE((f = fopen(path, "we")));
+        fputs("[Proxy]\nBogusKey=1\n[Host]\nName=a\nURL=http://127.0.0.1:1\nBus=tcp:x\n", f);
+        fclose(f);
+        ASSERT_OK(mkdir(dropins, 0755));
+        ASSERT_TRUE((f = fopen(dropin, "we")));
+        fputs("[Engine]\nHost=ghost\nName=e\nUnit=e.service\nStartTimeoutSec=never\n", f);
+        fclose(f);
+
+        config_init(&c);
+        ASSERT_EQ(config_read(&c, path), -EINVAL);
+        ASSERT_EQ(c.n_errors, 4);
+        ASSERT_TRUE(strstr(c.errors[0], "modelgate.conf:2: unknown key 'BogusKey'"));
+        ASSERT_TRUE(strstr(c.errors[1],
+                           "modelgate.conf:6: [Host] Bus='tcp:x' is not valid: local, system or "
+                           "ssh:[USER@]HOST[:PORT]"));
+        ASSERT_TRUE(strstr(c.errors[2], "50-x.conf:5: [Engine] StartTimeoutSec='never' is not valid"));
+        ASSERT_TRUE(strstr(c.errors[3],
+                           "50-x.conf:1: [Engine] 'e' names Host='ghost', which no [Host] defines"));
+        config_done(&c);
+        ASSERT_OK(unlink(dropin));
+        ASSERT_OK(rmdir(dropins));
+        ASSERT_OK(unlink(path));
+        ASSERT_OK(rmdir(dir));
+}
+
+/* [Proxy] is one section however many times it is written: a check of its values names where each was last
+ * set */
+TEST(proxy_errors_name_file_and_line) {
+        const char *dropin = "[Proxy]\nMaxConnections=0\n";
+        Config c;
+
+        ASSERT_OK(parse(&c, "[Proxy]\nMaxConnections=5\nHeaderTimeoutSec=0\n[Host]\nName=a\nURL=http://x:1\n"
+                            "[Tier]\nName=t\n"));
+        ASSERT_OK(config_parse_text(&c, "drop.conf", dropin, strlen(dropin)));
+        ASSERT_EQ(config_verify(&c), -EINVAL);
+        ASSERT_EQ(c.n_errors, 3);
+        ASSERT_STREQ(c.errors[0], "drop.conf:2: [Proxy] MaxConnections= must be at least 1");
+        ASSERT_STREQ(c.errors[1],
+                     "test.conf:3: [Proxy] HeaderTimeoutSec= must not be 0 (infinity: no bound)");
+        ASSERT_STREQ(c.errors[2], "test.conf:7: [Tier] sections need an [Access] section with KeysFile=");
+        config_done(&c);
+}
+
+/* rule:refusing-state: the answer says how a fixed file is read, whether the daemon still runs or not */
+TEST(refusal_message) {
+        char *errors[] = {"a.conf:1: one",  "a.conf:2: two",  "a.conf:3: three",
+                          "a.conf:4: four", "a.conf:5: five", NULL};
+        char *m;
+
+        m = config_refusal_message(errors + 4, 1, -EINVAL, /* user= */ true);
+        ASSERT_STREQ(
+                m, "modelgate's configuration has errors: a.conf:5: five; fix it; a running modelgate reads "
+                   "it on 'systemctl --user reload modelgate', a stopped one at its next start");
+        free(m);
+        m = config_refusal_message(errors, 20, -EINVAL, /* user= */ false);
+        ASSERT_STREQ(m,
+                     "modelgate's configuration has errors: a.conf:1: one; a.conf:2: two; a.conf:3: three; "
+                     "a.conf:4: four; and 16 more (see the log); fix it; a running modelgate reads it on "
+                     "'systemctl reload modelgate', a stopped one at its next start");
+        free(m);
+        ASSERT_STREQ(errors[4], "a.conf:5: five");
 }
 
 TEST(exit_idle_is_a_second_at_least) {

@@ -113,8 +113,11 @@ static void emit_manager_changes(BusObject *o) {
                 changed[n++] = "InFlight";
         if (o->seen_waiting != waiting)
                 changed[n++] = "Waiting";
-        if (o->seen_n_warnings != nw || o->seen_warnings_serial != manager_warnings_serial(m))
+        /* a refusal begins, ends or changes only with a change of the warnings */
+        if (o->seen_n_warnings != nw || o->seen_warnings_serial != manager_warnings_serial(m)) {
                 changed[n++] = "Warnings";
+                changed[n++] = "Refusing";
+        }
         changed[n] = NULL;
         o->seen_connections = (unsigned)server_n_connections(o->server);
         o->seen_in_flight = in_flight;

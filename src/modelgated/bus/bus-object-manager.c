@@ -65,6 +65,17 @@ static int property_get_warnings(sd_bus *bus, const char *path, const char *inte
         return r < 0 ? r : sd_bus_message_close_container(reply);
 }
 
+/* "config-error" or "crash-loop" while every request is refused, as /health's "status" says it; "" else */
+static int property_get_refusing(sd_bus *bus, const char *path, const char *interface, const char *property,
+                                 sd_bus_message *reply, void *userdata, sd_bus_error *error) {
+        Manager *m = ((BusObject *)userdata)->manager;
+
+        return sd_bus_message_append(reply, "s",
+                                     !manager_refusal(m)     ? ""
+                                     : manager_crash_loop(m) ? "crash-loop"
+                                                             : "config-error");
+}
+
 /* Manager methods */
 
 static int method_list_hosts(sd_bus_message *message, void *userdata, sd_bus_error *error) {
@@ -215,6 +226,7 @@ static const sd_bus_vtable manager_vtable[] = {
         SD_BUS_PROPERTY("InFlight", "u", property_get_counter, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("Waiting", "u", property_get_counter, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("Warnings", "as", property_get_warnings, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("Refusing", "s", property_get_refusing, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_METHOD_WITH_ARGS("ListHosts", SD_BUS_NO_ARGS, SD_BUS_RESULT("a(ssso)", hosts),
                                 method_list_hosts, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("ListAliases", SD_BUS_NO_ARGS, SD_BUS_RESULT("a(ssa(ss)ss)", aliases),

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include <ctype.h>
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,66 +19,101 @@ static const char *const section_names[_SECTION_MAX] = {
         [SECTION_ALIAS] = "Alias",
 };
 
-static int parse_timespan_item(const char *v, void *data) {
-        return parse_timespan(v, data);
+_printf_(3, 4) static int refuse(char *why, int r, const char *fmt, ...) {
+        va_list ap;
+
+        va_start(ap, fmt);
+        (void)vsnprintf(why, CONFIG_WHY_MAX, fmt, ap);
+        va_end(ap);
+        return r;
 }
 
-static int parse_timespan_override(const char *v, void *data) {
+/* The first character of v that is neither a letter, a digit nor one of extra, said as an error says it:
+ * '-', or a byte in hex when it would not print */
+static bool bad_char(const char *v, const char *extra, char ret[static 8]) {
+        for (const char *p = v; *p; p++)
+                if (!isalnum((unsigned char)*p) && !strchr(extra, *p)) {
+                        if (isprint((unsigned char)*p) && *p != '\'')
+                                snprintf(ret, 8, "'%c'", *p);
+                        else
+                                snprintf(ret, 8, "\\x%02x", (unsigned char)*p);
+                        return true;
+                }
+        return false;
+}
+
+#define TIMESPAN_WHY "a time span like 30s, 15min, 1h 30min or infinity"
+
+static int parse_timespan_item(const char *v, void *data, char why[static CONFIG_WHY_MAX]) {
+        int r = parse_timespan(v, data);
+        return r < 0 ? refuse(why, r, TIMESPAN_WHY) : 0;
+}
+
+static int parse_timespan_override(const char *v, void *data, char why[static CONFIG_WHY_MAX]) {
         if (!*v) { /* empty: back to [Proxy]'s */
                 *(usec_t *)data = CONF_USEC_UNSET;
                 return 0;
         }
-        return parse_timespan(v, data);
+        int r = parse_timespan(v, data);
+        return r < 0 ? refuse(why, r, TIMESPAN_WHY ", or empty for [Proxy]'s") : 0;
 }
 
-static int parse_size_item(const char *v, void *data) {
-        return parse_size(v, data);
+static int parse_size_item(const char *v, void *data, char why[static CONFIG_WHY_MAX]) {
+        int r = parse_size(v, data);
+        return r < 0 ? refuse(why, r, "a size in bytes, or with K, M or G (1024-based) like 512K or 64M")
+                     : 0;
 }
 
-static int parse_string_item(const char *v, void *data);
+static int parse_string_item(const char *v, void *data, char why[static CONFIG_WHY_MAX]);
 
-static int parse_uint_item(const char *v, void *data) {
-        return safe_atou64(v, data);
+static int parse_uint_item(const char *v, void *data, char why[static CONFIG_WHY_MAX]) {
+        int r = safe_atou64(v, data);
+        return r < 0 ? refuse(why, r, "a whole number, like 1024") : 0;
 }
 
 /* a count, or "infinity" for none */
-static int parse_cap_item(const char *v, void *data) {
+static int parse_cap_item(const char *v, void *data, char why[static CONFIG_WHY_MAX]) {
         if (streq(v, "infinity")) {
                 *(uint64_t *)data = UINT64_MAX;
                 return 0;
         }
-        return safe_atou64(v, data);
+        int r = safe_atou64(v, data);
+        return r < 0 ? refuse(why, r, "a whole number, or infinity for no cap") : 0;
 }
 
-static int parse_tristate_item(const char *v, void *data) {
+#define BOOLEAN_WHY "yes or no (also true/false, on/off, 1/0)"
+
+static int parse_tristate_item(const char *v, void *data, char why[static CONFIG_WHY_MAX]) {
         int b = parse_boolean(v);
         if (b < 0)
-                return b;
+                return refuse(why, b, BOOLEAN_WHY);
         *(int *)data = b;
         return 0;
 }
 
-static int parse_bool_item(const char *v, void *data) {
+static int parse_bool_item(const char *v, void *data, char why[static CONFIG_WHY_MAX]) {
         int b = parse_boolean(v);
         if (b < 0)
-                return b;
+                return refuse(why, b, BOOLEAN_WHY);
         *(bool *)data = b;
         return 0;
 }
 
-static int parse_absolute_path_item(const char *v, void *data) {
+static int parse_absolute_path_item(const char *v, void *data, char why[static CONFIG_WHY_MAX]) {
         if (*v && v[0] != '/')
-                return -EINVAL;
-        return parse_string_item(v, data);
+                return refuse(why, -EINVAL, "an absolute path, beginning with '/'");
+        return parse_string_item(v, data, why);
 }
 
-static int parse_credential_item(const char *v, void *data) {
+static int parse_credential_item(const char *v, void *data, char why[static CONFIG_WHY_MAX]) {
         if (*v && (strchr(v, '/') || streq(v, ".") || streq(v, "..")))
-                return -EINVAL;
-        return parse_string_item(v, data);
+                return refuse(why, -EINVAL,
+                              "the name of a credential of the unit (LoadCredential=), without '/'; a path "
+                              "goes in KeyFile=");
+        return parse_string_item(v, data, why);
 }
 
-static int parse_string_item(const char *v, void *data) {
+static int parse_string_item(const char *v, void *data, char why[static CONFIG_WHY_MAX]) {
         char **s = data;
         char *n = NULL;
 
@@ -88,7 +125,7 @@ static int parse_string_item(const char *v, void *data) {
 }
 
 /* Space-separated words, appended; an empty value resets the list, as systemd does. */
-static int parse_strv_item(const char *v, void *data) {
+static int parse_strv_item(const char *v, void *data, char why[static CONFIG_WHY_MAX]) {
         char ***l = data;
 
         if (!*v) {
@@ -115,79 +152,109 @@ static int parse_strv_item(const char *v, void *data) {
 }
 
 bool host_name_is_valid(const char *s) {
-        if (!s || !*s || strlen(s) > 64)
-                return false;
-        for (; *s; s++)
-                if (!isalnum((unsigned char)*s) && *s != '_' && *s != '.')
-                        return false;
-        return true;
+        char c[8];
+        return s && *s && strlen(s) <= 64 && !bad_char(s, "_.", c);
 }
 
-static int parse_host_name_item(const char *v, void *data) {
-        if (!host_name_is_valid(v))
-                return -EINVAL;
-        return parse_string_item(v, data);
-}
+/* What is wrong with a name of at most 64 characters out of letters, digits and extra ('what' is "a host
+ * name"), and, when only some characters are, the name with '_' for each */
+static int refuse_name(const char *v, const char *extra, const char *what, const char *allowed,
+                       char why[static CONFIG_WHY_MAX]) {
+        char c[8];
 
-static int parse_engine_name_item(const char *v, void *data) {
-        if (!*v || strlen(v) > 64)
-                return -EINVAL;
+        if (!*v)
+                return refuse(why, -EINVAL, "%s must not be empty", what);
+        if (strlen(v) > 64)
+                return refuse(why, -EINVAL, "%s has at most 64 characters, this one %zu", what, strlen(v));
+        if (!bad_char(v, extra, c))
+                return 0;
+        char fixed[65];
+        size_t n = 0;
         for (const char *p = v; *p; p++)
-                if (!isalnum((unsigned char)*p) && !strchr("_.-@", *p))
-                        return -EINVAL;
-        return parse_string_item(v, data);
+                fixed[n++] = isalnum((unsigned char)*p) || strchr(extra, *p) ? *p : '_';
+        fixed[n] = 0;
+        return refuse(why, -EINVAL, "%s is not allowed in %s (%s), e.g. '%s'", c, what, allowed, fixed);
 }
 
-static int parse_unit_item(const char *v, void *data) {
+#define HOST_NAME_ALLOWED                                                                                   \
+        "letters, digits, '_' and '.', at most 64: '-' separates host and model in '<host>-<model>'"
+
+static int parse_host_name_item(const char *v, void *data, char why[static CONFIG_WHY_MAX]) {
+        int r = refuse_name(v, "_.", "a host name", HOST_NAME_ALLOWED, why);
+        return r < 0 ? r : parse_string_item(v, data, why);
+}
+
+static int parse_engine_name_item(const char *v, void *data, char why[static CONFIG_WHY_MAX]) {
+        int r = refuse_name(v, "_.-@", "a name", "letters, digits, '_', '.', '-' and '@', at most 64", why);
+        return r < 0 ? r : parse_string_item(v, data, why);
+}
+
+static int parse_unit_item(const char *v, void *data, char why[static CONFIG_WHY_MAX]) {
         const char *dot = strrchr(v, '.');
         if (!*v || strlen(v) > 255 || !dot || dot == v || strchr(v, '/') || strpbrk(v, " \t"))
-                return -EINVAL;
-        return parse_string_item(v, data);
+                return refuse(why, -EINVAL,
+                              "a unit name with its type, like llama-mainline.service (no '/' or spaces, at "
+                              "most 255)");
+        return parse_string_item(v, data, why);
 }
 
-static int parse_bus_item(const char *v, void *data) {
+static int parse_bus_item(const char *v, void *data, char why[static CONFIG_WHY_MAX]) {
         if (!streq(v, "local") && !streq(v, "system") &&
             (strncmp(v, "ssh:", 4) != 0 || ssh_target_split(v + 4, NULL, NULL) < 0))
-                return -EINVAL;
-        return parse_string_item(v, data);
+                return refuse(why, -EINVAL,
+                              "local, system or ssh:[USER@]HOST[:PORT] (user and host of letters, digits, "
+                              "'.', '_' and '-', or [IPv6]; a port of digits)");
+        return parse_string_item(v, data, why);
 }
 
 /* rule:alias-name: an alias name has a host name's characters (no '-'), so that it can never read as
  * "<host>-<key>" */
-static int parse_alias_name_item(const char *v, void *data) {
-        if (!host_name_is_valid(v))
-                return -EDOM;
-        return parse_string_item(v, data);
+static int parse_alias_name_item(const char *v, void *data, char why[static CONFIG_WHY_MAX]) {
+        int r = refuse_name(v, "_.", "an alias name",
+                            "letters, digits, '_' and '.', at most 64, as a host name: a name with '-' "
+                            "would read as '<host>-<model>'",
+                            why);
+        return r < 0 ? r : parse_string_item(v, data, why);
 }
 
-static int parse_alias_policy_item(const char *v, void *data) {
+static int parse_alias_policy_item(const char *v, void *data, char why[static CONFIG_WHY_MAX]) {
         AliasPolicy p = alias_policy_from_string(v);
         if (p < 0)
-                return p;
+                return refuse(why, p, "warm, ordered or spread");
         *(AliasPolicy *)data = p;
         return 0;
 }
 
 /* Listen=: words as parse_strv_item() takes them, each an address a listener can be made of, so that a
  * typo is the configuration's error (file and line, --check-config) and not a start that fails */
-static int parse_listen_item(const char *v, void *data) {
+static int parse_listen_item(const char *v, void *data, char why[static CONFIG_WHY_MAX]) {
         _cleanup_strv_free_ char **words = NULL;
-        int r = parse_strv_item(v, &words);
+        int r = parse_strv_item(v, &words, why);
         if (r < 0)
                 return r;
         STRV_FOREACH (w, words)
                 if (listen_address_parse(*w, NULL, NULL) < 0)
-                        return -EADDRNOTAVAIL;
-        return parse_strv_item(v, data);
+                        return refuse(why, -EADDRNOTAVAIL,
+                                      "each an IPv4:port, [IPv6]:port, a port, or an absolute path");
+        return parse_strv_item(v, data, why);
 }
 
-static int parse_url_item(const char *v, void *data) {
+static int parse_url_item(const char *v, void *data, char why[static CONFIG_WHY_MAX]) {
         HttpUrl *u = data;
+        int r;
+
         if (!*v) {
                 http_url_done(u);
                 return 0;
         }
-        return http_url_parse(v, u);
+        r = http_url_parse(v, u);
+        if (r == -EPROTONOSUPPORT)
+                return refuse(why, r, "only http:// and https:// URLs are supported");
+        if (r < 0 && r != -ENOMEM)
+                return refuse(why, r,
+                              "a URL like http://192.0.2.20:8081 (http:// or https://, a host, a port from "
+                              "1 to 65535, a path)");
+        return r;
 }
 
 static const ConfigItem config_items[] = {
@@ -281,4 +348,67 @@ const ConfigItem *config_item_find(SectionKind section, const char *key) {
                 if (config_items[k].section == section && streq(config_items[k].key, key))
                         return &config_items[k];
         return NULL;
+}
+
+/* Levenshtein's distance, ignoring case: how many letters to add, remove or change to make a of b */
+static size_t edit_distance(const char *a, const char *b) {
+        size_t la = strlen(a), lb = strlen(b), row[65];
+
+        if (la > 64 || lb > 64)
+                return SIZE_MAX;
+        for (size_t j = 0; j <= lb; j++)
+                row[j] = j;
+        for (size_t i = 1; i <= la; i++) {
+                size_t diag = row[0];
+                row[0] = i;
+                for (size_t j = 1; j <= lb; j++) {
+                        size_t up = row[j],
+                               cost = tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]);
+                        row[j] = MIN(MIN(row[j] + 1, row[j - 1] + 1), diag + cost);
+                        diag = up;
+                }
+        }
+        return row[lb];
+}
+
+/* close enough to be a typo: the same but for case, or a letter or two off in a longer name */
+static bool is_close(const char *typed, const char *known, size_t *best) {
+        size_t d = edit_distance(typed, known), l = strlen(known);
+
+        if (d >= *best || d > (l <= 4 ? 1 : l <= 8 ? 2 : 3))
+                return false;
+        *best = d;
+        return true;
+}
+
+const char *config_item_closest(SectionKind section, const char *key) {
+        const char *found = NULL;
+        size_t best = SIZE_MAX;
+
+        for (size_t k = 0; k < ELEMENTSOF(config_items); k++)
+                if (config_items[k].section == section && is_close(key, config_items[k].key, &best))
+                        found = config_items[k].key;
+        return found;
+}
+
+const char *section_kind_closest(const char *name) {
+        const char *found = NULL;
+        size_t best = SIZE_MAX;
+
+        for (SectionKind k = 0; k < _SECTION_MAX; k++)
+                if (is_close(name, section_names[k], &best))
+                        found = section_names[k];
+        return found;
+}
+
+SectionKind config_item_section_of(SectionKind section, const char *key) {
+        for (size_t k = 0; k < ELEMENTSOF(config_items); k++)
+                if (config_items[k].section != section && streq(config_items[k].key, key))
+                        return config_items[k].section;
+        return _SECTION_INVALID;
+}
+
+const char *section_kind_list(void) {
+        _Static_assert(_SECTION_MAX == 7, "every section is in the list");
+        return "[Proxy], [Host], [Engine], [Fallback], [Access], [Tier] and [Alias]";
 }

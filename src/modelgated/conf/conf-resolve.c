@@ -39,14 +39,17 @@ int config_load_keys(Config *c, const char *path) {
         c->access.key_tiers = mfree(c->access.key_tiers);
         c->access.n_keys = 0;
         r = keys_file_read(path, &f, &error);
+        char w[256];
         if (r == -ENOENT) {
-                log_warning("[Access] KeysFile=%s does not exist: no client has a key", path);
+                log_warning("%s[Access] KeysFile=%s does not exist: no client has a key",
+                            config_where(c, "KeysFile", w), path);
                 return 0;
         }
         if (r == -EBADMSG)
                 return config_error(c, EINVAL, "%s", error);
         if (r < 0)
-                return config_error(c, r, "[Access] KeysFile=%s cannot be read: %m", path);
+                return config_error(c, r, "%s[Access] KeysFile=%s cannot be read: %m",
+                                    config_where(c, "KeysFile", w), path);
 
         c->access.key_hashes = reallocarray(NULL, f.n_keys, SHA256_DIGEST_SIZE);
         c->access.key_tiers = reallocarray(NULL, f.n_keys, sizeof(size_t));
@@ -88,6 +91,8 @@ static int resolve_url(Config *c, HttpUrl *u, const char *what) {
 static int resolve_named_url(Config *c, const char *section, const char *name, HttpUrl *u) {
         _cleanup_free_ char *what = NULL;
 
+        if (!u->text) /* none, or one that did not parse: said already */
+                return 0;
         if (asprintf(&what, "[%s] %s URL=%s", section, name, u->text) < 0)
                 return log_oom();
         return resolve_url(c, u, what);

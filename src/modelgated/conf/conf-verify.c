@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* config_verify(): what no single assignment can tell, checked once every file is read. Each check logs
- * and keeps its error and goes on, so that one run names every problem. */
+ * and keeps its error and goes on, so that one run names every problem; it runs after the files had
+ * errors too, but what is missing from a section with a value that was not valid is not said again (the
+ * value's own error says it). */
 
 #include <assert.h>
+#include <stddef.h>
 #include <string.h>
 #include <strings.h>
 
@@ -11,30 +14,44 @@
 #include "shared/strv.h"
 
 static int verify_proxy(Config *c) {
+        char w[256];
         int r = 0;
 
         if (c->max_header_size < 1024 || c->max_header_size > 16 * 1024 * 1024)
-                r = config_error(c, EINVAL, "[Proxy] MaxHeaderSize= must be between 1K and 16M");
+                r = config_error(c, EINVAL, "%s[Proxy] MaxHeaderSize= must be between 1K and 16M",
+                                 config_where(c, "MaxHeaderSize", w));
         if (c->max_connections_per_address < 1)
-                r = config_error(c, EINVAL, "[Proxy] MaxConnectionsPerAddress= must be at least 1");
+                r = config_error(c, EINVAL, "%s[Proxy] MaxConnectionsPerAddress= must be at least 1",
+                                 config_where(c, "MaxConnectionsPerAddress", w));
         if (c->max_connections < 1)
-                r = config_error(c, EINVAL, "[Proxy] MaxConnections= must be at least 1");
+                r = config_error(c, EINVAL, "%s[Proxy] MaxConnections= must be at least 1",
+                                 config_where(c, "MaxConnections", w));
         if (c->keepalive_interval_usec == 0)
-                r = config_error(c, EINVAL, "[Proxy] KeepaliveIntervalSec= must not be 0");
+                r = config_error(c, EINVAL, "%s[Proxy] KeepaliveIntervalSec= must not be 0",
+                                 config_where(c, "KeepaliveIntervalSec", w));
         if (c->exit_idle_usec > 0 && c->exit_idle_usec < CONFIG_EXIT_IDLE_MIN_USEC) {
                 /* every idle exit and re-activation is a start of the unit, and the units' start limit
                  * (modelgated(8), UNIT SETTINGS) counts on at least a second between them (rule:start-limit)
                  */
                 char t[FORMAT_TIMESPAN_MAX];
-                log_warning("[Proxy] ExitIdleSec=%s is below 1s, using 1s: each idle exit and re-activation "
-                            "counts against the unit's start limit",
-                            format_timespan(t, sizeof(t), c->exit_idle_usec));
+                log_warning(
+                        "%s[Proxy] ExitIdleSec=%s is below 1s, using 1s: each idle exit and re-activation "
+                        "counts against the unit's start limit",
+                        config_where(c, "ExitIdleSec", w), format_timespan(t, sizeof(t), c->exit_idle_usec));
                 c->exit_idle_usec = CONFIG_EXIT_IDLE_MIN_USEC;
         }
-        if (c->header_timeout_usec == 0 || c->idle_timeout_usec == 0 || c->body_timeout_usec == 0)
-                r = config_error(
-                        c, EINVAL,
-                        "[Proxy] HeaderTimeoutSec=, IdleTimeoutSec= and BodyTimeoutSec= must not be 0");
+        static const struct {
+                const char *key;
+                size_t offset;
+        } timeouts[] = {
+                {"HeaderTimeoutSec", offsetof(Config, header_timeout_usec)},
+                {"IdleTimeoutSec", offsetof(Config, idle_timeout_usec)},
+                {"BodyTimeoutSec", offsetof(Config, body_timeout_usec)},
+        };
+        for (size_t i = 0; i < ELEMENTSOF(timeouts); i++)
+                if (*(usec_t *)((char *)c + timeouts[i].offset) == 0)
+                        r = config_error(c, EINVAL, "%s[Proxy] %s= must not be 0 (infinity: no bound)",
+                                         config_where(c, timeouts[i].key, w), timeouts[i].key);
         return r;
 }
 
@@ -43,7 +60,7 @@ static int verify_host(Config *c, size_t i) {
         HostConf *h = &c->hosts[i];
         int r = 0;
 
-        if (!h->url.text)
+        if (!h->url.text && !h->invalid)
                 r = config_error(c, EINVAL, "%s:%u: [Host] '%s' has no URL=", h->file, h->line, h->name);
         if (!h->bus && !(h->bus = strdup("local")))
                 return log_oom();
@@ -75,7 +92,7 @@ static int verify_engine(Config *c, size_t i) {
         if (!config_find_host(c, e->host))
                 r = config_error(c, EINVAL, "%s:%u: [Engine] '%s' names Host='%s', which no [Host] defines",
                                  e->file, e->line, e->name, e->host);
-        if (!e->unit)
+        if (!e->unit && !e->invalid)
                 r = config_error(c, EINVAL, "%s:%u: [Engine] '%s' has no Unit=", e->file, e->line, e->name);
         for (size_t j = 0; j < i; j++)
                 if (e->unit && c->engines[j].unit && streq(c->engines[j].host, e->host) &&
@@ -86,7 +103,7 @@ static int verify_engine(Config *c, size_t i) {
                 r = config_error(c, EINVAL,
                                  "%s:%u: [Engine] '%s' names Fallback='%s', which no [Fallback] defines",
                                  e->file, e->line, e->name, e->fallback);
-        if (e->prime_after_idle_usec != 0 && !e->warmup_request)
+        if (e->prime_after_idle_usec != 0 && !e->warmup_request && !e->invalid)
                 r = config_error(c, EINVAL,
                                  "%s:%u: [Engine] '%s' has PrimeAfterIdleSec= but no WarmupRequest=",
                                  e->file, e->line, e->name);
@@ -96,7 +113,7 @@ static int verify_engine(Config *c, size_t i) {
 static int verify_fallback(Config *c, const FallbackConf *f) {
         int r = 0;
 
-        if (!f->url.text || !f->model)
+        if ((!f->url.text || !f->model) && !f->invalid)
                 r = config_error(c, EINVAL, "%s:%u: [Fallback] '%s' needs URL= and Model=", f->file, f->line,
                                  f->name);
         if (f->key_credential && f->key_file)
@@ -115,7 +132,7 @@ static int verify_alias(Config *c, size_t i) {
         const char *key;
         int r = 0;
 
-        if (strv_length(a->targets) == 0)
+        if (strv_length(a->targets) == 0 && !a->invalid)
                 r = config_error(c, EINVAL, "%s:%u: [Alias] '%s' has no Targets=", a->file, a->line,
                                  a->name);
         if (strv_length(a->targets) > ALIAS_TARGETS_MAX)
@@ -176,6 +193,7 @@ int config_verify(Config *c) {
                         r = k;
         }
         if (c->n_tiers > 0 && !c->access.enabled)
-                r = config_error(c, EINVAL, "[Tier] sections need an [Access] section with KeysFile=");
+                r = config_error(c, EINVAL, "%s:%u: [Tier] sections need an [Access] section with KeysFile=",
+                                 c->tiers[0].file, c->tiers[0].line);
         return r;
 }

@@ -30,7 +30,13 @@ int config_error(Config *c, int error, const char *fmt, ...) {
         va_end(ap);
         if (k < 0)
                 return log_oom();
-        log_error("%s", s);
+        /* every error is counted, but a file that is no configuration at all (a binary, the wrong path)
+         * would fill the journal */
+        if (c->n_errors < CONFIG_ERRORS_LOGGED)
+                log_error("%s", s);
+        else if (c->n_errors == CONFIG_ERRORS_LOGGED)
+                log_error("More than %d errors: the others are counted, not shown", CONFIG_ERRORS_LOGGED);
+        c->n_errors++;
         if (strv_length(c->errors) < CONFIG_ERRORS_MAX && strv_push(&c->errors, s) >= 0)
                 TAKE_PTR(s);
         return -error;
@@ -125,6 +131,9 @@ void config_done(Config *c) {
         free(c->access.keys_file);
         free(c->access.key_hashes);
         free(c->access.key_tiers);
+        for (size_t i = 0; i < c->n_origins; i++)
+                free(c->origins[i].file);
+        free(c->origins);
         *c = (Config){};
 }
 
@@ -151,6 +160,41 @@ Config *config_unref(Config *c) {
                 free(c);
         }
         return NULL;
+}
+
+int config_note_origin(Config *c, const char *key, const char *file, unsigned line) {
+        assert(c);
+        ConfigOrigin *o = NULL;
+        char *f = strdup(file);
+
+        if (!f)
+                return -ENOMEM;
+        for (size_t i = 0; i < c->n_origins && !o; i++)
+                if (c->origins[i].key == key)
+                        o = &c->origins[i];
+        if (!o) {
+                ConfigOrigin *n = reallocarray(c->origins, c->n_origins + 1, sizeof(ConfigOrigin));
+                if (!n) {
+                        free(f);
+                        return -ENOMEM;
+                }
+                c->origins = n;
+                o = &n[c->n_origins++];
+                *o = (ConfigOrigin){.key = key};
+        }
+        free(o->file);
+        o->file = f;
+        o->line = line;
+        return 0;
+}
+
+const char *config_where(const Config *c, const char *key, char buf[static 256]) {
+        assert(c);
+        buf[0] = 0;
+        for (size_t i = 0; i < c->n_origins; i++)
+                if (streq(c->origins[i].key, key))
+                        snprintf(buf, 256, "%s:%u: ", c->origins[i].file, c->origins[i].line);
+        return buf;
 }
 
 const FallbackConf *config_find_fallback(const Config *c, const char *name) {
@@ -229,4 +273,42 @@ const HostConf *config_find_host(const Config *c, const char *name) {
 int host_conf_ssh_argv(const HostConf *h, char ***ret) {
         assert(h);
         return ssh_command_argv(h->ssh_command, h->bus + 4, h->bus_path, ret);
+}
+
+char *config_errors_join(char **errors, unsigned n_total, int r) {
+        _cleanup_free_ char *s = NULL;
+        size_t n = strv_length(errors);
+        char *ret;
+
+        if (n == 0)
+                /* out of memory, or an error that config_error() could not keep */
+                return asprintf(&ret, "%s", strerror(r < 0 ? -r : r)) < 0 ? NULL : ret;
+        if (n <= 4)
+                return strv_join(errors, "; ");
+        char *keep = errors[4];
+        errors[4] = NULL;
+        s = strv_join(errors, "; ");
+        errors[4] = keep;
+        if (!s || asprintf(&ret, "%s; and %zu more (see the log)", s, MAX((size_t)n_total, n) - 4) < 0)
+                return NULL;
+        return ret;
+}
+
+const char *config_reload_command(bool user) {
+        return user ? "systemctl --user reload modelgate" : "systemctl reload modelgate";
+}
+
+char *config_refusal_message(char **errors, unsigned n_total, int r, bool user) {
+        _cleanup_free_ char *what = config_errors_join(errors, n_total, r);
+        char *ret;
+
+        /* read by someone who may come when the daemon has exited idle: then there is nothing to reload,
+         * and the next start reads the file anyway */
+        if (!what ||
+            asprintf(&ret,
+                     "modelgate's configuration has errors: %s; fix it; a running modelgate reads it "
+                     "on '%s', a stopped one at its next start",
+                     what, config_reload_command(user)) < 0)
+                return NULL;
+        return ret;
 }

@@ -36,6 +36,7 @@ typedef struct HostConf {
         usec_t idle_stop_usec, hold_down_usec, wait_budget_usec, failed_start_hold_usec;
         char *file;
         unsigned line;
+        bool invalid; /* a value of its section is not valid: said, and not checked further */
 } HostConf;
 
 typedef struct EngineConf {
@@ -54,6 +55,7 @@ typedef struct EngineConf {
         size_t warmup_size;
         char *file;
         unsigned line;
+        bool invalid; /* a value of its section is not valid: said, and not checked further */
 } EngineConf;
 
 /* An OpenAI- or Anthropic-compatible upstream that answers when an engine cannot
@@ -68,6 +70,7 @@ typedef struct FallbackConf {
         char *key;   /* read by config_resolve(); NULL: none is sent */
         char *file;
         unsigned line;
+        bool invalid; /* a value of its section is not valid: said, and not checked further */
 } FallbackConf;
 
 typedef struct TierConf {
@@ -81,6 +84,7 @@ typedef struct TierConf {
         bool control;            /* Control=: may stop engines over HTTP (rule:swap-unload) */
         char *file;
         unsigned line;
+        bool invalid; /* a value of its section is not valid: said, and not checked further */
 } TierConf;
 
 /* rule:alias-at-admission: one client-visible name the operator declares to be served by any of its targets
@@ -103,6 +107,7 @@ typedef struct AliasConf {
         AliasPolicy policy;
         char *file;
         unsigned line;
+        bool invalid; /* a value of its section is not valid: said, and not checked further */
 } AliasConf;
 
 typedef struct AccessConf {
@@ -115,6 +120,13 @@ typedef struct AccessConf {
         size_t *key_tiers;
         size_t n_keys;
 } AccessConf;
+
+/* Where a key of [Proxy] or [Access] (sections that are one, not one per name) was last set */
+typedef struct ConfigOrigin {
+        const char *key; /* the ConfigItem's */
+        char *file;
+        unsigned line;
+} ConfigOrigin;
 
 typedef struct Config {
         unsigned n_ref; /* config_new()'s: a reload keeps the old one while requests and hosts use it */
@@ -152,9 +164,14 @@ typedef struct Config {
         /* What was wrong, as logged ("file:line: …"), at most CONFIG_ERRORS_MAX: a socket-activated daemon
          * answers with these while it refuses requests (modelgated(8)) */
         char **errors;
+        unsigned n_errors; /* all of them, also those past CONFIG_ERRORS_MAX */
+        ConfigOrigin *origins;
+        size_t n_origins;
 } Config;
 
 #define CONFIG_ERRORS_MAX 16
+/* errors logged by one read; the rest are counted */
+#define CONFIG_ERRORS_LOGGED 100
 /* ExitIdleSec= below this is raised to it */
 #define CONFIG_EXIT_IDLE_MIN_USEC USEC_PER_SEC
 
@@ -169,8 +186,8 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(Config *, config_unref);
  * wrong to clients instead of only to its log. Returns -abs(error); %m is that error. */
 _printf_(3, 4) int config_error(Config *c, int error, const char *fmt, ...);
 
-/* Reads one file's text into c. 'name' labels error messages. 0 or -EINVAL (errors logged with file:line,
- * and kept in c->errors). */
+/* Reads one file's text into c. 'name' labels error messages. 0 or -EINVAL (every error of the text logged
+ * with file:line and what would be right, and kept in c->errors). */
 int config_parse_text(Config *c, const char *name, const char *text, size_t size);
 /* Reads path and, beside it, path.d/ *.conf in lexical order. -ENOENT if neither exists. */
 int config_load(Config *c, const char *path);
@@ -182,9 +199,22 @@ int config_resolve(Config *c);
  * every problem found logged and in c->errors. */
 int config_read(Config *c, const char *path);
 void config_dump(const Config *c, FILE *f);
+/* The first four of errors (n_total in all) joined with "; " and how many more the log has; r's text when
+ * none was kept. NULL: out of memory. */
+char *config_errors_join(char **errors, unsigned n_total, int r);
+/* "systemctl [--user] reload modelgate" */
+const char *config_reload_command(bool user);
+/* What a daemon that refuses requests for errors in its configuration answers (rule:refusing-state): the
+ * errors, and how a fixed file is read whether the daemon runs or has exited. NULL: out of memory. */
+char *config_refusal_message(char **errors, unsigned n_total, int r, bool user);
 /* modelgate.conf of a user instance ($XDG_CONFIG_HOME/modelgate, ~/.config/modelgate) or of the system
  * (/etc/modelgate); NULL when a user's cannot be told. */
 char *config_default_path(bool user);
+
+/* Notes that key (of [Proxy] or [Access]) was set at file:line, for the errors of config_verify() */
+int config_note_origin(Config *c, const char *key, const char *file, unsigned line);
+/* "file:line: " where key was last set, "" when it was not (a default): the start of an error about it */
+const char *config_where(const Config *c, const char *key, char buf[static 256]);
 
 const HostConf *config_find_host(const Config *c, const char *name);
 const FallbackConf *config_find_fallback(const Config *c, const char *name);

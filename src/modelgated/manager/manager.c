@@ -44,6 +44,7 @@ struct Manager {
          * defaults, with no host, and every request is answered 503 with refusal until a reload brings a
          * good file. */
         char **config_errors;
+        unsigned n_config_errors; /* also those past the CONFIG_ERRORS_MAX kept in config_errors */
         char *refusal;
         /* The runs before this one ended without a clean exit, CRASH_LOOP_RUNS times in CRASH_LOOP_WINDOW:
          * this run refuses like a broken file does, with no host, so that whatever crashed them is not
@@ -142,29 +143,8 @@ void manager_set_callbacks(Manager *m, const ManagerCallbacks *cb, void *userdat
         m->userdata = userdata;
 }
 
-/* What is wrong, for logs and the D-Bus error of a refused reload: the first few errors, joined. */
-static char *config_errors_join(char **errors, int r) {
-        _cleanup_free_ char *s = NULL;
-        size_t n = strv_length(errors);
-        char *ret;
-
-        if (n == 0)
-                /* out of memory, or an error that config_error() could not keep */
-                return asprintf(&ret, "%s", strerror(r < 0 ? -r : r)) < 0 ? NULL : ret;
-        if (n > 4) {
-                char *keep = errors[4];
-                errors[4] = NULL;
-                s = strv_join(errors, "; ");
-                errors[4] = keep;
-                if (!s || asprintf(&ret, "%s; and %zu more (see the log)", s, n - 4) < 0)
-                        return NULL;
-                return ret;
-        }
-        return strv_join(errors, "; ");
-}
-
 static const char *reload_command(Manager *m) {
-        return m->user ? "systemctl --user reload modelgate" : "systemctl reload modelgate";
+        return config_reload_command(m->user);
 }
 
 /* The answer to every request, the STATUS= and the D-Bus warning of a daemon that refuses requests
@@ -176,12 +156,10 @@ static void manager_refuse(Manager *m, char *refusal) {
         (void)sd_notifyf(false, "STATUS=Refusing requests: %s", m->refusal);
 }
 
-static int manager_set_refusal(Manager *m, char **errors, int r) {
-        _cleanup_free_ char *what = config_errors_join(errors, r);
-        char *refusal;
+static int manager_set_refusal(Manager *m, char **errors, unsigned n_total, int r) {
+        char *refusal = config_refusal_message(errors, n_total, r, m->user);
 
-        if (!what || asprintf(&refusal, "modelgate's configuration has errors: %s; fix it and run '%s'",
-                              what, reload_command(m)) < 0)
+        if (!refusal)
                 return log_oom();
         manager_refuse(m, refusal);
         return 0;
@@ -202,7 +180,7 @@ int manager_record_run(Manager *m) {
         if (asprintf(&refusal,
                      "modelgated ended %u times in the last %s without a clean exit "
                      "(it crashed or was killed: 'journalctl %s-u modelgate' says why); "
-                     "it refuses requests until '%s', or until those runs are %s old",
+                     "it refuses requests until '%s' while it runs, or until those runs are %s old",
                      unclean, w, m->user ? "--user " : "", reload_command(m), w) < 0)
                 return log_oom();
         log_error("%s", refusal);
@@ -239,6 +217,7 @@ int manager_load_config(Manager *m, const char *path) {
         if (r < 0) {
                 strv_free(m->config_errors);
                 m->config_errors = TAKE_PTR(c->errors);
+                m->n_config_errors = MAX(c->n_errors, 1u);
                 if (!m->config_errors && strv_extend(&m->config_errors, strerror(-r)) < 0)
                         return log_oom();
                 return r;
@@ -249,6 +228,11 @@ int manager_load_config(Manager *m, const char *path) {
         m->config = TAKE_PTR(c);
         m->config_serial++;
         return 0;
+}
+
+unsigned manager_n_config_errors(Manager *m) {
+        assert(m);
+        return m->n_config_errors;
 }
 
 void manager_changed(Manager *m) {
@@ -384,7 +368,7 @@ int manager_start(Manager *m) {
                 /* Exiting would leave the socket's clients hanging and systemd restarting us for nothing:
                  * every request gets the errors at once, until a reload brings a good file. The errors
                  * are in the log, once. */
-                return manager_set_refusal(m, m->config_errors, -EINVAL);
+                return manager_set_refusal(m, m->config_errors, m->n_config_errors, -EINVAL);
         return 0;
 }
 
@@ -456,20 +440,29 @@ static int reload_match_hosts(Manager *m, Config *n, Host **hosts, bool *kept_fr
 /* A new file with errors: the running configuration stays, or a refusing daemon refuses with the new
  * errors */
 static int reload_refused(Manager *m, Config *n, int r, char **ret_error) {
-        _cleanup_free_ char *what = config_errors_join(n->errors, r), *why = NULL;
+        unsigned count = MAX(n->n_errors, 1u);
+        _cleanup_free_ char *what = config_errors_join(n->errors, count, r), *why = NULL;
 
         if (m->refusal) {
-                log_error("Reload refused: %s %s errors (above); every request is answered with them",
-                          m->config_path, m->crash_loop ? "has" : "still has");
+                log_error("Reload refused: %s %s %u error%s (above); every request is answered with them",
+                          m->config_path, m->crash_loop ? "has" : "still has", count, count == 1 ? "" : "s");
                 /* a crash loop's refusal gives way to the errors: a good file serves, as after any */
                 m->crash_loop = false;
                 strv_free(m->config_errors);
                 m->config_errors = TAKE_PTR(n->errors);
-                (void)manager_set_refusal(m, m->config_errors, r);
+                m->n_config_errors = count;
+                (void)manager_set_refusal(m, m->config_errors, count, r);
                 manager_changed(m);
-        } else
-                log_error("Reload refused, the running configuration stays: %s has errors (above)",
-                          m->config_path);
+        } else {
+                log_error("Reload refused, the running configuration stays: %s has %u error%s (above)",
+                          m->config_path, count, count == 1 ? "" : "s");
+                /* 'systemctl reload' says only that the job failed, and points at 'systemctl status' */
+                (void)sd_notifyf(false,
+                                 "STATUS=Reload refused, serving with the previous configuration: %u "
+                                 "error%s, the first: %s",
+                                 count, count == 1 ? "" : "s",
+                                 n->errors && n->errors[0] ? n->errors[0] : strerror(r < 0 ? -r : r));
+        }
         if (!what || asprintf(&why, "the configuration has errors: %s; %s", what,
                               m->refusal ? "modelgate still refuses every request"
                                          : "the running configuration stays") < 0)

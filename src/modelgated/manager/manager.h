@@ -41,10 +41,11 @@ Manager *manager_free(Manager *m);
 DEFINE_TRIVIAL_CLEANUP_FUNC(Manager *, manager_free);
 void manager_set_callbacks(Manager *m, const ManagerCallbacks *cb, void *userdata);
 
-/* Reads, verifies and resolves the configuration at path. On errors the defaults stay,
- * manager_config_errors() says what is wrong, and manager_start() brings up a daemon that refuses every
- * request with that. */
+/* Reads, verifies and resolves the configuration at path. On errors the defaults stay, every error is
+ * logged (manager_n_config_errors() of them), and manager_start() brings up a daemon that refuses every
+ * request with them. */
 int manager_load_config(Manager *m, const char *path);
+unsigned manager_n_config_errors(Manager *m);
 /* Socket-activated, with a good configuration: records this run (run-record.h). When runs before it ended
  * without a clean exit CRASH_LOOP_RUNS times within CRASH_LOOP_WINDOW, the daemon refuses every request
  * with that, with no host (manager_crash_loop()), until a reload or until those runs are that old. */
