@@ -67,7 +67,7 @@ def test_a_reload_that_changes_listen_says_the_listener_needs_a_restart(make_dou
         f.write("[Proxy]\nListen=127.0.0.1:%d\nListen=localhost:8080\n" % g.port + host_conf("3090", d.url))
     out = subprocess.run([MODELGATED, "--config=" + g.conf, "--check-config"], capture_output=True, text=True)
     assert out.returncode == 78, out
-    assert "%s:3: [Proxy] Listen='localhost:8080' is not valid (each an IPv4:port" % g.conf in out.stderr, out
+    assert "%s:3: [Proxy] Listen='localhost:8080' is not valid: each an IPv4:port" % g.conf in out.stderr, out
     # and the default is shown when none is given
     with open(g.conf, "w") as f:
         f.write(host_conf("3090", d.url))

@@ -206,8 +206,8 @@ TEST(listen_is_checked_and_dumped) {
 
         ASSERT_EQ(parse(&c, "[Proxy]\nListen=8080\nListen=localhost:80\n"), -EINVAL);
         ASSERT_STREQ(c.errors[0],
-                     "test.conf:3: [Proxy] Listen='localhost:80' is not valid (each an IPv4:port, "
-                     "[IPv6]:port, a port, or an absolute path)");
+                     "test.conf:3: [Proxy] Listen='localhost:80' is not valid: each an IPv4:port, "
+                     "[IPv6]:port, a port, or an absolute path");
         config_done(&c);
         ASSERT_EQ(parse(&c, "[Proxy]\nListen=127.0.0.1:65536\n"), -EINVAL);
         ASSERT_TRUE(strstr(c.errors[0], "test.conf:2: [Proxy] Listen='127.0.0.1:65536' is not valid"));

@@ -354,6 +354,10 @@ static bool dispatch_read_model(Client *c, Dispatch *d) {
                         return client_answer(c, ANSWER_MODEL_CONTROL_CHARACTER), false;
         free(c->x->model);
         d->model = c->x->model = TAKE_PTR(model);
+        /* an alias's next target reads the model again: the activity record points at the Exchange's
+         * string, and would point at the freed one until the next host's activity begin (which a host
+         * removed by a reload never reaches) */
+        c->x->activity.model = c->x->model;
         return true;
 }
 
