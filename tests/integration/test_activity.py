@@ -10,6 +10,7 @@ import shutil
 import socket
 import subprocess
 import threading
+import time
 import uuid
 
 import pytest
@@ -111,6 +112,12 @@ def test_a_switch_seen_live_and_by_a_late_subscriber(box, make_gate):
     names = [d["phase"] for d in seen]
     assert names == ["admitted", "queued", "switching", "first_byte", "done"], names
     queued, done = seen[1], seen[-1]
+    # times are the wall clock's, in microseconds: each phase at or after the one before, and done's the
+    # request's duration after its start
+    ts = [d["t"] for d in seen]
+    assert ts == sorted(ts) and seen[0]["started"] <= ts[0], seen
+    assert abs(time.time() * 1e6 - ts[-1]) < 60e6, ts
+    assert abs((ts[-1] - done["started"]) / 1000 - done["duration_ms"]) <= 2, done
     assert queued["waits_for"] in ("switch", "stream", "hold-down") and queued["position"] >= 0
     assert all(d["host"] == "3090" and d["engine"] == "fork" and d["model"] == "3090-flint-40b" for d in seen)
     assert done["status"] == 200 and done["tokens_out"] and done["tokens_out"] > 0

@@ -41,7 +41,9 @@ void client_activity_begin(Client *c) {
         r->key = x->caller.admitted ? access_caller_id(&x->caller, x->activity_key) : NULL;
         r->api = api_name(x->path);
         r->stream = x->streaming;
-        activity_request_begin(manager_activity(c->manager), r);
+        /* the first time, the request's own start (the same reading of the loop's clock, as a rule, and
+         * no other); an alias's next target begins now */
+        activity_request_begin(manager_activity(c->manager), r, r->owner ? client_now(c) : x->start);
 }
 
 /* It waits for its engine: why, and behind how many */
@@ -54,7 +56,7 @@ void client_activity_queued(Client *c) {
         r->hold_down_left = w == HOST_WAIT_HOLD_DOWN && hold_left != USEC_INFINITY
                                     ? (double)hold_left / USEC_PER_SEC
                                     : -1;
-        activity_request_phase(r, ACTIVITY_QUEUED);
+        activity_request_phase(r, ACTIVITY_QUEUED, client_now(c));
 }
 
 /* Its engine's router loads its model (seen at the keepalives of a waiting stream) */
@@ -65,14 +67,14 @@ void client_activity_loading(Client *c) {
         if ((p < 0 && p != -ENODATA) || (r->phase == ACTIVITY_LOADING && r->progress == p))
                 return;
         r->progress = p >= 0 ? p : -1;
-        activity_request_phase(r, ACTIVITY_LOADING);
+        activity_request_phase(r, ACTIVITY_LOADING, client_now(c));
 }
 
 void client_activity_first_byte(Client *c) {
         ActivityRequest *r = &c->x->activity;
 
         r->first_byte_ms = (int64_t)(c->x->first_byte / USEC_PER_MSEC);
-        activity_request_phase(r, ACTIVITY_FIRST_BYTE);
+        activity_request_phase(r, ACTIVITY_FIRST_BYTE, c->x->start + c->x->first_byte);
 }
 
 /* Its end, with the access line's numbers: a struct copy into the ring */
@@ -98,7 +100,7 @@ void client_activity_done(Client *c, int status, usec_t duration, bool cut) {
         r->fallback = x->via_fallback ? (x->fallback ? x->fallback->name : "?") : NULL;
         if (x->via_fallback)
                 r->engine = NULL;
-        activity_request_done(r);
+        activity_request_done(r, x->start + duration);
 }
 
 /* rule:activity-feed: without [Access] anyone on the socket; with it, a tier with Activity=yes */

@@ -66,9 +66,10 @@ static void client_engine_ready(HostWaiter *w, int status, const char *message) 
                 (void)sd_event_source_set_enabled(c->x->keepalive, SD_EVENT_OFF);
                 (void)client_attempt_failed(c, attempt_failure_of_refusal(status), status, message);
         } else {
-                metrics_wait(manager_metrics(c->manager), c->x->host->name, client_now(c) - c->x->start);
+                usec_t now = client_now(c);
+                metrics_wait(manager_metrics(c->manager), c->x->host->name, now - c->x->start);
                 metrics_queued(manager_metrics(c->manager), c->x->host->name, w->queued);
-                activity_request_ready(&c->x->activity);
+                activity_request_ready(&c->x->activity, now);
                 client_go(c);
         }
         client_flush(c);

@@ -75,13 +75,19 @@ FeedHub *activity_hub(Activity *a) {
         return a->hub;
 }
 
-static usec_t activity_now(Activity *a) {
+/* The loop's time of this iteration (no system call), on the clock a request's times are kept on: the
+ * client's, which hands its own reading of it to each phase, so that a request costs no clock read here */
+static usec_t activity_now(Activity *a, clockid_t clock) {
         usec_t t;
 
-        /* the loop's time of this iteration: no system call */
-        if (sd_event_now(a->event, CLOCK_REALTIME, &t) < 0)
-                return now_usec(CLOCK_REALTIME);
+        if (sd_event_now(a->event, clock, &t) < 0)
+                return now_usec(clock);
         return t;
+}
+
+/* What to add to a CLOCK_MONOTONIC time to show it as CLOCK_REALTIME: read when an event is written */
+static usec_t realtime_offset(Activity *a) {
+        return activity_now(a, CLOCK_REALTIME) - activity_now(a, CLOCK_MONOTONIC);
 }
 
 /* Short copies, cut to the field: cheaper than snprintf() */
@@ -138,10 +144,10 @@ static void render_host(Buffer *b, const ActivityHost *h, usec_t t) {
         (void)buffer_printf(b, ",\"in_flight\":%u,\"waiting\":%u}", h->in_flight, h->waiting);
 }
 
-static void render_request(Buffer *b, const ActivityRequest *r) {
+static void render_request(Buffer *b, const ActivityRequest *r, usec_t realtime) {
         char id[REQUEST_ID_MAX + 1];
 
-        (void)buffer_printf(b, "{\"t\":%llu", (unsigned long long)r->t);
+        (void)buffer_printf(b, "{\"t\":%llu", (unsigned long long)(r->t + realtime));
         copy_span(id, sizeof(id), r->id);
         put_str(b, "id", id);
         put_str(b, "phase", activity_phase_to_string(r->phase));
@@ -151,7 +157,7 @@ static void render_request(Buffer *b, const ActivityRequest *r) {
         put_str(b, "key", r->key);
         put_str(b, "api", r->api ?: "other");
         (void)buffer_printf(b, ",\"stream\":%s,\"started\":%llu", r->stream ? "true" : "false",
-                            (unsigned long long)r->started);
+                            (unsigned long long)(r->started + realtime));
         switch (r->phase) {
         case ACTIVITY_QUEUED:
                 (void)buffer_printf(b, ",\"position\":%u", r->position);
@@ -192,9 +198,9 @@ static void broadcast(Activity *a, const char *type, const ActivityRequest *r, c
 
         (void)buffer_printf(b, "event: %s\ndata: ", type);
         if (r)
-                render_request(b, r);
+                render_request(b, r, realtime_offset(a));
         else
-                render_host(b, h, activity_now(a));
+                render_host(b, h, activity_now(a, CLOCK_REALTIME));
         if (buffer_append_str(b, "\n\n") < 0)
                 return; /* out of memory: this event is not shown */
         feed_hub_broadcast(a->hub, &(const FeedEvent){.text = buffer_peek(b), .size = buffer_size(b)});
@@ -212,9 +218,8 @@ static void close_phase(ActivityRequest *r, usec_t now) {
         }
 }
 
-void activity_request_begin(Activity *a, ActivityRequest *r) {
+void activity_request_begin(Activity *a, ActivityRequest *r, usec_t now) {
         assert(a && r);
-        usec_t now = activity_now(a);
 
         if (!r->owner) {
                 r->owner = a;
@@ -231,13 +236,12 @@ void activity_request_begin(Activity *a, ActivityRequest *r) {
                 broadcast(a, "request", r, NULL);
 }
 
-void activity_request_phase(ActivityRequest *r, ActivityPhase p) {
+void activity_request_phase(ActivityRequest *r, ActivityPhase p, usec_t now) {
         assert(r);
         Activity *a = r->owner;
 
         if (!a || (r->phase == p && p != ACTIVITY_QUEUED && p != ACTIVITY_LOADING))
                 return;
-        usec_t now = activity_now(a);
         if (p != ACTIVITY_LOADING && p != r->phase)
                 close_phase(r, now);
         if (p == ACTIVITY_QUEUED && !r->queued_at)
@@ -250,10 +254,10 @@ void activity_request_phase(ActivityRequest *r, ActivityPhase p) {
                 broadcast(a, "request", r, NULL);
 }
 
-void activity_request_ready(ActivityRequest *r) {
+void activity_request_ready(ActivityRequest *r, usec_t now) {
         assert(r);
         if (r->owner)
-                close_phase(r, activity_now(r->owner));
+                close_phase(r, now);
 }
 
 void activity_request_forget(ActivityRequest *r) {
@@ -264,13 +268,12 @@ void activity_request_forget(ActivityRequest *r) {
         r->owner = NULL;
 }
 
-void activity_request_done(ActivityRequest *r) {
+void activity_request_done(ActivityRequest *r, usec_t now) {
         assert(r);
         Activity *a = r->owner;
 
         if (!a)
                 return;
-        usec_t now = activity_now(a);
         close_phase(r, now);
         r->t = now;
         r->phase = ACTIVITY_DONE;
@@ -323,7 +326,7 @@ static void promote_switching(Activity *a, const ActivityHost *h) {
         LIST_FOREACH_SAFE (inflight, r, next, a->inflight)
                 if (r->phase == ACTIVITY_QUEUED && streq_ptr(r->host, h->name) &&
                     streq_ptr(r->engine, h->switching_to))
-                        activity_request_phase(r, ACTIVITY_SWITCHING);
+                        activity_request_phase(r, ACTIVITY_SWITCHING, activity_now(a, CLOCK_MONOTONIC));
 }
 
 void activity_host_changed(Activity *a, const ActivityHost *h) {
@@ -342,7 +345,7 @@ void activity_host_changed(Activity *a, const ActivityHost *h) {
 
 int activity_render_snapshot(Activity *a, const ActivityHost *hosts, size_t n_hosts, Buffer *out) {
         assert(a && out);
-        usec_t now = activity_now(a);
+        usec_t now = activity_now(a, CLOCK_REALTIME), realtime = realtime_offset(a);
 
         (void)buffer_printf(out, "{\"t\":%llu,\"hosts\":[", (unsigned long long)now);
         for (size_t i = 0; i < n_hosts; i++) {
@@ -356,7 +359,7 @@ int activity_render_snapshot(Activity *a, const ActivityHost *hosts, size_t n_ho
         while (last && last->inflight_next)
                 last = last->inflight_next;
         for (ActivityRequest *r = last; r; r = r->inflight_prev) {
-                render_request(out, r);
+                render_request(out, r, realtime);
                 if (r->inflight_prev)
                         (void)buffer_append_str(out, ",");
         }
@@ -365,7 +368,7 @@ int activity_render_snapshot(Activity *a, const ActivityHost *hosts, size_t n_ho
                 size_t i = (a->ring_next + ACTIVITY_RECENT - a->ring_n + k) % ACTIVITY_RECENT;
                 if (k > 0)
                         (void)buffer_append_str(out, ",");
-                render_request(out, &a->ring[i].r);
+                render_request(out, &a->ring[i].r, realtime);
         }
         return buffer_append_str(out, "]}");
 }

@@ -48,7 +48,7 @@ typedef struct ActivityRequest {
         LIST_FIELDS(struct ActivityRequest, inflight);
         Activity *owner; /* set while in flight */
         ActivityPhase phase;
-        usec_t t, started;                 /* CLOCK_REALTIME: the last phase's time, the request's start */
+        usec_t t, started; /* CLOCK_MONOTONIC, the caller's: the last phase's time, the request's start */
         usec_t queued_at, switch_at;       /* CLOCK_REALTIME, 0: not (yet) */
         uint64_t queued_usec, switch_usec; /* spent queued, spent while its engine was switched to */
         /* The names: while in flight the owner's own strings, which live as long as the request does (so
@@ -82,14 +82,16 @@ const char *activity_phase_to_string(ActivityPhase p);
 /* A request reached its host: r (its fields filled by the caller: id, model, host, engine, key, api,
  * stream) is in flight from now, "admitted". Again for the same r (an alias's next target): the new host
  * and engine, "admitted" again. */
-void activity_request_begin(Activity *a, ActivityRequest *r);
-/* A new phase of a request in flight (the phase's own fields set first by the caller) */
-void activity_request_phase(ActivityRequest *r, ActivityPhase p);
+void activity_request_begin(Activity *a, ActivityRequest *r, usec_t now);
+/* A new phase of a request in flight (the phase's own fields set first by the caller). Each call's now
+ * is CLOCK_MONOTONIC, the event loop's of this iteration, as the caller already read it: events show it
+ * as CLOCK_REALTIME. */
+void activity_request_phase(ActivityRequest *r, ActivityPhase p, usec_t now);
 /* Its engine is up and it goes: the time queued and switching ends here (no event: first_byte is next) */
-void activity_request_ready(ActivityRequest *r);
+void activity_request_ready(ActivityRequest *r, usec_t now);
 /* The request ended (status and the numbers set by the caller): copied into the ring, no longer in
  * flight. Nothing for a request never begun or already done. */
-void activity_request_done(ActivityRequest *r);
+void activity_request_done(ActivityRequest *r, usec_t now);
 /* The request is gone without a done (its record's memory is reused): out of the in-flight list */
 void activity_request_forget(ActivityRequest *r);
 
