@@ -62,6 +62,8 @@ struct Host {
         HostBus *bus;
 
         HostState state;
+        bool probed; /* the first probe ended (rule:host-connecting): the bus's outcome, or the first read's
+                      */
         bool bus_down;
         char *down_reason;
         bool http_down;

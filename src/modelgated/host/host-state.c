@@ -224,7 +224,7 @@ Host *host_new(const HostEnv *env, Config *config, const HostConf *conf) {
         h->conf = conf;
         h->config = config_ref(config);
         h->running = h->target = h->switch_from = h->last_switch_target = h->idle_timer.engine = -1;
-        h->state = HOST_IDLE;
+        h->state = HOST_CONNECTING;
 
         if (collect_engines(config, conf, &h->engines, &h->n_engines, &units) < 0)
                 goto fail;
@@ -269,7 +269,6 @@ Host *host_new(const HostEnv *env, Config *config, const HostConf *conf) {
                 h->bus_down = true;
                 h->logged_down = -1;
                 h->down_reason = strdup("connecting");
-                h->state = HOST_DOWN;
                 sched_host_down(&h->sched, true); /* requests wait (budgets apply) until it is known */
         }
         return h;
@@ -365,7 +364,7 @@ void host_start(Host *h) {
         assert(h);
         if (h->bus)
                 host_bus_connect(h->bus);
-        catalog_start(h->catalog, h->state == HOST_DOWN);
+        catalog_start(h->catalog, h->bus_down);
 }
 
 const HostConf *host_conf(const Host *h) {
@@ -451,7 +450,7 @@ ssize_t host_find_engine(const Host *h, const char *key, const char **ret_model)
 static bool host_refuse_if_down(const Host *h, HostRefusal *ret) {
         /* the first connection is not an outcome yet: after an idle exit, the request that started this
          * instance must wait for the bus, not get a 503 */
-        if ((h->bus_down && !streq_ptr(h->down_reason, "connecting")) || h->http_down) {
+        if ((h->bus_down && h->probed) || h->http_down) {
                 ret->status = 503;
                 (void)answer_format(ret->message, sizeof(ret->message), ANSWER_HOST_DOWN, h->conf->name,
                                     strna(h->down_reason));
@@ -568,29 +567,6 @@ int host_waiter_describe(const HostWaiter *w, char *buf, size_t l) {
         snprintf(buf, l, "waiting for engine %s on %s, %u ahead", engine_name(h, w->engine), h->conf->name,
                  sched_ahead(&h->sched, &w->req));
         return 1;
-}
-
-void host_report_http(Host *h, const char *reason) {
-        assert(h);
-        bool down = reason != NULL;
-
-        /* with engines, only the engine that is up can fail: one stopping (an idle stop, a switch) is
-         * expected to refuse connections */
-        if (down && h->n_engines > 0 && (!h->engine_up || h->phase != PHASE_NONE))
-                return;
-        if (down == h->http_down)
-                return;
-        h->http_down = down;
-        if (down && !h->bus_down) {
-                free(h->down_reason);
-                h->down_reason = strdup(reason);
-        }
-        host_update_state(h);
-}
-
-void host_report_request_failed(Host *h) {
-        assert(h);
-        catalog_check_soon(h->catalog);
 }
 
 unsigned host_in_flight(const Host *h) {

@@ -504,6 +504,7 @@ static void bus_up(HostBus *b, void *userdata) {
         Host *h = userdata;
         ssize_t found = -1;
 
+        h->probed = true;
         h->bus_down = false;
         h->down_reason = mfree(h->down_reason);
         sched_host_down(&h->sched, false);
@@ -536,6 +537,7 @@ static void bus_down(HostBus *b, const char *reason, void *userdata) {
         host_switch_reset(h);
         h->running = -1;
         h->engine_up = false;
+        h->probed = true;
         h->bus_down = true;
         free(h->down_reason);
         h->down_reason = strdup(reason);

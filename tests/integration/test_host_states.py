@@ -1,0 +1,101 @@
+"""What a host's state says, in a boxed user manager: a host not probed yet is connecting, not down, and
+/health waits (bounded) for the first probes (rule:host-connecting, rule:health, rule:first-wait)."""
+
+import http.client
+import json
+import os
+import socket
+import subprocess
+import time
+
+import pytest
+
+from boxes import MODELGATECTL, box_skip_reason, engines_conf, installed_units, local_host
+from conftest import free_port, host_conf, metric_samples, wait_for
+
+pytestmark = pytest.mark.skipif(box_skip_reason() is not None, reason=str(box_skip_reason()))
+
+
+class At:
+    """modelgate on a port (socket-activated: no Gate of its own), as metric_samples() asks for one"""
+
+    def __init__(self, port):
+        self.port = port
+
+    def conn(self, timeout=30):
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
+    def get(self, path):
+        c = self.conn()
+        c.request("GET", path)
+        r = c.getresponse()
+        body = r.read()
+        c.close()
+        return r.status, body
+
+
+def health(at, strict=False):
+    status, body = at.get("/health?strict=1" if strict else "/health")
+    return status, json.loads(body)
+
+
+def host_prop(box, host, name):
+    out = box.run("busctl", "--user", "-j", "get-property", "org.modelgate1", "/org/modelgate1/host/" + host,
+                  "org.modelgate1.Host", name)
+    return json.loads(out)["data"]
+
+
+def ctl(box, *args):
+    return subprocess.run([MODELGATECTL, "--user"] + list(args), env=box.env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_the_first_health_after_a_socket_activation_shows_the_host_probed_not_down(box, tmp):
+    engine_port, port = free_port(), free_port()
+    installed_units(box, tmp, port, "[Proxy]\nExitIdleSec=1h\n" + local_host("3090", engine_port) +
+                    engines_conf(box, "3090", engine_port))
+    at = At(port)
+    # this connection starts modelgate.service: its request is the daemon's first
+    status, body = health(at, strict=True)
+    assert status == 200, body
+    assert body["status"] == "ok" and body["hosts_up"] == 1, body
+    assert body["host_states"] == {"3090": "idle"}, body
+    box.systemctl("stop", "modelgate.socket", "modelgate.service")
+
+
+def test_a_host_whose_probe_does_not_answer_is_connecting_then_down(box, tmp):
+    engine_port, port = free_port(), free_port()
+    # accepts connections (the kernel does, from the backlog) and never answers: the first read takes 5 s
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(64)
+    try:
+        installed_units(box, tmp, port, "[Proxy]\nExitIdleSec=1h\n" + local_host("3090", engine_port) +
+                        engines_conf(box, "3090", engine_port) +
+                        host_conf("silent", "http://127.0.0.1:%d" % silent.getsockname()[1]))
+        at = At(port)
+        t0 = time.monotonic()
+        status, body = health(at, strict=True)
+        took = time.monotonic() - t0
+        # it waited for the first probes, and no longer than its bound: the silent host is still unknown
+        assert status == 200 and body["status"] == "ok", body
+        assert body["host_states"] == {"3090": "idle", "silent": "connecting"}, body
+        assert took >= 1.9, "/health did not wait for the first probes (%.2f s)" % took
+        # the bus, /metrics and modelgatectl say the same
+        assert host_prop(box, "silent", "State") == "connecting"
+        samples = metric_samples(at)
+        assert samples[("modelgate_host_state", (("host", "silent"), ("state", "connecting")))] == 1
+        assert samples[("modelgate_host_state", (("host", "silent"), ("state", "down")))] == 0
+        hosts = ctl(box, "hosts")
+        assert any(line.split()[:2] == ["silent", "connecting"] for line in hosts.stdout.splitlines()), hosts
+        # its first read gives up after 5 s: now it is down, and /health answers at once
+        wait_for(lambda: health(at)[1]["host_states"]["silent"] == "down", 15, "the silent host down",
+                 interval=0.1)
+        t0 = time.monotonic()
+        status, body = health(at, strict=True)
+        assert status == 200 and body["host_states"] == {"3090": "idle", "silent": "down"}, body
+        assert time.monotonic() - t0 < 1.0
+        assert host_prop(box, "silent", "State") == "down"
+        box.systemctl("stop", "modelgate.socket", "modelgate.service")
+    finally:
+        silent.close()
