@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from boxes import MODELGATECTL, box_skip_reason, engines_conf, installed_units, local_host
-from conftest import free_port, host_conf, metric_samples, wait_for
+from boxes import MODELGATECTL, box_skip_reason, chat, engines_conf, gate_env, installed_units, local_host
+from conftest import DOUBLE, PYTHON, double_requests, free_port, host_conf, metric_samples, post, wait_for
 
 pytestmark = pytest.mark.skipif(box_skip_reason() is not None, reason=str(box_skip_reason()))
 
@@ -99,3 +99,61 @@ def test_a_host_whose_probe_does_not_answer_is_connecting_then_down(box, tmp):
         box.systemctl("stop", "modelgate.socket", "modelgate.service")
     finally:
         silent.close()
+
+
+def host_states(gate):
+    """the host's state as /health, /metrics and modelgatectl hosts show it: one value when they agree"""
+    c = gate.conn()
+    c.request("GET", "/health")
+    by_health = json.loads(c.getresponse().read())["host_states"]["3090"]
+    c.close()
+    samples = metric_samples(gate)
+    by_metrics = [k[1][1][1] for k, v in samples.items()
+                  if k[0] == "modelgate_host_state" and k[1][0] == ("host", "3090") and v == 1]
+    lines = [line.split() for line in ctl(gate.box, "hosts").stdout.splitlines()]
+    by_ctl = [words[1] for words in lines if words and words[0] == "3090"]
+    return {by_health} | set(by_metrics) | set(by_ctl)
+
+
+def test_busy_ends_when_the_owner_stops(box, make_gate):
+    """rule:busy-recheck: the BusyUnits= unit stops, or the foreign server goes: the host is idle again"""
+    port = free_port()
+    box.add_unit("gpu-bench.service", "[Service]\nType=exec\nExecStart=/bin/sleep 1000\n")
+    conf = "[Proxy]\nHoldDownSec=1s\n" + local_host("3090", port, "BusyUnits=gpu-bench.service\n") + \
+        engines_conf(box, "3090", port)
+    box.systemctl("start", "gpu-bench.service")
+    g = make_gate(conf, extra_args=["--user"], env=gate_env(box))
+    g.box = box
+    wait_for(lambda: host_prop(box, "3090", "State") == "idle", what="host 3090 idle", interval=0.1)
+    r = post(g.conn(), "/v1/chat/completions", chat("3090-laguna-xs"))
+    assert r.status == 423, r.read()
+    r.read()
+    assert host_states(g) == {"busy"}
+    box.systemctl("stop", "gpu-bench.service")
+    wait_for(lambda: host_states(g) == {"idle"}, 10, "host 3090 idle after gpu-bench.service stopped",
+             interval=0.2)
+    g.wait_log("host 3090: GPU no longer busy (no BusyUnits= unit is active any more)")
+    assert host_prop(box, "3090", "State") == "idle"
+
+    # a server nobody started through an engine unit holds the engine's port: busy until it goes
+    foreign = subprocess.Popen([PYTHON, DOUBLE, "--port", str(port), "--models", "x"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: subprocess.run(["curl", "-sf", "http://127.0.0.1:%d/health" % port],
+                                        capture_output=True).returncode == 0, what="the foreign server")
+        r = post(g.conn(), "/v1/chat/completions", chat("3090-flint-40b"))
+        assert r.status == 423, r.read()
+        r.read()
+        assert host_states(g) == {"busy"}
+        # it stays busy while the server answers: the refusal's probe and two rechecks (2 s apart) found it
+        wait_for(lambda: len(double_requests(port, "/health")) >= 3, 15, "two rechecks", interval=0.2)
+        assert host_states(g) == {"busy"}
+    finally:
+        foreign.kill()
+        foreign.wait()
+    wait_for(lambda: host_states(g) == {"idle"}, 10, "host 3090 idle after the foreign server went",
+             interval=0.2)
+    g.wait_log("host 3090: GPU no longer busy (nothing answers on http://127.0.0.1:%d any more)" % port)
+    # and the next request starts its engine
+    r = post(g.conn(timeout=60), "/v1/chat/completions", chat("3090-laguna-xs"))
+    assert r.status == 200 and r.getheader("X-Double") == "mainline"

@@ -10,8 +10,8 @@
  *                  the state the host shows, which those phases mostly decide
  *   host-state.c   the requests and the scheduler's actions, life and reload
  * and, beside them, host-idle-timer.c, the idle stop the host's manager holds, which the
- * other three tell when what it follows changes. Only those four include it; everything
- * else goes through host.h. */
+ * other three tell when what it follows changes, and host-busy.c, the check that ends a
+ * busy GPU. Only those include it; everything else goes through host.h. */
 
 #include "modelgated/hostbus/host-bus.h"
 #include "modelgated/host/host.h"
@@ -39,6 +39,21 @@ typedef enum IdleTimerOp {
         IDLE_TIMER_CREATE,  /* StartTransientUnit */
         IDLE_TIMER_RESTART, /* RestartUnit: renewed */
 } IdleTimerOp;
+
+/* What made the host busy (rule:busy-gpu), which is what host-busy.c checks again (rule:busy-recheck) */
+typedef enum HostBusyKind {
+        HOST_BUSY_UNITS,     /* a BusyUnits= unit is active */
+        HOST_BUSY_PORT,      /* a server answers on the engine's URL while no engine unit runs */
+        HOST_BUSY_CONDITION, /* the engine unit's ExecCondition=/Condition…= refused: not checked again */
+} HostBusyKind;
+
+typedef struct HostBusy {
+        HostBusyKind kind;
+        ssize_t engine; /* the engine whose URL the foreign server answered on */
+        sd_event_source *timer;
+        Upstream *probe; /* the GET /health of HOST_BUSY_PORT's check */
+        bool listing;    /* HOST_BUSY_UNITS's ListUnitsByPatterns is under way */
+} HostBusy;
 
 /* rule:idle-stop-on-host: the timer unit on the host, as far as modelgated knows it */
 typedef struct IdleTimer {
@@ -72,7 +87,8 @@ struct Host {
         ssize_t running; /* the engine whose unit runs, -1 for none */
         bool engine_up;  /* and whose /health answered 200 */
         usec_t up_since;
-        bool busy;           /* the last switch was refused */
+        bool busy; /* the last switch was refused, and nothing found the GPU free since */
+        HostBusy busy_check;
         bool stop_requested; /* the stop in progress is StopEngine()'s */
 
         SwitchPhase phase;
@@ -178,6 +194,14 @@ int host_deadline_cb(sd_event_source *s, uint64_t usec, void *userdata);
 /* Makes, renews or stops the host's idle timer for what the host now is; cheap when nothing is due. */
 void host_idle_timer_sync(Host *h);
 void host_idle_timer_done(Host *h);
+
+/* host-busy.c */
+int host_busy_init(Host *h);
+void host_busy_done(Host *h);
+/* The switch to engine was refused for kind: busy, checked again every 2 s until the GPU is free. */
+void host_busy_set(Host *h, HostBusyKind kind, ssize_t engine);
+/* Not busy (an engine came up, or the GPU was found free). */
+void host_busy_clear(Host *h);
 
 /* host-warmup.c */
 /* GET /health of the switch's target; the answer goes to cb. */

@@ -247,6 +247,8 @@ Host *host_new(const HostEnv *env, Config *config, const HostConf *conf) {
         if (r >= 0)
                 r = sd_event_add_defer(env->event, &h->down_source, host_down_cb, h);
         if (r >= 0)
+                r = host_busy_init(h);
+        if (r >= 0)
                 r = sd_event_add_time(env->event, &h->prime_timer, CLOCK_MONOTONIC, USEC_INFINITY,
                                       USEC_PER_SEC / 10, host_prime_timer_cb, h);
         if (r < 0)
@@ -296,6 +298,7 @@ Host *host_free(Host *h) {
         host_switch_reset(h);
         sd_event_source_disable_unref(h->prime_timer);
         host_idle_timer_done(h);
+        host_busy_done(h);
         h->catalog = catalog_free(h->catalog);
         h->bus = host_bus_free(h->bus);
         sd_event_source_disable_unref(h->schedule_source);

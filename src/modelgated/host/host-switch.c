@@ -59,7 +59,8 @@ static void switch_fail(Host *h, int status, const char *message) {
         ssize_t still = h->engine_up && h->running >= 0 && h->running != h->target ? h->running : -1;
 
         host_switch_reset(h);
-        h->busy = status == 423;
+        if (status != 423)
+                host_busy_clear(h);
         free(h->fail_message);
         h->fail_message = strdup(message);
         (void)free_and_strdup(&h->last_error, message);
@@ -73,7 +74,7 @@ static void switch_fail(Host *h, int status, const char *message) {
         host_schedule_later(h);
 }
 
-static void switch_refuse_busy(Host *h, const char *reason) {
+static void switch_refuse_busy(Host *h, HostBusyKind kind, const char *reason) {
         char msg[512];
 
         log_warning("host %s: GPU busy (%s), switch to %s refused", h->conf->name, reason,
@@ -83,6 +84,7 @@ static void switch_refuse_busy(Host *h, const char *reason) {
                  "the GPU of host '%s' is in use by someone else (%s), so modelgate did not switch it to "
                  "engine '%s'; ask again once that work is done",
                  h->conf->name, reason, engine_name(h, h->target));
+        host_busy_set(h, kind, h->target);
         switch_fail(h, 423, msg);
 }
 
@@ -160,7 +162,7 @@ void host_engine_is_up(Host *h) {
         }
         h->running = h->target;
         h->engine_up = true;
-        h->busy = false;
+        host_busy_clear(h);
         h->up_since = host_now(h);
         (void)host_unhold(h, (size_t)h->target, "it is up after all"); /* started without modelgate */
         sched_engine_up(&h->sched, h->up_since, (size_t)h->target);
@@ -247,7 +249,7 @@ static void start_checked(HostBus *b, char **units, const char *error, void *use
         if (!u->condition_result || streq_ptr(u->result, "exec-condition")) {
                 snprintf(what, sizeof(what), "%s refused to start: its %s failed", u->name,
                          streq_ptr(u->result, "exec-condition") ? "ExecCondition=" : "Condition…=");
-                switch_refuse_busy(h, what);
+                switch_refuse_busy(h, HOST_BUSY_CONDITION, what);
                 return;
         }
         snprintf(what, sizeof(what), "failed to start (result: %s, state: %s)",
@@ -343,7 +345,7 @@ static void port_probe_answered(Host *h) {
 
         snprintf(reason, sizeof(reason), "a server answers on %s while no engine unit of the host is active",
                  h->engines[h->target].url->text);
-        switch_refuse_busy(h, reason);
+        switch_refuse_busy(h, HOST_BUSY_PORT, reason);
 }
 
 static void port_on_complete(Upstream *u, void *userdata) {
@@ -400,7 +402,7 @@ static void busy_listed(HostBus *b, char **units, const char *error, void *userd
         if (!strv_isempty(units)) {
                 _cleanup_free_ char *names = strv_join(units, ", ");
                 snprintf(msg, sizeof(msg), "%s %s active", names ?: units[0], units[1] ? "are" : "is");
-                switch_refuse_busy(h, msg);
+                switch_refuse_busy(h, HOST_BUSY_UNITS, msg);
                 return;
         }
         phase_port_probe(h);
