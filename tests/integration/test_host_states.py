@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from boxes import MODELGATECTL, box_skip_reason, chat, engines_conf, gate_env, installed_units, local_host
+from boxes import (MODELGATECTL, box_skip_reason, chat, engine_unit, engines_conf, gate_env, installed_units,
+                   local_host)
 from conftest import DOUBLE, PYTHON, double_requests, free_port, host_conf, metric_samples, post, wait_for
 
 pytestmark = pytest.mark.skipif(box_skip_reason() is not None, reason=str(box_skip_reason()))
@@ -157,3 +158,52 @@ def test_busy_ends_when_the_owner_stops(box, make_gate):
     # and the next request starts its engine
     r = post(g.conn(timeout=60), "/v1/chat/completions", chat("3090-laguna-xs"))
     assert r.status == 200 and r.getheader("X-Double") == "mainline"
+
+
+def test_an_active_engine_whose_url_answers_nothing_is_said_after_a_few_seconds(box, make_gate):
+    """rule:engine-unanswered: the unit runs the engine on one port, URL= points at another, closed one"""
+    listens, closed = free_port(), free_port()
+    box.add_unit("llama-mainline.service", engine_unit("mainline", listens, "laguna-xs"))
+    box.reload()
+    url = "http://127.0.0.1:%d" % closed
+    conf = ("[Proxy]\nKeepaliveAfterSec=1s\nKeepaliveIntervalSec=1s\n" + local_host("3090", closed) +
+            "[Engine]\nHost=3090\nName=mainline\nUnit=llama-mainline.service\nModels=laguna-*\n"
+            "StartTimeoutSec=9s\n")
+    g = make_gate(conf, extra_args=["--user"], env=gate_env(box))
+    g.box = box
+    wait_for(lambda: host_prop(box, "3090", "State") == "idle", what="host 3090 idle", interval=0.1)
+    c = g.conn(timeout=60)
+    t0 = time.monotonic()
+    r = post(c, "/v1/chat/completions", chat("3090-laguna-xs", stream=True))
+    assert r.status == 200  # modelgate's early 200 (KeepaliveAfterSec=1s)
+    told = None
+    comments = []
+    while True:
+        line = r.readline().decode()
+        assert line, "the stream ended before it said anything: %r" % comments
+        if line.startswith(":"):
+            comments.append((time.monotonic() - t0, line))
+            if "nothing answers at %s" % url in line:
+                told = time.monotonic() - t0
+                break
+    assert box.active_state("llama-mainline.service") == "active"
+    # a few seconds after the unit is active, not at once and not at StartTimeoutSec=
+    assert 4 < told < 8.5, comments
+    assert "engine mainline (llama-mainline.service) is active but nothing answers at %s (connection refused): " \
+        "is the engine listening where URL= points?" % url in line, line
+    g.wait_log("host 3090: engine mainline (llama-mainline.service) is active but nothing answers at %s "
+               "(connection refused): is the engine listening where URL= points?" % url)
+    assert "nothing answers at %s" % url in host_prop(box, "3090", "LastError")
+    # the final error, at StartTimeoutSec=, names the URL too
+    rest = [l.decode() for l in r.read().splitlines()]
+    errors = [l for l in rest if l.startswith('data: {"error"')]
+    assert errors, rest
+    message = json.loads(errors[0][len("data: "):])["error"]["message"]
+    assert "result: timeout" in message and "nothing answered at %s while its unit was active" % url in message, \
+        message
+    # and its re-send gets the same 502 at once (rule:failed-start-hold), naming the URL
+    r = post(g.conn(), "/v1/chat/completions", chat("3090-laguna-xs"))
+    body = json.loads(r.read())
+    assert r.status == 502, body
+    assert "nothing answered at %s" % url in body["error"]["message"], body
+    assert len(g.logtext().split("is active but nothing answers at")) == 2, "said more than once"

@@ -20,6 +20,8 @@
 #define HEALTH_PROBE_INTERVAL_USEC (250 * USEC_PER_MSEC)
 #define HEALTH_PROBE_TIMEOUT_USEC (2 * USEC_PER_SEC)
 #define PORT_PROBE_TIMEOUT_USEC (2 * USEC_PER_SEC)
+/* rule:engine-unanswered: how long an active engine unit's URL may answer nothing before it is said */
+#define ENGINE_UNANSWERED_USEC (5 * USEC_PER_SEC)
 
 typedef enum SwitchPhase {
         PHASE_NONE,
@@ -103,6 +105,10 @@ struct Host {
         usec_t last_switch_start, last_switch_end;
         Upstream *probe;
         int probe_status;
+        /* rule:engine-unanswered: since when HEALTH's probes of the active unit got no answer at all (0:
+         * they did), and the words said once that lasted ENGINE_UNANSWERED_USEC (NULL: not said) */
+        usec_t unanswered_since;
+        char *unanswered;
         sd_event_source *deadline, *probe_timer;
 
         Sched sched;
@@ -209,6 +215,10 @@ int host_probe_start(Host *h, const UpstreamCallbacks *cb, usec_t timeout);
 int host_probe_on_headers(Upstream *u, const UpstreamResponse *resp, void *userdata);
 /* HEALTH: probes until /health answers 200, then warms the engine up, then host_engine_is_up(). */
 void host_probe_health(Host *h);
+/* rule:engine-unanswered: what the waiting requests are told of an active unit whose URL answers
+ * nothing (NULL: nothing to tell), and its end with the switch */
+const char *host_unanswered(const Host *h);
+void host_unanswered_reset(Host *h);
 int host_probe_timer_cb(sd_event_source *s, uint64_t usec, void *userdata);
 void host_prime_rearm(Host *h);
 int host_prime_timer_cb(sd_event_source *s, uint64_t usec, void *userdata);

@@ -20,7 +20,8 @@
 #include "shared/strv.h"
 
 static void answer_failed(Host *h, HostWaiter *w, int status) {
-        char msg[512], t[FORMAT_TIMESPAN_MAX];
+        char msg[1024], t[FORMAT_TIMESPAN_MAX];
+        const char *unanswered = w->engine == h->target ? host_unanswered(h) : NULL;
 
         host_waiter_times(h, w);
         /* answered: released by the scheduler already */
@@ -36,9 +37,9 @@ static void answer_failed(Host *h, HostWaiter *w, int status) {
                 snprintf(
                         msg, sizeof(msg),
                         "waited %s for engine '%s' of host '%s' (WaitBudgetSec=), and it is still busy with "
-                        "other requests or switching; send the request again later",
+                        "other requests or switching; send the request again later%s%s",
                         format_timespan(t, sizeof(t), h->sched.config.wait_budget) ?: "?",
-                        engine_name(h, w->engine), h->conf->name);
+                        engine_name(h, w->engine), h->conf->name, unanswered ? "; " : "", unanswered ?: "");
                 break;
         default:
                 snprintf(msg, sizeof(msg), "%s", h->fail_message ?: "the engine could not be started");
@@ -305,6 +306,7 @@ Host *host_free(Host *h) {
         sd_event_source_disable_unref(h->sched_timer);
         free(h->fail_message);
         free(h->last_error);
+        free(h->unanswered);
         sd_event_source_disable_unref(h->deadline);
         sd_event_source_disable_unref(h->probe_timer);
         for (size_t i = 0; h->held_reasons && i < h->n_engines; i++)
@@ -566,6 +568,12 @@ int host_waiter_describe(const HostWaiter *w, char *buf, size_t l) {
                 snprintf(buf, l, "waiting for engine %s on %s to answer", engine_name(h, w->engine),
                          h->conf->name);
                 return 0;
+        }
+        if (w->engine == h->target && host_unanswered(h)) {
+                /* rule:engine-unanswered */
+                snprintf(buf, l, "waiting for engine %s on %s: %s", engine_name(h, w->engine), h->conf->name,
+                         host_unanswered(h));
+                return 1;
         }
         snprintf(buf, l, "waiting for engine %s on %s, %u ahead", engine_name(h, w->engine), h->conf->name,
                  sched_ahead(&h->sched, &w->req));

@@ -47,6 +47,7 @@ void host_switch_reset(Host *h) {
         h->for_model = mfree(h->for_model);
         h->probe = upstream_cancel(h->probe);
         h->warmup = upstream_cancel(h->warmup);
+        host_unanswered_reset(h);
         (void)sd_event_source_set_enabled(h->deadline, SD_EVENT_OFF);
         (void)sd_event_source_set_enabled(h->probe_timer, SD_EVENT_OFF);
         if (h->bus)
@@ -89,7 +90,7 @@ static void switch_refuse_busy(Host *h, HostBusyKind kind, const char *reason) {
 }
 
 static void switch_fail_engine(Host *h, const char *what) {
-        char msg[512];
+        char msg[1024];
 
         log_error("host %s: engine %s (%s) %s", h->conf->name, engine_name(h, h->target),
                   engine_unit(h, h->target), what);
@@ -103,7 +104,7 @@ static void switch_fail_engine(Host *h, const char *what) {
  * FailedStartHoldSec=, so that each re-send of a failed turn does not start the broken unit again. The
  * waiting ones get the very same words now. */
 static void switch_fail_start(Host *h, const char *what) {
-        char msg[512], t[FORMAT_TIMESPAN_MAX];
+        char msg[1024], t[FORMAT_TIMESPAN_MAX];
         ssize_t i = h->target;
         usec_t hold = h->sched.config.failed_start_hold;
 
@@ -192,14 +193,19 @@ static void give_up_stopped(HostBus *b, size_t i, const char *result, const char
 
 int host_deadline_cb(sd_event_source *s, uint64_t usec, void *userdata) {
         Host *h = userdata;
-        char what[256], t[FORMAT_TIMESPAN_MAX];
+        char what[512], t[FORMAT_TIMESPAN_MAX];
         ssize_t target = h->target;
 
         if (h->phase != PHASE_HEALTH)
                 return 0;
+        /* rule:engine-unanswered: its URL, when that is what answered nothing */
         snprintf(what, sizeof(what),
-                 "did not answer /health with 200 within %s (result: timeout); it was stopped",
-                 format_timespan(t, sizeof(t), h->engines[target].conf->start_timeout_usec) ?: "?");
+                 "did not answer /health with 200 within %s (result: timeout); it was stopped%s%s%s",
+                 format_timespan(t, sizeof(t), h->engines[target].conf->start_timeout_usec) ?: "?",
+                 h->unanswered ? "; nothing answered at " : "",
+                 h->unanswered ? h->engines[target].url->text : "",
+                 h->unanswered ? " while its unit was active: is the engine listening where URL= points?"
+                               : "");
         switch_fail_start(h, what);
         /* an engine that never became healthy must not keep the GPU */
         if (host_bus_job(h->bus, "StopUnit", (size_t)target, "replace", give_up_stopped, h) >= 0) {

@@ -62,7 +62,7 @@ struct HostWaiter {
 
 typedef struct HostRefusal {
         int status;
-        char message[512];
+        char message[1024];
 } HostRefusal;
 
 /* The news a host sends to its owner. Each may be called from inside any host_*() call but host_free(). */
