@@ -4,6 +4,7 @@
 import http.client
 import json
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -207,3 +208,27 @@ def test_an_active_engine_whose_url_answers_nothing_is_said_after_a_few_seconds(
     assert r.status == 502, body
     assert "nothing answered at %s" % url in body["error"]["message"], body
     assert len(g.logtext().split("is active but nothing answers at")) == 2, "said more than once"
+
+
+def test_a_reload_that_empties_busy_units_ends_busy(box, make_gate):
+    """rule:busy-recheck: with no BusyUnits= left, nothing can hold the GPU for someone else (an empty list
+    asked of the manager would match every unit)"""
+    port = free_port()
+    box.add_unit("gpu-bench.service", "[Service]\nType=exec\nExecStart=/bin/sleep 1000\n")
+    engines = engines_conf(box, "3090", port)
+    g = make_gate("[Proxy]\nHoldDownSec=1s\n" + local_host("3090", port, "BusyUnits=gpu-bench.service\n") + engines,
+                  extra_args=["--user"], env=gate_env(box))
+    g.box = box
+    box.systemctl("start", "gpu-bench.service")
+    wait_for(lambda: host_prop(box, "3090", "State") == "idle", what="host 3090 idle", interval=0.1)
+    r = post(g.conn(), "/v1/chat/completions", chat("3090-laguna-xs"))
+    assert r.status == 423, r.read()
+    r.read()
+    assert host_states(g) == {"busy"}
+    with open(g.conf, "w") as f:
+        f.write("[Proxy]\nListen=127.0.0.1:%d\nHoldDownSec=1s\n" % g.port + local_host("3090", port) + engines)
+    g.proc.send_signal(signal.SIGHUP)
+    g.wait_log("1 kept, 0 new, 0 draining")
+    wait_for(lambda: host_states(g) == {"idle"}, 10, "host 3090 idle after the reload", interval=0.2)
+    g.wait_log("host 3090: GPU no longer busy (a reload emptied BusyUnits=)")
+    assert box.active_state("gpu-bench.service") == "active"

@@ -110,6 +110,10 @@ static int recheck_cb(sd_event_source *s, uint64_t usec, void *userdata) {
                 recheck_later(h);
                 return 0;
         }
+        if (b->kind == HOST_BUSY_UNITS && strv_isempty(h->conf->busy_units)) {
+                busy_over(h, "a reload emptied BusyUnits="); /* an empty list would match every unit */
+                return 0;
+        }
         if (b->kind == HOST_BUSY_UNITS) {
                 r = host_bus_list_active(h->bus, h->conf->busy_units, units_listed, b);
                 b->listing = r >= 0;
