@@ -7,6 +7,7 @@
 
 #include "modelgated/client/client-internal.h"
 #include "modelgated/client/ui-page.h"
+#include "modelgated/rules/first-wait.h"
 
 static void client_feed_send(FeedSubscriber *s, const FeedEvent *e);
 
@@ -41,7 +42,7 @@ void client_models_done(ModelsMerge *mm, Blob *json, void *userdata) {
 
 /* GET /health: cheap (no I/O, the hosts' states as they are) and true: "ok" while at least one host can
  * serve (is not down), "degraded" when none can; ?strict=1 makes the latter a 503, for load balancers. */
-void client_respond_health(Client *c, bool strict) {
+static void respond_health(Client *c, bool strict) {
         assert(c);
         Manager *m = c->manager;
         _cleanup_(buffer_done) Buffer b = {};
@@ -68,6 +69,53 @@ void client_respond_health(Client *c, bool strict) {
         (void)answer_retry_after(retry, sizeof(retry), ANSWER_HOST_DOWN_RETRY_SEC, /* ms= */ false);
         client_respond(c, strict && !ok ? 503 : 200, "application/json", buffer_peek(&b), buffer_size(&b),
                        strict && !ok ? retry : NULL);
+}
+
+static bool hosts_connecting(Manager *m) {
+        for (size_t i = 0; i < manager_n_hosts(m); i++)
+                if (host_state(manager_host_at(m, i)) == HOST_CONNECTING)
+                        return true;
+        return false;
+}
+
+static int health_wait_cb(sd_event_source *s, uint64_t usec, void *userdata) {
+        _cleanup_(client_unrefp) Client *c = client_ref(userdata);
+
+        c->x->health_wait = sd_event_source_disable_unref(c->x->health_wait);
+        respond_health(c, c->x->health_strict);
+        client_flush(c);
+        client_process(c);
+        return 0;
+}
+
+/* rule:host-connecting: right after a start (or a reload that added a host), a host not probed yet would
+ * show as neither up nor down: /health waits for the first probes, bounded as the first listing's wait
+ * (rule:first-wait), so that a load balancer does not see the service fail at every socket activation */
+void client_respond_health(Client *c, bool strict) {
+        assert(c);
+        Manager *m = c->manager;
+        usec_t now, until;
+
+        (void)sd_event_now(manager_event(m), CLOCK_MONOTONIC, &now);
+        if (!hosts_connecting(m) || (until = first_wait_begin(&c->set->health_wait, now)) == 0 ||
+            sd_event_add_time(manager_event(m), &c->x->health_wait, CLOCK_MONOTONIC, until, 0,
+                              health_wait_cb, c) < 0) {
+                respond_health(c, strict);
+                return;
+        }
+        c->x->health_strict = strict;
+}
+
+void client_set_hosts_probed(ClientSet *set) {
+        assert(set);
+
+        if (hosts_connecting(set->manager))
+                return;
+        first_wait_end(&set->health_wait);
+        /* answered from the loop, not from inside the host's news */
+        LIST_FOREACH (clients, c, set->clients)
+                if (c->x->health_wait)
+                        (void)sd_event_source_set_time(c->x->health_wait, 0);
 }
 
 /* The configuration has errors (manager.h): every request gets them at once, and no host hears of it. A

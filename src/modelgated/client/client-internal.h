@@ -68,6 +68,7 @@
 #include "modelgated/client/client.h"
 #include "modelgated/client/exchange.h"
 #include "modelgated/event/feed-hub.h"
+#include "modelgated/rules/first-wait.h"
 #include "modelgated/host/host.h"
 #include "modelgated/http/http-writer.h"
 #include "modelgated/http/http.h"
@@ -104,8 +105,9 @@ struct ClientSet {
         Manager *manager;
         Client *clients;
         size_t n_clients;
-        CountMap *by_address; /* MaxConnectionsPerAddress= */
-        ModelsCache *models;  /* the hosts' part of the last /models answer, for the next one */
+        CountMap *by_address;  /* MaxConnectionsPerAddress= */
+        ModelsCache *models;   /* the hosts' part of the last /models answer, for the next one */
+        FirstWait health_wait; /* /health's, while a host is connecting (rule:host-connecting) */
         /* The connections that hold no admitted request: silent since accept, idle between requests, or
          * still sending a head. Oldest first: at MaxConnections= the first is closed to make room, so
          * that connections nobody uses can never keep out /health or a client with a key

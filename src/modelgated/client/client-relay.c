@@ -464,7 +464,7 @@ const UpstreamCallbacks client_upstream_callbacks = {
  * parser and keep clients' idle watchdogs and "waiting" banners quiet. */
 int client_keepalive_cb(sd_event_source *s, uint64_t usec, void *userdata) {
         _cleanup_(client_unrefp) Client *c = client_ref(userdata);
-        char what[256], line[320];
+        char what[640], line[700];
         int n, k;
 
         /* the engine's answer has begun: it speaks for itself */

@@ -32,6 +32,8 @@ bool client_set_full(const ClientSet *set);
 void client_set_stop(ClientSet *set);
 /* Every host catalog may have had its first read: /models answers waiting for it may go. */
 void client_set_catalogs_ready(ClientSet *set);
+/* A host's first probe ended: a /health waiting for the first probes may go (rule:host-connecting). */
+void client_set_hosts_probed(ClientSet *set);
 
 /* Takes fd. A connection over MaxConnectionsPerAddress= is answered 503 and closed; any other, at
  * MaxConnections=, closes the connection that has held no admitted request for longest (silent since

@@ -27,6 +27,7 @@ void exchange_done(Exchange *x) {
         host_release(&x->waiter);
         buffer_done(&x->pending);
         models_merge_free(x->merge);
+        sd_event_source_disable_unref(x->health_wait);
         stream_lookup_free(x->lookup);
         free(x->conv_id);
         sse_filter_done(&x->sse);

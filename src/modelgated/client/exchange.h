@@ -87,6 +87,8 @@ typedef struct Exchange {
 
         Upstream *upstream;
         ModelsMerge *merge;
+        sd_event_source *health_wait; /* GET /health, waiting for the hosts' first probes */
+        bool health_strict;
         StreamLookup *lookup; /* POST /v1/streams/lookup, asking the hosts */
         /* X-Conversation-Id of a request remembered with its host (rule:resumable-streams): its stream
          * outlives a client that leaves, and so does the engine's request in flight */

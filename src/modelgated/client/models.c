@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "modelgated/rules/catalog-list.h"
+#include "modelgated/rules/first-wait.h"
 #include "modelgated/host/catalog.h"
 #include "modelgated/host/host.h"
 #include "modelgated/rules/json-util.h"
@@ -15,7 +16,6 @@
 #include "shared/log.h"
 #include "shared/strv.h"
 
-#define MODELS_FIRST_WAIT_USEC (2 * USEC_PER_SEC)
 #define MODELS_RECENT_MAX 4
 #define MODELS_JSON_FLAGS (JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE)
 
@@ -42,10 +42,8 @@ struct ModelsCache {
         ModelsCacheKey *keys;       /* per host of that configuration */
         size_t n_keys;
         uint64_t merges;
-        /* while some catalog's first read is pending: when the listings stop waiting for it. Every
-         * listing of one such spell shares the first one's bound, so that a host whose first read hangs
-         * (a blackholed one takes seconds to fail) costs one listing 2 s, not each. 0: no spell. */
-        usec_t first_wait_until;
+        /* while some catalog's first read is pending: when the listings stop waiting for it */
+        FirstWait first_wait;
         /* the last answers made: a listing whose bytes are one of these shares it (a slow reader of a
          * big list holds a reference, not a copy of its own) */
         Blob *recent[MODELS_RECENT_MAX];
@@ -587,7 +585,7 @@ void models_merge_catalogs_ready(ModelsMerge *mm) {
 void models_cache_catalogs_ready(ModelsCache *cache, Manager *m) {
         assert(cache);
         if (all_ready(m))
-                cache->first_wait_until = 0;
+                first_wait_end(&cache->first_wait);
 }
 
 ModelsMerge *models_merge_free(ModelsMerge *mm) {
@@ -618,7 +616,7 @@ int models_merge_start(Manager *m, ModelsCache *cache, ModelsAllowed allowed, Mo
                 return r;
         }
         if (all_ready(m)) {
-                cache->first_wait_until = 0;
+                first_wait_end(&cache->first_wait);
                 *ret = mm;
                 return 0;
         }
@@ -628,15 +626,13 @@ int models_merge_start(Manager *m, ModelsCache *cache, ModelsAllowed allowed, Mo
          * (rule:list-never-stale) */
         usec_t now;
         (void)sd_event_now(manager_event(m), CLOCK_MONOTONIC, &now);
-        if (cache->first_wait_until == 0)
-                cache->first_wait_until = now + MODELS_FIRST_WAIT_USEC;
-        if (now >= cache->first_wait_until) {
+        usec_t until = first_wait_begin(&cache->first_wait, now);
+        if (until == 0) {
                 *ret = mm; /* this spell has had its wait: the list as it is */
                 return 0;
         }
         (void)sd_event_source_set_enabled(mm->done_source, SD_EVENT_OFF);
-        r = sd_event_add_time(manager_event(m), &mm->timer, CLOCK_MONOTONIC, cache->first_wait_until, 0,
-                              merge_timer_cb, mm);
+        r = sd_event_add_time(manager_event(m), &mm->timer, CLOCK_MONOTONIC, until, 0, merge_timer_cb, mm);
         if (r < 0) {
                 models_merge_free(mm);
                 return r;

@@ -329,6 +329,9 @@ static void catalog_fetch(Catalog *c) {
         buffer_done(&req);
         if (r < 0) {
                 c->fetch = NULL;
+                /* a connection that fails at once (a unix socket that is not there) is the host's answer */
+                if (r != -ENOMEM && (c->conf.n_engines == 0 || c->engine_up >= 0))
+                        catalog_report_http(c, upstream_strerror(r));
                 fetch_finished(c, false);
                 return;
         }

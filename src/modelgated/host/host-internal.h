@@ -10,8 +10,8 @@
  *                  the state the host shows, which those phases mostly decide
  *   host-state.c   the requests and the scheduler's actions, life and reload
  * and, beside them, host-idle-timer.c, the idle stop the host's manager holds, which the
- * other three tell when what it follows changes. Only those four include it; everything
- * else goes through host.h. */
+ * other three tell when what it follows changes, and host-busy.c, the check that ends a
+ * busy GPU. Only those include it; everything else goes through host.h. */
 
 #include "modelgated/hostbus/host-bus.h"
 #include "modelgated/host/host.h"
@@ -20,6 +20,8 @@
 #define HEALTH_PROBE_INTERVAL_USEC (250 * USEC_PER_MSEC)
 #define HEALTH_PROBE_TIMEOUT_USEC (2 * USEC_PER_SEC)
 #define PORT_PROBE_TIMEOUT_USEC (2 * USEC_PER_SEC)
+/* rule:engine-unanswered: how long an active engine unit's URL may answer nothing before it is said */
+#define ENGINE_UNANSWERED_USEC (5 * USEC_PER_SEC)
 
 typedef enum SwitchPhase {
         PHASE_NONE,
@@ -39,6 +41,21 @@ typedef enum IdleTimerOp {
         IDLE_TIMER_CREATE,  /* StartTransientUnit */
         IDLE_TIMER_RESTART, /* RestartUnit: renewed */
 } IdleTimerOp;
+
+/* What made the host busy (rule:busy-gpu), which is what host-busy.c checks again (rule:busy-recheck) */
+typedef enum HostBusyKind {
+        HOST_BUSY_UNITS,     /* a BusyUnits= unit is active */
+        HOST_BUSY_PORT,      /* a server answers on the engine's URL while no engine unit runs */
+        HOST_BUSY_CONDITION, /* the engine unit's ExecCondition=/Condition…= refused: not checked again */
+} HostBusyKind;
+
+typedef struct HostBusy {
+        HostBusyKind kind;
+        ssize_t engine; /* the engine whose URL the foreign server answered on */
+        sd_event_source *timer;
+        Upstream *probe; /* the GET /health of HOST_BUSY_PORT's check */
+        bool listing;    /* HOST_BUSY_UNITS's ListUnitsByPatterns is under way */
+} HostBusy;
 
 /* rule:idle-stop-on-host: the timer unit on the host, as far as modelgated knows it */
 typedef struct IdleTimer {
@@ -62,6 +79,8 @@ struct Host {
         HostBus *bus;
 
         HostState state;
+        bool probed; /* the first probe ended (rule:host-connecting): the bus's outcome, or the first read's
+                      */
         bool bus_down;
         char *down_reason;
         bool http_down;
@@ -70,7 +89,8 @@ struct Host {
         ssize_t running; /* the engine whose unit runs, -1 for none */
         bool engine_up;  /* and whose /health answered 200 */
         usec_t up_since;
-        bool busy;           /* the last switch was refused */
+        bool busy; /* the last switch was refused, and nothing found the GPU free since */
+        HostBusy busy_check;
         bool stop_requested; /* the stop in progress is StopEngine()'s */
 
         SwitchPhase phase;
@@ -85,6 +105,10 @@ struct Host {
         usec_t last_switch_start, last_switch_end;
         Upstream *probe;
         int probe_status;
+        /* rule:engine-unanswered: since when HEALTH's probes of the active unit got no answer at all (0:
+         * they did), and the words said once that lasted ENGINE_UNANSWERED_USEC (NULL: not said) */
+        usec_t unanswered_since;
+        char *unanswered;
         sd_event_source *deadline, *probe_timer;
 
         Sched sched;
@@ -177,12 +201,24 @@ int host_deadline_cb(sd_event_source *s, uint64_t usec, void *userdata);
 void host_idle_timer_sync(Host *h);
 void host_idle_timer_done(Host *h);
 
+/* host-busy.c */
+int host_busy_init(Host *h);
+void host_busy_done(Host *h);
+/* The switch to engine was refused for kind: busy, checked again every 2 s until the GPU is free. */
+void host_busy_set(Host *h, HostBusyKind kind, ssize_t engine);
+/* Not busy (an engine came up, or the GPU was found free). */
+void host_busy_clear(Host *h);
+
 /* host-warmup.c */
 /* GET /health of the switch's target; the answer goes to cb. */
 int host_probe_start(Host *h, const UpstreamCallbacks *cb, usec_t timeout);
 int host_probe_on_headers(Upstream *u, const UpstreamResponse *resp, void *userdata);
 /* HEALTH: probes until /health answers 200, then warms the engine up, then host_engine_is_up(). */
 void host_probe_health(Host *h);
+/* rule:engine-unanswered: what the waiting requests are told of an active unit whose URL answers
+ * nothing (NULL: nothing to tell), and its end with the switch */
+const char *host_unanswered(const Host *h);
+void host_unanswered_reset(Host *h);
 int host_probe_timer_cb(sd_event_source *s, uint64_t usec, void *userdata);
 void host_prime_rearm(Host *h);
 int host_prime_timer_cb(sd_event_source *s, uint64_t usec, void *userdata);

@@ -20,7 +20,8 @@
 #include "shared/strv.h"
 
 static void answer_failed(Host *h, HostWaiter *w, int status) {
-        char msg[512], t[FORMAT_TIMESPAN_MAX];
+        char msg[1024], t[FORMAT_TIMESPAN_MAX];
+        const char *unanswered = w->engine == h->target ? host_unanswered(h) : NULL;
 
         host_waiter_times(h, w);
         /* answered: released by the scheduler already */
@@ -36,9 +37,9 @@ static void answer_failed(Host *h, HostWaiter *w, int status) {
                 snprintf(
                         msg, sizeof(msg),
                         "waited %s for engine '%s' of host '%s' (WaitBudgetSec=), and it is still busy with "
-                        "other requests or switching; send the request again later",
+                        "other requests or switching; send the request again later%s%s",
                         format_timespan(t, sizeof(t), h->sched.config.wait_budget) ?: "?",
-                        engine_name(h, w->engine), h->conf->name);
+                        engine_name(h, w->engine), h->conf->name, unanswered ? "; " : "", unanswered ?: "");
                 break;
         default:
                 snprintf(msg, sizeof(msg), "%s", h->fail_message ?: "the engine could not be started");
@@ -224,7 +225,7 @@ Host *host_new(const HostEnv *env, Config *config, const HostConf *conf) {
         h->conf = conf;
         h->config = config_ref(config);
         h->running = h->target = h->switch_from = h->last_switch_target = h->idle_timer.engine = -1;
-        h->state = HOST_IDLE;
+        h->state = HOST_CONNECTING;
 
         if (collect_engines(config, conf, &h->engines, &h->n_engines, &units) < 0)
                 goto fail;
@@ -246,6 +247,8 @@ Host *host_new(const HostEnv *env, Config *config, const HostConf *conf) {
                                                host_probe_timer_cb, h);
         if (r >= 0)
                 r = sd_event_add_defer(env->event, &h->down_source, host_down_cb, h);
+        if (r >= 0)
+                r = host_busy_init(h);
         if (r >= 0)
                 r = sd_event_add_time(env->event, &h->prime_timer, CLOCK_MONOTONIC, USEC_INFINITY,
                                       USEC_PER_SEC / 10, host_prime_timer_cb, h);
@@ -269,7 +272,6 @@ Host *host_new(const HostEnv *env, Config *config, const HostConf *conf) {
                 h->bus_down = true;
                 h->logged_down = -1;
                 h->down_reason = strdup("connecting");
-                h->state = HOST_DOWN;
                 sched_host_down(&h->sched, true); /* requests wait (budgets apply) until it is known */
         }
         return h;
@@ -297,12 +299,14 @@ Host *host_free(Host *h) {
         host_switch_reset(h);
         sd_event_source_disable_unref(h->prime_timer);
         host_idle_timer_done(h);
+        host_busy_done(h);
         h->catalog = catalog_free(h->catalog);
         h->bus = host_bus_free(h->bus);
         sd_event_source_disable_unref(h->schedule_source);
         sd_event_source_disable_unref(h->sched_timer);
         free(h->fail_message);
         free(h->last_error);
+        free(h->unanswered);
         sd_event_source_disable_unref(h->deadline);
         sd_event_source_disable_unref(h->probe_timer);
         for (size_t i = 0; h->held_reasons && i < h->n_engines; i++)
@@ -365,7 +369,7 @@ void host_start(Host *h) {
         assert(h);
         if (h->bus)
                 host_bus_connect(h->bus);
-        catalog_start(h->catalog, h->state == HOST_DOWN);
+        catalog_start(h->catalog, h->bus_down);
 }
 
 const HostConf *host_conf(const Host *h) {
@@ -451,7 +455,7 @@ ssize_t host_find_engine(const Host *h, const char *key, const char **ret_model)
 static bool host_refuse_if_down(const Host *h, HostRefusal *ret) {
         /* the first connection is not an outcome yet: after an idle exit, the request that started this
          * instance must wait for the bus, not get a 503 */
-        if ((h->bus_down && !streq_ptr(h->down_reason, "connecting")) || h->http_down) {
+        if ((h->bus_down && h->probed) || h->http_down) {
                 ret->status = 503;
                 (void)answer_format(ret->message, sizeof(ret->message), ANSWER_HOST_DOWN, h->conf->name,
                                     strna(h->down_reason));
@@ -565,32 +569,15 @@ int host_waiter_describe(const HostWaiter *w, char *buf, size_t l) {
                          h->conf->name);
                 return 0;
         }
+        if (w->engine == h->target && host_unanswered(h)) {
+                /* rule:engine-unanswered */
+                snprintf(buf, l, "waiting for engine %s on %s: %s", engine_name(h, w->engine), h->conf->name,
+                         host_unanswered(h));
+                return 1;
+        }
         snprintf(buf, l, "waiting for engine %s on %s, %u ahead", engine_name(h, w->engine), h->conf->name,
                  sched_ahead(&h->sched, &w->req));
         return 1;
-}
-
-void host_report_http(Host *h, const char *reason) {
-        assert(h);
-        bool down = reason != NULL;
-
-        /* with engines, only the engine that is up can fail: one stopping (an idle stop, a switch) is
-         * expected to refuse connections */
-        if (down && h->n_engines > 0 && (!h->engine_up || h->phase != PHASE_NONE))
-                return;
-        if (down == h->http_down)
-                return;
-        h->http_down = down;
-        if (down && !h->bus_down) {
-                free(h->down_reason);
-                h->down_reason = strdup(reason);
-        }
-        host_update_state(h);
-}
-
-void host_report_request_failed(Host *h) {
-        assert(h);
-        catalog_check_soon(h->catalog);
 }
 
 unsigned host_in_flight(const Host *h) {

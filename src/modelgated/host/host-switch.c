@@ -47,6 +47,7 @@ void host_switch_reset(Host *h) {
         h->for_model = mfree(h->for_model);
         h->probe = upstream_cancel(h->probe);
         h->warmup = upstream_cancel(h->warmup);
+        host_unanswered_reset(h);
         (void)sd_event_source_set_enabled(h->deadline, SD_EVENT_OFF);
         (void)sd_event_source_set_enabled(h->probe_timer, SD_EVENT_OFF);
         if (h->bus)
@@ -59,7 +60,8 @@ static void switch_fail(Host *h, int status, const char *message) {
         ssize_t still = h->engine_up && h->running >= 0 && h->running != h->target ? h->running : -1;
 
         host_switch_reset(h);
-        h->busy = status == 423;
+        if (status != 423)
+                host_busy_clear(h);
         free(h->fail_message);
         h->fail_message = strdup(message);
         (void)free_and_strdup(&h->last_error, message);
@@ -73,7 +75,7 @@ static void switch_fail(Host *h, int status, const char *message) {
         host_schedule_later(h);
 }
 
-static void switch_refuse_busy(Host *h, const char *reason) {
+static void switch_refuse_busy(Host *h, HostBusyKind kind, const char *reason) {
         char msg[512];
 
         log_warning("host %s: GPU busy (%s), switch to %s refused", h->conf->name, reason,
@@ -83,11 +85,12 @@ static void switch_refuse_busy(Host *h, const char *reason) {
                  "the GPU of host '%s' is in use by someone else (%s), so modelgate did not switch it to "
                  "engine '%s'; ask again once that work is done",
                  h->conf->name, reason, engine_name(h, h->target));
+        host_busy_set(h, kind, h->target);
         switch_fail(h, 423, msg);
 }
 
 static void switch_fail_engine(Host *h, const char *what) {
-        char msg[512];
+        char msg[1024];
 
         log_error("host %s: engine %s (%s) %s", h->conf->name, engine_name(h, h->target),
                   engine_unit(h, h->target), what);
@@ -101,7 +104,7 @@ static void switch_fail_engine(Host *h, const char *what) {
  * FailedStartHoldSec=, so that each re-send of a failed turn does not start the broken unit again. The
  * waiting ones get the very same words now. */
 static void switch_fail_start(Host *h, const char *what) {
-        char msg[512], t[FORMAT_TIMESPAN_MAX];
+        char msg[1024], t[FORMAT_TIMESPAN_MAX];
         ssize_t i = h->target;
         usec_t hold = h->sched.config.failed_start_hold;
 
@@ -160,7 +163,7 @@ void host_engine_is_up(Host *h) {
         }
         h->running = h->target;
         h->engine_up = true;
-        h->busy = false;
+        host_busy_clear(h);
         h->up_since = host_now(h);
         (void)host_unhold(h, (size_t)h->target, "it is up after all"); /* started without modelgate */
         sched_engine_up(&h->sched, h->up_since, (size_t)h->target);
@@ -190,14 +193,19 @@ static void give_up_stopped(HostBus *b, size_t i, const char *result, const char
 
 int host_deadline_cb(sd_event_source *s, uint64_t usec, void *userdata) {
         Host *h = userdata;
-        char what[256], t[FORMAT_TIMESPAN_MAX];
+        char what[512], t[FORMAT_TIMESPAN_MAX];
         ssize_t target = h->target;
 
         if (h->phase != PHASE_HEALTH)
                 return 0;
+        /* rule:engine-unanswered: its URL, when that is what answered nothing */
         snprintf(what, sizeof(what),
-                 "did not answer /health with 200 within %s (result: timeout); it was stopped",
-                 format_timespan(t, sizeof(t), h->engines[target].conf->start_timeout_usec) ?: "?");
+                 "did not answer /health with 200 within %s (result: timeout); it was stopped%s%s%s",
+                 format_timespan(t, sizeof(t), h->engines[target].conf->start_timeout_usec) ?: "?",
+                 h->unanswered ? "; nothing answered at " : "",
+                 h->unanswered ? h->engines[target].url->text : "",
+                 h->unanswered ? " while its unit was active: is the engine listening where URL= points?"
+                               : "");
         switch_fail_start(h, what);
         /* an engine that never became healthy must not keep the GPU */
         if (host_bus_job(h->bus, "StopUnit", (size_t)target, "replace", give_up_stopped, h) >= 0) {
@@ -247,7 +255,7 @@ static void start_checked(HostBus *b, char **units, const char *error, void *use
         if (!u->condition_result || streq_ptr(u->result, "exec-condition")) {
                 snprintf(what, sizeof(what), "%s refused to start: its %s failed", u->name,
                          streq_ptr(u->result, "exec-condition") ? "ExecCondition=" : "Condition…=");
-                switch_refuse_busy(h, what);
+                switch_refuse_busy(h, HOST_BUSY_CONDITION, what);
                 return;
         }
         snprintf(what, sizeof(what), "failed to start (result: %s, state: %s)",
@@ -343,7 +351,7 @@ static void port_probe_answered(Host *h) {
 
         snprintf(reason, sizeof(reason), "a server answers on %s while no engine unit of the host is active",
                  h->engines[h->target].url->text);
-        switch_refuse_busy(h, reason);
+        switch_refuse_busy(h, HOST_BUSY_PORT, reason);
 }
 
 static void port_on_complete(Upstream *u, void *userdata) {
@@ -400,7 +408,7 @@ static void busy_listed(HostBus *b, char **units, const char *error, void *userd
         if (!strv_isempty(units)) {
                 _cleanup_free_ char *names = strv_join(units, ", ");
                 snprintf(msg, sizeof(msg), "%s %s active", names ?: units[0], units[1] ? "are" : "is");
-                switch_refuse_busy(h, msg);
+                switch_refuse_busy(h, HOST_BUSY_UNITS, msg);
                 return;
         }
         phase_port_probe(h);
@@ -504,6 +512,7 @@ static void bus_up(HostBus *b, void *userdata) {
         Host *h = userdata;
         ssize_t found = -1;
 
+        h->probed = true;
         h->bus_down = false;
         h->down_reason = mfree(h->down_reason);
         sched_host_down(&h->sched, false);
@@ -536,6 +545,7 @@ static void bus_down(HostBus *b, const char *reason, void *userdata) {
         host_switch_reset(h);
         h->running = -1;
         h->engine_up = false;
+        h->probed = true;
         h->bus_down = true;
         free(h->down_reason);
         h->down_reason = strdup(reason);

@@ -12,8 +12,13 @@
 /* The state the daemon shows */
 
 static const char *const host_state_table[_HOST_STATE_MAX] = {
-        [HOST_DOWN] = "down",       [HOST_IDLE] = "idle",           [HOST_STARTING] = "starting",
-        [HOST_SERVING] = "serving", [HOST_SWITCHING] = "switching", [HOST_BUSY] = "busy",
+        [HOST_DOWN] = "down",
+        [HOST_IDLE] = "idle",
+        [HOST_STARTING] = "starting",
+        [HOST_SERVING] = "serving",
+        [HOST_SWITCHING] = "switching",
+        [HOST_BUSY] = "busy",
+        [HOST_CONNECTING] = "connecting",
 };
 
 const char *host_state_to_string(HostState s) {
@@ -67,9 +72,12 @@ HostWait host_waiter_wait(const HostWaiter *w, unsigned *ret_ahead, usec_t *ret_
 
 void host_update_state(Host *h) {
         assert(h);
-        HostState s;
+        HostState s, was = h->state;
 
-        if (h->bus_down || h->http_down)
+        /* rule:host-connecting: not probed yet is not down */
+        if (!h->probed)
+                s = HOST_CONNECTING;
+        else if (h->bus_down || h->http_down)
                 s = HOST_DOWN;
         else if (h->phase != PHASE_NONE)
                 /* another engine still holds the GPU, or is being stopped: a switch; else a start */
@@ -91,7 +99,7 @@ void host_update_state(Host *h) {
 
         /* rule:down-logged-once: going down and coming back are logged once each, with the reason */
         int down = h->bus_down || h->http_down;
-        if (h->bus && h->bus_down && streq_ptr(h->down_reason, "connecting"))
+        if (!h->probed)
                 return; /* the first connection is not an outcome yet */
         if (down && h->logged_down != 1) {
                 log_warning("host %s down: %s", h->conf->name, h->down_reason ?: "unreachable");
@@ -107,9 +115,45 @@ void host_update_state(Host *h) {
                         catalog_host_state(h->catalog, NULL);
         }
         h->logged_down = down;
-        if (down && h->down_reason && !streq(h->down_reason, "connecting"))
+        if (down && h->down_reason)
                 (void)free_and_strdup(&h->last_error, h->down_reason);
+        if (was == HOST_CONNECTING && h->env.cb->on_probed)
+                h->env.cb->on_probed(h, h->env.userdata);
         host_changed(h);
+}
+
+/* The probe's outcome: the host is up or down (rule:host-down) */
+
+void host_report_http(Host *h, const char *reason) {
+        assert(h);
+        bool down = reason != NULL;
+
+        if (!h->probed && h->n_engines == 0) {
+                /* rule:host-connecting: a host without engines is probed by its first read, either way */
+                h->probed = true;
+                h->http_down = down;
+                if (down)
+                        (void)free_and_strdup(&h->down_reason, reason);
+                host_update_state(h);
+                return;
+        }
+        /* with engines, only the engine that is up can fail: one stopping (an idle stop, a switch) is
+         * expected to refuse connections */
+        if (down && h->n_engines > 0 && (!h->engine_up || h->phase != PHASE_NONE))
+                return;
+        if (down == h->http_down)
+                return;
+        h->http_down = down;
+        if (down && !h->bus_down) {
+                free(h->down_reason);
+                h->down_reason = strdup(reason);
+        }
+        host_update_state(h);
+}
+
+void host_report_request_failed(Host *h) {
+        assert(h);
+        catalog_check_soon(h->catalog);
 }
 
 /* rule:down-fails-fast: the host is down by its own probe: its requests in flight fail now instead of

@@ -176,10 +176,51 @@ void host_prime_rearm(Host *h) {
         (void)sd_event_source_set_enabled(h->prime_timer, SD_EVENT_ONESHOT);
 }
 
+/* rule:engine-unanswered: the unit is active and its URL gives no answer at all (a refused or reset
+ * connection, none in time): a few seconds of that is almost always a wrong address, the engine listening
+ * on 127.0.0.1 where URL= points at the host's LAN address. The wait goes on to StartTimeoutSec= (a
+ * container may still be pulling its image), but it is said: once in the log, in LastError, to the
+ * waiting requests' keepalive comments, and in their final error. */
+static void health_unanswered(Host *h, const char *reason) {
+        usec_t now = host_now(h);
+        const HttpUrl *url = h->engines[h->target].url;
+        _cleanup_free_ char *words = NULL;
+
+        if (h->unanswered)
+                return;
+        if (h->unanswered_since == 0) {
+                h->unanswered_since = now;
+                return;
+        }
+        if (now - h->unanswered_since < ENGINE_UNANSWERED_USEC)
+                return;
+        if (asprintf(&words,
+                     "engine %s (%s) is active but nothing answers at %s (%s): is the engine listening "
+                     "where URL= points?",
+                     engine_name(h, h->target), engine_unit(h, h->target), url->text, reason) < 0)
+                return;
+        log_warning("host %s: %s", h->conf->name, words);
+        (void)free_and_strdup(&h->last_error, words);
+        h->unanswered = TAKE_PTR(words);
+        host_changed(h);
+}
+
+const char *host_unanswered(const Host *h) {
+        assert(h);
+        return h->phase == PHASE_HEALTH ? h->unanswered : NULL;
+}
+
+void host_unanswered_reset(Host *h) {
+        assert(h);
+        h->unanswered_since = 0;
+        h->unanswered = mfree(h->unanswered);
+}
+
 static void health_on_complete(Upstream *u, void *userdata) {
         Host *h = userdata;
 
         h->probe = NULL;
+        h->unanswered_since = 0; /* something listens there: a 503 while it loads is an answer */
         if (h->probe_status != 200) {
                 probe_again(h);
                 return;
@@ -197,6 +238,10 @@ static void health_on_error(Upstream *u, int error, bool started, void *userdata
         Host *h = userdata;
 
         h->probe = NULL;
+        if (started)
+                h->unanswered_since = 0;
+        else
+                health_unanswered(h, upstream_strerror(error));
         probe_again(h);
 }
 
@@ -227,8 +272,13 @@ int host_probe_start(Host *h, const UpstreamCallbacks *cb, usec_t timeout) {
 }
 
 void host_probe_health(Host *h) {
-        if (host_probe_start(h, &health_callbacks, HEALTH_PROBE_TIMEOUT_USEC) < 0)
+        int r = host_probe_start(h, &health_callbacks, HEALTH_PROBE_TIMEOUT_USEC);
+
+        if (r < 0) {
+                if (r != -ENOMEM)
+                        health_unanswered(h, upstream_strerror(r)); /* refused at once (a unix socket) */
                 probe_again(h);
+        }
 }
 
 int host_probe_timer_cb(sd_event_source *s, uint64_t usec, void *userdata) {

@@ -26,12 +26,13 @@ typedef struct UpstreamPool UpstreamPool;
 typedef struct Metrics Metrics;
 
 typedef enum HostState {
-        HOST_DOWN,      /* bus unreachable, or the engine's URL fails while its unit is active */
-        HOST_IDLE,      /* bus up, no engine running */
-        HOST_STARTING,  /* an engine is starting (no engine was running) */
-        HOST_SERVING,   /* an engine is up */
-        HOST_SWITCHING, /* one engine is stopping for another */
-        HOST_BUSY,      /* the last switch was refused: the GPU is someone else's */
+        HOST_DOWN,       /* bus unreachable, or the engine's URL fails while its unit is active */
+        HOST_IDLE,       /* bus up, no engine running */
+        HOST_STARTING,   /* an engine is starting (no engine was running) */
+        HOST_SERVING,    /* an engine is up */
+        HOST_SWITCHING,  /* one engine is stopping for another */
+        HOST_BUSY,       /* the last switch was refused: the GPU is someone else's, and still is */
+        HOST_CONNECTING, /* not probed since start: its bus connects, or its first read is under way */
         _HOST_STATE_MAX,
 } HostState;
 
@@ -61,7 +62,7 @@ struct HostWaiter {
 
 typedef struct HostRefusal {
         int status;
-        char message[512];
+        char message[1024];
 } HostRefusal;
 
 /* The news a host sends to its owner. Each may be called from inside any host_*() call but host_free(). */
@@ -74,6 +75,9 @@ typedef struct HostCallbacks {
         /* An event of the host's feed for the /models/sse subscribers, relabelled, or a comment, with
          * what it is about. */
         void (*on_feed)(Host *h, const FeedEvent *e, void *userdata);
+        /* The host's first probe ended (its bus came up or failed, or its first read ended): it is no
+         * longer HOST_CONNECTING. */
+        void (*on_probed)(Host *h, void *userdata);
         /* The keys one of its engines serves were learned anew (catalog_engine_keys()). */
         void (*on_keys_learned)(Host *h, void *userdata);
         /* Engine i's list was read while it ran (CatalogCallbacks.on_listed). */

@@ -24,8 +24,13 @@ static usec_t to_realtime(Manager *m, usec_t mono) {
 void manager_activity_host(Manager *m, Host *h, ActivityHost *ret) {
         assert(m && h && ret);
         static const char *const states[_HOST_STATE_MAX] = {
-                [HOST_DOWN] = "down",  [HOST_IDLE] = "idle",           [HOST_STARTING] = "switching",
-                [HOST_SERVING] = "up", [HOST_SWITCHING] = "switching", [HOST_BUSY] = "busy",
+                [HOST_DOWN] = "down",
+                [HOST_IDLE] = "idle",
+                [HOST_STARTING] = "switching",
+                [HOST_SERVING] = "up",
+                [HOST_SWITCHING] = "switching",
+                [HOST_BUSY] = "busy",
+                [HOST_CONNECTING] = "connecting",
         };
         HostState st = host_state(h);
         ssize_t running = host_running(h), target = host_switch_target(h);

@@ -268,6 +268,13 @@ static void host_catalog_ready_cb(Host *h, void *userdata) {
         manager_catalog_ready(userdata);
 }
 
+static void host_probed_cb(Host *h, void *userdata) {
+        Manager *m = userdata;
+
+        if (m->cb && m->cb->host_probed)
+                m->cb->host_probed(m->userdata);
+}
+
 static void host_feed_cb(Host *h, const FeedEvent *e, void *userdata) {
         Manager *m = userdata;
 
@@ -295,6 +302,7 @@ static void host_listed_cb(Host *h, size_t i, bool changed, void *userdata) {
 static const HostCallbacks host_callbacks = {
         .on_changed = host_changed_cb,
         .on_catalog_ready = host_catalog_ready_cb,
+        .on_probed = host_probed_cb,
         .on_feed = host_feed_cb,
         .on_keys_learned = host_keys_learned_cb,
         .on_listed = host_listed_cb,

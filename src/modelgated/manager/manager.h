@@ -32,6 +32,8 @@ typedef struct ManagerCallbacks {
         void (*changed)(void *userdata);
         /* a host catalog's first read ended: /models answers that wait for it can be given */
         void (*catalog_ready)(void *userdata);
+        /* a host's first probe ended, it is connecting no more: /health answers that wait for it can go */
+        void (*host_probed)(void *userdata);
         /* the configuration was replaced: settings such as ExitIdleSec= apply from now */
         void (*reloaded)(void *userdata);
 } ManagerCallbacks;

@@ -134,9 +134,15 @@ static void manager_catalog_ready_cb(void *userdata) {
         client_set_catalogs_ready(s->clients);
 }
 
+static void manager_host_probed_cb(void *userdata) {
+        Server *s = userdata;
+        client_set_hosts_probed(s->clients);
+}
+
 static const ManagerCallbacks manager_callbacks = {
         .changed = manager_changed_cb,
         .catalog_ready = manager_catalog_ready_cb,
+        .host_probed = manager_host_probed_cb,
         .reloaded = manager_reloaded_cb,
 };
 
