@@ -73,14 +73,18 @@ def test_waiting_stream_gets_an_early_200_and_keepalives_and_the_running_stream_
     assert r.status == 200 and r.getheader("Content-Type") == "text/event-stream"
     assert 9 <= head_at - t0 <= 13, "the early 200 came after %.1f s" % (head_at - t0)
     comments = [(t, l) for t, l in lines if l.startswith(":")]
-    assert comments and comments[0][1].startswith(": waiting for engine fork on 3090, 1 ahead")
+    # rule:wait-reason: what it waits for, as it is: mainline's one stream (the 1 s hold-down is over)
+    assert comments and comments[0][1] == ": engine fork on 3090: waiting for 1 running stream on mainline\n", comments
     gaps = [b[0] - a[0] for a, b in zip([(t0 + 10, "")] + comments, comments)]
     assert max(gaps) < 16.5, gaps
     data = [l for _, l in lines if l.startswith("data: ")]
     assert data[-1] == "data: [DONE]\n" and len(data) >= 6
     first_token = next(t for t, l in lines if l.startswith("data: "))
     assert first_token >= a_end - 0.5, "fork answered while mainline still streamed"
-    g.wait_log("host 3090: 3090-flint-40b waits for the running engine before switching to fork")
+    # logged when it came, inside mainline's 1 s hold-down, or just after it
+    wait_for(lambda: re.search(r"host 3090: 3090-flint-40b waits before switching to fork: (held by engine "
+                               r"mainline's hold-down, 1 s left|waiting for 1 running stream on mainline)\n",
+                               g.logtext()), what="the wait's log line")
     line = g.wait_log('POST /v1/chat/completions model="3090-flint-40b" host=3090 status=200 ')
     assert " early=200" in line, line
     # rule:queued-and-switch: it waited behind mainline's stream, then for fork's switch
@@ -170,6 +174,28 @@ def test_a_trickle_for_the_running_engine_cannot_starve_a_waiting_switch(box, ma
     assert all(s == 200 for s in served)
 
 
+def test_a_waiting_stream_is_told_what_it_waits_for_and_for_how_long(box, make_gate):
+    # rule:wait-reason: a model change inside the hold-down, then the engine's start (3 s), a comment a second
+    port = free_port()
+    conf = proxy(HoldDownSec="6s", KeepaliveAfterSec="1s", KeepaliveIntervalSec="1s") + local_host(
+        "3090", port) + engines_conf(box, "3090", port, startup_delay=3)
+    g = make_gate(conf, env=gate_env(box))
+    g.wait_log("host 3090 up")
+    r, _ = stream_lines(g, "3090-laguna-xs", 2)
+    assert r.status == 200
+    r, lines = stream_lines(g, "3090-flint-40b", 2)
+    assert r.status == 200
+    comments = [l for _, l in lines if l.startswith(":")]
+    held = [int(m.group(1)) for m in (re.fullmatch(
+        r": engine fork on 3090: held by engine mainline's hold-down, (\d+) s left\n", l) for l in comments) if m]
+    assert len(set(held)) > 1 and held == sorted(held, reverse=True) and max(held) <= 6, comments
+    starting = [float(m.group(1)) for m in (re.fullmatch(
+        r": engine fork on 3090: starting fork \((\d+\.\d) s\)\n", l) for l in comments) if m]
+    assert len(starting) >= 2 and starting == sorted(starting) and starting[-1] < 30, comments
+    # nothing else, and never the old "0 ahead"
+    assert "ahead" not in "".join(comments), comments
+
+
 def test_a_client_that_leaves_while_waiting_causes_no_switch(box, make_gate):
     g = start_gate(box, make_gate, token_delay="0.05", HoldDownSec="1s")
     result = {}
@@ -180,7 +206,7 @@ def test_a_client_that_leaves_while_waiting_causes_no_switch(box, make_gate):
     body = json.dumps(chat("3090-flint-40b")).encode()
     s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
               b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-    g.wait_log("waits for the running engine before switching to fork")
+    g.wait_log("waits before switching to fork: ")
     s.close()
     t.join()
     assert result["lines"][-2][1] == "data: [DONE]\n"

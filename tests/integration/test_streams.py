@@ -217,7 +217,7 @@ def test_a_switch_waits_for_a_session_still_producing(box, engines, make_gate):
     other = {}
     t = threading.Thread(target=lambda: other.update(r=test_real.ask(g, "3090-laguna-xs")))
     t.start()
-    g.wait_log("waits for the running engine before switching to")
+    g.wait_log("waits before switching to")
     # a resume meanwhile joins the engine up, ahead of the pending switch: its start is the session's
     c, r = conn(g.port), None
     c.request("GET", "/v1/stream?conv_id=c3&from=0")

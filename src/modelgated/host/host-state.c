@@ -77,8 +77,11 @@ static int schedule_cb(sd_event_source *s, void *userdata) {
                         break;
                 case SCHED_WAIT: {
                         _cleanup_free_ char *model = log_escape_dup(w->model);
-                        log_notice("host %s: %s waits for the running engine before switching to %s",
-                                   h->conf->name, strna(model), engine_name(h, a.engine));
+                        char why[160];
+                        if (host_waiter_reason(w, why, sizeof(why)) < 0)
+                                snprintf(why, sizeof(why), "the running engine");
+                        log_notice("host %s: %s waits before switching to %s: %s", h->conf->name,
+                                   strna(model), engine_name(h, a.engine), why);
                         break;
                 }
                 case SCHED_UNHOLD:
@@ -575,8 +578,12 @@ int host_waiter_describe(const HostWaiter *w, char *buf, size_t l) {
                          host_unanswered(h));
                 return 1;
         }
-        snprintf(buf, l, "waiting for engine %s on %s, %u ahead", engine_name(h, w->engine), h->conf->name,
-                 sched_ahead(&h->sched, &w->req));
+        char why[160];
+        if (host_waiter_reason(w, why, sizeof(why)) >= 0)
+                snprintf(buf, l, "engine %s on %s: %s", engine_name(h, w->engine), h->conf->name, why);
+        else
+                snprintf(buf, l, "waiting for engine %s on %s, %u ahead", engine_name(h, w->engine),
+                         h->conf->name, sched_ahead(&h->sched, &w->req));
         return 1;
 }
 

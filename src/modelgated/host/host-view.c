@@ -42,6 +42,60 @@ ssize_t host_switch_target(const Host *h) {
         return h->phase != PHASE_NONE && h->phase != PHASE_IDLE_STOP ? h->target : -1;
 }
 
+/* rule:wait-reason: what a waiting request waits for, in words and numbers, the same in the log line, the
+ * keepalive comment and modelgatectl switch: the running engine's hold-down and the seconds left, its
+ * streams in flight, an engine starting and for how long, or a switch ahead of it */
+int host_waiter_reason(const HostWaiter *w, char *buf, size_t l) {
+        assert(w);
+        const Host *h = w->host;
+        unsigned ahead, n;
+        usec_t hold_left, now;
+        int k;
+
+        if (!h)
+                return -ESTALE;
+        HostWait why = host_waiter_wait(w, &ahead, &hold_left);
+        now = host_now(h);
+        switch (why) {
+        case HOST_WAIT_HOLD_DOWN:
+                if (hold_left == USEC_INFINITY)
+                        k = snprintf(buf, l, "held by engine %s's hold-down (HoldDownSec=infinity)",
+                                     engine_name(h, h->running));
+                else
+                        k = snprintf(buf, l, "held by engine %s's hold-down, %llu s left",
+                                     engine_name(h, h->running),
+                                     (unsigned long long)((hold_left + USEC_PER_SEC - 1) / USEC_PER_SEC));
+                break;
+        case HOST_WAIT_STREAM:
+                n = h->sched.n_in_flight;
+                k = snprintf(buf, l, "waiting for %u running stream%s on %s", n, n == 1 ? "" : "s",
+                             engine_name(h, h->running));
+                break;
+        case HOST_WAIT_ENGINE_START:
+                if (h->phase != PHASE_NONE && h->phase != PHASE_IDLE_STOP && h->switch_start > 0 &&
+                    now >= h->switch_start)
+                        k = snprintf(buf, l, "starting %s (%.1f s)", engine_name(h, w->engine),
+                                     (double)(now - h->switch_start) / USEC_PER_SEC);
+                else
+                        k = snprintf(buf, l, "starting %s", engine_name(h, w->engine));
+                break;
+        case HOST_WAIT_SWITCH:
+                if (h->phase != PHASE_NONE && h->phase != PHASE_IDLE_STOP && h->target >= 0 &&
+                    h->target != (ssize_t)w->engine)
+                        k = snprintf(buf, l, "behind the switch to %s", engine_name(h, h->target));
+                else
+                        k = snprintf(buf, l, "waiting for the switch to %s", engine_name(h, w->engine));
+                break;
+        default:
+                return -ENOENT;
+        }
+        /* sched_ahead() counts what is in flight too, said above where it is the reason */
+        ahead -= MIN(ahead, h->sched.n_in_flight);
+        if (k >= 0 && (size_t)k < l && ahead > 0)
+                snprintf(buf + k, l - (size_t)k, ", %u queued ahead", ahead);
+        return 0;
+}
+
 /* rule:activity-feed: what a waiting request waits for, as the scheduler and the switch see it now */
 HostWait host_waiter_wait(const HostWaiter *w, unsigned *ret_ahead, usec_t *ret_hold_left) {
         assert(w);

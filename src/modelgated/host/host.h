@@ -159,6 +159,9 @@ typedef enum HostWait {
 const char *host_wait_to_string(HostWait w);
 /* Why w waits, the requests ahead of it (ret_ahead) and the hold-down left (ret_hold_left, 0: none) */
 HostWait host_waiter_wait(const HostWaiter *w, unsigned *ret_ahead, usec_t *ret_hold_left);
+/* What it waits for, in words with its numbers ("held by engine mainline's hold-down, 17 s left",
+ * "waiting for 1 running stream on mainline", "starting fork (2.1 s)"); -ENOENT when it does not wait */
+int host_waiter_reason(const HostWaiter *w, char *buf, size_t l);
 /* The engine a switch or start under way goes to, or -1 */
 ssize_t host_switch_target(const Host *h);
 
