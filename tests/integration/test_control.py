@@ -1,6 +1,7 @@
 """org.modelgate1 on a boxed user bus, modelgatectl, reload, and the idle exit under socket activation."""
 
 import json
+import re
 import os
 import random
 import shutil
@@ -51,7 +52,7 @@ def test_introspection_shows_the_spec_members(box, engine_gate):
     host = busctl(box, "introspect", "org.modelgate1", HOST_PATH)
     for member in ("org.modelgate1.Host", ".Name", ".URL", ".Bus", ".State", ".Engine", ".Unit", ".Engines",
                    ".InFlight", ".Waiting", ".HoldDownUntilUSec", ".IdleStopAtUSec", ".LastError",
-                   ".FailedStarts", ".SwitchEngine", ".StopEngine", ".ResetFailed"):
+                   ".FailedStarts", ".WaitReason", ".SwitchEngine", ".StopEngine", ".ResetFailed"):
         assert member in host, host
     assert "/org/modelgate1/host/h" in busctl(box, "tree", "org.modelgate1")
     assert prop(box, HOST_PATH, "org.modelgate1.Host", "Engines") == ["mainline", "fork"]
@@ -100,6 +101,33 @@ def test_switch_engine_waits_for_a_running_stream_and_announces_the_change(box, 
     # the engine changed, and the state went through the switch and back to serving
     assert 'STRING "fork"' in out, out
     assert 'STRING "switching"' in out or 'STRING "starting"' in out, out
+
+
+def test_modelgatectl_switch_says_what_it_waits_for_as_it_waits(box, engine_gate):
+    # rule:wait-reason: mainline just up, so its hold-down (30 s, the default) holds the switch, counted down
+    c = engine_gate.conn()
+    r = post(c, "/v1/chat/completions", chat("h-laguna-xs", "[[tokens:3]]"))
+    assert r.status == 200
+    r.read()
+    switch = subprocess.Popen([MODELGATECTL, "--user", "switch", "h", "fork"], env=box.env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    first = switch.stdout.readline()
+    assert re.fullmatch(r"host h: held by engine mainline's hold-down, \d+ s left\n", first), \
+        (first, switch.stderr.read())
+    assert prop(box, HOST_PATH, "org.modelgate1.Host", "WaitReason").startswith("held by engine mainline's")
+    out, err = switch.communicate(timeout=120)
+    assert switch.returncode == 0, err
+    lines = (first + out).splitlines()
+    assert lines[-1] == "host h: engine fork is up", lines
+    held = [int(m.group(1)) for m in (re.fullmatch(r"host h: held by engine mainline's hold-down, (\d+) s left", l)
+                                      for l in lines) if m]
+    assert len(held) >= 5 and held == sorted(held, reverse=True) and len(set(held)) == len(held), lines
+    # after the hold-down, only the switch's own progress, each line once as it changed
+    rest = lines[len(held):-1]
+    assert all(re.fullmatch(r"host h: (starting fork \(\d+\.\d s\)|waiting for the switch to fork)", l)
+               for l in rest), lines
+    # the bus property is the same words, and empty once nothing waits
+    assert prop(box, HOST_PATH, "org.modelgate1.Host", "WaitReason") == ""
 
 
 def test_switch_and_stop_errors_name_what_was_wrong(box, engine_gate):

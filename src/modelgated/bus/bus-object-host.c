@@ -91,6 +91,21 @@ static int property_get_host_usec(sd_bus *bus, const char *path, const char *int
         return sd_bus_message_append(reply, "t", bus_object_realtime(o, t));
 }
 
+/* rule:wait-reason: read when asked, never signalled: it counts down each second */
+static int property_get_wait_reason(sd_bus *bus, const char *path, const char *interface,
+                                    const char *property, sd_bus_message *reply, void *userdata,
+                                    sd_bus_error *error) {
+        BusObject *o = userdata;
+        Host *h = host_at_path(o, path);
+        char why[192];
+
+        if (!h)
+                return -ENOENT;
+        if (host_wait_reason(h, why, sizeof(why)) < 0)
+                why[0] = 0;
+        return sd_bus_message_append(reply, "s", why);
+}
+
 static void switch_ready(HostWaiter *w, int status, const char *message) {
         BusCall *c = container_of(w, BusCall, waiter);
         static const struct {
@@ -288,6 +303,7 @@ static const sd_bus_vtable host_vtable[] = {
         SD_BUS_PROPERTY("IdleStopAtUSec", "t", property_get_host_usec, 0,
                         SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("LastError", "s", property_get_host_string, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("WaitReason", "s", property_get_wait_reason, 0, 0),
         SD_BUS_PROPERTY("FailedStarts", "a(sst)", property_get_failed_starts, 0,
                         SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_METHOD_WITH_ARGS("SwitchEngine", SD_BUS_ARGS("s", engine), SD_BUS_NO_RESULT,

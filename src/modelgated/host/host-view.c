@@ -96,6 +96,15 @@ int host_waiter_reason(const HostWaiter *w, char *buf, size_t l) {
         return 0;
 }
 
+int host_wait_reason(const Host *h, char *buf, size_t l) {
+        assert(h);
+        const SchedRequest *r = sched_first_waiting(&h->sched);
+
+        if (!r)
+                return -ENOENT;
+        return host_waiter_reason(container_of(r, HostWaiter, req), buf, l);
+}
+
 /* rule:activity-feed: what a waiting request waits for, as the scheduler and the switch see it now */
 HostWait host_waiter_wait(const HostWaiter *w, unsigned *ret_ahead, usec_t *ret_hold_left) {
         assert(w);

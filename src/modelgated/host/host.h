@@ -162,6 +162,8 @@ HostWait host_waiter_wait(const HostWaiter *w, unsigned *ret_ahead, usec_t *ret_
 /* What it waits for, in words with its numbers ("held by engine mainline's hold-down, 17 s left",
  * "waiting for 1 running stream on mainline", "starting fork (2.1 s)"); -ENOENT when it does not wait */
 int host_waiter_reason(const HostWaiter *w, char *buf, size_t l);
+/* The same for the request that has waited longest on the host; -ENOENT when none waits */
+int host_wait_reason(const Host *h, char *buf, size_t l);
 /* The engine a switch or start under way goes to, or -1 */
 ssize_t host_switch_target(const Host *h);
 

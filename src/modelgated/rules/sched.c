@@ -635,6 +635,15 @@ unsigned sched_ahead(const Sched *s, const SchedRequest *r) {
         return s->n_in_flight + tree_count_before(s, r->seq);
 }
 
+const SchedRequest *sched_first_waiting(const Sched *s) {
+        assert(s);
+        const SchedRequest *x = s->tree;
+
+        while (x && x->tree_left)
+                x = x->tree_left;
+        return x;
+}
+
 bool sched_switch_pending(const Sched *s) {
         assert(s);
         if (s->running < 0)

@@ -170,3 +170,5 @@ bool sched_switch_pending(const Sched *s);
 /* Requests ahead of r: those in flight, and those waiting that arrived before it (all of them when r has
  * been answered or removed). */
 unsigned sched_ahead(const Sched *s, const SchedRequest *r);
+/* The waiting request that arrived first, or NULL: the tree's leftmost */
+const SchedRequest *sched_first_waiting(const Sched *s);
