@@ -39,4 +39,8 @@ int do_key_usage(sd_bus *bus, const char *name);
 
 /* A failed call said, and its exit code */
 int report(const char *what, const sd_bus_error *e, int r);
+/* method of host's object, with types and the arguments after them (types NULL: none): EXIT_OK, or the
+ * error said and its exit status */
+int call_host(sd_bus *bus, const char *host, const char *method, uint64_t timeout, const char *what,
+              const char *types, ...);
 void print_json(json_object *o);
