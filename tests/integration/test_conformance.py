@@ -438,7 +438,8 @@ def test_a_gpu_host_cannot_write_log_lines_of_its_own(make_gate, tmp):
     """What ssh (and the remote systemd-stdio-bridge) print on stderr is logged prefixed and escaped."""
     fake = os.path.join(tmp, "fake-ssh")
     with open(fake, "w") as f:
-        f.write("#!/bin/sh\nprintf '<3>modelgated: forged\\033[2J\\nsecond line\\n' >&2\nexit 255\n")
+        f.write("#!/bin/sh\nprintf '<3>modelgated: forged\\033[2J\\nsecond line\\n' >&2\n"
+                "echo 'ssh: connect to host a9 port 22: Connection refused' >&2\nexit 255\n")
     os.chmod(fake, 0o755)
     g = make_gate("[Host]\nName=a9\nURL=http://127.0.0.1:1\nBus=ssh:gpu@a9\nSSHCommand=%s\n" % fake +
                   "[Engine]\nHost=a9\nName=main\nUnit=llama-main.service\nModels=*\n")
@@ -446,6 +447,9 @@ def test_a_gpu_host_cannot_write_log_lines_of_its_own(make_gate, tmp):
     lines = g.logtext().splitlines()
     assert any(l.startswith("<4>host a9: ssh: <3>modelgated: forged\\x1b[2J") for l in lines), lines
     assert not any(l.startswith("<3>modelgated: forged") for l in lines)
+    # ssh's own lines name ssh already: the prefix is not doubled
+    g.wait_log("host a9: ssh: connect to host a9 port 22: Connection refused")
+    assert "ssh: ssh:" not in g.logtext()
 
 
 def unix_sock(path):

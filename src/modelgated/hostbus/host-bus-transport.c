@@ -74,7 +74,13 @@ static void stderr_flush(HostBus *b) {
         if (b->stderr_len == 0)
                 return;
         log_escape(e, sizeof(e), b->stderr_line, b->stderr_len);
-        log_warning("host %s: %s: %s", b->host->name, b->host->bus_kind == BUS_SSH ? "ssh" : "bus", e);
+        /* ssh names itself ("ssh: connect to host …"): said once, not "ssh: ssh: " */
+        bool named = b->host->bus_kind == BUS_SSH && startswith(e, "ssh: ");
+        log_warning("host %s: %s%s", b->host->name,
+                    named                          ? ""
+                    : b->host->bus_kind == BUS_SSH ? "ssh: "
+                                                   : "bus: ",
+                    e);
         b->stderr_len = 0;
 }
 
