@@ -185,10 +185,13 @@ def test_engine_that_cannot_start_gets_502_with_the_unit_result(box, make_gate):
     # Type=exec: the exec succeeded, the process then exited 3; the unit says so
     assert "llama-broken.service" in body["error"]["message"]
     assert "exit-code" in body["error"]["message"], body
+    # and how its process ended, as systemctl status says it
+    assert "exit status 3" in body["error"]["message"], body
     r = post(c, CHAT, chat("3090-missing-1"))
     body = json.loads(r.read())
     assert r.status == 502
     assert "llama-missing.service" in body["error"]["message"] and "exit-code" in body["error"]["message"]
+    assert "exit status 203" in body["error"]["message"], body  # systemd's EXIT_EXEC
 
 
 MODELGATECTL = os.environ.get("MODELGATECTL", os.path.join(os.path.dirname(MODELGATED), "modelgatectl"))

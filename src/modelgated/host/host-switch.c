@@ -19,7 +19,9 @@
 #include <assert.h>
 #include <stdio.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/uio.h>
+#include <sys/wait.h>
 
 #include "modelgated/host/catalog.h"
 #include "modelgated/host/host-internal.h"
@@ -238,6 +240,18 @@ static void phase_health(Host *h, bool adopting) {
 
 /* STARTING */
 
+/* How the unit's main process ended, as systemctl status says it (an operator's first question): ", exit
+ * status 3", ", killed by signal SIGKILL", or "" when it never ran. systemd sends the Service interface's
+ * changes before the Unit's, so a PropertiesChanged that says failed finds these read already. */
+static void unit_exit_how(const UnitInfo *u, char *buf, size_t l) {
+        buf[0] = 0;
+        if (u->exec_main_code == CLD_EXITED)
+                snprintf(buf, l, ", exit status %d", u->exec_main_status);
+        else if (u->exec_main_code == CLD_KILLED || u->exec_main_code == CLD_DUMPED)
+                snprintf(buf, l, ", killed by signal SIG%s%s", sigabbrev_np(u->exec_main_status) ?: "?",
+                         u->exec_main_code == CLD_DUMPED ? " (core dumped)" : "");
+}
+
 static void start_checked(HostBus *b, char **units, const char *error, void *userdata) {
         Host *h = userdata;
         const UnitInfo *u = host_bus_unit(b, (size_t)h->target);
@@ -258,8 +272,10 @@ static void start_checked(HostBus *b, char **units, const char *error, void *use
                 switch_refuse_busy(h, HOST_BUSY_CONDITION, what);
                 return;
         }
-        snprintf(what, sizeof(what), "failed to start (result: %s, state: %s)",
-                 u->result && !streq(u->result, "success") ? u->result : "exit-code",
+        char how[64];
+        unit_exit_how(u, how, sizeof(how));
+        snprintf(what, sizeof(what), "failed to start (result: %s%s, state: %s)",
+                 u->result && !streq(u->result, "success") ? u->result : "exit-code", how,
                  strna(u->active_state));
         switch_fail_start(h, what);
 }
@@ -564,8 +580,10 @@ static void unit_changed(HostBus *b, size_t i, void *userdata) {
                 if ((ssize_t)i != h->running || h->phase == PHASE_STOPPING || h->phase == PHASE_GIVING_UP ||
                     h->phase == PHASE_IDLE_STOP)
                         return;
-                snprintf(what, sizeof(what), "stopped%s (state: %s, result: %s)",
-                         h->engine_up ? " on its own" : "", strna(u->active_state), strna(u->result));
+                char how[64];
+                unit_exit_how(u, how, sizeof(how));
+                snprintf(what, sizeof(what), "stopped%s (state: %s, result: %s%s)",
+                         h->engine_up ? " on its own" : "", strna(u->active_state), strna(u->result), how);
                 if (h->phase == PHASE_HEALTH && h->target == (ssize_t)i) {
                         switch_fail_start(h, what);
                         return;

@@ -88,6 +88,12 @@ int unit_info_read_properties(sd_bus_message *m, UnitInfo *u) {
                         if (r < 0)
                                 return r;
                         u->condition_result = v;
+                } else if (streq(name, "ExecMainCode") || streq(name, "ExecMainStatus")) {
+                        int v;
+                        r = sd_bus_message_read(m, "v", "i", &v);
+                        if (r < 0)
+                                return r;
+                        *(streq(name, "ExecMainCode") ? &u->exec_main_code : &u->exec_main_status) = v;
                 } else if (streq(name, "Conflicts")) {
                         char **l = NULL;
                         r = sd_bus_message_enter_container(m, 'v', "as");

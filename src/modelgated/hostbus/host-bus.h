@@ -27,6 +27,8 @@ typedef struct UnitInfo {
         char *restart;    /* Service.Restart */
         char *file_state; /* GetUnitFileState(): enabled, static, …; NULL when it has no file */
         char **conflicts;
+        int exec_main_code;   /* Service.ExecMainCode: CLD_EXITED, CLD_KILLED, CLD_DUMPED; 0 none yet */
+        int exec_main_status; /* Service.ExecMainStatus: the exit status, or the signal */
         bool condition_result;
         bool read; /* every property above was read at least once */
 } UnitInfo;
