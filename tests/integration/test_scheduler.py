@@ -74,7 +74,7 @@ def test_waiting_stream_gets_an_early_200_and_keepalives_and_the_running_stream_
     assert 9 <= head_at - t0 <= 13, "the early 200 came after %.1f s" % (head_at - t0)
     comments = [(t, l) for t, l in lines if l.startswith(":")]
     # rule:wait-reason: what it waits for, as it is: mainline's one stream (the 1 s hold-down is over)
-    assert comments and comments[0][1] == ": engine fork on 3090: waiting for 1 running stream on mainline\n", comments
+    assert comments and comments[0][1] == ": waiting for engine fork on 3090: waiting for 1 running stream on mainline\n", comments
     gaps = [b[0] - a[0] for a, b in zip([(t0 + 10, "")] + comments, comments)]
     assert max(gaps) < 16.5, gaps
     data = [l for _, l in lines if l.startswith("data: ")]
@@ -187,10 +187,10 @@ def test_a_waiting_stream_is_told_what_it_waits_for_and_for_how_long(box, make_g
     assert r.status == 200
     comments = [l for _, l in lines if l.startswith(":")]
     held = [int(m.group(1)) for m in (re.fullmatch(
-        r": engine fork on 3090: held by engine mainline's hold-down, (\d+) s left\n", l) for l in comments) if m]
+        r": waiting for engine fork on 3090: held by engine mainline's hold-down, (\d+) s left\n", l) for l in comments) if m]
     assert len(set(held)) > 1 and held == sorted(held, reverse=True) and max(held) <= 6, comments
     starting = [float(m.group(1)) for m in (re.fullmatch(
-        r": engine fork on 3090: starting fork \((\d+\.\d) s\)\n", l) for l in comments) if m]
+        r": waiting for engine fork on 3090: starting fork \((\d+\.\d) s\)\n", l) for l in comments) if m]
     assert len(starting) >= 2 and starting == sorted(starting) and starting[-1] < 30, comments
     # nothing else, and never the old "0 ahead"
     assert "ahead" not in "".join(comments), comments

@@ -580,7 +580,8 @@ int host_waiter_describe(const HostWaiter *w, char *buf, size_t l) {
         }
         char why[160];
         if (host_waiter_reason(w, why, sizeof(why)) >= 0)
-                snprintf(buf, l, "engine %s on %s: %s", engine_name(h, w->engine), h->conf->name, why);
+                snprintf(buf, l, "waiting for engine %s on %s: %s", engine_name(h, w->engine), h->conf->name,
+                         why);
         else
                 snprintf(buf, l, "waiting for engine %s on %s, %u ahead", engine_name(h, w->engine),
                          h->conf->name, sched_ahead(&h->sched, &w->req));
