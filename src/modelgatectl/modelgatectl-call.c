@@ -22,6 +22,10 @@ typedef struct CallDone {
         sd_bus_error error;
 } CallDone;
 
+static void call_done_clear(CallDone *d) {
+        sd_bus_error_free(&d->error);
+}
+
 static int call_done(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
         CallDone *d = userdata;
 
@@ -52,7 +56,7 @@ int call_host(sd_bus *bus, const char *host, const char *method, uint64_t timeou
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
         _cleanup_(sd_bus_slot_unrefp) sd_bus_slot *slot = NULL;
         _cleanup_free_ char *path = NULL, *last = NULL;
-        CallDone d = {.error = SD_BUS_ERROR_NULL};
+        _cleanup_(call_done_clear) CallDone d = {.error = SD_BUS_ERROR_NULL};
         /* a switch can wait minutes: it says what for, as a waiting stream's comments do */
         bool watch = streq(method, "SwitchEngine") && !arg_json;
         /* the first look after a second: a switch that is quicker says only its end. The call's own
@@ -83,29 +87,19 @@ int call_host(sd_bus *bus, const char *host, const char *method, uint64_t timeou
                         next = now + USEC_PER_SEC;
                 }
                 r = sd_bus_process(bus, NULL);
-                if (r < 0) {
-                        sd_bus_error_free(&d.error);
-                        return log_error_errno(r, "%s: the bus failed: %m", what), EXIT_UNREACHABLE;
+                if (r == 0 && !d.done) {
+                        now = now_usec(CLOCK_MONOTONIC);
+                        r = sd_bus_wait(bus, !watch ? UINT64_MAX : next > now ? next - now : 0);
                 }
-                if (r > 0 || d.done)
-                        continue;
-                now = now_usec(CLOCK_MONOTONIC);
-                r = sd_bus_wait(bus, !watch ? UINT64_MAX : next > now ? next - now : 0);
-                if (r < 0) {
-                        sd_bus_error_free(&d.error);
+                if (r < 0)
                         return log_error_errno(r, "%s: the bus failed: %m", what), EXIT_UNREACHABLE;
-                }
         }
-        if (d.r > 0) {
-                int k;
-                if (sd_bus_error_has_name(&d.error, SD_BUS_ERROR_UNKNOWN_OBJECT) ||
-                    sd_bus_error_has_name(&d.error, SD_BUS_ERROR_UNKNOWN_METHOD)) {
-                        log_error("%s: modelgated has no host '%s'", what, host);
-                        k = EXIT_NOT_FOUND;
-                } else
-                        k = report(what, &d.error, -d.r);
-                sd_bus_error_free(&d.error);
-                return k;
+        if (d.r == 0)
+                return EXIT_OK;
+        if (sd_bus_error_has_name(&d.error, SD_BUS_ERROR_UNKNOWN_OBJECT) ||
+            sd_bus_error_has_name(&d.error, SD_BUS_ERROR_UNKNOWN_METHOD)) {
+                log_error("%s: modelgated has no host '%s'", what, host);
+                return EXIT_NOT_FOUND;
         }
-        return EXIT_OK;
+        return report(what, &d.error, -d.r);
 }

@@ -572,14 +572,12 @@ int host_waiter_describe(const HostWaiter *w, char *buf, size_t l) {
                          h->conf->name);
                 return 0;
         }
-        if (w->engine == h->target && host_unanswered(h)) {
-                /* rule:engine-unanswered */
-                snprintf(buf, l, "waiting for engine %s on %s: %s", engine_name(h, w->engine), h->conf->name,
-                         host_unanswered(h));
-                return 1;
-        }
-        char why[160];
-        if (host_waiter_reason(w, why, sizeof(why)) >= 0)
+        /* rule:engine-unanswered first: it is why the engine's start takes so long */
+        char reason[160];
+        const char *why = w->engine == h->target ? host_unanswered(h) : NULL;
+        if (!why && host_waiter_reason(w, reason, sizeof(reason)) >= 0)
+                why = reason;
+        if (why)
                 snprintf(buf, l, "waiting for engine %s on %s: %s", engine_name(h, w->engine), h->conf->name,
                          why);
         else

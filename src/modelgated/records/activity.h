@@ -49,7 +49,7 @@ typedef struct ActivityRequest {
         Activity *owner; /* set while in flight */
         ActivityPhase phase;
         usec_t t, started; /* CLOCK_MONOTONIC, the caller's: the last phase's time, the request's start */
-        usec_t queued_at, switch_at;       /* CLOCK_REALTIME, 0: not (yet) */
+        usec_t queued_at, switch_at;       /* CLOCK_MONOTONIC as t, 0: not (yet) */
         uint64_t queued_usec, switch_usec; /* spent queued, spent while its engine was switched to */
         /* The names: while in flight the owner's own strings, which live as long as the request does (so
          * that a request that nobody watches costs no copy of them); in the ring, the ring's copies. NULL
