@@ -85,7 +85,8 @@ static usec_t activity_now(Activity *a, clockid_t clock) {
         return t;
 }
 
-/* What to add to a CLOCK_MONOTONIC time to show it as CLOCK_REALTIME: read when an event is written */
+/* What to add to a CLOCK_MONOTONIC time to show it as CLOCK_REALTIME. It moves by microseconds from one
+ * event loop iteration to the next (and by a step when the clock is set), so a request takes it once. */
 static usec_t realtime_offset(Activity *a) {
         return activity_now(a, CLOCK_REALTIME) - activity_now(a, CLOCK_MONOTONIC);
 }
@@ -144,8 +145,9 @@ static void render_host(Buffer *b, const ActivityHost *h, usec_t t) {
         (void)buffer_printf(b, ",\"in_flight\":%u,\"waiting\":%u}", h->in_flight, h->waiting);
 }
 
-static void render_request(Buffer *b, const ActivityRequest *r, usec_t realtime) {
+static void render_request(Buffer *b, const ActivityRequest *r) {
         char id[REQUEST_ID_MAX + 1];
+        usec_t realtime = r->realtime;
 
         (void)buffer_printf(b, "{\"t\":%llu", (unsigned long long)(r->t + realtime));
         copy_span(id, sizeof(id), r->id);
@@ -198,7 +200,7 @@ static void broadcast(Activity *a, const char *type, const ActivityRequest *r, c
 
         (void)buffer_printf(b, "event: %s\ndata: ", type);
         if (r)
-                render_request(b, r, realtime_offset(a));
+                render_request(b, r);
         else
                 render_host(b, h, activity_now(a, CLOCK_REALTIME));
         if (buffer_append_str(b, "\n\n") < 0)
@@ -224,6 +226,7 @@ void activity_request_begin(Activity *a, ActivityRequest *r, usec_t now) {
         if (!r->owner) {
                 r->owner = a;
                 r->started = now;
+                r->realtime = realtime_offset(a);
                 r->first_byte_ms = r->tokens_in = r->tokens_cached = r->tokens_out = r->duration_ms = -1;
                 r->prefill_tps = r->decode_tps = -1;
                 r->progress = -1;
@@ -345,7 +348,7 @@ void activity_host_changed(Activity *a, const ActivityHost *h) {
 
 int activity_render_snapshot(Activity *a, const ActivityHost *hosts, size_t n_hosts, Buffer *out) {
         assert(a && out);
-        usec_t now = activity_now(a, CLOCK_REALTIME), realtime = realtime_offset(a);
+        usec_t now = activity_now(a, CLOCK_REALTIME);
 
         (void)buffer_printf(out, "{\"t\":%llu,\"hosts\":[", (unsigned long long)now);
         for (size_t i = 0; i < n_hosts; i++) {
@@ -359,7 +362,7 @@ int activity_render_snapshot(Activity *a, const ActivityHost *hosts, size_t n_ho
         while (last && last->inflight_next)
                 last = last->inflight_next;
         for (ActivityRequest *r = last; r; r = r->inflight_prev) {
-                render_request(out, r, realtime);
+                render_request(out, r);
                 if (r->inflight_prev)
                         (void)buffer_append_str(out, ",");
         }
@@ -368,7 +371,7 @@ int activity_render_snapshot(Activity *a, const ActivityHost *hosts, size_t n_ho
                 size_t i = (a->ring_next + ACTIVITY_RECENT - a->ring_n + k) % ACTIVITY_RECENT;
                 if (k > 0)
                         (void)buffer_append_str(out, ",");
-                render_request(out, &a->ring[i].r, realtime);
+                render_request(out, &a->ring[i].r);
         }
         return buffer_append_str(out, "]}");
 }

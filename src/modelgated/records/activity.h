@@ -49,6 +49,8 @@ typedef struct ActivityRequest {
         Activity *owner; /* set while in flight */
         ActivityPhase phase;
         usec_t t, started; /* CLOCK_MONOTONIC, the caller's: the last phase's time, the request's start */
+        usec_t realtime; /* what to add to those to show them as CLOCK_REALTIME: one for the request's life,
+                          * so that its live events and its ring copy show the same times */
         usec_t queued_at, switch_at;       /* CLOCK_MONOTONIC as t, 0: not (yet) */
         uint64_t queued_usec, switch_usec; /* spent queued, spent while its engine was switched to */
         /* The names: while in flight the owner's own strings, which live as long as the request does (so
