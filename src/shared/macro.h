@@ -21,8 +21,21 @@
 #define _unlikely_(x) (__builtin_expect(!!(x), 0))
 
 #define ELEMENTSOF(x) (sizeof(x) / sizeof((x)[0]))
-#define MIN(a, b) ((a) < (b) ? (a) : (b))
-#define MAX(a, b) ((a) > (b) ? (a) : (b))
+/* each argument evaluated once, as systemd's: MAX(client_now(c) - start, 1) read the clock twice */
+#define MIN(a, b)                                                                                           \
+        ({                                                                                                  \
+                __typeof__(a) _min_a = (a);                                                                 \
+                __typeof__(b) _min_b = (b);                                                                 \
+                _min_a < _min_b ? _min_a : _min_b;                                                          \
+        })
+#define MAX(a, b)                                                                                           \
+        ({                                                                                                  \
+                __typeof__(a) _max_a = (a);                                                                 \
+                __typeof__(b) _max_b = (b);                                                                 \
+                _max_a > _max_b ? _max_a : _max_b;                                                          \
+        })
+/* for constant expressions (array sizes, initializers), where a statement expression cannot be */
+#define CONST_MAX(a, b) ((a) > (b) ? (a) : (b))
 
 #define TAKE_PTR(p)                                                                                         \
         ({                                                                                                  \

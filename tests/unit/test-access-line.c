@@ -46,6 +46,30 @@ TEST(what_the_client_sent_cannot_forge_a_line) {
         ASSERT_TRUE(strstr(b, " host=- status=404 bytes=0 dur=1.500s from=::1 "));
 }
 
+TEST(seconds_to_the_millisecond) {
+        static const struct {
+                usec_t t;
+                const char *want;
+        } cases[] = {
+                {0, " dur=0.000s "},
+                {999, " dur=0.000s "}, /* cut, not rounded: a duration is never shown longer than it was */
+                {1000, " dur=0.001s "},
+                {9999999, " dur=9.999s "},
+                {10 * USEC_PER_SEC, " dur=10.000s "},
+                {3723 * USEC_PER_SEC + 45 * USEC_PER_MSEC, " dur=3723.045s "},
+        };
+        char b[512];
+
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                AccessLine l = {
+                        .method = "GET", .path = LIT("/health"), .peer = "::1", .duration = cases[i].t};
+                format(&l, b, sizeof(b));
+                if (!strstr(b, cases[i].want))
+                        FAIL("%llu us: '%s' is not in '%s'", (unsigned long long)cases[i].t, cases[i].want,
+                             b);
+        }
+}
+
 TEST(early_answer_key_fallback_and_note) {
         char b[512];
         AccessLine l = {.method = "POST",

@@ -24,16 +24,21 @@ TEST(sane_ids) {
 TEST(made_ids_are_hex_distinct_and_sane) {
         uint64_t seed[2] = {0x1234, 0x5678};
         char a[REQUEST_ID_MADE_LEN + 1], b[REQUEST_ID_MADE_LEN + 1];
+        RequestIdSeed s;
 
-        request_id_make(seed, 0, a);
-        request_id_make(seed, 1, b);
+        request_id_seed_init(&s, seed);
+        request_id_make(&s, 0, a);
+        ASSERT_STREQ(a, "00000000000012340000000000005678");
+        request_id_make(&s, 1, b);
+        ASSERT_STREQ(b, "00000000000012340000000000005679");
         ASSERT_EQ(strlen(a), (size_t)REQUEST_ID_MADE_LEN);
         ASSERT_EQ(strspn(a, "0123456789abcdef"), (size_t)REQUEST_ID_MADE_LEN);
         ASSERT_TRUE(strcmp(a, b) != 0);
         ASSERT_TRUE(request_id_sane((Span){a, strlen(a)}));
         /* another process's seed gives another id for the same count */
         seed[1]++;
-        request_id_make(seed, 0, b);
+        request_id_seed_init(&s, seed);
+        request_id_make(&s, 0, b);
         ASSERT_TRUE(strcmp(a, b) != 0);
 }
 

@@ -7,12 +7,10 @@
 #include "modelgated/client/client-internal.h"
 #include "shared/message-id.h"
 
-Span client_request_id(Client *c) {
+Span client_request_id_first(Client *c) {
         assert(c);
         Exchange *x = c->x;
 
-        if (x->request_id.n > 0)
-                return x->request_id;
         if (x->method != EXCHANGE_NO_METHOD && x->method != EXCHANGE_METHOD_UNPARSED) {
                 const HttpRequest *req = &c->parser.req;
                 /* the name held as the forwarded headers hold it: its first letter before the compare */
@@ -24,7 +22,7 @@ Span client_request_id(Client *c) {
                                 break;
                         }
         }
-        request_id_make(c->set->id_seed, c->set->n_ids++, x->made_id);
+        request_id_make(&c->set->id_seed, c->set->n_ids++, x->made_id);
         return (x->request_id = (Span){x->made_id, REQUEST_ID_MADE_LEN});
 }
 

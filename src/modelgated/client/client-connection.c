@@ -638,8 +638,10 @@ int client_set_new(Manager *m, const ClientSetCallbacks *cb, void *userdata, Cli
                 return -ENOMEM;
         }
         /* rule:request-id: one system call per process; without it the ids are still unique in it */
-        if (getrandom(set->id_seed, sizeof(set->id_seed), GRND_NONBLOCK) != (ssize_t)sizeof(set->id_seed))
-                set->id_seed[0] = now_usec(CLOCK_REALTIME) ^ ((uint64_t)getpid() << 32);
+        uint64_t seed[2] = {};
+        if (getrandom(seed, sizeof(seed), GRND_NONBLOCK) != (ssize_t)sizeof(seed))
+                seed[0] = now_usec(CLOCK_REALTIME) ^ ((uint64_t)getpid() << 32);
+        request_id_seed_init(&set->id_seed, seed);
         set->manager = m;
         set->cb = cb;
         set->userdata = userdata;

@@ -9,8 +9,6 @@
 #include "modelgated/rules/catalog-list.h"
 #include "modelgated/rules/running.h"
 
-#define UNLOAD_MODEL_PREFIX "/api/models/unload/"
-
 /* The models host h's engine serves now: the entries of its list that need no load (a router's "loaded",
  * a plain server's one model), each a model the caller may use. Appended to *list (of *n). */
 static int running_of_host(Client *c, Host *h, RunningModel **list, size_t *n) {
@@ -115,40 +113,38 @@ void client_unload_all(Client *c, bool api) {
                 client_respond(c, 200, "text/plain; charset=utf-8", "OK", 2, NULL);
 }
 
-/* POST /api/models/unload/<host>-<key>: the engine that serves that model stops if it is the one running
- * (llama-swap: "OK", or 404 for a model it does not know); true when the path is this endpoint's */
-bool client_unload_model(Client *c, Span path) {
+/* POST /api/models/unload/<host>-<key> (client_is_unload_model()): the engine that serves that model stops
+ * if it is the one running (llama-swap: "OK", or 404 for a model it does not know) */
+void client_unload_model(Client *c, Span path) {
         assert(c);
         const size_t p = sizeof(UNLOAD_MODEL_PREFIX) - 1;
         _cleanup_free_ char *model = NULL;
         const char *key = NULL;
         char m2[160];
 
-        if (path.n <= p || strncmp(path.p, UNLOAD_MODEL_PREFIX, p) != 0)
-                return false;
         if (!client_may_control(c))
-                return true;
+                return;
         model = strndup(path.p + p, path.n - p);
         if (!model) {
                 client_answer(c, ANSWER_OUT_OF_MEMORY);
-                return true;
+                return;
         }
         log_escape(m2, sizeof(m2), model, strlen(model));
         if (!access_model_allowed(&c->x->caller, model)) {
                 client_answer(c, ANSWER_MODEL_NOT_ALLOWED, c->x->caller.tier->name, m2);
-                return true;
+                return;
         }
         const HostConf *hc = config_host_of_model(manager_config(c->manager), model, &key);
         Host *h = hc ? manager_host(c->manager, hc) : NULL;
         if (!h) {
                 client_answer(c, ANSWER_UNKNOWN_HOST, m2);
-                return true;
+                return;
         }
         ssize_t e = host_has_engines(h) ? host_find_engine(h, key, NULL) : -1;
         if (e < 0) {
                 log_escape(m2, sizeof(m2), key, strlen(key));
                 client_answer(c, ANSWER_NO_ENGINE, hc->name, m2);
-                return true;
+                return;
         }
         /* another engine runs (or none): this model's is stopped already */
         int r = host_running(h) == e ? unload_host(c, h) : 0;
@@ -158,5 +154,4 @@ bool client_unload_model(Client *c, Span path) {
                 client_answer(c, ANSWER_UNLOAD_SWITCHING, hc->name);
         else
                 client_respond(c, 200, "text/plain; charset=utf-8", "OK", 2, NULL);
-        return true;
 }

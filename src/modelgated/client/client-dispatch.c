@@ -287,8 +287,10 @@ static bool dispatch_own(Client *c, Dispatch *d) {
                 client_unload_all(c, /* api= */ true);
                 return true;
         }
-        if (r->method == HTTP_POST && client_unload_model(c, path))
+        if (r->method == HTTP_POST && client_is_unload_model(path)) {
+                client_unload_model(c, path);
                 return true;
+        }
         if (get && (span_eq(path, "/models") || span_eq(path, "/v1/models"))) {
                 k = models_merge_start(c->manager, c->set->models, client_model_visible, client_models_done,
                                        c, &c->x->merge);

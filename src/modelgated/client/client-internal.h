@@ -115,7 +115,8 @@ struct ClientSet {
         Client *idle, *idle_oldest; /* newest first; the oldest is the list's tail */
         StreamDrain *drains;        /* streams read on after their clients left (client-stream.c) */
         bool closing;               /* client_set_free(): no stream is read on any more */
-        uint64_t id_seed[2], n_ids; /* rule:request-id: the ids made here */
+        RequestIdSeed id_seed;      /* rule:request-id: the ids made here */
+        uint64_t n_ids;
         const ClientSetCallbacks *cb;
         void *userdata;
 };
@@ -182,8 +183,11 @@ void client_process(Client *c);
 void client_log_access(Client *c, const char *note);
 void client_response_complete(Client *c, const char *note);
 int client_queue_head(Client *c, int status, const char *extra);
-/* rule:request-id: the request's id, the client's or made on the first call */
-Span client_request_id(Client *c);
+/* rule:request-id: the request's id, the client's or made on the first call (out of line) */
+Span client_request_id_first(Client *c);
+static inline Span client_request_id(Client *c) {
+        return c->x->request_id.n > 0 ? c->x->request_id : client_request_id_first(c);
+}
 /* "X-Request-Id: …\r\n" appended. 0 or -ENOMEM */
 int client_append_request_id(Client *c, Buffer *b);
 void client_respond(Client *c, int status, const char *content_type, const char *body, size_t n,
@@ -267,7 +271,13 @@ void client_respond_running(Client *c);
 /* GET /unload (api: false) or POST /api/models/unload (api: true) */
 void client_unload_all(Client *c, bool api);
 /* POST /api/models/unload/<model>: false when path is not of it */
-bool client_unload_model(Client *c, Span path);
+#define UNLOAD_MODEL_PREFIX "/api/models/unload/"
+/* inline: every POST's path is held against it, and nearly every one differs at its second byte */
+static inline bool client_is_unload_model(Span path) {
+        const size_t p = sizeof(UNLOAD_MODEL_PREFIX) - 1;
+        return path.n > p && path.p[1] == 'a' && memcmp(path.p, UNLOAD_MODEL_PREFIX, p) == 0;
+}
+void client_unload_model(Client *c, Span path);
 void client_start_feed(Client *c);
 
 /* client-activity.c: a request as /activity shows it (rule:activity-feed), and its subscribers */

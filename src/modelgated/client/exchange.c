@@ -12,8 +12,8 @@
 
 void exchange_init(Exchange *x, Client *client) {
         assert(x);
+        /* x->usage is set when an answer is read for it (usage_on) */
         *x = (Exchange){.client = client, .method = EXCHANGE_NO_METHOD, .mode = MODE_PASS};
-        usage_init(&x->usage, NULL);
 }
 
 void exchange_done(Exchange *x) {

@@ -27,6 +27,7 @@ struct Activity {
         size_t ring_next, ring_n;
         ActivityHost *hosts; /* the last view of each host shown */
         size_t n_hosts;
+        usec_t realtime_offset, offset_read_at; /* realtime_offset() */
 };
 
 static const char *const phase_names[_ACTIVITY_PHASE_MAX] = {
@@ -85,10 +86,16 @@ static usec_t activity_now(Activity *a, clockid_t clock) {
         return t;
 }
 
-/* What to add to a CLOCK_MONOTONIC time to show it as CLOCK_REALTIME. It moves by microseconds from one
- * event loop iteration to the next (and by a step when the clock is set), so a request takes it once. */
-static usec_t realtime_offset(Activity *a) {
-        return activity_now(a, CLOCK_REALTIME) - activity_now(a, CLOCK_MONOTONIC);
+/* What to add to a CLOCK_MONOTONIC time (now, the caller's) to show it as CLOCK_REALTIME. It moves by
+ * microseconds from one event loop iteration to the next, and by a step when the clock is set: a request
+ * takes it once, so that its events and its ring copy agree, and it is read again after a second, so that
+ * a step shows soon without two clock reads for every request. */
+static usec_t realtime_offset(Activity *a, usec_t now) {
+        if (a->offset_read_at == 0 || now - a->offset_read_at >= USEC_PER_SEC) {
+                a->realtime_offset = activity_now(a, CLOCK_REALTIME) - activity_now(a, CLOCK_MONOTONIC);
+                a->offset_read_at = now;
+        }
+        return a->realtime_offset;
 }
 
 /* Short copies, cut to the field: cheaper than snprintf() */
@@ -226,7 +233,7 @@ void activity_request_begin(Activity *a, ActivityRequest *r, usec_t now) {
         if (!r->owner) {
                 r->owner = a;
                 r->started = now;
-                r->realtime = realtime_offset(a);
+                r->realtime = realtime_offset(a, now);
                 r->first_byte_ms = r->tokens_in = r->tokens_cached = r->tokens_out = r->duration_ms = -1;
                 r->prefill_tps = r->decode_tps = -1;
                 r->progress = -1;
@@ -289,13 +296,14 @@ void activity_request_done(ActivityRequest *r, usec_t now) {
                 slot->r = *r;
                 slot->r.inflight_next = slot->r.inflight_prev = NULL;
                 copy_span(slot->id, sizeof(slot->id), r->id);
-                slot->r.id = (Span){slot->id, strlen(slot->id)};
+                slot->r.id = (Span){slot->id, MIN(r->id.n, sizeof(slot->id) - 1)};
                 slot->r.model = copy_str(slot->model, sizeof(slot->model), r->model);
                 slot->r.host = copy_str(slot->host, sizeof(slot->host), r->host);
                 slot->r.engine = copy_str(slot->engine, sizeof(slot->engine), r->engine);
                 slot->r.key = copy_str(slot->key, sizeof(slot->key), r->key);
                 slot->r.fallback = copy_str(slot->fallback, sizeof(slot->fallback), r->fallback);
-                a->ring_next = (a->ring_next + 1) % ACTIVITY_RECENT;
+                if (++a->ring_next == ACTIVITY_RECENT)
+                        a->ring_next = 0;
                 a->ring_n = MIN(a->ring_n + 1, (size_t)ACTIVITY_RECENT);
         }
         if (activity_watched(a))

@@ -27,8 +27,13 @@ static void hex64(uint64_t w, char *out) {
 /* The process's random half, then its second random word plus the count: unique in the process, and
  * across processes as their seeds are. Not a secret, so no mixing: it is made for every request without
  * an id of its own. */
-void request_id_make(const uint64_t seed[2], uint64_t n, char out[static REQUEST_ID_MADE_LEN + 1]) {
-        hex64(seed[0], out);
-        hex64(seed[1] + n, out + 16);
+void request_id_seed_init(RequestIdSeed *s, const uint64_t seed[2]) {
+        hex64(seed[0], s->first);
+        s->second = seed[1];
+}
+
+void request_id_make(const RequestIdSeed *s, uint64_t n, char out[static REQUEST_ID_MADE_LEN + 1]) {
+        memcpy(out, s->first, sizeof(s->first));
+        hex64(s->second + n, out + 16);
         out[32] = 0;
 }

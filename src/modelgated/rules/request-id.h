@@ -14,6 +14,13 @@
 
 /* 1 to REQUEST_ID_MAX visible ASCII characters: nothing that could split a header or a log line */
 bool request_id_sane(Span id);
-/* The n-th id of a process whose seed is seed: 32 lowercase hex digits and a NUL into out: seed[0], then
+/* A process's ids: the first half, the same for all of them, written once */
+typedef struct RequestIdSeed {
+        char first[16]; /* seed[0] in hex */
+        uint64_t second;
+} RequestIdSeed;
+
+void request_id_seed_init(RequestIdSeed *s, const uint64_t seed[2]);
+/* The n-th id of a process whose seed is s: 32 lowercase hex digits and a NUL into out: seed[0], then
  * seed[1] + n */
-void request_id_make(const uint64_t seed[2], uint64_t n, char out[static REQUEST_ID_MADE_LEN + 1]);
+void request_id_make(const RequestIdSeed *s, uint64_t n, char out[static REQUEST_ID_MADE_LEN + 1]);

@@ -71,7 +71,7 @@ static const Span member_name[_M_MAX] = {
 
 typedef struct Members {
         double v[_M_MAX];
-        bool has[_M_MAX];
+        unsigned has; /* 1u << Member: v[] of those only is set (so only this is cleared) */
 } Members;
 
 /* A number >= 0 at p: digits, a fraction, an exponent (strtod only then). Its end in *ret_end. */
@@ -106,7 +106,7 @@ static Span object_after(const char *k, size_t kl, const char *end, Members *m) 
         const char *q = k + kl, *o;
         unsigned depth = 0;
 
-        *m = (Members){};
+        m->has = 0;
         while (q < end && is_space(*q))
                 q++;
         if (q >= end || *q != ':')
@@ -144,7 +144,7 @@ static Span object_after(const char *k, size_t kl, const char *end, Members *m) 
                                 if (member_name[i].n == l && member_name[i].p[0] == name[0] &&
                                     memcmp(member_name[i].p, name, l) == 0) {
                                         m->v[i] = d;
-                                        m->has[i] = true;
+                                        m->has |= 1u << i;
                                         break;
                                 }
                 }
@@ -216,7 +216,7 @@ static Span find_timings(const char *p, size_t n, Span usage, Members *m) {
 }
 
 static bool count(const Members *m, Member i, int64_t *ret) {
-        if (!m->has[i] || m->v[i] > (double)INT64_MAX)
+        if (!(m->has & (1u << i)) || m->v[i] > (double)INT64_MAX)
                 return false;
         *ret = (int64_t)m->v[i];
         return true;
@@ -246,10 +246,10 @@ static void read_timings(Usage *u, const Members *m) {
         int64_t cache_n = -1;
 
         (void)count(m, M_PROMPT_N, &u->prompt_n);
-        if (m->has[M_PROMPT_MS])
+        if (m->has & (1u << M_PROMPT_MS))
                 u->prompt_ms = m->v[M_PROMPT_MS];
         (void)count(m, M_PREDICTED_N, &u->predicted_n);
-        if (m->has[M_PREDICTED_MS])
+        if (m->has & (1u << M_PREDICTED_MS))
                 u->predicted_ms = m->v[M_PREDICTED_MS];
         (void)count(m, M_CACHE_N, &cache_n);
         /* an answer with timings and no usage (a chat stream without stream_options.include_usage): the
