@@ -465,10 +465,19 @@ def test_example_units_pass_the_checks_and_refuse_while_someone_owns_the_gpu(box
     assert r.status == 200 and r.getheader("X-Double") == "podman"
     r.read()
     # %t/gpu.owner naming someone else: the next engine refuses to start, and says so as a 423
-    open(os.path.join(box.dir, "xdg", "gpu.owner"), "w").write("alice's training run\n")
+    # rule:gpu-owner: and names whom the GPU is for, as the host's file says it (its first line)
+    open(os.path.join(box.dir, "xdg", "gpu.owner"), "w").write("alice's training run\nuntil 18:00\n")
     r = post(c, CHAT, chat("3090-laguna-xs"))
-    assert r.status == 423, r.read()
-    assert "llama-mainline.service refused to start: its ExecCondition= failed" in json.loads(r.read())["error"]["message"]
+    body = r.read()
+    assert r.status == 423, body
+    msg = json.loads(body)["error"]["message"]
+    assert "llama-mainline.service refused to start: its ExecCondition= failed; gpu.owner names " \
+           "'alice's training run')" in msg, msg
+    line = g.wait_log("host 3090: GPU busy (")
+    assert "gpu.owner names 'alice's training run'" in line, line
+    # the unit that read it goes (stopped after the read, collected once inactive)
+    wait_for(lambda: "modelgate-gpu-owner" not in box.systemctl("list-units", "--all", "--no-legend", "modelgate-*"),
+             what="the owner's unit to go", interval=0.1)
     open(os.path.join(box.dir, "xdg", "gpu.owner"), "w").write("modelgate\n")
     r = post(c, CHAT, chat("3090-laguna-xs"))
     assert r.status == 200 and r.getheader("X-Double") == "mainline"

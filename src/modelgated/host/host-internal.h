@@ -97,6 +97,7 @@ struct Host {
         ssize_t target;
         bool adopting;
         char *for_model;
+        char *refusal; /* an ExecCondition= refusal's words, while the GPU owner is read (rule:gpu-owner) */
         usec_t switch_start;
         ssize_t switch_from; /* the engine that ran when the switch began, or -1 */
         /* the last switch that ended (up or failed): its target and its time, for the requests that

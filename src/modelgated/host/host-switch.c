@@ -47,6 +47,7 @@ void host_switch_reset(Host *h) {
         h->target = -1;
         h->adopting = false;
         h->for_model = mfree(h->for_model);
+        h->refusal = mfree(h->refusal);
         h->probe = upstream_cancel(h->probe);
         h->warmup = upstream_cancel(h->warmup);
         host_unanswered_reset(h);
@@ -252,6 +253,21 @@ static void unit_exit_how(const UnitInfo *u, char *buf, size_t l) {
                          u->exec_main_code == CLD_DUMPED ? " (core dumped)" : "");
 }
 
+/* rule:gpu-owner: the refusal says whom the GPU is for, when the host's gpu.owner says it */
+static void owner_read(HostBus *b, const char *text, const char *error, void *userdata) {
+        Host *h = userdata;
+        char what[768];
+
+        if (text && *text && !streq(text, "modelgate"))
+                snprintf(what, sizeof(what), "%s; gpu.owner names '%s'", h->refusal, text);
+        else {
+                if (error)
+                        log_debug("host %s: who owns the GPU could not be read: %s", h->conf->name, error);
+                snprintf(what, sizeof(what), "%s", h->refusal);
+        }
+        switch_refuse_busy(h, HOST_BUSY_CONDITION, what);
+}
+
 static void start_checked(HostBus *b, char **units, const char *error, void *userdata) {
         Host *h = userdata;
         const UnitInfo *u = host_bus_unit(b, (size_t)h->target);
@@ -269,6 +285,12 @@ static void start_checked(HostBus *b, char **units, const char *error, void *use
         if (!u->condition_result || streq_ptr(u->result, "exec-condition")) {
                 snprintf(what, sizeof(what), "%s refused to start: its %s failed", u->name,
                          streq_ptr(u->result, "exec-condition") ? "ExecCondition=" : "Condition…=");
+                /* the example engines' ExecCondition= refuses while %t/gpu.owner names someone else: the
+                 * host is asked what it says before the waiting requests are answered */
+                if (streq_ptr(u->result, "exec-condition") && (h->refusal = strdup(what)) &&
+                    host_bus_read_gpu_owner(b, owner_read, h) >= 0)
+                        return;
+                h->refusal = mfree(h->refusal);
                 switch_refuse_busy(h, HOST_BUSY_CONDITION, what);
                 return;
         }

@@ -36,6 +36,9 @@ struct BusOp {
         char *job; /* the job's path, once StartUnit/StopUnit answered */
         HostBusJobDone job_done;
         HostBusDone done;
+        HostBusText text_done; /* the GPU owner's read (host_bus_read_gpu_owner()) */
+        char *transient;       /* its unit */
+        char *text;
         void *userdata;
 };
 

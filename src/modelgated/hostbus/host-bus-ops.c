@@ -1,13 +1,16 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The calls an owner of a HostBus waits for: StartUnit/StopUnit until the job's JobRemoved (of a followed
- * unit, or of one by name), a re-read of one unit, a listing of active units, and the transient idle
- * timer with its service (rule:idle-stop-on-host), also to its JobRemoved. Each is a BusOp owned by the
+ * unit, or of one by name), a re-read of one unit, a listing of active units, the transient idle
+ * timer with its service (rule:idle-stop-on-host), also to its JobRemoved, and the read of the host's GPU
+ * owner file by a transient unit (rule:gpu-owner). Each is a BusOp owned by the
  * HostBus, carrying the owner's callback and userdata; it ends exactly once, by its answer, by the lost bus
  * (every pending one fails then), or silently when its owner forgets it or the HostBus is freed. */
 
 #include <assert.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "modelgated/hostbus/host-bus-internal.h"
 #include "shared/log.h"
@@ -19,6 +22,8 @@ static BusOp *bus_op_free(BusOp *op) {
         LIST_REMOVE(ops, op->bus->ops, op);
         sd_bus_slot_unref(op->slot);
         free(op->job);
+        free(op->transient);
+        free(op->text);
         free(op);
         return NULL;
 }
@@ -39,18 +44,22 @@ static void bus_op_finish(BusOp *op, const char *result, char **units, const cha
         HostBus *b = op->bus;
         HostBusJobDone job_done = op->job_done;
         HostBusDone done = op->done;
+        HostBusText text_done = op->text_done;
         void *ud = op->userdata;
         size_t unit = op->unit;
-        /* the job's result and a bus error's message come from the host: escaped before any log line,
-         * LastError or client message can carry them */
+        /* the job's result, a bus error's message and the owner's text come from the host: escaped
+         * before any log line, LastError or client message can carry them */
         _cleanup_free_ char *e = error ? log_escape_dup(error) : NULL,
-                            *res = result ? log_escape_dup(result) : NULL;
+                            *res = result ? log_escape_dup(result) : NULL,
+                            *text = op->text && !error ? log_escape_dup(op->text) : NULL;
 
         bus_op_free(op);
         if (job_done)
                 job_done(b, unit, res, e ?: (res ? NULL : "out of memory"), ud);
         else if (done)
                 done(b, units, e, ud);
+        else if (text_done)
+                text_done(b, text, e ?: (text ? NULL : "out of memory"), ud);
 }
 
 void host_bus_fail_ops(HostBus *b, const char *why) {
@@ -73,6 +82,8 @@ void host_bus_forget(HostBus *b, void *userdata) {
                         bus_op_free(op);
 }
 
+static void owner_job_done(BusOp *op, const char *result);
+
 static int job_removed_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
         HostBus *b = userdata;
         const char *path, *unit, *result;
@@ -82,7 +93,10 @@ static int job_removed_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_e
                 return 0;
         LIST_FOREACH (ops, op, b->ops)
                 if (op->job && streq(op->job, path)) {
-                        bus_op_finish(op, result, NULL, NULL);
+                        if (op->text_done)
+                                owner_job_done(op, result);
+                        else
+                                bus_op_finish(op, result, NULL, NULL);
                         break;
                 }
         return 0;
@@ -307,4 +321,90 @@ int host_bus_start_stop_timer(HostBus *b, const char *timer, const char *service
         if (r < 0)
                 return r;
         return bus_op_send(b, SIZE_MAX, userdata, cb, NULL, m, job_reply_cb);
+}
+
+/* rule:gpu-owner: the unit's status text is the file's first line. Its main process is the one that
+ * notifies (exec), so the manager knows whom the message is from though it exits at once; the unit stays
+ * active after it (RemainAfterExit=), since the text goes when the unit stops, until modelgate stops it
+ * after the read (RuntimeMaxSec= does not apply to an exited oneshot on 252: a modelgated killed between
+ * the two leaves it, exited, until the host's manager restarts). No $ in it is systemd's (no-env-expand):
+ * ${XDG_RUNTIME_DIR:-/run} is %t of a user's and of the system's manager alike. */
+#define OWNER_SCRIPT                                                                                        \
+        "exec systemd-notify --status=\"$(head -n 1 \"${XDG_RUNTIME_DIR:-/run}/gpu.owner\" 2>/dev/null | "  \
+        "head -c 200)\""
+
+static int owner_status_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
+        BusOp *op = userdata;
+        const char *e = bus_message_error(m), *text = NULL;
+
+        if (op_bus_closing(op, m))
+                return 0;
+        op->slot = sd_bus_slot_unref(op->slot);
+        if (!e && sd_bus_message_read(m, "v", "s", &text) < 0)
+                e = "bad reply from the service manager";
+        /* its part is done: the unit goes (CollectMode=) */
+        (void)sd_bus_call_method_async(op->bus->bus, NULL, SD1, SD1_PATH, SD1_MANAGER, "StopUnit", NULL,
+                                       NULL, "ss", op->transient, "replace");
+        if (!e && !(op->text = strdup(text)))
+                e = "out of memory";
+        bus_op_finish(op, NULL, NULL, e);
+        return 0;
+}
+
+static void owner_job_done(BusOp *op, const char *result) {
+        _cleanup_free_ char *path = NULL, *why = NULL;
+        int r;
+
+        op->job = mfree(op->job);
+        if (!streq(result, "done")) {
+                if (asprintf(&why, "the unit that reads it ended its start with '%s'", result) < 0)
+                        why = NULL;
+                bus_op_finish(op, NULL, NULL, why ?: "out of memory");
+                return;
+        }
+        r = sd_bus_path_encode("/org/freedesktop/systemd1/unit", op->transient, &path);
+        if (r >= 0)
+                r = sd_bus_call_method_async(op->bus->bus, &op->slot, SD1, path,
+                                             "org.freedesktop.DBus.Properties", "Get", owner_status_cb, op,
+                                             "ss", SD1 ".Service", "StatusText");
+        if (r < 0)
+                bus_op_finish(op, NULL, NULL, "the status of the unit that reads it could not be asked for");
+}
+
+int host_bus_read_gpu_owner(HostBus *b, HostBusText cb, void *userdata) {
+        assert(b);
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+        static unsigned n;
+        BusOp *op;
+        int r;
+
+        if (!b->up)
+                return -ENOTCONN;
+        op = bus_op_new(b, SIZE_MAX, userdata);
+        if (!op)
+                return -ENOMEM;
+        op->text_done = cb;
+        /* one of its own per read: another modelgate in front of the same host may ask at the same time */
+        if (asprintf(&op->transient, "modelgate-gpu-owner-%d-%u.service", (int)getpid(), n++) < 0) {
+                op->transient = NULL;
+                bus_op_free(op);
+                return -ENOMEM;
+        }
+        r = sd_bus_message_new_method_call(b->bus, &m, SD1, SD1_PATH, SD1_MANAGER, "StartTransientUnit");
+        if (r >= 0)
+                r = sd_bus_message_append(m, "ss", op->transient, "fail");
+        if (r >= 0)
+                r = sd_bus_message_append(m, "a(sv)", 7, "Description", "s", "modelgate: who owns the GPU",
+                                          "Type", "s", "oneshot", "RemainAfterExit", "b", true,
+                                          "NotifyAccess", "s", "exec", "TimeoutStartUSec", "t",
+                                          10 * USEC_PER_SEC, "CollectMode", "s", "inactive-or-failed",
+                                          "ExecStartEx", "a(sasas)", 1, "/bin/sh", 3, "sh", "-c",
+                                          OWNER_SCRIPT, 1, "no-env-expand");
+        if (r >= 0)
+                r = sd_bus_message_append(m, "a(sa(sv))", 0);
+        if (r >= 0)
+                r = sd_bus_call_async(b->bus, &op->slot, m, job_reply_cb, op, 0);
+        if (r < 0)
+                bus_op_free(op);
+        return r < 0 ? r : 0;
 }

@@ -72,6 +72,11 @@ int host_bus_unit_job(HostBus *b, const char *method, const char *unit, HostBusJ
  * starts then, which stops 'stop_unit' (systemctl on the host), in the same call; waits for the job. */
 int host_bus_start_stop_timer(HostBus *b, const char *timer, const char *service, const char *stop_unit,
                               usec_t after, usec_t accuracy, HostBusJobDone cb, void *userdata);
+/* The text of the host's GPU owner file, %t/gpu.owner (its first line, at most 200 bytes, escaped; "" when
+ * it is empty or missing), read by a transient oneshot unit that reports it as its status text
+ * (rule:gpu-owner): the bus is all modelgate has of a host. 'error' says why there is none. */
+typedef void (*HostBusText)(HostBus *b, const char *text, const char *error, void *userdata);
+int host_bus_read_gpu_owner(HostBus *b, HostBusText cb, void *userdata);
 /* Re-reads unit i's properties (after a job: a "done" can hide an inactive unit). */
 int host_bus_refresh_unit(HostBus *b, size_t i, HostBusDone cb, void *userdata);
 /* Units matching 'patterns' that are active, activating, reloading or deactivating. */
