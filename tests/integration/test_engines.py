@@ -475,7 +475,15 @@ def test_example_units_pass_the_checks_and_refuse_while_someone_owns_the_gpu(box
            "'alice's training run')" in msg, msg
     line = g.wait_log("host 3090: GPU busy (")
     assert "gpu.owner names 'alice's training run'" in line, line
-    # the unit that read it goes (stopped after the read, collected once inactive)
+    # a long line is cut to 200 bytes where a character begins (a cut inside one would make the host's
+    # manager drop the whole status, and the client's JSON invalid)
+    open(os.path.join(box.dir, "xdg", "gpu.owner"), "w").write("x" + "é" * 150 + "\n")
+    r = post(c, CHAT, chat("3090-laguna-xs"))
+    body = r.read()
+    assert r.status == 423, body
+    msg = json.loads(body.decode("utf-8", errors="strict"))["error"]["message"]
+    assert "gpu.owner names 'x" + "é" * 99 + "')" in msg, msg
+    # the units that read it go (stopped after the read, collected once inactive)
     wait_for(lambda: "modelgate-gpu-owner" not in box.systemctl("list-units", "--all", "--no-legend", "modelgate-*"),
              what="the owner's unit to go", interval=0.1)
     open(os.path.join(box.dir, "xdg", "gpu.owner"), "w").write("modelgate\n")

@@ -270,9 +270,9 @@ void client_start_ui(Client *c);
 void client_respond_running(Client *c);
 /* GET /unload (api: false) or POST /api/models/unload (api: true) */
 void client_unload_all(Client *c, bool api);
-/* POST /api/models/unload/<model>: false when path is not of it */
+/* POST /api/models/unload/<model>: whether path is of it (inline: every POST's path is held against it, and
+ * nearly every one differs at its second byte), and its answer */
 #define UNLOAD_MODEL_PREFIX "/api/models/unload/"
-/* inline: every POST's path is held against it, and nearly every one differs at its second byte */
 static inline bool client_is_unload_model(Span path) {
         const size_t p = sizeof(UNLOAD_MODEL_PREFIX) - 1;
         return path.n > p && path.p[1] == 'a' && memcmp(path.p, UNLOAD_MODEL_PREFIX, p) == 0;

@@ -79,7 +79,7 @@ static void switch_fail(Host *h, int status, const char *message) {
 }
 
 static void switch_refuse_busy(Host *h, HostBusyKind kind, const char *reason) {
-        char msg[512];
+        char msg[1600]; /* reason: up to 1100 (owner_read()) */
 
         log_warning("host %s: GPU busy (%s), switch to %s refused", h->conf->name, reason,
                     engine_name(h, h->target));
@@ -256,7 +256,7 @@ static void unit_exit_how(const UnitInfo *u, char *buf, size_t l) {
 /* rule:gpu-owner: the refusal says whom the GPU is for, when the host's gpu.owner says it */
 static void owner_read(HostBus *b, const char *text, const char *error, void *userdata) {
         Host *h = userdata;
-        char what[768];
+        char what[1100]; /* the refusal (256) and up to 200 bytes of the host's text, each escaped to 4 */
 
         if (text && *text && !streq(text, "modelgate"))
                 snprintf(what, sizeof(what), "%s; gpu.owner names '%s'", h->refusal, text);

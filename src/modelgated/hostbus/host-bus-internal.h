@@ -38,6 +38,7 @@ struct BusOp {
         HostBusDone done;
         HostBusText text_done; /* the GPU owner's read (host_bus_read_gpu_owner()) */
         char *transient;       /* its unit */
+        bool owner_started;    /* the unit was asked for: it is to be stopped */
         char *text;
         void *userdata;
 };

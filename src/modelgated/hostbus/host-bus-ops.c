@@ -10,15 +10,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "modelgated/hostbus/host-bus-internal.h"
 #include "shared/log.h"
 #include "shared/strv.h"
 
+static void owner_unit_stop(BusOp *op);
+
 static BusOp *bus_op_free(BusOp *op) {
         if (!op)
                 return NULL;
+        /* rule:gpu-owner: whatever ends the read (its answer, a forget, the HostBus's end), its unit goes */
+        if (op->transient && op->owner_started)
+                owner_unit_stop(op);
         LIST_REMOVE(ops, op->bus->ops, op);
         sd_bus_slot_unref(op->slot);
         free(op->job);
@@ -326,12 +332,34 @@ int host_bus_start_stop_timer(HostBus *b, const char *timer, const char *service
 /* rule:gpu-owner: the unit's status text is the file's first line. Its main process is the one that
  * notifies (exec), so the manager knows whom the message is from though it exits at once; the unit stays
  * active after it (RemainAfterExit=), since the text goes when the unit stops, until modelgate stops it
- * after the read (RuntimeMaxSec= does not apply to an exited oneshot on 252: a modelgated killed between
- * the two leaves it, exited, until the host's manager restarts). No $ in it is systemd's (no-env-expand):
+ * however the read ends (RuntimeMaxSec= does not apply to an exited oneshot on 252: a modelgated killed,
+ * or a bus lost, between the two leaves it, exited, until the host's manager restarts). No $ in it is systemd's (no-env-expand):
  * ${XDG_RUNTIME_DIR:-/run} is %t of a user's and of the system's manager alike. */
 #define OWNER_SCRIPT                                                                                        \
         "exec systemd-notify --status=\"$(head -n 1 \"${XDG_RUNTIME_DIR:-/run}/gpu.owner\" 2>/dev/null | "  \
-        "head -c 200)\""
+        "head -c 4096)\""
+
+/* Its part is done: the unit goes (CollectMode=). Sent whether or not the bus is still open: on a closed
+ * one it fails at once, and the unit stays, exited, as rule:gpu-owner says. */
+static void owner_unit_stop(BusOp *op) {
+        op->owner_started = false;
+        (void)sd_bus_call_method_async(op->bus->bus, NULL, SD1, SD1_PATH, SD1_MANAGER, "StopUnit", NULL,
+                                       NULL, "ss", op->transient, "replace");
+}
+
+/* At most OWNER_TEXT_MAX bytes of the first line, cut where a UTF-8 character begins: the host's manager
+ * drops a status that is not UTF-8, so the script sends the whole line (up to 4 KiB) and the cut is here */
+#define OWNER_TEXT_MAX 200
+static char *owner_line(const char *text) {
+        size_t n = strcspn(text, "\n");
+
+        if (n > OWNER_TEXT_MAX) {
+                n = OWNER_TEXT_MAX;
+                while (n > 0 && ((unsigned char)text[n] & 0xc0) == 0x80)
+                        n--;
+        }
+        return strndup(text, n);
+}
 
 static int owner_status_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
         BusOp *op = userdata;
@@ -342,10 +370,7 @@ static int owner_status_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_
         op->slot = sd_bus_slot_unref(op->slot);
         if (!e && sd_bus_message_read(m, "v", "s", &text) < 0)
                 e = "bad reply from the service manager";
-        /* its part is done: the unit goes (CollectMode=) */
-        (void)sd_bus_call_method_async(op->bus->bus, NULL, SD1, SD1_PATH, SD1_MANAGER, "StopUnit", NULL,
-                                       NULL, "ss", op->transient, "replace");
-        if (!e && !(op->text = strdup(text)))
+        if (!e && !(op->text = owner_line(text)))
                 e = "out of memory";
         bus_op_finish(op, NULL, NULL, e);
         return 0;
@@ -374,7 +399,7 @@ static void owner_job_done(BusOp *op, const char *result) {
 int host_bus_read_gpu_owner(HostBus *b, HostBusText cb, void *userdata) {
         assert(b);
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
-        static unsigned n;
+        static uint64_t seed, n;
         BusOp *op;
         int r;
 
@@ -384,8 +409,12 @@ int host_bus_read_gpu_owner(HostBus *b, HostBusText cb, void *userdata) {
         if (!op)
                 return -ENOMEM;
         op->text_done = cb;
-        /* one of its own per read: another modelgate in front of the same host may ask at the same time */
-        if (asprintf(&op->transient, "modelgate-gpu-owner-%d-%u.service", (int)getpid(), n++) < 0) {
+        /* one of its own per read: another modelgate in front of the same host (on another machine, or
+         * in a container with the same pid) may ask at the same time */
+        if (!seed && getrandom(&seed, sizeof(seed), GRND_NONBLOCK) != (ssize_t)sizeof(seed))
+                seed = (uint64_t)getpid() << 32 | now_usec(CLOCK_MONOTONIC);
+        if (asprintf(&op->transient, "modelgate-gpu-owner-%016llx.service",
+                     (unsigned long long)(seed + n++)) < 0) {
                 op->transient = NULL;
                 bus_op_free(op);
                 return -ENOMEM;
@@ -404,7 +433,10 @@ int host_bus_read_gpu_owner(HostBus *b, HostBusText cb, void *userdata) {
                 r = sd_bus_message_append(m, "a(sa(sv))", 0);
         if (r >= 0)
                 r = sd_bus_call_async(b->bus, &op->slot, m, job_reply_cb, op, 0);
-        if (r < 0)
+        if (r < 0) {
                 bus_op_free(op);
-        return r < 0 ? r : 0;
+                return r;
+        }
+        op->owner_started = true;
+        return 0;
 }
