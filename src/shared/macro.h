@@ -34,8 +34,6 @@
                 __typeof__(b) _max_b = (b);                                                                 \
                 _max_a > _max_b ? _max_a : _max_b;                                                          \
         })
-/* for constant expressions (array sizes, initializers), where a statement expression cannot be */
-#define CONST_MAX(a, b) ((a) > (b) ? (a) : (b))
 
 #define TAKE_PTR(p)                                                                                         \
         ({                                                                                                  \

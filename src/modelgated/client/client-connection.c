@@ -3,9 +3,8 @@
  * taken one at a time (the states are in client-internal.h), and the ClientSet that counts connections
  * per address. What a request is answered with is decided in the other client-*.c files. */
 
-#include <sys/random.h>
-
 #include "modelgated/client/client-internal.h"
+#include "shared/random-util.h"
 
 static void client_io_cb(SocketWatch *w, int fd, uint32_t revents, void *userdata);
 static int client_timer_cb(sd_event_source *s, uint64_t usec, void *userdata);
@@ -638,9 +637,8 @@ int client_set_new(Manager *m, const ClientSetCallbacks *cb, void *userdata, Cli
                 return -ENOMEM;
         }
         /* rule:request-id: one system call per process; without it the ids are still unique in it */
-        uint64_t seed[2] = {};
-        if (getrandom(seed, sizeof(seed), GRND_NONBLOCK) != (ssize_t)sizeof(seed))
-                seed[0] = now_usec(CLOCK_REALTIME) ^ ((uint64_t)getpid() << 32);
+        uint64_t seed[2];
+        random_seed(seed, sizeof(seed));
         request_id_seed_init(&set->id_seed, seed);
         set->manager = m;
         set->cb = cb;

@@ -37,8 +37,7 @@ struct BusOp {
         HostBusJobDone job_done;
         HostBusDone done;
         HostBusText text_done; /* the GPU owner's read (host_bus_read_gpu_owner()) */
-        char *transient;       /* its unit */
-        bool owner_started;    /* the unit was asked for: it is to be stopped */
+        char *transient;       /* its unit, once asked for: stopped when the op ends */
         char *text;
         void *userdata;
 };

@@ -10,11 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <unistd.h>
 
 #include "modelgated/hostbus/host-bus-internal.h"
 #include "shared/log.h"
+#include "shared/random-util.h"
 #include "shared/strv.h"
 
 static void owner_unit_stop(BusOp *op);
@@ -23,7 +22,7 @@ static BusOp *bus_op_free(BusOp *op) {
         if (!op)
                 return NULL;
         /* rule:gpu-owner: whatever ends the read (its answer, a forget, the HostBus's end), its unit goes */
-        if (op->transient && op->owner_started)
+        if (op->transient)
                 owner_unit_stop(op);
         LIST_REMOVE(ops, op->bus->ops, op);
         sd_bus_slot_unref(op->slot);
@@ -147,20 +146,24 @@ static int job_reply_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_err
         return 0;
 }
 
-/* Sends m as operation on unit i; reply_cb gets it, and ends it with bus_op_finish(). */
+/* Sends m for op; reply_cb gets it, and ends it with bus_op_finish(). On failure op is freed. */
+static int bus_op_call(BusOp *op, sd_bus_message *m, sd_bus_message_handler_t reply_cb) {
+        int r = sd_bus_call_async(op->bus->bus, &op->slot, m, reply_cb, op, 0);
+        if (r < 0)
+                bus_op_free(op);
+        return r < 0 ? r : 0;
+}
+
+/* Sends m as operation on unit i */
 static int bus_op_send(HostBus *b, size_t i, void *userdata, HostBusJobDone job_done, HostBusDone done,
                        sd_bus_message *m, sd_bus_message_handler_t reply_cb) {
         BusOp *op = bus_op_new(b, i, userdata);
-        int r;
 
         if (!op)
                 return -ENOMEM;
         op->job_done = job_done;
         op->done = done;
-        r = sd_bus_call_async(b->bus, &op->slot, m, reply_cb, op, 0);
-        if (r < 0)
-                bus_op_free(op);
-        return r < 0 ? r : 0;
+        return bus_op_call(op, m, reply_cb);
 }
 
 static int unit_job(HostBus *b, const char *method, size_t i, const char *unit, const char *mode,
@@ -333,8 +336,9 @@ int host_bus_start_stop_timer(HostBus *b, const char *timer, const char *service
  * notifies (exec), so the manager knows whom the message is from though it exits at once; the unit stays
  * active after it (RemainAfterExit=), since the text goes when the unit stops, until modelgate stops it
  * however the read ends (RuntimeMaxSec= does not apply to an exited oneshot on 252: a modelgated killed,
- * or a bus lost, between the two leaves it, exited, until the host's manager restarts). No $ in it is systemd's (no-env-expand):
- * ${XDG_RUNTIME_DIR:-/run} is %t of a user's and of the system's manager alike. */
+ * or a bus lost, between the two leaves it, exited, until the host's manager restarts). No $ in it is
+ * systemd's (no-env-expand): ${XDG_RUNTIME_DIR:-/run} is %t of a user's and of the system's manager
+ * alike. */
 #define OWNER_SCRIPT                                                                                        \
         "exec systemd-notify --status=\"$(head -n 1 \"${XDG_RUNTIME_DIR:-/run}/gpu.owner\" 2>/dev/null | "  \
         "head -c 4096)\""
@@ -342,7 +346,6 @@ int host_bus_start_stop_timer(HostBus *b, const char *timer, const char *service
 /* Its part is done: the unit goes (CollectMode=). Sent whether or not the bus is still open: on a closed
  * one it fails at once, and the unit stays, exited, as rule:gpu-owner says. */
 static void owner_unit_stop(BusOp *op) {
-        op->owner_started = false;
         (void)sd_bus_call_method_async(op->bus->bus, NULL, SD1, SD1_PATH, SD1_MANAGER, "StopUnit", NULL,
                                        NULL, "ss", op->transient, "replace");
 }
@@ -399,29 +402,22 @@ static void owner_job_done(BusOp *op, const char *result) {
 int host_bus_read_gpu_owner(HostBus *b, HostBusText cb, void *userdata) {
         assert(b);
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+        _cleanup_free_ char *name = NULL;
         static uint64_t seed, n;
         BusOp *op;
         int r;
 
         if (!b->up)
                 return -ENOTCONN;
-        op = bus_op_new(b, SIZE_MAX, userdata);
-        if (!op)
-                return -ENOMEM;
-        op->text_done = cb;
         /* one of its own per read: another modelgate in front of the same host (on another machine, or
          * in a container with the same pid) may ask at the same time */
-        if (!seed && getrandom(&seed, sizeof(seed), GRND_NONBLOCK) != (ssize_t)sizeof(seed))
-                seed = (uint64_t)getpid() << 32 | now_usec(CLOCK_MONOTONIC);
-        if (asprintf(&op->transient, "modelgate-gpu-owner-%016llx.service",
-                     (unsigned long long)(seed + n++)) < 0) {
-                op->transient = NULL;
-                bus_op_free(op);
+        if (!seed)
+                random_seed(&seed, sizeof(seed));
+        if (asprintf(&name, "modelgate-gpu-owner-%016llx.service", (unsigned long long)(seed + n++)) < 0)
                 return -ENOMEM;
-        }
         r = sd_bus_message_new_method_call(b->bus, &m, SD1, SD1_PATH, SD1_MANAGER, "StartTransientUnit");
         if (r >= 0)
-                r = sd_bus_message_append(m, "ss", op->transient, "fail");
+                r = sd_bus_message_append(m, "ss", name, "fail");
         if (r >= 0)
                 r = sd_bus_message_append(m, "a(sv)", 7, "Description", "s", "modelgate: who owns the GPU",
                                           "Type", "s", "oneshot", "RemainAfterExit", "b", true,
@@ -431,12 +427,14 @@ int host_bus_read_gpu_owner(HostBus *b, HostBusText cb, void *userdata) {
                                           OWNER_SCRIPT, 1, "no-env-expand");
         if (r >= 0)
                 r = sd_bus_message_append(m, "a(sa(sv))", 0);
-        if (r >= 0)
-                r = sd_bus_call_async(b->bus, &op->slot, m, job_reply_cb, op, 0);
-        if (r < 0) {
-                bus_op_free(op);
+        if (r < 0)
                 return r;
-        }
-        op->owner_started = true;
-        return 0;
+        op = bus_op_new(b, SIZE_MAX, userdata);
+        if (!op)
+                return -ENOMEM;
+        op->text_done = cb;
+        r = bus_op_call(op, m, job_reply_cb);
+        if (r >= 0) /* asked for: from now on it is stopped however the read ends */
+                op->transient = TAKE_PTR(name);
+        return r;
 }
