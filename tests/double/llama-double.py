@@ -51,6 +51,8 @@ GENERATE_ROUTES = ("/v1/chat/completions", "/chat/completions", "/v1/completions
                    "/v1/messages", "/v1/responses", "/responses")
 RESPONSES = ("/v1/responses", "/responses")
 # the routes that read a model (the router's own /props included); any other path is 404
+PROCESSING = {}  # model -> generations under way, for /slots
+
 MODEL_ROUTES = GENERATE_ROUTES + ("/models/load", "/models/unload", "/props", "/slots", "/tokenize", "/v1/embeddings",
                                   "/embeddings", "/v1/messages/count_tokens")
 
@@ -312,6 +314,9 @@ class Handler(BaseHTTPRequestHandler):
             st = MODELS[model]["status"] if known else None
         if not known:
             return self.send_error_json(400, "model '%s' not found" % model, "invalid_request_error")
+        if path == "/slots" and query.get("autoload") == ["false"] and st != "loaded":
+            # the router with autoload off: a model that is not running has no slots
+            return self.send_error_json(400, "model is not loaded", "invalid_request_error")
         if st == "unloaded":
             do_load(model)
         wait_loaded(model)
@@ -321,7 +326,10 @@ class Handler(BaseHTTPRequestHandler):
                                         "default_generation_settings": {"n_ctx": ARGS.n_ctx},
                                         "query": url.query})
         if path == "/slots":
-            return self.send_json(200, [{"id": 0, "n_ctx": ARGS.n_ctx, "is_processing": False,
+            # one slot, at work while a generation for the model runs (whoever sent it)
+            with LOCK:
+                busy = PROCESSING.get(model, 0) > 0
+            return self.send_json(200, [{"id": 0, "n_ctx": ARGS.n_ctx, "is_processing": busy,
                                          "model": model}])
         if path == "/tokenize":
             return self.send_json(200, {"tokens": list(range(len(str(req.get("content", "")).split())))})
@@ -335,7 +343,13 @@ class Handler(BaseHTTPRequestHandler):
                                         "data": [{"embedding": [0.1, 0.2, 0.3], "index": 0,
                                                   "object": "embedding"}]})
         if path in GENERATE_ROUTES:
-            return self.generate(path, model, req, body)
+            with LOCK:
+                PROCESSING[model] = PROCESSING.get(model, 0) + 1
+            try:
+                return self.generate(path, model, req, body)
+            finally:
+                with LOCK:
+                    PROCESSING[model] -= 1
         return self.send_error_json(404, "File Not Found", "not_found_error")
 
     def models_sse(self):

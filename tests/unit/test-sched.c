@@ -287,6 +287,65 @@ TEST(rule9_idle_stop_counted_from_up_or_the_last_request) {
         sched_done(&s);
 }
 
+/* rule:foreign-switch: while another instance holds the host's lease, new requests for the running engine
+ * wait behind its switch (those in flight and those already going are its to wait for), except inside the
+ * hold-down; once it ends they go. No idle stop meanwhile. */
+TEST(foreign_switch_queues_new_requests_for_the_running_engine) {
+        Sched s;
+        serving_r0_on_a(&s, S(30), S(100), USEC_INFINITY);
+        sched_foreign_switch(&s, S(5), true);
+        ASSERT_STREQ(add(&s, S(6), 1, A), "go"); /* inside A's hold-down */
+        ASSERT_STREQ(add(&s, S(31), 2, A), "waits");
+        ASSERT_STREQ(run(&s, S(31)), "");
+        sched_remove(&s, S(32), &req[0]);
+        sched_remove(&s, S(32), &req[1]);
+        ASSERT_STREQ(add(&s, S(33), 3, A), "waits");
+        ASSERT_EQ(sched_next_timer(&s, S(500)), USEC_INFINITY); /* no idle stop during the other's switch */
+        ASSERT_STREQ(run(&s, S(500)), "");
+        sched_foreign_switch(&s, S(501), false);
+        ASSERT_STREQ(run(&s, S(501)), "go:r2 go:r3");
+        sched_done(&s);
+}
+
+/* rule:hold-down-from-host: the hold-down counts from when the host's manager says the unit became active,
+ * so an instance that saw the engine later counts the same end; a later time is ignored */
+TEST(hold_down_counts_from_the_hosts_clock) {
+        Sched s;
+        setup(&s, S(30), USEC_INFINITY, USEC_INFINITY);
+        add(&s, 0, 0, A);
+        run(&s, 0);
+        sched_engine_up(&s, S(20), A);
+        sched_set_up_at(&s, S(12));
+        sched_set_up_at(&s, S(25)); /* later than up: not the host's clock */
+        ASSERT_STREQ(run(&s, S(20)), "go:r0");
+        sched_remove(&s, S(21), &req[0]);
+        ASSERT_STREQ(add(&s, S(22), 1, B), "waits");
+        ASSERT_STREQ(run(&s, S(22)), "wait:B/r1");
+        ASSERT_EQ(sched_hold_down_until(&s, S(22)), S(42));
+        ASSERT_STREQ(run(&s, S(41)), "");
+        ASSERT_STREQ(run(&s, S(42)), "start:B/r1");
+        sched_done(&s);
+}
+
+/* rule:several-instances: with Shared=, the idle stop is the host's timer's, which every instance renews;
+ * this instance's clock only says when (for that timer), and a requested stop still happens */
+TEST(shared_host_leaves_the_idle_stop_to_the_hosts_timer) {
+        Sched s;
+        SchedConfig c = {.hold_down = 0, .idle_stop = S(60), .wait_budget = USEC_INFINITY, .shared = true};
+        ASSERT_OK(sched_init(&s, &c, 3));
+        add(&s, 0, 0, A);
+        run(&s, 0);
+        sched_engine_up(&s, S(1), A);
+        ASSERT_STREQ(run(&s, S(1)), "go:r0");
+        sched_remove(&s, S(2), &req[0]);
+        ASSERT_EQ(sched_idle_stop_at(&s), S(62));
+        ASSERT_EQ(sched_next_timer(&s, S(2)), USEC_INFINITY);
+        ASSERT_STREQ(run(&s, S(100)), "");
+        sched_request_stop(&s);
+        ASSERT_STREQ(run(&s, S(101)), "stop:A:99s");
+        sched_done(&s);
+}
+
 TEST(rule8_busy_fails_everyone_waiting_for_that_switch) {
         Sched s;
         setup(&s, 0, USEC_INFINITY, USEC_INFINITY);

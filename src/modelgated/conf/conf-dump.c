@@ -72,6 +72,8 @@ static void dump_host(const HostConf *h, FILE *f) {
         dump_usec(f, "HoldDownSec", h->hold_down_usec);
         dump_usec(f, "WaitBudgetSec", h->wait_budget_usec);
         dump_usec(f, "FailedStartHoldSec", h->failed_start_hold_usec);
+        if (h->shared)
+                fprintf(f, "Shared=yes\n");
 }
 
 static void dump_engine(const EngineConf *e, FILE *f) {

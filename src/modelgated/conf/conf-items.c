@@ -291,6 +291,7 @@ static const ConfigItem config_items[] = {
         {SECTION_HOST, "WaitBudgetSec", parse_timespan_override, offsetof(HostConf, wait_budget_usec)},
         {SECTION_HOST, "FailedStartHoldSec", parse_timespan_override,
          offsetof(HostConf, failed_start_hold_usec)},
+        {SECTION_HOST, "Shared", parse_bool_item, offsetof(HostConf, shared)},
 
         {SECTION_ENGINE, "Host", parse_host_name_item, offsetof(EngineConf, host)},
         {SECTION_ENGINE, "Name", parse_engine_name_item, offsetof(EngineConf, name)},

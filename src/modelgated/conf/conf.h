@@ -34,6 +34,7 @@ typedef struct HostConf {
         char *bus_path;
         char **busy_units;
         usec_t idle_stop_usec, hold_down_usec, wait_budget_usec, failed_start_hold_usec;
+        bool shared; /* Shared=: other modelgate instances front this host too (rule:several-instances) */
         char *file;
         unsigned line;
         bool invalid; /* a value of its section is not valid: said, and not checked further */

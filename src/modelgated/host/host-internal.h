@@ -16,6 +16,7 @@
 #include "modelgated/hostbus/host-bus.h"
 #include "modelgated/host/host.h"
 #include "modelgated/upstream/upstream.h"
+#include "modelgated/rules/catalog-list.h"
 
 #define HEALTH_PROBE_INTERVAL_USEC (250 * USEC_PER_MSEC)
 #define HEALTH_PROBE_TIMEOUT_USEC (2 * USEC_PER_SEC)
@@ -25,8 +26,10 @@
 
 typedef enum SwitchPhase {
         PHASE_NONE,
+        PHASE_LEASE, /* Shared=: taking the host's switch lease (rule:switch-lease) */
         PHASE_BUSY_CHECK,
         PHASE_PORT_PROBE,
+        PHASE_SLOTS, /* the running engine's /slots, until none works (rule:slots-in-flight) */
         PHASE_STOPPING,
         PHASE_STARTING,
         PHASE_HEALTH,
@@ -56,6 +59,13 @@ typedef struct HostBusy {
         Upstream *probe; /* the GET /health of HOST_BUSY_PORT's check */
         bool listing;    /* HOST_BUSY_UNITS's ListUnitsByPatterns is under way */
 } HostBusy;
+
+/* What host-shared.c's one timer is for */
+typedef enum SharedStep {
+        SHARED_LEASE, /* ask for the lease again */
+        SHARED_THEN,  /* the lease is ours and the others have seen it: go on */
+        SHARED_SLOTS, /* ask /slots again */
+} SharedStep;
 
 /* rule:idle-stop-on-host: the timer unit on the host, as far as modelgated knows it */
 typedef struct IdleTimer {
@@ -136,6 +146,22 @@ struct Host {
         usec_t primed_for; /* the idle period (its start) a prime was sent for */
         sd_event_source *prime_timer;
         IdleTimer idle_timer;
+
+        /* rule:several-instances (host-shared.c) */
+        char *lease_unit; /* Shared=: modelgate-switch-<host>.service, followed as the bus's last unit */
+        bool lease_taking, lease_held, lease_releasing;
+        bool lease_wait; /* another instance holds it: asked for again every LEASE_RETRY_USEC */
+        void (*lease_then)(Host *h);
+        bool slots_busy; /* a slot of slots_engine works */
+        ssize_t slots_engine;
+        CatalogList *slots_list; /* the engine's own /models, read first */
+        size_t slots_model;      /* its entry asked about */
+        bool slots_asked;        /* the answer under way is a /slots (not the /models) */
+        Upstream *slots;
+        Buffer slots_body;
+        void (*slots_then)(Host *h);
+        SharedStep shared_step;
+        sd_event_source *shared_timer;
 };
 
 /* The host went down: its requests in flight hear it soon, from down_source (host_down_cb) */
@@ -192,6 +218,8 @@ void host_switch_reset(Host *h);
 /* rule:queued-and-switch: sets w->queued and w->switched, before w is told */
 void host_waiter_times(const Host *h, HostWaiter *w);
 void host_begin_switch(Host *h);
+/* A switch that has stopped nothing is dropped: nobody waits for it any more (rule:abandon-switch) */
+void host_switch_drop(Host *h, const char *why);
 void host_idle_stop(Host *h, ssize_t engine, bool requested);
 /* The engine the switch was for answers (and is warmed up): it serves from now. */
 void host_engine_is_up(Host *h);
@@ -201,6 +229,22 @@ int host_deadline_cb(sd_event_source *s, uint64_t usec, void *userdata);
 /* Makes, renews or stops the host's idle timer for what the host now is; cheap when nothing is due. */
 void host_idle_timer_sync(Host *h);
 void host_idle_timer_done(Host *h);
+
+/* host-shared.c */
+int host_shared_init(Host *h);
+void host_shared_done(Host *h);
+/* Cancels what is asked of the host, and gives the lease back */
+void host_shared_reset(Host *h);
+void host_shared_bus_up(Host *h);
+/* The lease unit (the bus's unit n_engines) changed */
+void host_shared_unit_changed(Host *h);
+/* LEASE: with Shared=, then() once the lease is ours (or cannot be had); at once without Shared= */
+void host_lease_take(Host *h, void (*then)(Host *h));
+void host_lease_release(Host *h);
+/* SLOTS: then() once no slot of engine works, or its /slots cannot say */
+void host_slots_check(Host *h, ssize_t engine, void (*then)(Host *h));
+/* rule:hold-down-from-host: with Shared=, when engine i's unit became active, on our clock; else now */
+usec_t host_shared_up_at(const Host *h, size_t i, usec_t now);
 
 /* host-busy.c */
 int host_busy_init(Host *h);

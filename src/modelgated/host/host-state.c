@@ -198,6 +198,7 @@ static SchedConfig sched_config_of(const Config *config, const HostConf *conf) {
                 .failed_start_hold = conf->failed_start_hold_usec != CONF_USEC_UNSET
                                              ? conf->failed_start_hold_usec
                                              : config->failed_start_hold_usec,
+                .shared = conf->shared,
         };
         /* 0 means "never" for both, as ExitIdleSec=0 does */
         if (sc.idle_stop == 0)
@@ -253,6 +254,8 @@ Host *host_new(const HostEnv *env, Config *config, const HostConf *conf) {
         if (r >= 0)
                 r = host_busy_init(h);
         if (r >= 0)
+                r = host_shared_init(h);
+        if (r >= 0)
                 r = sd_event_add_time(env->event, &h->prime_timer, CLOCK_MONOTONIC, USEC_INFINITY,
                                       USEC_PER_SEC / 10, host_prime_timer_cb, h);
         if (r < 0)
@@ -269,7 +272,8 @@ Host *host_new(const HostEnv *env, Config *config, const HostConf *conf) {
         if (catalog_new(env->event, env->pool, &cc, &catalog_callbacks, h, &h->catalog) < 0)
                 goto fail;
         if (h->n_engines > 0) {
-                if (host_bus_new(env->event, conf, units, &host_bus_callbacks, h, &h->bus) < 0)
+                char *watched[] = {h->lease_unit, NULL};
+                if (host_bus_new(env->event, conf, units, watched, &host_bus_callbacks, h, &h->bus) < 0)
                         goto fail;
                 /* until the bus says otherwise: requests must not be sent to an engine nobody started */
                 h->bus_down = true;
@@ -303,6 +307,7 @@ Host *host_free(Host *h) {
         sd_event_source_disable_unref(h->prime_timer);
         host_idle_timer_done(h);
         host_busy_done(h);
+        host_shared_done(h);
         h->catalog = catalog_free(h->catalog);
         h->bus = host_bus_free(h->bus);
         sd_event_source_disable_unref(h->schedule_source);
@@ -330,7 +335,7 @@ bool host_can_take(const Host *h, const Config *config, const HostConf *conf) {
 
         if (!streq(h->conf->name, conf->name) || !streq(h->conf->url.text, conf->url.text) ||
             !streq_ptr(h->conf->bus, conf->bus) || !streq_ptr(h->conf->ssh_command, conf->ssh_command) ||
-            !streq_ptr(h->conf->bus_path, conf->bus_path))
+            !streq_ptr(h->conf->bus_path, conf->bus_path) || h->conf->shared != conf->shared)
                 return false;
         if (collect_engines(config, conf, &engines, &n, NULL) < 0 || n != h->n_engines)
                 return false;

@@ -37,7 +37,7 @@ static void phase_stop_others(Host *h);
 
 void host_switch_reset(Host *h) {
         assert(h);
-        if (h->phase >= PHASE_BUSY_CHECK && h->phase <= PHASE_HEALTH && h->target >= 0) {
+        if (h->phase >= PHASE_LEASE && h->phase <= PHASE_HEALTH && h->target >= 0) {
                 /* rule:queued-and-switch: its waiting requests are told after this, and say how long */
                 h->last_switch_target = h->target;
                 h->last_switch_start = h->switch_start;
@@ -55,6 +55,19 @@ void host_switch_reset(Host *h) {
         (void)sd_event_source_set_enabled(h->probe_timer, SD_EVENT_OFF);
         if (h->bus)
                 host_bus_forget(h->bus, h);
+        host_shared_reset(h); /* after the forget: the lease's StopUnit is sent, not forgotten */
+}
+
+void host_switch_drop(Host *h, const char *why) {
+        assert(h);
+        ssize_t target = h->target;
+
+        log_notice("host %s: switch to %s dropped: %s", h->conf->name, engine_name(h, target), why);
+        host_switch_reset(h);
+        /* nobody waits for it: the failure answers nobody, and the engine that runs keeps running */
+        sched_switch_failed(&h->sched, host_now(h), 503, h->engine_up ? h->running : -1);
+        host_update_state(h);
+        host_schedule_later(h);
 }
 
 /* The switch ends without the engine: everyone waiting for it gets 'status'. */
@@ -170,6 +183,7 @@ void host_engine_is_up(Host *h) {
         h->up_since = host_now(h);
         (void)host_unhold(h, (size_t)h->target, "it is up after all"); /* started without modelgate */
         sched_engine_up(&h->sched, h->up_since, (size_t)h->target);
+        sched_set_up_at(&h->sched, host_shared_up_at(h, (size_t)h->target, h->up_since));
         catalog_engine_up(h->catalog, (size_t)h->target);
         host_switch_reset(h);
         host_update_state(h);
@@ -422,9 +436,20 @@ static bool any_engine_running(Host *h) {
         return false;
 }
 
+/* SLOTS: the engine that runs (another than the target) may be at work for someone else */
+static void phase_slots(Host *h) {
+        for (size_t i = 0; i < h->n_engines; i++)
+                if ((ssize_t)i != h->target && unit_info_is_running(host_bus_unit(h->bus, i))) {
+                        h->phase = PHASE_SLOTS;
+                        host_slots_check(h, (ssize_t)i, phase_stop_others);
+                        return;
+                }
+        phase_stop_others(h);
+}
+
 static void phase_port_probe(Host *h) {
         if (any_engine_running(h)) {
-                phase_stop_others(h);
+                phase_slots(h);
                 return;
         }
         h->phase = PHASE_PORT_PROBE;
@@ -452,14 +477,9 @@ static void busy_listed(HostBus *b, char **units, const char *error, void *userd
         phase_port_probe(h);
 }
 
-void host_begin_switch(Host *h) {
-        assert(h);
+static void phase_busy_check(Host *h) {
         int r;
 
-        h->switch_start = host_now(h);
-        h->switch_from = h->running;
-        log_notice("host %s: switching to engine %s for %s", h->conf->name, engine_name(h, h->target),
-                   h->for_model ?: "a request");
         h->phase = PHASE_BUSY_CHECK;
         host_update_state(h);
         if (strv_isempty(h->conf->busy_units)) {
@@ -469,6 +489,18 @@ void host_begin_switch(Host *h) {
         r = host_bus_list_active(h->bus, h->conf->busy_units, busy_listed, h);
         if (r < 0)
                 busy_listed(h->bus, NULL, strerror(-r), h);
+}
+
+void host_begin_switch(Host *h) {
+        assert(h);
+
+        h->switch_start = host_now(h);
+        h->switch_from = h->running;
+        log_notice("host %s: switching to engine %s for %s", h->conf->name, engine_name(h, h->target),
+                   h->for_model ?: "a request");
+        h->phase = PHASE_LEASE;
+        host_update_state(h);
+        host_lease_take(h, phase_busy_check);
 }
 
 /* IDLE_STOP */
@@ -567,6 +599,7 @@ static void bus_up(HostBus *b, void *userdata) {
         h->running = -1;
         h->engine_up = false;
         catalog_engine_down(h->catalog);
+        host_shared_bus_up(h);
         if (found >= 0) {
                 /* the daemon may have exited idle and come back: the running engine is ours */
                 h->target = found;
@@ -598,6 +631,10 @@ static void unit_changed(HostBus *b, size_t i, void *userdata) {
         const UnitInfo *u = host_bus_unit(b, i);
         char what[256];
 
+        if (i >= h->n_engines) {
+                host_shared_unit_changed(h);
+                return;
+        }
         if (!unit_info_is_running(u)) {
                 if ((ssize_t)i != h->running || h->phase == PHASE_STOPPING || h->phase == PHASE_GIVING_UP ||
                     h->phase == PHASE_IDLE_STOP)

@@ -202,7 +202,9 @@ void host_report_http(Host *h, const char *reason) {
         }
         /* with engines, only the engine that is up can fail: one stopping (an idle stop, a switch) is
          * expected to refuse connections */
-        if (down && h->n_engines > 0 && (!h->engine_up || h->phase != PHASE_NONE))
+        if (down && h->n_engines > 0 &&
+            (!h->engine_up || h->phase != PHASE_NONE ||
+             h->sched.foreign_since > 0)) /* or another's switch */
                 return;
         if (down == h->http_down)
                 return;
@@ -250,7 +252,7 @@ void host_tell_riders_down(Host *h) {
 /* rule:queued-and-switch: of the time since w's request asked, the part its own engine's switch (or start)
  * took, the one under way or the last that ended; the rest it was queued */
 void host_waiter_times(const Host *h, HostWaiter *w) {
-        bool under_way = h->phase >= PHASE_BUSY_CHECK && h->phase <= PHASE_HEALTH;
+        bool under_way = h->phase >= PHASE_LEASE && h->phase <= PHASE_HEALTH;
         usec_t now = host_now(h), from = w->req.arrived;
         usec_t start = under_way ? h->switch_start : h->last_switch_start;
         usec_t end = under_way ? now : h->last_switch_end;

@@ -138,8 +138,8 @@ void host_bus_connect(HostBus *b) {
         }
 }
 
-int host_bus_new(sd_event *e, const HostConf *h, char **units, const HostBusCallbacks *cb, void *userdata,
-                 HostBus **ret) {
+int host_bus_new(sd_event *e, const HostConf *h, char **units, char **watched, const HostBusCallbacks *cb,
+                 void *userdata, HostBus **ret) {
         _cleanup_(host_bus_freep) HostBus *b = NULL;
         int r;
 
@@ -156,17 +156,20 @@ int host_bus_new(sd_event *e, const HostConf *h, char **units, const HostBusCall
                 r = asprintf(&b->label, "%s bus", h->bus_kind == BUS_LOCAL ? "user" : "system");
         if (r < 0)
                 return -ENOMEM;
-        b->n_units = strv_length(units);
+        size_t n_loaded = strv_length(units);
+        b->n_units = n_loaded + strv_length(watched);
         b->units = calloc(MAX(b->n_units, 1u), sizeof(FollowedUnit));
         if (!b->units)
                 return -ENOMEM;
         for (size_t i = 0; i < b->n_units; i++) {
                 FollowedUnit *fu = &b->units[i];
+                const char *name = i < n_loaded ? units[i] : watched[i - n_loaded];
                 fu->bus = b;
                 fu->index = i;
-                if (!(fu->info.name = strdup(units[i])))
+                fu->watched = i >= n_loaded;
+                if (!(fu->info.name = strdup(name)))
                         return -ENOMEM;
-                r = sd_bus_path_encode(SD1_PATH "/unit", units[i], &fu->info.path);
+                r = sd_bus_path_encode(SD1_PATH "/unit", name, &fu->info.path);
                 if (r < 0)
                         return r;
         }

@@ -24,6 +24,7 @@
 typedef struct FollowedUnit {
         HostBus *bus;
         size_t index;
+        bool watched; /* followed only: not loaded, not Ref()ed (host_bus_new()) */
         UnitInfo info;
 } FollowedUnit;
 
@@ -38,6 +39,7 @@ struct BusOp {
         HostBusDone done;
         HostBusText text_done; /* the GPU owner's read (host_bus_read_gpu_owner()) */
         char *transient;       /* its unit, once asked for: stopped when the op ends */
+        bool exists_is_result; /* a lease: UnitExists is the answer "exists", not an error */
         char *text;
         void *userdata;
 };
@@ -65,6 +67,11 @@ struct HostBus {
         sd_event_source *close_source, *retry_source;
         usec_t backoff;
         char *down_reason;
+
+        /* the pid, on the host, of whoever holds our end of this bus there (ourselves on a local bus, the
+         * stdio bridge through ssh), as the broker says; 0: not known (a direct connection, or a broker in
+         * another PID namespace). rule:switch-lease ties a lease to it. */
+        uint32_t peer_pid;
 
         FollowedUnit *units;
         size_t n_units;

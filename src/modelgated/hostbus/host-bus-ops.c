@@ -7,6 +7,7 @@
  * (every pending one fails then), or silently when its owner forgets it or the HostBus is freed. */
 
 #include <assert.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,6 +134,10 @@ static int job_reply_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_err
         if (op_bus_closing(op, m))
                 return 0;
         op->slot = sd_bus_slot_unref(op->slot);
+        if (op->exists_is_result && sd_bus_message_is_method_error(m, SD1 ".UnitExists")) {
+                bus_op_finish(op, "exists", NULL, NULL);
+                return 0;
+        }
         if (e) {
                 bus_op_finish(op, NULL, NULL, e);
                 return 0;
@@ -437,4 +442,49 @@ int host_bus_read_gpu_owner(HostBus *b, HostBusText cb, void *userdata) {
         if (r >= 0) /* asked for: from now on it is stopped however the read ends */
                 op->transient = TAKE_PTR(name);
         return r;
+}
+
+/* rule:switch-lease: a service that only waits, so that its existence is the lock. tail --pid ends it when
+ * the process that holds our end of the bus on the host exits (ourselves, or the stdio bridge that dies
+ * with our ssh), so a killed modelgate's lease goes within a second; RuntimeMaxSec= ends it in any case
+ * (a broker that could not say that pid, one in another PID namespace), and CollectMode= makes the name
+ * free again however it ended. */
+int host_bus_take_lease(HostBus *b, const char *unit, const char *description, usec_t max, HostBusJobDone cb,
+                        void *userdata) {
+        assert(b);
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+        char pid[32];
+        BusOp *op;
+        int r;
+
+        if (!b->up)
+                return -ENOTCONN;
+        snprintf(pid, sizeof(pid), "--pid=%" PRIu32, b->peer_pid);
+        r = sd_bus_message_new_method_call(b->bus, &m, SD1, SD1_PATH, SD1_MANAGER, "StartTransientUnit");
+        if (r >= 0)
+                r = sd_bus_message_append(m, "ss", unit, "fail");
+        if (r >= 0)
+                r = sd_bus_message_open_container(m, 'a', "(sv)");
+        if (r >= 0)
+                r = sd_bus_message_append(m, "(sv)(sv)(sv)(sv)", "Description", "s", description, "Type",
+                                          "s", "exec", "RuntimeMaxUSec", "t", max, "CollectMode", "s",
+                                          "inactive-or-failed");
+        if (r >= 0 && b->peer_pid > 0)
+                r = sd_bus_message_append(m, "(sv)", "ExecStart", "a(sasb)", 1, "tail", 6, "tail", "-f",
+                                          "-s", "0.25", pid, "/dev/null", false);
+        else if (r >= 0)
+                r = sd_bus_message_append(m, "(sv)", "ExecStart", "a(sasb)", 1, "sleep", 2, "sleep",
+                                          "infinity", false);
+        if (r >= 0)
+                r = sd_bus_message_close_container(m);
+        if (r >= 0)
+                r = sd_bus_message_append(m, "a(sa(sv))", 0);
+        if (r < 0)
+                return r;
+        op = bus_op_new(b, SIZE_MAX, userdata);
+        if (!op)
+                return -ENOMEM;
+        op->job_done = cb;
+        op->exists_is_result = true;
+        return bus_op_call(op, m, job_reply_cb);
 }

@@ -82,6 +82,12 @@ int unit_info_read_properties(sd_bus_message *m, UnitInfo *u) {
                                 return -ENOMEM;
                         free(*target);
                         *target = d;
+                } else if (streq(name, "ActiveEnterTimestamp") || streq(name, "TimeoutStopUSec")) {
+                        uint64_t v;
+                        r = sd_bus_message_read(m, "v", "t", &v);
+                        if (r < 0)
+                                return r;
+                        *(streq(name, "TimeoutStopUSec") ? &u->timeout_stop : &u->active_enter) = v;
                 } else if (streq(name, "ConditionResult")) {
                         int v;
                         r = sd_bus_message_read(m, "v", "b", &v);
@@ -160,6 +166,17 @@ static int setup_reply_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_e
         return 0;
 }
 
+/* Who holds our end of the bus on the host: not part of the setup (a direct connection has no broker to
+ * ask), and long known by the time a switch wants a lease */
+static int peer_pid_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
+        HostBus *b = userdata;
+        uint32_t pid;
+
+        if (!sd_bus_message_is_method_error(m, NULL) && sd_bus_message_read(m, "u", &pid) >= 0)
+                b->peer_pid = pid;
+        return 0;
+}
+
 static int subscribe_reply_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
         HostBus *b = userdata;
         const char *e = bus_message_error(m);
@@ -177,6 +194,12 @@ static int subscribe_reply_cb(sd_bus_message *m, void *userdata, sd_bus_error *r
         b->subscribed = true;
         free(b->manager_owner);
         b->manager_owner = strdup(sd_bus_message_get_sender(m) ?: "");
+        /* a reply came, so the bus runs and its unique name is known without waiting */
+        const char *unique = NULL;
+        if (b->manager_owner && *b->manager_owner && sd_bus_get_unique_name(b->bus, &unique) >= 0)
+                (void)sd_bus_call_method_async(b->bus, NULL, "org.freedesktop.DBus", "/org/freedesktop/DBus",
+                                               "org.freedesktop.DBus", "GetConnectionUnixProcessID",
+                                               peer_pid_cb, b, "s", unique);
         setup_step_done(b);
         return 0;
 }
@@ -249,6 +272,10 @@ static int send_unit_reads(HostBus *b, FollowedUnit *fu) {
         int r;
 
         for (size_t k = 0; k < ELEMENTSOF(calls); k++) {
+                /* a watched unit is another client's transient one: a LoadUnit() or Ref() would keep it
+                 * loaded after it ends, and its name could not be started again (UnitExists) */
+                if (fu->watched && k != 2)
+                        continue;
                 r = sd_bus_call_method_async(b->bus, NULL, SD1, calls[k].path, calls[k].iface,
                                              calls[k].member, setup_reply_cb, fu, calls[k].sig,
                                              calls[k].arg);
@@ -262,6 +289,8 @@ static int send_unit_reads(HostBus *b, FollowedUnit *fu) {
 int host_bus_follow_units(HostBus *b) {
         assert(b);
         int r;
+
+        b->peer_pid = 0;
 
         /* a manager that re-executes comes back under a new unique name */
         r = sd_bus_match_signal_async(b->bus, NULL, "org.freedesktop.DBus", "/org/freedesktop/DBus",

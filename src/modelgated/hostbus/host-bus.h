@@ -29,6 +29,8 @@ typedef struct UnitInfo {
         char **conflicts;
         int exec_main_code;   /* Service.ExecMainCode: CLD_EXITED, CLD_KILLED, CLD_DUMPED; 0 none yet */
         int exec_main_status; /* Service.ExecMainStatus: the exit status, or the signal */
+        usec_t active_enter;  /* ActiveEnterTimestamp: CLOCK_REALTIME on the host's clock, 0: never */
+        usec_t timeout_stop;  /* Service.TimeoutStopUSec, 0: not read */
         bool condition_result;
         bool read; /* every property above was read at least once */
 } UnitInfo;
@@ -48,8 +50,10 @@ typedef void (*HostBusJobDone)(HostBus *b, size_t i, const char *result, const c
 /* A read finished: 'error' is NULL on success. For a list, 'units' names what matched. */
 typedef void (*HostBusDone)(HostBus *b, char **units, const char *error, void *userdata);
 
-int host_bus_new(sd_event *e, const HostConf *h, char **units, const HostBusCallbacks *cb, void *userdata,
-                 HostBus **ret);
+/* units are loaded and Ref()ed (their outcome stays readable); watched ones (after them, by index) are only
+ * followed: another client's transient units, which a Ref() would keep from being collected. */
+int host_bus_new(sd_event *e, const HostConf *h, char **units, char **watched, const HostBusCallbacks *cb,
+                 void *userdata, HostBus **ret);
 /* Closes the bus (an ssh child is stopped and reaped by sd-bus); pending callbacks are not called. */
 HostBus *host_bus_free(HostBus *b);
 DEFINE_TRIVIAL_CLEANUP_FUNC(HostBus *, host_bus_free);
@@ -77,6 +81,12 @@ int host_bus_start_stop_timer(HostBus *b, const char *timer, const char *service
  * (rule:gpu-owner): the bus is all modelgate has of a host. 'error' says why there is none. */
 typedef void (*HostBusText)(HostBus *b, const char *text, const char *error, void *userdata);
 int host_bus_read_gpu_owner(HostBus *b, HostBusText cb, void *userdata);
+/* rule:switch-lease: StartTransientUnit(mode fail) of 'unit', a service whose existence is the lease: it
+ * runs until the process that holds this bus's end on the host exits (when the broker can say which one it
+ * is) or for 'max', whichever comes first, and is collected then. cb's result is "done" (held), "exists"
+ * (someone else holds it), or NULL with an error. Stop it with host_bus_unit_job(). */
+int host_bus_take_lease(HostBus *b, const char *unit, const char *description, usec_t max, HostBusJobDone cb,
+                        void *userdata);
 /* Re-reads unit i's properties (after a job: a "done" can hide an inactive unit). */
 int host_bus_refresh_unit(HostBus *b, size_t i, HostBusDone cb, void *userdata);
 /* Units matching 'patterns' that are active, activating, reloading or deactivating. */

@@ -272,6 +272,8 @@ static bool may_go(const Sched *s, usec_t now, const SchedRequest *r) {
                 return true;
         if (r->arrived < s->up_at)
                 return true;
+        if (s->foreign_since > 0 && r->arrived >= s->foreign_since)
+                return false;
         p = pending_switch(s);
         return !p || r->arrived < p->arrived;
 }
@@ -463,6 +465,25 @@ usec_t sched_idle_stop_at(const Sched *s) {
         return idle_stop_at(s);
 }
 
+/* When this instance stops the idle engine itself: with others in front of the host, only on request
+ * (the host's timer, which every instance renews, is the idle stop), and never during another's switch */
+static usec_t own_idle_stop_at(const Sched *s) {
+        if (s->foreign_since > 0 || (s->config.shared && !s->stop_requested))
+                return USEC_INFINITY;
+        return idle_stop_at(s);
+}
+
+void sched_set_up_at(Sched *s, usec_t up_at) {
+        assert(s);
+        if (s->running >= 0 && up_at < s->up_at)
+                s->up_at = up_at;
+}
+
+void sched_foreign_switch(Sched *s, usec_t now, bool on) {
+        assert(s);
+        s->foreign_since = on ? MAX(now, 1u) : 0;
+}
+
 usec_t sched_hold_down_until(const Sched *s, usec_t now) {
         assert(s);
         if (!in_hold_down(s, now) || s->config.hold_down == USEC_INFINITY)
@@ -562,7 +583,7 @@ static bool next_switch(Sched *s, usec_t now, SchedRequest *p, SchedAction *ret)
 
 /* 4. rule:idle-stop: the running engine stops once idle long enough, or at once when a stop was asked for */
 static bool next_idle_stop(Sched *s, usec_t now, SchedAction *ret) {
-        if (idle_stop_at(s) > now)
+        if (own_idle_stop_at(s) > now)
                 return false;
         *ret = (SchedAction){.type = SCHED_STOP,
                              .engine = s->running,
@@ -622,7 +643,7 @@ usec_t sched_next_timer(const Sched *s, usec_t now) {
         if (!s->down && s->starting < 0 && !s->stopping && s->running >= 0) {
                 if (in_hold_down(s, now) && pending_switch(s) && s->config.hold_down != USEC_INFINITY)
                         t = MIN(t, s->up_at + s->config.hold_down);
-                t = MIN(t, idle_stop_at(s));
+                t = MIN(t, own_idle_stop_at(s));
         }
         return t;
 }

@@ -25,6 +25,8 @@ typedef struct SchedConfig {
         usec_t idle_stop;         /* IdleStopSec=, USEC_INFINITY: never */
         usec_t wait_budget;       /* WaitBudgetSec=, USEC_INFINITY: never */
         usec_t failed_start_hold; /* FailedStartHoldSec=, 0: none (rule:failed-start-hold) */
+        bool shared; /* Shared= (rule:several-instances): the idle stop is the host's timer's alone, since
+                      * this instance's idle clock knows nothing of the others' requests */
 } SchedConfig;
 
 typedef enum SchedRequestState {
@@ -103,6 +105,8 @@ typedef struct Sched {
         bool down;           /* the host is down: no switches, no idle stop */
         ssize_t wait_logged; /* the pending switch whose wait was logged */
         bool stop_requested; /* StopEngine(): stop the running engine once nothing is in flight or waiting */
+        usec_t foreign_since; /* rule:foreign-switch: another instance's switch of the host, under way since
+                               * then; 0: none */
 } Sched;
 
 /* The steps the schedulers' loops have taken (a request, an engine or a tree node visited), all of them
@@ -143,6 +147,15 @@ usec_t sched_held_until(const Sched *s, usec_t now, size_t engine);
 /* The hold ends before its time (an operator's ResetFailed(), the unit became active without modelgate).
  * true: it was held. */
 bool sched_unhold(Sched *s, usec_t now, size_t engine);
+
+/* rule:hold-down-from-host: the running engine's hold-down and idle clock count from up_at (when the host's
+ * manager says it became active), not from when this instance saw it up: every instance in front of the
+ * host then counts the same hold-down. Only ever earlier than sched_engine_up()'s now. */
+void sched_set_up_at(Sched *s, usec_t up_at);
+/* rule:foreign-switch: another instance holds the host's switch lease (on), or no longer does (off): from
+ * now on, requests for the running engine wait behind that switch as behind one of ours
+ * (rule:no-starvation), the hold-down aside, and the idle stop waits. */
+void sched_foreign_switch(Sched *s, usec_t now, bool on);
 
 /* The host is down (every waiting request fails with 503) or back. */
 void sched_host_down(Sched *s, bool down);
