@@ -3,6 +3,7 @@
 that bypasses modelgate altogether (rule:slots-in-flight): streams are never cut, whoever sent them, the
 agents of two instances take turns, and a killed lease holder's switch is done by the other."""
 
+import http.client
 import os
 import re
 import signal
@@ -11,7 +12,7 @@ import time
 
 import pytest
 
-from boxes import box_skip_reason, chat, engine_unit, engines_conf, gate_env, local_host
+from boxes import box_skip_reason, chat, engine_unit, engines_conf, gate_env, installed_units, local_host
 from conftest import free_port, post, read_sse, wait_for
 
 CHAT = "/v1/chat/completions"
@@ -23,9 +24,8 @@ def shared_conf(host_line, engines, keys):
     return "[Proxy]\n" + "".join("%s=%s\n" % kv for kv in keys.items()) + host_line + "Shared=yes\n" + engines
 
 
-def two_gates(box, sshd, make_gate, token_delay="0.05", startup_delay=0.0, start_timeout="30s", **keys):
-    """gate A on the box's bus, gate B through ssh to the same bus; both Shared=yes"""
-    port = free_port()
+def shared_engines(box, port, token_delay="0.05", startup_delay=0.0, start_timeout="30s"):
+    """engine units mainline (laguna-*) and fork (flint-*) on one port in the box, and their [Engine]s"""
     args = "--token-delay %s" % token_delay
     # fork is the slow one to come up (its /health answers 503 for startup_delay)
     box.add_unit("llama-mainline.service", engine_unit("mainline", port, "laguna-xs", ["llama-fork.service"],
@@ -34,12 +34,21 @@ def two_gates(box, sshd, make_gate, token_delay="0.05", startup_delay=0.0, start
                                                    extra_service="TimeoutStopSec=5s",
                                                    double_args=args + " --startup-delay %g" % startup_delay))
     box.reload()
-    engines = "".join("[Engine]\nHost=3090\nName=%s\nUnit=llama-%s.service\nModels=%s\nStartTimeoutSec=%s\n"
-                      % (n, n, m, start_timeout) for n, m in (("mainline", "laguna-*"), ("fork", "flint-*")))
+    return "".join("[Engine]\nHost=3090\nName=%s\nUnit=llama-%s.service\nModels=%s\nStartTimeoutSec=%s\n"
+                   % (n, n, m, start_timeout) for n, m in (("mainline", "laguna-*"), ("fork", "flint-*")))
+
+
+def remote_host(box, sshd, port):
+    return ("[Host]\nName=3090\nURL=http://127.0.0.1:%d\nBus=ssh:root@127.0.0.1:%d\nSSHCommand=%s\n"
+            "BusPath=unix:path=%s\n" % (port, sshd.port, sshd.ssh_command, box.bus))
+
+
+def two_gates(box, sshd, make_gate, token_delay="0.05", startup_delay=0.0, start_timeout="30s", **keys):
+    """gate A on the box's bus, gate B through ssh to the same bus; both Shared=yes"""
+    port = free_port()
+    engines = shared_engines(box, port, token_delay, startup_delay, start_timeout)
     a = make_gate(shared_conf(local_host("3090", port), engines, keys), env=gate_env(box))
-    remote = ("[Host]\nName=3090\nURL=http://127.0.0.1:%d\nBus=ssh:root@127.0.0.1:%d\nSSHCommand=%s\n"
-              "BusPath=unix:path=%s\n" % (port, sshd.port, sshd.ssh_command, box.bus))
-    b = make_gate(shared_conf(remote, engines, keys))
+    b = make_gate(shared_conf(remote_host(box, sshd, port), engines, keys))
     a.wait_log("host 3090 up")
     b.wait_log("host 3090 up")
     return a, b, port
@@ -105,7 +114,6 @@ def test_a_request_straight_to_llama_server_holds_off_a_switch(box, make_gate):
     r.read()
     assert r.status == 200
     # a client that knows the engine's own address: modelgate counts nothing in flight
-    import http.client
     result, started = {}, threading.Event()
 
     def direct():
@@ -190,3 +198,36 @@ def test_a_lease_holder_killed_mid_switch_is_taken_over_by_the_other(box, sshd, 
     assert took < 25, took
     assert box.active_state("llama-fork.service") in ("inactive", "failed")
     assert box.active_state("llama-mainline.service") == "active"
+
+
+def test_the_lease_of_a_killed_instance_ends_with_its_process(box, sshd, make_gate, tmp):
+    """A runs as the box's own modelgate.service, so the bus broker knows its pid: its lease follows that pid
+    (tail --pid) and ends within a second of its death, long before RuntimeMaxSec="""
+    port, aport = free_port(), free_port()
+    engines = shared_engines(box, port, startup_delay=6.0, start_timeout="20s")
+    log = installed_units(box, tmp, aport, shared_conf(local_host("3090", port), engines, {"HoldDownSec": "0"}))
+    b = make_gate(shared_conf(remote_host(box, sshd, port), engines, {"HoldDownSec": "0"}))
+    b.wait_log("host 3090 up")
+
+    def doomed():  # its gateway is killed under it
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", aport, timeout=60)
+            post(c, CHAT, chat("3090-flint-40b", "[[tokens:2]]")).read()
+        except OSError:
+            pass
+    t = threading.Thread(target=doomed)
+    t.start()
+    wait_for(lambda: box.active_state("modelgate-switch-3090.service") == "active", timeout=30, what="A's lease")
+    execs = box.systemctl("show", "-P", "ExecStart", "modelgate-switch-3090.service")
+    pid = box.systemctl("show", "-P", "MainPID", "modelgate.service").strip()
+    assert "path=tail" in execs and "--pid=%s" % pid in execs, (execs, pid, open(log).read())
+    box.systemctl("kill", "-s", "KILL", "modelgate.service")
+    killed = time.monotonic()
+    wait_for(lambda: box.active_state("modelgate-switch-3090.service") in ("inactive", "failed"), timeout=10,
+             what="the dead holder's lease to end")
+    assert time.monotonic() - killed < 3
+    t.join()
+    r, lines = stream(b, "3090-laguna-xs", 2)
+    assert r.status == 200 and done(lines), lines[-3:]
+    assert box.active_state("llama-mainline.service") == "active"
+    box.systemctl("stop", "modelgate.socket", "modelgate.service")
