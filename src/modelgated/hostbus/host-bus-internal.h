@@ -39,7 +39,6 @@ struct BusOp {
         HostBusDone done;
         HostBusText text_done; /* the GPU owner's read (host_bus_read_gpu_owner()) */
         char *transient;       /* its unit, once asked for: stopped when the op ends */
-        bool exists_is_result; /* a lease: UnitExists is the answer "exists", not an error */
         char *text;
         void *userdata;
 };

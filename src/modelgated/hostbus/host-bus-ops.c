@@ -134,10 +134,6 @@ static int job_reply_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_err
         if (op_bus_closing(op, m))
                 return 0;
         op->slot = sd_bus_slot_unref(op->slot);
-        if (op->exists_is_result && sd_bus_message_is_method_error(m, SD1 ".UnitExists")) {
-                bus_op_finish(op, "exists", NULL, NULL);
-                return 0;
-        }
         if (e) {
                 bus_op_finish(op, NULL, NULL, e);
                 return 0;
@@ -444,6 +440,17 @@ int host_bus_read_gpu_owner(HostBus *b, HostBusText cb, void *userdata) {
         return r;
 }
 
+/* Another holds the lease: the answer, not a failure */
+static int lease_reply_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
+        BusOp *op = userdata;
+
+        if (!sd_bus_message_is_method_error(m, SD1 ".UnitExists"))
+                return job_reply_cb(m, userdata, ret_error);
+        op->slot = sd_bus_slot_unref(op->slot);
+        bus_op_finish(op, "exists", NULL, NULL);
+        return 0;
+}
+
 /* rule:switch-lease: a service that only waits, so that its existence is the lock. tail --pid ends it when
  * the process that holds our end of the bus on the host exits (ourselves, or the stdio bridge that dies
  * with our ssh), so a killed modelgate's lease goes within a second; RuntimeMaxSec= ends it in any case
@@ -454,7 +461,6 @@ int host_bus_take_lease(HostBus *b, const char *unit, const char *description, u
         assert(b);
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
         char pid[32];
-        BusOp *op;
         int r;
 
         if (!b->up)
@@ -481,10 +487,5 @@ int host_bus_take_lease(HostBus *b, const char *unit, const char *description, u
                 r = sd_bus_message_append(m, "a(sa(sv))", 0);
         if (r < 0)
                 return r;
-        op = bus_op_new(b, SIZE_MAX, userdata);
-        if (!op)
-                return -ENOMEM;
-        op->job_done = cb;
-        op->exists_is_result = true;
-        return bus_op_call(op, m, job_reply_cb);
+        return bus_op_send(b, SIZE_MAX, userdata, cb, NULL, m, lease_reply_cb);
 }
