@@ -43,7 +43,8 @@ class Redis:
     """redis-server on a unix socket in the test's directory, its data in an append-only file there, so that a
     stop and a start keep what it counted; and a client of a few lines (RESP) to read its counts"""
 
-    def __init__(self, tmp):
+    def __init__(self, tmp, password=None):
+        self.password = password
         self.dir = os.path.join(tmp, "redis")
         os.makedirs(self.dir, exist_ok=True)
         self.socket = os.path.join(self.dir, "redis.sock")
@@ -54,7 +55,8 @@ class Redis:
     def start(self):
         self.proc = subprocess.Popen([REDIS_SERVER, "--port", "0", "--unixsocket", self.socket,
                                       "--unixsocketperm", "700", "--dir", self.dir, "--save", "",
-                                      "--appendonly", "yes", "--appendfsync", "always"],
+                                      "--appendonly", "yes", "--appendfsync", "always"] +
+                                     (["--requirepass", self.password] if self.password else []),
                                      stdout=self.log, stderr=self.log)
         wait_for(self.answers, timeout=30, what="redis-server to answer")
 
@@ -80,9 +82,14 @@ class Redis:
         s.settimeout(10)
         s.connect(self.socket)
         try:
+            if self.password:
+                s.sendall(b"*2\r\n$4\r\nAUTH\r\n$%d\r\n%s\r\n" % (len(self.password), self.password.encode()))
             s.sendall(b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a.encode()), a.encode())
                                                           for a in args))
-            return self.read(s.makefile("rb"))
+            f = s.makefile("rb")
+            if self.password:
+                assert self.read(f) == "OK"
+            return self.read(f)
         finally:
             s.close()
 
@@ -112,9 +119,9 @@ def key_digest(key):
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
-def conf_text(keys, redis, cap):
-    return ("[Access]\nKeysFile=%s\nAnonymousDailyRequests=0\nRedis=unix:%s\n"
-            "[Tier]\nName=free\nDailyRequests=%d\n" % (keys, redis.socket, cap))
+def conf_text(keys, redis, cap, access=""):
+    return ("[Access]\nKeysFile=%s\nAnonymousDailyRequests=0\nRedis=unix:%s\n%s"
+            "[Tier]\nName=free\nDailyRequests=%d\n" % (keys, redis.socket, access, cap))
 
 
 def ask(port, key):
@@ -303,6 +310,69 @@ def test_owed_counts_survive_a_crash(need_redis, make_double, tmp):
                 g3.stop()
         finally:
             g2.stop()
+    finally:
+        g.stop()
+        redis.stop()
+
+
+def test_password_from_a_credential(need_redis, make_double, tmp):
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    redis = Redis(tmp, password="s3cret-for-the-test")
+    keys = os.path.join(tmp, "keys")
+    creds = os.path.join(tmp, "credentials")
+    os.makedirs(creds)
+    with open(os.path.join(creds, "redis-password"), "w") as f:
+        f.write("not-the-password\n")
+    text = conf_text(keys, redis, 3, access="RedisPasswordCredential=redis-password\n") + host_conf("3090", d.url)
+    key = make_key(tmp, text, "free")
+    env = dict(os.environ, STATE_DIRECTORY=os.path.join(tmp, "state-pw"), CREDENTIALS_DIRECTORY=creds)
+    g = Gate(tmp, text, env=env)
+    try:
+        # refused: said as Redis says it, and counted locally meanwhile
+        line = g.wait_log("is unreachable")
+        assert "WRONGPASS" in line or "invalid" in line, line
+        assert "not-the-password" not in g.logtext()
+        assert health(g)["redis"] == "unreachable"
+        assert ask(g.port, key)[0] == 200
+        # the right one, read again at reload: the request counted meanwhile goes to Redis
+        with open(os.path.join(creds, "redis-password"), "w") as f:
+            f.write("s3cret-for-the-test\n")
+        g.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: health(g).get("redis") == "connected", what="the instance to reach Redis with the password")
+        wait_for(lambda: redis.count("requests") == 1, what="the request counted while refused to reach Redis")
+        assert [ask(g.port, key)[0] for _ in range(3)] == [200, 200, 429]
+        assert redis.count("requests") == 3
+        assert "s3cret-for-the-test" not in g.logtext()
+    finally:
+        g.stop()
+        redis.stop()
+
+
+def test_a_redis_that_stops_answering(need_redis, make_double, tmp):
+    """SIGSTOP: the socket stays, no answer comes. hiredis has no timeout of its own; the instance gives up
+    after 2 s, serves the request that waited, and counts locally until Redis answers again."""
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    redis = Redis(tmp)
+    keys = os.path.join(tmp, "keys")
+    text = conf_text(keys, redis, 100) + host_conf("3090", d.url)
+    key = make_key(tmp, text, "free")
+    g = Gate(tmp, text, env=dict(os.environ, STATE_DIRECTORY=os.path.join(tmp, "state-stopped")))
+    try:
+        wait_for(lambda: health(g).get("redis") == "connected", what="the instance to reach Redis")
+        assert ask(g.port, key)[0] == 200
+        redis.proc.send_signal(signal.SIGSTOP)
+        try:
+            assert ask(g.port, key)[0] == 200  # waited for Redis, then admitted alone
+            assert "no answer within 2s" in g.wait_log("is unreachable")
+            assert health(g)["redis"] == "unreachable"
+            assert ask(g.port, key)[0] == 200
+        finally:
+            redis.proc.send_signal(signal.SIGCONT)
+        g.wait_log("answers again")
+        wait_for(lambda: redis.count("requests") == 3, timeout=30,
+                 what="Redis to count the 3 requests once each (%s)" % redis.count("requests"))
+        assert ask(g.port, key)[0] == 200
+        assert redis.count("requests") == 4
     finally:
         g.stop()
         redis.stop()

@@ -25,7 +25,9 @@ struct Access {
         KeyUsage *usage; /* today's counts, and the days before (key-usage.h) */
         bool dirty;
         sd_event_source *save_timer;
-        SharedCounts *shared; /* [Access] Redis=, rule:shared-counts */
+        SharedCounts *shared;     /* [Access] Redis=, rule:shared-counts */
+        AccessWait *waits;        /* the requests Redis admits */
+        sd_event_source *orphans; /* admits those whose store a reload let go of */
         void (*changed)(void *userdata);
         void *userdata;
 };
@@ -135,7 +137,13 @@ Access *access_free(Access *a) {
                 return NULL;
         if (a->dirty)
                 usage_save(a);
+        LIST_FOREACH_SAFE (waits, w, n, a->waits) { /* the requests went first: none is left */
+                w->waiting = false;
+                w->op = NULL;
+                LIST_REMOVE(waits, a->waits, w);
+        }
         shared_counts_free(a->shared);
+        sd_event_source_disable_unref(a->orphans);
         sd_event_unref(a->event);
         sd_event_source_disable_unref(a->save_timer);
         key_usage_free(a->usage);
@@ -278,10 +286,50 @@ void access_set_changed(Access *a, void (*changed)(void *userdata), void *userda
         a->userdata = userdata;
 }
 
+/* A request Redis admitted, or whose answer was lost: this instance's own count too */
+static void count_served(Access *a, AccessWait *w) {
+        char name[80];
+        bool overflow;
+        UsageCount *n = caller_count(a, w->caller, w->peer, true, &overflow, name);
+
+        if (n) {
+                n->requests++;
+                usage_changed(a);
+        }
+}
+
+/* Requests whose admission was in flight to a store that a reload let go of: served, as with a lost
+ * answer (the store wrote their change as owed, and the next one sends it). From the loop, not from
+ * inside the reload. */
+static int orphans_cb(sd_event_source *s, void *userdata) {
+        Access *a = userdata;
+
+        for (;;) { /* from the head again each time: a request's going on may end others */
+                AccessWait *w = a->waits;
+                while (w && w->op)
+                        w = w->waits_next;
+                if (!w)
+                        return 0;
+                LIST_REMOVE(waits, a->waits, w);
+                w->waiting = false;
+                count_served(a, w);
+                w->fn(w, ACCESS_ALLOWED, NULL);
+        }
+}
+
+static void shared_let_go(Access *a) {
+        LIST_FOREACH (waits, w, a->waits)
+                w->op = NULL;
+        a->shared = shared_counts_free(a->shared); /* what it owed is written, and read again */
+        if (a->waits && (a->orphans || sd_event_add_defer(a->event, &a->orphans, orphans_cb, a) >= 0))
+                (void)sd_event_source_set_enabled(a->orphans, SD_EVENT_ONESHOT);
+}
+
 /* The shared store of the configuration, (re)connected when Redis= names another; NULL: none */
 static SharedCounts *shared_for(Access *a, const Config *c) {
-        if (a->shared && (!c->access.redis || !streq(shared_counts_target(a->shared), c->access.redis)))
-                a->shared = shared_counts_free(a->shared); /* what it owed is written, and read again */
+        if (a->shared &&
+            (!c->access.redis || !shared_counts_is(a->shared, c->access.redis, c->access.redis_password)))
+                shared_let_go(a);
         if (!a->shared && c->access.redis) {
                 int r = shared_counts_new(a->event, c->access.redis, c->access.redis_password,
                                           &shared_callbacks, a, &a->shared);
@@ -375,8 +423,11 @@ static int access_cap(Access *a, const Config *c, const AccessCaller *caller, co
                 w->caller = caller;
                 w->peer = peer;
                 w->op = shared_counts_admit(shared, key_usage_day(a->usage), name, cap, tokens_cap, w);
-                if (w->op)
+                if (w->op) {
+                        w->waiting = true;
+                        LIST_PREPEND(waits, a->waits, w);
                         return ACCESS_PENDING;
+                }
         }
         n->requests++;
         usage_changed(a);
@@ -396,6 +447,8 @@ static void shared_admit_cb(void *waiter, SharedVerdict v, uint64_t requests, ui
         bool overflow;
 
         w->op = NULL;
+        w->waiting = false;
+        LIST_REMOVE(waits, a->waits, w);
         today(day, &left);
         if (v == SHARED_REFUSED) {
                 /* the store's counts of every instance: over a cap, as it judged (the script's test is
@@ -409,20 +462,18 @@ static void shared_admit_cb(void *waiter, SharedVerdict v, uint64_t requests, ui
         }
         /* admitted by the store, or its answer lost with the connection: served, counted once (a lost one
          * is owed as a plain count, count_outbox_lost()) */
-        UsageCount *n = caller_count(a, w->caller, w->peer, true, &overflow, name);
-        if (n) {
-                n->requests++;
-                usage_changed(a);
-        }
+        count_served(a, w);
         w->fn(w, ACCESS_ALLOWED, NULL);
 }
 
 void access_wait_cancel(AccessWait *w) {
-        if (!w || !w->op)
+        if (!w || !w->waiting)
                 return;
-        if (w->access->shared)
+        if (w->op)
                 shared_counts_forget_waiter(w->access->shared, w->op);
+        LIST_REMOVE(waits, w->access->waits, w);
         w->op = NULL;
+        w->waiting = false;
 }
 
 int access_admit(Access *a, const Config *c, const AccessCaller *caller, const char *peer, AccessDenial *d,

@@ -17,6 +17,7 @@
 #include "modelgated/conf/conf.h"
 #include "modelgated/records/key-usage.h"
 #include "modelgated/records/shared-counts.h"
+#include "shared/list.h"
 #include "shared/time-util.h"
 
 #define USAGE_SAVE_DELAY_USEC (2 * USEC_PER_SEC)
@@ -64,7 +65,9 @@ struct AccessWait {
         const Config *config;
         const AccessCaller *caller;
         const char *peer;
-        CountOp *op; /* NULL: not waiting */
+        bool waiting;
+        CountOp *op; /* NULL: the store it asked was let go of (a reload): admitted from the loop */
+        LIST_FIELDS(AccessWait, waits);
 };
 
 /* Who the caller is: ACCESS_ALLOWED, or ACCESS_REFUSED with *ret_denial filled when it cannot be served at

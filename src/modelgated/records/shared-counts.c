@@ -21,6 +21,9 @@
 #define RETRY_FIRST_USEC (100 * USEC_PER_MSEC)
 #define RETRY_MAX_USEC (2 * USEC_PER_SEC)
 #define PENDING_SAVE_DELAY_USEC (2 * USEC_PER_SEC)
+/* hiredis's asynchronous client has no timeouts of its own: a Redis that stops answering (stopped with
+ * SIGSTOP, a host gone under a TCP connection) would hold every admission */
+#define ANSWER_TIMEOUT_USEC (2 * USEC_PER_SEC)
 
 /* One change, atomically. KEYS: the caller's requests and tokens of the day, the day's markers of the
  * instance; ARGV: marker, requests, tokens, cap, tokens cap, expiry, admission. A marker seen already: the
@@ -42,8 +45,10 @@ struct SharedCounts {
         sd_event *event;
         char *target, *password;
         redisAsyncContext *ctx;
-        sd_event_source *io, *retry, *save_timer;
+        sd_event_source *io, *retry, *save_timer, *watchdog;
         uint32_t events;
+        unsigned n_waiting; /* commands sent without an answer yet, and a connection under way */
+        uint64_t n_answers, seen_answers; /* answers heard; as the watchdog last saw them */
         bool up, said_down, freeing, dirty, saved_empty;
         usec_t backoff;
         char *warning;
@@ -190,7 +195,7 @@ static void say_down(SharedCounts *s, const char *why) {
 }
 
 static void retry_later(SharedCounts *s) {
-        if (s->freeing)
+        if (s->freeing || sd_event_source_get_enabled(s->retry, NULL) > 0)
                 return;
         s->backoff = s->backoff ? MIN(s->backoff * 2, (usec_t)RETRY_MAX_USEC) : RETRY_FIRST_USEC;
         (void)sd_event_source_set_time_relative(s->retry, s->backoff);
@@ -198,6 +203,42 @@ static void retry_later(SharedCounts *s) {
 }
 
 static void op_reply(redisAsyncContext *ac, void *r, void *privdata);
+
+/* Something is asked of Redis: the watchdog looks, every ANSWER_TIMEOUT_USEC, whether it answered */
+static void waiting_more(SharedCounts *s) {
+        s->n_waiting++;
+        if (sd_event_source_get_enabled(s->watchdog, NULL) > 0)
+                return;
+        s->seen_answers = s->n_answers;
+        (void)sd_event_source_set_time_relative(s->watchdog, ANSWER_TIMEOUT_USEC);
+        (void)sd_event_source_set_enabled(s->watchdog, SD_EVENT_ONESHOT);
+}
+
+static void answered(SharedCounts *s) {
+        s->n_answers++;
+        if (s->n_waiting > 0)
+                s->n_waiting--;
+}
+
+static int watchdog_cb(sd_event_source *src, uint64_t usec, void *userdata) {
+        SharedCounts *s = userdata;
+
+        if (s->n_waiting == 0 || !s->ctx)
+                return 0;
+        if (s->n_answers != s->seen_answers) { /* it answers, if slowly */
+                s->seen_answers = s->n_answers;
+                (void)sd_event_source_set_time_relative(s->watchdog, ANSWER_TIMEOUT_USEC);
+                (void)sd_event_source_set_enabled(s->watchdog, SD_EVENT_ONESHOT);
+                return 0;
+        }
+        say_down(s, "no answer within 2s");
+        /* what was in flight is lost (sent again, each once, with its marker); from a timer, not from
+         * inside hiredis */
+        redisAsyncFree(s->ctx);
+        s->n_waiting = 0;
+        retry_later(s);
+        return 0;
+}
 
 static void op_send(SharedCounts *s, CountOp *op) {
         _cleanup_free_ char *k1 = count_key(op->day, op->caller, "requests", NULL),
@@ -228,8 +269,10 @@ static void op_send(SharedCounts *s, CountOp *op) {
                               tokens_cap,
                               expiry,
                               op->admission ? "1" : "0"};
-        if (redisAsyncCommandArgv(s->ctx, op_reply, op, (int)ELEMENTSOF(argv), argv, NULL) == REDIS_OK)
+        if (redisAsyncCommandArgv(s->ctx, op_reply, op, (int)ELEMENTSOF(argv), argv, NULL) == REDIS_OK) {
                 op->sent = true;
+                waiting_more(s);
+        }
 }
 
 static void flush(SharedCounts *s) {
@@ -259,6 +302,7 @@ static void op_reply(redisAsyncContext *ac, void *r, void *privdata) {
         bool admission = op->admission;
         uint64_t requests, tokens;
 
+        answered(s);
         if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != 3 ||
             reply->element[0]->type != REDIS_REPLY_INTEGER) {
                 /* not known applied: sent again with its marker, and never merged into */
@@ -291,6 +335,7 @@ static void auth_reply(redisAsyncContext *ac, void *r, void *privdata) {
         SharedCounts *s = ac->data;
         redisReply *reply = r;
 
+        answered(s);
         if (!reply)
                 return; /* the connection went: the disconnection says so */
         if (reply->type == REDIS_REPLY_ERROR) {
@@ -306,6 +351,7 @@ static void auth_reply(redisAsyncContext *ac, void *r, void *privdata) {
 static void on_connect(const redisAsyncContext *ac, int status) {
         SharedCounts *s = ac->data;
 
+        answered(s);
         if (status != REDIS_OK) {
                 /* hiredis frees the context after this */
                 say_down(s, ac->errstr[0] ? ac->errstr : "cannot connect");
@@ -321,6 +367,8 @@ static void on_connect(const redisAsyncContext *ac, int status) {
         const char *argv[] = {"AUTH", s->password};
         if (redisAsyncCommandArgv(s->ctx, auth_reply, NULL, 2, argv, NULL) != REDIS_OK)
                 redisAsyncDisconnect(s->ctx);
+        else
+                waiting_more(s);
 }
 
 static void on_disconnect(const redisAsyncContext *ac, int status) {
@@ -378,6 +426,7 @@ static void connect_now(SharedCounts *s) {
         ac->ev.cleanup = ev_cleanup;
         /* the connection is under way: hiredis waits for it to be writable */
         ev_add_write(s);
+        waiting_more(s);
         (void)redisAsyncSetConnectCallback(ac, on_connect);
         (void)redisAsyncSetDisconnectCallback(ac, on_disconnect);
 }
@@ -408,12 +457,14 @@ int shared_counts_new(sd_event *event, const char *target, const char *password,
         s->password = password ? strdup(password) : NULL;
         if (!s->target || (password && !s->password) ||
             sd_event_add_time_relative(event, &s->retry, CLOCK_MONOTONIC, 0, 0, retry_cb, s) < 0 ||
-            sd_event_add_time_relative(event, &s->save_timer, CLOCK_MONOTONIC, 0, 0, save_cb, s) < 0) {
+            sd_event_add_time_relative(event, &s->save_timer, CLOCK_MONOTONIC, 0, 0, save_cb, s) < 0 ||
+            sd_event_add_time_relative(event, &s->watchdog, CLOCK_MONOTONIC, 0, 0, watchdog_cb, s) < 0) {
                 shared_counts_free(s);
                 return -ENOMEM;
         }
         (void)sd_event_source_set_enabled(s->retry, SD_EVENT_OFF);
         (void)sd_event_source_set_enabled(s->save_timer, SD_EVENT_OFF);
+        (void)sd_event_source_set_enabled(s->watchdog, SD_EVENT_OFF);
         pending_load(s);
         connect_now(s);
         *ret = s;
@@ -430,6 +481,7 @@ SharedCounts *shared_counts_free(SharedCounts *s) {
                 pending_save(s);
         sd_event_source_disable_unref(s->retry);
         sd_event_source_disable_unref(s->save_timer);
+        sd_event_source_disable_unref(s->watchdog);
         sd_event_source_disable_unref(s->io);
         sd_event_unref(s->event);
         count_outbox_done(&s->outbox);
@@ -444,8 +496,8 @@ SharedCounts *shared_counts_free(SharedCounts *s) {
         return NULL;
 }
 
-const char *shared_counts_target(const SharedCounts *s) {
-        return s->target;
+bool shared_counts_is(const SharedCounts *s, const char *target, const char *password) {
+        return streq(s->target, target) && streq_ptr(s->password, password);
 }
 
 bool shared_counts_up(const SharedCounts *s) {

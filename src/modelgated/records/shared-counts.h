@@ -37,7 +37,8 @@ int shared_counts_new(sd_event *event, const char *target, const char *password,
                       const SharedCountsCallbacks *cb, void *userdata, SharedCounts **ret);
 /* Writes what is owed. */
 SharedCounts *shared_counts_free(SharedCounts *s);
-const char *shared_counts_target(const SharedCounts *s);
+/* Whether s is for target with password (a reload that changes either makes another) */
+bool shared_counts_is(const SharedCounts *s, const char *target, const char *password);
 /* Whether the store answers: admissions go to it */
 bool shared_counts_up(const SharedCounts *s);
 /* "Redis at … is unreachable: …" while it is not, else NULL */
