@@ -119,16 +119,16 @@ def key_digest(key):
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
-def conf_text(keys, redis, cap, access=""):
-    return ("[Access]\nKeysFile=%s\nAnonymousDailyRequests=0\nRedis=unix:%s\n%s"
-            "[Tier]\nName=free\nDailyRequests=%d\n" % (keys, redis.socket, access, cap))
+def conf_text(keys, redis, cap, access="", anonymous=0):
+    return ("[Access]\nKeysFile=%s\nAnonymousDailyRequests=%d\nRedis=unix:%s\n%s"
+            "[Tier]\nName=free\nDailyRequests=%d\n" % (keys, anonymous, redis.socket, access, cap))
 
 
 def ask(port, key):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     try:
         r = post(c, CHAT, {"model": "3090-laguna-xs", "messages": [{"role": "user", "content": "hi"}]},
-                 headers={"Authorization": "Bearer " + key})
+                 headers={"Authorization": "Bearer " + key} if key else {})
         body = json.loads(r.read() or b"{}")
         return r.status, body
     finally:
@@ -153,28 +153,32 @@ def test_three_instances_never_pass_the_cap(need_redis, make_double, tmp):
     redis = Redis(tmp)
     keys = os.path.join(tmp, "keys")
     cap = 7
-    text = conf_text(keys, redis, cap) + host_conf("3090", d.url)
+    text = conf_text(keys, redis, cap, anonymous=4) + host_conf("3090", d.url)
     key = make_key(tmp, text, "free")
     gates = start_gates(tmp, text)
     try:
         for g in gates:
             wait_for(lambda: health(g).get("redis") == "connected", what="the instance to reach Redis")
-        # 10 clients on each instance, all at once
-        results = []
-        lock = threading.Lock()
-        go = threading.Barrier(30)
+        def at_once(key, per_gate):
+            """per_gate clients on each instance, all at once: their answers"""
+            results = []
+            lock = threading.Lock()
+            go = threading.Barrier(per_gate * len(gates))
 
-        def client(g):
-            go.wait()
-            status, body = ask(g.port, key)
-            with lock:
-                results.append((status, body))
+            def client(g):
+                go.wait()
+                status, body = ask(g.port, key)
+                with lock:
+                    results.append((status, body))
 
-        threads = [threading.Thread(target=client, args=(g,)) for g in gates for _ in range(10)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+            threads = [threading.Thread(target=client, args=(g,)) for g in gates for _ in range(per_gate)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            return results
+
+        results = at_once(key, 10)
         statuses = sorted(s for s, _ in results)
         assert statuses.count(200) == cap, results
         assert statuses.count(429) == 30 - cap, results
@@ -188,6 +192,12 @@ def test_three_instances_never_pass_the_cap(need_redis, make_double, tmp):
         for g in gates:
             assert ask(g.port, key)[0] == 429
         assert redis.count("requests") == cap
+        # an anonymous address's cap is shared the same way
+        results = at_once(None, 4)
+        assert sorted(s for s, _ in results).count(200) == 4, results
+        assert all("this address has used its 4 requests for today" in b["error"]["message"]
+                   for s, b in results if s == 429), results
+        assert int(redis.command("GET", redis.command("KEYS", "modelgate:*:ip:127.0.0.1:requests")[0])) == 4
         # the keys expire after the day
         ttl = redis.command("TTL", redis.command("KEYS", "modelgate:*:requests")[0])
         assert 86400 < ttl <= 2 * 86400
