@@ -341,7 +341,7 @@ static SharedCounts *shared_for(Access *a, const Config *c) {
 }
 
 void access_configure(Access *a, const Config *c) {
-        if (a) /* else out of memory: the first request tries again */
+        if (a) /* else out of memory: the requests count locally, and the next reload tries again */
                 (void)shared_for(a, c);
 }
 
@@ -391,7 +391,9 @@ static int access_cap(Access *a, const Config *c, const AccessCaller *caller, co
         uint64_t cap = caller->tier ? caller->tier->daily_requests : c->access.anonymous_daily_requests;
         uint64_t tokens_cap = caller->tier ? caller->tier->daily_tokens : UINT64_MAX;
         uint64_t left, requests, charged, shared_requests, shared_tokens;
-        SharedCounts *shared = shared_for(a, c);
+        /* the store of the configuration in force (access_configure()): a request admitted under an
+         * older one, ending after a reload, must not take it back */
+        SharedCounts *shared = a->shared;
         const UsageCount zero = {};
         char name[80];
         bool overflow;
@@ -491,7 +493,7 @@ int access_check(Access *a, const Config *c, const AccessCaller *caller, const c
 
 void access_record_usage(Access *a, const Config *c, const AccessCaller *caller, const char *peer,
                          int64_t in, int64_t cached, int64_t out) {
-        SharedCounts *shared = shared_for(a, c);
+        SharedCounts *shared = a->shared;
         char name[80];
         bool overflow;
         UsageCount *n;

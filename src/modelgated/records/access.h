@@ -95,7 +95,7 @@ void access_wait_cancel(AccessWait *w);
 /* With [Access] Redis=: "connected" or "unreachable" (/health); NULL without */
 const char *access_shared_state(Access *a);
 /* Connects to the configuration's [Access] Redis= (again, when it names another), or lets go of one it
- * names no more; the other calls do it too, on their way */
+ * names no more: the configuration in force, at start and at each reload (the requests' own may be older) */
 void access_configure(Access *a, const Config *c);
 /* changed() hears when Redis goes away or comes back (the bus's Warnings) */
 void access_set_changed(Access *a, void (*changed)(void *userdata), void *userdata);

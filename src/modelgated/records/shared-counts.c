@@ -304,12 +304,14 @@ static void op_reply(redisAsyncContext *ac, void *r, void *privdata) {
 
         answered(s);
         if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != 3 ||
-            reply->element[0]->type != REDIS_REPLY_INTEGER) {
-                /* not known applied: sent again with its marker, and never merged into */
+            reply->element[0]->type != REDIS_REPLY_INTEGER ||
+            reply->element[1]->type != REDIS_REPLY_INTEGER ||
+            reply->element[2]->type != REDIS_REPLY_INTEGER) {
+                /* not known applied: sent again with its marker, and never merged into. An error (LOADING
+                 * while a restarted Redis reads its file) is said once, as the store being away */
                 if (reply)
-                        log_warning("Redis at %s did not count a request: %s", s->target,
-                                    reply->type == REDIS_REPLY_ERROR ? reply->str
-                                                                     : "an answer not understood");
+                        say_down(s,
+                                 reply->type == REDIS_REPLY_ERROR ? reply->str : "an answer not understood");
                 count_outbox_lost(&s->outbox, op);
                 pending_changed(s);
                 if (reply) /* again, after a reconnection: an error of the moment passes */
