@@ -386,3 +386,32 @@ def test_a_redis_that_stops_answering(need_redis, make_double, tmp):
     finally:
         g.stop()
         redis.stop()
+
+
+def test_tokens_cap_across_instances(need_redis, make_double, tmp):
+    """DailyTokens= with the tokens every instance added: what one instance's requests used refuses the
+    next request on another, which served none of them"""
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    redis = Redis(tmp)
+    keys = os.path.join(tmp, "keys")
+    text = (conf_text(keys, redis, 100).replace("DailyRequests=100\n", "DailyRequests=100\nDailyTokens=5\n") +
+            host_conf("3090", d.url))
+    key = make_key(tmp, text, "free")
+    gates = start_gates(tmp, text, n=2)
+    try:
+        for g in gates:
+            wait_for(lambda: health(g).get("redis") == "connected", what="the instance to reach Redis")
+        status, body = ask(gates[0].port, key)
+        assert status == 200, body
+        used = body["usage"]["prompt_tokens"] + body["usage"]["completion_tokens"]
+        assert used >= 5, body
+        wait_for(lambda: redis.count("tokens") == used, what="the request's tokens in Redis")
+        status, body = ask(gates[1].port, key)
+        assert status == 429, body
+        assert "has used %d tokens today" % used in body["error"]["message"], body
+        assert "DailyTokens=5" in body["error"]["message"]
+        assert redis.count("requests") == 1  # the refused one counted nothing
+    finally:
+        for g in gates:
+            g.stop()
+        redis.stop()
