@@ -32,11 +32,25 @@ def built_with_hiredis(tmp):
 
 
 @pytest.fixture
-def need_redis(tmp):
+def make_redis(tmp):
+    """Redis(tmp, ...) for the test, stopped at its end however it ends; a skip with the reason when there is
+    no redis-server or modelgated was built without hiredis"""
     if not REDIS_SERVER:
         pytest.skip("redis-server is not installed (Debian: apt-get install redis-server)")
     if not built_with_hiredis(tmp):
         pytest.skip("modelgated was built without hiredis (Debian: apt-get install libhiredis-dev, meson reconfigure)")
+    made = []
+
+    def make(**kwargs):
+        r = Redis(tmp, **kwargs)
+        made.append(r)
+        r.start()
+        return r
+    yield make
+    for r in made:
+        if r.proc and r.proc.poll() is None:
+            os.kill(r.proc.pid, signal.SIGCONT)  # a test that stopped it with SIGSTOP
+        r.stop()
 
 
 class Redis:
@@ -50,7 +64,6 @@ class Redis:
         self.socket = os.path.join(self.dir, "redis.sock")
         self.log = open(os.path.join(self.dir, "redis.log"), "a")
         self.proc = None
-        self.start()
 
     def start(self):
         self.proc = subprocess.Popen([REDIS_SERVER, "--port", "0", "--unixsocket", self.socket,
@@ -148,9 +161,9 @@ def start_gates(tmp, text, n=3):
             for i in range(n)]
 
 
-def test_three_instances_never_pass_the_cap(need_redis, make_double, tmp):
+def test_three_instances_never_pass_the_cap(make_redis, make_double, tmp):
     d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
-    redis = Redis(tmp)
+    redis = make_redis()
     keys = os.path.join(tmp, "keys")
     cap = 7
     text = conf_text(keys, redis, cap, anonymous=4) + host_conf("3090", d.url)
@@ -207,9 +220,9 @@ def test_three_instances_never_pass_the_cap(need_redis, make_double, tmp):
         redis.stop()
 
 
-def test_redis_away_and_back_loses_nothing_counts_nothing_twice(need_redis, make_double, tmp):
+def test_redis_away_and_back_loses_nothing_counts_nothing_twice(make_redis, make_double, tmp):
     d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
-    redis = Redis(tmp)
+    redis = make_redis()
     keys = os.path.join(tmp, "keys")
     text = conf_text(keys, redis, 100000) + host_conf("3090", d.url)
     key = make_key(tmp, text, "free")
@@ -275,9 +288,9 @@ def test_redis_away_and_back_loses_nothing_counts_nothing_twice(need_redis, make
         redis.stop()
 
 
-def test_owed_counts_survive_a_crash(need_redis, make_double, tmp):
+def test_owed_counts_survive_a_crash(make_redis, make_double, tmp):
     d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
-    redis = Redis(tmp)
+    redis = make_redis()
     keys = os.path.join(tmp, "keys")
     text = conf_text(keys, redis, 100000) + host_conf("3090", d.url)
     key = make_key(tmp, text, "free")
@@ -325,9 +338,9 @@ def test_owed_counts_survive_a_crash(need_redis, make_double, tmp):
         redis.stop()
 
 
-def test_password_from_a_credential(need_redis, make_double, tmp):
+def test_password_from_a_credential(make_redis, make_double, tmp):
     d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
-    redis = Redis(tmp, password="s3cret-for-the-test")
+    redis = make_redis(password="s3cret-for-the-test")
     keys = os.path.join(tmp, "keys")
     creds = os.path.join(tmp, "credentials")
     os.makedirs(creds)
@@ -358,11 +371,11 @@ def test_password_from_a_credential(need_redis, make_double, tmp):
         redis.stop()
 
 
-def test_a_redis_that_stops_answering(need_redis, make_double, tmp):
+def test_a_redis_that_stops_answering(make_redis, make_double, tmp):
     """SIGSTOP: the socket stays, no answer comes. hiredis has no timeout of its own; the instance gives up
     after 2 s, serves the request that waited, and counts locally until Redis answers again."""
     d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
-    redis = Redis(tmp)
+    redis = make_redis()
     keys = os.path.join(tmp, "keys")
     text = conf_text(keys, redis, 100) + host_conf("3090", d.url)
     key = make_key(tmp, text, "free")
@@ -388,11 +401,11 @@ def test_a_redis_that_stops_answering(need_redis, make_double, tmp):
         redis.stop()
 
 
-def test_tokens_cap_across_instances(need_redis, make_double, tmp):
+def test_tokens_cap_across_instances(make_redis, make_double, tmp):
     """DailyTokens= with the tokens every instance added: what one instance's requests used refuses the
     next request on another, which served none of them"""
     d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
-    redis = Redis(tmp)
+    redis = make_redis()
     keys = os.path.join(tmp, "keys")
     text = (conf_text(keys, redis, 100).replace("DailyRequests=100\n", "DailyRequests=100\nDailyTokens=5\n") +
             host_conf("3090", d.url))
