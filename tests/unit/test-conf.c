@@ -105,6 +105,49 @@ TEST(errors_are_refused) {
         }
 }
 
+/* rule:shared-counts: a socket or a numeric address, never a password in the file nor a name to look up */
+TEST(redis_targets) {
+        static const char *const good[] = {"unix:/run/redis/redis.sock",
+                                           "redis://127.0.0.1",
+                                           "redis://127.0.0.1:6380",
+                                           "redis://[::1]:6379",
+                                           "redis://[::1]",
+                                           "redis://localhost:6379",
+                                           ""};
+        static const char *const bad[] = {"redis://:secret@127.0.0.1",
+                                          "redis://redis.example:6379",
+                                          "redis://127.0.0.1:0",
+                                          "redis://127.0.0.1:99999",
+                                          "redis://[::1",
+                                          "unix:relative",
+                                          "tcp://127.0.0.1",
+                                          "/run/redis.sock"};
+        _cleanup_free_ char *text = NULL;
+        Config c;
+
+        for (size_t i = 0; i < ELEMENTSOF(good); i++) {
+                free(text);
+                ASSERT_TRUE(asprintf(&text, "[Access]\nRedis=%s\n", good[i]) > 0);
+                if (parse(&c, text) != 0)
+                        FAIL("refused: %s", good[i]);
+                ASSERT_TRUE(*good[i] ? c.access.redis && streq(c.access.redis, good[i]) : !c.access.redis);
+                config_done(&c);
+        }
+        for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
+                free(text);
+                ASSERT_TRUE(asprintf(&text, "[Access]\nRedis=%s\n", bad[i]) > 0);
+                if (parse(&c, text) == 0)
+                        FAIL("accepted: %s", bad[i]);
+                config_done(&c);
+        }
+        /* a password is a credential's, and one without Redis= is a mistake said at once */
+        ASSERT_OK(parse(&c, "[Access]\nRedisPasswordCredential=redis-password\n"));
+        ASSERT_TRUE(config_verify(&c) < 0);
+        config_done(&c);
+        ASSERT_TRUE(parse(&c, "[Access]\nRedis=unix:/r.sock\nRedisPasswordCredential=../p\n") < 0);
+        config_done(&c);
+}
+
 /* every form Bus=ssh: documents parses (and builds a command line), bare IPv6 included */
 TEST(ssh_targets_accepted) {
         static const char *const good[] = {"ssh:a9",

@@ -53,6 +53,9 @@ static int property_get_warnings(sd_bus *bus, const char *path, const char *inte
         r = sd_bus_message_open_container(reply, 'a', "s");
         if (r >= 0 && manager_refusal(m))
                 r = sd_bus_message_append(reply, "s", manager_refusal(m));
+        /* rule:shared-counts: an instance counting alone says so */
+        if (r >= 0 && manager_config(m)->access.redis && access_shared_warning(manager_access(m)))
+                r = sd_bus_message_append(reply, "s", access_shared_warning(manager_access(m)));
         for (size_t i = 0; r >= 0 && i < manager_n_hosts(m); i++)
                 STRV_FOREACH (w, host_warnings(manager_host_at(m, i))) {
                         _cleanup_free_ char *s = NULL;

@@ -7,6 +7,7 @@
 #include <assert.h>
 
 #include "modelgated/bus/bus-object-internal.h"
+#include "modelgated/records/access.h"
 #include "shared/strv.h"
 
 usec_t bus_object_realtime(const BusObject *o, usec_t mono) {
@@ -26,6 +27,8 @@ void bus_object_totals(Manager *m, unsigned *in_flight, unsigned *waiting) {
 
 unsigned bus_object_n_warnings(Manager *m) {
         unsigned n = manager_refusal(m) ? 1 : 0;
+        if (manager_config(m)->access.redis && manager_access(m) && access_shared_warning(manager_access(m)))
+                n++;
         for (size_t i = 0; i < manager_n_hosts(m); i++)
                 n += (unsigned)strv_length(host_warnings(manager_host_at(m, i)));
         return n;

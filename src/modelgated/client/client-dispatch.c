@@ -397,8 +397,39 @@ static bool dispatch_pick_target(Client *c, const char *after) {
         return true;
 }
 
+static void dispatch_to_host(Client *c, Dispatch *d);
+
+/* The request as the parser holds it (its body kept while an alias or Redis may need it again) */
+static void dispatch_from_parser(Dispatch *d) {
+        d->url = http_request_url(d->r);
+        d->url_len = d->url.n;
+        d->path = url_path(d->url);
+        d->body = buffer_peek(&d->r->body);
+        d->body_len = buffer_size(&d->r->body);
+}
+
+/* rule:shared-counts: Redis admitted the request (or refused it): on as dispatch_route() would have
+ * gone, the request read again from the parser as client_next_target() does */
+static void client_admitted(AccessWait *w, int verdict, const AccessDenial *denial) {
+        _cleanup_(client_unrefp) Client *c = client_ref(container_of(w, Exchange, access_wait)->client);
+        _cleanup_(dispatch_done) Dispatch d = {.r = &c->parser.req};
+
+        dispatch_from_parser(&d);
+        if (verdict == ACCESS_OVER_CAP)
+                client_refuse_cap(c, denial);
+        else if (dispatch_read_model(c, &d)) {
+                c->x->host = config_host_of_model(c->x->config, c->x->alias_target ?: d.model, &d.key);
+                if (c->x->host)
+                        dispatch_to_host(c, &d);
+                else /* routed before the wait, under the configuration the request holds */
+                        client_answer(c, ANSWER_ALIAS_TARGET_LOST);
+        }
+        client_flush(c);
+        client_process(c);
+}
+
 /* The host the model names, checked against the caller's tier and counted for the day: false when
- * answered */
+ * answered, or when Redis decides (client_admitted() goes on) */
 static bool dispatch_route(Client *c, Dispatch *d) {
         int k;
 
@@ -426,7 +457,12 @@ static bool dispatch_route(Client *c, Dispatch *d) {
         if (c->x->caller.admitted) {
                 AccessDenial denial;
                 Access *access = manager_access(c->manager);
-                k = access ? access_count(access, c->x->config, &c->x->caller, c->peer, &denial) : -ENOMEM;
+                c->x->access_wait.fn = client_admitted;
+                k = access ? access_admit(access, c->x->config, &c->x->caller, c->peer, &denial,
+                                          &c->x->access_wait)
+                           : -ENOMEM;
+                if (k == ACCESS_PENDING)
+                        return false;
                 if (k == ACCESS_OVER_CAP)
                         return client_refuse_cap(c, &denial), false;
                 if (k < 0)
@@ -567,11 +603,7 @@ void client_dispatch(Client *c) {
         HttpRequest *r = &c->parser.req;
         _cleanup_(dispatch_done) Dispatch d = {.r = r};
 
-        d.url = http_request_url(r);
-        d.url_len = d.url.n;
-        d.path = url_path(d.url);
-        d.body = buffer_peek(&r->body);
-        d.body_len = buffer_size(&r->body);
+        dispatch_from_parser(&d);
         exchange_begin(c, &d);
         if (dispatch_own(c, &d) || client_dispatch_stream(c, d.url, d.path) || !dispatch_read_model(c, &d) ||
             !dispatch_route(c, &d))
@@ -594,11 +626,7 @@ bool client_next_target(Client *c, const char *why) {
         c->x->fallback = NULL; /* the next target's engine names its own */
 
         /* the request is the parser's still (its body kept for this): read again, it cannot fail now */
-        d.url = http_request_url(r);
-        d.url_len = d.url.n;
-        d.path = url_path(d.url);
-        d.body = buffer_peek(&r->body);
-        d.body_len = buffer_size(&r->body);
+        dispatch_from_parser(&d);
         if (!dispatch_read_model(c, &d))
                 return true;
         c->x->host = config_host_of_model(c->x->config, c->x->alias_target, &d.key);

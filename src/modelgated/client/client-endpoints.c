@@ -62,7 +62,13 @@ static void respond_health(Client *c, bool strict) {
                 /* host names are letters, digits, '_' and '.': nothing to escape */
                 (void)buffer_printf(&b, "%s\"%s\":\"%s\"", i ? "," : "", manager_config(m)->hosts[i].name,
                                     host_state_to_string(host_state(manager_host_at(m, i))));
-        if (buffer_append_str(&b, "}}") < 0) {
+        /* rule:shared-counts: whether the daily counts are every instance's or, for now, this one's */
+        const char *shared = manager_config(m)->access.redis && manager_access(m)
+                                     ? access_shared_state(manager_access(m))
+                                     : NULL;
+        if (shared)
+                (void)buffer_printf(&b, "},\"redis\":\"%s\"", shared);
+        if (buffer_append_str(&b, shared ? "}" : "}}") < 0) {
                 client_answer(c, ANSWER_OUT_OF_MEMORY);
                 return;
         }

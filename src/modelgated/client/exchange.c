@@ -19,6 +19,7 @@ void exchange_init(Exchange *x, Client *client) {
 void exchange_done(Exchange *x) {
         /* first: the record points at the names freed below, and releasing the host may show the activity */
         activity_request_forget(&x->activity); /* a request that never logged its end */
+        access_wait_cancel(&x->access_wait);   /* before the configuration it points into */
         free(x->model);
         config_unref(x->config);
         sd_event_source_disable_unref(x->budget);

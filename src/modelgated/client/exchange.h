@@ -51,7 +51,8 @@ typedef struct Exchange {
         const char *engine_name; /* in config */
         const EngineConf *engine_conf;
         bool first_byte_seen;
-        AccessCaller caller; /* with [Access]: who asks */
+        AccessCaller caller;    /* with [Access]: who asks */
+        AccessWait access_wait; /* rule:shared-counts: while Redis admits the request */
 
         /* an [Alias] (rule:alias-at-admission, rule:alias-next-target): the target it picked, in config; the
          * ones tried (bit i: target i) */

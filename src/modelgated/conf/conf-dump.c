@@ -112,6 +112,10 @@ static void dump_access(const AccessConf *a, FILE *f) {
                 fprintf(f, "AnonymousDailyRequests=%llu\n", (unsigned long long)a->anonymous_daily_requests);
         if (a->anonymous_max_body_size)
                 fprintf(f, "AnonymousMaxBodySize=%llu\n", (unsigned long long)a->anonymous_max_body_size);
+        if (a->redis)
+                fprintf(f, "Redis=%s\n", a->redis);
+        if (a->redis_password_credential)
+                fprintf(f, "RedisPasswordCredential=%s\n", a->redis_password_credential);
 }
 
 static void dump_tier(const TierConf *t, FILE *f) {

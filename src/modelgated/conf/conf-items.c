@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -111,6 +112,55 @@ static int parse_credential_item(const char *v, void *data, char why[static CONF
                               "the name of a credential of the unit (LoadCredential=), without '/'; a path "
                               "goes in KeyFile=");
         return parse_string_item(v, data, why);
+}
+
+static bool parse_port(const char *p) {
+        char *end;
+        unsigned long n;
+
+        if (!isdigit((unsigned char)*p))
+                return false;
+        errno = 0;
+        n = strtoul(p, &end, 10);
+        return !*end && errno == 0 && n > 0 && n <= 65535;
+}
+
+/* rule:shared-counts: a numeric address only, since a name's lookup would block the daemon's loop; no
+ * password in the file (RedisPasswordCredential=) */
+static int parse_redis_item(const char *v, void *data, char why[static CONFIG_WHY_MAX]) {
+        const char *a = startswith(v, "redis://") ? v + strlen("redis://") : NULL;
+        char host[64];
+        unsigned char buf[sizeof(struct in6_addr)];
+
+        if (!*v || (startswith(v, "unix:/") && !strpbrk(v, " \t")))
+                return parse_string_item(v, data, why);
+        if (a && strchr(a, '@'))
+                return refuse(why, -EINVAL,
+                              "no password in the URL: it goes in a credential, RedisPasswordCredential=");
+        if (a) {
+                const char *port = NULL;
+                if (*a == '[') {
+                        const char *end = strchr(a, ']');
+                        if (end && (size_t)(end - a) < sizeof(host)) {
+                                snprintf(host, sizeof(host), "%.*s", (int)(end - a - 1), a + 1);
+                                port = end[1] == ':' ? end + 2 : end[1] ? "" : NULL;
+                                if (inet_pton(AF_INET6, host, buf) == 1 && (!port || parse_port(port)))
+                                        return parse_string_item(v, data, why);
+                        }
+                } else {
+                        size_t n = strcspn(a, ":");
+                        if (n < sizeof(host)) {
+                                snprintf(host, sizeof(host), "%.*s", (int)n, a);
+                                port = a[n] ? a + n + 1 : NULL;
+                                if ((streq(host, "localhost") || inet_pton(AF_INET, host, buf) == 1) &&
+                                    (!port || parse_port(port)))
+                                        return parse_string_item(v, data, why);
+                        }
+                }
+        }
+        return refuse(why, -EINVAL,
+                      "unix:/PATH or redis://ADDRESS[:PORT], the address an IPv4 one, [IPv6] or localhost "
+                      "(a name would be looked up with the daemon waiting)");
 }
 
 static int parse_string_item(const char *v, void *data, char why[static CONFIG_WHY_MAX]) {
@@ -319,6 +369,9 @@ static const ConfigItem config_items[] = {
          offsetof(AccessConf, anonymous_daily_requests)},
         {SECTION_ACCESS, "AnonymousMaxBodySize", parse_size_item,
          offsetof(AccessConf, anonymous_max_body_size)},
+        {SECTION_ACCESS, "Redis", parse_redis_item, offsetof(AccessConf, redis)},
+        {SECTION_ACCESS, "RedisPasswordCredential", parse_credential_item,
+         offsetof(AccessConf, redis_password_credential)},
 
         {SECTION_TIER, "Name", parse_engine_name_item, offsetof(TierConf, name)},
         {SECTION_TIER, "DailyRequests", parse_cap_item, offsetof(TierConf, daily_requests)},

@@ -130,9 +130,40 @@ static int resolve_fallback(Config *c, FallbackConf *f) {
         return r;
 }
 
+/* rule:shared-counts: Redis's password, from the unit's credential */
+static int resolve_redis(Config *c) {
+        _cleanup_free_ char *path = NULL;
+        AccessConf *a = &c->access;
+        char w[256];
+        int k;
+
+        if (!a->redis_password_credential)
+                return 0;
+        const char *d = getenv("CREDENTIALS_DIRECTORY");
+        if (!d)
+                return config_error(
+                        c, ENOENT,
+                        "%s[Access] RedisPasswordCredential=%s: $CREDENTIALS_DIRECTORY is not set "
+                        "(LoadCredential= in the unit)",
+                        config_where(c, "RedisPasswordCredential", w), a->redis_password_credential);
+        if (asprintf(&path, "%s/%s", d, a->redis_password_credential) < 0)
+                return log_oom();
+        k = read_secret(path, &a->redis_password);
+        if (k < 0)
+                return config_error(c, k, "%s[Access] RedisPasswordCredential=%s cannot be read: %m",
+                                    config_where(c, "RedisPasswordCredential", w), path);
+        return 0;
+}
+
 int config_resolve(Config *c) {
         assert(c);
         int r = 0, k;
+
+        k = resolve_redis(c);
+        if (k == -ENOMEM)
+                return k;
+        if (k < 0)
+                r = k;
 
         for (size_t i = 0; i < c->n_fallbacks; i++) {
                 k = resolve_fallback(c, &c->fallbacks[i]);

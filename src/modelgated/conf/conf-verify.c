@@ -52,6 +52,15 @@ static int verify_proxy(Config *c) {
                 if (*(usec_t *)((char *)c + timeouts[i].offset) == 0)
                         r = config_error(c, EINVAL, "%s[Proxy] %s= must not be 0 (infinity: no bound)",
                                          config_where(c, timeouts[i].key, w), timeouts[i].key);
+        /* rule:shared-counts: Redis is optional at build time, and a build without it says so */
+        if (c->access.redis && !HAVE_HIREDIS)
+                r = config_error(c, EOPNOTSUPP,
+                                 "%s[Access] Redis=%s: this modelgated was built without hiredis (meson "
+                                 "-Dredis=enabled, with libhiredis-dev)",
+                                 config_where(c, "Redis", w), c->access.redis);
+        if (c->access.redis_password_credential && !c->access.redis)
+                r = config_error(c, EINVAL, "%s[Access] RedisPasswordCredential= without Redis=",
+                                 config_where(c, "RedisPasswordCredential", w));
         return r;
 }
 

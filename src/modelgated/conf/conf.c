@@ -129,6 +129,11 @@ void config_done(Config *c) {
                 alias_conf_done(&c->aliases[i]);
         free(c->aliases);
         free(c->access.keys_file);
+        free(c->access.redis);
+        free(c->access.redis_password_credential);
+        if (c->access.redis_password)
+                explicit_bzero(c->access.redis_password, strlen(c->access.redis_password));
+        free(c->access.redis_password);
         free(c->access.key_hashes);
         free(c->access.key_tiers);
         for (size_t i = 0; i < c->n_origins; i++)

@@ -116,6 +116,10 @@ typedef struct AccessConf {
         char *keys_file;
         uint64_t anonymous_daily_requests; /* UINT64_MAX: no cap; 0: anonymous clients are refused */
         uint64_t anonymous_max_body_size;  /* 0: [Proxy] MaxBodySize= */
+        /* rule:shared-counts: "unix:/path" or "redis://ADDRESS[:PORT]"; NULL: each instance counts alone */
+        char *redis;
+        char *redis_password_credential;
+        char *redis_password; /* read by config_resolve() */
         /* the keys file, read by config_resolve(): SHA-256 digests and the index of their tier */
         uint8_t (*key_hashes)[32];
         size_t *key_tiers;

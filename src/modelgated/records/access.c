@@ -21,9 +21,15 @@
  * the keys file. */
 
 struct Access {
+        sd_event *event;
         KeyUsage *usage; /* today's counts, and the days before (key-usage.h) */
         bool dirty;
         sd_event_source *save_timer;
+        SharedCounts *shared;     /* [Access] Redis=, rule:shared-counts */
+        AccessWait *waits;        /* the requests Redis admits */
+        sd_event_source *orphans; /* admits those whose store a reload let go of */
+        void (*changed)(void *userdata);
+        void *userdata;
 };
 
 static void today(char day[16], uint64_t *ret_seconds_left) {
@@ -114,6 +120,7 @@ Access *access_new(sd_event *event) {
 
         if (!a)
                 return NULL;
+        a->event = sd_event_ref(event);
         a->usage = key_usage_new();
         if (!a->usage)
                 return access_free(a);
@@ -130,6 +137,14 @@ Access *access_free(Access *a) {
                 return NULL;
         if (a->dirty)
                 usage_save(a);
+        LIST_FOREACH_SAFE (waits, w, n, a->waits) { /* the requests went first: none is left */
+                w->waiting = false;
+                w->op = NULL;
+                LIST_REMOVE(waits, a->waits, w);
+        }
+        shared_counts_free(a->shared);
+        sd_event_source_disable_unref(a->orphans);
+        sd_event_unref(a->event);
         sd_event_source_disable_unref(a->save_timer);
         key_usage_free(a->usage);
         free(a);
@@ -239,35 +254,117 @@ static const char *caller_name(const AccessCaller *caller, const char *peer, cha
  * counted yet has used nothing), or out of memory when taking. Past the cap of anonymous addresses, one
  * not counted yet is counted as all the others are (key_usage_get()'s EDQUOT). */
 static UsageCount *caller_count(Access *a, const AccessCaller *caller, const char *peer, bool take,
-                                bool *ret_overflow) {
+                                bool *ret_overflow, char name[static 80]) {
         const char *tier = caller->tier ? caller->tier->name : NULL;
-        char name[80];
         UsageCount *n = key_usage_get(a->usage, caller_name(caller, peer, name), tier, take);
 
         *ret_overflow = !n && !caller->tier && key_usage_n_anonymous(a->usage) >= USAGE_ANONYMOUS_MAX;
-        if (*ret_overflow)
+        if (*ret_overflow) {
                 n = key_usage_get(a->usage, USAGE_OVERFLOW, NULL, take);
+                snprintf(name, 80, "%s", USAGE_OVERFLOW);
+        }
         return n;
 }
 
-static int access_cap(Access *a, const Config *c, const AccessCaller *caller, const char *peer, bool take,
-                      AccessDenial *d) {
+static void shared_admit_cb(void *waiter, SharedVerdict v, uint64_t requests, uint64_t tokens,
+                            void *userdata);
+
+static void shared_state_changed(void *userdata) {
+        Access *a = userdata;
+        if (a->changed)
+                a->changed(a->userdata);
+}
+
+static const SharedCountsCallbacks shared_callbacks = {
+        .admitted = shared_admit_cb,
+        .state_changed = shared_state_changed,
+};
+
+void access_set_changed(Access *a, void (*changed)(void *userdata), void *userdata) {
+        assert(a);
+        a->changed = changed;
+        a->userdata = userdata;
+}
+
+/* A request Redis admitted, or whose answer was lost: this instance's own count too */
+static void count_served(Access *a, AccessWait *w) {
+        char name[80];
+        bool overflow;
+        UsageCount *n = caller_count(a, w->caller, w->peer, true, &overflow, name);
+
+        if (n) {
+                n->requests++;
+                usage_changed(a);
+        }
+}
+
+/* Requests whose admission was in flight to a store that a reload let go of: served, as with a lost
+ * answer (the store wrote their change as owed, and the next one sends it). From the loop, not from
+ * inside the reload. */
+static int orphans_cb(sd_event_source *s, void *userdata) {
+        Access *a = userdata;
+
+        for (;;) { /* from the head again each time: a request's going on may end others */
+                AccessWait *w = a->waits;
+                while (w && w->op)
+                        w = w->waits_next;
+                if (!w)
+                        return 0;
+                LIST_REMOVE(waits, a->waits, w);
+                w->waiting = false;
+                count_served(a, w);
+                w->fn(w, ACCESS_ALLOWED, NULL);
+        }
+}
+
+static void shared_let_go(Access *a) {
+        LIST_FOREACH (waits, w, a->waits)
+                w->op = NULL;
+        a->shared = shared_counts_free(a->shared); /* what it owed is written, and read again */
+        if (a->waits && (a->orphans || sd_event_add_defer(a->event, &a->orphans, orphans_cb, a) >= 0))
+                (void)sd_event_source_set_enabled(a->orphans, SD_EVENT_ONESHOT);
+}
+
+/* The shared store of the configuration, (re)connected when Redis= names another; NULL: none */
+static SharedCounts *shared_for(Access *a, const Config *c) {
+        if (a->shared &&
+            (!c->access.redis || !shared_counts_is(a->shared, c->access.redis, c->access.redis_password)))
+                shared_let_go(a);
+        if (!a->shared && c->access.redis) {
+                int r = shared_counts_new(a->event, c->access.redis, c->access.redis_password,
+                                          &shared_callbacks, a, &a->shared);
+                if (r < 0)
+                        log_warning_errno(r, "Cannot share the daily counts through Redis at %s: %m",
+                                          c->access.redis);
+        }
+        return a->shared;
+}
+
+void access_configure(Access *a, const Config *c) {
+        if (a) /* else out of memory: the requests count locally, and the next reload tries again */
+                (void)shared_for(a, c);
+}
+
+const char *access_shared_state(Access *a) {
+        assert(a);
+        if (!a->shared)
+                return NULL;
+        return shared_counts_up(a->shared) ? "connected" : "unreachable";
+}
+
+const char *access_shared_warning(Access *a) {
+        assert(a);
+        return a->shared ? shared_counts_warning(a->shared) : NULL;
+}
+
+/* Whether requests and charged tokens of the day leave the caller a request: ACCESS_ALLOWED, or
+ * ACCESS_OVER_CAP with the denial */
+static int over_cap(Access *a, const Config *c, const AccessCaller *caller, bool overflow, uint64_t requests,
+                    uint64_t charged, uint64_t left, AccessDenial *d) {
         uint64_t cap = caller->tier ? caller->tier->daily_requests : c->access.anonymous_daily_requests;
         uint64_t tokens_cap = caller->tier ? caller->tier->daily_tokens : UINT64_MAX;
-        const UsageCount zero = {};
-        uint64_t left;
-        bool overflow;
-        UsageCount *n;
 
-        roll_over(a, &left);
-        /* an anonymous client without a cap costs nothing to count, and is not */
-        if (!caller->tier && cap == UINT64_MAX)
-                return ACCESS_ALLOWED;
-        n = caller_count(a, caller, peer, take, &overflow);
-        if (!n && take)
-                return -ENOMEM;
-        const UsageCount *seen = n ?: &zero;
-        if (cap != UINT64_MAX && seen->requests >= cap) {
+        if (cap != UINT64_MAX && requests >= cap) {
                 *d = (AccessDenial){.answer = ANSWER_DAILY_LIMIT, .retry_after = left};
                 (void)answer_format(
                         d->message, sizeof(d->message), d->answer,
@@ -279,30 +376,125 @@ static int access_cap(Access *a, const Config *c, const AccessCaller *caller, co
                 return ACCESS_OVER_CAP;
         }
         /* rule:daily-tokens: a request in flight when the cap is crossed finishes; the next is refused */
-        if (tokens_cap != UINT64_MAX && usage_count_charged(seen) >= tokens_cap) {
+        if (tokens_cap != UINT64_MAX && charged >= tokens_cap) {
                 *d = (AccessDenial){.answer = ANSWER_DAILY_TOKENS, .retry_after = left};
-                (void)answer_format(d->message, sizeof(d->message), d->answer,
-                                    (unsigned long long)usage_count_charged(seen), key_usage_day(a->usage),
-                                    (unsigned long long)tokens_cap, (unsigned long long)left);
+                (void)answer_format(d->message, sizeof(d->message), d->answer, (unsigned long long)charged,
+                                    key_usage_day(a->usage), (unsigned long long)tokens_cap,
+                                    (unsigned long long)left);
                 return ACCESS_OVER_CAP;
         }
-        if (!take)
-                return ACCESS_ALLOWED;
-        n->requests++;
-        usage_changed(a);
         return ACCESS_ALLOWED;
 }
 
+static int access_cap(Access *a, const Config *c, const AccessCaller *caller, const char *peer, bool take,
+                      AccessDenial *d, AccessWait *w) {
+        uint64_t cap = caller->tier ? caller->tier->daily_requests : c->access.anonymous_daily_requests;
+        uint64_t tokens_cap = caller->tier ? caller->tier->daily_tokens : UINT64_MAX;
+        uint64_t left, requests, charged, shared_requests, shared_tokens;
+        /* the store of the configuration in force (access_configure()): a request admitted under an
+         * older one, ending after a reload, must not take it back */
+        SharedCounts *shared = a->shared;
+        const UsageCount zero = {};
+        char name[80];
+        bool overflow;
+        UsageCount *n;
+        int k;
+
+        roll_over(a, &left);
+        /* an anonymous client without a cap costs nothing to count, and is not */
+        if (!caller->tier && cap == UINT64_MAX)
+                return ACCESS_ALLOWED;
+        n = caller_count(a, caller, peer, take, &overflow, name);
+        if (!n && take)
+                return -ENOMEM;
+        requests = (n ?: &zero)->requests;
+        charged = usage_count_charged(n ?: &zero);
+        /* rule:shared-counts: every instance's, as far as this one knows: no wait on the store */
+        if (shared) {
+                shared_counts_view(shared, key_usage_day(a->usage), name, &shared_requests, &shared_tokens);
+                requests = MAX(requests, shared_requests);
+                charged = MAX(charged, shared_tokens);
+        }
+        k = over_cap(a, c, caller, overflow, requests, charged, left, d);
+        if (k != ACCESS_ALLOWED || !take)
+                return k;
+        /* the store decides, atomically for every instance: the request waits for its answer */
+        if (shared && w && shared_counts_up(shared)) {
+                w->access = a;
+                w->config = c;
+                w->caller = caller;
+                w->peer = peer;
+                w->op = shared_counts_admit(shared, key_usage_day(a->usage), name, cap, tokens_cap, w);
+                if (w->op) {
+                        w->waiting = true;
+                        LIST_PREPEND(waits, a->waits, w);
+                        return ACCESS_PENDING;
+                }
+        }
+        n->requests++;
+        usage_changed(a);
+        /* counted locally, owed to the store */
+        if (shared && shared_counts_add(shared, key_usage_day(a->usage), name, 1, 0) < 0)
+                log_warning("Out of memory: a request is not counted in Redis");
+        return ACCESS_ALLOWED;
+}
+
+static void shared_admit_cb(void *waiter, SharedVerdict v, uint64_t requests, uint64_t tokens,
+                            void *userdata) {
+        AccessWait *w = waiter;
+        Access *a = w->access;
+        AccessDenial d;
+        uint64_t left;
+        char day[16], name[80];
+        bool overflow;
+
+        w->op = NULL;
+        w->waiting = false;
+        LIST_REMOVE(waits, a->waits, w);
+        today(day, &left);
+        if (v == SHARED_REFUSED) {
+                /* the store's counts of every instance: over a cap, as it judged (the script's test is
+                 * over_cap()'s; a reload that raised the cap meanwhile is told as the request cap) */
+                (void)caller_count(a, w->caller, w->peer, false, &overflow, name);
+                if (over_cap(a, w->config, w->caller, overflow, requests, tokens, left, &d) !=
+                    ACCESS_OVER_CAP)
+                        (void)over_cap(a, w->config, w->caller, overflow, UINT64_MAX - 1, 0, left, &d);
+                w->fn(w, ACCESS_OVER_CAP, &d);
+                return;
+        }
+        /* admitted by the store, or its answer lost with the connection: served, counted once (a lost one
+         * is owed as a plain count, count_outbox_lost()) */
+        count_served(a, w);
+        w->fn(w, ACCESS_ALLOWED, NULL);
+}
+
+void access_wait_cancel(AccessWait *w) {
+        if (!w || !w->waiting)
+                return;
+        if (w->op)
+                shared_counts_forget_waiter(w->access->shared, w->op);
+        LIST_REMOVE(waits, w->access->waits, w);
+        w->op = NULL;
+        w->waiting = false;
+}
+
+int access_admit(Access *a, const Config *c, const AccessCaller *caller, const char *peer, AccessDenial *d,
+                 AccessWait *w) {
+        return access_cap(a, c, caller, peer, true, d, w);
+}
+
 int access_count(Access *a, const Config *c, const AccessCaller *caller, const char *peer, AccessDenial *d) {
-        return access_cap(a, c, caller, peer, true, d);
+        return access_cap(a, c, caller, peer, true, d, NULL);
 }
 
 int access_check(Access *a, const Config *c, const AccessCaller *caller, const char *peer, AccessDenial *d) {
-        return access_cap(a, c, caller, peer, false, d);
+        return access_cap(a, c, caller, peer, false, d, NULL);
 }
 
 void access_record_usage(Access *a, const Config *c, const AccessCaller *caller, const char *peer,
                          int64_t in, int64_t cached, int64_t out) {
+        SharedCounts *shared = a->shared;
+        char name[80];
         bool overflow;
         UsageCount *n;
 
@@ -314,13 +506,19 @@ void access_record_usage(Access *a, const Config *c, const AccessCaller *caller,
                 return;
         /* in the day the counts are for, with no clock read: the next request's check rolls the day over.
          * A key's count is made if need be (its day rolled over while it was in flight) */
-        n = caller_count(a, caller, peer, caller->tier != NULL, &overflow);
+        n = caller_count(a, caller, peer, caller->tier != NULL, &overflow, name);
         if (!n)
                 return;
         n->in += MAX(in, (int64_t)0);
         n->cached += MAX(cached, (int64_t)0);
         n->out += MAX(out, (int64_t)0);
         usage_changed(a);
+        /* rule:shared-counts: what DailyTokens= counts, for every instance */
+        UsageCount delta = {
+                .in = MAX(in, (int64_t)0), .cached = MAX(cached, (int64_t)0), .out = MAX(out, (int64_t)0)};
+        if (shared && usage_count_charged(&delta) > 0 &&
+            shared_counts_add(shared, key_usage_day(a->usage), name, 0, usage_count_charged(&delta)) < 0)
+                log_warning("Out of memory: a request's tokens are not counted in Redis");
 }
 
 int access_usage_foreach(Access *a, KeyUsageFn fn, void *userdata) {

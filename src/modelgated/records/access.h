@@ -16,6 +16,8 @@
 #include "modelgated/rules/api-answer.h"
 #include "modelgated/conf/conf.h"
 #include "modelgated/records/key-usage.h"
+#include "modelgated/records/shared-counts.h"
+#include "shared/list.h"
 #include "shared/time-util.h"
 
 #define USAGE_SAVE_DELAY_USEC (2 * USEC_PER_SEC)
@@ -49,7 +51,24 @@ typedef enum AccessVerdict {
         ACCESS_ALLOWED = 0,
         ACCESS_REFUSED,  /* an unknown key, or no key where anonymous clients are refused (401) */
         ACCESS_OVER_CAP, /* the caller's requests or tokens of the day are used up (429) */
+        ACCESS_PENDING,  /* the shared store decides (access_admit()): the waiter hears */
 } AccessVerdict;
+
+/* An admission the shared store decides (rule:shared-counts), held by the request: what it asked for
+ * points into the request (its configuration, caller and peer), which outlives the wait. */
+typedef struct AccessWait AccessWait;
+/* ACCESS_ALLOWED, or ACCESS_OVER_CAP with the denial */
+typedef void (*AccessWaitFn)(AccessWait *w, int verdict, const AccessDenial *denial);
+struct AccessWait {
+        AccessWaitFn fn;
+        Access *access;
+        const Config *config;
+        const AccessCaller *caller;
+        const char *peer;
+        bool waiting;
+        CountOp *op; /* NULL: the store it asked was let go of (a reload): admitted from the loop */
+        LIST_FIELDS(AccessWait, waits);
+};
 
 /* Who the caller is: ACCESS_ALLOWED, or ACCESS_REFUSED with *ret_denial filled when it cannot be served at
  * all; -ENOMEM, with *ret_denial filled too. */
@@ -67,6 +86,21 @@ const char *access_client_address(const char *peer, char buf[static INET6_ADDRST
 /* Counts a request against the caller's daily cap: ACCESS_ALLOWED, or ACCESS_OVER_CAP with *ret_denial. */
 int access_count(Access *a, const Config *c, const AccessCaller *caller, const char *peer,
                  AccessDenial *ret_denial);
+/* The same, or with [Access] Redis= reachable, ACCESS_PENDING: the store counts the request if the caps
+ * hold for every instance, and w->fn hears (never from within this call). */
+int access_admit(Access *a, const Config *c, const AccessCaller *caller, const char *peer,
+                 AccessDenial *ret_denial, AccessWait *w);
+/* The request is gone before the store answered: what it counted stays counted. */
+void access_wait_cancel(AccessWait *w);
+/* With [Access] Redis=: "connected" or "unreachable" (/health); NULL without */
+const char *access_shared_state(Access *a);
+/* Connects to the configuration's [Access] Redis= (again, when it names another), or lets go of one it
+ * names no more: the configuration in force, at start and at each reload (the requests' own may be older) */
+void access_configure(Access *a, const Config *c);
+/* changed() hears when Redis goes away or comes back (the bus's Warnings) */
+void access_set_changed(Access *a, void (*changed)(void *userdata), void *userdata);
+/* While Redis does not answer, why (the bus's Warnings); else NULL */
+const char *access_shared_warning(Access *a);
 /* Whether the caller has a request of the day left, counting nothing: a request over its cap is refused on
  * its head, before its body is read. ACCESS_ALLOWED, or ACCESS_OVER_CAP with *ret_denial. */
 int access_check(Access *a, const Config *c, const AccessCaller *caller, const char *peer,
