@@ -167,6 +167,10 @@ def test_two_agents_on_two_instances_take_turns(box, sshd, make_gate):
         assert len(turns) >= 3, (model, len(turns))
     # each switch of the GPU is done by one instance ("engine X up after"); the other adopts it
     switched = [l for g in (a, b) for l in g.logtext().splitlines() if re.search(r"host 3090: engine \w+ up after", l)]
+    # what an agent lives with, for the record (rule:several-instances): its turns, and the GPU's switches
+    print("%.0f s: %s; %d switches (HoldDownSec=%ds)" % (elapsed, ", ".join(
+        "%s on %s: %d turns" % (model, "A" if g is a else "B", len(turns)) for (g, model), turns in results.items()),
+        len(switched), hold))
     assert 2 <= len(switched) <= elapsed / hold + 1 + 1, (switched, elapsed)  # +1 for the very first start
 
 
