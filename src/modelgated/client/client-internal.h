@@ -116,7 +116,6 @@ struct ClientSet {
         StreamDrain *drains;        /* streams read on after their clients left (client-stream.c) */
         bool closing;               /* client_set_free(): no stream is read on any more */
         RequestIdSeed id_seed;      /* rule:request-id: the ids made here */
-        uint64_t n_ids;
         const ClientSetCallbacks *cb;
         void *userdata;
 };

@@ -231,9 +231,17 @@ void activity_request_begin(Activity *a, ActivityRequest *r, usec_t now) {
         assert(a && r);
 
         if (!r->owner) {
+                /* every field the caller does not set: its memory was not cleared (the owner's is reused
+                 * from request to request, and clearing it cost more than these stores) */
                 r->owner = a;
                 r->started = now;
                 r->realtime = realtime_offset(a, now);
+                r->queued_at = r->switch_at = r->queued_usec = r->switch_usec = 0;
+                r->fallback = r->waits_for = NULL;
+                r->position = 0;
+                r->hold_down_left = -1;
+                r->status = 0;
+                r->cut = false;
                 r->first_byte_ms = r->tokens_in = r->tokens_cached = r->tokens_out = r->duration_ms = -1;
                 r->prefill_tps = r->decode_tps = -1;
                 r->progress = -1;

@@ -82,7 +82,8 @@ FeedHub *activity_hub(Activity *a);
 const char *activity_phase_to_string(ActivityPhase p);
 
 /* A request reached its host: r (its fields filled by the caller: id, model, host, engine, key, api,
- * stream) is in flight from now, "admitted". Again for the same r (an alias's next target): the new host
+ * stream; owner NULL, and nothing else needs to be set, or cleared, before) is in flight from now,
+ * "admitted". Again for the same r (an alias's next target): the new host
  * and engine, "admitted" again. */
 void activity_request_begin(Activity *a, ActivityRequest *r, usec_t now);
 /* A new phase of a request in flight (the phase's own fields set first by the caller). Each call's now
