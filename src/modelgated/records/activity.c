@@ -303,7 +303,11 @@ void activity_request_done(ActivityRequest *r, usec_t now) {
                 ActivitySlot *slot = &a->ring[a->ring_next];
                 slot->r = *r;
                 slot->r.inflight_next = slot->r.inflight_prev = NULL;
-                copy_span(slot->id, sizeof(slot->id), r->id);
+                if (r->id.n == REQUEST_ID_MADE_LEN) { /* as a rule one of ours: a fixed-size copy */
+                        memcpy(slot->id, r->id.p, REQUEST_ID_MADE_LEN);
+                        slot->id[REQUEST_ID_MADE_LEN] = 0;
+                } else
+                        copy_span(slot->id, sizeof(slot->id), r->id);
                 slot->r.id = (Span){slot->id, MIN(r->id.n, sizeof(slot->id) - 1)};
                 slot->r.model = copy_str(slot->model, sizeof(slot->model), r->model);
                 slot->r.host = copy_str(slot->host, sizeof(slot->host), r->host);
