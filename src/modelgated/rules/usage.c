@@ -17,10 +17,6 @@ void usage_init(Usage *u, Buffer *tail) {
                 buffer_clear(tail);
 }
 
-bool usage_known(const Usage *u) {
-        return u->in >= 0 || u->out >= 0;
-}
-
 static bool is_space(char c) {
         return c == ' ' || c == '\t' || c == '\r' || c == '\n';
 }
@@ -197,8 +193,13 @@ static Span find_timings(const char *p, size_t n, Span usage, Members *m) {
         Span t;
 
         if (usage.n > 0) {
+                unsigned closing = 0;
                 for (q = usage.p + usage.n; q < end && (is_space(*q) || *q == '}'); q++)
-                        ;
+                        closing += *q == '}';
+                /* usage is the last member of the text's own object (as in OpenAI's bodies): what is
+                 * looked for below would come back to usage's end, so it is not looked for */
+                if (q == end && closing == 1)
+                        return (Span){};
                 if (q < end && *q == ',')
                         for (q++; q < end && is_space(*q); q++)
                                 ;
@@ -370,8 +371,4 @@ void usage_cut(Usage *u) {
         assert(u);
         if (u->out < (int64_t)u->deltas)
                 u->out = (int64_t)u->deltas;
-}
-
-double usage_speed(int64_t n, double ms) {
-        return n >= 0 && ms > 0 ? (double)n * 1000.0 / ms : -1;
 }

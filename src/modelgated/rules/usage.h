@@ -35,8 +35,11 @@ typedef struct Usage {
 
 /* Nothing known yet; tail is emptied (NULL: no whole body is read) */
 void usage_init(Usage *u, Buffer *tail);
-/* Anything read at all */
-bool usage_known(const Usage *u);
+/* Anything read at all (inline, as usage_speed(): the access line, the metrics and the activity record
+ * each ask at every request's end) */
+static inline bool usage_known(const Usage *u) {
+        return u->in >= 0 || u->out >= 0;
+}
 
 /* One JSON text (a data line's value, or a body's last bytes): its last "usage" and "timings" objects */
 void usage_scan(Usage *u, const char *p, size_t n);
@@ -60,4 +63,6 @@ void usage_body_end(Usage *u);
 void usage_cut(Usage *u);
 
 /* Tokens per second over ms, -1 when not known */
-double usage_speed(int64_t n, double ms);
+static inline double usage_speed(int64_t n, double ms) {
+        return n >= 0 && ms > 0 ? (double)n * 1000.0 / ms : -1;
+}
