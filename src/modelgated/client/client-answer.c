@@ -52,10 +52,11 @@ int client_append_request_id(Client *c, Buffer *b) {
 static void log_access_line(const AccessLine *l) {
         char line[LOG_MESSAGE_ROOM + 2048], fb[1024];
         struct iovec f[ACCESS_LINE_MAX_FIELDS];
-        size_t n = access_line_format(line + LOG_MESSAGE_ROOM, sizeof(line) - LOG_MESSAGE_ROOM, l);
+        /* a byte left after the line, for log_line_in_place()'s newline */
+        size_t n = access_line_format(line + LOG_MESSAGE_ROOM, sizeof(line) - LOG_MESSAGE_ROOM - 1, l);
 
         if (!log_journal()) {
-                log_line(LOG_INFO, line + LOG_MESSAGE_ROOM, n);
+                log_line_in_place(LOG_INFO, line, n);
                 return;
         }
         log_line_fields(LOG_INFO, MESSAGE_ID_ACCESS, line, n, f, access_line_fields(fb, sizeof(fb), f, l));

@@ -263,12 +263,12 @@ void metrics_switch_time(Metrics *m, const char *host, const char *engine, usec_
 }
 
 void metrics_usage(Metrics *m, const char *host, const char *engine, const char *model, const Usage *u) {
+        if (!usage_known(u))
+                return;
         Labels l = {host, engine ?: "", NULL, model ?: "", 0};
         double v;
         Series *s;
 
-        if (!usage_known(u))
-                return;
         if ((s = series_find(m, F_TOKENS, &l))) {
                 s->value += (uint64_t)MAX(u->in, 0);
                 s->buckets[0] += (uint64_t)MAX(u->cached, 0);

@@ -228,6 +228,8 @@ static void read_usage(Usage *u, const Members *m) {
 
         /* OpenAI's chat and completions: prompt_tokens counts the cached ones */
         u->usage_seen = true;
+        if (m->has == 0) /* none of the numbers read here (total_tokens alone, say) */
+                return;
         if (count(m, M_PROMPT_TOKENS, &in))
                 u->in = in;
         (void)count(m, M_COMPLETION_TOKENS, &u->out);
