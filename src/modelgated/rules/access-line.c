@@ -91,15 +91,15 @@ static void out_escaped(LineOut *o, Span s) {
 #define TWO(x)                                                                                              \
         DIGIT(x "0")                                                                                        \
         DIGIT(x "1")                                                                                        \
-        DIGIT(x "2") DIGIT(x "3") DIGIT(x "4") DIGIT(x "5") DIGIT(x "6") DIGIT(x "7") DIGIT(x "8")          \
-                DIGIT(x "9")
+        DIGIT(x "2")                                                                                        \
+        DIGIT(x "3") DIGIT(x "4") DIGIT(x "5") DIGIT(x "6") DIGIT(x "7") DIGIT(x "8") DIGIT(x "9")
 static const char thousandths[] =
         TWO("0") TWO("1") TWO("2") TWO("3") TWO("4") TWO("5") TWO("6") TWO("7") TWO("8") TWO("9");
 #undef TWO
 #undef DIGIT
 
-/* to the millisecond */
-static void out_seconds(LineOut *o, usec_t t) {
+/* to the millisecond; inline: two or more in every line */
+static _always_inline_ void out_seconds(LineOut *o, usec_t t) {
         uint64_t ms = t / USEC_PER_MSEC, s = ms / 1000;
         unsigned f = (unsigned)(ms - s * 1000);
 

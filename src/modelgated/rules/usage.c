@@ -10,13 +10,6 @@
 #include "modelgated/rules/usage.h"
 #include "shared/macro.h"
 
-void usage_init(Usage *u, Buffer *tail) {
-        assert(u);
-        *u = (Usage){.in = -1, .cached = -1, .out = -1, .prompt_n = -1, .predicted_n = -1, .tail = tail};
-        if (tail)
-                buffer_clear(tail);
-}
-
 static bool is_space(char c) {
         return c == ' ' || c == '\t' || c == '\r' || c == '\n';
 }

@@ -33,8 +33,17 @@ typedef struct Usage {
         bool body_read;  /* the body's last piece was read where it was */
 } Usage;
 
-/* Nothing known yet; tail is emptied (NULL: no whole body is read) */
-void usage_init(Usage *u, Buffer *tail);
+/* Nothing known yet; tail is emptied (NULL: no whole body is read). Inline, field by field: each answer
+ * that may carry usage starts with it, and a struct assignment cleared it byte by byte. */
+static inline void usage_init(Usage *u, Buffer *tail) {
+        u->in = u->cached = u->out = u->prompt_n = u->predicted_n = -1;
+        u->prompt_ms = u->predicted_ms = 0;
+        u->deltas = 0;
+        u->first_delta_seen = u->usage_seen = u->body_read = false;
+        u->tail = tail;
+        if (tail)
+                buffer_clear(tail);
+}
 /* Anything read at all (inline, as usage_speed(): the access line, the metrics and the activity record
  * each ask at every request's end) */
 static inline bool usage_known(const Usage *u) {
