@@ -99,7 +99,8 @@ void client_log_access(Client *c, const char *note) {
         };
 
         log_access_line(&l);
-        if (x->usage_on && !x->via_fallback && x->host) /* the host's own work: not the cloud's */
+        /* the host's own work, not the cloud's, when the answer said it */
+        if (x->usage_on && !x->via_fallback && x->host && usage_known(&x->usage))
                 metrics_usage(manager_metrics(c->manager), x->host->name, x->engine_name, x->model_label,
                               &x->usage);
         /* rule:key-usage: the tokens the line says, for the caller's day */

@@ -23,7 +23,8 @@ void exchange_init(Exchange *x, Client *client) {
 
 void exchange_done(Exchange *x) {
         /* first: the record points at the names freed below, and releasing the host may show the activity */
-        activity_request_forget(&x->activity); /* a request that never logged its end */
+        if (x->activity.owner) /* a request that never logged its end */
+                activity_request_forget(&x->activity);
         free(x->model);
         config_unref(x->config);
         sd_event_source_disable_unref(x->budget);

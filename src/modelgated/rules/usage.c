@@ -329,19 +329,11 @@ void usage_sse_data(Usage *u, UsageEvent ev, const char *v, size_t n) {
         u->deltas++;
 }
 
-int usage_body_feed(Usage *u, const char *p, size_t n, bool last) {
-        assert(u);
+/* usage_body_feed() of a piece that is not the whole body: its last bytes kept */
+int usage_body_keep(Usage *u, const char *p, size_t n) {
+        assert(u && u->tail);
         Buffer *t = u->tail;
 
-        if (!t || u->body_read)
-                return 0;
-        if (last && buffer_is_empty(t)) {
-                /* the whole body in one piece (as a small answer comes): read where it is, not copied */
-                size_t k = MIN(n, (size_t)USAGE_TAIL);
-                usage_scan(u, p + n - k, k);
-                u->body_read = true;
-                return 0;
-        }
         if (n >= USAGE_TAIL) {
                 buffer_clear(t);
                 return buffer_append(t, p + n - USAGE_TAIL, USAGE_TAIL);
@@ -353,11 +345,9 @@ int usage_body_feed(Usage *u, const char *p, size_t n, bool last) {
         return 0;
 }
 
-void usage_body_end(Usage *u) {
-        assert(u);
-
-        if (!u->tail || u->body_read)
-                return;
+/* usage_body_end() of a body whose last bytes were kept */
+void usage_body_read(Usage *u) {
+        assert(u && u->tail && !u->body_read);
         usage_scan(u, buffer_peek(u->tail), buffer_size(u->tail));
         buffer_clear(u->tail);
 }

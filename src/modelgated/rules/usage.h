@@ -63,9 +63,25 @@ UsageEvent usage_event_of(const char *name, size_t n);
 /* The value of an event stream's data line (after "data:" and its space), in an event of kind ev */
 void usage_sse_data(Usage *u, UsageEvent ev, const char *v, size_t n);
 /* A whole body's bytes as they pass (last: they end it, when the caller knows its length); usage_body_end()
- * when it is all there. 0 or -ENOMEM. */
-int usage_body_feed(Usage *u, const char *p, size_t n, bool last);
-void usage_body_end(Usage *u);
+ * when it is all there. 0 or -ENOMEM. Inline where a small answer goes, whole in one piece: read where
+ * it is, not copied. */
+int usage_body_keep(Usage *u, const char *p, size_t n);
+static inline int usage_body_feed(Usage *u, const char *p, size_t n, bool last) {
+        if (!u->tail || u->body_read)
+                return 0;
+        if (last && buffer_is_empty(u->tail)) {
+                size_t k = n < USAGE_TAIL ? n : USAGE_TAIL;
+                usage_scan(u, p + n - k, k);
+                u->body_read = true;
+                return 0;
+        }
+        return usage_body_keep(u, p, n);
+}
+void usage_body_read(Usage *u);
+static inline void usage_body_end(Usage *u) {
+        if (u->tail && !u->body_read)
+                usage_body_read(u);
+}
 
 /* The stream ended before its last event: the pieces that arrived are what was generated, as far as it
  * is known (llama.cpp sends one token in each) */
