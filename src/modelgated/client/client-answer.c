@@ -12,15 +12,13 @@ Span client_request_id_first(Client *c) {
         Exchange *x = c->x;
 
         if (x->method != EXCHANGE_NO_METHOD && x->method != EXCHANGE_METHOD_UNPARSED) {
+                /* the first X-Request-Id, as the parser noted it */
                 const HttpRequest *req = &c->parser.req;
-                /* the name held as the forwarded headers hold it: its first letter before the compare */
-                for (size_t i = 0; i < req->n_headers; i++)
-                        if (http_header_is_request_id(http_header_name(req, i))) {
-                                Span h = http_header_value(req, i);
-                                if (request_id_sane(h))
-                                        return (x->request_id = h);
-                                break;
-                        }
+                if (req->request_id_at > 0) {
+                        Span h = http_header_value(req, req->request_id_at - 1);
+                        if (request_id_sane(h))
+                                return (x->request_id = h);
+                }
         }
         request_id_next(&c->set->id_seed, x->made_id);
         return (x->request_id = (Span){x->made_id, REQUEST_ID_MADE_LEN});
