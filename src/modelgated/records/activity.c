@@ -231,20 +231,14 @@ void activity_request_begin(Activity *a, ActivityRequest *r, usec_t now) {
         assert(a && r);
 
         if (!r->owner) {
-                /* every field the caller does not set: its memory was not cleared (the owner's is reused
-                 * from request to request, and clearing it cost more than these stores) */
+                /* its memory was not cleared (the owner's is reused from request to request, and clearing
+                 * it cost more than these stores): what the phases add up, and the times. A phase's own
+                 * fields are set by the caller with that phase, before it is shown, and the numbers of
+                 * "done" with the end, so none of them is written here. */
                 r->owner = a;
                 r->started = now;
                 r->realtime = realtime_offset(a, now);
                 r->queued_at = r->switch_at = r->queued_usec = r->switch_usec = 0;
-                r->fallback = r->waits_for = NULL;
-                r->position = 0;
-                r->hold_down_left = -1;
-                r->status = 0;
-                r->cut = false;
-                r->first_byte_ms = r->tokens_in = r->tokens_cached = r->tokens_out = r->duration_ms = -1;
-                r->prefill_tps = r->decode_tps = -1;
-                r->progress = -1;
                 LIST_PREPEND(inflight, a->inflight, r);
         } else
                 close_phase(r, now);

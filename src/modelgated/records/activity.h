@@ -83,7 +83,9 @@ const char *activity_phase_to_string(ActivityPhase p);
 
 /* A request reached its host: r (its fields filled by the caller: id, model, host, engine, key, api,
  * stream; owner NULL, and nothing else needs to be set, or cleared, before) is in flight from now,
- * "admitted". Again for the same r (an alias's next target): the new host
+ * "admitted". Each later phase's own fields (queued: position, waits_for, hold_down_left; loading:
+ * progress; first_byte: first_byte_ms) are set by the caller before that phase, and all of done's before
+ * activity_request_done(). Again for the same r (an alias's next target): the new host
  * and engine, "admitted" again. */
 void activity_request_begin(Activity *a, ActivityRequest *r, usec_t now);
 /* A new phase of a request in flight (the phase's own fields set first by the caller). Each call's now
