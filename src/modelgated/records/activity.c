@@ -5,6 +5,7 @@
  * and numbers are ever written (rule:no-text-in-activity). */
 
 #include <assert.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -295,8 +296,8 @@ void activity_request_done(ActivityRequest *r, usec_t now) {
         if (a->ring) {
                 /* the one copy of its names: the owner's strings go with the request */
                 ActivitySlot *slot = &a->ring[a->ring_next];
-                slot->r = *r;
-                slot->r.inflight_next = slot->r.inflight_prev = NULL;
+                /* from phase on: what only an in-flight record has is never read in the ring */
+                memcpy(&slot->r.phase, &r->phase, sizeof(*r) - offsetof(ActivityRequest, phase));
                 if (r->id.n == REQUEST_ID_MADE_LEN) { /* as a rule one of ours: a fixed-size copy */
                         memcpy(slot->id, r->id.p, REQUEST_ID_MADE_LEN);
                         slot->id[REQUEST_ID_MADE_LEN] = 0;

@@ -45,13 +45,21 @@ typedef struct ActivityHost {
 } ActivityHost;
 
 typedef struct ActivityRequest {
+        /* only while in flight (the ring's copy starts at phase) */
         LIST_FIELDS(struct ActivityRequest, inflight);
-        Activity *owner; /* set while in flight */
+        Activity *owner;             /* set while in flight */
+        usec_t queued_at, switch_at; /* CLOCK_MONOTONIC as t, 0: not (yet) */
+        /* queued */
+        unsigned position;
+        const char *waits_for; /* "stream", "hold-down", "engine-start", "switch" */
+        double hold_down_left;
+        /* loading: 0–100, -1 unknown */
+        int progress;
+
         ActivityPhase phase;
         usec_t t, started; /* CLOCK_MONOTONIC, the caller's: the last phase's time, the request's start */
         usec_t realtime; /* what to add to those to show them as CLOCK_REALTIME: one for the request's life,
                           * so that its live events and its ring copy show the same times */
-        usec_t queued_at, switch_at;       /* CLOCK_MONOTONIC as t, 0: not (yet) */
         uint64_t queued_usec, switch_usec; /* spent queued, spent while its engine was switched to */
         /* The names: while in flight the owner's own strings, which live as long as the request does (so
          * that a request that nobody watches costs no copy of them); in the ring, the ring's copies. NULL
@@ -60,12 +68,6 @@ typedef struct ActivityRequest {
         const char *model, *host, *engine, *key, *fallback;
         const char *api; /* "chat", "completions", "messages", "responses", "other" */
         bool stream;
-        /* queued */
-        unsigned position;
-        const char *waits_for; /* "stream", "hold-down", "engine-start", "switch" */
-        double hold_down_left;
-        /* loading: 0–100, -1 unknown */
-        int progress;
         /* first_byte and done; -1: unknown */
         int64_t first_byte_ms;
         int status;
