@@ -117,9 +117,17 @@ static Span object_after(const char *k, size_t kl, const char *end, Members *m) 
                                 q++;
                         if (!q)
                                 return (Span){};
-                        size_t l = (size_t)(q - name);
+                        size_t l = (size_t)(q - name), i;
                         const char *v = q + 1, *after;
                         double d;
+                        /* the name first: the value of one not read here (total_tokens, a timing per
+                         * token) is passed over as the bytes it is, neither '{', '}' nor '"', not parsed */
+                        for (i = 0; i < _M_MAX; i++)
+                                if (member_name[i].n == l && member_name[i].p[0] == name[0] &&
+                                    memcmp(member_name[i].p, name, l) == 0)
+                                        break;
+                        if (i == _M_MAX)
+                                continue;
                         while (v < end && is_space(*v))
                                 v++;
                         if (v >= end || *v != ':')
@@ -129,13 +137,8 @@ static Span object_after(const char *k, size_t kl, const char *end, Members *m) 
                         if (!parse_number(v, end, &d, &after))
                                 continue;
                         q = after - 1;
-                        for (size_t i = 0; i < _M_MAX; i++)
-                                if (member_name[i].n == l && member_name[i].p[0] == name[0] &&
-                                    memcmp(member_name[i].p, name, l) == 0) {
-                                        m->v[i] = d;
-                                        m->has |= 1u << i;
-                                        break;
-                                }
+                        m->v[i] = d;
+                        m->has |= 1u << i;
                 }
         }
         return (Span){};
