@@ -24,24 +24,16 @@ Span client_request_id_first(Client *c) {
         return (x->request_id = (Span){x->made_id, REQUEST_ID_MADE_LEN});
 }
 
-int client_append_request_id(Client *c, Buffer *b) {
+/* client_append_request_id() of any id, into any buffer */
+int client_append_request_id_any(Client *c, Buffer *b) {
         static const char h[] = "X-Request-Id: ";
         Span id = client_request_id(c);
-        size_t n = sizeof(h) - 1 + id.n + 2;
-        char *p;
+        char *p = buffer_append_space(b, sizeof(h) - 1 + id.n + 2);
 
-        /* twice a request (to the host and back): into the room there is as a rule, and a made id, of
-         * its fixed length, in a few moves rather than a call */
-        if (b->alloc - b->end >= n) {
-                p = b->data + b->end;
-                b->end += n;
-        } else if (!(p = buffer_append_space(b, n)))
+        if (!p)
                 return -ENOMEM;
         memcpy(p, h, sizeof(h) - 1);
-        if (id.n == REQUEST_ID_MADE_LEN)
-                memcpy(p + sizeof(h) - 1, id.p, REQUEST_ID_MADE_LEN);
-        else
-                memcpy(p + sizeof(h) - 1, id.p, id.n);
+        memcpy(p + sizeof(h) - 1, id.p, id.n);
         memcpy(p + sizeof(h) - 1 + id.n, "\r\n", 2);
         return 0;
 }
