@@ -104,6 +104,30 @@ void log_line(int level, const char *s, size_t n) {
                 flush_hook();
 }
 
+void log_line_in_place(int level, char *buf, size_t n) {
+        char *s = buf + LOG_MESSAGE_ROOM;
+        size_t k = 0;
+
+        _Static_assert(LOG_MESSAGE_ROOM >= 3, "room for the priority's prefix");
+        if (LOG_PRI(level) > max_level)
+                return;
+        if (use_prefix < 0)
+                use_prefix = !isatty(STDERR_FILENO);
+        if (use_prefix) {
+                s -= 3;
+                s[0] = '<';
+                s[1] = (char)('0' + LOG_PRI(level));
+                s[2] = '>';
+                k = 3;
+        }
+        s[k + n] = '\n';
+        fwrite(s, 1, k + n + 1, stderr);
+        if (!flush_hook || LOG_PRI(level) <= LOG_WARNING)
+                fflush(stderr);
+        else
+                flush_hook();
+}
+
 void log_escape(char *dst, size_t l, const char *s, size_t n) {
         assert(dst);
         size_t o = 0;

@@ -31,6 +31,9 @@ char *log_escape_dup(const char *s);
 
 /* A line formatted by the caller (no printf pass): the access log writes one per request. */
 void log_line(int level, const char *s, size_t n);
+/* The same for a line at buf + LOG_MESSAGE_ROOM (n bytes) with a byte of room after it: the priority's
+ * prefix and the newline are written around it where it is, so that it is not copied once more */
+void log_line_in_place(int level, char *buf, size_t n);
 
 /* rule:journal-fields: whether stderr is the journal's stream ($JOURNAL_STREAM names the device and inode
  * of fd 2, as systemd's own log code checks), decided once at start-up by log_open_journal(). Then lines

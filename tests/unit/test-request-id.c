@@ -42,4 +42,24 @@ TEST(made_ids_are_hex_distinct_and_sane) {
         ASSERT_TRUE(strcmp(a, b) != 0);
 }
 
+/* the ids counted up in place are the ones made from the count, across a carry and the wrap of 2^64 */
+TEST(next_ids_are_the_made_ones) {
+        uint64_t seeds[][2] = {{0x1234, 0x5678},
+                               {7, 0xfe},
+                               {0xffffffffffffffffULL, 0xfffffffffffffffdULL},
+                               {1, 0x0fffffffffffffffULL},
+                               {2, 0x99}};
+        char a[REQUEST_ID_MADE_LEN + 1], b[REQUEST_ID_MADE_LEN + 1];
+        RequestIdSeed s;
+
+        for (size_t k = 0; k < sizeof(seeds) / sizeof(seeds[0]); k++) {
+                request_id_seed_init(&s, seeds[k]);
+                for (uint64_t n = 0; n < 300; n++) {
+                        request_id_make(&s, n, a);
+                        request_id_next(&s, b);
+                        ASSERT_STREQ(a, b);
+                }
+        }
+}
+
 TESTS_MAIN

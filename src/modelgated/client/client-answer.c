@@ -12,21 +12,20 @@ Span client_request_id_first(Client *c) {
         Exchange *x = c->x;
 
         if (x->method != EXCHANGE_NO_METHOD && x->method != EXCHANGE_METHOD_UNPARSED) {
+                /* the first X-Request-Id, as the parser noted it */
                 const HttpRequest *req = &c->parser.req;
-                /* the name held as the forwarded headers hold it: its first letter before the compare */
-                for (size_t i = 0; i < req->n_headers; i++)
-                        if (http_header_is_request_id(http_header_name(req, i))) {
-                                Span h = http_header_value(req, i);
-                                if (request_id_sane(h))
-                                        return (x->request_id = h);
-                                break;
-                        }
+                if (req->request_id_at > 0) {
+                        Span h = http_header_value(req, req->request_id_at - 1);
+                        if (request_id_sane(h))
+                                return (x->request_id = h);
+                }
         }
-        request_id_make(&c->set->id_seed, c->set->n_ids++, x->made_id);
+        request_id_next(&c->set->id_seed, x->made_id);
         return (x->request_id = (Span){x->made_id, REQUEST_ID_MADE_LEN});
 }
 
-int client_append_request_id(Client *c, Buffer *b) {
+/* client_append_request_id() of any id, into any buffer */
+int client_append_request_id_any(Client *c, Buffer *b) {
         static const char h[] = "X-Request-Id: ";
         Span id = client_request_id(c);
         char *p = buffer_append_space(b, sizeof(h) - 1 + id.n + 2);
@@ -43,10 +42,11 @@ int client_append_request_id(Client *c, Buffer *b) {
 static void log_access_line(const AccessLine *l) {
         char line[LOG_MESSAGE_ROOM + 2048], fb[1024];
         struct iovec f[ACCESS_LINE_MAX_FIELDS];
-        size_t n = access_line_format(line + LOG_MESSAGE_ROOM, sizeof(line) - LOG_MESSAGE_ROOM, l);
+        /* a byte left after the line, for log_line_in_place()'s newline */
+        size_t n = access_line_format(line + LOG_MESSAGE_ROOM, sizeof(line) - LOG_MESSAGE_ROOM - 1, l);
 
         if (!log_journal()) {
-                log_line(LOG_INFO, line + LOG_MESSAGE_ROOM, n);
+                log_line_in_place(LOG_INFO, line, n);
                 return;
         }
         log_line_fields(LOG_INFO, MESSAGE_ID_ACCESS, line, n, f, access_line_fields(fb, sizeof(fb), f, l));
@@ -89,7 +89,8 @@ void client_log_access(Client *c, const char *note) {
         };
 
         log_access_line(&l);
-        if (x->usage_on && !x->via_fallback && x->host) /* the host's own work: not the cloud's */
+        /* the host's own work, not the cloud's, when the answer said it */
+        if (x->usage_on && !x->via_fallback && x->host && usage_known(&x->usage))
                 metrics_usage(manager_metrics(c->manager), x->host->name, x->engine_name, x->model_label,
                               &x->usage);
         /* rule:key-usage: the tokens the line says, for the caller's day */

@@ -116,7 +116,6 @@ struct ClientSet {
         StreamDrain *drains;        /* streams read on after their clients left (client-stream.c) */
         bool closing;               /* client_set_free(): no stream is read on any more */
         RequestIdSeed id_seed;      /* rule:request-id: the ids made here */
-        uint64_t n_ids;
         const ClientSetCallbacks *cb;
         void *userdata;
 };
@@ -188,8 +187,21 @@ Span client_request_id_first(Client *c);
 static inline Span client_request_id(Client *c) {
         return c->x->request_id.n > 0 ? c->x->request_id : client_request_id_first(c);
 }
-/* "X-Request-Id: …\r\n" appended. 0 or -ENOMEM */
-int client_append_request_id(Client *c, Buffer *b);
+/* "X-Request-Id: …\r\n" appended. 0 or -ENOMEM. Inline for a made id where there is room, as a rule:
+ * twice a request (to the host and back), a few moves of a fixed length rather than a call. */
+int client_append_request_id_any(Client *c, Buffer *b);
+static inline int client_append_request_id(Client *c, Buffer *b) {
+        Span id = client_request_id(c);
+
+        if (id.n != REQUEST_ID_MADE_LEN || b->alloc - b->end < 14 + REQUEST_ID_MADE_LEN + 2)
+                return client_append_request_id_any(c, b);
+        char *p = b->data + b->end;
+        b->end += 14 + REQUEST_ID_MADE_LEN + 2;
+        memcpy(p, "X-Request-Id: ", 14);
+        memcpy(p + 14, id.p, REQUEST_ID_MADE_LEN);
+        memcpy(p + 14 + REQUEST_ID_MADE_LEN, "\r\n", 2);
+        return 0;
+}
 void client_respond(Client *c, int status, const char *content_type, const char *body, size_t n,
                     const char *extra_headers);
 /* The same for a body modelgate made and may share with other connections (a /v1/models answer): a big

@@ -42,12 +42,13 @@ static const char *relay_choose_mode(Client *c, const UpstreamResponse *resp, bo
  * for it as it passes */
 static void relay_usage_start(Client *c, const UpstreamResponse *resp, Span ct, bool sse, bool no_body) {
         Exchange *x = c->x;
-        bool json = ct.p && ct.n >= 16 &&
-                    (memcmp(ct.p, "application/json", 16) == 0 ||
-                     strncasecmp(ct.p, "application/json", 16) == 0);
 
         x->usage_on = x->usage_body = false;
-        if (no_body || x->method != HTTP_POST || resp->status != 200 || !(sse || json) || (x->early && !sse))
+        if (no_body || x->method != HTTP_POST || resp->status != 200 || (x->early && !sse))
+                return;
+        if (!sse &&
+            !(ct.p && ct.n >= 16 &&
+              (memcmp(ct.p, "application/json", 16) == 0 || strncasecmp(ct.p, "application/json", 16) == 0)))
                 return;
         usage_init(&x->usage, sse ? NULL : &c->usage_tail);
         x->usage_on = true;

@@ -3,6 +3,7 @@
  * connection's, so that a request costs no allocation of its own. */
 
 #include <assert.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "modelgated/client/exchange.h"
@@ -12,14 +13,19 @@
 
 void exchange_init(Exchange *x, Client *client) {
         assert(x);
-        /* x->usage is set when an answer is read for it (usage_on) */
-        *x = (Exchange){.client = client, .method = EXCHANGE_NO_METHOD, .mode = MODE_PASS};
+        /* up to usage only: what follows is written where it is first used (exchange.h) */
+        memset(x, 0, offsetof(Exchange, usage));
+        x->client = client;
+        x->method = EXCHANGE_NO_METHOD;
+        x->mode = MODE_PASS;
+        x->activity.owner = NULL;
 }
 
 void exchange_done(Exchange *x) {
         /* first: the record points at the names freed below, and releasing the host may show the activity */
-        activity_request_forget(&x->activity); /* a request that never logged its end */
-        access_wait_cancel(&x->access_wait);   /* before the configuration it points into */
+        if (x->activity.owner) /* a request that never logged its end */
+                activity_request_forget(&x->activity);
+        access_wait_cancel(&x->access_wait); /* before the configuration it points into */
         free(x->model);
         config_unref(x->config);
         sd_event_source_disable_unref(x->budget);

@@ -100,12 +100,9 @@ typedef struct Exchange {
         SseFilter sse;
         Buffer held; /* an error body, held whole to be reworded */
 
-        /* rule:usage: what the answer says it cost (usage_on), read from an event stream (sse.usage) or
-         * from the end of a whole JSON body (usage_body while it arrives) */
-        Usage usage;
+        /* rule:usage: what the answer says it cost (usage_on: usage below), read from an event stream
+         * (sse.usage) or from the end of a whole JSON body (usage_body while it arrives) */
         bool usage_on, usage_body;
-        bool usage_sized; /* the body's Content-Length is known: usage_left of it is still to come */
-        uint64_t usage_left;
         usec_t first_byte; /* from start to the host's answer head; 0: none yet */
         /* rule:queued-and-switch: what the host said of the request's wait (HostWaiter) */
         usec_t queued, switched;
@@ -115,8 +112,17 @@ typedef struct Exchange {
         /* rule:request-id: the client's X-Request-Id (in the request's head) or made_id; empty until
          * client_request_id() first asks */
         Span request_id;
-        char made_id[REQUEST_ID_MADE_LEN + 1];
-        /* rule:activity-feed: the request as /activity shows it, in its in-flight list from its host on */
+
+        /* From here on, nothing is emptied when a request starts (exchange_init()): each field is written
+         * where it is first used, before anything reads it, so that a request does not pay for clearing
+         * the bytes of what it may never use (they were a good part of its accounting). */
+        Usage usage; /* when usage_on is set: usage_init() */
+        /* with usage_body: the body's Content-Length is known, and usage_left of it is still to come */
+        bool usage_sized;
+        uint64_t usage_left;
+        char made_id[REQUEST_ID_MADE_LEN + 1]; /* when request_id points at it */
+        /* rule:activity-feed: the request as /activity shows it, in its in-flight list from its host on;
+         * only activity.owner is set by exchange_init(), the rest by client_activity_begin() */
         ActivityRequest activity;
         char activity_key[80]; /* the caller's id as activity.key shows it */
 } Exchange;

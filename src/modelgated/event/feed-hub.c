@@ -12,13 +12,6 @@
 
 #define FEED_KEEPALIVE_USEC (15 * USEC_PER_SEC)
 
-struct FeedHub {
-        sd_event *event;
-        FeedSubscriber *subscribers;
-        size_t n_subscribers;
-        sd_event_source *keepalive;
-};
-
 int feed_hub_new(sd_event *event, FeedHub **ret) {
         FeedHub *h = calloc(1, sizeof(FeedHub));
 
@@ -37,11 +30,6 @@ FeedHub *feed_hub_free(FeedHub *h) {
         sd_event_source_disable_unref(h->keepalive);
         sd_event_unref(h->event);
         return mfree(h);
-}
-
-size_t feed_hub_count(const FeedHub *h) {
-        assert(h);
-        return h->n_subscribers;
 }
 
 /* An SSE comment every 15 s keeps idle /models/sse feeds alive through intermediaries. */

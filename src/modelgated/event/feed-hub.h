@@ -38,9 +38,20 @@ struct FeedSubscriber {
         bool subscribed;
 };
 
+/* In the open only so that feed_hub_count() is inline: /activity's record asks it at each phase of every
+ * request. The rest of modelgate leaves its fields to feed-hub.c. */
+struct FeedHub {
+        sd_event *event;
+        FeedSubscriber *subscribers;
+        size_t n_subscribers;
+        sd_event_source *keepalive;
+};
+
 int feed_hub_new(sd_event *event, FeedHub **ret);
 FeedHub *feed_hub_free(FeedHub *h);
-size_t feed_hub_count(const FeedHub *h);
+static inline size_t feed_hub_count(const FeedHub *h) {
+        return h->n_subscribers;
+}
 void feed_hub_subscribe(FeedHub *h, FeedSubscriber *s, const FeedSubscriberOps *ops);
 void feed_hub_unsubscribe(FeedHub *h, FeedSubscriber *s);
 /* Hands an event (or comment) to every subscriber. */

@@ -182,6 +182,8 @@ static int on_header_value_complete(llhttp_t *l) {
                 p->req.expect_continue = true;
         } else if (span_caseeq(name, "Host"))
                 p->n_host++;
+        else if (http_header_is_request_id(name) && p->req.request_id_at == 0)
+                p->req.request_id_at = p->req.n_headers; /* noted here, where each name is looked at */
         return 0;
 }
 
@@ -302,7 +304,7 @@ static void buffer_reuse(Buffer *b) {
 static void request_reset(HttpRequest *r) {
         buffer_reuse(&r->head);
         buffer_reuse(&r->body);
-        r->n_headers = 0;
+        r->n_headers = r->request_id_at = 0;
         r->url = r->url_len = 0;
         r->keep_alive = r->expect_continue = r->has_body = false;
         r->chunked = r->upgrade = r->had_trailers = false;

@@ -30,6 +30,7 @@ typedef struct HttpRequest {
         size_t url, url_len;
         HttpHeader *headers;
         size_t n_headers, n_headers_alloc;
+        size_t request_id_at; /* rule:request-id: the first X-Request-Id header's index + 1, 0: none */
         Buffer body;
 } HttpRequest;
 

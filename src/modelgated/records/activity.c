@@ -5,6 +5,7 @@
  * and numbers are ever written (rule:no-text-in-activity). */
 
 #include <assert.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -231,12 +232,14 @@ void activity_request_begin(Activity *a, ActivityRequest *r, usec_t now) {
         assert(a && r);
 
         if (!r->owner) {
+                /* its memory was not cleared (the owner's is reused from request to request, and clearing
+                 * it cost more than these stores): what the phases add up, and the times. A phase's own
+                 * fields are set by the caller with that phase, before it is shown, and the numbers of
+                 * "done" with the end, so none of them is written here. */
                 r->owner = a;
                 r->started = now;
                 r->realtime = realtime_offset(a, now);
-                r->first_byte_ms = r->tokens_in = r->tokens_cached = r->tokens_out = r->duration_ms = -1;
-                r->prefill_tps = r->decode_tps = -1;
-                r->progress = -1;
+                r->queued_at = r->switch_at = r->queued_usec = r->switch_usec = 0;
                 LIST_PREPEND(inflight, a->inflight, r);
         } else
                 close_phase(r, now);
@@ -293,9 +296,13 @@ void activity_request_done(ActivityRequest *r, usec_t now) {
         if (a->ring) {
                 /* the one copy of its names: the owner's strings go with the request */
                 ActivitySlot *slot = &a->ring[a->ring_next];
-                slot->r = *r;
-                slot->r.inflight_next = slot->r.inflight_prev = NULL;
-                copy_span(slot->id, sizeof(slot->id), r->id);
+                /* from phase on: what only an in-flight record has is never read in the ring */
+                memcpy(&slot->r.phase, &r->phase, sizeof(*r) - offsetof(ActivityRequest, phase));
+                if (r->id.n == REQUEST_ID_MADE_LEN) { /* as a rule one of ours: a fixed-size copy */
+                        memcpy(slot->id, r->id.p, REQUEST_ID_MADE_LEN);
+                        slot->id[REQUEST_ID_MADE_LEN] = 0;
+                } else
+                        copy_span(slot->id, sizeof(slot->id), r->id);
                 slot->r.id = (Span){slot->id, MIN(r->id.n, sizeof(slot->id) - 1)};
                 slot->r.model = copy_str(slot->model, sizeof(slot->model), r->model);
                 slot->r.host = copy_str(slot->host, sizeof(slot->host), r->host);

@@ -45,13 +45,21 @@ typedef struct ActivityHost {
 } ActivityHost;
 
 typedef struct ActivityRequest {
+        /* only while in flight (the ring's copy starts at phase) */
         LIST_FIELDS(struct ActivityRequest, inflight);
-        Activity *owner; /* set while in flight */
+        Activity *owner;             /* set while in flight */
+        usec_t queued_at, switch_at; /* CLOCK_MONOTONIC as t, 0: not (yet) */
+        /* queued */
+        unsigned position;
+        const char *waits_for; /* "stream", "hold-down", "engine-start", "switch" */
+        double hold_down_left;
+        /* loading: 0–100, -1 unknown */
+        int progress;
+
         ActivityPhase phase;
         usec_t t, started; /* CLOCK_MONOTONIC, the caller's: the last phase's time, the request's start */
         usec_t realtime; /* what to add to those to show them as CLOCK_REALTIME: one for the request's life,
                           * so that its live events and its ring copy show the same times */
-        usec_t queued_at, switch_at;       /* CLOCK_MONOTONIC as t, 0: not (yet) */
         uint64_t queued_usec, switch_usec; /* spent queued, spent while its engine was switched to */
         /* The names: while in flight the owner's own strings, which live as long as the request does (so
          * that a request that nobody watches costs no copy of them); in the ring, the ring's copies. NULL
@@ -60,12 +68,6 @@ typedef struct ActivityRequest {
         const char *model, *host, *engine, *key, *fallback;
         const char *api; /* "chat", "completions", "messages", "responses", "other" */
         bool stream;
-        /* queued */
-        unsigned position;
-        const char *waits_for; /* "stream", "hold-down", "engine-start", "switch" */
-        double hold_down_left;
-        /* loading: 0–100, -1 unknown */
-        int progress;
         /* first_byte and done; -1: unknown */
         int64_t first_byte_ms;
         int status;
@@ -82,7 +84,10 @@ FeedHub *activity_hub(Activity *a);
 const char *activity_phase_to_string(ActivityPhase p);
 
 /* A request reached its host: r (its fields filled by the caller: id, model, host, engine, key, api,
- * stream) is in flight from now, "admitted". Again for the same r (an alias's next target): the new host
+ * stream; owner NULL, and nothing else needs to be set, or cleared, before) is in flight from now,
+ * "admitted". Each later phase's own fields (queued: position, waits_for, hold_down_left; loading:
+ * progress; first_byte: first_byte_ms) are set by the caller before that phase, and all of done's before
+ * activity_request_done(). Again for the same r (an alias's next target): the new host
  * and engine, "admitted" again. */
 void activity_request_begin(Activity *a, ActivityRequest *r, usec_t now);
 /* A new phase of a request in flight (the phase's own fields set first by the caller). Each call's now

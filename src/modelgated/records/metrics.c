@@ -158,14 +158,11 @@ static _always_inline_ bool series_is(const Series *s, Family f, const Labels *l
                streq_ptr(s->model, l->model);
 }
 
-static Series *series_find(Metrics *m, Family f, const Labels *l) {
+/* series_find() when the family's last series is not it: the others, else a new one */
+static Series *series_find_other(Metrics *m, Family f, const Labels *l) {
         const char *host = l->host, *engine = l->engine, *fallback = l->fallback, *model = l->model;
         Series *s;
 
-        if (!m)
-                return NULL;
-        if (m->last[f] < m->n_series && series_is(&m->series[m->last[f]], f, l))
-                return &m->series[m->last[f]];
         for (size_t i = 0; i < m->n_series; i++)
                 if (series_is(&m->series[i], f, l)) {
                         m->last[f] = i;
@@ -188,6 +185,16 @@ static Series *series_find(Metrics *m, Family f, const Labels *l) {
         }
         m->last[f] = m->n_series++;
         return s;
+}
+
+/* Inline, with the family's last series checked first: as a rule that is the one, found with the labels
+ * where the caller has them, rather than through a call and a copy of them */
+static _always_inline_ Series *series_find(Metrics *m, Family f, const Labels *l) {
+        if (!m)
+                return NULL;
+        if (m->last[f] < m->n_series && series_is(&m->series[m->last[f]], f, l))
+                return &m->series[m->last[f]];
+        return series_find_other(m, f, l);
 }
 
 static Series *series_get3(Metrics *m, Family f, const char *host, const char *engine, int status,
@@ -263,12 +270,12 @@ void metrics_switch_time(Metrics *m, const char *host, const char *engine, usec_
 }
 
 void metrics_usage(Metrics *m, const char *host, const char *engine, const char *model, const Usage *u) {
+        if (!usage_known(u))
+                return;
         Labels l = {host, engine ?: "", NULL, model ?: "", 0};
         double v;
         Series *s;
 
-        if (!usage_known(u))
-                return;
         if ((s = series_find(m, F_TOKENS, &l))) {
                 s->value += (uint64_t)MAX(u->in, 0);
                 s->buckets[0] += (uint64_t)MAX(u->cached, 0);

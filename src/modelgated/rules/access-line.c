@@ -90,24 +90,31 @@ static void out_escaped(LineOut *o, Span s) {
 #define DIGIT(x) x "0" x "1" x "2" x "3" x "4" x "5" x "6" x "7" x "8" x "9"
 #define TWO(x)                                                                                              \
         DIGIT(x "0")                                                                                        \
-        DIGIT(x "1") DIGIT(x "2") DIGIT(x "3") DIGIT(x "4") DIGIT(x "5") DIGIT(x "6") DIGIT(x "7")          \
-                DIGIT(x "8") DIGIT(x "9")
+        DIGIT(x "1")                                                                                        \
+        DIGIT(x "2")                                                                                        \
+        DIGIT(x "3") DIGIT(x "4") DIGIT(x "5") DIGIT(x "6") DIGIT(x "7") DIGIT(x "8") DIGIT(x "9")
 static const char thousandths[] =
         TWO("0") TWO("1") TWO("2") TWO("3") TWO("4") TWO("5") TWO("6") TWO("7") TWO("8") TWO("9");
 #undef TWO
 #undef DIGIT
 
-/* to the millisecond */
-static void out_seconds(LineOut *o, usec_t t) {
+/* to the millisecond; inline: two or more in every line */
+static _always_inline_ void out_seconds(LineOut *o, usec_t t) {
         uint64_t ms = t / USEC_PER_MSEC, s = ms / 1000;
         unsigned f = (unsigned)(ms - s * 1000);
-        char d[5] = {'.', 0, 0, 0, 's'};
 
+        if (s < 10 && o->end - o->p >= 6) {
+                /* as a rule: one digit, and the six bytes written where they go, with no copy between */
+                o->p[0] = (char)('0' + s);
+                o->p[1] = '.';
+                memcpy(o->p + 2, thousandths + 3 * f, 3);
+                o->p[5] = 's';
+                o->p += 6;
+                return;
+        }
+        char d[5] = {'.', 0, 0, 0, 's'};
         memcpy(d + 1, thousandths + 3 * f, 3);
-        if (s < 10) /* as a rule: one digit, no loop */
-                out_lit_n(o, (const char[]){(char)('0' + s)}, 1);
-        else
-                out_u64(o, s, 0);
+        out_u64(o, s, 0);
         out_lit_n(o, d, sizeof(d));
 }
 

@@ -30,10 +30,26 @@ static void hex64(uint64_t w, char *out) {
 void request_id_seed_init(RequestIdSeed *s, const uint64_t seed[2]) {
         hex64(seed[0], s->first);
         s->second = seed[1];
+        memcpy(s->next, s->first, sizeof(s->first));
+        hex64(s->second, s->next + 16);
 }
 
 void request_id_make(const RequestIdSeed *s, uint64_t n, char out[static REQUEST_ID_MADE_LEN + 1]) {
         memcpy(out, s->first, sizeof(s->first));
         hex64(s->second + n, out + 16);
         out[32] = 0;
+}
+
+void request_id_next(RequestIdSeed *s, char out[static REQUEST_ID_MADE_LEN + 1]) {
+        memcpy(out, s->next, REQUEST_ID_MADE_LEN);
+        out[REQUEST_ID_MADE_LEN] = 0;
+        /* the second half plus one, in hex: a carry past its first digit wraps, as the sum does */
+        for (char *d = s->next + REQUEST_ID_MADE_LEN - 1; d >= s->next + 16; d--) {
+                if (*d == 'f') {
+                        *d = '0';
+                        continue;
+                }
+                *d = *d == '9' ? 'a' : *d + 1;
+                return;
+        }
 }

@@ -10,17 +10,6 @@
 #include "modelgated/rules/usage.h"
 #include "shared/macro.h"
 
-void usage_init(Usage *u, Buffer *tail) {
-        assert(u);
-        *u = (Usage){.in = -1, .cached = -1, .out = -1, .prompt_n = -1, .predicted_n = -1, .tail = tail};
-        if (tail)
-                buffer_clear(tail);
-}
-
-bool usage_known(const Usage *u) {
-        return u->in >= 0 || u->out >= 0;
-}
-
 static bool is_space(char c) {
         return c == ' ' || c == '\t' || c == '\r' || c == '\n';
 }
@@ -128,9 +117,17 @@ static Span object_after(const char *k, size_t kl, const char *end, Members *m) 
                                 q++;
                         if (!q)
                                 return (Span){};
-                        size_t l = (size_t)(q - name);
+                        size_t l = (size_t)(q - name), i;
                         const char *v = q + 1, *after;
                         double d;
+                        /* the name first: the value of one not read here (total_tokens, a timing per
+                         * token) is passed over as the bytes it is, neither '{', '}' nor '"', not parsed */
+                        for (i = 0; i < _M_MAX; i++)
+                                if (member_name[i].n == l && member_name[i].p[0] == name[0] &&
+                                    memcmp(member_name[i].p, name, l) == 0)
+                                        break;
+                        if (i == _M_MAX)
+                                continue;
                         while (v < end && is_space(*v))
                                 v++;
                         if (v >= end || *v != ':')
@@ -140,13 +137,8 @@ static Span object_after(const char *k, size_t kl, const char *end, Members *m) 
                         if (!parse_number(v, end, &d, &after))
                                 continue;
                         q = after - 1;
-                        for (size_t i = 0; i < _M_MAX; i++)
-                                if (member_name[i].n == l && member_name[i].p[0] == name[0] &&
-                                    memcmp(member_name[i].p, name, l) == 0) {
-                                        m->v[i] = d;
-                                        m->has |= 1u << i;
-                                        break;
-                                }
+                        m->v[i] = d;
+                        m->has |= 1u << i;
                 }
         }
         return (Span){};
@@ -197,8 +189,13 @@ static Span find_timings(const char *p, size_t n, Span usage, Members *m) {
         Span t;
 
         if (usage.n > 0) {
+                unsigned closing = 0;
                 for (q = usage.p + usage.n; q < end && (is_space(*q) || *q == '}'); q++)
-                        ;
+                        closing += *q == '}';
+                /* usage is the last member of the text's own object (as in OpenAI's bodies): what is
+                 * looked for below would come back to usage's end, so it is not looked for */
+                if (q == end && closing == 1)
+                        return (Span){};
                 if (q < end && *q == ',')
                         for (q++; q < end && is_space(*q); q++)
                                 ;
@@ -227,6 +224,8 @@ static void read_usage(Usage *u, const Members *m) {
 
         /* OpenAI's chat and completions: prompt_tokens counts the cached ones */
         u->usage_seen = true;
+        if (m->has == 0) /* none of the numbers read here (total_tokens alone, say) */
+                return;
         if (count(m, M_PROMPT_TOKENS, &in))
                 u->in = in;
         (void)count(m, M_COMPLETION_TOKENS, &u->out);
@@ -333,19 +332,11 @@ void usage_sse_data(Usage *u, UsageEvent ev, const char *v, size_t n) {
         u->deltas++;
 }
 
-int usage_body_feed(Usage *u, const char *p, size_t n, bool last) {
-        assert(u);
+/* usage_body_feed() of a piece that is not the whole body: its last bytes kept */
+int usage_body_keep(Usage *u, const char *p, size_t n) {
+        assert(u && u->tail);
         Buffer *t = u->tail;
 
-        if (!t || u->body_read)
-                return 0;
-        if (last && buffer_is_empty(t)) {
-                /* the whole body in one piece (as a small answer comes): read where it is, not copied */
-                size_t k = MIN(n, (size_t)USAGE_TAIL);
-                usage_scan(u, p + n - k, k);
-                u->body_read = true;
-                return 0;
-        }
         if (n >= USAGE_TAIL) {
                 buffer_clear(t);
                 return buffer_append(t, p + n - USAGE_TAIL, USAGE_TAIL);
@@ -357,11 +348,9 @@ int usage_body_feed(Usage *u, const char *p, size_t n, bool last) {
         return 0;
 }
 
-void usage_body_end(Usage *u) {
-        assert(u);
-
-        if (!u->tail || u->body_read)
-                return;
+/* usage_body_end() of a body whose last bytes were kept */
+void usage_body_read(Usage *u) {
+        assert(u && u->tail && !u->body_read);
         usage_scan(u, buffer_peek(u->tail), buffer_size(u->tail));
         buffer_clear(u->tail);
 }
@@ -370,8 +359,4 @@ void usage_cut(Usage *u) {
         assert(u);
         if (u->out < (int64_t)u->deltas)
                 u->out = (int64_t)u->deltas;
-}
-
-double usage_speed(int64_t n, double ms) {
-        return n >= 0 && ms > 0 ? (double)n * 1000.0 / ms : -1;
 }

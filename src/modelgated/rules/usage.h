@@ -33,10 +33,22 @@ typedef struct Usage {
         bool body_read;  /* the body's last piece was read where it was */
 } Usage;
 
-/* Nothing known yet; tail is emptied (NULL: no whole body is read) */
-void usage_init(Usage *u, Buffer *tail);
-/* Anything read at all */
-bool usage_known(const Usage *u);
+/* Nothing known yet; tail is emptied (NULL: no whole body is read). Inline, field by field: each answer
+ * that may carry usage starts with it, and a struct assignment cleared it byte by byte. */
+static inline void usage_init(Usage *u, Buffer *tail) {
+        u->in = u->cached = u->out = u->prompt_n = u->predicted_n = -1;
+        u->prompt_ms = u->predicted_ms = 0;
+        u->deltas = 0;
+        u->first_delta_seen = u->usage_seen = u->body_read = false;
+        u->tail = tail;
+        if (tail)
+                buffer_clear(tail);
+}
+/* Anything read at all (inline, as usage_speed(): the access line, the metrics and the activity record
+ * each ask at every request's end) */
+static inline bool usage_known(const Usage *u) {
+        return u->in >= 0 || u->out >= 0;
+}
 
 /* One JSON text (a data line's value, or a body's last bytes): its last "usage" and "timings" objects */
 void usage_scan(Usage *u, const char *p, size_t n);
@@ -51,13 +63,31 @@ UsageEvent usage_event_of(const char *name, size_t n);
 /* The value of an event stream's data line (after "data:" and its space), in an event of kind ev */
 void usage_sse_data(Usage *u, UsageEvent ev, const char *v, size_t n);
 /* A whole body's bytes as they pass (last: they end it, when the caller knows its length); usage_body_end()
- * when it is all there. 0 or -ENOMEM. */
-int usage_body_feed(Usage *u, const char *p, size_t n, bool last);
-void usage_body_end(Usage *u);
+ * when it is all there. 0 or -ENOMEM. Inline where a small answer goes, whole in one piece: read where
+ * it is, not copied. */
+int usage_body_keep(Usage *u, const char *p, size_t n);
+static inline int usage_body_feed(Usage *u, const char *p, size_t n, bool last) {
+        if (!u->tail || u->body_read)
+                return 0;
+        if (last && buffer_is_empty(u->tail)) {
+                size_t k = n < USAGE_TAIL ? n : USAGE_TAIL;
+                usage_scan(u, p + n - k, k);
+                u->body_read = true;
+                return 0;
+        }
+        return usage_body_keep(u, p, n);
+}
+void usage_body_read(Usage *u);
+static inline void usage_body_end(Usage *u) {
+        if (u->tail && !u->body_read)
+                usage_body_read(u);
+}
 
 /* The stream ended before its last event: the pieces that arrived are what was generated, as far as it
  * is known (llama.cpp sends one token in each) */
 void usage_cut(Usage *u);
 
 /* Tokens per second over ms, -1 when not known */
-double usage_speed(int64_t n, double ms);
+static inline double usage_speed(int64_t n, double ms) {
+        return n >= 0 && ms > 0 ? (double)n * 1000.0 / ms : -1;
+}
