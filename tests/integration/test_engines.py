@@ -371,8 +371,13 @@ def test_engines_of_a_host_reached_through_ssh(make_box, sshd, make_gate):
     assert local.active_state("llama-mainline.service") == "inactive"
     # one ssh child of modelgated for a9, running the bridge with the explicit bus path ('gone' keeps trying
     # its own ssh, which may be alive at this moment too)
-    ssh = [p for p in children(g.proc.pid) if open("/proc/%d/comm" % p).read().strip() == "ssh"
-           and "--bus-path='unix:path=%s'" % remote.bus in open("/proc/%d/cmdline" % p).read()]
+    def proc_file(pid, name):  # '' for a child that ended meanwhile ('gone''s ssh, retried with backoff)
+        try:
+            return open("/proc/%d/%s" % (pid, name)).read()
+        except OSError:
+            return ""
+    ssh = [p for p in children(g.proc.pid) if proc_file(p, "comm").strip() == "ssh"
+           and "--bus-path='unix:path=%s'" % remote.bus in proc_file(p, "cmdline")]
     assert len(ssh) == 1
     argv = open("/proc/%d/cmdline" % ssh[0]).read().split("\0")
     assert "-oBatchMode=yes" in argv and "systemd-stdio-bridge" in argv

@@ -198,8 +198,8 @@ def test_a_lease_holder_killed_mid_switch_is_taken_over_by_the_other(box, sshd, 
     assert r.status == 200 and done(lines), (lines[-3:], b.logtext())
     b.wait_log("host 3090: switch to mainline waits for another modelgate's switch of the host "
                "(modelgate-switch-3090.service)")
-    # the lease lasts StartTimeoutSec= (10 s) + the units' TimeoutStopSec= (5 s) + 5 s from A's take
-    assert took < 25, took
+    # the lease lasts StartTimeoutSec= (10 s) + the units' TimeoutStopSec= (5 s) + 10 s of slots + 5 s
+    assert took < 35, took
     assert box.active_state("llama-fork.service") in ("inactive", "failed")
     assert box.active_state("llama-mainline.service") == "active"
 
@@ -235,3 +235,78 @@ def test_the_lease_of_a_killed_instance_ends_with_its_process(box, sshd, make_ga
     assert r.status == 200 and done(lines), lines[-3:]
     assert box.active_state("llama-mainline.service") == "active"
     box.systemctl("stop", "modelgate.socket", "modelgate.service")
+
+
+def direct_stream(port, tokens, started, result):
+    """a client that knows the engine's own address: modelgate counts nothing in flight"""
+    try:
+        d = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        rr = post(d, CHAT, chat("laguna-xs", "[[tokens:%d]]" % tokens, stream=True))
+        started.set()
+        result["lines"] = read_sse(rr)
+    except OSError as e:
+        result["error"] = e
+
+
+def test_the_wait_for_someone_elses_slots_is_not_part_of_start_timeout_sec(box, make_gate):
+    port = free_port()
+    conf = "[Proxy]\nHoldDownSec=0\n" + local_host("3090", port) + engines_conf(
+        box, "3090", port, double_args="--token-delay 0.05").replace("StartTimeoutSec=30s", "StartTimeoutSec=3s")
+    g = make_gate(conf, env=gate_env(box))
+    g.wait_log("host 3090 up")
+    r, lines = stream(g, "3090-laguna-xs", 1)
+    assert r.status == 200
+    result, started = {}, threading.Event()
+    t = threading.Thread(target=direct_stream, args=(port, 120, started, result))  # 6 s, twice the timeout
+    t.start()
+    assert started.wait(30)
+    r, lines = stream(g, "3090-flint-40b", 3)
+    t.join()
+    assert done(result["lines"])
+    assert r.status == 200 and done(lines), lines[-3:]
+    assert "did not answer /health" not in g.logtext()
+
+
+def test_an_engine_that_stops_during_the_slots_wait_makes_one_switch_not_two(box, make_gate):
+    port = free_port()
+    conf = "[Proxy]\nHoldDownSec=0\n" + local_host("3090", port) + engines_conf(
+        box, "3090", port, double_args="--token-delay 0.05")
+    g = make_gate(conf, env=gate_env(box))
+    g.wait_log("host 3090 up")
+    r, lines = stream(g, "3090-laguna-xs", 1)
+    result, started = {}, threading.Event()
+    t = threading.Thread(target=direct_stream, args=(port, 400, started, result))
+    t.start()
+    assert started.wait(30)
+    answer = {}
+    t2 = threading.Thread(target=lambda: answer.update(zip(("r", "lines"), stream(g, "3090-flint-40b", 3))))
+    t2.start()
+    g.wait_log("switch to fork waits: engine mainline")
+    box.systemctl("kill", "--signal=SIGKILL", "llama-mainline.service")
+    t2.join()
+    t.join()
+    assert answer["r"].status == 200 and done(answer["lines"]), answer["lines"][-3:]
+    g.wait_log("host 3090: engine mainline stopped while the switch to fork waited")
+    g.log_mark("after")
+    assert g.logtext().count("switching to engine fork") == 1, g.logtext()
+
+
+def test_a_long_wait_for_slots_takes_the_lease_anew_before_it_can_expire(box, make_gate):
+    port = free_port()
+    engines = shared_engines(box, port, start_timeout="3s")  # the lease: 3 + 5 + 10 + 5 s
+    g = make_gate(shared_conf(local_host("3090", port), engines, {"HoldDownSec": "0"}), env=gate_env(box))
+    g.wait_log("host 3090 up")
+    r, lines = stream(g, "3090-laguna-xs", 1)
+    result, started = {}, threading.Event()
+    t = threading.Thread(target=direct_stream, args=(port, 560, started, result))  # 28 s
+    t.start()
+    assert started.wait(30)
+    r, lines = stream(g, "3090-flint-40b", 3)
+    t.join()
+    assert done(result["lines"]), "the direct stream was cut"
+    assert r.status == 200 and done(lines), lines[-3:]
+    g.log_mark("after")
+    assert "ended before the switch did" not in g.logtext(), g.logtext()
+    # 28 s of slots at work, 10 s a lease: taken anew twice, so that none outlived its RuntimeMaxSec=
+    assert g.logtext().count("is taken anew after 10 s of waiting for the slots") == 2, g.logtext()
+    assert "did not answer /health" not in g.logtext()

@@ -150,7 +150,9 @@ struct Host {
         /* rule:several-instances (host-shared.c) */
         char *lease_unit; /* Shared=: modelgate-switch-<host>.service, followed as the bus's last unit */
         bool lease_taking, lease_held, lease_releasing;
-        bool lease_wait; /* another instance holds it: asked for again every LEASE_RETRY_USEC */
+        bool lease_up;      /* the lease unit runs, as last heard (whoever holds it) */
+        usec_t lease_since; /* when ours was taken */
+        bool lease_wait;    /* another instance holds it: asked for again every LEASE_RETRY_USEC */
         void (*lease_then)(Host *h);
         bool slots_busy; /* a slot of slots_engine works */
         ssize_t slots_engine;
@@ -218,6 +220,9 @@ void host_switch_reset(Host *h);
 /* rule:queued-and-switch: sets w->queued and w->switched, before w is told */
 void host_waiter_times(const Host *h, HostWaiter *w);
 void host_begin_switch(Host *h);
+/* An engine found up on the host (another instance's) is taken as it is, in place of the switch under way,
+ * whose requests wait on as the scheduler says */
+void host_switch_adopt(Host *h, size_t engine);
 /* A switch that has stopped nothing is dropped: nobody waits for it any more (rule:abandon-switch) */
 void host_switch_drop(Host *h, const char *why);
 void host_idle_stop(Host *h, ssize_t engine, bool requested);

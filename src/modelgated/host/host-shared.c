@@ -36,6 +36,8 @@
 #define LEASE_STOP_DEFAULT_USEC (90 * USEC_PER_SEC)
 #define LEASE_MARGIN_USEC (5 * USEC_PER_SEC)
 #define LEASE_MAX_USEC (30 * USEC_PER_MINUTE)
+/* How much of a wait for someone else's slots one lease covers; then it is taken anew */
+#define LEASE_SLOTS_USEC (10 * USEC_PER_SEC)
 
 static void shared_wait(Host *h, usec_t usec, SharedStep step) {
         h->shared_step = step;
@@ -65,8 +67,25 @@ static void sync_foreign(Host *h) {
         host_schedule_later(h);
 }
 
+static void lease_take(Host *h);
+
 void host_shared_unit_changed(Host *h) {
         assert(h);
+        bool was = h->lease_up;
+
+        h->lease_up = unit_info_is_running(host_bus_unit(h->bus, h->n_engines));
+        if (h->lease_held && was && !h->lease_up) {
+                /* RuntimeMaxSec= (or its tail) ended it under us: another may take it now */
+                log_warning("host %s: the switch lease %s ended before the switch did%s", h->conf->name,
+                            h->lease_unit, h->phase <= PHASE_SLOTS ? "; it is taken again" : "");
+                h->lease_held = false;
+                if (h->phase >= PHASE_LEASE && h->phase <= PHASE_SLOTS) {
+                        h->slots = upstream_cancel(h->slots);
+                        buffer_done(&h->slots_body);
+                        h->phase = PHASE_LEASE;
+                        lease_take(h);
+                }
+        }
         sync_foreign(h);
 }
 
@@ -74,6 +93,7 @@ void host_shared_unit_changed(Host *h) {
 void host_shared_bus_up(Host *h) {
         assert(h);
         h->lease_held = h->lease_taking = h->lease_releasing = false;
+        h->lease_up = h->lease_unit && unit_info_is_running(host_bus_unit(h->bus, h->n_engines));
         sync_foreign(h);
 }
 
@@ -124,6 +144,15 @@ static void slots_answered(Host *h, int busy) {
                         h->conf->name, engine_name(h, h->target), engine_name(h, h->slots_engine));
                 h->slots_busy = true;
                 host_changed(h);
+        }
+        if (h->lease_held && host_now(h) >= h->lease_since + LEASE_SLOTS_USEC) {
+                /* the lease covers this much of the wait: a new one, with a new RuntimeMaxSec= */
+                log_info("host %s: the switch lease %s is taken anew after 10 s of waiting for the slots",
+                         h->conf->name, h->lease_unit);
+                host_lease_release(h);
+                h->phase = PHASE_LEASE;
+                shared_wait(h, 0, SHARED_LEASE);
+                return;
         }
         shared_wait(h, SLOTS_RECHECK_USEC, SHARED_SLOTS);
 }
@@ -199,6 +228,8 @@ static void slots_idle(Host *h) {
         h->slots_list = catalog_list_free(h->slots_list);
         if (h->slots_busy) {
                 h->slots_busy = false;
+                /* the wait for someone else's request was a queue, not part of StartTimeoutSec= */
+                h->switch_start = host_now(h);
                 host_changed(h);
         }
         h->slots_then(h);
@@ -280,30 +311,21 @@ usec_t host_shared_up_at(const Host *h, size_t i, usec_t now) {
         return now > real - u->active_enter ? now - (real - u->active_enter) : 0;
 }
 
-/* rule:hold-down-from-host: when the lease is ours, another instance may have switched the host meanwhile;
- * its engine's hold-down, counted from its unit's ActiveEnterTimestamp, is waited for with the lease given
- * back, so that the others serve it meanwhile */
-static usec_t lease_hold_left(Host *h, usec_t now, ssize_t *ret_engine) {
-        usec_t hold = h->sched.config.hold_down, up, left = 0;
-
-        if (hold == 0 || hold == USEC_INFINITY)
-                return 0;
-        /* the host's units, not what this instance last knew: it may have been switched meanwhile */
+/* rule:hold-down-from-host: once the lease is ours, the host may have been switched by another instance
+ * meanwhile: an engine up that this instance did not know is up (or the very target) is taken as it is,
+ * and the scheduler decides again, with that engine's hold-down as the host counts it; -1: none */
+static ssize_t lease_found_other(const Host *h) {
         for (size_t i = 0; i < h->n_engines; i++) {
-                if ((ssize_t)i == h->target || !unit_info_is_running(host_bus_unit(h->bus, i)))
+                if (!unit_info_is_running(host_bus_unit(h->bus, i)))
                         continue;
-                up = host_shared_up_at(h, i, now);
-                if (up + hold > now && up + hold - now > left) {
-                        left = up + hold - now;
-                        *ret_engine = (ssize_t)i;
-                }
+                if ((ssize_t)i == h->target || (ssize_t)i != h->running || !h->engine_up)
+                        return (ssize_t)i;
         }
-        return left;
+        return -1;
 }
 
 static void lease_taken(HostBus *b, size_t i, const char *result, const char *error, void *userdata) {
         Host *h = userdata;
-        usec_t left;
 
         h->lease_taking = false;
         if (result && streq(result, "exists")) {
@@ -330,17 +352,16 @@ static void lease_taken(HostBus *b, size_t i, const char *result, const char *er
         }
         h->lease_held = true;
         h->lease_wait = false;
+        h->lease_since = host_now(h);
         /* the switch begins now: the wait for the lease was a queue, not part of StartTimeoutSec= */
         h->switch_start = host_now(h);
         sync_foreign(h);
-        ssize_t holder = -1;
-        left = lease_hold_left(h, host_now(h), &holder);
-        if (left > 0) {
-                log_notice("host %s: engine %s came up under another modelgate; the switch to %s waits for "
-                           "its hold-down",
-                           h->conf->name, engine_name(h, holder), engine_name(h, h->target));
-                host_lease_release(h);
-                shared_wait(h, left, SHARED_LEASE);
+        ssize_t found = lease_found_other(h);
+        if (found >= 0) {
+                log_notice("host %s: engine %s came up under another modelgate; taken as it is, the switch "
+                           "to %s waits as the rules say",
+                           h->conf->name, engine_name(h, found), engine_name(h, h->target));
+                host_switch_adopt(h, (size_t)found); /* gives the lease back */
                 return;
         }
         shared_wait(h, LEASE_SETTLE_USEC, SHARED_THEN);
@@ -355,7 +376,7 @@ static usec_t lease_max(const Host *h) {
         }
         if (max == USEC_INFINITY || stop == USEC_INFINITY)
                 return LEASE_MAX_USEC;
-        return MIN(max + stop + LEASE_MARGIN_USEC, LEASE_MAX_USEC);
+        return MIN(max + stop + LEASE_SLOTS_USEC + LEASE_MARGIN_USEC, LEASE_MAX_USEC);
 }
 
 static void lease_take(Host *h) {
@@ -383,7 +404,11 @@ static int shared_timer_cb(sd_event_source *s, uint64_t usec, void *userdata) {
 
         switch (h->shared_step) {
         case SHARED_LEASE:
-                if (h->phase == PHASE_LEASE)
+                if (h->phase != PHASE_LEASE)
+                        break;
+                if (h->sched.engines[h->target].n_waiting == 0) /* rule:abandon-switch */
+                        host_switch_drop(h, "its waiting requests all left while it waited for the lease");
+                else
                         lease_take(h);
                 break;
         case SHARED_THEN:

@@ -32,6 +32,7 @@
 #include "shared/strv.h"
 
 static void phase_stop_others(Host *h);
+static void phase_health(Host *h, bool adopting);
 
 /* The switch */
 
@@ -56,6 +57,15 @@ void host_switch_reset(Host *h) {
         if (h->bus)
                 host_bus_forget(h->bus, h);
         host_shared_reset(h); /* after the forget: the lease's StopUnit is sent, not forgotten */
+}
+
+void host_switch_adopt(Host *h, size_t engine) {
+        assert(h);
+        host_switch_reset(h);
+        h->target = (ssize_t)engine;
+        h->switch_start = host_now(h);
+        phase_health(h, true);
+        host_schedule_later(h);
 }
 
 void host_switch_drop(Host *h, const char *why) {
@@ -183,7 +193,10 @@ void host_engine_is_up(Host *h) {
         h->up_since = host_now(h);
         (void)host_unhold(h, (size_t)h->target, "it is up after all"); /* started without modelgate */
         sched_engine_up(&h->sched, h->up_since, (size_t)h->target);
-        sched_set_up_at(&h->sched, host_shared_up_at(h, (size_t)h->target, h->up_since));
+        /* rule:hold-down-from-host: an engine this instance did not start counts from the host's clock;
+         * one it started, from when it saw it serve (later, when the unit is active before it serves) */
+        if (h->adopting)
+                sched_set_up_at(&h->sched, host_shared_up_at(h, (size_t)h->target, h->up_since));
         catalog_engine_up(h->catalog, (size_t)h->target);
         host_switch_reset(h);
         host_update_state(h);
@@ -639,6 +652,24 @@ static void unit_changed(HostBus *b, size_t i, void *userdata) {
                 if ((ssize_t)i != h->running || h->phase == PHASE_STOPPING || h->phase == PHASE_GIVING_UP ||
                     h->phase == PHASE_IDLE_STOP)
                         return;
+                if (h->phase >= PHASE_LEASE && h->phase <= PHASE_SLOTS) {
+                        /* stopped before our switch stopped it (another instance's switch, a crash): our
+                         * switch goes on from the host as it is now, and the scheduler's start stays */
+                        log_notice("host %s: engine %s stopped while the switch to %s waited", h->conf->name,
+                                   engine_name(h, (ssize_t)i), engine_name(h, h->target));
+                        h->running = -1;
+                        h->engine_up = false;
+                        h->http_down = false;
+                        catalog_engine_down(h->catalog);
+                        host_update_state(h);
+                        return;
+                }
+                if (h->sched.foreign_since > 0 && h->phase == PHASE_NONE) {
+                        log_notice("host %s: engine %s stopped by another modelgate's switch", h->conf->name,
+                                   engine_name(h, (ssize_t)i));
+                        engine_gone(h);
+                        return;
+                }
                 char how[64];
                 unit_exit_how(u, how, sizeof(how));
                 snprintf(what, sizeof(what), "stopped%s (state: %s, result: %s%s)",
