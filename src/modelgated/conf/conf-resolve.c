@@ -98,6 +98,15 @@ static int resolve_named_url(Config *c, const char *section, const char *name, H
         return resolve_url(c, u, what);
 }
 
+/* $CREDENTIALS_DIRECTORY/name: -ENOENT when the unit loads no credentials (no LoadCredential=) */
+static int credential_path(const char *name, char **ret) {
+        const char *d = getenv("CREDENTIALS_DIRECTORY");
+
+        if (!d)
+                return -ENOENT;
+        return asprintf(ret, "%s/%s", d, name) < 0 ? -ENOMEM : 0;
+}
+
 static int resolve_fallback(Config *c, FallbackConf *f) {
         _cleanup_free_ char *path = NULL;
         int r, k;
@@ -105,17 +114,14 @@ static int resolve_fallback(Config *c, FallbackConf *f) {
         r = resolve_named_url(c, "Fallback", f->name, &f->url);
         if (r == -ENOMEM)
                 return r;
-        if (f->key_credential) {
-                const char *d = getenv("CREDENTIALS_DIRECTORY");
-                if (!d)
-                        return config_error(
-                                c, ENOENT,
-                                "%s:%u: [Fallback] '%s' KeyCredential=%s: $CREDENTIALS_DIRECTORY is "
-                                "not set (LoadCredential= in the unit)",
-                                f->file, f->line, f->name, f->key_credential);
-                if (asprintf(&path, "%s/%s", d, f->key_credential) < 0)
-                        return log_oom();
-        }
+        k = f->key_credential ? credential_path(f->key_credential, &path) : 0;
+        if (k == -ENOMEM)
+                return log_oom();
+        if (k < 0)
+                return config_error(c, ENOENT,
+                                    "%s:%u: [Fallback] '%s' KeyCredential=%s: $CREDENTIALS_DIRECTORY is "
+                                    "not set (LoadCredential= in the unit)",
+                                    f->file, f->line, f->name, f->key_credential);
         if (path || f->key_file) {
                 k = read_secret(path ?: f->key_file, &f->key);
                 if (k < 0)
@@ -139,15 +145,15 @@ static int resolve_redis(Config *c) {
 
         if (!a->redis_password_credential)
                 return 0;
-        const char *d = getenv("CREDENTIALS_DIRECTORY");
-        if (!d)
+        k = credential_path(a->redis_password_credential, &path);
+        if (k == -ENOMEM)
+                return log_oom();
+        if (k < 0)
                 return config_error(
                         c, ENOENT,
                         "%s[Access] RedisPasswordCredential=%s: $CREDENTIALS_DIRECTORY is not set "
                         "(LoadCredential= in the unit)",
                         config_where(c, "RedisPasswordCredential", w), a->redis_password_credential);
-        if (asprintf(&path, "%s/%s", d, a->redis_password_credential) < 0)
-                return log_oom();
         k = read_secret(path, &a->redis_password);
         if (k < 0)
                 return config_error(c, k, "%s[Access] RedisPasswordCredential=%s cannot be read: %m",
