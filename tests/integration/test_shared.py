@@ -54,6 +54,17 @@ def two_gates(box, sshd, make_gate, token_delay="0.05", startup_delay=0.0, start
     return a, b, port
 
 
+def one_gate(box, make_gate, start_timeout="30s"):
+    """one modelgated, no Shared=, in front of the box's two engines: what every host does"""
+    port = free_port()
+    conf = "[Proxy]\nHoldDownSec=0\n" + local_host("3090", port) + engines_conf(
+        box, "3090", port, double_args="--token-delay 0.05").replace("StartTimeoutSec=30s",
+                                                                     "StartTimeoutSec=" + start_timeout)
+    g = make_gate(conf, env=gate_env(box))
+    g.wait_log("host 3090 up")
+    return g, port
+
+
 def stream(g, model, tokens, started=None, timeout=180):
     c = g.conn(timeout=timeout)
     r = post(c, CHAT, chat(model, "[[tokens:%d]]" % tokens, stream=True))
@@ -104,11 +115,7 @@ def test_the_lease_is_a_unit_on_the_host_and_a_stream_on_one_instance_holds_off_
 
 
 def test_a_request_straight_to_llama_server_holds_off_a_switch(box, make_gate):
-    port = free_port()
-    conf = "[Proxy]\nHoldDownSec=0\n" + local_host("3090", port) + engines_conf(
-        box, "3090", port, double_args="--token-delay 0.05")
-    g = make_gate(conf, env=gate_env(box))
-    g.wait_log("host 3090 up")
+    g, port = one_gate(box, make_gate)
     c = g.conn()
     r = post(c, CHAT, chat("3090-laguna-xs", "[[tokens:1]]"))
     r.read()
@@ -249,11 +256,7 @@ def direct_stream(port, tokens, started, result):
 
 
 def test_the_wait_for_someone_elses_slots_is_not_part_of_start_timeout_sec(box, make_gate):
-    port = free_port()
-    conf = "[Proxy]\nHoldDownSec=0\n" + local_host("3090", port) + engines_conf(
-        box, "3090", port, double_args="--token-delay 0.05").replace("StartTimeoutSec=30s", "StartTimeoutSec=3s")
-    g = make_gate(conf, env=gate_env(box))
-    g.wait_log("host 3090 up")
+    g, port = one_gate(box, make_gate, start_timeout="3s")
     r, lines = stream(g, "3090-laguna-xs", 1)
     assert r.status == 200
     result, started = {}, threading.Event()
@@ -268,11 +271,7 @@ def test_the_wait_for_someone_elses_slots_is_not_part_of_start_timeout_sec(box, 
 
 
 def test_an_engine_that_stops_during_the_slots_wait_makes_one_switch_not_two(box, make_gate):
-    port = free_port()
-    conf = "[Proxy]\nHoldDownSec=0\n" + local_host("3090", port) + engines_conf(
-        box, "3090", port, double_args="--token-delay 0.05")
-    g = make_gate(conf, env=gate_env(box))
-    g.wait_log("host 3090 up")
+    g, port = one_gate(box, make_gate)
     r, lines = stream(g, "3090-laguna-xs", 1)
     result, started = {}, threading.Event()
     t = threading.Thread(target=direct_stream, args=(port, 400, started, result))
