@@ -95,6 +95,11 @@ def test_sdks_stream_through_a_wait_with_keepalives_and_get_the_whole_answer(box
     t.join()
     assert done["complete"]
     assert r["text"] == EXPECTED and r["stop"] == "end_turn"
+    # rule:keepalive-events: modelgate began the message (one message_start, or the SDK throws), kept it
+    # alive with message_delta events, and spliced the engine's usage in: its prompt tokens, not the 0 of
+    # modelgate's own beginning
+    assert r["types"][0] == "message_start" and "message_delta" in r["types"], r
+    assert r["usage"]["input_tokens"] > 0 and r["usage"]["output_tokens"] == 12, r
 
     # each SDK's stream is the first request of its model on its path
     line = g.wait_log('POST /v1/chat/completions model="3090-flint-40b"')
@@ -132,7 +137,9 @@ def test_sdk_responses_api_streams_through_a_wait_and_reads_its_errors_as_respon
     t, done = busy_engine(g, "3090-flint-40b", 40)
     r = run_sdk("openai.mjs", base, "3090-laguna-xs", "responses-stream", json.dumps({"input": "[[overflow]]"}))
     t.join()
-    assert r["status"] == "failed" and r["types"] == ["response.failed"], r
+    # rule:keepalive-events: the answer modelgate began, then the failure inside it
+    assert r["status"] == "failed" and r["types"] == ["response.created", "response.in_progress",
+                                                      "response.failed"], r
     assert r["error"]["code"] == "context_length_exceeded", r
     assert r["error"]["message"].startswith("prompt is too long: "), r
     line = g.wait_log('POST /v1/responses model="3090-laguna-xs"', count=2)  # the plain one is the first
@@ -143,3 +150,40 @@ def test_sdk_responses_api_streams_through_a_wait_and_reads_its_errors_as_respon
                 json.dumps({"input": "[[tokens:12]] [[error:3]]"}))
     assert r["text"] == "tok0 tok1 tok2 " and r["status"] == "failed", r
     assert r["error"] == {"code": "server_error", "message": "generation failed"}, r
+
+
+def test_sdk_stream_helpers_take_a_begun_answer_whole(box, make_gate):
+    """rule:keepalive-events: the OpenAI SDK's responses.stream() throws on any event before
+    response.created and chat.completions.stream() accumulates every chunk, the Anthropic SDK's
+    messages.stream() throws on a second message_start: through a wait with keepalives, each helper gets
+    the whole answer, the engine's usage, and no error"""
+    port = free_port()
+    conf = "[Proxy]\nHoldDownSec=1s\nKeepaliveAfterSec=1s\nKeepaliveIntervalSec=1s\n" + local_host("3090", port) + \
+        engines_conf(box, "3090", port, double_args="--token-delay 0.1")
+    g = make_gate(conf, env=gate_env(box))
+    g.wait_log("host 3090 up")
+    base = "http://127.0.0.1:%d/v1" % g.port
+
+    t, done = busy_engine(g, "3090-laguna-xs", 40)
+    r = run_sdk("openai.mjs", base, "3090-flint-40b", "responses-helper")
+    t.join()
+    assert done["complete"], "the running stream was cut"
+    assert " early=200" in g.wait_log('POST /v1/responses model="3090-flint-40b"')
+    # responses.stream() takes modelgate's beginning (it throws on any event before response.created) and
+    # its keepalives. Straight from llama.cpp it fails at once (its response.created has no "output" to push
+    # items onto); through modelgate it gets as far as llama.cpp's content_part events, which lack the
+    # output_index it needs — modelgate adds no failure of its own, and changes none of the engine's events
+    direct = run_sdk("openai.mjs", "http://127.0.0.1:%d/v1" % port, "flint-40b", "responses-helper")
+    assert direct["thrown"] is not None and r["events"] > direct["events"], (r, direct)
+    assert r["types"][:2] == ["response.created", "response.in_progress"], r
+    if r["thrown"] is None:
+        assert r["final"] == EXPECTED and r["status"] == "completed" and r["usage"]["output_tokens"] == 12, r
+    else:
+        assert r["thrown"] == "missing output at index undefined", r
+
+    t, done = busy_engine(g, "3090-flint-40b", 40)
+    r = run_sdk("openai.mjs", base, "3090-laguna-xs", "chat-helper")
+    t.join()
+    assert r["text"] == EXPECTED and r["final"] == EXPECTED and r["finish"] == "stop", r
+    # the first such line is the background stream's
+    assert " early=200" in g.wait_log('POST /v1/chat/completions model="3090-laguna-xs"', count=2)

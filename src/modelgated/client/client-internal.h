@@ -63,6 +63,7 @@
 #include "modelgated/records/access.h"
 #include "modelgated/rules/api-answer.h"
 #include "modelgated/rules/api-error.h"
+#include "modelgated/rules/early-answer.h"
 #include "modelgated/host/catalog.h"
 #include "modelgated/client/client-attempt.h"
 #include "modelgated/client/client.h"

@@ -122,6 +122,7 @@ static int client_upstream_headers(Upstream *u, const UpstreamResponse *resp, vo
                         c->x->mode = MODE_SSE;
                         sse_filter_init(&c->x->sse, c->x->api);
                         c->x->sse.usage = c->x->usage_on ? &c->x->usage : NULL;
+                        c->x->sse.begun = c->x->begun; /* its own beginning is spliced in */
                 } else {
                         c->x->mode = MODE_HOLD;
                         c->x->error_status = resp->status;
@@ -461,12 +462,12 @@ const UpstreamCallbacks client_upstream_callbacks = {
 };
 
 /* rule:keepalive: a streaming request that waits gets modelgate's own 200 after KeepaliveAfterSec=, then
- * an SSE comment every KeepaliveIntervalSec= saying what it waits for; comments are ignored by every SSE
- * parser and keep clients' idle watchdogs and "waiting" banners quiet. */
+ * every KeepaliveIntervalSec= a keepalive saying what it waits for: a comment, and where the API's clients
+ * count only events, the answer begun and a harmless event of it (rule:keepalive-events). */
 int client_keepalive_cb(sd_event_source *s, uint64_t usec, void *userdata) {
         _cleanup_(client_unrefp) Client *c = client_ref(userdata);
-        char what[640], line[700];
-        int n, k;
+        char what[640];
+        int k, r = 0;
 
         /* the engine's answer has begun: it speaks for itself */
         if (c->x->first_byte_seen || c->x->response_complete)
@@ -484,15 +485,20 @@ int client_keepalive_cb(sd_event_source *s, uint64_t usec, void *userdata) {
                 (void)sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
                 return 0;
         }
+        buffer_clear(&c->scratch);
         if (!c->x->early) {
                 if (client_queue_stream_head(c) < 0) {
                         client_close(c);
                         return 0;
                 }
                 c->x->early = c->x->head_sent = true;
+                c->x->begun = early_answer_begins(c->x->api);
+                r = early_answer_begin(c->x->api, c->x->model, client_request_id(c),
+                                       (uint64_t)(now_usec(CLOCK_REALTIME) / USEC_PER_SEC), &c->scratch);
         }
-        n = snprintf(line, sizeof(line), ": %s\n\n", what);
-        if (client_frame_body(c, line, (size_t)MIN((size_t)n, sizeof(line) - 1)) < 0)
+        if (r >= 0)
+                r = early_answer_keepalive(c->x->api, c->x->begun, client_request_id(c), what, &c->scratch);
+        if (r < 0 || client_frame_body(c, buffer_peek(&c->scratch), buffer_size(&c->scratch)) < 0)
                 client_close(c);
         else
                 client_flush(c);

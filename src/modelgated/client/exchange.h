@@ -83,6 +83,7 @@ typedef struct Exchange {
         HostWaiter waiter; /* for an engine of the host, or attached to a host without engines */
         sd_event_source *keepalive;
         bool early;     /* modelgate's own 200 went out while the request waited (rule:keepalive) */
+        bool begun;     /* ... and with it the beginning of the API's answer (rule:keepalive-events) */
         Buffer pending; /* the upstream request, while waiting for the engine */
         const HttpUrl *target;
 

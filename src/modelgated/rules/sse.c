@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "modelgated/rules/json-util.h"
 #include "modelgated/rules/sse.h"
 
 void sse_filter_init(SseFilter *f, ApiKind api) {
@@ -25,10 +26,21 @@ static bool value_is(const char *v, size_t vl, const char *s) {
         return vl == strlen(s) && memcmp(v, s, vl) == 0;
 }
 
+/* rule:keepalive-events: the engine's message_start (Anthropic) or response.created (Responses) in an
+ * answer modelgate began; the first one only */
+static bool is_begin_event(const SseFilter *f, const char *v, size_t vl) {
+        return f->begun && ((f->api == API_ANTHROPIC && value_is(v, vl, "message_start")) ||
+                            (f->api == API_RESPONSES && value_is(v, vl, "response.created")));
+}
+
 static void filter_event_line(SseFilter *f, const char *v, size_t vl) {
         while (vl > 0 && *v == ' ')
                 v++, vl--;
         f->event_named = true;
+        if (is_begin_event(f, v, vl)) {
+                f->in_begin_event = true;
+                f->begun = false; /* once */
+        }
         f->in_error_event = value_is(v, vl, "error");
         if (f->usage)
                 f->usage_event = usage_event_of(v, vl);
@@ -66,6 +78,71 @@ static int filter_responses_error(SseFilter *f, const char *v, size_t vl, const 
         return 1;
 }
 
+/* The engine's message_start's data as the message_delta that carries its usage (input tokens, cache
+ * reads) into the message modelgate began; with no usage to be read, a message_delta that changes
+ * nothing. */
+static int splice_message_start(const char *v, size_t vl, Buffer *out) {
+        _cleanup_(json_object_putp) json_object *o = NULL, *d = NULL;
+        json_object *msg = NULL, *usage = NULL;
+        _cleanup_free_ char *j = NULL;
+        int r;
+
+        if (json_parse(NULL, v, vl, &o) == 0 && json_object_object_get_ex(o, "message", &msg) &&
+            json_object_object_get_ex(msg, "usage", &usage) &&
+            json_object_is_type(usage, json_type_object)) {
+                d = json_object_new_object();
+                json_object *delta = json_object_new_object();
+                if (!d || !delta ||
+                    json_object_object_add(d, "type", json_object_new_string("message_delta")) < 0 ||
+                    json_object_object_add(delta, "stop_reason", NULL) < 0 ||
+                    json_object_object_add(delta, "stop_sequence", NULL) < 0 ||
+                    json_object_object_add(d, "delta", delta) < 0) {
+                        json_object_put(delta);
+                        return -ENOMEM;
+                }
+                /* the SDKs set the message's output_tokens from every message_delta */
+                if (!json_object_object_get_ex(usage, "output_tokens", NULL) &&
+                    json_object_object_add(usage, "output_tokens", json_object_new_int(0)) < 0)
+                        return -ENOMEM;
+                if (json_object_object_add(d, "usage", json_object_get(usage)) < 0)
+                        return -ENOMEM;
+                j = json_to_string_dup(d, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, NULL);
+                if (!j)
+                        return -ENOMEM;
+        }
+        r = buffer_append_str(out, "event: message_delta\ndata: ");
+        if (r >= 0)
+                r = buffer_append_str(
+                        out, j
+                                     ?: "{\"type\":\"message_delta\",\"delta\":{\"stop_reason\":null,"
+                                        "\"stop_sequence\":null},\"usage\":{\"output_tokens\":0}}");
+        return r < 0 ? -ENOMEM : 0;
+}
+
+/* One line of the engine's beginning (rule:keepalive-events): its event line is left out, its data line
+ * spliced (Anthropic) or left out (Responses), the blank line that ends it kept only where an event is
+ * left in its place. */
+static int filter_begin_line(SseFilter *f, const char *p, size_t content, size_t n, const char *eol,
+                             Buffer *out) {
+        if (content == 0) {
+                f->in_begin_event = f->event_named = false;
+                f->usage_event = USAGE_EVENT_UNNAMED;
+                if (f->api != API_ANTHROPIC)
+                        return 0;
+                return buffer_append(out, p, n) < 0 || buffer_append_str(out, eol) < 0 ? -ENOMEM : 0;
+        }
+        if (f->api != API_ANTHROPIC || !has_prefix(p, content, "data:"))
+                return 0; /* the event line, a comment or an id: part of what is left out */
+        const char *v = p + 5;
+        size_t vl = content - 5;
+        if (vl > 0 && *v == ' ')
+                v++, vl--;
+        if (splice_message_start(v, vl, out) < 0 || buffer_append(out, p + content, n - content) < 0 ||
+            buffer_append_str(out, eol) < 0)
+                return -ENOMEM;
+        return 0;
+}
+
 /* One line, without its '\n' (a '\r' before it is kept in eol). */
 static int filter_line(SseFilter *f, const char *p, size_t n, const char *eol, Buffer *out) {
         size_t content = n;
@@ -74,12 +151,25 @@ static int filter_line(SseFilter *f, const char *p, size_t n, const char *eol, B
         if (content > 0 && p[content - 1] == '\r')
                 content--;
 
+        if (f->in_begin_event) {
+                /* what it cost is read from the engine's own words, before they are spliced */
+                if (f->usage && has_prefix(p, content, "data:")) {
+                        const char *v = p + 5;
+                        size_t vl = content - 5;
+                        if (vl > 0 && *v == ' ')
+                                v++, vl--;
+                        usage_sse_data(f->usage, f->usage_event, v, vl);
+                }
+                return filter_begin_line(f, p, content, n, eol, out);
+        }
         if (content == 0) {
                 f->in_error_event = f->event_named = false;
                 f->usage_event = USAGE_EVENT_UNNAMED;
-        } else if (has_prefix(p, content, "event:"))
+        } else if (has_prefix(p, content, "event:")) {
                 filter_event_line(f, p + 6, content - 6);
-        else if (has_prefix(p, content, "data:")) {
+                if (f->in_begin_event)
+                        return 0; /* left out with the rest of the engine's beginning */
+        } else if (has_prefix(p, content, "data:")) {
                 const char *v = p + 5;
                 size_t vl = content - 5;
                 if (vl > 0 && *v == ' ')

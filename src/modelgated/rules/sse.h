@@ -2,7 +2,7 @@
 #pragma once
 
 /* A line filter over a host's text/event-stream: every complete line is
- * passed on at once, unchanged, except the error events that rule:reword-context and rule:reword-anthropic
+ * passed on at once, unchanged, except the engine's beginning of an answer modelgate began (begun), and the error events that rule:reword-context and rule:reword-anthropic
  * say to reword (api_error_reword()), and on the Responses API the OpenAI-shaped error llama.cpp sends there
  * (a data line without an event line), which becomes event response.failed (rule:error-event). Only a line
  * not yet ended is held back, up to SSE_LINE_MAX; a longer one is passed on raw. Pure. */
@@ -25,6 +25,12 @@ typedef struct SseFilter {
         UsageEvent usage_event;
         bool saw_done; /* "data: [DONE]" (or, on the Responses API, its last event; on Anthropic's,
                         * message_stop) went by: the stream is complete */
+        /* rule:keepalive-events: modelgate began this answer itself (early_answer_begin()), so the engine's
+         * own beginning is spliced in: on Anthropic's API its message_start becomes a message_delta with
+         * its usage (a second message_start is an error to the SDKs), on the Responses API its
+         * response.created is left out. Once, for the first such event. */
+        bool begun;
+        bool in_begin_event; /* in the engine's beginning, which is being spliced */
 } SseFilter;
 
 void sse_filter_init(SseFilter *f, ApiKind api);
