@@ -58,7 +58,7 @@ def codex_gate(box, tmp, model_files, make_gate):  # noqa: F811
     start). Returns the gate, with .run(prompt) for one Codex turn and .posts() for the POSTs logged"""
     tiny, _ = model_files
 
-    def make(start=""):
+    def make(start="", provider=""):
         port = free_port()
         d = os.path.join(tmp, "models")
         os.makedirs(d)
@@ -74,7 +74,7 @@ def codex_gate(box, tmp, model_files, make_gate):  # noqa: F811
         home = os.path.join(tmp, "codex-home")
         os.makedirs(home)
         with open(os.path.join(home, "config.toml"), "w") as f:
-            f.write(CONFIG % g.port)
+            f.write(CONFIG % g.port + provider)
         marks = [0]
 
         def run(prompt):
@@ -124,6 +124,20 @@ def test_codex_turns_stream_and_wait_through_an_early_200(codex_gate):
     posts = g.posts()
     assert len(posts) == 2 and " early=200" not in posts[1] and " status=200" in posts[1], posts
     assert "Reconnecting" not in out, out
+
+
+def test_codex_waits_through_a_start_longer_than_its_idle_timer(codex_gate):
+    """rule:keepalive-events: Codex counts only SSE events towards stream_idle_timeout_ms (300 s by default,
+    4 s here: above KeepaliveIntervalSec=1s, below the 10 s start), and re-sends the turn when it runs out.
+    The keepalives of modelgate's early 200 are events of the answer it began (response.created, then
+    response.in_progress): one POST, the answer, exit 0. With comments alone: 6 POSTs and exit 1."""
+    g = codex_gate(start="ExecStartPre=/bin/sleep 10\n", provider="stream_idle_timeout_ms = 4000\n")
+    rc, out = g.run("say hi")
+    assert rc == 0, out
+    assert "Reconnecting" not in out and "idle timeout" not in out, out
+    (line,) = g.posts()
+    assert " status=200" in line and " early=200" in line and " error=" not in line, line
+    print("Codex waited through a 10 s start with a 4 s idle timer: " + line)
 
 
 def test_codex_context_overflow_after_and_before_the_early_200_is_one_post_each(codex_gate):
