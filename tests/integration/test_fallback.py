@@ -388,3 +388,37 @@ def test_an_https_fallback_under_a_base_path_gets_inference_only(box, make_gate,
                                      "x-api-key", "content-length"}, messages_headers
     assert messages_headers["x-api-key"] == KEY and messages_headers["anthropic-version"] == "2023-06-01"
     assert "client-secret" not in json.dumps(got)
+
+
+# Claude Code's system prompt, as it sends it (2.1.197): its attribution line first, then the rest
+ATTRIBUTION = '{"type":"text","text":"x-anthropic-billing-header: cc_version=2.1.197.0df; cc_entrypoint=sdk-cli;"}'
+CLAUDE_BODY = ('{"model":"h-laguna-xs","messages":[{"role":"user","content":"hi"}],"system":[' + ATTRIBUTION +
+               ',{"type":"text","text":"You are a Claude agent.","cache_control":{"type":"ephemeral"}}],'
+               '"max_tokens":16,"stream":false}')
+
+
+def test_claude_codes_attribution_line_never_reaches_a_host_but_reaches_the_fallback(box, make_gate, cloud):
+    """rule:attribution-line: the block is cut out of the request for the engine, every other byte as the
+    client sent it (Content-Length recomputed); the fallback gets the client's request as it was"""
+    g = gate_with_fallback(box, make_gate, cloud)
+    for path in ("/v1/messages", "/v1/messages/count_tokens"):
+        r = post(g.conn(timeout=60), path, CLAUDE_BODY.encode(), {"anthropic-version": "2023-06-01"})
+        r.read()
+        (req,) = [q for q in double_requests(g.engine_port) if q["path"] == path][-1:]
+        want = CLAUDE_BODY.replace(ATTRIBUTION + ",", "").replace('"h-laguna-xs"', '"laguna-xs"')
+        assert req["body"] == want, req["body"]
+        assert dict((k.lower(), v) for k, v in req["headers"])["content-length"] == str(len(want))
+    # the same words anywhere else (a user quoting it) are left alone
+    quoted = CLAUDE_BODY.replace('"content":"hi"', '"content":' + json.dumps(ATTRIBUTION))
+    quoted = quoted.replace(ATTRIBUTION + ",", "")
+    post(g.conn(timeout=60), "/v1/messages", quoted.encode()).read()
+    (req,) = [q for q in double_requests(g.engine_port) if q["path"] == "/v1/messages"][-1:]
+    assert req["body"] == quoted.replace('"h-laguna-xs"', '"laguna-xs"'), req["body"]
+
+
+def test_claude_codes_attribution_line_goes_to_the_fallback_as_sent(box, make_gate, cloud):
+    g = gate_with_fallback(box, make_gate, cloud, unit_extra="ExecStartPre=/bin/false\n")
+    r = post(g.conn(timeout=60), "/v1/messages", CLAUDE_BODY.encode(), {"anthropic-version": "2023-06-01"})
+    assert r.status == 200, r.read()
+    (req,) = [q for q in cloud.requests() if q["path"] == "/v1/messages"][-1:]
+    assert req["body"] == CLAUDE_BODY.replace('"h-laguna-xs"', '"cloud-model"'), req["body"]

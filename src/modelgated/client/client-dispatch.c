@@ -4,19 +4,29 @@
  * path passes through; only the model is rewritten (rule:passthrough). */
 
 #include "modelgated/client/client-internal.h"
+#include "modelgated/rules/attribution.h"
 #include "modelgated/rules/basic-auth.h"
 #include "modelgated/rules/probe.h"
 
 /* The request for a host: the body is the client's with the bytes of 'span' (the model's value; empty:
- * none) replaced by 'key' as a JSON string, written straight into the request, so that no rewritten copy
- * of the body (nor of the quoted key) is made. */
+ * none) replaced by 'key' as a JSON string, and the bytes of 'cut' left out (rule:attribution-line; empty:
+ * none), written straight into the request, so that no rewritten copy of the body (nor of the quoted key)
+ * is made. The two never overlap: one is a member's value, the other an element of another member. */
 int client_build_request(Client *c, const HttpUrl *target, Span url, Span body, Span span, const char *key,
-                         Buffer *out) {
+                         Span cut, Buffer *out) {
         HttpRequest *r = &c->parser.req;
-        size_t pre = span.p ? (size_t)(span.p - body.p) : body.n, wl = span.p ? json_quoted_len(key) : 0;
-        size_t body_len = body.n - span.n + wl;
+        size_t wl = span.p ? json_quoted_len(key) : 0;
+        size_t body_len = body.n - span.n + wl - cut.n;
+        /* the edits in the body's order */
+        Span first = span, second = cut;
+        bool first_is_key = true;
         int k;
 
+        if (cut.p && (!span.p || cut.p < span.p)) {
+                first = cut;
+                second = span;
+                first_is_key = false;
+        }
         k = http_write_request_line(out, llhttp_method_name(r->method), target->base_path, url.p, url.n,
                                     target->authority);
         if (k < 0)
@@ -28,9 +38,20 @@ int client_build_request(Client *c, const HttpUrl *target, Span url, Span body, 
         if (body_len > 0 || r->method == HTTP_POST || r->method == HTTP_PUT || r->method == HTTP_PATCH)
                 if (http_write_content_length(out, body_len) < 0)
                         return -ENOMEM;
-        if (buffer_append_str(out, "\r\n") < 0 || buffer_append(out, body.p, pre) < 0 ||
-            (span.p && (json_quote_append(out, key, wl) < 0 ||
-                        buffer_append(out, span.p + span.n, body.n - pre - span.n) < 0)))
+        if (buffer_append_str(out, "\r\n") < 0)
+                return -ENOMEM;
+        const char *p = body.p, *end = body.p + body.n;
+        for (int i = 0; i < 2; i++) {
+                Span e = i == 0 ? first : second;
+                bool is_key = i == 0 ? first_is_key : !first_is_key;
+                if (!e.p)
+                        continue;
+                if (buffer_append(out, p, (size_t)(e.p - p)) < 0 ||
+                    (is_key && json_quote_append(out, key, wl) < 0))
+                        return -ENOMEM;
+                p = e.p + e.n;
+        }
+        if (buffer_append(out, p, (size_t)(end - p)) < 0)
                 return -ENOMEM;
         return 0;
 }
@@ -658,8 +679,13 @@ static void dispatch_to_host(Client *c, Dispatch *d) {
                 return;
         if (!dispatch_remember_conversation(c, d, engine >= 0 ? c->x->engine_name : ""))
                 return;
+        /* rule:attribution-line: Claude Code's changing first line never reaches a llama.cpp host (the
+         * fallback builds its request from the client's body as it was) */
+        Span cut = c->x->api == API_ANTHROPIC && d->body && d->r->method == HTTP_POST
+                           ? attribution_block(d->body, d->body_len)
+                           : (Span){};
         if (client_build_request(c, c->x->target, d->url, (Span){d->body ?: "", d->body ? d->body_len : 0},
-                                 d->span, d->key, &c->x->pending) < 0) {
+                                 d->span, d->key, cut, &c->x->pending) < 0) {
                 client_answer(c, ANSWER_OUT_OF_MEMORY);
                 return;
         }

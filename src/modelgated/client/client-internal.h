@@ -226,9 +226,10 @@ int client_queue_stream_head(Client *c);
 bool client_admit_head(Client *c);
 void client_dispatch(Client *c);
 bool client_next_target(Client *c, const char *why);
-/* The request for a host: the client's, with the body's bytes of span (empty: none) replaced by key */
+/* The request for a host: the client's, with the body's bytes of span (empty: none) replaced by key and
+ * those of cut (empty: none) left out */
 int client_build_request(Client *c, const HttpUrl *target, Span url, Span body, Span span, const char *key,
-                         Buffer *out);
+                         Span cut, Buffer *out);
 /* The request goes to its engine, and the budget for its answer starts (rule:answer-budget) */
 void client_go(Client *c);
 
