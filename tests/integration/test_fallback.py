@@ -192,6 +192,15 @@ def test_wait_budget_after_an_early_200_falls_back_into_the_same_stream(box, mak
     assert 2.5 < time.monotonic() - start < 10
     assert "via=fallback/cloud" in g.wait_log("POST /v1/chat/completions")
 
+    # rule:keepalive-events: on /v1/messages modelgate began the message; the cloud's is spliced into it
+    r = post(g.conn(timeout=60), "/v1/messages", {"model": "h-laguna-xs", "stream": True, "max_tokens": 16,
+                                                   "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status == 200
+    events = [l[len("event: "):].strip() for _, l in read_sse(r) if l.startswith("event: ")]
+    assert events.count("message_start") == 1 and events[0] == "message_start", events
+    assert "content_block_delta" in events and events[-1] == "message_stop", events
+    assert "via=fallback/cloud" in g.wait_log("POST /v1/messages")
+
 
 def test_busy_gpu_falls_back_unless_on_busy_is_no(box, make_gate, cloud):
     box.add_unit("gpu-bench.service", "[Service]\nExecStart=/bin/sleep 600\n")
