@@ -233,7 +233,9 @@ def test_wait_budget_ends_a_wait_with_504_or_an_error_event(box, make_gate):
                                                   "messages": [{"role": "user", "content": "hi"}]})
     lines = [l for _, l in read_sse(r)]
     assert r.status == 200
-    assert lines[0].startswith(": waiting for engine fork on 3090")
+    # rule:keepalive-events: the message begun, then keepalives with the words, then the error inside it
+    assert lines[0] == "event: message_start\n", lines[:4]
+    assert any(l.startswith(": waiting for engine fork on 3090") for l in lines), lines
     i = lines.index("event: error\n")
     err = json.loads(lines[i + 1][len("data: "):])
     assert err["type"] == "error" and "waited 2s" in err["error"]["message"]
