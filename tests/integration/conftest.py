@@ -263,6 +263,12 @@ def read_sse(resp):
         out.append((time.monotonic(), line.decode()))
 
 
+def keepalive_chunk(line):
+    """a chat stream's data line that is modelgate's keepalive, not the engine's (rule:keepalive-events)"""
+    return (line.startswith("data: {") and '"object":"chat.completion.chunk"' in line and '"choices":[]}' in line
+            and '"usage"' not in line)  # llama.cpp's own last chunk has no choices either, and the usage
+
+
 def post(conn, path, obj, headers=None):
     body = json.dumps(obj).encode() if not isinstance(obj, bytes) else obj
     h = {"Content-Type": "application/json"}

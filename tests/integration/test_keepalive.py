@@ -66,14 +66,24 @@ def test_a_waiting_stream_gets_the_keepalive_its_clients_count(slow_start_gate, 
     names = [n for _, n, d in evs if d is not None]
     # the keepalives: before the engine's first event, every one with the words of what it waits for
     ours = [x for x in (want.get("begin"), want.get("event")) if x]
-    first_engine = next(i for i, (c, n, d) in enumerate(evs) if d is not None and n not in ours)
+
+    def keepalive_chunk(d):
+        return want.get("chunk") and json.loads(d).get("choices") == []
+    first_engine = next(i for i, (c, n, d) in enumerate(evs)
+                        if d is not None and n not in ours and not keepalive_chunk(d))
     waits = evs[:first_engine]
     # (a bare ":" is modelgate's probe of a client that may have gone, rule:client-gone)
     kept = [e for e in waits if any(e[0])]
     assert len(kept) >= 2, evs[:6]  # 4 s start, a keepalive each second after the first
     for comments, name, data in kept:
         assert any(re.search(r"starting mainline|waiting for engine mainline", c) for c in comments), comments
-        if want.get("event"):
+        if want.get("chunk"):
+            # chat: a chunk with no choices (Qwen Code counts no comment), of the model the client named
+            assert name is None and data is not None, (name, data)
+            chunk = json.loads(data)
+            assert chunk["object"] == "chat.completion.chunk" and chunk["choices"] == [], chunk
+            assert chunk["model"] == "3090-laguna-xs" and chunk["id"].endswith("req-ka-1"), chunk
+        elif want.get("event"):
             # an event the client's idle timer counts (a data line), of the answer begun
             assert name == want["event"] and data is not None, (name, data)
             assert json.loads(data)["type"] == want["event"]

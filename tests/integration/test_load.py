@@ -12,7 +12,7 @@ import time
 import pytest
 
 from boxes import box_skip_reason, chat, gate_env, local_host, two_engines
-from conftest import SANITIZED, free_port, post, read_sse
+from conftest import SANITIZED, free_port, keepalive_chunk, post, read_sse
 
 pytestmark = pytest.mark.skipif(box_skip_reason() is not None, reason=str(box_skip_reason()))
 
@@ -33,7 +33,7 @@ def turn(g, model, stream, stats, lock):
             if stream:
                 lines = read_sse(r)
                 text = "".join(l for _, l in lines)
-                tokens = [l for _, l in lines if l.startswith("data: {") and '"choices"' in l]
+                tokens = [l for _, l in lines if l.startswith("data: {") and '"choices"' in l and not keepalive_chunk(l)]
                 whole = r.status == 200 and lines and lines[-2][1] == "data: [DONE]\n"
                 if tokens and not whole:
                     with lock:

@@ -7,63 +7,73 @@
 
 static const Span ID = {"abc-123", 7};
 
-static char *begin(ApiKind api, const char *model) {
+static char *begin(EarlyAnswer k, const char *model) {
         Buffer b = {};
-        ASSERT_OK(early_answer_begin(api, model, ID, 1700000000, &b));
+        ASSERT_OK(early_answer_begin(k, model, ID, 1700000000, &b));
         ASSERT_OK(buffer_terminate(&b));
         return buffer_steal(&b, NULL);
 }
 
-static char *keepalive(ApiKind api, bool begun, const char *words) {
+static char *keepalive(EarlyAnswer k, bool begun, const char *words) {
         Buffer b = {};
-        ASSERT_OK(early_answer_keepalive(api, begun, ID, words, &b));
+        ASSERT_OK(early_answer_keepalive(k, begun, "3090-laguna-xs", ID, 1700000000, words, &b));
         ASSERT_OK(buffer_terminate(&b));
         return buffer_steal(&b, NULL);
 }
 
 TEST(begin_per_api) {
-        ASSERT_TRUE(early_answer_begins(API_ANTHROPIC) && early_answer_begins(API_RESPONSES));
-        ASSERT_TRUE(!early_answer_begins(API_OPENAI));
+        ASSERT_TRUE(early_answer_of(API_ANTHROPIC, (Span){"/v1/messages", 12}) == EARLY_MESSAGE);
+        ASSERT_TRUE(early_answer_of(API_RESPONSES, (Span){"/v1/responses", 13}) == EARLY_RESPONSE);
+        ASSERT_TRUE(early_answer_of(API_OPENAI, (Span){"/v1/chat/completions", 20}) == EARLY_CHAT_CHUNK);
+        ASSERT_TRUE(early_answer_of(API_OPENAI, (Span){"/chat/completions", 17}) == EARLY_CHAT_CHUNK);
+        ASSERT_TRUE(early_answer_of(API_OPENAI, (Span){"/v1/completions", 15}) == EARLY_COMMENT);
+        ASSERT_TRUE(early_answer_of(API_OPENAI, (Span){"/completion", 11}) == EARLY_COMMENT);
+        ASSERT_TRUE(early_answer_begins(EARLY_MESSAGE) && early_answer_begins(EARLY_RESPONSE));
+        ASSERT_TRUE(!early_answer_begins(EARLY_CHAT_CHUNK) && !early_answer_begins(EARLY_COMMENT));
 
-        _cleanup_free_ char *a = begin(API_ANTHROPIC, "3090-laguna\"xs");
+        _cleanup_free_ char *a = begin(EARLY_MESSAGE, "3090-laguna\"xs");
         ASSERT_STREQ(a,
                      "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":"
                      "\"msg_abc-123\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":"
                      "\"3090-laguna\\\"xs\",\"stop_reason\":null,\"stop_sequence\":null,\"usage\":"
                      "{\"input_tokens\":0,\"output_tokens\":0}}}\n\n");
-        _cleanup_free_ char *r = begin(API_RESPONSES, "3090-laguna-xs");
+        _cleanup_free_ char *r = begin(EARLY_RESPONSE, "3090-laguna-xs");
         ASSERT_STREQ(r, "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":"
                         "\"resp_abc-123\",\"object\":\"response\",\"created_at\":1700000000,\"status\":"
                         "\"in_progress\",\"model\":\"3090-laguna-xs\",\"output\":[]}}\n\n");
-        _cleanup_free_ char *o = begin(API_OPENAI, "m");
+        _cleanup_free_ char *o = begin(EARLY_CHAT_CHUNK, "m");
         ASSERT_STREQ(o, "");
 }
 
 TEST(request_id_token_characters_only) {
         Buffer b = {};
         Span hostile = {"a\"b\n{c}", 7};
-        ASSERT_OK(early_answer_begin(API_RESPONSES, "m", hostile, 1, &b));
+        ASSERT_OK(early_answer_begin(EARLY_RESPONSE, "m", hostile, 1, &b));
         ASSERT_OK(buffer_terminate(&b));
         ASSERT_TRUE(strstr(buffer_peek(&b), "\"id\":\"resp_a_b__c_\""));
         buffer_done(&b);
 }
 
 TEST(keepalive_per_api) {
-        _cleanup_free_ char *c = keepalive(API_OPENAI, false, "starting fork (2.1 s)");
+        _cleanup_free_ char *c = keepalive(EARLY_COMMENT, false, "starting fork (2.1 s)");
         ASSERT_STREQ(c, ": starting fork (2.1 s)\n\n");
         /* a line break in the words would end the comment */
-        _cleanup_free_ char *nl = keepalive(API_OPENAI, false, "a\nb");
+        _cleanup_free_ char *nl = keepalive(EARLY_COMMENT, false, "a\nb");
         ASSERT_STREQ(nl, ": a b\n\n");
-        _cleanup_free_ char *a = keepalive(API_ANTHROPIC, true, "w");
+        /* chat: a chunk with no choices, which Qwen Code counts and the others take */
+        _cleanup_free_ char *ch = keepalive(EARLY_CHAT_CHUNK, false, "w");
+        ASSERT_STREQ(ch, ": w\ndata: {\"id\":\"chatcmpl-abc-123\",\"object\":\"chat.completion.chunk\",\"created\":"
+                         "1700000000,\"model\":\"3090-laguna-xs\",\"choices\":[]}\n\n");
+        _cleanup_free_ char *a = keepalive(EARLY_MESSAGE, true, "w");
         ASSERT_STREQ(
                 a, ": w\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":"
                    "null,\"stop_sequence\":null},\"usage\":{\"output_tokens\":0}}\n\n");
-        _cleanup_free_ char *r = keepalive(API_RESPONSES, true, "w");
+        _cleanup_free_ char *r = keepalive(EARLY_RESPONSE, true, "w");
         ASSERT_STREQ(
                 r, ": w\nevent: response.in_progress\ndata: {\"type\":\"response.in_progress\",\"response\":"
                    "{\"id\":\"resp_abc-123\",\"object\":\"response\",\"status\":\"in_progress\"}}\n\n");
         /* not begun (an API that is not, or a keepalive before the beginning): the comment only */
-        _cleanup_free_ char *n = keepalive(API_ANTHROPIC, false, "w");
+        _cleanup_free_ char *n = keepalive(EARLY_MESSAGE, false, "w");
         ASSERT_STREQ(n, ": w\n\n");
 }
 

@@ -486,18 +486,20 @@ int client_keepalive_cb(sd_event_source *s, uint64_t usec, void *userdata) {
                 return 0;
         }
         buffer_clear(&c->scratch);
+        EarlyAnswer kind = early_answer_of(c->x->api, c->x->path);
+        uint64_t created = (uint64_t)(now_usec(CLOCK_REALTIME) / USEC_PER_SEC);
         if (!c->x->early) {
                 if (client_queue_stream_head(c) < 0) {
                         client_close(c);
                         return 0;
                 }
                 c->x->early = c->x->head_sent = true;
-                c->x->begun = early_answer_begins(c->x->api);
-                r = early_answer_begin(c->x->api, c->x->model, client_request_id(c),
-                                       (uint64_t)(now_usec(CLOCK_REALTIME) / USEC_PER_SEC), &c->scratch);
+                c->x->begun = early_answer_begins(kind);
+                r = early_answer_begin(kind, c->x->model, client_request_id(c), created, &c->scratch);
         }
         if (r >= 0)
-                r = early_answer_keepalive(c->x->api, c->x->begun, client_request_id(c), what, &c->scratch);
+                r = early_answer_keepalive(kind, c->x->begun, c->x->model, client_request_id(c), created, what,
+                                           &c->scratch);
         if (r < 0 || client_frame_body(c, buffer_peek(&c->scratch), buffer_size(&c->scratch)) < 0)
                 client_close(c);
         else

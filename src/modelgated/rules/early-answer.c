@@ -6,8 +6,18 @@
 #include "modelgated/rules/early-answer.h"
 #include "modelgated/rules/json-util.h"
 
-bool early_answer_begins(ApiKind api) {
-        return api == API_ANTHROPIC || api == API_RESPONSES;
+static bool path_is(Span path, const char *s) {
+        return path.n == strlen(s) && memcmp(path.p, s, path.n) == 0;
+}
+
+EarlyAnswer early_answer_of(ApiKind api, Span path) {
+        if (api == API_ANTHROPIC)
+                return EARLY_MESSAGE;
+        if (api == API_RESPONSES)
+                return EARLY_RESPONSE;
+        if (path_is(path, "/v1/chat/completions") || path_is(path, "/chat/completions"))
+                return EARLY_CHAT_CHUNK;
+        return EARLY_COMMENT;
 }
 
 /* The answer's id: the prefix and the request id's token characters (a client's X-Request-Id may hold
@@ -35,11 +45,11 @@ static int append_json_string(Buffer *out, const char *s) {
         return j && buffer_append_str(out, j) >= 0 ? 0 : -ENOMEM;
 }
 
-int early_answer_begin(ApiKind api, const char *model, Span request_id, uint64_t created_unix, Buffer *out) {
+int early_answer_begin(EarlyAnswer k, const char *model, Span request_id, uint64_t created_unix, Buffer *out) {
         assert(out);
 
-        switch (api) {
-        case API_ANTHROPIC:
+        switch (k) {
+        case EARLY_MESSAGE:
                 /* the shape llama.cpp and Anthropic send; usage is the engine's, spliced in later */
                 if (buffer_append_str(out,
                                       "event: message_start\ndata: {\"type\":\"message_start\",\"message\":"
@@ -52,7 +62,7 @@ int early_answer_begin(ApiKind api, const char *model, Span request_id, uint64_t
                                            "{\"input_tokens\":0,\"output_tokens\":0}}}\n\n") < 0)
                         return -ENOMEM;
                 return 0;
-        case API_RESPONSES:
+        case EARLY_RESPONSE:
                 /* "output": [] — the OpenAI SDK's responses.stream() pushes the output items onto it */
                 if (buffer_append_str(out, "event: response.created\ndata: {\"type\":\"response.created\","
                                            "\"response\":{\"id\":") < 0 ||
@@ -68,7 +78,8 @@ int early_answer_begin(ApiKind api, const char *model, Span request_id, uint64_t
         }
 }
 
-int early_answer_keepalive(ApiKind api, bool begun, Span request_id, const char *words, Buffer *out) {
+int early_answer_keepalive(EarlyAnswer k, bool begun, const char *model, Span request_id, uint64_t created_unix,
+                           const char *words, Buffer *out) {
         assert(out);
 
         if (words) {
@@ -82,16 +93,22 @@ int early_answer_keepalive(ApiKind api, bool begun, Span request_id, const char 
                 if (buffer_append_str(out, "\n") < 0)
                         return -ENOMEM;
         }
-        if (begun && api == API_ANTHROPIC) {
-                if (buffer_append_str(out,
-                                      "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":"
-                                      "{\"stop_reason\":null,\"stop_sequence\":null},\"usage\":"
-                                      "{\"output_tokens\":0}}\n") < 0)
+        if (k == EARLY_CHAT_CHUNK) {
+                /* the shape of OpenAI's own usage chunk: the SDK's helper merges its id and model away
+                 * when the engine's chunks come */
+                if (append_id(out, "data: {\"id\":\"chatcmpl-", request_id) < 0 ||
+                    buffer_append_str(out, "\",\"object\":\"chat.completion.chunk\",\"created\":") < 0 ||
+                    buffer_append_u64(out, created_unix) < 0 || buffer_append_str(out, ",\"model\":") < 0 ||
+                    append_json_string(out, model) < 0 || buffer_append_str(out, ",\"choices\":[]}\n") < 0)
                         return -ENOMEM;
-        } else if (begun && api == API_RESPONSES) {
-                if (buffer_append_str(
-                            out, "event: response.in_progress\ndata: {\"type\":\"response.in_progress\","
-                                 "\"response\":{\"id\":") < 0 ||
+        } else if (begun && k == EARLY_MESSAGE) {
+                if (buffer_append_str(out, "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":"
+                                           "{\"stop_reason\":null,\"stop_sequence\":null},\"usage\":"
+                                           "{\"output_tokens\":0}}\n") < 0)
+                        return -ENOMEM;
+        } else if (begun && k == EARLY_RESPONSE) {
+                if (buffer_append_str(out, "event: response.in_progress\ndata: {\"type\":\"response.in_progress\","
+                                           "\"response\":{\"id\":") < 0 ||
                     append_id(out, "\"resp_", request_id) < 0 ||
                     buffer_append_str(out, "\",\"object\":\"response\",\"status\":\"in_progress\"}}\n") < 0)
                         return -ENOMEM;
