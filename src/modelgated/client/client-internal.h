@@ -222,14 +222,16 @@ int client_frame_body(Client *c, const char *p, size_t n);
 int client_send_held_head(Client *c, const char *framing);
 int client_queue_stream_head(Client *c);
 
-/* client-dispatch.c: admitting and routing a request */
-bool client_admit_head(Client *c);
-void client_dispatch(Client *c);
-bool client_next_target(Client *c, const char *why);
+/* client-request.c: the request for a host */
 /* The request for a host: the client's, with the body's bytes of span (empty: none) replaced by key and
  * those of cut (empty: none) left out */
 int client_build_request(Client *c, const HttpUrl *target, Span url, Span body, Span span, const char *key,
                          Span cut, Buffer *out);
+
+/* client-dispatch.c: admitting and routing a request */
+bool client_admit_head(Client *c);
+void client_dispatch(Client *c);
+bool client_next_target(Client *c, const char *why);
 /* The request goes to its engine, and the budget for its answer starts (rule:answer-budget) */
 void client_go(Client *c);
 
