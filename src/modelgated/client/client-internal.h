@@ -235,6 +235,10 @@ int client_build_request(Client *c, const HttpUrl *target, Span url, Span body, 
 /* The request goes to its engine, and the budget for its answer starts (rule:answer-budget) */
 void client_go(Client *c);
 
+/* client-host-check.c: rule:host-check */
+/* A web page's request whose Host is not a name modelgate answers for: answered 403, true */
+bool client_host_refused(Client *c);
+
 /* client-stream.c: resumable streams (rule:resumable-streams) */
 /* GET and DELETE /v1/stream, POST /v1/streams/lookup: true when it is one of them (answered, or on its
  * way to the host that holds the conversation) */

@@ -2,7 +2,8 @@
 #pragma once
 
 /* rule:refusal-words: the words that make coding agents retry a refusal anyway, for text modelgate did not
- * write that goes into one (the host's gpu.owner line in a 423, rule:gpu-owner). The list is pi's retry
+ * write that goes into one (the host's gpu.owner line in a 423, rule:gpu-owner; a Host in a 403,
+ * rule:host-check). The list is pi's retry
  * pattern with the rule's own words: matched as pi matches them, anywhere, ASCII case ignored, and where
  * pi's pattern allows any one character between two words ("rate limit", "rate-limit", "ratelimit") any one
  * UTF-8 character. */
