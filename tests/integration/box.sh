@@ -21,6 +21,31 @@ if [ "${1:-}" = "--inside" ]; then
         export XDG_RUNTIME_DIR=$box/xdg HOME=$box/home
         export DBUS_SESSION_BUS_ADDRESS=unix:path=$XDG_RUNTIME_DIR/bus
         unset XDG_CONFIG_HOME XDG_STATE_HOME XDG_DATA_HOME
+        # The user bus reads a configuration of the box's own, whose one service directory is the box's
+        # ($XDG_RUNTIME_DIR/dbus-1/services): with Debian's session.conf it would read the machine's too,
+        # and an org.modelgate1 activation file installed under /usr/local would start that modelgated.
+        mkdir -p "$XDG_RUNTIME_DIR/dbus-1/services" "$XDG_RUNTIME_DIR/systemd/user/dbus.service.d"
+        cat >"$box/bus.conf" <<EOF
+<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>session</type>
+  <keep_umask/>
+  <listen>unix:path=$XDG_RUNTIME_DIR/bus</listen>
+  <auth>EXTERNAL</auth>
+  <servicedir>$XDG_RUNTIME_DIR/dbus-1/services</servicedir>
+  <policy context="default">
+    <allow send_destination="*" eavesdrop="true"/>
+    <allow eavesdrop="true"/>
+    <allow own="*"/>
+  </policy>
+</busconfig>
+EOF
+        cat >"$XDG_RUNTIME_DIR/systemd/user/dbus.service.d/box.conf" <<EOF
+[Service]
+ExecStart=
+ExecStart=/usr/bin/dbus-daemon --config-file=$box/bus.conf --address=systemd: --nofork --nopidfile --systemd-activation --syslog-only
+EOF
         /usr/lib/systemd/systemd --user >"$box/manager.log" 2>&1 &
         manager=$!
         for _ in $(seq 1 300); do

@@ -36,7 +36,9 @@ def skip_reason():
 
 
 class Chromium:
-    def __init__(self, tmp, log_dir=None):
+    def __init__(self, tmp, log_dir=None, loopback_names=()):
+        """loopback_names: names the browser resolves to 127.0.0.1 itself (as a DNS rebinding would make
+        them), every other name but 127.0.0.1 resolving to nothing"""
         import websocket
         self.profile = tempfile.mkdtemp(prefix="chromium.", dir=tmp)
         self.logpath = os.path.join(log_dir or tmp, "chromium.log")
@@ -48,7 +50,8 @@ class Chromium:
                 "--disable-component-update", "--disable-sync", "--disable-default-apps", "--no-pings",
                 "--disable-domain-reliability", "--disable-client-side-phishing-detection",
                 "--disable-features=Translate,OptimizationHints,MediaRouter,AutofillServerCommunication",
-                "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1", "--disable-gpu",
+                "--host-resolver-rules=" + "".join("MAP %s 127.0.0.1, " % n for n in loopback_names) +
+                "MAP * ~NOTFOUND, EXCLUDE 127.0.0.1", "--disable-gpu",
                 "--disable-dev-shm-usage", "--hide-scrollbars", "--window-size=1400,1000", "about:blank"]
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=self.log, stdin=subprocess.DEVNULL,
                                      start_new_session=True)

@@ -39,6 +39,30 @@ def free_port(family=socket.AF_INET, host="127.0.0.1"):
     return p
 
 
+def bus_config(path, listen, bus_type="session", extra=""):
+    """A dbus-daemon configuration of the test's own, written to path, for a bus on listen (an address): it
+    names no service directory (no <standard_*_servicedirs/>, no <servicedir>), so that nothing installed on
+    the machine (an org.modelgate1 activation file under /usr/local, a desktop's services) can be started on
+    the test's bus; extra: more elements (a policy's <include>). Every test that starts a dbus-daemon uses
+    one (box.sh writes the box's own for its user bus)."""
+    with open(path, "w") as f:
+        f.write("""<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>%s</type>
+  <listen>%s</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default">
+    <allow user="*"/>
+    <allow own="*"/>
+    <allow send_destination="*"/>
+    <allow receive_sender="*"/>
+  </policy>
+%s</busconfig>
+""" % (bus_type, listen, extra))
+    return path
+
+
 def double_requests(port, path=None):
     """what the double on port received (only path's requests when given)"""
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)

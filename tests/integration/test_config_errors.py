@@ -12,7 +12,7 @@ import signal
 import pytest
 
 from boxes import MODELGATECTL, box_skip_reason, chat, installed_units
-from conftest import MODELGATED, free_port, host_conf, post, wait_for
+from conftest import MODELGATED, bus_config, free_port, host_conf, post, wait_for
 
 REFUSAL_HINT = ("fix it; a running modelgate reads it on 'systemctl --user reload modelgate', a stopped one at its "
                 "next start")
@@ -105,11 +105,26 @@ def test_as_root_a_missing_system_instance_points_at_user(tmp):
     assert out.returncode == 3, out
     assert "no system modelgate; for the user instance use --user" in out.stderr, out.stderr
     sock = os.path.join(tmp, "system_bus_socket")
-    bus = subprocess.Popen(["dbus-daemon", "--session", "--address=unix:path=" + sock, "--nofork", "--nopidfile"],
+    conf = bus_config(os.path.join(tmp, "bus.conf"), "unix:path=" + sock, "system")
+    # as on a machine where modelgate was installed under /usr/local: its activation files are there (seen by
+    # this bus alone, through a mount namespace), and the test's bus, which has a configuration of its own,
+    # never starts that modelgated
+    installed = os.path.join(tmp, "usr-local-share")
+    for d in ("services", "system-services"):
+        os.makedirs(os.path.join(installed, "dbus-1", d))
+        with open(os.path.join(installed, "dbus-1", d, "org.modelgate1.service"), "w") as f:
+            f.write("[D-BUS Service]\nName=org.modelgate1\nExec=/bin/false\nUser=root\n")
+    bus = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                            'mount --bind "$1" /usr/local/share && exec dbus-daemon --config-file="$2" --nofork '
+                            '--nopidfile', "sh", installed, conf],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_for(lambda: os.path.exists(sock), what="the private bus")
         env["DBUS_SYSTEM_BUS_ADDRESS"] = "unix:path=" + sock
+        names = subprocess.run(["busctl", "--system", "call", "org.freedesktop.DBus", "/org/freedesktop/DBus",
+                                "org.freedesktop.DBus", "ListActivatableNames"], env=env, capture_output=True,
+                               text=True, timeout=30)
+        assert names.stdout.strip() == 'as 1 "org.freedesktop.DBus"', names
         for verb in (["status"], ["hosts"], ["reload"]):
             out = subprocess.run([MODELGATECTL] + verb, env=env, capture_output=True, text=True, timeout=30)
             assert out.returncode == 3, out

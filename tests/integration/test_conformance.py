@@ -222,6 +222,8 @@ def test_a_half_closed_client_waiting_for_its_answer_costs_no_cpu(gate):
     assert read_response(f)[0] == 100  # the end of the input was read
     before = cpu_seconds(gate)
     status, _, reply = read_response(f)
+    while status == 100:  # the probe again, after each half second of silence (rule:client-gone)
+        status, _, reply = read_response(f)
     spent = cpu_seconds(gate) - before
     s.close()
     assert status == 200 and json.loads(reply)["model"] == "laguna-xs"
@@ -236,6 +238,36 @@ def test_a_client_gone_while_its_answer_is_produced_cancels_it(gate, double):
     wait_for(lambda: any(r["path"] == "/v1/chat/completions" for r in double.forwarded()), what="the request")
     s.close()
     gate.wait_log("cut=client")
+
+
+def test_a_client_that_half_closed_then_left_during_a_silent_prefill_is_noticed(make_double, make_gate):
+    """rule:client-gone: a client half-closes after its request (the probe, a 100, is read), reads the 200 and
+    the head of its stream, and closes while the host prefills in silence. Its side sends nothing then: only
+    bytes written to it find out, and the host's request is cancelled within a second, whatever the
+    keepalive interval (an hour here)"""
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    g = make_gate("[Proxy]\nKeepaliveAfterSec=1h\nKeepaliveIntervalSec=1h\n" + host_conf("3090", d.url))
+    body = b'{"model":"3090-laguna-xs","stream":true,"messages":[{"role":"user","content":"[[hang]]"}]}'
+    s = g.sock()
+    s.settimeout(10)
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\n" + H + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    s.shutdown(socket.SHUT_WR)
+    f = s.makefile("rb")
+    assert f.readline().startswith(b"HTTP/1.1 100 ")  # the end of the input was read
+    assert f.readline() == b"\r\n"
+    assert f.readline().startswith(b"HTTP/1.1 200 ")
+    while f.readline() != b"\r\n":
+        pass
+    assert f.readline() == b"3\r\n" and f.read(5) == b":\n\n\r\n"  # the host's first comment: none left unread
+    wait_for(lambda: [q for q in d.forwarded() if q["path"] == "/v1/chat/completions"], what="the host's request")
+    f.close()
+    s.close()
+    left = time.monotonic()
+    wait_for(lambda: d.forwarded()[-1].get("disconnected"), timeout=3,
+             what="the host's connection to close after the client left")
+    took = time.monotonic() - left
+    assert took < 3, took
+    g.wait_log("cut=client")
 
 
 def test_http10_with_transfer_encoding_closes(gate):

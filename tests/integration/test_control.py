@@ -361,6 +361,22 @@ def test_a_reload_of_a_socket_activated_daemon_says_listen_is_not_used(box, make
     box.systemctl("stop", "modelgate.socket", "modelgate.service")
 
 
+def test_the_box_bus_activates_only_what_the_test_installs(box):
+    """What the machine has installed (an org.modelgate1 activation file under /usr/local, a desktop's
+    services under /usr/share) is not the box's: its user bus reads a configuration of the box's own, whose
+    one service directory is in the box (box.sh)"""
+    def names():
+        out = busctl(box, "call", "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus",
+                     "ListActivatableNames")
+        return sorted(out.split()[2:])  # as N "name"...
+
+    assert names() == ['"org.freedesktop.DBus"']
+    services = os.path.join(box.dir, "xdg", "dbus-1", "services")
+    shutil.copy(os.path.join(os.path.dirname(__file__), "../../units/dbus/org.modelgate1.service"), services)
+    busctl(box, "call", "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus", "ReloadConfig")
+    assert names() == ['"org.freedesktop.DBus"', '"org.modelgate1"']
+
+
 def test_idle_exit_and_reactivation_lose_no_connection(box, make_double, tmp):
     d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs", "--token-delay", "0")
     port = free_port()

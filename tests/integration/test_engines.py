@@ -16,6 +16,7 @@ import pytest
 from boxes import (Sshd, box_skip_reason, chat, children, engine_unit, engines_conf, gate_env, local_host,
                    two_engines)
 from conftest import DOUBLE, MODELGATED, PYTHON, Double, free_port, metric_samples, post, read_sse, wait_for
+from test_errors import RETRY_WORDS
 
 CHAT = "/v1/chat/completions"
 # these tests are about the mechanics; test_scheduler.py is about hold-downs
@@ -488,6 +489,17 @@ def test_example_units_pass_the_checks_and_refuse_while_someone_owns_the_gpu(box
     assert r.status == 423, body
     msg = json.loads(body.decode("utf-8", errors="strict"))["error"]["message"]
     assert "gpu.owner names 'x" + "é" * 99 + "')" in msg, msg
+    # the owner's words that make agents retry a refusal are left out (rule:refusal-words), in the log too
+    open(os.path.join(box.dir, "xdg", "gpu.owner"), "w").write(
+        "bob: server error hunt, rate-limit 503 tests (Overloaded; TIMEOUT at 18:00)\n")
+    r = post(c, CHAT, chat("3090-laguna-xs"))
+    body = r.read()
+    assert r.status == 423, body
+    msg = json.loads(body)["error"]["message"]
+    assert "gpu.owner names 'bob: … hunt, … … tests (…; … at 18:00)'" in msg, msg
+    assert not RETRY_WORDS.search(msg), msg
+    line = g.wait_log("gpu.owner names 'bob: ")
+    assert "gpu.owner names 'bob: … hunt, … … tests (…; … at 18:00)'" in line, line
     # the units that read it go (stopped after the read, collected once inactive)
     wait_for(lambda: "modelgate-gpu-owner" not in box.systemctl("list-units", "--all", "--no-legend", "modelgate-*"),
              what="the owner's unit to go", interval=0.1)

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from boxes import box_skip_reason, engines_conf, local_host
-from conftest import MODELGATED, free_port, host_conf, wait_for
+from conftest import MODELGATED, bus_config, free_port, host_conf, wait_for
 
 POLKITD = "/usr/lib/polkit-1/polkitd"
 UNITS = os.path.join(os.path.dirname(__file__), "../../units")
@@ -58,23 +58,8 @@ def system_bus_daemons(tmp):
         full = os.path.join(actions if p.endswith(".policy") else rules, p)
         os.chmod(full, 0o644)
     sock = os.path.join(d, "system_bus_socket")
-    conf = os.path.join(d, "bus.conf")
-    with open(conf, "w") as f:
-        f.write("""<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>system</type>
-  <listen>unix:path=%s</listen>
-  <auth>EXTERNAL</auth>
-  <policy context="default">
-    <allow user="*"/>
-    <allow own="*"/>
-    <allow send_destination="*"/>
-    <allow receive_sender="*"/>
-  </policy>
-  <include>%s</include>
-</busconfig>
-""" % (sock, os.path.abspath(os.path.join(UNITS, "dbus/org.modelgate1.conf"))))
+    conf = bus_config(os.path.join(d, "bus.conf"), "unix:path=" + sock, "system",
+                      "  <include>%s</include>\n" % os.path.abspath(os.path.join(UNITS, "dbus/org.modelgate1.conf")))
     os.chmod(d, 0o755)
     os.chmod(tmp, 0o711)  # polkitd runs as its own user and must reach the socket
     log = open(os.path.join(d, "daemons.log"), "w")

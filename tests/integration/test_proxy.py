@@ -343,3 +343,64 @@ def test_a_routed_request_keeps_one_copy_of_its_body(make_double, make_gate):
     assert peak < 2.5 * kib, (peak, kib)
     s.close()
     wait_for(lambda: d.requests()[-1].get("disconnected"), timeout=30, what="the host to see the client leave")
+
+
+def test_a_web_pages_request_must_name_this_proxy_in_host(make_double, make_gate):
+    """rule:host-check: a page of another site whose name was made to lead to modelgate (DNS rebinding) sends
+    its own name as Host; with a header only a browser sends (Origin, Sec-Fetch-Site, Referer, a Mozilla/
+    User-Agent) that is refused, before anything reaches a host. Agents and curl on any name are not
+    checked, nor Node's fetch, whose every request says Sec-Fetch-Mode: cors."""
+    import signal
+    import socket as socket_module
+    from test_errors import RETRY_WORDS
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    g = make_gate(host_conf("3090", d.url))
+    url = "http://127.0.0.1:%d" % g.port
+
+    def curl(path, host, *headers, body=None):
+        argv = ["curl", "-s", "--max-time", "10", "-o", "-", "-w", "\n%{http_code}", "-H", "Host: " + host]
+        for h in headers:
+            argv += ["-H", h]
+        if body is not None:
+            argv += ["-H", "Content-Type: application/json", "--data-binary", json.dumps(body)]
+        out = subprocess.run(argv + [url + path], capture_output=True, text=True, timeout=30).stdout
+        text, _, status = out.rpartition("\n")
+        return int(status), text
+
+    rebound = "rebound.example:%d" % g.port
+    page = ["Sec-Fetch-Site: same-origin", "Sec-Fetch-Mode: cors", "Sec-Fetch-Dest: empty"]
+    # what a plain-http page's same-origin GET carries: no Sec-Fetch-*, no Origin (Chromium's, as sent)
+    plain = ["User-Agent: Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) "
+             "HeadlessChrome/156.0.0.0 Safari/537.36", "Accept: */*", "Accept-Language: en-US,en;q=0.9"]
+    for path, headers, body in (("/activity", page, None), ("/health", ["Sec-Fetch-Site: none"], None),
+                                ("/activity", plain, None), ("/v1/models", ["Referer: http://%s/" % rebound], None),
+                                (CHAT, ["Origin: http://" + rebound], chat(text="from a page"))):
+        status, text = curl(path, rebound, *headers, body=body)
+        assert status == 403, text
+        err = json.loads(text)["error"]
+        assert err["code"] == "host_not_served", err
+        assert "names '%s' as its Host" % rebound in err["message"] and "[Proxy] ServerNames=" in err["message"], err
+        assert not RETRY_WORDS.search(err["message"]), err
+    assert not any("from a page" in q.get("body", "") for q in d.forwarded()), "a refused request reached the host"
+    # the Host is the client's: said escaped, and without words that would make an agent retry
+    status, text = curl("/health", "rate-limit-503.example", "Sec-Fetch-Site: same-origin")
+    assert status == 403 and not RETRY_WORDS.search(json.loads(text)["error"]["message"]), text
+
+    # the names modelgate answers for: its address, loopback, localhost names, the machine's name
+    for host in ("127.0.0.1:%d" % g.port, "127.0.0.1", "[::1]:%d" % g.port, "localhost:%d" % g.port,
+                 "ui.localhost:%d" % g.port, "%s:%d" % (socket_module.gethostname(), g.port)):
+        assert curl("/health", host, *page)[0] == 200, host
+    # no page: an agent or curl on a LAN name, Node's fetch
+    assert curl("/health", "gpu-gateway.lan:%d" % g.port)[0] == 200
+    assert curl("/health", rebound, "Sec-Fetch-Mode: cors")[0] == 200
+    status, text = curl(CHAT, "gpu-gateway.lan", "Sec-Fetch-Mode: cors", body=chat())
+    assert status == 200 and json.loads(text)["model"] == "laguna-xs", text
+
+    # a name of this proxy's (a reverse proxy's, a DNS alias), said in ServerNames=, read at reload
+    with open(g.conf, "a") as f:
+        f.write("[Proxy]\nServerNames=rebound.example *.gpu.lan\n")
+    g.proc.send_signal(signal.SIGHUP)
+    g.wait_log("Reloaded ")
+    assert curl("/health", rebound, *page)[0] == 200
+    assert curl("/health", "ui.gpu.lan", *page)[0] == 200
+    assert curl("/health", "gpu.lan", *page)[0] == 403

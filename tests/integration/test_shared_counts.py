@@ -1,7 +1,8 @@
 """[Access] Redis= (rule:shared-counts): three instances share one Redis, started here on a unix socket in
 the test's directory. A key's cap hit from all three at once is never passed; Redis stopped and started
 again while requests go on loses no count and counts none twice; what an instance owed when it was killed
-is sent by the next start."""
+is sent by the next start. A Redis that answers wrong (tests/hostile/wrong-redis.py, on loopback TCP) costs
+its connection, never the process, and holds no request past the 2 s an answer may take."""
 
 import http.client
 import json
@@ -11,15 +12,17 @@ import signal
 import socket
 import subprocess
 import threading
+import time
 
 import pytest
 
-from conftest import MODELGATED, Gate, host_conf, post, wait_for
+from conftest import MODELGATED, PYTHON, Gate, host_conf, post, wait_for
 from test_access import make_key
 
 REDIS_SERVER = shutil.which("redis-server") or ("/usr/bin/redis-server" if os.path.exists("/usr/bin/redis-server")
                                                 else None)
 CHAT = "/v1/chat/completions"
+WRONG_REDIS = os.path.join(os.path.dirname(__file__), "../hostile/wrong-redis.py")
 
 
 def built_with_hiredis(tmp):
@@ -372,8 +375,8 @@ def test_password_from_a_credential(make_redis, make_double, tmp):
 
 
 def test_a_redis_that_stops_answering(make_redis, make_double, tmp):
-    """SIGSTOP: the socket stays, no answer comes. hiredis has no timeout of its own; the instance gives up
-    after 2 s, serves the request that waited, and counts locally until Redis answers again."""
+    """SIGSTOP: the socket stays, no answer comes. The instance gives up 2 s after the command was sent,
+    serves the request that waited, and counts locally until Redis answers again."""
     d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
     redis = make_redis()
     keys = os.path.join(tmp, "keys")
@@ -428,3 +431,112 @@ def test_tokens_cap_across_instances(make_redis, make_double, tmp):
         for g in gates:
             g.stop()
         redis.stop()
+
+
+@pytest.fixture
+def make_wrong_redis(tmp):
+    """WrongRedis(tmp, scenario) for the test, stopped by its pid at its end; a skip with the reason when
+    modelgated was built without hiredis"""
+    if not built_with_hiredis(tmp):
+        pytest.skip("modelgated was built without hiredis (Debian: apt-get install libhiredis-dev, meson reconfigure)")
+    made = []
+
+    def make(scenario):
+        r = WrongRedis(tmp, scenario)
+        made.append(r)
+        return r
+    yield make
+    for r in made:
+        r.stop()
+
+
+class WrongRedis:
+    def __init__(self, tmp, scenario):
+        portfile = os.path.join(tmp, "wrong-redis-%s.port" % scenario)
+        self.outpath = os.path.join(tmp, "wrong-redis-%s.out" % scenario)
+        self.out = open(self.outpath, "w")
+        self.proc = subprocess.Popen([PYTHON, WRONG_REDIS, "--scenario", scenario, "--port-file", portfile],
+                                     stdout=self.out, stderr=self.out)
+        wait_for(lambda: os.path.exists(portfile) or self.proc.poll() is not None, what="the wrong Redis to listen")
+        assert self.proc.poll() is None, open(self.outpath).read()
+        self.target = "redis://127.0.0.1:%s" % open(portfile).read()
+
+    def lines(self):
+        return open(self.outpath).read().splitlines()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.out.close()
+
+
+def wrong_conf(keys, redis, d):
+    return ("[Access]\nKeysFile=%s\nAnonymousDailyRequests=0\nRedis=%s\n[Tier]\nName=free\nDailyRequests=100\n"
+            % (keys, redis.target) + host_conf("3090", d.url))
+
+
+@pytest.mark.parametrize("scenario,why", [("extra", "an answer to no command"),
+                                          ("wrongtype", "an answer not understood")])
+def test_a_wrong_answer_costs_the_connection_not_the_process(make_wrong_redis, make_double, tmp, scenario, why):
+    """one answer too many (hiredis's asynchronous client asserted on it: SIGABRT, the gateway gone for
+    every client), or one of the wrong type: that connection's error. One warning, the requests counted
+    locally meanwhile and served, the connection made again after a backoff, what was owed sent then"""
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    redis = make_wrong_redis(scenario)
+    keys = os.path.join(tmp, "keys")
+    text = wrong_conf(keys, redis, d)
+    key = make_key(tmp, text, "free")
+    g = Gate(tmp, text, env=dict(os.environ, STATE_DIRECTORY=os.path.join(tmp, "state-" + scenario)))
+    try:
+        wait_for(lambda: health(g).get("redis") == "connected", what="the instance to reach Redis")
+        assert ask(g.port, key)[0] == 200
+        line = g.wait_log("is unreachable")
+        assert why in line, line
+        assert g.proc.poll() is None, g.logtext()
+        assert health(g)["redis"] == "unreachable"
+        for _ in range(3):
+            assert ask(g.port, key)[0] == 200  # counted locally
+        g.wait_log("answers again", timeout=30)
+        wait_for(lambda: "connection 2" in redis.lines(), what="the second connection")
+        wait_for(lambda: health(g).get("redis") == "connected", what="the instance to reach Redis again")
+        assert ask(g.port, key)[0] == 200
+        assert g.logtext().count("is unreachable") == 1, g.logtext()
+    finally:
+        g.stop()
+
+
+def test_a_redis_that_trickles_holds_no_request_past_its_answer_time(make_wrong_redis, make_double, tmp):
+    """one answer every 1.5 s: each answer used to push the 2 s watchdog back, and eight requests at once
+    waited 1.5 … 12 s. The 2 s bound each command's own wait, from when it was sent"""
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    redis = make_wrong_redis("trickle")
+    keys = os.path.join(tmp, "keys")
+    text = wrong_conf(keys, redis, d)
+    key = make_key(tmp, text, "free")
+    g = Gate(tmp, text, env=dict(os.environ, STATE_DIRECTORY=os.path.join(tmp, "state-trickle")))
+    try:
+        wait_for(lambda: health(g).get("redis") == "connected", what="the instance to reach Redis")
+        results = []
+        lock = threading.Lock()
+        go = threading.Barrier(8)
+
+        def client():
+            go.wait()
+            started = time.monotonic()
+            status, _ = ask(g.port, key)
+            with lock:
+                results.append((status, time.monotonic() - started))
+
+        threads = [threading.Thread(target=client) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert [s for s, _ in results] == [200] * 8, results
+        waited = max(w for _, w in results)
+        assert waited < 4, "a request waited %.1f s for Redis: %s" % (waited, results)
+        assert "no answer within 2s" in g.wait_log("is unreachable")
+        assert g.proc.poll() is None
+    finally:
+        g.stop()

@@ -10,6 +10,7 @@ import http.client
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 
@@ -162,6 +163,39 @@ def test_the_page_follows_the_activity_live(make_double, make_gate, tmp):
         shot = b.screenshot(os.path.join(log_dir(tmp), "ui-live.png"))
         print("screenshot:", shot)
         assert b.failures() == []
+    finally:
+        b.stop()
+
+
+@needs_browser
+def test_a_name_made_to_lead_here_is_refused_to_the_browser(make_double, make_gate, tmp):
+    """rule:host-check in a real browser: rebound.test resolves to 127.0.0.1 (the browser's own resolver here,
+    a DNS rebinding in the wild), so a page of that name would read /activity and the API as same-origin; the
+    browser's requests say they are a page's (Sec-Fetch-Site) and name rebound.test, and are refused. The
+    page on modelgate's own address is served as before, and ServerNames= makes the name modelgate's."""
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    g = make_gate(host_conf("3090", d.url))
+    b = browser.Chromium(tmp, log_dir(tmp), loopback_names=["rebound.test"])
+    try:
+        for path in ("/ui", "/activity", "/v1/models"):
+            b.navigate("http://rebound.test:%d%s" % (g.port, path))
+            text = b.evaluate("document.body.innerText")
+            assert '"code":"host_not_served"' in text and "[Proxy] ServerNames=" in text, text
+        assert "status=403" in g.wait_log("GET /activity ")
+        b.navigate("http://127.0.0.1:%d/ui" % g.port)
+        b.wait_js("!!document.querySelector('#hosts .host[data-host=\"3090\"]')", what="the host's card")
+        assert b.evaluate("document.getElementById('conn').textContent") == "live"
+        # the browser logs each 403 it was given (the pages', their icons'), when it likes: those aside
+        others = lambda errors: [e for e in errors if "status of 403" not in e]
+        assert others(b.failures()) == []
+        with open(g.conf, "a") as f:
+            f.write("[Proxy]\nServerNames=rebound.test\n")
+        g.proc.send_signal(signal.SIGHUP)
+        g.wait_log("Reloaded ")
+        b.navigate("http://rebound.test:%d/ui" % g.port)
+        b.wait_js("!!document.querySelector('#hosts .host[data-host=\"3090\"]')", what="the host's card")
+        assert b.evaluate("document.getElementById('conn').textContent") == "live"
+        assert others(b.failures()) == []
     finally:
         b.stop()
 

@@ -98,6 +98,9 @@ static void format_sample(Answer a, char *buf, size_t n) {
         case ANSWER_TOO_MANY_SUBSCRIBERS:
                 (void)answer_format(buf, n, a, "/models/sse", (size_t)8, 8ULL);
                 return;
+        case ANSWER_HOST_NOT_SERVED:
+                (void)answer_format(buf, n, a, "Sec-Fetch-Site", "rebound.example:8080");
+                return;
         case ANSWER_PROBE_NOT_SWITCHED:
                 (void)answer_format(buf, n, a, "fork", "3090", "engine 'mainline' runs");
                 return;
@@ -214,6 +217,12 @@ static const struct {
         {ANSWER_TOO_MANY_SUBSCRIBERS, 0, 0, 503, "too_many_subscribers", "Retry-After: 30\r\n",
          "/models/sse has 8 subscribers, as many as this proxy takes (MaxFeedSubscribers=8, at most half of "
          "MaxConnections=)"},
+        {ANSWER_HOST_NOT_SERVED, 0, 0, 403, "host_not_served", "x-should-retry: false\r\n",
+         "this request comes from a web page (it has Sec-Fetch-Site) and names 'rebound.example:8080' as "
+         "its "
+         "Host, a name this proxy does not answer for: a page of another site may have made that name lead "
+         "here (DNS rebinding); if it is one of this proxy's names, its operator adds it to [Proxy] "
+         "ServerNames="},
         {ANSWER_PROBE_NOT_SWITCHED, 0, 0, 423, "engine_not_running", "x-should-retry: false\r\n",
          "engine 'fork' of host '3090' is not running, and modelgate does not switch a GPU for a token "
          "count "

@@ -232,6 +232,42 @@ TEST(aliases_parse_merge_and_dump) {
         config_done(&c);
 }
 
+/* rule:host-check: ServerNames= takes names, "*." names and addresses, never a port or a URL */
+TEST(server_names_are_checked_and_dumped) {
+        Config c;
+        char *text = NULL;
+        size_t n = 0;
+
+        ASSERT_OK(parse(
+                &c, "[Proxy]\nServerNames=llm.example.org *.lan\nServerNames=192.0.2.7 [2001:db8::7]\n"));
+        ASSERT_EQ(strv_length(c.server_names), 4);
+        FILE *f = open_memstream(&text, &n);
+        config_dump(&c, f);
+        fclose(f);
+        ASSERT_TRUE(strstr(text, "\nServerNames=llm.example.org *.lan 192.0.2.7 [2001:db8::7]\n"));
+        free(text);
+        config_done(&c);
+        const char *bad[] = {"llm.example.org:8080", "http://llm.example.org", "*", "-x", "a/b"};
+        for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
+                char conf[128], error[512];
+                snprintf(conf, sizeof(conf), "[Proxy]\nServerNames=ok.lan %s\n", bad[i]);
+                ASSERT_EQ(parse(&c, conf), -EINVAL);
+                snprintf(error, sizeof(error),
+                         "test.conf:2: [Proxy] ServerNames='ok.lan %s' is not valid: each a host name "
+                         "(letters, "
+                         "digits, '-', '_', '.'), '*.' and a name for every name under it, or an IPv4 or "
+                         "IPv6 "
+                         "address; no port, no scheme",
+                         bad[i]);
+                ASSERT_STREQ(c.errors[0], error);
+                config_done(&c);
+        }
+        /* empty: none again */
+        ASSERT_OK(parse(&c, "[Proxy]\nServerNames=a.lan\nServerNames=\n"));
+        ASSERT_TRUE(!c.server_names);
+        config_done(&c);
+}
+
 /* Listen= is checked where the file is read (file and line, --check-config), and dumped with its default */
 TEST(listen_is_checked_and_dumped) {
         Config c;

@@ -173,8 +173,9 @@ void client_flush(Client *c) {
         if (buffer_is_empty(&c->out)) {
                 if (c->x->upstream)
                         upstream_set_reading(c->x->upstream, true);
+                /* a client whose input ended is probed again after a silence (client_probe_eof()) */
                 if (c->state == CLIENT_RESPONDING && !c->x->response_complete)
-                        client_set_timer(c, USEC_INFINITY);
+                        client_set_timer(c, c->read_eof ? CLIENT_PROBE_USEC : USEC_INFINITY);
         } else if (progress || c->state == CLIENT_RESPONDING || c->state == CLIENT_CLOSING)
                 /* a client that stops reading is dropped after IdleTimeoutSec without progress (a last
                  * answer before a close included: every state has a deadline) */
@@ -215,7 +216,10 @@ typedef enum Step {
  * Before the answer's head, an interim "100 Continue" is that probe (RFC 9110 §15.2: a client takes 1xx
  * at any time); after it, in an event stream, a comment line (ignored by every SSE parser, between any two
  * lines); else the answer's next bytes. HTTP/1.0 has no 1xx, and a feed no end: those are cut at once,
- * as before (rule:client-gone). */
+ * as before (rule:client-gone). A half-close is answered by the probe, and the client may close for good
+ * later, with nothing unread: its side sends nothing then, and only bytes written to it find out. So the
+ * probe is written again after every CLIENT_PROBE_USEC in which nothing went out (client_timer_cb()): a
+ * host that prefills in silence for minutes keeps no GPU busy for a client that left a second ago. */
 static Step client_probe_eof(Client *c) {
         if (!c->read_eof || c->state != CLIENT_RESPONDING || c->x->response_complete || c->eof_probed)
                 return STEP_PARSE;
@@ -501,6 +505,12 @@ static int client_timer_cb(sd_event_source *s, uint64_t usec, void *userdata) {
                 return 0;
         }
         case CLIENT_RESPONDING:
+                if (c->read_eof && buffer_is_empty(&c->out) && !c->x->response_complete) {
+                        /* not a slow reader: a silence after the end of its input (client_probe_eof()) */
+                        c->eof_probed = false;
+                        client_process(c);
+                        return 0;
+                }
                 log_info("Client %s does not read its answer, dropping the connection", c->peer);
                 if (!c->x->response_complete)
                         client_log_access(c, "cut=slow-client");

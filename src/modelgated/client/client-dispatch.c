@@ -129,7 +129,7 @@ bool client_admit_head(Client *c) {
         bool open = request_is_open(r, path), close = c->close_after_response;
 
         if (!open && !manager_config(c->manager)->access.enabled)
-                return true;
+                return true; /* rule:host-check: client_dispatch() checks it */
         /* an answer on the head is the request's answer: its access line names it, and the body that
          * follows is not read (the connection closes) */
         c->x->start = client_now(c);
@@ -137,6 +137,8 @@ bool client_admit_head(Client *c) {
         c->x->path = path;
         c->x->api = api_kind_for_path(path);
         c->close_after_response = true;
+        if (client_host_refused(c)) /* rule:host-check: before anything else */
+                return false;
         if (open) {
                 /* what modelgate answers itself reads no body: none is held for it */
                 if (http_parser_limit_body(&c->parser, 0) < 0) {
@@ -578,8 +580,8 @@ void client_dispatch(Client *c) {
 
         dispatch_from_parser(&d);
         exchange_begin(c, &d);
-        if (dispatch_own(c, &d) || client_dispatch_stream(c, d.url, d.path) || !dispatch_read_model(c, &d) ||
-            !dispatch_route(c, &d))
+        if (client_host_refused(c) || dispatch_own(c, &d) || client_dispatch_stream(c, d.url, d.path) ||
+            !dispatch_read_model(c, &d) || !dispatch_route(c, &d))
                 return;
         dispatch_to_host(c, &d);
 }

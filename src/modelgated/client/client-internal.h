@@ -92,6 +92,8 @@ typedef struct StreamDrain StreamDrain;
 #define CLIENT_OUT_HIGH (256 * 1024)     /* above this, the host is not read until the client catches up */
 #define CLIENT_HELD_MAX (1024 * 1024)    /* error bodies held back for rewording */
 #define CLIENT_FEED_OUT_MAX (256 * 1024) /* a /models/sse subscriber this far behind is dropped */
+/* rule:client-gone: how long a client whose input ended may have heard nothing before it is probed again */
+#define CLIENT_PROBE_USEC (500 * USEC_PER_MSEC)
 
 typedef enum ClientState {
         CLIENT_WAITING,
@@ -234,6 +236,10 @@ void client_dispatch(Client *c);
 bool client_next_target(Client *c, const char *why);
 /* The request goes to its engine, and the budget for its answer starts (rule:answer-budget) */
 void client_go(Client *c);
+
+/* client-host-check.c: rule:host-check */
+/* A web page's request whose Host is not a name modelgate answers for: answered 403, true */
+bool client_host_refused(Client *c);
 
 /* client-stream.c: resumable streams (rule:resumable-streams) */
 /* GET and DELETE /v1/stream, POST /v1/streams/lookup: true when it is one of them (answered, or on its

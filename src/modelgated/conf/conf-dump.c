@@ -33,6 +33,7 @@ static void dump_proxy(const Config *c, FILE *f) {
                 fprintf(f, "Listen=%s\n", LISTEN_ADDRESS_DEFAULT);
         STRV_FOREACH (l, c->listen)
                 fprintf(f, "Listen=%s\n", *l);
+        dump_strv(f, "ServerNames", c->server_names);
         dump_usec(f, "ExitIdleSec", c->exit_idle_usec);
         dump_usec(f, "IdleStopSec", c->idle_stop_usec);
         dump_usec(f, "HoldDownSec", c->hold_down_usec);

@@ -289,6 +289,44 @@ static int parse_listen_item(const char *v, void *data, char why[static CONFIG_W
         return parse_strv_item(v, data, why);
 }
 
+/* rule:host-check: a name (letters, digits, '-', '_', '.'), "*." and a name, or an IPv4 or IPv6 address (an
+ * IPv6 one in brackets or not); no port, no scheme */
+static bool server_name_valid(const char *w) {
+        char b[INET6_ADDRSTRLEN + 2];
+        struct in6_addr a;
+        size_t n = strlen(w);
+
+        if (n >= 2 && n < sizeof(b) && w[0] == '[' && w[n - 1] == ']')
+                snprintf(b, sizeof(b), "%.*s", (int)(n - 2), w + 1);
+        else
+                snprintf(b, sizeof(b), "%s", w);
+        if (inet_pton(AF_INET, b, &a) == 1 || inet_pton(AF_INET6, b, &a) == 1)
+                return true;
+        if (startswith(w, "*."))
+                w += 2;
+        if (!*w || strlen(w) > 253 || *w == '.' || *w == '-')
+                return false;
+        for (; *w; w++)
+                if (!isalnum((unsigned char)*w) && !strchr("-_.", *w))
+                        return false;
+        return true;
+}
+
+/* rule:host-check: names and addresses a web page's request may give as Host */
+static int parse_server_names_item(const char *v, void *data, char why[static CONFIG_WHY_MAX]) {
+        _cleanup_strv_free_ char **words = NULL;
+        int r = parse_strv_item(v, &words, why);
+        if (r < 0)
+                return r;
+        STRV_FOREACH (w, words)
+                if (!server_name_valid(*w))
+                        return refuse(
+                                why, -EINVAL,
+                                "each a host name (letters, digits, '-', '_', '.'), '*.' and a name for "
+                                "every name under it, or an IPv4 or IPv6 address; no port, no scheme");
+        return parse_strv_item(v, data, why);
+}
+
 static int parse_url_item(const char *v, void *data, char why[static CONFIG_WHY_MAX]) {
         HttpUrl *u = data;
         int r;
@@ -309,6 +347,7 @@ static int parse_url_item(const char *v, void *data, char why[static CONFIG_WHY_
 
 static const ConfigItem config_items[] = {
         {SECTION_PROXY, "Listen", parse_listen_item, offsetof(Config, listen)},
+        {SECTION_PROXY, "ServerNames", parse_server_names_item, offsetof(Config, server_names)},
         {SECTION_PROXY, "ExitIdleSec", parse_timespan_item, offsetof(Config, exit_idle_usec)},
         {SECTION_PROXY, "IdleStopSec", parse_timespan_item, offsetof(Config, idle_stop_usec)},
         {SECTION_PROXY, "HoldDownSec", parse_timespan_item, offsetof(Config, hold_down_usec)},

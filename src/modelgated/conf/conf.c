@@ -112,6 +112,7 @@ static void alias_conf_done(AliasConf *a) {
 
 void config_done(Config *c) {
         strv_free(c->listen);
+        strv_free(c->server_names);
         strv_free(c->errors);
         for (size_t i = 0; i < c->n_hosts; i++)
                 host_conf_done(&c->hosts[i]);

@@ -136,6 +136,8 @@ typedef struct ConfigOrigin {
 typedef struct Config {
         unsigned n_ref; /* config_new()'s: a reload keeps the old one while requests and hosts use it */
         char **listen;
+        char **server_names; /* rule:host-check: names a web page's request may give as Host, besides
+                              * the addresses, localhost and the machine's name */
         usec_t exit_idle_usec;
         usec_t idle_stop_usec;
         usec_t hold_down_usec;

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "modelgated/hostbus/host-bus-internal.h"
+#include "modelgated/rules/refusal-words.h"
 #include "shared/log.h"
 #include "shared/random-util.h"
 #include "shared/strv.h"
@@ -64,8 +65,13 @@ static void bus_op_finish(BusOp *op, const char *result, char **units, const cha
                 job_done(b, unit, res, e ?: (res ? NULL : "out of memory"), ud);
         else if (done)
                 done(b, units, e, ud);
-        else if (text_done)
+        else if (text_done) {
+                /* rule:gpu-owner: read for a 423, whose words must not make an agent retry it
+                 * (rule:refusal-words): escaped first, since an escape may make a number of two bytes */
+                if (text)
+                        (void)refusal_words_strip(text);
                 text_done(b, text, e ?: (text ? NULL : "out of memory"), ud);
+        }
 }
 
 void host_bus_fail_ops(HostBus *b, const char *why) {

@@ -76,9 +76,10 @@ int host_bus_unit_job(HostBus *b, const char *method, const char *unit, HostBusJ
  * starts then, which stops 'stop_unit' (systemctl on the host), in the same call; waits for the job. */
 int host_bus_start_stop_timer(HostBus *b, const char *timer, const char *service, const char *stop_unit,
                               usec_t after, usec_t accuracy, HostBusJobDone cb, void *userdata);
-/* The text of the host's GPU owner file, %t/gpu.owner (its first line, at most 200 bytes, escaped; "" when
- * it is empty or missing), read by a transient oneshot unit that reports it as its status text
- * (rule:gpu-owner): the bus is all modelgate has of a host. 'error' says why there is none. */
+/* The text of the host's GPU owner file, %t/gpu.owner (its first line, at most 200 bytes, escaped, each of
+ * the words rule:refusal-words forbids replaced by "…"; "" when it is empty or missing), read by a transient
+ * oneshot unit that reports it as its status text (rule:gpu-owner): the bus is all modelgate has of a host.
+ * 'error' says why there is none. */
 typedef void (*HostBusText)(HostBus *b, const char *text, const char *error, void *userdata);
 int host_bus_read_gpu_owner(HostBus *b, HostBusText cb, void *userdata);
 /* rule:switch-lease: StartTransientUnit(mode fail) of 'unit', a service whose existence is the lease: it

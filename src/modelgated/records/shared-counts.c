@@ -1,15 +1,13 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* Daily counts shared through Redis, on hiredis's asynchronous client: see shared-counts.h. */
+/* Daily counts shared through Redis, on a connection of its own (redis-conn.h): see shared-counts.h. */
 
 #include <errno.h>
-#include <hiredis/async.h>
-#include <hiredis/hiredis.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <unistd.h>
 
+#include "modelgated/records/redis-conn.h"
 #include "modelgated/records/shared-counts.h"
 #include "shared/count-map.h"
 #include "shared/log.h"
@@ -20,10 +18,12 @@
 
 #define RETRY_FIRST_USEC (100 * USEC_PER_MSEC)
 #define RETRY_MAX_USEC (2 * USEC_PER_SEC)
+/* a peer that broke the protocol (a reply to no command, one not understood) may do it again on every
+ * connection: it is tried again after 2 s, then 4, … up to a minute, and not sooner until a connection of
+ * it has served HEALTHY_USEC */
+#define RETRY_BROKEN_MAX_USEC (60 * USEC_PER_SEC)
+#define HEALTHY_USEC (60 * USEC_PER_SEC)
 #define PENDING_SAVE_DELAY_USEC (2 * USEC_PER_SEC)
-/* hiredis's asynchronous client has no timeouts of its own: a Redis that stops answering (stopped with
- * SIGSTOP, a host gone under a TCP connection) would hold every admission */
-#define ANSWER_TIMEOUT_USEC (2 * USEC_PER_SEC)
 
 /* One change, atomically. KEYS: the caller's requests and tokens of the day, the day's markers of the
  * instance; ARGV: marker, requests, tokens, cap, tokens cap, expiry, admission. A marker seen already: the
@@ -44,13 +44,10 @@ static const char SCRIPT[] =
 struct SharedCounts {
         sd_event *event;
         char *target, *password;
-        redisAsyncContext *ctx;
-        sd_event_source *io, *retry, *save_timer, *watchdog;
-        uint32_t events;
-        unsigned n_waiting; /* commands sent without an answer yet, and a connection under way */
-        uint64_t n_answers, seen_answers; /* answers heard; as the watchdog last saw them */
+        RedisConn *conn;
+        sd_event_source *retry, *save_timer;
         bool up, said_down, freeing, dirty, saved_empty;
-        usec_t backoff;
+        usec_t backoff, up_since;
         char *warning;
         CountOutbox outbox;
         char cache_day[16];
@@ -58,46 +55,6 @@ struct SharedCounts {
         const SharedCountsCallbacks *cb;
         void *userdata;
 };
-
-static void connect_now(SharedCounts *s);
-
-/* hiredis's event hooks, on one io source */
-static void ev_set(SharedCounts *s, uint32_t events) {
-        s->events = events;
-        if (!s->io)
-                return;
-        (void)sd_event_source_set_io_events(s->io, events);
-        (void)sd_event_source_set_enabled(s->io, events ? SD_EVENT_ON : SD_EVENT_OFF);
-}
-static void ev_add_read(void *p) {
-        ev_set(p, ((SharedCounts *)p)->events | EPOLLIN);
-}
-static void ev_del_read(void *p) {
-        ev_set(p, ((SharedCounts *)p)->events & ~(uint32_t)EPOLLIN);
-}
-static void ev_add_write(void *p) {
-        ev_set(p, ((SharedCounts *)p)->events | EPOLLOUT);
-}
-static void ev_del_write(void *p) {
-        ev_set(p, ((SharedCounts *)p)->events & ~(uint32_t)EPOLLOUT);
-}
-/* hiredis frees its context after this: nothing of it is touched again */
-static void ev_cleanup(void *p) {
-        SharedCounts *s = p;
-        s->io = sd_event_source_disable_unref(s->io);
-        s->ctx = NULL;
-        s->events = 0;
-}
-
-static int io_cb(sd_event_source *src, int fd, uint32_t revents, void *userdata) {
-        SharedCounts *s = userdata;
-
-        if (s->ctx && (revents & (EPOLLIN | EPOLLHUP | EPOLLERR)))
-                redisAsyncHandleRead(s->ctx);
-        if (s->ctx && (revents & EPOLLOUT))
-                redisAsyncHandleWrite(s->ctx);
-        return 0;
-}
 
 static void pending_changed(SharedCounts *s) {
         if (s->dirty && sd_event_source_get_enabled(s->save_timer, NULL) > 0)
@@ -194,51 +151,23 @@ static void say_down(SharedCounts *s, const char *why) {
                 s->cb->state_changed(s->userdata);
 }
 
-static void retry_later(SharedCounts *s) {
+static void retry_later(SharedCounts *s, bool broken) {
+        usec_t now = now_usec(CLOCK_MONOTONIC);
+
         if (s->freeing || sd_event_source_get_enabled(s->retry, NULL) > 0)
                 return;
-        s->backoff = s->backoff ? MIN(s->backoff * 2, (usec_t)RETRY_MAX_USEC) : RETRY_FIRST_USEC;
+        if (s->up_since > 0 && now - s->up_since >= HEALTHY_USEC)
+                s->backoff = 0; /* it served a while: this is a failure of its own */
+        s->up_since = 0;
+        if (broken)
+                s->backoff = MIN(MAX(s->backoff * 2, (usec_t)RETRY_MAX_USEC), (usec_t)RETRY_BROKEN_MAX_USEC);
+        else
+                s->backoff = s->backoff ? MIN(s->backoff * 2, (usec_t)RETRY_MAX_USEC) : RETRY_FIRST_USEC;
         (void)sd_event_source_set_time_relative(s->retry, s->backoff);
         (void)sd_event_source_set_enabled(s->retry, SD_EVENT_ONESHOT);
 }
 
-static void op_reply(redisAsyncContext *ac, void *r, void *privdata);
-
-/* Something is asked of Redis: the watchdog looks, every ANSWER_TIMEOUT_USEC, whether it answered */
-static void waiting_more(SharedCounts *s) {
-        s->n_waiting++;
-        if (sd_event_source_get_enabled(s->watchdog, NULL) > 0)
-                return;
-        s->seen_answers = s->n_answers;
-        (void)sd_event_source_set_time_relative(s->watchdog, ANSWER_TIMEOUT_USEC);
-        (void)sd_event_source_set_enabled(s->watchdog, SD_EVENT_ONESHOT);
-}
-
-static void answered(SharedCounts *s) {
-        s->n_answers++;
-        if (s->n_waiting > 0)
-                s->n_waiting--;
-}
-
-static int watchdog_cb(sd_event_source *src, uint64_t usec, void *userdata) {
-        SharedCounts *s = userdata;
-
-        if (s->n_waiting == 0 || !s->ctx)
-                return 0;
-        if (s->n_answers != s->seen_answers) { /* it answers, if slowly */
-                s->seen_answers = s->n_answers;
-                (void)sd_event_source_set_time_relative(s->watchdog, ANSWER_TIMEOUT_USEC);
-                (void)sd_event_source_set_enabled(s->watchdog, SD_EVENT_ONESHOT);
-                return 0;
-        }
-        say_down(s, "no answer within 2s");
-        /* what was in flight is lost (sent again, each once, with its marker); from a timer, not from
-         * inside hiredis */
-        redisAsyncFree(s->ctx);
-        s->n_waiting = 0;
-        retry_later(s);
-        return 0;
-}
+static const char *op_reply(const redisReply *reply, void *conn_userdata, void *userdata);
 
 static void op_send(SharedCounts *s, CountOp *op) {
         _cleanup_free_ char *k1 = count_key(op->day, op->caller, "requests", NULL),
@@ -269,17 +198,15 @@ static void op_send(SharedCounts *s, CountOp *op) {
                               tokens_cap,
                               expiry,
                               op->admission ? "1" : "0"};
-        if (redisAsyncCommandArgv(s->ctx, op_reply, op, (int)ELEMENTSOF(argv), argv, NULL) == REDIS_OK) {
+        if (redis_conn_send(s->conn, (int)ELEMENTSOF(argv), argv, op_reply, op) >= 0)
                 op->sent = true;
-                waiting_more(s);
-        }
 }
 
 static void flush(SharedCounts *s) {
         size_t n = 0;
 
         LIST_FOREACH (ops, op, s->outbox.ops)
-                if (!op->sent && s->ctx) {
+                if (!op->sent && redis_conn_ready(s->conn)) {
                         op_send(s, op);
                         n++;
                 }
@@ -294,33 +221,34 @@ static void flush(SharedCounts *s) {
         s->cb->state_changed(s->userdata);
 }
 
-static void op_reply(redisAsyncContext *ac, void *r, void *privdata) {
-        SharedCounts *s = ac->data;
-        CountOp *op = privdata;
-        redisReply *reply = r;
+/* A change's answer, or NULL when the connection went first. A wrong one is the connection's error (the
+ * peer's words are input like a host's), never the process's: redis-conn.h */
+static const char *op_reply(const redisReply *reply, void *conn_userdata, void *userdata) {
+        SharedCounts *s = conn_userdata;
+        CountOp *op = userdata;
         void *waiter = op->userdata;
         bool admission = op->admission;
         uint64_t requests, tokens;
+        const char *why = NULL;
 
-        answered(s);
-        if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != 3 ||
-            reply->element[0]->type != REDIS_REPLY_INTEGER ||
-            reply->element[1]->type != REDIS_REPLY_INTEGER ||
-            reply->element[2]->type != REDIS_REPLY_INTEGER) {
-                /* not known applied: sent again with its marker, and never merged into. An error (LOADING
-                 * while a restarted Redis reads its file) is said once, as the store being away */
-                if (reply)
-                        say_down(s,
-                                 reply->type == REDIS_REPLY_ERROR ? reply->str : "an answer not understood");
+        if (reply && (reply->type != REDIS_REPLY_ARRAY || reply->elements != 3 ||
+                      reply->element[0]->type != REDIS_REPLY_INTEGER ||
+                      reply->element[1]->type != REDIS_REPLY_INTEGER ||
+                      reply->element[2]->type != REDIS_REPLY_INTEGER))
+                /* an error (LOADING while a restarted Redis reads its file) is said once, as the store being
+                 * away; it ends the connection, and an error of the moment passes with the next one */
+                why = reply->type == REDIS_REPLY_ERROR ? reply->str : "an answer not understood";
+        if (!reply || why) {
+                /* not known applied: sent again with its marker, and never merged into */
+                if (why)
+                        say_down(s, why);
                 count_outbox_lost(&s->outbox, op);
                 pending_changed(s);
-                if (reply) /* again, after a reconnection: an error of the moment passes */
-                        redisAsyncDisconnect(ac);
                 if (admission && waiter && !s->freeing) {
                         shared_counts_view(s, op->day, op->caller, &requests, &tokens);
                         s->cb->admitted(waiter, SHARED_LOST, requests, tokens, s->userdata);
                 }
-                return;
+                return why;
         }
         long long applied = reply->element[0]->integer;
         requests = (uint64_t)MAX(reply->element[1]->integer, 0LL);
@@ -331,112 +259,35 @@ static void op_reply(redisAsyncContext *ac, void *r, void *privdata) {
         if (admission && waiter)
                 s->cb->admitted(waiter, applied ? SHARED_ADMITTED : SHARED_REFUSED, requests, tokens,
                                 s->userdata);
+        return NULL;
 }
 
-static void auth_reply(redisAsyncContext *ac, void *r, void *privdata) {
-        SharedCounts *s = ac->data;
-        redisReply *reply = r;
+static void conn_ready(void *userdata) {
+        SharedCounts *s = userdata;
 
-        answered(s);
-        if (!reply)
-                return; /* the connection went: the disconnection says so */
-        if (reply->type == REDIS_REPLY_ERROR) {
-                say_down(s, reply->str);
-                redisAsyncDisconnect(ac);
-                return;
-        }
         s->up = true;
-        s->backoff = 0;
+        s->up_since = now_usec(CLOCK_MONOTONIC);
         flush(s);
 }
 
-static void on_connect(const redisAsyncContext *ac, int status) {
-        SharedCounts *s = ac->data;
-
-        answered(s);
-        if (status != REDIS_OK) {
-                /* hiredis frees the context after this */
-                say_down(s, ac->errstr[0] ? ac->errstr : "cannot connect");
-                retry_later(s);
-                return;
-        }
-        if (!s->password) {
-                s->up = true;
-                s->backoff = 0;
-                flush(s);
-                return;
-        }
-        const char *argv[] = {"AUTH", s->password};
-        if (redisAsyncCommandArgv(s->ctx, auth_reply, NULL, 2, argv, NULL) != REDIS_OK)
-                redisAsyncDisconnect(s->ctx);
-        else
-                waiting_more(s);
-}
-
-static void on_disconnect(const redisAsyncContext *ac, int status) {
-        SharedCounts *s = ac->data;
+static void conn_failed(const char *why, bool broken, void *userdata) {
+        SharedCounts *s = userdata;
 
         s->up = false;
         if (s->freeing)
                 return;
-        say_down(s, ac->errstr[0] ? ac->errstr : "the connection was closed");
-        retry_later(s);
+        say_down(s, why);
+        retry_later(s, broken);
 }
 
-static void connect_now(SharedCounts *s) {
-        redisAsyncContext *ac;
-
-        if (startswith(s->target, "unix:"))
-                ac = redisAsyncConnectUnix(s->target + 5);
-        else {
-                /* redis://ADDRESS[:PORT], a numeric address (conf-items.c): no lookup that would block */
-                char host[64];
-                const char *h = s->target + strlen("redis://"), *colon = strrchr(h, ':');
-                int port = 6379;
-                if (*h == '[') {
-                        const char *end = strchr(h, ']');
-                        snprintf(host, sizeof(host), "%.*s", (int)(end ? end - h - 1 : 0), h + 1);
-                        colon = end && end[1] == ':' ? end + 1 : NULL;
-                } else
-                        snprintf(host, sizeof(host), "%.*s", (int)(colon ? colon - h : (ptrdiff_t)strlen(h)),
-                                 h);
-                if (colon)
-                        port = atoi(colon + 1);
-                ac = redisAsyncConnect(streq(host, "localhost") ? "127.0.0.1" : host, port);
-        }
-        if (!ac || ac->err) {
-                say_down(s, ac ? ac->errstr : "out of memory");
-                if (ac)
-                        redisAsyncFree(ac);
-                retry_later(s);
-                return;
-        }
-        if (sd_event_add_io(s->event, &s->io, ac->c.fd, 0, io_cb, s) < 0) {
-                redisAsyncFree(ac);
-                say_down(s, "cannot watch its socket");
-                retry_later(s);
-                return;
-        }
-        (void)sd_event_source_set_enabled(s->io, SD_EVENT_OFF);
-        s->ctx = ac;
-        ac->data = s;
-        ac->ev.data = s;
-        ac->ev.addRead = ev_add_read;
-        ac->ev.delRead = ev_del_read;
-        ac->ev.addWrite = ev_add_write;
-        ac->ev.delWrite = ev_del_write;
-        ac->ev.cleanup = ev_cleanup;
-        /* the connection is under way: hiredis waits for it to be writable */
-        ev_add_write(s);
-        waiting_more(s);
-        (void)redisAsyncSetConnectCallback(ac, on_connect);
-        (void)redisAsyncSetDisconnectCallback(ac, on_disconnect);
-}
+static const RedisConnCallbacks conn_callbacks = {
+        .ready = conn_ready,
+        .failed = conn_failed,
+};
 
 static int retry_cb(sd_event_source *src, uint64_t usec, void *userdata) {
         SharedCounts *s = userdata;
-        if (!s->ctx)
-                connect_now(s);
+        redis_conn_connect(s->conn);
         return 0;
 }
 
@@ -458,17 +309,16 @@ int shared_counts_new(sd_event *event, const char *target, const char *password,
         s->target = strdup(target);
         s->password = password ? strdup(password) : NULL;
         if (!s->target || (password && !s->password) ||
+            redis_conn_new(event, target, password, &conn_callbacks, s, &s->conn) < 0 ||
             sd_event_add_time_relative(event, &s->retry, CLOCK_MONOTONIC, 0, 0, retry_cb, s) < 0 ||
-            sd_event_add_time_relative(event, &s->save_timer, CLOCK_MONOTONIC, 0, 0, save_cb, s) < 0 ||
-            sd_event_add_time_relative(event, &s->watchdog, CLOCK_MONOTONIC, 0, 0, watchdog_cb, s) < 0) {
+            sd_event_add_time_relative(event, &s->save_timer, CLOCK_MONOTONIC, 0, 0, save_cb, s) < 0) {
                 shared_counts_free(s);
                 return -ENOMEM;
         }
         (void)sd_event_source_set_enabled(s->retry, SD_EVENT_OFF);
         (void)sd_event_source_set_enabled(s->save_timer, SD_EVENT_OFF);
-        (void)sd_event_source_set_enabled(s->watchdog, SD_EVENT_OFF);
         pending_load(s);
-        connect_now(s);
+        redis_conn_connect(s->conn);
         *ret = s;
         return 0;
 }
@@ -477,14 +327,11 @@ SharedCounts *shared_counts_free(SharedCounts *s) {
         if (!s)
                 return NULL;
         s->freeing = true;
-        if (s->ctx)
-                redisAsyncFree(s->ctx); /* what is in flight is lost: owed, and written */
+        redis_conn_free(s->conn); /* what is in flight is lost: owed, and written */
         if (s->save_timer)
                 pending_save(s);
         sd_event_source_disable_unref(s->retry);
         sd_event_source_disable_unref(s->save_timer);
-        sd_event_source_disable_unref(s->watchdog);
-        sd_event_source_disable_unref(s->io);
         sd_event_unref(s->event);
         count_outbox_done(&s->outbox);
         count_map_free(s->cache_requests);
@@ -516,7 +363,7 @@ CountOp *shared_counts_admit(SharedCounts *s, const char *day, const char *calle
 
         if (!op)
                 return NULL;
-        if (s->up && s->ctx)
+        if (s->up && redis_conn_ready(s->conn))
                 op_send(s, op);
         if (!op->sent) { /* out of memory: the caller decides alone */
                 count_outbox_drop(&s->outbox, op);
@@ -537,7 +384,7 @@ int shared_counts_add(SharedCounts *s, const char *day, const char *caller, uint
 
         if (!op)
                 return -ENOMEM;
-        if (s->up && s->ctx && !op->sent)
+        if (s->up && redis_conn_ready(s->conn) && !op->sent)
                 op_send(s, op);
         pending_changed(s);
         return 0;

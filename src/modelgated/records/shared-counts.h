@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #pragma once
 
-/* The daily counts shared by several instances through Redis ([Access] Redis=, rule:shared-counts), with
- * hiredis's asynchronous client on the daemon's sd-event loop: nothing waits on the store. A request is
+/* The daily counts shared by several instances through Redis ([Access] Redis=, rule:shared-counts), on a
+ * connection of its own on the daemon's sd-event loop (redis-conn.h): nothing waits on the store, and no
+ * answer of Redis's can take the process down. A request is
  * admitted by a script that adds it to its caller's count only while the caps hold (atomic for every
  * instance: with several, none passes the cap), and tokens are added when a request ends. What this
  * instance counted and the store has not confirmed is owed (count-outbox.h), kept in redis-pending.json

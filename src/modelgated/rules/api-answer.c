@@ -79,6 +79,13 @@ static const AnswerRow answer_table[_ANSWER_MAX] = {
         [ANSWER_CONTROL_NOT_ALLOWED] = {403, "control_not_allowed", ANSWER_HEADERS_NONE, 0,
                                         "this key's tier '%s' may not stop engines; set Control=yes in its "
                                         "[Tier] for an operator's key"},
+        /* rule:host-check */
+        [ANSWER_HOST_NOT_SERVED] =
+                {403, "host_not_served", ANSWER_HEADERS_NO_RETRY, 0,
+                 "this request comes from a web page (it has %s) and names '%s' as its "
+                 "Host, a name this proxy does not answer for: a page of another site "
+                 "may have made that name lead here (DNS rebinding); if it is one of this "
+                 "proxy's names, its operator adds it to [Proxy] ServerNames="},
         [ANSWER_UNLOAD_SWITCHING] = {409, "switching", ANSWER_HEADERS_NONE, 0,
                                      "host '%s' is switching engines; the clients waiting for the switch "
                                      "decide, and the new engine stops at its idle stop or at the next "

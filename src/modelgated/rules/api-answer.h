@@ -48,6 +48,7 @@ typedef enum Answer {
         ANSWER_MODEL_NOT_ALLOWED,       /* tier, model */
         ANSWER_ACTIVITY_NOT_ALLOWED,    /* tier (or "anonymous") */
         ANSWER_CONTROL_NOT_ALLOWED,     /* tier (or "anonymous") */
+        ANSWER_HOST_NOT_SERVED,         /* the header that marks a web page, the Host (escaped) */
         ANSWER_UNLOAD_SWITCHING,        /* host */
         ANSWER_UNKNOWN_HOST,            /* model (escaped) */
         ANSWER_UNKNOWN_MODEL,           /* host, key (escaped) */
