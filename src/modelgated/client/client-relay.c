@@ -469,12 +469,23 @@ int client_keepalive_cb(sd_event_source *s, uint64_t usec, void *userdata) {
         char what[640];
         int k, r = 0;
 
-        /* the engine's answer has begun: it speaks for itself */
-        if (c->x->first_byte_seen || c->x->response_complete)
+        EarlyAnswer kind = early_answer_of(c->x->api, c->x->path);
+        if (c->x->response_complete)
                 return 0;
-        /* waiting for the engine, or for the model its router loads; in flight otherwise, and then no early
-         * 200 for an answer that is merely slow */
-        k = host_waiter_describe(&c->x->waiter, what, sizeof(what));
+        if (c->x->first_byte_seen) {
+                /* The engine's head is here and it reads the prompt in silence (seconds to minutes for an
+                 * agent's context): where clients count only events, they keep coming until its first data
+                 * line, at the boundary between events where nothing of the engine's has been sent yet.
+                 * Otherwise the engine's answer speaks for itself. */
+                if (!c->x->early || kind == EARLY_COMMENT || c->x->mode != MODE_SSE || c->x->sse.saw_data ||
+                    !buffer_is_empty(&c->x->sse.line) || c->x->sse.in_begin_event || c->x->sse.event_named)
+                        return 0;
+                snprintf(what, sizeof(what), "engine %s is reading the prompt", strna(c->x->engine_name));
+                k = 1;
+        } else
+                /* waiting for the engine, or for the model its router loads; in flight otherwise, and then
+                 * no early 200 for an answer that is merely slow */
+                k = host_waiter_describe(&c->x->waiter, what, sizeof(what));
         if (k < 0)
                 return 0;
         client_activity_loading(c); /* rule:activity-feed: the router's load, when it is one */
@@ -486,7 +497,6 @@ int client_keepalive_cb(sd_event_source *s, uint64_t usec, void *userdata) {
                 return 0;
         }
         buffer_clear(&c->scratch);
-        EarlyAnswer kind = early_answer_of(c->x->api, c->x->path);
         uint64_t created = (uint64_t)(now_usec(CLOCK_REALTIME) / USEC_PER_SEC);
         if (!c->x->early) {
                 if (client_queue_stream_head(c) < 0) {

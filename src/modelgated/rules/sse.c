@@ -151,6 +151,8 @@ static int filter_line(SseFilter *f, const char *p, size_t n, const char *eol, B
         if (content > 0 && p[content - 1] == '\r')
                 content--;
 
+        if (has_prefix(p, content, "data:"))
+                f->saw_data = true;
         if (f->in_begin_event) {
                 /* what it cost is read from the engine's own words, before they are spliced */
                 if (f->usage && has_prefix(p, content, "data:")) {

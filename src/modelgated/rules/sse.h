@@ -31,6 +31,7 @@ typedef struct SseFilter {
          * response.created is left out. Once, for the first such event. */
         bool begun;
         bool in_begin_event; /* in the engine's beginning, which is being spliced */
+        bool saw_data;       /* a data line of the engine's went by: it has begun to answer */
 } SseFilter;
 
 void sse_filter_init(SseFilter *f, ApiKind api);
