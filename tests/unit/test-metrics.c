@@ -34,6 +34,10 @@ TEST(tokens_by_host_engine_model_and_kind) {
                               "\"cached\"} 640\n"));
         ASSERT_TRUE(strstr(t, "modelgate_tokens_total{host=\"3090\",engine=\"fork\",model=\"flint-*\",kind="
                               "\"completion\"} 100\n"));
+        /* rule:usage-metrics: prefilled is the timings' prompt_n (172); an answer without them nor a cached
+         * count says nothing of it */
+        ASSERT_TRUE(strstr(t, "modelgate_tokens_total{host=\"3090\",engine=\"fork\",model=\"flint-*\",kind="
+                              "\"prefilled\"} 172\n"));
         ASSERT_TRUE(!strstr(t, "host=\"a9\""));
         /* one answer with timings: 1510 t/s prefill (le 2000), 41 t/s decode (le 50) */
         ASSERT_TRUE(strstr(t, "modelgate_prefill_tokens_per_second_bucket{host=\"3090\",engine=\"fork\","

@@ -63,8 +63,9 @@ static const struct {
                            "Time a switch took, from its start to its engine up, by the engine started"},
 };
 
-/* rule:usage-metrics: the kinds of modelgate_tokens_total, kept in one series (value, buckets[0], [1]) */
-static const char *const token_kinds[] = {"prompt", "cached", "completion"};
+/* rule:usage-metrics: the kinds of modelgate_tokens_total, kept in one series (value, buckets[0], [1], [2]):
+ * of the prompt, "cached" is what the engine reused from its prompt cache, "prefilled" what it evaluated */
+static const char *const token_kinds[] = {"prompt", "cached", "completion", "prefilled"};
 
 static const double wait_buckets[] = {0.005, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900};
 static const double first_byte_buckets[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
@@ -280,6 +281,7 @@ void metrics_usage(Metrics *m, const char *host, const char *engine, const char 
                 s->value += (uint64_t)MAX(u->in, 0);
                 s->buckets[0] += (uint64_t)MAX(u->cached, 0);
                 s->buckets[1] += (uint64_t)MAX(u->out, 0);
+                s->buckets[2] += (uint64_t)MAX(usage_prefilled(u), 0);
         }
         if ((v = usage_speed(u->prompt_n, u->prompt_ms)) >= 0 && (s = series_find(m, F_PREFILL, &l)))
                 observe_in(s, v);
@@ -333,7 +335,7 @@ static void render_histogram(Buffer *b, const Series *s, const char *labels) {
 }
 
 static void render_tokens(Buffer *b, const Series *s, const char *labels) {
-        const uint64_t v[] = {s->value, s->buckets[0], s->buckets[1]};
+        const uint64_t v[] = {s->value, s->buckets[0], s->buckets[1], s->buckets[2]};
 
         for (size_t i = 0; i < ELEMENTSOF(token_kinds); i++)
                 (void)buffer_printf(b, "%s{%s,kind=\"%s\"} %llu\n", families[s->family].name, labels,
