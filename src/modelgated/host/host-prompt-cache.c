@@ -20,6 +20,7 @@
 
 #include "modelgated/host/host-internal.h"
 #include "modelgated/http/http-writer.h"
+#include "modelgated/records/metrics.h"
 #include "modelgated/rules/catalog-list.h"
 #include "modelgated/rules/json-util.h"
 #include "shared/log.h"
@@ -87,6 +88,9 @@ static void pc_finish(Host *h, const char *why) {
         c->restoring = NULL;
         c->n_restoring = 0;
         (void)sd_event_source_set_enabled(c->budget, SD_EVENT_OFF);
+        if (c->done > 0)
+                metrics_prompt_cache(h->env.metrics, h->conf->name, engine_name(h, c->engine), restore,
+                                     c->done, c->bytes, host_now(h) - c->start);
         if (c->done > 0 || why)
                 log_notice("host %s: engine %s: %s the prompt caches of %llu slot%s (%llu tokens, %llu KiB) "
                            "in %s%s%s",
