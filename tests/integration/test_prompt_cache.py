@@ -135,3 +135,19 @@ def test_an_engine_without_slot_save_path_is_stopped_at_once_said_once(box, tmp,
     assert len(said) == 1, said
     assert not cache_lines(g, "saved") or all("engine fork" not in l for l in cache_lines(g, "saved"))
     assert not [f for f in os.listdir(saves) if f.startswith("modelgate-fork-")]
+
+
+def test_an_idle_stop_saves_and_the_next_start_restores(box, tmp, model_files, make_gate):
+    conf, saves = two_engines(box, tmp, model_files)
+    g = make_gate("[Proxy]\nHoldDownSec=1s\nIdleStopSec=3s\n" + conf, env=gate_env(box))
+    g.wait_log("host 3090 up")
+    a = agent_prompt("A")
+    n, reused, prefilled = turn(g, "3090-laguna-xs", a, "first turn")
+    saved = g.wait_log("engine mainline: saved the prompt caches of", timeout=30)
+    g.wait_log("host 3090: idle 3s, engine mainline stopped", timeout=30)
+    assert box.active_state("llama-mainline.service") == "inactive"
+    n2, reused2, prefilled2 = turn(g, "3090-laguna-xs", a, "second turn")
+    restored = g.wait_log("engine mainline: restored the prompt caches of")
+    print("\nidle stop: %s\nnext start: %s\nA's turn after it: %d prompt tokens, %d reused, %d prefilled" %
+          (saved, restored, n2, reused2, prefilled2))
+    assert prefilled2 <= 0.1 * n2, (n2, reused2, prefilled2)
