@@ -12,8 +12,9 @@ import time
 import pytest
 
 from boxes import gate_env, local_host
-from conftest import free_port, post
-from test_real import FAST, SERVER, model_files, router_unit, skip_reason  # noqa: F401 (model_files: a fixture)
+from conftest import free_port, metric_samples, post, wait_for
+from test_activity import Activity
+from test_real import FAST, model_files, router_unit, skip_reason  # noqa: F401 (model_files: a fixture)
 
 pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason()))
 
@@ -80,6 +81,8 @@ def test_an_agents_turn_after_a_switch_back_prefills_only_its_new_tokens(box, tm
     conf, saves = two_engines(box, tmp, model_files)
     g = make_gate(FAST + conf, env=gate_env(box))
     g.wait_log("host 3090 up")
+    feed = Activity(g)
+    wait_for(lambda: feed.of("snapshot"), what="the activity snapshot")
     a, b = agent_prompt("A"), agent_prompt("B")
 
     n, reused, prefilled = turn(g, "3090-laguna-xs", a, "first turn")
@@ -108,6 +111,14 @@ def test_an_agents_turn_after_a_switch_back_prefills_only_its_new_tokens(box, tm
     g.log_mark("after-a")
     line = [l for l in g.logtext().splitlines() if 'model="3090-laguna-xs"' in l and " status=200 " in l][-1]
     assert " tokens=in:%d,cached:%d," % (n2, reused2) in line, line
+    done = wait_for(lambda: [d for d in feed.of("request") if d["phase"] == "done" and d["model"] == "3090-laguna-xs"][1:],
+                    what="A's second turn's activity record")[0]
+    assert (done["tokens_in"], done["tokens_cached"], done["tokens_prefilled"]) == (n2, reused2, prefilled2), done
+    m = metric_samples(g)
+    restored = m[("modelgate_prompt_cache_restored_slots_total", (("engine", "mainline"), ("host", "3090")))]
+    assert restored == 1, restored
+    assert m[("modelgate_tokens_total", (("engine", "mainline"), ("host", "3090"), ("kind", "prefilled"),
+                                         ("model", "laguna-*")))] == prefilled + prefilled2
 
     # the same files once more: B back on fork, its slot restored; no file more than one per slot
     n3, reused3, prefilled3 = turn(g, "3090-flint-xs", b, "second turn")
