@@ -52,9 +52,9 @@ def two_engines(box, tmp, model_files, fork_saves=True):
         os.makedirs(d)
     os.link(tiny, os.path.join(a, "laguna-xs.gguf"))
     os.link(tiny, os.path.join(b, "flint-xs.gguf"))
-    args = "-c 8192 --parallel 2 --slot-save-path " + saves
+    args = "-c 8192 --parallel 1 --slot-save-path " + saves
     box.add_unit("llama-mainline.service", router_unit("mainline", port, a, args, "llama-fork.service"))
-    box.add_unit("llama-fork.service", router_unit("fork", port, b, args if fork_saves else "-c 8192 --parallel 2",
+    box.add_unit("llama-fork.service", router_unit("fork", port, b, args if fork_saves else "-c 8192 --parallel 1",
                                                    "llama-mainline.service"))
     box.reload()
     conf = local_host("3090", port) + """
