@@ -65,6 +65,7 @@ typedef struct PromptCache {
         int status;
         uint64_t done, tokens, bytes;
         sd_event_source *budget;
+        ssize_t stop_engine; /* the idle stop the save is for */
 } PromptCache;
 
 static void pc_next(Host *h);
@@ -481,7 +482,7 @@ void host_engine_restore_then_up(Host *h) {
 }
 
 static void pc_stop_after_save(Host *h) {
-        host_idle_stop(h, h->prompt_cache->engine, false);
+        host_idle_stop(h, h->prompt_cache->stop_engine, false);
 }
 
 void host_prompt_cache_idle_stop(Host *h, ssize_t engine, bool requested) {
@@ -494,6 +495,6 @@ void host_prompt_cache_idle_stop(Host *h, ssize_t engine, bool requested) {
         h->phase = PHASE_IDLE_STOP;
         h->target = -1;
         host_update_state(h);
-        h->prompt_cache->engine = engine;
+        h->prompt_cache->stop_engine = engine;
         host_prompt_cache_save(h, engine, pc_stop_after_save);
 }
