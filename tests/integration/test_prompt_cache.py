@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reaso
 CHAT = "/v1/chat/completions"
 
 
-def agent_prompt(name, words=900):
+def agent_prompt(name, words=180):
     """a coding agent's context of a couple of thousand tokens: the same on each of its turns"""
     return "You are agent %s. " % name + " ".join("file%d line%d says %s%d;" % (i % 37, i, name, i * 7)
                                                   for i in range(words))
