@@ -246,6 +246,22 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         self.handle_any(self.read_body())
 
+    def slot_action(self, slot, action, body):
+        """llama-server's POST /slots/<id>?action=save|restore (--slot-save-path): a save takes
+        --slot-save-delay seconds; a restore fails as a missing file does with --slot-restore-fails"""
+        filename = json.loads(body or b"{}").get("filename", "")
+        if action == "save":
+            time.sleep(ARGS.slot_save_delay)
+            return self.send_json(200, {"id_slot": int(slot), "filename": filename, "n_saved": 1000,
+                                        "n_written": 4096000, "timings": {"save_ms": 1.0}})
+        if action == "restore" and ARGS.slot_restore_fails:
+            return self.send_error_json(400, "Unable to restore slot: No available space in KV cache or invalid "
+                                        "slot save file", "invalid_request_error")
+        if action == "restore":
+            return self.send_json(200, {"id_slot": int(slot), "filename": filename, "n_restored": 1000,
+                                        "n_read": 4096000, "timings": {"restore_ms": 1.0}})
+        return self.send_error_json(400, "Invalid action", "invalid_request_error")
+
     def handle_any(self, body):
         url = urlsplit(self.path)
         path, query = url.path, parse_qs(url.query)
@@ -284,6 +300,8 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_json(200, {"data": data, "object": "list"})
         if path == "/models/sse":
             return self.models_sse()
+        if path.startswith("/slots/") and self.command == "POST" and ARGS.slot_save_delay is not None:
+            return self.slot_action(path[len("/slots/"):], query.get("action", [""])[0], body)
         if path not in MODEL_ROUTES:
             # cpp-httplib answers a route llama-server does not register before any handler reads a model
             return self.send_error_json(404, "File Not Found", "not_found_error")
@@ -329,8 +347,10 @@ class Handler(BaseHTTPRequestHandler):
             # one slot, at work while a generation for the model runs (whoever sent it)
             with LOCK:
                 busy = PROCESSING.get(model, 0) > 0
-            return self.send_json(200, [{"id": 0, "n_ctx": ARGS.n_ctx, "is_processing": busy,
-                                         "model": model}])
+            slot = {"id": 0, "n_ctx": ARGS.n_ctx, "is_processing": busy, "model": model}
+            if ARGS.slot_save_delay is not None:
+                slot["n_prompt_tokens"] = 1000  # a prompt in the slot, for rule:prompt-cache
+            return self.send_json(200, [slot])
         if path == "/tokenize":
             return self.send_json(200, {"tokens": list(range(len(str(req.get("content", "")).split())))})
         if path == "/v1/messages/count_tokens":
@@ -593,6 +613,9 @@ def main():
     p.add_argument("--startup-delay", type=float, default=0.0,
                    help="answer 503 'Loading model' to everything for this long after start")
     p.add_argument("--name", default="", help="sent back in an X-Double header (which engine answered)")
+    p.add_argument("--slot-save-delay", type=float, default=None,
+                   help="as --slot-save-path: slots hold a prompt, POST /slots/N?action=save takes this long")
+    p.add_argument("--slot-restore-fails", action="store_true", help="action=restore answers 400")
     p.add_argument("--verbose", action="store_true")
     p.add_argument("--tls-cert", help="serve https with this certificate (PEM) ...")
     p.add_argument("--tls-key", help="... and this key")

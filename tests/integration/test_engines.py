@@ -15,7 +15,8 @@ import pytest
 
 from boxes import (Sshd, box_skip_reason, chat, children, engine_unit, engines_conf, gate_env, local_host,
                    two_engines)
-from conftest import DOUBLE, MODELGATED, PYTHON, Double, free_port, metric_samples, post, read_sse, wait_for
+from conftest import (DOUBLE, MODELGATED, PYTHON, Double, double_requests, free_port, metric_samples, post, read_sse,
+                      wait_for)
 from test_errors import RETRY_WORDS
 
 CHAT = "/v1/chat/completions"
@@ -79,6 +80,55 @@ def test_other_engine_of_the_host_replaces_the_running_one(box, make_gate):
     # the third answer's access line: every switch logged before it is in the log file too
     g.wait_log('model="3090-laguna-xs" host=3090 status=200', count=2)
     assert g.logtext().count("switching to engine") == 3
+
+
+def test_a_prompt_cache_save_that_hangs_is_abandoned_at_its_budget(box, make_gate):
+    """rule:prompt-cache's faults: the engine's save takes 30 s, PromptCacheSaveSec=1s: the switch goes on
+    after 1 s, said, and nothing is restored"""
+    port = free_port()
+    conf = two_engines(box, port, double_args="--slot-save-delay 30 --slot-restore-fails") % {
+        "host": "3090", "extra": "PromptCacheSaveSec=1s\n"}
+    g = make_gate(FAST + local_host("3090", port) + conf, env=gate_env(box))
+    g.wait_log("host 3090 up")
+    c = g.conn(timeout=60)
+    r = post(c, CHAT, chat("3090-laguna-xs"))
+    assert r.status == 200, r.read()
+    r.read()
+    t0 = time.monotonic()
+    r = post(c, CHAT, chat("3090-flint-40b"))
+    assert r.status == 200 and r.getheader("X-Double") == "fork", r.read()
+    r.read()
+    took = time.monotonic() - t0
+    line = g.wait_log("host 3090: engine mainline: saved the prompt caches of 0 slots")
+    assert "the rest was abandoned at PromptCacheSaveSec=" in line, line
+    assert took < 10, took  # 1 s of budget, not the save's 30
+    # nothing was saved, so nothing is restored; fork's save is abandoned the same way, and the switch back
+    # asks nothing of mainline's restore
+    r = post(c, CHAT, chat("3090-laguna-xs"))
+    assert r.status == 200 and r.getheader("X-Double") == "mainline", r.read()
+    r.read()
+    g.log_mark("abandoned")
+    assert "restored the prompt caches" not in g.logtext() and "was not restored" not in g.logtext()
+
+
+def test_a_restore_that_fails_is_a_cache_miss_never_the_clients_error(box, make_gate):
+    port = free_port()
+    conf = two_engines(box, port, double_args="--slot-save-delay 0 --slot-restore-fails") % {
+        "host": "3090", "extra": ""}
+    g = make_gate(FAST + local_host("3090", port) + conf, env=gate_env(box))
+    g.wait_log("host 3090 up")
+    c = g.conn(timeout=60)
+    for model, engine in (("3090-laguna-xs", "mainline"), ("3090-flint-40b", "fork"), ("3090-laguna-xs", "mainline")):
+        r = post(c, CHAT, chat(model))
+        assert r.status == 200 and r.getheader("X-Double") == engine, r.read()
+        r.read()
+    g.wait_log("host 3090: engine mainline: saved the prompt caches of 1 slot (1000 tokens, 4000 KiB)")
+    g.wait_log("host 3090: engine mainline: the prompt cache of slot 0 was not restored (400): a cache miss")
+    # the file saved by the mainline that stopped, asked of the one that started: one name per (engine, model,
+    # slot), the model named for the router
+    asked = [json.loads(q["body"]) for q in double_requests(port) if q["path"] == "/slots/0?action=restore"]
+    assert len(asked) == 1 and asked[0]["model"] == "laguna-xs", asked
+    assert re.fullmatch(r"modelgate-mainline-[0-9a-f]{16}-0\.slot", asked[0]["filename"]), asked
 
 
 def test_running_engine_is_adopted_at_start(box, make_gate):

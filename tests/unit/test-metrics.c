@@ -34,6 +34,10 @@ TEST(tokens_by_host_engine_model_and_kind) {
                               "\"cached\"} 640\n"));
         ASSERT_TRUE(strstr(t, "modelgate_tokens_total{host=\"3090\",engine=\"fork\",model=\"flint-*\",kind="
                               "\"completion\"} 100\n"));
+        /* rule:usage-metrics: prefilled is the timings' prompt_n (172); an answer without them nor a cached
+         * count says nothing of it */
+        ASSERT_TRUE(strstr(t, "modelgate_tokens_total{host=\"3090\",engine=\"fork\",model=\"flint-*\",kind="
+                              "\"prefilled\"} 172\n"));
         ASSERT_TRUE(!strstr(t, "host=\"a9\""));
         /* one answer with timings: 1510 t/s prefill (le 2000), 41 t/s decode (le 50) */
         ASSERT_TRUE(strstr(t, "modelgate_prefill_tokens_per_second_bucket{host=\"3090\",engine=\"fork\","
@@ -56,7 +60,20 @@ TEST(queue_switch_build_and_start) {
         metrics_queued(m, "3090", 0);
         metrics_queued(m, "3090", 7 * USEC_PER_SEC);
         metrics_switch_time(m, "3090", "fork", 4 * USEC_PER_SEC);
+        /* rule:prompt-cache: two slots saved (28 MiB in 30 ms), one restored */
+        metrics_prompt_cache(m, "3090", "fork", false, 2, 28 << 20, 30 * USEC_PER_MSEC);
+        metrics_prompt_cache(m, "3090", "fork", true, 1, 14 << 20, 20 * USEC_PER_MSEC);
         t = render(m);
+        ASSERT_TRUE(
+                strstr(t, "modelgate_prompt_cache_saved_slots_total{host=\"3090\",engine=\"fork\"} 2\n"));
+        ASSERT_TRUE(strstr(
+                t, "modelgate_prompt_cache_saved_bytes_total{host=\"3090\",engine=\"fork\"} 29360128\n"));
+        ASSERT_TRUE(
+                strstr(t, "modelgate_prompt_cache_restored_slots_total{host=\"3090\",engine=\"fork\"} 1\n"));
+        ASSERT_TRUE(strstr(t, "modelgate_prompt_cache_restore_seconds_bucket{host=\"3090\",engine=\"fork\","
+                              "le=\"0.05\"} 1\n"));
+        ASSERT_TRUE(strstr(t, "modelgate_prompt_cache_save_seconds_bucket{host=\"3090\",engine=\"fork\",le="
+                              "\"0.01\"} 0\n"));
         ASSERT_TRUE(strstr(t, "modelgate_queued_seconds_bucket{host=\"3090\",le=\"0.005\"} 1\n"));
         ASSERT_TRUE(strstr(t, "modelgate_queued_seconds_bucket{host=\"3090\",le=\"10\"} 2\n"));
         ASSERT_TRUE(strstr(t, "modelgate_queued_seconds_sum{host=\"3090\"} 7.000000\n"));

@@ -93,6 +93,7 @@ void client_activity_done(Client *c, int status, usec_t duration, bool cut) {
         r->first_byte_ms = x->first_byte ? (int64_t)(x->first_byte / USEC_PER_MSEC) : -1;
         r->tokens_in = u ? u->in : -1;
         r->tokens_cached = u ? u->cached : -1;
+        r->tokens_prefilled = u ? usage_prefilled(u) : -1;
         r->tokens_out = u ? u->out : -1;
         r->prefill_tps = u ? usage_speed(u->prompt_n, u->prompt_ms) : -1;
         r->decode_tps = u ? usage_speed(u->predicted_n, u->predicted_ms) : -1;

@@ -93,6 +93,8 @@ static void dump_engine(const EngineConf *e, FILE *f) {
                 fprintf(f, "WarmupRequest=%s\n", e->warmup_request);
         if (e->prime_after_idle_usec)
                 dump_usec(f, "PrimeAfterIdleSec", e->prime_after_idle_usec);
+        if (e->prompt_cache_save_usec != 5 * USEC_PER_SEC)
+                dump_usec(f, "PromptCacheSaveSec", e->prompt_cache_save_usec);
 }
 
 static void dump_fallback(const FallbackConf *fb, FILE *f) {

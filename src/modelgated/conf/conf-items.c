@@ -395,6 +395,8 @@ static const ConfigItem config_items[] = {
         {SECTION_ENGINE, "WarmupRequest", parse_absolute_path_item, offsetof(EngineConf, warmup_request)},
         {SECTION_ENGINE, "PrimeAfterIdleSec", parse_timespan_item,
          offsetof(EngineConf, prime_after_idle_usec)},
+        {SECTION_ENGINE, "PromptCacheSaveSec", parse_timespan_item,
+         offsetof(EngineConf, prompt_cache_save_usec)},
 
         {SECTION_FALLBACK, "Name", parse_engine_name_item, offsetof(FallbackConf, name)},
         {SECTION_FALLBACK, "URL", parse_url_item, offsetof(FallbackConf, url)},

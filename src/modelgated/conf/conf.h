@@ -52,6 +52,7 @@ typedef struct EngineConf {
         usec_t request_budget_usec;     /* not streaming: to the whole answer; 0: none */
         char *warmup_request;           /* a file with a JSON body for POST /v1/chat/completions */
         usec_t prime_after_idle_usec;   /* 0: never */
+        usec_t prompt_cache_save_usec;  /* rule:prompt-cache: each save and restore's budget; 0: off */
         char *warmup_body;              /* its contents, read by config_resolve() */
         size_t warmup_size;
         char *file;

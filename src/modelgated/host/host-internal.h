@@ -11,7 +11,8 @@
  *   host-state.c   the requests and the scheduler's actions, life and reload
  * and, beside them, host-idle-timer.c, the idle stop the host's manager holds, which the
  * other three tell when what it follows changes, and host-busy.c, the check that ends a
- * busy GPU. Only those include it; everything else goes through host.h. */
+ * busy GPU, and host-prompt-cache.c, the saving and restoring of an engine's prompt caches around its
+ * stop and start. Only those include it; everything else goes through host.h. */
 
 #include "modelgated/hostbus/host-bus.h"
 #include "modelgated/host/host.h"
@@ -164,6 +165,8 @@ struct Host {
         void (*slots_then)(Host *h);
         SharedStep shared_step;
         sd_event_source *shared_timer;
+
+        struct PromptCache *prompt_cache; /* rule:prompt-cache (host-prompt-cache.c) */
 };
 
 /* The host went down: its requests in flight hear it soon, from down_source (host_down_cb) */
@@ -250,6 +253,20 @@ void host_lease_release(Host *h);
 void host_slots_check(Host *h, ssize_t engine, void (*then)(Host *h));
 /* rule:hold-down-from-host: with Shared=, when engine i's unit became active, on our clock; else now */
 usec_t host_shared_up_at(const Host *h, size_t i, usec_t now);
+
+/* host-prompt-cache.c (rule:prompt-cache) */
+int host_prompt_cache_init(Host *h);
+void host_prompt_cache_done(Host *h);
+/* Cancels a save or restore under way, without going on to what it was for (the switch is reset) */
+void host_prompt_cache_reset(Host *h);
+/* then() once the prompt caches of the running engine are saved, or cannot be, or the budget ran out */
+void host_prompt_cache_save(Host *h, ssize_t engine, void (*then)(Host *h));
+/* then() once what was saved for engine is restored (once), or cannot be */
+void host_prompt_cache_restore(Host *h, ssize_t engine, void (*then)(Host *h));
+/* The scheduler's stop: an idle one saves first, one asked for by hand does not */
+void host_prompt_cache_idle_stop(Host *h, ssize_t engine, bool requested);
+/* host_engine_is_up() after a restore of what was saved for the target */
+void host_engine_restore_then_up(Host *h);
 
 /* host-busy.c */
 int host_busy_init(Host *h);

@@ -232,7 +232,9 @@ static void slots_idle(Host *h) {
                 h->switch_start = host_now(h);
                 host_changed(h);
         }
-        h->slots_then(h);
+        /* rule:prompt-cache: nothing works in the engine's slots now: what they hold is saved, then stopped
+         */
+        host_prompt_cache_save(h, h->slots_engine, h->slots_then);
 }
 
 /* GET /models of the engine, then the next of its models that is not cold: the ones a slot can work for
@@ -425,6 +427,7 @@ static int shared_timer_cb(sd_event_source *s, uint64_t usec, void *userdata) {
 
 void host_shared_reset(Host *h) {
         assert(h);
+        host_prompt_cache_reset(h);
         h->slots = upstream_cancel(h->slots);
         buffer_done(&h->slots_body);
         h->slots_list = catalog_list_free(h->slots_list);

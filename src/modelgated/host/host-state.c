@@ -73,7 +73,7 @@ static int schedule_cb(sd_event_source *s, void *userdata) {
                         host_begin_switch(h);
                         break;
                 case SCHED_STOP:
-                        host_idle_stop(h, a.engine, a.requested);
+                        host_prompt_cache_idle_stop(h, a.engine, a.requested);
                         break;
                 case SCHED_WAIT: {
                         _cleanup_free_ char *model = log_escape_dup(w->model);
@@ -256,6 +256,8 @@ Host *host_new(const HostEnv *env, Config *config, const HostConf *conf) {
         if (r >= 0)
                 r = host_shared_init(h);
         if (r >= 0)
+                r = host_prompt_cache_init(h);
+        if (r >= 0)
                 r = sd_event_add_time(env->event, &h->prime_timer, CLOCK_MONOTONIC, USEC_INFINITY,
                                       USEC_PER_SEC / 10, host_prime_timer_cb, h);
         if (r < 0)
@@ -308,6 +310,7 @@ Host *host_free(Host *h) {
         host_idle_timer_done(h);
         host_busy_done(h);
         host_shared_done(h);
+        host_prompt_cache_done(h);
         h->catalog = catalog_free(h->catalog);
         h->bus = host_bus_free(h->bus);
         sd_event_source_disable_unref(h->schedule_source);

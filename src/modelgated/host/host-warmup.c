@@ -36,7 +36,7 @@ static void warmup_done(Host *h, const char *error) {
         else
                 log_info("host %s: engine %s warmed up in %s", h->conf->name, engine_name(h, h->target),
                          format_timespan(t, sizeof(t), took / USEC_PER_MSEC * USEC_PER_MSEC) ?: "?");
-        host_engine_is_up(h);
+        host_engine_restore_then_up(h);
 }
 
 static int warmup_on_headers(Upstream *u, const UpstreamResponse *resp, void *userdata) {
@@ -231,7 +231,7 @@ static void health_on_complete(Upstream *u, void *userdata) {
                 if (warmup_send(h, (size_t)h->target, &warmup_callbacks) >= 0)
                         return;
         }
-        host_engine_is_up(h);
+        host_engine_restore_then_up(h);
 }
 
 static void health_on_error(Upstream *u, int error, bool started, void *userdata) {

@@ -188,6 +188,7 @@ static void render_request(Buffer *b, const ActivityRequest *r) {
                 put_num(b, "switch_ms", (int64_t)(r->switch_usec / USEC_PER_MSEC));
                 put_num(b, "tokens_in", r->tokens_in);
                 put_num(b, "tokens_cached", r->tokens_cached);
+                put_num(b, "tokens_prefilled", r->tokens_prefilled);
                 put_num(b, "tokens_out", r->tokens_out);
                 put_real(b, "prefill_tps", r->prefill_tps);
                 put_real(b, "decode_tps", r->decode_tps);

@@ -71,7 +71,7 @@ typedef struct ActivityRequest {
         /* first_byte and done; -1: unknown */
         int64_t first_byte_ms;
         int status;
-        int64_t duration_ms, tokens_in, tokens_cached, tokens_out;
+        int64_t duration_ms, tokens_in, tokens_cached, tokens_prefilled, tokens_out;
         double prefill_tps, decode_tps; /* < 0: unknown */
         bool cut;
 } ActivityRequest;

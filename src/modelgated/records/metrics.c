@@ -23,6 +23,12 @@ typedef enum Family {
         F_DECODE,
         F_QUEUED,
         F_SWITCH_TIME,
+        F_PC_SAVED, /* rule:prompt-cache: of a save, then of a restore: slots, bytes, time */
+        F_PC_SAVED_BYTES,
+        F_PC_SAVE_TIME,
+        F_PC_RESTORED,
+        F_PC_RESTORED_BYTES,
+        F_PC_RESTORE_TIME,
         _F_MAX,
 } Family;
 
@@ -61,15 +67,29 @@ static const struct {
                       "Time a request waited in its host's queue, not counting its own engine's switch"},
         [F_SWITCH_TIME] = {"modelgate_switch_seconds", "histogram",
                            "Time a switch took, from its start to its engine up, by the engine started"},
+        [F_PC_SAVED] = {"modelgate_prompt_cache_saved_slots_total", "counter",
+                        "Engine slots whose prompt cache was saved before the engine stopped"},
+        [F_PC_SAVED_BYTES] = {"modelgate_prompt_cache_saved_bytes_total", "counter",
+                              "Bytes of prompt cache the engine wrote when saving"},
+        [F_PC_SAVE_TIME] = {"modelgate_prompt_cache_save_seconds", "histogram",
+                            "Time the saving of an engine's prompt caches added to its stop"},
+        [F_PC_RESTORED] = {"modelgate_prompt_cache_restored_slots_total", "counter",
+                           "Engine slots whose saved prompt cache was restored when the engine was back"},
+        [F_PC_RESTORED_BYTES] = {"modelgate_prompt_cache_restored_bytes_total", "counter",
+                                 "Bytes of prompt cache the engine read when restoring"},
+        [F_PC_RESTORE_TIME] = {"modelgate_prompt_cache_restore_seconds", "histogram",
+                               "Time the restoring of an engine's prompt caches added to its start"},
 };
 
-/* rule:usage-metrics: the kinds of modelgate_tokens_total, kept in one series (value, buckets[0], [1]) */
-static const char *const token_kinds[] = {"prompt", "cached", "completion"};
+/* rule:usage-metrics: the kinds of modelgate_tokens_total, kept in one series (value, buckets[0], [1], [2]):
+ * of the prompt, "cached" is what the engine reused from its prompt cache, "prefilled" what it evaluated */
+static const char *const token_kinds[] = {"prompt", "cached", "completion", "prefilled"};
 
 static const double wait_buckets[] = {0.005, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900};
 static const double first_byte_buckets[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
 static const double speed_buckets[] = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000};
 static const double switch_buckets[] = {0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600};
+static const double cache_buckets[] = {0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
 #define MAX_BUCKETS 13
 
 static const struct {
@@ -82,6 +102,8 @@ static const struct {
         [F_PREFILL] = {speed_buckets, ELEMENTSOF(speed_buckets)},
         [F_DECODE] = {speed_buckets, ELEMENTSOF(speed_buckets)},
         [F_SWITCH_TIME] = {switch_buckets, ELEMENTSOF(switch_buckets)},
+        [F_PC_SAVE_TIME] = {cache_buckets, ELEMENTSOF(cache_buckets)},
+        [F_PC_RESTORE_TIME] = {cache_buckets, ELEMENTSOF(cache_buckets)},
 };
 
 typedef struct Series {
@@ -269,6 +291,18 @@ void metrics_switch_time(Metrics *m, const char *host, const char *engine, usec_
                 observe_in(s, (double)t / USEC_PER_SEC);
 }
 
+void metrics_prompt_cache(Metrics *m, const char *host, const char *engine, bool restore, uint64_t slots,
+                          uint64_t bytes, usec_t t) {
+        Series *s;
+
+        if ((s = series_get(m, restore ? F_PC_RESTORED : F_PC_SAVED, host, engine, 0)))
+                s->value += slots;
+        if ((s = series_get(m, restore ? F_PC_RESTORED_BYTES : F_PC_SAVED_BYTES, host, engine, 0)))
+                s->value += bytes;
+        if ((s = series_get(m, restore ? F_PC_RESTORE_TIME : F_PC_SAVE_TIME, host, engine, 0)))
+                observe_in(s, (double)t / USEC_PER_SEC);
+}
+
 void metrics_usage(Metrics *m, const char *host, const char *engine, const char *model, const Usage *u) {
         if (!usage_known(u))
                 return;
@@ -280,6 +314,7 @@ void metrics_usage(Metrics *m, const char *host, const char *engine, const char 
                 s->value += (uint64_t)MAX(u->in, 0);
                 s->buckets[0] += (uint64_t)MAX(u->cached, 0);
                 s->buckets[1] += (uint64_t)MAX(u->out, 0);
+                s->buckets[2] += (uint64_t)MAX(usage_prefilled(u), 0);
         }
         if ((v = usage_speed(u->prompt_n, u->prompt_ms)) >= 0 && (s = series_find(m, F_PREFILL, &l)))
                 observe_in(s, v);
@@ -333,7 +368,7 @@ static void render_histogram(Buffer *b, const Series *s, const char *labels) {
 }
 
 static void render_tokens(Buffer *b, const Series *s, const char *labels) {
-        const uint64_t v[] = {s->value, s->buckets[0], s->buckets[1]};
+        const uint64_t v[] = {s->value, s->buckets[0], s->buckets[1], s->buckets[2]};
 
         for (size_t i = 0; i < ELEMENTSOF(token_kinds); i++)
                 (void)buffer_printf(b, "%s{%s,kind=\"%s\"} %llu\n", families[s->family].name, labels,

@@ -32,6 +32,10 @@ void metrics_switch_time(Metrics *m, const char *host, const char *engine, usec_
  * host's own list, never a client's string ("" when it is not known to be one) */
 void metrics_usage(Metrics *m, const char *host, const char *engine, const char *model, const Usage *u);
 void metrics_switch(Metrics *m, const char *host, const char *engine);
+/* rule:prompt-cache: one save (restore false) or restore of an engine's prompt caches: the slots done,
+ * the bytes the engine wrote or read, the time it added to the stop or the start */
+void metrics_prompt_cache(Metrics *m, const char *host, const char *engine, bool restore, uint64_t slots,
+                          uint64_t bytes, usec_t t);
 void metrics_refusal(Metrics *m, const char *host);
 void metrics_budget_expired(Metrics *m, const char *host);
 void metrics_fallback(Metrics *m, const char *host, const char *engine, const char *fallback);

@@ -91,3 +91,13 @@ void usage_cut(Usage *u);
 static inline double usage_speed(int64_t n, double ms) {
         return n >= 0 && ms > 0 ? (double)n * 1000.0 / ms : -1;
 }
+
+/* rule:usage: the prompt's tokens the engine evaluated, not taken from its prompt cache: llama.cpp's
+ * timings.prompt_n when said (what the GPU did), else the prompt less its cached part; -1 unknown */
+static inline int64_t usage_prefilled(const Usage *u) {
+        if (u->prompt_n >= 0)
+                return u->prompt_n;
+        if (u->in >= 0 && u->cached >= 0)
+                return u->in > u->cached ? u->in - u->cached : 0;
+        return -1;
+}
