@@ -207,12 +207,9 @@ static bool dispatch_own(Client *c, Dispatch *d) {
                 client_answer(c, ANSWER_NOT_A_PATH);
                 return true;
         }
-        /* rule:websocket-426: before admission and the daemon's own refusals, since only a 426 makes a
-         * Responses client fall back to plain HTTP at once; anything else costs it its retries first */
-        if (api_refuses_websocket(path) && http_request_opens_websocket(r)) {
-                client_answer(c, ANSWER_WEBSOCKET_REFUSED);
+        /* before admission and the daemon's own refusals (rule:websocket-426) */
+        if (client_refuse_websocket(c, path))
                 return true;
-        }
         if (manager_refusal(c->manager)) {
                 client_respond_refusal(c, get && span_eq(path, "/health"));
                 return true;

@@ -40,6 +40,15 @@ void client_models_done(ModelsMerge *mm, Blob *json, void *userdata) {
         client_process(c);
 }
 
+/* rule:websocket-426: only a 426 makes a Responses client that opens a WebSocket fall back to plain HTTP
+ * at once; anything else costs it its retries first, or its turn. true: answered */
+bool client_refuse_websocket(Client *c, Span path) {
+        if (!api_refuses_websocket(path) || !http_request_opens_websocket(&c->parser.req))
+                return false;
+        client_answer(c, ANSWER_WEBSOCKET_REFUSED);
+        return true;
+}
+
 /* GET /v1/models and /models: the merged list (rule:merged-list), in Codex's shape when Codex asks for it
  * (rule:codex-models: only it says its version) */
 void client_start_models(Client *c, Span url) {
