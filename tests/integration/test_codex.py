@@ -1,7 +1,9 @@
 """The Codex CLI (npm @openai/codex, pinned in tests/sdk) through modelgate in front of the real llama-server,
 on the Responses API (rule:responses-api): a streamed turn, a turn that waits through modelgate's early 200, a
 context overflow before and after the early 200 (one POST each, and Codex says its context window is full),
-and an engine that fails to start after the early 200 (Codex prints modelgate's reason).
+an engine that fails to start after the early 200 (Codex prints modelgate's reason), Codex's built-in openai
+provider, which opens a WebSocket first (rule:websocket-426), and Codex's own model list, from which it
+learns the model's context window (rule:codex-models).
 
 Codex re-sends a turn whose stream ends without response.completed (up to 5 times) and ignores a data line
 without a "type": an error that is not the Responses API's own event costs a user several POSTs and shows
@@ -10,6 +12,7 @@ them "stream closed before response.completed" instead of the reason. The access
 Skipped with the reason when node, Codex, the boxes or the server are missing; MODELGATE_REQUIRE_SDK=1 makes
 a missing Codex fail, MODELGATE_REQUIRE_REAL_ENGINE=1 a missing server (as test_sdk.py and test_real.py do)."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -55,7 +58,9 @@ pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reaso
 def codex_gate(box, tmp, model_files, make_gate):  # noqa: F811
     """make(start=...): the engine 'mainline' (the real router, laguna-xs, -c 8192, greedy, 16 tokens at
     most) behind modelgate with KeepaliveAfterSec=1s; start: the unit's ExecStartPre= (a slow or failing
-    start). Returns the gate, with .run(prompt) for one Codex turn and .posts() for the POSTs logged"""
+    start); provider: lines for the default config's provider. Returns the gate, with .run(prompt) for one
+    Codex turn (.run(prompt, .home(name, config), env) with a config of its own), .posts() for the POSTs
+    logged and .lines(text) for any access lines"""
     tiny, _ = model_files
 
     def make(start="", provider=""):
@@ -71,28 +76,34 @@ def codex_gate(box, tmp, model_files, make_gate):  # noqa: F811
                 "StartTimeoutSec=60s\n")
         g = make_gate(conf, env=gate_env(box))
         g.wait_log("host 3090 up")
-        home = os.path.join(tmp, "codex-home")
-        os.makedirs(home)
-        with open(os.path.join(home, "config.toml"), "w") as f:
-            f.write(CONFIG % g.port + provider)
         marks = [0]
 
-        def run(prompt):
+        def home(name, config, extra=""):
+            """a CODEX_HOME of its own, its config.toml the text config with modelgate's port, then extra"""
+            d = os.path.join(tmp, name)
+            os.makedirs(d)
+            with open(os.path.join(d, "config.toml"), "w") as f:
+                f.write(config % g.port + extra)
+            return d
+        default_home = home("codex-home", CONFIG, provider)
+
+        def run(prompt, codex_home=default_home, env=None):
             assert codex_missing() is None, codex_missing()
-            env = dict(os.environ, MG_API_KEY="unused", CODEX_HOME=home)
+            env = dict(os.environ, MG_API_KEY="unused", CODEX_HOME=codex_home, **(env or {}))
             t0 = time.monotonic()
             out = subprocess.run([CODEX, "exec", "--skip-git-repo-check", "-m", MODEL, prompt], cwd=tmp, env=env,
                                  stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=TURN_TIMEOUT)
             print("codex turn: exit %d in %.1f s" % (out.returncode, time.monotonic() - t0))
             return out.returncode, out.stdout + out.stderr
 
-        def posts():
-            """the POSTs of Codex's turns so far, from the access log, all of them written"""
+        def lines(text):
+            """the access lines with text of the requests so far, all of them written"""
             marks[0] += 1
             g.log_mark("codex-mark-%d" % marks[0])
-            return [l for l in g.logtext().splitlines() if POST in l]
+            return [l for l in g.logtext().splitlines() if text in l]
 
-        g.run, g.posts = run, posts
+        g.home, g.run, g.lines = home, run, lines
+        g.posts = lambda: lines(POST)
         return g
     return make
 
@@ -173,3 +184,74 @@ def test_codex_prints_modelgates_reason_when_the_engine_fails_to_start(codex_gat
     assert all(" error=502" in l or " status=502" in l for l in posts), posts
     print("Codex sent %d POSTs; the unit was started %d times" % (len(posts), open(starts).read().count("start")))
     assert open(starts).read().count("start") == 1, (posts, open(starts).read())
+
+
+# Codex's built-in provider pointed at modelgate; its key from CODEX_API_KEY (run(env=...))
+BUILT_IN = """openai_base_url = "http://127.0.0.1:%d/v1"
+approval_policy = "never"
+sandbox_mode = "read-only"
+check_for_update_on_startup = false
+[analytics]
+enabled = false
+"""
+
+
+def test_codex_with_its_built_in_provider_answers_its_first_turn_without_a_retry(codex_gate):
+    # rule:websocket-426: before its turn Codex opens a WebSocket to /v1/responses; answered as plain HTTP
+    # (400: no model) it ends the turn with that error, anything but a 426 costs it retries first
+    g = codex_gate()
+    rc, out = g.run("say hi", g.home("codex-built-in", BUILT_IN), env={"CODEX_API_KEY": "unused"})
+    assert rc == 0 and "Reconnecting" not in out and "Falling back" not in out, out
+    gets = g.lines('GET /v1/responses model=""')
+    assert gets and all(" status=426" in l for l in gets), gets
+    (line,) = g.posts()
+    assert " status=200" in line and " error=" not in line, line
+    print("Codex: %d WebSocket refused with 426, then one POST" % len(gets))
+
+
+# a provider of its own whose key comes from a command: Codex asks it for its model list then, as it asks
+# OpenAI's (without the command, it uses the list it ships, which does not know the model)
+COMMAND_AUTH = CONFIG.replace('env_key = "MG_API_KEY"\n', "") + """[model_providers.mg.auth]
+command = "/bin/echo"
+args = ["unused"]
+"""
+
+
+def context_windows(codex_home):
+    """the context windows Codex used, as its session records say them (task_started)"""
+    found = set()
+    for root, _, names in os.walk(os.path.join(codex_home, "sessions")):
+        for name in names:
+            for line in open(os.path.join(root, name)):
+                payload = json.loads(line).get("payload", {})
+                if "model_context_window" in payload:
+                    found.add(payload["model_context_window"])
+    return found
+
+
+def test_codex_learns_the_context_window_from_modelgates_model_list(codex_gate):
+    g = codex_gate()
+    # the engine runs once: the router lists laguna-xs with its window (-c 8192 in its unit)
+    rc, out = g.run("say hi")
+    assert rc == 0, out
+    # rule:codex-models: Codex's request, in Codex's shape; every other client keeps the OpenAI list
+    c = g.conn()
+    c.request("GET", "/v1/models?client_version=0.171.0")
+    body = json.loads(c.getresponse().read())
+    c.request("GET", "/v1/models")
+    plain = json.loads(c.getresponse().read())
+    c.close()
+    assert set(body) == {"models"}, body
+    (m,) = [m for m in body["models"] if m["slug"] == MODEL]
+    assert m["context_window"] == 8192 and m["display_name"] == MODEL, m
+    assert plain["object"] == "list" and any(e["id"] == MODEL for e in plain["data"]), plain
+    # Codex asks for it at its start, takes it (no decode error, no "metadata not found") and uses the
+    # window: 95 % of it is what it counts a turn against (effective_context_window_percent)
+    home = g.home("codex-command-auth", COMMAND_AUTH)
+    rc, out = g.run("say hi", home)
+    assert rc == 0, out
+    assert "failed to decode models response" not in out and "Model metadata for" not in out, out
+    asked = g.lines('GET /v1/models model=""')
+    assert any("codex_exec/" in l and " status=200" in l for l in asked), asked
+    assert context_windows(home) == {8192 * 95 // 100}, context_windows(home)
+    print("Codex counts its turns against %d tokens of 3090-laguna-xs's 8192" % (8192 * 95 // 100))

@@ -133,6 +133,47 @@ def test_upgrade_is_never_honoured(gate, double):
     assert "upgrade" not in names and "http2-settings" not in names
 
 
+WEBSOCKET = (b"Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
+             b"Sec-WebSocket-Key: LYJBgKgGtM3OKSKFbNdeQw==\r\n")
+
+
+def test_a_websocket_to_the_responses_api_gets_426_and_every_other_upgrade_plain_http(make_gate, double, tmp):
+    # rule:websocket-426: Codex's built-in provider opens a WebSocket to /v1/responses first; a 426 is what
+    # makes it POST at once. Before admission: an unknown key gets it too, and it counts against nothing
+    keys = os.path.join(tmp, "keys")
+    with open(keys, "w") as f:
+        f.write("%s t\n" % hashlib.sha256(b"k").hexdigest())
+    g = make_gate("[Access]\nKeysFile=%s\nAnonymousDailyRequests=0\n[Tier]\nName=t\n" % keys +
+                  host_conf("3090", double.url))
+    double.clear()
+    for path in [b"/v1/responses", b"/responses"]:
+        # pipelined: the connection goes on after the 426, as after any answer without a body
+        [(status, headers, body), after], closed = exchange(
+            g, b"GET " + path + b" HTTP/1.1\r\n" + H + WEBSOCKET + b"\r\nGET /health HTTP/1.1\r\n" + H + b"\r\n", 2)
+        assert status == 426 and after[0] == 200 and not closed, (status, body)
+        assert headers["upgrade"] == "HTTP/1.1" and "upgrade" in headers["connection"].lower(), headers
+        err = json.loads(body)["error"]
+        assert err["code"] == "websocket_not_supported" and err["type"] == "invalid_request_error", err
+        assert "plain HTTP" in err["message"] and "POST" in err["message"] and "without an Upgrade" in err["message"]
+    g.log_mark("websocket-mark")
+    lines = [line for line in g.logtext().splitlines() if "GET /v1/responses " in line or "GET /responses " in line]
+    assert len(lines) == 2 and all(" status=426" in line and " key=" not in line for line in lines), lines
+    # everywhere else, and what is no WebSocket handshake there, is answered as plain HTTP (rule:no-upgrade)
+    auth = b"Authorization: Bearer k\r\n"
+    for req in [b"GET /v1/models HTTP/1.1\r\n" + H + auth + WEBSOCKET + b"\r\n",
+                b"GET /v1/responses/input_tokens HTTP/1.1\r\n" + H + auth + WEBSOCKET + b"\r\n",
+                b"GET /v1/responses HTTP/1.1\r\n" + H + auth + b"Connection: Upgrade\r\nUpgrade: h2c\r\n\r\n",
+                b"GET /v1/responses HTTP/1.1\r\n" + H + auth + b"Upgrade: websocket\r\n\r\n"]:
+        [(status, headers, _)], _ = exchange(g, req, check_close=False)
+        assert status != 426 and "upgrade" not in headers, (req, status)
+    body = b'{"model":"3090-laguna-xs","input":"hi"}'
+    [(status, _, _)], _ = exchange(g, b"POST /v1/responses HTTP/1.1\r\n" + H + auth + WEBSOCKET +
+                                   b"Content-Length: %d\r\n\r\n" % len(body) + body, check_close=False)
+    assert status == 200
+    [fwd] = double.forwarded()
+    assert "upgrade" not in {k.lower() for k, _ in fwd["headers"]}
+
+
 def test_request_trailers_are_dropped(gate, double):
     double.clear()
     body = b'{"model":"3090-laguna-xs","messages":[{"role":"user","content":"hi"}]}'

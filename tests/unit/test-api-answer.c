@@ -29,6 +29,7 @@ static void format_sample(Answer a, char *buf, size_t n) {
         case ANSWER_MODEL_CONTROL_CHARACTER:
         case ANSWER_STREAM_NOT_FOUND:
         case ANSWER_STREAM_NO_CONV_ID:
+        case ANSWER_WEBSOCKET_REFUSED:
                 (void)answer_format(buf, n, a);
                 return;
         case ANSWER_BAD_REQUEST:
@@ -238,6 +239,10 @@ static const struct {
          "with "
          "an id of its own, or without the header"},
         {ANSWER_STREAM_NO_CONV_ID, 0, 0, 400, "missing_conv_id", "", "Missing conversation id in path"},
+        {ANSWER_WEBSOCKET_REFUSED, 0, 0, 426, "websocket_not_supported",
+         "Upgrade: HTTP/1.1\r\nConnection: Upgrade\r\n",
+         "modelgate answers the Responses API over plain HTTP only, not over WebSocket: send the request as "
+         "a POST to this path, without an Upgrade header"},
 };
 
 static json_object *member(json_object *o, const char *key) {

@@ -61,6 +61,15 @@ TEST(own_errors) {
         ASSERT_EQ(api_kind_for_path((Span){"/v1/responses/input_tokens", 26}), API_RESPONSES);
         ASSERT_EQ(api_kind_for_path((Span){"/v1/responsesx", 14}), API_OPENAI);
         ASSERT_EQ(api_kind_for_path((Span){"/v1/chat/completions", 20}), API_OPENAI);
+        /* rule:websocket-426: the Responses API's own two paths, nothing below or beside them */
+        ASSERT_TRUE(api_refuses_websocket((Span){"/v1/responses", 13}));
+        ASSERT_TRUE(api_refuses_websocket((Span){"/responses", 10}));
+        ASSERT_TRUE(!api_refuses_websocket((Span){"/v1/responses/input_tokens", 26}));
+        ASSERT_TRUE(!api_refuses_websocket((Span){"/v1/responsesx", 14}));
+        ASSERT_TRUE(!api_refuses_websocket((Span){"/v1/realtime", 12}));
+        ASSERT_TRUE(!api_refuses_websocket((Span){"/v1/respons", 11}));
+        ASSERT_TRUE(!api_refuses_websocket((Span){"", 0}));
+        ASSERT_STREQ(http_status_reason(426), "Upgrade Required");
         /* the Responses API answers errors before a stream in OpenAI's shape */
         _cleanup_free_ char *r = api_error_json(API_RESPONSES, 404, "model_not_found", "no", NULL);
         ASSERT_STREQ(r, o);

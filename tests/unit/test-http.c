@@ -118,6 +118,39 @@ TEST(header_tokens) {
         ASSERT_TRUE(!http_header_is_credential((Span){"x-api-keys", 10}));
 }
 
+static bool opens_websocket(const char *msg) {
+        HttpParser p;
+        size_t k;
+        bool r;
+
+        http_parser_init(&p, 65536, 100);
+        ASSERT_EQ(http_parser_feed(&p, msg, strlen(msg), &k), HTTP_PARSE_DONE);
+        r = http_request_opens_websocket(&p.req);
+        http_parser_done(&p);
+        return r;
+}
+
+/* rule:websocket-426: what a WebSocket's opening handshake is (RFC 6455 §4.1), as Codex sends it */
+TEST(websocket_handshake) {
+        ASSERT_TRUE(opens_websocket("GET /v1/responses HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\n"
+                                    "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
+                                    "Sec-WebSocket-Key: LYJBgKgGtM3OKSKFbNdeQw==\r\n\r\n"));
+        /* tokens in any case, among others, on any of several lines */
+        ASSERT_TRUE(opens_websocket("GET / HTTP/1.1\r\nHost: h\r\nConnection: keep-alive\r\n"
+                                    "Connection: UPGRADE\r\nUpgrade: h2c, WebSocket\r\n\r\n"));
+        ASSERT_TRUE(opens_websocket("GET / HTTP/1.1\r\nHost: h\r\nConnection: upgrade\r\nUpgrade: h2c\r\n"
+                                    "Upgrade: websocket\r\n\r\n"));
+        /* not one: another protocol, Upgrade that Connection does not name, not a GET, HTTP/1.0 */
+        ASSERT_TRUE(!opens_websocket(
+                "GET / HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n"));
+        ASSERT_TRUE(!opens_websocket("GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\n\r\n"));
+        ASSERT_TRUE(!opens_websocket("POST / HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\n"
+                                     "Upgrade: websocket\r\nContent-Length: 2\r\n\r\n{}"));
+        ASSERT_TRUE(!opens_websocket("GET / HTTP/1.0\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"));
+        ASSERT_TRUE(!opens_websocket("GET / HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\n"
+                                     "Upgrade: websockets\r\n\r\n"));
+}
+
 static bool hop(const char *name) {
         return http_header_is_hop_by_hop((Span){name, strlen(name)});
 }

@@ -202,12 +202,14 @@ static bool dispatch_own(Client *c, Dispatch *d) {
         HttpRequest *r = d->r;
         Span path = d->path;
         bool get = r->method == HTTP_GET || r->method == HTTP_HEAD;
-        int k;
 
         if (d->url.n == 0 || d->url.p[0] != '/') {
                 client_answer(c, ANSWER_NOT_A_PATH);
                 return true;
         }
+        /* before admission and the daemon's own refusals (rule:websocket-426) */
+        if (client_refuse_websocket(c, path))
+                return true;
         if (manager_refusal(c->manager)) {
                 client_respond_refusal(c, get && span_eq(path, "/health"));
                 return true;
@@ -267,10 +269,7 @@ static bool dispatch_own(Client *c, Dispatch *d) {
                 return true;
         }
         if (get && (span_eq(path, "/models") || span_eq(path, "/v1/models"))) {
-                k = models_merge_start(c->manager, c->set->models, client_model_visible, client_models_done,
-                                       c, &c->x->merge);
-                if (k < 0)
-                        client_answer(c, ANSWER_OUT_OF_MEMORY);
+                client_start_models(c, d->url);
                 return true;
         }
         return false;

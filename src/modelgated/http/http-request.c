@@ -22,6 +22,20 @@ bool http_request_connection_lists(const HttpRequest *r, Span name) {
         return false;
 }
 
+bool http_request_opens_websocket(const HttpRequest *r) {
+        assert(r);
+        static const Span upgrade = {"upgrade", 7};
+
+        if (r->method != HTTP_GET || r->http_major != 1 || r->http_minor != 1 ||
+            !http_request_connection_lists(r, upgrade))
+                return false;
+        for (size_t i = 0; i < r->n_headers; i++)
+                if (span_caseeq(http_header_name(r, i), "Upgrade") &&
+                    span_has_token(http_header_value(r, i), "websocket"))
+                        return true;
+        return false;
+}
+
 int http_request_append_forwarded_headers(const HttpRequest *r, Buffer *out) {
         assert(r);
         bool connection = false;

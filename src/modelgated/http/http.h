@@ -97,6 +97,11 @@ Span http_request_header(const HttpRequest *r, const char *name);
 /* Whether a Connection header (any of them: the tokens of every one count) names this header. */
 bool http_request_connection_lists(const HttpRequest *r, Span name);
 
+/* Whether the request opens a WebSocket (RFC 6455 §4.1): a GET in HTTP/1.1 whose Upgrade (any of them)
+ * names websocket and whose Connection names upgrade. modelgate never opens one (rule:no-upgrade); this
+ * says where it refuses one with 426 (rule:websocket-426). */
+bool http_request_opens_websocket(const HttpRequest *r);
+
 /* The request's headers as they go on to a host: everything but the hop-by-hop headers (and those
  * that a Connection header names), Host, framing, Expect, the credentials and X-Request-Id (the caller
  * writes its own, rule:request-id); "Name: value\r\n" each. */

@@ -151,6 +151,12 @@ static const AnswerRow answer_table[_ANSWER_MAX] = {
         [ANSWER_CONV_TAKEN] = {409, "conversation_in_use", ANSWER_HEADERS_NO_RETRY, 0,
                                "X-Conversation-Id '%s' names a conversation that another API key started; "
                                "send this request with an id of its own, or without the header"},
+        /* rule:websocket-426: Codex's built-in provider takes a 426, and only that, for "use plain HTTP"
+         * at once; any other refusal of its WebSocket costs it its retries first */
+        [ANSWER_WEBSOCKET_REFUSED] = {426, "websocket_not_supported", ANSWER_HEADERS_UPGRADE, 0,
+                                      "modelgate answers the Responses API over plain HTTP only, not over "
+                                      "WebSocket: send the request as a POST to this path, without an "
+                                      "Upgrade header"},
         [ANSWER_STREAM_NO_CONV_ID] = {400, "missing_conv_id", ANSWER_HEADERS_NONE, 0,
                                       "Missing conversation id in path"},
 };
@@ -197,6 +203,9 @@ int answer_headers(char *buf, size_t size, Answer a, uint64_t retry_after) {
                 return snprintf(buf, size, "x-should-retry: false\r\n");
         case ANSWER_HEADERS_BEARER:
                 return snprintf(buf, size, "WWW-Authenticate: Bearer\r\n");
+        case ANSWER_HEADERS_UPGRADE:
+                /* RFC 9110 §7.8: Connection names the Upgrade it comes with */
+                return snprintf(buf, size, "Upgrade: HTTP/1.1\r\nConnection: Upgrade\r\n");
         default:
                 return snprintf(buf, size, "%s", "");
         }

@@ -71,6 +71,7 @@ typedef enum Answer {
         ANSWER_STREAM_NOT_FOUND,        /* - */
         ANSWER_STREAM_NO_CONV_ID,       /* - */
         ANSWER_CONV_TAKEN,              /* the conversation id */
+        ANSWER_WEBSOCKET_REFUSED,       /* - */
         _ANSWER_MAX,
         _ANSWER_INVALID = -EINVAL,
 } Answer;
@@ -82,6 +83,7 @@ typedef enum AnswerHeaders {
         ANSWER_HEADERS_RETRY_AFTER_MS, /* Retry-After and retry-after-ms, for the SDKs that read that */
         ANSWER_HEADERS_NO_RETRY, /* x-should-retry: false: a person has to act, the SDKs do not retry */
         ANSWER_HEADERS_BEARER,   /* WWW-Authenticate: Bearer */
+        ANSWER_HEADERS_UPGRADE,  /* Upgrade: HTTP/1.1 (RFC 9110 §15.5.22: a 426 names what to use) */
         _ANSWER_HEADERS_MAX,
 } AnswerHeaders;
 

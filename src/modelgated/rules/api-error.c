@@ -23,6 +23,13 @@ ApiKind api_kind_for_path(Span path) {
         return API_OPENAI;
 }
 
+bool api_refuses_websocket(Span path) {
+        static const char v1[] = "/v1/responses";
+
+        return (path.n == sizeof(v1) - 1 && memcmp(path.p, v1, path.n) == 0) ||
+               (path.n == sizeof(v1) - 4 && memcmp(path.p, v1 + 3, path.n) == 0);
+}
+
 const char *http_status_reason(int status) {
         switch (status) {
         case 100:
@@ -67,6 +74,8 @@ const char *http_status_reason(int status) {
                 return "Unprocessable Content";
         case 423:
                 return "Locked";
+        case 426:
+                return "Upgrade Required";
         case 429:
                 return "Too Many Requests";
         case 431:
