@@ -36,23 +36,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 }
         json_object_put(list);
 
-        /* the same list in Codex's shape (rule:codex-models): JSON, {"models":[…]}, every slug the host's */
-        ModelsList *cl = models_list_new();
-        _cleanup_(buffer_done) Buffer codex = {};
-        if (cl && models_list_add_host(cl, &c, &host, "fork", (const char *)data, size) == 0 &&
-            models_list_render_codex(cl, NULL, NULL, NULL, &codex) == 0 && buffer_terminate(&codex) == 0) {
-                json_object *o = json_tokener_parse(buffer_peek(&codex)), *models;
-                assert(o && json_object_object_get_ex(o, "models", &models));
-                for (size_t i = 0; i < json_object_array_length(models); i++) {
-                        json_object *slug;
-                        assert(json_object_object_get_ex(json_object_array_get_idx(models, i), "slug",
-                                                         &slug));
-                        assert(strncmp(json_object_get_string(slug), "a9-", 3) == 0);
-                }
-                json_object_put(o);
-        }
-        models_list_free(cl);
-
         _cleanup_free_ char *about = NULL;
         CatalogStatus st;
         if (catalog_event_read(NULL, "a9", (const char *)data, size, &out, &changes, &about, &st) == 0) {

@@ -2,8 +2,7 @@
 on the Responses API (rule:responses-api): a streamed turn, a turn that waits through modelgate's early 200, a
 context overflow before and after the early 200 (one POST each, and Codex says its context window is full),
 an engine that fails to start after the early 200 (Codex prints modelgate's reason), Codex's built-in openai
-provider, which opens a WebSocket first (rule:websocket-426), and Codex's own model list, from which it
-learns the model's context window (rule:codex-models).
+provider, which opens a WebSocket first (rule:websocket-426).
 
 Codex re-sends a turn whose stream ends without response.completed (up to 5 times) and ignores a data line
 without a "type": an error that is not the Responses API's own event costs a user several POSTs and shows
@@ -12,7 +11,6 @@ them "stream closed before response.completed" instead of the reason. The access
 Skipped with the reason when node, Codex, the boxes or the server are missing; MODELGATE_REQUIRE_SDK=1 makes
 a missing Codex fail, MODELGATE_REQUIRE_REAL_ENGINE=1 a missing server (as test_sdk.py and test_real.py do)."""
 
-import json
 import os
 import shutil
 import subprocess
@@ -211,47 +209,3 @@ def test_codex_with_its_built_in_provider_answers_its_first_turn_without_a_retry
 
 # a provider of its own whose key comes from a command: Codex asks it for its model list then, as it asks
 # OpenAI's (without the command, it uses the list it ships, which does not know the model)
-COMMAND_AUTH = CONFIG.replace('env_key = "MG_API_KEY"\n', "") + """[model_providers.mg.auth]
-command = "/bin/echo"
-args = ["unused"]
-"""
-
-
-def context_windows(codex_home):
-    """the context windows Codex used, as its session records say them (task_started)"""
-    found = set()
-    for root, _, names in os.walk(os.path.join(codex_home, "sessions")):
-        for name in names:
-            for line in open(os.path.join(root, name)):
-                payload = json.loads(line).get("payload", {})
-                if "model_context_window" in payload:
-                    found.add(payload["model_context_window"])
-    return found
-
-
-def test_codex_learns_the_context_window_from_modelgates_model_list(codex_gate):
-    g = codex_gate()
-    # the engine runs once: the router lists laguna-xs with its window (-c 8192 in its unit)
-    rc, out = g.run("say hi")
-    assert rc == 0, out
-    # rule:codex-models: Codex's request, in Codex's shape; every other client keeps the OpenAI list
-    c = g.conn()
-    c.request("GET", "/v1/models?client_version=0.171.0")
-    body = json.loads(c.getresponse().read())
-    c.request("GET", "/v1/models")
-    plain = json.loads(c.getresponse().read())
-    c.close()
-    assert set(body) == {"models"}, body
-    (m,) = [m for m in body["models"] if m["slug"] == MODEL]
-    assert m["context_window"] == 8192 and m["display_name"] == MODEL, m
-    assert plain["object"] == "list" and any(e["id"] == MODEL for e in plain["data"]), plain
-    # Codex asks for it at its start, takes it (no decode error, no "metadata not found") and uses the
-    # window: 95 % of it is what it counts a turn against (effective_context_window_percent)
-    home = g.home("codex-command-auth", COMMAND_AUTH)
-    rc, out = g.run("say hi", home)
-    assert rc == 0, out
-    assert "failed to decode models response" not in out and "Model metadata for" not in out, out
-    asked = g.lines('GET /v1/models model=""')
-    assert any("codex_exec/" in l and " status=200" in l for l in asked), asked
-    assert context_windows(home) == {8192 * 95 // 100}, context_windows(home)
-    print("Codex counts its turns against %d tokens of 3090-laguna-xs's 8192" % (8192 * 95 // 100))

@@ -8,7 +8,6 @@
 #include <fnmatch.h>
 
 #include "modelgated/client/models.h"
-#include "modelgated/rules/json-util.h"
 #include "tests.h"
 
 #define FLAGS (JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE)
@@ -310,84 +309,6 @@ TEST(many_entries_give_the_bytes_of_the_plain_merge) {
         assert_same(plain_merge(&in, 1, ALIASES, 1, NULL), listed(&in, 1, ALIASES, 1, NULL));
         strv_free(keys);
         buffer_done(&body);
-}
-
-/* rule:codex-models: the same lists in Codex's shape */
-static char *codex_listed(const char *body_3090, const char *body_a9, const Alias *aliases, size_t n_aliases,
-                          ModelsAllowed allowed) {
-        ModelsList *l = models_list_new(), *al = models_list_new();
-        Buffer out = {};
-
-        ASSERT_TRUE(l && al);
-        ASSERT_OK(models_list_add_host(l, &conf, &hosts[0], "mainline", body_3090, strlen(body_3090)));
-        ASSERT_OK(models_list_add_host(l, &conf, &hosts[1], NULL, body_a9, strlen(body_a9)));
-        for (size_t i = 0; i < n_aliases; i++)
-                ASSERT_OK(models_list_add_alias(al, l, &aliases[i].conf, states, aliases[i].pick,
-                                                "engine up"));
-        ASSERT_OK(models_list_render_codex(l, al, allowed, NULL, &out));
-        models_list_free(l);
-        models_list_free(al);
-        return buffer_steal(&out, NULL);
-}
-
-static const char CODEX_3090[] =
-        "{\"data\":[{\"id\":\"laguna-xs\",\"status\":{\"value\":\"loaded\"},\"meta\":{\"n_ctx\":8192}},"
-        "{\"id\":\"qwen3-8b\",\"status\":{\"value\":\"unloaded\",\"args\":[\"llama-server\",\"-c\",\"4096\"]"
-        "}},"
-        "{\"id\":\"split\",\"status\":{\"value\":\"unloaded\",\"args\":[\"-c\",\"4096\",\"-np\",\"2\"]}},"
-        "{\"id\":\"plain\"}]}";
-static const char CODEX_A9[] = "{\"data\":[{\"id\":\"flint-40b\",\"meta\":{\"n_ctx\":32768}}]}";
-
-static char *t_both[] = {(char *)"3090-laguna-xs", (char *)"a9-flint-40b", NULL};
-static char *t_half[] = {(char *)"a9-flint-40b", (char *)"3090-plain", NULL};
-static const Alias CODEX_ALIASES[] = {
-        {{.name = (char *)"both", .targets = t_both, .policy = ALIAS_POLICY_WARM}, 1},
-        {{.name = (char *)"half", .targets = t_half}, 0},
-};
-
-static bool not_a9(const char *id, void *userdata) {
-        return !startswith(id, "a9-");
-}
-
-TEST(codex_catalog_lists_each_model_whose_window_is_known) {
-        char *s = codex_listed(CODEX_3090, CODEX_A9, CODEX_ALIASES, ELEMENTSOF(CODEX_ALIASES), NULL);
-        _cleanup_(json_object_putp) json_object *o = json_tokener_parse(s);
-        json_object *models;
-        /* a window from the host's meta, from -c, none where slots split it or nothing says it; an alias
-         * the smallest of its targets', none while one of them has none */
-        static const struct {
-                const char *slug;
-                int64_t window;
-        } want[] = {
-                {"3090-laguna-xs", 8192}, {"3090-qwen3-8b", 4096}, {"a9-flint-40b", 32768}, {"both", 8192}};
-
-        ASSERT_TRUE(o && json_object_object_get_ex(o, "models", &models));
-        ASSERT_EQ(json_object_object_length(o), 1);
-        ASSERT_EQ(json_object_array_length(models), ELEMENTSOF(want));
-        for (size_t i = 0; i < ELEMENTSOF(want); i++) {
-                json_object *m = json_object_array_get_idx(models, i);
-                int64_t w;
-                ASSERT_STREQ(json_get_string(m, "slug"), want[i].slug);
-                ASSERT_STREQ(json_get_string(m, "display_name"), want[i].slug);
-                ASSERT_TRUE(json_get_int(m, "context_window", &w));
-                ASSERT_EQ(w, want[i].window);
-        }
-        /* each entry whole, as Codex 0.171.0 decodes it: every field it requires */
-        ASSERT_TRUE(strstr(s, "{\"slug\":\"3090-qwen3-8b\",\"display_name\":\"3090-qwen3-8b\","
-                              "\"context_window\":4096,\"base_instructions\":\"\","
-                              "\"supported_reasoning_levels\":[],\"shell_type\":\"default\","
-                              "\"visibility\":\"list\",\"supported_in_api\":true,\"priority\":0,"
-                              "\"support_verbosity\":false,\"truncation_policy\":{\"mode\":\"bytes\","
-                              "\"limit\":10000},\"experimental_supported_tools\":[]}"));
-        free(s);
-
-        /* a tier's Models= as in the other listing; nothing known: an empty catalog, still Codex's */
-        s = codex_listed(CODEX_3090, CODEX_A9, CODEX_ALIASES, ELEMENTSOF(CODEX_ALIASES), not_a9);
-        ASSERT_TRUE(strstr(s, "\"3090-laguna-xs\"") && strstr(s, "\"both\"") && !strstr(s, "a9-"));
-        free(s);
-        s = codex_listed("{\"data\":[{\"id\":\"plain\"}]}", "{\"data\":[]}", NULL, 0, NULL);
-        ASSERT_STREQ(s, "{\"models\":[]}");
-        free(s);
 }
 
 TESTS_MAIN

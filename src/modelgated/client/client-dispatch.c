@@ -202,6 +202,7 @@ static bool dispatch_own(Client *c, Dispatch *d) {
         HttpRequest *r = d->r;
         Span path = d->path;
         bool get = r->method == HTTP_GET || r->method == HTTP_HEAD;
+        int k;
 
         if (d->url.n == 0 || d->url.p[0] != '/') {
                 client_answer(c, ANSWER_NOT_A_PATH);
@@ -269,7 +270,10 @@ static bool dispatch_own(Client *c, Dispatch *d) {
                 return true;
         }
         if (get && (span_eq(path, "/models") || span_eq(path, "/v1/models"))) {
-                client_start_models(c, d->url);
+                k = models_merge_start(c->manager, c->set->models, client_model_visible, client_models_done,
+                                       c, &c->x->merge);
+                if (k < 0)
+                        client_answer(c, ANSWER_OUT_OF_MEMORY);
                 return true;
         }
         return false;

@@ -49,21 +49,6 @@ bool client_refuse_websocket(Client *c, Span path) {
         return true;
 }
 
-/* GET /v1/models and /models: the merged list (rule:merged-list), in Codex's shape when Codex asks for it
- * (rule:codex-models: only it says its version) */
-void client_start_models(Client *c, Span url) {
-        _cleanup_free_ char *version = NULL;
-        Span span;
-        int k = query_find_param(url, "client_version", &span, &version);
-
-        if (k >= 0)
-                k = models_merge_start(c->manager, c->set->models,
-                                       k == MODEL_FOUND ? MODELS_SHAPE_CODEX : MODELS_SHAPE_OPENAI,
-                                       client_model_visible, client_models_done, c, &c->x->merge);
-        if (k < 0)
-                client_answer(c, ANSWER_OUT_OF_MEMORY);
-}
-
 /* GET /health: cheap (no I/O, the hosts' states as they are) and true: "ok" while at least one host can
  * serve (is not down), "degraded" when none can; ?strict=1 makes the latter a 503, for load balancers. */
 static void respond_health(Client *c, bool strict) {

@@ -281,7 +281,6 @@ bool client_fall_back(Client *c, const char *why);
 /* client-endpoints.c: modelgate's own endpoints */
 bool client_model_visible(const char *id, void *userdata);
 void client_models_done(ModelsMerge *mm, Blob *json, void *userdata);
-void client_start_models(Client *c, Span url);
 bool client_refuse_websocket(Client *c, Span path);
 void client_respond_health(Client *c, bool strict);
 void client_respond_refusal(Client *c, bool health);

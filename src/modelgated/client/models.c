@@ -4,7 +4,6 @@
 #include <string.h>
 
 #include "modelgated/rules/catalog-list.h"
-#include "modelgated/rules/codex-models.h"
 #include "modelgated/rules/first-wait.h"
 #include "modelgated/host/catalog.h"
 #include "modelgated/host/host.h"
@@ -24,7 +23,6 @@ struct ModelsMerge {
         Manager *manager;
         ModelsCache *cache;
         sd_event_source *timer, *done_source;
-        ModelsShape shape;
         ModelsAllowed allowed;
         ModelsMergeDone done;
         void *userdata;
@@ -56,7 +54,6 @@ struct ModelsCache {
 typedef struct ModelsEntry {
         char *id;
         size_t offset, len; /* in the list's text */
-        int64_t window;     /* its context window (rule:model-context); 0: not known */
         /* an [Alias]'s entry: the same without its targets, for a caller that may not use each of them
          * (an alias's tier learns nothing of what is behind it) */
         const AliasConf *alias;
@@ -167,7 +164,7 @@ static const ModelsEntry *list_find(ModelsList *l, const char *id) {
 static int list_add(ModelsList *l, const char *id, json_object *e) {
         size_t n = 0;
         const char *j = json_object_to_json_string_length(e, MODELS_JSON_FLAGS, &n);
-        ModelsEntry x = {.offset = buffer_size(&l->text), .len = n, .window = model_context_window(e)};
+        ModelsEntry x = {.offset = buffer_size(&l->text), .len = n};
         uint64_t *at;
 
         if (!j)
@@ -297,19 +294,6 @@ int models_list_add_learned(ModelsList *l, const char *host, const char *engine,
         return models_list_add_stopped(l, host, engine, keys, /* mem= */ NULL, /* down= */ false);
 }
 
-/* An alias's window: what any of its picks holds, the smallest of its targets'; 0 unless each is known */
-static int64_t alias_window(ModelsList *hosts, const AliasConf *a) {
-        int64_t w = 0;
-
-        for (size_t k = 0; hosts && a->targets[k] && k < ALIAS_TARGETS_MAX; k++) {
-                const ModelsEntry *e = list_find(hosts, a->targets[k]);
-                if (!e || e->window <= 0)
-                        return 0;
-                w = w > 0 ? MIN(w, e->window) : e->window;
-        }
-        return w;
-}
-
 int models_list_add_alias(ModelsList *l, ModelsList *hosts, const AliasConf *a, const AliasTarget *t,
                           ssize_t pick, const char *why) {
         assert(l);
@@ -357,7 +341,6 @@ int models_list_add_alias(ModelsList *l, ModelsList *hosts, const AliasConf *a, 
                 const char *j = json_object_to_json_string_length(o, MODELS_JSON_FLAGS, &n);
                 ModelsEntry *e = &l->entries[l->n_entries - 1];
                 e->alias = a;
-                e->window = alias_window(hosts, a);
                 e->opaque_offset = buffer_size(&l->text);
                 e->opaque_len = n;
                 if (!j || buffer_append(&l->text, j, n) < 0)
@@ -399,31 +382,6 @@ int models_list_render(const ModelsList *hosts, const ModelsList *aliases, Model
         if (buffer_append_str(out, "{\"object\":\"list\",\"data\":[") < 0 ||
             render_entries(hosts, allowed, userdata, out, &first) < 0 ||
             render_entries(aliases, allowed, userdata, out, &first) < 0)
-                return -ENOMEM;
-        return buffer_append_str(out, "]}");
-}
-
-static int render_codex(const ModelsList *l, ModelsAllowed allowed, void *userdata, Buffer *out,
-                        bool *first) {
-        for (size_t i = 0; l && i < l->n_entries; i++) {
-                const ModelsEntry *e = &l->entries[i];
-                if (e->window <= 0 || (allowed && !allowed(e->id, userdata)))
-                        continue;
-                if ((!*first && buffer_append_str(out, ",") < 0) ||
-                    codex_model_info_append(out, e->id, e->window) < 0)
-                        return -ENOMEM;
-                *first = false;
-        }
-        return 0;
-}
-
-int models_list_render_codex(const ModelsList *hosts, const ModelsList *aliases, ModelsAllowed allowed,
-                             void *userdata, Buffer *out) {
-        bool first = true;
-
-        if (buffer_append_str(out, "{\"models\":[") < 0 ||
-            render_codex(hosts, allowed, userdata, out, &first) < 0 ||
-            render_codex(aliases, allowed, userdata, out, &first) < 0)
                 return -ENOMEM;
         return buffer_append_str(out, "]}");
 }
@@ -599,9 +557,7 @@ static int merge_done_cb(sd_event_source *s, void *userdata) {
         (void)sd_event_source_set_enabled(s, SD_EVENT_OFF);
         hosts = cache_hosts(mm->cache, mm->manager);
         aliases = hosts ? merge_aliases(mm->manager, hosts) : NULL;
-        if (!aliases || (mm->shape == MODELS_SHAPE_CODEX
-                                 ? models_list_render_codex(hosts, aliases, mm->allowed, mm->userdata, &out)
-                                 : models_list_render(hosts, aliases, mm->allowed, mm->userdata, &out)) < 0)
+        if (!aliases || models_list_render(hosts, aliases, mm->allowed, mm->userdata, &out) < 0)
                 return mm->done(mm, NULL, mm->userdata), 0; /* may free mm */
         _cleanup_(blob_unrefp) Blob *answer = cache_share(mm->cache, &out);
         mm->done(mm, answer, mm->userdata);
@@ -641,8 +597,8 @@ ModelsMerge *models_merge_free(ModelsMerge *mm) {
         return NULL;
 }
 
-int models_merge_start(Manager *m, ModelsCache *cache, ModelsShape shape, ModelsAllowed allowed,
-                       ModelsMergeDone done, void *userdata, ModelsMerge **ret) {
+int models_merge_start(Manager *m, ModelsCache *cache, ModelsAllowed allowed, ModelsMergeDone done,
+                       void *userdata, ModelsMerge **ret) {
         ModelsMerge *mm;
         int r;
 
@@ -651,7 +607,6 @@ int models_merge_start(Manager *m, ModelsCache *cache, ModelsShape shape, Models
                 return -ENOMEM;
         mm->manager = m;
         mm->cache = cache;
-        mm->shape = shape;
         mm->allowed = allowed;
         mm->done = done;
         mm->userdata = userdata;

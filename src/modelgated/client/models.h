@@ -43,15 +43,9 @@ uint64_t models_cache_merges(const ModelsCache *cache);
 /* A catalog became ready: when all are, the next spell of pending first reads gets its own wait. */
 void models_cache_catalogs_ready(ModelsCache *cache, Manager *m);
 
-/* What a listing answers: {"object":"list","data":[…]}, or Codex's catalog (rule:codex-models) */
-typedef enum ModelsShape {
-        MODELS_SHAPE_OPENAI,
-        MODELS_SHAPE_CODEX,
-} ModelsShape;
-
 /* allowed (NULL: every entry) and done get userdata. */
-int models_merge_start(Manager *m, ModelsCache *cache, ModelsShape shape, ModelsAllowed allowed,
-                       ModelsMergeDone done, void *userdata, ModelsMerge **ret);
+int models_merge_start(Manager *m, ModelsCache *cache, ModelsAllowed allowed, ModelsMergeDone done,
+                       void *userdata, ModelsMerge **ret);
 ModelsMerge *models_merge_free(ModelsMerge *mm);
 /* A host's first read ended: a merge that waited for every host's may answer now. */
 void models_merge_catalogs_ready(ModelsMerge *mm);
@@ -82,14 +76,9 @@ int models_list_add_learned(ModelsList *l, const char *host, const char *engine,
 int models_list_add_stopped(ModelsList *l, const char *host, const char *engine, char *const *keys,
                             const ModelMemory *mem, bool down);
 /* Alias a with the state of each target (t), the one it would pick (-1: none) and why; the picked
- * target's "status" as 'hosts' has it, and the smallest context window of its targets when 'hosts' has
- * one for each (only Codex's catalog says it). */
+ * target's "status" as 'hosts' has it. */
 int models_list_add_alias(ModelsList *l, ModelsList *hosts, const AliasConf *a, const AliasTarget *t,
                           ssize_t pick, const char *why);
 /* {"object":"list","data":[…]}: the entries of hosts, then of aliases, that allowed lets through. */
 int models_list_render(const ModelsList *hosts, const ModelsList *aliases, ModelsAllowed allowed,
                        void *userdata, Buffer *out);
-/* rule:codex-models: {"models":[…]}, Codex's ModelInfo of each entry that allowed lets through and whose
- * context window is known, in the same order. */
-int models_list_render_codex(const ModelsList *hosts, const ModelsList *aliases, ModelsAllowed allowed,
-                             void *userdata, Buffer *out);

@@ -343,10 +343,6 @@ int model_context_apply(json_object *entry, json_object *record) {
         return used;
 }
 
-int64_t model_context_window(json_object *entry) {
-        return json_object_is_type(entry, json_type_object) ? meta_n_ctx(member(entry, "meta")) : 0;
-}
-
 bool model_record_seen(json_object *record, char buf[static 32]) {
         int64_t seen;
         struct tm tm;

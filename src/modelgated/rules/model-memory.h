@@ -60,7 +60,5 @@ bool model_args_same(json_object *a, json_object *b);
  * is absent), "context_length" and "max_model_len". record may be NULL. 1: something came from the
  * record; 0: nothing did; -ENOMEM. */
 int model_context_apply(json_object *entry, json_object *record);
-/* The window model_context_apply() gave entry: its meta.n_ctx (> 0), or 0 when it has none. */
-int64_t model_context_window(json_object *entry);
 /* record's "seen" as RFC 3339 UTC ("2026-01-31T12:00:00Z") in buf; false: it has none */
 bool model_record_seen(json_object *record, char buf[static 32]);
