@@ -78,10 +78,9 @@ void client_activity_first_byte(Client *c) {
 }
 
 /* Its end, with the access line's numbers: a struct copy into the ring */
-void client_activity_done(Client *c, int status, usec_t duration, bool cut) {
+void client_activity_done(Client *c, int status, usec_t duration, bool cut, const Usage *u) {
         Exchange *x = c->x;
         ActivityRequest *r = &x->activity;
-        const Usage *u = x->usage_on ? &x->usage : NULL;
 
         if (!r->owner)
                 return;

@@ -310,7 +310,8 @@ static bool dispatch_read_model(Client *c, Dispatch *d) {
         int k;
 
         if (d->body_len > 0) {
-                k = json_find_model(d->body, d->body_len, &d->span, &model, &c->x->streaming);
+                k = json_read_request(d->body, d->body_len, &d->span, &model, &c->x->ask);
+                c->x->streaming = c->x->ask.stream;
                 d->in_body = k == MODEL_FOUND;
                 a = model_lookup_answer(k, /* query= */ false, /* absent_ok= */ true, /* any_body= */ true);
                 if (a >= 0)
