@@ -340,7 +340,7 @@ static void drain_free(StreamDrain *d) {
 /* complete: the host ended its answer (else it was cut) */
 static void drain_end(StreamDrain *d, const char *why, bool complete) {
         _cleanup_free_ char *e = log_escape_dup(d->conv_id);
-        char tokens[160] = "", key[80];
+        char counts[128], tokens[160] = "", key[80];
         bool cut = false;
 
         d->upstream = NULL;
@@ -355,9 +355,8 @@ static void drain_end(StreamDrain *d, const char *why, bool complete) {
                 if (cut)
                         usage_cut(&d->usage);
                 usage_charge(&d->usage, d->ask.bytes, d->ask.limited ? d->ask.max_out : -1);
-                size_t n = usage_format(tokens + 9, sizeof(tokens) - 9 - 20, &d->usage);
-                memcpy(tokens, ", tokens=", 9);
-                strcpy(tokens + 9 + n, cut ? "(cut)" : "");
+                (void)usage_format(counts, sizeof(counts), &d->usage);
+                (void)snprintf(tokens, sizeof(tokens), ", tokens=%s%s", counts, cut ? "(cut)" : "");
         }
         log_info("host %s: conversation %s: its stream ended (%s), %" PRIu64
                  " bytes after its client left%s%s%s",
