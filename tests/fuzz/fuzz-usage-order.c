@@ -8,9 +8,9 @@
  * never 0; a member's name in the answer's text (a decoy in content and prompt) is never read.
  *
  * Input: byte 0 picks the shape, byte 1 the members left out (bit i: member i), byte 2 the size of the
- * pieces, and the rest the order (a Lehmer code, a byte a position). With bit 7 of byte 0 set, the
- * members are put in every order there is (8! of them) instead: the corpus has each shape so, which the
- * plain corpus runner replays as a test. */
+ * pieces, and the rest the order (a Lehmer code, a byte a position). An input of those 3 bytes alone with
+ * bit 7 of byte 0 set puts the members in every order there is (8! of them) instead: the corpus has each
+ * shape so, which the plain corpus runner replays as a test. */
 
 #include <assert.h>
 #include <stdint.h>
@@ -253,7 +253,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         n = n_members(s);
         drop = data[1];
         piece = (size_t)data[2] % 97 + 1;
-        if (data[0] & 0x80) {
+        if ((data[0] & 0x80) && size == 3) {
                 every_order(s, n, drop, piece);
                 return 0;
         }
