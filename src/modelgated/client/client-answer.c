@@ -76,9 +76,14 @@ static bool settle_usage(Client *c, Usage *u) {
 
         if (cut)
                 usage_cut(u);
-        if (conv_path_keeps_stream(x->path))
+        if ((u->in < 0 || u->out < 0) && conv_path_keeps_stream(x->path))
                 usage_charge(u, x->ask.bytes, x->ask.limited ? x->ask.max_out : -1);
         return cut;
+}
+
+/* The host whose work the answer was, for /metrics: none when the fallback answered */
+static const char *worked(const Exchange *x) {
+        return !x->via_fallback && x->host ? x->host->name : NULL;
 }
 
 void client_count_owed(Client *c) {
@@ -91,11 +96,8 @@ void client_count_owed(Client *c) {
         x->usage_owed = false;
         u = x->usage;
         (void)settle_usage(c, &u);
-        client_count_usage(c->manager, x->config, &x->caller, c->peer,
-                           x->via_fallback ? NULL
-                           : x->host       ? x->host->name
-                                           : NULL,
-                           x->engine_name, x->model_label, &u);
+        client_count_usage(c->manager, x->config, &x->caller, c->peer, worked(x), x->engine_name,
+                           x->model_label, &u);
 }
 
 void client_log_access(Client *c, const char *note) {
@@ -142,11 +144,8 @@ void client_log_access(Client *c, const char *note) {
 
         log_access_line(&l);
         if (u && !x->usage_owed)
-                client_count_usage(c->manager, x->config, &x->caller, c->peer,
-                                   x->via_fallback ? NULL
-                                   : x->host       ? x->host->name
-                                                   : NULL,
-                                   x->engine_name, x->model_label, u);
+                client_count_usage(c->manager, x->config, &x->caller, c->peer, worked(x), x->engine_name,
+                                   x->model_label, u);
         client_activity_done(c, l.status, l.duration, cut, u);
         metrics_request(manager_metrics(c->manager), x->host ? x->host->name : "", x->engine_name,
                         x->error_status ?: x->status);
