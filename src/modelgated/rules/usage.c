@@ -56,7 +56,7 @@ static const Span member_name[_USAGE_M_MAX] = {
 
 void usage_scan_init(UsageScan *s) {
         assert(s);
-        s->depth = s->region = s->wrap = 0;
+        s->depth = s->region = s->wrap = s->skip = 0;
         s->arrays = 0;
         s->lex = LEX_TOKEN;
         s->want = WANT_NONE;
@@ -146,37 +146,39 @@ static bool parse_number(const char *t, size_t l, double *ret) {
         return true;
 }
 
-static bool tok_is(const UsageScan *s, const char *name, size_t l) {
-        return s->tok_n == l && memcmp(s->tok, name, l) == 0;
-}
-#define TOK_IS(s, lit) tok_is(s, "" lit, sizeof(lit) - 1)
+#define NAME_IS(t, l, lit) ((l) == sizeof(lit) - 1 && memcmp(t, "" lit, sizeof(lit) - 1) == 0)
 
-/* What a member's name, just read, makes of its value */
-static uint8_t want_of_name(const UsageScan *s) {
-        if (s->tok_n > sizeof(s->tok) || s->tok_n == 0)
-                return WANT_NONE; /* longer than any name read here, or escaped */
+/* What a member's name (t, l bytes: not escaped), just read, makes of its value */
+static inline uint8_t want_of_name(const UsageScan *s, const char *t, size_t l) {
         if (s->region) {
                 /* at any depth of the usage object: prompt_tokens_details.cached_tokens */
                 for (size_t i = 0; i < _USAGE_M_MAX; i++)
-                        if (member_name[i].n == s->tok_n && member_name[i].p[0] == s->tok[0] &&
-                            memcmp(member_name[i].p, s->tok, s->tok_n) == 0)
+                        if (member_name[i].n == l && member_name[i].p[0] == t[0] &&
+                            memcmp(member_name[i].p, t, l) == 0)
                                 return (uint8_t)(WANT_MEMBER + i);
                 return WANT_NONE;
         }
-        if (s->depth == 1) {
-                if (TOK_IS(s, "usage"))
-                        return WANT_USAGE;
-                if (TOK_IS(s, "timings"))
-                        return WANT_TIMINGS;
-                if (TOK_IS(s, "message") || TOK_IS(s, "response"))
-                        return WANT_WRAP;
-                if (TOK_IS(s, "tokens_evaluated"))
-                        return WANT_NATIVE_IN;
-                if (TOK_IS(s, "tokens_predicted"))
-                        return WANT_NATIVE_OUT;
-                if (TOK_IS(s, "stop"))
-                        return WANT_STOP;
-        } else if (s->wrap > 0 && s->depth == s->wrap && TOK_IS(s, "usage"))
+        if (s->depth == 1)
+                /* every name of the answer's own object comes here: told apart by its length first */
+                switch (l) {
+                case 4:
+                        return NAME_IS(t, l, "stop") ? WANT_STOP : WANT_NONE;
+                case 5:
+                        return NAME_IS(t, l, "usage") ? WANT_USAGE : WANT_NONE;
+                case 7:
+                        return NAME_IS(t, l, "timings")   ? WANT_TIMINGS
+                               : NAME_IS(t, l, "message") ? WANT_WRAP
+                                                          : WANT_NONE;
+                case 8:
+                        return NAME_IS(t, l, "response") ? WANT_WRAP : WANT_NONE;
+                case 16:
+                        return NAME_IS(t, l, "tokens_evaluated")   ? WANT_NATIVE_IN
+                               : NAME_IS(t, l, "tokens_predicted") ? WANT_NATIVE_OUT
+                                                                   : WANT_NONE;
+                default:
+                        return WANT_NONE;
+                }
+        if (s->wrap > 0 && s->depth == s->wrap && NAME_IS(t, l, "usage"))
                 return WANT_USAGE;
         return WANT_NONE;
 }
@@ -190,7 +192,7 @@ static void scalar_end(UsageScan *s, Usage *u) {
         if (w == WANT_NONE || s->tok_n > sizeof(s->tok))
                 return;
         if (w == WANT_STOP) {
-                if (TOK_IS(s, "true"))
+                if (NAME_IS(s->tok, s->tok_n, "true"))
                         s->stop = u->ended = true;
                 return;
         }
@@ -226,6 +228,8 @@ static void open_container(UsageScan *s, bool array) {
                 s->counts = true;
         } else if (!array && s->want == WANT_WRAP && s->wrap == 0)
                 s->wrap = s->depth;
+        else if (s->depth >= 2 && s->region == 0 && s->wrap != s->depth)
+                s->skip = s->depth; /* nothing in it is read: passed over (usage_scan_feed()) */
         s->want = WANT_NONE;
         s->key_next = !array;
 }
@@ -249,36 +253,149 @@ static void close_container(UsageScan *s, Usage *u) {
 }
 
 #define BYTES(c) (UINT64_C(0x0101010101010101) * (c))
-#define HAS_ZERO_BYTE(v) ((((v)-BYTES(1)) & ~(v)&BYTES(0x80)) != 0)
+/* The bytes of v that are 0, as their high bit; exact for the lowest one (a borrow only flags a byte above
+ * a zero one), which is all that is asked of it: the first, on a little-endian machine */
+#define ZERO_BYTES(v) (((v)-BYTES(1)) & ~(v)&BYTES(0x80))
 
-/* The next '"' or '\\' from p: the text of an answer is most of its bytes, and is passed over eight at a
- * time */
+/* The bytes a string holds as they are: not '"' or '\\' */
+static const bool string_stop_byte[256] = {['"'] = true, ['\\'] = true};
+
+/* The next '"' or '\\' from p, eight bytes at a time: names and most values end in their first eight, and
+ * the text of an answer, most of its bytes, goes by as fast */
 static inline const char *string_stop(const char *p, const char *end) {
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
         while (end - p >= 8) {
-                uint64_t v;
+                uint64_t v, m;
                 memcpy(&v, p, 8);
-                if (HAS_ZERO_BYTE(v ^ BYTES('"')) || HAS_ZERO_BYTE(v ^ BYTES('\\')))
-                        break;
+                m = ZERO_BYTES(v ^ BYTES('"')) | ZERO_BYTES(v ^ BYTES('\\'));
+                if (m != 0)
+                        return p + (__builtin_ctzll(m) >> 3);
                 p += 8;
         }
-        while (p < end && *p != '"' && *p != '\\')
+#endif
+        while (p < end && !string_stop_byte[(unsigned char)*p])
                 p++;
         return p;
 }
 
-static bool ends_scalar(char c) {
-        return c == ',' || c == '}' || c == ']' || c == ' ' || c == '\t' || c == '\r' || c == '\n' ||
-               c == ':' || c == '"' || c == '{' || c == '[';
+/* The bytes that end a number or a literal */
+static const bool scalar_end_byte[256] = {
+        [','] = true,  ['}'] = true, [']'] = true, [' '] = true, ['\t'] = true, ['\r'] = true,
+        ['\n'] = true, [':'] = true, ['"'] = true, ['{'] = true, ['['] = true,
+};
+/* In a container passed over, the bytes that matter: its strings and its nesting */
+static const bool skip_stop_byte[256] = {
+        ['"'] = true, ['{'] = true, ['}'] = true, ['['] = true, [']'] = true,
+};
+
+/* In a string, from p: past its end, or to end (the string goes on in the next piece); a name's bytes are
+ * kept, or read where they are when the name is whole in this piece */
+static const char *scan_string(UsageScan *s, const char *p, const char *end) {
+        for (;;) {
+                if (s->escape) {
+                        if (p == end)
+                                return end;
+                        s->escape = false;
+                        p++;
+                }
+                const char *q = string_stop(p, end);
+                if (s->in_key && s->tok_n == 0 && q < end && *q == '"') {
+                        s->lex = LEX_TOKEN;
+                        s->want = want_of_name(s, p, (size_t)(q - p));
+                        return q + 1;
+                }
+                if (s->in_key) {
+                        size_t l = (size_t)(q - p);
+                        if (s->tok_n + l <= sizeof(s->tok)) {
+                                memcpy(s->tok + s->tok_n, p, l);
+                                s->tok_n += l;
+                        } else
+                                s->tok_n = sizeof(s->tok) + 1;
+                }
+                if (q == end)
+                        return end;
+                if (*q == '\\') {
+                        s->escape = true;
+                        if (s->in_key) /* no name read here is written with an escape */
+                                s->tok_n = sizeof(s->tok) + 1;
+                        p = q + 1;
+                        continue;
+                }
+                s->lex = LEX_TOKEN;
+                if (s->in_key)
+                        s->want = s->tok_n > 0 && s->tok_n <= sizeof(s->tok)
+                                          ? want_of_name(s, s->tok, s->tok_n)
+                                          : WANT_NONE;
+                return q + 1;
+        }
 }
 
-/* In a string, from p: past its end, or to end; a name's bytes are kept */
-static const char *scan_string(UsageScan *s, const char *p, const char *end) {
-        if (s->escape) {
-                s->escape = false;
-                return p + 1;
+/* The next of '"', '{', '}', '[' and ']' from p, eight bytes at a time as string_stop() goes */
+static inline const char *skip_stop(const char *p, const char *end) {
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        while (end - p >= 8) {
+                uint64_t v, m;
+                memcpy(&v, p, 8);
+                /* '[' and '{', ']' and '}' differ in one bit (0x20) */
+                m = ZERO_BYTES(v ^ BYTES('"')) | ZERO_BYTES((v | BYTES(0x20)) ^ BYTES('{')) |
+                    ZERO_BYTES((v | BYTES(0x20)) ^ BYTES('}'));
+                if (m != 0)
+                        return p + (__builtin_ctzll(m) >> 3);
+                p += 8;
         }
-        const char *q = string_stop(p, end);
-        if (s->in_key) {
+#endif
+        while (p < end && !skip_stop_byte[(unsigned char)*p])
+                p++;
+        return p;
+}
+
+/* In a container nothing in which is read, from p: past its end, or to end; only its strings and its
+ * nesting are looked at */
+static const char *skip_container(UsageScan *s, const char *p, const char *end) {
+        for (;;) {
+                if (s->lex == LEX_STRING) {
+                        p = scan_string(s, p, end);
+                        if (s->lex == LEX_STRING)
+                                return end;
+                }
+                p = skip_stop(p, end);
+                if (p == end)
+                        return end;
+                switch (*p++) {
+                case '"': {
+                        const char *q = string_stop(p, end);
+                        if (q < end && *q == '"') {
+                                p = q + 1; /* whole, without an escape: the rule */
+                                break;
+                        }
+                        s->lex = LEX_STRING;
+                        s->in_key = false;
+                        break;
+                }
+                case '{':
+                case '[':
+                        if (s->depth < UINT32_MAX)
+                                s->depth++;
+                        break;
+                default:
+                        if (--s->depth < s->skip) {
+                                s->skip = 0;
+                                s->want = WANT_NONE;
+                                s->key_next = false;
+                                return p;
+                        }
+                }
+        }
+}
+
+/* In a number or a literal, from p: past it (its end is read as a token's), or to end; its bytes kept when
+ * it is a value read here */
+static const char *scan_scalar(UsageScan *s, Usage *u, const char *p, const char *end) {
+        const char *q = p;
+
+        while (q < end && !scalar_end_byte[(unsigned char)*q])
+                q++;
+        if (s->want != WANT_NONE) {
                 size_t l = (size_t)(q - p);
                 if (s->tok_n + l <= sizeof(s->tok)) {
                         memcpy(s->tok + s->tok_n, p, l);
@@ -286,18 +403,9 @@ static const char *scan_string(UsageScan *s, const char *p, const char *end) {
                 } else
                         s->tok_n = sizeof(s->tok) + 1;
         }
-        if (q == end)
-                return end;
-        if (*q == '\\') {
-                s->escape = true;
-                if (s->in_key) /* no name read here is written with an escape */
-                        s->tok_n = sizeof(s->tok) + 1;
-                return q + 1;
-        }
-        s->lex = LEX_TOKEN;
-        if (s->in_key)
-                s->want = want_of_name(s);
-        return q + 1;
+        if (q < end)
+                scalar_end(s, u);
+        return q;
 }
 
 void usage_scan_feed(UsageScan *s, Usage *u, const char *p, size_t n) {
@@ -305,21 +413,15 @@ void usage_scan_feed(UsageScan *s, Usage *u, const char *p, size_t n) {
         assert(u);
         const char *end = p + n;
 
+        /* what the piece before left unfinished */
+        if (s->lex == LEX_STRING && s->skip == 0)
+                p = scan_string(s, p, end);
+        else if (s->lex == LEX_SCALAR)
+                p = scan_scalar(s, u, p, end);
         while (p < end) {
-                if (s->lex == LEX_STRING) {
-                        p = scan_string(s, p, end);
+                if (s->skip > 0) {
+                        p = skip_container(s, p, end);
                         continue;
-                }
-                if (s->lex == LEX_SCALAR) {
-                        if (!ends_scalar(*p)) {
-                                if (s->tok_n < sizeof(s->tok))
-                                        s->tok[s->tok_n++] = *p;
-                                else
-                                        s->tok_n = sizeof(s->tok) + 1;
-                                p++;
-                                continue;
-                        }
-                        scalar_end(s, u); /* and the byte that ends it is read as a token's */
                 }
                 switch (*p++) {
                 case '{':
@@ -339,7 +441,15 @@ void usage_scan_feed(UsageScan *s, Usage *u, const char *p, size_t n) {
                 case ':':
                         s->key_next = false;
                         break;
-                case '"':
+                case '"': {
+                        const char *q = string_stop(p, end);
+                        if (q < end && *q == '"') {
+                                /* whole in this piece, without an escape: the rule */
+                                s->want = s->key_next ? want_of_name(s, p, (size_t)(q - p)) : WANT_NONE;
+                                s->key_next = false;
+                                p = q + 1;
+                                break;
+                        }
                         s->lex = LEX_STRING;
                         s->in_key = s->key_next;
                         s->key_next = false;
@@ -347,7 +457,9 @@ void usage_scan_feed(UsageScan *s, Usage *u, const char *p, size_t n) {
                                 s->tok_n = 0;
                         else
                                 s->want = WANT_NONE;
+                        p = scan_string(s, p, end);
                         break;
+                }
                 case ' ':
                 case '\t':
                 case '\r':
@@ -356,8 +468,8 @@ void usage_scan_feed(UsageScan *s, Usage *u, const char *p, size_t n) {
                 default:
                         s->lex = LEX_SCALAR;
                         s->key_next = false;
-                        s->tok[0] = p[-1];
-                        s->tok_n = 1;
+                        s->tok_n = 0;
+                        p = scan_scalar(s, u, p - 1, end);
                         break;
                 }
         }
@@ -392,6 +504,36 @@ UsageEvent usage_event_of(const char *v, size_t n) {
         return USAGE_EVENT_OTHER;
 }
 
+/* Whether a name the scan reads is in the text at all, unescaped, as the scan reads names: a chunk that
+ * carries a token (most of a stream's lines) has none, and is looked at quote by quote rather than scanned
+ */
+static bool may_say_counts(const char *v, size_t n) {
+        const char *end = v + n;
+
+        for (const char *q = v; (q = memchr(q, '"', (size_t)(end - q))); q++) {
+                const char *t = q + 1;
+                size_t left = (size_t)(end - t);
+#define FOLLOWS(lit) (left >= sizeof(lit) - 1 && memcmp(t, "" lit, sizeof(lit) - 1) == 0)
+                switch (left > 0 ? *t : 0) {
+                case 'u':
+                        if (FOLLOWS("usage\""))
+                                return true;
+                        break;
+                case 't':
+                        if (FOLLOWS("timings\"") || FOLLOWS("tokens_evaluated\"") ||
+                            FOLLOWS("tokens_predicted\""))
+                                return true;
+                        break;
+                case 's':
+                        if (FOLLOWS("stop\""))
+                                return true;
+                        break;
+                }
+#undef FOLLOWS
+        }
+        return false;
+}
+
 void usage_sse_data(Usage *u, UsageEvent ev, const char *v, size_t n) {
         UsageScan s;
 
@@ -410,13 +552,15 @@ void usage_sse_data(Usage *u, UsageEvent ev, const char *v, size_t n) {
         case USAGE_EVENT_UNNAMED:
                 break;
         }
-        /* every line is read, wherever its members are: a native stream's chunks each say the prompt's
-         * count and the tokens so far, and the counts come last in llama.cpp's last chunks but need not */
-        scan_text(&s, u, v, n);
-        /* a last chunk (or one with per-token timings, whose predicted_n counts), or a native stream's
-         * last: not a piece of the answer */
-        if (s.counts || s.stop)
-                return;
+        /* every line that may say them is read, wherever its members are: a native stream's chunks each say
+         * the prompt's count and the tokens so far, and the counts come last in llama.cpp's last chunks but
+         * need not. A last chunk (or one with per-token timings, whose predicted_n counts), or a native
+         * stream's last, is not a piece of the answer. */
+        if (may_say_counts(v, n)) {
+                scan_text(&s, u, v, n);
+                if (s.counts || s.stop)
+                        return;
+        }
         /* a chat stream's first chunk names the role and carries no token: looked for once */
         if (!u->first_delta_seen) {
                 u->first_delta_seen = true;

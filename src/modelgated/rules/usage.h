@@ -38,6 +38,7 @@ typedef struct UsageScan {
         uint64_t arrays;     /* bit d - 1: the container at depth d is an array (up to depth 64) */
         uint32_t region;     /* the depth of the usage or timings object being read, 0: none */
         uint32_t wrap;       /* the depth of a top-level "message" or "response" object, 0: none */
+        uint32_t skip;       /* the depth of a container nothing in which is read (passed over), 0: none */
         uint8_t lex;         /* between tokens, in a string, in a number or literal */
         uint8_t want;        /* what the value after the name just read is, to this reader */
         bool region_timings; /* the region is a timings object (else usage) */
