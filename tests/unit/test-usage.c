@@ -423,4 +423,18 @@ TEST(what_an_answer_did_not_say_is_charged_by_the_rule) {
         ASSERT_EQ(u.in, 10);
 }
 
+TEST(timings_milliseconds_are_read_as_strtod_reads_them) {
+        /* the speeds are said to a tenth: a millisecond read otherwise could round one the other way */
+        static const char *ms[] = {"86.123", "0.5007", "2000.456", "47.48", "1.0", "12.3e2", "123456789.1234567",
+                                   "0.1", "99999.99999", "3"};
+        for (size_t i = 0; i < ELEMENTSOF(ms); i++) {
+                char text[128];
+                Usage u;
+                snprintf(text, sizeof(text), "{\"timings\":{\"prompt_n\":7,\"prompt_ms\":%s}}", ms[i]);
+                usage_init(&u, /* stream= */ true);
+                usage_scan(&u, text, strlen(text));
+                ASSERT_TRUE(u.prompt_ms == strtod(ms[i], NULL));
+        }
+}
+
 TESTS_MAIN

@@ -38,22 +38,6 @@ enum {
         WANT_MEMBER, /* + UsageMember: a number of the usage or timings object being read */
 };
 
-#define NAME(s)                                                                                             \
-        { "" s, sizeof(s) - 1 }
-static const Span member_name[_USAGE_M_MAX] = {
-        [USAGE_M_PROMPT_TOKENS] = NAME("prompt_tokens"),
-        [USAGE_M_COMPLETION_TOKENS] = NAME("completion_tokens"),
-        [USAGE_M_CACHE_READ_INPUT_TOKENS] = NAME("cache_read_input_tokens"),
-        [USAGE_M_INPUT_TOKENS] = NAME("input_tokens"),
-        [USAGE_M_OUTPUT_TOKENS] = NAME("output_tokens"),
-        [USAGE_M_CACHED_TOKENS] = NAME("cached_tokens"),
-        [USAGE_M_PROMPT_N] = NAME("prompt_n"),
-        [USAGE_M_PROMPT_MS] = NAME("prompt_ms"),
-        [USAGE_M_PREDICTED_N] = NAME("predicted_n"),
-        [USAGE_M_PREDICTED_MS] = NAME("predicted_ms"),
-        [USAGE_M_CACHE_N] = NAME("cache_n"),
-};
-
 void usage_scan_init(UsageScan *s) {
         assert(s);
         s->depth = s->region = s->wrap = s->skip = 0;
@@ -125,25 +109,32 @@ static void read_timings(Usage *u, const UsageScan *s) {
 
 /* A number >= 0: digits, a fraction, an exponent (strtod only then) */
 static bool parse_number(const char *t, size_t l, double *ret) {
+        static const double pow10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                       1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+                                       1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
         char buf[48], *e;
-        double v = 0;
-        size_t i;
+        uint64_t m = 0;
+        size_t i, digits = 0, fraction = 0;
 
         if (l == 0 || t[0] < '0' || t[0] > '9')
                 return false;
-        for (i = 0; i < l && t[i] >= '0' && t[i] <= '9'; i++)
-                v = v * 10 + (t[i] - '0');
-        if (i < l) {
-                if (l >= sizeof(buf) || !strchr(".eE", t[i]))
-                        return false;
-                memcpy(buf, t, l);
-                buf[l] = 0;
-                v = strtod(buf, &e);
-                if (e != buf + l)
-                        return false;
+        for (i = 0; i < l && t[i] >= '0' && t[i] <= '9'; i++, digits++)
+                m = m * 10 + (uint64_t)(t[i] - '0');
+        if (i < l && t[i] == '.')
+                for (i++; i < l && t[i] >= '0' && t[i] <= '9'; i++, digits++, fraction++)
+                        m = m * 10 + (uint64_t)(t[i] - '0');
+        /* a mantissa exact in a double over an exact power of ten: one correctly rounded division, as
+         * strtod's own fast path (timings' milliseconds, 86.123) */
+        if (i == l && digits <= 15 && fraction < ELEMENTSOF(pow10)) {
+                *ret = (double)m / pow10[fraction];
+                return true;
         }
-        *ret = v;
-        return true;
+        if (l >= sizeof(buf) || !strchr(".eE0123456789", t[i < l ? i : 0]))
+                return false;
+        memcpy(buf, t, l);
+        buf[l] = 0;
+        *ret = strtod(buf, &e);
+        return e == buf + l;
 }
 
 #define NAME_IS(t, l, lit) ((l) == sizeof(lit) - 1 && memcmp(t, "" lit, sizeof(lit) - 1) == 0)
@@ -152,11 +143,31 @@ static bool parse_number(const char *t, size_t l, double *ret) {
 static inline uint8_t want_of_name(const UsageScan *s, const char *t, size_t l) {
         if (s->region) {
                 /* at any depth of the usage object: prompt_tokens_details.cached_tokens */
-                for (size_t i = 0; i < _USAGE_M_MAX; i++)
-                        if (member_name[i].n == l && member_name[i].p[0] == t[0] &&
-                            memcmp(member_name[i].p, t, l) == 0)
-                                return (uint8_t)(WANT_MEMBER + i);
-                return WANT_NONE;
+#define M(name, m) NAME_IS(t, l, name) ? (uint8_t)(WANT_MEMBER + (m))
+                switch (l) {
+                case 7:
+                        return M("cache_n", USAGE_M_CACHE_N) : WANT_NONE;
+                case 8:
+                        return M("prompt_n", USAGE_M_PROMPT_N) : WANT_NONE;
+                case 9:
+                        return M("prompt_ms", USAGE_M_PROMPT_MS) : WANT_NONE;
+                case 11:
+                        return M("predicted_n", USAGE_M_PREDICTED_N) : WANT_NONE;
+                case 12:
+                        return M("input_tokens", USAGE_M_INPUT_TOKENS)
+                            : M("predicted_ms", USAGE_M_PREDICTED_MS) : WANT_NONE;
+                case 13:
+                        return M("prompt_tokens", USAGE_M_PROMPT_TOKENS)
+                            : M("output_tokens", USAGE_M_OUTPUT_TOKENS)
+                            : M("cached_tokens", USAGE_M_CACHED_TOKENS) : WANT_NONE;
+                case 17:
+                        return M("completion_tokens", USAGE_M_COMPLETION_TOKENS) : WANT_NONE;
+                case 23:
+                        return M("cache_read_input_tokens", USAGE_M_CACHE_READ_INPUT_TOKENS) : WANT_NONE;
+                default:
+                        return WANT_NONE;
+                }
+#undef M
         }
         if (s->depth == 1)
                 /* every name of the answer's own object comes here: told apart by its length first */
