@@ -40,7 +40,7 @@ void client_activity_begin(Client *c) {
         r->engine = x->engine_name;
         r->key = x->caller.admitted ? access_caller_id(&x->caller, x->activity_key) : NULL;
         r->api = api_name(x->path);
-        r->stream = x->streaming;
+        r->stream = x->ask.stream;
         /* the first time, the request's own start (the same reading of the loop's clock, as a rule, and
          * no other); an alias's next target begins now */
         activity_request_begin(manager_activity(c->manager), r, r->owner ? client_now(c) : x->start);

@@ -102,8 +102,9 @@ static void stream_forward(Client *c, Span url, bool get) {
         c->x->host = t.conf;
         c->x->target = target_url(&t);
         c->x->engine_name = t.engine >= 0 ? host_engine(t.host, (size_t)t.engine)->conf->name : NULL;
-        c->x->streaming = get;
-        if (client_build_request(c, c->x->target, url, (Span){"", 0}, (Span){}, NULL, (Span){}, &c->x->pending) < 0)
+        c->x->ask.stream = get;
+        if (client_build_request(c, c->x->target, url, (Span){"", 0}, (Span){}, NULL, (Span){},
+                                 &c->x->pending) < 0)
                 return client_answer(c, ANSWER_OUT_OF_MEMORY);
         HostAcquire a = t.engine >= 0
                                 ? host_join(t.host, (size_t)t.engine, &c->x->waiter, client_host_went_down,

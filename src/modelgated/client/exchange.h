@@ -74,8 +74,10 @@ typedef struct Exchange {
         bool head;
         bool browser; /* GET /ui or /activity: Basic credentials count, and a 401 asks for them (rule:ui-key)
                        */
-        bool streaming; /* "stream": true in the body */
-        RequestAsk ask; /* what else the body asks, for rule:usage-charge (all 0 without a JSON body) */
+        /* what the body asks: "stream": true (ask.stream; a resume's GET streams too), and for
+         * rule:usage-charge its length and its limit of the tokens to generate (all 0 without a JSON body)
+         */
+        RequestAsk ask;
         bool http10;
         bool response_complete;
         int status;
