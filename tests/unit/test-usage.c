@@ -425,8 +425,9 @@ TEST(what_an_answer_did_not_say_is_charged_by_the_rule) {
 
 TEST(timings_milliseconds_are_read_as_strtod_reads_them) {
         /* the speeds are said to a tenth: a millisecond read otherwise could round one the other way */
-        static const char *ms[] = {"86.123", "0.5007", "2000.456", "47.48", "1.0", "12.3e2", "123456789.1234567",
-                                   "0.1", "99999.99999", "3"};
+        static const char *ms[] = {"86.123",      "0.5007", "2000.456",          "47.48",
+                                   "1.0",         "12.3e2", "123456789.1234567", "0.1",
+                                   "99999.99999", "3"};
         for (size_t i = 0; i < ELEMENTSOF(ms); i++) {
                 char text[128];
                 Usage u;
