@@ -136,9 +136,11 @@ def test_a_stream_cut_after_its_first_byte_is_not_retried(box, make_gate, cloud)
     assert r.status == 200
     assert "tok0" in body and "stopped the stream before it ended" in body, body
     assert cloud_requests(cloud) == []
-    # rule:usage: the three tokens that came are counted, and said to be all that came
+    # rule:usage: the three tokens that came are counted, and said to be all that came; rule:usage-charge: the
+    # prompt the stream never said is charged at 4 bytes a token of the request's body
     line = g.wait_log("cut=host")
-    assert " engine=main " in line and " tokens=in:?,cached:?,out:3(cut) " in line, line
+    sent = len(json.dumps(chat("h-laguna-xs", "[[tokens:6]] [[cut:3]]", stream=True)))
+    assert " engine=main " in line and " tokens=in:~%d,cached:?,out:3(cut) " % -(-sent // 4) in line, line
 
 
 def test_the_fallback_failing_is_the_clients_error_not_chained(box, make_gate, make_double, tmp):

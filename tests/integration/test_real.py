@@ -598,7 +598,7 @@ def test_the_access_line_counts_the_engines_own_tokens_and_names_the_request(box
     """rule:usage, rule:request-id: for each of the four APIs, streaming and not, the line's tokens are the numbers the
     server's answer carries, its speeds those of the server's timings; the client's X-Request-Id goes to the
     server and comes back, one is made when it sends none; a client that leaves mid-stream is 499 and its
-    count says (cut)"""
+    count says (cut), its prompt charged by rule:usage-charge"""
     port, conf = engines
     g = make_gate(FAST + conf, env=gate_env(box))
     g.wait_log("host 3090 up")
@@ -660,5 +660,9 @@ def test_the_access_line_counts_the_engines_own_tokens_and_names_the_request(box
     line = g.wait_log(" id=t-left")
     print(line)
     assert " status=499 " in line and " cut=client " in line, line
-    m = re.search(r" tokens=in:\?,cached:\?,out:(\d+)\(cut\) ", line)
-    assert m and int(m.group(1)) >= seen - 1, line  # the first data line names the role, no token
+    # rule:usage-charge: the prompt the stream never said is charged at 4 bytes a token of the request's body
+    sent = len(json.dumps(dict(chat("3090-flint-xs", "go on", True), max_tokens=100000, ignore_eos=True,
+                               temperature=0)))
+    m = re.search(r" tokens=in:~(\d+),cached:\?,out:(\d+)\(cut\) ", line)
+    assert m and int(m.group(1)) == -(-sent // 4), (sent, line)
+    assert int(m.group(2)) >= seen - 1, line  # the first data line names the role, no token

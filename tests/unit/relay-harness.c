@@ -465,6 +465,10 @@ Harness *harness_new(const char *extra) {
         return h;
 }
 
+Manager *harness_manager(Harness *h) {
+        return h->manager;
+}
+
 void harness_reap(Harness *h) {
         size_t kept = 0;
 
@@ -502,6 +506,10 @@ void harness_free(Harness *h) {
         safe_close(h->listen_fd);
         sd_event_unref(h->event);
         (void)unlink(h->conf_path);
+        /* what [Access] keeps (a test of the callers' counts has it) */
+        char usage[128];
+        snprintf(usage, sizeof(usage), "%s/usage.json", h->dir);
+        (void)unlink(usage);
         ASSERT_OK(rmdir(h->dir));
         free(h);
 }

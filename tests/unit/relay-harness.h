@@ -63,6 +63,9 @@ char *with_length(const char *head, const char *body);
 /* extra: more of modelgate.conf after the [Host] ("" for none) */
 Harness *harness_new(const char *extra);
 void harness_free(Harness *h);
+/* The Manager inside, for a test that looks at what it keeps (the callers' counts) */
+typedef struct Manager Manager;
+Manager *harness_manager(Harness *h);
 /* Runs the loop until done(arg), failing after the deadline with 'what'. */
 void harness_run_until(Where w, Harness *h, bool (*done)(void *arg), void *arg, const char *what);
 /* The requests modelgate has sent on (the catalog's aside) that no fake_expect_request() took yet */

@@ -172,6 +172,41 @@ TEST(stream_flag) {
         ASSERT_EQ(json_find_model("{\"stream\":truex}", 15, &span, &model, &stream), MODEL_NOT_JSON);
 }
 
+/* rule:usage-charge: the most tokens a request lets the engine generate, read with its model */
+TEST(request_limits) {
+        static const struct {
+                const char *in;
+                bool limited;
+                int64_t max_out;
+        } cases[] = {
+                {"{\"model\":\"h-k\"}", false, 0},
+                {"{\"model\":\"h-k\",\"n_predict\":64}", true, 64},
+                {"{\"max_tokens\":8,\"model\":\"h-k\"}", true, 8},
+                {"{\"model\":\"h-k\",\"max_completion_tokens\":0}", true, 0},
+                {"{\"model\":\"h-k\",\"max_output_tokens\":100,\"max_tokens\":5}", true,
+                 100},                                                               /* the largest */
+                {"{\"model\":\"h-k\",\"max_tokens\":5,\"n_predict\":-1}", false, 0}, /* llama.cpp's none */
+                {"{\"model\":\"h-k\",\"max_tokens\":5.5}", false, 0},
+                {"{\"model\":\"h-k\",\"max_tokens\":\"5\"}", false, 0},
+                {"{\"model\":\"h-k\",\"max_tokens\":null}", false, 0},
+                {"{\"model\":\"h-k\",\"max_tokens\":99999999999999999999}", false, 0},
+                {"{\"model\":\"h-k\",\"\\u006e_predict\":-1,\"max_tokens\":5}", false, 0}, /* escaped */
+                {"{\"model\":\"h-k\",\"o\":{\"max_tokens\":5}}", false, 0}, /* not top-level */
+        };
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                RequestAsk ask = {};
+                Span span;
+                char *model = NULL;
+                ASSERT_EQ(json_read_request(cases[i].in, strlen(cases[i].in), &span, &model, &ask),
+                          MODEL_FOUND);
+                ASSERT_EQ(ask.bytes, strlen(cases[i].in));
+                ASSERT_EQ(ask.limited, cases[i].limited);
+                if (ask.limited)
+                        ASSERT_EQ(ask.max_out, cases[i].max_out);
+                free(model);
+        }
+}
+
 /* rule:responses-api: a Responses API body has "model" and "stream" at the top level as well; the ones in
  * its input, instructions and tools' schemas are not the request's */
 TEST(responses_body) {

@@ -40,7 +40,7 @@ void client_activity_begin(Client *c) {
         r->engine = x->engine_name;
         r->key = x->caller.admitted ? access_caller_id(&x->caller, x->activity_key) : NULL;
         r->api = api_name(x->path);
-        r->stream = x->streaming;
+        r->stream = x->ask.stream;
         /* the first time, the request's own start (the same reading of the loop's clock, as a rule, and
          * no other); an alias's next target begins now */
         activity_request_begin(manager_activity(c->manager), r, r->owner ? client_now(c) : x->start);
@@ -78,10 +78,9 @@ void client_activity_first_byte(Client *c) {
 }
 
 /* Its end, with the access line's numbers: a struct copy into the ring */
-void client_activity_done(Client *c, int status, usec_t duration, bool cut) {
+void client_activity_done(Client *c, int status, usec_t duration, bool cut, const Usage *u) {
         Exchange *x = c->x;
         ActivityRequest *r = &x->activity;
-        const Usage *u = x->usage_on ? &x->usage : NULL;
 
         if (!r->owner)
                 return;

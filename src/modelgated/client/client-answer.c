@@ -5,6 +5,7 @@
  * leaves in the log. */
 
 #include "modelgated/client/client-internal.h"
+#include "modelgated/rules/conversation.h"
 #include "shared/message-id.h"
 
 Span client_request_id_first(Client *c) {
@@ -52,16 +53,69 @@ static void log_access_line(const AccessLine *l) {
         log_line_fields(LOG_INFO, MESSAGE_ID_ACCESS, line, n, f, access_line_fields(fb, sizeof(fb), f, l));
 }
 
+/* rule:key-usage, rule:usage-metrics: an answer's tokens, counted for its caller's day and (when its host
+ * said them) for /metrics */
+void client_count_usage(Manager *m, const Config *config, const AccessCaller *caller, const char *peer,
+                        const char *host, const char *engine, const char *model_label, const Usage *u) {
+        Access *access;
+
+        if (!usage_known(u))
+                return;
+        if (host) /* the host's own work, not the cloud's */
+                metrics_usage(manager_metrics(m), host, engine, model_label, u);
+        if (caller->admitted && config && (access = manager_access(m)))
+                access_record_usage(access, config, caller, peer, u->in, u->cached, u->out);
+}
+
+/* rule:usage: a stream that ended before its last event, or a body before its end, counts what arrived;
+ * rule:usage-charge: a generation's answer is charged for what it did not say. Into u, the exchange's usage
+ * or a copy of it; whether the answer was cut. */
+static bool settle_usage(Client *c, Usage *u) {
+        Exchange *x = c->x;
+        bool cut = x->usage_body || (x->mode == MODE_SSE && !x->sse.saw_done && !x->usage.ended);
+
+        if (cut)
+                usage_cut(u);
+        if ((u->in < 0 || u->out < 0) && conv_path_keeps_stream(x->path))
+                usage_charge(u, x->ask.bytes, x->ask.limited ? x->ask.max_out : -1);
+        return cut;
+}
+
+/* The host whose work the answer was, for /metrics: none when the fallback answered */
+static const char *worked(const Exchange *x) {
+        return !x->via_fallback && x->host ? x->host->name : NULL;
+}
+
+void client_count_owed(Client *c) {
+        assert(c);
+        Exchange *x = c->x;
+        Usage u;
+
+        if (!x->usage_owed)
+                return;
+        x->usage_owed = false;
+        u = x->usage;
+        (void)settle_usage(c, &u);
+        client_count_usage(c->manager, x->config, &x->caller, c->peer, worked(x), x->engine_name,
+                           x->model_label, &u);
+}
+
 void client_log_access(Client *c, const char *note) {
         assert(c);
         char id[80];
         Exchange *x = c->x;
-        bool left = note && streq(note, "cut=client");
-        /* rule:usage: a stream that ended before its last event, or a body before its end */
-        bool cut = x->usage_on && (x->usage_body || (x->mode == MODE_SSE && !x->sse.saw_done));
+        bool left = note && streq(note, "cut=client"), cut = false;
+        Usage *u = x->usage_on ? &x->usage : NULL, seen;
 
-        if (cut)
-                usage_cut(&x->usage);
+        if (u && client_stream_drains(c)) {
+                /* rule:resumable-streams: the rest is read on, and the answer counted whole at its end; the
+                 * line says what it said so far */
+                seen = x->usage;
+                u = &seen;
+                x->usage_owed = true;
+        }
+        if (u)
+                cut = settle_usage(c, u);
         AccessLine l = {
                 .method = exchange_method_name(x),
                 .path = x->path,
@@ -82,25 +136,17 @@ void client_log_access(Client *c, const char *note) {
                 .first_byte = x->first_byte,
                 .queued = x->queued,
                 .switched = x->switched,
-                .usage = x->usage_on ? &x->usage : NULL,
+                .usage = u,
                 .cut = cut,
                 .request_id = client_request_id(c),
                 .request_id_made = x->request_id.p == x->made_id,
         };
 
         log_access_line(&l);
-        /* the host's own work, not the cloud's, when the answer said it */
-        if (x->usage_on && !x->via_fallback && x->host && usage_known(&x->usage))
-                metrics_usage(manager_metrics(c->manager), x->host->name, x->engine_name, x->model_label,
-                              &x->usage);
-        /* rule:key-usage: the tokens the line says, for the caller's day */
-        if (x->usage_on && x->caller.admitted && x->config && usage_known(&x->usage)) {
-                Access *access = manager_access(c->manager);
-                if (access)
-                        access_record_usage(access, x->config, &x->caller, c->peer, x->usage.in,
-                                            x->usage.cached, x->usage.out);
-        }
-        client_activity_done(c, l.status, l.duration, cut);
+        if (u && !x->usage_owed)
+                client_count_usage(c->manager, x->config, &x->caller, c->peer, worked(x), x->engine_name,
+                                   x->model_label, u);
+        client_activity_done(c, l.status, l.duration, cut, u);
         metrics_request(manager_metrics(c->manager), x->host ? x->host->name : "", x->engine_name,
                         x->error_status ?: x->status);
         if (x->alias)

@@ -56,7 +56,6 @@ static void client_free(Client *c) {
         blob_unref(c->tail);
         buffer_done(&c->held_head);
         buffer_done(&c->scratch);
-        buffer_done(&c->usage_tail);
         free(c);
 }
 

@@ -16,7 +16,7 @@ void client_go(Client *c) {
 static void client_wait_for_engine(Client *c) {
         const Config *cf = manager_config(c->manager);
 
-        if (!c->x->streaming || c->x->head || cf->keepalive_after_usec == USEC_INFINITY)
+        if (!c->x->ask.stream || c->x->head || cf->keepalive_after_usec == USEC_INFINITY)
                 return;
         if (!c->x->keepalive) {
                 if (sd_event_add_time_relative(manager_event(c->manager), &c->x->keepalive, CLOCK_MONOTONIC,
@@ -310,7 +310,7 @@ static bool dispatch_read_model(Client *c, Dispatch *d) {
         int k;
 
         if (d->body_len > 0) {
-                k = json_find_model(d->body, d->body_len, &d->span, &model, &c->x->streaming);
+                k = json_read_request(d->body, d->body_len, &d->span, &model, &c->x->ask);
                 d->in_body = k == MODEL_FOUND;
                 a = model_lookup_answer(k, /* query= */ false, /* absent_ok= */ true, /* any_body= */ true);
                 if (a >= 0)
@@ -497,8 +497,8 @@ static ssize_t dispatch_engine(Client *c, Dispatch *d, Host *host) {
                                  ? config_find_fallback(c->x->config, c->x->engine_conf->fallback)
                                  : NULL;
         if (c->x->fallback)
-                c->x->awaiting_first_token = c->x->streaming && !c->x->head;
-        if (c->x->streaming && c->x->engine_conf->first_token_budget_usec != 0)
+                c->x->awaiting_first_token = c->x->ask.stream && !c->x->head;
+        if (c->x->ask.stream && c->x->engine_conf->first_token_budget_usec != 0)
                 c->x->awaiting_first_token = !c->x->head;
         return engine;
 }

@@ -65,8 +65,8 @@ void client_start_budget(Client *c) {
 
         if (!c->x->engine_conf || c->x->via_fallback)
                 return;
-        b = c->x->streaming ? c->x->engine_conf->first_token_budget_usec
-                            : c->x->engine_conf->request_budget_usec;
+        b = c->x->ask.stream ? c->x->engine_conf->first_token_budget_usec
+                             : c->x->engine_conf->request_budget_usec;
         if (b == 0 || b == USEC_INFINITY)
                 return;
         if (!c->x->budget) {
@@ -170,7 +170,7 @@ bool client_fall_back(Client *c, const char *why) {
 static int client_budget_cb(sd_event_source *s, uint64_t usec, void *userdata) {
         _cleanup_(client_unrefp) Client *c = client_ref(userdata);
         char why[256], t[FORMAT_TIMESPAN_MAX];
-        bool stream = c->x->streaming;
+        bool stream = c->x->ask.stream;
 
         snprintf(why, sizeof(why), "%s not within %s (%s)", stream ? "no first token" : "no whole answer",
                  format_timespan(t, sizeof(t),

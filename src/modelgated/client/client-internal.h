@@ -164,7 +164,6 @@ struct Client {
         Exchange exchange;         /* the request being answered, ended with it */
         Exchange *x;               /* &exchange */
         Buffer held_head, scratch; /* working space, kept across requests */
-        Buffer usage_tail;         /* the end of a whole body, for rule:usage */
 };
 
 /* client-connection.c: the connection and its lifetime (the rule above) */
@@ -183,6 +182,12 @@ void client_process(Client *c);
 
 /* client-answer.c: writing answers, and the access line */
 void client_log_access(Client *c, const char *note);
+/* rule:key-usage, rule:usage-metrics: an answer's tokens, for its caller's day and (host: NULL for the
+ * fallback's) for /metrics */
+void client_count_usage(Manager *m, const Config *config, const AccessCaller *caller, const char *peer,
+                        const char *host, const char *engine, const char *model_label, const Usage *u);
+/* The answer's tokens that the access line left to a drain (usage_owed), counted now: there is none */
+void client_count_owed(Client *c);
 void client_response_complete(Client *c, const char *note);
 int client_queue_head(Client *c, int status, const char *extra);
 /* rule:request-id: the request's id, the client's or made on the first call (out of line) */
@@ -248,6 +253,8 @@ bool client_dispatch_stream(Client *c, Span url, Span path);
 /* The client is closing mid-stream: a stream of a remembered conversation is read on to its end, in
  * flight on its engine, instead of being cancelled */
 void client_stream_drain(Client *c);
+/* Whether client_stream_drain() would read the rest of this client's answer on, were it to close now */
+bool client_stream_drains(const Client *c);
 void client_stream_drains_free(ClientSet *set);
 
 /* client-relay.c: relaying a host's answer, and what a failed one becomes */
@@ -308,7 +315,7 @@ void client_activity_begin(Client *c);
 void client_activity_queued(Client *c);
 void client_activity_first_byte(Client *c);
 void client_activity_loading(Client *c);
-void client_activity_done(Client *c, int status, usec_t duration, bool cut);
+void client_activity_done(Client *c, int status, usec_t duration, bool cut, const Usage *u);
 bool client_feed_open(Client *c, const char *path);
 void client_start_activity(Client *c);
 bool client_may_watch(Client *c);

@@ -50,11 +50,9 @@ static void relay_usage_start(Client *c, const UpstreamResponse *resp, Span ct, 
             !(ct.p && ct.n >= 16 &&
               (memcmp(ct.p, "application/json", 16) == 0 || strncasecmp(ct.p, "application/json", 16) == 0)))
                 return;
-        usage_init(&x->usage, sse ? NULL : &c->usage_tail);
+        usage_init(&x->usage, sse);
         x->usage_on = true;
         x->usage_body = !sse;
-        x->usage_sized = !sse && resp->has_content_length && !resp->chunked;
-        x->usage_left = resp->content_length;
 }
 
 /* The head for the client, in held_head: the host's status and end-to-end headers, and where the
@@ -207,12 +205,8 @@ static int client_upstream_body(Upstream *u, const char *p, size_t n, void *user
                         r = client_frame_body(c, buffer_peek(&c->scratch), buffer_size(&c->scratch));
                 break;
         case MODE_PASS:
-                if (c->x->usage_body) {
-                        c->x->usage_left -= MIN(c->x->usage_left, (uint64_t)n);
-                        /* out of memory: not known */
-                        (void)usage_body_feed(&c->x->usage, p, n,
-                                              c->x->usage_sized && c->x->usage_left == 0);
-                }
+                if (c->x->usage_body)
+                        usage_body_feed(&c->x->usage, p, n);
                 r = client_frame_body(c, p, n);
                 break;
         }
@@ -275,10 +269,7 @@ static void client_upstream_complete(Upstream *u, void *userdata) {
                 if (c->x->chunked)
                         (void)buffer_append_str(&c->out, "0\r\n\r\n");
         }
-        if (c->x->usage_body) {
-                usage_body_end(&c->x->usage);
-                c->x->usage_body = false;
-        }
+        c->x->usage_body = false; /* whole: not cut */
         /* rule:list-never-stale: the list is re-read after every load or unload that worked */
         if (c->x->status >= 200 && c->x->status < 300 &&
             (span_eq(c->x->path, "/models/load") || span_eq(c->x->path, "/models/unload"))) {

@@ -102,8 +102,9 @@ static void stream_forward(Client *c, Span url, bool get) {
         c->x->host = t.conf;
         c->x->target = target_url(&t);
         c->x->engine_name = t.engine >= 0 ? host_engine(t.host, (size_t)t.engine)->conf->name : NULL;
-        c->x->streaming = get;
-        if (client_build_request(c, c->x->target, url, (Span){"", 0}, (Span){}, NULL, (Span){}, &c->x->pending) < 0)
+        c->x->ask.stream = get;
+        if (client_build_request(c, c->x->target, url, (Span){"", 0}, (Span){}, NULL, (Span){},
+                                 &c->x->pending) < 0)
                 return client_answer(c, ANSWER_OUT_OF_MEMORY);
         HostAcquire a = t.engine >= 0
                                 ? host_join(t.host, (size_t)t.engine, &c->x->waiter, client_host_went_down,
@@ -307,45 +308,110 @@ struct StreamDrain {
         HostWaiter waiter; /* in flight on the engine until the stream ends */
         char *conv_id, *host;
         uint64_t bytes;
+        /* rule:usage: the answer's tokens, read on from where the client's exchange left them (or from the
+         * head, when the client left before it) and counted whole at the end for the caller, once: the
+         * exchange's access line did not count them */
+        bool usage_on, sse_on;
+        Usage usage;
+        SseFilter sse;
+        Buffer scratch;
+        ApiKind api;
+        RequestAsk ask;
+        Config *config; /* caller.tier is in it */
+        AccessCaller caller;
+        char *peer, *engine, *model_label;
 };
 
 static void drain_free(StreamDrain *d) {
-        LIST_REMOVE(drains, d->set->drains, d);
+        if (d->set)
+                LIST_REMOVE(drains, d->set->drains, d);
         upstream_cancel(d->upstream);
         host_release(&d->waiter);
+        sse_filter_done(&d->sse);
+        buffer_done(&d->scratch);
+        config_unref(d->config);
         free(d->conv_id);
         free(d->host);
+        free(d->peer);
+        free(d->engine);
+        free(d->model_label);
         free(d);
 }
 
-static void drain_end(StreamDrain *d, const char *why) {
+/* complete: the host ended its answer (else it was cut) */
+static void drain_end(StreamDrain *d, const char *why, bool complete) {
         _cleanup_free_ char *e = log_escape_dup(d->conv_id);
+        char counts[128], tokens[160] = "", key[80];
+        bool cut = false;
+
         d->upstream = NULL;
-        log_info("host %s: conversation %s: its stream ended (%s), %" PRIu64 " bytes after its client left",
-                 d->host, strna(e), why ?: "complete", d->bytes);
+        if (d->sse_on) {
+                buffer_clear(&d->scratch);
+                (void)sse_filter_finish(&d->sse, &d->scratch); /* a last line without its end */
+        }
+        if (d->usage_on) {
+                /* as client_log_access() settles an answer's: what arrived of a cut one, and
+                 * rule:usage-charge for what was not said (only generations make sessions) */
+                cut = !complete || (d->sse_on && !d->sse.saw_done && !d->usage.ended);
+                if (cut)
+                        usage_cut(&d->usage);
+                usage_charge(&d->usage, d->ask.bytes, d->ask.limited ? d->ask.max_out : -1);
+                (void)usage_format(counts, sizeof(counts), &d->usage);
+                (void)snprintf(tokens, sizeof(tokens), ", tokens=%s%s", counts, cut ? "(cut)" : "");
+        }
+        log_info("host %s: conversation %s: its stream ended (%s), %" PRIu64
+                 " bytes after its client left%s%s%s",
+                 d->host, strna(e), why ?: "complete", d->bytes, tokens, d->caller.admitted ? " key=" : "",
+                 d->caller.admitted ? access_caller_id(&d->caller, key) : "");
+        if (d->usage_on)
+                client_count_usage(d->set->manager, d->config, &d->caller, d->peer, d->host, d->engine,
+                                   d->model_label, &d->usage);
         manager_conv_touch(d->set->manager, d->conv_id);
         drain_free(d);
 }
 
 static int drain_headers(Upstream *u, const UpstreamResponse *resp, void *userdata) {
-        return 0; /* whatever the status: the rest is read all the same */
+        StreamDrain *d = userdata;
+        Span ct = upstream_response_header(resp, "Content-Type");
+        bool sse = ct.p && ct.n >= 17 && strncasecmp(ct.p, "text/event-stream", 17) == 0;
+
+        /* whatever the status, the rest is read all the same; a generation's 200 (a stream or a JSON body,
+         * as relay_usage_start() reads them) is read for its tokens too */
+        if (resp->status != 200 ||
+            !(sse || (ct.p && ct.n >= 16 && strncasecmp(ct.p, "application/json", 16) == 0)))
+                return 0;
+        usage_init(&d->usage, sse);
+        d->usage_on = true;
+        if (sse) {
+                sse_filter_init(&d->sse, d->api);
+                d->sse.usage = &d->usage;
+                d->sse_on = true;
+        }
+        return 0;
 }
 
 static int drain_body(Upstream *u, const char *p, size_t n, void *userdata) {
         StreamDrain *d = userdata;
-        d->bytes += n; /* the session on the host has them; nobody here wants them */
+        d->bytes += n; /* the session on the host has them; nobody here wants them, but for their count */
+        if (d->sse_on) {
+                buffer_clear(&d->scratch);
+                (void)sse_filter_feed(&d->sse, p, n, &d->scratch); /* out of memory: what was read stays */
+        } else if (d->usage_on)
+                usage_body_feed(&d->usage, p, n);
         return d->bytes > CONV_DRAIN_MAX_BYTES ? -EFBIG : 0; /* on_error(-ECANCELED) follows */
 }
 
 static void drain_complete(Upstream *u, void *userdata) {
-        drain_end(userdata, NULL);
+        drain_end(userdata, NULL, /* complete= */ true);
 }
 
 static void drain_error(Upstream *u, int error, bool started, void *userdata) {
         StreamDrain *d = userdata;
-        drain_end(d, d->bytes > CONV_DRAIN_MAX_BYTES ? "cut: over 64 MiB read"
-                     : error == -ETIMEDOUT           ? "cut: read for 30min"
-                                                     : upstream_strerror(error));
+        drain_end(d,
+                  d->bytes > CONV_DRAIN_MAX_BYTES ? "cut: over 64 MiB read"
+                  : error == -ETIMEDOUT           ? "cut: read for 30min"
+                                                  : upstream_strerror(error),
+                  /* complete= */ false);
 }
 
 static const UpstreamCallbacks drain_callbacks = {
@@ -358,7 +424,42 @@ static const UpstreamCallbacks drain_callbacks = {
 static void drain_host_down(HostWaiter *w) {
         StreamDrain *d = container_of(w, StreamDrain, waiter);
         d->upstream = upstream_cancel(d->upstream);
-        drain_end(d, "host down");
+        drain_end(d, "host down", /* complete= */ false);
+}
+
+bool client_stream_drains(const Client *c) {
+        const Exchange *x = c->x;
+
+        /* the engine has the session from the moment it has the request, whatever of the answer came */
+        return x->conv_id && x->upstream && !x->via_fallback && x->waiter.host && !x->response_complete &&
+               !c->set->closing && !manager_stopping(c->manager);
+}
+
+/* What the client's exchange read of the answer so far goes on in the drain, and what counting it needs.
+ * -ENOMEM */
+static int drain_take_usage(StreamDrain *d, Client *c) {
+        Exchange *x = c->x;
+
+        d->api = x->api;
+        d->ask = x->ask;
+        d->caller = x->caller;
+        d->config = x->config ? config_ref(x->config) : NULL;
+        if (!(d->peer = strdup(c->peer)) || (x->engine_name && !(d->engine = strdup(x->engine_name))) ||
+            (x->model_label && !(d->model_label = strdup(x->model_label))))
+                return -ENOMEM;
+        if (!x->usage_on)
+                return 0; /* its head is still to come (drain_headers()), or its answer is not read */
+        d->usage_on = true;
+        d->usage = x->usage;
+        if (x->mode == MODE_SSE) {
+                /* the filter with its unfinished line: the exchange's ends without it */
+                d->sse = x->sse;
+                x->sse.line = (Buffer){};
+                d->sse.usage = &d->usage;
+                d->sse_on = true;
+        }
+        x->usage_owed = false;
+        return 0;
 }
 
 void client_stream_drain(Client *c) {
@@ -366,13 +467,11 @@ void client_stream_drain(Client *c) {
         HostRefusal refusal;
         Host *h = x->waiter.host;
         _cleanup_free_ char *e = NULL;
-        StreamDrain *d;
+        StreamDrain *d = NULL;
         HostAcquire a;
 
-        /* the engine has the session from the moment it has the request, whatever of the answer came */
-        if (!x->conv_id || !x->upstream || x->via_fallback || !h || x->response_complete ||
-            c->set->closing || manager_stopping(c->manager))
-                return;
+        if (!client_stream_drains(c))
+                goto fail;
         d = calloc(1, sizeof(StreamDrain));
         if (!d || !(d->conv_id = strdup(x->conv_id)) || !(d->host = strdup(host_conf(h)->name)))
                 goto fail;
@@ -380,7 +479,7 @@ void client_stream_drain(Client *c) {
         a = x->waiter.engine >= 0
                     ? host_join(h, (size_t)x->waiter.engine, &d->waiter, drain_host_down, NULL, &refusal)
                     : host_attach(h, &d->waiter, drain_host_down, NULL, &refusal);
-        if (a != HOST_ACQUIRED)
+        if (a != HOST_ACQUIRED || drain_take_usage(d, c) < 0)
                 goto fail;
         d->set = c->set;
         d->upstream = TAKE_PTR(x->upstream);
@@ -395,11 +494,9 @@ void client_stream_drain(Client *c) {
                  d->host, strna(e));
         return;
 fail:
-        if (d) {
-                free(d->conv_id);
-                free(d->host);
-        }
-        free(d);
+        if (d)
+                drain_free(d);
+        client_count_owed(c); /* what the access line left to a drain */
 }
 
 void client_stream_drains_free(ClientSet *set) {

@@ -16,6 +16,7 @@
 #include "modelgated/conf/conf.h"
 #include "modelgated/host/host.h"
 #include "modelgated/rules/request-id.h"
+#include "modelgated/rules/route.h"
 #include "modelgated/rules/sse.h"
 #include "modelgated/rules/usage.h"
 #include "shared/buffer.h"
@@ -73,7 +74,10 @@ typedef struct Exchange {
         bool head;
         bool browser; /* GET /ui or /activity: Basic credentials count, and a 401 asks for them (rule:ui-key)
                        */
-        bool streaming; /* "stream": true in the body */
+        /* what the body asks: "stream": true (ask.stream; a resume's GET streams too), and for
+         * rule:usage-charge its length and its limit of the tokens to generate (all 0 without a JSON body)
+         */
+        RequestAsk ask;
         bool http10;
         bool response_complete;
         int status;
@@ -102,8 +106,11 @@ typedef struct Exchange {
         Buffer held; /* an error body, held whole to be reworded */
 
         /* rule:usage: what the answer says it cost (usage_on: usage below), read from an event stream
-         * (sse.usage) or from the end of a whole JSON body (usage_body while it arrives) */
+         * (sse.usage) or from a whole JSON body as it arrives (usage_body until its end) */
         bool usage_on, usage_body;
+        /* the line did not count them: a drain reads the rest of the answer and counts it whole, or the
+         * drain could not be and client_stream_drain() counts them */
+        bool usage_owed;
         usec_t first_byte; /* from start to the host's answer head; 0: none yet */
         /* rule:queued-and-switch: what the host said of the request's wait (HostWaiter) */
         usec_t queued, switched;
@@ -117,10 +124,7 @@ typedef struct Exchange {
         /* From here on, nothing is emptied when a request starts (exchange_init()): each field is written
          * where it is first used, before anything reads it, so that a request does not pay for clearing
          * the bytes of what it may never use (they were a good part of its accounting). */
-        Usage usage; /* when usage_on is set: usage_init() */
-        /* with usage_body: the body's Content-Length is known, and usage_left of it is still to come */
-        bool usage_sized;
-        uint64_t usage_left;
+        Usage usage;                           /* when usage_on is set: usage_init() */
         char made_id[REQUEST_ID_MADE_LEN + 1]; /* when request_id points at it */
         /* rule:activity-feed: the request as /activity shows it, in its in-flight list from its host on;
          * only activity.owner is set by exchange_init(), the rest by client_activity_begin() */

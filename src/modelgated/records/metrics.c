@@ -311,9 +311,10 @@ void metrics_usage(Metrics *m, const char *host, const char *engine, const char 
         Series *s;
 
         if ((s = series_find(m, F_TOKENS, &l))) {
-                s->value += (uint64_t)MAX(u->in, 0);
+                /* rule:usage-charge's counts are not the engine's */
+                s->value += u->in_charged ? 0 : (uint64_t)MAX(u->in, 0);
                 s->buckets[0] += (uint64_t)MAX(u->cached, 0);
-                s->buckets[1] += (uint64_t)MAX(u->out, 0);
+                s->buckets[1] += u->out_charged ? 0 : (uint64_t)MAX(u->out, 0);
                 s->buckets[2] += (uint64_t)MAX(usage_prefilled(u), 0);
         }
         if ((v = usage_speed(u->prompt_n, u->prompt_ms)) >= 0 && (s = series_find(m, F_PREFILL, &l)))

@@ -118,11 +118,15 @@ static _always_inline_ void out_seconds(LineOut *o, usec_t t) {
         out_lit_n(o, d, sizeof(d));
 }
 
-static void out_count(LineOut *o, int64_t v) {
+/* rule:usage-charge: "~" before a count the answer did not say */
+static void out_count(LineOut *o, int64_t v, bool charged) {
         if (v < 0)
                 out_lit(o, "?");
-        else
+        else {
+                if (charged)
+                        out_lit(o, "~");
                 out_u64(o, (uint64_t)v, 0);
+        }
 }
 
 /* tokens per second, to a tenth */
@@ -159,11 +163,11 @@ static void out_usage(LineOut *o, const AccessLine *l) {
         if (!u || (!usage_known(u) && !l->cut))
                 return;
         out_lit(o, " tokens=in:");
-        out_count(o, u->in);
+        out_count(o, u->in, u->in_charged);
         out_lit(o, ",cached:");
-        out_count(o, u->cached);
+        out_count(o, u->cached, false);
         out_lit(o, ",out:");
-        out_count(o, u->out);
+        out_count(o, u->out, u->out_charged);
         if (l->cut)
                 out_lit(o, "(cut)");
         if (l->fallback)
@@ -310,6 +314,11 @@ size_t access_line_fields(char *buf, size_t size, struct iovec *fields, const Ac
                 field_u64(&f, "MODELGATE_TOKENS_CACHED", (uint64_t)u->cached);
         if (u && u->out >= 0)
                 field_u64(&f, "MODELGATE_TOKENS_OUT", (uint64_t)u->out);
+        if (u && (u->in_charged || u->out_charged))
+                field_str(&f, "MODELGATE_TOKENS_CHARGED",
+                          u->in_charged && u->out_charged ? "in,out"
+                          : u->in_charged                 ? "in"
+                                                          : "out");
         if (u && (v = usage_speed(u->prompt_n, u->prompt_ms)) >= 0)
                 field_speed(&f, "MODELGATE_PREFILL_TPS", v);
         if (u && (v = usage_speed(u->predicted_n, u->predicted_ms)) >= 0)

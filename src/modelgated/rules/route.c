@@ -166,11 +166,34 @@ typedef struct ModelScan {
         bool capturing;      /* the value being scanned is */
         bool duplicate;
         bool stream;
+        bool limit_seen, unlimited; /* RequestAsk's: a limit's name was seen; one of them is no limit */
+        int64_t max_out;
 } ModelScan;
+
+/* The value of a limit of the tokens to generate (RequestAsk), at s->p: an integer >= 0, or none */
+static void scan_limit(Scanner *s, ModelScan *m) {
+        const char *q = s->p;
+        int64_t v = 0;
+
+        m->limit_seen = true;
+        for (; q < s->end && *q >= '0' && *q <= '9'; q++) {
+                if (v > (INT64_MAX - 9) / 10) {
+                        m->unlimited = true; /* as many as no engine generates: none */
+                        return;
+                }
+                v = v * 10 + (*q - '0');
+        }
+        /* "-1", a fraction, a string, null: not a limit known here */
+        if (q == s->p || (q < s->end && (*q == '.' || *q == 'e' || *q == 'E'))) {
+                m->unlimited = true;
+                return;
+        }
+        m->max_out = MAX(m->max_out, v);
+}
 
 /* A key of an object at depth, and its ':' */
 static int scan_member_key(Scanner *s, unsigned depth, ModelScan *m) {
-        bool escaped, stream_key;
+        bool escaped, stream_key, limit_key = false;
         const char *kb;
 
         skip_ws(s);
@@ -184,6 +207,12 @@ static int scan_member_key(Scanner *s, unsigned depth, ModelScan *m) {
         }
         /* "stream": true (the last one wins, as in most parsers); validated with the rest */
         stream_key = depth == 1 && key_is(kb, s->p, escaped, "stream");
+        /* the names llama.cpp and the APIs it serves read as the limit of the tokens it generates */
+        if (depth == 1 && !stream_key && (escaped || kb[1] == 'n' || kb[1] == 'm'))
+                limit_key = key_is(kb, s->p, escaped, "n_predict") ||
+                            key_is(kb, s->p, escaped, "max_tokens") ||
+                            key_is(kb, s->p, escaped, "max_completion_tokens") ||
+                            key_is(kb, s->p, escaped, "max_output_tokens");
         skip_ws(s);
         if (s->p >= s->end || *s->p != ':')
                 return -EBADMSG;
@@ -191,6 +220,10 @@ static int scan_member_key(Scanner *s, unsigned depth, ModelScan *m) {
         if (stream_key) {
                 skip_ws(s);
                 m->stream = s->end - s->p >= 4 && memcmp(s->p, "true", 4) == 0;
+        }
+        if (limit_key) {
+                skip_ws(s);
+                scan_limit(s, m);
         }
         return 0;
 }
@@ -231,7 +264,7 @@ static int model_of_value(const char *vb, const char *ve, Span *ret_span, char *
         return MODEL_FOUND;
 }
 
-int json_find_model(const char *body, size_t n, Span *ret_span, char **ret_model, bool *ret_stream) {
+int json_read_request(const char *body, size_t n, Span *ret_span, char **ret_model, RequestAsk *ret_ask) {
         Scanner s = {body, body + n};
         char stack[JSON_MAX_DEPTH]; /* '{' or '[' */
         unsigned depth = 0;
@@ -283,8 +316,11 @@ after_value:
         if (depth == 0) {
                 if (s.p != s.end)
                         return MODEL_NOT_JSON;
-                if (ret_stream)
-                        *ret_stream = m.stream;
+                if (ret_ask)
+                        *ret_ask = (RequestAsk){.bytes = n,
+                                                .stream = m.stream,
+                                                .limited = m.limit_seen && !m.unlimited,
+                                                .max_out = m.max_out};
                 if (m.duplicate)
                         return MODEL_TWICE;
                 if (!m.vb || !m.ve)
@@ -305,6 +341,16 @@ after_value:
                 goto after_value;
         }
         return MODEL_NOT_JSON;
+}
+
+int json_find_model(const char *body, size_t n, Span *ret_span, char **ret_model, bool *ret_stream) {
+        /* what was not read stays as it was */
+        RequestAsk ask = {.stream = ret_stream && *ret_stream};
+        int k = json_read_request(body, n, ret_span, ret_model, &ask);
+
+        if (ret_stream)
+                *ret_stream = ask.stream;
+        return k;
 }
 
 size_t json_quoted_len(const char *s) {

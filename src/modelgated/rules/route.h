@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "modelgated/conf/conf.h"
 #include "shared/buffer.h"
@@ -24,10 +25,23 @@ typedef enum ModelLookup {
         MODEL_BAD_ESCAPE, /* the query has a bad %-escape */
 } ModelLookup;
 
+/* What a request's body asks, besides its model, read in the same pass (rule:usage-charge) */
+typedef struct RequestAsk {
+        uint64_t bytes; /* the body's */
+        bool stream;    /* the top-level "stream" is true (the last one, as in most parsers) */
+        /* the most tokens it lets the engine generate: the largest of its top-level n_predict, max_tokens,
+         * max_completion_tokens and max_output_tokens, when each of those it has is an integer >= 0 (a
+         * negative n_predict is llama.cpp's "no limit", anything else is not known to be one) */
+        bool limited;
+        int64_t max_out;
+} RequestAsk;
+
 /* Validates body as JSON (RFC 8259, nesting at most 512 deep) and finds the top-level "model".
  * MODEL_FOUND with *ret_span (the value's bytes, quotes included) and *ret_model (decoded, malloc'ed);
  * MODEL_ABSENT, MODEL_NOT_STRING, MODEL_TWICE or MODEL_NOT_JSON; -ENOMEM. On MODEL_FOUND, MODEL_ABSENT,
- * MODEL_NOT_STRING and MODEL_TWICE, *ret_stream (optional) says whether the top-level "stream" is true. */
+ * MODEL_NOT_STRING and MODEL_TWICE, *ret_ask (optional) says what else the body asks. */
+int json_read_request(const char *body, size_t n, Span *ret_span, char **ret_model, RequestAsk *ret_ask);
+/* The same, with only whether it streams (*ret_stream, optional) */
 int json_find_model(const char *body, size_t n, Span *ret_span, char **ret_model, bool *ret_stream);
 
 /* Encodes s as a JSON string, quotes included. */

@@ -1,279 +1,504 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* rule:usage: the engine's own token counts and timings, read from its answer as it passes. */
+/* rule:usage: the engine's own token counts and timings, read from its answer as it passes; and
+ * rule:usage-charge, for what the answer did not say. */
 
 #include <assert.h>
-#include <errno.h>
-#include <string.h>
-
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "modelgated/rules/usage.h"
 #include "shared/macro.h"
 
-static bool is_space(char c) {
-        return c == ' ' || c == '\t' || c == '\r' || c == '\n';
-}
-
-/* The last quoted name key in p, looked for from the end: the members read here are at the end of what
- * carries them, so that finding one costs the few bytes after it */
-static const char *find_last(const char *p, size_t n, const char *key, size_t kl) {
-        if (n < kl)
-                return NULL;
-        /* from quote to quote: memrchr() skips the bytes between */
-        for (const char *q = p + n - kl + 1; (q = memrchr(p, '"', (size_t)(q - p)));)
-                if (memcmp(q, key, kl) == 0)
-                        return q;
-        return NULL;
-}
-
-/* The numbers read, by name */
-typedef enum Member {
-        M_PROMPT_TOKENS,
-        M_COMPLETION_TOKENS,
-        M_CACHE_READ_INPUT_TOKENS,
-        M_INPUT_TOKENS,
-        M_OUTPUT_TOKENS,
-        M_CACHED_TOKENS, /* in prompt_tokens_details or input_tokens_details */
-        M_PROMPT_N,
-        M_PROMPT_MS,
-        M_PREDICTED_N,
-        M_PREDICTED_MS,
-        M_CACHE_N,
-        _M_MAX,
-} Member;
-
-#define NAME(s)                                                                                             \
-        { "" s, sizeof(s) - 1 }
-static const Span member_name[_M_MAX] = {
-        [M_PROMPT_TOKENS] = NAME("prompt_tokens"),
-        [M_COMPLETION_TOKENS] = NAME("completion_tokens"),
-        [M_CACHE_READ_INPUT_TOKENS] = NAME("cache_read_input_tokens"),
-        [M_INPUT_TOKENS] = NAME("input_tokens"),
-        [M_OUTPUT_TOKENS] = NAME("output_tokens"),
-        [M_CACHED_TOKENS] = NAME("cached_tokens"),
-        [M_PROMPT_N] = NAME("prompt_n"),
-        [M_PROMPT_MS] = NAME("prompt_ms"),
-        [M_PREDICTED_N] = NAME("predicted_n"),
-        [M_PREDICTED_MS] = NAME("predicted_ms"),
-        [M_CACHE_N] = NAME("cache_n"),
+/* Where a count comes from: a later one of a higher or the same rank replaces it, a lower one does not, so
+ * that the answer's usage says what it says wherever in the text (or the stream) timings are */
+enum {
+        RANK_NONE,
+        RANK_NATIVE,  /* llama.cpp's native tokens_evaluated, tokens_predicted */
+        RANK_TIMINGS, /* llama.cpp's timings */
+        RANK_USAGE,   /* a usage object */
 };
 
-typedef struct Members {
-        double v[_M_MAX];
-        unsigned has; /* 1u << Member: v[] of those only is set (so only this is cleared) */
-} Members;
+enum {
+        LEX_TOKEN, /* between tokens */
+        LEX_STRING,
+        LEX_SCALAR, /* a number or a literal */
+};
 
-/* A number >= 0 at p: digits, a fraction, an exponent (strtod only then). Its end in *ret_end. */
-static bool parse_number(const char *p, const char *end, double *ret, const char **ret_end) {
-        const char *q = p;
-        double v = 0;
+/* What the value after a name is, to this reader */
+enum {
+        WANT_NONE,
+        WANT_USAGE,   /* an object of usage numbers */
+        WANT_TIMINGS, /* an object of timings */
+        WANT_WRAP,    /* a top-level "message" or "response" object, which may hold usage */
+        WANT_NATIVE_IN,
+        WANT_NATIVE_OUT,
+        WANT_STOP,
+        WANT_MEMBER, /* + UsageMember: a number of the usage or timings object being read */
+};
 
-        if (q >= end || *q < '0' || *q > '9')
-                return false;
-        for (; q < end && *q >= '0' && *q <= '9'; q++)
-                v = v * 10 + (*q - '0');
-        if (q < end && (*q == '.' || *q == 'e' || *q == 'E')) {
-                char t[40], *e;
-                size_t l = 0;
-                while (p + l < end && l < sizeof(t) - 1 && p[l] && strchr("0123456789.eE+-", p[l]))
-                        l++;
-                memcpy(t, p, l);
-                t[l] = 0;
-                v = strtod(t, &e);
-                q = p + (e - t);
-        }
-        *ret = v;
-        *ret_end = q;
-        return true;
+void usage_scan_init(UsageScan *s) {
+        assert(s);
+        s->depth = s->region = s->wrap = s->skip = 0;
+        s->arrays = 0;
+        s->lex = LEX_TOKEN;
+        s->want = WANT_NONE;
+        s->region_timings = s->escape = s->key_next = s->in_key = s->counts = s->stop = false;
+        s->tok_n = 0;
+        s->has = 0;
 }
 
-/* The object that is the value of the member whose quoted name starts at k, as the span from its '{' to
- * its '}', or an empty span when it is not an object or not whole (a tail cut in its middle); in the same
- * pass, into m, every member in it (at any depth) whose value is a number >= 0 and whose name is one of
- * member_name */
-static Span object_after(const char *k, size_t kl, const char *end, Members *m) {
-        const char *q = k + kl, *o;
-        unsigned depth = 0;
+/* A count from a source of rank: written unless a higher one said it */
+static void count(int64_t *field, uint8_t *field_rank, uint8_t rank, double v) {
+        if (v < 0 || v > (double)INT64_MAX || rank < *field_rank)
+                return;
+        *field = (int64_t)v;
+        *field_rank = rank;
+}
+#define COUNT(u, f, rank, v) count(&(u)->f, &(u)->f##_rank, rank, v)
 
-        m->has = 0;
-        while (q < end && is_space(*q))
-                q++;
-        if (q >= end || *q != ':')
-                return (Span){};
-        for (q++; q < end && is_space(*q); q++)
-                ;
-        if (q >= end || *q != '{')
-                return (Span){};
-        for (o = q; q < end; q++) {
-                if (*q == '{')
-                        depth++;
-                else if (*q == '}') {
-                        if (--depth == 0)
-                                return (Span){o, (size_t)(q + 1 - o)};
-                } else if (*q == '"') {
-                        const char *name = ++q;
-                        /* the string's end: a quote that no backslash escapes (names here have none) */
-                        while ((q = memchr(q, '"', (size_t)(end - q))) && q[-1] == '\\')
-                                q++;
-                        if (!q)
-                                return (Span){};
-                        size_t l = (size_t)(q - name), i;
-                        const char *v = q + 1, *after;
-                        double d;
-                        /* the name first: the value of one not read here (total_tokens, a timing per
-                         * token) is passed over as the bytes it is, neither '{', '}' nor '"', not parsed */
-                        for (i = 0; i < _M_MAX; i++)
-                                if (member_name[i].n == l && member_name[i].p[0] == name[0] &&
-                                    memcmp(member_name[i].p, name, l) == 0)
-                                        break;
-                        if (i == _M_MAX)
-                                continue;
-                        while (v < end && is_space(*v))
-                                v++;
-                        if (v >= end || *v != ':')
-                                continue; /* a string value, not a name */
-                        for (v++; v < end && is_space(*v); v++)
-                                ;
-                        if (!parse_number(v, end, &d, &after))
-                                continue;
-                        q = after - 1;
-                        m->v[i] = d;
-                        m->has |= 1u << i;
+static bool has(const UsageScan *s, UsageMember m) {
+        return s->has & (1u << m);
+}
+
+/* A usage object: OpenAI's chat and completions (prompt_tokens counts the cached ones), Anthropic's
+ * (input_tokens is what was not read from the cache, cache_read_input_tokens the rest; message_delta
+ * says output_tokens alone, and keeps what message_start said), the Responses API's (input_tokens: all of
+ * the prompt) */
+static void read_usage(Usage *u, const UsageScan *s) {
+        if (has(s, USAGE_M_PROMPT_TOKENS))
+                COUNT(u, in, RANK_USAGE, s->v[USAGE_M_PROMPT_TOKENS]);
+        if (has(s, USAGE_M_COMPLETION_TOKENS))
+                COUNT(u, out, RANK_USAGE, s->v[USAGE_M_COMPLETION_TOKENS]);
+        if (has(s, USAGE_M_CACHE_READ_INPUT_TOKENS)) {
+                COUNT(u, cached, RANK_USAGE, s->v[USAGE_M_CACHE_READ_INPUT_TOKENS]);
+                if (has(s, USAGE_M_INPUT_TOKENS))
+                        COUNT(u, in, RANK_USAGE,
+                              s->v[USAGE_M_INPUT_TOKENS] + s->v[USAGE_M_CACHE_READ_INPUT_TOKENS]);
+        } else if (has(s, USAGE_M_INPUT_TOKENS))
+                COUNT(u, in, RANK_USAGE, s->v[USAGE_M_INPUT_TOKENS]);
+        if (has(s, USAGE_M_OUTPUT_TOKENS))
+                COUNT(u, out, RANK_USAGE, s->v[USAGE_M_OUTPUT_TOKENS]);
+        if (has(s, USAGE_M_CACHED_TOKENS))
+                COUNT(u, cached, RANK_USAGE, s->v[USAGE_M_CACHED_TOKENS]);
+}
+
+/* llama.cpp's timings: the speeds, and the counts where no usage says them (a chat stream without
+ * stream_options.include_usage; with timings_per_token, each chunk has its own, the last one stays) */
+static void read_timings(Usage *u, const UsageScan *s) {
+        double cache_n = has(s, USAGE_M_CACHE_N) ? s->v[USAGE_M_CACHE_N] : -1;
+
+        if (has(s, USAGE_M_PROMPT_N) && s->v[USAGE_M_PROMPT_N] >= 0 &&
+            s->v[USAGE_M_PROMPT_N] <= (double)INT64_MAX) {
+                u->prompt_n = (int64_t)s->v[USAGE_M_PROMPT_N];
+                COUNT(u, in, RANK_TIMINGS, s->v[USAGE_M_PROMPT_N] + MAX(cache_n, 0.0));
+        }
+        if (has(s, USAGE_M_PROMPT_MS))
+                u->prompt_ms = s->v[USAGE_M_PROMPT_MS];
+        if (has(s, USAGE_M_PREDICTED_N) && s->v[USAGE_M_PREDICTED_N] >= 0 &&
+            s->v[USAGE_M_PREDICTED_N] <= (double)INT64_MAX) {
+                u->predicted_n = (int64_t)s->v[USAGE_M_PREDICTED_N];
+                COUNT(u, out, RANK_TIMINGS, s->v[USAGE_M_PREDICTED_N]);
+        }
+        if (has(s, USAGE_M_PREDICTED_MS))
+                u->predicted_ms = s->v[USAGE_M_PREDICTED_MS];
+        if (cache_n >= 0)
+                COUNT(u, cached, RANK_TIMINGS, cache_n);
+}
+
+/* A number >= 0: digits, a fraction, an exponent (strtod only then) */
+static bool parse_number(const char *t, size_t l, double *ret) {
+        static const double pow10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                       1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+                                       1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+        char buf[48], *e;
+        uint64_t m = 0;
+        size_t i, digits = 0, fraction = 0;
+
+        if (l == 0 || t[0] < '0' || t[0] > '9')
+                return false;
+        for (i = 0; i < l && t[i] >= '0' && t[i] <= '9'; i++, digits++)
+                m = m * 10 + (uint64_t)(t[i] - '0');
+        if (i < l && t[i] == '.')
+                for (i++; i < l && t[i] >= '0' && t[i] <= '9'; i++, digits++, fraction++)
+                        m = m * 10 + (uint64_t)(t[i] - '0');
+        /* a mantissa exact in a double over an exact power of ten: one correctly rounded division, as
+         * strtod's own fast path (timings' milliseconds, 86.123) */
+        if (i == l && digits <= 15 && fraction < ELEMENTSOF(pow10)) {
+                *ret = (double)m / pow10[fraction];
+                return true;
+        }
+        if (l >= sizeof(buf) || !strchr(".eE0123456789", t[i < l ? i : 0]))
+                return false;
+        memcpy(buf, t, l);
+        buf[l] = 0;
+        *ret = strtod(buf, &e);
+        return e == buf + l;
+}
+
+#define NAME_IS(t, l, lit) ((l) == sizeof(lit) - 1 && memcmp(t, "" lit, sizeof(lit) - 1) == 0)
+
+/* What a member's name (t, l bytes: not escaped), just read, makes of its value */
+static inline uint8_t want_of_name(const UsageScan *s, const char *t, size_t l) {
+        if (s->region) {
+                /* at any depth of the usage object: prompt_tokens_details.cached_tokens */
+#define M(name, m) NAME_IS(t, l, name) ? (uint8_t)(WANT_MEMBER + (m))
+                switch (l) {
+                case 7:
+                        return M("cache_n", USAGE_M_CACHE_N) : WANT_NONE;
+                case 8:
+                        return M("prompt_n", USAGE_M_PROMPT_N) : WANT_NONE;
+                case 9:
+                        return M("prompt_ms", USAGE_M_PROMPT_MS) : WANT_NONE;
+                case 11:
+                        return M("predicted_n", USAGE_M_PREDICTED_N) : WANT_NONE;
+                case 12:
+                        return M("input_tokens", USAGE_M_INPUT_TOKENS)
+                            : M("predicted_ms", USAGE_M_PREDICTED_MS) : WANT_NONE;
+                case 13:
+                        return M("prompt_tokens", USAGE_M_PROMPT_TOKENS)
+                            : M("output_tokens", USAGE_M_OUTPUT_TOKENS)
+                            : M("cached_tokens", USAGE_M_CACHED_TOKENS) : WANT_NONE;
+                case 17:
+                        return M("completion_tokens", USAGE_M_COMPLETION_TOKENS) : WANT_NONE;
+                case 23:
+                        return M("cache_read_input_tokens", USAGE_M_CACHE_READ_INPUT_TOKENS) : WANT_NONE;
+                default:
+                        return WANT_NONE;
+                }
+#undef M
+        }
+        if (s->depth == 1)
+                /* every name of the answer's own object comes here: told apart by its length first */
+                switch (l) {
+                case 4:
+                        return NAME_IS(t, l, "stop") ? WANT_STOP : WANT_NONE;
+                case 5:
+                        return NAME_IS(t, l, "usage") ? WANT_USAGE : WANT_NONE;
+                case 7:
+                        return NAME_IS(t, l, "timings")   ? WANT_TIMINGS
+                               : NAME_IS(t, l, "message") ? WANT_WRAP
+                                                          : WANT_NONE;
+                case 8:
+                        return NAME_IS(t, l, "response") ? WANT_WRAP : WANT_NONE;
+                case 16:
+                        return NAME_IS(t, l, "tokens_evaluated")   ? WANT_NATIVE_IN
+                               : NAME_IS(t, l, "tokens_predicted") ? WANT_NATIVE_OUT
+                                                                   : WANT_NONE;
+                default:
+                        return WANT_NONE;
+                }
+        if (s->wrap > 0 && s->depth == s->wrap && NAME_IS(t, l, "usage"))
+                return WANT_USAGE;
+        return WANT_NONE;
+}
+
+static void scalar_end(UsageScan *s, Usage *u) {
+        uint8_t w = s->want;
+        double v;
+
+        s->want = WANT_NONE;
+        s->lex = LEX_TOKEN;
+        if (w == WANT_NONE || s->tok_n > sizeof(s->tok))
+                return;
+        if (w == WANT_STOP) {
+                if (NAME_IS(s->tok, s->tok_n, "true"))
+                        s->stop = u->ended = true;
+                return;
+        }
+        if (!parse_number(s->tok, s->tok_n, &v))
+                return;
+        if (w >= WANT_MEMBER) {
+                s->v[w - WANT_MEMBER] = v;
+                s->has |= 1u << (w - WANT_MEMBER);
+        } else if (w == WANT_NATIVE_IN)
+                COUNT(u, in, RANK_NATIVE, v);
+        else if (w == WANT_NATIVE_OUT)
+                COUNT(u, out, RANK_NATIVE, v);
+}
+
+static bool in_object(const UsageScan *s) {
+        return s->depth >= 1 && s->depth <= 64 && !(s->arrays & (UINT64_C(1) << (s->depth - 1)));
+}
+
+static void open_container(UsageScan *s, bool array) {
+        if (s->depth == UINT32_MAX)
+                return; /* nothing at such a depth is read: it stays deep */
+        s->depth++;
+        if (s->depth <= 64) {
+                if (array)
+                        s->arrays |= UINT64_C(1) << (s->depth - 1);
+                else
+                        s->arrays &= ~(UINT64_C(1) << (s->depth - 1));
+        }
+        if (!array && s->region == 0 && (s->want == WANT_USAGE || s->want == WANT_TIMINGS)) {
+                s->region = s->depth;
+                s->region_timings = s->want == WANT_TIMINGS;
+                s->has = 0;
+                s->counts = true;
+        } else if (!array && s->want == WANT_WRAP && s->wrap == 0)
+                s->wrap = s->depth;
+        else if (s->depth >= 2 && s->region == 0 && s->wrap != s->depth)
+                s->skip = s->depth; /* nothing in it is read: passed over (usage_scan_feed()) */
+        s->want = WANT_NONE;
+        s->key_next = !array;
+}
+
+static void close_container(UsageScan *s, Usage *u) {
+        s->want = WANT_NONE;
+        s->key_next = false;
+        if (s->depth == 0)
+                return; /* not JSON: nothing is read from a close that opened nothing */
+        if (s->region == s->depth) {
+                /* whole: what it said is read, usage before timings or after, the ranks decide */
+                if (s->region_timings)
+                        read_timings(u, s);
+                else
+                        read_usage(u, s);
+                s->region = 0;
+        }
+        if (s->wrap == s->depth)
+                s->wrap = 0;
+        s->depth--;
+}
+
+#define BYTES(c) (UINT64_C(0x0101010101010101) * (c))
+/* The bytes of v that are 0, as their high bit; exact for the lowest one (a borrow only flags a byte above
+ * a zero one), which is all that is asked of it: the first, on a little-endian machine */
+#define ZERO_BYTES(v) (((v)-BYTES(1)) & ~(v)&BYTES(0x80))
+
+/* The bytes a string holds as they are: not '"' or '\\' */
+static const bool string_stop_byte[256] = {['"'] = true, ['\\'] = true};
+
+/* The next '"' or '\\' from p, eight bytes at a time: names and most values end in their first eight, and
+ * the text of an answer, most of its bytes, goes by as fast */
+static inline const char *string_stop(const char *p, const char *end) {
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        while (end - p >= 8) {
+                uint64_t v, m;
+                memcpy(&v, p, 8);
+                m = ZERO_BYTES(v ^ BYTES('"')) | ZERO_BYTES(v ^ BYTES('\\'));
+                if (m != 0)
+                        return p + (__builtin_ctzll(m) >> 3);
+                p += 8;
+        }
+#endif
+        while (p < end && !string_stop_byte[(unsigned char)*p])
+                p++;
+        return p;
+}
+
+/* The bytes that end a number or a literal */
+static const bool scalar_end_byte[256] = {
+        [','] = true,  ['}'] = true, [']'] = true, [' '] = true, ['\t'] = true, ['\r'] = true,
+        ['\n'] = true, [':'] = true, ['"'] = true, ['{'] = true, ['['] = true,
+};
+/* In a container passed over, the bytes that matter: its strings and its nesting */
+static const bool skip_stop_byte[256] = {
+        ['"'] = true, ['{'] = true, ['}'] = true, ['['] = true, [']'] = true,
+};
+
+/* In a string, from p: past its end, or to end (the string goes on in the next piece); a name's bytes are
+ * kept, or read where they are when the name is whole in this piece */
+static const char *scan_string(UsageScan *s, const char *p, const char *end) {
+        for (;;) {
+                if (s->escape) {
+                        if (p == end)
+                                return end;
+                        s->escape = false;
+                        p++;
+                }
+                const char *q = string_stop(p, end);
+                if (s->in_key && s->tok_n == 0 && q < end && *q == '"') {
+                        s->lex = LEX_TOKEN;
+                        s->want = want_of_name(s, p, (size_t)(q - p));
+                        return q + 1;
+                }
+                if (s->in_key) {
+                        size_t l = (size_t)(q - p);
+                        if (s->tok_n + l <= sizeof(s->tok)) {
+                                memcpy(s->tok + s->tok_n, p, l);
+                                s->tok_n += l;
+                        } else
+                                s->tok_n = sizeof(s->tok) + 1;
+                }
+                if (q == end)
+                        return end;
+                if (*q == '\\') {
+                        s->escape = true;
+                        if (s->in_key) /* no name read here is written with an escape */
+                                s->tok_n = sizeof(s->tok) + 1;
+                        p = q + 1;
+                        continue;
+                }
+                s->lex = LEX_TOKEN;
+                if (s->in_key)
+                        s->want = s->tok_n > 0 && s->tok_n <= sizeof(s->tok)
+                                          ? want_of_name(s, s->tok, s->tok_n)
+                                          : WANT_NONE;
+                return q + 1;
+        }
+}
+
+/* The next of '"', '{', '}', '[' and ']' from p, eight bytes at a time as string_stop() goes */
+static inline const char *skip_stop(const char *p, const char *end) {
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        while (end - p >= 8) {
+                uint64_t v, m;
+                memcpy(&v, p, 8);
+                /* '[' and '{', ']' and '}' differ in one bit (0x20) */
+                m = ZERO_BYTES(v ^ BYTES('"')) | ZERO_BYTES((v | BYTES(0x20)) ^ BYTES('{')) |
+                    ZERO_BYTES((v | BYTES(0x20)) ^ BYTES('}'));
+                if (m != 0)
+                        return p + (__builtin_ctzll(m) >> 3);
+                p += 8;
+        }
+#endif
+        while (p < end && !skip_stop_byte[(unsigned char)*p])
+                p++;
+        return p;
+}
+
+/* In a container nothing in which is read, from p: past its end, or to end; only its strings and its
+ * nesting are looked at */
+static const char *skip_container(UsageScan *s, const char *p, const char *end) {
+        for (;;) {
+                if (s->lex == LEX_STRING) {
+                        p = scan_string(s, p, end);
+                        if (s->lex == LEX_STRING)
+                                return end;
+                }
+                p = skip_stop(p, end);
+                if (p == end)
+                        return end;
+                switch (*p++) {
+                case '"': {
+                        const char *q = string_stop(p, end);
+                        if (q < end && *q == '"') {
+                                p = q + 1; /* whole, without an escape: the rule */
+                                break;
+                        }
+                        s->lex = LEX_STRING;
+                        s->in_key = false;
+                        break;
+                }
+                case '{':
+                case '[':
+                        if (s->depth < UINT32_MAX)
+                                s->depth++;
+                        break;
+                default:
+                        if (--s->depth < s->skip) {
+                                s->skip = 0;
+                                s->want = WANT_NONE;
+                                s->key_next = false;
+                                return p;
+                        }
                 }
         }
-        return (Span){};
 }
 
-/* The quoted name of the member whose object value ends at close ('}'), or NULL. Walked backwards over
- * the object: what it holds (timings: names and numbers) has no escaped quote; the caller reads it forwards
- * again from the name it finds, which is exact. */
-static const char *name_of_object_ending_at(const char *p, const char *close) {
-        unsigned depth = 0;
-        const char *q;
+/* In a number or a literal, from p: past it (its end is read as a token's), or to end; its bytes kept when
+ * it is a value read here */
+static const char *scan_scalar(UsageScan *s, Usage *u, const char *p, const char *end) {
+        const char *q = p;
 
-        for (q = close; q >= p; q--) {
-                if (*q == '"') {
-                        q = q > p ? memrchr(p, '"', (size_t)(q - p)) : NULL;
-                        if (!q)
-                                return NULL;
-                } else if (*q == '}')
-                        depth++;
-                else if (*q == '{' && --depth == 0)
+        while (q < end && !scalar_end_byte[(unsigned char)*q])
+                q++;
+        if (s->want != WANT_NONE) {
+                size_t l = (size_t)(q - p);
+                if (s->tok_n + l <= sizeof(s->tok)) {
+                        memcpy(s->tok + s->tok_n, p, l);
+                        s->tok_n += l;
+                } else
+                        s->tok_n = sizeof(s->tok) + 1;
+        }
+        if (q < end)
+                scalar_end(s, u);
+        return q;
+}
+
+void usage_scan_feed(UsageScan *s, Usage *u, const char *p, size_t n) {
+        assert(s);
+        assert(u);
+        const char *end = p + n;
+
+        /* what the piece before left unfinished */
+        if (s->lex == LEX_STRING && s->skip == 0)
+                p = scan_string(s, p, end);
+        else if (s->lex == LEX_SCALAR)
+                p = scan_scalar(s, u, p, end);
+        while (p < end) {
+                if (s->skip > 0) {
+                        p = skip_container(s, p, end);
+                        continue;
+                }
+                switch (*p++) {
+                case '{':
+                        open_container(s, /* array= */ false);
                         break;
+                case '[':
+                        open_container(s, /* array= */ true);
+                        break;
+                case '}':
+                case ']':
+                        close_container(s, u);
+                        break;
+                case ',':
+                        s->want = WANT_NONE;
+                        s->key_next = in_object(s);
+                        break;
+                case ':':
+                        s->key_next = false;
+                        break;
+                case '"': {
+                        const char *q = string_stop(p, end);
+                        if (q < end && *q == '"') {
+                                /* whole in this piece, without an escape: the rule */
+                                s->want = s->key_next ? want_of_name(s, p, (size_t)(q - p)) : WANT_NONE;
+                                s->key_next = false;
+                                p = q + 1;
+                                break;
+                        }
+                        s->lex = LEX_STRING;
+                        s->in_key = s->key_next;
+                        s->key_next = false;
+                        if (s->in_key)
+                                s->tok_n = 0;
+                        else
+                                s->want = WANT_NONE;
+                        p = scan_string(s, p, end);
+                        break;
+                }
+                case ' ':
+                case '\t':
+                case '\r':
+                case '\n':
+                        break;
+                default:
+                        s->lex = LEX_SCALAR;
+                        s->key_next = false;
+                        s->tok_n = 0;
+                        p = scan_scalar(s, u, p - 1, end);
+                        break;
+                }
         }
-        if (q < p)
-                return NULL;
-        for (q--; q >= p && is_space(*q); q--)
-                ;
-        if (q < p || *q != ':')
-                return NULL;
-        for (q--; q >= p && is_space(*q); q--)
-                ;
-        if (q <= p || *q != '"')
-                return NULL;
-        return memrchr(p, '"', (size_t)(q - p));
 }
 
-static Span timings_named_at(const char *k, const char *end, Members *m) {
-        if (!k || (size_t)(end - k) < 9 || memcmp(k, "\"timings\"", 9) != 0)
-                return (Span){};
-        return object_after(k, 9, end, m);
-}
-
-/* llama.cpp's timings, looked for only where it writes them (appended to the answer's object, after the
- * members the API has): just after usage or the object that holds it (a stream's last chunk,
- * response.completed), or as the last member (a chat body, whose id comes after usage; a chat stream
- * without include_usage). Anything else would cost a scan of the whole text. */
-static Span find_timings(const char *p, size_t n, Span usage, Members *m) {
-        const char *end = p + n, *q;
-        Span t;
-
-        if (usage.n > 0) {
-                unsigned closing = 0;
-                for (q = usage.p + usage.n; q < end && (is_space(*q) || *q == '}'); q++)
-                        closing += *q == '}';
-                /* usage is the last member of the text's own object (as in OpenAI's bodies): what is
-                 * looked for below would come back to usage's end, so it is not looked for */
-                if (q == end && closing == 1)
-                        return (Span){};
-                if (q < end && *q == ',')
-                        for (q++; q < end && is_space(*q); q++)
-                                ;
-                if ((t = timings_named_at(q, end, m)).n > 0)
-                        return t;
-        }
-        for (q = end - 1; q >= p && is_space(*q); q--)
-                ;
-        if (q >= p && *q == '}') /* the text's own end */
-                for (q--; q >= p && is_space(*q); q--)
-                        ;
-        if (q < p || *q != '}' || (usage.n > 0 && q == usage.p + usage.n - 1)) /* usage is the last */
-                return (Span){};
-        return timings_named_at(name_of_object_ending_at(p, q), end, m);
-}
-
-static bool count(const Members *m, Member i, int64_t *ret) {
-        if (!(m->has & (1u << i)) || m->v[i] > (double)INT64_MAX)
-                return false;
-        *ret = (int64_t)m->v[i];
-        return true;
-}
-
-static void read_usage(Usage *u, const Members *m) {
-        int64_t in, cached;
-
-        /* OpenAI's chat and completions: prompt_tokens counts the cached ones */
-        u->usage_seen = true;
-        if (m->has == 0) /* none of the numbers read here (total_tokens alone, say) */
-                return;
-        if (count(m, M_PROMPT_TOKENS, &in))
-                u->in = in;
-        (void)count(m, M_COMPLETION_TOKENS, &u->out);
-        /* Anthropic's: input_tokens is what was not read from the cache, cache_read_input_tokens the rest
-         * (an event without them, message_delta, keeps what message_start said) */
-        if (count(m, M_CACHE_READ_INPUT_TOKENS, &cached)) {
-                u->cached = cached;
-                if (count(m, M_INPUT_TOKENS, &in))
-                        u->in = in + cached;
-        } else if (count(m, M_INPUT_TOKENS, &in)) /* Responses: all of the prompt */
-                u->in = in;
-        (void)count(m, M_OUTPUT_TOKENS, &u->out);
-        (void)count(m, M_CACHED_TOKENS, &u->cached);
-}
-
-static void read_timings(Usage *u, const Members *m) {
-        int64_t cache_n = -1;
-
-        (void)count(m, M_PROMPT_N, &u->prompt_n);
-        if (m->has & (1u << M_PROMPT_MS))
-                u->prompt_ms = m->v[M_PROMPT_MS];
-        (void)count(m, M_PREDICTED_N, &u->predicted_n);
-        if (m->has & (1u << M_PREDICTED_MS))
-                u->predicted_ms = m->v[M_PREDICTED_MS];
-        (void)count(m, M_CACHE_N, &cache_n);
-        /* an answer with timings and no usage (a chat stream without stream_options.include_usage): the
-         * timings say it, the last of them (with timings_per_token, each chunk has its own) */
-        if (u->usage_seen)
-                return;
-        if (u->prompt_n >= 0)
-                u->in = u->prompt_n + MAX(cache_n, (int64_t)0);
-        if (cache_n >= 0)
-                u->cached = cache_n;
-        if (u->predicted_n >= 0)
-                u->out = u->predicted_n;
+/* One whole text: what it said, in s */
+static void scan_text(UsageScan *s, Usage *u, const char *p, size_t n) {
+        usage_scan_init(s);
+        usage_scan_feed(s, u, p, n);
+        if (s->lex == LEX_SCALAR)
+                scalar_end(s, u);
 }
 
 void usage_scan(Usage *u, const char *p, size_t n) {
-        assert(u);
-        const char *k = find_last(p, n, "\"usage\"", 7);
-        Members mu, mt;
-        Span o = k ? object_after(k, 7, p + n, &mu) : (Span){};
+        UsageScan s;
 
-        /* usage first: timings fill in only what it did not say */
-        if (o.n > 0)
-                read_usage(u, &mu);
-        if (find_timings(p, n, o, &mt).n > 0)
-                read_timings(u, &mt);
+        assert(u);
+        scan_text(&s, u, p, n);
 }
 
 static bool name_is(const char *v, size_t n, const char *s) {
@@ -290,25 +515,45 @@ UsageEvent usage_event_of(const char *v, size_t n) {
         return USAGE_EVENT_OTHER;
 }
 
-/* The data ends with an object member: "…}}" */
-static bool ends_with_object(const char *v, size_t n) {
-        while (n > 0 && is_space(v[n - 1]))
-                n--;
-        if (n < 2 || v[n - 1] != '}')
-                return false;
-        for (n--; n > 0 && is_space(v[n - 1]); n--)
-                ;
-        return n > 0 && v[n - 1] == '}';
+/* Whether a name the scan reads is in the text at all, unescaped, as the scan reads names: a chunk that
+ * carries a token (most of a stream's lines) has none, and is looked at quote by quote rather than scanned
+ */
+static bool may_say_counts(const char *v, size_t n) {
+        const char *end = v + n;
+
+        for (const char *q = v; (q = memchr(q, '"', (size_t)(end - q))); q++) {
+                const char *t = q + 1;
+                size_t left = (size_t)(end - t);
+#define FOLLOWS(lit) (left >= sizeof(lit) - 1 && memcmp(t, "" lit, sizeof(lit) - 1) == 0)
+                switch (left > 0 ? *t : 0) {
+                case 'u':
+                        if (FOLLOWS("usage\""))
+                                return true;
+                        break;
+                case 't':
+                        if (FOLLOWS("timings\"") || FOLLOWS("tokens_evaluated\"") ||
+                            FOLLOWS("tokens_predicted\""))
+                                return true;
+                        break;
+                case 's':
+                        if (FOLLOWS("stop\""))
+                                return true;
+                        break;
+                }
+#undef FOLLOWS
+        }
+        return false;
 }
 
 void usage_sse_data(Usage *u, UsageEvent ev, const char *v, size_t n) {
-        assert(u);
+        UsageScan s;
 
+        assert(u);
         if (n == 0 || *v != '{')
                 return;
         switch (ev) {
         case USAGE_EVENT_COUNTS:
-                usage_scan(u, v, n);
+                scan_text(&s, u, v, n);
                 return;
         case USAGE_EVENT_DELTA:
                 u->deltas++;
@@ -318,10 +563,14 @@ void usage_sse_data(Usage *u, UsageEvent ev, const char *v, size_t n) {
         case USAGE_EVENT_UNNAMED:
                 break;
         }
-        if (ends_with_object(v, n)) {
-                /* a last chunk (or one with per-token timings) */
-                usage_scan(u, v, n);
-                return;
+        /* every line that may say them is read, wherever its members are: a native stream's chunks each say
+         * the prompt's count and the tokens so far, and the counts come last in llama.cpp's last chunks but
+         * need not. A last chunk (or one with per-token timings, whose predicted_n counts), or a native
+         * stream's last, is not a piece of the answer. */
+        if (may_say_counts(v, n)) {
+                scan_text(&s, u, v, n);
+                if (s.counts || s.stop)
+                        return;
         }
         /* a chat stream's first chunk names the role and carries no token: looked for once */
         if (!u->first_delta_seen) {
@@ -332,31 +581,49 @@ void usage_sse_data(Usage *u, UsageEvent ev, const char *v, size_t n) {
         u->deltas++;
 }
 
-/* usage_body_feed() of a piece that is not the whole body: its last bytes kept */
-int usage_body_keep(Usage *u, const char *p, size_t n) {
-        assert(u && u->tail);
-        Buffer *t = u->tail;
-
-        if (n >= USAGE_TAIL) {
-                buffer_clear(t);
-                return buffer_append(t, p + n - USAGE_TAIL, USAGE_TAIL);
-        }
-        if (buffer_append(t, p, n) < 0)
-                return -ENOMEM;
-        if (buffer_size(t) > 2 * USAGE_TAIL)
-                buffer_consume(t, buffer_size(t) - USAGE_TAIL);
-        return 0;
-}
-
-/* usage_body_end() of a body whose last bytes were kept */
-void usage_body_read(Usage *u) {
-        assert(u && u->tail && !u->body_read);
-        usage_scan(u, buffer_peek(u->tail), buffer_size(u->tail));
-        buffer_clear(u->tail);
-}
-
 void usage_cut(Usage *u) {
         assert(u);
         if (u->out < (int64_t)u->deltas)
                 u->out = (int64_t)u->deltas;
+}
+
+static uint64_t tokens_of_bytes(uint64_t n) {
+        return n / USAGE_CHARGE_BYTES_PER_TOKEN + (n % USAGE_CHARGE_BYTES_PER_TOKEN != 0);
+}
+
+void usage_charge(Usage *u, uint64_t ask_bytes, int64_t max_out) {
+        assert(u);
+        if (u->in < 0) {
+                u->in = (int64_t)MIN(tokens_of_bytes(ask_bytes), (uint64_t)INT64_MAX);
+                u->in_charged = true;
+        }
+        if (u->out >= 0)
+                return;
+        if (u->stream) {
+                /* each piece that arrived, as a cut stream counts them: a stream says itself */
+                u->out = (int64_t)MIN(u->deltas, (uint64_t)INT64_MAX);
+                return;
+        }
+        u->out = max_out >= 0
+                         ? max_out
+                         : (int64_t)MIN(MAX(tokens_of_bytes(u->body_bytes), (uint64_t)USAGE_CHARGE_OUT_MIN),
+                                        (uint64_t)INT64_MAX);
+        u->out_charged = true;
+}
+
+static const char *format_count(char buf[static 24], int64_t v, bool charged) {
+        if (v < 0)
+                return "?";
+        (void)snprintf(buf, 24, "%s%" PRIi64, charged ? "~" : "", v);
+        return buf;
+}
+
+size_t usage_format(char *buf, size_t size, const Usage *u) {
+        char a[24], b[24], c[24];
+        int k;
+
+        assert(buf && size > 0);
+        k = snprintf(buf, size, "in:%s,cached:%s,out:%s", format_count(a, u->in, u->in_charged),
+                     format_count(b, u->cached, false), format_count(c, u->out, u->out_charged));
+        return k < 0 ? 0 : MIN((size_t)k, size - 1);
 }
