@@ -26,6 +26,7 @@ typedef struct AccessLine {
         bool early;           /* modelgate's own 200 went out while the request waited */
         int error_status;     /* an error told inside that early 200 */
         const char *key;      /* the caller's key id with [Access], else NULL */
+        const char *session;  /* rule:sessions: the session's label (hex digits), else NULL */
         const char *fallback; /* the fallback that answered, else NULL */
         const char *note;     /* "cut=client", "feed", …, or NULL */
         /* rule:usage */
@@ -45,6 +46,6 @@ size_t access_line_format(char *buf, size_t size, const AccessLine *l);
 /* rule:journal-fields: the line's MODELGATE_* fields for the journal, "NAME=value" each, written into buf
  * (size bytes) and pointed at by fields (room for ACCESS_LINE_MAX_FIELDS); only those known. Strings of the
  * client's are escaped as in the line. Returns how many. */
-#define ACCESS_LINE_MAX_FIELDS 16
+#define ACCESS_LINE_MAX_FIELDS 17
 struct iovec;
 size_t access_line_fields(char *buf, size_t size, struct iovec *fields, const AccessLine *l);
