@@ -256,14 +256,20 @@ static void close_phase(ActivityRequest *r, usec_t now) {
         }
 }
 
+/* A name of the row, the request's now (none: empty, where copy_str() would leave the old one) */
+static void set_str(char *dst, size_t size, const char *s) {
+        s = s ?: "";
+        copy_span(dst, size, (Span){s, strnlen(s, size - 1)});
+}
+
 /* What the session's row says of its latest request */
 static void session_note(Session *s, const ActivityRequest *r, usec_t now) {
         s->last = MAX(s->last, now);
         s->realtime = r->realtime;
-        copy_str(s->key, sizeof(s->key), r->key ?: "");
-        copy_str(s->host, sizeof(s->host), r->host ?: "");
-        copy_str(s->engine, sizeof(s->engine), r->engine ?: "");
-        copy_str(s->model, sizeof(s->model), r->model ?: "");
+        set_str(s->key, sizeof(s->key), r->key);
+        set_str(s->host, sizeof(s->host), r->host);
+        set_str(s->engine, sizeof(s->engine), r->engine);
+        set_str(s->model, sizeof(s->model), r->model);
 }
 
 /* rule:sessions: the request is in flight in its session (again, on an alias's next target: its host) */
