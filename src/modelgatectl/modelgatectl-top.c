@@ -152,9 +152,33 @@ static void draw_recent(FILE *f, int w, json_object *reqs, int rows) {
         }
 }
 
+/* rule:sessions: each agent's session by its label, the most recently active first: its turns, the
+ * requests of it in flight (FLY), its tokens, how many of its requests waited and how long, the switches
+ * it caused (SW), and how long since its last request (IDLE) */
+static void draw_sessions(FILE *f, int w, json_object *sessions, int64_t now, int rows) {
+        line(f, w, "%-12s %-18s %-8s %5s %3s %7s %7s %6s %5s %7s %3s %5s", "SESSION", "KEY", "HOST", "TURNS",
+             "FLY", "IN", "CACHED", "OUT", "WAITS", "WAITED", "SW", "IDLE");
+        size_t n = sessions ? json_object_array_length(sessions) : 0;
+        for (size_t i = 0; i < n && (int)i < rows; i++) {
+                json_object *s = json_object_array_get_idx(sessions, i);
+                int64_t last = i_of(s, "last");
+                char idle[24];
+                snprintf(idle, sizeof(idle), "%llds",
+                         (long long)(last > 0 && now > last ? (now - last) / 1000000 : 0));
+                line(f, w, "%-12.12s %-18.18s %-8.8s %5lld %3lld %7lld %7lld %6lld %5lld %6.1fs %3lld %5s",
+                     s_of(s, "session", "?"), s_of(s, "key", "anonymous"), s_of(s, "host", "-"),
+                     (long long)i_of(s, "turns"), (long long)i_of(s, "in_flight"),
+                     (long long)i_of(s, "tokens_in"), (long long)i_of(s, "tokens_cached"),
+                     (long long)i_of(s, "tokens_out"), (long long)i_of(s, "waits"),
+                     (double)i_of(s, "wait_ms") / 1000, (long long)i_of(s, "switches"), idle);
+        }
+        if ((int)n > rows)
+                line(f, w, "  ... %zu more", n - (size_t)rows);
+}
+
 static void draw(FILE *f, json_object *snap, int width, int height) {
         json_object *hosts = get(snap, "hosts"), *inflight = get(snap, "inflight"),
-                    *recent = get(snap, "recent");
+                    *recent = get(snap, "recent"), *sessions = get(snap, "sessions");
         int64_t now = i_of(snap, "t");
         time_t secs = (time_t)(now / 1000000);
         char when[32];
@@ -162,17 +186,25 @@ static void draw(FILE *f, json_object *snap, int width, int height) {
 
         strftime(when, sizeof(when), "%H:%M:%S", localtime_r(&secs, &tm));
         size_t nh = hosts ? json_object_array_length(hosts) : 0,
-               ni = inflight ? json_object_array_length(inflight) : 0;
-        line(f, width, "modelgate top  %s  hosts %zu  in flight %zu  recent %zu   (q quits)", when, nh, ni,
-             recent ? json_object_array_length(recent) : 0);
+               ni = inflight ? json_object_array_length(inflight) : 0,
+               ns = sessions ? json_object_array_length(sessions) : 0;
+        line(f, width, "modelgate top  %s  hosts %zu  in flight %zu  sessions %zu  recent %zu   (q quits)",
+             when, nh, ni, ns, recent ? json_object_array_length(recent) : 0);
         line(f, width, "%s", "");
         draw_hosts(f, width, hosts, now);
         line(f, width, "%s", "");
-        /* the rest of the screen: the requests in flight, then the last ones */
+        /* the rest of the screen: the requests in flight, the sessions (when there are any), then the last
+         * requests */
         int left = height - 5 - (int)nh;
         int rows_in = MAX(1, MIN((int)ni + ((int)ni > left / 2 ? 1 : 0), left / 2 - 1));
         draw_inflight(f, width, inflight, now, rows_in);
         line(f, width, "%s", "");
+        if (ns > 0) {
+                int rows_s = MAX(1, MIN((int)ns + ((int)ns > left / 4 ? 1 : 0), left / 4 - 1));
+                draw_sessions(f, width, sessions, now, rows_s);
+                line(f, width, "%s", "");
+                left -= rows_s + 2;
+        }
         draw_recent(f, width, recent, MAX(1, left - rows_in - 3));
 }
 

@@ -2,6 +2,7 @@
 engine switch, the ring of recent requests for a late subscriber, admission under [Access], no prompt text;
 and modelgatectl top in tmux showing the switch."""
 
+import hashlib
 import http.client
 import json
 import os
@@ -76,9 +77,11 @@ class Activity:
         self.s.close()
 
 
-def ask(g, model, rid, content, key=None):
+def ask(g, model, rid, content, key=None, session=None):
     c = http.client.HTTPConnection("127.0.0.1", g.port, timeout=60)
     h = {"X-Request-Id": rid}
+    if session:
+        h["X-Claude-Code-Session-Id"] = session
     if key:
         h["Authorization"] = "Bearer " + key
     r = post(c, CHAT, chat(model, content), headers=h)
@@ -201,7 +204,8 @@ def test_top_in_tmux_shows_a_switch_and_quits_on_q(box, make_gate, tmp):
     g = make_gate(FAST + local_host("3090", port) + engines_conf(box, "3090", port), extra_args=["--user"],
                   env=gate_env(box))
     g.wait_log("host 3090 up")
-    assert ask(g, "3090-laguna-xs", "top-1", "hi")[0] == 200
+    session = "0f3c9a52-7d1e-4b8a-9c4e-2a6b1d5e8f70"
+    assert ask(g, "3090-laguna-xs", "top-1", "hi", session=session)[0] == 200
     wait_for(lambda: subprocess.run([MODELGATECTL, "--user", "hosts"], env=box.env,
                                     capture_output=True).returncode == 0, timeout=30, what="the bus name")
     # no terminal: one frame, for scripts
@@ -209,6 +213,11 @@ def test_top_in_tmux_shows_a_switch_and_quits_on_q(box, make_gate, tmp):
     assert once.returncode == 0, once
     assert host_line(once.stdout)[1:3] == ["up", "mainline"], once.stdout
     assert "\033[" not in once.stdout
+    # rule:sessions: the agent's session, by its label, with its one turn (the id itself nowhere)
+    label = hashlib.sha256(session.encode()).hexdigest()[:12]
+    row = next((l.split() for l in once.stdout.splitlines() if l.startswith(label + " ")), None)
+    assert row and row[1:4] == ["anonymous", "3090", "1"], once.stdout
+    assert "SESSION" in once.stdout and session not in once.stdout
 
     sock = "mg-top-%d" % os.getpid()
     tmux = ["tmux", "-L", sock]

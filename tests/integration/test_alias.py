@@ -2,6 +2,7 @@
 as units (the second reached through ssh), one alias over a model of each. A request goes to the target that
 costs no switch, moves on when a target refuses, and reaches the fallback only after every target refused."""
 
+import hashlib
 import http.client
 import json
 import os
@@ -14,6 +15,8 @@ import pytest
 
 from boxes import box_skip_reason, chat, children, gate_env, local_host, two_engines
 from conftest import free_port, host_conf, metric_samples, post, read_sse, wait_for
+from test_access import make_key
+from test_activity import Activity
 
 pytestmark = pytest.mark.skipif(box_skip_reason() is not None, reason=str(box_skip_reason()))
 
@@ -288,6 +291,69 @@ def test_spread_puts_two_streams_on_two_hosts_and_keeps_each_client_there(make_b
         assert ask(g, source="127.0.0.2")[:2] == (200, first)
         assert ask(g, source="127.0.0.3")[:2] == (200, second)
     assert switches(g) == 2
+
+
+def test_spread_keeps_each_session_of_one_key_on_its_own_box(make_box, sshd, make_gate, tmp):
+    """rule:sessions: two agents' sessions under one key on a spread alias over two hosts: the second session's
+    first turn, while the first's is in flight, goes to the other box; from then on each session's turns go
+    back to its own box, though both boxes are idle and the key's last request went elsewhere. /activity shows
+    two sessions, the access lines name them, and neither shows a session id itself."""
+    keys = os.path.join(tmp, "keys")
+    access = "[Access]\nKeysFile=%s\n[Tier]\nName=team\nActivity=yes\n" % keys
+    key = make_key(tmp, access, "team")
+    g = two_hosts(make_box, sshd, make_gate, policy="spread", extra=access)
+    for m in ("3090-laguna-xs", "a9-laguna-xs"):
+        r = post(g.conn(), CHAT, chat(m, "hi"), headers={"Authorization": "Bearer " + key})
+        assert r.status == 200, r.read()
+        r.read()
+    # Claude Code's header for one session, Codex's for the other
+    a = {"X-Claude-Code-Session-Id": "0f3c9a52-7d1e-4b8a-9c4e-2a6b1d5e8f70"}
+    b = {"session-id": "01a244fb-bf8a-7e90-9278-691dabfb0b29"}
+
+    def turn(session, content="hi", stream=False):
+        c = http.client.HTTPConnection("127.0.0.1", g.port, timeout=60)
+        r = post(c, CHAT, chat("laguna", content, stream=stream), headers=dict(session, Authorization="Bearer " + key))
+        body = "".join(l for _, l in read_sse(r)) if stream else r.read().decode()
+        assert r.status == 200, body
+        return r.getheader("X-Modelgate-Served-By")
+
+    results = {}
+    first = threading.Thread(target=lambda: results.update(a=turn(a, LONG, stream=True)))
+    first.start()
+    wait_for(lambda: in_flight(g) == 1, what="the first session's turn in flight")
+    results["b"] = turn(b, LONG, stream=True)
+    first.join(60)
+    assert {results["a"], results["b"]} == {"3090/mainline", "a9/mainline"}, results
+    # turn after turn, one at a time: each session back on its own box (the key alone would follow its
+    # last request to the other)
+    for _ in range(2):
+        assert turn(a) == results["a"]
+        assert turn(b) == results["b"]
+
+    label = {name: hashlib.sha256(list(h.values())[0].encode()).hexdigest()[:12] for name, h in (("a", a), ("b", b))}
+    feed = Activity(g, key)
+    assert feed.status == 200
+    wait_for(lambda: feed.of("snapshot"), what="the snapshot")
+    sessions = {s["session"]: s for s in feed.of("snapshot")[0]["sessions"]}
+    assert set(sessions) == set(label.values()), sessions
+    for name in ("a", "b"):
+        s = sessions[label[name]]
+        assert s["key"].startswith("team:") and "%s/%s" % (s["host"], s["engine"]) == results[name], s
+        assert (s["turns"], s["in_flight"], s["switches"]) == (3, 0, 0), s
+        assert s["tokens_out"] > 0, s
+    # the next turn of a session, live: its row's event
+    assert turn(b) == results["b"]
+    wait_for(lambda: any(s["session"] == label["b"] and s["turns"] == 4 for s in feed.of("session")),
+             what="the session's row after its fourth turn")
+    assert all(r["session"] in label.values() for r in feed.of("request")), feed.of("request")
+    feed.close()
+    g.log_mark("sessions-done")
+    log = g.logtext()
+    for name in ("a", "b"):
+        assert log.count("session=%s" % label[name]) == 3 + (name == "b"), log
+    for h in (a, b):
+        raw = list(h.values())[0]
+        assert raw not in log and raw.encode() not in feed.raw
 
 
 def in_flight(g):

@@ -9,10 +9,16 @@ events, so it waits through an engine start longer than that with one POST.
 The 330 s wait runs in the plain build only (MODELGATE_LONG_WAITS=1, set by tests/setup-and-test for it):
 under the sanitizers it would add 6 minutes for the same bytes on the wire. Skipped with the reason when
 node, Claude Code, the boxes or the server are missing; MODELGATE_REQUIRE_SDK=1 makes a missing Claude Code
-fail, MODELGATE_REQUIRE_REAL_ENGINE=1 a missing server."""
+fail, MODELGATE_REQUIRE_REAL_ENGINE=1 a missing server.
 
+Two Claude Code sessions under one key on a spread alias over two hosts each stay on their own box across
+turns (rule:sessions): Claude Code names its session in X-Claude-Code-Session-Id, the same on --resume."""
+
+import hashlib
+import http.client
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -20,7 +26,9 @@ import time
 import pytest
 
 from boxes import box_skip_reason, gate_env, local_host
-from conftest import free_port
+from conftest import free_port, post, wait_for
+from test_access import make_key
+from test_activity import Activity
 from test_real import MISSING, REQUIRED, model_files, router_unit  # noqa: F401 (model_files: a fixture)
 
 SDK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../sdk")
@@ -129,3 +137,100 @@ def test_claude_code_waits_through_a_start_longer_than_its_idle_watchdog(claude_
     again = g.posts()[len(waited):]
     assert len(waited) == len(again), (waited, again)
     print("Claude Code waited through a 330 s start:\n" + "\n".join(waited))
+
+
+def test_two_sessions_of_one_key_stay_each_on_its_own_box(box, tmp, model_files, make_gate):  # noqa: F811
+    """rule:sessions with the real Claude Code: hosts 3090 and a9 (each the real router with laguna-xs, in one
+    boxed manager), [Alias] laguna over both with Policy=spread, one key. Session A's first turn finds only
+    3090's engine up, session B's only a9's; then, both engines up and idle, each session's later turns
+    (claude --resume) go back to its own box, where its prompt is cached, though the key's last request went
+    to the other one (main's build follows the key there). /activity shows the two sessions."""
+    tiny, _ = model_files
+    conf = ""
+    for host in ("3090", "a9"):
+        port = free_port()
+        d = os.path.join(tmp, "models-" + host)
+        os.makedirs(d)
+        os.link(tiny, os.path.join(d, "laguna-xs.gguf"))
+        # every answer ends at once (the end-of-text token, id 2, made certain): -n is no cap on a request's
+        # max_tokens, and a turn of random weights' tokens would run to Claude Code's thousands
+        box.add_unit("llama-%s.service" % host, router_unit(host, port, d, "-c 32768 --temp 0 --logit-bias 2+100",
+                                                            "llama-none.service"))
+        conf += local_host(host, port) + ("[Engine]\nHost=%s\nName=mainline\nUnit=llama-%s.service\n"
+                                          "Models=laguna-*\nStartTimeoutSec=120s\n" % (host, host))
+    box.reload()
+    access = "[Access]\nKeysFile=%s\n[Tier]\nName=team\nActivity=yes\nControl=yes\n" % os.path.join(tmp, "keys")
+    key = make_key(tmp, access, "team")
+    g = make_gate(access + conf + "[Alias]\nName=laguna\nTargets=3090-laguna-xs a9-laguna-xs\nPolicy=spread\n",
+                  env=gate_env(box))
+    g.wait_log("host 3090 up")
+    g.wait_log("host a9 up")
+    home = os.path.join(tmp, "claude-home")
+    os.makedirs(home)
+    auth = {"Authorization": "Bearer " + key}
+
+    def call(path, body):
+        c = http.client.HTTPConnection("127.0.0.1", g.port, timeout=120)
+        r = post(c, path, body, headers=auth)
+        data = r.read()
+        assert r.status == 200, data
+        return data
+
+    def warm(host):
+        call("/v1/messages", {"model": host + "-laguna-xs", "max_tokens": 4,
+                                      "messages": [{"role": "user", "content": "hi"}]})
+
+    def claude(session, prompt, first):
+        env = dict(os.environ, HOME=home, ANTHROPIC_BASE_URL="http://127.0.0.1:%d" % g.port, ANTHROPIC_API_KEY=key,
+                   ANTHROPIC_MODEL="laguna", ANTHROPIC_SMALL_FAST_MODEL="laguna", DISABLE_AUTOUPDATER="1",
+                   CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1", DISABLE_TELEMETRY="1")
+        argv = [CLAUDE, "-p", prompt, "--output-format", "json", "--model", "laguna",
+                "--session-id" if first else "--resume", session]
+        try:
+            out = subprocess.run(argv, cwd=tmp, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                 timeout=600)
+        except subprocess.TimeoutExpired:
+            print("modelgated's log so far:\n" + g.logtext()[-6000:])
+            raise
+        assert out.returncode == 0 and json.loads(out.stdout)["is_error"] is False, out.stdout + out.stderr
+        # the turn's requests: the access lines since the last turn's, all through the alias on one box
+        g.log_mark("claude-turn-%d" % len(turns))
+        log = g.logtext()
+        lines = [l for l in log[len(turns[-1][2]) if turns else 0:].splitlines()
+                 if 'POST /v1/messages model="laguna"' in l]
+        hosts = {re.search(r" host=(\S+)", l).group(1) for l in lines}
+        assert len(hosts) == 1, lines
+        turns.append((session, lines, log))
+        return hosts.pop()
+
+    turns = []  # (session, its access lines, the log after it)
+    a, b = "0f3c9a52-7d1e-4b8a-9c4e-2a6b1d5e8f70", "5b0e8d41-93a2-4c67-8f1d-7e2c9a4b6d03"
+    # A: only 3090's engine is up
+    warm("3090")
+    assert claude(a, "say hi", first=True) == "3090"
+    # B: only a9's
+    warm("a9")
+    call("/api/models/unload/3090-laguna-xs", b"")
+    g.wait_log("host 3090: engine mainline stopped on request")
+    assert claude(b, "say hi", first=True) == "a9"
+    # both up and idle: each session back on its own box, turn after turn
+    warm("3090")
+    for i in range(2):
+        assert claude(a, "say hi again", first=False) == "3090"
+        assert claude(b, "say hi again", first=False) == "a9"
+    # rule:sessions: each line names its session by label, never by the id
+    for session, lines, _ in turns:
+        label = hashlib.sha256(session.encode()).hexdigest()[:12]
+        assert all(" session=%s " % label in l for l in lines), lines
+    assert a not in turns[-1][2] and b not in turns[-1][2]
+    feed = Activity(g, key)
+    try:
+        wait_for(lambda: feed.of("snapshot"), what="the snapshot")
+        rows = {s["session"]: s for s in feed.of("snapshot")[0]["sessions"]}
+        for session, host in ((a, "3090"), (b, "a9")):
+            row = rows[hashlib.sha256(session.encode()).hexdigest()[:12]]
+            assert row["key"].startswith("team:") and row["host"] == host and row["turns"] >= 3, row
+        assert len(rows) == 2, rows
+        assert a.encode() not in feed.raw and b.encode() not in feed.raw
+    finally:
+        feed.close()

@@ -12,6 +12,7 @@ Skipped with the reason when node, Codex, the boxes or the server are missing; M
 a missing Codex fail, MODELGATE_REQUIRE_REAL_ENGINE=1 a missing server (as test_sdk.py and test_real.py do)."""
 
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -133,6 +134,9 @@ def test_codex_turns_stream_and_wait_through_an_early_200(codex_gate):
     posts = g.posts()
     assert len(posts) == 2 and " early=200" not in posts[1] and " status=200" in posts[1], posts
     assert "Reconnecting" not in out, out
+    # rule:sessions: Codex names its session (session-id, a UUID per codex exec): each run is one session
+    labels = [re.search(r" session=([0-9a-f]{12}) ", l) for l in posts]
+    assert all(labels) and labels[0].group(1) != labels[1].group(1), posts
 
 
 def test_codex_waits_through_a_start_longer_than_its_idle_timer(codex_gate):

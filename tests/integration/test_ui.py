@@ -200,6 +200,41 @@ def test_a_name_made_to_lead_here_is_refused_to_the_browser(make_double, make_ga
         b.stop()
 
 
+@needs_browser
+def test_the_page_shows_each_agents_session_as_one_row(make_double, make_gate, tmp):
+    """rule:sessions: the requests of one session are one row (its turns, tokens, waits), by label, never
+    the id the agent sent"""
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    g = make_gate(host_conf("3090", d.url))
+    ids = {"one": "ses_3b1f0c2a9ffeWk2nXo", "two": "0f3c9a52-7d1e-4b8a-9c4e-2a6b1d5e8f70"}
+    label = {k: hashlib.sha256(v.encode()).hexdigest()[:12] for k, v in ids.items()}
+    b = browser.Chromium(tmp, log_dir(tmp))
+    try:
+        b.navigate("http://127.0.0.1:%d/ui" % g.port)
+        b.wait_js("!!document.querySelector('#hosts .host[data-host=\"3090\"]')", what="the host's card")
+        assert b.evaluate("document.querySelectorAll('#sessions tbody tr[data-session]').length") == 0
+        for k in ("one", "one", "two"):
+            c = g.conn()
+            r = post(c, CHAT, chat("3090-laguna-xs"), headers={"X-Session-Id": ids[k]})
+            assert r.status == 200, r.read()
+            r.read()
+        rows = b.wait_js(
+            "(() => { const r = [...document.querySelectorAll('#sessions tbody tr[data-session]')]"
+            ".map(tr => [tr.dataset.session, tr.children[4].textContent, tr.children[2].textContent]);"
+            " return r.length === 2 && r.some(x => x[1] === '2') && r.some(x => x[1] === '1') ? r : null; })()",
+            timeout=30, what="two session rows, of two turns and one")
+        assert sorted(rows) == sorted([[label["one"], "2", "3090"], [label["two"], "1", "3090"]]), rows
+        # the recent requests say which session each was
+        assert b.evaluate("[...document.querySelectorAll('#recent tbody tr[data-session]')].length") == 3
+        text = b.evaluate("document.body.textContent")
+        assert all(v not in text for v in ids.values()), text
+        shot = b.screenshot(os.path.join(log_dir(tmp), "ui-sessions.png"))
+        print("screenshot:", shot)
+        assert b.failures() == []
+    finally:
+        b.stop()
+
+
 def access_conf(keys):
     return ("[Access]\nKeysFile=%s\nAnonymousDailyRequests=10\n"
             "[Tier]\nName=ops\nActivity=yes\n[Tier]\nName=free\n" % keys)

@@ -81,11 +81,14 @@ TEST(early_answer_key_fallback_and_note) {
                         .early = true,
                         .error_status = 502,
                         .key = "k:ab12",
+                        .session = "7952ffb63566",
                         .fallback = "cloud",
                         .note = "cut=client"};
 
-        ASSERT_TRUE(strstr(format(&l, b, sizeof(b)),
-                           "\" early=200 error=502 key=k:ab12 via=fallback/cloud cut=client"));
+        /* rule:sessions: the session by its label, after the key */
+        ASSERT_TRUE(strstr(
+                format(&l, b, sizeof(b)),
+                "\" early=200 error=502 key=k:ab12 session=7952ffb63566 via=fallback/cloud cut=client"));
 }
 
 TEST(a_line_longer_than_its_buffer_is_cut_not_overrun) {
@@ -194,6 +197,7 @@ TEST(journal_fields_only_those_known_and_escaped) {
                         .duration = 3 * USEC_PER_SEC,
                         .engine = "fork",
                         .key = "team",
+                        .session = "7952ffb63566",
                         .queued = 5,
                         .switched = 7,
                         .first_byte = 9,
@@ -207,6 +211,7 @@ TEST(journal_fields_only_those_known_and_escaped) {
         ASSERT_STREQ(field(f, n, "MODELGATE_STATUS", v, sizeof(v)), "200");
         ASSERT_STREQ(field(f, n, "MODELGATE_REQUEST_ID", v, sizeof(v)), "id\\x01");
         ASSERT_STREQ(field(f, n, "MODELGATE_KEY", v, sizeof(v)), "team");
+        ASSERT_STREQ(field(f, n, "MODELGATE_SESSION", v, sizeof(v)), "7952ffb63566");
         ASSERT_STREQ(field(f, n, "MODELGATE_DURATION_USEC", v, sizeof(v)), "3000000");
         ASSERT_STREQ(field(f, n, "MODELGATE_FIRST_BYTE_USEC", v, sizeof(v)), "9");
         ASSERT_STREQ(field(f, n, "MODELGATE_QUEUED_USEC", v, sizeof(v)), "5");

@@ -304,6 +304,57 @@ TEST(listen_is_checked_and_dumped) {
         config_done(&c);
 }
 
+/* rule:sessions: SessionHeaders= appends to its default, an empty one leaves none, a name with a character
+ * no header name has is refused; the list in effect is dumped, the default too */
+static char *dumped(Config *c) {
+        char *text = NULL;
+        size_t n = 0;
+        FILE *f = open_memstream(&text, &n);
+        config_dump(c, f);
+        fclose(f);
+        return text;
+}
+
+TEST(session_headers_append_reset_and_dump) {
+        Config c;
+        char *text;
+
+        ASSERT_OK(parse(&c, "[Proxy]\n"));
+        ASSERT_TRUE(config_session_headers(&c) == config_session_headers_default);
+        text = dumped(&c);
+        ASSERT_TRUE(strstr(text, "\nSessionHeaders=X-Claude-Code-Session-Id X-Session-Id x-session-affinity "
+                                 "session-id session_id\n"));
+        free(text);
+        config_done(&c);
+
+        /* appended, a name already there (in any case) once */
+        ASSERT_OK(parse(&c, "[Proxy]\nSessionHeaders=X-Agent-Session x-session-id\n"));
+        ASSERT_EQ(strv_length((char **)config_session_headers(&c)), 6);
+        ASSERT_STREQ(config_session_headers(&c)[5], "X-Agent-Session");
+        config_done(&c);
+
+        /* emptied first: only what follows; emptied last: none, and dumped so */
+        ASSERT_OK(parse(&c, "[Proxy]\nSessionHeaders=\nSessionHeaders=X-Agent-Session\n"));
+        ASSERT_EQ(strv_length((char **)config_session_headers(&c)), 1);
+        config_done(&c);
+        ASSERT_OK(parse(&c, "[Proxy]\nSessionHeaders=X-Agent-Session\nSessionHeaders=\n"));
+        ASSERT_EQ(strv_length((char **)config_session_headers(&c)), 0);
+        text = dumped(&c);
+        ASSERT_TRUE(strstr(text, "\nSessionHeaders=\n"));
+        free(text);
+        config_done(&c);
+
+        ASSERT_EQ(parse(&c, "[Proxy]\nSessionHeaders=X-Session:Id\n"), -EINVAL);
+        ASSERT_STREQ(c.errors[0],
+                     "test.conf:2: [Proxy] SessionHeaders='X-Session:Id' is not valid: header "
+                     "names separated by spaces: ':' is not allowed in 'X-Session:Id' (RFC 9110 "
+                     "token characters only)");
+        config_done(&c);
+        ASSERT_EQ(parse(&c, "[Proxy]\nSessionHeaders=a b c d e f g h i j k l\n"), -EINVAL);
+        ASSERT_TRUE(strstr(c.errors[0], "at most 16 header names in all"));
+        config_done(&c);
+}
+
 /* rule:daily-tokens: DailyTokens= parses as a cap (a number or infinity, the default) and is dumped */
 TEST(tier_daily_tokens) {
         Config c;

@@ -41,6 +41,10 @@ void client_activity_begin(Client *c) {
         r->key = x->caller.admitted ? access_caller_id(&x->caller, x->activity_key) : NULL;
         r->api = api_name(x->path);
         r->stream = x->ask.stream;
+        /* rule:sessions: a turn is a generation, not a token count or a template */
+        r->session_who = client_identity(c);
+        r->session = x->session_hash ? x->session_label : NULL;
+        r->turn = x->session_hash && x->method == HTTP_POST && conv_path_keeps_stream(x->path);
         /* the first time, the request's own start (the same reading of the loop's clock, as a rule, and
          * no other); an alias's next target begins now */
         activity_request_begin(manager_activity(c->manager), r, r->owner ? client_now(c) : x->start);
@@ -97,6 +101,7 @@ void client_activity_done(Client *c, int status, usec_t duration, bool cut, cons
         r->prefill_tps = u ? usage_speed(u->prompt_n, u->prompt_ms) : -1;
         r->decode_tps = u ? usage_speed(u->predicted_n, u->predicted_ms) : -1;
         r->cut = cut;
+        r->caused_switch = x->caused_switch;
         r->fallback = x->via_fallback ? (x->fallback ? x->fallback->name : "?") : NULL;
         if (x->via_fallback)
                 r->engine = NULL;

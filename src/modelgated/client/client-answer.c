@@ -130,6 +130,7 @@ void client_log_access(Client *c, const char *note) {
                 .early = x->early,
                 .error_status = x->error_status,
                 .key = x->caller.admitted ? access_caller_id(&x->caller, id) : NULL,
+                .session = x->session_hash ? x->session_label : NULL,
                 .fallback = x->via_fallback ? (x->fallback ? x->fallback->name : "?") : NULL,
                 .note = note,
                 .engine = x->via_fallback ? NULL : x->engine_name,

@@ -33,6 +33,7 @@ static void client_engine_ready(HostWaiter *w, int status, const char *message) 
         /* rule:queued-and-switch: summed over an alias's targets */
         c->x->queued += w->queued;
         c->x->switched += w->switched;
+        c->x->caused_switch = c->x->caused_switch || w->caused_switch;
 
         /* on success the comments go on while the engine's router loads the model */
         if (status != 0) {
@@ -342,14 +343,6 @@ static bool dispatch_read_model(Client *c, Dispatch *d) {
         return true;
 }
 
-/* Who the client is to an alias's "spread" memory: its key, else its address, which counts against its
- * IPv6 /64 (or IPv4 address) as MaxConnectionsPerAddress= and [Access] count it */
-static AliasClient client_identity(const Client *c) {
-        if (c->x->caller.tier)
-                return (AliasClient){.key = c->x->caller.digest};
-        return (AliasClient){.address = c->peer, .prefix = c->address};
-}
-
 /* The alias's target for this request (rule:alias-order, rule:alias-next-target): picked on what the hosts
  * do now, never one tried before. 'after' is the refusal that moved it on, NULL for the first pick. false:
  * none is left. */
@@ -367,8 +360,9 @@ static bool dispatch_pick_target(Client *c, const char *after) {
                 log_notice("alias %s: target %s refused (%s); trying %s (%s)", a->name, c->x->alias_target,
                            strna(e), a->targets[i], why);
         } else
-                log_debug("alias %s: %s%s picks %s (%s)", a->name, who.key ? "key:" : "",
-                          who.key ?: who.address, a->targets[i], why);
+                log_debug("alias %s: %s%s%s%s picks %s (%s)", a->name, who.key ? "key:" : "",
+                          who.key ?: who.address, who.session ? " session " : "",
+                          who.session ? c->x->session_label : "", a->targets[i], why);
         c->x->alias_tried |= UINT64_C(1) << i;
         c->x->alias_target = a->targets[i];
         manager_alias_used(c->manager, a, &who, (size_t)i);
@@ -421,6 +415,7 @@ static bool dispatch_route(Client *c, Dispatch *d) {
                        false;
         if (!c->x->config)
                 c->x->config = config_ref(manager_config(c->manager));
+        client_read_session(c);
         c->x->alias = config_find_alias(c->x->config, d->model);
         if (c->x->alias && !dispatch_pick_target(c, NULL))
                 return client_answer(c, ANSWER_OUT_OF_MEMORY), false;

@@ -79,6 +79,7 @@
 #include "modelgated/records/metrics.h"
 #include "modelgated/client/models.h"
 #include "modelgated/rules/route.h"
+#include "modelgated/rules/session.h"
 #include "modelgated/rules/sse.h"
 #include "modelgated/upstream/upstream.h"
 #include "shared/count-map.h"
@@ -319,6 +320,10 @@ void client_activity_done(Client *c, int status, usec_t duration, bool cut, cons
 bool client_feed_open(Client *c, const char *path);
 void client_start_activity(Client *c);
 bool client_may_watch(Client *c);
+/* client-session.c: who the client is to the spread memory and the sessions (its key, else its address,
+ * and the session it names: rule:sessions); the session its request names, once it is admitted */
+AliasClient client_identity(const Client *c);
+void client_read_session(Client *c);
 
 /* The loop's time: everything that one event dispatch decides about a request uses one "now" (every
  * caller runs inside an event callback of the loop). */

@@ -120,12 +120,18 @@ typedef struct Exchange {
         /* rule:request-id: the client's X-Request-Id (in the request's head) or made_id; empty until
          * client_request_id() first asks */
         Span request_id;
+        /* rule:sessions: the id of the session the request names (in the request's head), and its hash (0:
+         * none; session_label holds its label then); its engine was switched to for it (HostWaiter) */
+        Span session_id;
+        uint64_t session_hash;
+        bool caused_switch;
 
         /* From here on, nothing is emptied when a request starts (exchange_init()): each field is written
          * where it is first used, before anything reads it, so that a request does not pay for clearing
          * the bytes of what it may never use (they were a good part of its accounting). */
-        Usage usage;                           /* when usage_on is set: usage_init() */
-        char made_id[REQUEST_ID_MADE_LEN + 1]; /* when request_id points at it */
+        Usage usage;                               /* when usage_on is set: usage_init() */
+        char made_id[REQUEST_ID_MADE_LEN + 1];     /* when request_id points at it */
+        char session_label[SESSION_LABEL_LEN + 1]; /* when session_hash is set */
         /* rule:activity-feed: the request as /activity shows it, in its in-flight list from its host on;
          * only activity.owner is set by exchange_init(), the rest by client_activity_begin() */
         ActivityRequest activity;

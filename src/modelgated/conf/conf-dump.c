@@ -52,6 +52,11 @@ static void dump_proxy(const Config *c, FILE *f) {
         fprintf(f, "MaxConnectionsPerAddress=%llu\nMaxFeedSubscribers=%llu\n",
                 (unsigned long long)c->max_connections_per_address,
                 (unsigned long long)c->max_feed_subscribers);
+        /* the default too: which headers name a session (rule:sessions) */
+        fprintf(f, "SessionHeaders=");
+        STRV_FOREACH (h, (char **)config_session_headers(c))
+                fprintf(f, "%s%s", h == config_session_headers(c) ? "" : " ", *h);
+        fputc('\n', f);
 }
 
 static void dump_host(const HostConf *h, FILE *f) {

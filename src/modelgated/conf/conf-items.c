@@ -275,6 +275,45 @@ static int parse_alias_policy_item(const char *v, void *data, char why[static CO
         return 0;
 }
 
+/* SessionHeaders= (rule:sessions): header names, as a list appends to the default; empty: none at all (an
+ * empty list, which is not the default's NULL) */
+static int parse_session_headers_item(const char *v, void *data, char why[static CONFIG_WHY_MAX]) {
+        _cleanup_strv_free_ char **words = NULL;
+        char ***l = data, bad[8];
+        int r;
+
+        if (!*v) {
+                strv_free(*l);
+                *l = calloc(1, sizeof(char *));
+                return *l ? 0 : -ENOMEM;
+        }
+        r = parse_strv_item(v, &words, why);
+        if (r < 0)
+                return r;
+        STRV_FOREACH (w, words)
+                if (bad_char(*w, "!#$%&'*+-.^_`|~", bad))
+                        return refuse(
+                                why, -EINVAL,
+                                "header names separated by spaces: %s is not allowed in '%s' (RFC 9110 "
+                                "token characters only)",
+                                bad, *w);
+        if (!*l && !(*l = strv_copy(config_session_headers_default)))
+                return -ENOMEM;
+        STRV_FOREACH (w, words) {
+                bool known = false;
+                STRV_FOREACH (o, *l)
+                        known = known || strcasecmp(*o, *w) == 0;
+                if (!known && strv_extend(l, *w) < 0)
+                        return -ENOMEM;
+        }
+        if (strv_length(*l) > CONFIG_SESSION_HEADERS_MAX)
+                return refuse(why, -E2BIG,
+                              "at most %d header names in all (the default's %zu among them, "
+                              "unless an empty SessionHeaders= comes first)",
+                              CONFIG_SESSION_HEADERS_MAX, strv_length(config_session_headers_default));
+        return 0;
+}
+
 /* Listen=: words as parse_strv_item() takes them, each an address a listener can be made of, so that a
  * typo is the configuration's error (file and line, --check-config) and not a start that fails */
 static int parse_listen_item(const char *v, void *data, char why[static CONFIG_WHY_MAX]) {
@@ -368,6 +407,7 @@ static const ConfigItem config_items[] = {
         {SECTION_PROXY, "MaxConnectionsPerAddress", parse_uint_item,
          offsetof(Config, max_connections_per_address)},
         {SECTION_PROXY, "MaxFeedSubscribers", parse_uint_item, offsetof(Config, max_feed_subscribers)},
+        {SECTION_PROXY, "SessionHeaders", parse_session_headers_item, offsetof(Config, session_headers)},
 
         {SECTION_HOST, "Name", parse_host_name_item, offsetof(HostConf, name)},
         {SECTION_HOST, "URL", parse_url_item, offsetof(HostConf, url)},

@@ -42,6 +42,20 @@ int config_error(Config *c, int error, const char *fmt, ...) {
         return -error;
 }
 
+char *const config_session_headers_default[] = {
+        (char *)"X-Claude-Code-Session-Id",
+        (char *)"X-Session-Id",
+        (char *)"x-session-affinity",
+        (char *)"session-id",
+        (char *)"session_id",
+        NULL,
+};
+
+char *const *config_session_headers(const Config *c) {
+        assert(c);
+        return c->session_headers ?: config_session_headers_default;
+}
+
 void config_init(Config *c) {
         assert(c);
         *c = (Config){
@@ -113,6 +127,7 @@ static void alias_conf_done(AliasConf *a) {
 void config_done(Config *c) {
         strv_free(c->listen);
         strv_free(c->server_names);
+        strv_free(c->session_headers);
         strv_free(c->errors);
         for (size_t i = 0; i < c->n_hosts; i++)
                 host_conf_done(&c->hosts[i]);

@@ -156,6 +156,9 @@ typedef struct Config {
         uint64_t max_connections;
         uint64_t max_connections_per_address;
         uint64_t max_feed_subscribers;
+        /* SessionHeaders= (rule:sessions): NULL until set, which is config_session_headers_default; an empty
+         * list (set to nothing) is none. config_session_headers() says which. */
+        char **session_headers;
 
         HostConf *hosts;
         size_t n_hosts;
@@ -182,6 +185,13 @@ typedef struct Config {
 #define CONFIG_ERRORS_LOGGED 100
 /* ExitIdleSec= below this is raised to it */
 #define CONFIG_EXIT_IDLE_MIN_USEC USEC_PER_SEC
+
+/* SessionHeaders='s default, in its order, NULL-terminated: Claude Code's, opencode's two, Codex's (0.171
+ * sends session-id, older ones session_id) */
+extern char *const config_session_headers_default[];
+#define CONFIG_SESSION_HEADERS_MAX 16
+/* The header names that say a request's session, first the one that wins (none: an empty list) */
+char *const *config_session_headers(const Config *c);
 
 void config_init(Config *c);
 void config_done(Config *c);

@@ -66,6 +66,7 @@ static int schedule_cb(sd_event_source *s, void *userdata) {
                         answer_failed(h, w, a.status);
                         break;
                 case SCHED_START:
+                        w->caused_switch = true;
                         h->target = a.engine;
                         metrics_switch(h->env.metrics, h->conf->name, engine_name(h, a.engine));
                         free(h->for_model);

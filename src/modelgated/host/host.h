@@ -58,6 +58,8 @@ struct HostWaiter {
          * much the request spent waiting for a switch (or start) of its own engine, and how much in the
          * queue otherwise (the running stream, the hold-down, another engine's switch) */
         usec_t queued, switched;
+        bool caused_switch; /* rule:sessions: the host switched to (or started) its engine for it: it was
+                             * the switch's first waiter */
 };
 
 typedef struct HostRefusal {

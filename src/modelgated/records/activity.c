@@ -18,6 +18,7 @@
 typedef struct ActivitySlot {
         ActivityRequest r;
         char id[REQUEST_ID_MAX + 1], model[128], host[64], engine[64], key[80], fallback[64];
+        char session[SESSION_LABEL_LEN + 1];
 } ActivitySlot;
 
 struct Activity {
@@ -28,6 +29,7 @@ struct Activity {
         size_t ring_next, ring_n;
         ActivityHost *hosts; /* the last view of each host shown */
         size_t n_hosts;
+        SessionTable *sessions;                 /* rule:sessions: made with the first request of a session */
         usec_t realtime_offset, offset_read_at; /* realtime_offset() */
 };
 
@@ -62,6 +64,7 @@ Activity *activity_free(Activity *a) {
         while (a->inflight)
                 activity_request_forget(a->inflight);
         feed_hub_free(a->hub);
+        session_table_free(a->sessions);
         free(a->ring);
         free(a->hosts);
         sd_event_unref(a->event);
@@ -165,6 +168,7 @@ static void render_request(Buffer *b, const ActivityRequest *r) {
         put_str(b, "host", r->host);
         put_str(b, "engine", r->engine);
         put_str(b, "key", r->key);
+        put_str(b, "session", r->session);
         put_str(b, "api", r->api ?: "other");
         (void)buffer_printf(b, ",\"stream\":%s,\"started\":%llu", r->stream ? "true" : "false",
                             (unsigned long long)(r->started + realtime));
@@ -201,8 +205,29 @@ static void render_request(Buffer *b, const ActivityRequest *r) {
         (void)buffer_append_str(b, "}");
 }
 
-/* One event to every subscriber: the hub's subscribers drop themselves when they fall behind */
-static void broadcast(Activity *a, const char *type, const ActivityRequest *r, const ActivityHost *h) {
+/* rule:sessions: a session's row; its times as its last request showed them */
+static void render_session(Buffer *b, const Session *s, usec_t t) {
+        (void)buffer_printf(b, "{\"t\":%llu", (unsigned long long)t);
+        put_str(b, "session", s->label);
+        put_str(b, "key", s->key);
+        put_str(b, "host", s->host);
+        put_str(b, "engine", s->engine);
+        put_str(b, "model", s->model);
+        (void)buffer_printf(b,
+                            ",\"first\":%llu,\"last\":%llu,\"turns\":%u,\"in_flight\":%u,\"waits\":%u,"
+                            "\"wait_ms\":%llu,\"switches\":%u,\"tokens_in\":%llu,\"tokens_cached\":%llu,"
+                            "\"tokens_out\":%llu}",
+                            (unsigned long long)(s->first + s->realtime),
+                            (unsigned long long)(s->last + s->realtime), s->turns, s->in_flight, s->waits,
+                            (unsigned long long)(s->wait_usec / USEC_PER_MSEC), s->switches,
+                            (unsigned long long)s->tokens_in, (unsigned long long)s->tokens_cached,
+                            (unsigned long long)s->tokens_out);
+}
+
+/* One event to every subscriber (of a request, a host or a session): the hub's subscribers drop themselves
+ * when they fall behind */
+static void broadcast(Activity *a, const char *type, const ActivityRequest *r, const ActivityHost *h,
+                      const Session *s) {
         /* its own buffer: a subscriber's send may close a connection, whose news may be an event too */
         _cleanup_(buffer_done) Buffer event = {};
         Buffer *b = &event;
@@ -210,6 +235,8 @@ static void broadcast(Activity *a, const char *type, const ActivityRequest *r, c
         (void)buffer_printf(b, "event: %s\ndata: ", type);
         if (r)
                 render_request(b, r);
+        else if (s)
+                render_session(b, s, activity_now(a, CLOCK_REALTIME));
         else
                 render_host(b, h, activity_now(a, CLOCK_REALTIME));
         if (buffer_append_str(b, "\n\n") < 0)
@@ -229,6 +256,83 @@ static void close_phase(ActivityRequest *r, usec_t now) {
         }
 }
 
+/* A name of the row, the request's now (none: empty, where copy_str() would leave the old one) */
+static void set_str(char *dst, size_t size, const char *s) {
+        s = s ?: "";
+        copy_span(dst, size, (Span){s, strnlen(s, size - 1)});
+}
+
+/* What the session's row says of its latest request */
+static void session_note(Session *s, const ActivityRequest *r, usec_t now) {
+        s->last = MAX(s->last, now);
+        s->realtime = r->realtime;
+        set_str(s->key, sizeof(s->key), r->key);
+        set_str(s->host, sizeof(s->host), r->host);
+        set_str(s->engine, sizeof(s->engine), r->engine);
+        set_str(s->model, sizeof(s->model), r->model);
+}
+
+/* rule:sessions: the request is in flight in its session (again, on an alias's next target: its host) */
+static void session_begin(Activity *a, ActivityRequest *r, usec_t now) {
+        Session *s;
+
+        if (!r->session_who.session || !r->session)
+                return;
+        if (!a->sessions && !(a->sessions = session_table_new()))
+                return; /* out of memory: the request has no row, and goes on */
+        s = session_table_get(a->sessions, &r->session_who, r->session_who.session, r->session, now);
+        if (!r->session_open) {
+                s->in_flight++;
+                r->session_open = true;
+        }
+        session_note(s, r, now);
+        if (activity_watched(a))
+                broadcast(a, "session", NULL, NULL, s);
+}
+
+/* The request ended (done: with its numbers; else it is forgotten, and only leaves the row's in_flight).
+ * A row pushed out meanwhile is made again: its numbers start from this request's. */
+static void session_end(Activity *a, ActivityRequest *r, usec_t now, bool done) {
+        Session *s;
+
+        if (!r->session_open)
+                return;
+        r->session_open = false;
+        if (!done) {
+                s = session_table_find(a->sessions, &r->session_who, r->session_who.session, now);
+                if (s && s->in_flight > 0)
+                        s->in_flight--;
+                return;
+        }
+        s = session_table_get(a->sessions, &r->session_who, r->session_who.session, r->session, now);
+        if (s->in_flight > 0)
+                s->in_flight--;
+        s->turns += r->turn;
+        s->switches += r->caused_switch;
+        /* rule:queued-and-switch: a wait under the access line's millisecond is none */
+        if (r->queued_usec + r->switch_usec >= USEC_PER_MSEC) {
+                s->waits++;
+                s->wait_usec += r->queued_usec + r->switch_usec;
+        }
+        s->tokens_in += (uint64_t)MAX(r->tokens_in, 0);
+        s->tokens_cached += (uint64_t)MAX(r->tokens_cached, 0);
+        s->tokens_out += (uint64_t)MAX(r->tokens_out, 0);
+        session_note(s, r, now);
+        if (activity_watched(a))
+                broadcast(a, "session", NULL, NULL, s);
+}
+
+void activity_session_label(Activity *a, const AliasClient *who, Span id,
+                            char ret[static SESSION_LABEL_LEN + 1], usec_t now) {
+        assert(a && who);
+        Session *s = a->sessions ? session_table_find(a->sessions, who, who->session, now) : NULL;
+
+        if (s)
+                memcpy(ret, s->label, sizeof(s->label));
+        else
+                (void)session_label(id, ret);
+}
+
 void activity_request_begin(Activity *a, ActivityRequest *r, usec_t now) {
         assert(a && r);
 
@@ -241,13 +345,15 @@ void activity_request_begin(Activity *a, ActivityRequest *r, usec_t now) {
                 r->started = now;
                 r->realtime = realtime_offset(a, now);
                 r->queued_at = r->switch_at = r->queued_usec = r->switch_usec = 0;
+                r->session_open = false;
                 LIST_PREPEND(inflight, a->inflight, r);
         } else
                 close_phase(r, now);
         r->t = now;
         r->phase = ACTIVITY_ADMITTED;
+        session_begin(a, r, now);
         if (activity_watched(a))
-                broadcast(a, "request", r, NULL);
+                broadcast(a, "request", r, NULL, NULL);
 }
 
 void activity_request_phase(ActivityRequest *r, ActivityPhase p, usec_t now) {
@@ -265,7 +371,7 @@ void activity_request_phase(ActivityRequest *r, ActivityPhase p, usec_t now) {
         r->t = now;
         r->phase = p;
         if (activity_watched(a))
-                broadcast(a, "request", r, NULL);
+                broadcast(a, "request", r, NULL, NULL);
 }
 
 void activity_request_ready(ActivityRequest *r, usec_t now) {
@@ -278,6 +384,7 @@ void activity_request_forget(ActivityRequest *r) {
         assert(r);
         if (!r->owner)
                 return;
+        session_end(r->owner, r, activity_now(r->owner, CLOCK_MONOTONIC), /* done= */ false);
         LIST_REMOVE(inflight, r->owner->inflight, r);
         r->owner = NULL;
 }
@@ -291,6 +398,7 @@ void activity_request_done(ActivityRequest *r, usec_t now) {
         close_phase(r, now);
         r->t = now;
         r->phase = ACTIVITY_DONE;
+        session_end(a, r, now, /* done= */ true);
         activity_request_forget(r);
         if (!a->ring)
                 a->ring = malloc(ACTIVITY_RECENT * sizeof(ActivitySlot));
@@ -310,12 +418,13 @@ void activity_request_done(ActivityRequest *r, usec_t now) {
                 slot->r.engine = copy_str(slot->engine, sizeof(slot->engine), r->engine);
                 slot->r.key = copy_str(slot->key, sizeof(slot->key), r->key);
                 slot->r.fallback = copy_str(slot->fallback, sizeof(slot->fallback), r->fallback);
+                slot->r.session = copy_str(slot->session, sizeof(slot->session), r->session);
                 if (++a->ring_next == ACTIVITY_RECENT)
                         a->ring_next = 0;
                 a->ring_n = MIN(a->ring_n + 1, (size_t)ACTIVITY_RECENT);
         }
         if (activity_watched(a))
-                broadcast(a, "request", r, NULL);
+                broadcast(a, "request", r, NULL, NULL);
 }
 
 static bool host_view_eq(const ActivityHost *x, const ActivityHost *y) {
@@ -357,9 +466,24 @@ void activity_host_changed(Activity *a, const ActivityHost *h) {
         if (last)
                 *last = *h;
         if (activity_watched(a))
-                broadcast(a, "host", NULL, h);
+                broadcast(a, "host", NULL, h, NULL);
         if (h->switching_to[0])
                 promote_switching(a, h);
+}
+
+/* rule:sessions: the sessions not forgotten, the most recently active first */
+static void render_sessions(Activity *a, Buffer *out, usec_t t) {
+        const Session *list[2 * SESSION_TABLE_ENTRIES];
+        size_t n;
+
+        if (!a->sessions)
+                return;
+        n = session_table_list(a->sessions, activity_now(a, CLOCK_MONOTONIC), list, ELEMENTSOF(list));
+        for (size_t i = 0; i < n; i++) {
+                if (i > 0)
+                        (void)buffer_append_str(out, ",");
+                render_session(out, list[i], t);
+        }
 }
 
 int activity_render_snapshot(Activity *a, const ActivityHost *hosts, size_t n_hosts, Buffer *out) {
@@ -389,6 +513,8 @@ int activity_render_snapshot(Activity *a, const ActivityHost *hosts, size_t n_ho
                         (void)buffer_append_str(out, ",");
                 render_request(out, &a->ring[i].r);
         }
+        (void)buffer_append_str(out, "],\"sessions\":[");
+        render_sessions(a, out, now);
         return buffer_append_str(out, "]}");
 }
 

@@ -7,7 +7,8 @@
  * phases change fields in it, and JSON is written only while someone subscribes; at its end its numbers
  * and copies of its names go into the ring. Nothing in it is ever prompt or answer text
  * (rule:no-text-in-activity): names, ids and numbers only. Times are CLOCK_REALTIME µs (the loop's, no
- * system call). */
+ * system call). The sessions (rule:sessions) are kept here too: a request of one counts in its row from its
+ * begin to its done. */
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -15,6 +16,7 @@
 #include <systemd/sd-event.h>
 
 #include "modelgated/event/feed-hub.h"
+#include "modelgated/rules/session.h"
 #include "shared/buffer.h"
 #include "shared/list.h"
 #include "shared/macro.h"
@@ -55,6 +57,10 @@ typedef struct ActivityRequest {
         double hold_down_left;
         /* loading: 0–100, -1 unknown */
         int progress;
+        /* rule:sessions: the session the request belongs to (session_who.session, its id's hash; 0: none),
+         * its caller's names the owner's own strings; session_open: counted in its session's in_flight */
+        AliasClient session_who;
+        bool session_open;
 
         ActivityPhase phase;
         usec_t t, started; /* CLOCK_MONOTONIC, the caller's: the last phase's time, the request's start */
@@ -66,8 +72,11 @@ typedef struct ActivityRequest {
          * or empty: none. */
         Span id;
         const char *model, *host, *engine, *key, *fallback;
-        const char *api; /* "chat", "completions", "messages", "responses", "other" */
+        const char *api;     /* "chat", "completions", "messages", "responses", "other" */
+        const char *session; /* its session's label, or NULL */
         bool stream;
+        bool turn;          /* a generating request: a turn of its session */
+        bool caused_switch; /* its engine was switched to (or started) for it */
         /* first_byte and done; -1: unknown */
         int64_t first_byte_ms;
         int status;
@@ -84,11 +93,11 @@ FeedHub *activity_hub(Activity *a);
 const char *activity_phase_to_string(ActivityPhase p);
 
 /* A request reached its host: r (its fields filled by the caller: id, model, host, engine, key, api,
- * stream; owner NULL, and nothing else needs to be set, or cleared, before) is in flight from now,
- * "admitted". Each later phase's own fields (queued: position, waits_for, hold_down_left; loading:
- * progress; first_byte: first_byte_ms) are set by the caller before that phase, and all of done's before
- * activity_request_done(). Again for the same r (an alias's next target): the new host
- * and engine, "admitted" again. */
+ * stream, session_who, session and turn; owner NULL, and nothing else needs to be set, or cleared, before)
+ * is in flight from now, "admitted", and so in its session's row. Each later phase's own fields (queued:
+ * position, waits_for, hold_down_left; loading: progress; first_byte: first_byte_ms) are set by the caller
+ * before that phase, and all of done's (caused_switch too) before activity_request_done(). Again for the
+ * same r (an alias's next target): the new host and engine, "admitted" again. */
 void activity_request_begin(Activity *a, ActivityRequest *r, usec_t now);
 /* A new phase of a request in flight (the phase's own fields set first by the caller). Each call's now
  * is CLOCK_MONOTONIC, the event loop's of this iteration, as the caller already read it: events show it
@@ -106,6 +115,11 @@ void activity_request_forget(ActivityRequest *r);
  * queued for the engine it switches to are "switching" from now. Called while someone watches, and
  * during a switch whether or not (so that a request's switch_ms is right in the ring). */
 void activity_host_changed(Activity *a, const ActivityHost *h);
+
+/* rule:sessions: the label of the session (who, id) for the access line and the record: the known
+ * session's, else the id's own (session_label()), so that a known session costs no hash */
+void activity_session_label(Activity *a, const AliasClient *who, Span id,
+                            char ret[static SESSION_LABEL_LEN + 1], usec_t now);
 
 /* The snapshot's JSON (the "snapshot" event's data, GetActivity()'s answer) with these hosts */
 int activity_render_snapshot(Activity *a, const ActivityHost *hosts, size_t n_hosts, Buffer *out);

@@ -222,6 +222,10 @@ size_t access_line_format(char *buf, size_t size, const AccessLine *l) {
                 out_lit(&o, " key=");
                 out_str(&o, l->key);
         }
+        if (l->session) {
+                out_lit(&o, " session=");
+                out_str(&o, l->session);
+        }
         if (l->fallback) {
                 out_lit(&o, " via=fallback/");
                 out_str(&o, l->fallback);
@@ -287,7 +291,7 @@ size_t access_line_fields(char *buf, size_t size, struct iovec *fields, const Ac
         double v;
 
         /* names from the configuration, and modelgate's own numbers: only the model, the key and the id
-         * are the client's, escaped as in the line */
+         * are the client's, escaped as in the line (a session is its label, hex digits of ours) */
         field_str(&f, "MODELGATE_HOST", l->host);
         field_str(&f, "MODELGATE_ENGINE", l->engine);
         if (l->model) {
@@ -300,6 +304,7 @@ size_t access_line_fields(char *buf, size_t size, struct iovec *fields, const Ac
                 field_end(&f);
         }
         field_str(&f, "MODELGATE_KEY", l->key);
+        field_str(&f, "MODELGATE_SESSION", l->session);
         field_str(&f, "MODELGATE_FALLBACK", l->fallback);
         field_u64(&f, "MODELGATE_DURATION_USEC", l->duration);
         if (l->first_byte > 0)

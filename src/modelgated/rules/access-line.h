@@ -26,6 +26,7 @@ typedef struct AccessLine {
         bool early;           /* modelgate's own 200 went out while the request waited */
         int error_status;     /* an error told inside that early 200 */
         const char *key;      /* the caller's key id with [Access], else NULL */
+        const char *session;  /* rule:sessions: the session's label (hex digits), else NULL */
         const char *fallback; /* the fallback that answered, else NULL */
         const char *note;     /* "cut=client", "feed", …, or NULL */
         /* rule:usage */

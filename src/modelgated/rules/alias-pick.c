@@ -117,7 +117,8 @@ typedef struct List {
 
 typedef struct Entry {
         char who[NAME_MAX_LEN];
-        uint64_t alias; /* hash of its name: two aliases of one file hashing alike only share a memory */
+        uint64_t alias;   /* hash of its name: two aliases of one file hashing alike only share a memory */
+        uint64_t session; /* the client's session's id hash, 0: none */
         usec_t used;
         uint32_t hash_next, group;
         uint16_t target;
@@ -175,17 +176,17 @@ static uint64_t hash(uint64_t h, const char *s) {
 }
 #define FNV_SEED UINT64_C(14695981039346656037)
 
-static size_t entry_bucket(uint64_t alias, const char *who) {
-        return hash(alias, who) % BUCKETS;
+static size_t entry_bucket(uint64_t alias, const char *who, uint64_t session) {
+        return (hash(alias, who) ^ session) % BUCKETS;
 }
 
 static size_t group_bucket(const char *prefix) {
         return hash(FNV_SEED, prefix) % BUCKETS;
 }
 
-static uint32_t entry_find(const Part *p, uint64_t alias, const char *who) {
-        uint32_t i = p->e_bucket[entry_bucket(alias, who)];
-        while (i && (p->e[i].alias != alias || !streq(p->e[i].who, who)))
+static uint32_t entry_find(const Part *p, uint64_t alias, const char *who, uint64_t session) {
+        uint32_t i = p->e_bucket[entry_bucket(alias, who, session)];
+        while (i && (p->e[i].alias != alias || p->e[i].session != session || !streq(p->e[i].who, who)))
                 i = p->e[i].hash_next;
         return i;
 }
@@ -198,7 +199,7 @@ static uint32_t group_find(const Part *p, const char *prefix) {
 }
 
 static void entry_unhash(Part *p, uint32_t i) {
-        uint32_t *at = &p->e_bucket[entry_bucket(p->e[i].alias, p->e[i].who)];
+        uint32_t *at = &p->e_bucket[entry_bucket(p->e[i].alias, p->e[i].who, p->e[i].session)];
         while (*at != i)
                 at = &p->e[*at].hash_next;
         *at = p->e[i].hash_next;
@@ -300,7 +301,7 @@ ssize_t alias_memory_recall(const AliasMemory *m, const char *alias, const Alias
         uint32_t i;
 
         client_names(client, who, /* prefix= */ NULL);
-        i = entry_find(p, hash(FNV_SEED, alias), who);
+        i = entry_find(p, hash(FNV_SEED, alias), who, client->session);
         return i && !expired(&p->e[i], now) ? p->e[i].target : -1;
 }
 
@@ -313,14 +314,17 @@ void alias_memory_store(AliasMemory *m, const char *alias, const AliasClient *cl
         uint32_t i, *b;
 
         client_names(client, who, prefix);
-        i = entry_find(p, a, who);
+        i = entry_find(p, a, who, client->session);
 
         if (i) {
                 entry_touch(p, i, now);
         } else {
                 i = entry_slot(p, prefix, now);
-                b = &p->e_bucket[entry_bucket(a, who)];
-                p->e[i] = (Entry){.alias = a, .hash_next = *b, .group = group_get(p, prefix)};
+                b = &p->e_bucket[entry_bucket(a, who, client->session)];
+                p->e[i] = (Entry){.alias = a,
+                                  .session = client->session,
+                                  .hash_next = *b,
+                                  .group = group_get(p, prefix)};
                 snprintf(p->e[i].who, sizeof(p->e[i].who), "%s", who);
                 *b = i;
                 list_push(&p->probation, p->lru, i);

@@ -47,9 +47,10 @@ ssize_t alias_pick(AliasPolicy policy, const AliasTarget *t, size_t n, uint64_t 
  * coming back, since a forgotten client only costs its prompt cache but a client pushed out by others
  * costs it every time.
  *
- * A client is its key (with [Access]), else its address. Keyed and anonymous clients are held apart, so
- * that no number of anonymous addresses pushes out a client with a key. Each part is a segmented LRU: a
- * client's first request puts it on probation, a later one moves it to a protected segment that new
+ * A client is its key (with [Access]), else its address, and within it the session it names, if any
+ * (rule:sessions): a session stays on its target, not merely the key. Keyed and anonymous clients are held
+ * apart, so that no number of anonymous addresses pushes out a client with a key. Each part is a segmented
+ * LRU: a client's first request puts it on probation, a later one moves it to a protected segment that new
  * clients never evict, so a flood of addresses seen once only churns the probation segment; past its
  * share the protected segment's oldest goes back on probation. One prefix (a key, an IPv4 address, an
  * IPv6 /64: what [Access] counts) holds at most ALIAS_MEMORY_PER_PREFIX entries, past which it replaces
@@ -66,11 +67,14 @@ typedef struct AliasClient {
         const char *address; /* an anonymous client's address */
         const char *prefix;  /* and what [Access] counts it as (access_client_address(): IPv6 per /64); NULL:
                               * the address */
+        uint64_t session;    /* rule:sessions: its session's id hash, 0 for none. A session of a key (or an
+                              * address) is remembered apart from the key's other sessions and from its
+                              * requests without one, and counts against the key's (the prefix's) share. */
 } AliasClient;
 
 typedef struct AliasMemory AliasMemory;
 
-/* NULL: out of memory. The memory takes its full size at once (about 1.5 MB, touched as it fills). */
+/* NULL: out of memory. The memory takes its full size at once (about 1.6 MB, touched as it fills). */
 AliasMemory *alias_memory_new(void);
 AliasMemory *alias_memory_free(AliasMemory *m);
 /* The target client last used for alias, or -1. */

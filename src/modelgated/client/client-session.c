@@ -1,0 +1,29 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Who a request comes from, to the spread memory (rule:alias-order) and to the sessions (rule:sessions):
+ * its key, else its address; and the session it names, read from its head once it is admitted. */
+
+#include "modelgated/client/client-internal.h"
+
+/* Who the client is to an alias's "spread" memory and to the sessions: its key, else its address, which
+ * counts against its IPv6 /64 (or IPv4 address) as MaxConnectionsPerAddress= and [Access] count it; and
+ * within it the session it names (rule:sessions) */
+AliasClient client_identity(const Client *c) {
+        if (c->x->caller.tier)
+                return (AliasClient){.key = c->x->caller.digest, .session = c->x->session_hash};
+        return (AliasClient){.address = c->peer, .prefix = c->address, .session = c->x->session_hash};
+}
+
+/* rule:sessions: the session the request names, if its header is sane: for the spread, the access line and
+ * the activity; the label is the known session's, so that a session's later requests cost no hash */
+void client_read_session(Client *c) {
+        Exchange *x = c->x;
+        Span id = session_id_of(&c->parser.req, config_session_headers(x->config));
+        AliasClient who;
+
+        if (!id.p)
+                return;
+        x->session_id = id;
+        x->session_hash = session_id_hash(id);
+        who = client_identity(c);
+        activity_session_label(manager_activity(c->manager), &who, id, x->session_label, client_now(c));
+}
