@@ -117,6 +117,9 @@ STARTED = 0.0
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # http.server writes a response's head and its body apart: with Nagle's algorithm the second waits for
+    # the peer's delayed ACK, some 40 ms a response, a delay of the double's own making
+    disable_nagle_algorithm = True
     server_version = "llama.cpp"
     sys_version = ""
 

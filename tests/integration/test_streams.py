@@ -1,8 +1,8 @@
 """Resumable streams through modelgate against the real llama-server (rule:resumable-streams): a stream
 started with X-Conversation-Id, its client gone, resumed from=N through modelgate byte for byte as straight
 from the server; the lookup, the stop and an unknown id as the server answers them; a conversation that is
-its tier's alone; a lookup over two hosts answered from both; and a switch that waits for a session
-still producing. Then every route of the server's own route table (tools/server/server.cpp of the tree it
+its key's alone (on the server, under its owner's mark), ids with "::" and the server's other routes included;
+a lookup over two hosts answered from both; and a switch that waits for a session still producing. Then every route of the server's own route table (tools/server/server.cpp of the tree it
 was built from) through modelgate against the server directly, status and body shape, with the routes
 modelgate answers differently on purpose listed with the reason.
 
@@ -22,6 +22,7 @@ from boxes import chat, gate_env
 from conftest import wait_for
 from test_access import make_key
 from test_catalog import models
+from test_owners import host_id, key_owner
 from test_real import CHAT, FAST, TREE, engines, model_files  # noqa: F401 (fixtures)
 
 pytestmark = test_real.pytestmark
@@ -80,6 +81,24 @@ def resume(port, conv, frm, key=None):
     return call(port, "GET", "/v1/stream?conv_id=%s&from=%d" % (conv, frm), key=key)
 
 
+# the owner of the requests these tests send without a key: the address they come from
+ANON = "ip:127.0.0.1"
+
+
+def hid(conv, owner=ANON):
+    """the id the server knows a conversation by: the client's under its owner's mark"""
+    return host_id(owner, conv)
+
+
+def named(body, owner=ANON):
+    """a lookup's answer straight from the server, with its ids as the owner knows them"""
+    out = json.loads(body)
+    for e in out:
+        assert e["conversation_id"].startswith(hid("", owner)), e
+        e["conversation_id"] = e["conversation_id"][len(hid("", owner)):]
+    return out
+
+
 def error_of(body):
     e = json.loads(body)["error"]
     return e["message"], e["type"]
@@ -95,21 +114,22 @@ def test_a_stream_resumed_through_modelgate_is_the_servers_byte_for_byte(box, en
 
     status, ctype, through = resume(g.port, "c1", 100)
     assert status == 200 and ctype.startswith("text/event-stream"), through
-    status, _, direct = resume(port, "c1", 100)
+    # the server has it under its owner's mark: the client's own id is nothing there
+    assert resume(port, "c1", 100)[0] == 404
+    status, _, direct = resume(port, hid("c1"), 100)
     assert status == 200
     assert through == direct and through.endswith(b"data: [DONE]\n\n"), (through[-200:], direct[-200:])
-    status, _, whole = resume(port, "c1", 0)
+    status, _, whole = resume(port, hid("c1"), 0)
     assert status == 200 and whole == first + through
     g.wait_log("GET /v1/stream model=\"\" host=3090 status=200")
     g.wait_log("host 3090: conversation c1: its stream ended (complete)")
 
     # the lookup: the server's own array, an id it does not know left out
-    ask = {"conversation_ids": ["c1", "nope"]}
-    s1, _, b1 = call(g.port, "POST", "/v1/streams/lookup", ask)
-    s2, _, b2 = call(port, "POST", "/v1/streams/lookup", ask)
+    s1, _, b1 = call(g.port, "POST", "/v1/streams/lookup", {"conversation_ids": ["c1", "nope"]})
+    s2, _, b2 = call(port, "POST", "/v1/streams/lookup", {"conversation_ids": [hid("c1"), hid("nope")]})
     assert (s1, s2) == (200, 200), (b1, b2)
     found = json.loads(b1)
-    assert found == json.loads(b2) and [e["conversation_id"] for e in found] == ["c1"], (b1, b2)
+    assert found == named(b2) and [e["conversation_id"] for e in found] == ["c1"], (b1, b2)
     assert found[0]["is_done"] is True and found[0]["total_bytes"] == len(whole)
     assert call(g.port, "POST", "/v1/streams/lookup", {"conversation_ids": ["nope"]})[::2] == (200, b"[]")
 
@@ -122,15 +142,28 @@ def test_a_stream_resumed_through_modelgate_is_the_servers_byte_for_byte(box, en
 
     # the stop reaches the server: the session is gone there
     assert call(g.port, "DELETE", "/v1/stream?conv_id=c1")[0] == 204
-    assert resume(port, "c1", 0)[0] == 404
+    assert resume(port, hid("c1"), 0)[0] == 404
 
 
-def test_a_conversation_is_its_tiers_alone(box, engines, make_gate, tmp):
+def post_with_id(port, path, body, conv, key=None):
+    c = conn(port)
+    headers = {"Content-Type": "application/json", "X-Conversation-Id": conv}
+    if key:
+        headers["Authorization"] = "Bearer " + key
+    c.request("POST", path, json.dumps(body), headers)
+    r = c.getresponse()
+    out = r.status, r.read()
+    c.close()
+    return out
+
+
+def test_a_conversation_is_its_keys_alone(box, engines, make_gate, tmp):
     port, conf = engines
     keys = os.path.join(tmp, "keys")
     access = ("[Access]\nKeysFile=%s\nAnonymousDailyRequests=100\n[Tier]\nName=free\n[Tier]\nName=pro\n"
               % keys)
     free = make_key(tmp, access + conf, "free")
+    other = make_key(tmp, access + conf, "free")  # the same tier, another key
     pro = make_key(tmp, access + conf, "pro")
     g = make_gate(FAST + access + conf, env=gate_env(box))
     g.wait_log("host 3090 up")
@@ -138,39 +171,62 @@ def test_a_conversation_is_its_tiers_alone(box, engines, make_gate, tmp):
     streamed = r.read()
     drop(c, r)
 
-    # another tier, and a client without a key: as if the id were unknown, and the stop does nothing
-    for key in (pro, None):
+    # another key of its tier, another tier, a client without a key: as if the id were unknown, and the stop
+    # does nothing
+    unknown = resume(g.port, "never", 0, key=other)
+    for key in (other, pro, None):
         status, _, body = resume(g.port, "c2", 0, key=key)
-        assert status == 404 and error_of(body) == ("File Not Found", "not_found_error"), body
+        assert (status, body) == (404, unknown[2]) and error_of(body) == ("File Not Found", "not_found_error"), body
         assert call(g.port, "POST", "/v1/streams/lookup", {"conversation_ids": ["c2"]}, key=key)[::2] == (200, b"[]")
         assert call(g.port, "DELETE", "/v1/stream?conv_id=c2", key=key)[0] == 204
-    assert resume(port, "c2", 0)[::2] == (200, streamed)
-    # nor can another tier take it over: a request that carries its id is refused before it reaches the
-    # host (where it would replace the session), and a header on a probe makes no session at all
-    for key in (pro, None):
-        c = conn(g.port)
-        headers = {"Content-Type": "application/json", "X-Conversation-Id": "c2"}
-        if key:
-            headers["Authorization"] = "Bearer " + key
-        c.request("POST", CHAT, json.dumps(dict(chat("3090-laguna-xs", "mine now", True), max_tokens=4)),
-                  headers)
-        r = c.getresponse()
-        body = r.read()
-        c.close()
-        assert r.status == 409 and r.getheader("x-should-retry") == "false", (r.status, body)
-        assert "another API key" in json.loads(body)["error"]["message"], body
-        c = conn(g.port)
-        headers["Content-Type"] = "application/json"
-        c.request("POST", "/tokenize", json.dumps({"model": "3090-laguna-xs", "content": "a"}), headers)
-        r = c.getresponse()
-        assert r.status == 200, r.read()
-        r.read()
-        c.close()
-    assert resume(port, "c2", 0)[::2] == (200, streamed)
-    # its own tier reads it
+    # on the server it is under its key's mark, and whole
+    mine = hid("c2", key_owner(free))
+    assert resume(port, mine, 0)[::2] == (200, streamed)
+    # nor does a request of another key with its id touch it: it is that key's own conversation (no refusal
+    # saying that the id is taken), under that key's mark on the server; a header on a probe makes no session
+    for key in (other, None):
+        body = dict(chat("3090-laguna-xs", "mine now", True), max_tokens=4, temperature=0)
+        status, theirs = post_with_id(g.port, CHAT, body, "c2", key=key)
+        assert status == 200 and theirs != streamed, theirs
+        assert resume(g.port, "c2", 0, key=key)[::2] == (200, theirs)
+        status, _ = post_with_id(g.port, "/tokenize", {"model": "3090-laguna-xs", "content": "a"}, "c2", key=key)
+        assert status == 200
+    assert resume(port, mine, 0)[::2] == (200, streamed)
+    # its own key reads it
     assert resume(g.port, "c2", 0, key=free)[::2] == (200, streamed)
     status, _, body = call(g.port, "POST", "/v1/streams/lookup", {"conversation_ids": ["c2"]}, key=free)
     assert status == 200 and [e["conversation_id"] for e in json.loads(body)] == ["c2"], body
+
+
+def test_no_id_of_the_servers_own_routes_reaches_around_the_owner(box, engines, make_gate, tmp):
+    """the server lists, for a lookup of "<id>", its sessions "<id>" and "<id>::<model>" (the form its WebUI
+    uses per model): another key's "w::laguna-xs" was shown to the key that owns "w"; and the header on a route
+    that makes no session (or one this server does not have, Ollama's /api/chat) names the owner's id alone"""
+    port, conf = engines
+    keys = os.path.join(tmp, "keys")
+    access = "[Access]\nKeysFile=%s\n[Tier]\nName=free\n" % keys
+    a = make_key(tmp, access + conf, "free")
+    b = make_key(tmp, access + conf, "free")
+    g = make_gate(FAST + access + conf, env=gate_env(box))
+    g.wait_log("host 3090 up")
+    for conv, key in (("w::laguna-xs", a), ("w", b)):
+        c, r = start(g.port, conv, "3090-laguna-xs", key=key, max_tokens=8)
+        r.read()
+        drop(c, r)
+    status, _, body = call(g.port, "POST", "/v1/streams/lookup", {"conversation_ids": ["w"]}, key=b)
+    assert status == 200 and [e["conversation_id"] for e in json.loads(body)] == ["w"], body
+    status, _, body = call(g.port, "POST", "/v1/streams/lookup", {"conversation_ids": ["w"]}, key=a)
+    assert (status, body) == (200, b"[]"), body
+    status, _, body = call(g.port, "POST", "/v1/streams/lookup", {"conversation_ids": ["w::laguna-xs"]}, key=a)
+    assert status == 200 and [e["conversation_id"] for e in json.loads(body)] == ["w::laguna-xs"], body
+    _, _, whole = resume(g.port, "w::laguna-xs", 0, key=a)
+    # b's requests with a's id, on routes that make no session here: the server's answer, a's session as it was
+    for path, body in (("/api/chat", chat("3090-laguna-xs", "x")), ("/v1/embeddings", {"model": "3090-laguna-xs",
+                                                                                     "input": "x"})):
+        status, _ = post_with_id(g.port, path, body, "w::laguna-xs", key=b)
+        assert status in (200, 404, 501), (path, status)
+    assert resume(g.port, "w::laguna-xs", 0, key=a)[::2] == (200, whole)
+    assert resume(g.port, "w::laguna-xs", 0, key=b)[0] == 404
 
 
 def test_a_lookup_of_ids_on_two_hosts_is_answered_from_both(box, engines, make_gate):
@@ -186,20 +242,22 @@ def test_a_lookup_of_ids_on_two_hosts_is_answered_from_both(box, engines, make_g
         r.read()
         drop(c, r)
     ask = {"conversation_ids": ["c5", "nope", "c4"]}
+    direct = {"conversation_ids": [hid(i) for i in ask["conversation_ids"]]}
     # the server marks a session done a moment after its last byte: compare the two once both are done
-    wait_for(lambda: [e["is_done"] for e in json.loads(call(port, "POST", "/v1/streams/lookup", ask)[2])]
+    wait_for(lambda: [e["is_done"] for e in json.loads(call(port, "POST", "/v1/streams/lookup", direct)[2])]
              == [True, True], 30, "both sessions done on the server")
     s1, _, b1 = call(g.port, "POST", "/v1/streams/lookup", ask)
-    s2, _, b2 = call(port, "POST", "/v1/streams/lookup", ask)
+    s2, _, b2 = call(port, "POST", "/v1/streams/lookup", direct)
     assert (s1, s2) == (200, 200), (b1, b2)
     # each host was asked for its own id only, and the answers merged
-    by_id = lambda b: sorted(json.loads(b), key=lambda e: e["conversation_id"])
+    by_id = lambda a: sorted(a, key=lambda e: e["conversation_id"])
     g.log_mark("after-lookup")
     assert "stream lookup is left out" not in g.logtext(), g.logtext()
-    assert by_id(b1) == by_id(b2) and [e["conversation_id"] for e in by_id(b1)] == ["c4", "c5"], (b1, b2)
+    assert by_id(json.loads(b1)) == by_id(named(b2)) and \
+        [e["conversation_id"] for e in by_id(json.loads(b1))] == ["c4", "c5"], (b1, b2)
     # and each id resumes from its own host
     for conv in ("c4", "c5"):
-        assert resume(g.port, conv, 0)[::2] == resume(port, conv, 0)[::2]
+        assert resume(g.port, conv, 0)[::2] == resume(port, hid(conv), 0)[::2]
     assert " host=a9 status=200" in g.wait_log('GET /v1/stream model="" host=a9')
 
 
@@ -226,7 +284,7 @@ def test_a_switch_waits_for_a_session_still_producing(box, engines, make_gate):
     head = r.read(200)
     drop(c, r)
     c = conn(port)
-    c.request("GET", "/v1/stream?conv_id=c3&from=0")
+    c.request("GET", "/v1/stream?conv_id=%s&from=0" % hid("c3"))
     r = c.getresponse()
     assert r.status == 200 and r.read(200) == head
     drop(c, r)

@@ -30,6 +30,8 @@ static void format_sample(Answer a, char *buf, size_t n) {
         case ANSWER_STREAM_NOT_FOUND:
         case ANSWER_STREAM_NO_CONV_ID:
         case ANSWER_WEBSOCKET_REFUSED:
+        case ANSWER_STREAM_BAD_FROM:
+        case ANSWER_LOOKUP_TOO_LARGE:
                 (void)answer_format(buf, n, a);
                 return;
         case ANSWER_BAD_REQUEST:
@@ -69,9 +71,9 @@ static void format_sample(Answer a, char *buf, size_t n) {
         case ANSWER_UNKNOWN_HOST:
         case ANSWER_HOST_REMOVED:
         case ANSWER_UNLOAD_SWITCHING:
-        case ANSWER_CONV_TAKEN:
                 (void)answer_format(buf, n, a, "3090");
                 return;
+
         case ANSWER_PROBE_NOT_LOADED:
                 (void)answer_format(buf, n, a, "flint-xs", "fork", "3090");
                 return;
@@ -234,15 +236,16 @@ static const struct {
          "model 'flint-xs' is not loaded in engine 'fork' of host '3090', and modelgate does not load a "
          "model "
          "for a token count or other probe; estimate locally, or send a real request for that model first"},
-        {ANSWER_CONV_TAKEN, 0, 0, 409, "conversation_in_use", "x-should-retry: false\r\n",
-         "X-Conversation-Id '3090' names a conversation that another API key started; send this request "
-         "with "
-         "an id of its own, or without the header"},
         {ANSWER_STREAM_NO_CONV_ID, 0, 0, 400, "missing_conv_id", "", "Missing conversation id in path"},
         {ANSWER_WEBSOCKET_REFUSED, 0, 0, 426, "websocket_not_supported",
          "Upgrade: HTTP/1.1\r\nConnection: Upgrade\r\n",
          "modelgate answers the Responses API over plain HTTP only, not over WebSocket: send the request as "
          "a POST to this path, without an Upgrade header"},
+        {ANSWER_STREAM_BAD_FROM, 0, 0, 400, "invalid_from", "", "Invalid 'from' offset"},
+        {ANSWER_LOOKUP_TOO_LARGE, 0, 0, 413, "request_too_large", "",
+         "a stream lookup's body is at most 67328 bytes (256 ids of at most 256 bytes); ask for fewer ids "
+         "at "
+         "a time"},
 };
 
 static json_object *member(json_object *o, const char *key) {

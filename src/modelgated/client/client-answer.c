@@ -161,8 +161,7 @@ void client_response_complete(Client *c, const char *note) {
 
         /* the engine is free for a switch as soon as the answer has fully arrived */
         host_release(&c->x->waiter);
-        if (c->x->conv_id) /* rule:resumable-streams: its time runs from the end of its stream */
-                manager_conv_touch(c->manager, c->x->conv_id);
+        client_stream_touch(c); /* rule:resumable-streams: its time runs from the end of its stream */
         client_log_access(c, note);
         c->x->response_complete = true;
         c->answered_one = true;

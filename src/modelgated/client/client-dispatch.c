@@ -127,9 +127,10 @@ bool client_admit_head(Client *c) {
         assert(c);
         HttpRequest *r = &c->parser.req;
         Span path = url_path(http_request_url(r));
-        bool open = request_is_open(r, path), close = c->close_after_response;
+        bool open = request_is_open(r, path), close = c->close_after_response,
+             access = manager_config(c->manager)->access.enabled, lookup = client_stream_is_lookup(r, path);
 
-        if (!open && !manager_config(c->manager)->access.enabled)
+        if (!open && !lookup && !access)
                 return true; /* rule:host-check: client_dispatch() checks it */
         /* an answer on the head is the request's answer: its access line names it, and the body that
          * follows is not read (the connection closes) */
@@ -142,18 +143,20 @@ bool client_admit_head(Client *c) {
                 return false;
         if (open) {
                 /* what modelgate answers itself reads no body: none is held for it */
-                if (http_parser_limit_body(&c->parser, 0) < 0) {
+                if (http_parser_limit_body(&c->parser, 0, /* why= */ NULL) < 0) {
                         client_answer(c, ANSWER_BODY_NOT_TAKEN);
                         return false;
                 }
         } else {
-                if (!client_admit(c) || !client_within_cap(c))
+                if (access && (!client_admit(c) || !client_within_cap(c)))
                         return false;
-                uint64_t limit = caller_body_limit(c);
-                if (limit > 0 && http_parser_limit_body(&c->parser, limit) < 0) {
+                uint64_t limit = access ? caller_body_limit(c) : 0;
+                if (limit > 0 && http_parser_limit_body(&c->parser, limit, /* why= */ NULL) < 0) {
                         client_refuse_body(c);
                         return false;
                 }
+                if (lookup && !client_stream_limit_lookup(c))
+                        return false;
         }
         /* admitted: the request is dispatched when its body is in */
         c->x->method = EXCHANGE_NO_METHOD;
@@ -543,33 +546,6 @@ static bool dispatch_probe_may_go(Client *c, Dispatch *d, Host *host, size_t eng
         return false;
 }
 
-/* rule:resumable-streams: a request with X-Conversation-Id makes the engine keep its stream for a resume;
- * which host and engine that is, and whose tier may ask, is remembered, as llama-server's router remembers
- * the model. The header itself goes on to the host as every other does. */
-static bool dispatch_remember_conversation(Client *c, Dispatch *d, const char *engine) {
-        Span id = http_request_header(d->r, "X-Conversation-Id");
-        int k;
-
-        /* only a generating request makes a session on the host: a header on a token count leaves it */
-        if (d->r->method != HTTP_POST || !conv_id_valid(id.p, id.n) || !conv_path_keeps_stream(d->path))
-                return true;
-        free(c->x->conv_id);
-        c->x->conv_id = strndup(id.p, id.n);
-        k = c->x->conv_id ? manager_conv_remember(c->manager, c->x->conv_id, c->x->host->name, engine,
-                                                  c->x->caller.tier ? c->x->caller.tier->name : "")
-                          : -ENOMEM;
-        if (k == CONV_TAKEN) {
-                /* on the host it would cut that session, and the map would give its stream to this caller */
-                _cleanup_free_ char *e = log_escape_dup(c->x->conv_id);
-                c->x->conv_id = mfree(c->x->conv_id);
-                client_answer(c, ANSWER_CONV_TAKEN, e ?: "?");
-                return false;
-        }
-        if (k < 0)
-                c->x->conv_id = mfree(c->x->conv_id); /* out of memory: it goes on, not resumable here */
-        return true;
-}
-
 /* A complete request: modelgate's own answer, or on to its host (at once, or when its engine is up). */
 void client_dispatch(Client *c) {
         assert(c);
@@ -629,7 +605,7 @@ static void dispatch_to_host(Client *c, Dispatch *d) {
         ssize_t engine = dispatch_engine(c, d, host);
         if (engine < -1)
                 return;
-        if (!dispatch_remember_conversation(c, d, engine >= 0 ? c->x->engine_name : ""))
+        if (!client_stream_remember(c, d->r, d->path, engine >= 0 ? c->x->engine_name : ""))
                 return;
         /* rule:attribution-line: Claude Code's changing first line never reaches a llama.cpp host (the
          * fallback builds its request from the client's body as it was) */

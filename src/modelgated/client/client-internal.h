@@ -251,6 +251,16 @@ bool client_host_refused(Client *c);
 /* GET and DELETE /v1/stream, POST /v1/streams/lookup: true when it is one of them (answered, or on its
  * way to the host that holds the conversation) */
 bool client_dispatch_stream(Client *c, Span url, Span path);
+/* X-Conversation-Id of a request routed to its host, engine the one that serves it ("" for none): the id
+ * the host gets, under the caller's mark, and, for a request that makes a session there, remembered as
+ * the caller's. false: it was answered (out of memory). */
+bool client_stream_remember(Client *c, const HttpRequest *r, Span path, const char *engine);
+/* The request's remembered conversation was used now (its stream ended): its time starts again */
+void client_stream_touch(Client *c);
+/* Whether the request is POST /v1/streams/lookup; and, on its head, its body's bound set: false when it
+ * was answered (413), whoever sends it */
+bool client_stream_is_lookup(const HttpRequest *r, Span path);
+bool client_stream_limit_lookup(Client *c);
 /* The client is closing mid-stream: a stream of a remembered conversation is read on to its end, in
  * flight on its engine, instead of being cancelled */
 void client_stream_drain(Client *c);

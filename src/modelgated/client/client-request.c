@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The request for a host, written once from the client's: its request line for the target, the headers that
- * go on, and the body with the model renamed (rule:model-rewrite) and Claude Code's attribution line cut
- * (rule:attribution-line). */
+ * go on (X-Request-Id and X-Conversation-Id modelgate's own), and the body with the model renamed
+ * (rule:model-rewrite) and Claude Code's attribution line cut (rule:attribution-line). */
 
 #include "modelgated/client/client-internal.h"
 
@@ -30,7 +30,8 @@ int client_build_request(Client *c, const HttpUrl *target, Span url, Span body, 
                 return k;
         /* rule:request-id: the client's when it is sane, else the one made here (the client's own goes
          * no further then) */
-        if (http_request_append_forwarded_headers(r, out) < 0 || client_append_request_id(c, out) < 0)
+        if (http_request_append_forwarded_headers(r, out) < 0 || client_append_request_id(c, out) < 0 ||
+            (c->x->conv_host_id && buffer_printf(out, "X-Conversation-Id: %s\r\n", c->x->conv_host_id) < 0))
                 return -ENOMEM;
         if (body_len > 0 || r->method == HTTP_POST || r->method == HTTP_PUT || r->method == HTTP_PATCH)
                 if (http_write_content_length(out, body_len) < 0)

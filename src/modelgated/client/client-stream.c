@@ -1,16 +1,19 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* Resumable streams (rule:resumable-streams). A request with X-Conversation-Id is remembered with the host
- * and engine that served it and the tier of its key (client-dispatch.c); GET and DELETE /v1/stream?conv_id=
- * go to that engine unchanged (its router finds the session by the id, no model is needed), POST
- * /v1/streams/lookup asks each host for its own ids and merges the answers, and an id that is unknown, or
- * another tier's, gets llama-server's router's own answer for an id it does not know. A client that leaves
- * such a stream leaves the engine producing it into the session's buffer: the rest of it is read here to
- * its end, in flight on the host meanwhile, so that no switch stops the engine under a session that a
- * client is about to resume. */
+ * and engine that served it and its owner (the key, or the address of a client without one); the host
+ * gets the id under its owner's mark, never as the client sent it, so that no id of one owner names a
+ * session of another there. GET and DELETE /v1/stream?conv_id= go to that engine with a query of
+ * modelgate's own (its router finds the session by the id, no model is needed), POST /v1/streams/lookup
+ * asks each host for its own ids and merges the answers, and an id that is unknown, or another owner's,
+ * gets llama-server's router's own answer for an id it does not know. A client that leaves such a stream
+ * leaves the engine producing it into the session's buffer: the rest of it is read here to its end, in
+ * flight on the host meanwhile, so that no switch stops the engine under a session that a client is about
+ * to resume. */
 
 #include "modelgated/client/client-internal.h"
 #include "modelgated/client/streams.h"
 #include "modelgated/rules/conversation.h"
+#include "modelgated/rules/route.h"
 #include "shared/strv.h"
 
 /* A host answers a lookup from its memory: one that takes longer is left out of the answer, as the
@@ -18,8 +21,42 @@
 #define LOOKUP_TIMEOUT_USEC (2 * USEC_PER_SEC)
 #define LOOKUP_BODY_MAX (1024 * 1024)
 
-static const char *caller_owner(const Client *c) {
-        return c->x->caller.tier ? c->x->caller.tier->name : "";
+/* Whose the caller's conversations are: its key, or its address as the caps count it */
+static const char *caller_owner(const Client *c, char buf[static 80]) {
+        return access_caller_name(&c->x->caller, c->peer, buf);
+}
+
+bool client_stream_remember(Client *c, const HttpRequest *r, Span path, const char *engine) {
+        Span id = http_request_header(r, "X-Conversation-Id");
+        _cleanup_free_ char *cid = NULL;
+        char owner[80];
+
+        /* an alias's next target remembers it anew */
+        c->x->conv_id = mfree(c->x->conv_id);
+        c->x->conv_host_id = mfree(c->x->conv_host_id);
+        /* an id not worth remembering goes no further: a session under it could not be found again */
+        if (!conv_id_valid(id.p, id.n))
+                return true;
+        cid = strndup(id.p, id.n);
+        if (cid)
+                c->x->conv_host_id = conv_host_id(caller_owner(c, owner), cid);
+        if (!c->x->conv_host_id)
+                return client_answer(c, ANSWER_OUT_OF_MEMORY), false;
+        /* only a generating request makes a session on the host: a header on a token count leaves it as
+         * it is (under the owner's mark all the same: on a router the id names the model it served) */
+        if (r->method != HTTP_POST || !conv_path_keeps_stream(path))
+                return true;
+        /* out of memory: it goes on, not resumable here */
+        if (manager_conv_remember(c->manager, owner, cid, c->x->host->name, engine) >= 0)
+                c->x->conv_id = TAKE_PTR(cid);
+        return true;
+}
+
+void client_stream_touch(Client *c) {
+        char owner[80];
+
+        if (c->x->conv_id)
+                manager_conv_touch(c->manager, caller_owner(c, owner), c->x->conv_id);
 }
 
 typedef struct ConvTarget {
@@ -29,11 +66,12 @@ typedef struct ConvTarget {
 } ConvTarget;
 
 /* Where the conversation id lives, for this caller: false for an id never routed, expired, another
- * tier's, or on a host or engine that a reload removed. All of them are "not found" to the client. */
+ * owner's, or on a host or engine that a reload removed. All of them are "not found" to the client. */
 static bool conv_target(Client *c, const char *id, ConvTarget *ret) {
-        const ConvEntry *e = manager_conv_find(c->manager, id);
+        char owner[80];
+        const ConvEntry *e = manager_conv_find(c->manager, caller_owner(c, owner), id);
 
-        if (!e || !conv_owned_by(e, caller_owner(c)))
+        if (!e)
                 return false;
         if (!c->x->config)
                 c->x->config = config_ref(manager_config(c->manager));
@@ -83,15 +121,31 @@ static void answer_unknown(Client *c, bool get) {
                 respond_204(c);
 }
 
+/* A caller over its cap is refused these as any request; they are not counted, as they go on with a
+ * request that was */
+static bool stream_within_cap(Client *c) {
+        Access *access = manager_access(c->manager);
+        AccessDenial d;
+
+        if (!c->x->caller.admitted || !access ||
+            access_check(access, c->x->config, &c->x->caller, c->peer, &d) != ACCESS_OVER_CAP)
+                return true;
+        client_answer_message(c, d.answer, /* status= */ 0, d.retry_after, d.message);
+        return false;
+}
+
 /* GET /v1/stream (a resume, from=N bytes into the session) or DELETE (a stop) to the engine that holds
- * the session: in flight there while it lasts, never a reason to start or switch an engine */
+ * the session: in flight there while it lasts, never a reason to start or switch an engine. The query the
+ * host gets is modelgate's own: the id under its owner's mark, and a resume's offset. */
 static void stream_forward(Client *c, Span url, bool get) {
-        _cleanup_free_ char *id = NULL;
+        _cleanup_free_ char *id = NULL, *from = NULL, *host_id = NULL, *own_url = NULL;
         HostRefusal refusal;
         ConvTarget t;
         Span span;
         int k;
 
+        if (!stream_within_cap(c))
+                return;
         k = query_find_param(url, "conv_id", &span, &id);
         if (k == -ENOMEM)
                 return client_answer(c, ANSWER_OUT_OF_MEMORY);
@@ -99,12 +153,22 @@ static void stream_forward(Client *c, Span url, bool get) {
                 return stream_answer(c, ANSWER_STREAM_NO_CONV_ID);
         if (!conv_target(c, id, &t))
                 return answer_unknown(c, get);
+        k = get ? query_find_param(url, "from", &span, &from) : MODEL_ABSENT;
+        if (k == -ENOMEM)
+                return client_answer(c, ANSWER_OUT_OF_MEMORY);
+        if (k != MODEL_ABSENT && (k != MODEL_FOUND || !conv_from_valid(from)))
+                return stream_answer(c, ANSWER_STREAM_BAD_FROM);
+        char owner[80];
+        host_id = conv_host_id(caller_owner(c, owner), id);
+        own_url = host_id ? conv_stream_url(host_id, k == MODEL_FOUND ? from : NULL) : NULL;
+        if (!own_url)
+                return client_answer(c, ANSWER_OUT_OF_MEMORY);
         c->x->host = t.conf;
         c->x->target = target_url(&t);
         c->x->engine_name = t.engine >= 0 ? host_engine(t.host, (size_t)t.engine)->conf->name : NULL;
         c->x->ask.stream = get;
-        if (client_build_request(c, c->x->target, url, (Span){"", 0}, (Span){}, NULL, (Span){},
-                                 &c->x->pending) < 0)
+        if (client_build_request(c, c->x->target, (Span){own_url, strlen(own_url)}, (Span){"", 0}, (Span){},
+                                 NULL, (Span){}, &c->x->pending) < 0)
                 return client_answer(c, ANSWER_OUT_OF_MEMORY);
         HostAcquire a = t.engine >= 0
                                 ? host_join(t.host, (size_t)t.engine, &c->x->waiter, client_host_went_down,
@@ -118,10 +182,9 @@ static void stream_forward(Client *c, Span url, bool get) {
                                             refusal.message);
                 return;
         }
-        manager_conv_touch(c->manager, id);
+        manager_conv_touch(c->manager, owner, id);
         client_go(c);
 }
-
 /* One host's part of a lookup */
 typedef struct LookupPart {
         StreamLookup *lookup;
@@ -137,6 +200,7 @@ struct StreamLookup {
         LookupPart *parts;
         size_t n_parts, n_pending;
         json_object *merged;
+        char prefix[CONV_HOST_PREFIX_LEN + 1]; /* the caller's mark on its ids at the hosts */
 };
 
 StreamLookup *stream_lookup_free(StreamLookup *l) {
@@ -192,7 +256,8 @@ static int lookup_body(Upstream *u, const char *d, size_t n, void *userdata) {
 static void lookup_complete(Upstream *u, void *userdata) {
         LookupPart *p = userdata;
         /* an answer that is not an array of sessions adds nothing */
-        (void)conv_lookup_merge(p->lookup->merged, buffer_peek(&p->body), buffer_size(&p->body), p->ids);
+        (void)conv_lookup_merge(p->lookup->merged, buffer_peek(&p->body), buffer_size(&p->body),
+                                p->lookup->prefix, p->ids);
         lookup_part_done(p);
 }
 
@@ -214,6 +279,7 @@ static const UpstreamCallbacks lookup_callbacks = {
 /* The ids, grouped by the engine that holds them; ids unknown to this caller are in none. -ENOMEM */
 static int lookup_group(Client *c, StreamLookup *l, char *const *ids) {
         size_t n = strv_length(ids);
+        char owner[80];
         ConvTarget t;
 
         l->parts = calloc(MAX(n, (size_t)1), sizeof(LookupPart));
@@ -235,7 +301,7 @@ static int lookup_group(Client *c, StreamLookup *l, char *const *ids) {
                 }
                 if (strv_extend(&p->ids, *id) < 0)
                         return -ENOMEM;
-                manager_conv_touch(c->manager, *id);
+                manager_conv_touch(c->manager, caller_owner(c, owner), *id);
         }
         return 0;
 }
@@ -247,7 +313,7 @@ static int lookup_send(Client *c, LookupPart *p) {
         size_t n = 0;
         int k;
 
-        body = conv_lookup_body(p->ids, &n);
+        body = conv_lookup_body(p->lookup->prefix, p->ids, &n);
         if (!body)
                 return -ENOMEM;
         static const char path[] = "/v1/streams/lookup";
@@ -266,15 +332,17 @@ static int lookup_send(Client *c, LookupPart *p) {
         return 0;
 }
 
-static void stream_lookup(Client *c) {
+static void stream_lookup_go(Client *c) {
         HttpRequest *r = &c->parser.req;
         _cleanup_strv_free_ char **ids = NULL;
         StreamLookup *l;
+        char owner[80];
 
         if (conv_lookup_ids(buffer_peek(&r->body), buffer_size(&r->body), &ids) < 0)
                 return client_answer(c, ANSWER_OUT_OF_MEMORY);
         l = c->x->lookup = calloc(1, sizeof(StreamLookup));
-        if (!l || !(l->merged = json_object_new_array()) || lookup_group(c, l, ids) < 0)
+        if (!l || conv_host_prefix(caller_owner(c, owner), l->prefix) < 0 ||
+            !(l->merged = json_object_new_array()) || lookup_group(c, l, ids) < 0)
                 return client_answer(c, ANSWER_OUT_OF_MEMORY);
         l->client = c;
         /* one more than the parts, this loop's own: no answer goes out before every part is sent */
@@ -288,12 +356,63 @@ static void stream_lookup(Client *c) {
                 lookup_respond(c, l);
 }
 
+/* rule:shared-counts: Redis counted the lookup (or refused it) */
+static void lookup_admitted(AccessWait *w, int verdict, const AccessDenial *d) {
+        _cleanup_(client_unrefp) Client *c = client_ref(container_of(w, Exchange, access_wait)->client);
+
+        if (verdict == ACCESS_OVER_CAP)
+                client_answer_message(c, d->answer, /* status= */ 0, d->retry_after, d->message);
+        else
+                stream_lookup_go(c);
+        client_flush(c);
+        client_process(c);
+}
+
+/* A lookup is a request of the caller's day (rule:daily-cap), whatever it finds: every id it names costs
+ * the hosts a look */
+static void stream_lookup(Client *c) {
+        Access *access = manager_access(c->manager);
+        AccessDenial d;
+        int k;
+
+        /* a body that came whole with its head was not held against the bound on the way */
+        if (buffer_size(&c->parser.req.body) > CONV_LOOKUP_BODY_MAX)
+                return client_answer(c, ANSWER_LOOKUP_TOO_LARGE, (unsigned long long)CONV_LOOKUP_BODY_MAX,
+                                     CONV_LOOKUP_MAX);
+        if (c->x->caller.admitted) {
+                c->x->access_wait.fn = lookup_admitted;
+                k = access ? access_admit(access, c->x->config, &c->x->caller, c->peer, &d,
+                                          &c->x->access_wait)
+                           : -ENOMEM;
+                if (k == ACCESS_PENDING)
+                        return;
+                if (k == ACCESS_OVER_CAP)
+                        return client_answer_message(c, d.answer, /* status= */ 0, d.retry_after, d.message);
+                if (k < 0)
+                        return client_answer(c, ANSWER_OUT_OF_MEMORY);
+        }
+        stream_lookup_go(c);
+}
+
+bool client_stream_is_lookup(const HttpRequest *r, Span path) {
+        return r->method == HTTP_POST && span_eq(path, "/v1/streams/lookup");
+}
+
+/* A lookup's body is small whoever sends it, and read no further than its bound */
+bool client_stream_limit_lookup(Client *c) {
+        if (http_parser_limit_body(&c->parser, CONV_LOOKUP_BODY_MAX,
+                                   answer_row(ANSWER_LOOKUP_TOO_LARGE)->format) >= 0)
+                return true;
+        client_answer(c, ANSWER_LOOKUP_TOO_LARGE);
+        return false;
+}
+
 bool client_dispatch_stream(Client *c, Span url, Span path) {
         llhttp_method_t m = c->parser.req.method;
 
         if (span_eq(path, "/v1/stream") && (m == HTTP_GET || m == HTTP_DELETE))
                 stream_forward(c, url, m == HTTP_GET);
-        else if (span_eq(path, "/v1/streams/lookup") && m == HTTP_POST)
+        else if (client_stream_is_lookup(&c->parser.req, path))
                 stream_lookup(c);
         else
                 return false;
@@ -306,7 +425,7 @@ struct StreamDrain {
         ClientSet *set;
         Upstream *upstream;
         HostWaiter waiter; /* in flight on the engine until the stream ends */
-        char *conv_id, *host;
+        char *conv_id, *owner, *host;
         uint64_t bytes;
         /* rule:usage: the answer's tokens, read on from where the client's exchange left them (or from the
          * head, when the client left before it) and counted whole at the end for the caller, once: the
@@ -331,6 +450,7 @@ static void drain_free(StreamDrain *d) {
         buffer_done(&d->scratch);
         config_unref(d->config);
         free(d->conv_id);
+        free(d->owner);
         free(d->host);
         free(d->peer);
         free(d->engine);
@@ -366,7 +486,7 @@ static void drain_end(StreamDrain *d, const char *why, bool complete) {
         if (d->usage_on)
                 client_count_usage(d->set->manager, d->config, &d->caller, d->peer, d->host, d->engine,
                                    d->model_label, &d->usage);
-        manager_conv_touch(d->set->manager, d->conv_id);
+        manager_conv_touch(d->set->manager, d->owner, d->conv_id);
         drain_free(d);
 }
 
@@ -473,7 +593,9 @@ void client_stream_drain(Client *c) {
         if (!client_stream_drains(c))
                 goto fail;
         d = calloc(1, sizeof(StreamDrain));
-        if (!d || !(d->conv_id = strdup(x->conv_id)) || !(d->host = strdup(host_conf(h)->name)))
+        char owner[80];
+        if (!d || !(d->conv_id = strdup(x->conv_id)) || !(d->owner = strdup(caller_owner(c, owner))) ||
+            !(d->host = strdup(host_conf(h)->name)))
                 goto fail;
         /* joined before the exchange lets go of its own: the count never falls to zero between */
         a = x->waiter.engine >= 0
@@ -487,7 +609,7 @@ void client_stream_drain(Client *c) {
         upstream_set_reading(d->upstream, true);
         (void)upstream_set_deadline(d->upstream, CONV_DRAIN_MAX_USEC); /* else bounded by its idle timeout */
         LIST_PREPEND(drains, c->set->drains, d);
-        manager_conv_touch(c->manager, d->conv_id);
+        manager_conv_touch(c->manager, d->owner, d->conv_id);
         e = log_escape_dup(d->conv_id);
         log_info("host %s: conversation %s: its client left mid-stream; the rest is read to its end, in "
                  "flight meanwhile",

@@ -37,6 +37,7 @@ void exchange_done(Exchange *x) {
         sd_event_source_disable_unref(x->health_wait);
         stream_lookup_free(x->lookup);
         free(x->conv_id);
+        free(x->conv_host_id);
         sse_filter_done(&x->sse);
         buffer_done(&x->held);
         exchange_init(x, x->client);

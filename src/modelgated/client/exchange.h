@@ -99,6 +99,8 @@ typedef struct Exchange {
         /* X-Conversation-Id of a request remembered with its host (rule:resumable-streams): its stream
          * outlives a client that leaves, and so does the engine's request in flight */
         char *conv_id;
+        /* the X-Conversation-Id the host gets, the client's under its owner's mark; NULL: none goes */
+        char *conv_host_id;
         ResponseMode mode;
         bool chunked;
         bool head_sent;

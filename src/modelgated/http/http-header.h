@@ -44,6 +44,10 @@ static inline bool span_caseeq(Span s, const char *t) {
 static inline bool http_header_is_request_id(Span s) {
         return s.n == 12 && (s.p[0] | 0x20) == 'x' && strncasecmp(s.p, "X-Request-Id", 12) == 0;
 }
+/* X-Conversation-Id (rule:resumable-streams): a host gets modelgate's own, under its owner's mark */
+static inline bool http_header_is_conversation_id(Span s) {
+        return s.n == 17 && (s.p[0] | 0x20) == 'x' && strncasecmp(s.p, "X-Conversation-Id", 17) == 0;
+}
 static inline bool span_eq(Span s, const char *t) {
         size_t l = strlen(t);
         return s.p && l == s.n && memcmp(s.p, t, l) == 0;

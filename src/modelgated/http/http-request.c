@@ -46,7 +46,7 @@ int http_request_append_forwarded_headers(const HttpRequest *r, Buffer *out) {
                 Span name = http_header_name(r, i), value = http_header_value(r, i);
                 if (http_header_is_hop_by_hop(name) || http_header_is_credential(name) ||
                     (connection && http_request_connection_lists(r, name)) ||
-                    http_header_is_request_id(name))
+                    http_header_is_request_id(name) || http_header_is_conversation_id(name))
                         continue;
                 if (buffer_append(out, name.p, name.n) < 0 || buffer_append_str(out, ": ") < 0 ||
                     buffer_append(out, value.p, value.n) < 0 || buffer_append_str(out, "\r\n") < 0)

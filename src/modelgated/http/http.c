@@ -209,7 +209,7 @@ static int on_headers_complete(llhttp_t *l) {
                             p->n_host ? "request has more than one Host header"
                                       : "an HTTP/1.1 request must have a Host header");
         if (p->n_content_length > 0 && l->content_length > p->max_body_size)
-                return fail(p, 413, "request body is larger than MaxBodySize");
+                return fail(p, 413, p->body_limit_message ?: "request body is larger than MaxBodySize");
 
         /* RFC 9112 §3.2.2: a server MUST accept the absolute form; the path is what matters here */
         Span url = http_request_url(r);
@@ -254,7 +254,7 @@ static int on_body(llhttp_t *l, const char *at, size_t n) {
         HttpParser *p = parser_of(l);
 
         if (buffer_size(&p->req.body) + n > p->max_body_size)
-                return fail(p, 413, "request body is larger than MaxBodySize");
+                return fail(p, 413, p->body_limit_message ?: "request body is larger than MaxBodySize");
         if (buffer_append(&p->req.body, at, n) < 0)
                 return fail(p, 500, "out of memory");
         return 0;
@@ -265,7 +265,7 @@ static int on_chunk_header(llhttp_t *l) {
         HttpParser *p = parser_of(l);
 
         if (l->content_length > p->max_body_size - buffer_size(&p->req.body))
-                return fail(p, 413, "request body is larger than MaxBodySize");
+                return fail(p, 413, p->body_limit_message ?: "request body is larger than MaxBodySize");
         return 0;
 }
 
@@ -328,11 +328,12 @@ void http_parser_done(HttpParser *p) {
         p->req.headers = NULL;
 }
 
-int http_parser_limit_body(HttpParser *p, uint64_t max) {
+int http_parser_limit_body(HttpParser *p, uint64_t max, const char *why) {
         assert(p);
         if (max >= p->max_body_size)
                 return 0;
         p->max_body_size = max;
+        p->body_limit_message = why;
         if ((p->n_content_length > 0 && p->llhttp.content_length > max) || buffer_size(&p->req.body) > max)
                 return -EFBIG;
         return 0;
@@ -342,6 +343,7 @@ void http_parser_next(HttpParser *p) {
         assert(p);
         request_reset(&p->req);
         p->max_body_size = p->default_max_body_size;
+        p->body_limit_message = NULL;
         p->header_bytes = 0;
         p->n_content_length = p->n_transfer_encoding = p->n_host = 0;
         p->in_header_value = p->headers_complete = p->headers_reported = p->body_paused = false;

@@ -54,6 +54,7 @@ typedef struct HttpParser {
         HttpRequest req;
         uint64_t max_header_size, max_body_size;
         uint64_t default_max_body_size; /* max_body_size again after each request */
+        const char *body_limit_message; /* a 413's words past max_body_size; NULL: MaxBodySize='s */
         size_t header_bytes;
         unsigned n_content_length, n_transfer_encoding, n_host;
         bool in_header_value;
@@ -71,8 +72,9 @@ typedef struct HttpParser {
 void http_parser_init(HttpParser *p, uint64_t max_header_size, uint64_t max_body_size);
 void http_parser_done(HttpParser *p);
 /* A lower body limit for the request whose headers were just reported (a tier's, say): a larger
- * Content-Length is refused at once (-EFBIG), chunks as they come (413). */
-int http_parser_limit_body(HttpParser *p, uint64_t max);
+ * Content-Length is refused at once (-EFBIG), chunks as they come (413, with the words 'why', a string
+ * that outlives the request; NULL: MaxBodySize='s). */
+int http_parser_limit_body(HttpParser *p, uint64_t max, const char *why);
 /* Forget the finished request and get ready for the next one on the same connection. */
 void http_parser_next(HttpParser *p);
 
@@ -103,8 +105,9 @@ bool http_request_connection_lists(const HttpRequest *r, Span name);
 bool http_request_opens_websocket(const HttpRequest *r);
 
 /* The request's headers as they go on to a host: everything but the hop-by-hop headers (and those
- * that a Connection header names), Host, framing, Expect, the credentials and X-Request-Id (the caller
- * writes its own, rule:request-id); "Name: value\r\n" each. */
+ * that a Connection header names), Host, framing, Expect, the credentials, X-Request-Id and
+ * X-Conversation-Id (the caller writes its own of each: rule:request-id, rule:resumable-streams);
+ * "Name: value\r\n" each. */
 int http_request_append_forwarded_headers(const HttpRequest *r, Buffer *out);
 
 /* RFC 9110 §5.6.2 token characters: what a header name is made of */

@@ -662,23 +662,23 @@ static void manager_conv_used(Manager *m) {
         (void)sd_event_source_set_enabled(m->conv_hold, SD_EVENT_ONESHOT);
 }
 
-int manager_conv_remember(Manager *m, const char *id, const char *host, const char *engine,
-                          const char *owner) {
+int manager_conv_remember(Manager *m, const char *owner, const char *id, const char *host,
+                          const char *engine) {
         assert(m);
-        int r = conv_map_remember(&m->convs, id, host, engine, owner, manager_now(m));
+        int r = conv_map_remember(&m->convs, owner, id, host, engine, manager_now(m));
         if (r >= 0)
                 manager_conv_used(m);
         return r;
 }
 
-const ConvEntry *manager_conv_find(Manager *m, const char *id) {
+const ConvEntry *manager_conv_find(Manager *m, const char *owner, const char *id) {
         assert(m);
-        return conv_map_find(&m->convs, id, manager_now(m));
+        return conv_map_find(&m->convs, owner, id, manager_now(m));
 }
 
-void manager_conv_touch(Manager *m, const char *id) {
+void manager_conv_touch(Manager *m, const char *owner, const char *id) {
         assert(m);
-        conv_map_touch(&m->convs, id, manager_now(m));
+        conv_map_touch(&m->convs, owner, id, manager_now(m));
         manager_conv_used(m);
 }
 

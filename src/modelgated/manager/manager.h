@@ -102,10 +102,10 @@ Access *manager_access(Manager *m);
 /* The conversations routed (rule:resumable-streams), at the loop's time: kept across reloads, since a
  * conversation names its host and engine by name, and a host that a reload removed is simply not found.
  * Each use keeps the daemon from its idle exit for CONV_HOLD_USEC (manager_keeps_daemon()). */
-int manager_conv_remember(Manager *m, const char *id, const char *host, const char *engine,
-                          const char *owner);
-const ConvEntry *manager_conv_find(Manager *m, const char *id);
-void manager_conv_touch(Manager *m, const char *id);
+int manager_conv_remember(Manager *m, const char *owner, const char *id, const char *host,
+                          const char *engine);
+const ConvEntry *manager_conv_find(Manager *m, const char *owner, const char *id);
+void manager_conv_touch(Manager *m, const char *owner, const char *id);
 
 /* Aliases (manager-alias.c): the target a request of client (its key or address; NULL: none) picks now,
  * never one in 'tried', with the state of each target it was picked from (alias-pick.h) into ret_targets

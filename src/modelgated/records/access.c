@@ -240,13 +240,12 @@ const char *access_client_address(const char *peer, char buf[static INET6_ADDRST
         return buf;
 }
 
-/* The name a caller is counted by: "k:" and its key's digest prefix, or "ip:" and the anonymous client's
- * address */
-static const char *caller_name(const AccessCaller *caller, const char *peer, char name[static 80]) {
+const char *access_caller_name(const AccessCaller *caller, const char *peer, char name[static 80]) {
         char address[INET6_ADDRSTRLEN + 8];
 
+        assert(caller);
         snprintf(name, 80, caller->tier ? "k:%s" : "ip:%s",
-                 caller->tier ? caller->digest : access_client_address(peer, address));
+                 caller->tier ? caller->digest : access_client_address(peer ?: "local", address));
         return name;
 }
 
@@ -256,7 +255,7 @@ static const char *caller_name(const AccessCaller *caller, const char *peer, cha
 static UsageCount *caller_count(Access *a, const AccessCaller *caller, const char *peer, bool take,
                                 bool *ret_overflow, char name[static 80]) {
         const char *tier = caller->tier ? caller->tier->name : NULL;
-        UsageCount *n = key_usage_get(a->usage, caller_name(caller, peer, name), tier, take);
+        UsageCount *n = key_usage_get(a->usage, access_caller_name(caller, peer, name), tier, take);
 
         *ret_overflow = !n && !caller->tier && key_usage_n_anonymous(a->usage) >= USAGE_ANONYMOUS_MAX;
         if (*ret_overflow) {

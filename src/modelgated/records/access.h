@@ -31,6 +31,9 @@ typedef struct AccessCaller {
         char digest[17]; /* a key's: the first 16 hex digits of its SHA-256 */
 } AccessCaller;
 
+/* Whom the caps count, and whose a resumable stream is: "k:" and its key's digest prefix, or "ip:" and the
+ * address of a client without a key (access_client_address()). */
+const char *access_caller_name(const AccessCaller *caller, const char *peer, char name[static 80]);
 /* For the log: "free:3f2a9c1e" (tier and digest prefix, never the key) or "anonymous". */
 const char *access_caller_id(const AccessCaller *caller, char buf[static 80]);
 

@@ -3,11 +3,18 @@
 #include <stdio.h>
 
 #include "modelgated/rules/api-answer.h"
+#include "modelgated/rules/conversation.h"
 
 #define WORDS_OF_(x) #x
 #define WORDS_OF(x) WORDS_OF_(x)
 #define RETRY_WORDS "modelgate keeps trying it, retry in " WORDS_OF(ANSWER_HOST_DOWN_RETRY_SEC) " s"
 #define LISTS_THEM "GET /v1/models lists the models this proxy serves"
+
+/* rule:resumable-streams: the bound in the words, at compile time */
+#define LOOKUP_BODY_MAX WORDS_OF(CONV_LOOKUP_BODY_MAX)
+#define LOOKUP_TOO_LARGE                                                                                    \
+        "a stream lookup's body is at most " LOOKUP_BODY_MAX                                                \
+        " bytes (256 ids of at most 256 bytes); ask for fewer ids at a time"
 
 static const AnswerRow answer_table[_ANSWER_MAX] = {
         [ANSWER_OUT_OF_MEMORY] = {500, NULL, ANSWER_HEADERS_NONE, 0, "out of memory"},
@@ -142,15 +149,10 @@ static const AnswerRow answer_table[_ANSWER_MAX] = {
                  "first"},
         /* rule:resumable-streams: what llama-server's router answers on the wire for a conversation it
          * does not know (its HTTP layer writes these words over every 404 body, its "Stream not found or
-         * expired" among them), and for a request without one; an id of another tier gets the same,
+         * expired" among them), and for a request without one; an id of another key gets the same,
          * never a hint of it. Written in the router's shape (client-stream.c): words without arguments,
          * no quote or backslash */
         [ANSWER_STREAM_NOT_FOUND] = {404, "stream_not_found", ANSWER_HEADERS_NONE, 0, "File Not Found"},
-        /* rule:resumable-streams: the engine would replace that conversation's session, and the map
-         * would give this caller the stream of another tier's; nothing is said of whose it is */
-        [ANSWER_CONV_TAKEN] = {409, "conversation_in_use", ANSWER_HEADERS_NO_RETRY, 0,
-                               "X-Conversation-Id '%s' names a conversation that another API key started; "
-                               "send this request with an id of its own, or without the header"},
         /* rule:websocket-426: Codex's built-in provider takes a 426, and only that, for "use plain HTTP"
          * at once; any other refusal of its WebSocket costs it its retries first */
         [ANSWER_WEBSOCKET_REFUSED] = {426, "websocket_not_supported", ANSWER_HEADERS_UPGRADE, 0,
@@ -159,6 +161,11 @@ static const AnswerRow answer_table[_ANSWER_MAX] = {
                                       "Upgrade header"},
         [ANSWER_STREAM_NO_CONV_ID] = {400, "missing_conv_id", ANSWER_HEADERS_NONE, 0,
                                       "Missing conversation id in path"},
+        /* rule:resumable-streams: the router's words for a from= that std::stoull cannot read; modelgate
+         * says so for anything but digits, which the router would read otherwise than the client meant */
+        [ANSWER_STREAM_BAD_FROM] = {400, "invalid_from", ANSWER_HEADERS_NONE, 0, "Invalid 'from' offset"},
+        /* rule:resumable-streams: without arguments, so that the parser can say it of a chunked body */
+        [ANSWER_LOOKUP_TOO_LARGE] = {413, "request_too_large", ANSWER_HEADERS_NONE, 0, LOOKUP_TOO_LARGE},
 };
 
 const AnswerRow *answer_row(Answer a) {

@@ -70,8 +70,9 @@ typedef enum Answer {
         ANSWER_PROBE_NOT_LOADED,        /* model (the key), engine, host */
         ANSWER_STREAM_NOT_FOUND,        /* - */
         ANSWER_STREAM_NO_CONV_ID,       /* - */
-        ANSWER_CONV_TAKEN,              /* the conversation id */
         ANSWER_WEBSOCKET_REFUSED,       /* - */
+        ANSWER_STREAM_BAD_FROM,         /* - */
+        ANSWER_LOOKUP_TOO_LARGE,        /* - */
         _ANSWER_MAX,
         _ANSWER_INVALID = -EINVAL,
 } Answer;

@@ -5,7 +5,10 @@
  * POST /v1/streams/lookup read and written. A request that carries X-Conversation-Id makes llama-server
  * keep its stream in a buffer of the engine that served it, which a client reads again with GET
  * /v1/stream?conv_id=&from=N (N counts bytes of that buffer) while the engine runs; only that host can
- * answer, and only the tier whose key started the conversation may ask. Pure: the caller gives the time. */
+ * answer. A conversation is its owner's: the key that started it (or, for a client without a key, its
+ * address as the caps count it). The host never sees a client's id as it is: each owner's ids go there
+ * under a mark of that owner (conv_host_prefix()), so that on the host one owner's id can neither replace,
+ * nor be read, stopped or listed as, another's. Pure: the caller gives the time. */
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -16,8 +19,14 @@
 
 /* An id longer than this is not remembered (the request still goes on, carrying it) */
 #define CONV_ID_MAX 256
-/* At most this many conversations are remembered; past it, the one used longest ago makes room */
+/* At most this many conversations are remembered, and at most CONV_OWNER_MAX of one owner. Past the
+ * owner's bound its own used longest ago makes room; past the map's, its own again if it has any, else
+ * the one used longest ago: one owner never pushes out another's ids, and it takes 16 owners at their
+ * bound to fill the map. */
 #define CONV_MAP_MAX 4096
+#define CONV_OWNER_MAX 256
+/* The owner's mark an id carries to the host: "mg-", 16 hex digits of a hash of the owner, "-" */
+#define CONV_HOST_PREFIX_LEN 20
 /* A conversation is forgotten this long after its last use (its start, a resume, a lookup that found it,
  * or the end of its stream through modelgate). llama-server keeps a finished session 300 s after it ends
  * and collects them every 60 s, so at most 360 s: an entry outlives the session it names, and a stale one
@@ -31,14 +40,19 @@
  * daemon up, for ever. Half an hour is a long answer at local speeds (32k tokens at 20 a second). */
 #define CONV_DRAIN_MAX_USEC (30 * USEC_PER_MINUTE)
 #define CONV_DRAIN_MAX_BYTES (64u * 1024 * 1024)
-/* A lookup names at most this many ids: more are not asked for */
+/* A lookup looks at most at this many entries of its array (empty, repeated or not strings count too):
+ * the rest are not asked for */
 #define CONV_LOOKUP_MAX 256
+/* A lookup's body is at most this long (413 beyond): 256 ids of the longest kind, quoted, with a comma
+ * each, and 1 KiB for the object around them and some white space (256 * (256 + 3) + 1024, checked in
+ * conversation.c); read and parsed only that far. A literal, for the words of the 413. */
+#define CONV_LOOKUP_BODY_MAX 67328
 
 typedef struct ConvEntry {
         char *id;
         char *host;   /* [Host] Name= */
         char *engine; /* [Engine] Name= of the engine that served it */
-        char *owner;  /* the tier of the key that started it; "" for a client without a key */
+        char *owner;  /* who started it: "k:<key digest>", or "ip:<address>" for a client without a key */
         usec_t seen;  /* CLOCK_MONOTONIC: its last use */
 } ConvEntry;
 
@@ -58,37 +72,45 @@ bool conv_id_valid(const char *p, size_t n);
  * on any other request (a token count, /tokenize, embeddings) leaves the session as it is. */
 bool conv_path_keeps_stream(Span path);
 
-/* What conv_map_remember() did: CONV_REMEMBERED, or CONV_TAKEN when a live entry of that id is another
- * owner's (it stays as it is: a caller never takes over, nor cuts, a conversation another tier started) */
-typedef enum ConvRemember {
-        CONV_REMEMBERED = 0,
-        CONV_TAKEN,
-} ConvRemember;
-
-/* The conversation was started (again) on host's engine by owner: it replaces an entry of that id of the
- * same owner (the engine replaces a session of the same id, too). A ConvRemember, or -ENOMEM. */
-int conv_map_remember(ConvMap *m, const char *id, const char *host, const char *engine, const char *owner,
+/* The conversation was started (again) on host's engine by owner: it replaces an entry of the same owner
+ * and id (the engine replaces a session of the same id, too); another owner's entry of that id is another
+ * conversation. 0, or -ENOMEM. */
+int conv_map_remember(ConvMap *m, const char *owner, const char *id, const char *host, const char *engine,
                       usec_t now);
-/* The entry of id if it has not expired, or NULL (expired ones are forgotten on the way). */
-const ConvEntry *conv_map_find(ConvMap *m, const char *id, usec_t now);
-/* The conversation was used now: it moves to the back and its time starts again. */
-void conv_map_touch(ConvMap *m, const char *id, usec_t now);
+/* The owner's entry of id if it has not expired, or NULL (expired ones are forgotten on the way): another
+ * owner's id is as unknown as one never seen. */
+const ConvEntry *conv_map_find(ConvMap *m, const char *owner, const char *id, usec_t now);
+/* The owner's conversation was used now: it moves to the back and its time starts again. */
+void conv_map_touch(ConvMap *m, const char *owner, const char *id, usec_t now);
 /* Until when the conversations keep the daemon (rule:idle-exit): the last use of the newest and
  * CONV_HOLD_USEC; 0 for none */
 usec_t conv_map_hold_until(const ConvMap *m);
 /* Whether the entry's time is up at now */
 bool conv_expired(const ConvEntry *e, usec_t now);
-/* Whom an entry may be shown: the tier that started it (NULL or "": a client without a key) */
-bool conv_owned_by(const ConvEntry *e, const char *owner);
 
-/* The ids a lookup body asks for: {"conversation_ids": ["c1", …]}, strings that are not empty, each once,
- * at most CONV_LOOKUP_MAX, in the body's order. A body that is not JSON or has no such array asks for
- * none (llama-server's router answers [] to it). 0 with *ret (NULL for none), or -ENOMEM. */
+/* The mark of owner's ids on the host, CONV_HOST_PREFIX_LEN characters and a NUL: 0, or -EIO (out of
+ * memory while hashing) */
+int conv_host_prefix(const char *owner, char ret[static CONV_HOST_PREFIX_LEN + 1]);
+/* "<prefix><id>", what the host knows owner's id by; NULL: out of memory */
+char *conv_host_id(const char *owner, const char *id);
+/* The query of a resume or a stop, modelgate's own: "/v1/stream?conv_id=<host id>" and, for a resume that
+ * names one, "&from=<from>"; nothing else of the client's query goes on. NULL: out of memory. */
+char *conv_stream_url(const char *host_id, const char *from);
+/* Whether a resume's from= is an offset llama-server reads as the client meant it: 1 to 20 digits, at
+ * most UINT64_MAX (its std::stoull would read "1x" as 1, and "-1" as the largest offset) */
+bool conv_from_valid(const char *from);
+
+/* The ids a lookup body asks for: {"conversation_ids": ["c1", …]}, of the array's first CONV_LOOKUP_MAX
+ * entries the strings that are ids worth remembering (conv_id_valid()), each once, in the body's order. A
+ * body that is not JSON or has no such array asks for none (llama-server's router answers [] to it). 0
+ * with *ret (NULL for none), or -ENOMEM. */
 int conv_lookup_ids(const char *body, size_t n, char ***ret);
-/* The body asking one host for ids: {"conversation_ids":[…]}; NULL: out of memory */
-char *conv_lookup_body(char *const *ids, size_t *ret_size);
+/* The body asking one host for ids, each under the owner's mark: {"conversation_ids":["<prefix><id>",…]};
+ * NULL: out of memory */
+char *conv_lookup_body(const char *prefix, char *const *ids, size_t *ret_size);
 /* Adds to 'into' (a JSON array being built) the objects of one host's answer, which is an array of
- * sessions ({"conversation_id":…,"is_done":…,"total_bytes":…,…}); each kept only when it names one of
- * 'ids' ("<id>" or "<id>::<model>", as the host matches them), so that a host never shows one caller a
- * conversation of another. 0, -EBADMSG (not an array; nothing added) or -ENOMEM. */
-int conv_lookup_merge(json_object *into, const char *body, size_t n, char *const *ids);
+ * sessions ({"conversation_id":…,"is_done":…,"total_bytes":…,…}); each kept only when its id bears the
+ * owner's mark and, without it, names one of 'ids' ("<id>" or "<id>::<model>", as the host matches them),
+ * and shown with the id as its owner knows it: a host never shows one caller a conversation of another.
+ * 0, -EBADMSG (not an array; nothing added) or -ENOMEM. */
+int conv_lookup_merge(json_object *into, const char *body, size_t n, const char *prefix, char *const *ids);
