@@ -351,18 +351,20 @@ def test_connection_slots_are_bounded_per_address_and_for_feeds(make_double, tmp
     d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
     g = Gate(tmp, "[Proxy]\nMaxConnections=12\nMaxConnectionsPerAddress=8\n" + host_conf("3090", d.url))
     try:
-        feeds, refused = [], 0
-        for i in range(8):
+        feeds, taken, refused = [], [], []
+        # half of MaxConnections=12 for both feeds, of which /models/sse leaves 3 (at most half) to /activity
+        for path in ["/models/sse"] * 4 + ["/activity"] * 4:
             s = socket.create_connection(("127.0.0.1", g.port), timeout=10, source_address=("127.0.0.1", 0))
-            s.sendall(b"GET /models/sse HTTP/1.1\r\nHost: g\r\n\r\n")
+            s.sendall(b"GET %s HTTP/1.1\r\nHost: g\r\n\r\n" % path.encode())
             line = s.makefile("rb").readline()
             if line.startswith(b"HTTP/1.1 200"):
                 feeds.append(s)
+                taken.append(path)
             else:
                 assert line.startswith(b"HTTP/1.1 503"), line
-                refused += 1
+                refused.append(path)
                 s.close()
-        assert len(feeds) == 6 and refused == 2  # half of MaxConnections=12
+        assert taken == ["/models/sse"] * 3 + ["/activity"] * 3 and refused == ["/models/sse", "/activity"]
         # the 9th connection of one address is told at once, before it sends anything
         extra = [socket.create_connection(("127.0.0.1", g.port), timeout=10) for _ in range(2)]
         s = socket.create_connection(("127.0.0.1", g.port), timeout=10)

@@ -17,6 +17,7 @@ import urllib.parse
 
 from conftest import host_conf
 from test_access import make_key
+from test_activity import Activity
 
 CHAT = "/v1/chat/completions"
 
@@ -237,3 +238,33 @@ def test_a_lookup_is_small_bounded_and_counted(make_double, make_gate, tmp):
     assert request(g, "POST", "/v1/streams/lookup", {"conversation_ids": []}, key=a)[0] == 200  # 4 of 4
     status, headers, body = request(g, "POST", "/v1/streams/lookup", {"conversation_ids": ["c1"]}, key=a)
     assert status == 429 and "has used its 4 requests for today" in json.loads(body)["error"]["message"], body
+
+
+def test_the_operators_view_keeps_room_of_its_own(make_double, make_gate, tmp):
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    keys = os.path.join(tmp, "keys")
+    conf = ("[Proxy]\nMaxFeedSubscribers=8\n[Access]\nKeysFile=%s\n[Tier]\nName=free\n[Tier]\nName=ops\n"
+            "Activity=yes\n" % keys) + host_conf("h", d.url)
+    free = make_key(tmp, conf, "free")
+    ops = make_key(tmp, conf, "ops")
+    g = make_gate(conf)
+    feeds = []
+    # a free key takes every /models/sse it can
+    for _ in range(8):
+        s = g.sock()
+        s.sendall(b"GET /models/sse HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n" % free.encode())
+        line = s.makefile("rb").readline()
+        if not line.startswith(b"HTTP/1.1 200"):
+            assert line.startswith(b"HTTP/1.1 503"), line
+            s.close()
+            break
+        feeds.append(s)
+    assert len(feeds) == 4, len(feeds)  # 8 less the 4 kept for /activity
+    # the operator's view still opens, as many as the room kept for it and what is left
+    views = [Activity(g, ops) for _ in range(4)]
+    assert [v.status for v in views] == [200] * 4
+    assert Activity(g, ops).status == 503  # all 8 taken now
+    for v in views:
+        v.close()
+    for s in feeds:
+        s.close()

@@ -99,7 +99,7 @@ static void format_sample(Answer a, char *buf, size_t n) {
                 (void)answer_format(buf, n, a, "fork", "3090", "no first token within 10s");
                 return;
         case ANSWER_TOO_MANY_SUBSCRIBERS:
-                (void)answer_format(buf, n, a, "/models/sse", (size_t)8, 8ULL);
+                (void)answer_format(buf, n, a, "/models/sse", (size_t)4, 4ULL, 8ULL, 4ULL);
                 return;
         case ANSWER_HOST_NOT_SERVED:
                 (void)answer_format(buf, n, a, "Sec-Fetch-Site", "rebound.example:8080");
@@ -218,8 +218,8 @@ static const struct {
         {ANSWER_CRASH_LOOP, 0, 0, 503, "crash_loop", "x-should-retry: false\r\n",
          "words of 100% someone else's"},
         {ANSWER_TOO_MANY_SUBSCRIBERS, 0, 0, 503, "too_many_subscribers", "Retry-After: 30\r\n",
-         "/models/sse has 8 subscribers, as many as this proxy takes (MaxFeedSubscribers=8, at most half of "
-         "MaxConnections=)"},
+         "/models/sse has as many subscribers as this proxy takes (4 of 4; MaxFeedSubscribers=8 for both "
+         "feeds, at most half of MaxConnections=, keeps 4 for /activity alone)"},
         {ANSWER_HOST_NOT_SERVED, 0, 0, 403, "host_not_served", "x-should-retry: false\r\n",
          "this request comes from a web page (it has Sec-Fetch-Site) and names 'rebound.example:8080' as "
          "its "

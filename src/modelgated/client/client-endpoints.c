@@ -278,11 +278,17 @@ bool client_feed_open(Client *c, const char *path) {
         Config *config = manager_config(m);
 
         /* subscribers of both feeds hold their connection for good: together they may not take more than
-         * half of MaxConnections=, so that /health and requests always find one */
+         * half of MaxConnections=, so that /health and requests always find one; and /models/sse, which
+         * any admitted key may follow, leaves room for the operator's /activity (and /ui's) */
         uint64_t max = MIN(config->max_feed_subscribers, config->max_connections / 2);
-        size_t n = feed_hub_count(manager_feed_hub(m)) + feed_hub_count(activity_hub(manager_activity(m)));
-        if (n >= max) {
-                client_answer(c, ANSWER_TOO_MANY_SUBSCRIBERS, path, n, (unsigned long long)max);
+        uint64_t room = MIN((uint64_t)FEED_ACTIVITY_ROOM, max / 2);
+        size_t models = feed_hub_count(manager_feed_hub(m)),
+               n = models + feed_hub_count(activity_hub(manager_activity(m)));
+        bool activity = streq(path, "/activity");
+        if (n >= max || (!activity && models >= max - room)) {
+                client_answer(c, ANSWER_TOO_MANY_SUBSCRIBERS, path, activity ? n : models,
+                              (unsigned long long)(activity ? max : max - room), (unsigned long long)max,
+                              (unsigned long long)room);
                 return false;
         }
         if (client_queue_stream_head(c) < 0) {

@@ -95,6 +95,9 @@ typedef struct StreamDrain StreamDrain;
 #define CLIENT_FEED_OUT_MAX (256 * 1024) /* a /models/sse subscriber this far behind is dropped */
 /* rule:client-gone: how long a client whose input ended may have heard nothing before it is probed again */
 #define CLIENT_PROBE_USEC (500 * USEC_PER_MSEC)
+/* Subscribers kept for /activity alone (at most half of the feeds' room): the operator's view, which any
+ * key's /models/sse subscribers could take otherwise */
+#define FEED_ACTIVITY_ROOM 4
 
 typedef enum ClientState {
         CLIENT_WAITING,

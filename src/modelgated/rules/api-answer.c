@@ -133,8 +133,9 @@ static const AnswerRow answer_table[_ANSWER_MAX] = {
         [ANSWER_CONFIG_ERROR] = {503, "config_error", ANSWER_HEADERS_NO_RETRY, 0, "%s"},
         [ANSWER_CRASH_LOOP] = {503, "crash_loop", ANSWER_HEADERS_NO_RETRY, 0, "%s"},
         [ANSWER_TOO_MANY_SUBSCRIBERS] = {503, "too_many_subscribers", ANSWER_HEADERS_RETRY_AFTER, 30,
-                                         "%s has %zu subscribers, as many as this proxy takes "
-                                         "(MaxFeedSubscribers=%llu, at most half of MaxConnections=)"},
+                                         "%s has as many subscribers as this proxy takes (%zu of %llu; "
+                                         "MaxFeedSubscribers=%llu for both feeds, at most half of "
+                                         "MaxConnections=, keeps %llu for /activity alone)"},
         /* rule:probe: not retried by any SDK (x-should-retry: false, a 4xx they pass on); Claude Code's
          * token count then stands in its own estimate, as for any count it cannot get */
         [ANSWER_PROBE_NOT_SWITCHED] =

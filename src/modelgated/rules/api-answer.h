@@ -65,7 +65,8 @@ typedef enum Answer {
         ANSWER_BUDGET_EXCEEDED,         /* engine, host, what was not within which budget */
         ANSWER_CONFIG_ERROR,            /* the manager's words */
         ANSWER_CRASH_LOOP,              /* the manager's words */
-        ANSWER_TOO_MANY_SUBSCRIBERS,    /* the feed's path, subscribers (size_t), the most taken (ull) */
+        ANSWER_TOO_MANY_SUBSCRIBERS,    /* the feed's path, subscribers (size_t), the most it takes, the
+                                         * most both take, those kept for /activity (ull) */
         ANSWER_PROBE_NOT_SWITCHED,      /* engine, host, what holds the GPU */
         ANSWER_PROBE_NOT_LOADED,        /* model (the key), engine, host */
         ANSWER_STREAM_NOT_FOUND,        /* - */
