@@ -125,7 +125,7 @@ static void draw_inflight(FILE *f, int w, json_object *reqs, int64_t now, int ro
                 json_object *r = json_object_array_get_idx(reqs, i);
                 char fb[24];
                 num_or_dash(fb, sizeof(fb), i_of(r, "first_byte_ms"));
-                line(f, w, "%-22s %-10s %-10s %-11s %6.1fs %-12s %6s", s_of(r, "model", "?"),
+                line(f, w, "%-22s %-10s %-10s %-11s %6.1fs %-12s %6s", s_of(r, "model", "unknown"),
                      s_of(r, "host", "-"), s_of(r, "engine", "-"), s_of(r, "phase", "?"),
                      (double)(now - i_of(r, "started")) / 1e6, s_of(r, "waits_for", "-"), fb);
         }
@@ -147,7 +147,7 @@ static void draw_recent(FILE *f, int w, json_object *reqs, int rows) {
                 snprintf(pf, sizeof(pf), p < 0 ? "-" : "%.1f/s", p);
                 snprintf(dc, sizeof(dc), d < 0 ? "-" : "%.1f/s", d);
                 line(f, w, "%-6lld %-22s %-10s %7.2fs %6s %6s %8s %8s", (long long)i_of(r, "status"),
-                     s_of(r, "model", "?"), s_of(r, "fallback", s_of(r, "engine", "-")),
+                     s_of(r, "model", "unknown"), s_of(r, "fallback", s_of(r, "engine", "-")),
                      (double)i_of(r, "duration_ms") / 1000, in, out, pf, dc);
         }
 }

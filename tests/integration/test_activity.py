@@ -122,7 +122,10 @@ def test_a_switch_seen_live_and_by_a_late_subscriber(box, make_gate):
     assert abs(time.time() * 1e6 - ts[-1]) < 60e6, ts
     assert abs((ts[-1] - done["started"]) / 1000 - done["duration_ms"]) <= 2, done
     assert queued["waits_for"] in ("switch", "stream", "hold-down") and queued["position"] >= 0
-    assert all(d["host"] == "3090" and d["engine"] == "fork" and d["model"] == "3090-flint-40b" for d in seen)
+    # rule:no-text-in-activity: a name the host does not list yet (fork never ran: its list is not known, and
+    # Models=flint-* takes any words) is shown as unknown until it does
+    assert all(d["host"] == "3090" and d["engine"] == "fork" and d["model"] in ("3090-flint-40b", None)
+               for d in seen), seen
     assert done["status"] == 200 and done["tokens_out"] and done["tokens_out"] > 0
     assert done["tokens_in"] and done["duration_ms"] >= done["switch_ms"] > 0
     assert done["first_byte_ms"] is not None and done["key"] is None and done["api"] == "chat"

@@ -7,6 +7,7 @@
 #include <assert.h>
 
 #include "modelgated/client/client-internal.h"
+#include "shared/strv.h"
 
 static void client_activity_send(FeedSubscriber *s, const FeedEvent *e);
 
@@ -26,6 +27,28 @@ static const char *api_name(Span path) {
         return "other";
 }
 
+/* rule:no-text-in-activity: the model as the client named it, when it is a name of the configuration (an
+ * alias's, or an engine's Models= entry as written) or of the host's own list; NULL, shown as unknown, for
+ * anything else, which is the client's text alone (a glob, or a host that passes /models/... calls on,
+ * takes any words). Asked again at each phase: an engine that a switch starts lists its models then. */
+static const char *shown_model(Client *c) {
+        Exchange *x = c->x;
+        const char *key = NULL;
+        Host *h;
+
+        if (!x->model || x->alias)
+                return x->model;
+        if (!x->host || !config_host_of_model(x->config ?: manager_config(c->manager), x->model, &key) ||
+            !(h = manager_host(c->manager, x->host)))
+                return NULL;
+        if (catalog_lists(host_catalog(h), key) > 0 || catalog_engine_for_key(host_catalog(h), key) >= 0)
+                return x->model;
+        for (size_t i = 0; i < host_n_engines(h); i++)
+                if (strv_contains(host_engine(h, i)->conf->models, key))
+                        return x->model;
+        return NULL;
+}
+
 /* The request reached its host (again, for an alias's next target) */
 void client_activity_begin(Client *c) {
         assert(c);
@@ -35,7 +58,7 @@ void client_activity_begin(Client *c) {
         /* the Exchange's own strings, which live as long as it does: the record copies them only at the
          * end, into its ring */
         r->id = client_request_id(c);
-        r->model = x->model;
+        r->model = shown_model(c);
         r->host = x->host ? x->host->name : NULL;
         r->engine = x->engine_name;
         r->key = x->caller.admitted ? access_caller_id(&x->caller, x->activity_key) : NULL;
@@ -60,6 +83,7 @@ void client_activity_queued(Client *c) {
         r->hold_down_left = w == HOST_WAIT_HOLD_DOWN && hold_left != USEC_INFINITY
                                     ? (double)hold_left / USEC_PER_SEC
                                     : -1;
+        r->model = shown_model(c);
         activity_request_phase(r, ACTIVITY_QUEUED, client_now(c));
 }
 
@@ -71,6 +95,7 @@ void client_activity_loading(Client *c) {
         if ((p < 0 && p != -ENODATA) || (r->phase == ACTIVITY_LOADING && r->progress == p))
                 return;
         r->progress = p >= 0 ? p : -1;
+        r->model = shown_model(c);
         activity_request_phase(r, ACTIVITY_LOADING, client_now(c));
 }
 
@@ -78,6 +103,7 @@ void client_activity_first_byte(Client *c) {
         ActivityRequest *r = &c->x->activity;
 
         r->first_byte_ms = (int64_t)(c->x->first_byte / USEC_PER_MSEC);
+        r->model = shown_model(c);
         activity_request_phase(r, ACTIVITY_FIRST_BYTE, c->x->start + c->x->first_byte);
 }
 
@@ -89,6 +115,7 @@ void client_activity_done(Client *c, int status, usec_t duration, bool cut, cons
         if (!r->owner)
                 return;
         r->status = status;
+        r->model = shown_model(c);
         /* rule:queued-and-switch: the access line's own figures, so that the two never disagree */
         r->queued_usec = x->queued;
         r->switch_usec = x->switched;
