@@ -103,3 +103,15 @@ int call_host(sd_bus *bus, const char *host, const char *method, uint64_t timeou
         }
         return report(what, &d.error, -d.r);
 }
+
+int call_manager(sd_bus *bus, const char *method, sd_bus_error *e, sd_bus_message **reply) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+        int r;
+
+        r = sd_bus_message_new_method_call(bus, &m, BUS_NAME, OBJECT_PATH, "org.modelgate1.Manager", method);
+        if (r >= 0)
+                r = sd_bus_message_set_allow_interactive_authorization(m, isatty(STDIN_FILENO) > 0);
+        if (r >= 0)
+                r = sd_bus_call(bus, m, 0, e, reply);
+        return r;
+}

@@ -202,8 +202,7 @@ int do_key_usage(sd_bus *bus, const char *name) {
         uint64_t n[6];
         int r;
 
-        r = sd_bus_call_method(bus, BUS_NAME, OBJECT_PATH, "org.modelgate1.Manager", "ListKeyUsage", &e,
-                               &reply, "");
+        r = call_manager(bus, "ListKeyUsage", &e, &reply);
         if (r >= 0)
                 r = sd_bus_message_enter_container(reply, 'a', "(ssstttttt)");
         while (r >= 0 && (r = sd_bus_message_read(reply, "(ssstttttt)", &key, &tier, &day, &n[0], &n[1],

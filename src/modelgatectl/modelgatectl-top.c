@@ -214,11 +214,14 @@ static int fetch(sd_bus *bus, json_object **ret) {
         const char *s;
         int r;
 
-        r = sd_bus_call_method(bus, BUS_NAME, OBJECT_PATH, "org.modelgate1.Manager", "GetActivity", &e,
-                               &reply, "");
+        r = call_manager(bus, "GetActivity", &e, &reply);
         if (r >= 0)
                 r = sd_bus_message_read(reply, "s", &s);
         if (r < 0) {
+                /* polkit's no is the caller's to hear as such (exit 5), as for the other methods */
+                if (sd_bus_error_has_name(&e, SD_BUS_ERROR_ACCESS_DENIED) ||
+                    sd_bus_error_has_name(&e, SD_BUS_ERROR_INTERACTIVE_AUTHORIZATION_REQUIRED))
+                        return report("Cannot read the activity", &e, r);
                 log_error("Cannot read the activity: %s", e.message ?: strerror(-r));
                 return EXIT_UNREACHABLE;
         }

@@ -646,13 +646,7 @@ int main(int argc, char *argv[]) {
         }
         /* reload */
         _cleanup_(sd_bus_error_free) sd_bus_error e = SD_BUS_ERROR_NULL;
-        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
-        r = sd_bus_message_new_method_call(bus, &m, BUS_NAME, OBJECT_PATH, "org.modelgate1.Manager",
-                                           "Reload");
-        if (r >= 0)
-                r = sd_bus_message_set_allow_interactive_authorization(m, isatty(STDIN_FILENO) > 0);
-        if (r >= 0)
-                r = sd_bus_call(bus, m, 0, &e, NULL);
+        r = call_manager(bus, "Reload", &e, NULL);
         if (r < 0)
                 return report("Reload failed", &e, r);
         return EXIT_OK;

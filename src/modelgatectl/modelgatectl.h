@@ -44,3 +44,6 @@ int report(const char *what, const sd_bus_error *e, int r);
 int call_host(sd_bus *bus, const char *host, const char *method, uint64_t timeout, const char *what,
               const char *types, ...);
 void print_json(json_object *o);
+/* method of the Manager, without arguments: a person at a terminal may be asked to authenticate (polkit,
+ * on the system bus) */
+int call_manager(sd_bus *bus, const char *method, sd_bus_error *e, sd_bus_message **reply);

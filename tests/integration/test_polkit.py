@@ -142,8 +142,50 @@ def test_polkit_guards_the_methods_on_the_system_bus(box, make_gate, system_bus)
     g.wait_log("host h: engine fork stopped on request")
 
 
+def test_every_clients_requests_and_usage_are_the_operators_on_the_system_bus(make_gate, make_double,
+                                                                              system_bus, tmp):
+    """the bus policy the build installs lets every local user call the Manager's methods: GetActivity() (every
+    request, key and client address of /activity, an Activity=yes tier's alone over HTTP) and ListKeyUsage()
+    (every key's and address's counts) are root's, or polkit's org.modelgate1.view-activity, as the methods
+    that change anything are"""
+    d = make_double("--models", "m", "--loaded", "m")
+    keys = os.path.join(tmp, "keys")
+    open(keys, "w").close()
+    g = make_gate("[Access]\nKeysFile=%s\nAnonymousDailyRequests=10\n" % keys + host_conf("h", d.url),
+                  extra_args=["--system"], env=system_bus)
+    wait_for(lambda: call(system_bus, "status", "org.modelgate1").returncode == 0, what="org.modelgate1 on the bus")
+    c = g.conn()
+    c.request("POST", "/v1/chat/completions", b'{"model":"h-m","messages":[]}', {"Content-Type": "application/json"})
+    c.getresponse().read()
+    c.close()
+    for method in ("GetActivity", "ListKeyUsage"):
+        for interactive in ("yes", "no"):
+            out = call(system_bus, "--allow-interactive-authorization=" + interactive, "call", "org.modelgate1",
+                       "/org/modelgate1", "org.modelgate1.Manager", method, user=NOBODY)
+            assert out.returncode != 0, (method, out)
+            assert "127.0.0.1" not in out.stdout and "h-m" not in out.stdout, out
+            assert "interactive authentication is required" in out.stderr or "polkit denied it" in out.stderr, out
+        # root may
+        out = call(system_bus, "call", "org.modelgate1", "/org/modelgate1", "org.modelgate1.Manager", method)
+        assert out.returncode == 0, (method, out)
+    assert "h-m" in call(system_bus, "call", "org.modelgate1", "/org/modelgate1", "org.modelgate1.Manager",
+                         "GetActivity").stdout
+    assert "127.0.0.1" in call(system_bus, "call", "org.modelgate1", "/org/modelgate1", "org.modelgate1.Manager",
+                               "ListKeyUsage").stdout
+    # modelgatectl says it is a refusal (exit 5), for top and key usage alike
+    for verb in (["top", "--once"], ["key", "usage"]):
+        ctl = subprocess.run(NOBODY + [MODELGATECTL, "--system"] + verb, env=system_bus, capture_output=True,
+                             text=True, timeout=60)
+        assert ctl.returncode == 5, (verb, ctl)
+    # what everyone may still read: properties and the host list
+    out = call(system_bus, "call", "org.modelgate1", "/org/modelgate1", "org.modelgate1.Manager", "ListHosts",
+               user=NOBODY)
+    assert out.returncode == 0 and '"h"' in out.stdout, out
+
+
 def test_pkaction_reads_the_policy(system_bus):
-    for action in ("org.modelgate1.switch-engine", "org.modelgate1.stop-engine", "org.modelgate1.reload"):
+    for action in ("org.modelgate1.switch-engine", "org.modelgate1.stop-engine", "org.modelgate1.reload",
+                   "org.modelgate1.view-activity"):
         out = subprocess.run(["pkaction", "--verbose", "--action-id", action], env=system_bus,
                              capture_output=True, text=True, timeout=30)
         assert out.returncode == 0, out

@@ -147,15 +147,30 @@ static int method_list_aliases(sd_bus_message *message, void *userdata, sd_bus_e
         return sd_bus_send(NULL, reply, NULL);
 }
 
-/* rule:activity-feed: the /activity snapshot as JSON, open like ListHosts() (names and numbers only,
- * rule:no-text-in-activity) */
-static int method_get_activity(sd_bus_message *message, void *userdata, sd_bus_error *error) {
-        BusObject *o = userdata;
+/* What a caller may see of every key's requests and usage (rule:polkit): on the system bus root, or whom
+ * polkit allows org.modelgate1.view-activity; as /activity is an Activity=yes tier's alone */
+#define ACTION_VIEW_ACTIVITY "org.modelgate1.view-activity"
+
+/* rule:activity-feed: the /activity snapshot as JSON (names and numbers only, rule:no-text-in-activity) */
+static void activity_authorized(BusCall *c) {
+        BusObject *o = c->userdata;
         _cleanup_(buffer_done) Buffer b = {};
 
         if (manager_activity_snapshot(o->manager, /* event= */ false, &b) < 0 || buffer_terminate(&b) < 0)
+                bus_call_reply_error(c, SD_BUS_ERROR_NO_MEMORY, "out of memory");
+        else {
+                (void)sd_bus_reply_method_return(c->message, "s", buffer_peek(&b));
+                bus_call_free(c);
+        }
+}
+
+static int method_get_activity(sd_bus_message *message, void *userdata, sd_bus_error *error) {
+        BusObject *o = userdata;
+        BusCall *c = bus_call_new(&o->calls, o, message, ACTION_VIEW_ACTIVITY, activity_authorized, NULL);
+
+        if (!c)
                 return -ENOMEM;
-        return sd_bus_reply_method_return(message, "s", buffer_peek(&b));
+        return bus_call_authorize(c);
 }
 
 typedef struct KeyUsageReply {
@@ -181,14 +196,15 @@ static int append_key_usage(const char *day, const char *name, const char *tier,
                                      n->in, n->cached, n->out, requests_cap, tokens_cap);
 }
 
-static int method_list_key_usage(sd_bus_message *message, void *userdata, sd_bus_error *error) {
-        BusObject *o = userdata;
+/* rule:key-usage: every key's and every anonymous address's counts */
+static void key_usage_authorized(BusCall *c) {
+        BusObject *o = c->userdata;
         KeyUsageReply k = {.config = manager_config(o->manager)};
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
         Access *access = k.config->access.enabled ? manager_access(o->manager) : NULL;
         int r;
 
-        r = sd_bus_message_new_method_return(message, &reply);
+        r = sd_bus_message_new_method_return(c->message, &reply);
         if (r >= 0)
                 r = sd_bus_message_open_container(reply, 'a', "(ssstttttt)");
         k.reply = reply;
@@ -197,8 +213,18 @@ static int method_list_key_usage(sd_bus_message *message, void *userdata, sd_bus
         if (r >= 0)
                 r = sd_bus_message_close_container(reply);
         if (r < 0)
-                return r;
-        return sd_bus_send(NULL, reply, NULL);
+                return bus_call_reply_error(c, SD_BUS_ERROR_NO_MEMORY, "out of memory");
+        (void)sd_bus_send(NULL, reply, NULL);
+        bus_call_free(c);
+}
+
+static int method_list_key_usage(sd_bus_message *message, void *userdata, sd_bus_error *error) {
+        BusObject *o = userdata;
+        BusCall *c = bus_call_new(&o->calls, o, message, ACTION_VIEW_ACTIVITY, key_usage_authorized, NULL);
+
+        if (!c)
+                return -ENOMEM;
+        return bus_call_authorize(c);
 }
 
 static void reload_authorized(BusCall *c) {
