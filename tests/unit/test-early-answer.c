@@ -62,8 +62,10 @@ TEST(keepalive_per_api) {
         ASSERT_STREQ(nl, ": a b\n\n");
         /* chat: a chunk with no choices, which Qwen Code counts and the others take */
         _cleanup_free_ char *ch = keepalive(EARLY_CHAT_CHUNK, false, "w");
-        ASSERT_STREQ(ch, ": w\ndata: {\"id\":\"chatcmpl-abc-123\",\"object\":\"chat.completion.chunk\",\"created\":"
-                         "1700000000,\"model\":\"3090-laguna-xs\",\"choices\":[]}\n\n");
+        ASSERT_STREQ(
+                ch,
+                ": w\ndata: {\"id\":\"chatcmpl-abc-123\",\"object\":\"chat.completion.chunk\",\"created\":"
+                "1700000000,\"model\":\"3090-laguna-xs\",\"choices\":[]}\n\n");
         _cleanup_free_ char *a = keepalive(EARLY_MESSAGE, true, "w");
         ASSERT_STREQ(
                 a, ": w\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":"

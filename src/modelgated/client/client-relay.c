@@ -499,8 +499,8 @@ int client_keepalive_cb(sd_event_source *s, uint64_t usec, void *userdata) {
                 r = early_answer_begin(kind, c->x->model, client_request_id(c), created, &c->scratch);
         }
         if (r >= 0)
-                r = early_answer_keepalive(kind, c->x->begun, c->x->model, client_request_id(c), created, what,
-                                           &c->scratch);
+                r = early_answer_keepalive(kind, c->x->begun, c->x->model, client_request_id(c), created,
+                                           what, &c->scratch);
         if (r < 0 || client_frame_body(c, buffer_peek(&c->scratch), buffer_size(&c->scratch)) < 0)
                 client_close(c);
         else

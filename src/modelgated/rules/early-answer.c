@@ -45,7 +45,8 @@ static int append_json_string(Buffer *out, const char *s) {
         return j && buffer_append_str(out, j) >= 0 ? 0 : -ENOMEM;
 }
 
-int early_answer_begin(EarlyAnswer k, const char *model, Span request_id, uint64_t created_unix, Buffer *out) {
+int early_answer_begin(EarlyAnswer k, const char *model, Span request_id, uint64_t created_unix,
+                       Buffer *out) {
         assert(out);
 
         switch (k) {
@@ -78,8 +79,8 @@ int early_answer_begin(EarlyAnswer k, const char *model, Span request_id, uint64
         }
 }
 
-int early_answer_keepalive(EarlyAnswer k, bool begun, const char *model, Span request_id, uint64_t created_unix,
-                           const char *words, Buffer *out) {
+int early_answer_keepalive(EarlyAnswer k, bool begun, const char *model, Span request_id,
+                           uint64_t created_unix, const char *words, Buffer *out) {
         assert(out);
 
         if (words) {
@@ -102,13 +103,15 @@ int early_answer_keepalive(EarlyAnswer k, bool begun, const char *model, Span re
                     append_json_string(out, model) < 0 || buffer_append_str(out, ",\"choices\":[]}\n") < 0)
                         return -ENOMEM;
         } else if (begun && k == EARLY_MESSAGE) {
-                if (buffer_append_str(out, "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":"
-                                           "{\"stop_reason\":null,\"stop_sequence\":null},\"usage\":"
-                                           "{\"output_tokens\":0}}\n") < 0)
+                if (buffer_append_str(out,
+                                      "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":"
+                                      "{\"stop_reason\":null,\"stop_sequence\":null},\"usage\":"
+                                      "{\"output_tokens\":0}}\n") < 0)
                         return -ENOMEM;
         } else if (begun && k == EARLY_RESPONSE) {
-                if (buffer_append_str(out, "event: response.in_progress\ndata: {\"type\":\"response.in_progress\","
-                                           "\"response\":{\"id\":") < 0 ||
+                if (buffer_append_str(
+                            out, "event: response.in_progress\ndata: {\"type\":\"response.in_progress\","
+                                 "\"response\":{\"id\":") < 0 ||
                     append_id(out, "\"resp_", request_id) < 0 ||
                     buffer_append_str(out, "\",\"object\":\"response\",\"status\":\"in_progress\"}}\n") < 0)
                         return -ENOMEM;

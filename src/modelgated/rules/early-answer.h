@@ -42,9 +42,10 @@ static inline bool early_answer_begins(EarlyAnswer k) {
 /* The beginning of the answer, for the model the client named and its request id (the answer's id is
  * "msg_"/"resp_"/"chatcmpl-" and the request id's token characters), appended to out. 0 (nothing for an
  * answer that is not begun), or -ENOMEM. */
-int early_answer_begin(EarlyAnswer k, const char *model, Span request_id, uint64_t created_unix, Buffer *out);
+int early_answer_begin(EarlyAnswer k, const char *model, Span request_id, uint64_t created_unix,
+                       Buffer *out);
 
 /* One keepalive: the comment with words (may be NULL) and the event beside it (where the answer was begun,
  * an event of it). 0 or -ENOMEM. */
-int early_answer_keepalive(EarlyAnswer k, bool begun, const char *model, Span request_id, uint64_t created_unix,
-                           const char *words, Buffer *out);
+int early_answer_keepalive(EarlyAnswer k, bool begun, const char *model, Span request_id,
+                           uint64_t created_unix, const char *words, Buffer *out);

@@ -2,10 +2,11 @@
 #pragma once
 
 /* A line filter over a host's text/event-stream: every complete line is
- * passed on at once, unchanged, except the engine's beginning of an answer modelgate began (begun), and the error events that rule:reword-context and rule:reword-anthropic
- * say to reword (api_error_reword()), and on the Responses API the OpenAI-shaped error llama.cpp sends there
- * (a data line without an event line), which becomes event response.failed (rule:error-event). Only a line
- * not yet ended is held back, up to SSE_LINE_MAX; a longer one is passed on raw. Pure. */
+ * passed on at once, unchanged, except the engine's beginning of an answer modelgate began (begun), and the
+ * error events that rule:reword-context and rule:reword-anthropic say to reword (api_error_reword()), and on
+ * the Responses API the OpenAI-shaped error llama.cpp sends there (a data line without an event line), which
+ * becomes event response.failed (rule:error-event). Only a line not yet ended is held back, up to
+ * SSE_LINE_MAX; a longer one is passed on raw. Pure. */
 
 #include <stdbool.h>
 
