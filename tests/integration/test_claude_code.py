@@ -124,7 +124,8 @@ def test_claude_code_answers_through_modelgate(claude_gate):
 def test_claude_code_waits_through_a_start_longer_than_its_idle_watchdog(claude_gate):
     """Claude Code's watchdog is 300 s at least; the engine takes 330 s to start. Its turn sends no request
     twice: as many POSTs as the same turn with the engine up, the first through modelgate's early 200."""
-    g = claude_gate(start="ExecStartPre=/bin/sleep 330\n")
+    # systemd's own start timeout (90 s by default) must not end the start first
+    g = claude_gate(start="ExecStartPre=/bin/sleep 330\nTimeoutStartSec=600\n")
     rc, out, err = g.run("say hi", timeout=900)
     assert rc == 0, out + err
     assert json.loads(out)["is_error"] is False, out
