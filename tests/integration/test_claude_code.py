@@ -19,17 +19,16 @@ import http.client
 import json
 import os
 import re
-import shutil
 import subprocess
 import time
 
 import pytest
 
-from boxes import box_skip_reason, gate_env, local_host
+from boxes import gate_env, local_host
 from conftest import free_port, post, wait_for
 from test_access import make_key
 from test_activity import Activity
-from test_real import MISSING, REQUIRED, model_files, router_unit  # noqa: F401 (model_files: a fixture)
+from test_real import agent_skip_reason, model_files, router_unit  # noqa: F401 (model_files: a fixture)
 
 SDK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../sdk")
 CLAUDE = os.path.join(SDK, "node_modules/@anthropic-ai/claude-code-linux-x64/claude")
@@ -43,13 +42,9 @@ def claude_missing():
     return None
 
 
+
 def skip_reason():
-    if not REQUIRED and (box_skip_reason() or MISSING):
-        return box_skip_reason() or MISSING
-    r = claude_missing()
-    if r and os.environ.get("MODELGATE_REQUIRE_SDK"):
-        return None  # CI installs it: a missing Claude Code must fail there, not skip
-    return r
+    return agent_skip_reason(claude_missing)
 
 
 pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason()))

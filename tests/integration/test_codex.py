@@ -19,9 +19,9 @@ import time
 
 import pytest
 
-from boxes import box_skip_reason, gate_env, local_host
+from boxes import gate_env, local_host
 from conftest import free_port
-from test_real import MISSING, REQUIRED, model_files, router_unit  # noqa: F401 (model_files: a fixture)
+from test_real import agent_skip_reason, model_files, router_unit  # noqa: F401 (model_files: a fixture)
 
 SDK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../sdk")
 CODEX = os.path.join(SDK, "node_modules/.bin/codex")
@@ -41,13 +41,9 @@ def codex_missing():
     return None
 
 
+
 def skip_reason():
-    if not REQUIRED and (box_skip_reason() or MISSING):
-        return box_skip_reason() or MISSING
-    r = codex_missing()
-    if r and os.environ.get("MODELGATE_REQUIRE_SDK"):
-        return None  # CI installs it: a missing Codex must fail there, not skip
-    return r
+    return agent_skip_reason(codex_missing)
 
 
 pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason()))

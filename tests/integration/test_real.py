@@ -58,6 +58,18 @@ SERVER, MISSING = find_server()
 TREE = os.path.normpath(os.path.join(os.path.dirname(SERVER), "../..")) if SERVER else None
 
 
+def agent_skip_reason(missing):
+    """why a test of an agent's binary (tests/sdk) against the real server skips, or None: the boxes or the
+    server missing (unless CI requires them), or the agent itself, missing(), unless CI requires the SDKs
+    (then a missing agent must fail, not skip)"""
+    if not REQUIRED and (box_skip_reason() or MISSING):
+        return box_skip_reason() or MISSING
+    r = missing()
+    if r and os.environ.get("MODELGATE_REQUIRE_SDK"):
+        return None
+    return r
+
+
 def skip_reason():
     if REQUIRED:
         return None  # CI has the server and boxes: what is missing fails the tests, in model_files
