@@ -445,6 +445,9 @@ def test_the_timeline_draws_only_what_happened(box, make_gate, tmp):
                           what="the request queued for the hold-down")
         m = re.fullmatch(r"queued, 0 ahead, waits for the hold-down: ([0-9.]+) s left", phase)
         assert m and float(m.group(1)) <= 4.1, phase
+        # rule:state-words: counted as status counts it, waiting and not in flight
+        b.wait_js("document.getElementById('inflight-count').textContent === '0 in flight, 1 waiting'", timeout=5,
+                  what="the request counted as waiting")
         t.join(60)
         assert done and done[0][0] == 200, done
         t5 = now()
