@@ -371,6 +371,24 @@ static const char *clock_time(char buf[static 16], uint64_t at) {
         return buf;
 }
 
+/* rule:last-error: "the words (at 15:42:07, 3min 2s ago)" */
+static void print_last_error(json_object *h) {
+        uint64_t at = num(h, "LastErrorUSec"), now = now_usec(CLOCK_REALTIME);
+        char when[16] = "", ago[FORMAT_TIMESPAN_MAX];
+        time_t t = (time_t)(at / USEC_PER_SEC);
+        struct tm tm;
+
+        if (!*str(h, "LastError"))
+                return;
+        if (at == 0 || !localtime_r(&t, &tm) || strftime(when, sizeof(when), "%H:%M:%S", &tm) == 0) {
+                printf("  last error: %s\n", str(h, "LastError"));
+                return;
+        }
+        printf("  last error: %s (at %s, %s ago)\n", str(h, "LastError"), when,
+               format_timespan(ago, sizeof(ago), now > at ? (now - at) / USEC_PER_SEC * USEC_PER_SEC : 0)
+                       ?: "?");
+}
+
 void print_json(json_object *o) {
         printf("%s\n",
                json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE));
@@ -533,16 +551,19 @@ static int do_status(sd_bus *bus, bool brief) {
                 idle = until(b2, sizeof(b2), num(h, "IdleStopAtUSec"));
                 if (hold)
                         printf("  hold-down:  %s left\n", hold);
-                /* what is loaded and until when, as ollama ps shows it */
+                /* what is loaded (the engine and its models, as ollama ps names them) and until when */
+                _cleanup_free_ char *models = join(h, "LoadedModels", ", ");
+                if (*engine)
+                        printf("  loaded:     %s (%s), ", engine,
+                               models && *models ? models : "no model listed");
                 if (*engine && idle)
-                        printf("  loaded:     %s, idle stop in %s (at %s)\n", engine, idle,
+                        printf("idle stop in %s (at %s)\n", idle,
                                clock_time(hhmm, num(h, "IdleStopAtUSec")));
                 else if (*engine)
-                        printf("  loaded:     %s, no idle stop due%s\n", engine,
+                        printf("no idle stop due%s\n",
                                num(h, "InFlight") + num(h, "Waiting") > 0 ? " (in use)" : "");
                 print_held(held);
-                if (*str(h, "LastError"))
-                        printf("  last error: %s\n", str(h, "LastError"));
+                print_last_error(h);
         }
         if (!brief) {
                 json_object *w = json_object_object_get(state, "Warnings");

@@ -151,6 +151,9 @@ static void render_host(Buffer *b, const ActivityHost *h, usec_t t) {
         put_str(b, "state", h->state);
         put_str(b, "engine", h->engine);
         put_str(b, "switching_to", h->switching_to);
+        put_time(b, "engine_since", h->engine_since);
+        (void)buffer_printf(b, ",\"adopted\":%s", h->adopted ? "true" : "false");
+        put_str(b, "stopping", h->stopping);
         put_time(b, "hold_down_until", h->hold_down_until);
         put_time(b, "idle_stop_at", h->idle_stop_at);
         (void)buffer_printf(b, ",\"in_flight\":%u,\"waiting\":%u}", h->in_flight, h->waiting);
@@ -429,9 +432,10 @@ void activity_request_done(ActivityRequest *r, usec_t now) {
 
 static bool host_view_eq(const ActivityHost *x, const ActivityHost *y) {
         return streq(x->state, y->state) && streq(x->engine, y->engine) &&
-               streq(x->switching_to, y->switching_to) && x->hold_down_until == y->hold_down_until &&
-               x->idle_stop_at == y->idle_stop_at && x->in_flight == y->in_flight &&
-               x->waiting == y->waiting;
+               streq(x->switching_to, y->switching_to) && x->engine_since == y->engine_since &&
+               x->adopted == y->adopted && streq_ptr(x->stopping, y->stopping) &&
+               x->hold_down_until == y->hold_down_until && x->idle_stop_at == y->idle_stop_at &&
+               x->in_flight == y->in_flight && x->waiting == y->waiting;
 }
 
 /* The host's last view, made when it is first shown; NULL: out of memory */

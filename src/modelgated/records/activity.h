@@ -39,9 +39,12 @@ typedef enum ActivityPhase {
 /* What a host shows, as the feed's "host" event has it; times CLOCK_REALTIME µs, 0: none */
 typedef struct ActivityHost {
         char name[64];
-        const char *state; /* "up", "down", "switching", "idle", "busy", "unknown" */
-        char engine[64];   /* empty: none */
+        const char *state; /* the host's State (rule:state-words): "serving", "starting", "switching", … */
+        char engine[64];   /* the engine whose unit runs (up or being checked); empty: none */
         char switching_to[64];
+        usec_t engine_since;  /* when the engine came up (0: it is not up): its run on /ui starts there */
+        bool adopted;         /* the engine up was found running, not started by this daemon */
+        const char *stopping; /* "idle-stop", "stop" (StopEngine()): the engine's unit is being stopped */
         usec_t hold_down_until, idle_stop_at;
         unsigned in_flight, waiting;
 } ActivityHost;
