@@ -258,8 +258,13 @@ int do_top(sd_bus *bus, bool once) {
                 int width = 0, height = 1000;
 
                 r = fetch(bus, &snap);
-                if (r == -ESRCH && !live)
-                        return say_stopped(bus);
+                if (r == -ESRCH && !live) {
+                        if (say_stopped(bus) < 0)
+                                log_error(
+                                        "Cannot read the activity: modelgated is not running on the %s bus",
+                                        arg_user ? "user" : "system");
+                        return EXIT_UNREACHABLE;
+                }
                 if (r != EXIT_OK && r != -ESRCH)
                         return r;
                 if (live) {
@@ -271,8 +276,8 @@ int do_top(sd_bus *bus, bool once) {
                         }
                         fputs("\033[H\033[2J", stdout);
                 }
-                if (r == -ESRCH) /* stopped: said, and looked at again in a second */
-                        (void)say_stopped(bus);
+                if (r == -ESRCH && say_stopped(bus) < 0) /* stopped: said, and looked at again in a second */
+                        printf("modelgate is not running\n");
                 else
                         draw(stdout, snap, width, height);
                 json_object_put(snap);

@@ -205,8 +205,8 @@ static const char *user_hint(void) {
 
 int report(const char *what, const sd_bus_error *e, int r) {
         /* rule:ctl-never-starts: the calls that read do not start it, and say what would */
-        if (is_stopped(e) && the_bus)
-                return say_stopped(the_bus);
+        if (is_stopped(e) && the_bus && say_stopped(the_bus) >= 0)
+                return EXIT_UNREACHABLE;
         if (e && sd_bus_error_has_names(e, SD_BUS_ERROR_SERVICE_UNKNOWN, SD_BUS_ERROR_NAME_HAS_NO_OWNER) &&
             !arg_user && !arg_host)
                 log_error("%s: no system modelgate (modelgated is not on the system bus)%s", what,

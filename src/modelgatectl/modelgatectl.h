@@ -54,7 +54,8 @@ int call_read(sd_bus *bus, const char *path, const char *interface, const char *
 /* The error of a call to a modelgate that is not running */
 bool is_stopped(const sd_bus_error *e);
 /* rule:ctl-never-starts: "modelgate is not running; its socket … listens on … and starts it on the next
- * request", or that nothing starts it, from the service manager of bus; EXIT_UNREACHABLE */
+ * request", or that nothing starts it, from the service manager of bus: EXIT_UNREACHABLE; a negative errno,
+ * nothing said, when no service manager on bus answers */
 int say_stopped(sd_bus *bus);
 /* The bus connect_bus() made last, for report()'s say_stopped() */
 extern sd_bus *the_bus;
