@@ -9,16 +9,17 @@
 #include <string.h>
 #include <systemd/sd-journal.h>
 #include <systemd/sd-login.h>
+#include <unistd.h>
 
 #include "modelgated/records/history.h"
 #include "modelgated/rules/access-line.h"
 #include "shared/log.h"
 #include "shared/message-id.h"
 
-/* The unit's entries of MESSAGE_ID_ACCESS: a user unit's, else a system unit's (a user manager of its own,
- * as in a container, has its units' entries under _SYSTEMD_UNIT=) */
+/* The unit's entries of MESSAGE_ID_ACCESS, of this user: a user unit's, else a system unit's (a user
+ * manager of its own, as in a container, has its units' entries under _SYSTEMD_UNIT=) */
 static int add_matches(sd_journal *j) {
-        _cleanup_free_ char *unit = NULL, *m = NULL;
+        _cleanup_free_ char *unit = NULL, *m = NULL, *uid = NULL;
         const char *field = "_SYSTEMD_USER_UNIT";
         int r;
 
@@ -28,11 +29,14 @@ static int add_matches(sd_journal *j) {
                 if (r < 0)
                         return r; /* not a unit's: no entries of ours to tell from others */
         }
-        if (asprintf(&m, "%s=%s", field, unit) < 0)
+        if (asprintf(&m, "%s=%s", field, unit) < 0 || asprintf(&uid, "_UID=%u", (unsigned)getuid()) < 0)
                 return -ENOMEM;
         r = sd_journal_add_match(j, "MESSAGE_ID=" MESSAGE_ID_ACCESS, 0);
         if (r >= 0)
                 r = sd_journal_add_match(j, m, 0);
+        /* another user's unit of the same name, in a journal this one may read (the adm group's) */
+        if (r >= 0)
+                r = sd_journal_add_match(j, uid, 0);
         return r;
 }
 
