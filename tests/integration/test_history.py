@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 
 import pytest
 
@@ -177,16 +178,20 @@ def ctl(box, *args):
                           timeout=60)
 
 
-def test_reading_verbs_never_start_a_stopped_modelgate(box, make_double, tmp):
-    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
-    port = free_port()
-    installed_units(box, tmp, port, "[Proxy]\nExitIdleSec=1h\n" + host_conf("3090", d.url))
-    # D-Bus activation as installed: a call for org.modelgate1 would start modelgate.service
+def install_bus_activation(box):
+    """D-Bus activation as installed: a call for org.modelgate1 would start modelgate.service"""
     services = os.path.join(box.dir, "xdg", "dbus-1", "services")
     os.makedirs(services, exist_ok=True)
     shutil.copy(os.path.join(UNITS, "dbus/org.modelgate1.service"), services)
     box.run("busctl", "--user", "call", "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus",
             "ReloadConfig")
+
+
+def test_reading_verbs_never_start_a_stopped_modelgate(box, make_double, tmp):
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    port = free_port()
+    installed_units(box, tmp, port, "[Proxy]\nExitIdleSec=1h\n" + host_conf("3090", d.url))
+    install_bus_activation(box)
     assert box.active_state("modelgate.service") == "inactive"
     said = "modelgate is not running; its socket modelgate.socket listens on 127.0.0.1:%d and starts it " \
            "on the next request" % port
@@ -208,4 +213,47 @@ def test_reading_verbs_never_start_a_stopped_modelgate(box, make_double, tmp):
     # running, status shows it
     out = ctl(box, "status")
     assert out.returncode == 0 and "listening on" in out.stdout, out
+    box.systemctl("stop", "modelgate.socket", "modelgate.service")
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_top_left_open_does_not_undo_an_idle_exit(box, make_double, tmp):
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    port = free_port()
+    log = installed_units(box, tmp, port, "[Proxy]\nExitIdleSec=1s\n" + host_conf("3090", d.url))
+    install_bus_activation(box)
+    assert ask(port, "hist-top") == 200
+    sock = "mg-hist-%d" % os.getpid()
+    tmux = ["tmux", "-L", sock]
+    cmd = "env DBUS_SESSION_BUS_ADDRESS=%s %s --user top" % (box.env["DBUS_SESSION_BUS_ADDRESS"], MODELGATECTL)
+    subprocess.run(tmux + ["-f", "/dev/null", "new-session", "-d", "-x", "120", "-y", "30", cmd], check=True,
+                   timeout=30)
+    said = "modelgate is not running; its socket modelgate.socket listens on 127.0.0.1:%d" % port
+
+    def pane():
+        return subprocess.run(tmux + ["capture-pane", "-p"], capture_output=True, text=True, timeout=10).stdout
+
+    try:
+        # top asks once a second; modelgated exits after 1 s idle all the same, and top says so
+        wait_for(lambda: said in pane(), timeout=30, what="top saying modelgate is not running")
+        exits = open(log).read().count("Idle for 1s, exiting")
+        assert exits >= 1
+        # three of top's refreshes, a second apart: none starts it again (the old top's started it each time)
+        for _ in range(3):
+            time.sleep(1.1)
+            assert box.active_state("modelgate.service") == "inactive" and said in pane(), pane()
+        assert open(log).read().count("Idle for 1s, exiting") == exits
+        # a request starts it (its kept-alive connection keeps it), and top shows it again, with the request
+        # before the exit still there
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        c.request("POST", "/v1/chat/completions", json.dumps({"model": "3090-laguna-xs", "messages": []}),
+                  {"Content-Type": "application/json", "X-Request-Id": "hist-top-2"})
+        r = c.getresponse()
+        r.read()
+        assert r.status == 200
+        wait_for(lambda: said not in pane() and "RECENT" in pane(), timeout=30, what="top showing modelgate")
+        assert pane().count("3090-laguna-xs") >= 2, pane()
+        c.close()
+    finally:
+        subprocess.run(tmux + ["kill-server"], capture_output=True, timeout=10)
     box.systemctl("stop", "modelgate.socket", "modelgate.service")
