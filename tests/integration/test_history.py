@@ -81,6 +81,10 @@ def test_the_ring_outlives_a_kill_and_an_idle_exit_through_the_state_file(box, m
     port = free_port()
     conf = "[Proxy]\nExitIdleSec=2s\n" + host_conf("3090", d.url) + host_conf("down", "http://127.0.0.1:9")
     log = installed_units(box, tmp, port, conf)
+    # a connection of its own keeps this run from its idle exit until the kill
+    held = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    held.request("GET", "/health")
+    assert held.getresponse().read() is not None
     assert ask(port, "hist-1") == 200
     assert ask(port, "hist-2", stream=True) == 200
     assert ask(port, "hist-3", model="down-laguna-xs") == 503
@@ -91,6 +95,7 @@ def test_the_ring_outlives_a_kill_and_an_idle_exit_through_the_state_file(box, m
     assert pid not in ("", "0"), "modelgated is not running"
 
     box.systemctl("kill", "-s", "KILL", "modelgate.service")
+    held.close()
     wait_for(lambda: box.systemctl("show", "-P", "MainPID", "modelgate.service").strip() in ("0", ""),
              timeout=30, what="the kill")
     # the next connection starts it again (the socket's): the same entries
