@@ -40,22 +40,25 @@ int client_append_request_id_any(Client *c, Buffer *b) {
         return 0;
 }
 
-/* rule:journal-fields: under the journal, the line with its fields. rule:history: without it, the fields
- * of a request of /activity's ring go to the history file too. */
+/* rule:journal-fields: under the journal, the line with its fields. rule:history: with a history file (no
+ * journal, or one modelgated may not read), the fields of a request of /activity's ring go to it too. */
 static void log_access_line(Manager *m, const AccessLine *l) {
         char line[LOG_MESSAGE_ROOM + 2048], fb[1536];
         struct iovec f[ACCESS_LINE_MAX_FIELDS];
         /* a byte left after the line, for log_line_in_place()'s newline */
-        size_t n = access_line_format(line + LOG_MESSAGE_ROOM, sizeof(line) - LOG_MESSAGE_ROOM - 1, l);
-        HistoryFile *history;
+        size_t n = access_line_format(line + LOG_MESSAGE_ROOM, sizeof(line) - LOG_MESSAGE_ROOM - 1, l),
+               nf = 0;
+        HistoryFile *history = l->api ? activity_history(manager_activity(m)) : NULL;
 
+        if (log_journal() || history)
+                nf = access_line_fields(fb, sizeof(fb), f, l);
+        if (history)
+                history_file_append(history, f, nf);
         if (!log_journal()) {
                 log_line_in_place(LOG_INFO, line, n);
-                if (l->api && (history = activity_history(manager_activity(m))))
-                        history_file_append(history, f, access_line_fields(fb, sizeof(fb), f, l));
                 return;
         }
-        log_line_fields(LOG_INFO, MESSAGE_ID_ACCESS, line, n, f, access_line_fields(fb, sizeof(fb), f, l));
+        log_line_fields(LOG_INFO, MESSAGE_ID_ACCESS, line, n, f, nf);
 }
 
 /* rule:key-usage, rule:usage-metrics: an answer's tokens, counted for its caller's day and (when its host

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* rule:history at start: the ring of /activity made again from what the runs before this one left, in the
- * journal when the log goes there, else in the state directory's history file, which is kept from now. */
+ * journal when the log goes there and this user may read it, else in the state directory's history file,
+ * which is kept from now. */
 
 #include <assert.h>
 
@@ -19,12 +20,13 @@ HistoryFile *manager_history_start(Manager *m) {
 
         if (log_journal()) {
                 r = history_journal_load(a, since);
-                if (r < 0)
-                        log_warning_errno(r,
-                                          "Cannot read the journal for the recent requests, ignoring: %m");
-                else
+                if (r >= 0) {
                         log_debug("%d recent request(s) read from the journal", r);
-                return NULL;
+                        return NULL;
+                }
+                /* logged to a journal it cannot read back: the file is kept besides */
+                log_notice_errno(r, "Cannot read the journal (%m): the recent requests are kept in the "
+                                    "state directory's '" HISTORY_FILE "' too");
         }
         path = state_file_path(HISTORY_FILE);
         r = history_file_open(path, a, since, &f);

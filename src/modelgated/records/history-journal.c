@@ -66,6 +66,10 @@ int history_journal_load(Activity *a, usec_t since) {
         r = sd_journal_open(&j, SD_JOURNAL_LOCAL_ONLY);
         if (r < 0)
                 return r;
+        /* a journal this user may not read (a volatile one, or the system service's user outside the
+         * journal's groups) opens, with no file: the caller keeps the history file instead */
+        if (sd_journal_has_runtime_files(j) <= 0 && sd_journal_has_persistent_files(j) <= 0)
+                return -EACCES;
         r = add_matches(j);
         if (r < 0)
                 return r;

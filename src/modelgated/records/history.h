@@ -4,8 +4,9 @@
 /* rule:history (modelgated(8) HISTORY): the ring of /activity's finished requests outlives the process.
  * Each finished request's access line carries the fields that make its ring entry again (the MODELGATE_*
  * fields of rule:journal-fields); at start modelgated reads back the last HISTORY_MAX_AGE of them, at most
- * ACTIVITY_RECENT: from the journal when its log goes there (its own unit's MESSAGE_ID_ACCESS entries),
- * else from a bounded file in the state directory that each request's fields are appended to. */
+ * ACTIVITY_RECENT: from the journal when its log goes there and it may read it (its own unit's
+ * MESSAGE_ID_ACCESS entries), else from a bounded file in the state directory that each request's fields
+ * are appended to. */
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -37,7 +38,7 @@ typedef struct HistoryEntry {
 int history_entry_parse(const Span *fields, size_t n, usec_t received, HistoryEntry *ret);
 
 /* The last entries of this unit's journal that the ring shows, oldest first, into a: how many, or a
- * negative errno (no journal to read). */
+ * negative errno (-EACCES: no journal file this user may read). */
 int history_journal_load(Activity *a, usec_t since);
 
 typedef struct HistoryFile HistoryFile;
