@@ -145,11 +145,8 @@ int connect_bus(sd_bus **ret) {
         _cleanup_strv_free_ char **argv = NULL;
         int r;
 
-        if (!arg_host) {
-                r = arg_user ? sd_bus_open_user(ret) : sd_bus_open_system(ret);
-                the_bus = r >= 0 ? *ret : NULL;
-                return r;
-        }
+        if (!arg_host)
+                return arg_user ? sd_bus_open_user(ret) : sd_bus_open_system(ret);
 
         /* the same ssh command line modelgated uses for Bus=ssh:, from what SSHCommand= and BusPath= take
          * (modelgate.conf(5)) */
@@ -174,7 +171,7 @@ int connect_bus(sd_bus **ret) {
                 r = sd_bus_start(bus);
         if (r < 0)
                 return r;
-        *ret = the_bus = TAKE_PTR(bus);
+        *ret = TAKE_PTR(bus);
         return 0;
 }
 
@@ -560,9 +557,10 @@ static int do_status(sd_bus *bus, bool brief) {
         return ret;
 }
 
-/* connect_bus(), a failure said: EXIT_OK, EXIT_USAGE or EXIT_UNREACHABLE */
+/* connect_bus(), a failure said: EXIT_OK, EXIT_USAGE or EXIT_UNREACHABLE. The bus is the_bus from now. */
 static int connect_bus_or_say(sd_bus **ret) {
         int r = connect_bus(ret);
+        the_bus = r >= 0 ? *ret : NULL;
         if (r < 0) {
                 if (r != -EINVAL && !arg_user && !arg_host)
                         log_error_errno(r, "Cannot connect to the system bus: %m; no system modelgate%s",

@@ -57,5 +57,5 @@ bool is_stopped(const sd_bus_error *e);
  * request", or that nothing starts it, from the service manager of bus: EXIT_UNREACHABLE; a negative errno,
  * nothing said, when no service manager on bus answers */
 int say_stopped(sd_bus *bus);
-/* The bus connect_bus() made last, for report()'s say_stopped() */
+/* The command's bus (main()'s, which lives to the end), for report()'s say_stopped() */
 extern sd_bus *the_bus;
