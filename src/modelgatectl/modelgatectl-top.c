@@ -222,9 +222,12 @@ static int fetch(sd_bus *bus, json_object **ret) {
         const char *s;
         int r;
 
-        r = call_manager(bus, "GetActivity", &e, &reply);
+        /* rule:ctl-never-starts: top open is no reason for modelgate to run (its idle exit stays one) */
+        r = call_manager(bus, "GetActivity", /* start= */ false, &e, &reply);
         if (r >= 0)
                 r = sd_bus_message_read(reply, "s", &s);
+        if (r < 0 && is_stopped(&e))
+                return -ESRCH;
         if (r < 0) {
                 /* polkit's no is the caller's to hear as such (exit 5), as for the other methods */
                 if (sd_bus_error_has_name(&e, SD_BUS_ERROR_ACCESS_DENIED) ||
@@ -263,7 +266,14 @@ int do_top(sd_bus *bus, bool once) {
                 int width = 0, height = 1000;
 
                 r = fetch(bus, &snap);
-                if (r != EXIT_OK)
+                if (r == -ESRCH && !live) {
+                        if (say_stopped(bus) < 0)
+                                log_error(
+                                        "Cannot read the activity: modelgated is not running on the %s bus",
+                                        arg_user ? "user" : "system");
+                        return EXIT_UNREACHABLE;
+                }
+                if (r != EXIT_OK && r != -ESRCH)
                         return r;
                 if (live) {
                         width = 80;
@@ -274,7 +284,10 @@ int do_top(sd_bus *bus, bool once) {
                         }
                         fputs("\033[H\033[2J", stdout);
                 }
-                draw(stdout, snap, width, height);
+                if (r == -ESRCH && say_stopped(bus) < 0) /* stopped: said, and looked at again in a second */
+                        printf("modelgate is not running\n");
+                else
+                        draw(stdout, snap, width, height);
                 json_object_put(snap);
                 fflush(stdout);
                 if (!live)

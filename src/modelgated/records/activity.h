@@ -111,6 +111,15 @@ void activity_request_ready(ActivityRequest *r, usec_t now);
 /* The request ended (status and the numbers set by the caller): copied into the ring, no longer in
  * flight. Nothing for a request never begun or already done. */
 void activity_request_done(ActivityRequest *r, usec_t now);
+/* rule:history: the file the finished requests are kept in when there is no journal (records/history.h),
+ * which the access line appends each one's fields to; NULL: none. Borrowed: its owner frees it after the
+ * last request (after activity_free()). */
+typedef struct HistoryFile HistoryFile;
+void activity_set_history(Activity *a, HistoryFile *f);
+HistoryFile *activity_history(Activity *a);
+/* rule:history: a request of an earlier run, finished (phase ACTIVITY_DONE, its times CLOCK_REALTIME and
+ * realtime 0, api one of /activity's names), into the ring as if it had just ended; oldest first */
+void activity_restore(Activity *a, const ActivityRequest *r);
 /* The request is gone without a done (its record's memory is reused): out of the in-flight list */
 void activity_request_forget(ActivityRequest *r);
 
