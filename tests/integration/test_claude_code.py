@@ -12,7 +12,10 @@ node, Claude Code, the boxes or the server are missing; MODELGATE_REQUIRE_SDK=1 
 fail, MODELGATE_REQUIRE_REAL_ENGINE=1 a missing server.
 
 Two Claude Code sessions under one key on a spread alias over two hosts each stay on their own box across
-turns (rule:sessions): Claude Code names its session in X-Claude-Code-Session-Id, the same on --resume."""
+turns (rule:sessions): Claude Code names its session in X-Claude-Code-Session-Id, the same on --resume.
+
+A new session takes its system prompt from the engine's cache, as with CLAUDE_CODE_ATTRIBUTION_HEADER=0:
+Claude Code's attribution block never reaches the host, and reaches the fallback (rule:attribution-line)."""
 
 import hashlib
 import http.client
@@ -28,6 +31,7 @@ from boxes import gate_env, local_host
 from conftest import free_port, post, wait_for
 from test_access import make_key
 from test_activity import Activity
+from tap import Tap
 from test_real import agent_skip_reason, model_files, router_unit  # noqa: F401 (model_files: a fixture)
 
 SDK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../sdk")
@@ -230,3 +234,110 @@ def test_two_sessions_of_one_key_stay_each_on_its_own_box(box, tmp, model_files,
         assert a.encode() not in feed.raw and b.encode() not in feed.raw
     finally:
         feed.close()
+
+
+
+ATTRIBUTION = re.compile(r'\{"type":"text","text":"x-anthropic-billing-header: cc_version=[0-9a-f.]+; '
+                         r'cc_entrypoint=[a-z-]+;"\},')
+
+
+@pytest.fixture
+def tap():
+    """tap(port): a relay in front of port that keeps the requests (tests/integration/tap.py), stopped after"""
+    made = []
+
+    def make(port):
+        made.append(Tap(port).start())
+        return made[-1]
+    yield make
+    for t in made:
+        t.stop()
+
+
+def test_a_new_sessions_system_prompt_comes_from_the_engines_cache(box, tmp, model_files, make_gate, tap):  # noqa: F811
+    """rule:attribution-line with the real Claude Code: two sessions with different first messages, one after
+    the other, through modelgate to the real llama-server with one slot (-np 1). The second session's first
+    request reuses what the first session's left in the cache: its system prompt at least (a third of the
+    prompt and more), about as much as the same two sessions with CLAUDE_CODE_ATTRIBUTION_HEADER=0 (the best
+    case; main's build before the rule reused 33 of 1,625 tokens). What reaches the host is what Claude Code
+    sent less its attribution block (a relay in front of each side keeps the bytes); what reaches the
+    fallback (host a9, whose engine cannot start: the same server, through a relay of its own) has it."""
+    tiny, _ = model_files
+    port = free_port()
+    d = os.path.join(tmp, "models")
+    os.makedirs(d)
+    os.link(tiny, os.path.join(d, "laguna-xs.gguf"))
+    # greedy, every answer ended at once (EOS certain): the turn is the prompt's prefill and little else
+    box.add_unit("llama-mainline.service", router_unit("mainline", port, d, "-c 8192 -np 1 --temp 0 --logit-bias 2+100",
+                                                       "llama-none.service"))
+    box.add_unit("llama-a9.service", router_unit("a9", free_port(), d, "", "llama-none.service",
+                                                 extra_service="ExecStartPre=/bin/false\n"))
+    box.reload()
+    host, cloud = tap(port), tap(port)
+    conf = (local_host("3090", host.port) +
+            "[Engine]\nHost=3090\nName=mainline\nUnit=llama-mainline.service\nModels=laguna-*\nStartTimeoutSec=120s\n" +
+            local_host("a9", free_port()) +
+            "[Engine]\nHost=a9\nName=broken\nUnit=llama-a9.service\nModels=laguna-*\nStartTimeoutSec=20s\n"
+            "Fallback=cloud\n[Fallback]\nName=cloud\nURL=http://127.0.0.1:%d\nModel=laguna-xs\n" % cloud.port)
+    g = make_gate(conf, env=gate_env(box))
+    g.wait_log("host 3090 up")
+    client = tap(g.port)  # what Claude Code sent
+    home = os.path.join(tmp, "claude-home")
+    os.makedirs(home)
+
+    def session(prompt, model=MODEL, **extra):
+        """one claude -p; its first request's (prompt tokens, reused, prefilled) from its access line"""
+        env = dict(os.environ, HOME=home, ANTHROPIC_BASE_URL="http://127.0.0.1:%d" % client.port,
+                   ANTHROPIC_API_KEY="unused", ANTHROPIC_MODEL=model, ANTHROPIC_SMALL_FAST_MODEL=model,
+                   DISABLE_AUTOUPDATER="1", CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1", DISABLE_TELEMETRY="1",
+                   **extra)
+        before = len(g.logtext())
+        t0 = time.monotonic()
+        out = subprocess.run([CLAUDE, "-p", prompt, "--output-format", "json", "--model", model, "--tools", ""],
+                             cwd=tmp, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+        print("claude -p %r: exit %d in %.1f s" % (prompt, out.returncode, time.monotonic() - t0))
+        assert out.returncode == 0 and json.loads(out.stdout)["is_error"] is False, out.stdout + out.stderr
+        g.log_mark("claude-%d" % len(client.requests()))
+        lines = [l for l in g.logtext()[before:].splitlines() if 'POST /v1/messages model="%s"' % model in l]
+        assert lines and all(" status=200" in l for l in lines), lines
+        m = re.search(r" tokens=in:(\d+),cached:(\d+),", lines[0])
+        assert m, lines[0]
+        return int(m.group(1)), int(m.group(2)), int(m.group(1)) - int(m.group(2))
+
+    def sent(model):
+        return [r["body"] for r in client.requests("POST", "/v1/messages") if '"model":"%s"' % model in r["body"]]
+
+    def as_host_gets(body, model):
+        return ATTRIBUTION.sub("", body, count=1).replace('"model":"%s"' % model, '"model":"laguna-xs"', 1)
+
+    runs = {}
+    for name, extra in (("Claude Code as it is", {}),
+                        ("CLAUDE_CODE_ATTRIBUTION_HEADER=0", {"CLAUDE_CODE_ATTRIBUTION_HEADER": "0"})):
+        had = len(host.requests("POST", "/v1/messages"))
+        session("say hi", **extra)
+        runs[name] = session("name a colour", **extra)
+        print("the second session's first request, %s: %d prompt tokens, %d reused, %d prefilled" %
+              ((name,) + runs[name]))
+        n, reused, prefilled = runs[name]
+        assert reused >= n / 3, (name, n, reused, prefilled)  # the system prompt at least, from the cache
+        got = [r["body"] for r in host.requests("POST", "/v1/messages")][had:]
+        assert got, host.requests()
+        ours = sent(MODEL)[-len(got):]
+        # Claude Code sent its line (unless told not to); the host got every other byte of each request
+        assert all(bool(ATTRIBUTION.search(b)) != bool(extra) for b in ours), [b[:300] for b in ours]
+        assert got == [as_host_gets(b, MODEL) for b in ours]
+        assert not [b for b in got if "x-anthropic-billing-header" in b]
+        if not extra:
+            # the fallback gets the request as Claude Code sent it, the line and all (the model its own)
+            session("say hi", model="a9-laguna-xs")
+            to_cloud = [r["body"] for r in cloud.requests("POST", "/v1/messages")]
+            assert to_cloud and ATTRIBUTION.search(to_cloud[0]), to_cloud[:1]
+            assert to_cloud == [b.replace('"model":"a9-laguna-xs"', '"model":"laguna-xs"', 1)
+                                for b in sent("a9-laguna-xs")]
+        # the next sessions begin with an empty cache: the engine stopped, a new one started by the first
+        call = http.client.HTTPConnection("127.0.0.1", g.port, timeout=60)
+        assert post(call, "/api/models/unload/" + MODEL, b"").status == 200
+        g.wait_log("host 3090: engine mainline stopped on request", count=len(runs))
+    prefilled, best = runs["Claude Code as it is"][2], runs["CLAUDE_CODE_ATTRIBUTION_HEADER=0"][2]
+    # as good as Claude Code without the line, within a few tokens (its prompts differ by a few)
+    assert prefilled <= best + 16, runs
