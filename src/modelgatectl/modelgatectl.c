@@ -39,6 +39,8 @@ static void help(void) {
                "  reset-failed HOST      Start HOST's engines held after a failed start at the next "
                "request\n"
                "  reload                 Read the configuration again\n"
+               "  check-config           Check the configuration (--config=, --user, --system) with\n"
+               "                         the installed modelgated's --check-config\n"
                "  top                    Hosts, requests in flight and the last ones, live (q quits)\n"
                "  key add TIER           Make an API key of TIER, print it once, store its digest\n"
                "  key list               The keys' digests (a prefix) and tiers\n"
@@ -56,7 +58,7 @@ static void help(void) {
                "     --json              Print the bus's properties as JSON\n"
                "     --once              For top: print one frame and exit\n"
                "     --timeout=SPAN      How long switch waits (default: 24h)\n"
-               "     --config=PATH       For key: the modelgate.conf that names KeysFile=\n\n"
+               "     --config=PATH       For key and check-config: the modelgate.conf to read\n\n"
                "See modelgatectl(1).\n",
                program_invocation_short_name);
 }
@@ -601,6 +603,13 @@ int main(int argc, char *argv[]) {
         n = argc - optind - 1;
         if (streq(verb, "key"))
                 return key_command(n, argv + optind + 1);
+        if (streq(verb, "check-config")) {
+                if (n > 0 || arg_host) {
+                        log_error("check-config takes no arguments and checks this machine's file (no -H)");
+                        return EXIT_USAGE;
+                }
+                return do_check_config();
+        }
         if (!STR_IN_SET(verb, "status", "hosts", "aliases", "switch", "stop", "reset-failed", "reload",
                         "top")) {
                 log_error("Unknown command '%s'; see %s --help", verb, program_invocation_short_name);
@@ -644,10 +653,5 @@ int main(int argc, char *argv[]) {
                         printf("host %s: the next request for any of its engines starts it\n", host);
                 return r;
         }
-        /* reload */
-        _cleanup_(sd_bus_error_free) sd_bus_error e = SD_BUS_ERROR_NULL;
-        r = call_manager(bus, "Reload", &e, NULL);
-        if (r < 0)
-                return report("Reload failed", &e, r);
-        return EXIT_OK;
+        return do_reload(bus);
 }

@@ -154,8 +154,14 @@ static void switch_authorized(BusCall *c) {
                 if (streq(host_engine(h, i)->conf->name, c->engine))
                         e = (ssize_t)i;
         if (e < 0) {
-                bus_call_reply_error(c, ERROR_NO_SUCH_ENGINE, "host '%s' has no engine '%s'", c->host,
-                                     c->engine);
+                /* the names to pick from, as a shell's completion would give them */
+                _cleanup_strv_free_ char **names = NULL;
+                for (size_t i = 0; i < host_n_engines(h); i++)
+                        (void)strv_extend(&names, host_engine(h, i)->conf->name);
+                _cleanup_free_ char *list = names ? strv_join(names, ", ") : NULL;
+                bus_call_reply_error(c, ERROR_NO_SUCH_ENGINE, "host '%s' has no engine '%s'; %s%s", c->host,
+                                     c->engine, list ? "its engines: " : "it has no [Engine] at all",
+                                     list ?: "");
                 return;
         }
         r = host_acquire(h, (size_t)e, &c->waiter, switch_ready, NULL, "SwitchEngine()", &refusal);

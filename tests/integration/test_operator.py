@@ -1,0 +1,83 @@
+"""What an operator types, as the README and the man pages give it: a reload after an idle exit, the engines
+of every host in one command, the /ui page in a headless browser."""
+
+import http.client
+import os
+import signal
+import subprocess
+
+import pytest
+
+from boxes import MODELGATECTL, box_skip_reason, installed_units
+from conftest import free_port, host_conf, wait_for
+
+boxed = pytest.mark.skipif(box_skip_reason() is not None, reason=str(box_skip_reason()))
+
+
+def ctl(box, *args):
+    return subprocess.run([MODELGATECTL, "--user"] + list(args), env=box.env, capture_output=True, text=True,
+                          timeout=60)
+
+
+@boxed
+def test_a_reload_after_an_idle_exit_succeeds_and_starts_nothing(box, make_double, tmp):
+    """modelgatectl reload (the unit's ExecReload=) of a modelgated that exited idle while its socket listens:
+    nothing to reload, said, exit 0, and nothing started; systemctl try-reload-or-restart, as the docs say,
+    alike. The next start reads the changed file."""
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    port = free_port()
+    log = installed_units(box, tmp, port, "[Proxy]\nExitIdleSec=1s\n" + host_conf("3090", d.url))
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    c.request("GET", "/health")
+    assert c.getresponse().status == 200
+    c.close()
+    wait_for(lambda: box.active_state("modelgate.service") == "inactive", timeout=30, interval=0.2,
+             what="the idle exit")
+    assert box.active_state("modelgate.socket") == "active"
+    # a changed file, which the next start reads
+    with open(os.path.join(tmp, "modelgate.conf"), "a") as f:
+        f.write(host_conf("a9", d.url))
+
+    out = ctl(box, "reload")
+    assert out.returncode == 0, out
+    assert "modelgated is not running" in out.stdout and "reads the configuration then" in out.stdout, out
+    box.systemctl("try-reload-or-restart", "modelgate.service")
+    assert box.active_state("modelgate.service") == "inactive", "a reload started modelgated"
+    # systemctl reload of a unit that does not run fails, as the docs warn
+    r = subprocess.run(["systemctl", "--user", "reload", "modelgate.service"], env=box.env, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode != 0
+    assert "a9" not in open(log).read()
+
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    c.request("GET", "/health")
+    r = c.getresponse()
+    assert r.status == 200 and b'"a9"' in r.read()
+    c.close()
+
+
+def test_a_headless_browser_under_virtual_time_returns_on_ui_once(make_double, make_gate, tmp):
+    """chromium --headless --dump-dom --virtual-time-budget waits for the network to be idle: on /ui?once (one
+    snapshot, the feed closed) it returns, with the snapshot drawn"""
+    from browser import CHROMIUM, skip_reason
+    if skip_reason():
+        pytest.skip(skip_reason())
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    g = make_gate(host_conf("3090", d.url))
+    profile = os.path.join(tmp, "chromium-profile")
+    argv = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--user-data-dir=" + profile,
+            "--disable-background-networking", "--disable-component-update", "--disable-dev-shm-usage",
+            "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1", "--dump-dom", "--virtual-time-budget=2000",
+            "http://127.0.0.1:%d/ui?once" % g.port]
+    # its own session: on a timeout the whole browser is stopped by its process group, nothing else
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        dom, _ = p.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        raise AssertionError("chromium --dump-dom --virtual-time-budget did not return on /ui?once")
+    dom = dom.decode()
+    assert p.returncode == 0, dom
+    assert 'class="conn once"' in dom, dom
+    assert ">3090<" in dom, dom
