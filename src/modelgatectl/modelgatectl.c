@@ -33,6 +33,7 @@ static void help(void) {
                "Commands:\n"
                "  status                 Hosts, engines, requests, countdowns, warnings (default)\n"
                "  hosts                  One line per host\n"
+               "  engines                Every host's engines: unit, state, models\n"
                "  aliases                Each alias, the target it would pick now, and why\n"
                "  switch HOST ENGINE     Switch HOST to ENGINE, by the scheduler's rules; waits for it\n"
                "  stop HOST              Stop HOST's engine once nothing is in flight\n"
@@ -610,12 +611,12 @@ int main(int argc, char *argv[]) {
                 }
                 return do_check_config();
         }
-        if (!STR_IN_SET(verb, "status", "hosts", "aliases", "switch", "stop", "reset-failed", "reload",
-                        "top")) {
+        if (!STR_IN_SET(verb, "status", "hosts", "engines", "aliases", "switch", "stop", "reset-failed",
+                        "reload", "top")) {
                 log_error("Unknown command '%s'; see %s --help", verb, program_invocation_short_name);
                 return EXIT_USAGE;
         }
-        if ((STR_IN_SET(verb, "status", "hosts", "aliases", "reload", "top") && n > 0) ||
+        if ((STR_IN_SET(verb, "status", "hosts", "engines", "aliases", "reload", "top") && n > 0) ||
             (streq(verb, "switch") && n != 2) || (STR_IN_SET(verb, "stop", "reset-failed") && n != 1)) {
                 log_error("Wrong arguments for '%s'; see %s --help", verb, program_invocation_short_name);
                 return EXIT_USAGE;
@@ -629,6 +630,8 @@ int main(int argc, char *argv[]) {
                 return do_status(bus, streq(verb, "hosts"));
         if (streq(verb, "aliases"))
                 return do_aliases(bus);
+        if (streq(verb, "engines"))
+                return do_engines(bus);
         if (streq(verb, "top"))
                 return do_top(bus, arg_once);
         if (streq(verb, "switch")) {

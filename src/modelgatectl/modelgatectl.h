@@ -41,6 +41,9 @@ int do_key_usage(sd_bus *bus, const char *name);
  * could not */
 int do_check_config(void);
 
+/* engines: each host's ListEngines(), as a table or --json */
+int do_engines(sd_bus *bus);
+
 /* reload: Reload(); a modelgated that is not running while its socket listens has nothing to reload */
 int do_reload(sd_bus *bus);
 

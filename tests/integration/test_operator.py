@@ -2,6 +2,7 @@
 of every host in one command, the /ui page in a headless browser."""
 
 import http.client
+import json
 import os
 import signal
 import subprocess
@@ -81,3 +82,50 @@ def test_a_headless_browser_under_virtual_time_returns_on_ui_once(make_double, m
     assert p.returncode == 0, dom
     assert 'class="conn once"' in dom, dom
     assert ">3090<" in dom, dom
+
+
+@boxed
+def test_engines_lists_every_engine_with_its_unit_state_and_models(box, make_gate):
+    """modelgatectl engines: one line per engine of every host, its unit, its state and its models (the
+    running one's as its list says now, another's as learned when it ran, its Models= before it ever ran)"""
+    from boxes import engines_conf, gate_env, local_host
+    from conftest import post
+    from boxes import chat
+    port = free_port()
+    g = make_gate("[Proxy]\nHoldDownSec=1s\n" + local_host("3090", port) + engines_conf(box, "3090", port),
+                  extra_args=["--user"],
+                  env=gate_env(box))
+    wait_for(lambda: ctl(box, "engines").returncode == 0, timeout=30, interval=0.2, what="modelgated on the bus")
+
+    def table():
+        out = ctl(box, "engines")
+        assert out.returncode == 0, out
+        lines = out.stdout.splitlines()
+        assert lines[0].split()[:5] == ["HOST", "ENGINE", "STATE", "UNIT", "MODELS"], out.stdout
+        return {tuple(l.split()[:2]): l for l in lines[1:]}
+
+    rows = table()
+    assert set(rows) == {("3090", "mainline"), ("3090", "fork")}, rows
+    assert rows[("3090", "fork")].split()[2:4] == ["stopped", "llama-fork.service"], rows
+    assert "Models=flint-* (not listed yet)" in rows[("3090", "fork")], rows
+
+    for model, engine in (("3090-laguna-xs", "mainline"), ("3090-flint-40b", "fork")):
+        c = g.conn()
+        r = post(c, "/v1/chat/completions", chat(model))
+        assert r.status == 200 and r.getheader("X-Double") == engine, r.read()
+        r.read()
+        c.close()
+    wait_for(lambda: table()[("3090", "fork")].split()[2] == "serving", timeout=30, interval=0.2,
+             what="fork serving in modelgatectl engines")
+    rows = table()
+    assert rows[("3090", "fork")].endswith(" flint-40b (loaded)"), rows
+    # mainline stopped by the switch: its models as learned while it ran
+    assert rows[("3090", "mainline")].split()[2] == "stopped" and rows[("3090", "mainline")].endswith(
+        " laguna-xs"), rows
+
+    out = ctl(box, "--json", "engines")
+    engines = {e["Engine"]: e for e in json.loads(out.stdout)}
+    assert engines["fork"] == {"Host": "3090", "Engine": "fork", "Unit": "llama-fork.service", "State": "serving",
+                               "Models": [{"Name": "flint-40b", "Status": "loaded"}],
+                               "ModelPatterns": ["flint-*"]}, engines
+    assert engines["mainline"]["Models"] == [{"Name": "laguna-xs", "Status": "listed"}], engines

@@ -37,6 +37,25 @@ const char *host_wait_to_string(HostWait w) {
         return w >= 0 && (size_t)w < ELEMENTSOF(host_wait_table) ? host_wait_table[w] : NULL;
 }
 
+/* modelgatectl engines, ListEngines(): engine i as its host's states say it */
+const char *host_engine_state(const Host *h, size_t i) {
+        assert(h);
+        assert(i < h->n_engines);
+        if (h->state == HOST_CONNECTING || h->bus_down)
+                return "unknown"; /* nobody has asked its manager yet, or cannot now */
+        if (h->running == (ssize_t)i) {
+                if (h->phase == PHASE_IDLE_STOP || h->phase == PHASE_GIVING_UP ||
+                    (h->phase == PHASE_STOPPING && h->target != (ssize_t)i))
+                        return "stopping";
+                return h->engine_up ? "serving" : "starting";
+        }
+        if (host_switch_target(h) == (ssize_t)i)
+                return "starting";
+        if (host_held_until(h, i) > 0)
+                return "held";
+        return "stopped";
+}
+
 ssize_t host_switch_target(const Host *h) {
         assert(h);
         return h->phase != PHASE_NONE && h->phase != PHASE_IDLE_STOP ? h->target : -1;

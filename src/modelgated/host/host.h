@@ -183,6 +183,9 @@ bool host_switch_pending(const Host *h);
 unsigned host_waiting(const Host *h);
 /* The engine whose unit runs (up or being checked), or -1. */
 ssize_t host_running(const Host *h);
+/* Engine i's state: "serving", "starting", "stopping", "stopped", "held" (after a failed start) or
+ * "unknown" (its host's bus is not known or gone) */
+const char *host_engine_state(const Host *h, size_t i);
 const char *host_last_error(const Host *h);
 /* Why the host is down (its bus, or its probe), or NULL while it is not */
 const char *host_down_reason(const Host *h);
