@@ -6,11 +6,12 @@ import json
 import os
 import signal
 import subprocess
+import time
 
 import pytest
 
 from boxes import MODELGATECTL, box_skip_reason, installed_units
-from conftest import free_port, host_conf, wait_for
+from conftest import MODELGATED, free_port, host_conf, wait_for
 
 boxed = pytest.mark.skipif(box_skip_reason() is not None, reason=str(box_skip_reason()))
 
@@ -129,3 +130,45 @@ def test_engines_lists_every_engine_with_its_unit_state_and_models(box, make_gat
                                "Models": [{"Name": "flint-40b", "Status": "loaded"}],
                                "ModelPatterns": ["flint-*"]}, engines
     assert engines["mainline"]["Models"] == [{"Name": "laguna-xs", "Status": "listed"}], engines
+
+
+def host_json(box):
+    out = ctl(box, "--json", "hosts")
+    assert out.returncode == 0, out
+    return json.loads(out.stdout)[0]
+
+
+@boxed
+def test_an_engine_has_its_own_idle_stop(box, make_gate):
+    """[Engine] IdleStopSec= over the host's: fork stops after its own 2 s idle, mainline keeps the host's hour"""
+    from boxes import chat, gate_env, local_host, two_engines
+    from conftest import post
+    port = free_port()
+    engines = two_engines(box, port) % {"host": "3090", "extra": ""}
+    engines = engines.replace("Name=fork\n", "Name=fork\nIdleStopSec=2s\n")
+    g = make_gate("[Proxy]\nHoldDownSec=1s\nIdleStopSec=1h\n" + local_host("3090", port) + engines,
+                  extra_args=["--user"], env=gate_env(box))
+    wait_for(lambda: ctl(box, "hosts").returncode == 0, timeout=30, interval=0.2, what="modelgated on the bus")
+
+    def ask(model):
+        c = g.conn()
+        r = post(c, "/v1/chat/completions", chat(model))
+        r.read()
+        c.close()
+        return r.status
+
+    assert ask("3090-laguna-xs") == 200
+    # mainline: the host's hour
+    h = wait_for(lambda: (lambda h: h if h["IdleStopAtUSec"] else None)(host_json(box)), timeout=30,
+                 interval=0.2, what="mainline's idle stop")
+    left = h["IdleStopAtUSec"] / 1e6 - time.time()
+    assert h["Engine"] == "mainline" and 3000 < left <= 3600, h
+    assert ask("3090-flint-40b") == 200
+    # fork: its own 2 s
+    g.wait_log("host 3090: idle 2s, engine fork stopped", timeout=30)
+    assert box.active_state("llama-fork.service") == "inactive"
+    # the effective configuration says it
+    check = subprocess.run([MODELGATED, "--config=" + g.conf, "--check-config"],
+                           capture_output=True, text=True, timeout=30)
+    assert "Name=fork\nUnit=llama-fork.service\nModels=flint-*\nStartTimeoutSec=30s\nIdleStopSec=2s\n" in \
+        check.stdout, check
