@@ -172,3 +172,28 @@ def test_an_engine_has_its_own_idle_stop(box, make_gate):
                            capture_output=True, text=True, timeout=30)
     assert "Name=fork\nUnit=llama-fork.service\nModels=flint-*\nStartTimeoutSec=30s\nIdleStopSec=2s\n" in \
         check.stdout, check
+
+
+@boxed
+def test_the_switch_and_wait_lines_carry_the_request_id(box, make_gate):
+    """rule:request-id: the lines about a request, not only its access line, say its id: the switch it
+    causes and its wait for the hold-down (the client's X-Request-Id, or the one made and returned)"""
+    from boxes import chat, gate_env, local_host, two_engines
+    from conftest import post
+    port = free_port()
+    engines = two_engines(box, port) % {"host": "3090", "extra": ""}
+    g = make_gate("[Proxy]\nHoldDownSec=3s\n" + local_host("3090", port) + engines, extra_args=["--user"],
+                  env=gate_env(box))
+    c = g.conn()
+    r = post(c, "/v1/chat/completions", chat("3090-laguna-xs"))
+    r.read()
+    made = r.getheader("X-Request-Id")
+    assert r.status == 200 and made, r.status
+    r = post(c, "/v1/chat/completions", chat("3090-flint-40b"), headers={"X-Request-Id": "op-fork-1"})
+    r.read()
+    assert r.status == 200 and r.getheader("X-Request-Id") == "op-fork-1"
+    c.close()
+    assert g.wait_log("host 3090: switching to engine mainline for 3090-laguna-xs").endswith(" id=" + made)
+    g.wait_log("host 3090: 3090-flint-40b id=op-fork-1 waits before switching to fork: held by engine mainline's "
+               "hold-down")
+    assert g.wait_log("host 3090: switching to engine fork for 3090-flint-40b").endswith(" id=op-fork-1")

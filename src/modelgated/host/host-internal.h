@@ -229,6 +229,8 @@ void host_switch_adopt(Host *h, size_t engine);
 /* A switch that has stopped nothing is dropped: nobody waits for it any more (rule:abandon-switch) */
 void host_switch_drop(Host *h, const char *why);
 void host_idle_stop(Host *h, ssize_t engine, bool requested);
+/* "3090-flint-40b id=…": w's model and request id as the log lines about it say them, escaped */
+char *host_waiter_log_words(const HostWaiter *w);
 /* The scheduler's engines take their [Engine] IdleStopSec= (at start and at each reload) */
 void host_engines_idle_stop_set(Host *h);
 /* engine's IdleStopSec= (its [Engine]'s, else the host's); engine -1: the host's */

@@ -70,14 +70,14 @@ static int schedule_cb(sd_event_source *s, void *userdata) {
                         h->target = a.engine;
                         metrics_switch(h->env.metrics, h->conf->name, engine_name(h, a.engine));
                         free(h->for_model);
-                        h->for_model = log_escape_dup(w->model); /* for log lines only */
+                        h->for_model = host_waiter_log_words(w); /* for log lines only */
                         host_begin_switch(h);
                         break;
                 case SCHED_STOP:
                         host_prompt_cache_idle_stop(h, a.engine, a.requested);
                         break;
                 case SCHED_WAIT: {
-                        _cleanup_free_ char *model = log_escape_dup(w->model);
+                        _cleanup_free_ char *model = host_waiter_log_words(w);
                         char why[160];
                         if (host_waiter_reason(w, why, sizeof(why)) < 0)
                                 snprintf(why, sizeof(why), "the running engine");

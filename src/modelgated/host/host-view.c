@@ -4,9 +4,11 @@
  * and time switching. */
 
 #include <assert.h>
+#include <stdio.h>
 
 #include "modelgated/host/catalog.h"
 #include "modelgated/host/host-internal.h"
+#include "modelgated/rules/request-id.h"
 #include "shared/log.h"
 
 /* The state the daemon shows */
@@ -54,6 +56,17 @@ const char *host_engine_state(const Host *h, size_t i) {
         if (host_held_until(h, i) > 0)
                 return "held";
         return "stopped";
+}
+
+char *host_waiter_log_words(const HostWaiter *w) {
+        _cleanup_free_ char *model = log_escape_dup(w->model);
+        char id[REQUEST_ID_MAX * 4 + 1];
+        char *s;
+
+        if (w->id.n == 0)
+                return TAKE_PTR(model);
+        log_escape(id, sizeof(id), w->id.p, w->id.n);
+        return asprintf(&s, "%s id=%s", strna(model), id) < 0 ? NULL : s;
 }
 
 ssize_t host_switch_target(const Host *h) {

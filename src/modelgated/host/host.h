@@ -49,6 +49,9 @@ struct HostWaiter {
         Host *host;     /* NULL once released or answered with an error */
         ssize_t engine; /* index into the host's engines; -1: a host without engines (host_attach()) */
         const char *model;
+        /* rule:request-id: the request's id, on the log lines about it (the switch it causes, its wait);
+         * set by the caller once host_acquire() has queued it or let it go; none: {} */
+        Span id;
         HostReadyFn ready;
         HostDownFn down; /* optional */
         SchedRequest req;
