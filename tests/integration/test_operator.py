@@ -197,3 +197,44 @@ def test_the_switch_and_wait_lines_carry_the_request_id(box, make_gate):
     g.wait_log("host 3090: 3090-flint-40b id=op-fork-1 waits before switching to fork: held by engine mainline's "
                "hold-down")
     assert g.wait_log("host 3090: switching to engine fork for 3090-flint-40b").endswith(" id=op-fork-1")
+
+
+@boxed
+def test_the_example_oneshot_preloads_a_model_and_it_stays(box, tmp):
+    """units/examples/modelgate-preload.service as shipped (its address the test's): the engine that serves
+    the model starts and its server loads it; with IdleStopSec=0 on that [Engine] it has no idle stop, and
+    modelgated still exits when idle, leaving it loaded"""
+    from boxes import UNITS, engine_unit
+    from conftest import double_requests
+    port, engine_port = free_port(), free_port()
+    for name, models, other in (("mainline", "laguna-xs", "fork"), ("fork", "flint-40b", "mainline")):
+        unit = engine_unit(name, engine_port, models, ["llama-%s.service" % other])
+        box.add_unit("llama-%s.service" % name, unit.replace("--loaded %s " % models, ""))
+    conf = ("[Proxy]\nExitIdleSec=1s\n[Host]\nName=3090\nURL=http://127.0.0.1:%d\nBus=local\n"
+            "[Engine]\nHost=3090\nName=mainline\nUnit=llama-mainline.service\nModels=laguna-*\nIdleStopSec=0\n"
+            "[Engine]\nHost=3090\nName=fork\nUnit=llama-fork.service\nModels=flint-*\n" % engine_port)
+    installed_units(box, tmp, port, conf)
+    unit = open(os.path.join(UNITS, "examples", "modelgate-preload.service")).read()
+    assert "http://127.0.0.1:8080/models/load" in unit and '"model":"3090-laguna-xs"' in unit
+    box.add_unit("modelgate-preload.service", unit.replace("127.0.0.1:8080", "127.0.0.1:%d" % port))
+    box.reload()
+    box.systemctl("start", "modelgate-preload.service")
+
+    assert box.active_state("llama-mainline.service") == "active"
+    loads = [r for r in double_requests(engine_port, "/models/load")]
+    assert [json.loads(r["body"])["model"] for r in loads] == ["laguna-xs"], loads
+
+    def status():
+        c = http.client.HTTPConnection("127.0.0.1", engine_port, timeout=10)
+        c.request("GET", "/models")
+        models = json.loads(c.getresponse().read())["data"]
+        c.close()
+        return {m["id"]: m["status"]["value"] for m in models}
+    wait_for(lambda: status().get("laguna-xs") == "loaded", timeout=30, interval=0.2, what="laguna-xs loaded")
+    h = host_json(box)
+    assert h["Engine"] == "mainline" and h["IdleStopAtUSec"] == 0, h
+    # modelgated exits when idle; the engine and its model stay
+    wait_for(lambda: box.active_state("modelgate.service") == "inactive", timeout=30, interval=0.2,
+             what="modelgated's idle exit")
+    assert box.active_state("llama-mainline.service") == "active"
+    assert status().get("laguna-xs") == "loaded"
