@@ -10,26 +10,29 @@
 #include "modelgatectl/modelgatectl.h"
 #include "shared/log.h"
 #include "shared/macro.h"
+#include "shared/strv.h"
 
-/* whether modelgate.socket of the instance's manager listens (0: no, or not known) */
-static int socket_listens(sd_bus *bus) {
+/* ActiveState of unit in the instance's manager; NULL when not known */
+static char *unit_state(sd_bus *bus, const char *unit) {
         _cleanup_(sd_bus_error_free) sd_bus_error e = SD_BUS_ERROR_NULL;
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
-        _cleanup_free_ char *state = NULL;
+        char *state = NULL;
         const char *path;
-        int r;
 
-        r = sd_bus_call_method(bus, "org.freedesktop.systemd1", "/org/freedesktop/systemd1",
-                               "org.freedesktop.systemd1.Manager", "GetUnit", &e, &reply, "s",
-                               "modelgate.socket");
-        if (r < 0)
-                return 0;
-        r = sd_bus_message_read(reply, "o", &path);
-        if (r < 0)
-                return 0;
-        r = sd_bus_get_property_string(bus, "org.freedesktop.systemd1", path,
-                                       "org.freedesktop.systemd1.Unit", "ActiveState", &e, &state);
-        return r >= 0 && streq(state, "active");
+        if (sd_bus_call_method(bus, "org.freedesktop.systemd1", "/org/freedesktop/systemd1",
+                               "org.freedesktop.systemd1.Manager", "GetUnit", &e, &reply, "s", unit) < 0 ||
+            sd_bus_message_read(reply, "o", &path) < 0 ||
+            sd_bus_get_property_string(bus, "org.freedesktop.systemd1", path,
+                                       "org.freedesktop.systemd1.Unit", "ActiveState", &e, &state) < 0)
+                return NULL;
+        return state;
+}
+
+/* modelgated is stopped (its service inactive, not merely without the bus name) while its socket listens */
+static bool stopped_with_socket(sd_bus *bus) {
+        _cleanup_free_ char *socket = unit_state(bus, "modelgate.socket"),
+                            *service = unit_state(bus, "modelgate.service");
+        return streq_ptr(socket, "active") && service && STR_IN_SET(service, "inactive", "failed");
 }
 
 int do_reload(sd_bus *bus) {
@@ -41,7 +44,7 @@ int do_reload(sd_bus *bus) {
                                "NameHasOwner", &e, &reply, "s", BUS_NAME);
         if (r >= 0)
                 r = sd_bus_message_read(reply, "b", &has_owner);
-        if (r >= 0 && !has_owner && socket_listens(bus)) {
+        if (r >= 0 && !has_owner && stopped_with_socket(bus)) {
                 printf("modelgated is not running (it exited idle, or was stopped); modelgate.socket starts "
                        "it at the next connection, and it reads the configuration then "
                        "('modelgatectl check-config' checks it now)\n");
