@@ -189,6 +189,10 @@ static json_object *usage_row(const char *key, const char *tier, const char *day
         json_object_object_add(o, "Day", json_object_new_string(day));
         for (size_t i = 0; i < 6; i++)
                 json_object_object_add(o, names[i], json_object_new_uint64(n[i]));
+        /* what DailyTokens= counts (rule:daily-tokens): the prompt's tokens not from the cache, and the
+         * generated ones */
+        json_object_object_add(o, "CountedTokens",
+                               json_object_new_uint64((n[1] > n[2] ? n[1] - n[2] : 0) + n[3]));
         return o;
 }
 
@@ -216,19 +220,19 @@ int do_key_usage(sd_bus *bus, const char *name) {
         if (arg_json)
                 print_json(rows);
         else
-                printf("%-16s %-10s %-10s %8s %10s %10s %10s %s\n", "KEY", "TIER", "DAY", "REQUESTS",
-                       "TOKENS-IN", "CACHED", "TOKENS-OUT", "CAP");
+                printf("%-16s %-10s %-10s %8s %10s %10s %10s %10s %s\n", "KEY", "TIER", "DAY", "REQUESTS",
+                       "TOKENS-IN", "CACHED", "TOKENS-OUT", "COUNTED", "CAP");
         for (size_t i = 0; !arg_json && i < json_object_array_length(rows); i++) {
                 json_object *o = json_object_array_get_idx(rows, i);
                 char b[64];
 #define U(k) (unsigned long long)json_object_get_uint64(json_object_object_get(o, k))
-                printf("%-16s %-10s %-10s %8llu %10llu %10llu %10llu %s\n",
+                printf("%-16s %-10s %-10s %8llu %10llu %10llu %10llu %10llu %s\n",
                        json_object_get_string(json_object_object_get(o, "Key")),
                        *json_object_get_string(json_object_object_get(o, "Tier"))
                                ? json_object_get_string(json_object_object_get(o, "Tier"))
                                : "-",
                        json_object_get_string(json_object_object_get(o, "Day")), U("Requests"),
-                       U("TokensIn"), U("CachedTokens"), U("TokensOut"),
+                       U("TokensIn"), U("CachedTokens"), U("TokensOut"), U("CountedTokens"),
                        caps(b, sizeof(b), U("DailyRequests"), U("DailyTokens")));
 #undef U
         }

@@ -118,14 +118,15 @@ static void draw_hosts(FILE *f, int w, json_object *hosts, int64_t now) {
 }
 
 static void draw_inflight(FILE *f, int w, json_object *reqs, int64_t now, int rows) {
-        line(f, w, "%-22s %-10s %-10s %-11s %7s %-12s %6s", "REQUESTS  MODEL", "HOST", "ENGINE", "PHASE",
+        /* every table fits 80 columns: a terminal of that width sees each last column */
+        line(f, w, "%-20s %-10s %-9s %-10s %7s %-11s %6s", "REQUESTS  MODEL", "HOST", "ENGINE", "PHASE",
              "AGE", "WAITS FOR", "TTFB");
         size_t n = reqs ? json_object_array_length(reqs) : 0;
         for (size_t i = 0; i < n && (int)i < rows; i++) {
                 json_object *r = json_object_array_get_idx(reqs, i);
                 char fb[24];
                 num_or_dash(fb, sizeof(fb), i_of(r, "first_byte_ms"));
-                line(f, w, "%-22s %-10s %-10s %-11s %6.1fs %-12s %6s", s_of(r, "model", "unknown"),
+                line(f, w, "%-20s %-10s %-9s %-10s %6.1fs %-11s %6s", s_of(r, "model", "unknown"),
                      s_of(r, "host", "-"), s_of(r, "engine", "-"), s_of(r, "phase", "?"),
                      (double)(now - i_of(r, "started")) / 1e6, s_of(r, "waits_for", "-"), fb);
         }
@@ -134,7 +135,7 @@ static void draw_inflight(FILE *f, int w, json_object *reqs, int64_t now, int ro
 }
 
 static void draw_recent(FILE *f, int w, json_object *reqs, int rows) {
-        line(f, w, "%-6s %-22s %-10s %8s %6s %6s %8s %8s", "STATUS", "RECENT  MODEL", "ENGINE", "DURATION",
+        line(f, w, "%-6s %-20s %-10s %8s %6s %6s %8s %8s", "STATUS", "RECENT  MODEL", "ENGINE", "DURATION",
              "IN", "OUT", "PREFILL", "DECODE");
         size_t n = reqs ? json_object_array_length(reqs) : 0;
         /* newest first */
@@ -146,7 +147,7 @@ static void draw_recent(FILE *f, int w, json_object *reqs, int rows) {
                 double p = d_of(r, "prefill_tps"), d = d_of(r, "decode_tps");
                 snprintf(pf, sizeof(pf), p < 0 ? "-" : "%.1f/s", p);
                 snprintf(dc, sizeof(dc), d < 0 ? "-" : "%.1f/s", d);
-                line(f, w, "%-6lld %-22s %-10s %7.2fs %6s %6s %8s %8s", (long long)i_of(r, "status"),
+                line(f, w, "%-6lld %-20s %-10s %7.2fs %6s %6s %8s %8s", (long long)i_of(r, "status"),
                      s_of(r, "model", "unknown"), s_of(r, "fallback", s_of(r, "engine", "-")),
                      (double)i_of(r, "duration_ms") / 1000, in, out, pf, dc);
         }
@@ -156,7 +157,7 @@ static void draw_recent(FILE *f, int w, json_object *reqs, int rows) {
  * requests of it in flight (FLY), its tokens, how many of its requests waited and how long, the switches
  * it caused (SW), and how long since its last request (IDLE) */
 static void draw_sessions(FILE *f, int w, json_object *sessions, int64_t now, int rows) {
-        line(f, w, "%-12s %-18s %-8s %5s %3s %7s %7s %6s %5s %7s %3s %5s", "SESSION", "KEY", "HOST", "TURNS",
+        line(f, w, "%-12s %-9s %-5s %5s %3s %6s %6s %5s %5s %6s %2s %4s", "SESSION", "KEY", "HOST", "TURNS",
              "FLY", "IN", "CACHED", "OUT", "WAITS", "WAITED", "SW", "IDLE");
         size_t n = sessions ? json_object_array_length(sessions) : 0;
         for (size_t i = 0; i < n && (int)i < rows; i++) {
@@ -165,7 +166,7 @@ static void draw_sessions(FILE *f, int w, json_object *sessions, int64_t now, in
                 char idle[24];
                 snprintf(idle, sizeof(idle), "%llds",
                          (long long)(last > 0 && now > last ? (now - last) / 1000000 : 0));
-                line(f, w, "%-12.12s %-18.18s %-8.8s %5lld %3lld %7lld %7lld %6lld %5lld %6.1fs %3lld %5s",
+                line(f, w, "%-12.12s %-9.9s %-5.5s %5lld %3lld %6lld %6lld %5lld %5lld %5.1fs %2lld %4s",
                      s_of(s, "session", "?"), s_of(s, "key", "anonymous"), s_of(s, "host", "-"),
                      (long long)i_of(s, "turns"), (long long)i_of(s, "in_flight"),
                      (long long)i_of(s, "tokens_in"), (long long)i_of(s, "tokens_cached"),

@@ -34,12 +34,15 @@ static void help(void) {
                "Commands:\n"
                "  status                 Hosts, engines, requests, countdowns, warnings (default)\n"
                "  hosts                  One line per host\n"
+               "  engines                Every host's engines: unit, state, models\n"
                "  aliases                Each alias, the target it would pick now, and why\n"
                "  switch HOST ENGINE     Switch HOST to ENGINE, by the scheduler's rules; waits for it\n"
                "  stop HOST              Stop HOST's engine once nothing is in flight\n"
                "  reset-failed HOST      Start HOST's engines held after a failed start at the next "
                "request\n"
                "  reload                 Read the configuration again\n"
+               "  check-config           Check the configuration (--config=, --user, --system) with\n"
+               "                         the installed modelgated's --check-config\n"
                "  top                    Hosts, requests in flight and the last ones, live (q quits)\n"
                "  key add TIER           Make an API key of TIER, print it once, store its digest\n"
                "  key list               The keys' digests (a prefix) and tiers\n"
@@ -57,7 +60,7 @@ static void help(void) {
                "     --json              Print the bus's properties as JSON\n"
                "     --once              For top: print one frame and exit\n"
                "     --timeout=SPAN      How long switch waits (default: 24h)\n"
-               "     --config=PATH       For key: the modelgate.conf that names KeysFile=\n\n"
+               "     --config=PATH       For key and check-config: the modelgate.conf to read\n\n"
                "See modelgatectl(1).\n",
                program_invocation_short_name);
 }
@@ -624,12 +627,19 @@ int main(int argc, char *argv[]) {
         n = argc - optind - 1;
         if (streq(verb, "key"))
                 return key_command(n, argv + optind + 1);
-        if (!STR_IN_SET(verb, "status", "hosts", "aliases", "switch", "stop", "reset-failed", "reload",
-                        "top")) {
+        if (streq(verb, "check-config")) {
+                if (n > 0 || arg_host) {
+                        log_error("check-config takes no arguments and checks this machine's file (no -H)");
+                        return EXIT_USAGE;
+                }
+                return do_check_config();
+        }
+        if (!STR_IN_SET(verb, "status", "hosts", "engines", "aliases", "switch", "stop", "reset-failed",
+                        "reload", "top")) {
                 log_error("Unknown command '%s'; see %s --help", verb, program_invocation_short_name);
                 return EXIT_USAGE;
         }
-        if ((STR_IN_SET(verb, "status", "hosts", "aliases", "reload", "top") && n > 0) ||
+        if ((STR_IN_SET(verb, "status", "hosts", "engines", "aliases", "reload", "top") && n > 0) ||
             (streq(verb, "switch") && n != 2) || (STR_IN_SET(verb, "stop", "reset-failed") && n != 1)) {
                 log_error("Wrong arguments for '%s'; see %s --help", verb, program_invocation_short_name);
                 return EXIT_USAGE;
@@ -643,6 +653,8 @@ int main(int argc, char *argv[]) {
                 return do_status(bus, streq(verb, "hosts"));
         if (streq(verb, "aliases"))
                 return do_aliases(bus);
+        if (streq(verb, "engines"))
+                return do_engines(bus);
         if (streq(verb, "top"))
                 return do_top(bus, arg_once);
         if (streq(verb, "switch")) {
@@ -667,11 +679,5 @@ int main(int argc, char *argv[]) {
                         printf("host %s: the next request for any of its engines starts it\n", host);
                 return r;
         }
-        /* reload */
-        _cleanup_(sd_bus_error_free) sd_bus_error e = SD_BUS_ERROR_NULL;
-        /* a verb that changes things may start it: a stopped modelgate's start reads the file anew */
-        r = call_manager(bus, "Reload", /* start= */ true, &e, NULL);
-        if (r < 0)
-                return report("Reload failed", &e, r);
-        return EXIT_OK;
+        return do_reload(bus);
 }

@@ -37,6 +37,16 @@ int do_key(int argc, char **argv);
 /* key usage [NAME]: ListKeyUsage(), the rows whose tier is NAME or whose key begins with it */
 int do_key_usage(sd_bus *bus, const char *name);
 
+/* check-config: execs the installed modelgated (or $MODELGATED) with --check-config; returns only when it
+ * could not */
+int do_check_config(void);
+
+/* engines: each host's ListEngines(), as a table or --json */
+int do_engines(sd_bus *bus);
+
+/* reload: Reload(); a modelgated that is not running while its socket listens has nothing to reload */
+int do_reload(sd_bus *bus);
+
 /* A failed call said, and its exit code */
 int report(const char *what, const sd_bus_error *e, int r);
 /* method of host's object, with types and the arguments after them (types NULL: none): EXIT_OK, or the

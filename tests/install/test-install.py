@@ -108,6 +108,14 @@ def check_layout(destdir, prefix, system):
           tag + "the session bus activation file in the session bus's service directories, under the prefix")
     check(all(os.path.dirname(os.path.dirname(f)) in MAN_DIRS for f in files if "/man/man" in f),
           tag + "man pages where man looks")
+    # modelgated is on no PATH: its man page and modelgatectl check-config name where it is
+    page = [f for f in files if os.path.basename(f) == "modelgated.8"]
+    check(len(page) == 1 and (r"\fB%s/libexec/modelgated\fR" % prefix) in open(destdir + page[0]).read(),
+          tag + "modelgated(8)'s SYNOPSIS names %s/libexec/modelgated" % prefix)
+    r = subprocess.run([destdir + prefix + "/bin/modelgatectl", "--user", "check-config"], capture_output=True,
+                       text=True, env={k: v for k, v in os.environ.items() if k != "MODELGATED"})
+    check(r.returncode == 1 and "Cannot run %s/libexec/modelgated:" % prefix in r.stderr,
+          tag + "modelgatectl check-config runs %s/libexec/modelgated: %r" % (prefix, r.stderr))
 
     system_units = unit_files(destdir, "--system")
     sysusers = run("systemd-sysusers", "--root=" + destdir, "--cat-config")
@@ -178,8 +186,8 @@ def main():
     meson = shutil.which("meson")
     with tempfile.TemporaryDirectory(prefix="modelgate-install-") as tmp:
         build = os.path.join(tmp, "build")
-        # one build: the prefix reaches only the units and the install paths, so that changing it with
-        # meson configure compiles nothing again
+        # one build: the prefix reaches only the units, the man pages, the install paths and modelgatectl's
+        # path to modelgated, so that changing it with meson configure compiles one file again
         run(meson, "setup", "-Dtests=false", "--prefix=/usr", build, source)
         run("ninja", "-C", build)
         for n, (prefix, system) in enumerate([("/usr", True), ("/usr/local", True), ("/usr/local", False)]):

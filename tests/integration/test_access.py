@@ -4,6 +4,7 @@ for anonymous clients per address, and a tier's model allowlist for routing and 
 import http.client
 import json
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -73,6 +74,9 @@ def test_keys_caps_and_allowlist(make_double, tmp):
         retry = int(r.getheader("Retry-After"))
         assert 0 < retry <= 86400
         assert "this key has used its 3 requests for today" in body["error"]["message"]
+        # when, as a clock time (the UTC day's end) and a span, not as 68178 s
+        assert re.search(r"the count starts again at 00:00 UTC \(in (\d+h )?(\d+min|\d+s)\)$",
+                         body["error"]["message"]), body
         assert body["error"]["code"] == "rate_limit_exceeded"
         # another key is not affected, and may use every host
         for model in ("3090-laguna-xs", "a9-qwen"):
@@ -718,17 +722,19 @@ def test_key_usage_is_kept_shown_and_capped_in_tokens(make_double, make_gate, bo
 
     def check(table, rows):
         lines = table.splitlines()
-        assert lines[0].split() == ["KEY", "TIER", "DAY", "REQUESTS", "TOKENS-IN", "CACHED", "TOKENS-OUT", "CAP"]
+        assert lines[0].split() == ["KEY", "TIER", "DAY", "REQUESTS", "TOKENS-IN", "CACHED", "TOKENS-OUT", "COUNTED",
+                                    "CAP"]
         assert sorted(l.split() for l in lines[1:]) == sorted(rows), table
 
-    free_row = [fd, "free", day, "3", "9", "0", "15", "10", "req,", "20", "tok"]
-    pro_row = [pd, "pro", day, "3", "15", "0", "13", "-"]
+    # COUNTED: what DailyTokens= counted, the 24 of the 429 above
+    free_row = [fd, "free", day, "3", "9", "0", "15", "24", "10", "req,", "20", "tok"]
+    pro_row = [pd, "pro", day, "3", "15", "0", "13", "28", "-"]
     check(usage_ctl(box), [free_row, pro_row])
     check(usage_ctl(box, "free"), [free_row])
     check(usage_ctl(box, pd[:8]), [pro_row])
     rows = json.loads(usage_ctl(box, "--json", "pro"))
     assert rows == [{"Key": pd, "Tier": "pro", "Day": day, "Requests": 3, "TokensIn": 15, "CachedTokens": 0,
-                     "TokensOut": 13, "DailyRequests": 2**64 - 1, "DailyTokens": 2**64 - 1}], rows
+                     "TokensOut": 13, "DailyRequests": 2**64 - 1, "DailyTokens": 2**64 - 1, "CountedTokens": 28}], rows
     (row,) = json.loads(usage_ctl(box, "--json", fd))
     assert (row["Requests"], row["TokensIn"], row["TokensOut"], row["DailyRequests"], row["DailyTokens"]) == \
         (3, 9, 15, 10, 20), row

@@ -224,11 +224,13 @@ def test_top_in_tmux_shows_a_switch_and_quits_on_q(box, make_gate, tmp):
     row = next((l.split() for l in once.stdout.splitlines() if l.startswith(label + " ")), None)
     assert row and row[1:4] == ["anonymous", "3090", "1"], once.stdout
     assert "SESSION" in once.stdout and session not in once.stdout
+    # every table fits 80 columns (an 80-column terminal sees each last column)
+    assert all(len(l) <= 80 for l in once.stdout.splitlines() if not l.startswith("modelgate top")), once.stdout
 
     sock = "mg-top-%d" % os.getpid()
     tmux = ["tmux", "-L", sock]
     cmd = "env DBUS_SESSION_BUS_ADDRESS=%s %s --user top" % (box.env["DBUS_SESSION_BUS_ADDRESS"], MODELGATECTL)
-    subprocess.run(tmux + ["-f", "/dev/null", "new-session", "-d", "-x", "100", "-y", "30", cmd], check=True,
+    subprocess.run(tmux + ["-f", "/dev/null", "new-session", "-d", "-x", "80", "-y", "30", cmd], check=True,
                    timeout=30)
     try:
         def pane():
@@ -249,7 +251,10 @@ def test_top_in_tmux_shows_a_switch_and_quits_on_q(box, make_gate, tmp):
         wait_for(lambda: any(l.startswith("200") and "3090-flint-40b" in l and "fork" in l
                              for l in pane().splitlines()), timeout=30, what="the request in RECENT")
         print(pane())  # the frame, in the log
-        assert all(len(l) <= 100 for l in pane().splitlines())
+        # at 80 columns, each table's last column is there
+        frame = pane()
+        assert all(len(l) <= 80 for l in frame.splitlines())
+        assert all(column in frame for column in ("WAIT", "TTFB", "IDLE", "DECODE")), frame
         subprocess.run(tmux + ["send-keys", "q"], check=True, timeout=10)
         wait_for(lambda: subprocess.run(tmux + ["has-session"], capture_output=True).returncode != 0, timeout=10,
                  what="top to quit on q")

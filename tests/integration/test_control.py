@@ -133,6 +133,8 @@ def test_modelgatectl_switch_says_what_it_waits_for_as_it_waits(box, engine_gate
 def test_switch_and_stop_errors_name_what_was_wrong(box, engine_gate):
     out = ctl(box, "switch", "h", "nope")
     assert out.returncode == 4 and "host 'h' has no engine 'nope'" in out.stderr, out
+    # and names the ones it has
+    assert "its engines: mainline, fork" in out.stderr, out
     out = ctl(box, "switch", "nohost", "fork")
     assert out.returncode == 4 and "no host 'nohost'" in out.stderr, out
     out = ctl(box, "frobnicate")

@@ -82,7 +82,7 @@ def test_waiting_stream_gets_an_early_200_and_keepalives_and_the_running_stream_
     first_token = next(t for t, l in lines if l.startswith("data: ") and not keepalive_chunk(l))
     assert first_token >= a_end - 0.5, "fork answered while mainline still streamed"
     # logged when it came, inside mainline's 1 s hold-down, or just after it
-    wait_for(lambda: re.search(r"host 3090: 3090-flint-40b waits before switching to fork: (held by engine "
+    wait_for(lambda: re.search(r"host 3090: 3090-flint-40b id=\S+ waits before switching to fork: (held by engine "
                                r"mainline's hold-down, 1 s left|waiting for 1 running stream on mainline)\n",
                                g.logtext()), what="the wait's log line")
     line = g.wait_log('POST /v1/chat/completions model="3090-flint-40b" host=3090 status=200 ')

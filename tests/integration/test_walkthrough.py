@@ -15,7 +15,7 @@ import subprocess
 
 import pytest
 
-from boxes import Sshd, box_skip_reason, chat, installed_units
+from boxes import MODELGATECTL, Sshd, box_skip_reason, chat, installed_units
 from conftest import DOUBLE, MODELGATED, PYTHON, free_port, post, wait_for
 
 pytestmark = pytest.mark.skipif(box_skip_reason() is not None, reason=str(box_skip_reason()))
@@ -32,10 +32,13 @@ def real_hosts():
     section = text[start:text.index("\n## ", start + 1)]
     ini = re.findall(r"^```ini\n(.*?)^```", section, re.S | re.M)
     sh = re.findall(r"^```sh\n(.*?)^```", section, re.S | re.M)
-    assert len(ini) == 1 and len(sh) == 1, "README's Real hosts: one ini and one sh block expected"
+    conf = [b for b in ini if b.startswith("[Host]")]
+    presets = [b for b in ini if b.startswith("; ~/.config/llama/fork-models.ini")]
+    assert len(conf) == 1 and len(sh) == 1, "README's Real hosts: one modelgate.conf and one sh block expected"
+    assert len(presets) == 1, "README's Real hosts no longer shows the fork's fork-models.ini"
     logs = re.search(r"Each engine's start logs `(.*?)` and `(.*?)`", section, re.S)
     assert logs, "README's Real hosts no longer says what an engine's start logs"
-    return ini[0], sh[0], [" ".join(l.split()) for l in logs.groups()]
+    return conf[0], sh[0], [" ".join(l.split()) for l in logs.groups()], presets[0]
 
 
 # llama-server's command line as units/examples/ give it, served by the double: the models of
@@ -51,14 +54,15 @@ if a.models_dir:
 else:
     c = configparser.ConfigParser()
     c.read(a.models_preset)
-    models = c.sections()
+    models = [m for m in c.sections() if m != "*"]  # [*]: every model's defaults, no model
 os.execv(%(python)r, [%(python)r, %(double)r, "--host", a.host, "--port", a.port, "--models", ",".join(models),
                       "--name", %(name)r])
 """
 
 
-def gpu_home(box):
-    """the GPU host's ~: the two llama.cpp builds and their models where the examples look"""
+def gpu_home(box, presets):
+    """the GPU host's ~: the two llama.cpp builds and their models where the examples look, the fork's
+    presets the README's fork-models.ini"""
     home = os.path.join(box.dir, "home")
     for build, name in (("llama.cpp", "mainline"), ("llama.cpp-fork", "fork")):
         d = os.path.join(home, build, "build", "bin")
@@ -71,7 +75,7 @@ def gpu_home(box):
         open(os.path.join(home, "models", m + ".gguf"), "w").close()
     os.makedirs(os.path.join(home, ".config", "llama"))
     with open(os.path.join(home, ".config", "llama", "fork-models.ini"), "w") as f:
-        f.write("[flint-40b]\nmodel = /models/flint-40b.gguf\n")
+        f.write(presets)
     return home
 
 
@@ -102,7 +106,7 @@ def run_commands(script, where, sshd, env, cwd):
 
 
 def test_the_readme_real_hosts_walkthrough_works_as_written(make_box, tmp):
-    ini, script, promised = real_hosts()
+    ini, script, promised, presets = real_hosts()
     gate_box, gpu = make_box(), make_box()
     sshd = Sshd(tmp, address=ADDRESS)
     try:
@@ -123,7 +127,7 @@ def test_the_readme_real_hosts_walkthrough_works_as_written(make_box, tmp):
                                 "--host %s --port %d" % (ADDRESS, engine_port))
             open(path, "w").write(text.replace("%s:%s:" % (GPU_HOST, example_port),
                                                "%s:%d:" % (ADDRESS, engine_port)))
-        home = gpu_home(gpu)
+        home = gpu_home(gpu, presets)
         gate_home = os.path.join(gate_box.dir, "home")
         env = {"gpu": dict(gpu.env, HOME=home, USER="root"), "modelgate": dict(os.environ, HOME=gate_home)}
         for e in env.values():
@@ -144,8 +148,12 @@ def test_the_readme_real_hosts_walkthrough_works_as_written(make_box, tmp):
         os.makedirs(os.path.join(gate_home, ".config", "modelgate"))
         with open(os.path.join(gate_home, ".config", "modelgate", "modelgate.conf"), "w") as f:
             f.write(conf)
-        # "modelgated --check-config validates it and prints ... the command its bus runs"
-        check = subprocess.run([MODELGATED, "--check-config", "--user"], env=env["modelgate"],
+        # "modelgatectl check-config validates it and prints ... the command its bus runs": the command as the
+        # README writes it, with this build's modelgated for the installed one (modelgatectl(1))
+        said = re.search(r"`(modelgatectl check-config)` validates it", open(os.path.join(SOURCE, "README.md")).read())
+        assert said, "README's Real hosts no longer says which command checks the configuration"
+        check = subprocess.run(said.group(1).replace("modelgatectl", MODELGATECTL, 1).split() + ["--user"],
+                               env=dict(env["modelgate"], MODELGATED=os.path.abspath(MODELGATED)),
                                capture_output=True, text=True, timeout=30)
         assert check.returncode == 0, check
         assert "# the bus runs: ssh " in check.stdout and "systemd-stdio-bridge" in check.stdout, check.stdout

@@ -10,6 +10,8 @@
 
 /* Each row's words with sample arguments, as its callers pass them */
 static void format_sample(Answer a, char *buf, size_t n) {
+        char span[64];
+
         switch (a) {
         case ANSWER_OUT_OF_MEMORY:
         case ANSWER_ADMISSION_OUT_OF_MEMORY:
@@ -53,10 +55,12 @@ static void format_sample(Answer a, char *buf, size_t n) {
                 (void)answer_format(buf, n, a, "3f2a9c1e00ff");
                 return;
         case ANSWER_DAILY_LIMIT:
-                (void)answer_format(buf, n, a, "this key", 100ULL, "2026-12-01", 3600ULL);
+                (void)answer_format(buf, n, a, "this key", 100ULL, "2026-12-01",
+                                    answer_time_left(span, sizeof(span), 68178));
                 return;
         case ANSWER_DAILY_TOKENS:
-                (void)answer_format(buf, n, a, 2048ULL, "2026-12-01", 2000ULL, 3600ULL);
+                (void)answer_format(buf, n, a, 2048ULL, "2026-12-01", 2000ULL,
+                                    answer_time_left(span, sizeof(span), 42));
                 return;
         case ANSWER_BODY_TOO_LARGE:
                 (void)answer_format(buf, n, a, "this key's tier", "MaxBodySize=", 1024ULL);
@@ -144,10 +148,12 @@ static const struct {
         {ANSWER_MISSING_API_KEY, 0, 0, 401, "missing_api_key", "WWW-Authenticate: Bearer\r\n",
          "this proxy needs an API key: send it as \"Authorization: Bearer <key>\" or \"X-Api-Key: <key>\""},
         {ANSWER_DAILY_LIMIT, 0, 3600, 429, "rate_limit_exceeded", "Retry-After: 3600\r\n",
-         "this key has used its 100 requests for today (2026-12-01, UTC); the count starts again in 3600 s"},
+         "this key has used its 100 requests for today (2026-12-01, UTC); the count starts again at 00:00 "
+         "UTC (in "
+         "18h 56min)"},
         {ANSWER_DAILY_TOKENS, 0, 3600, 429, "rate_limit_exceeded", "Retry-After: 3600\r\n",
          "this key has used 2048 tokens today (2026-12-01, UTC), its tier's DailyTokens=2000 (prompt tokens "
-         "not from the cache, and generated ones); the count starts again in 3600 s"},
+         "not from the cache, and generated ones); the count starts again at 00:00 UTC (in 42s)"},
         {ANSWER_BODY_TOO_LARGE, 0, 0, 413, "request_too_large", "",
          "request body is larger than this key's tier allows (MaxBodySize= 1024 bytes)"},
         {ANSWER_BODY_NOT_TAKEN, 0, 0, 413, "request_too_large", "", "this request takes no body"},
@@ -339,6 +345,15 @@ TEST(retry_after_family) {
         ASSERT_STREQ(b, "Retry-After: 30\r\nretry-after-ms: 30000\r\n");
         (void)answer_retry_after(b, sizeof(b), 7, /* ms= */ false);
         ASSERT_STREQ(b, "Retry-After: 7\r\n");
+}
+
+/* a 429's time to the day's end, for people: minutes from a minute on */
+TEST(time_left) {
+        char b[64];
+        ASSERT_STREQ(answer_time_left(b, sizeof(b), 68178), "18h 56min");
+        ASSERT_STREQ(answer_time_left(b, sizeof(b), 3600), "1h");
+        ASSERT_STREQ(answer_time_left(b, sizeof(b), 59), "59s");
+        ASSERT_STREQ(answer_time_left(b, sizeof(b), 0), "0");
 }
 
 TESTS_MAIN

@@ -7,6 +7,8 @@
 #include <stdio.h>
 
 #include "modelgated/bus/bus-object-internal.h"
+#include "modelgated/host/catalog.h"
+#include "modelgated/rules/catalog-list.h"
 #include "shared/strv.h"
 
 static Host *host_by_name(Manager *m, const char *name) {
@@ -180,8 +182,14 @@ static void switch_authorized(BusCall *c) {
                 if (streq(host_engine(h, i)->conf->name, c->engine))
                         e = (ssize_t)i;
         if (e < 0) {
-                bus_call_reply_error(c, ERROR_NO_SUCH_ENGINE, "host '%s' has no engine '%s'", c->host,
-                                     c->engine);
+                /* the names to pick from, as a shell's completion would give them */
+                _cleanup_strv_free_ char **names = NULL;
+                for (size_t i = 0; i < host_n_engines(h); i++)
+                        (void)strv_extend(&names, host_engine(h, i)->conf->name);
+                _cleanup_free_ char *list = names ? strv_join(names, ", ") : NULL;
+                bus_call_reply_error(c, ERROR_NO_SUCH_ENGINE, "host '%s' has no engine '%s'; %s%s", c->host,
+                                     c->engine, list ? "its engines: " : "it has no [Engine] at all",
+                                     list ?: "");
                 return;
         }
         r = host_acquire(h, (size_t)e, &c->waiter, switch_ready, NULL, "SwitchEngine()", &refusal);
@@ -297,6 +305,56 @@ static void reset_failed_authorized(BusCall *c) {
         bus_call_reply(c);
 }
 
+/* ListEngines(): each engine with its unit, its state, its Models= globs and the models it lists, with
+ * their status: the running engine's from the host's list now ("loaded", "loading", "unloaded"), another's
+ * as learned when it last ran ("listed"). Read-only, as the properties are. */
+static int append_engine_models(sd_bus_message *reply, Host *h, size_t i) {
+        const CatalogList *l = host_running(h) == (ssize_t)i ? catalog_snapshot(host_catalog(h)) : NULL;
+        int r;
+
+        r = sd_bus_message_open_container(reply, 'a', "(ss)");
+        if (l)
+                for (size_t k = 0; r >= 0 && k < catalog_list_size(l); k++)
+                        r = sd_bus_message_append(reply, "(ss)", catalog_list_id(l, k),
+                                                  catalog_list_loading(l, k) ? "loading"
+                                                  : catalog_list_cold(l, k)  ? "unloaded"
+                                                                             : "loaded");
+        else
+                STRV_FOREACH (k, catalog_engine_keys(host_catalog(h), i))
+                        if (r >= 0)
+                                r = sd_bus_message_append(reply, "(ss)", *k, "listed");
+        return r < 0 ? r : sd_bus_message_close_container(reply);
+}
+
+static int method_list_engines(sd_bus_message *message, void *userdata, sd_bus_error *error) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+        Host *h = host_at_path(userdata, sd_bus_message_get_path(message));
+        int r;
+
+        if (!h)
+                return -ENOENT;
+        r = sd_bus_message_new_method_return(message, &reply);
+        if (r >= 0)
+                r = sd_bus_message_open_container(reply, 'a', "(sssasa(ss))");
+        for (size_t i = 0; r >= 0 && i < host_n_engines(h); i++) {
+                const EngineConf *e = host_engine(h, i)->conf;
+                r = sd_bus_message_open_container(reply, 'r', "sssasa(ss)");
+                if (r >= 0)
+                        r = sd_bus_message_append(reply, "sss", e->name, e->unit, host_engine_state(h, i));
+                if (r >= 0)
+                        r = sd_bus_message_append_strv(reply, e->models);
+                if (r >= 0)
+                        r = append_engine_models(reply, h, i);
+                if (r >= 0)
+                        r = sd_bus_message_close_container(reply);
+        }
+        if (r >= 0)
+                r = sd_bus_message_close_container(reply);
+        if (r < 0)
+                return r;
+        return sd_bus_send(NULL, reply, NULL);
+}
+
 /* ResetFailed(), as systemctl reset-failed: the engines held after a failed start are started again by
  * the next request for them */
 static int method_reset_failed(sd_bus_message *message, void *userdata, sd_bus_error *error) {
@@ -341,6 +399,8 @@ static const sd_bus_vtable host_vtable[] = {
                                 SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("ResetFailed", SD_BUS_NO_ARGS, SD_BUS_NO_RESULT, method_reset_failed,
                                 SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("ListEngines", SD_BUS_NO_ARGS, SD_BUS_RESULT("a(sssasa(ss))", engines),
+                                method_list_engines, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_VTABLE_END,
 };
 

@@ -630,6 +630,8 @@ static void dispatch_to_host(Client *c, Dispatch *d) {
                                                    &refusal)
                                     : host_attach(host, &c->x->waiter, client_host_went_down,
                                                   c->x->alias_target ?: c->x->model, &refusal);
+        if (k != HOST_REFUSED)
+                c->x->waiter.id = client_request_id(c); /* for the switch and wait lines */
         switch (k) {
         case HOST_REFUSED:
                 (void)client_attempt_failed(c, attempt_failure_of_refusal(refusal.status), refusal.status,

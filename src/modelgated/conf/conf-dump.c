@@ -86,6 +86,7 @@ static void dump_engine(const EngineConf *e, FILE *f) {
         fprintf(f, "\n[Engine]\nHost=%s\nName=%s\nUnit=%s\n", e->host, e->name, strna(e->unit));
         dump_strv(f, "Models", e->models);
         dump_usec(f, "StartTimeoutSec", e->start_timeout_usec);
+        dump_usec(f, "IdleStopSec", e->idle_stop_usec);
         if (e->url.text)
                 fprintf(f, "URL=%s\n", e->url.text);
         if (e->fallback)

@@ -427,6 +427,8 @@ static const ConfigItem config_items[] = {
         {SECTION_ENGINE, "Unit", parse_unit_item, offsetof(EngineConf, unit)},
         {SECTION_ENGINE, "Models", parse_strv_item, offsetof(EngineConf, models)},
         {SECTION_ENGINE, "StartTimeoutSec", parse_timespan_item, offsetof(EngineConf, start_timeout_usec)},
+        /* the host's, for this engine (empty: the host's again) */
+        {SECTION_ENGINE, "IdleStopSec", parse_timespan_override, offsetof(EngineConf, idle_stop_usec)},
         {SECTION_ENGINE, "URL", parse_url_item, offsetof(EngineConf, url)},
         {SECTION_ENGINE, "Fallback", parse_engine_name_item, offsetof(EngineConf, fallback)},
         {SECTION_ENGINE, "FirstTokenBudgetSec", parse_timespan_item,

@@ -129,6 +129,7 @@ static int section_engine(Config *c, const char *name, const Section *s, void **
         c->engines = n;
         n[c->n_engines] = (EngineConf){
                 .start_timeout_usec = 5 * USEC_PER_MINUTE,
+                .idle_stop_usec = CONF_USEC_UNSET,
                 .prompt_cache_save_usec = 5 * USEC_PER_SEC,
                 .file = strdup(name),
                 .line = s->line,

@@ -46,6 +46,7 @@ typedef struct EngineConf {
         char *unit;
         char **models; /* globs */
         usec_t start_timeout_usec;
+        usec_t idle_stop_usec;          /* IdleStopSec=; CONF_USEC_UNSET: the host's; 0: never */
         HttpUrl url;                    /* url.text NULL: the host's */
         char *fallback;                 /* a [Fallback] Name=, or NULL */
         usec_t first_token_budget_usec; /* streaming: to the first data line; 0: none */

@@ -22,6 +22,26 @@
 #define RETRY_MIN_USEC (10 * USEC_PER_SEC)
 #define RETRY_MAX_USEC (10 * USEC_PER_MINUTE)
 
+/* [Engine] IdleStopSec= over the host's: unset leaves the host's (0 in the scheduler), 0 is never */
+void host_engines_idle_stop_set(Host *h) {
+        for (size_t i = 0; i < h->n_engines; i++) {
+                usec_t v = h->engines[i].conf->idle_stop_usec;
+                h->sched.engines[i].idle_stop = v == CONF_USEC_UNSET ? 0 : v == 0 ? USEC_INFINITY : v;
+        }
+}
+
+usec_t host_engine_idle_stop(const Host *h, ssize_t engine) {
+        assert(h);
+        return engine >= 0 ? sched_engine_idle_stop(&h->sched, (size_t)engine) : h->sched.config.idle_stop;
+}
+
+bool host_keeps_daemon(const Host *h) {
+        assert(h);
+        /* an engine it runs must still get its idle stop, which only a running daemon can do */
+        return !host_drained(h) ||
+               (h->running >= 0 && host_engine_idle_stop(h, h->running) != USEC_INFINITY);
+}
+
 /* How late the host's stop may come after modelgated's: an eighth of IdleStopSec=, 1 s to 1 min. */
 static usec_t slack_of(usec_t idle_stop) {
         return MIN(MAX(idle_stop / 8, SLACK_MIN_USEC), SLACK_MAX_USEC);
@@ -49,9 +69,9 @@ static int timer_names(const char *unit, char **ret_timer, char **ret_service) {
 /* The engine whose timer the host should hold now, -1 for none; *ret_required: the earliest its
  * engine may stop, *ret_busy: whether that moves on with the clock (a request in flight, a start). */
 static ssize_t wanted(const Host *h, usec_t now, usec_t *ret_required, bool *ret_busy) {
-        usec_t idle = h->sched.config.idle_stop, at;
+        usec_t idle, at;
 
-        if (idle == USEC_INFINITY || !h->bus || !host_bus_is_up(h->bus))
+        if (!h->bus || !host_bus_is_up(h->bus))
                 return -1;
         switch (h->phase) {
         case PHASE_STOPPING:
@@ -61,11 +81,17 @@ static ssize_t wanted(const Host *h, usec_t now, usec_t *ret_required, bool *ret
         case PHASE_STARTING:
         case PHASE_HEALTH:
                 /* held from the start on: modelgated killed while an engine loads leaves no GPU taken */
+                idle = host_engine_idle_stop(h, h->target);
+                if (idle == USEC_INFINITY)
+                        return -1;
                 *ret_required = now + idle;
                 *ret_busy = true;
                 return h->target;
         default:
                 if (h->running < 0)
+                        return -1;
+                idle = host_engine_idle_stop(h, h->running);
+                if (idle == USEC_INFINITY)
                         return -1;
                 at = h->phase == PHASE_NONE ? sched_idle_stop_at(&h->sched) : USEC_INFINITY;
                 if (at == 0)
@@ -149,7 +175,7 @@ static void send_op(Host *h, IdleTimerOp op, ssize_t e, usec_t span) {
         r = timer_names(unit, &timer, &service);
         if (r >= 0 && op == IDLE_TIMER_CREATE)
                 r = host_bus_start_stop_timer(h->bus, timer, service, unit, span,
-                                              MIN(slack_of(h->sched.config.idle_stop) / 4, USEC_PER_SEC),
+                                              MIN(slack_of(host_engine_idle_stop(h, e)) / 4, USEC_PER_SEC),
                                               op_done, t);
         else if (r >= 0)
                 r = host_bus_unit_job(h->bus, op == IDLE_TIMER_RESTART ? "RestartUnit" : "StopUnit", timer,
@@ -188,7 +214,7 @@ static void wake_at(Host *h, usec_t when) {
 void host_idle_timer_sync(Host *h) {
         assert(h);
         IdleTimer *t = &h->idle_timer;
-        usec_t now = host_now(h), required = 0, slack = slack_of(h->sched.config.idle_stop), margin;
+        usec_t now = host_now(h), required = 0, slack, margin;
         bool busy = false;
         ssize_t want;
 
@@ -212,10 +238,11 @@ void host_idle_timer_sync(Host *h) {
                 wake_at(h, t->retry_at);
                 return;
         }
+        slack = slack_of(host_engine_idle_stop(h, want));
         /* in flight, the earliest stop moves with the clock: renewed half a slack before it is reached */
         margin = busy ? slack / 2 : 0;
         if (t->engine == want && t->at >= required + margin && t->at <= required + 2 * slack) {
-                wake_at(h, busy ? t->at - margin - h->sched.config.idle_stop : USEC_INFINITY);
+                wake_at(h, busy ? t->at - margin - host_engine_idle_stop(h, want) : USEC_INFINITY);
                 return;
         }
         if (t->engine == want && t->at < required + margin && t->span >= required - now + margin)

@@ -235,6 +235,12 @@ void host_switch_adopt(Host *h, size_t engine);
 /* A switch that has stopped nothing is dropped: nobody waits for it any more (rule:abandon-switch) */
 void host_switch_drop(Host *h, const char *why);
 void host_idle_stop(Host *h, ssize_t engine, bool requested);
+/* "3090-flint-40b id=…": w's model and request id as the log lines about it say them, escaped */
+char *host_waiter_log_words(const HostWaiter *w);
+/* The scheduler's engines take their [Engine] IdleStopSec= (at start and at each reload) */
+void host_engines_idle_stop_set(Host *h);
+/* engine's IdleStopSec= (its [Engine]'s, else the host's); engine -1: the host's */
+usec_t host_engine_idle_stop(const Host *h, ssize_t engine);
 /* The engine the switch was for answers (and is warmed up): it serves from now. */
 void host_engine_is_up(Host *h);
 int host_deadline_cb(sd_event_source *s, uint64_t usec, void *userdata);

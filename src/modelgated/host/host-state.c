@@ -70,14 +70,14 @@ static int schedule_cb(sd_event_source *s, void *userdata) {
                         h->target = a.engine;
                         metrics_switch(h->env.metrics, h->conf->name, engine_name(h, a.engine));
                         free(h->for_model);
-                        h->for_model = log_escape_dup(w->model); /* for log lines only */
+                        h->for_model = host_waiter_log_words(w); /* for log lines only */
                         host_begin_switch(h);
                         break;
                 case SCHED_STOP:
                         host_prompt_cache_idle_stop(h, a.engine, a.requested);
                         break;
                 case SCHED_WAIT: {
-                        _cleanup_free_ char *model = log_escape_dup(w->model);
+                        _cleanup_free_ char *model = host_waiter_log_words(w);
                         char why[160];
                         if (host_waiter_reason(w, why, sizeof(why)) < 0)
                                 snprintf(why, sizeof(why), "the running engine");
@@ -240,6 +240,7 @@ Host *host_new(const HostEnv *env, Config *config, const HostConf *conf) {
         SchedConfig sc = sched_config_of(config, conf);
         if (sched_init(&h->sched, &sc, h->n_engines) < 0)
                 goto fail;
+        host_engines_idle_stop_set(h);
         r = sd_event_add_defer(env->event, &h->schedule_source, schedule_cb, h);
         if (r >= 0)
                 r = sd_event_add_time(env->event, &h->sched_timer, CLOCK_MONOTONIC, USEC_INFINITY, 0,
@@ -362,6 +363,7 @@ int host_set_conf(Host *h, Config *config, const HostConf *conf) {
         h->engines = engines;
         h->conf = conf;
         h->sched.config = sched_config_of(config, conf);
+        host_engines_idle_stop_set(h);
         if (h->bus)
                 host_bus_set_conf(h->bus, conf);
         config_unref(h->config);
@@ -646,12 +648,6 @@ int host_request_stop(Host *h) {
         sched_request_stop(&h->sched);
         host_schedule_later(h);
         return 1;
-}
-
-bool host_keeps_daemon(const Host *h) {
-        assert(h);
-        /* an engine it runs must still get its idle stop, which only a running daemon can do */
-        return !host_drained(h) || (h->running >= 0 && h->sched.config.idle_stop != USEC_INFINITY);
 }
 
 usec_t host_up_since(const Host *h) {

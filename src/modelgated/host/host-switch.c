@@ -528,7 +528,7 @@ static void idle_stopped(HostBus *b, size_t i, const char *result, const char *e
         else if (result && streq(result, "done"))
                 /* the rule's time, not the timer's (which fires a little after it) */
                 log_notice("host %s: idle %s, engine %s stopped", h->conf->name,
-                           format_timespan(t, sizeof(t), h->sched.config.idle_stop) ?: "?",
+                           format_timespan(t, sizeof(t), host_engine_idle_stop(h, (ssize_t)i)) ?: "?",
                            engine_name(h, (ssize_t)i));
         else
                 log_warning("host %s: idle stop of engine %s failed: %s", h->conf->name,

@@ -4,10 +4,12 @@
  * and time switching. */
 
 #include <assert.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "modelgated/host/catalog.h"
 #include "modelgated/host/host-internal.h"
+#include "modelgated/rules/request-id.h"
 #include "shared/log.h"
 #include "shared/strv.h"
 
@@ -49,6 +51,36 @@ const char *host_stopping(const Host *h) {
         if (h->phase != PHASE_IDLE_STOP)
                 return NULL;
         return h->stop_requested ? "stop" : "idle-stop";
+}
+
+/* modelgatectl engines, ListEngines(): engine i as its host's states say it */
+const char *host_engine_state(const Host *h, size_t i) {
+        assert(h);
+        assert(i < h->n_engines);
+        if (h->state == HOST_CONNECTING || h->bus_down)
+                return "unknown"; /* nobody has asked its manager yet, or cannot now */
+        if (h->running == (ssize_t)i) {
+                if (h->phase == PHASE_IDLE_STOP || h->phase == PHASE_GIVING_UP ||
+                    (h->phase == PHASE_STOPPING && h->target != (ssize_t)i))
+                        return "stopping";
+                return h->engine_up ? "serving" : "starting";
+        }
+        if (host_switch_target(h) == (ssize_t)i)
+                return "starting";
+        if (host_held_until(h, i) > 0)
+                return "held";
+        return "stopped";
+}
+
+char *host_waiter_log_words(const HostWaiter *w) {
+        _cleanup_free_ char *model = log_escape_dup(w->model);
+        char id[REQUEST_ID_MAX * 4 + 1];
+        char *s;
+
+        if (w->id.n == 0)
+                return TAKE_PTR(model);
+        log_escape(id, sizeof(id), w->id.p, w->id.n);
+        return asprintf(&s, "%s id=%s", strna(model), id) < 0 ? NULL : s;
 }
 
 ssize_t host_switch_target(const Host *h) {

@@ -49,6 +49,9 @@ struct HostWaiter {
         Host *host;     /* NULL once released or answered with an error */
         ssize_t engine; /* index into the host's engines; -1: a host without engines (host_attach()) */
         const char *model;
+        /* rule:request-id: the request's id, on the log lines about it (the switch it causes, its wait);
+         * set by the caller once host_acquire() has queued it or let it go; none: {} */
+        Span id;
         HostReadyFn ready;
         HostDownFn down; /* optional */
         SchedRequest req;
@@ -188,6 +191,9 @@ bool host_switch_pending(const Host *h);
 unsigned host_waiting(const Host *h);
 /* The engine whose unit runs (up or being checked), or -1. */
 ssize_t host_running(const Host *h);
+/* Engine i's state: "serving", "starting", "stopping", "stopped", "held" (after a failed start) or
+ * "unknown" (its host's bus is not known or gone) */
+const char *host_engine_state(const Host *h, size_t i);
 const char *host_last_error(const Host *h);
 /* rule:last-error: when LastError was said, CLOCK_REALTIME µs (0: no error) */
 usec_t host_last_error_usec(const Host *h);

@@ -13,6 +13,7 @@
 #include "shared/keys-file.h"
 #include "shared/log.h"
 #include "shared/state-file.h"
+#include "shared/time-util.h"
 
 /* Anonymous clients are counted per address (IPv6 per /64, which is what one client has): at most
  * USAGE_ANONYMOUS_MAX a day. Past the cap, new anonymous addresses share one count (USAGE_OVERFLOW) with the
@@ -362,6 +363,7 @@ static int over_cap(Access *a, const Config *c, const AccessCaller *caller, bool
                     uint64_t charged, uint64_t left, AccessDenial *d) {
         uint64_t cap = caller->tier ? caller->tier->daily_requests : c->access.anonymous_daily_requests;
         uint64_t tokens_cap = caller->tier ? caller->tier->daily_tokens : UINT64_MAX;
+        char span[FORMAT_TIMESPAN_MAX];
 
         if (cap != UINT64_MAX && requests >= cap) {
                 *d = (AccessDenial){.answer = ANSWER_DAILY_LIMIT, .retry_after = left};
@@ -371,7 +373,8 @@ static int over_cap(Access *a, const Config *c, const AccessCaller *caller, bool
                         : overflow   ? "this proxy has counted its most anonymous addresses today, and the "
                                        "rest, sharing one count,"
                                      : "this address",
-                        (unsigned long long)cap, key_usage_day(a->usage), (unsigned long long)left);
+                        (unsigned long long)cap, key_usage_day(a->usage),
+                        answer_time_left(span, sizeof(span), left) ?: "?");
                 return ACCESS_OVER_CAP;
         }
         /* rule:daily-tokens: a request in flight when the cap is crossed finishes; the next is refused */
@@ -379,7 +382,7 @@ static int over_cap(Access *a, const Config *c, const AccessCaller *caller, bool
                 *d = (AccessDenial){.answer = ANSWER_DAILY_TOKENS, .retry_after = left};
                 (void)answer_format(d->message, sizeof(d->message), d->answer, (unsigned long long)charged,
                                     key_usage_day(a->usage), (unsigned long long)tokens_cap,
-                                    (unsigned long long)left);
+                                    answer_time_left(span, sizeof(span), left) ?: "?");
                 return ACCESS_OVER_CAP;
         }
         return ACCESS_ALLOWED;

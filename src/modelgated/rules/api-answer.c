@@ -4,6 +4,7 @@
 
 #include "modelgated/rules/api-answer.h"
 #include "modelgated/rules/conversation.h"
+#include "shared/time-util.h"
 
 #define WORDS_OF_(x) #x
 #define WORDS_OF(x) WORDS_OF_(x)
@@ -44,13 +45,13 @@ static const AnswerRow answer_table[_ANSWER_MAX] = {
                  "or \"X-Api-Key: <key>\""},
         [ANSWER_DAILY_LIMIT] =
                 {429, "rate_limit_exceeded", ANSWER_HEADERS_RETRY_AFTER, 0,
-                 "%s has used its %llu requests for today (%s, UTC); the count starts again in "
-                 "%llu s"},
+                 "%s has used its %llu requests for today (%s, UTC); the count starts again at "
+                 "00:00 UTC (in %s)"},
         /* rule:daily-tokens */
         [ANSWER_DAILY_TOKENS] =
                 {429, "rate_limit_exceeded", ANSWER_HEADERS_RETRY_AFTER, 0,
                  "this key has used %llu tokens today (%s, UTC), its tier's DailyTokens=%llu (prompt tokens "
-                 "not from the cache, and generated ones); the count starts again in %llu s"},
+                 "not from the cache, and generated ones); the count starts again at 00:00 UTC (in %s)"},
         [ANSWER_BODY_TOO_LARGE] = {413, "request_too_large", ANSWER_HEADERS_NONE, 0,
                                    "request body is larger than %s allows (%s %llu bytes)"},
         [ANSWER_BODY_NOT_TAKEN] = {413, "request_too_large", ANSWER_HEADERS_NONE, 0,
@@ -190,6 +191,13 @@ int answer_format(char *buf, size_t size, Answer a, ...) {
         r = answer_vformat(buf, size, a, ap);
         va_end(ap);
         return r;
+}
+
+char *answer_time_left(char *buf, size_t size, uint64_t seconds) {
+        /* the seconds of 18 h 56 min would be noise; the clock time beside it is exact */
+        if (seconds >= 60)
+                seconds -= seconds % 60;
+        return format_timespan(buf, size, seconds * USEC_PER_SEC);
 }
 
 int answer_retry_after(char *buf, size_t size, uint64_t seconds, bool ms) {

@@ -31,13 +31,13 @@ typedef enum Answer {
         ANSWER_TOO_MANY_CONNECTIONS, /* connections (unsigned long long), MaxConnectionsPerAddress= (ull) */
         ANSWER_INVALID_API_KEY,      /* the key's digest in hex */
         ANSWER_MISSING_API_KEY,      /* - */
-        ANSWER_DAILY_LIMIT,          /* who, the cap (ull), the day, seconds left (ull); Retry-After given */
-        ANSWER_DAILY_TOKENS,     /* tokens counted (ull), the day, DailyTokens= (ull), seconds left (ull); as
-                                    above */
-        ANSWER_BODY_TOO_LARGE,   /* whose limit, its option, the limit (ull) */
-        ANSWER_BODY_NOT_TAKEN,   /* - */
-        ANSWER_INVALID_JSON,     /* - */
-        ANSWER_MODEL_NOT_STRING, /* - */
+        ANSWER_DAILY_LIMIT,  /* who, the cap (ull), the day, the time left (answer_time_left()); Retry-After
+                                given */
+        ANSWER_DAILY_TOKENS, /* tokens counted (ull), the day, DailyTokens= (ull), the time left; as above */
+        ANSWER_BODY_TOO_LARGE,          /* whose limit, its option, the limit (ull) */
+        ANSWER_BODY_NOT_TAKEN,          /* - */
+        ANSWER_INVALID_JSON,            /* - */
+        ANSWER_MODEL_NOT_STRING,        /* - */
         ANSWER_MODEL_TWICE_IN_BODY,     /* - */
         ANSWER_MODEL_MISSING_IN_BODY,   /* - */
         ANSWER_MODEL_MISSING,           /* - */
@@ -105,6 +105,8 @@ int answer_format(char *buf, size_t size, Answer a, ...);
 
 /* The one writing of the Retry-After family: "Retry-After: N\r\n", and "retry-after-ms: N000\r\n" when
  * ms; snprintf()'s return */
+/* "18h 56min" (to the minute from a minute on, else "42s"): the time to a day's end, for people */
+char *answer_time_left(char *buf, size_t size, uint64_t seconds);
 int answer_retry_after(char *buf, size_t size, uint64_t seconds, bool ms);
 
 /* The row's header lines, each ending in CRLF ("" for none); retry_after: the seconds for a row without

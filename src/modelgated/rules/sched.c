@@ -450,15 +450,21 @@ static usec_t deadline_of(const Sched *s, const SchedRequest *r) {
         return r->arrived + s->config.wait_budget;
 }
 
+usec_t sched_engine_idle_stop(const Sched *s, size_t i) {
+        assert(i < s->n_engines);
+        return s->engines[i].idle_stop ?: s->config.idle_stop;
+}
+
 static usec_t idle_stop_at(const Sched *s) {
         if (s->running < 0 || s->down || s->starting >= 0 || s->stopping || s->n_waiting > 0 ||
             s->n_in_flight > 0)
                 return USEC_INFINITY;
         if (s->stop_requested)
                 return 0;
-        if (s->config.idle_stop == USEC_INFINITY)
+        usec_t idle = sched_engine_idle_stop(s, (size_t)s->running);
+        if (idle == USEC_INFINITY)
                 return USEC_INFINITY;
-        return MAX(s->up_at, s->last_done) + s->config.idle_stop;
+        return MAX(s->up_at, s->last_done) + idle;
 }
 
 usec_t sched_idle_stop_at(const Sched *s) {

@@ -62,6 +62,7 @@ typedef struct SchedEngine {
         bool abandoned; /* an ABANDON to report */
         bool held;      /* its start failed at failed_at, and the hold has not been reported over */
         usec_t failed_at;
+        usec_t idle_stop; /* its own [Engine] IdleStopSec= (USEC_INFINITY: never); 0: the host's */
 } SchedEngine;
 
 typedef enum SchedActionType {
@@ -175,6 +176,8 @@ usec_t sched_next_timer(const Sched *s, usec_t now);
 usec_t sched_hold_down_until(const Sched *s, usec_t now);
 /* When the idle stop will happen as things are, USEC_INFINITY if it will not. */
 usec_t sched_idle_stop_at(const Sched *s);
+/* Engine i's IdleStopSec=: its own, else the host's (config.idle_stop); USEC_INFINITY: never */
+usec_t sched_engine_idle_stop(const Sched *s, size_t i);
 
 /* A switch away from the running engine is coming: one is starting, or a request waits for another
  * engine (an alias sends nobody else there meanwhile). */

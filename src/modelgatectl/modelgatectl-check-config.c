@@ -1,0 +1,38 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* check-config: the installed modelgated's --check-config. modelgated lives in meson's libexecdir, which
+ * is on nobody's PATH (/usr/local/libexec, /usr/libexec), so the command a reader types is this one: it
+ * runs the modelgated the build installed, with the instance and the file this command line names. */
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "modelgatectl/modelgatectl.h"
+#include "shared/log.h"
+#include "shared/macro.h"
+
+int do_check_config(void) {
+        /* $MODELGATED: a modelgated of a build tree, not installed */
+        const char *path = getenv("MODELGATED");
+        _cleanup_free_ char *config = NULL;
+        char *argv[5];
+        size_t n = 0;
+
+        if (!path || !*path)
+                path = MODELGATED_PATH;
+        if (arg_config && asprintf(&config, "--config=%s", arg_config) < 0)
+                return log_oom(), EXIT_FAILED;
+        argv[n++] = (char *)path;
+        argv[n++] = (char *)"--check-config";
+        argv[n++] = (char *)(arg_user ? "--user" : "--system");
+        if (config)
+                argv[n++] = config;
+        argv[n] = NULL;
+        /* modelgated's exit status is this command's: 0, or 78 (EX_CONFIG) for a file with errors */
+        fflush(stdout);
+        execv(path, argv);
+        log_error_errno(errno, "Cannot run %s: %m (modelgated as installed; $MODELGATED names another)",
+                        path);
+        return EXIT_FAILED;
+}
