@@ -253,6 +253,10 @@ class Handler(BaseHTTPRequestHandler):
         """llama-server's POST /slots/<id>?action=save|restore (--slot-save-path): a save takes
         --slot-save-delay seconds; a restore fails as a missing file does with --slot-restore-fails"""
         filename = json.loads(body or b"{}").get("filename", "")
+        if action == "save" and ARGS.slot_save_fault == "hang":
+            return self.hang()  # a host that stops answering mid-save
+        if action == "save" and ARGS.slot_save_fault == "cut":
+            return self.cut()  # the connection dies: no answer at all
         if action == "save":
             time.sleep(ARGS.slot_save_delay)
             return self.send_json(200, {"id_slot": int(slot), "filename": filename, "n_saved": 1000,
@@ -261,6 +265,7 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_error_json(400, "Unable to restore slot: No available space in KV cache or invalid "
                                         "slot save file", "invalid_request_error")
         if action == "restore":
+            time.sleep(ARGS.slot_restore_delay)
             return self.send_json(200, {"id_slot": int(slot), "filename": filename, "n_restored": 1000,
                                         "n_read": 4096000, "timings": {"restore_ms": 1.0}})
         return self.send_error_json(400, "Invalid action", "invalid_request_error")
@@ -619,6 +624,9 @@ def main():
     p.add_argument("--slot-save-delay", type=float, default=None,
                    help="as --slot-save-path: slots hold a prompt, POST /slots/N?action=save takes this long")
     p.add_argument("--slot-restore-fails", action="store_true", help="action=restore answers 400")
+    p.add_argument("--slot-restore-delay", type=float, default=0.0, help="seconds action=restore takes")
+    p.add_argument("--slot-save-fault", choices=["hang", "cut"],
+                   help="action=save is taken and never answered (hang), or its connection is closed (cut)")
     p.add_argument("--verbose", action="store_true")
     p.add_argument("--tls-cert", help="serve https with this certificate (PEM) ...")
     p.add_argument("--tls-key", help="... and this key")

@@ -66,6 +66,8 @@ typedef struct PromptCache {
         uint64_t done, tokens, bytes;
         sd_event_source *budget;
         ssize_t stop_engine; /* the idle stop the save is for */
+        HostCacheStep shown; /* what the waiting requests, /activity and /ui show of it */
+        bool shown_any;
 } PromptCache;
 
 static void pc_next(Host *h);
@@ -76,7 +78,8 @@ static void saved_free(Saved *v, size_t n) {
         free(v);
 }
 
-static void pc_finish(Host *h, const char *why) {
+/* tell: the owner hears of the step's end (not while the host is reset, or freed) */
+static void pc_end(Host *h, const char *why, bool tell) {
         PromptCache *c = h->prompt_cache;
         void (*then)(Host * h) = c->then;
         bool restore = c->step == PC_RESTORE;
@@ -94,18 +97,30 @@ static void pc_finish(Host *h, const char *why) {
                                      c->done, c->bytes, host_now(h) - c->start);
         if (c->done > 0 || why)
                 log_notice("host %s: engine %s: %s the prompt caches of %llu slot%s (%llu tokens, %llu KiB) "
-                           "in %s%s%s",
+                           "in %s%s%s%s%s",
                            h->conf->name, engine_name(h, c->engine), restore ? "restored" : "saved",
                            (unsigned long long)c->done, c->done == 1 ? "" : "s",
                            (unsigned long long)c->tokens, (unsigned long long)(c->bytes / 1024),
                            format_timespan(t, sizeof(t),
                                            (host_now(h) - c->start) / USEC_PER_MSEC * USEC_PER_MSEC)
                                    ?: "?",
+                           restore                ? ""
+                           : c->shown.before >= 0 ? ", before the switch to "
+                                                  : ", before its idle stop",
+                           restore || c->shown.before < 0 ? "" : engine_name(h, c->shown.before),
                            why ? "; " : "", why ?: "");
         c->step = PC_IDLE;
         c->then = NULL;
+        c->shown.end = MAX(host_now(h), c->shown.start + 1);
+        c->shown.end_wall = now_usec(CLOCK_REALTIME);
+        if (tell)
+                host_changed(h);
         if (then)
                 then(h);
+}
+
+static void pc_finish(Host *h, const char *why) {
+        pc_end(h, why, /* tell= */ true);
 }
 
 static int pc_budget_cb(sd_event_source *s, uint64_t usec, void *userdata) {
@@ -167,6 +182,10 @@ static bool pc_read_action(Host *h) {
         c->done++;
         c->tokens += (uint64_t)MAX(n, (int64_t)0);
         c->bytes += (uint64_t)MAX(b, (int64_t)0);
+        c->shown.slots = c->done;
+        c->shown.tokens = c->tokens;
+        c->shown.bytes = c->bytes;
+        host_changed(h);
         return true;
 }
 
@@ -212,6 +231,10 @@ static void pc_on_complete(Upstream *u, void *userdata) {
                 break;
         case PC_SLOTS:
                 pc_read_slots(c);
+                if (c->n_slots > 0) {
+                        c->shown.found += c->n_slots;
+                        host_changed(h);
+                }
                 if (c->n_slots == 0)
                         c->model++;
                 break;
@@ -394,6 +417,14 @@ static bool pc_begin(Host *h, ssize_t engine, PcStep step, void (*then)(Host *h)
         c->start = host_now(h);
         c->done = c->tokens = c->bytes = 0;
         c->models = catalog_list_free(c->models);
+        /* a step of the switch of its own: the waiting requests' words, /activity and /ui show it */
+        c->shown = (HostCacheStep){.restore = step == PC_RESTORE,
+                                   .engine = engine,
+                                   .before = step == PC_RESTORE ? -1 : h->target,
+                                   .start = c->start,
+                                   .start_wall = now_usec(CLOCK_REALTIME)};
+        c->shown_any = true;
+        host_changed(h);
         (void)sd_event_source_set_time_relative(c->budget, budget);
         (void)sd_event_source_set_enabled(c->budget, SD_EVENT_ONESHOT);
         return true;
@@ -427,9 +458,15 @@ void host_prompt_cache_restore(Host *h, ssize_t engine, void (*then)(Host *h)) {
         c->restoring = c->engines[engine].v;
         c->n_restoring = c->engines[engine].n;
         c->restore_i = 0;
+        c->shown.found = c->n_restoring;
         c->engines[engine].v = NULL;
         c->engines[engine].n = 0;
         pc_next(h);
+}
+
+const HostCacheStep *host_cache_step(const Host *h) {
+        assert(h);
+        return h->prompt_cache && h->prompt_cache->shown_any ? &h->prompt_cache->shown : NULL;
 }
 
 void host_prompt_cache_reset(Host *h) {
@@ -438,7 +475,7 @@ void host_prompt_cache_reset(Host *h) {
         if (!c || c->step == PC_IDLE)
                 return;
         c->then = NULL; /* what the switch waited for is gone with it */
-        pc_finish(h, "cancelled");
+        pc_end(h, "cancelled", /* tell= */ false);
 }
 
 int host_prompt_cache_init(Host *h) {
