@@ -5,6 +5,7 @@ a switch past PromptCacheSaveSec= nor fail the client's request. test_prompt_cac
 llama-server; test_engines.py the save that takes longer than its budget and the restore that fails."""
 
 import json
+import os
 import re
 import signal
 import threading
@@ -172,3 +173,61 @@ def test_the_ui_timeline_draws_the_save_and_the_restore(box, make_gate, tmp):
         assert b.failures() == []
     finally:
         b.stop()
+
+
+def test_with_shared_the_lease_holder_saves_and_the_instance_that_starts_the_engine_restores_once(
+        box, sshd, make_gate, tmp):
+    """two instances (A on the box's bus, B through ssh), each agent on its own: B's agent's turn switches
+    to fork (B saves mainline), A's switches back (A saves fork, and restores mainline from the file B's
+    save wrote, which A never saved itself); the instance that adopts the engine restores nothing"""
+    from test_shared import remote_host, shared_conf
+
+    port = free_port()
+    files = os.path.join(tmp, "slot-saves")
+    os.makedirs(files)
+    engines = two_engines(box, port, double_args="--slot-save-delay 0.2 --slot-save-dir " + files) % {
+        "host": "3090", "extra": ""}
+    keys = {"HoldDownSec": "1s"}
+    a = make_gate(shared_conf(local_host("3090", port), engines, keys), env=gate_env(box))
+    b = make_gate(shared_conf(remote_host(box, sshd, port), engines, keys))
+    a.wait_log("host 3090 up")
+    b.wait_log("host 3090 up")
+    for g, model, engine in ((a, "3090-laguna-xs", "mainline"), (b, "3090-flint-40b", "fork"),
+                             (a, "3090-laguna-xs", "mainline")):
+        assert ask(g, model)[:2] == (200, engine)
+    restored = a.wait_log("host 3090: engine mainline: restored the prompt caches of 1 slot")
+    line = b.wait_log("host 3090: engine mainline: saved the prompt caches of 1 slot")
+    assert line.endswith(", before the switch to fork"), line
+    a.wait_log("host 3090: engine fork: saved the prompt caches of 1 slot")
+    print("\nB saved: %s\nA restored: %s" % (line, restored))
+    asked = [json.loads(q["body"]) for q in double_requests(port) if q["path"].startswith("/slots/0?action=restore")]
+    assert len(asked) == 1 and asked[0]["model"] == "laguna-xs", asked
+    # the file B's save wrote: one per (engine, model, slot), whichever instance saved
+    assert asked[0]["filename"] in os.listdir(files) and len(os.listdir(files)) == 2, os.listdir(files)
+    assert re.fullmatch(r"modelgate-mainline-[0-9a-f]{16}-0\.slot", asked[0]["filename"]), asked
+    # whoever holds no lease saves nothing, and the instance that adopted the engine restores nothing
+    for g, mark in ((a, "a"), (b, "b")):
+        g.log_mark(mark)
+    assert "engine mainline: saved" not in a.logtext() and "engine fork: saved" not in b.logtext()
+    # restored once, by the instance that started the engine: the first starts found no file (a miss)
+    assert a.logtext().count("engine mainline: restored") == 1 and "engine mainline: restored" not in b.logtext()
+    assert "restored the prompt caches" not in b.logtext(), b.logtext()
+    assert "engine mainline: the prompt cache of slot 0 was not restored (400): a cache miss" in a.logtext()
+
+
+def test_an_engine_that_answered_501_is_asked_again_after_a_reload(box, make_gate):
+    """rule:prompt-cache: a 501 (no --slot-save-path) ends the asking until a reload; the operator who adds
+    the option reloads, and the host (kept by the reload) asks again"""
+    g, port = gate(box, make_gate, "--slot-save-delay 0 --slot-save-fault 501", "5s")
+    said = "host 3090: engine mainline does not save prompt caches (it answered 501"
+    for model, engine in (("3090-laguna-xs", "mainline"), ("3090-flint-40b", "fork"),
+                          ("3090-laguna-xs", "mainline"), ("3090-flint-40b", "fork")):
+        assert ask(g, model)[:2] == (200, engine)
+    g.log_mark("before")
+    assert g.logtext().count(said) == 1  # said once, not asked again
+    g.proc.send_signal(signal.SIGHUP)
+    g.wait_log("Reloaded ")
+    assert "1 kept" in g.wait_log("Reloaded "), g.wait_log("Reloaded ")
+    for model, engine in (("3090-laguna-xs", "mainline"), ("3090-flint-40b", "fork")):
+        assert ask(g, model)[:2] == (200, engine)
+    g.wait_log(said, count=2)

@@ -44,7 +44,7 @@ typedef enum PcStep {
         PC_IDLE,
         PC_MODELS,  /* GET /models */
         PC_SLOTS,   /* GET /slots?model=…&autoload=false */
-        PC_SAVE,    /* POST /slots/<id>?action=save */
+        PC_SAVE,    /* POST /slots/<id>?action=save (or restore, when it walks) */
         PC_RESTORE, /* POST /slots/<id>?action=restore */
 } PcStep;
 
@@ -66,6 +66,7 @@ typedef struct PromptCache {
         uint64_t done, tokens, bytes;
         sd_event_source *budget;
         ssize_t stop_engine; /* the idle stop the save is for */
+        bool walk; /* Shared=: a restore that finds its slots as a save does, by the files' names */
         HostCacheStep shown; /* what the waiting requests, /activity and /ui show of it */
         bool shown_any;
 } PromptCache;
@@ -82,7 +83,7 @@ static void saved_free(Saved *v, size_t n) {
 static void pc_end(Host *h, const char *why, bool tell) {
         PromptCache *c = h->prompt_cache;
         void (*then)(Host * h) = c->then;
-        bool restore = c->step == PC_RESTORE;
+        bool restore = c->step == PC_RESTORE || c->walk;
         char t[FORMAT_TIMESPAN_MAX];
 
         c->up = upstream_cancel(c->up);
@@ -110,6 +111,7 @@ static void pc_end(Host *h, const char *why, bool tell) {
                            restore || c->shown.before < 0 ? "" : engine_name(h, c->shown.before),
                            why ? "; " : "", why ?: "");
         c->step = PC_IDLE;
+        c->walk = false;
         c->then = NULL;
         c->shown.end = MAX(host_now(h), c->shown.start + 1);
         c->shown.end_wall = now_usec(CLOCK_REALTIME);
@@ -152,7 +154,8 @@ static json_object *pc_json(PromptCache *c) {
         return o;
 }
 
-/* The slots of the model asked about that hold a prompt: [{"id":0,"n_prompt_tokens":3404,…},…] */
+/* The slots of the model asked about that hold a prompt: [{"id":0,"n_prompt_tokens":3404,…},…]; every slot
+ * for a restore that walks (an engine just up holds none) */
 static void pc_read_slots(PromptCache *c) {
         _cleanup_(json_object_putp) json_object *root = pc_json(c);
 
@@ -163,7 +166,7 @@ static void pc_read_slots(PromptCache *c) {
                 json_object *s = json_object_array_get_idx(root, i);
                 int64_t id, n;
                 if (json_get_int(s, "id", &id) && id >= 0 && id < 65536 &&
-                    json_get_int(s, "n_prompt_tokens", &n) && n > 0)
+                    (c->walk || (json_get_int(s, "n_prompt_tokens", &n) && n > 0)))
                         c->slots[c->n_slots++] = (unsigned)id;
         }
 }
@@ -172,7 +175,7 @@ static void pc_read_slots(PromptCache *c) {
 static bool pc_read_action(Host *h) {
         PromptCache *c = h->prompt_cache;
         _cleanup_(json_object_putp) json_object *root = pc_json(c);
-        bool save = c->step == PC_SAVE;
+        bool save = c->step == PC_SAVE && !c->walk;
         int64_t n = 0, b = 0;
 
         if (!root)
@@ -239,7 +242,13 @@ static void pc_on_complete(Upstream *u, void *userdata) {
                         c->model++;
                 break;
         case PC_SAVE:
-                if (pc_read_action(h))
+                if (c->walk) {
+                        if (!pc_read_action(h))
+                                log_info("host %s: engine %s: the prompt cache of slot %u was not restored "
+                                         "(%d): a cache miss",
+                                         h->conf->name, engine_name(h, c->engine), c->slots[c->slot],
+                                         c->status);
+                } else if (pc_read_action(h))
                         pc_remember(h, catalog_list_id(c->models, c->model), c->slots[c->slot]);
                 else
                         log_info("host %s: engine %s: the prompt cache of slot %u could not be saved (%d)",
@@ -271,7 +280,7 @@ static void pc_on_error(Upstream *u, int error, bool started, void *userdata) {
 
         c->up = NULL;
         log_info("host %s: engine %s: prompt cache %s: %s", h->conf->name, engine_name(h, c->engine),
-                 c->step == PC_RESTORE ? "restore" : "save", upstream_strerror(error));
+                 c->step == PC_RESTORE || c->walk ? "restore" : "save", upstream_strerror(error));
         pc_finish(h, NULL);
 }
 
@@ -394,15 +403,16 @@ static void pc_next(Host *h) {
                         r = pc_send(h, "GET", path, NULL);
                 } else {
                         c->step = PC_SAVE;
-                        r = pc_send_action(h, "save", catalog_list_id(c->models, c->model),
-                                           c->slots[c->slot]);
+                        r = pc_send_action(h, c->walk ? "restore" : "save",
+                                           catalog_list_id(c->models, c->model), c->slots[c->slot]);
                 }
         }
         if (r < 0)
                 pc_finish(h, NULL);
 }
 
-static bool pc_begin(Host *h, ssize_t engine, PcStep step, void (*then)(Host *h)) {
+/* walk: a restore that finds its slots as a save does (Shared=) */
+static bool pc_begin(Host *h, ssize_t engine, PcStep step, bool walk, void (*then)(Host *h)) {
         PromptCache *c = h->prompt_cache;
         usec_t budget;
 
@@ -412,15 +422,16 @@ static bool pc_begin(Host *h, ssize_t engine, PcStep step, void (*then)(Host *h)
         if (budget == 0 || budget == USEC_INFINITY || c->engines[engine].unsupported)
                 return false;
         c->step = step;
+        c->walk = walk;
         c->engine = engine;
         c->then = then;
         c->start = host_now(h);
         c->done = c->tokens = c->bytes = 0;
         c->models = catalog_list_free(c->models);
         /* a step of the switch of its own: the waiting requests' words, /activity and /ui show it */
-        c->shown = (HostCacheStep){.restore = step == PC_RESTORE,
+        c->shown = (HostCacheStep){.restore = step == PC_RESTORE || walk,
                                    .engine = engine,
-                                   .before = step == PC_RESTORE ? -1 : h->target,
+                                   .before = step == PC_RESTORE || walk ? -1 : h->target,
                                    .start = c->start,
                                    .start_wall = now_usec(CLOCK_REALTIME)};
         c->shown_any = true;
@@ -433,7 +444,8 @@ static bool pc_begin(Host *h, ssize_t engine, PcStep step, void (*then)(Host *h)
 void host_prompt_cache_save(Host *h, ssize_t engine, void (*then)(Host *h)) {
         assert(h && then);
         /* a save never delays a stop for another reason: an engine that is not up has nothing to give */
-        if (engine != h->running || !h->engine_up || !pc_begin(h, engine, PC_MODELS, then)) {
+        if (engine != h->running || !h->engine_up ||
+            !pc_begin(h, engine, PC_MODELS, /* walk= */ false, then)) {
                 then(h);
                 return;
         }
@@ -449,8 +461,25 @@ void host_prompt_cache_restore(Host *h, ssize_t engine, void (*then)(Host *h)) {
         assert(h && then);
         PromptCache *c = h->prompt_cache;
 
-        if (h->adopting || !c || engine < 0 || (size_t)engine >= h->n_engines || c->engines[engine].n == 0 ||
-            !pc_begin(h, engine, PC_RESTORE, then)) {
+        if (h->adopting || !c || engine < 0 || (size_t)engine >= h->n_engines) {
+                then(h);
+                return;
+        }
+        if (h->conf->shared) {
+                /* rule:prompt-cache: another instance may have saved last, and the names are the files':
+                 * each slot of each model the engine has loaded, by the name a save gives it. The
+                 * instance that started the engine restores; the others adopt it, and do not. */
+                saved_free(c->engines[engine].v, c->engines[engine].n);
+                c->engines[engine].v = NULL;
+                c->engines[engine].n = 0;
+                if (!pc_begin(h, engine, PC_MODELS, /* walk= */ true, then)) {
+                        then(h);
+                        return;
+                }
+                pc_next(h);
+                return;
+        }
+        if (c->engines[engine].n == 0 || !pc_begin(h, engine, PC_RESTORE, /* walk= */ false, then)) {
                 then(h);
                 return;
         }
@@ -476,6 +505,11 @@ void host_prompt_cache_reset(Host *h) {
                 return;
         c->then = NULL; /* what the switch waited for is gone with it */
         pc_end(h, "cancelled", /* tell= */ false);
+}
+
+void host_prompt_cache_reloaded(Host *h) {
+        for (size_t i = 0; h->prompt_cache && i < h->n_engines; i++)
+                h->prompt_cache->engines[i].unsupported = false;
 }
 
 int host_prompt_cache_init(Host *h) {
