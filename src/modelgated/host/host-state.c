@@ -13,7 +13,6 @@
 
 #include "modelgated/rules/api-answer.h"
 #include "modelgated/host/catalog.h"
-#include "modelgated/rules/catalog-list.h"
 #include "modelgated/host/host-internal.h"
 #include "modelgated/records/metrics.h"
 #include "shared/log.h"
