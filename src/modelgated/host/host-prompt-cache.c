@@ -5,7 +5,11 @@
  *            holds a prompt, into a file named by (host, engine, model, slot), so the files on the GPU
  *            host never grow beyond one set
  *   RESTORE  when the engine is up again, before it counts as up (so before any request reaches it):
- *            POST /slots/<id>?action=restore of what was saved, once
+ *            POST /slots/<id>?action=restore of what was saved, once; with Shared=, where the last save
+ *            may be another instance's, of each slot of each loaded model by the name a save gives it
+ *            (it walks /models and /slots as a save does)
+ * Each is a step of the switch of its own (host_cache_step()): the waiting requests' words, /activity's
+ * host event and /ui's timeline show it while it runs and after.
  * Each is bounded by PromptCacheSaveSec= (0: off): what is not done by then is abandoned and the switch
  * goes on. A 501 (a server without --slot-save-path) ends the asking for that engine, said once. A
  * restore that fails is a cache miss: the request that waits is never told. Apart from host-switch.c
