@@ -71,8 +71,9 @@ typedef struct PromptCache {
         sd_event_source *budget;
         ssize_t stop_engine; /* the idle stop the save is for */
         bool walk; /* Shared=: a restore that finds its slots as a save does, by the files' names */
-        HostCacheStep shown; /* what the waiting requests, /activity and /ui show of it */
-        bool shown_any;
+        HostCacheStep shown; /* the step under way or the last one: what the waiting requests are told */
+        HostCacheStep last;  /* the last one that found or did something, or was abandoned: /activity's */
+        bool last_any;
 } PromptCache;
 
 static void pc_next(Host *h);
@@ -119,6 +120,10 @@ static void pc_end(Host *h, const char *why, bool tell) {
         c->then = NULL;
         c->shown.end = MAX(host_now(h), c->shown.start + 1);
         c->shown.end_wall = now_usec(CLOCK_REALTIME);
+        if (c->shown.found > 0 || c->shown.slots > 0 || why) {
+                c->last = c->shown;
+                c->last_any = true;
+        }
         if (tell)
                 host_changed(h);
         if (then)
@@ -438,7 +443,6 @@ static bool pc_begin(Host *h, ssize_t engine, PcStep step, bool walk, void (*the
                                    .before = step == PC_RESTORE || walk ? -1 : h->target,
                                    .start = c->start,
                                    .start_wall = now_usec(CLOCK_REALTIME)};
-        c->shown_any = true;
         host_changed(h);
         (void)sd_event_source_set_time_relative(c->budget, budget);
         (void)sd_event_source_set_enabled(c->budget, SD_EVENT_ONESHOT);
@@ -499,7 +503,16 @@ void host_prompt_cache_restore(Host *h, ssize_t engine, void (*then)(Host *h)) {
 
 const HostCacheStep *host_cache_step(const Host *h) {
         assert(h);
-        return h->prompt_cache && h->prompt_cache->shown_any ? &h->prompt_cache->shown : NULL;
+        return h->prompt_cache && h->prompt_cache->step != PC_IDLE ? &h->prompt_cache->shown : NULL;
+}
+
+const HostCacheStep *host_cache_step_shown(const Host *h) {
+        assert(h);
+        const PromptCache *c = h->prompt_cache;
+
+        if (c && c->step != PC_IDLE && (c->shown.found > 0 || c->shown.slots > 0))
+                return &c->shown;
+        return c && c->last_any ? &c->last : NULL;
 }
 
 void host_prompt_cache_reset(Host *h) {

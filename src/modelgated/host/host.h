@@ -175,7 +175,7 @@ const char *host_stopping(const Host *h);
 /* The engine a switch or start under way goes to, or -1 */
 ssize_t host_switch_target(const Host *h);
 /* rule:prompt-cache: a save or restore of an engine's prompt caches, a step of the switch (or of the idle
- * stop) of its own: the one under way, or the last one that ended; NULL before the first */
+ * stop) of its own */
 typedef struct HostCacheStep {
         bool restore;                  /* else a save */
         ssize_t engine;                /* whose caches */
@@ -185,7 +185,11 @@ typedef struct HostCacheStep {
         uint64_t found;                /* slots that hold a prompt (a save), or to restore */
         uint64_t slots, tokens, bytes; /* done so far */
 } HostCacheStep;
+/* The step under way (what a waiting request is told), or NULL */
 const HostCacheStep *host_cache_step(const Host *h);
+/* What /activity shows: the step under way once it found a slot, else the last one that found or did
+ * something, or was abandoned; NULL: none yet. A save of an engine whose slots hold nothing is no step. */
+const HostCacheStep *host_cache_step_shown(const Host *h);
 
 /* An HTTP exchange of the host's own probe (its catalog's reads) failed at the network level (reason) or
  * succeeded (NULL): the host is down, or up. */

@@ -24,7 +24,7 @@ static usec_t to_realtime(Manager *m, usec_t mono) {
 void manager_activity_host(Manager *m, Host *h, ActivityHost *ret) {
         assert(m && h && ret);
         HostState st = host_state(h);
-        const HostCacheStep *pc = host_cache_step(h);
+        const HostCacheStep *pc = host_cache_step_shown(h);
         ssize_t running = host_running(h), target = host_switch_target(h);
 
         *ret = (ActivityHost){
