@@ -253,14 +253,26 @@ class Handler(BaseHTTPRequestHandler):
         """llama-server's POST /slots/<id>?action=save|restore (--slot-save-path): a save takes
         --slot-save-delay seconds; a restore fails as a missing file does with --slot-restore-fails"""
         filename = json.loads(body or b"{}").get("filename", "")
+        if action == "save" and ARGS.slot_save_fault == "hang":
+            return self.hang()  # a host that stops answering mid-save
+        if action == "save" and ARGS.slot_save_fault == "cut":
+            return self.cut()  # the connection dies: no answer at all
+        if ARGS.slot_save_fault == "501":
+            # llama-server without --slot-save-path
+            return self.send_error_json(501, "This server does not support slots action. Start it with "
+                                        "`--slot-save-path`", "not_supported_error")
         if action == "save":
             time.sleep(ARGS.slot_save_delay)
+            if ARGS.slot_save_dir:
+                open(os.path.join(ARGS.slot_save_dir, os.path.basename(filename)), "w").close()
             return self.send_json(200, {"id_slot": int(slot), "filename": filename, "n_saved": 1000,
                                         "n_written": 4096000, "timings": {"save_ms": 1.0}})
-        if action == "restore" and ARGS.slot_restore_fails:
+        if action == "restore" and (ARGS.slot_restore_fails or ARGS.slot_save_dir and not os.path.exists(
+                os.path.join(ARGS.slot_save_dir, os.path.basename(filename)))):
             return self.send_error_json(400, "Unable to restore slot: No available space in KV cache or invalid "
                                         "slot save file", "invalid_request_error")
         if action == "restore":
+            time.sleep(ARGS.slot_restore_delay)
             return self.send_json(200, {"id_slot": int(slot), "filename": filename, "n_restored": 1000,
                                         "n_read": 4096000, "timings": {"restore_ms": 1.0}})
         return self.send_error_json(400, "Invalid action", "invalid_request_error")
@@ -619,6 +631,12 @@ def main():
     p.add_argument("--slot-save-delay", type=float, default=None,
                    help="as --slot-save-path: slots hold a prompt, POST /slots/N?action=save takes this long")
     p.add_argument("--slot-restore-fails", action="store_true", help="action=restore answers 400")
+    p.add_argument("--slot-save-dir", help="a save leaves its file here, and a restore of a file not there fails, "
+                   "as llama-server's --slot-save-path DIR does (default: every restore is of a file that is there)")
+    p.add_argument("--slot-restore-delay", type=float, default=0.0, help="seconds action=restore takes")
+    p.add_argument("--slot-save-fault", choices=["hang", "cut", "501"],
+                   help="action=save is taken and never answered (hang), or its connection is closed (cut); "
+                   "501: every action is answered as by a server without --slot-save-path")
     p.add_argument("--verbose", action="store_true")
     p.add_argument("--tls-cert", help="serve https with this certificate (PEM) ...")
     p.add_argument("--tls-key", help="... and this key")

@@ -275,6 +275,8 @@ void host_prompt_cache_reset(Host *h);
 void host_prompt_cache_save(Host *h, ssize_t engine, void (*then)(Host *h));
 /* then() once what was saved for engine is restored (once), or cannot be */
 void host_prompt_cache_restore(Host *h, ssize_t engine, void (*then)(Host *h));
+/* A reload kept the host: an engine that answered 501 is asked again (it may have --slot-save-path now) */
+void host_prompt_cache_reloaded(Host *h);
 /* The scheduler's stop: an idle one saves first, one asked for by hand does not */
 void host_prompt_cache_idle_stop(Host *h, ssize_t engine, bool requested);
 /* host_engine_is_up() after a restore of what was saved for the target */

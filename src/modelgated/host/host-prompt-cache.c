@@ -5,7 +5,11 @@
  *            holds a prompt, into a file named by (host, engine, model, slot), so the files on the GPU
  *            host never grow beyond one set
  *   RESTORE  when the engine is up again, before it counts as up (so before any request reaches it):
- *            POST /slots/<id>?action=restore of what was saved, once
+ *            POST /slots/<id>?action=restore of what was saved, once; with Shared=, where the last save
+ *            may be another instance's, of each slot of each loaded model by the name a save gives it
+ *            (it walks /models and /slots as a save does)
+ * Each is a step of the switch of its own (host_cache_step()): the waiting requests' words, /activity's
+ * host event and /ui's timeline show it while it runs and after.
  * Each is bounded by PromptCacheSaveSec= (0: off): what is not done by then is abandoned and the switch
  * goes on. A 501 (a server without --slot-save-path) ends the asking for that engine, said once. A
  * restore that fails is a cache miss: the request that waits is never told. Apart from host-switch.c
@@ -44,7 +48,7 @@ typedef enum PcStep {
         PC_IDLE,
         PC_MODELS,  /* GET /models */
         PC_SLOTS,   /* GET /slots?model=…&autoload=false */
-        PC_SAVE,    /* POST /slots/<id>?action=save */
+        PC_SAVE,    /* POST /slots/<id>?action=save (or restore, when it walks) */
         PC_RESTORE, /* POST /slots/<id>?action=restore */
 } PcStep;
 
@@ -66,6 +70,10 @@ typedef struct PromptCache {
         uint64_t done, tokens, bytes;
         sd_event_source *budget;
         ssize_t stop_engine; /* the idle stop the save is for */
+        bool walk; /* Shared=: a restore that finds its slots as a save does, by the files' names */
+        HostCacheStep shown; /* the step under way or the last one: what the waiting requests are told */
+        HostCacheStep last;  /* the last one that found or did something, or was abandoned: /activity's */
+        bool last_any;
 } PromptCache;
 
 static void pc_next(Host *h);
@@ -76,10 +84,11 @@ static void saved_free(Saved *v, size_t n) {
         free(v);
 }
 
-static void pc_finish(Host *h, const char *why) {
+/* tell: the owner hears of the step's end (not while the host is reset, or freed) */
+static void pc_end(Host *h, const char *why, bool tell) {
         PromptCache *c = h->prompt_cache;
         void (*then)(Host * h) = c->then;
-        bool restore = c->step == PC_RESTORE;
+        bool restore = c->step == PC_RESTORE || c->walk;
         char t[FORMAT_TIMESPAN_MAX];
 
         c->up = upstream_cancel(c->up);
@@ -94,18 +103,35 @@ static void pc_finish(Host *h, const char *why) {
                                      c->done, c->bytes, host_now(h) - c->start);
         if (c->done > 0 || why)
                 log_notice("host %s: engine %s: %s the prompt caches of %llu slot%s (%llu tokens, %llu KiB) "
-                           "in %s%s%s",
+                           "in %s%s%s%s%s",
                            h->conf->name, engine_name(h, c->engine), restore ? "restored" : "saved",
                            (unsigned long long)c->done, c->done == 1 ? "" : "s",
                            (unsigned long long)c->tokens, (unsigned long long)(c->bytes / 1024),
                            format_timespan(t, sizeof(t),
                                            (host_now(h) - c->start) / USEC_PER_MSEC * USEC_PER_MSEC)
                                    ?: "?",
+                           restore                ? ""
+                           : c->shown.before >= 0 ? ", before the switch to "
+                                                  : ", before its idle stop",
+                           restore || c->shown.before < 0 ? "" : engine_name(h, c->shown.before),
                            why ? "; " : "", why ?: "");
         c->step = PC_IDLE;
+        c->walk = false;
         c->then = NULL;
+        c->shown.end = MAX(host_now(h), c->shown.start + 1);
+        c->shown.end_wall = now_usec(CLOCK_REALTIME);
+        if (c->shown.found > 0 || c->shown.slots > 0 || why) {
+                c->last = c->shown;
+                c->last_any = true;
+        }
+        if (tell)
+                host_changed(h);
         if (then)
                 then(h);
+}
+
+static void pc_finish(Host *h, const char *why) {
+        pc_end(h, why, /* tell= */ true);
 }
 
 static int pc_budget_cb(sd_event_source *s, uint64_t usec, void *userdata) {
@@ -137,7 +163,8 @@ static json_object *pc_json(PromptCache *c) {
         return o;
 }
 
-/* The slots of the model asked about that hold a prompt: [{"id":0,"n_prompt_tokens":3404,…},…] */
+/* The slots of the model asked about that hold a prompt: [{"id":0,"n_prompt_tokens":3404,…},…]; every slot
+ * for a restore that walks (an engine just up holds none) */
 static void pc_read_slots(PromptCache *c) {
         _cleanup_(json_object_putp) json_object *root = pc_json(c);
 
@@ -148,7 +175,7 @@ static void pc_read_slots(PromptCache *c) {
                 json_object *s = json_object_array_get_idx(root, i);
                 int64_t id, n;
                 if (json_get_int(s, "id", &id) && id >= 0 && id < 65536 &&
-                    json_get_int(s, "n_prompt_tokens", &n) && n > 0)
+                    (c->walk || (json_get_int(s, "n_prompt_tokens", &n) && n > 0)))
                         c->slots[c->n_slots++] = (unsigned)id;
         }
 }
@@ -157,7 +184,7 @@ static void pc_read_slots(PromptCache *c) {
 static bool pc_read_action(Host *h) {
         PromptCache *c = h->prompt_cache;
         _cleanup_(json_object_putp) json_object *root = pc_json(c);
-        bool save = c->step == PC_SAVE;
+        bool save = c->step == PC_SAVE && !c->walk;
         int64_t n = 0, b = 0;
 
         if (!root)
@@ -167,6 +194,10 @@ static bool pc_read_action(Host *h) {
         c->done++;
         c->tokens += (uint64_t)MAX(n, (int64_t)0);
         c->bytes += (uint64_t)MAX(b, (int64_t)0);
+        c->shown.slots = c->done;
+        c->shown.tokens = c->tokens;
+        c->shown.bytes = c->bytes;
+        host_changed(h);
         return true;
 }
 
@@ -212,11 +243,21 @@ static void pc_on_complete(Upstream *u, void *userdata) {
                 break;
         case PC_SLOTS:
                 pc_read_slots(c);
+                if (c->n_slots > 0) {
+                        c->shown.found += c->n_slots;
+                        host_changed(h);
+                }
                 if (c->n_slots == 0)
                         c->model++;
                 break;
         case PC_SAVE:
-                if (pc_read_action(h))
+                if (c->walk) {
+                        if (!pc_read_action(h))
+                                log_info("host %s: engine %s: the prompt cache of slot %u was not restored "
+                                         "(%d): a cache miss",
+                                         h->conf->name, engine_name(h, c->engine), c->slots[c->slot],
+                                         c->status);
+                } else if (pc_read_action(h))
                         pc_remember(h, catalog_list_id(c->models, c->model), c->slots[c->slot]);
                 else
                         log_info("host %s: engine %s: the prompt cache of slot %u could not be saved (%d)",
@@ -248,7 +289,7 @@ static void pc_on_error(Upstream *u, int error, bool started, void *userdata) {
 
         c->up = NULL;
         log_info("host %s: engine %s: prompt cache %s: %s", h->conf->name, engine_name(h, c->engine),
-                 c->step == PC_RESTORE ? "restore" : "save", upstream_strerror(error));
+                 c->step == PC_RESTORE || c->walk ? "restore" : "save", upstream_strerror(error));
         pc_finish(h, NULL);
 }
 
@@ -371,15 +412,16 @@ static void pc_next(Host *h) {
                         r = pc_send(h, "GET", path, NULL);
                 } else {
                         c->step = PC_SAVE;
-                        r = pc_send_action(h, "save", catalog_list_id(c->models, c->model),
-                                           c->slots[c->slot]);
+                        r = pc_send_action(h, c->walk ? "restore" : "save",
+                                           catalog_list_id(c->models, c->model), c->slots[c->slot]);
                 }
         }
         if (r < 0)
                 pc_finish(h, NULL);
 }
 
-static bool pc_begin(Host *h, ssize_t engine, PcStep step, void (*then)(Host *h)) {
+/* walk: a restore that finds its slots as a save does (Shared=) */
+static bool pc_begin(Host *h, ssize_t engine, PcStep step, bool walk, void (*then)(Host *h)) {
         PromptCache *c = h->prompt_cache;
         usec_t budget;
 
@@ -389,11 +431,19 @@ static bool pc_begin(Host *h, ssize_t engine, PcStep step, void (*then)(Host *h)
         if (budget == 0 || budget == USEC_INFINITY || c->engines[engine].unsupported)
                 return false;
         c->step = step;
+        c->walk = walk;
         c->engine = engine;
         c->then = then;
         c->start = host_now(h);
         c->done = c->tokens = c->bytes = 0;
         c->models = catalog_list_free(c->models);
+        /* a step of the switch of its own: the waiting requests' words, /activity and /ui show it */
+        c->shown = (HostCacheStep){.restore = step == PC_RESTORE || walk,
+                                   .engine = engine,
+                                   .before = step == PC_RESTORE || walk ? -1 : h->target,
+                                   .start = c->start,
+                                   .start_wall = now_usec(CLOCK_REALTIME)};
+        host_changed(h);
         (void)sd_event_source_set_time_relative(c->budget, budget);
         (void)sd_event_source_set_enabled(c->budget, SD_EVENT_ONESHOT);
         return true;
@@ -402,7 +452,8 @@ static bool pc_begin(Host *h, ssize_t engine, PcStep step, void (*then)(Host *h)
 void host_prompt_cache_save(Host *h, ssize_t engine, void (*then)(Host *h)) {
         assert(h && then);
         /* a save never delays a stop for another reason: an engine that is not up has nothing to give */
-        if (engine != h->running || !h->engine_up || !pc_begin(h, engine, PC_MODELS, then)) {
+        if (engine != h->running || !h->engine_up ||
+            !pc_begin(h, engine, PC_MODELS, /* walk= */ false, then)) {
                 then(h);
                 return;
         }
@@ -418,8 +469,25 @@ void host_prompt_cache_restore(Host *h, ssize_t engine, void (*then)(Host *h)) {
         assert(h && then);
         PromptCache *c = h->prompt_cache;
 
-        if (h->adopting || !c || engine < 0 || (size_t)engine >= h->n_engines || c->engines[engine].n == 0 ||
-            !pc_begin(h, engine, PC_RESTORE, then)) {
+        if (h->adopting || !c || engine < 0 || (size_t)engine >= h->n_engines) {
+                then(h);
+                return;
+        }
+        if (h->conf->shared) {
+                /* rule:prompt-cache: another instance may have saved last, and the names are the files':
+                 * each slot of each model the engine has loaded, by the name a save gives it. The
+                 * instance that started the engine restores; the others adopt it, and do not. */
+                saved_free(c->engines[engine].v, c->engines[engine].n);
+                c->engines[engine].v = NULL;
+                c->engines[engine].n = 0;
+                if (!pc_begin(h, engine, PC_MODELS, /* walk= */ true, then)) {
+                        then(h);
+                        return;
+                }
+                pc_next(h);
+                return;
+        }
+        if (c->engines[engine].n == 0 || !pc_begin(h, engine, PC_RESTORE, /* walk= */ false, then)) {
                 then(h);
                 return;
         }
@@ -427,9 +495,24 @@ void host_prompt_cache_restore(Host *h, ssize_t engine, void (*then)(Host *h)) {
         c->restoring = c->engines[engine].v;
         c->n_restoring = c->engines[engine].n;
         c->restore_i = 0;
+        c->shown.found = c->n_restoring;
         c->engines[engine].v = NULL;
         c->engines[engine].n = 0;
         pc_next(h);
+}
+
+const HostCacheStep *host_cache_step(const Host *h) {
+        assert(h);
+        return h->prompt_cache && h->prompt_cache->step != PC_IDLE ? &h->prompt_cache->shown : NULL;
+}
+
+const HostCacheStep *host_cache_step_shown(const Host *h) {
+        assert(h);
+        const PromptCache *c = h->prompt_cache;
+
+        if (c && c->step != PC_IDLE && (c->shown.found > 0 || c->shown.slots > 0))
+                return &c->shown;
+        return c && c->last_any ? &c->last : NULL;
 }
 
 void host_prompt_cache_reset(Host *h) {
@@ -438,7 +521,12 @@ void host_prompt_cache_reset(Host *h) {
         if (!c || c->step == PC_IDLE)
                 return;
         c->then = NULL; /* what the switch waited for is gone with it */
-        pc_finish(h, "cancelled");
+        pc_end(h, "cancelled", /* tell= */ false);
+}
+
+void host_prompt_cache_reloaded(Host *h) {
+        for (size_t i = 0; h->prompt_cache && i < h->n_engines; i++)
+                h->prompt_cache->engines[i].unsupported = false;
 }
 
 int host_prompt_cache_init(Host *h) {

@@ -13,7 +13,6 @@
 
 #include "modelgated/rules/api-answer.h"
 #include "modelgated/host/catalog.h"
-#include "modelgated/rules/catalog-list.h"
 #include "modelgated/host/host-internal.h"
 #include "modelgated/records/metrics.h"
 #include "shared/log.h"
@@ -370,6 +369,7 @@ int host_set_conf(Host *h, Config *config, const HostConf *conf) {
         h->config = config_ref(config);
         CatalogConf cc = catalog_conf_of(h);
         catalog_set_conf(h->catalog, &cc);
+        host_prompt_cache_reloaded(h);
         host_schedule_later(h); /* a new hold-down, idle stop or budget may apply now */
         return 0;
 }

@@ -35,6 +35,7 @@ static const char *const host_wait_table[] = {
         [HOST_WAIT_HOLD_DOWN] = "hold-down",
         [HOST_WAIT_ENGINE_START] = "engine-start",
         [HOST_WAIT_SWITCH] = "switch",
+        [HOST_WAIT_PROMPT_CACHE] = "prompt-cache",
 };
 
 const char *host_wait_to_string(HostWait w) {
@@ -88,6 +89,23 @@ ssize_t host_switch_target(const Host *h) {
         return h->phase != PHASE_NONE && h->phase != PHASE_IDLE_STOP ? h->target : -1;
 }
 
+/* rule:prompt-cache: "saving fork's prompt caches (2 slots) before the switch to mainline", "restoring
+ * mainline's prompt caches (1 slot)" */
+static int cache_step_words(const Host *h, const HostCacheStep *pc, char *buf, size_t l) {
+        char n[32] = "";
+
+        if (pc->found > 0)
+                snprintf(n, sizeof(n), " (%llu slot%s)", (unsigned long long)pc->found,
+                         pc->found == 1 ? "" : "s");
+        if (pc->restore)
+                return snprintf(buf, l, "restoring %s's prompt caches%s", engine_name(h, pc->engine), n);
+        if (pc->before < 0)
+                return snprintf(buf, l, "saving %s's prompt caches%s before its idle stop",
+                                engine_name(h, pc->engine), n);
+        return snprintf(buf, l, "saving %s's prompt caches%s before the switch to %s",
+                        engine_name(h, pc->engine), n, engine_name(h, pc->before));
+}
+
 /* rule:wait-reason: what a waiting request waits for, in words and numbers, the same in the log line, the
  * keepalive comment and modelgatectl switch: the running engine's hold-down and the seconds left, its
  * streams in flight, an engine starting and for how long, or a switch ahead of it */
@@ -101,8 +119,12 @@ int host_waiter_reason(const HostWaiter *w, char *buf, size_t l) {
         if (!h)
                 return -ESTALE;
         HostWait why = host_waiter_wait(w, &ahead, &hold_left);
+        const HostCacheStep *pc = host_cache_step(h);
         now = host_now(h);
         switch (why) {
+        case HOST_WAIT_PROMPT_CACHE:
+                k = cache_step_words(h, pc, buf, l);
+                break;
         case HOST_WAIT_HOLD_DOWN:
                 if (hold_left == USEC_INFINITY)
                         k = snprintf(buf, l, "held by engine %s's hold-down (HoldDownSec=infinity)",
@@ -162,6 +184,9 @@ HostWait host_waiter_wait(const HostWaiter *w, unsigned *ret_ahead, usec_t *ret_
         if (!h || w->req.state != SCHED_WAITING)
                 return HOST_WAIT_NONE;
         *ret_ahead = sched_ahead(&h->sched, &w->req);
+        const HostCacheStep *pc = host_cache_step(h);
+        if (pc && pc->end == 0)
+                return HOST_WAIT_PROMPT_CACHE;
         if (h->phase != PHASE_NONE && h->phase != PHASE_IDLE_STOP)
                 return h->target == w->engine && (h->running < 0 || h->running == h->target)
                                ? HOST_WAIT_ENGINE_START

@@ -160,6 +160,7 @@ typedef enum HostWait {
         HOST_WAIT_HOLD_DOWN,    /* the running engine's hold-down */
         HOST_WAIT_ENGINE_START, /* its engine starting, nothing else held the GPU */
         HOST_WAIT_SWITCH,       /* a switch: to its engine, or first to another one */
+        HOST_WAIT_PROMPT_CACHE, /* the switch's save or restore of prompt caches (rule:prompt-cache) */
 } HostWait;
 const char *host_wait_to_string(HostWait w);
 /* Why w waits, the requests ahead of it (ret_ahead) and the hold-down left (ret_hold_left, 0: none) */
@@ -176,6 +177,22 @@ bool host_engine_adopted(const Host *h);
 const char *host_stopping(const Host *h);
 /* The engine a switch or start under way goes to, or -1 */
 ssize_t host_switch_target(const Host *h);
+/* rule:prompt-cache: a save or restore of an engine's prompt caches, a step of the switch (or of the idle
+ * stop) of its own */
+typedef struct HostCacheStep {
+        bool restore;                  /* else a save */
+        ssize_t engine;                /* whose caches */
+        ssize_t before;                /* a save: the engine the switch goes to; -1: an idle stop */
+        usec_t start, end;             /* CLOCK_MONOTONIC; end 0: under way */
+        usec_t start_wall, end_wall;   /* the same as CLOCK_REALTIME, read once: /activity's, steady */
+        uint64_t found;                /* slots that hold a prompt (a save), or to restore */
+        uint64_t slots, tokens, bytes; /* done so far */
+} HostCacheStep;
+/* The step under way (what a waiting request is told), or NULL */
+const HostCacheStep *host_cache_step(const Host *h);
+/* What /activity shows: the step under way once it found a slot, else the last one that found or did
+ * something, or was abandoned; NULL: none yet. A save of an engine whose slots hold nothing is no step. */
+const HostCacheStep *host_cache_step_shown(const Host *h);
 
 /* An HTTP exchange of the host's own probe (its catalog's reads) failed at the network level (reason) or
  * succeeded (NULL): the host is down, or up. */

@@ -24,6 +24,7 @@ static usec_t to_realtime(Manager *m, usec_t mono) {
 void manager_activity_host(Manager *m, Host *h, ActivityHost *ret) {
         assert(m && h && ret);
         HostState st = host_state(h);
+        const HostCacheStep *pc = host_cache_step_shown(h);
         ssize_t running = host_running(h), target = host_switch_target(h);
 
         *ret = (ActivityHost){
@@ -44,6 +45,16 @@ void manager_activity_host(Manager *m, Host *h, ActivityHost *ret) {
         if (target >= 0 && (size_t)target < host_n_engines(h))
                 snprintf(ret->switching_to, sizeof(ret->switching_to), "%s",
                          host_engine(h, (size_t)target)->conf->name);
+        if (pc && pc->engine >= 0 && (size_t)pc->engine < host_n_engines(h)) {
+                ret->cache_step = pc->restore ? "restore" : "save";
+                snprintf(ret->cache_engine, sizeof(ret->cache_engine), "%s",
+                         host_engine(h, (size_t)pc->engine)->conf->name);
+                ret->cache_started = pc->start_wall;
+                ret->cache_ended = pc->end ? pc->end_wall : 0;
+                ret->cache_slots = pc->slots;
+                ret->cache_tokens = pc->tokens;
+                ret->cache_bytes = pc->bytes;
+        }
 }
 
 int manager_activity_snapshot(Manager *m, bool event, Buffer *out) {

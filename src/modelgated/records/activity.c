@@ -157,7 +157,23 @@ static void render_host(Buffer *b, const ActivityHost *h, usec_t t) {
         put_str(b, "stopping", h->stopping);
         put_time(b, "hold_down_until", h->hold_down_until);
         put_time(b, "idle_stop_at", h->idle_stop_at);
-        (void)buffer_printf(b, ",\"in_flight\":%u,\"waiting\":%u}", h->in_flight, h->waiting);
+        (void)buffer_printf(b, ",\"in_flight\":%u,\"waiting\":%u", h->in_flight, h->waiting);
+        if (h->cache_step) {
+                /* a name of ours: nothing to quote */
+                (void)buffer_printf(b, ",\"prompt_cache\":{\"step\":\"%s\"", h->cache_step);
+                put_str(b, "engine", h->cache_engine);
+                put_time(b, "started", h->cache_started);
+                put_time(b, "ended", h->cache_ended);
+                put_num(b, "duration_ms",
+                        h->cache_ended ? (int64_t)((h->cache_ended - MIN(h->cache_ended, h->cache_started)) /
+                                                   USEC_PER_MSEC)
+                                       : -1);
+                (void)buffer_printf(b, ",\"slots\":%llu,\"tokens\":%llu,\"bytes\":%llu}",
+                                    (unsigned long long)h->cache_slots, (unsigned long long)h->cache_tokens,
+                                    (unsigned long long)h->cache_bytes);
+        } else
+                (void)buffer_append_str(b, ",\"prompt_cache\":null");
+        (void)buffer_append_str(b, "}");
 }
 
 static void render_request(Buffer *b, const ActivityRequest *r) {
@@ -454,7 +470,10 @@ static bool host_view_eq(const ActivityHost *x, const ActivityHost *y) {
                streq(x->switching_to, y->switching_to) && x->engine_since == y->engine_since &&
                x->adopted == y->adopted && streq_ptr(x->stopping, y->stopping) &&
                x->hold_down_until == y->hold_down_until && x->idle_stop_at == y->idle_stop_at &&
-               x->in_flight == y->in_flight && x->waiting == y->waiting;
+               x->in_flight == y->in_flight && x->waiting == y->waiting &&
+               streq_ptr(x->cache_step, y->cache_step) && streq(x->cache_engine, y->cache_engine) &&
+               x->cache_started == y->cache_started && x->cache_ended == y->cache_ended &&
+               x->cache_slots == y->cache_slots && x->cache_bytes == y->cache_bytes;
 }
 
 /* The host's last view, made when it is first shown; NULL: out of memory */

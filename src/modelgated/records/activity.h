@@ -47,6 +47,12 @@ typedef struct ActivityHost {
         const char *stopping; /* "idle-stop", "stop" (StopEngine()): the engine's unit is being stopped */
         usec_t hold_down_until, idle_stop_at;
         unsigned in_flight, waiting;
+        /* rule:prompt-cache: the save or restore under way or the last one ("save", "restore"; NULL: none),
+         * whose engine, its start and end (0: under way), and the slots, tokens and bytes done */
+        const char *cache_step;
+        char cache_engine[64];
+        usec_t cache_started, cache_ended;
+        uint64_t cache_slots, cache_tokens, cache_bytes;
 } ActivityHost;
 
 typedef struct ActivityRequest {
