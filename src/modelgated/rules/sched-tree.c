@@ -2,7 +2,7 @@
 /* The scheduler's tree of waiting requests by arrival, counted: how many wait ahead of one (sched_ahead())
  * without walking them (issue 26). The scheduler's own; nothing else calls it. */
 
-#include "modelgated/rules/sched-tree.h"
+#include "modelgated/rules/sched.h"
 
 /* The tree of waiting requests keyed by seq, with subtree sizes: a treap whose heap order is a hash of
  * seq, not a random number, so that it stays about 2 ln n deep although its keys only grow, and every run

@@ -23,7 +23,6 @@
 #include <stdlib.h>
 
 #include "modelgated/rules/sched.h"
-#include "modelgated/rules/sched-tree.h"
 #include "shared/macro.h"
 
 uint64_t sched_steps;

@@ -199,5 +199,12 @@ bool sched_switch_pending(const Sched *s);
 /* Requests ahead of r: those in flight, and those waiting that arrived before it (all of them when r has
  * been answered or removed). */
 unsigned sched_ahead(const Sched *s, const SchedRequest *r);
+/* sched-tree.c, for sched.c alone: the waiting requests again, in a tree by arrival (seq) with subtree sizes,
+ * so that sched_ahead() walks none of them (issue 26). */
+void sched_tree_insert(Sched *s, SchedRequest *r);
+void sched_tree_remove(Sched *s, SchedRequest *r);
+/* How many waiting requests arrived before seq. */
+unsigned sched_tree_count_before(const Sched *s, uint64_t seq);
+
 /* The waiting request that arrived first, or NULL: the tree's leftmost */
 const SchedRequest *sched_first_waiting(const Sched *s);
