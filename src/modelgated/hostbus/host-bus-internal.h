@@ -72,6 +72,9 @@ struct HostBus {
          * another PID namespace). rule:switch-lease ties a lease to it. */
         uint32_t peer_pid;
 
+        /* rule:busy-followed: the units matching BusyUnits= that are active, as last heard */
+        char **busy_active;
+
         FollowedUnit *units;
         size_t n_units;
         BusOp *ops;
@@ -107,6 +110,12 @@ void host_bus_reset_units(HostBus *b);
 bool host_bus_from_manager(HostBus *b, sd_bus_message *m);
 /* The matches and calls that follow the units on a new bus; its last reply brings the bus up. */
 int host_bus_follow_units(HostBus *b);
+/* One reply of the setup is in: the last one brings the bus up. */
+void host_bus_setup_step_done(HostBus *b);
+
+/* host-bus-busy.c */
+/* The match and the listing that follow the BusyUnits= units on a new bus, as steps of its setup. */
+int host_bus_follow_busy(HostBus *b);
 
 /* host-bus-ops.c */
 int host_bus_match_job_removed(HostBus *b);
