@@ -22,21 +22,23 @@ unsigned host_retry_after(const Host *h) {
 }
 
 /* rule:bus-gone: "the bus of host '3090' is gone (ssh: bus connection lost): engine 'mainline' serves on,
- * but starting engine 'fork' needs the bus; reconnecting in 8 s, retry then" */
+ * but switching to engine 'fork' needs the bus; reconnecting in 8 s, retry then"; with no engine serving,
+ * "host '3090' is down: ssh: bus connection lost; its bus is gone and no engine serves, and starting
+ * engine 'fork' needs the bus; reconnecting in 8 s, retry then" */
 static void bus_gone_words(const Host *h, ssize_t engine, char *buf, size_t l) {
-        int k;
+        unsigned retry = host_retry_after(h);
 
         if (h->sched.bus_gone && h->running >= 0)
-                k = snprintf(buf, l, "the bus of host '%s' is gone (%s): engine '%s' serves on, but ",
-                             h->conf->name, strna(h->down_reason), engine_name(h, h->running));
+                snprintf(buf, l,
+                         "the bus of host '%s' is gone (%s): engine '%s' serves on, but switching to engine "
+                         "'%s' needs the bus; reconnecting in %u s, retry then",
+                         h->conf->name, strna(h->down_reason), engine_name(h, h->running),
+                         engine_name(h, engine), retry);
         else
-                k = snprintf(buf, l, "host '%s' is down: the bus of host '%s' is gone (%s), and ",
-                             h->conf->name, h->conf->name, strna(h->down_reason));
-        if (k < 0 || (size_t)k >= l)
-                return;
-        snprintf(buf + k, l - (size_t)k, "%s engine '%s' needs the bus; reconnecting in %u s, retry then",
-                 h->sched.bus_gone ? "switching to" : "starting", engine_name(h, engine),
-                 host_retry_after(h));
+                snprintf(buf, l,
+                         "host '%s' is down: %s; its bus is gone and no engine serves, and starting engine "
+                         "'%s' needs the bus; reconnecting in %u s, retry then",
+                         h->conf->name, strna(h->down_reason), engine_name(h, engine), retry);
 }
 
 /* rule:busy-followed: the same words as the switch's own check (rule:busy-gpu) */
