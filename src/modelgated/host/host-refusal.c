@@ -11,6 +11,7 @@
 #include "modelgated/host/host-internal.h"
 #include "modelgated/records/metrics.h"
 #include "modelgated/rules/api-answer.h"
+#include "shared/log.h"
 #include "shared/strv.h"
 
 unsigned host_retry_after(const Host *h) {
@@ -41,18 +42,25 @@ static void bus_gone_words(const Host *h, ssize_t engine, char *buf, size_t l) {
                          h->conf->name, strna(h->down_reason), engine_name(h, engine), retry);
 }
 
-/* rule:busy-followed: the same words as the switch's own check (rule:busy-gpu) */
-static void busy_words(const Host *h, ssize_t engine, char *buf, size_t l) {
+/* rule:busy-followed: what holds the GPU, "gpu-bench.service is active", as the switch's own check says it
+ * (rule:busy-gpu) */
+static void busy_reason(const Host *h, char *buf, size_t l) {
         char **active = h->bus ? host_bus_busy_active(h->bus) : NULL;
         _cleanup_free_ char *names = strv_join(active, ", ");
-        bool several = active && active[0] && active[1];
 
-        snprintf(
-                buf, l,
-                "the GPU of host '%s' is in use by someone else (%s %s active), so modelgate did not switch "
-                "it to engine '%s'; ask again once that work is done",
-                h->conf->name, names && *names ? names : "a BusyUnits= unit", several ? "are" : "is",
-                engine_name(h, engine));
+        snprintf(buf, l, "%s %s active", names && *names ? names : "a BusyUnits= unit",
+                 active && active[0] && active[1] ? "are" : "is");
+}
+
+static void busy_words(const Host *h, ssize_t engine, char *buf, size_t l) {
+        char reason[512];
+
+        busy_reason(h, reason, sizeof(reason));
+        snprintf(buf, l,
+                 "the GPU of host '%s' is in use by someone else (%s), so modelgate did not switch it to "
+                 "engine "
+                 "'%s'; ask again once that work is done",
+                 h->conf->name, reason, engine_name(h, engine));
 }
 
 void host_answer_failed(Host *h, HostWaiter *w, int status) {
@@ -135,6 +143,10 @@ bool host_refuse_at_once(const Host *h, size_t i, HostRefusal *ret) {
         if (status == 503)
                 bus_gone_words(h, (ssize_t)i, ret->message, sizeof(ret->message));
         else {
+                char reason[512];
+                busy_reason(h, reason, sizeof(reason));
+                log_warning("host %s: GPU busy (%s), switch to %s refused", h->conf->name, reason,
+                            engine_name(h, (ssize_t)i));
                 metrics_refusal(h->env.metrics, h->conf->name);
                 busy_words(h, (ssize_t)i, ret->message, sizeof(ret->message));
         }

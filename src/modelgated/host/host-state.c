@@ -330,12 +330,15 @@ int host_set_conf(Host *h, Config *config, const HostConf *conf) {
         assert(host_can_take(h, config, conf));
         if (collect_engines(config, conf, &engines, &n, NULL) < 0)
                 return -ENOMEM;
+        bool busy_units_changed = !strv_equal(h->conf->busy_units, conf->busy_units);
         free(h->engines);
         h->engines = engines;
         h->conf = conf;
         h->sched.config = sched_config_of(config, conf);
         if (h->bus)
                 host_bus_set_conf(h->bus, conf);
+        if (h->bus && busy_units_changed) /* rule:busy-followed */
+                host_bus_busy_reload(h->bus);
         config_unref(h->config);
         h->config = config_ref(config);
         CatalogConf cc = catalog_conf_of(h);

@@ -82,34 +82,48 @@ static int busy_changed_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_
         return 0;
 }
 
-static int busy_listed_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
-        HostBus *b = userdata;
+/* The answer of ListUnitsByPatterns: the units in it are active, and so are those signalled meanwhile */
+static void busy_read_list(HostBus *b, sd_bus_message *m) {
         const char *e = bus_message_error(m), *name;
         _cleanup_strv_free_ char **names = NULL;
         int r;
 
-        if (e)
+        if (e) {
                 /* the switch's own check still asks (rule:busy-gpu): a refusal then, as before */
                 log_warning("host %s: cannot list the BusyUnits= units: %s", b->host->name, e);
-        else {
-                r = sd_bus_message_enter_container(m, 'a', "(ssssssouso)");
-                while (r > 0 && (r = sd_bus_message_read(m, "(ssssssouso)", &name, NULL, NULL, NULL, NULL,
-                                                         NULL, NULL, NULL, NULL, NULL)) > 0)
-                        if (strv_extend(&names, name) < 0)
-                                r = -ENOMEM;
-                if (r < 0)
-                        log_warning_errno(r, "host %s: cannot read the BusyUnits= units: %m", b->host->name);
-                /* a change signalled before this answer counts too */
-                STRV_FOREACH (n, names)
-                        if (!strv_contains(b->busy_active, *n) && strv_extend(&b->busy_active, *n) < 0)
-                                break;
+                return;
         }
+        r = sd_bus_message_enter_container(m, 'a', "(ssssssouso)");
+        while (r > 0 && (r = sd_bus_message_read(m, "(ssssssouso)", &name, NULL, NULL, NULL, NULL, NULL,
+                                                 NULL, NULL, NULL, NULL)) > 0)
+                if (strv_extend(&names, name) < 0)
+                        r = -ENOMEM;
+        if (r < 0)
+                log_warning_errno(r, "host %s: cannot read the BusyUnits= units: %m", b->host->name);
+        STRV_FOREACH (n, names)
+                if (!strv_contains(b->busy_active, *n) && strv_extend(&b->busy_active, *n) < 0)
+                        break;
+}
+
+static int busy_listed_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
+        HostBus *b = userdata;
+
+        busy_read_list(b, m);
         host_bus_setup_step_done(b);
         return 0;
 }
 
-int host_bus_follow_busy(HostBus *b) {
-        assert(b);
+static int busy_relisted_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
+        HostBus *b = userdata;
+
+        busy_read_list(b, m);
+        if (b->up && b->cb.on_busy_changed)
+                b->cb.on_busy_changed(b, b->userdata);
+        return 0;
+}
+
+/* The match, and the listing whose answer goes to cb */
+static int busy_follow(HostBus *b, sd_bus_message_handler_t cb) {
         char *states[] = {(char *)"active", (char *)"activating", (char *)"reloading",
                           (char *)"deactivating", NULL};
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
@@ -117,10 +131,11 @@ int host_bus_follow_busy(HostBus *b) {
 
         strv_free(b->busy_active);
         b->busy_active = NULL;
+        b->busy_match = sd_bus_slot_unref(b->busy_match);
         /* an empty list would match every unit */
         if (strv_isempty(b->host->busy_units))
                 return 0;
-        r = sd_bus_add_match_async(b->bus, NULL,
+        r = sd_bus_add_match_async(b->bus, &b->busy_match,
                                    "type='signal',sender='" SD1
                                    "',interface='org.freedesktop.DBus.Properties',"
                                    "member='PropertiesChanged',path_namespace='" SD1_PATH "/unit',"
@@ -134,11 +149,29 @@ int host_bus_follow_busy(HostBus *b) {
         if (r >= 0)
                 r = sd_bus_message_append_strv(m, b->host->busy_units);
         if (r >= 0)
-                r = sd_bus_call_async(b->bus, NULL, m, busy_listed_cb, b, 0);
+                r = sd_bus_call_async(b->bus, NULL, m, cb, b, 0);
+        return r < 0 ? r : 1;
+}
+
+int host_bus_follow_busy(HostBus *b) {
+        assert(b);
+        int r = busy_follow(b, busy_listed_cb);
+
+        if (r > 0)
+                b->n_setup_pending++;
+        return MIN(r, 0);
+}
+
+void host_bus_busy_reload(HostBus *b) {
+        assert(b);
+        /* a bus coming up reads the new patterns itself */
+        if (!b->up)
+                return;
+        int r = busy_follow(b, busy_relisted_cb);
         if (r < 0)
-                return r;
-        b->n_setup_pending++;
-        return 0;
+                log_warning_errno(r, "host %s: cannot follow the BusyUnits= units: %m", b->host->name);
+        if (r <= 0 && b->cb.on_busy_changed)
+                b->cb.on_busy_changed(b, b->userdata);
 }
 
 char **host_bus_busy_active(const HostBus *b) {

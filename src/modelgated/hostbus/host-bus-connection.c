@@ -214,6 +214,7 @@ HostBus *host_bus_free(HostBus *b) {
         free(b->down_reason);
         free(b->manager_owner);
         strv_free(b->busy_active);
+        sd_bus_slot_unref(b->busy_match);
         host_bus_stderr_close(b);
         sd_event_unref(b->event);
         free(b);

@@ -74,6 +74,7 @@ struct HostBus {
 
         /* rule:busy-followed: the units matching BusyUnits= that are active, as last heard */
         char **busy_active;
+        sd_bus_slot *busy_match; /* their PropertiesChanged, on this bus */
 
         FollowedUnit *units;
         size_t n_units;

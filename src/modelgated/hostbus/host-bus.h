@@ -102,6 +102,9 @@ bool unit_info_is_running(const UnitInfo *u);
 /* rule:busy-followed: the host's units that match BusyUnits= and are active, activating, reloading or
  * deactivating, as the bus last said; NULL (none known) while it is not up. */
 char **host_bus_busy_active(const HostBus *b);
+/* A reload changed BusyUnits= (host_bus_set_conf() first): they are followed anew; on_busy_changed says the
+ * outcome. */
+void host_bus_busy_reload(HostBus *b);
 /* rule:bus-backoff: how long until the bus is tried again, on CLOCK_MONOTONIC from now: the reconnect
  * timer's time left, or, while a connection is being tried (or about to be), the wait that follows if it
  * fails. 0 while the bus is up. */
