@@ -14,9 +14,15 @@
 #include "shared/log.h"
 #include "shared/strv.h"
 
+/* Whether the lost bus is what a 503 of the host says: not while its engine's URL fails too, whose words
+ * (rule:host-down) say the steady 30 s of rule:retry-after */
+static bool bus_is_why(const Host *h) {
+        return h->bus && h->bus_down && h->probed && !h->http_down;
+}
+
 unsigned host_retry_after(const Host *h) {
         assert(h);
-        if (!h->bus || !h->bus_down || !h->probed)
+        if (!bus_is_why(h))
                 return 0;
         usec_t in = host_bus_retry_in(h->bus, host_now(h));
         return (unsigned)MAX((in + USEC_PER_SEC - 1) / USEC_PER_SEC, 1u);
@@ -73,7 +79,7 @@ void host_answer_failed(Host *h, HostWaiter *w, int status) {
         w->host = NULL;
         switch (status) {
         case 503:
-                if (h->bus && h->bus_down)
+                if (bus_is_why(h))
                         bus_gone_words(h, w->engine, msg, sizeof(msg));
                 else
                         (void)answer_format(msg, sizeof(msg), ANSWER_HOST_DOWN, h->conf->name,
