@@ -11,6 +11,7 @@
 #include "modelgated/host/host-internal.h"
 #include "modelgated/records/metrics.h"
 #include "modelgated/rules/api-answer.h"
+#include "modelgated/rules/refusal-words.h"
 #include "shared/log.h"
 #include "shared/strv.h"
 
@@ -56,6 +57,8 @@ static void busy_reason(const Host *h, char *buf, size_t l) {
 
         snprintf(buf, l, "%s %s active", names && *names ? names : "a BusyUnits= unit",
                  active && active[0] && active[1] ? "are" : "is");
+        /* rule:refusal-words: the host names its units; a 423 must not say what makes an agent retry */
+        (void)refusal_words_strip(buf);
 }
 
 static void busy_words(const Host *h, ssize_t engine, char *buf, size_t l) {
