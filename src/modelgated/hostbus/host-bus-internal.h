@@ -2,11 +2,11 @@
 #pragma once
 
 /* What the host-bus files share and nothing else may see: the HostBus itself, and the few calls by
- * which its four parts hand over to each other. host-bus-connection.c holds the connection's lifecycle
+ * which its five parts hand over to each other. host-bus-connection.c holds the connection's lifecycle
  * (connect, lost, closed, reconnected), host-bus-transport.c how a connection reaches the manager
  * (addresses, the ssh bridge), host-bus-units.c what is followed on it (the setup pipeline,
- * PropertiesChanged, the manager's unique name) and host-bus-ops.c the calls an owner waits for (jobs,
- * re-reads, listings). A part that learns the bus is lost (a reply in units or ops can be the first
+ * PropertiesChanged, the manager's unique name), host-bus-busy.c which BusyUnits= units are active,
+ * and host-bus-ops.c the calls an owner waits for (jobs, re-reads, listings). A part that learns the bus is lost (a reply in units or ops can be the first
  * news of it) calls host_bus_lost(): the lifecycle that answers it is the connection's. */
 
 #include <stdbool.h>

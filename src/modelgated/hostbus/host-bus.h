@@ -5,7 +5,8 @@
  * or a remote user bus through ssh and systemd-stdio-bridge (rule:ssh-bridge). It
  * connects, subscribes, follows a fixed set of units (the host's engine
  * units: loaded and Ref()ed so their outcome stays readable, state kept from
- * PropertiesChanged), runs jobs to their JobRemoved, and reconnects with
+ * PropertiesChanged) and the active units matching the host's BusyUnits=,
+ * runs jobs to their JobRemoved, and reconnects with
  * backoff when the bus is lost. Everything is asynchronous on the one event
  * loop. It knows nothing of engines or policy; the Host does. */
 
