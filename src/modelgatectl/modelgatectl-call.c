@@ -104,7 +104,7 @@ int call_host(sd_bus *bus, const char *host, const char *method, uint64_t timeou
         return report(what, &d.error, -d.r);
 }
 
-int call_manager(sd_bus *bus, const char *method, sd_bus_error *e, sd_bus_message **reply) {
+int call_manager(sd_bus *bus, const char *method, bool start, sd_bus_error *e, sd_bus_message **reply) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
         int r;
 
@@ -112,6 +112,30 @@ int call_manager(sd_bus *bus, const char *method, sd_bus_error *e, sd_bus_messag
         if (r >= 0)
                 r = sd_bus_message_set_allow_interactive_authorization(m, isatty(STDIN_FILENO) > 0);
         if (r >= 0)
+                r = sd_bus_message_set_auto_start(m, start);
+        if (r >= 0)
                 r = sd_bus_call(bus, m, 0, e, reply);
         return r;
+}
+
+int call_read(sd_bus *bus, const char *path, const char *interface, const char *member, sd_bus_error *e,
+              sd_bus_message **reply, const char *types, ...) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+        va_list ap;
+        int r;
+
+        r = sd_bus_message_new_method_call(bus, &m, BUS_NAME, path, interface, member);
+        if (r >= 0)
+                r = sd_bus_message_set_auto_start(m, false);
+        va_start(ap, types);
+        if (r >= 0 && types && *types)
+                r = sd_bus_message_appendv(m, types, ap);
+        va_end(ap);
+        if (r >= 0)
+                r = sd_bus_call(bus, m, 0, e, reply);
+        return r;
+}
+
+bool is_stopped(const sd_bus_error *e) {
+        return e && sd_bus_error_has_names(e, SD_BUS_ERROR_SERVICE_UNKNOWN, SD_BUS_ERROR_NAME_HAS_NO_OWNER);
 }

@@ -37,8 +37,8 @@ static void reload_daemon(void) {
         _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
         _cleanup_(sd_bus_error_free) sd_bus_error e = SD_BUS_ERROR_NULL;
 
-        if (connect_bus(&bus) < 0 || sd_bus_call_method(bus, BUS_NAME, OBJECT_PATH, "org.modelgate1.Manager",
-                                                        "Reload", &e, NULL, "") < 0)
+        /* a stopped modelgate reads them when it starts: it is not started for that */
+        if (connect_bus(&bus) < 0 || call_manager(bus, "Reload", /* start= */ false, &e, NULL) < 0)
                 fprintf(stderr,
                         "modelgated was not reloaded (%s); it reads the keys at its next start or reload\n",
                         e.message ?: "not running");
@@ -202,7 +202,7 @@ int do_key_usage(sd_bus *bus, const char *name) {
         uint64_t n[6];
         int r;
 
-        r = call_manager(bus, "ListKeyUsage", &e, &reply);
+        r = call_manager(bus, "ListKeyUsage", /* start= */ false, &e, &reply);
         if (r >= 0)
                 r = sd_bus_message_enter_container(reply, 'a', "(ssstttttt)");
         while (r >= 0 && (r = sd_bus_message_read(reply, "(ssstttttt)", &key, &tier, &day, &n[0], &n[1],

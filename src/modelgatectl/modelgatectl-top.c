@@ -99,8 +99,8 @@ static void line(FILE *f, int width, const char *fmt, ...) {
 }
 
 static void draw_hosts(FILE *f, int w, json_object *hosts, int64_t now) {
-        line(f, w, "%-12s %-10s %-20s %6s %9s %6s %5s", "HOST", "STATE", "ENGINE", "HOLD", "IDLESTOP",
-             "FLIGHT", "WAIT");
+        line(f, w, "%-12s %-10s %-20s %6s %9s %9s %7s", "HOST", "STATE", "ENGINE", "HOLD", "IDLESTOP",
+             "IN-FLIGHT", "WAITING");
         for (size_t i = 0; hosts && i < json_object_array_length(hosts); i++) {
                 json_object *h = json_object_array_get_idx(hosts, i);
                 char engine[64], hold[24], idle[24];
@@ -111,14 +111,14 @@ static void draw_hosts(FILE *f, int w, json_object *hosts, int64_t now) {
                         snprintf(engine, sizeof(engine), "%s", s_of(h, "engine", "-"));
                 countdown(hold, sizeof(hold), h, "hold_down_until", now);
                 countdown(idle, sizeof(idle), h, "idle_stop_at", now);
-                line(f, w, "%-12s %-10s %-20s %6s %9s %6lld %5lld", s_of(h, "host", "?"),
+                line(f, w, "%-12s %-10s %-20s %6s %9s %9lld %7lld", s_of(h, "host", "?"),
                      s_of(h, "state", "?"), engine, hold, idle, (long long)i_of(h, "in_flight"),
                      (long long)i_of(h, "waiting"));
         }
 }
 
 static void draw_inflight(FILE *f, int w, json_object *reqs, int64_t now, int rows) {
-        line(f, w, "%-22s %-10s %-10s %-11s %7s %-12s %6s", "IN FLIGHT  MODEL", "HOST", "ENGINE", "PHASE",
+        line(f, w, "%-22s %-10s %-10s %-11s %7s %-12s %6s", "REQUESTS  MODEL", "HOST", "ENGINE", "PHASE",
              "AGE", "WAITS FOR", "TTFB");
         size_t n = reqs ? json_object_array_length(reqs) : 0;
         for (size_t i = 0; i < n && (int)i < rows; i++) {
@@ -188,8 +188,16 @@ static void draw(FILE *f, json_object *snap, int width, int height) {
         size_t nh = hosts ? json_object_array_length(hosts) : 0,
                ni = inflight ? json_object_array_length(inflight) : 0,
                ns = sessions ? json_object_array_length(sessions) : 0;
-        line(f, width, "modelgate top  %s  hosts %zu  in flight %zu  sessions %zu  recent %zu   (q quits)",
-             when, nh, ni, ns, recent ? json_object_array_length(recent) : 0);
+        /* rule:state-words: in flight and waiting as status counts them, the hosts' own numbers (a request
+         * queued for a switch is waiting, not in flight) */
+        int64_t flying = 0, waiting = 0;
+        for (size_t i = 0; i < nh; i++) {
+                flying += MAX(i_of(json_object_array_get_idx(hosts, i), "in_flight"), 0);
+                waiting += MAX(i_of(json_object_array_get_idx(hosts, i), "waiting"), 0);
+        }
+        line(f, width,
+             "modelgate top  %s  hosts %zu  %lld in flight, %lld waiting  sessions %zu  recent %zu", when,
+             nh, (long long)flying, (long long)waiting, ns, recent ? json_object_array_length(recent) : 0);
         line(f, width, "%s", "");
         draw_hosts(f, width, hosts, now);
         line(f, width, "%s", "");
@@ -214,9 +222,12 @@ static int fetch(sd_bus *bus, json_object **ret) {
         const char *s;
         int r;
 
-        r = call_manager(bus, "GetActivity", &e, &reply);
+        /* rule:ctl-never-starts: top open is no reason for modelgate to run (its idle exit stays one) */
+        r = call_manager(bus, "GetActivity", /* start= */ false, &e, &reply);
         if (r >= 0)
                 r = sd_bus_message_read(reply, "s", &s);
+        if (r < 0 && is_stopped(&e))
+                return -ESRCH;
         if (r < 0) {
                 /* polkit's no is the caller's to hear as such (exit 5), as for the other methods */
                 if (sd_bus_error_has_name(&e, SD_BUS_ERROR_ACCESS_DENIED) ||
@@ -255,7 +266,14 @@ int do_top(sd_bus *bus, bool once) {
                 int width = 0, height = 1000;
 
                 r = fetch(bus, &snap);
-                if (r != EXIT_OK)
+                if (r == -ESRCH && !live) {
+                        if (say_stopped(bus) < 0)
+                                log_error(
+                                        "Cannot read the activity: modelgated is not running on the %s bus",
+                                        arg_user ? "user" : "system");
+                        return EXIT_UNREACHABLE;
+                }
+                if (r != EXIT_OK && r != -ESRCH)
                         return r;
                 if (live) {
                         width = 80;
@@ -266,7 +284,10 @@ int do_top(sd_bus *bus, bool once) {
                         }
                         fputs("\033[H\033[2J", stdout);
                 }
-                draw(stdout, snap, width, height);
+                if (r == -ESRCH && say_stopped(bus) < 0) /* stopped: said, and looked at again in a second */
+                        printf("modelgate is not running\n");
+                else
+                        draw(stdout, snap, width, height);
                 json_object_put(snap);
                 fflush(stdout);
                 if (!live)

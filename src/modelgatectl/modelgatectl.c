@@ -26,6 +26,7 @@ static const char *arg_ssh_command = NULL; /* as [Host] SSHCommand= (NULL: "ssh"
 static const char *arg_bus_path = NULL;    /* as [Host] BusPath= (NULL: the remote instance's own bus) */
 static uint64_t arg_timeout = 0;
 const char *arg_config = NULL;
+sd_bus *the_bus = NULL;
 
 static void help(void) {
         printf("%s [OPTIONS...] COMMAND\n\n"
@@ -200,6 +201,9 @@ static const char *user_hint(void) {
 }
 
 int report(const char *what, const sd_bus_error *e, int r) {
+        /* rule:ctl-never-starts: the calls that read do not start it, and say what would */
+        if (is_stopped(e) && the_bus && say_stopped(the_bus) >= 0)
+                return EXIT_UNREACHABLE;
         if (e && sd_bus_error_has_names(e, SD_BUS_ERROR_SERVICE_UNKNOWN, SD_BUS_ERROR_NAME_HAS_NO_OWNER) &&
             !arg_user && !arg_host)
                 log_error("%s: no system modelgate (modelgated is not on the system bus)%s", what,
@@ -294,8 +298,7 @@ static int get_all(sd_bus *bus, const char *path, const char *interface, json_ob
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
         int r;
 
-        r = sd_bus_call_method(bus, BUS_NAME, path, "org.freedesktop.DBus.Properties", "GetAll", e, &reply,
-                               "s", interface);
+        r = call_read(bus, path, "org.freedesktop.DBus.Properties", "GetAll", e, &reply, "s", interface);
         if (r < 0)
                 return r;
         return read_properties(reply, o);
@@ -311,8 +314,7 @@ static int read_state(sd_bus *bus, json_object **ret, sd_bus_error *e) {
         json_object_object_add(state, "Hosts", hosts);
         r = get_all(bus, OBJECT_PATH, "org.modelgate1.Manager", state, e);
         if (r >= 0)
-                r = sd_bus_call_method(bus, BUS_NAME, OBJECT_PATH, "org.modelgate1.Manager", "ListHosts", e,
-                                       &reply, "");
+                r = call_read(bus, OBJECT_PATH, "org.modelgate1.Manager", "ListHosts", e, &reply, NULL);
         if (r >= 0)
                 r = sd_bus_message_enter_container(reply, 'a', "(ssso)");
         while (r >= 0 && (r = sd_bus_message_read(reply, "(ssso)", &name, &st, &engine, &path)) > 0) {
@@ -371,6 +373,24 @@ static const char *clock_time(char buf[static 16], uint64_t at) {
         return buf;
 }
 
+/* rule:last-error: "the words (at 15:42:07, 3min 2s ago)" */
+static void print_last_error(json_object *h) {
+        uint64_t at = num(h, "LastErrorUSec"), now = now_usec(CLOCK_REALTIME);
+        char when[16] = "", ago[FORMAT_TIMESPAN_MAX];
+        time_t t = (time_t)(at / USEC_PER_SEC);
+        struct tm tm;
+
+        if (!*str(h, "LastError"))
+                return;
+        if (at == 0 || !localtime_r(&t, &tm) || strftime(when, sizeof(when), "%H:%M:%S", &tm) == 0) {
+                printf("  last error: %s\n", str(h, "LastError"));
+                return;
+        }
+        printf("  last error: %s (at %s, %s ago)\n", str(h, "LastError"), when,
+               format_timespan(ago, sizeof(ago), now > at ? (now - at) / USEC_PER_SEC * USEC_PER_SEC : 0)
+                       ?: "?");
+}
+
 void print_json(json_object *o) {
         printf("%s\n",
                json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE));
@@ -382,8 +402,7 @@ static int read_aliases(sd_bus *bus, json_object *aliases, sd_bus_error *e) {
         const char *name, *policy, *target, *state, *pick, *why;
         int r;
 
-        r = sd_bus_call_method(bus, BUS_NAME, OBJECT_PATH, "org.modelgate1.Manager", "ListAliases", e,
-                               &reply, "");
+        r = call_read(bus, OBJECT_PATH, "org.modelgate1.Manager", "ListAliases", e, &reply, NULL);
         if (r >= 0)
                 r = sd_bus_message_enter_container(reply, 'a', "(ssa(ss)ss)");
         while (r >= 0 && (r = sd_bus_message_enter_container(reply, 'r', "ssa(ss)ss")) > 0) {
@@ -548,16 +567,19 @@ static int do_status(sd_bus *bus, bool brief) {
                 idle = until(b2, sizeof(b2), num(h, "IdleStopAtUSec"));
                 if (hold)
                         printf("  hold-down:  %s left\n", hold);
-                /* what is loaded and until when, as ollama ps shows it */
+                /* what is loaded (the engine and its models, as ollama ps names them) and until when */
+                _cleanup_free_ char *models = join(h, "LoadedModels", ", ");
+                if (*engine)
+                        printf("  loaded:     %s (%s), ", engine,
+                               models && *models ? models : "no model listed");
                 if (*engine && idle)
-                        printf("  loaded:     %s, idle stop in %s (at %s)\n", engine, idle,
+                        printf("idle stop in %s (at %s)\n", idle,
                                clock_time(hhmm, num(h, "IdleStopAtUSec")));
                 else if (*engine)
-                        printf("  loaded:     %s, no idle stop due%s\n", engine,
+                        printf("no idle stop due%s\n",
                                num(h, "InFlight") + num(h, "Waiting") > 0 ? " (in use)" : "");
                 print_held(held);
-                if (*str(h, "LastError"))
-                        printf("  last error: %s\n", str(h, "LastError"));
+                print_last_error(h);
         }
         if (!brief) {
                 json_object *w = json_object_object_get(state, "Warnings");
@@ -571,9 +593,10 @@ static int do_status(sd_bus *bus, bool brief) {
         return ret;
 }
 
-/* connect_bus(), a failure said: EXIT_OK, EXIT_USAGE or EXIT_UNREACHABLE */
+/* connect_bus(), a failure said: EXIT_OK, EXIT_USAGE or EXIT_UNREACHABLE. The bus is the_bus from now. */
 static int connect_bus_or_say(sd_bus **ret) {
         int r = connect_bus(ret);
+        the_bus = r >= 0 ? *ret : NULL;
         if (r < 0) {
                 if (r != -EINVAL && !arg_user && !arg_host)
                         log_error_errno(r, "Cannot connect to the system bus: %m; no system modelgate%s",
@@ -661,7 +684,8 @@ int main(int argc, char *argv[]) {
         }
         /* reload */
         _cleanup_(sd_bus_error_free) sd_bus_error e = SD_BUS_ERROR_NULL;
-        r = call_manager(bus, "Reload", &e, NULL);
+        /* a verb that changes things may start it: a stopped modelgate's start reads the file anew */
+        r = call_manager(bus, "Reload", /* start= */ true, &e, NULL);
         if (r < 0)
                 return report("Reload failed", &e, r);
         return EXIT_OK;

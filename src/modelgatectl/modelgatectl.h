@@ -45,5 +45,17 @@ int call_host(sd_bus *bus, const char *host, const char *method, uint64_t timeou
               const char *types, ...);
 void print_json(json_object *o);
 /* method of the Manager, without arguments: a person at a terminal may be asked to authenticate (polkit,
- * on the system bus) */
-int call_manager(sd_bus *bus, const char *method, sd_bus_error *e, sd_bus_message **reply);
+ * on the system bus). rule:ctl-never-starts: without start, a call that must not start a stopped modelgate
+ * (NO_AUTO_START: the bus answers NameHasNoOwner instead of activating it). */
+int call_manager(sd_bus *bus, const char *method, bool start, sd_bus_error *e, sd_bus_message **reply);
+/* rule:ctl-never-starts: a call that reads, never starting modelgate: as sd_bus_call_method() otherwise */
+int call_read(sd_bus *bus, const char *path, const char *interface, const char *member, sd_bus_error *e,
+              sd_bus_message **reply, const char *types, ...);
+/* The error of a call to a modelgate that is not running */
+bool is_stopped(const sd_bus_error *e);
+/* rule:ctl-never-starts: "modelgate is not running; its socket … listens on … and starts it on the next
+ * request", or that nothing starts it, from the service manager of bus: EXIT_UNREACHABLE; a negative errno,
+ * nothing said, when no service manager on bus answers */
+int say_stopped(sd_bus *bus);
+/* The command's bus (main()'s, which lives to the end), for report()'s say_stopped() */
+extern sd_bus *the_bus;

@@ -11,6 +11,7 @@
 
 #include "modelgated/bus/bus-object.h"
 #include "modelgated/manager/manager.h"
+#include "modelgated/records/history.h"
 #include "modelgated/server/server.h"
 #include "shared/log.h"
 
@@ -108,7 +109,9 @@ static const ServerCallbacks server_callbacks = {
 };
 
 int main(int argc, char *argv[]) {
-        /* freed in the reverse order: the bus object, the server with its connections, the manager */
+        /* freed in the reverse order: the bus object, the server with its connections, the manager, and
+         * last the history file the connections' access lines went to */
+        _cleanup_(history_file_freep) HistoryFile *history = NULL;
         _cleanup_(sd_event_unrefp) sd_event *event = NULL;
         _cleanup_(manager_freep) Manager *m = NULL;
         _cleanup_(server_freep) Server *server = NULL;
@@ -160,6 +163,7 @@ int main(int argc, char *argv[]) {
         if (r >= 0 && sd_listen_fds(/* unset_environment= */ false) > 0 && manager_record_run(m) < 0)
                 return EXIT_FAILURE;
 
+        history = manager_history_start(m);
         bump_nofile();
         r = server_new(m, &server);
         if (r < 0) {

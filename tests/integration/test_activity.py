@@ -103,7 +103,7 @@ def test_a_switch_seen_live_and_by_a_late_subscriber(box, make_gate):
     snap = feed.of("snapshot")[0]
     assert feed.events[0][0] == "snapshot"
     h = [x for x in snap["hosts"] if x["host"] == "3090"][0]
-    assert h["state"] == "up" and h["engine"] == "mainline"
+    assert h["state"] == "serving" and h["engine"] == "mainline"
     assert [r["id"] for r in snap["recent"]] == ["warm-1"]
     assert snap["recent"][0]["phase"] == "done" and snap["recent"][0]["status"] == 200
 
@@ -131,7 +131,7 @@ def test_a_switch_seen_live_and_by_a_late_subscriber(box, make_gate):
     assert done["first_byte_ms"] is not None and done["key"] is None and done["api"] == "chat"
     hosts = [x for x in feed.of("host") if x["host"] == "3090"]
     assert any(x["state"] == "switching" and x["switching_to"] == "fork" for x in hosts), hosts
-    wait_for(lambda: any(x["state"] == "up" and x["engine"] == "fork" for x in feed.of("host")),
+    wait_for(lambda: any(x["state"] == "serving" and x["engine"] == "fork" for x in feed.of("host")),
              what="the host up on fork")
 
     # a late subscriber finds both in the ring, in their done form, oldest first
@@ -214,7 +214,10 @@ def test_top_in_tmux_shows_a_switch_and_quits_on_q(box, make_gate, tmp):
     # no terminal: one frame, for scripts
     once = subprocess.run([MODELGATECTL, "--user", "top"], env=box.env, capture_output=True, text=True, timeout=30)
     assert once.returncode == 0, once
-    assert host_line(once.stdout)[1:3] == ["up", "mainline"], once.stdout
+    assert host_line(once.stdout)[1:3] == ["serving", "mainline"], once.stdout
+    # rule:state-words: the counts as status says them, in flight apart from waiting
+    assert " 0 in flight, 0 waiting " in once.stdout.splitlines()[0], once.stdout
+    assert host_line(once.stdout)[-2:] == ["0", "0"] and "IN-FLIGHT WAITING" in once.stdout, once.stdout
     assert "\033[" not in once.stdout
     # rule:sessions: the agent's session, by its label, with its one turn (the id itself nowhere)
     label = hashlib.sha256(session.encode()).hexdigest()[:12]
@@ -232,14 +235,14 @@ def test_top_in_tmux_shows_a_switch_and_quits_on_q(box, make_gate, tmp):
             out = subprocess.run(tmux + ["capture-pane", "-p"], capture_output=True, text=True, timeout=10)
             return out.stdout
 
-        wait_for(lambda: (host_line(pane()) or [None] * 3)[1:3] == ["up", "mainline"], timeout=30,
+        wait_for(lambda: (host_line(pane()) or [None] * 3)[1:3] == ["serving", "mainline"], timeout=30,
                  what="top showing mainline up")
         assert "top-1" not in pane() and "RECENT" in pane()
         done = {}
         t = threading.Thread(target=lambda: done.update(r=ask(g, "3090-flint-40b", "top-2", "hi")))
         t.start()
         # the switch as it happens: the host's line goes through switching to fork up
-        wait_for(lambda: (host_line(pane()) or [None] * 3)[1:3] == ["up", "fork"], timeout=60,
+        wait_for(lambda: (host_line(pane()) or [None] * 3)[1:3] == ["serving", "fork"], timeout=60,
                  what="top showing fork up after the switch")
         t.join(60)
         assert done["r"][0] == 200

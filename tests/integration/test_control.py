@@ -162,7 +162,9 @@ def test_modelgatectl_status_matches_the_bus_and_stop_engine_stops(box, engine_g
     assert "h (http://127.0.0.1:" in human and "serving, engine mainline (llama-mainline.service)" in human
     # what is loaded and until when, as ollama ps shows it
     at = time.strftime("%H:%M", time.localtime(h["IdleStopAtUSec"] / 1e6))
-    assert "hold-down:" in human and "loaded:     mainline, idle stop in 14min" in human, human
+    # rule:state-words: the engine and the models it has loaded, as ollama ps names them
+    assert h["LoadedModels"] == ["laguna-xs"] == prop(box, HOST_PATH, "org.modelgate1.Host", "LoadedModels")
+    assert "hold-down:" in human and "loaded:     mainline (laguna-xs), idle stop in 14min" in human, human
     assert "(at %s)" % at in human, human
     hosts = ctl(box, "hosts").stdout.splitlines()
     assert hosts[0].split() == ["HOST", "STATE", "ENGINE", "IN-FLIGHT", "WAITING", "IDLE-STOP", "HELD"]
@@ -175,6 +177,35 @@ def test_modelgatectl_status_matches_the_bus_and_stop_engine_stops(box, engine_g
     wait_for(lambda: prop(box, HOST_PATH, "org.modelgate1.Host", "State") == "idle", what="host idle")
     assert box.active_state("llama-mainline.service") == "inactive"
     assert prop(box, HOST_PATH, "org.modelgate1.Host", "Engine") == ""
+
+
+def test_last_error_says_when_and_clears_once_recovered(box, make_gate):
+    """rule:last-error: a refusal is LastError with its time (LastErrorUSec, and status's words); the next
+    engine that comes up ends it, on the bus and in status"""
+    port = free_port()
+    box.add_unit("gpu-bench.service", "[Service]\nType=exec\nExecStart=/bin/sleep 1000\n")
+    conf = "[Proxy]\nHoldDownSec=1s\n" + local_host("h", port, "BusyUnits=gpu-bench.service\n") + \
+        engines_conf(box, "h", port)
+    g = make_gate(conf, extra_args=["--user"], env=gate_env(box))
+    wait_for(lambda: prop(box, HOST_PATH, "org.modelgate1.Host", "State") == "idle", what="host h idle")
+    host = lambda name: prop(box, HOST_PATH, "org.modelgate1.Host", name)
+    assert host("LastError") == "" and host("LastErrorUSec") == 0
+    box.systemctl("start", "gpu-bench.service")
+    t1 = time.time() * 1e6
+    r = post(g.conn(timeout=60), "/v1/chat/completions", chat("h-laguna-xs"))
+    assert r.status == 423, r.read()
+    t2 = time.time() * 1e6
+    assert "in use by someone else" in host("LastError")
+    assert t1 - 50e3 <= host("LastErrorUSec") <= t2 + 50e3
+    human = ctl(box, "status").stdout
+    at = time.strftime("%H:%M:%S", time.localtime(host("LastErrorUSec") / 1e6))
+    assert re.search(r"  last error: .*in use by someone else.* \(at %s, [0-9a-z ]+ ago\)\n" % at, human), human
+    # recovered: the GPU free again and an engine up
+    box.systemctl("stop", "gpu-bench.service")
+    wait_for(lambda: post(g.conn(timeout=60), "/v1/chat/completions", chat("h-laguna-xs")).status == 200,
+             timeout=30, what="the engine up once the GPU is free")
+    assert host("LastError") == "" and host("LastErrorUSec") == 0
+    assert "last error" not in ctl(box, "status").stdout
 
 
 def get(gate, path, method="GET"):

@@ -13,6 +13,8 @@ import re
 import signal
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -333,11 +335,157 @@ def test_the_timeline_shows_a_switch(box, make_gate, make_double, tmp):
         assert any(s[0] == "fork" and s[1] == "mainline" and int(s[2]) >= 500 for s in switches), (runs, switches)
         # labels where there is room for them (the others are the bars' tooltips)
         labels = b.evaluate("[...document.querySelectorAll('#timeline g.switch text')].map(t => t.textContent)")
-        assert labels and all(re.match(r"→ (fork|mainline) [0-9.]+ m?s$", l) for l in labels), labels
+        assert labels and all(re.match(r"((mainline|fork) → )?(fork|mainline)( started)?: up after [0-9.]+ m?s$", l)
+                              for l in labels), labels
         # the recent list says how long the requests waited for their switch
         waited = b.evaluate("[...document.querySelectorAll('#recent tbody tr')].filter(tr => "
                             "tr.children[8].textContent !== '–').length")
         assert waited >= 1
+        assert b.failures() == []
+    finally:
+        b.stop()
+
+
+BANDS = ("[...document.querySelectorAll('#timeline g.host[data-host=\"3090\"] g.band')].map(g => ({"
+         "kind: g.dataset.kind, engine: g.dataset.engine, start: Number(g.dataset.start),"
+         " end: g.dataset.end === '' ? null : Number(g.dataset.end), text: g.textContent}))")
+
+
+@needs_browser
+@pytest.mark.skipif(box_skip_reason() is not None, reason=str(box_skip_reason()))
+def test_the_timeline_draws_only_what_happened(box, make_gate, tmp):
+    """rule:ui-timeline: a scripted sequence — an engine adopted at start, a switch refused with 423 while it
+    serves, a switch, a request queued behind the hold-down, an idle stop, a busy GPU refusing a start —
+    and the bands the page draws (read back from their data-* attributes) against the times the test
+    caused each of them: each happened where it is drawn, and nothing is drawn that did not happen"""
+    from conftest import free_port
+    port = free_port()
+    box.add_unit("gpu-bench.service", "[Service]\nType=exec\nExecStart=/bin/sleep 1000\n")
+    # the hold-down shorter than the idle stop: the request queued behind fork's hold-down gets mainline
+    conf = ("[Proxy]\nHoldDownSec=4s\nIdleStopSec=10s\n" +
+            local_host("3090", port, "BusyUnits=gpu-bench.service\n") + engines_conf(box, "3090", port))
+    box.systemctl("start", "llama-mainline.service")
+    b = browser.Chromium(tmp, log_dir(tmp))  # first: mainline's idle stop counts from its adoption
+    now = lambda: time.time() * 1e6
+    slack = 50e3  # µs: the daemon's times are its loop's, read a little before or after the test's
+
+    def bands(kind=None, engine=None):
+        return [x for x in b.evaluate(BANDS) if (kind is None or x["kind"] == kind) and
+                (engine is None or x["engine"] == engine)]
+
+    def within(x, a, z, what):
+        assert a - slack <= x <= z + slack, "%s at %d, not in [%d, %d]" % (what, x, a, z)
+
+    def ask(model):
+        c = g.conn(timeout=90)
+        r = post(c, CHAT, chat(model))
+        out = (r.status, r.read())
+        c.close()
+        return out
+
+    try:
+        t_gate = now()
+        g = make_gate(conf, env=gate_env(box))
+        g.wait_log("host 3090: engine mainline adopted")
+        t_adopted = now()
+        b.navigate("http://127.0.0.1:%d/ui" % g.port)
+        b.wait_js("!!document.querySelector('#hosts .host[data-host=\"3090\"]')", what="the host's card")
+        # the adoption: drawn where it happened, the run of mainline from there on, and no start of ours
+        adopt = b.wait_js("(%s).filter(x => x.kind === 'adopt')" % BANDS, what="the adoption")
+        assert len(adopt) == 1 and adopt[0]["engine"] == "mainline", adopt
+        within(adopt[0]["end"], t_gate, t_adopted, "the adoption")
+        assert "mainline adopted" in adopt[0]["text"], adopt
+        runs = bands("run")
+        assert [(r["engine"], r["end"]) for r in runs] == [("mainline", None)], runs
+        within(runs[0]["start"], t_gate, t_adopted, "mainline's run")
+        assert bands("switch") == [] and bands("switching") == [], bands()
+
+        # a switch refused with 423 (the GPU someone else's) while mainline serves: a refusal, no switch
+        box.systemctl("start", "gpu-bench.service")
+        t1 = now()
+        status, body = ask("3090-flint-40b")
+        assert status == 423, body
+        t2 = now()
+        refused = b.wait_js("(%s).filter(x => x.kind === 'refused')" % BANDS, what="the refusal")
+        assert len(refused) == 1 and refused[0]["engine"] == "fork", refused
+        within(refused[0]["start"], t1, t2, "the refused request's start")
+        within(refused[0]["end"], t1, t2, "the refusal")
+        assert "fork refused (423)" in refused[0]["text"], refused
+        b.pump(1.2)  # a render or more after the refusal
+        assert [(r["engine"], r["end"]) for r in bands("run")] == [("mainline", None)], bands()
+        assert bands("switch") == [] and bands("switching") == [], bands()
+        box.systemctl("stop", "gpu-bench.service")
+
+        # a switch that happened: from the ask to fork serving, mainline's run ending inside it
+        t3 = now()
+        status, body = ask("3090-flint-40b")
+        assert status == 200, body
+        t4 = now()
+        sw = b.wait_js("(%s).filter(x => x.kind === 'switch')" % BANDS, what="the switch")
+        assert len(sw) == 1 and sw[0]["engine"] == "fork", sw
+        within(sw[0]["start"], t3, t4, "the switch's start")
+        within(sw[0]["end"], sw[0]["start"], t4, "fork up")
+        assert re.search(r"mainline → fork: up after [0-9.]+ m?s", sw[0]["text"]), sw
+        runs = bands("run")
+        assert [(r["engine"], r["end"] is None) for r in runs] == [("mainline", False), ("fork", True)], runs
+        within(runs[0]["end"], t3, sw[0]["end"], "mainline's end")
+        assert runs[1]["start"] == sw[0]["end"], (runs, sw)
+        # its hold-down: from fork's start, open, and its label says the time left
+        hold = b.wait_js("(%s).filter(x => x.kind === 'hold' && x.end === null)" % BANDS, what="fork's hold-down")
+        assert hold[0]["start"] == runs[1]["start"], (hold, runs)
+        left = re.search(r"hold-down: ([0-9.]+) s left", hold[0]["text"])
+        assert left and 0 < float(left.group(1)) <= 4.1, hold
+
+        # a request for mainline during the hold-down: queued, with the hold-down's time left as it goes
+        done = []
+        t = threading.Thread(target=lambda: done.append(ask("3090-laguna-xs")))
+        t.start()
+        phase = b.wait_js("(() => { const p = document.querySelector('#inflight tbody tr[data-id] .phase');"
+                          " return p && /hold-down/.test(p.textContent) ? p.textContent : null; })()",
+                          what="the request queued for the hold-down")
+        m = re.fullmatch(r"queued, 0 ahead, waits for the hold-down: ([0-9.]+) s left", phase)
+        assert m and float(m.group(1)) <= 4.1, phase
+        # rule:state-words: counted as status counts it, waiting and not in flight
+        b.wait_js("document.getElementById('inflight-count').textContent === '0 in flight, 1 waiting'", timeout=5,
+                  what="the request counted as waiting")
+        t.join(60)
+        assert done and done[0][0] == 200, done
+        t5 = now()
+
+        # the idle stop of mainline, IdleStopSec= after its request: a band until the engine is gone
+        idle = b.wait_js("(%s).filter(x => x.kind === 'idle-stop' && x.end !== null)" % BANDS, timeout=40,
+                         what="the idle stop")
+        assert len(idle) == 1 and idle[0]["engine"] == "mainline", idle
+        within(idle[0]["start"], t5 + 10e6 - 1e6, now(), "the idle stop")
+        last = bands("run", "mainline")[-1]
+        assert last["end"] == idle[0]["end"], (last, idle)
+        assert [s["engine"] for s in bands("switch")] == ["fork", "mainline"], bands("switch")
+
+        # a busy GPU with no engine running: a refusal and a busy band, ending once the GPU is free
+        box.systemctl("start", "gpu-bench.service")
+        t6 = now()
+        status, body = ask("3090-laguna-xs")
+        assert status == 423, body
+        t7 = now()
+        busy = b.wait_js("(%s).filter(x => x.kind === 'busy')" % BANDS, what="the busy band")
+        within(busy[0]["start"], t6, t7, "busy")
+        refused = b.wait_js("(%s).filter(x => x.kind === 'refused')" % BANDS + ".map(x => x.engine).join(' ')"
+                            " === 'fork mainline'", what="the second refusal")
+        box.systemctl("stop", "gpu-bench.service")
+        t8 = now()
+        busy = b.wait_js("(%s).filter(x => x.kind === 'busy' && x.end !== null)" % BANDS, timeout=15,
+                         what="the busy band's end")
+        within(busy[0]["end"], t8, now(), "busy's end")
+        # nothing else was drawn: two switches, no start of fork or mainline for a refused request
+        kinds = sorted(set(x["kind"] for x in bands()))
+        assert kinds == ["adopt", "busy", "hold", "idle-stop", "refused", "run", "switch"], kinds
+        assert len(bands("run")) == 3, bands("run")
+        # each kind drawn has its legend
+        legend = b.evaluate("document.querySelector('.legend').textContent")
+        for words in ("adopted", "hold-down", "idle stop", "busy", "refused (423)", "switch or start"):
+            assert words in legend, legend
+        shot = b.screenshot(os.path.join(log_dir(tmp), "ui-timeline.png"))
+        print("screenshot:", shot)
         assert b.failures() == []
     finally:
         b.stop()

@@ -211,4 +211,36 @@ TEST(a_sessions_requests_add_up_in_its_row_and_two_keys_are_two_rows) {
         activity_free(a);
 }
 
+/* rule:ui-timeline: a host event says when its engine came up, whether it was adopted and why it stops, so
+ * that /ui draws the run from there; a change of any of them is an event */
+TEST(a_host_event_says_when_its_engine_came_up_and_why_it_stops) {
+        _cleanup_(sd_event_unrefp) sd_event *e = NULL;
+        Activity *a = NULL;
+        Catcher c = {};
+        ActivityHost h = {.name = "3090",
+                          .state = "serving",
+                          .engine = "mainline",
+                          .engine_since = 1796000000000000ULL,
+                          .adopted = true};
+
+        ASSERT_OK(sd_event_new(&e));
+        ASSERT_OK(activity_new(e, &a));
+        feed_hub_subscribe(activity_hub(a), &c.s, &catch_ops);
+        activity_host_changed(a, &h);
+        ASSERT_TRUE(strstr(c.last, "\"state\":\"serving\",\"engine\":\"mainline\",\"switching_to\":null,"
+                                   "\"engine_since\":1796000000000000,\"adopted\":true,\"stopping\":null,"));
+        c.last[0] = 0;
+        activity_host_changed(a, &h); /* the same view: no event */
+        ASSERT_STREQ(c.last, "");
+        h.stopping = "idle-stop";
+        activity_host_changed(a, &h);
+        ASSERT_TRUE(strstr(c.last, "\"adopted\":true,\"stopping\":\"idle-stop\","));
+        h = (ActivityHost){.name = "3090", .state = "idle"};
+        activity_host_changed(a, &h);
+        ASSERT_TRUE(strstr(c.last, "\"engine\":null,\"switching_to\":null,\"engine_since\":null,"
+                                   "\"adopted\":false,\"stopping\":null,"));
+        feed_hub_unsubscribe(activity_hub(a), &c.s);
+        activity_free(a);
+}
+
 TESTS_MAIN

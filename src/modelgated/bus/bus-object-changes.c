@@ -46,7 +46,7 @@ static int seen_resize(BusObject *o, size_t n) {
 
 /* Which properties of host i differ from what was last announced (NULL-terminated, in changed), and
  * records what it shows now. Returns how many. */
-static size_t host_compare(BusObject *o, size_t i, const char *changed[static 16]) {
+static size_t host_compare(BusObject *o, size_t i, const char *changed[static 18]) {
         Host *h = manager_host_at(o->manager, i);
         HostSeen *v = &o->seen[i], now = {
                                            .host = h,
@@ -85,6 +85,7 @@ static size_t host_compare(BusObject *o, size_t i, const char *changed[static 16
                 changed[k++] = "FailedStarts";
         if (all || !streq_ptr(v->last_error, host_last_error(h))) {
                 changed[k++] = "LastError";
+                changed[k++] = "LastErrorUSec";
                 (void)free_and_strdup(&v->last_error, host_last_error(h));
         }
         if (all || !streq_ptr(v->bus_state, now.bus_state))
@@ -101,7 +102,7 @@ static size_t host_compare(BusObject *o, size_t i, const char *changed[static 16
 }
 
 static void emit_host_changes(BusObject *o, size_t i) {
-        const char *changed[16];
+        const char *changed[18];
 
         if (host_compare(o, i, changed) > 0 && o->primed) {
                 _cleanup_free_ char *p = bus_object_host_path(manager_host_at(o->manager, i));

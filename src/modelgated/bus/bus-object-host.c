@@ -95,6 +95,32 @@ static int property_get_host_usec(sd_bus *bus, const char *path, const char *int
         return sd_bus_message_append(reply, "t", bus_object_realtime(o, t));
 }
 
+/* rule:last-error: when LastError was said, on the wall clock already */
+static int property_get_last_error_usec(sd_bus *bus, const char *path, const char *interface,
+                                        const char *property, sd_bus_message *reply, void *userdata,
+                                        sd_bus_error *error) {
+        Host *h = host_at_path(userdata, path);
+
+        if (!h)
+                return -ENOENT;
+        return sd_bus_message_append(reply, "t", (uint64_t)host_last_error_usec(h));
+}
+
+/* rule:state-words: the models the engine that is up serves without a load, as ollama ps names them;
+ * read when asked (the host's list changes with its feed, which is not signalled here) */
+static int property_get_loaded_models(sd_bus *bus, const char *path, const char *interface,
+                                      const char *property, sd_bus_message *reply, void *userdata,
+                                      sd_bus_error *error) {
+        Host *h = host_at_path(userdata, path);
+
+        if (!h)
+                return -ENOENT;
+        _cleanup_strv_free_ char **l = host_loaded_models(h);
+        if (!l)
+                return -ENOMEM;
+        return sd_bus_message_append_strv(reply, l);
+}
+
 /* rule:wait-reason: read when asked, never signalled: it counts down each second */
 static int property_get_wait_reason(sd_bus *bus, const char *path, const char *interface,
                                     const char *property, sd_bus_message *reply, void *userdata,
@@ -309,6 +335,9 @@ static const sd_bus_vtable host_vtable[] = {
         SD_BUS_PROPERTY("LastError", "s", property_get_host_string, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("BusState", "s", property_get_host_string, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("BusError", "s", property_get_host_string, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("LastErrorUSec", "t", property_get_last_error_usec, 0,
+                        SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("LoadedModels", "as", property_get_loaded_models, 0, 0),
         SD_BUS_PROPERTY("WaitReason", "s", property_get_wait_reason, 0, 0),
         SD_BUS_PROPERTY("FailedStarts", "a(sst)", property_get_failed_starts, 0,
                         SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),

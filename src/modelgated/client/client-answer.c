@@ -5,6 +5,7 @@
  * leaves in the log. */
 
 #include "modelgated/client/client-internal.h"
+#include "modelgated/records/history.h"
 #include "modelgated/rules/conversation.h"
 #include "shared/message-id.h"
 
@@ -39,18 +40,25 @@ int client_append_request_id_any(Client *c, Buffer *b) {
         return 0;
 }
 
-/* rule:journal-fields: under the journal, the line with its fields */
-static void log_access_line(const AccessLine *l) {
-        char line[LOG_MESSAGE_ROOM + 2048], fb[1024];
+/* rule:journal-fields: under the journal, the line with its fields. rule:history: with a history file (no
+ * journal, or one modelgated may not read), the fields of a request of /activity's ring go to it too. */
+static void log_access_line(Manager *m, const AccessLine *l) {
+        char line[LOG_MESSAGE_ROOM + 2048], fb[1536];
         struct iovec f[ACCESS_LINE_MAX_FIELDS];
         /* a byte left after the line, for log_line_in_place()'s newline */
-        size_t n = access_line_format(line + LOG_MESSAGE_ROOM, sizeof(line) - LOG_MESSAGE_ROOM - 1, l);
+        size_t n = access_line_format(line + LOG_MESSAGE_ROOM, sizeof(line) - LOG_MESSAGE_ROOM - 1, l),
+               nf = 0;
+        HistoryFile *history = l->api ? activity_history(manager_activity(m)) : NULL;
 
+        if (log_journal() || history)
+                nf = access_line_fields(fb, sizeof(fb), f, l);
+        if (history)
+                history_file_append(history, f, nf);
         if (!log_journal()) {
                 log_line_in_place(LOG_INFO, line, n);
                 return;
         }
-        log_line_fields(LOG_INFO, MESSAGE_ID_ACCESS, line, n, f, access_line_fields(fb, sizeof(fb), f, l));
+        log_line_fields(LOG_INFO, MESSAGE_ID_ACCESS, line, n, f, nf);
 }
 
 /* rule:key-usage, rule:usage-metrics: an answer's tokens, counted for its caller's day and (when its host
@@ -143,11 +151,18 @@ void client_log_access(Client *c, const char *note) {
                 .request_id_made = x->request_id.p == x->made_id,
         };
 
-        log_access_line(&l);
+        /* rule:history: the ring's entry first, whose fields the line's carry */
+        if (x->activity.owner) {
+                client_activity_done(c, l.status, l.duration, cut, u);
+                l.api = x->activity.api;
+                l.stream = x->activity.stream;
+                l.model_hidden = !x->activity.model && x->model;
+                l.done_at = x->activity.t + x->activity.realtime;
+        }
+        log_access_line(c->manager, &l);
         if (u && !x->usage_owed)
                 client_count_usage(c->manager, x->config, &x->caller, c->peer, worked(x), x->engine_name,
                                    x->model_label, u);
-        client_activity_done(c, l.status, l.duration, cut, u);
         metrics_request(manager_metrics(c->manager), x->host ? x->host->name : "", x->engine_name,
                         x->error_status ?: x->status);
         if (x->alias)

@@ -100,7 +100,8 @@ struct Host {
         ssize_t running; /* the engine whose unit runs, -1 for none */
         bool engine_up;  /* and whose /health answered 200 */
         usec_t up_since;
-        bool busy; /* the last switch was refused, and nothing found the GPU free since */
+        bool running_adopted; /* the engine that runs was found running, not started here (host-view.c) */
+        bool busy;            /* the last switch was refused, and nothing found the GPU free since */
         HostBusy busy_check;
         bool stop_requested; /* the stop in progress is StopEngine()'s */
 
@@ -130,7 +131,9 @@ struct Host {
         sd_event_source *down_source;
         Catalog *catalog;
         char *fail_message; /* for the requests a failed switch answers */
-        char *last_error;   /* LastError: the last failed switch or the last reason to be down */
+        char *last_error;   /* LastError: the last failed switch or the last reason to be down, until the
+                             * host recovers from it (host_set_last_error()) */
+        usec_t last_error_at, last_error_realtime; /* when it was said: CLOCK_MONOTONIC, CLOCK_REALTIME */
         /* rule:failed-start-hold: per engine, the words of its failed start while the scheduler holds it
          * (sched_held_until()); holds_serial counts the holds begun and ended, for FailedStarts */
         char **held_reasons;
@@ -168,6 +171,9 @@ struct Host {
 
         struct PromptCache *prompt_cache; /* rule:prompt-cache (host-prompt-cache.c) */
 };
+
+/* rule:last-error: what went wrong, said now (LastError, LastErrorUSec) */
+void host_set_last_error(Host *h, const char *message);
 
 /* The host went down: its requests in flight hear it soon, from down_source (host_down_cb) */
 void host_tell_riders_down(Host *h);

@@ -90,7 +90,7 @@ static void switch_fail(Host *h, int status, const char *message) {
                 host_busy_clear(h);
         free(h->fail_message);
         h->fail_message = strdup(message);
-        (void)free_and_strdup(&h->last_error, message);
+        host_set_last_error(h, message);
         sched_switch_failed(&h->sched, host_now(h), status, still);
         if (still < 0) {
                 h->running = -1;

@@ -5,6 +5,7 @@
 
 #include <assert.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "modelgated/host/catalog.h"
 #include "modelgated/host/host-internal.h"
@@ -37,6 +38,18 @@ static const char *const host_wait_table[] = {
 
 const char *host_wait_to_string(HostWait w) {
         return w >= 0 && (size_t)w < ELEMENTSOF(host_wait_table) ? host_wait_table[w] : NULL;
+}
+
+bool host_engine_adopted(const Host *h) {
+        assert(h);
+        return h->engine_up && h->running_adopted;
+}
+
+const char *host_stopping(const Host *h) {
+        assert(h);
+        if (h->phase != PHASE_IDLE_STOP)
+                return NULL;
+        return h->stop_requested ? "stop" : "idle-stop";
 }
 
 ssize_t host_switch_target(const Host *h) {
@@ -161,6 +174,11 @@ void host_update_state(Host *h) {
                 s = HOST_BUSY;
         else
                 s = HOST_IDLE;
+        /* the engine found running stays adopted until it stops, or another start begins */
+        if (h->phase == PHASE_HEALTH && h->adopting)
+                h->running_adopted = true;
+        else if (h->running < 0 || h->phase == PHASE_STARTING || (h->phase == PHASE_HEALTH && !h->adopting))
+                h->running_adopted = false;
         if (s != h->state)
                 log_debug("host %s: state %s → %s", h->conf->name, host_state_to_string(h->state),
                           host_state_to_string(s));
@@ -168,6 +186,7 @@ void host_update_state(Host *h) {
         host_idle_timer_sync(h);
 
         /* rule:down-logged-once: going down and coming back are logged once each, with the reason */
+        bool recovered = false;
         if (!h->probed)
                 return; /* the first connection is not an outcome yet */
         if (down && h->logged_down != 1) {
@@ -180,12 +199,18 @@ void host_update_state(Host *h) {
                         catalog_host_state(h->catalog, h->down_reason ?: "unreachable");
         } else if (!down && h->logged_down != 0) {
                 log_notice("host %s up", h->conf->name);
+                recovered = h->logged_down == 1;
                 if (h->catalog)
                         catalog_host_state(h->catalog, NULL);
         }
         h->logged_down = down;
-        if (down && h->down_reason)
-                (void)free_and_strdup(&h->last_error, h->down_reason);
+        if (down && h->down_reason && !streq_ptr(h->last_error, h->down_reason))
+                host_set_last_error(h, h->down_reason);
+        /* rule:last-error: recovered — the host is up again, or an engine came up since the error */
+        if (!down && h->last_error && (recovered || (h->engine_up && h->up_since > h->last_error_at))) {
+                h->last_error = mfree(h->last_error);
+                h->last_error_at = h->last_error_realtime = 0;
+        }
         if (was == HOST_CONNECTING && h->env.cb->on_probed)
                 h->env.cb->on_probed(h, h->env.userdata);
         host_changed(h);
@@ -203,6 +228,34 @@ const char *host_bus_state(const Host *h) {
 const char *host_bus_error(const Host *h) {
         assert(h);
         return h->bus && h->bus_down && h->probed ? h->down_reason : NULL;
+}
+
+void host_set_last_error(Host *h, const char *message) {
+        assert(h);
+        if (free_and_strdup(&h->last_error, message) < 0)
+                return;
+        h->last_error_at = host_now(h);
+        h->last_error_realtime = now_usec(CLOCK_REALTIME);
+}
+
+usec_t host_last_error_usec(const Host *h) {
+        assert(h);
+        return h->last_error ? h->last_error_realtime : 0;
+}
+
+/* What the engine that is up serves without a load (a router's loaded models, a plain server's one), as
+ * its host lists it now */
+char **host_loaded_models(const Host *h) {
+        assert(h);
+        const CatalogList *l = h->catalog && h->engine_up ? catalog_snapshot(h->catalog) : NULL;
+        char **out = calloc(1, sizeof(char *));
+
+        for (size_t i = 0; out && l && i < catalog_list_size(l); i++)
+                if (!catalog_list_cold(l, i) && strv_extend(&out, catalog_list_id(l, i)) < 0) {
+                        strv_free(out);
+                        return NULL;
+                }
+        return out;
 }
 
 /* The probe's outcome: the host is up or down (rule:host-down) */

@@ -200,7 +200,7 @@ static void health_unanswered(Host *h, const char *reason) {
                      engine_name(h, h->target), engine_unit(h, h->target), url->text, reason) < 0)
                 return;
         log_warning("host %s: %s", h->conf->name, words);
-        (void)free_and_strdup(&h->last_error, words);
+        host_set_last_error(h, words);
         h->unanswered = TAKE_PTR(words);
         host_changed(h);
 }

@@ -166,6 +166,11 @@ HostWait host_waiter_wait(const HostWaiter *w, unsigned *ret_ahead, usec_t *ret_
 int host_waiter_reason(const HostWaiter *w, char *buf, size_t l);
 /* The same for the request that has waited longest on the host; -ENOENT when none waits */
 int host_wait_reason(const Host *h, char *buf, size_t l);
+/* The engine that is up was found running (adopted), not started by this daemon */
+bool host_engine_adopted(const Host *h);
+/* Why the running engine's unit is being stopped: "idle-stop" (IdleStopSec=), "stop" (StopEngine()), or
+ * NULL when it is not */
+const char *host_stopping(const Host *h);
 /* The engine a switch or start under way goes to, or -1 */
 ssize_t host_switch_target(const Host *h);
 
@@ -184,6 +189,11 @@ unsigned host_waiting(const Host *h);
 /* The engine whose unit runs (up or being checked), or -1. */
 ssize_t host_running(const Host *h);
 const char *host_last_error(const Host *h);
+/* rule:last-error: when LastError was said, CLOCK_REALTIME µs (0: no error) */
+usec_t host_last_error_usec(const Host *h);
+/* The models the engine that is up serves without a load, as the host lists them (an empty list when
+ * none is up); NULL: out of memory */
+char **host_loaded_models(const Host *h);
 /* Why the host is down (its bus, or its probe), or NULL while it is not */
 const char *host_down_reason(const Host *h);
 /* rule:bus-gone: its bus, "up", "connecting" (not probed yet), "gone" (lost or not reachable: its engine

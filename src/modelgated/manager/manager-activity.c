@@ -23,20 +23,15 @@ static usec_t to_realtime(Manager *m, usec_t mono) {
 
 void manager_activity_host(Manager *m, Host *h, ActivityHost *ret) {
         assert(m && h && ret);
-        static const char *const states[_HOST_STATE_MAX] = {
-                [HOST_DOWN] = "down",
-                [HOST_IDLE] = "idle",
-                [HOST_STARTING] = "switching",
-                [HOST_SERVING] = "up",
-                [HOST_SWITCHING] = "switching",
-                [HOST_BUSY] = "busy",
-                [HOST_CONNECTING] = "connecting",
-        };
         HostState st = host_state(h);
         ssize_t running = host_running(h), target = host_switch_target(h);
 
         *ret = (ActivityHost){
-                .state = st >= 0 && st < _HOST_STATE_MAX ? states[st] : "unknown",
+                /* rule:state-words: the bus's State, word for word */
+                .state = host_state_to_string(st) ?: "unknown",
+                .engine_since = host_engine_up(h) >= 0 ? to_realtime(m, host_up_since(h)) : 0,
+                .adopted = host_engine_adopted(h),
+                .stopping = host_stopping(h),
                 .hold_down_until = running >= 0 ? to_realtime(m, host_hold_down_until(h)) : 0,
                 .idle_stop_at = running >= 0 ? to_realtime(m, host_idle_stop_at(h)) : 0,
                 .in_flight = host_in_flight(h),

@@ -92,6 +92,10 @@ Metrics *manager_metrics(Manager *m);
 FeedHub *manager_feed_hub(Manager *m);
 /* rule:activity-feed: the requests in flight and done, the /activity subscribers (records/activity.h) */
 Activity *manager_activity(Manager *m);
+/* rule:history: the ring of the recent requests, read back from the journal, or from the state directory's
+ * history file, which is then kept: returned, the caller's to free after the manager (NULL: none). Once, at
+ * start, before the first request. */
+HistoryFile *manager_history_start(Manager *m);
 /* What host h shows, as /activity's "host" event has it */
 void manager_activity_host(Manager *m, Host *h, ActivityHost *ret);
 /* The snapshot of the hosts and requests (the JSON of GetActivity(), or as the "snapshot" event) */

@@ -30,6 +30,7 @@ struct Activity {
         ActivityHost *hosts; /* the last view of each host shown */
         size_t n_hosts;
         SessionTable *sessions;                 /* rule:sessions: made with the first request of a session */
+        HistoryFile *history;                   /* rule:history: without a journal, the ring's file */
         usec_t realtime_offset, offset_read_at; /* realtime_offset() */
 };
 
@@ -151,6 +152,9 @@ static void render_host(Buffer *b, const ActivityHost *h, usec_t t) {
         put_str(b, "state", h->state);
         put_str(b, "engine", h->engine);
         put_str(b, "switching_to", h->switching_to);
+        put_time(b, "engine_since", h->engine_since);
+        (void)buffer_printf(b, ",\"adopted\":%s", h->adopted ? "true" : "false");
+        put_str(b, "stopping", h->stopping);
         put_time(b, "hold_down_until", h->hold_down_until);
         put_time(b, "idle_stop_at", h->idle_stop_at);
         (void)buffer_printf(b, ",\"in_flight\":%u,\"waiting\":%u}", h->in_flight, h->waiting);
@@ -389,21 +393,11 @@ void activity_request_forget(ActivityRequest *r) {
         r->owner = NULL;
 }
 
-void activity_request_done(ActivityRequest *r, usec_t now) {
-        assert(r);
-        Activity *a = r->owner;
-
-        if (!a)
-                return;
-        close_phase(r, now);
-        r->t = now;
-        r->phase = ACTIVITY_DONE;
-        session_end(a, r, now, /* done= */ true);
-        activity_request_forget(r);
+/* A finished request into the ring: the one copy of its names (the owner's strings go with the request) */
+static void ring_push(Activity *a, const ActivityRequest *r) {
         if (!a->ring)
                 a->ring = malloc(ACTIVITY_RECENT * sizeof(ActivitySlot));
         if (a->ring) {
-                /* the one copy of its names: the owner's strings go with the request */
                 ActivitySlot *slot = &a->ring[a->ring_next];
                 /* from phase on: what only an in-flight record has is never read in the ring */
                 memcpy(&slot->r.phase, &r->phase, sizeof(*r) - offsetof(ActivityRequest, phase));
@@ -423,15 +417,44 @@ void activity_request_done(ActivityRequest *r, usec_t now) {
                         a->ring_next = 0;
                 a->ring_n = MIN(a->ring_n + 1, (size_t)ACTIVITY_RECENT);
         }
+}
+
+void activity_request_done(ActivityRequest *r, usec_t now) {
+        assert(r);
+        Activity *a = r->owner;
+
+        if (!a)
+                return;
+        close_phase(r, now);
+        r->t = now;
+        r->phase = ACTIVITY_DONE;
+        session_end(a, r, now, /* done= */ true);
+        activity_request_forget(r);
+        ring_push(a, r);
         if (activity_watched(a))
                 broadcast(a, "request", r, NULL, NULL);
 }
 
+void activity_set_history(Activity *a, HistoryFile *f) {
+        assert(a);
+        a->history = f;
+}
+
+HistoryFile *activity_history(Activity *a) {
+        return a ? a->history : NULL;
+}
+
+void activity_restore(Activity *a, const ActivityRequest *r) {
+        assert(a && r && r->phase == ACTIVITY_DONE);
+        ring_push(a, r);
+}
+
 static bool host_view_eq(const ActivityHost *x, const ActivityHost *y) {
         return streq(x->state, y->state) && streq(x->engine, y->engine) &&
-               streq(x->switching_to, y->switching_to) && x->hold_down_until == y->hold_down_until &&
-               x->idle_stop_at == y->idle_stop_at && x->in_flight == y->in_flight &&
-               x->waiting == y->waiting;
+               streq(x->switching_to, y->switching_to) && x->engine_since == y->engine_since &&
+               x->adopted == y->adopted && streq_ptr(x->stopping, y->stopping) &&
+               x->hold_down_until == y->hold_down_until && x->idle_stop_at == y->idle_stop_at &&
+               x->in_flight == y->in_flight && x->waiting == y->waiting;
 }
 
 /* The host's last view, made when it is first shown; NULL: out of memory */

@@ -328,5 +328,17 @@ size_t access_line_fields(char *buf, size_t size, struct iovec *fields, const Ac
                 field_speed(&f, "MODELGATE_PREFILL_TPS", v);
         if (u && (v = usage_speed(u->predicted_n, u->predicted_ms)) >= 0)
                 field_speed(&f, "MODELGATE_DECODE_TPS", v);
+        if (u && usage_prefilled(u) >= 0)
+                field_u64(&f, "MODELGATE_TOKENS_PREFILLED", (uint64_t)usage_prefilled(u));
+        if (l->cut)
+                field_str(&f, "MODELGATE_CUT", "yes");
+        /* rule:history: the rest of what the ring of /activity shows, so that a start rebuilds it */
+        if (l->api) {
+                field_str(&f, "MODELGATE_API", l->api);
+                field_str(&f, "MODELGATE_STREAM", l->stream ? "yes" : "no");
+                if (l->model_hidden)
+                        field_str(&f, "MODELGATE_MODEL_SHOWN", "no");
+                field_u64(&f, "MODELGATE_DONE_REALTIME_USEC", l->done_at);
+        }
         return f.n;
 }

@@ -38,6 +38,11 @@ typedef struct AccessLine {
         bool cut;             /* the stream ended before its last event: usage counts what arrived */
         Span request_id;      /* rule:request-id: the client's (escaped here) or one made here */
         bool request_id_made; /* it is modelgate's own (hex): nothing in it to escape */
+        /* rule:history: what /activity's ring keeps of the request besides the above, for the fields only */
+        const char *api;   /* its API as /activity names it; NULL: the request is not in the ring */
+        bool stream;       /* it asked for a stream */
+        bool model_hidden; /* /activity shows its model as unknown (rule:no-text-in-activity) */
+        usec_t done_at;    /* its end as /activity shows it, CLOCK_REALTIME */
 } AccessLine;
 
 /* Writes the line into buf (cut at size, never NUL-terminated) and returns its length. */
@@ -46,6 +51,6 @@ size_t access_line_format(char *buf, size_t size, const AccessLine *l);
 /* rule:journal-fields: the line's MODELGATE_* fields for the journal, "NAME=value" each, written into buf
  * (size bytes) and pointed at by fields (room for ACCESS_LINE_MAX_FIELDS); only those known. Strings of the
  * client's are escaped as in the line. Returns how many. */
-#define ACCESS_LINE_MAX_FIELDS 17
+#define ACCESS_LINE_MAX_FIELDS 25
 struct iovec;
 size_t access_line_fields(char *buf, size_t size, struct iovec *fields, const AccessLine *l);
