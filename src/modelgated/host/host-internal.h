@@ -229,7 +229,7 @@ void host_answer_failed(Host *h, HostWaiter *w, int status);
  * host is down, engine i is held, or the request needs a switch that cannot be made now */
 bool host_refuse_if_down(const Host *h, ssize_t engine, HostRefusal *ret);
 bool host_refuse_if_held(const Host *h, size_t i, HostRefusal *ret);
-bool host_refuse_at_once(const Host *h, size_t i, HostRefusal *ret);
+bool host_refuse_at_once(Host *h, size_t i, HostRefusal *ret);
 
 /* host-view.c */
 /* The warnings of the host's engine units (not found, enabled, Restart=, Conflicts=), read on the bus */

@@ -143,7 +143,7 @@ bool host_refuse_if_held(const Host *h, size_t i, HostRefusal *ret) {
 
 /* rule:bus-gone, rule:busy-followed: a request that would need a switch that cannot be made now is told
  * so at once, not after it waited for the switch to be due */
-bool host_refuse_at_once(const Host *h, size_t i, HostRefusal *ret) {
+bool host_refuse_at_once(Host *h, size_t i, HostRefusal *ret) {
         int status = sched_refusal(&h->sched, i);
 
         if (status == 0)
@@ -158,6 +158,7 @@ bool host_refuse_at_once(const Host *h, size_t i, HostRefusal *ret) {
                             engine_name(h, (ssize_t)i));
                 metrics_refusal(h->env.metrics, h->conf->name);
                 busy_words(h, (ssize_t)i, ret->message, sizeof(ret->message));
+                host_set_last_error(h, ret->message); /* rule:last-error, as the switch's refusal is */
         }
         return true;
 }
