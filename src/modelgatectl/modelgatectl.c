@@ -501,6 +501,20 @@ static void print_header(json_object *state, const char *refusing) {
                 printf("refusing every request (%s): see the warnings below\n", refusing);
 }
 
+/* rule:bus-gone: an engine that serves on through a lost bus says so beside its state. true: it does */
+static bool host_state_words(json_object *h, char *buf, size_t l) {
+        bool gone = streq(str(h, "BusState"), "gone") && !streq(str(h, "State"), "down");
+
+        snprintf(buf, l, "%s%s", str(h, "State"), gone ? ", bus gone" : "");
+        return gone;
+}
+
+static void print_bus(json_object *h, bool gone) {
+        if (*str(h, "BusError"))
+                printf("  bus:        gone (%s)%s\n", str(h, "BusError"),
+                       gone ? "; the engine serves on, a switch, start or stop waits for the bus" : "");
+}
+
 static int do_status(sd_bus *bus, bool brief) {
         _cleanup_(sd_bus_error_free) sd_bus_error e = SD_BUS_ERROR_NULL;
         json_object *state = NULL, *hosts;
@@ -531,24 +545,25 @@ static int do_status(sd_bus *bus, bool brief) {
                 json_object *h = json_object_array_get_idx(hosts, i);
                 char b1[FORMAT_TIMESPAN_MAX + 16], b2[FORMAT_TIMESPAN_MAX + 16], hhmm[16];
                 const char *engine = str(h, "Engine"), *hold, *idle;
-
                 json_object *held = json_object_object_get(h, "FailedStarts");
-
+                char state[64];
+                bool gone = host_state_words(h, state, sizeof(state));
                 if (brief) {
                         _cleanup_free_ char *names = held_names(held);
-                        printf("%-12s %-10s %-14s %9llu %7llu %-9s %s\n", str(h, "Name"), str(h, "State"),
+                        printf("%-12s %-10s %-14s %9llu %7llu %-9s %s\n", str(h, "Name"), state,
                                *engine ? engine : "-", (unsigned long long)num(h, "InFlight"),
                                (unsigned long long)num(h, "Waiting"),
                                clock_time(hhmm, num(h, "IdleStopAtUSec")), names && *names ? names : "-");
                         continue;
                 }
                 _cleanup_free_ char *engines = join(h, "Engines", " ");
-                printf("\n%s (%s): %s", str(h, "Name"), str(h, "URL"), str(h, "State"));
+                printf("\n%s (%s): %s", str(h, "Name"), str(h, "URL"), state);
                 if (*engine)
                         printf(", engine %s (%s)", engine, str(h, "Unit"));
                 printf("\n");
                 if (engines && *engines)
                         printf("  engines:    %s (bus %s)\n", engines, str(h, "Bus"));
+                print_bus(h, gone);
                 printf("  requests:   %llu in flight, %llu waiting\n",
                        (unsigned long long)num(h, "InFlight"), (unsigned long long)num(h, "Waiting"));
                 hold = until(b1, sizeof(b1), num(h, "HoldDownUntilUSec"));

@@ -142,14 +142,15 @@ def test_a_busy_gpu_sends_every_request_to_the_other_target_and_none_gets_423(ma
         local.reload()
         local.systemctl("start", "gpu-bench.service")
     g = two_hosts(make_box, sshd, make_gate, local_extra="BusyUnits=gpu-bench.service\n", setup=busy)
-    # nothing runs anywhere: 3090 is first and can start its engine, but its GPU is someone else's
+    # nothing runs anywhere: 3090 is first and could start its engine, but its GPU is someone else's, as the
+    # followed BusyUnits= say before any request (rule:busy-followed): 3090 is busy, and never tried
     for _ in range(4):
         status, served, body = ask(g)
         assert (status, served) == (200, "a9/mainline"), body
     # the fourth one's access line: each line logged before it is in the log file with it
     g.wait_log('model="laguna" host=a9 target=a9-laguna-xs status=200', count=4)
     log = g.logtext()
-    assert log.count("alias laguna: target 3090-laguna-xs refused (the GPU of host '3090' is in use by someone else") == 1, log
+    assert "alias laguna: target 3090-laguna-xs refused" not in log, log
     assert "status=423" not in log
     assert g.boxes[0].active_state("llama-mainline.service") == "inactive"
 
@@ -248,7 +249,7 @@ def test_an_alias_target_whose_engine_is_held_passes_the_request_on_at_once(make
     assert n_starts() == 2
 
 
-def test_a_host_that_goes_down_moves_new_requests_and_cuts_no_running_stream(make_box, sshd, make_gate):
+def test_a_host_whose_bus_goes_serves_on_and_cuts_no_running_stream(make_box, sshd, make_gate):
     # a9 first: it is the one whose ssh goes away
     g = two_hosts(make_box, sshd, make_gate, targets="a9-laguna-xs 3090-laguna-xs")
     warm(g, "a9-laguna-xs", "3090-laguna-xs")
@@ -256,14 +257,15 @@ def test_a_host_that_goes_down_moves_new_requests_and_cuts_no_running_stream(mak
     stream = threading.Thread(target=lambda: results.update(stream=ask(g, content=LONG, stream=True)))
     stream.start()
     wait_for(lambda: in_flight(g) == 1, what="the stream in flight on a9")
-    # a9's bus goes away (no new ssh session either): the host is down, its engine's HTTP is not
+    # a9's bus goes away (no new ssh session either), its engine's HTTP does not: rule:bus-gone, the engine
+    # serves on, and the alias still finds it warm there
     sshd.stop()
     (ssh,) = [p for p in children(g.proc.pid) if open("/proc/%d/comm" % p).read().strip() == "ssh"]
     os.kill(ssh, signal.SIGKILL)
-    g.wait_log("host a9 down: ssh:")
+    g.wait_log("host a9: bus gone (ssh:")
     for _ in range(3):
         status, served, body = ask(g)
-        assert (status, served) == (200, "3090/mainline"), body
+        assert (status, served) == (200, "a9/mainline"), body
     stream.join(60)
     status, served, body = results["stream"]
     assert (status, served) == (200, "a9/mainline")

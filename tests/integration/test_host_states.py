@@ -126,7 +126,8 @@ def test_busy_ends_when_the_owner_stops(box, make_gate):
     box.systemctl("start", "gpu-bench.service")
     g = make_gate(conf, extra_args=["--user"], env=gate_env(box))
     g.box = box
-    wait_for(lambda: host_prop(box, "3090", "State") == "idle", what="host 3090 idle", interval=0.1)
+    # rule:busy-followed: known before any request asks
+    wait_for(lambda: host_prop(box, "3090", "State") == "busy", what="host 3090 busy", interval=0.1)
     r = post(g.conn(), "/v1/chat/completions", chat("3090-laguna-xs"))
     assert r.status == 423, r.read()
     r.read()
@@ -220,7 +221,7 @@ def test_a_reload_that_empties_busy_units_ends_busy(box, make_gate):
                   extra_args=["--user"], env=gate_env(box))
     g.box = box
     box.systemctl("start", "gpu-bench.service")
-    wait_for(lambda: host_prop(box, "3090", "State") == "idle", what="host 3090 idle", interval=0.1)
+    wait_for(lambda: host_prop(box, "3090", "State") == "busy", what="host 3090 busy", interval=0.1)
     r = post(g.conn(), "/v1/chat/completions", chat("3090-laguna-xs"))
     assert r.status == 423, r.read()
     r.read()

@@ -400,7 +400,9 @@ def test_the_timeline_draws_only_what_happened(box, make_gate, tmp):
         within(runs[0]["start"], t_gate, t_adopted, "mainline's run")
         assert bands("switch") == [] and bands("switching") == [], bands()
 
-        # a switch refused with 423 (the GPU someone else's) while mainline serves: a refusal, no switch
+        # a switch refused with 423 (the GPU someone else's) while mainline serves: a refusal, no switch; the
+        # host is busy from the unit's start (rule:busy-followed)
+        t0 = now()
         box.systemctl("start", "gpu-bench.service")
         t1 = now()
         status, body = ask("3090-flint-40b")
@@ -414,6 +416,8 @@ def test_the_timeline_draws_only_what_happened(box, make_gate, tmp):
         b.pump(1.2)  # a render or more after the refusal
         assert [(r["engine"], r["end"]) for r in bands("run")] == [("mainline", None)], bands()
         assert bands("switch") == [] and bands("switching") == [], bands()
+        busy = b.wait_js("(%s).filter(x => x.kind === 'busy')" % BANDS, what="the busy band while mainline serves")
+        within(busy[0]["start"], t0, t2, "busy while mainline serves")
         box.systemctl("stop", "gpu-bench.service")
 
         # a switch that happened: from the ask to fork serving, mainline's run ending inside it
@@ -462,18 +466,19 @@ def test_the_timeline_draws_only_what_happened(box, make_gate, tmp):
         assert [s["engine"] for s in bands("switch")] == ["fork", "mainline"], bands("switch")
 
         # a busy GPU with no engine running: a refusal and a busy band, ending once the GPU is free
+        t5b = now()
         box.systemctl("start", "gpu-bench.service")
         t6 = now()
         status, body = ask("3090-laguna-xs")
         assert status == 423, body
         t7 = now()
-        busy = b.wait_js("(%s).filter(x => x.kind === 'busy')" % BANDS, what="the busy band")
-        within(busy[0]["start"], t6, t7, "busy")
+        busy = b.wait_js("(%s).filter(x => x.kind === 'busy').slice(1)" % BANDS, what="the busy band")
+        within(busy[0]["start"], t5b, t7, "busy")
         refused = b.wait_js("(%s).filter(x => x.kind === 'refused')" % BANDS + ".map(x => x.engine).join(' ')"
                             " === 'fork mainline'", what="the second refusal")
         box.systemctl("stop", "gpu-bench.service")
         t8 = now()
-        busy = b.wait_js("(%s).filter(x => x.kind === 'busy' && x.end !== null)" % BANDS, timeout=15,
+        busy = b.wait_js("(%s).filter(x => x.kind === 'busy' && x.end !== null).slice(1)" % BANDS, timeout=15,
                          what="the busy band's end")
         within(busy[0]["end"], t8, now(), "busy's end")
         # nothing else was drawn: two switches, no start of fork or mainline for a refused request

@@ -346,6 +346,61 @@ TEST(shared_host_leaves_the_idle_stop_to_the_hosts_timer) {
         sched_done(&s);
 }
 
+/* rule:bus-gone: the bus of the host is lost while A serves: A goes on serving whatever the hold-down, a
+ * request waiting for B fails with 503 at once and a new one is refused (sched_refusal()), no idle stop
+ * comes meanwhile; with the bus back, the switch and the idle stop are the rules' again */
+TEST(bus_gone_keeps_the_running_engine_serving_and_refuses_what_needs_the_bus) {
+        Sched s;
+        serving_r0_on_a(&s, S(30), S(100), USEC_INFINITY);
+        ASSERT_STREQ(add(&s, S(40), 1, B), "waits");
+        ASSERT_STREQ(run(&s, S(40)), "wait:B/r1");   /* r0 is in flight */
+        ASSERT_STREQ(add(&s, S(41), 2, A), "waits"); /* behind the pending switch */
+        sched_bus_gone(&s, true);
+        ASSERT_STREQ(run(&s, S(42)), "fail:r1:503 go:r2");
+        ASSERT_EQ(sched_refusal(&s, B), 503);
+        ASSERT_EQ(sched_refusal(&s, A), 0);
+        ASSERT_STREQ(add(&s, S(43), 3, A), "go");
+        sched_remove(&s, S(44), &req[0]);
+        sched_remove(&s, S(44), &req[2]);
+        sched_remove(&s, S(44), &req[3]);
+        ASSERT_EQ(sched_idle_stop_at(&s), USEC_INFINITY); /* stopping A needs the bus */
+        ASSERT_EQ(sched_next_timer(&s, S(44)), USEC_INFINITY);
+        ASSERT_STREQ(run(&s, S(500)), "");
+        sched_bus_gone(&s, false);
+        ASSERT_EQ(sched_refusal(&s, B), 0);
+        ASSERT_STREQ(run(&s, S(500)), "stop:A:456s");
+        sched_done(&s);
+}
+
+/* rule:busy-followed: a BusyUnits= unit active refuses a switch when it is asked for, not when it is due:
+ * the request waiting for B (in A's hold-down) fails with 423 when the unit becomes active, a new one is
+ * refused, A's own requests go on; the start under way and its waiters are the switch's to end */
+TEST(busy_units_refuse_a_switch_at_once) {
+        Sched s;
+        serving_r0_on_a(&s, S(30), USEC_INFINITY, USEC_INFINITY);
+        ASSERT_STREQ(add(&s, S(5), 1, B), "waits");
+        ASSERT_STREQ(run(&s, S(5)), "wait:B/r1");
+        sched_gpu_busy(&s, true);
+        ASSERT_STREQ(run(&s, S(6)), "fail:r1:423");
+        ASSERT_EQ(sched_refusal(&s, B), 423);
+        ASSERT_EQ(sched_refusal(&s, C), 423);
+        ASSERT_EQ(sched_refusal(&s, A), 0);
+        ASSERT_STREQ(add(&s, S(7), 2, A), "go");
+        sched_gpu_busy(&s, false);
+        ASSERT_EQ(sched_refusal(&s, B), 0);
+        sched_done(&s);
+
+        setup(&s, 0, USEC_INFINITY, USEC_INFINITY);
+        add(&s, 0, 0, B);
+        ASSERT_STREQ(run(&s, 0), "start:B/r0");
+        add(&s, S(1), 1, B);
+        sched_gpu_busy(&s, true); /* B's start is under way: its own check decides */
+        ASSERT_STREQ(run(&s, S(1)), "");
+        ASSERT_EQ(sched_refusal(&s, B), 0);
+        ASSERT_EQ(sched_refusal(&s, A), 423); /* nothing up: a start is a switch too */
+        sched_done(&s);
+}
+
 TEST(rule8_busy_fails_everyone_waiting_for_that_switch) {
         Sched s;
         setup(&s, 0, USEC_INFINITY, USEC_INFINITY);

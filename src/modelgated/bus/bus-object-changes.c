@@ -21,6 +21,8 @@ struct HostSeen {
         usec_t hold_down, idle_stop;
         unsigned holds; /* host_holds_serial() */
         char *last_error;
+        const char *bus_state; /* host_bus_state(): a static string */
+        char *bus_error;
 };
 
 /* One HostSeen per host; a reload may have changed their number */
@@ -30,6 +32,8 @@ static int seen_resize(BusObject *o, size_t n) {
         /* before the array shrinks: afterwards these entries are not ours to read */
         for (size_t i = n; i < o->n_seen; i++)
                 o->seen[i].last_error = mfree(o->seen[i].last_error);
+        for (size_t i = n; i < o->n_seen; i++)
+                o->seen[i].bus_error = mfree(o->seen[i].bus_error);
         HostSeen *s2 = reallocarray(o->seen, n ?: 1, sizeof(HostSeen));
         if (!s2)
                 return -ENOMEM;
@@ -42,7 +46,7 @@ static int seen_resize(BusObject *o, size_t n) {
 
 /* Which properties of host i differ from what was last announced (NULL-terminated, in changed), and
  * records what it shows now. Returns how many. */
-static size_t host_compare(BusObject *o, size_t i, const char *changed[static 16]) {
+static size_t host_compare(BusObject *o, size_t i, const char *changed[static 18]) {
         Host *h = manager_host_at(o->manager, i);
         HostSeen *v = &o->seen[i], now = {
                                            .host = h,
@@ -53,6 +57,7 @@ static size_t host_compare(BusObject *o, size_t i, const char *changed[static 16
                                            .hold_down = bus_object_realtime(o, host_hold_down_until(h)),
                                            .idle_stop = bus_object_realtime(o, host_idle_stop_at(h)),
                                            .holds = host_holds_serial(h),
+                                           .bus_state = host_bus_state(h),
                                    };
         size_t k = 0;
         bool all = v->host != h;
@@ -83,14 +88,21 @@ static size_t host_compare(BusObject *o, size_t i, const char *changed[static 16
                 changed[k++] = "LastErrorUSec";
                 (void)free_and_strdup(&v->last_error, host_last_error(h));
         }
+        if (all || !streq_ptr(v->bus_state, now.bus_state))
+                changed[k++] = "BusState";
+        if (all || !streq_ptr(v->bus_error, host_bus_error(h))) {
+                changed[k++] = "BusError";
+                (void)free_and_strdup(&v->bus_error, host_bus_error(h));
+        }
         changed[k] = NULL;
         now.last_error = v->last_error;
+        now.bus_error = v->bus_error;
         *v = now;
         return k;
 }
 
 static void emit_host_changes(BusObject *o, size_t i) {
-        const char *changed[16];
+        const char *changed[18];
 
         if (host_compare(o, i, changed) > 0 && o->primed) {
                 _cleanup_free_ char *p = bus_object_host_path(manager_host_at(o->manager, i));
@@ -158,8 +170,10 @@ int bus_object_changes_start(BusObject *o) {
 void bus_object_changes_stop(BusObject *o) {
         assert(o);
         o->emit_timer = sd_event_source_disable_unref(o->emit_timer);
-        for (size_t i = 0; i < o->n_seen; i++)
+        for (size_t i = 0; i < o->n_seen; i++) {
                 free(o->seen[i].last_error);
+                free(o->seen[i].bus_error);
+        }
         o->seen = mfree(o->seen);
         o->n_seen = 0;
 }

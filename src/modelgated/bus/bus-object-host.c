@@ -54,6 +54,10 @@ static int property_get_host_string(sd_bus *bus, const char *path, const char *i
                 v = e >= 0 ? host_engine(h, (size_t)e)->conf->unit : "";
         else if (streq(property, "LastError"))
                 v = host_last_error(h) ?: "";
+        else if (streq(property, "BusState"))
+                v = host_bus_state(h);
+        else if (streq(property, "BusError"))
+                v = host_bus_error(h) ?: "";
         return sd_bus_message_append(reply, "s", v);
 }
 
@@ -387,6 +391,8 @@ static const sd_bus_vtable host_vtable[] = {
         SD_BUS_PROPERTY("IdleStopAtUSec", "t", property_get_host_usec, 0,
                         SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("LastError", "s", property_get_host_string, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("BusState", "s", property_get_host_string, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("BusError", "s", property_get_host_string, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("LastErrorUSec", "t", property_get_last_error_usec, 0,
                         SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("LoadedModels", "as", property_get_loaded_models, 0, 0),

@@ -383,9 +383,13 @@ void client_attempt_answer(Client *c, AttemptFailure failure, int error, const c
         switch (failure) {
         /* a refusal from the host's engine side: rule:error-status, with the headers that steer retrying
          * clients (rule:busy-423, rule:retry-after) */
-        case ATTEMPT_REFUSED:
-                client_answer_message(c, ANSWER_HOST_DOWN, 503, /* retry_after= */ 0, why);
+        case ATTEMPT_REFUSED: {
+                /* rule:bus-backoff: a 503 the host's lost bus caused names when the bus is tried again, and
+                 * Retry-After is that same time (0: the row's) */
+                Host *h = c->x->host && !c->x->via_fallback ? manager_host(c->manager, c->x->host) : NULL;
+                client_answer_message(c, ANSWER_HOST_DOWN, 503, h ? host_retry_after(h) : 0, why);
                 break;
+        }
         case ATTEMPT_BUSY:
                 client_answer_message(c, ANSWER_GPU_BUSY, 423, /* retry_after= */ 0, why);
                 break;

@@ -157,6 +157,27 @@ void host_busy_set(Host *h, HostBusyKind kind, ssize_t engine) {
                 recheck_later(h);
 }
 
+void host_busy_units_changed(Host *h) {
+        assert(h);
+        char **active = h->bus ? host_bus_busy_active(h->bus) : NULL;
+        bool busy = !strv_isempty(active), was = h->sched.gpu_busy;
+        const char *why = strv_isempty(h->conf->busy_units) ? "a reload emptied BusyUnits="
+                                                            : "no BusyUnits= unit is active any more";
+
+        sched_gpu_busy(&h->sched, busy);
+        if (busy && !was) {
+                _cleanup_free_ char *names = strv_join(active, ", ");
+                log_notice("host %s: GPU busy: %s %s active (BusyUnits=)", h->conf->name, strna(names),
+                           active[1] ? "are" : "is");
+        } else if (!busy && h->busy && h->busy_check.kind == HOST_BUSY_UNITS) {
+                busy_over(h, why);
+                return;
+        } else if (!busy && was)
+                log_notice("host %s: GPU no longer busy (%s)", h->conf->name, why);
+        host_update_state(h);
+        host_schedule_later(h);
+}
+
 void host_busy_clear(Host *h) {
         assert(h);
         h->busy = false;

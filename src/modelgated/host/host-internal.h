@@ -222,6 +222,19 @@ static inline void host_schedule_later(Host *h) {
  * was held. */
 bool host_unhold(Host *h, size_t i, const char *why);
 
+/* host-refusal.c */
+/* Answers w, which the scheduler failed with status, with the host's words for it */
+void host_answer_failed(Host *h, HostWaiter *w, int status);
+/* true, with ret filled in, when a request for engine (-1: a host without engines) is refused at once: the
+ * host is down, engine i is held, or the request needs a switch that cannot be made now */
+bool host_refuse_if_down(const Host *h, ssize_t engine, HostRefusal *ret);
+bool host_refuse_if_held(const Host *h, size_t i, HostRefusal *ret);
+bool host_refuse_at_once(Host *h, size_t i, HostRefusal *ret);
+
+/* host-view.c */
+/* The warnings of the host's engine units (not found, enabled, Restart=, Conflicts=), read on the bus */
+void host_check_units(Host *h);
+
 /* host-switch.c */
 extern const HostBusCallbacks host_bus_callbacks;
 void host_update_state(Host *h);
@@ -263,7 +276,8 @@ void host_lease_take(Host *h, void (*then)(Host *h));
 void host_lease_release(Host *h);
 /* SLOTS: then() once no slot of engine works, or its /slots cannot say */
 void host_slots_check(Host *h, ssize_t engine, void (*then)(Host *h));
-/* rule:hold-down-from-host: with Shared=, when engine i's unit became active, on our clock; else now */
+/* rule:hold-down-from-host: when engine i's unit became active (ActiveEnterTimestamp), on our clock; now
+ * when the host's manager does not say, or says a time to come */
 usec_t host_shared_up_at(const Host *h, size_t i, usec_t now);
 
 /* host-prompt-cache.c (rule:prompt-cache) */
@@ -289,6 +303,8 @@ void host_busy_done(Host *h);
 void host_busy_set(Host *h, HostBusyKind kind, ssize_t engine);
 /* Not busy (an engine came up, or the GPU was found free). */
 void host_busy_clear(Host *h);
+/* rule:busy-followed: the bus's set of active BusyUnits= units changed, or was read anew */
+void host_busy_units_changed(Host *h);
 
 /* host-warmup.c */
 /* GET /health of the switch's target; the answer goes to cb. */

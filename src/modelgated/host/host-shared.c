@@ -308,7 +308,7 @@ usec_t host_shared_up_at(const Host *h, size_t i, usec_t now) {
         const UnitInfo *u = host_bus_unit(h->bus, i);
         usec_t real = now_usec(CLOCK_REALTIME);
 
-        if (!h->lease_unit || !u->active_enter || u->active_enter > real)
+        if (!u->active_enter || u->active_enter > real)
                 return now;
         return now > real - u->active_enter ? now - (real - u->active_enter) : 0;
 }

@@ -18,34 +18,6 @@
 #include "shared/log.h"
 #include "shared/strv.h"
 
-static void answer_failed(Host *h, HostWaiter *w, int status) {
-        char msg[1024], t[FORMAT_TIMESPAN_MAX];
-        const char *unanswered = w->engine == h->target ? host_unanswered(h) : NULL;
-
-        host_waiter_times(h, w);
-        /* answered: released by the scheduler already */
-        host_unride(h, w);
-        w->host = NULL;
-        switch (status) {
-        case 503:
-                (void)answer_format(msg, sizeof(msg), ANSWER_HOST_DOWN, h->conf->name,
-                                    strna(h->down_reason));
-                break;
-        case 504:
-                metrics_budget_expired(h->env.metrics, h->conf->name);
-                snprintf(
-                        msg, sizeof(msg),
-                        "waited %s for engine '%s' of host '%s' (WaitBudgetSec=), and it is still busy with "
-                        "other requests or switching; send the request again later%s%s",
-                        format_timespan(t, sizeof(t), h->sched.config.wait_budget) ?: "?",
-                        engine_name(h, w->engine), h->conf->name, unanswered ? "; " : "", unanswered ?: "");
-                break;
-        default:
-                snprintf(msg, sizeof(msg), "%s", h->fail_message ?: "the engine could not be started");
-        }
-        w->ready(w, status, msg);
-}
-
 /* Carries out what the scheduler decides, one action at a time: each may re-enter (a client that is
  * answered can go away, or ask again). */
 static int schedule_cb(sd_event_source *s, void *userdata) {
@@ -62,7 +34,7 @@ static int schedule_cb(sd_event_source *s, void *userdata) {
                         w->ready(w, 0, NULL);
                         break;
                 case SCHED_FAIL:
-                        answer_failed(h, w, a.status);
+                        host_answer_failed(h, w, a.status);
                         break;
                 case SCHED_START:
                         w->caused_switch = true;
@@ -358,6 +330,7 @@ int host_set_conf(Host *h, Config *config, const HostConf *conf) {
         assert(host_can_take(h, config, conf));
         if (collect_engines(config, conf, &engines, &n, NULL) < 0)
                 return -ENOMEM;
+        bool busy_units_changed = !strv_equal(h->conf->busy_units, conf->busy_units);
         free(h->engines);
         h->engines = engines;
         h->conf = conf;
@@ -365,6 +338,8 @@ int host_set_conf(Host *h, Config *config, const HostConf *conf) {
         host_engines_idle_stop_set(h);
         if (h->bus)
                 host_bus_set_conf(h->bus, conf);
+        if (h->bus && busy_units_changed) /* rule:busy-followed */
+                host_bus_busy_reload(h->bus);
         config_unref(h->config);
         h->config = config_ref(config);
         CatalogConf cc = catalog_conf_of(h);
@@ -464,38 +439,13 @@ ssize_t host_find_engine(const Host *h, const char *key, const char **ret_model)
         return -1;
 }
 
-/* A host that is down, as its bus or its own probe says, refuses at once: a request sent to a host that
- * accepts connections and never answers would otherwise wait for UpstreamIdleTimeoutSec=. */
-static bool host_refuse_if_down(const Host *h, HostRefusal *ret) {
-        /* the first connection is not an outcome yet: after an idle exit, the request that started this
-         * instance must wait for the bus, not get a 503 */
-        if ((h->bus_down && h->probed) || h->http_down) {
-                ret->status = 503;
-                (void)answer_format(ret->message, sizeof(ret->message), ANSWER_HOST_DOWN, h->conf->name,
-                                    strna(h->down_reason));
-                return true;
-        }
-        return false;
-}
-
-/* rule:failed-start-hold: an engine whose start failed a moment ago is not started again: its requests get
- * the failure's 502 and words at once */
-static bool host_refuse_if_held(const Host *h, size_t i, HostRefusal *ret) {
-        if (sched_held_until(&h->sched, host_now(h), i) == 0)
-                return false;
-        ret->status = 502;
-        snprintf(ret->message, sizeof(ret->message), "%s",
-                 h->held_reasons[i] ?: "the engine failed to start a moment ago");
-        return true;
-}
-
 static void host_ride(Host *h, HostWaiter *w) {
         LIST_PREPEND(riders, h->riders, w);
         w->riding = true;
 }
 
 HostAcquire host_attach(Host *h, HostWaiter *w, HostDownFn down, const char *model, HostRefusal *ret) {
-        if (host_refuse_if_down(h, ret))
+        if (host_refuse_if_down(h, -1, ret))
                 return HOST_REFUSED;
         *w = (HostWaiter){.host = h, .engine = -1, .model = model, .down = down};
         host_ride(h, w);
@@ -506,7 +456,8 @@ HostAcquire host_acquire(Host *h, size_t i, HostWaiter *w, HostReadyFn ready, Ho
                          const char *model, HostRefusal *ret) {
         assert(i < h->n_engines);
 
-        if (host_refuse_if_down(h, ret) || host_refuse_if_held(h, i, ret))
+        if (host_refuse_if_down(h, (ssize_t)i, ret) || host_refuse_if_held(h, i, ret) ||
+            host_refuse_at_once(h, i, ret))
                 return HOST_REFUSED;
         *w = (HostWaiter){.host = h, .engine = (ssize_t)i, .model = model, .ready = ready, .down = down};
         host_ride(h, w);
@@ -522,7 +473,7 @@ HostAcquire host_join(Host *h, size_t i, HostWaiter *w, HostDownFn down, const c
                       HostRefusal *ret) {
         assert(i < h->n_engines);
 
-        if (host_refuse_if_down(h, ret))
+        if (host_refuse_if_down(h, (ssize_t)i, ret))
                 return HOST_REFUSED;
         *w = (HostWaiter){.host = h, .engine = (ssize_t)i, .model = model, .down = down};
         if (!sched_join(&h->sched, host_now(h), &w->req, i)) {

@@ -550,57 +550,17 @@ void host_idle_stop(Host *h, ssize_t engine, bool requested) {
 
 /* The bus */
 
-static void check_units(Host *h) {
-        strv_free(h->warnings);
-        h->warnings = NULL;
-
-        for (size_t i = 0; i < h->n_engines; i++) {
-                const UnitInfo *u = host_bus_unit(h->bus, i);
-                _cleanup_free_ char *w = NULL;
-
-                if (u->load_state && !streq(u->load_state, "loaded")) {
-                        if (asprintf(&w, "engine unit %s is %s", u->name, u->load_state) >= 0)
-                                (void)strv_push(&h->warnings, TAKE_PTR(w));
-                        continue;
-                }
-                if (u->file_state &&
-                    (startswith(u->file_state, "enabled") || streq(u->file_state, "indirect") ||
-                     startswith(u->file_state, "linked")))
-                        if (asprintf(&w,
-                                     "engine unit %s is %s; modelgate starts engines itself, so it should "
-                                     "have no [Install] section and not be enabled",
-                                     u->name, u->file_state) >= 0)
-                                (void)strv_push(&h->warnings, TAKE_PTR(w));
-                if (u->restart && !streq(u->restart, "no"))
-                        if (asprintf(
-                                    &w,
-                                    "engine unit %s has Restart=%s; use Restart=no, so that a crash is seen "
-                                    "and not hidden by a restart that takes the GPU back",
-                                    u->name, u->restart) >= 0)
-                                (void)strv_push(&h->warnings, TAKE_PTR(w));
-                for (size_t j = 0; j < h->n_engines; j++) {
-                        const char *other = h->engines[j].conf->unit;
-                        if (j == i || strv_contains(u->conflicts, other))
-                                continue;
-                        if (asprintf(&w, "engine unit %s lacks Conflicts=%s, so both could run at once",
-                                     u->name, other) >= 0)
-                                (void)strv_push(&h->warnings, TAKE_PTR(w));
-                }
-        }
-        STRV_FOREACH (w, h->warnings)
-                log_warning("host %s: %s", h->conf->name, *w);
-}
-
 static void bus_up(HostBus *b, void *userdata) {
         Host *h = userdata;
         ssize_t found = -1;
+        bool served_on = h->sched.bus_gone;
 
         h->probed = true;
         h->bus_down = false;
         h->down_reason = mfree(h->down_reason);
         sched_host_down(&h->sched, false);
-        sched_engine_down(&h->sched, host_now(h));
-        check_units(h);
+        sched_bus_gone(&h->sched, false);
+        host_check_units(h);
         for (size_t i = 0; i < h->n_engines; i++)
                 if (unit_info_is_running(host_bus_unit(b, i))) {
                         if (found >= 0)
@@ -609,6 +569,18 @@ static void bus_up(HostBus *b, void *userdata) {
                         else
                                 found = (ssize_t)i;
                 }
+        host_busy_units_changed(h);
+        /* rule:bus-gone: the engine that served on while the bus was gone still runs: it stays as it is,
+         * its hold-down and idle clock too */
+        if (served_on && found >= 0 && found == h->running && h->engine_up) {
+                log_notice("host %s: bus back; engine %s served on meanwhile", h->conf->name,
+                           engine_name(h, found));
+                host_shared_bus_up(h);
+                host_update_state(h);
+                host_schedule_later(h);
+                return;
+        }
+        sched_engine_down(&h->sched, host_now(h));
         h->running = -1;
         h->engine_up = false;
         catalog_engine_down(h->catalog);
@@ -625,18 +597,32 @@ static void bus_up(HostBus *b, void *userdata) {
 
 static void bus_down(HostBus *b, const char *reason, void *userdata) {
         Host *h = userdata;
+        /* rule:bus-gone: the engine that serves (no stop of it begun) goes on serving on its URL, which the
+         * catalog's probe checks as before; only what needs the bus waits for it */
+        bool serves = h->probed && h->engine_up && h->running >= 0 && h->phase <= PHASE_SLOTS;
 
         host_switch_reset(h);
-        h->running = -1;
-        h->engine_up = false;
         h->probed = true;
         h->bus_down = true;
         free(h->down_reason);
         h->down_reason = strdup(reason);
-        sched_host_down(&h->sched, true);
-        catalog_engine_down(h->catalog);
+        sched_gpu_busy(&h->sched, false); /* not known without the bus */
+        if (serves) {
+                log_warning("host %s: bus gone (%s); engine %s serves on, switches wait for the bus",
+                            h->conf->name, reason, engine_name(h, h->running));
+                sched_bus_gone(&h->sched, true);
+        } else {
+                h->running = -1;
+                h->engine_up = false;
+                sched_host_down(&h->sched, true);
+                catalog_engine_down(h->catalog);
+        }
         host_update_state(h);
         host_schedule_later(h);
+}
+
+static void busy_changed(HostBus *b, void *userdata) {
+        host_busy_units_changed(userdata);
 }
 
 static void unit_changed(HostBus *b, size_t i, void *userdata) {
@@ -696,4 +682,5 @@ const HostBusCallbacks host_bus_callbacks = {
         .on_up = bus_up,
         .on_down = bus_down,
         .on_unit_changed = unit_changed,
+        .on_busy_changed = busy_changed,
 };

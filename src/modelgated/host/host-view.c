@@ -209,9 +209,12 @@ void host_update_state(Host *h) {
         HostState s, was = h->state;
 
         /* rule:host-connecting: not probed yet is not down */
+        /* rule:bus-gone: an engine serving on through a lost bus is not down */
+        bool down = (h->bus_down && !h->sched.bus_gone) || h->http_down;
+
         if (!h->probed)
                 s = HOST_CONNECTING;
-        else if (h->bus_down || h->http_down)
+        else if (down)
                 s = HOST_DOWN;
         else if (h->phase != PHASE_NONE)
                 /* another engine still holds the GPU, or is being stopped: a switch; else a start */
@@ -219,6 +222,8 @@ void host_update_state(Host *h) {
                                     (h->running >= 0 && h->running != h->target)
                             ? HOST_SWITCHING
                             : HOST_STARTING;
+        else if (h->sched.gpu_busy) /* rule:busy-followed: whatever serves, no switch can be made */
+                s = HOST_BUSY;
         else if (h->running >= 0 && h->engine_up)
                 s = HOST_SERVING;
         else if (h->busy)
@@ -237,7 +242,6 @@ void host_update_state(Host *h) {
         host_idle_timer_sync(h);
 
         /* rule:down-logged-once: going down and coming back are logged once each, with the reason */
-        int down = h->bus_down || h->http_down;
         bool recovered = false;
         if (!h->probed)
                 return; /* the first connection is not an outcome yet */
@@ -266,6 +270,20 @@ void host_update_state(Host *h) {
         if (was == HOST_CONNECTING && h->env.cb->on_probed)
                 h->env.cb->on_probed(h, h->env.userdata);
         host_changed(h);
+}
+
+const char *host_bus_state(const Host *h) {
+        assert(h);
+        if (!h->bus)
+                return "";
+        if (!h->probed)
+                return "connecting";
+        return h->bus_down ? "gone" : "up";
+}
+
+const char *host_bus_error(const Host *h) {
+        assert(h);
+        return h->bus && h->bus_down && h->probed ? h->down_reason : NULL;
 }
 
 void host_set_last_error(Host *h, const char *message) {
@@ -372,4 +390,46 @@ void host_waiter_times(const Host *h, HostWaiter *w) {
         from = MAX(from, start);
         w->switched = target == w->engine && end > from ? end - from : 0;
         w->queued = now > w->req.arrived + w->switched ? now - w->req.arrived - w->switched : 0;
+}
+
+/* What is wrong with the host's engine units, as the bus read them: the warnings the host shows */
+void host_check_units(Host *h) {
+        strv_free(h->warnings);
+        h->warnings = NULL;
+
+        for (size_t i = 0; i < h->n_engines; i++) {
+                const UnitInfo *u = host_bus_unit(h->bus, i);
+                _cleanup_free_ char *w = NULL;
+
+                if (u->load_state && !streq(u->load_state, "loaded")) {
+                        if (asprintf(&w, "engine unit %s is %s", u->name, u->load_state) >= 0)
+                                (void)strv_push(&h->warnings, TAKE_PTR(w));
+                        continue;
+                }
+                if (u->file_state &&
+                    (startswith(u->file_state, "enabled") || streq(u->file_state, "indirect") ||
+                     startswith(u->file_state, "linked")))
+                        if (asprintf(&w,
+                                     "engine unit %s is %s; modelgate starts engines itself, so it should "
+                                     "have no [Install] section and not be enabled",
+                                     u->name, u->file_state) >= 0)
+                                (void)strv_push(&h->warnings, TAKE_PTR(w));
+                if (u->restart && !streq(u->restart, "no"))
+                        if (asprintf(
+                                    &w,
+                                    "engine unit %s has Restart=%s; use Restart=no, so that a crash is seen "
+                                    "and not hidden by a restart that takes the GPU back",
+                                    u->name, u->restart) >= 0)
+                                (void)strv_push(&h->warnings, TAKE_PTR(w));
+                for (size_t j = 0; j < h->n_engines; j++) {
+                        const char *other = h->engines[j].conf->unit;
+                        if (j == i || strv_contains(u->conflicts, other))
+                                continue;
+                        if (asprintf(&w, "engine unit %s lacks Conflicts=%s, so both could run at once",
+                                     u->name, other) >= 0)
+                                (void)strv_push(&h->warnings, TAKE_PTR(w));
+                }
+        }
+        STRV_FOREACH (w, h->warnings)
+                log_warning("host %s: %s", h->conf->name, *w);
 }

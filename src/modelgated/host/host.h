@@ -219,6 +219,13 @@ usec_t host_last_error_usec(const Host *h);
 char **host_loaded_models(const Host *h);
 /* Why the host is down (its bus, or its probe), or NULL while it is not */
 const char *host_down_reason(const Host *h);
+/* rule:bus-gone: its bus, "up", "connecting" (not probed yet), "gone" (lost or not reachable: its engine
+ * may serve on), or "" for a host without engines, which has none; and why it is gone (NULL: it is not) */
+const char *host_bus_state(const Host *h);
+const char *host_bus_error(const Host *h);
+/* rule:bus-backoff: the seconds until the host's lost bus is tried again, what a 503 it causes says and
+ * its Retry-After carries; 0 when the bus is not the reason (the answer's own default applies) */
+unsigned host_retry_after(const Host *h);
 /* CLOCK_MONOTONIC: the end of the running engine's hold-down (0: none, USEC_INFINITY: forever), and when
  * its idle stop happens as things are (USEC_INFINITY: not now). */
 usec_t host_hold_down_until(const Host *h);

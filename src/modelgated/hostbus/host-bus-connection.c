@@ -2,7 +2,7 @@
 /* A HostBus owns one sd_bus at a time, and this is its lifecycle: connect (the transport, then the
  * Disconnected match first, then the operations' and the units' matches and calls), up when the units'
  * setup is answered, lost when the connection ends or setup fails, closed from a defer source (never
- * inside its own callback), and replaced after a backoff that doubles up to a minute. A lost bus tells
+ * inside its own callback), and replaced after a backoff that doubles up to 30 s. A lost bus tells
  * its owner first and then fails every pending operation. */
 
 #include <assert.h>
@@ -15,7 +15,9 @@
 #include "shared/strv.h"
 
 #define RECONNECT_MIN_USEC (1 * USEC_PER_SEC)
-#define RECONNECT_MAX_USEC (60 * USEC_PER_SEC)
+/* rule:bus-backoff: what a 503 tells a client to wait (rule:retry-after) is this timer's time left, so it
+ * stays below the 60 s over which clients drop a Retry-After */
+#define RECONNECT_MAX_USEC (30 * USEC_PER_SEC)
 
 bool host_bus_lost(HostBus *b, const char *reason) {
         assert(b);
@@ -58,8 +60,25 @@ static int retry_cb(sd_event_source *s, uint64_t usec, void *userdata) {
         return 0;
 }
 
+static usec_t next_backoff(const HostBus *b) {
+        return b->backoff ? MIN(b->backoff * 2, RECONNECT_MAX_USEC) : RECONNECT_MIN_USEC;
+}
+
+usec_t host_bus_retry_in(const HostBus *b, usec_t now) {
+        assert(b);
+        usec_t at;
+        int enabled = SD_EVENT_OFF;
+
+        if (b->up)
+                return 0;
+        if (b->retry_source && sd_event_source_get_enabled(b->retry_source, &enabled) >= 0 &&
+            enabled != SD_EVENT_OFF && sd_event_source_get_time(b->retry_source, &at) >= 0)
+                return at > now ? at - now : 0;
+        return next_backoff(b);
+}
+
 static void schedule_retry(HostBus *b) {
-        b->backoff = b->backoff ? MIN(b->backoff * 2, RECONNECT_MAX_USEC) : RECONNECT_MIN_USEC;
+        b->backoff = next_backoff(b);
         if (!b->retry_source) {
                 if (sd_event_add_time_relative(b->event, &b->retry_source, CLOCK_MONOTONIC, b->backoff, 0,
                                                retry_cb, b) < 0)
@@ -194,6 +213,8 @@ HostBus *host_bus_free(HostBus *b) {
         free(b->label);
         free(b->down_reason);
         free(b->manager_owner);
+        strv_free(b->busy_active);
+        sd_bus_slot_unref(b->busy_match);
         host_bus_stderr_close(b);
         sd_event_unref(b->event);
         free(b);

@@ -2,11 +2,11 @@
 #pragma once
 
 /* What the host-bus files share and nothing else may see: the HostBus itself, and the few calls by
- * which its four parts hand over to each other. host-bus-connection.c holds the connection's lifecycle
+ * which its five parts hand over to each other. host-bus-connection.c holds the connection's lifecycle
  * (connect, lost, closed, reconnected), host-bus-transport.c how a connection reaches the manager
  * (addresses, the ssh bridge), host-bus-units.c what is followed on it (the setup pipeline,
- * PropertiesChanged, the manager's unique name) and host-bus-ops.c the calls an owner waits for (jobs,
- * re-reads, listings). A part that learns the bus is lost (a reply in units or ops can be the first
+ * PropertiesChanged, the manager's unique name), host-bus-busy.c which BusyUnits= units are active,
+ * and host-bus-ops.c the calls an owner waits for (jobs, re-reads, listings). A part that learns the bus is lost (a reply in units or ops can be the first
  * news of it) calls host_bus_lost(): the lifecycle that answers it is the connection's. */
 
 #include <stdbool.h>
@@ -72,6 +72,10 @@ struct HostBus {
          * another PID namespace). rule:switch-lease ties a lease to it. */
         uint32_t peer_pid;
 
+        /* rule:busy-followed: the units matching BusyUnits= that are active, as last heard */
+        char **busy_active;
+        sd_bus_slot *busy_match; /* their PropertiesChanged, on this bus */
+
         FollowedUnit *units;
         size_t n_units;
         BusOp *ops;
@@ -107,6 +111,12 @@ void host_bus_reset_units(HostBus *b);
 bool host_bus_from_manager(HostBus *b, sd_bus_message *m);
 /* The matches and calls that follow the units on a new bus; its last reply brings the bus up. */
 int host_bus_follow_units(HostBus *b);
+/* One reply of the setup is in: the last one brings the bus up. */
+void host_bus_setup_step_done(HostBus *b);
+
+/* host-bus-busy.c */
+/* The match and the listing that follow the BusyUnits= units on a new bus, as steps of its setup. */
+int host_bus_follow_busy(HostBus *b);
 
 /* host-bus-ops.c */
 int host_bus_match_job_removed(HostBus *b);

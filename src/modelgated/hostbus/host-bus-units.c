@@ -127,7 +127,7 @@ int unit_info_read_properties(sd_bus_message *m, UnitInfo *u) {
         return sd_bus_message_exit_container(m);
 }
 
-static void setup_step_done(HostBus *b) {
+void host_bus_setup_step_done(HostBus *b) {
         assert(b->n_setup_pending > 0);
         if (--b->n_setup_pending > 0 || b->setup_failed || !b->subscribed)
                 return;
@@ -162,7 +162,7 @@ static int setup_reply_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_e
                         fu->info.file_state = log_escape_dup(s);
                 }
         }
-        setup_step_done(b);
+        host_bus_setup_step_done(b);
         return 0;
 }
 
@@ -200,7 +200,7 @@ static int subscribe_reply_cb(sd_bus_message *m, void *userdata, sd_bus_error *r
                 (void)sd_bus_call_method_async(b->bus, NULL, "org.freedesktop.DBus", "/org/freedesktop/DBus",
                                                "org.freedesktop.DBus", "GetConnectionUnixProcessID",
                                                peer_pid_cb, b, "s", unique);
-        setup_step_done(b);
+        host_bus_setup_step_done(b);
         return 0;
 }
 
@@ -316,5 +316,5 @@ int host_bus_follow_units(HostBus *b) {
                 if (r < 0)
                         return r;
         }
-        return 0;
+        return host_bus_follow_busy(b);
 }

@@ -5,7 +5,8 @@
  * or a remote user bus through ssh and systemd-stdio-bridge (rule:ssh-bridge). It
  * connects, subscribes, follows a fixed set of units (the host's engine
  * units: loaded and Ref()ed so their outcome stays readable, state kept from
- * PropertiesChanged), runs jobs to their JobRemoved, and reconnects with
+ * PropertiesChanged) and the active units matching the host's BusyUnits=,
+ * runs jobs to their JobRemoved, and reconnects with
  * backoff when the bus is lost. Everything is asynchronous on the one event
  * loop. It knows nothing of engines or policy; the Host does. */
 
@@ -42,6 +43,9 @@ typedef struct HostBusCallbacks {
         void (*on_down)(HostBus *b, const char *reason, void *userdata);
         /* A followed unit's state changed (not called while the bus is coming up). */
         void (*on_unit_changed)(HostBus *b, size_t i, void *userdata);
+        /* rule:busy-followed: the set of active BusyUnits= units changed (not called while the bus is coming
+         * up: on_up finds it read) */
+        void (*on_busy_changed)(HostBus *b, void *userdata);
 } HostBusCallbacks;
 
 /* A job ended: 'result' is JobRemoved's (done, failed, canceled, …), or NULL when the call failed or the
@@ -96,5 +100,15 @@ int host_bus_list_active(HostBus *b, char **patterns, HostBusDone cb, void *user
 void host_bus_forget(HostBus *b, void *userdata);
 
 bool unit_info_is_running(const UnitInfo *u);
+/* rule:busy-followed: the host's units that match BusyUnits= and are active, activating, reloading or
+ * deactivating, as the bus last said; NULL (none known) while it is not up. */
+char **host_bus_busy_active(const HostBus *b);
+/* A reload changed BusyUnits= (host_bus_set_conf() first): they are followed anew; on_busy_changed says the
+ * outcome. */
+void host_bus_busy_reload(HostBus *b);
+/* rule:bus-backoff: how long until the bus is tried again, on CLOCK_MONOTONIC from now: the reconnect
+ * timer's time left, or, while a connection is being tried (or about to be), the wait that follows if it
+ * fails. 0 while the bus is up. */
+usec_t host_bus_retry_in(const HostBus *b, usec_t now);
 /* A reload with the same bus settings: the new configuration's copy. */
 void host_bus_set_conf(HostBus *b, const HostConf *h);

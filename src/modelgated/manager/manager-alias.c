@@ -25,6 +25,9 @@ static AliasTargetState target_state(Manager *m, const char *target, unsigned *r
                 return ALIAS_TARGET_DOWN;
         if (host_engine_up(h) == e)
                 return host_switch_pending(h) ? ALIAS_TARGET_OTHER : ALIAS_TARGET_WARM;
+        /* rule:bus-gone: its engine serves on, but another one cannot be started there now */
+        if (streq(host_bus_state(h), "gone"))
+                return ALIAS_TARGET_DOWN;
         if (host_state(h) == HOST_IDLE || (host_state(h) == HOST_STARTING && host_running(h) == e))
                 return ALIAS_TARGET_FREE;
         return ALIAS_TARGET_OTHER;

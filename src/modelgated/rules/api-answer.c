@@ -209,7 +209,8 @@ int answer_retry_after(char *buf, size_t size, uint64_t seconds, bool ms) {
 
 int answer_headers(char *buf, size_t size, Answer a, uint64_t retry_after) {
         const AnswerRow *row = answer_row(a);
-        uint64_t seconds = row->retry_after ?: retry_after;
+        /* rule:bus-backoff: the host's own time (its bus's reconnect) before the row's steady one */
+        uint64_t seconds = retry_after ?: row->retry_after;
 
         switch (row->headers) {
         case ANSWER_HEADERS_RETRY_AFTER:

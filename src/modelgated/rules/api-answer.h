@@ -109,8 +109,8 @@ int answer_format(char *buf, size_t size, Answer a, ...);
 char *answer_time_left(char *buf, size_t size, uint64_t seconds);
 int answer_retry_after(char *buf, size_t size, uint64_t seconds, bool ms);
 
-/* The row's header lines, each ending in CRLF ("" for none); retry_after: the seconds for a row without
- * its own. snprintf()'s return */
+/* The row's header lines, each ending in CRLF ("" for none); retry_after: the seconds, 0 for the row's own.
+ * snprintf()'s return */
 int answer_headers(char *buf, size_t size, Answer a, uint64_t retry_after);
 
 /* The status of an answer: the row's, or 'given' for a row without one of its own */

@@ -78,112 +78,6 @@ static bool queue_has(const SchedQueue *q, const SchedRequest *r) {
         return r->requests_prev || q->head == r;
 }
 
-/* The tree of waiting requests keyed by seq, with subtree sizes: a treap whose heap order is a hash of
- * seq, not a random number, so that it stays about 2 ln n deep although its keys only grow, and every run
- * is the same. New keys are the largest: they go down the right spine. */
-
-static unsigned tree_size(const SchedRequest *x) {
-        return x ? x->tree_size : 0;
-}
-
-static uint64_t tree_priority(const SchedRequest *x) {
-        uint64_t z = x->seq + UINT64_C(0x9e3779b97f4a7c15); /* splitmix64's finaliser */
-
-        z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-        z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-        return z ^ (z >> 31);
-}
-
-/* x takes its parent's place, the parent becomes its child */
-static void tree_rotate_up(Sched *s, SchedRequest *x) {
-        SchedRequest *p = x->tree_parent, *g = p->tree_parent;
-
-        if (p->tree_left == x) {
-                if ((p->tree_left = x->tree_right))
-                        p->tree_left->tree_parent = p;
-                x->tree_right = p;
-        } else {
-                if ((p->tree_right = x->tree_left))
-                        p->tree_right->tree_parent = p;
-                x->tree_left = p;
-        }
-        p->tree_parent = x;
-        x->tree_parent = g;
-        if (!g)
-                s->tree = x;
-        else if (g->tree_left == p)
-                g->tree_left = x;
-        else
-                g->tree_right = x;
-        x->tree_size = p->tree_size;
-        p->tree_size = tree_size(p->tree_left) + tree_size(p->tree_right) + 1;
-}
-
-static void tree_insert(Sched *s, SchedRequest *r) {
-        SchedRequest *p = NULL;
-
-        r->tree_left = r->tree_right = NULL;
-        r->tree_size = 1;
-        for (SchedRequest *x = s->tree; x; x = x->tree_right) {
-                sched_steps++;
-                x->tree_size++;
-                p = x;
-        }
-        r->tree_parent = p;
-        if (p)
-                p->tree_right = r;
-        else
-                s->tree = r;
-        while (r->tree_parent && tree_priority(r) > tree_priority(r->tree_parent)) {
-                sched_steps++;
-                tree_rotate_up(s, r);
-        }
-}
-
-static void tree_remove(Sched *s, SchedRequest *r) {
-        SchedRequest *p;
-
-        /* down to a leaf, the child with the higher priority taking its place each time */
-        for (;;) {
-                SchedRequest *c = r->tree_left ?: r->tree_right;
-
-                if (r->tree_left && r->tree_right &&
-                    tree_priority(r->tree_right) > tree_priority(r->tree_left))
-                        c = r->tree_right;
-                if (!c)
-                        break;
-                sched_steps++;
-                tree_rotate_up(s, c);
-        }
-        p = r->tree_parent;
-        if (!p)
-                s->tree = NULL;
-        else if (p->tree_left == r)
-                p->tree_left = NULL;
-        else
-                p->tree_right = NULL;
-        for (; p; p = p->tree_parent) {
-                sched_steps++;
-                p->tree_size--;
-        }
-        r->tree_parent = NULL;
-}
-
-/* How many waiting requests arrived before seq. */
-static unsigned tree_count_before(const Sched *s, uint64_t seq) {
-        unsigned n = 0;
-
-        for (const SchedRequest *x = s->tree; x;) {
-                sched_steps++;
-                if (x->seq < seq) {
-                        n += tree_size(x->tree_left) + 1;
-                        x = x->tree_right;
-                } else
-                        x = x->tree_left;
-        }
-        return n;
-}
-
 int sched_init(Sched *s, const SchedConfig *config, size_t n_engines) {
         assert(s);
         *s = (Sched){
@@ -215,7 +109,7 @@ static void waiting_add(Sched *s, SchedRequest *r) {
         QUEUE_APPEND(queue, &e->waiting, r);
         e->n_waiting++;
         s->n_waiting++;
-        tree_insert(s, r);
+        sched_tree_insert(s, r);
 }
 
 /* r waits no more; its state is the caller's to set */
@@ -227,7 +121,7 @@ static void waiting_drop(Sched *s, SchedRequest *r) {
         QUEUE_REMOVE(queue, &e->waiting, r);
         e->n_waiting--;
         s->n_waiting--;
-        tree_remove(s, r);
+        sched_tree_remove(s, r);
 }
 
 static void in_flight_add(Sched *s, SchedRequest *r) {
@@ -386,6 +280,13 @@ static void fail_waiting(Sched *s, ssize_t engine, int status) {
         }
 }
 
+/* The waiting requests for every engine but keep fail */
+static void fail_waiting_others(Sched *s, ssize_t keep, int status) {
+        for (size_t i = 0; i < s->n_engines; i++)
+                if ((ssize_t)i != keep)
+                        fail_waiting(s, (ssize_t)i, status);
+}
+
 void sched_switch_failed(Sched *s, usec_t now, int status, ssize_t still_running) {
         assert(s);
         ssize_t target = s->starting;
@@ -444,6 +345,34 @@ void sched_host_down(Sched *s, bool down) {
         s->wait_logged = -1;
 }
 
+void sched_bus_gone(Sched *s, bool gone) {
+        assert(s);
+        s->bus_gone = gone;
+        if (!gone)
+                return;
+        /* what needs the bus is not under way any more: the switch was reset with the bus */
+        fail_waiting_others(s, s->running, 503);
+        s->starting = -1;
+        s->stopping = s->stop_requested = false;
+        s->wait_logged = -1;
+}
+
+void sched_gpu_busy(Sched *s, bool busy) {
+        assert(s);
+        s->gpu_busy = busy;
+        for (size_t i = 0; busy && i < s->n_engines; i++)
+                if (sched_refusal(s, i) == 423)
+                        fail_waiting(s, (ssize_t)i, 423);
+}
+
+int sched_refusal(const Sched *s, size_t engine) {
+        assert(s);
+        assert(engine < s->n_engines);
+        if ((ssize_t)engine == s->running || (ssize_t)engine == s->starting)
+                return 0;
+        return s->bus_gone ? 503 : s->gpu_busy ? 423 : 0;
+}
+
 static usec_t deadline_of(const Sched *s, const SchedRequest *r) {
         if (s->config.wait_budget == USEC_INFINITY)
                 return USEC_INFINITY;
@@ -456,8 +385,8 @@ usec_t sched_engine_idle_stop(const Sched *s, size_t i) {
 }
 
 static usec_t idle_stop_at(const Sched *s) {
-        if (s->running < 0 || s->down || s->starting >= 0 || s->stopping || s->n_waiting > 0 ||
-            s->n_in_flight > 0)
+        if (s->running < 0 || s->down || s->bus_gone || s->starting >= 0 || s->stopping ||
+            s->n_waiting > 0 || s->n_in_flight > 0)
                 return USEC_INFINITY;
         if (s->stop_requested)
                 return 0;
@@ -632,6 +561,8 @@ bool sched_next(Sched *s, usec_t now, SchedAction *ret) {
                 return true;
         if (s->down || s->starting >= 0 || s->stopping)
                 return false;
+        if (s->bus_gone) /* rule:bus-gone: only what the running engine serves */
+                return s->running >= 0 && next_go(s, now, ret);
         if (s->running >= 0)
                 return next_with_engine_up(s, now, ret);
         return next_with_engine_down(s, ret);
@@ -646,7 +577,7 @@ usec_t sched_next_timer(const Sched *s, usec_t now) {
                 if (s->engines[i].held)
                         t = MIN(t, held_until(s, &s->engines[i]));
 
-        if (!s->down && s->starting < 0 && !s->stopping && s->running >= 0) {
+        if (!s->down && !s->bus_gone && s->starting < 0 && !s->stopping && s->running >= 0) {
                 if (in_hold_down(s, now) && pending_switch(s) && s->config.hold_down != USEC_INFINITY)
                         t = MIN(t, s->up_at + s->config.hold_down);
                 t = MIN(t, own_idle_stop_at(s));
@@ -659,7 +590,7 @@ unsigned sched_ahead(const Sched *s, const SchedRequest *r) {
         /* answered or removed: not the scheduler's any more, everyone is ahead */
         if (r->state == SCHED_FAILED && !queue_has(&s->failed, r))
                 return s->n_in_flight + s->n_waiting;
-        return s->n_in_flight + tree_count_before(s, r->seq);
+        return s->n_in_flight + sched_tree_count_before(s, r->seq);
 }
 
 const SchedRequest *sched_first_waiting(const Sched *s) {

@@ -98,12 +98,17 @@ typedef struct Sched {
         usec_t last_arrived;
         unsigned n_waiting, n_in_flight;
 
-        ssize_t running;     /* the engine that is up, -1 for none */
-        usec_t up_at;        /* when it came up */
-        usec_t last_done;    /* when the last in-flight request ended, for the idle clock */
-        ssize_t starting;    /* a START in progress (or an engine being adopted), -1 for none */
-        bool stopping;       /* a STOP in progress */
-        bool down;           /* the host is down: no switches, no idle stop */
+        ssize_t running;  /* the engine that is up, -1 for none */
+        usec_t up_at;     /* when it came up */
+        usec_t last_done; /* when the last in-flight request ended, for the idle clock */
+        ssize_t starting; /* a START in progress (or an engine being adopted), -1 for none */
+        bool stopping;    /* a STOP in progress */
+        bool down;        /* the host is down: no switches, no idle stop */
+        /* rule:bus-gone: the host's bus is gone while its engine serves: that engine goes on serving, and
+         * nothing that needs the bus (a start, a switch, an idle stop) happens until it is back */
+        bool bus_gone;
+        /* rule:busy-followed: a BusyUnits= unit is active on the host: no switch can be made */
+        bool gpu_busy;
         ssize_t wait_logged; /* the pending switch whose wait was logged */
         bool stop_requested; /* StopEngine(): stop the running engine once nothing is in flight or waiting */
         usec_t foreign_since; /* rule:foreign-switch: another instance's switch of the host, under way since
@@ -160,6 +165,17 @@ void sched_foreign_switch(Sched *s, usec_t now, bool on);
 
 /* The host is down (every waiting request fails with 503) or back. */
 void sched_host_down(Sched *s, bool down);
+/* rule:bus-gone: the host's bus is gone (or back) while the running engine serves: every request waiting
+ * for another engine fails with 503, the running engine's go on, and no start, switch or idle stop is
+ * decided until the bus is back. */
+void sched_bus_gone(Sched *s, bool gone);
+/* rule:busy-followed: a BusyUnits= unit became active (or none is any more): every request waiting for a
+ * switch that has not begun fails with 423, at once rather than when the switch is due. */
+void sched_gpu_busy(Sched *s, bool busy);
+/* What a new request for engine gets at once instead of a place in the queue: 0 (none: it queues or goes),
+ * 503 (it needs a switch or a start and the bus is gone), 423 (it needs one and a BusyUnits= unit is
+ * active). A request for the running engine, or for the one being started, is never refused here. */
+int sched_refusal(const Sched *s, size_t engine);
 
 /* Stop the running engine as soon as nothing is in flight or waiting, hold-down and IdleStopSec= aside
  * (an operator's StopEngine()). Nothing when no engine is up; forgotten when another one comes up. */
@@ -186,5 +202,12 @@ bool sched_switch_pending(const Sched *s);
 /* Requests ahead of r: those in flight, and those waiting that arrived before it (all of them when r has
  * been answered or removed). */
 unsigned sched_ahead(const Sched *s, const SchedRequest *r);
+/* sched-tree.c, for sched.c alone: the waiting requests again, in a tree by arrival (seq) with subtree sizes,
+ * so that sched_ahead() walks none of them (issue 26). */
+void sched_tree_insert(Sched *s, SchedRequest *r);
+void sched_tree_remove(Sched *s, SchedRequest *r);
+/* How many waiting requests arrived before seq. */
+unsigned sched_tree_count_before(const Sched *s, uint64_t seq);
+
 /* The waiting request that arrived first, or NULL: the tree's leftmost */
 const SchedRequest *sched_first_waiting(const Sched *s);
