@@ -242,7 +242,9 @@ def test_engine_that_cannot_start_gets_502_with_the_unit_result(box, make_gate):
     body = json.loads(r.read())
     assert r.status == 502
     assert "llama-missing.service" in body["error"]["message"] and "exit-code" in body["error"]["message"]
-    assert "exit status 203" in body["error"]["message"], body  # systemd's EXIT_EXEC
+    # systemd's EXIT_EXEC, in words (rule:exit-status-words)
+    assert "exit status 203/EXEC: the engine's ExecStart= binary was not found or not executable" in \
+        body["error"]["message"], body
 
 
 MODELGATECTL = os.environ.get("MODELGATECTL", os.path.join(os.path.dirname(MODELGATED), "modelgatectl"))
