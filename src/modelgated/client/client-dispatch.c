@@ -485,6 +485,14 @@ static ssize_t dispatch_engine(Client *c, Dispatch *d, Host *host) {
                 log_escape(k2, sizeof(k2), d->key, strlen(d->key));
                 return client_answer(c, ANSWER_NO_ENGINE, c->x->host->name, k2), -2;
         }
+        /* rule:never-listed-404: no GPU moves for a name its engine is known not to have; /models/...
+         * calls are the host's to judge, as in rule:unlisted-key-404 */
+        if (!span_startswith(d->path, "/models") && host_key_known_absent(host, (size_t)engine, d->key)) {
+                const char *e = host_engine(host, (size_t)engine)->conf->name;
+                log_escape(k2, sizeof(k2), d->key, strlen(d->key));
+                return client_answer(c, ANSWER_NEVER_LISTED, c->x->host->name, e, k2, c->x->host->name, e),
+                       -2;
+        }
         c->x->target = host_engine(host, (size_t)engine)->url;
         c->x->engine_conf = host_engine(host, (size_t)engine)->conf;
         c->x->engine_name = c->x->engine_conf->name;

@@ -316,3 +316,20 @@ void host_waiter_times(const Host *h, HostWaiter *w) {
         w->switched = target == w->engine && end > from ? end - from : 0;
         w->queued = now > w->req.arrived + w->switched ? now - w->req.arrived - w->switched : 0;
 }
+
+bool host_key_known_absent(const Host *h, size_t i, const char *key) {
+        assert(h);
+        char *const *keys;
+
+        if (i >= h->n_engines || h->running == (ssize_t)i)
+                return false; /* a running engine answers for itself, and no GPU moves for it */
+        keys = catalog_engine_keys(h->catalog, i);
+        if (!keys || !keys[0])
+                return false; /* never read: only its start can say */
+        if (catalog_lists(h->catalog, key) > 0)
+                return false;
+        STRV_FOREACH (k, keys)
+                if (streq(*k, key))
+                        return false;
+        return true;
+}
