@@ -96,5 +96,9 @@ int host_bus_list_active(HostBus *b, char **patterns, HostBusDone cb, void *user
 void host_bus_forget(HostBus *b, void *userdata);
 
 bool unit_info_is_running(const UnitInfo *u);
+/* rule:engine-unit-checks: what is wrong with engine unit u, as sentences appended to *warnings: not
+ * found, enabled, Restart= other than no, a Conflicts= missing with one of engine_units (the host's engine
+ * units, u's own among them). 0, or -ENOMEM. */
+int unit_info_check(const UnitInfo *u, char *const *engine_units, char ***warnings);
 /* A reload with the same bus settings: the new configuration's copy. */
 void host_bus_set_conf(HostBus *b, const HostConf *h);
