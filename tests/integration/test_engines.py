@@ -238,6 +238,8 @@ def test_engine_that_cannot_start_gets_502_with_the_unit_result(box, make_gate):
     assert "exit-code" in body["error"]["message"], body
     # and how its process ended, as systemctl status says it
     assert "exit status 3" in body["error"]["message"], body
+    # and where the engine's own words are (rule:engine-logs)
+    assert "its log: 'modelgatectl logs 3090 broken'" in body["error"]["message"], body
     r = post(c, CHAT, chat("3090-missing-1"))
     body = json.loads(r.read())
     assert r.status == 502

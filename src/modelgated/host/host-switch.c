@@ -324,9 +324,11 @@ static void start_checked(HostBus *b, char **units, const char *error, void *use
         }
         char how[256];
         unit_exit_how(u, how, sizeof(how));
-        snprintf(what, sizeof(what), "failed to start (result: %s%s, state: %s)",
+        /* rule:engine-logs: what the engine itself said is in its journal, on its host */
+        snprintf(what, sizeof(what),
+                 "failed to start (result: %s%s, state: %s); its log: 'modelgatectl logs %s %s'",
                  u->result && !streq(u->result, "success") ? u->result : "exit-code", how,
-                 strna(u->active_state));
+                 strna(u->active_state), h->conf->name, engine_name(h, h->target));
         switch_fail_start(h, what);
 }
 
@@ -646,8 +648,10 @@ static void unit_changed(HostBus *b, size_t i, void *userdata) {
                 }
                 char how[256];
                 unit_exit_how(u, how, sizeof(how));
-                snprintf(what, sizeof(what), "stopped%s (state: %s, result: %s%s)",
-                         h->engine_up ? " on its own" : "", strna(u->active_state), strna(u->result), how);
+                snprintf(what, sizeof(what),
+                         "stopped%s (state: %s, result: %s%s); its log: 'modelgatectl logs %s %s'",
+                         h->engine_up ? " on its own" : "", strna(u->active_state), strna(u->result), how,
+                         h->conf->name, engine_name(h, (ssize_t)i));
                 if (h->phase == PHASE_HEALTH && h->target == (ssize_t)i) {
                         switch_fail_start(h, what);
                         return;
