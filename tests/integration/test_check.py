@@ -73,15 +73,26 @@ def test_check_reports_what_is_wrong_on_the_hosts_in_one_report(box, make_gate, 
     assert ctl.returncode == 1 and ctl.stdout == text, (ctl.stdout, ctl.stderr)
 
 
-def test_check_of_a_right_configuration_finds_nothing(box, make_gate):
+def test_check_of_a_right_configuration_finds_nothing(box, make_gate, make_double):
     port = free_port()
+    plain = make_double("--models", "qwen3-8b,gemma")
     conf = local_host("3090", port) + two_engines(box, port) % {"host": "3090", "extra": ""}
+    # a host without engines: its URL is all there is
+    conf += "[Host]\nName=plain\nURL=%s\n" % plain.url
     g = make_gate(conf, env=gate_env(box))
     g.wait_log("host 3090 up")
     out = check([MODELGATED, "--check-config", "--hosts"], g.conf, gate_env(box))
     assert out.returncode == 0, (out.stdout, out.stderr)
     assert "host 3090: bus up (user bus)" in out.stdout
+    assert "host 3090: no engine runs; its URL is asked when one does" in out.stdout
+    assert "host plain: %s/models lists 2 models" % plain.url in out.stdout, out.stdout
     assert out.stdout.rstrip().endswith("No problems found."), out.stdout
+    # the same host gone: its URL not answering is a problem
+    plain.stop()
+    out = check([MODELGATED, "--check-config", "--hosts"], g.conf, gate_env(box))
+    assert out.returncode == 1
+    assert "PROBLEM: host plain: %s/models cannot be read: Connection refused" % plain.url in out.stdout, \
+        out.stdout
 
 
 def test_logs_runs_journalctl_for_the_engine_units_where_they_run(make_box, sshd, tmp):

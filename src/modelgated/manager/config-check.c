@@ -186,37 +186,38 @@ static int http_get(const HttpUrl *u, const char *path, int *ret_status, char **
         return *ret_body ? 0 : -ENOMEM;
 }
 
-/* The ids the engine at u lists now: into *ret (NULL when it could not be read, said in the report) */
-static void read_list(Report *rep, const HostConf *h, const char *engine, const HttpUrl *u, bool running,
-                      char ***ret) {
-        _cleanup_free_ char *body = NULL, *error = NULL;
+/* The ids the engine at u (engine NULL: the host itself, which has no engines) lists now: into *ret (NULL
+ * when it could not be read, said in the report) */
+static void read_list(Report *rep, const HostConf *h, const char *engine, const HttpUrl *u, char ***ret) {
+        _cleanup_free_ char *body = NULL, *error = NULL, *who = NULL, *where = NULL;
         _cleanup_(catalog_list_freep) CatalogList *list = NULL;
-        size_t n = 0;
+        size_t n = 0, k;
         int status = 0, r;
 
         *ret = NULL;
+        if ((engine ? asprintf(&who, "host %s: engine %s", h->name, engine)
+                    : asprintf(&who, "host %s", h->name)) < 0 ||
+            asprintf(&where, "%s://%s%s/models", u->tls ? "https" : "http", u->authority, u->base_path) < 0)
+                return;
         if (u->tls) {
-                say(rep, false, "host %s: engine %s: %s is https, not asked by this check", h->name, engine,
-                    u->text);
+                say(rep, false, "%s: %s is https, not asked by this check", who, where);
                 return;
         }
         r = http_get(u, "/models", &status, &body, &n, &error);
-        if (r < 0 || status != 200) {
-                if (running)
-                        say(rep, true, "host %s: engine %s runs, but %s/models %s%s", h->name, engine,
-                            u->text, r < 0 ? "cannot be read: " : "answers ", r < 0 ? strna(error) : "");
-                if (running && r >= 0)
-                        fprintf(rep->out, "  (status %d)\n", status);
+        if (r < 0) {
+                say(rep, true, "%s%s%s cannot be read: %s", who, engine ? " runs, but " : ": ", where,
+                    strna(error));
                 return;
         }
-        if (catalog_list_parse(body, n, 4096, CHECK_ANSWER_MAX, &list) < 0) {
-                say(rep, true, "host %s: engine %s: %s/models does not answer with a model list", h->name,
-                    engine, u->text);
+        if (status != 200 || catalog_list_parse(body, n, 4096, CHECK_ANSWER_MAX, &list) < 0) {
+                say(rep, true, "%s%s%s answers %d%s", who, engine ? " runs, but " : ": ", where, status,
+                    status == 200 ? ", not a model list" : "");
                 return;
         }
         *ret = catalog_list_ids(list);
-        say(rep, false, "host %s: engine %s runs; %s/models lists %zu model%s", h->name, engine, u->text,
-            catalog_list_size(list), catalog_list_size(list) == 1 ? "" : "s");
+        k = catalog_list_size(list);
+        say(rep, false, "%s%s%s lists %zu model%s", who, engine ? " runs; " : ": ", where, k,
+            k == 1 ? "" : "s");
 }
 
 static bool any_matches(const char *glob, char *const *keys) {
@@ -297,7 +298,7 @@ static void report_host(Report *rep, const Config *c, CheckHost *ch, const Model
         }
         if (running >= 0) {
                 const EngineConf *e = &c->engines[ch->engines[running]];
-                read_list(rep, h, e->name, e->url.text ? &e->url : &h->url, true, &live);
+                read_list(rep, h, e->name, e->url.text ? &e->url : &h->url, &live);
         } else if (ch->settled && !ch->down)
                 say(rep, false, "host %s: no engine runs; its URL is asked when one does", h->name);
         check_models(rep, c, ch, mem, live, running);
@@ -307,7 +308,7 @@ static void report_host(Report *rep, const Config *c, CheckHost *ch, const Model
 static void report_plain_host(Report *rep, const HostConf *h) {
         _cleanup_strv_free_ char **live = NULL;
 
-        read_list(rep, h, "-", &h->url, true, &live);
+        read_list(rep, h, NULL, &h->url, &live);
 }
 
 static int host_setup(CheckHost *ch, sd_event *e, const Config *c, const HostConf *h, size_t *n_unsettled) {
