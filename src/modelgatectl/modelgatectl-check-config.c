@@ -12,11 +12,13 @@
 #include "shared/log.h"
 #include "shared/macro.h"
 
-int do_check_config(void) {
+/* check-config, and check (hosts: --hosts too, rule:check-hosts: each host's bus reached as the daemon
+ * does) */
+static int run_check(bool hosts) {
         /* $MODELGATED: a modelgated of a build tree, not installed */
         const char *path = getenv("MODELGATED");
         _cleanup_free_ char *config = NULL;
-        char *argv[5];
+        char *argv[6];
         size_t n = 0;
 
         if (!path || !*path)
@@ -25,14 +27,25 @@ int do_check_config(void) {
                 return log_oom(), EXIT_FAILED;
         argv[n++] = (char *)path;
         argv[n++] = (char *)"--check-config";
+        if (hosts)
+                argv[n++] = (char *)"--hosts";
         argv[n++] = (char *)(arg_user ? "--user" : "--system");
         if (config)
                 argv[n++] = config;
         argv[n] = NULL;
-        /* modelgated's exit status is this command's: 0, or 78 (EX_CONFIG) for a file with errors */
+        /* modelgated's exit status is this command's: 0, or 78 (EX_CONFIG) for a file with errors, 1 for
+         * problems the hosts showed */
         fflush(stdout);
         execv(path, argv);
         log_error_errno(errno, "Cannot run %s: %m (modelgated as installed; $MODELGATED names another)",
                         path);
         return EXIT_FAILED;
+}
+
+int do_check_config(void) {
+        return run_check(/* hosts= */ false);
+}
+
+int do_check(void) {
+        return run_check(/* hosts= */ true);
 }

@@ -43,6 +43,9 @@ static void help(void) {
                "  reload                 Read the configuration again\n"
                "  check-config           Check the configuration (--config=, --user, --system) with\n"
                "                         the installed modelgated's --check-config\n"
+               "  check                  Check the configuration against its hosts: buses, engine\n"
+               "                         units, URLs, Models= (modelgated --check-config --hosts)\n"
+               "  logs HOST [ENGINE]     The journal of HOST's engine units, on that host\n"
                "  top                    Hosts, requests in flight and the last ones, live (q quits)\n"
                "  key add TIER           Make an API key of TIER, print it once, store its digest\n"
                "  key list               The keys' digests (a prefix) and tiers\n"
@@ -60,7 +63,8 @@ static void help(void) {
                "     --json              Print the bus's properties as JSON\n"
                "     --once              For top: print one frame and exit\n"
                "     --timeout=SPAN      How long switch waits (default: 24h)\n"
-               "     --config=PATH       For key and check-config: the modelgate.conf to read\n\n"
+               "     --config=PATH       For key, check-config, check, logs: the modelgate.conf\n"
+               "                         to read\n\n"
                "See modelgatectl(1).\n",
                program_invocation_short_name);
 }
@@ -648,6 +652,16 @@ int main(int argc, char *argv[]) {
                         return EXIT_USAGE;
                 }
                 return do_check_config();
+        }
+        /* the configuration's hosts, without the daemon */
+        if (streq(verb, "check") && n == 0)
+                return do_check();
+        if (streq(verb, "logs") && (n == 1 || n == 2))
+                return do_logs(argv[optind + 1], n == 2 ? argv[optind + 2] : NULL);
+        if (STR_IN_SET(verb, "check", "logs")) {
+                log_error("Use 'check' or 'logs HOST [ENGINE]'; see %s --help",
+                          program_invocation_short_name);
+                return EXIT_USAGE;
         }
         if (!STR_IN_SET(verb, "status", "hosts", "engines", "aliases", "switch", "stop", "reset-failed",
                         "reload", "top")) {

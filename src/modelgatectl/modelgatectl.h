@@ -29,6 +29,11 @@ extern const char *arg_config; /* --config= */
 /* The bus of the instance the options name (-H: through ssh) */
 int connect_bus(sd_bus **ret);
 
+/* check: modelgated --check-config --hosts, in this process's place (rule:check-hosts) */
+int do_check(void);
+/* logs HOST [ENGINE]: journalctl for the host's engine units, here or through its ssh (rule:engine-logs) */
+int do_logs(const char *host, const char *engine);
+
 /* top: the live activity, every second until q; once: one frame (also when stdout is no terminal) */
 int do_top(sd_bus *bus, bool once);
 

@@ -10,6 +10,7 @@
 #include <systemd/sd-daemon.h>
 
 #include "modelgated/bus/bus-object.h"
+#include "modelgated/manager/config-check.h"
 #include "modelgated/manager/manager.h"
 #include "modelgated/records/history.h"
 #include "modelgated/server/server.h"
@@ -17,6 +18,7 @@
 
 static char *arg_config = NULL;
 static bool arg_check_config = false;
+static bool arg_check_hosts = false;
 static int arg_user = -1; /* -1: decide by uid */
 
 static void help(void) {
@@ -26,6 +28,8 @@ static void help(void) {
                "     --version        Show the version\n"
                "     --config=PATH    Read this file (and PATH.d/*.conf) instead of the default\n"
                "     --check-config   Validate the configuration, print the effective one, exit\n"
+               "     --hosts          With --check-config: check it against the hosts (buses, engine\n"
+               "                      units, URLs, Models=) instead, and print what is wrong\n"
                "     --user           A user instance: $XDG_CONFIG_HOME/modelgate/modelgate.conf\n"
                "     --system         A system instance: /etc/modelgate/modelgate.conf\n"
                "  -v --verbose        Log debug messages too\n\n"
@@ -34,12 +38,13 @@ static void help(void) {
 }
 
 static int parse_argv(int argc, char *argv[]) {
-        enum { ARG_VERSION = 0x100, ARG_CONFIG, ARG_CHECK, ARG_USER, ARG_SYSTEM };
+        enum { ARG_VERSION = 0x100, ARG_CONFIG, ARG_CHECK, ARG_HOSTS, ARG_USER, ARG_SYSTEM };
         static const struct option options[] = {
                 {"help", no_argument, NULL, 'h'},
                 {"version", no_argument, NULL, ARG_VERSION},
                 {"config", required_argument, NULL, ARG_CONFIG},
                 {"check-config", no_argument, NULL, ARG_CHECK},
+                {"hosts", no_argument, NULL, ARG_HOSTS},
                 {"user", no_argument, NULL, ARG_USER},
                 {"system", no_argument, NULL, ARG_SYSTEM},
                 {"verbose", no_argument, NULL, 'v'},
@@ -61,6 +66,9 @@ static int parse_argv(int argc, char *argv[]) {
                 case ARG_CHECK:
                         arg_check_config = true;
                         break;
+                case ARG_HOSTS:
+                        arg_check_hosts = true;
+                        break;
                 case ARG_USER:
                         arg_user = 1;
                         break;
@@ -73,6 +81,8 @@ static int parse_argv(int argc, char *argv[]) {
                 default:
                         return -EINVAL;
                 }
+        if (arg_check_hosts && !arg_check_config)
+                return log_error_errno(SYNTHETIC_ERRNO(EINVAL), "--hosts goes with --check-config.");
         if (optind < argc)
                 return log_error_errno(SYNTHETIC_ERRNO(EINVAL), "%s takes no arguments.",
                                        program_invocation_short_name);
@@ -107,6 +117,19 @@ static const ServerCallbacks server_callbacks = {
         .busy = server_busy_cb,
         .stopping = server_stopping_cb,
 };
+
+/* --check-config --hosts: the report, exit status 1 when it found a problem */
+static int check_hosts(Manager *m, bool user) {
+        int r;
+
+        /* models-seen.json where the instance keeps it: the system unit's StateDirectory= */
+        if (!user && !getenv("STATE_DIRECTORY"))
+                (void)setenv("STATE_DIRECTORY", "/var/lib/modelgate", /* overwrite= */ false);
+        r = config_check_hosts(manager_config(m), stdout);
+        if (r < 0)
+                log_error_errno(r, "Cannot check the hosts: %m");
+        return r == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
 
 int main(int argc, char *argv[]) {
         /* freed in the reverse order: the bus object, the server with its connections, the manager, and
@@ -155,6 +178,8 @@ int main(int argc, char *argv[]) {
                           n == 1 ? "" : "s");
                 return EX_CONFIG;
         }
+        if (arg_check_hosts)
+                return check_hosts(m, user);
         if (arg_check_config) {
                 config_dump(manager_config(m), stdout);
                 return EXIT_SUCCESS;

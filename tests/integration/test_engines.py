@@ -238,11 +238,15 @@ def test_engine_that_cannot_start_gets_502_with_the_unit_result(box, make_gate):
     assert "exit-code" in body["error"]["message"], body
     # and how its process ended, as systemctl status says it
     assert "exit status 3" in body["error"]["message"], body
+    # and where the engine's own words are (rule:engine-logs)
+    assert "its log: 'modelgatectl logs 3090 broken'" in body["error"]["message"], body
     r = post(c, CHAT, chat("3090-missing-1"))
     body = json.loads(r.read())
     assert r.status == 502
     assert "llama-missing.service" in body["error"]["message"] and "exit-code" in body["error"]["message"]
-    assert "exit status 203" in body["error"]["message"], body  # systemd's EXIT_EXEC
+    # systemd's EXIT_EXEC, in words (rule:exit-status-words)
+    assert "exit status 203/EXEC: the engine's ExecStart= binary was not found or not executable" in \
+        body["error"]["message"], body
 
 
 MODELGATECTL = os.environ.get("MODELGATECTL", os.path.join(os.path.dirname(MODELGATED), "modelgatectl"))
@@ -695,3 +699,40 @@ def test_probes_never_move_the_gpu_and_start_an_engine_only_on_an_idle_one(box, 
     assert r.status == 200 and json.loads(r.read())["tokens"] == [0, 1, 2]
     g.wait_log("host 3090: switching to engine fork for 3090-flint-40b")
     assert box.active_state("llama-fork.service") == "active"
+
+
+def test_a_name_its_engine_never_listed_is_404_without_moving_the_gpu(box, make_gate):
+    """rule:never-listed-404: a typo that Models= matches starts an engine never seen running (only its start
+    can say what it has), but once its list was read it moves no GPU for a name not in it"""
+    port = free_port()
+    g = make_gate(FAST + local_host("3090", port) + engines_conf(box, "3090", port), env=gate_env(box))
+    g.wait_log("host 3090 up")
+    c = g.conn()
+    # nothing is known of mainline yet: it is started, and answers for itself
+    r = post(c, CHAT, chat("3090-laguna-ghost"))
+    body = r.read()
+    assert r.status == 400 and b"not found" in body, body
+    assert box.active_state("llama-mainline.service") == "active"
+
+    def listed():
+        c2 = g.conn()
+        c2.request("GET", "/v1/models")
+        return "3090-laguna-xs" in c2.getresponse().read().decode()
+    wait_for(listed, what="mainline's list read")
+    r = post(c, CHAT, chat("3090-flint-40b"))
+    assert r.status == 200, r.read()
+    r.read()
+    assert box.active_state("llama-fork.service") == "active"
+    # now mainline's list is known: the typo is refused at once, and fork keeps the GPU
+    r = post(c, CHAT, chat("3090-laguna-ghost"))
+    msg = json.loads(r.read())["error"]["message"]
+    assert r.status == 404, msg
+    assert "engine 'mainline' did not list a model 'laguna-ghost'" in msg and "modelgatectl switch 3090 " \
+        "mainline" in msg, msg
+    assert box.active_state("llama-fork.service") == "active"
+    assert box.active_state("llama-mainline.service") == "inactive"
+    # a name it listed still switches
+    r = post(c, CHAT, chat("3090-laguna-xs"))
+    assert r.status == 200, r.read()
+    r.read()
+    assert box.active_state("llama-mainline.service") == "active"

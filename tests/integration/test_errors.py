@@ -207,10 +207,32 @@ def test_bare_anthropic_stream_error_is_rewrapped(gate):
 
 def test_openai_stream_error_passes_through(gate):
     r = post(gate.conn(), CHAT, {"model": "3090-laguna-xs", "stream": True,
-                                 "messages": [{"role": "user", "content": "[[error:1]]"}]})
+                                 "messages": [{"role": "user", "content": "[[error:1]]"}]},
+             headers={"X-Request-Id": "mid-stream-error"})
     data = [l for (_, l) in read_sse(r) if l.startswith("data: ")]
     assert json.loads(data[-1][6:]) == {"error": {"code": 500, "message": "generation failed", "type": "server_error"}}
     assert "data: [DONE]\n" not in data
+    # rule:upstream-error: the access line and /activity carry the engine's own status and words, not only
+    # "200 … (cut)"
+    gate.wait_log('upstream_error=500 upstream_message="generation failed"')
+    from test_activity import Activity
+    from conftest import wait_for
+    feed = Activity(gate)
+    try:
+        wait_for(lambda: feed.of("snapshot"), what="the snapshot")
+        done = [r for r in feed.of("snapshot")[0]["recent"] if r["id"] == "mid-stream-error"]
+        assert done and done[0]["status"] == 200, feed.of("snapshot")
+        assert done[0]["upstream_status"] == 500 and done[0]["upstream_error"] == "generation failed", done
+    finally:
+        feed.close()
+
+
+def test_anthropic_stream_error_is_logged_with_the_engines_words(gate):
+    r = post(gate.conn(), MSGS, {"model": "3090-laguna-xs", "stream": True, "max_tokens": 5,
+                                 "messages": [{"role": "user", "content": "[[error:2]]"}]})
+    assert r.status == 200
+    read_sse(r)
+    gate.wait_log('upstream_error=500 upstream_message="generation failed"')
 
 
 def test_unknown_model_of_a_known_host_is_404_and_host_errors_pass_through(gate):

@@ -162,6 +162,14 @@ def test_the_page_follows_the_activity_live(make_double, make_gate, tmp):
         shown = wait_for_request(b, "3090-laguna-xs", "3090")
         assert shown["status"] == "200", shown
         assert b.evaluate("document.querySelector('#recent tbody tr[data-id=%s]') !== null" % json.dumps(rid))
+        # rule:upstream-error: the engine's error inside its 200, in its words beside the status
+        r = post(c, CHAT, dict(chat("3090-laguna-xs", "[[error:1]]"), stream=True),
+                 headers={"X-Request-Id": "ui-upstream-error"})
+        assert r.status == 200
+        r.read()
+        cell = "document.querySelector('#recent tbody tr[data-id=\"ui-upstream-error\"] .st')"
+        b.wait_js("!!%s" % cell, what="the errored request's row")
+        assert "engine 500: generation failed" in b.evaluate("%s.textContent" % cell)
         shot = b.screenshot(os.path.join(log_dir(tmp), "ui-live.png"))
         print("screenshot:", shot)
         assert b.failures() == []

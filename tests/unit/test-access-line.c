@@ -234,4 +234,33 @@ TEST(journal_fields_only_those_known_and_escaped) {
         ASSERT_TRUE(n <= ACCESS_LINE_MAX_FIELDS);
 }
 
+/* rule:upstream-error: the engine's own error inside its 200, with its words, escaped */
+TEST(an_engines_error_in_mid_stream) {
+        char b[512], fb[1024];
+        struct iovec f[ACCESS_LINE_MAX_FIELDS];
+        AccessLine l = {.method = "POST",
+                        .path = LIT("/v1/chat/completions"),
+                        .model = "3090-laguna-xs",
+                        .user_agent = LIT("curl"),
+                        .host = "3090",
+                        .peer = "127.0.0.1",
+                        .status = 200,
+                        .bytes = 448,
+                        .duration = 52 * USEC_PER_MSEC,
+                        .upstream_error_status = 500,
+                        .upstream_error = "generation \"failed\"\n"};
+
+        ASSERT_STREQ(format(&l, b, sizeof(b)),
+                     "POST /v1/chat/completions model=\"3090-laguna-xs\" host=3090 status=200 bytes=448 "
+                     "dur=0.052s from=127.0.0.1 ua=\"curl\" upstream_error=500 "
+                     "upstream_message=\"generation \\x22failed\\x22\\x0a\"");
+        size_t n = access_line_fields(fb, sizeof(fb), f, &l);
+        bool seen = false;
+        for (size_t i = 0; i < n; i++)
+                if (f[i].iov_len == strlen("MODELGATE_UPSTREAM_ERROR=500") &&
+                    memcmp(f[i].iov_base, "MODELGATE_UPSTREAM_ERROR=500", f[i].iov_len) == 0)
+                        seen = true;
+        ASSERT_TRUE(seen);
+}
+
 TESTS_MAIN

@@ -85,6 +85,9 @@ static void format_sample(Answer a, char *buf, size_t n) {
         case ANSWER_NO_ENGINE:
                 (void)answer_format(buf, n, a, "3090", "k\"q");
                 return;
+        case ANSWER_NEVER_LISTED:
+                (void)answer_format(buf, n, a, "3090", "mainline", "ghost-7b", "3090", "mainline");
+                return;
         case ANSWER_HOST_DOWN:
         case ANSWER_UPSTREAM_ENDED_EARLY:
         case ANSWER_UPSTREAM_STREAM_CUT:
@@ -198,6 +201,12 @@ static const struct {
          "no engine of host '3090' serves 'k\"q': no [Engine] of that host lists it in Models=, and no "
          "engine "
          "runs there now; GET /v1/models lists the models this proxy serves"},
+        {ANSWER_NEVER_LISTED, 0, 0, 404, "model_not_found", "",
+         "host '3090': engine 'mainline' did not list a model 'ghost-7b' when it last ran, so it is not "
+         "started "
+         "for it (is the name or the engine's Models= mistyped?); a model added since is found once "
+         "'modelgatectl switch 3090 mainline' has started it; GET /v1/models lists the models this proxy "
+         "serves"},
         {ANSWER_HOST_DOWN, 0, 0, 503, "host_down", "Retry-After: 30\r\nretry-after-ms: 30000\r\n",
          "host '3090' is down: connection refused; modelgate keeps trying it, retry in 30 s"},
         {ANSWER_HOST_REMOVED, 0, 0, 503, "host_down", "Retry-After: 30\r\nretry-after-ms: 30000\r\n",

@@ -227,4 +227,56 @@ TEST(host_error_answer_after_an_early_200) {
         free(s);
 }
 
+/* rule:upstream-error: the engine's error inside its 200 is kept, its status and message, the first only */
+TEST(an_engines_error_in_mid_stream_is_kept_for_the_log) {
+        struct {
+                ApiKind api;
+                const char *in;
+                int status;
+                const char *message;
+        } cases[] = {
+                {API_OPENAI,
+                 "data: {\"choices\":[]}\n\ndata: {\"error\":{\"code\":500,\"message\":\"generation "
+                 "failed\",\"type\":\"server_error\"}}\n\n",
+                 500, "generation failed"},
+                /* llama.cpp's bare error in an Anthropic stream */
+                {API_ANTHROPIC,
+                 "event: error\ndata: {\"code\":503,\"message\":\"Loading model\",\"type\":\"x\"}\n\n"
+                 "event: error\ndata: {\"code\":500,\"message\":\"second\"}\n\n",
+                 503, "Loading model"},
+                {API_ANTHROPIC,
+                 "event: error\ndata: "
+                 "{\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"m\"}}"
+                 "\n\n",
+                 500, "m"},
+                /* a chunk whose text holds the word is no error; nor is a bare object outside an error event
+                 */
+                {API_OPENAI, "data: {\"choices\":[{\"delta\":{\"content\":\"\\\"error\\\"\"}}]}\n\n", 0, ""},
+                {API_ANTHROPIC, "event: content_block_delta\ndata: {\"code\":500}\n\n", 0, ""},
+        };
+
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                SseFilter f;
+                _cleanup_(buffer_done) Buffer out = {};
+                sse_filter_init(&f, cases[i].api);
+                ASSERT_OK(sse_filter_feed(&f, cases[i].in, strlen(cases[i].in), &out));
+                ASSERT_EQ(f.upstream_error_status, cases[i].status);
+                ASSERT_STREQ(f.upstream_error, cases[i].message);
+                sse_filter_done(&f);
+        }
+}
+
+TEST(an_engines_long_error_message_is_cut_at_a_character) {
+        char in[600], msg[SSE_UPSTREAM_ERROR_MAX];
+        int status = 0;
+        /* "é" (2 bytes) over and over: the cut falls inside one unless it is moved back */
+        size_t n = (size_t)snprintf(in, sizeof(in), "{\"error\":\"");
+        while (n < 500)
+                n += (size_t)snprintf(in + n, sizeof(in) - n, "\xc3\xa9");
+        n += (size_t)snprintf(in + n, sizeof(in) - n, "\"}");
+        ASSERT_TRUE(sse_upstream_error_of(in, n, false, &status, msg, sizeof(msg)));
+        ASSERT_EQ(status, 500);
+        ASSERT_EQ(strlen(msg), (size_t)SSE_UPSTREAM_ERROR_MAX - 2);
+}
+
 TESTS_MAIN

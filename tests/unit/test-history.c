@@ -63,6 +63,8 @@ TEST(fields_of_a_line_make_its_ring_entry_again) {
                 .api = "chat",
                 .stream = true,
                 .done_at = 1700000000123456,
+                .upstream_error_status = 500,
+                .upstream_error = "generation \"failed\"",
         };
         char buf[2048];
         Span f[ACCESS_LINE_MAX_FIELDS];
@@ -71,6 +73,9 @@ TEST(fields_of_a_line_make_its_ring_entry_again) {
 
         ASSERT_OK(history_entry_parse(f, n, /* received= */ 1, &e));
         ASSERT_EQ(e.r.phase, ACTIVITY_DONE);
+        /* rule:upstream-error: the engine's error inside its 200, its words unescaped again */
+        ASSERT_EQ(e.r.upstream_error_status, 500);
+        ASSERT_STREQ(e.r.upstream_error, "generation \"failed\"");
         ASSERT_STREQ(e.r.model, "3090-laguna\"xs"); /* escaped in the field, the client's again */
         ASSERT_TRUE(e.r.id.n == 7 && memcmp(e.r.id.p, "req \"1\"", 7) == 0);
         ASSERT_STREQ(e.r.host, "3090");

@@ -128,6 +128,8 @@ void client_activity_done(Client *c, int status, usec_t duration, bool cut, cons
         r->prefill_tps = u ? usage_speed(u->prompt_n, u->prompt_ms) : -1;
         r->decode_tps = u ? usage_speed(u->predicted_n, u->predicted_ms) : -1;
         r->cut = cut;
+        r->upstream_error_status = x->mode == MODE_SSE ? x->sse.upstream_error_status : 0;
+        r->upstream_error = r->upstream_error_status ? x->sse.upstream_error : NULL;
         r->caused_switch = x->caused_switch;
         r->fallback = x->via_fallback ? (x->fallback ? x->fallback->name : "?") : NULL;
         if (x->via_fallback)

@@ -43,7 +43,7 @@ int client_append_request_id_any(Client *c, Buffer *b) {
 /* rule:journal-fields: under the journal, the line with its fields. rule:history: with a history file (no
  * journal, or one modelgated may not read), the fields of a request of /activity's ring go to it too. */
 static void log_access_line(Manager *m, const AccessLine *l) {
-        char line[LOG_MESSAGE_ROOM + 2048], fb[1536];
+        char line[LOG_MESSAGE_ROOM + 3072], fb[2560];
         struct iovec f[ACCESS_LINE_MAX_FIELDS];
         /* a byte left after the line, for log_line_in_place()'s newline */
         size_t n = access_line_format(line + LOG_MESSAGE_ROOM, sizeof(line) - LOG_MESSAGE_ROOM - 1, l),
@@ -137,6 +137,8 @@ void client_log_access(Client *c, const char *note) {
                 .duration = client_now(c) - x->start,
                 .early = x->early,
                 .error_status = x->error_status,
+                .upstream_error_status = x->mode == MODE_SSE ? x->sse.upstream_error_status : 0,
+                .upstream_error = x->sse.upstream_error,
                 .key = x->caller.admitted ? access_caller_id(&x->caller, id) : NULL,
                 .session = x->session_hash ? x->session_label : NULL,
                 .fallback = x->via_fallback ? (x->fallback ? x->fallback->name : "?") : NULL,

@@ -6,6 +6,7 @@
 #include "modelgated/client/client-internal.h"
 #include "modelgated/rules/attribution.h"
 #include "modelgated/rules/basic-auth.h"
+#include "modelgated/rules/model-memory.h"
 #include "modelgated/rules/probe.h"
 
 void client_go(Client *c) {
@@ -484,6 +485,16 @@ static ssize_t dispatch_engine(Client *c, Dispatch *d, Host *host) {
         if (engine < 0) {
                 log_escape(k2, sizeof(k2), d->key, strlen(d->key));
                 return client_answer(c, ANSWER_NO_ENGINE, c->x->host->name, k2), -2;
+        }
+        /* rule:never-listed-404: no GPU moves for a name its engine is known not to have and the host never
+         * listed (models-seen.json: what a list read while another engine shared its URL taught is not
+         * trusted alone); /models/... calls are the host's to judge, as in rule:unlisted-key-404 */
+        if (!span_startswith(d->path, "/models") && host_key_known_absent(host, (size_t)engine, d->key) &&
+            !model_memory_get(manager_model_memory(c->manager), c->x->host->name, d->key)) {
+                const char *e = host_engine(host, (size_t)engine)->conf->name;
+                log_escape(k2, sizeof(k2), d->key, strlen(d->key));
+                return client_answer(c, ANSWER_NEVER_LISTED, c->x->host->name, e, k2, c->x->host->name, e),
+                       -2;
         }
         c->x->target = host_engine(host, (size_t)engine)->url;
         c->x->engine_conf = host_engine(host, (size_t)engine)->conf;

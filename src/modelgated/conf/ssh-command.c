@@ -58,9 +58,10 @@ int ssh_target_split(const char *spec, char **ret_target, char **ret_port) {
         return 0;
 }
 
-int ssh_command_argv(const char *ssh_command, const char *target_spec, const char *bus_path, char ***ret) {
+/* ssh_command's words, ssh's options and "-- target": what every command through ssh begins with */
+static int ssh_base_argv(const char *ssh_command, const char *target_spec, char ***ret) {
         _cleanup_strv_free_ char **argv = NULL;
-        _cleanup_free_ char *target = NULL, *port = NULL, *bridge_bus = NULL;
+        _cleanup_free_ char *target = NULL, *port = NULL;
         int r;
 
         r = strv_split_words(ssh_command ?: "ssh", &argv);
@@ -71,6 +72,24 @@ int ssh_command_argv(const char *ssh_command, const char *target_spec, const cha
         r = ssh_target_split(target_spec, &target, &port);
         if (r < 0)
                 return r;
+        const char *opts[] = {"-xT", "-oBatchMode=yes", "-oConnectTimeout=10", "-oServerAliveInterval=15",
+                              "-oServerAliveCountMax=3"};
+        for (size_t i = 0; i < ELEMENTSOF(opts); i++)
+                if (strv_extend(&argv, opts[i]) < 0)
+                        return -ENOMEM;
+        if (port && (strv_extend(&argv, "-p") < 0 || strv_extend(&argv, port) < 0))
+                return -ENOMEM;
+        /* "--": a host string can never be read as an ssh option */
+        if (strv_extend(&argv, "--") < 0 || strv_extend(&argv, target) < 0)
+                return -ENOMEM;
+        *ret = TAKE_PTR(argv);
+        return 0;
+}
+
+int ssh_command_argv(const char *ssh_command, const char *target_spec, const char *bus_path, char ***ret) {
+        _cleanup_strv_free_ char **argv = NULL;
+        _cleanup_free_ char *bridge_bus = NULL;
+        int r;
 
         if (bus_path) {
                 if (strchr(bus_path, '\''))
@@ -80,21 +99,35 @@ int ssh_command_argv(const char *ssh_command, const char *target_spec, const cha
                         return -ENOMEM;
         } else if (!(bridge_bus = strdup("--bus-path=unix:path=/run/user/$(id -u)/bus")))
                 return -ENOMEM;
-
-        const char *opts[] = {"-xT", "-oBatchMode=yes", "-oConnectTimeout=10", "-oServerAliveInterval=15",
-                              "-oServerAliveCountMax=3"};
-        for (size_t i = 0; i < ELEMENTSOF(opts); i++)
-                if (strv_extend(&argv, opts[i]) < 0)
-                        return -ENOMEM;
-        if (port && (strv_extend(&argv, "-p") < 0 || strv_extend(&argv, port) < 0))
-                return -ENOMEM;
-        /* "--": a host string can never be read as an ssh option; the bridge logs to ssh's stderr, which
-         * is ours, instead of the remote journal */
-        if (strv_extend(&argv, "--") < 0 || strv_extend(&argv, target) < 0 ||
-            strv_extend(&argv, "SYSTEMD_LOG_TARGET=console") < 0 ||
+        r = ssh_base_argv(ssh_command, target_spec, &argv);
+        if (r < 0)
+                return r;
+        /* the bridge logs to ssh's stderr, which is ours, instead of the remote journal */
+        if (strv_extend(&argv, "SYSTEMD_LOG_TARGET=console") < 0 ||
             strv_extend(&argv, "systemd-stdio-bridge") < 0 || strv_push(&argv, bridge_bus) < 0)
                 return -ENOMEM;
         bridge_bus = NULL;
+        *ret = TAKE_PTR(argv);
+        return 0;
+}
+
+int ssh_command_run_argv(const char *ssh_command, const char *target_spec, char *const *remote,
+                         char ***ret) {
+        _cleanup_strv_free_ char **argv = NULL;
+        int r;
+
+        r = ssh_base_argv(ssh_command, target_spec, &argv);
+        if (r < 0)
+                return r;
+        for (char *const *w = remote; w && *w; w++) {
+                _cleanup_free_ char *q = NULL;
+                /* each word quoted for the remote shell */
+                if (strchr(*w, '\''))
+                        return -EINVAL;
+                if (asprintf(&q, "'%s'", *w) < 0 || strv_push(&argv, q) < 0)
+                        return -ENOMEM;
+                q = NULL;
+        }
         *ret = TAKE_PTR(argv);
         return 0;
 }

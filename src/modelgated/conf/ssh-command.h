@@ -10,3 +10,7 @@ int ssh_target_split(const char *spec, char **ret_target, char **ret_port);
  * systemd-stdio-bridge with bus_path (quoted for the remote shell) or, when NULL, the remote user's own bus
  * (expanded by it). -EINVAL when the command, the target or bus_path cannot make one. */
 int ssh_command_argv(const char *ssh_command, const char *target, const char *bus_path, char ***ret);
+/* ssh_command, ssh's options, the target, and the words of remote (each quoted for the remote shell): a
+ * command of the host's own run through ssh, as modelgatectl logs runs journalctl there. -EINVAL when a
+ * word has a ' in it, or the command or the target cannot make one. */
+int ssh_command_run_argv(const char *ssh_command, const char *target, char *const *remote, char ***ret);

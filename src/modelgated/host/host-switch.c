@@ -26,6 +26,7 @@
 #include "modelgated/host/catalog.h"
 #include "modelgated/host/host-internal.h"
 #include "modelgated/records/metrics.h"
+#include "modelgated/rules/exit-status.h"
 #include "shared/errno-util.h"
 #include "shared/log.h"
 #include "shared/message-id.h"
@@ -268,13 +269,13 @@ static void phase_health(Host *h, bool adopting) {
 
 /* STARTING */
 
-/* How the unit's main process ended, as systemctl status says it (an operator's first question): ", exit
- * status 3", ", killed by signal SIGKILL", or "" when it never ran. systemd sends the Service interface's
+/* How the unit's main process ended, as systemctl status says it (rule:exit-status-words): ", exit status
+ * 3", ", killed by signal SIGKILL", or "" when it never ran. systemd sends the Service interface's
  * changes before the Unit's, so a PropertiesChanged that says failed finds these read already. */
 static void unit_exit_how(const UnitInfo *u, char *buf, size_t l) {
         buf[0] = 0;
         if (u->exec_main_code == CLD_EXITED)
-                snprintf(buf, l, ", exit status %d", u->exec_main_status);
+                exit_status_describe(u->exec_main_status, buf, l);
         else if (u->exec_main_code == CLD_KILLED || u->exec_main_code == CLD_DUMPED)
                 snprintf(buf, l, ", killed by signal SIG%s%s", sigabbrev_np(u->exec_main_status) ?: "?",
                          u->exec_main_code == CLD_DUMPED ? " (core dumped)" : "");
@@ -298,7 +299,7 @@ static void owner_read(HostBus *b, const char *text, const char *error, void *us
 static void start_checked(HostBus *b, char **units, const char *error, void *userdata) {
         Host *h = userdata;
         const UnitInfo *u = host_bus_unit(b, (size_t)h->target);
-        char what[256];
+        char what[512];
 
         if (error) {
                 snprintf(what, sizeof(what), "could not be read after its start: %s", error);
@@ -321,11 +322,13 @@ static void start_checked(HostBus *b, char **units, const char *error, void *use
                 switch_refuse_busy(h, HOST_BUSY_CONDITION, what);
                 return;
         }
-        char how[64];
+        char how[256];
         unit_exit_how(u, how, sizeof(how));
-        snprintf(what, sizeof(what), "failed to start (result: %s%s, state: %s)",
+        /* rule:engine-logs: what the engine itself said is in its journal, on its host */
+        snprintf(what, sizeof(what),
+                 "failed to start (result: %s%s, state: %s); its log: 'modelgatectl logs %s %s'",
                  u->result && !streq(u->result, "success") ? u->result : "exit-code", how,
-                 strna(u->active_state));
+                 strna(u->active_state), h->conf->name, engine_name(h, h->target));
         switch_fail_start(h, what);
 }
 
@@ -628,7 +631,7 @@ static void busy_changed(HostBus *b, void *userdata) {
 static void unit_changed(HostBus *b, size_t i, void *userdata) {
         Host *h = userdata;
         const UnitInfo *u = host_bus_unit(b, i);
-        char what[256];
+        char what[512];
 
         if (i >= h->n_engines) {
                 host_shared_unit_changed(h);
@@ -656,10 +659,12 @@ static void unit_changed(HostBus *b, size_t i, void *userdata) {
                         engine_gone(h);
                         return;
                 }
-                char how[64];
+                char how[256];
                 unit_exit_how(u, how, sizeof(how));
-                snprintf(what, sizeof(what), "stopped%s (state: %s, result: %s%s)",
-                         h->engine_up ? " on its own" : "", strna(u->active_state), strna(u->result), how);
+                snprintf(what, sizeof(what),
+                         "stopped%s (state: %s, result: %s%s); its log: 'modelgatectl logs %s %s'",
+                         h->engine_up ? " on its own" : "", strna(u->active_state), strna(u->result), how,
+                         h->conf->name, engine_name(h, (ssize_t)i));
                 if (h->phase == PHASE_HEALTH && h->target == (ssize_t)i) {
                         switch_fail_start(h, what);
                         return;

@@ -392,44 +392,35 @@ void host_waiter_times(const Host *h, HostWaiter *w) {
         w->queued = now > w->req.arrived + w->switched ? now - w->req.arrived - w->switched : 0;
 }
 
-/* What is wrong with the host's engine units, as the bus read them: the warnings the host shows */
+/* What is wrong with the host's engine units, as the bus read them: the warnings the host shows
+ * (rule:engine-unit-checks, the same checks as modelgated --check-config --hosts) */
 void host_check_units(Host *h) {
+        _cleanup_strv_free_ char **others = NULL;
+
         strv_free(h->warnings);
         h->warnings = NULL;
-
-        for (size_t i = 0; i < h->n_engines; i++) {
-                const UnitInfo *u = host_bus_unit(h->bus, i);
-                _cleanup_free_ char *w = NULL;
-
-                if (u->load_state && !streq(u->load_state, "loaded")) {
-                        if (asprintf(&w, "engine unit %s is %s", u->name, u->load_state) >= 0)
-                                (void)strv_push(&h->warnings, TAKE_PTR(w));
-                        continue;
-                }
-                if (u->file_state &&
-                    (startswith(u->file_state, "enabled") || streq(u->file_state, "indirect") ||
-                     startswith(u->file_state, "linked")))
-                        if (asprintf(&w,
-                                     "engine unit %s is %s; modelgate starts engines itself, so it should "
-                                     "have no [Install] section and not be enabled",
-                                     u->name, u->file_state) >= 0)
-                                (void)strv_push(&h->warnings, TAKE_PTR(w));
-                if (u->restart && !streq(u->restart, "no"))
-                        if (asprintf(
-                                    &w,
-                                    "engine unit %s has Restart=%s; use Restart=no, so that a crash is seen "
-                                    "and not hidden by a restart that takes the GPU back",
-                                    u->name, u->restart) >= 0)
-                                (void)strv_push(&h->warnings, TAKE_PTR(w));
-                for (size_t j = 0; j < h->n_engines; j++) {
-                        const char *other = h->engines[j].conf->unit;
-                        if (j == i || strv_contains(u->conflicts, other))
-                                continue;
-                        if (asprintf(&w, "engine unit %s lacks Conflicts=%s, so both could run at once",
-                                     u->name, other) >= 0)
-                                (void)strv_push(&h->warnings, TAKE_PTR(w));
-                }
-        }
+        for (size_t i = 0; i < h->n_engines; i++)
+                if (strv_extend(&others, h->engines[i].conf->unit) < 0)
+                        return;
+        for (size_t i = 0; i < h->n_engines; i++)
+                (void)unit_info_check(host_bus_unit(h->bus, i), others, &h->warnings);
         STRV_FOREACH (w, h->warnings)
                 log_warning("host %s: %s", h->conf->name, *w);
+}
+
+bool host_key_known_absent(const Host *h, size_t i, const char *key) {
+        assert(h);
+        char *const *keys;
+
+        if (i >= h->n_engines || h->running == (ssize_t)i)
+                return false; /* a running engine answers for itself, and no GPU moves for it */
+        keys = catalog_engine_keys(h->catalog, i);
+        if (!keys || !keys[0])
+                return false; /* never read: only its start can say */
+        if (catalog_lists(h->catalog, key) > 0)
+                return false;
+        STRV_FOREACH (k, keys)
+                if (streq(*k, key))
+                        return false;
+        return true;
 }

@@ -114,6 +114,10 @@ const HostEngine *host_engine(const Host *h, size_t i);
  * yet); -1 when none. ret_model (optional): the name /metrics may label the request's model with, the
  * Models= glob that matched or the key where the host lists it, else NULL (rule:usage-metrics). */
 ssize_t host_find_engine(const Host *h, const char *key, const char **ret_model);
+/* rule:never-listed-404: engine i (found by its Models=) is known not to serve key: it does not run, its
+ * list was read when it last ran (and kept on disk) and key is not in it, nor in what the host lists now.
+ * false when nothing is known: an engine never seen running is started for the key. */
+bool host_key_known_absent(const Host *h, size_t i, const char *key);
 char *const *host_warnings(const Host *h);
 Catalog *host_catalog(const Host *h);
 /* The engine that is up (its /health answered 200), or -1. */

@@ -9,6 +9,7 @@
  * what this relies on. */
 
 #include <assert.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,6 +35,55 @@ bool unit_info_is_running(const UnitInfo *u) {
         return u->active_state &&
                (streq(u->active_state, "active") || streq(u->active_state, "activating") ||
                 streq(u->active_state, "reloading") || streq(u->active_state, "deactivating"));
+}
+
+/* an asprintf()'s result r and string w into *l (w is not set when r < 0) */
+static int push(char ***l, int r, char *w) {
+        if (r < 0)
+                return -ENOMEM;
+        if (strv_push(l, w) < 0) {
+                free(w);
+                return -ENOMEM;
+        }
+        return 0;
+}
+
+int unit_info_check(const UnitInfo *u, char *const *engine_units, char ***warnings) {
+        assert(u);
+        char *w = NULL;
+        int r;
+
+        if (u->load_state && !streq(u->load_state, "loaded")) {
+                r = asprintf(&w, "engine unit %s is %s", u->name, u->load_state);
+                return push(warnings, r, w);
+        }
+        if (u->file_state && (startswith(u->file_state, "enabled") || streq(u->file_state, "indirect") ||
+                              startswith(u->file_state, "linked"))) {
+                r = asprintf(&w,
+                             "engine unit %s is %s; modelgate starts engines itself, so it should have no "
+                             "[Install] section and not be enabled",
+                             u->name, u->file_state);
+                if (push(warnings, r, w) < 0)
+                        return -ENOMEM;
+        }
+        if (u->restart && !streq(u->restart, "no")) {
+                r = asprintf(
+                        &w,
+                        "engine unit %s has Restart=%s; use Restart=no, so that a crash is seen and not "
+                        "hidden by a restart that takes the GPU back",
+                        u->name, u->restart);
+                if (push(warnings, r, w) < 0)
+                        return -ENOMEM;
+        }
+        STRV_FOREACH (other, (char **)engine_units) {
+                if (streq(*other, u->name) || strv_contains(u->conflicts, *other))
+                        continue;
+                r = asprintf(&w, "engine unit %s lacks Conflicts=%s, so both could run at once", u->name,
+                             *other);
+                if (push(warnings, r, w) < 0)
+                        return -ENOMEM;
+        }
+        return 0;
 }
 
 void host_bus_reset_units(HostBus *b) {

@@ -110,5 +110,9 @@ void host_bus_busy_reload(HostBus *b);
  * timer's time left, or, while a connection is being tried (or about to be), the wait that follows if it
  * fails. 0 while the bus is up. */
 usec_t host_bus_retry_in(const HostBus *b, usec_t now);
+/* rule:engine-unit-checks: what is wrong with engine unit u, as sentences appended to *warnings: not
+ * found, enabled, Restart= other than no, a Conflicts= missing with one of engine_units (the host's engine
+ * units, u's own among them). 0, or -ENOMEM. */
+int unit_info_check(const UnitInfo *u, char *const *engine_units, char ***warnings);
 /* A reload with the same bus settings: the new configuration's copy. */
 void host_bus_set_conf(HostBus *b, const HostConf *h);

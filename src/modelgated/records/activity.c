@@ -19,6 +19,7 @@ typedef struct ActivitySlot {
         ActivityRequest r;
         char id[REQUEST_ID_MAX + 1], model[128], host[64], engine[64], key[80], fallback[64];
         char session[SESSION_LABEL_LEN + 1];
+        char upstream_error[256];
 } ActivitySlot;
 
 struct Activity {
@@ -218,6 +219,10 @@ static void render_request(Buffer *b, const ActivityRequest *r) {
                 put_real(b, "decode_tps", r->decode_tps);
                 (void)buffer_printf(b, ",\"cut\":%s", r->cut ? "true" : "false");
                 put_str(b, "fallback", r->fallback);
+                if (r->upstream_error_status > 0) {
+                        (void)buffer_printf(b, ",\"upstream_status\":%d", r->upstream_error_status);
+                        put_str(b, "upstream_error", r->upstream_error);
+                }
                 break;
         default:
                 break;
@@ -429,6 +434,8 @@ static void ring_push(Activity *a, const ActivityRequest *r) {
                 slot->r.key = copy_str(slot->key, sizeof(slot->key), r->key);
                 slot->r.fallback = copy_str(slot->fallback, sizeof(slot->fallback), r->fallback);
                 slot->r.session = copy_str(slot->session, sizeof(slot->session), r->session);
+                slot->r.upstream_error =
+                        copy_str(slot->upstream_error, sizeof(slot->upstream_error), r->upstream_error);
                 if (++a->ring_next == ACTIVITY_RECENT)
                         a->ring_next = 0;
                 a->ring_n = MIN(a->ring_n + 1, (size_t)ACTIVITY_RECENT);

@@ -92,6 +92,9 @@ typedef struct ActivityRequest {
         int64_t duration_ms, tokens_in, tokens_cached, tokens_prefilled, tokens_out;
         double prefill_tps, decode_tps; /* < 0: unknown */
         bool cut;
+        /* rule:upstream-error: the error the engine sent inside its 200 (0: none), and its message */
+        int upstream_error_status;
+        const char *upstream_error;
 } ActivityRequest;
 
 int activity_new(sd_event *event, Activity **ret);

@@ -108,6 +108,7 @@ static int entry_field(HistoryEntry *e, Span f, EntryMore *more) {
         STR("MODELGATE_KEY", key, false);
         STR("MODELGATE_FALLBACK", fallback, false);
         STR("MODELGATE_SESSION", session, false);
+        STR("MODELGATE_UPSTREAM_MESSAGE", upstream_error, true); /* rule:upstream-error */
         NUM("MODELGATE_TOKENS_IN", tokens_in);
         NUM("MODELGATE_TOKENS_CACHED", tokens_cached);
         NUM("MODELGATE_TOKENS_PREFILLED", tokens_prefilled);
@@ -119,6 +120,8 @@ static int entry_field(HistoryEntry *e, Span f, EntryMore *more) {
                 r->id = (Span){e->id, strlen(e->id)};
                 return 0;
         }
+        if (field_is(f, "MODELGATE_UPSTREAM_ERROR", &v))
+                return parse_u64(v, &u) < 0 || u > 999 ? -EBADMSG : (r->upstream_error_status = (int)u, 0);
         if (field_is(f, "MODELGATE_STATUS", &v)) {
                 more->status = true;
                 return parse_u64(v, &u) < 0 || u > 999 ? -EBADMSG : (r->status = (int)u, 0);

@@ -30,6 +30,7 @@ typedef struct HistoryEntry {
         ActivityRequest r;
         char id[REQUEST_ID_MAX + 1], model[128], host[64], engine[64], key[80], fallback[64];
         char session[SESSION_LABEL_LEN + 1];
+        char upstream_error[256];
 } HistoryEntry;
 
 /* Pure: the entry of the fields ("NAME=value" each, as access_line_fields() writes them; others are

@@ -218,6 +218,13 @@ size_t access_line_format(char *buf, size_t size, const AccessLine *l) {
                         out_u64(&o, (uint64_t)l->error_status, 0);
                 }
         }
+        if (l->upstream_error_status) {
+                out_lit(&o, " upstream_error=");
+                out_u64(&o, (uint64_t)l->upstream_error_status, 0);
+                out_lit(&o, " upstream_message=\"");
+                out_escaped(&o, str_span(l->upstream_error ?: ""));
+                out_lit(&o, "\"");
+        }
         if (l->key) {
                 out_lit(&o, " key=");
                 out_str(&o, l->key);
@@ -299,6 +306,12 @@ size_t access_line_fields(char *buf, size_t size, struct iovec *fields, const Ac
                 field_end(&f);
         }
         field_u64(&f, "MODELGATE_STATUS", (uint64_t)l->status);
+        if (l->upstream_error_status) {
+                field_u64(&f, "MODELGATE_UPSTREAM_ERROR", (uint64_t)l->upstream_error_status);
+                out_escaped(field_begin(&f, "MODELGATE_UPSTREAM_MESSAGE"),
+                            str_span(l->upstream_error ?: ""));
+                field_end(&f);
+        }
         if (l->request_id.n > 0) {
                 out_escaped(field_begin(&f, "MODELGATE_REQUEST_ID"), l->request_id);
                 field_end(&f);

@@ -23,8 +23,12 @@ typedef struct AccessLine {
         int status;
         uint64_t bytes;
         usec_t duration;
-        bool early;           /* modelgate's own 200 went out while the request waited */
-        int error_status;     /* an error told inside that early 200 */
+        bool early;       /* modelgate's own 200 went out while the request waited */
+        int error_status; /* an error told inside that early 200 */
+        /* rule:upstream-error: an error the engine sent inside its own 200 (status 0: none), its message
+         * as the engine wrote it (escaped here) */
+        int upstream_error_status;
+        const char *upstream_error;
         const char *key;      /* the caller's key id with [Access], else NULL */
         const char *session;  /* rule:sessions: the session's label (hex digits), else NULL */
         const char *fallback; /* the fallback that answered, else NULL */
@@ -51,6 +55,6 @@ size_t access_line_format(char *buf, size_t size, const AccessLine *l);
 /* rule:journal-fields: the line's MODELGATE_* fields for the journal, "NAME=value" each, written into buf
  * (size bytes) and pointed at by fields (room for ACCESS_LINE_MAX_FIELDS); only those known. Strings of the
  * client's are escaped as in the line. Returns how many. */
-#define ACCESS_LINE_MAX_FIELDS 25
+#define ACCESS_LINE_MAX_FIELDS 27
 struct iovec;
 size_t access_line_fields(char *buf, size_t size, struct iovec *fields, const AccessLine *l);

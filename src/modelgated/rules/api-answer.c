@@ -110,6 +110,11 @@ static const AnswerRow answer_table[_ANSWER_MAX] = {
         [ANSWER_NO_ENGINE] = {404, "model_not_found", ANSWER_HEADERS_NONE, 0,
                               "no engine of host '%s' serves '%s': no [Engine] of that host lists it in "
                               "Models=, and no engine runs there now; " LISTS_THEM},
+        [ANSWER_NEVER_LISTED] = {404, "model_not_found", ANSWER_HEADERS_NONE, 0,
+                                 "host '%s': engine '%s' did not list a model '%s' when it last ran, so it "
+                                 "is not started for it (is the name or the engine's Models= mistyped?); "
+                                 "a model added since is found once 'modelgatectl switch %s %s' has "
+                                 "started it; " LISTS_THEM},
         [ANSWER_HOST_DOWN] = {503, "host_down", ANSWER_HEADERS_RETRY_AFTER_MS, ANSWER_HOST_DOWN_RETRY_SEC,
                               "host '%s' is down: %s; " RETRY_WORDS},
         [ANSWER_HOST_REMOVED] =

@@ -53,6 +53,7 @@ typedef enum Answer {
         ANSWER_UNKNOWN_HOST,            /* model (escaped) */
         ANSWER_UNKNOWN_MODEL,           /* host, key (escaped) */
         ANSWER_NO_ENGINE,               /* host, key (escaped) */
+        ANSWER_NEVER_LISTED,            /* host, engine, key (escaped), host, engine */
         ANSWER_HOST_DOWN,               /* host, why */
         ANSWER_HOST_REMOVED,            /* host */
         ANSWER_GPU_BUSY,                /* the host's words */

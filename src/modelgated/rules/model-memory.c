@@ -136,6 +136,25 @@ json_object *model_memory_get(const ModelMemory *m, const char *host, const char
         return r;
 }
 
+int model_memory_keys(const ModelMemory *m, const char *host, const char *engine, char ***ret) {
+        _cleanup_strv_free_ char **l = NULL;
+        json_object *h, *e;
+
+        if (!m || !json_object_object_get_ex(m->hosts, host, &h)) {
+                *ret = NULL;
+                return 0;
+        }
+        json_object_object_foreach(h, key, rec) {
+                if (engine && (!json_object_object_get_ex(rec, "engine", &e) ||
+                               !streq_ptr(json_object_get_string(e), engine)))
+                        continue;
+                if (strv_extend(&l, key) < 0)
+                        return -ENOMEM;
+        }
+        *ret = TAKE_PTR(l);
+        return 0;
+}
+
 /* Makes room for one more key in h: the one seen longest ago goes */
 static void host_make_room(json_object *h) {
         const char *oldest = NULL;

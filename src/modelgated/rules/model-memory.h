@@ -44,6 +44,9 @@ int model_memory_learn(ModelMemory *m, const char *host, const char *engine, jso
 bool model_memory_touch(ModelMemory *m, const char *host, const char *key, usec_t now);
 /* The record of host's key ({"engine","meta","args","seen"}, borrowed), or NULL. */
 json_object *model_memory_get(const ModelMemory *m, const char *host, const char *key);
+/* The keys host listed, those engine listed (engine NULL: every engine's), into *ret (NULL: none). 0 or
+ * -ENOMEM. */
+int model_memory_keys(const ModelMemory *m, const char *host, const char *engine, char ***ret);
 /* Bumped by every change of what m remembers but model_memory_touch()'s. */
 uint64_t model_memory_generation(const ModelMemory *m);
 

@@ -143,6 +143,47 @@ static int filter_begin_line(SseFilter *f, const char *p, size_t content, size_t
         return 0;
 }
 
+bool sse_upstream_error_of(const char *v, size_t vl, bool in_event, int *ret_status, char *message,
+                           size_t size) {
+        _cleanup_(json_object_putp) json_object *o = NULL;
+        json_object *e = NULL, *x = NULL;
+        const char *text = NULL;
+        int status = 500;
+
+        if (size > 0)
+                message[0] = 0;
+        if (json_parse(NULL, v, vl, &o) < 0 || !json_object_is_type(o, json_type_object))
+                return false;
+        if (!json_object_object_get_ex(o, "error", &e)) {
+                if (!in_event)
+                        return false;
+                e = o; /* llama.cpp's own shape in an Anthropic stream */
+        }
+        if (json_object_is_type(e, json_type_string))
+                text = json_object_get_string(e);
+        else if (json_object_is_type(e, json_type_object)) {
+                if (json_object_object_get_ex(e, "message", &x) && json_object_is_type(x, json_type_string))
+                        text = json_object_get_string(x);
+                if (json_object_object_get_ex(e, "code", &x) && json_object_is_type(x, json_type_int) &&
+                    json_object_get_int(x) >= 400 && json_object_get_int(x) <= 599)
+                        status = json_object_get_int(x);
+        } else
+                return false;
+        *ret_status = status;
+        if (text && size > 0) {
+                size_t l = strlen(text);
+                if (l >= size) {
+                        /* cut where a UTF-8 character begins, not inside one */
+                        l = size - 1;
+                        while (l > 0 && ((unsigned char)text[l] & 0xc0) == 0x80)
+                                l--;
+                }
+                memcpy(message, text, l);
+                message[l] = 0;
+        }
+        return true;
+}
+
 /* One line, without its '\n' (a '\r' before it is kept in eol). */
 static int filter_line(SseFilter *f, const char *p, size_t n, const char *eol, Buffer *out) {
         size_t content = n;
@@ -184,6 +225,10 @@ static int filter_line(SseFilter *f, const char *p, size_t n, const char *eol, B
                         _cleanup_free_ char *n2 = NULL;
                         size_t nl = 0;
 
+                        if (f->upstream_error_status == 0)
+                                (void)sse_upstream_error_of(v, vl, f->in_error_event,
+                                                            &f->upstream_error_status, f->upstream_error,
+                                                            sizeof(f->upstream_error));
                         r = filter_responses_error(f, v, vl, p + content, n - content, eol, out);
                         if (r != 0)
                                 return r < 0 ? r : 0;

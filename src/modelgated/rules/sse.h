@@ -15,6 +15,7 @@
 #include "shared/buffer.h"
 
 #define SSE_LINE_MAX (1024 * 1024)
+#define SSE_UPSTREAM_ERROR_MAX 256
 
 typedef struct SseFilter {
         ApiKind api;
@@ -33,6 +34,11 @@ typedef struct SseFilter {
         bool begun;
         bool in_begin_event; /* in the engine's beginning, which is being spliced */
         bool saw_data;       /* a data line of the engine's went by: it has begun to answer */
+        /* rule:upstream-error: the first error the engine sent inside its 200 (an "error" event, or a data
+         * line with an "error" member: llama.cpp's 500 in mid-stream), for the access line and /activity;
+         * 0 and "": none. The message as the engine wrote it, cut at a character's end. */
+        int upstream_error_status;
+        char upstream_error[SSE_UPSTREAM_ERROR_MAX];
 } SseFilter;
 
 void sse_filter_init(SseFilter *f, ApiKind api);
@@ -41,6 +47,13 @@ void sse_filter_done(SseFilter *f);
 int sse_filter_feed(SseFilter *f, const char *p, size_t n, Buffer *out);
 /* Flushes a last line without its line end. */
 int sse_filter_finish(SseFilter *f, Buffer *out);
+
+/* rule:upstream-error: the status and message of an error data line's JSON ({"error":{"code","message"}},
+ * {"type":"error","error":{"type","message"}}, {"error":"text"}, and in an "error" event (in_event) also
+ * llama.cpp's bare {"code","message","type"}): the status is the error's "code" when it is an HTTP status,
+ * else 500. false: no error in it. Pure, for the filter and its tests. */
+bool sse_upstream_error_of(const char *v, size_t vl, bool in_event, int *ret_status, char *message,
+                           size_t size);
 
 /* An error event in the API's shape, for a stream modelgate must end itself (rule:error-event,
  * rule:cut-stream). */
