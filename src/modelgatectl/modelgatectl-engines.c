@@ -55,11 +55,6 @@ static int read_engines(sd_bus *bus, const char *host, const char *path, json_ob
         return r;
 }
 
-static const char *str_of(json_object *o, const char *key) {
-        json_object *v;
-        return json_object_object_get_ex(o, key, &v) ? json_object_get_string(v) : "";
-}
-
 /* "laguna-xs (loaded), qwen3-8b": a status shown where it is not the plain one; the globs when nothing
  * was ever listed */
 static void print_models(json_object *row) {
@@ -69,8 +64,8 @@ static void print_models(json_object *row) {
 
         for (size_t k = 0; k < n; k++) {
                 json_object *m = json_object_array_get_idx(models, k);
-                const char *status = str_of(m, "Status");
-                printf("%s%s", k ? ", " : "", str_of(m, "Name"));
+                const char *status = json_str(m, "Status");
+                printf("%s%s", k ? ", " : "", json_str(m, "Name"));
                 if (STR_IN_SET(status, "loaded", "loading"))
                         printf(" (%s)", status);
         }
@@ -109,8 +104,8 @@ int do_engines(sd_bus *bus) {
                        "MODELS (LOADED OR LOADING SAID)");
         for (size_t i = 0; !arg_json && i < json_object_array_length(rows); i++) {
                 json_object *o = json_object_array_get_idx(rows, i);
-                printf("%-12s %-12s %-9s %-24s ", str_of(o, "Host"), str_of(o, "Engine"), str_of(o, "State"),
-                       str_of(o, "Unit"));
+                printf("%-12s %-12s %-9s %-24s ", json_str(o, "Host"), json_str(o, "Engine"),
+                       json_str(o, "State"), json_str(o, "Unit"));
                 print_models(o);
         }
         json_object_put(rows);

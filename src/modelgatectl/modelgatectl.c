@@ -337,7 +337,7 @@ static int read_state(sd_bus *bus, json_object **ret, sd_bus_error *e) {
         return 0;
 }
 
-static const char *str(json_object *o, const char *key) {
+const char *json_str(json_object *o, const char *key) {
         json_object *v;
         return json_object_object_get_ex(o, key, &v) ? json_object_get_string(v) : "";
 }
@@ -387,13 +387,13 @@ static void print_last_error(json_object *h) {
         time_t t = (time_t)(at / USEC_PER_SEC);
         struct tm tm;
 
-        if (!*str(h, "LastError"))
+        if (!*json_str(h, "LastError"))
                 return;
         if (at == 0 || !localtime_r(&t, &tm) || strftime(when, sizeof(when), "%H:%M:%S", &tm) == 0) {
-                printf("  last error: %s\n", str(h, "LastError"));
+                printf("  last error: %s\n", json_str(h, "LastError"));
                 return;
         }
-        printf("  last error: %s (at %s, %s ago)\n", str(h, "LastError"), when,
+        printf("  last error: %s (at %s, %s ago)\n", json_str(h, "LastError"), when,
                format_timespan(ago, sizeof(ago), now > at ? (now - at) / USEC_PER_SEC * USEC_PER_SEC : 0)
                        ?: "?");
 }
@@ -401,73 +401,6 @@ static void print_last_error(json_object *h) {
 void print_json(json_object *o) {
         printf("%s\n",
                json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE));
-}
-
-/* ListAliases: each alias, what each target is doing, and the target a request would get now and why */
-static int read_aliases(sd_bus *bus, json_object *aliases, sd_bus_error *e) {
-        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
-        const char *name, *policy, *target, *state, *pick, *why;
-        int r;
-
-        r = call_read(bus, OBJECT_PATH, "org.modelgate1.Manager", "ListAliases", e, &reply, NULL);
-        if (r >= 0)
-                r = sd_bus_message_enter_container(reply, 'a', "(ssa(ss)ss)");
-        while (r >= 0 && (r = sd_bus_message_enter_container(reply, 'r', "ssa(ss)ss")) > 0) {
-                json_object *a = json_object_new_object(), *targets = json_object_new_array();
-                json_object_array_add(aliases, a);
-                r = sd_bus_message_read(reply, "ss", &name, &policy);
-                if (r >= 0)
-                        r = sd_bus_message_enter_container(reply, 'a', "(ss)");
-                while (r >= 0 && (r = sd_bus_message_read(reply, "(ss)", &target, &state)) > 0) {
-                        json_object *t = json_object_new_object();
-                        json_object_object_add(t, "Target", json_object_new_string(target));
-                        json_object_object_add(t, "State", json_object_new_string(state));
-                        json_object_array_add(targets, t);
-                }
-                if (r >= 0)
-                        r = sd_bus_message_exit_container(reply);
-                if (r >= 0)
-                        r = sd_bus_message_read(reply, "ss", &pick, &why);
-                if (r >= 0)
-                        r = sd_bus_message_exit_container(reply);
-                if (r < 0)
-                        break;
-                json_object_object_add(a, "Name", json_object_new_string(name));
-                json_object_object_add(a, "Policy", json_object_new_string(policy));
-                json_object_object_add(a, "Targets", targets);
-                json_object_object_add(a, "Pick", json_object_new_string(pick));
-                json_object_object_add(a, "Why", json_object_new_string(why));
-        }
-        return r;
-}
-
-static int do_aliases(sd_bus *bus) {
-        _cleanup_(sd_bus_error_free) sd_bus_error e = SD_BUS_ERROR_NULL;
-        json_object *aliases = json_object_new_array();
-        int r;
-
-        r = read_aliases(bus, aliases, &e);
-        if (r < 0) {
-                json_object_put(aliases);
-                return report("Cannot read modelgated's aliases", &e, r);
-        }
-        if (arg_json)
-                print_json(aliases);
-        else
-                printf("%-16s %-8s %-24s %s\n", "ALIAS", "POLICY", "PICKS NOW", "WHY (TARGET: STATE)");
-        for (size_t i = 0; !arg_json && i < json_object_array_length(aliases); i++) {
-                json_object *a = json_object_array_get_idx(aliases, i),
-                            *targets = json_object_object_get(a, "Targets");
-                printf("%-16s %-8s %-24s %s (", str(a, "Name"), str(a, "Policy"),
-                       *str(a, "Pick") ? str(a, "Pick") : "-", str(a, "Why"));
-                for (size_t k = 0; k < json_object_array_length(targets); k++) {
-                        json_object *t = json_object_array_get_idx(targets, k);
-                        printf("%s%s: %s", k ? ", " : "", str(t, "Target"), str(t, "State"));
-                }
-                printf(")\n");
-        }
-        json_object_put(aliases);
-        return EXIT_OK;
 }
 
 /* FailedStarts: the engines held after a failed start, "fork,main" */
@@ -496,7 +429,7 @@ static void print_held(json_object *held) {
 /* status's first lines: version, addresses, counts, and a refusal */
 static void print_header(json_object *state, const char *refusing) {
         _cleanup_free_ char *listening = join(state, "Listening", ", ");
-        printf("modelgate %s, listening on %s\n", str(state, "Version"),
+        printf("modelgate %s, listening on %s\n", json_str(state, "Version"),
                listening && *listening ? listening : "nothing");
         printf("%llu connection(s), %llu request(s) in flight, %llu waiting\n",
                (unsigned long long)num(state, "Connections"), (unsigned long long)num(state, "InFlight"),
@@ -507,15 +440,15 @@ static void print_header(json_object *state, const char *refusing) {
 
 /* rule:bus-gone: an engine that serves on through a lost bus says so beside its state. true: it does */
 static bool host_state_words(json_object *h, char *buf, size_t l) {
-        bool gone = streq(str(h, "BusState"), "gone") && !streq(str(h, "State"), "down");
+        bool gone = streq(json_str(h, "BusState"), "gone") && !streq(json_str(h, "State"), "down");
 
-        snprintf(buf, l, "%s%s", str(h, "State"), gone ? ", bus gone" : "");
+        snprintf(buf, l, "%s%s", json_str(h, "State"), gone ? ", bus gone" : "");
         return gone;
 }
 
 static void print_bus(json_object *h, bool gone) {
-        if (*str(h, "BusError"))
-                printf("  bus:        gone (%s)%s\n", str(h, "BusError"),
+        if (*json_str(h, "BusError"))
+                printf("  bus:        gone (%s)%s\n", json_str(h, "BusError"),
                        gone ? "; the engine serves on, a switch, start or stop waits for the bus" : "");
 }
 
@@ -529,7 +462,7 @@ static int do_status(sd_bus *bus, bool brief) {
                 return report("Cannot read modelgated's state", &e, r);
         hosts = json_object_object_get(state, "Hosts");
         /* a daemon that answers every request with an error is not one that serves, for scripts too */
-        _cleanup_free_ char *refusing = strdup(str(state, "Refusing"));
+        _cleanup_free_ char *refusing = strdup(json_str(state, "Refusing"));
         int ret = refusing && *refusing ? EXIT_REFUSING : EXIT_OK;
         if (ret != EXIT_OK && (brief || arg_json))
                 log_error("modelgated refuses every request (%s); 'modelgatectl status' says why", refusing);
@@ -548,25 +481,25 @@ static int do_status(sd_bus *bus, bool brief) {
         for (size_t i = 0; i < json_object_array_length(hosts); i++) {
                 json_object *h = json_object_array_get_idx(hosts, i);
                 char b1[FORMAT_TIMESPAN_MAX + 16], b2[FORMAT_TIMESPAN_MAX + 16], hhmm[16];
-                const char *engine = str(h, "Engine"), *hold, *idle;
+                const char *engine = json_str(h, "Engine"), *hold, *idle;
                 json_object *held = json_object_object_get(h, "FailedStarts");
                 char state[64];
                 bool gone = host_state_words(h, state, sizeof(state));
                 if (brief) {
                         _cleanup_free_ char *names = held_names(held);
-                        printf("%-12s %-10s %-14s %9llu %7llu %-9s %s\n", str(h, "Name"), state,
+                        printf("%-12s %-10s %-14s %9llu %7llu %-9s %s\n", json_str(h, "Name"), state,
                                *engine ? engine : "-", (unsigned long long)num(h, "InFlight"),
                                (unsigned long long)num(h, "Waiting"),
                                clock_time(hhmm, num(h, "IdleStopAtUSec")), names && *names ? names : "-");
                         continue;
                 }
                 _cleanup_free_ char *engines = join(h, "Engines", " ");
-                printf("\n%s (%s): %s", str(h, "Name"), str(h, "URL"), state);
+                printf("\n%s (%s): %s", json_str(h, "Name"), json_str(h, "URL"), state);
                 if (*engine)
-                        printf(", engine %s (%s)", engine, str(h, "Unit"));
+                        printf(", engine %s (%s)", engine, json_str(h, "Unit"));
                 printf("\n");
                 if (engines && *engines)
-                        printf("  engines:    %s (bus %s)\n", engines, str(h, "Bus"));
+                        printf("  engines:    %s (bus %s)\n", engines, json_str(h, "Bus"));
                 print_bus(h, gone);
                 printf("  requests:   %llu in flight, %llu waiting\n",
                        (unsigned long long)num(h, "InFlight"), (unsigned long long)num(h, "Waiting"));

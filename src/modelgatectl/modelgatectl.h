@@ -31,6 +31,7 @@ int connect_bus(sd_bus **ret);
 
 /* check: modelgated --check-config --hosts, in this process's place (rule:check-hosts) */
 int do_check(void);
+int do_aliases(sd_bus *bus);
 /* logs HOST [ENGINE]: journalctl for the host's engine units, here or through its ssh (rule:engine-logs) */
 int do_logs(const char *host, const char *engine);
 
@@ -59,6 +60,8 @@ int report(const char *what, const sd_bus_error *e, int r);
 int call_host(sd_bus *bus, const char *host, const char *method, uint64_t timeout, const char *what,
               const char *types, ...);
 void print_json(json_object *o);
+/* o's member key as a string; "" when it has none */
+const char *json_str(json_object *o, const char *key);
 /* method of the Manager, without arguments: a person at a terminal may be asked to authenticate (polkit,
  * on the system bus). rule:ctl-never-starts: without start, a call that must not start a stopped modelgate
  * (NO_AUTO_START: the bus answers NameHasNoOwner instead of activating it). */
