@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* check-config: the installed modelgated's --check-config. modelgated lives in meson's libexecdir, which
+/* check-config: the installed modelgated's --check-config; and the file as the commands that read it
+ * themselves (key, logs) load it. modelgated lives in meson's libexecdir, which
  * is on nobody's PATH (/usr/local/libexec, /usr/libexec), so the command a reader types is this one: it
  * runs the modelgated the build installed, with the instance and the file this command line names. */
 
@@ -8,6 +9,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "modelgated/conf/conf.h"
 #include "modelgatectl/modelgatectl.h"
 #include "shared/log.h"
 #include "shared/macro.h"
@@ -48,4 +50,20 @@ int do_check_config(void) {
 
 int do_check(void) {
         return run_check(/* hosts= */ true);
+}
+
+int load_config(Config *c, char **ret_path) {
+        _cleanup_free_ char *path = arg_config ? strdup(arg_config) : config_default_path(arg_user);
+        int r;
+
+        config_init(c);
+        if (!path)
+                return log_error_errno(SYNTHETIC_ERRNO(EINVAL),
+                                       "Cannot tell where modelgate.conf is: pass --config=PATH");
+        r = config_load(c, path);
+        if (r < 0)
+                return log_error_errno(r, "Cannot read %s (see above)", path);
+        if (ret_path)
+                *ret_path = TAKE_PTR(path);
+        return 0;
 }

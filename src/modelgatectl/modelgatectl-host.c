@@ -17,20 +17,6 @@
 
 #define LOG_LINES "200"
 
-static int load_config(Config *c) {
-        _cleanup_free_ char *path = arg_config ? strdup(arg_config) : config_default_path(arg_user);
-        int r;
-
-        config_init(c);
-        if (!path)
-                return log_error_errno(SYNTHETIC_ERRNO(EINVAL),
-                                       "Cannot tell where modelgate.conf is: pass --config=PATH");
-        r = config_load(c, path);
-        if (r < 0)
-                return log_error_errno(r, "Cannot read %s (see above)", path);
-        return 0;
-}
-
 /* The names of c's hosts, or of host's engines, for words that say what there is */
 static char *names(const Config *c, const char *host) {
         _cleanup_strv_free_ char **l = NULL;
@@ -70,7 +56,7 @@ int do_logs(const char *host, const char *engine) {
         bool found = !engine;
         int r;
 
-        if (load_config(&c) < 0)
+        if (load_config(&c, NULL) < 0)
                 return EXIT_FAILED;
         for (size_t i = 0; i < c.n_hosts; i++)
                 if (streq(c.hosts[i].name, host))

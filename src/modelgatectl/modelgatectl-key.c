@@ -16,17 +16,13 @@
 #include "shared/state-file.h"
 #include "shared/strv.h"
 
-static int load_config(Config *c) {
-        _cleanup_free_ char *path = arg_config ? strdup(arg_config) : config_default_path(arg_user);
+static int load_keys_config(Config *c) {
+        _cleanup_free_ char *path = NULL;
         int r;
 
-        config_init(c);
-        if (!path)
-                return log_error_errno(SYNTHETIC_ERRNO(EINVAL),
-                                       "Cannot tell where modelgate.conf is: pass --config=PATH");
-        r = config_load(c, path);
+        r = load_config(c, &path);
         if (r < 0)
-                return log_error_errno(r, "Cannot read %s (see above)", path);
+                return r;
         if (!c->access.keys_file)
                 return log_error_errno(SYNTHETIC_ERRNO(EINVAL),
                                        "%s has no [Access] KeysFile=: there is nowhere to keep keys", path);
@@ -141,7 +137,7 @@ int do_key(int argc, char **argv) {
         const char *verb = argv[0];
         int r;
 
-        r = load_config(&c);
+        r = load_keys_config(&c);
         if (r < 0)
                 return EXIT_FAILED;
         /* two writers at once must not lose one's key: the read and the write are one step */

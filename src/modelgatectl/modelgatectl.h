@@ -46,6 +46,10 @@ int do_key_usage(sd_bus *bus, const char *name);
 /* check-config: execs the installed modelgated (or $MODELGATED) with --check-config; returns only when it
  * could not */
 int do_check_config(void);
+/* modelgate.conf (--config=, else the instance's) into c, after config_init(); its path in *ret_path when
+ * not NULL. 0, or a negative errno, said. */
+struct Config;
+int load_config(struct Config *c, char **ret_path);
 
 /* engines: each host's ListEngines(), as a table or --json */
 int do_engines(sd_bus *bus);
