@@ -23,11 +23,11 @@ FAST = "[Proxy]\nHoldDownSec=1s\nKeepaliveAfterSec=1s\nKeepaliveIntervalSec=1s\n
 pytestmark = pytest.mark.skipif(box_skip_reason() is not None, reason=str(box_skip_reason()))
 
 
-def gate(box, make_gate, double_args, budget, host_extra=""):
+def gate(box, make_gate, double_args, budget, host_extra="", extra_args=()):
     port = free_port()
     conf = two_engines(box, port, double_args=double_args) % {"host": "3090",
                                                                "extra": "PromptCacheSaveSec=%s\n" % budget}
-    g = make_gate(FAST + local_host("3090", port, host_extra) + conf, env=gate_env(box))
+    g = make_gate(FAST + local_host("3090", port, host_extra) + conf, env=gate_env(box), extra_args=extra_args)
     g.wait_log("host 3090 up")
     return g, port
 
@@ -215,19 +215,30 @@ def test_with_shared_the_lease_holder_saves_and_the_instance_that_starts_the_eng
     assert "engine mainline: the prompt cache of slot 0 was not restored (400): a cache miss" in a.logtext()
 
 
+def unsupported(box):
+    out = box.run("busctl", "--user", "-j", "get-property", "org.modelgate1", "/org/modelgate1/host/3090",
+                  "org.modelgate1.Host", "PromptCacheUnsupported")
+    return json.loads(out)["data"]
+
+
 def test_an_engine_that_answered_501_is_asked_again_after_a_reload(box, make_gate):
     """rule:prompt-cache: a 501 (no --slot-save-path) ends the asking until a reload; the operator who adds
     the option reloads, and the host (kept by the reload) asks again"""
-    g, port = gate(box, make_gate, "--slot-save-delay 0 --slot-save-fault 501", "5s")
+    # --user: on the box's bus, where its host object is read
+    g, port = gate(box, make_gate, "--slot-save-delay 0 --slot-save-fault 501", "5s", extra_args=["--user"])
     said = "host 3090: engine mainline does not save prompt caches (it answered 501"
     for model, engine in (("3090-laguna-xs", "mainline"), ("3090-flint-40b", "fork"),
                           ("3090-laguna-xs", "mainline"), ("3090-flint-40b", "fork")):
         assert ask(g, model)[:2] == (200, engine)
     g.log_mark("before")
     assert g.logtext().count(said) == 1  # said once, not asked again
+    # and on the host's bus object, until the reload
+    assert sorted(unsupported(box)) == ["fork", "mainline"]
     g.proc.send_signal(signal.SIGHUP)
     g.wait_log("Reloaded ")
     assert "1 kept" in g.wait_log("Reloaded "), g.wait_log("Reloaded ")
+    assert unsupported(box) == []  # the reload forgot it: asked again
     for model, engine in (("3090-laguna-xs", "mainline"), ("3090-flint-40b", "fork")):
         assert ask(g, model)[:2] == (200, engine)
     g.wait_log(said, count=2)
+    assert "mainline" in unsupported(box)

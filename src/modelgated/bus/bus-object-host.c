@@ -123,6 +123,20 @@ static int property_get_loaded_models(sd_bus *bus, const char *path, const char 
         return sd_bus_message_append_strv(reply, l);
 }
 
+/* rule:prompt-cache: the engines that answered 501, read when asked (the log said it once) */
+static int property_get_prompt_cache_unsupported(sd_bus *bus, const char *path, const char *interface,
+                                                 const char *property, sd_bus_message *reply, void *userdata,
+                                                 sd_bus_error *error) {
+        Host *h = host_at_path(userdata, path);
+
+        if (!h)
+                return -ENOENT;
+        _cleanup_strv_free_ char **l = host_prompt_cache_unsupported(h);
+        if (!l)
+                return -ENOMEM;
+        return sd_bus_message_append_strv(reply, l);
+}
+
 /* rule:wait-reason: read when asked, never signalled: it counts down each second */
 static int property_get_wait_reason(sd_bus *bus, const char *path, const char *interface,
                                     const char *property, sd_bus_message *reply, void *userdata,
@@ -397,6 +411,7 @@ static const sd_bus_vtable host_vtable[] = {
                         SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("LoadedModels", "as", property_get_loaded_models, 0, 0),
         SD_BUS_PROPERTY("WaitReason", "s", property_get_wait_reason, 0, 0),
+        SD_BUS_PROPERTY("PromptCacheUnsupported", "as", property_get_prompt_cache_unsupported, 0, 0),
         SD_BUS_PROPERTY("FailedStarts", "a(sst)", property_get_failed_starts, 0,
                         SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_METHOD_WITH_ARGS("SwitchEngine", SD_BUS_ARGS("s", engine), SD_BUS_NO_RESULT,

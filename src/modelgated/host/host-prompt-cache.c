@@ -28,6 +28,7 @@
 #include "modelgated/rules/catalog-list.h"
 #include "modelgated/rules/json-util.h"
 #include "shared/log.h"
+#include "shared/strv.h"
 
 #define PC_BODY_MAX (16 * 1024 * 1024) /* a /slots answer has each slot's prompt text */
 #define PC_MODELS_MAX 4096
@@ -522,6 +523,17 @@ void host_prompt_cache_reset(Host *h) {
                 return;
         c->then = NULL; /* what the switch waited for is gone with it */
         pc_end(h, "cancelled", /* tell= */ false);
+}
+
+char **host_prompt_cache_unsupported(const Host *h) {
+        char **l = calloc(1, sizeof(char *));
+
+        for (size_t i = 0; l && h->prompt_cache && i < h->n_engines; i++)
+                if (h->prompt_cache->engines[i].unsupported && strv_extend(&l, engine_name(h, i)) < 0) {
+                        strv_free(l);
+                        return NULL;
+                }
+        return l;
 }
 
 void host_prompt_cache_reloaded(Host *h) {

@@ -221,6 +221,9 @@ usec_t host_last_error_usec(const Host *h);
 /* The models the engine that is up serves without a load, as the host lists them (an empty list when
  * none is up); NULL: out of memory */
 char **host_loaded_models(const Host *h);
+/* rule:prompt-cache: the engines that answered a save or restore with 501 (no --slot-save-path), until
+ * a reload; a new strv, NULL on ENOMEM */
+char **host_prompt_cache_unsupported(const Host *h);
 /* Why the host is down (its bus, or its probe), or NULL while it is not */
 const char *host_down_reason(const Host *h);
 /* rule:bus-gone: its bus, "up", "connecting" (not probed yet), "gone" (lost or not reachable: its engine
