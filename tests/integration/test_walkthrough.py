@@ -157,6 +157,16 @@ def test_the_readme_real_hosts_walkthrough_works_as_written(make_box, tmp):
                                capture_output=True, text=True, timeout=30)
         assert check.returncode == 0, check
         assert "# the bus runs: ssh " in check.stdout and "systemd-stdio-bridge" in check.stdout, check.stdout
+        # "modelgatectl check (...) goes further and asks the hosts": through ssh to the GPU host's bus, its
+        # engine units as the README had them copied; nothing is wrong, so nothing is said to be
+        said = re.search(r"`(modelgatectl check)` \(`modelgated --check-config\s+--hosts`\) goes further",
+                         open(os.path.join(SOURCE, "README.md")).read())
+        assert said, "README's Real hosts no longer says which command checks the hosts"
+        hosts = subprocess.run(said.group(1).replace("modelgatectl", MODELGATECTL, 1).split() + ["--user"],
+                               env=dict(env["modelgate"], MODELGATED=os.path.abspath(MODELGATED)),
+                               capture_output=True, text=True, timeout=60)
+        assert hosts.returncode == 0 and "PROBLEM" not in hosts.stdout, hosts
+        assert gpu.active_state("llama-fork.service") == "inactive"  # a check starts nothing
 
         # the installed user units, reading ~/.config/modelgate/modelgate.conf ("Installing the units")
         port = free_port()
