@@ -243,10 +243,11 @@ def test_host_down_falls_back(make_gate, cloud):
     g = make_gate(conf)
     g.wait_log("host gone down")
     start = time.monotonic()
-    r, body = ask(g, model="gone-anything")
+    r, body = ask(g, model="gone-anything", headers={"X-Request-Id": "fb-gone-1"})
     assert_from_cloud(r, body, cloud)
     assert time.monotonic() - start < 5
-    g.wait_log("goes to fallback cloud: host 'gone' is down")
+    # the line carries the request's id, as every line about a request does (rule:request-id)
+    assert g.wait_log("goes to fallback cloud: host 'gone' is down").endswith(" id=fb-gone-1")
 
 
 def make_ca_and_server_cert(tmp):

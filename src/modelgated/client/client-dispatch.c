@@ -361,8 +361,9 @@ static bool dispatch_pick_target(Client *c, const char *after) {
                 return false;
         if (after) {
                 _cleanup_free_ char *e = log_escape_dup(after);
-                log_notice("alias %s: target %s refused (%s); trying %s (%s)", a->name, c->x->alias_target,
-                           strna(e), a->targets[i], why);
+                char id[REQUEST_ID_MAX * 4 + 1];
+                log_notice("alias %s: target %s refused (%s); trying %s (%s) id=%s", a->name,
+                           c->x->alias_target, strna(e), a->targets[i], why, client_log_id(c, id));
         } else
                 log_debug("alias %s: %s%s%s%s picks %s (%s)", a->name, who.key ? "key:" : "",
                           who.key ?: who.address, who.session ? " session " : "",

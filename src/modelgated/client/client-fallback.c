@@ -152,7 +152,9 @@ bool client_fall_back(Client *c, const char *why) {
                 return false;
 
         _cleanup_free_ char *m = log_escape_dup(c->x->model);
-        log_notice("host %s: %s goes to fallback %s: %s", c->x->host->name, strna(m), f->name, why);
+        char id[REQUEST_ID_MAX * 4 + 1];
+        log_notice("host %s: %s goes to fallback %s: %s id=%s", c->x->host->name, strna(m), f->name, why,
+                   client_log_id(c, id));
         metrics_fallback(manager_metrics(c->manager), c->x->host->name, c->x->engine_name, f->name);
         c->x->via_fallback = true;
         /* the engine's request is cancelled (its connection closed, so the GPU stops), and the engine is

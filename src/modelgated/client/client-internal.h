@@ -199,6 +199,13 @@ Span client_request_id_first(Client *c);
 static inline Span client_request_id(Client *c) {
         return c->x->request_id.n > 0 ? c->x->request_id : client_request_id_first(c);
 }
+/* The request's id escaped for a log line about it (rule:request-id: the id on every line about the
+ * request), in buf */
+static inline const char *client_log_id(Client *c, char buf[static REQUEST_ID_MAX * 4 + 1]) {
+        Span id = client_request_id(c);
+        log_escape(buf, REQUEST_ID_MAX * 4 + 1, id.p, id.n);
+        return buf;
+}
 /* "X-Request-Id: …\r\n" appended. 0 or -ENOMEM. Inline for a made id where there is room, as a rule:
  * twice a request (to the host and back), a few moves of a fixed length rather than a call. */
 int client_append_request_id_any(Client *c, Buffer *b);
