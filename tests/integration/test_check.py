@@ -127,3 +127,24 @@ def test_logs_runs_journalctl_for_the_engine_units_where_they_run(make_box, sshd
     assert out.returncode == 4 and "No host 'nosuch' in the configuration; its hosts: 3090, a9" in out.stderr
     out = check([MODELGATECTL, "logs", "a9", "ghost"], path, env)
     assert out.returncode == 4 and "Host 'a9' has no engine 'ghost'; its engines: mainline, fork" in out.stderr
+
+
+def test_a_host_whose_bus_fails_at_once_does_not_end_the_wait_for_the_next(box, sshd, tmp):
+    """the first host's bus fails inside its connect (its socket is not there), before the second host is even
+    set up: the second, reached through ssh, still gets its time and is checked, not reported unreached"""
+    rport = free_port()
+    conf = ("[Host]\nName=first\nURL=http://127.0.0.1:%d\nBus=local\n"
+            "[Engine]\nHost=first\nName=e\nUnit=llama-e.service\nModels=*\n" % free_port())
+    conf += ("[Host]\nName=a9\nURL=http://127.0.0.1:%d\nBus=ssh:root@127.0.0.1:%d\nSSHCommand=%s\n"
+             "BusPath=unix:path=%s\n" % (rport, sshd.port, sshd.ssh_command, box.bus)) + \
+        two_engines(box, rport) % {"host": "a9", "extra": ""}
+    path = os.path.join(tmp, "early.conf")
+    with open(path, "w") as f:
+        f.write(conf)
+    env = dict(gate_env(box), DBUS_SESSION_BUS_ADDRESS="unix:path=" + os.path.join(tmp, "no-bus-here"),
+               STATE_DIRECTORY=os.path.join(tmp, "state-early"))
+    out = check([MODELGATED, "--check-config", "--hosts"], path, env)
+    text = out.stdout
+    assert any(l.startswith("PROBLEM: host first: the bus cannot be reached") for l in text.splitlines()), text
+    assert "host a9: bus up" in text, (text, out.stderr)
+    assert "host a9: the bus did not come up" not in text, text

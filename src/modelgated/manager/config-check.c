@@ -350,9 +350,12 @@ int config_check_hosts(const Config *c, FILE *out) {
                         n++;
                         goto finish;
                 }
-                if (hosts[n].bus)
-                        host_bus_connect(hosts[n].bus);
         }
+        /* every host counted before any connects: a connect that fails at once settles its host there and
+         * then, and must not end the wait for hosts not set up yet */
+        for (size_t i = 0; i < n; i++)
+                if (hosts[i].bus)
+                        host_bus_connect(hosts[i].bus);
         if (n_unsettled > 0) {
                 r = sd_event_add_time_relative(e, NULL, CLOCK_MONOTONIC, CHECK_BUS_TIMEOUT_USEC, 0,
                                                timeout_cb, NULL);
