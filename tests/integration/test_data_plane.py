@@ -92,6 +92,11 @@ def test_a_lost_ssh_bus_leaves_the_engine_serving_and_refuses_a_switch_with_the_
     assert "a9 (http://127.0.0.1:%d): serving, bus gone, engine mainline" % port in status_out, status_out
     assert "  bus:        gone (ssh: " in status_out, status_out
 
+    # each reconnect that fails (ssh says so in the log) leaves the loss said once
+    g.wait_log("host a9: ssh: connect to host 127.0.0.1 port %d: Connection refused" % sshd.port, count=2,
+               timeout=60)
+    assert g.logtext().count("host a9: bus gone (") == 1, g.logtext()
+
     # the bus comes back: the engine stays as it was, and the switch is made
     sshd.start()
     g.wait_log("host a9: bus back; engine mainline served on meanwhile", timeout=60)

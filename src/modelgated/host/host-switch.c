@@ -611,10 +611,13 @@ static void bus_down(HostBus *b, const char *reason, void *userdata) {
         h->down_reason = strdup(reason);
         sched_gpu_busy(&h->sched, false); /* not known without the bus */
         if (serves) {
-                log_warning("host %s: bus gone (%s); engine %s serves on, switches wait for the bus",
-                            h->conf->name, reason, engine_name(h, h->running));
+                /* said once: each reconnect that fails comes here again */
+                if (!h->sched.bus_gone)
+                        log_warning("host %s: bus gone (%s); engine %s serves on, switches wait for the bus",
+                                    h->conf->name, reason, engine_name(h, h->running));
                 sched_bus_gone(&h->sched, true);
         } else {
+                sched_bus_gone(&h->sched, false); /* nothing serves on: the host is down */
                 h->running = -1;
                 h->engine_up = false;
                 sched_host_down(&h->sched, true);
