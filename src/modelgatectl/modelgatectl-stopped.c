@@ -3,6 +3,7 @@
  * service manager of the same bus (the user's, the system's, or the remote host's through -H) knows
  * modelgate.socket, whether it listens, and where. Nothing here starts anything. */
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <systemd/sd-bus.h>
@@ -33,7 +34,7 @@ static char *socket_listens(sd_bus *bus, const char *path) {
 
 int say_stopped(sd_bus *bus) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
-        _cleanup_free_ char *state = NULL, *listens = NULL;
+        _cleanup_free_ char *load = NULL, *state = NULL, *listens = NULL;
         FILE *out = arg_json ? stderr : stdout; /* --json's stdout stays JSON */
         const char *path;
         int r;
@@ -45,6 +46,13 @@ int say_stopped(sd_bus *bus) {
                 : -ENOTCONN;
         if (r >= 0)
                 r = sd_bus_message_read(reply, "o", &path);
+        if (r >= 0)
+                r = sd_bus_get_property_string(bus, "org.freedesktop.systemd1", path,
+                                               "org.freedesktop.systemd1.Unit", "LoadState", NULL, &load);
+        /* a unit that is not installed loads as not-found, inactive: no modelgate of this instance at all,
+         * which the caller says ("no system modelgate … use --user"), not a stopped one */
+        if (r >= 0 && !streq(load, "loaded"))
+                r = -ENOENT;
         if (r >= 0)
                 r = sd_bus_get_property_string(bus, "org.freedesktop.systemd1", path,
                                                "org.freedesktop.systemd1.Unit", "ActiveState", NULL, &state);

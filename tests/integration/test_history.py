@@ -232,6 +232,16 @@ def test_reading_verbs_never_start_a_stopped_modelgate(box, make_double, tmp):
     box.systemctl("stop", "modelgate.socket", "modelgate.service")
 
 
+def test_a_manager_without_modelgate_units_is_no_modelgate_not_a_stopped_one(box):
+    """rule:ctl-never-starts: the user manager has no modelgate.socket at all (it loads as not-found): that is
+    no modelgate of this instance, said as before, not a stopped one whose socket 'is inactive'"""
+    assert box.run("systemctl", "--user", "show", "-P", "LoadState", "modelgate.socket").strip() == "not-found"
+    out = ctl(box, "status")
+    assert out.returncode == 3, out
+    assert "modelgated is not running on the user bus" in out.stderr, out
+    assert "its socket" not in out.stdout + out.stderr, out
+
+
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 def test_top_left_open_does_not_undo_an_idle_exit(box, make_double, tmp):
     d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
