@@ -51,9 +51,14 @@ _printf_(3, 4) static void say(Report *r, bool problem, const char *fmt, ...) {
                 fputs("PROBLEM: ", r->out);
                 r->problems++;
         }
+        /* the hosts' words (a bus's failure, the model ids a host lists) go to a terminal: escaped as a log
+         * line's are, so that none moves it */
+        _cleanup_free_ char *line = NULL, *shown = NULL;
         va_start(ap, fmt);
-        vfprintf(r->out, fmt, ap);
+        int k = vasprintf(&line, fmt, ap);
         va_end(ap);
+        shown = k >= 0 ? log_escape_dup(line) : NULL;
+        fputs(shown ?: "(out of memory)", r->out);
         fputc('\n', r->out);
 }
 
