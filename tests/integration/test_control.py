@@ -210,6 +210,37 @@ def test_last_error_says_when_and_clears_once_recovered(box, make_gate):
     assert "last error" not in ctl(box, "status").stdout
 
 
+def test_a_repeated_error_signals_its_new_time(box, make_gate, tmp):
+    """rule:last-error: the same refusal twice has the same words and a new time: LastErrorUSec is sent in a
+    PropertiesChanged each time (EMITS_CHANGE), not only when the words change"""
+    port = free_port()
+    box.add_unit("gpu-bench.service", "[Service]\nType=exec\nExecStart=/bin/sleep 1000\n")
+    conf = "[Proxy]\nHoldDownSec=1s\n" + local_host("h", port, "BusyUnits=gpu-bench.service\n") + \
+        engines_conf(box, "h", port)
+    g = make_gate(conf, extra_args=["--user"], env=gate_env(box))
+    wait_for(lambda: prop(box, HOST_PATH, "org.modelgate1.Host", "State") == "idle", what="host h idle")
+    box.systemctl("start", "gpu-bench.service")
+    out = os.path.join(tmp, "monitor.txt")
+    with open(out, "w") as f:
+        monitor = subprocess.Popen(["stdbuf", "-oL", "busctl", "--user", "monitor", "--match",
+                                    "type='signal',path='%s',member='PropertiesChanged'" % HOST_PATH],
+                                   env=box.env, stdout=f, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: "NameAcquired" in open(out).read() or "Monitoring" in open(out).read() or
+                 os.path.getsize(out) > 0, timeout=10, what="the monitor")
+        said = lambda: open(out).read().count('"LastErrorUSec"')
+        times = []
+        for n in (1, 2):
+            r = post(g.conn(timeout=60), "/v1/chat/completions", chat("h-laguna-xs"))
+            assert r.status == 423, r.read()
+            times.append(prop(box, HOST_PATH, "org.modelgate1.Host", "LastErrorUSec"))
+            wait_for(lambda: said() >= n, timeout=10, what="LastErrorUSec signalled %d times" % n)
+        assert times[1] > times[0], times
+    finally:
+        monitor.terminate()
+        monitor.wait(timeout=10)
+
+
 def get(gate, path, method="GET"):
     c = gate.conn()
     c.request(method, path)

@@ -21,6 +21,7 @@ struct HostSeen {
         usec_t hold_down, idle_stop;
         unsigned holds; /* host_holds_serial() */
         char *last_error;
+        usec_t last_error_at;  /* host_last_error_usec(): a repeated error is said again, at a new time */
         const char *bus_state; /* host_bus_state(): a static string */
         char *bus_error;
 };
@@ -58,6 +59,7 @@ static size_t host_compare(BusObject *o, size_t i, const char *changed[static 18
                                            .idle_stop = bus_object_realtime(o, host_idle_stop_at(h)),
                                            .holds = host_holds_serial(h),
                                            .bus_state = host_bus_state(h),
+                                           .last_error_at = host_last_error_usec(h),
                                    };
         size_t k = 0;
         bool all = v->host != h;
@@ -87,7 +89,8 @@ static size_t host_compare(BusObject *o, size_t i, const char *changed[static 18
                 changed[k++] = "LastError";
                 changed[k++] = "LastErrorUSec";
                 (void)free_and_strdup(&v->last_error, host_last_error(h));
-        }
+        } else if (v->last_error_at != now.last_error_at)
+                changed[k++] = "LastErrorUSec";
         if (all || !streq_ptr(v->bus_state, now.bus_state))
                 changed[k++] = "BusState";
         if (all || !streq_ptr(v->bus_error, host_bus_error(h))) {
