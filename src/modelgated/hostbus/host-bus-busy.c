@@ -101,13 +101,15 @@ static void busy_read_list(HostBus *b, sd_bus_message *m) {
         if (r < 0)
                 log_warning_errno(r, "host %s: cannot read the BusyUnits= units: %m", b->host->name);
         STRV_FOREACH (n, names)
-                if (!strv_contains(b->busy_active, *n) && strv_extend(&b->busy_active, *n) < 0)
+                if (busy_pattern_matches(b, *n) && !strv_contains(b->busy_active, *n) &&
+                    strv_extend(&b->busy_active, *n) < 0)
                         break;
 }
 
 static int busy_listed_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
         HostBus *b = userdata;
 
+        b->busy_list = sd_bus_slot_unref(b->busy_list);
         busy_read_list(b, m);
         host_bus_setup_step_done(b);
         return 0;
@@ -116,6 +118,7 @@ static int busy_listed_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_e
 static int busy_relisted_cb(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
         HostBus *b = userdata;
 
+        b->busy_list = sd_bus_slot_unref(b->busy_list);
         busy_read_list(b, m);
         if (b->up && b->cb.on_busy_changed)
                 b->cb.on_busy_changed(b, b->userdata);
@@ -132,6 +135,8 @@ static int busy_follow(HostBus *b, sd_bus_message_handler_t cb) {
         strv_free(b->busy_active);
         b->busy_active = NULL;
         b->busy_match = sd_bus_slot_unref(b->busy_match);
+        /* a listing still under way was asked with the old patterns: its answer is not wanted */
+        b->busy_list = sd_bus_slot_unref(b->busy_list);
         /* an empty list would match every unit */
         if (strv_isempty(b->host->busy_units))
                 return 0;
@@ -149,7 +154,7 @@ static int busy_follow(HostBus *b, sd_bus_message_handler_t cb) {
         if (r >= 0)
                 r = sd_bus_message_append_strv(m, b->host->busy_units);
         if (r >= 0)
-                r = sd_bus_call_async(b->bus, NULL, m, cb, b, 0);
+                r = sd_bus_call_async(b->bus, &b->busy_list, m, cb, b, 0);
         return r < 0 ? r : 1;
 }
 

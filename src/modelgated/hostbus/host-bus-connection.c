@@ -94,7 +94,10 @@ static int close_cb(sd_event_source *s, void *userdata) {
         HostBus *b = userdata;
 
         (void)sd_event_source_set_enabled(s, SD_EVENT_OFF);
-        /* not flushed: a stalled ssh would block the loop; closing stops and reaps the child */
+        /* not flushed: a stalled ssh would block the loop; closing stops and reaps the child. The busy
+         * units' slots go first: they hold the closed bus until the next connection otherwise */
+        b->busy_match = sd_bus_slot_unref(b->busy_match);
+        b->busy_list = sd_bus_slot_unref(b->busy_list);
         b->bus = sd_bus_close_unref(b->bus);
         schedule_retry(b);
         return 0;
@@ -215,6 +218,7 @@ HostBus *host_bus_free(HostBus *b) {
         free(b->manager_owner);
         strv_free(b->busy_active);
         sd_bus_slot_unref(b->busy_match);
+        sd_bus_slot_unref(b->busy_list);
         host_bus_stderr_close(b);
         sd_event_unref(b->event);
         free(b);

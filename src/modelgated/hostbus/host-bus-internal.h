@@ -6,8 +6,9 @@
  * (connect, lost, closed, reconnected), host-bus-transport.c how a connection reaches the manager
  * (addresses, the ssh bridge), host-bus-units.c what is followed on it (the setup pipeline,
  * PropertiesChanged, the manager's unique name), host-bus-busy.c which BusyUnits= units are active,
- * and host-bus-ops.c the calls an owner waits for (jobs, re-reads, listings). A part that learns the bus is lost (a reply in units or ops can be the first
- * news of it) calls host_bus_lost(): the lifecycle that answers it is the connection's. */
+ * and host-bus-ops.c the calls an owner waits for (jobs, re-reads, listings). A part that learns the bus is
+ * lost (a reply in units or ops can be the first news of it) calls host_bus_lost(): the lifecycle that
+ * answers it is the connection's. */
 
 #include <stdbool.h>
 #include <systemd/sd-bus.h>
@@ -75,6 +76,7 @@ struct HostBus {
         /* rule:busy-followed: the units matching BusyUnits= that are active, as last heard */
         char **busy_active;
         sd_bus_slot *busy_match; /* their PropertiesChanged, on this bus */
+        sd_bus_slot *busy_list;  /* the listing of them under way: a new one (a reload) cancels it */
 
         FollowedUnit *units;
         size_t n_units;
