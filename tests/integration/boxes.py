@@ -5,6 +5,7 @@ A Box is a real `systemd --user` in its own cgroup, cgroup/mount/PID namespaces 
 it as Bus=local through DBUS_SESSION_BUS_ADDRESS, and an sshd (outside) through
 systemd-stdio-bridge. Every process here is started by this file and stopped by its pid."""
 
+import json
 import os
 import shutil
 import socket
@@ -226,6 +227,19 @@ def local_host(name, port, extra=""):
 
 def engines_conf(box, host, port, **kw):
     return two_engines(box, port, **kw) % {"host": host, "extra": ""}
+
+
+def host_prop(box, host, name):
+    """a property of modelgated's Host object for host, as the box's bus reads it"""
+    out = box.run("busctl", "--user", "-j", "get-property", "org.modelgate1", "/org/modelgate1/host/" + host,
+                  "org.modelgate1.Host", name)
+    return json.loads(out)["data"]
+
+
+def ctl(box, *args, timeout=120):
+    """modelgatectl --user on the box's bus"""
+    return subprocess.run([MODELGATECTL, "--user"] + list(args), env=box.env, capture_output=True, text=True,
+                          timeout=timeout)
 
 
 def gate_env(box):

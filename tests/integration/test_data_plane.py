@@ -14,23 +14,12 @@ import time
 
 import pytest
 
-from boxes import MODELGATECTL, box_skip_reason, chat, children, gate_env, local_host, two_engines
+from boxes import box_skip_reason, ctl, host_prop, chat, children, gate_env, local_host, two_engines
 from conftest import free_port, post, wait_for
 
 pytestmark = pytest.mark.skipif(box_skip_reason() is not None, reason=str(box_skip_reason()))
 
 CHAT = "/v1/chat/completions"
-
-
-def host_prop(box, host, name):
-    out = box.run("busctl", "--user", "-j", "get-property", "org.modelgate1", "/org/modelgate1/host/" + host,
-                  "org.modelgate1.Host", name)
-    return json.loads(out)["data"]
-
-
-def ctl(box, *args):
-    return subprocess.run([MODELGATECTL, "--user"] + list(args), env=box.env, capture_output=True, text=True,
-                          timeout=120)
 
 
 def ask(g, model, timeout=60):

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from boxes import (MODELGATECTL, box_skip_reason, chat, engine_unit, engines_conf, gate_env, installed_units,
+from boxes import (box_skip_reason, ctl, host_prop, chat, engine_unit, engines_conf, gate_env, installed_units,
                    local_host)
 from conftest import DOUBLE, PYTHON, double_requests, free_port, host_conf, metric_samples, post, wait_for
 
@@ -39,17 +39,6 @@ class At:
 def health(at, strict=False):
     status, body = at.get("/health?strict=1" if strict else "/health")
     return status, json.loads(body)
-
-
-def host_prop(box, host, name):
-    out = box.run("busctl", "--user", "-j", "get-property", "org.modelgate1", "/org/modelgate1/host/" + host,
-                  "org.modelgate1.Host", name)
-    return json.loads(out)["data"]
-
-
-def ctl(box, *args):
-    return subprocess.run([MODELGATECTL, "--user"] + list(args), env=box.env, capture_output=True, text=True,
-                          timeout=120)
 
 
 def test_the_first_health_after_a_socket_activation_shows_the_host_probed_not_down(box, tmp):

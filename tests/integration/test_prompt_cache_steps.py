@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from boxes import box_skip_reason, chat, gate_env, local_host, two_engines
+from boxes import box_skip_reason, chat, gate_env, host_prop, local_host, two_engines
 from conftest import double_requests, free_port, post, read_sse, wait_for
 from test_activity import Activity
 
@@ -216,9 +216,7 @@ def test_with_shared_the_lease_holder_saves_and_the_instance_that_starts_the_eng
 
 
 def unsupported(box):
-    out = box.run("busctl", "--user", "-j", "get-property", "org.modelgate1", "/org/modelgate1/host/3090",
-                  "org.modelgate1.Host", "PromptCacheUnsupported")
-    return json.loads(out)["data"]
+    return host_prop(box, "3090", "PromptCacheUnsupported")
 
 
 def test_an_engine_that_answered_501_is_asked_again_after_a_reload(box, make_gate):
