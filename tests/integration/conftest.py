@@ -174,6 +174,18 @@ class Gate:
         except AssertionError as e:
             raise AssertionError("%s; the log:\n%s" % (e, self.logtext())) from None
 
+    def access_line(self, rid, timeout=30):
+        """the access line of the request whose id is rid (the switch, wait and fallback lines about it end
+        with its id too: the access line is the one with its status)"""
+        def find():
+            return next((line for line in self.logtext().splitlines()
+                         if " status=" in line and (" id=%s " % rid in line or line.endswith(" id=" + rid))),
+                        None)
+        try:
+            return wait_for(find, timeout, what="the access line of id=%s" % rid)
+        except AssertionError as e:
+            raise AssertionError("%s; the log:\n%s" % (e, self.logtext())) from None
+
     def log_mark(self, name):
         """A GET /health named by its User-Agent, and its access line waited for. modelgated writes notice and
         info lines when its loop is idle, which may be after a client has its answer, but always in order:

@@ -633,7 +633,7 @@ def test_the_access_line_counts_the_engines_own_tokens_and_names_the_request(box
             assert r.status == 200, answer
             assert r.getheader("X-Request-Id") == rid
             n_in, cached, out, timings = engine_usage(path, stream, answer)
-            line = g.wait_log(" id=%s" % rid)
+            line = g.access_line(rid)
             print(line)
             assert " engine=mainline " in line and " first_byte=" in line, line
             want = " tokens=in:%d,cached:%d,out:%d" % (n_in, cached, out)
@@ -651,14 +651,14 @@ def test_the_access_line_counts_the_engines_own_tokens_and_names_the_request(box
         r.read()
         made = r.getheader("X-Request-Id")
         assert made and re.fullmatch(r"[0-9a-f]{32}", made), made
-        g.wait_log(" id=%s" % made)
+        g.access_line(made)
     # modelgate's own answers carry one too
     c = g.conn()
     c.request("GET", "/health", headers={"X-Request-Id": "t-health"})
     r = c.getresponse()
     r.read()
     assert r.getheader("X-Request-Id") == "t-health"
-    g.wait_log(" id=t-health")
+    g.access_line("t-health")
 
     # a client that leaves mid-stream: status 499, and the count of what it was sent so far says (cut). On fork's
     # 4096 of context, so the stream outlasts the client's five lines: laguna's 512 were all sent in 0.35 s on
@@ -671,7 +671,7 @@ def test_the_access_line_counts_the_engines_own_tokens_and_names_the_request(box
         seen += line.startswith(b"data: {")
     f.close()
     s.close()
-    line = g.wait_log(" id=t-left")
+    line = g.access_line("t-left")
     print(line)
     assert " status=499 " in line and " cut=client " in line, line
     # rule:usage-charge: the prompt the stream never said is charged at 4 bytes a token of the request's body

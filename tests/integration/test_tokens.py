@@ -80,7 +80,7 @@ def test_native_completion_is_counted_whatever_its_members_order_and_capped(box,
     assert order.index("completion_probabilities") > order.index("timings"), order  # the shape it really has
     t = json.loads(raw)["timings"]
     want = (str(t["prompt_n"] + t["cache_n"]), str(t["cache_n"]), str(t["predicted_n"]))
-    line = g.wait_log(" id=t-nprobs")
+    line = g.access_line("t-nprobs")
     print(line)
     assert line_tokens(line) == want, (want, line)
     said = [said[0] + int(want[0]), said[1] + int(want[1]), said[2] + int(want[2])]
@@ -93,7 +93,7 @@ def test_native_completion_is_counted_whatever_its_members_order_and_capped(box,
         r, raw = send(g, COMPLETION, body, key, "t-fields-%d" % i)
         assert r.status == 200, raw
         assert list(json.loads(raw)) == ["content"], raw  # the shape it really has
-        line = g.wait_log(" id=t-fields-%d" % i)
+        line = g.access_line("t-fields-%d" % i)
         print(line)
         assert line_tokens(line) == ("~%d" % charged(sent), "?", "~32"), line
         said = [said[0] + charged(sent), said[1], said[2] + 32]
@@ -120,7 +120,7 @@ def test_a_native_stream_with_counts_left_out_counts_its_prompt_and_pieces(box, 
     # the shapes it really has: each partial chunk ends with its probabilities, the last says no count
     assert [k for k, _ in json.loads(lines[0], object_pairs_hook=list)][-1] == "completion_probabilities", lines[0]
     assert not {"timings", "tokens_evaluated", "tokens_predicted", "stop"} & set(json.loads(lines[-1])), lines[-1]
-    line = g.wait_log(" id=t-native-stream")
+    line = g.access_line("t-native-stream")
     print(line)
     n_in, cached, out = line_tokens(line)
     assert n_in == str(partial["tokens_evaluated"]) and cached == "?", line
@@ -156,7 +156,7 @@ def test_a_resumable_stream_left_after_its_first_token_is_counted_whole_once(box
 
     # the request's own line: 499, what had arrived, its prompt charged by the rule (never in:?), and it counts
     # nothing itself
-    left = g.wait_log(" id=t-left")
+    left = g.access_line("t-left")
     print(left)
     assert " status=499 " in left and " cut=client " in left, left
     n_in, cached, out = line_tokens(left)
@@ -182,7 +182,7 @@ def test_a_resumable_stream_left_after_its_first_token_is_counted_whole_once(box
     usage = [json.loads(e)["usage"] for e in read_events(raw) if '"usage"' in e][-1]
     said = [usage["prompt_tokens"], usage["prompt_tokens_details"]["cached_tokens"], usage["completion_tokens"]]
     assert drained == said and said[2] == 1000 and said[0] > 300, (drained, usage)
-    line = g.wait_log(" id=t-resume")
+    line = g.access_line("t-resume")
     assert " tokens=" not in line, line
     g.log_mark("after-resume")
     assert day_tokens(tmp, name) == said
