@@ -202,8 +202,8 @@ bool sched_switch_pending(const Sched *s);
 /* Requests ahead of r: those in flight, and those waiting that arrived before it (all of them when r has
  * been answered or removed). */
 unsigned sched_ahead(const Sched *s, const SchedRequest *r);
-/* sched-tree.c, for sched.c alone: the waiting requests again, in a tree by arrival (seq) with subtree sizes,
- * so that sched_ahead() walks none of them (issue 26). */
+/* sched-tree.c, for sched.c alone: the waiting requests again, in a tree by arrival (seq) with subtree
+ * sizes, so that sched_ahead() walks none of them (issue 26). */
 void sched_tree_insert(Sched *s, SchedRequest *r);
 void sched_tree_remove(Sched *s, SchedRequest *r);
 /* How many waiting requests arrived before seq. */
