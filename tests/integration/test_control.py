@@ -181,15 +181,21 @@ def test_modelgatectl_status_matches_the_bus_and_stop_engine_stops(box, engine_g
     assert prop(box, HOST_PATH, "org.modelgate1.Host", "Engine") == ""
 
 
-def test_last_error_says_when_and_clears_once_recovered(box, make_gate):
-    """rule:last-error: a refusal is LastError with its time (LastErrorUSec, and status's words); the next
-    engine that comes up ends it, on the bus and in status"""
+def busy_unit_gate(box, make_gate):
+    """host h with two engines and a BusyUnits= unit (not started yet) that refuses their switches"""
     port = free_port()
     box.add_unit("gpu-bench.service", "[Service]\nType=exec\nExecStart=/bin/sleep 1000\n")
     conf = "[Proxy]\nHoldDownSec=1s\n" + local_host("h", port, "BusyUnits=gpu-bench.service\n") + \
         engines_conf(box, "h", port)
     g = make_gate(conf, extra_args=["--user"], env=gate_env(box))
     wait_for(lambda: prop(box, HOST_PATH, "org.modelgate1.Host", "State") == "idle", what="host h idle")
+    return g
+
+
+def test_last_error_says_when_and_clears_once_recovered(box, make_gate):
+    """rule:last-error: a refusal is LastError with its time (LastErrorUSec, and status's words); the next
+    engine that comes up ends it, on the bus and in status"""
+    g = busy_unit_gate(box, make_gate)
     host = lambda name: prop(box, HOST_PATH, "org.modelgate1.Host", name)
     assert host("LastError") == "" and host("LastErrorUSec") == 0
     box.systemctl("start", "gpu-bench.service")
@@ -213,12 +219,7 @@ def test_last_error_says_when_and_clears_once_recovered(box, make_gate):
 def test_a_repeated_error_signals_its_new_time(box, make_gate, tmp):
     """rule:last-error: the same refusal twice has the same words and a new time: LastErrorUSec is sent in a
     PropertiesChanged each time (EMITS_CHANGE), not only when the words change"""
-    port = free_port()
-    box.add_unit("gpu-bench.service", "[Service]\nType=exec\nExecStart=/bin/sleep 1000\n")
-    conf = "[Proxy]\nHoldDownSec=1s\n" + local_host("h", port, "BusyUnits=gpu-bench.service\n") + \
-        engines_conf(box, "h", port)
-    g = make_gate(conf, extra_args=["--user"], env=gate_env(box))
-    wait_for(lambda: prop(box, HOST_PATH, "org.modelgate1.Host", "State") == "idle", what="host h idle")
+    g = busy_unit_gate(box, make_gate)
     box.systemctl("start", "gpu-bench.service")
     out = os.path.join(tmp, "monitor.txt")
     with open(out, "w") as f:
