@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include <assert.h>
-#include <ctype.h>
 #include <errno.h>
 #include <grp.h>
 #include <openssl/evp.h>
@@ -12,6 +11,7 @@
 #include "shared/fileio.h"
 #include "shared/keys-file.h"
 #include "shared/state-file.h"
+#include "shared/string-util.h"
 #include "shared/strv.h"
 
 int sha256(const void *data, size_t n, uint8_t ret[static SHA256_DIGEST_SIZE]) {
@@ -50,15 +50,6 @@ void keys_file_done(KeysFile *f) {
         strv_free(f->lines);
         free(f->path);
         *f = (KeysFile){};
-}
-
-static char *strip(char *s) {
-        while (isspace((unsigned char)*s))
-                s++;
-        size_t l = strlen(s);
-        while (l > 0 && isspace((unsigned char)s[l - 1]))
-                s[--l] = 0;
-        return s;
 }
 
 static int hex_digit(char c) {
@@ -118,7 +109,7 @@ static int keys_file_parse_line(KeysFile *f, size_t i, char **ret_error) {
 
         if (!copy)
                 return -ENOMEM;
-        l = strip(copy);
+        l = strstrip(copy);
         if (!*l || *l == '#')
                 return 0;
         tier = strpbrk(l, " \t");
@@ -126,7 +117,7 @@ static int keys_file_parse_line(KeysFile *f, size_t i, char **ret_error) {
                 return keys_file_error(ret_error, "%s:%zu: not '<sha256 hex of a key> <tier>'", f->path,
                                        i + 1);
         *tier++ = 0;
-        tier = strip(tier);
+        tier = strstrip(tier);
         for (size_t j = 0; j < SHA256_DIGEST_SIZE; j++) {
                 int hi = hex_digit(l[2 * j]), lo = hex_digit(l[2 * j + 1]);
                 if (hi < 0 || lo < 0)

@@ -19,6 +19,7 @@
 #include "modelgated/conf/conf.h"
 #include "shared/fileio.h"
 #include "shared/log.h"
+#include "shared/string-util.h"
 #include "shared/strv.h"
 
 /* One parsed "Key=value" with where it came from. */
@@ -286,15 +287,6 @@ static int section_apply(Config *c, const char *name, const Section *s) {
         return 0;
 }
 
-static char *strip(char *s) {
-        while (isspace((unsigned char)*s))
-                s++;
-        size_t l = strlen(s);
-        while (l > 0 && isspace((unsigned char)s[l - 1]))
-                s[--l] = 0;
-        return s;
-}
-
 /* "[Name]": applies the section before it, and starts this one. */
 static int parse_section_header(Config *c, const char *name, unsigned line, char *l, Section *s) {
         size_t n = strlen(l);
@@ -342,7 +334,7 @@ static int parse_assignment(Config *c, const char *name, unsigned line, char *l,
         if (s->unknown)
                 return 0;
         *eq = 0;
-        key = strip(l);
+        key = strstrip(l);
         value = eq + 1;
         /* Inline comments, as SPEC.md's examples use them: '#' after whitespace. */
         for (char *h = value; (h = strchr(h, '#')); h++)
@@ -350,7 +342,7 @@ static int parse_assignment(Config *c, const char *name, unsigned line, char *l,
                         *h = 0;
                         break;
                 }
-        value = strip(value);
+        value = strstrip(value);
 
         if (s->kind < 0) {
                 SectionKind k = config_item_section_of(_SECTION_INVALID, key);
@@ -415,7 +407,7 @@ int config_parse_text(Config *c, const char *name, const char *text, size_t size
                 next = strchr(p, '\n');
                 if (next)
                         *next++ = 0;
-                l = strip(p);
+                l = strstrip(p);
                 if (*l == 0 || *l == '#' || *l == ';')
                         continue;
                 /* every error of the file in one run: a line with an error is left out, the rest read */
