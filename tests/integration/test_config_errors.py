@@ -11,7 +11,7 @@ import signal
 
 import pytest
 
-from boxes import MODELGATECTL, box_skip_reason, chat, installed_units
+from boxes import MODELGATECTL, box_skip_reason, chat, ctl, installed_units
 from conftest import MODELGATED, bus_config, free_port, host_conf, post, wait_for
 
 REFUSAL_HINT = ("fix it; a running modelgate reads it on 'systemctl --user reload modelgate', a stopped one at its "
@@ -31,11 +31,6 @@ def warnings(box):
 def answer(conn, path="/v1/chat/completions", obj=None):
     r = post(conn, path, obj or chat("3090-laguna-xs"))
     return r.status, dict((k.lower(), v) for k, v in r.getheaders()), json.loads(r.read())
-
-
-def ctl(box, *args):
-    return subprocess.run([MODELGATECTL, "--user"] + list(args), env=box.env, capture_output=True, text=True,
-                          timeout=60)
 
 
 def assert_in_order(text, parts):

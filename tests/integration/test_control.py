@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from boxes import box_skip_reason, chat, engines_conf, gate_env, installed_units, local_host, two_engines
+from boxes import box_skip_reason, chat, ctl, engines_conf, gate_env, installed_units, local_host, two_engines
 from conftest import MODELGATED, free_port, host_conf, metric_samples, post, read_sse, wait_for
 
 pytestmark = pytest.mark.skipif(box_skip_reason() is not None, reason=str(box_skip_reason()))
@@ -28,11 +28,6 @@ def busctl(box, *args, check=True):
 
 def prop(box, path, iface, name):
     return json.loads(busctl(box, "-j", "get-property", "org.modelgate1", path, iface, name))["data"]
-
-
-def ctl(box, *args):
-    return subprocess.run([MODELGATECTL, "--user"] + list(args), env=box.env, capture_output=True, text=True,
-                          timeout=120)
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from boxes import box_skip_reason, installed_units
+from boxes import box_skip_reason, ctl, installed_units
 from conftest import MODELGATED, free_port, host_conf, unit_for_tests, wait_for
 
 MODELGATECTL = os.environ.get("MODELGATECTL", os.path.join(os.path.dirname(MODELGATED), "modelgatectl"))
@@ -185,11 +185,6 @@ systemctl --user stop modelgate.service modelgate.socket
         assert "history" not in read("state.txt"), read("state.txt")
     else:
         assert "history" in read("state.txt"), read("state.txt")
-
-
-def ctl(box, *args):
-    return subprocess.run([MODELGATECTL, "--user"] + list(args), env=box.env, capture_output=True, text=True,
-                          timeout=60)
 
 
 def install_bus_activation(box):

@@ -10,15 +10,10 @@ import time
 
 import pytest
 
-from boxes import MODELGATECTL, box_skip_reason, installed_units
+from boxes import box_skip_reason, ctl, installed_units
 from conftest import MODELGATED, free_port, host_conf, wait_for
 
 boxed = pytest.mark.skipif(box_skip_reason() is not None, reason=str(box_skip_reason()))
-
-
-def ctl(box, *args):
-    return subprocess.run([MODELGATECTL, "--user"] + list(args), env=box.env, capture_output=True, text=True,
-                          timeout=60)
 
 
 @boxed
