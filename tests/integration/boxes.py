@@ -13,7 +13,8 @@ import subprocess
 import tempfile
 import time
 
-from conftest import DOUBLE, MODELGATED, PYTHON, free_port, unit_for_tests, wait_for
+# chat() is conftest's; the tests that import it from here still may
+from conftest import DOUBLE, MODELGATED, PYTHON, chat, free_port, unit_for_tests, wait_for  # noqa: F401
 
 BOX_SH = os.path.join(os.path.dirname(__file__), "box.sh")
 UNITS = os.path.join(os.path.dirname(__file__), "../../units")
@@ -189,10 +190,6 @@ def children(pid):
         if ppid == pid:
             out.append(int(p))
     return out
-
-
-def chat(model, content="hi", stream=False):
-    return {"model": model, "stream": stream, "messages": [{"role": "user", "content": content}]}
 
 
 def two_engines(box, port, startup_delay=0.0, extra="", double_args=""):

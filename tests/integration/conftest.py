@@ -313,6 +313,66 @@ def post(conn, path, obj, headers=None):
     return conn.getresponse()
 
 
+CHAT = "/v1/chat/completions"
+
+
+def chat(model, content="hi", stream=False):
+    return {"model": model, "stream": stream, "messages": [{"role": "user", "content": content}]}
+
+
+class Answer:
+    """one answer of modelgated, read to its end: status, headers (their names in lower case), body (bytes;
+    a stream's lines joined), lines (a stream's lines, as text, when a stream was asked for), took (seconds
+    from the request to the end of the answer), response (the http.client response: getheader())"""
+
+    def __init__(self, response, body, lines, took):
+        self.response, self.status, self.body, self.lines, self.took = response, response.status, body, lines, took
+        self.headers = {k.lower(): v for k, v in response.getheaders()}
+
+    def getheader(self, name):
+        return self.response.getheader(name)
+
+    def text(self):
+        return self.body.decode()
+
+    def json(self):
+        """the body as JSON; an empty body as {}"""
+        return json.loads(self.body or b"{}")
+
+
+def ask(g, model="3090-laguna-xs", content="hi", stream=False, *, path=CHAT, method="POST", body=None, key=None,
+        key_header="Authorization", rid=None, session=None, headers=None, source=None, conn=None, timeout=60):
+    """One request to modelgated, its answer read (an Answer). g: a Gate or a port. The request is a chat of
+    content to model unless body says otherwise (a dict is sent as JSON, bytes as they are; a GET or a DELETE
+    has none); key goes as a bearer token in Authorization, or as the whole value of key_header; rid as
+    X-Request-Id, session as X-Claude-Code-Session-Id; headers after those. From the address source, on conn
+    when given (else on a connection of its own, closed once the answer is read)."""
+    if body is None and method == "POST":
+        body = chat(model, content, stream)
+    h = {}
+    if body is not None:
+        h["Content-Type"] = "application/json"
+        body = body if isinstance(body, bytes) else json.dumps(body).encode()
+    if rid:
+        h["X-Request-Id"] = rid
+    if session:
+        h["X-Claude-Code-Session-Id"] = session
+    if key:
+        h[key_header] = ("Bearer " + key) if key_header == "Authorization" else key
+    h.update(headers or {})
+    c = conn or http.client.HTTPConnection("127.0.0.1", g if isinstance(g, int) else g.port, timeout=timeout,
+                                           source_address=(source, 0) if source else None)
+    t0 = time.monotonic()
+    try:
+        c.request(method, path, body, h)
+        r = c.getresponse()
+        lines = [line for _, line in read_sse(r)] if stream else None
+        return Answer(r, "".join(lines).encode() if stream else r.read(), lines, time.monotonic() - t0)
+    finally:
+        if conn is None:
+            c.close()
+
+
 def chunks(f):
     """the data of each chunk of a chunked body, as it arrives, until its last chunk or the end of the
     connection (a feed that never ends is read in a thread)"""

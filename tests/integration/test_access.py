@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+import conftest
 from conftest import MODELGATED, Gate, host_conf, post, read_response, wait_for
 from test_catalog import Feed
 
@@ -37,12 +38,8 @@ def make_key(tmp, conf_body, tier):
 
 
 def ask(g, key=None, model="3090-laguna-xs", header="Authorization", source="127.0.0.1"):
-    c = http.client.HTTPConnection("127.0.0.1", g.port, timeout=30, source_address=(source, 0))
-    headers = {}
-    if key:
-        headers[header] = ("Bearer " + key) if header == "Authorization" else key
-    r = post(c, CHAT, {"model": model, "messages": [{"role": "user", "content": "hi"}]}, headers=headers)
-    return r, json.loads(r.read() or b"{}")
+    a = conftest.ask(g, model, key=key, key_header=header, source=source, timeout=30)
+    return a.response, a.json()
 
 
 def test_keys_caps_and_allowlist(make_double, tmp):

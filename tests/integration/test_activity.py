@@ -3,7 +3,6 @@ engine switch, the ring of recent requests for a late subscriber, admission unde
 and modelgatectl top in tmux showing the switch."""
 
 import hashlib
-import http.client
 import json
 import os
 import re
@@ -16,8 +15,9 @@ import uuid
 
 import pytest
 
-from boxes import box_skip_reason, chat, engines_conf, gate_env, local_host
-from conftest import MODELGATED, chunks, free_port, host_conf, post, wait_for
+import conftest
+from boxes import box_skip_reason, engines_conf, gate_env, local_host
+from conftest import MODELGATED, chunks, free_port, host_conf, wait_for
 from test_access import make_key
 
 CHAT = "/v1/chat/completions"
@@ -78,15 +78,8 @@ class Activity:
 
 
 def ask(g, model, rid, content, key=None, session=None):
-    c = http.client.HTTPConnection("127.0.0.1", g.port, timeout=60)
-    h = {"X-Request-Id": rid}
-    if session:
-        h["X-Claude-Code-Session-Id"] = session
-    if key:
-        h["Authorization"] = "Bearer " + key
-    r = post(c, CHAT, chat(model, content), headers=h)
-    body = r.read()
-    return r.status, body
+    a = conftest.ask(g, model, content, key=key, rid=rid, session=session)
+    return a.status, a.body
 
 
 @pytest.mark.skipif(box_skip_reason() is not None, reason=str(box_skip_reason()))

@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+import conftest
 from boxes import box_skip_reason, chat, children, gate_env, local_host, two_engines
 from conftest import free_port, host_conf, metric_samples, post, read_sse, wait_for
 from test_access import make_key
@@ -56,11 +57,8 @@ def two_hosts(make_box, sshd, make_gate, policy="warm", targets="3090-laguna-xs 
 
 def ask(g, model="laguna", content="hi", stream=False, source=None, conn=None):
     """(status, served by, body); body is the joined stream when streaming"""
-    c = conn or http.client.HTTPConnection("127.0.0.1", g.port, timeout=60,
-                                           source_address=(source, 0) if source else None)
-    r = post(c, CHAT, chat(model, content, stream=stream))
-    body = "".join(l for _, l in read_sse(r)) if stream else r.read().decode()
-    return r.status, r.getheader("X-Modelgate-Served-By"), body
+    a = conftest.ask(g, model, content, stream, source=source, conn=conn)
+    return a.status, a.getheader("X-Modelgate-Served-By"), a.text()
 
 
 def warm(g, *models):

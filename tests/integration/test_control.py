@@ -9,10 +9,10 @@ import signal
 import subprocess
 import threading
 import time
-import urllib.request
 
 import pytest
 
+import conftest
 from boxes import box_skip_reason, chat, ctl, engines_conf, gate_env, installed_units, local_host, two_engines
 from conftest import MODELGATED, free_port, host_conf, metric_samples, post, read_sse, wait_for
 
@@ -384,11 +384,8 @@ def activated_units(box, tmp, port, conf_text, exit_idle):
 
 def request(port, content="hi", model="3090-laguna-xs"):
     """one request on a new connection, as the idle-exit tests need"""
-    body = json.dumps(chat(model, content)).encode()
-    req = urllib.request.Request("http://127.0.0.1:%d/v1/chat/completions" % port, data=body,
-                                 headers={"Content-Type": "application/json", "Connection": "close"})
-    with urllib.request.urlopen(req, timeout=60) as r:
-        return r.status, json.load(r)
+    a = conftest.ask(port, model, content, headers={"Connection": "close"})
+    return a.status, a.json()
 
 
 def test_the_user_unit_keeps_its_state_in_local_state_not_beside_the_configuration(box, make_double, tmp):

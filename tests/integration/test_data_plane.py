@@ -14,8 +14,9 @@ import time
 
 import pytest
 
-from boxes import box_skip_reason, ctl, host_prop, chat, children, gate_env, local_host, two_engines
-from conftest import free_port, post, wait_for
+import conftest
+from boxes import box_skip_reason, ctl, host_prop, children, gate_env, local_host, two_engines
+from conftest import free_port, wait_for
 
 pytestmark = pytest.mark.skipif(box_skip_reason() is not None, reason=str(box_skip_reason()))
 
@@ -24,15 +25,12 @@ CHAT = "/v1/chat/completions"
 
 def ask(g, model, timeout=60):
     """(status, engine that answered, Retry-After, the error's message or the body, seconds taken)"""
-    t = time.monotonic()
-    r = post(g.conn(timeout=timeout), CHAT, chat(model))
-    body = r.read().decode()
-    took = time.monotonic() - t
+    a = conftest.ask(g, model, timeout=timeout)
     try:
-        message = json.loads(body)["error"]["message"]
+        message = json.loads(a.body)["error"]["message"]
     except (ValueError, KeyError, TypeError):
-        message = body
-    return r.status, r.getheader("X-Double"), r.getheader("Retry-After"), message, took
+        message = a.text()
+    return a.status, a.getheader("X-Double"), a.getheader("Retry-After"), message, a.took
 
 
 def test_a_lost_ssh_bus_leaves_the_engine_serving_and_refuses_a_switch_with_the_reconnect_time(box, sshd,

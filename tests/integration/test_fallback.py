@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+import conftest
 from boxes import box_skip_reason, chat, engine_unit, gate_env, local_host
 from conftest import double_requests, free_port, metric_samples, post, read_response, read_sse, wait_for
 
@@ -48,11 +49,8 @@ def gate_with_fallback(box, make_gate, cloud, engine_extra="", proxy="", double_
 
 
 def ask(g, content="hi", stream=False, model="h-laguna-xs", headers=None):
-    c = g.conn(timeout=60)
-    r = post(c, CHAT, chat(model, content, stream=stream), headers=headers)
-    if stream:
-        return r, "".join(l for _, l in read_sse(r))
-    return r, r.read()
+    a = conftest.ask(g, model, content, stream, headers=headers)
+    return a.response, a.text() if stream else a.body
 
 
 def cloud_requests(cloud):

@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+import conftest
 from boxes import box_skip_reason, ctl, installed_units
 from conftest import MODELGATED, free_port, host_conf, unit_for_tests, wait_for
 
@@ -51,14 +52,7 @@ def snapshot(tmp, port):
 
 
 def ask(port, rid, model="3090-laguna-xs", stream=False):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    body = {"model": model, "stream": stream, "messages": [{"role": "user", "content": "hi"}]}
-    c.request("POST", "/v1/chat/completions", json.dumps(body),
-              {"Content-Type": "application/json", "X-Request-Id": rid, "Connection": "close"})
-    r = c.getresponse()
-    r.read()
-    c.close()
-    return r.status
+    return conftest.ask(port, model, stream=stream, rid=rid, headers={"Connection": "close"}).status
 
 
 def same(before, after):

@@ -8,13 +8,13 @@ query and which X-Conversation-Id. Sessions themselves, and what llama-server ma
 tested against the real server in test_streams.py."""
 
 import hashlib
-import http.client
 import json
 import os
 import socket
 import threading
 import urllib.parse
 
+import conftest
 from conftest import host_conf, post, wait_for
 from test_access import make_key
 from test_activity import Activity
@@ -34,18 +34,8 @@ def key_owner(key):
 
 def request(g, method, path, body=None, key=None, source="127.0.0.1", headers=None):
     """(status, headers, body) of one request from source"""
-    c = http.client.HTTPConnection("127.0.0.1", g.port, timeout=30, source_address=(source, 0))
-    h = dict(headers or {})
-    if key:
-        h["Authorization"] = "Bearer " + key
-    if body is not None:
-        h["Content-Type"] = "application/json"
-        body = body if isinstance(body, bytes) else json.dumps(body).encode()
-    c.request(method, path, body, h)
-    r = c.getresponse()
-    out = r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
-    c.close()
-    return out
+    a = conftest.ask(g, method=method, path=path, body=body, key=key, source=source, headers=headers, timeout=30)
+    return a.status, a.headers, a.body
 
 
 def start(g, conv, key=None, source="127.0.0.1", model="h-laguna-xs"):

@@ -9,12 +9,12 @@ import os
 import re
 import signal
 import threading
-import time
 
 import pytest
 
-from boxes import box_skip_reason, chat, gate_env, host_prop, local_host, two_engines
-from conftest import double_requests, free_port, post, read_sse, wait_for
+import conftest
+from boxes import box_skip_reason, gate_env, host_prop, local_host, two_engines
+from conftest import double_requests, free_port, wait_for
 from test_activity import Activity
 
 CHAT = "/v1/chat/completions"
@@ -35,18 +35,17 @@ def gate(box, make_gate, double_args, budget, host_extra="", extra_args=()):
 def ask(g, model, stream=False):
     """one request; (its status, the engine that answered, its keepalive comments, seconds it took); a
     stream's early 200 has no X-Double header: the engine is the one whose model is in its chunks"""
-    t0 = time.monotonic()
-    r = post(g.conn(timeout=90), CHAT, chat(model, "[[tokens:3]]", stream=stream))
+    a = conftest.ask(g, model, "[[tokens:3]]", stream, timeout=90)
     if stream:
-        lines = [l for _, l in read_sse(r)]
+        lines = a.lines
         assert lines and lines[-2] == "data: [DONE]\n", lines
         # the keepalive chunks name the model as the client did, the engine's as the engine does
         models = {json.loads(l[6:]).get("model") for l in lines if l.startswith("data: {")} - {model}
         by = {"laguna-xs": "mainline", "flint-40b": "fork"}.get(models.pop()) if len(models) == 1 else models
-        return r.status, by, [l for l in lines if l.startswith(":")], time.monotonic() - t0
+        return a.status, by, [l for l in lines if l.startswith(":")], a.took
     else:
-        lines = r.read().decode().splitlines()
-    return r.status, r.getheader("X-Double"), [l for l in lines if l.startswith(":")], time.monotonic() - t0
+        lines = a.text().splitlines()
+    return a.status, a.getheader("X-Double"), [l for l in lines if l.startswith(":")], a.took
 
 
 def saves(port):

@@ -4,7 +4,6 @@ again while requests go on loses no count and counts none twice; what an instanc
 is sent by the next start. A Redis that answers wrong (tests/hostile/wrong-redis.py, on loopback TCP) costs
 its connection, never the process, and holds no request past the 2 s an answer may take."""
 
-import http.client
 import json
 import os
 import shutil
@@ -16,7 +15,8 @@ import time
 
 import pytest
 
-from conftest import MODELGATED, PYTHON, Gate, host_conf, post, wait_for
+import conftest
+from conftest import MODELGATED, PYTHON, Gate, host_conf, wait_for
 from test_access import make_key
 
 REDIS_SERVER = shutil.which("redis-server") or ("/usr/bin/redis-server" if os.path.exists("/usr/bin/redis-server")
@@ -141,14 +141,8 @@ def conf_text(keys, redis, cap, access="", anonymous=0):
 
 
 def ask(port, key):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        r = post(c, CHAT, {"model": "3090-laguna-xs", "messages": [{"role": "user", "content": "hi"}]},
-                 headers={"Authorization": "Bearer " + key} if key else {})
-        body = json.loads(r.read() or b"{}")
-        return r.status, body
-    finally:
-        c.close()
+    a = conftest.ask(port, key=key, timeout=30)
+    return a.status, a.json()
 
 
 def health(g):
