@@ -2,8 +2,9 @@
 #pragma once
 
 /* A growable byte queue: appended at the end, consumed from the front.
- * Every Buffer that a peer can fill has a cap, checked by the caller with
- * buffer_would_exceed() before appending; the buffer itself only grows. */
+ * Every Buffer that a peer can fill has a cap, checked by the caller
+ * (buffer_size() against its own maximum) before appending; the buffer
+ * itself only grows. */
 
 #include <stdarg.h>
 #include <stdbool.h>

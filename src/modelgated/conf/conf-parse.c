@@ -54,7 +54,7 @@ static void section_done(Section *s) {
 static int apply_assignment(const Assignment *a, void *base) {
         char why[CONFIG_WHY_MAX];
         int r = a->item->parse(a->value, (char *)base + a->item->offset, why);
-        /* it parsed when read (check_assignment()), and a parser's answer depends on the value only */
+        /* it parsed when read (parse_assignment()), and a parser's answer depends on the value only */
         return r == -ENOMEM ? log_oom() : r;
 }
 
@@ -336,7 +336,7 @@ static int parse_assignment(Config *c, const char *name, unsigned line, char *l,
         *eq = 0;
         key = strstrip(l);
         value = eq + 1;
-        /* Inline comments, as SPEC.md's examples use them: '#' after whitespace. */
+        /* Inline comments, as modelgate.conf(5) allows them: '#' after whitespace. */
         for (char *h = value; (h = strchr(h, '#')); h++)
                 if (h == value || isspace((unsigned char)h[-1])) {
                         *h = 0;
