@@ -341,12 +341,14 @@ class Answer:
 
 
 def ask(g, model="3090-laguna-xs", content="hi", stream=False, *, path=CHAT, method="POST", body=None, key=None,
-        key_header="Authorization", rid=None, session=None, headers=None, source=None, conn=None, timeout=60):
+        key_header="Authorization", rid=None, session=None, headers=None, source=None, conn=None, timeout=60,
+        read=True):
     """One request to modelgated, its answer read (an Answer). g: a Gate or a port. The request is a chat of
     content to model unless body says otherwise (a dict is sent as JSON, bytes as they are; a GET or a DELETE
     has none); key goes as a bearer token in Authorization, or as the whole value of key_header; rid as
     X-Request-Id, session as X-Claude-Code-Session-Id; headers after those. From the address source, on conn
-    when given (else on a connection of its own, closed once the answer is read)."""
+    when given (else on a connection of its own, closed once the answer is read). With read=False, the
+    http.client response instead, its body unread: for a caller that reads a stream as it arrives."""
     if body is None and method == "POST":
         body = chat(model, content, stream)
     h = {}
@@ -363,6 +365,9 @@ def ask(g, model="3090-laguna-xs", content="hi", stream=False, *, path=CHAT, met
     c = conn or http.client.HTTPConnection("127.0.0.1", g if isinstance(g, int) else g.port, timeout=timeout,
                                            source_address=(source, 0) if source else None)
     t0 = time.monotonic()
+    if not read:
+        c.request(method, path, body, h)
+        return c.getresponse()
     try:
         c.request(method, path, body, h)
         r = c.getresponse()

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+import conftest
 from boxes import box_skip_reason, ctl, installed_units
 from conftest import MODELGATED, free_port, host_conf, wait_for
 
@@ -139,8 +140,7 @@ def host_json(box):
 @boxed
 def test_an_engine_has_its_own_idle_stop(box, make_gate):
     """[Engine] IdleStopSec= over the host's: fork stops after its own 2 s idle, mainline keeps the host's hour"""
-    from boxes import chat, gate_env, local_host, two_engines
-    from conftest import post
+    from boxes import gate_env, local_host, two_engines
     port = free_port()
     engines = two_engines(box, port) % {"host": "3090", "extra": ""}
     engines = engines.replace("Name=fork\n", "Name=fork\nIdleStopSec=2s\n")
@@ -149,11 +149,7 @@ def test_an_engine_has_its_own_idle_stop(box, make_gate):
     wait_for(lambda: ctl(box, "hosts").returncode == 0, timeout=30, interval=0.2, what="modelgated on the bus")
 
     def ask(model):
-        c = g.conn()
-        r = post(c, "/v1/chat/completions", chat(model))
-        r.read()
-        c.close()
-        return r.status
+        return conftest.ask(g, model, timeout=30).status
 
     assert ask("3090-laguna-xs") == 200
     # mainline: the host's hour
@@ -176,8 +172,7 @@ def test_an_engine_has_its_own_idle_stop(box, make_gate):
 def test_the_switch_and_wait_lines_carry_the_request_id(box, make_gate):
     """rule:request-id: the lines about a request, not only its access line, say its id: the switch it
     causes and its wait for the hold-down (the client's X-Request-Id, or the one made and returned)"""
-    from boxes import chat, gate_env, local_host, two_engines
-    from conftest import post
+    from boxes import gate_env, local_host, two_engines
     port = free_port()
     engines = two_engines(box, port) % {"host": "3090", "extra": ""}
     g = make_gate("[Proxy]\nHoldDownSec=3s\n" + local_host("3090", port) + engines, extra_args=["--user"],

@@ -20,6 +20,7 @@ import time
 
 import pytest
 
+import conftest
 from boxes import box_skip_reason, chat, gate_env, local_host
 from conftest import PYTHON, free_port, post, wait_for
 from test_activity import Activity
@@ -159,7 +160,7 @@ def ask(g, model, content="hi", max_tokens=8, path=CHAT, stream=False, **extra):
         body = chat(model, content, stream)
         body.update(max_tokens=max_tokens)
     body.update(temperature=0, **extra)
-    return post(g.conn(timeout=120), path, body)
+    return conftest.ask(g, path=path, body=body, timeout=120, read=False)
 
 
 def listing(g):

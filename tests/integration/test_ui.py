@@ -19,6 +19,7 @@ import time
 import pytest
 
 import browser
+import conftest
 from boxes import box_skip_reason, chat, engines_conf, gate_env, local_host
 from conftest import Gate, host_conf, post
 
@@ -315,10 +316,8 @@ def test_the_timeline_shows_a_switch(box, make_gate, make_double, tmp):
     b = browser.Chromium(tmp, log_dir(tmp))
 
     def ask(model, results):
-        c = g.conn(timeout=90)
-        r = post(c, CHAT, chat(model))
-        results.append((model, r.status, r.read()))
-        c.close()
+        a = conftest.ask(g, model, timeout=90)
+        results.append((model, a.status, a.body))
     try:
         b.navigate("http://127.0.0.1:%d/ui" % g.port)
         b.wait_js("!!document.querySelector('#hosts .host[data-host=\"3090\"]')", what="the host's card")
@@ -385,11 +384,8 @@ def test_the_timeline_draws_only_what_happened(box, make_gate, tmp):
         assert a - slack <= x <= z + slack, "%s at %d, not in [%d, %d]" % (what, x, a, z)
 
     def ask(model):
-        c = g.conn(timeout=90)
-        r = post(c, CHAT, chat(model))
-        out = (r.status, r.read())
-        c.close()
-        return out
+        a = conftest.ask(g, model, timeout=90)
+        return a.status, a.body
 
     try:
         t_gate = now()
