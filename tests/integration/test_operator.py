@@ -172,7 +172,8 @@ def test_an_engine_has_its_own_idle_stop(box, make_gate):
 def test_the_switch_and_wait_lines_carry_the_request_id(box, make_gate):
     """rule:request-id: the lines about a request, not only its access line, say its id: the switch it
     causes and its wait for the hold-down (the client's X-Request-Id, or the one made and returned)"""
-    from boxes import gate_env, local_host, two_engines
+    from boxes import chat, gate_env, local_host, two_engines
+    from conftest import post
     port = free_port()
     engines = two_engines(box, port) % {"host": "3090", "extra": ""}
     g = make_gate("[Proxy]\nHoldDownSec=3s\n" + local_host("3090", port) + engines, extra_args=["--user"],
