@@ -3,7 +3,7 @@
 
 /* The live activity (rule:activity-feed, modelgated(8) ACTIVITY): the requests in flight, the ring of the
  * last ACTIVITY_RECENT finished ones, each host's last view, and the /activity subscribers (a FeedHub of
- * its own). A request's record is a fixed-size struct its owner embeds (the client's Exchange): the
+ * its own). A request's record is a fixed-size struct its owner embeds (the client's Request): the
  * phases change fields in it, and JSON is written only while someone subscribes; at its end its numbers
  * and copies of its names go into the ring. Nothing in it is ever prompt or answer text
  * (rule:no-text-in-activity): names, ids and numbers only. Times are CLOCK_REALTIME µs (the loop's, no
