@@ -229,7 +229,7 @@ static void lookup_respond(Client *c, StreamLookup *l) {
 }
 
 /* A part is over: the answer goes out with the last. l may be freed on the way (the answer ends the
- * exchange), so nothing of it is touched after. */
+ * request), so nothing of it is touched after. */
 static void lookup_part_done(LookupPart *p) {
         StreamLookup *l = p->lookup;
         p->upstream = NULL;
@@ -430,7 +430,7 @@ struct StreamDrain {
         uint64_t bytes;
         /* rule:usage: the answer's tokens, read on from where the client's request left them (or from the
          * head, when the client left before it) and counted whole at the end for the caller, once: the
-         * exchange's access line did not count them */
+         * request's access line did not count them */
         bool usage_on, sse_on;
         Usage usage;
         SseFilter sse;
