@@ -108,35 +108,20 @@ void client_activity_first_byte(Client *c) {
         activity_request_phase(r, ACTIVITY_FIRST_BYTE, c->req->start + c->req->first_byte);
 }
 
-/* Its end, with the access line's numbers: a struct copy into the ring */
-void client_activity_done(Client *c, int status, usec_t duration, bool cut, const Usage *u) {
+/* Its end, from the request's record: a struct copy into the ring. The record learns from the entry what
+ * the journal's fields carry of it (rule:history). */
+void client_activity_done(Client *c, RequestRecord *rec) {
         Request *req = c->req;
         ActivityRequest *r = &req->activity.entry;
 
         if (!r->owner)
                 return;
-        r->status = status;
         r->model = shown_model(c);
-        /* rule:queued-and-switch: the access line's own figures, so that the two never disagree */
-        r->queued_usec = req->waited.queued;
-        r->switch_usec = req->waited.switched;
-        r->duration_ms = (int64_t)(duration / USEC_PER_MSEC);
-        r->first_byte_ms = req->first_byte ? (int64_t)(req->first_byte / USEC_PER_MSEC) : -1;
-        r->tokens_in = u ? u->in : -1;
-        r->tokens_cached = u ? u->cached : -1;
-        r->tokens_prefilled = u ? usage_prefilled(u) : -1;
-        r->tokens_out = u ? u->out : -1;
-        r->prefill_tps = u ? usage_speed(u->prompt_n, u->prompt_ms) : -1;
-        r->decode_tps = u ? usage_speed(u->predicted_n, u->predicted_ms) : -1;
-        r->cut = cut;
-        r->upstream_error_status =
-                req->attempt.mode == MODE_SSE ? req->attempt.sse.upstream_error_status : 0;
-        r->upstream_error = r->upstream_error_status ? req->attempt.sse.upstream_error : NULL;
-        r->caused_switch = req->waited.caused_switch;
-        r->fallback = req->fallback.via ? (req->fallback.conf ? req->fallback.conf->name : "?") : NULL;
-        if (req->fallback.via)
-                r->engine = NULL;
-        activity_request_done(r, req->start + duration);
+        rec->api = r->api;
+        rec->stream = r->stream;
+        rec->model_hidden = !r->model && req->model;
+        activity_request_ended(r, rec, req->start);
+        rec->done_at = r->t + r->realtime;
 }
 
 /* rule:activity-feed: without [Access] anyone on the socket; with it, a tier with Activity=yes */

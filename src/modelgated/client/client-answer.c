@@ -42,7 +42,7 @@ int client_append_request_id_any(Client *c, Buffer *b) {
 
 /* rule:journal-fields: under the journal, the line with its fields. rule:history: with a history file (no
  * journal, or one modelgated may not read), the fields of a request of /activity's ring go to it too. */
-static void log_access_line(Manager *m, const AccessLine *l) {
+static void log_access_line(Manager *m, const RequestRecord *l) {
         char line[LOG_MESSAGE_ROOM + 3072], fb[2560];
         struct iovec f[ACCESS_LINE_MAX_FIELDS];
         /* a byte left after the line, for log_line_in_place()'s newline */
@@ -109,23 +109,17 @@ void client_count_owed(Client *c) {
                            req->attempt.engine_name, req->usage.model_label, &u);
 }
 
-void client_log_access(Client *c, const char *note) {
-        assert(c);
-        char id[80];
+/* The request's record (request-record.h), filled once here: everything that tells of the request reads it
+ */
+static void client_record(Client *c, const char *note, const Usage *u, bool cut, char key[static 80],
+                          RequestRecord *rec) {
         Request *req = c->req;
-        bool left = note && streq(note, "cut=client"), cut = false;
-        Usage *u = req->usage.on ? &req->usage.tally : NULL, seen;
+        const char *fallback =
+                req->fallback.via ? (req->fallback.conf ? req->fallback.conf->name : "?") : NULL;
+        bool left = note && streq(note, "cut=client");
+        int upstream_status = req->attempt.mode == MODE_SSE ? req->attempt.sse.upstream_error_status : 0;
 
-        if (u && client_stream_drains(c)) {
-                /* rule:resumable-streams: the rest is read on, and the answer counted whole at its end; the
-                 * line says what it said so far */
-                seen = req->usage.tally;
-                u = &seen;
-                req->usage.owed = true;
-        }
-        if (u)
-                cut = settle_usage(c, u);
-        AccessLine l = {
+        *rec = (RequestRecord){
                 .method = request_method_name(req),
                 .path = req->path,
                 .model = req->model,
@@ -139,14 +133,13 @@ void client_log_access(Client *c, const char *note) {
                 .duration = client_now(c) - req->start,
                 .early = req->answer.early,
                 .error_status = req->attempt.error_status,
-                .upstream_error_status =
-                        req->attempt.mode == MODE_SSE ? req->attempt.sse.upstream_error_status : 0,
+                .upstream_error_status = upstream_status,
                 .upstream_error = req->attempt.sse.upstream_error,
-                .key = req->caller.admitted ? access_caller_id(&req->caller, id) : NULL,
+                .key = req->caller.admitted ? access_caller_id(&req->caller, key) : NULL,
                 .session = req->session.hash ? req->session.label : NULL,
-                .fallback = req->fallback.via ? (req->fallback.conf ? req->fallback.conf->name : "?") : NULL,
+                .fallback = fallback,
                 .note = note,
-                .engine = req->fallback.via ? NULL : req->attempt.engine_name,
+                .engine = fallback ? NULL : req->attempt.engine_name,
                 .first_byte = req->first_byte,
                 .queued = req->waited.queued,
                 .switched = req->waited.switched,
@@ -154,25 +147,40 @@ void client_log_access(Client *c, const char *note) {
                 .cut = cut,
                 .request_id = client_request_id(c),
                 .request_id_made = req->id.span.p == req->id.made,
+                .status_sent = req->answer.status,
+                .engine_tried = req->attempt.engine_name,
+                .alias = req->alias.conf ? req->alias.conf->name : NULL,
+                .model_label = req->usage.model_label,
+                .caused_switch = req->waited.caused_switch,
         };
+}
 
-        /* rule:history: the ring's entry first, whose fields the line's carry */
-        if (req->activity.entry.owner) {
-                client_activity_done(c, l.status, l.duration, cut, u);
-                l.api = req->activity.entry.api;
-                l.stream = req->activity.entry.stream;
-                l.model_hidden = !req->activity.entry.model && req->model;
-                l.done_at = req->activity.entry.t + req->activity.entry.realtime;
+void client_log_access(Client *c, const char *note) {
+        assert(c);
+        char key[80];
+        Request *req = c->req;
+        bool cut = false;
+        Usage *u = req->usage.on ? &req->usage.tally : NULL, seen;
+        RequestRecord rec;
+
+        if (u && client_stream_drains(c)) {
+                /* rule:resumable-streams: the rest is read on, and the answer counted whole at its end; the
+                 * line says what it said so far */
+                seen = req->usage.tally;
+                u = &seen;
+                req->usage.owed = true;
         }
-        log_access_line(c->manager, &l);
+        if (u)
+                cut = settle_usage(c, u);
+        client_record(c, note, u, cut, key, &rec);
+        /* rule:history: the ring's entry first, whose fields the line's carry */
+        if (req->activity.entry.owner)
+                client_activity_done(c, &rec);
+        log_access_line(c->manager, &rec);
         if (u && !req->usage.owed)
-                client_count_usage(c->manager, req->config, &req->caller, c->peer, worked(req),
-                                   req->attempt.engine_name, req->usage.model_label, u);
-        metrics_request(manager_metrics(c->manager), req->host ? req->host->name : "",
-                        req->attempt.engine_name, req->attempt.error_status ?: req->answer.status);
-        if (req->alias.conf)
-                metrics_alias_request(manager_metrics(c->manager), req->alias.conf->name, req->alias.target,
-                                      req->attempt.error_status ?: req->answer.status);
+                client_count_usage(c->manager, req->config, &req->caller, c->peer,
+                                   rec.fallback ? NULL : rec.host, rec.engine_tried, rec.model_label, u);
+        metrics_record(manager_metrics(c->manager), &rec);
 }
 
 /* The response's last byte is queued. */

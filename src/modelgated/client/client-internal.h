@@ -336,7 +336,7 @@ void client_activity_begin(Client *c);
 void client_activity_queued(Client *c);
 void client_activity_first_byte(Client *c);
 void client_activity_loading(Client *c);
-void client_activity_done(Client *c, int status, usec_t duration, bool cut, const Usage *u);
+void client_activity_done(Client *c, RequestRecord *rec);
 bool client_feed_open(Client *c, const char *path);
 void client_start_activity(Client *c);
 bool client_may_watch(Client *c);

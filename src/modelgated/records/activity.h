@@ -16,6 +16,7 @@
 #include <systemd/sd-event.h>
 
 #include "modelgated/event/feed-hub.h"
+#include "modelgated/rules/request-record.h"
 #include "modelgated/rules/session.h"
 #include "shared/buffer.h"
 #include "shared/list.h"
@@ -119,6 +120,9 @@ void activity_request_phase(ActivityRequest *r, ActivityPhase p, usec_t now);
 void activity_request_ready(ActivityRequest *r, usec_t now);
 /* The request ended (status and the numbers set by the caller): copied into the ring, no longer in
  * flight. Nothing for a request never begun or already done. */
+/* Its end, with the record's figures (what the access line says: the two never disagree), at start +
+ * its duration: activity_request_done() */
+void activity_request_ended(ActivityRequest *r, const RequestRecord *rec, usec_t start);
 void activity_request_done(ActivityRequest *r, usec_t now);
 /* rule:history: the file the finished requests are kept in when there is no journal (records/history.h),
  * which the access line appends each one's fields to; NULL: none. Borrowed: its owner frees it after the
