@@ -389,22 +389,6 @@ static void answer_budget(Client *c, const char *why) {
 void client_attempt_answer(Client *c, AttemptFailure failure, int error, const char *why) {
         assert(c);
         switch (failure) {
-        /* a refusal from the host's engine side: rule:error-status, with the headers that steer retrying
-         * clients (rule:busy-423, rule:retry-after) */
-        case ATTEMPT_REFUSED: {
-                /* rule:bus-backoff: a 503 the host's lost bus caused names when the bus is tried again, and
-                 * Retry-After is that same time (0: the row's) */
-                Host *h = c->req->host && !c->req->fallback.via ? manager_host(c->manager, c->req->host)
-                                                                : NULL;
-                client_answer_message(c, ANSWER_HOST_DOWN, 503, h ? host_retry_after(h) : 0, why);
-                break;
-        }
-        case ATTEMPT_BUSY:
-                client_answer_message(c, ANSWER_GPU_BUSY, 423, /* retry_after= */ 0, why);
-                break;
-        case ATTEMPT_ENGINE_FAILED:
-                client_answer_message(c, ANSWER_ENGINE_FAILED, error, /* retry_after= */ 0, why);
-                break;
         case ATTEMPT_UNREACHABLE:
         case ATTEMPT_BROKEN:
         case ATTEMPT_HOST_DOWN:
@@ -419,12 +403,21 @@ void client_attempt_answer(Client *c, AttemptFailure failure, int error, const c
         case ATTEMPT_BUDGET:
                 answer_budget(c, why);
                 break;
-        case ATTEMPT_PROBE:
-                client_answer_message(c, ANSWER_PROBE_NOT_SWITCHED, 423, /* retry_after= */ 0, why);
-                break;
         case ATTEMPT_NOT_HERE: /* the host's own answer goes on */
-        default:
                 break;
+        default: {
+                /* a refusal from the host's engine side, in the host's words, as the table's row says it
+                 * (its status, or the host's: rule:error-status), with the headers that steer retrying
+                 * clients (rule:busy-423, rule:retry-after). rule:bus-backoff: a 503 the host's lost bus
+                 * caused names when the bus is tried again, and Retry-After is that same time (0: the
+                 * row's) */
+                Host *h = failure == ATTEMPT_REFUSED && c->req->host && !c->req->fallback.via
+                                  ? manager_host(c->manager, c->req->host)
+                                  : NULL;
+                client_answer_message(c, attempt_rule(failure)->row, error, h ? host_retry_after(h) : 0,
+                                      why);
+                break;
+        }
         }
 }
 
