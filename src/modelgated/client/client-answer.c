@@ -6,7 +6,6 @@
 
 #include "modelgated/client/client-internal.h"
 #include "modelgated/records/history.h"
-#include "modelgated/rules/conversation.h"
 #include "shared/message-id.h"
 
 Span client_request_id_first(Client *c) {
@@ -61,61 +60,13 @@ static void log_access_line(Manager *m, const RequestRecord *l) {
         log_line_fields(LOG_INFO, MESSAGE_ID_ACCESS, line, n, f, nf);
 }
 
-/* rule:key-usage, rule:usage-metrics: an answer's tokens, counted for its caller's day and (when its host
- * said them) for /metrics */
-void client_count_usage(Manager *m, const Config *config, const AccessCaller *caller, const char *peer,
-                        const char *host, const char *engine, const char *model_label, const Usage *u) {
-        Access *access;
-
-        if (!usage_known(u))
-                return;
-        if (host) /* the host's own work, not the cloud's */
-                metrics_usage(manager_metrics(m), host, engine, model_label, u);
-        if (caller->admitted && config && (access = manager_access(m)))
-                access_record_usage(access, config, caller, peer, u->in, u->cached, u->out);
-}
-
-/* rule:usage: a stream that ended before its last event, or a body before its end, counts what arrived;
- * rule:usage-charge: a generation's answer is charged for what it did not say. Into u, the request's usage
- * or a copy of it; whether the answer was cut. */
-static bool settle_usage(Client *c, Usage *u) {
-        Request *req = c->req;
-        bool cut = req->usage.body ||
-                   (req->attempt.mode == MODE_SSE && !req->attempt.sse.saw_done && !req->usage.tally.ended);
-
-        if (cut)
-                usage_cut(u);
-        if ((u->in < 0 || u->out < 0) && conv_path_keeps_stream(req->path))
-                usage_charge(u, req->ask.bytes, req->ask.limited ? req->ask.max_out : -1);
-        return cut;
-}
-
-/* The host whose work the answer was, for /metrics: none when the fallback answered */
-static const char *worked(const Request *req) {
-        return !req->fallback.via && req->host ? req->host->name : NULL;
-}
-
-void client_count_owed(Client *c) {
-        assert(c);
-        Request *req = c->req;
-        Usage u;
-
-        if (!req->usage.owed)
-                return;
-        req->usage.owed = false;
-        u = req->usage.tally;
-        (void)settle_usage(c, &u);
-        client_count_usage(c->manager, req->config, &req->caller, c->peer, worked(req),
-                           req->attempt.engine_name, req->usage.model_label, &u);
-}
-
 /* The request's record (request-record.h), filled once here: everything that tells of the request reads it
  */
 static void client_record(Client *c, const char *note, const Usage *u, bool cut, char key[static 80],
                           RequestRecord *rec) {
         Request *req = c->req;
         const char *fallback =
-                req->fallback.via ? (req->fallback.conf ? req->fallback.conf->name : "?") : NULL;
+                req->attempt.via_fallback ? (req->fallback.conf ? req->fallback.conf->name : "?") : NULL;
         bool left = note && streq(note, "cut=client");
         int upstream_status = req->attempt.mode == MODE_SSE ? req->attempt.sse.upstream_error_status : 0;
 
@@ -150,7 +101,7 @@ static void client_record(Client *c, const char *note, const Usage *u, bool cut,
                 .status_sent = req->answer.status,
                 .engine_tried = req->attempt.engine_name,
                 .alias = req->alias.conf ? req->alias.conf->name : NULL,
-                .model_label = req->usage.model_label,
+                .model_label = req->model_label,
                 .caused_switch = req->waited.caused_switch,
         };
 }
@@ -158,28 +109,17 @@ static void client_record(Client *c, const char *note, const Usage *u, bool cut,
 void client_log_access(Client *c, const char *note) {
         assert(c);
         char key[80];
-        Request *req = c->req;
         bool cut = false;
-        Usage *u = req->usage.on ? &req->usage.tally : NULL, seen;
+        Usage seen;
+        const Usage *u = client_usage_for_record(c, &seen, &cut);
         RequestRecord rec;
 
-        if (u && client_stream_drains(c)) {
-                /* rule:resumable-streams: the rest is read on, and the answer counted whole at its end; the
-                 * line says what it said so far */
-                seen = req->usage.tally;
-                u = &seen;
-                req->usage.owed = true;
-        }
-        if (u)
-                cut = settle_usage(c, u);
         client_record(c, note, u, cut, key, &rec);
         /* rule:history: the ring's entry first, whose fields the line's carry */
-        if (req->activity.entry.owner)
+        if (c->req->activity.entry.owner)
                 client_activity_done(c, &rec);
         log_access_line(c->manager, &rec);
-        if (u && !req->usage.owed)
-                client_count_usage(c->manager, req->config, &req->caller, c->peer,
-                                   rec.fallback ? NULL : rec.host, rec.engine_tried, rec.model_label, u);
+        client_usage_count(c, &rec);
         metrics_record(manager_metrics(c->manager), &rec);
 }
 

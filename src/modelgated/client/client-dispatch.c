@@ -471,11 +471,11 @@ static ssize_t dispatch_engine(Client *c, Dispatch *d, Host *host) {
         char k2[160];
         ssize_t engine;
 
-        c->req->usage.model_label = NULL; /* an alias's earlier target named its own */
+        c->req->model_label = NULL; /* an alias's earlier target named its own */
         if (!host_has_engines(host)) {
                 int listed = catalog_lists(host_catalog(host), d->key);
                 if (listed > 0)
-                        c->req->usage.model_label = d->key; /* rule:usage-metrics: the host lists it */
+                        c->req->model_label = d->key; /* rule:usage-metrics: the host lists it */
                 if (span_startswith(d->path, "/models") || listed != 0)
                         return -1;
                 /* rule:unlisted-key-404: a key the host does not list (its list is known) is 404;
@@ -483,7 +483,7 @@ static ssize_t dispatch_engine(Client *c, Dispatch *d, Host *host) {
                 log_escape(k2, sizeof(k2), d->key, strlen(d->key));
                 return client_answer(c, ANSWER_UNKNOWN_MODEL, c->req->host->name, k2), -2;
         }
-        engine = host_find_engine(host, d->key, &c->req->usage.model_label);
+        engine = host_find_engine(host, d->key, &c->req->model_label);
         if (engine < 0) {
                 log_escape(k2, sizeof(k2), d->key, strlen(d->key));
                 return client_answer(c, ANSWER_NO_ENGINE, c->req->host->name, k2), -2;
@@ -583,7 +583,7 @@ bool client_next_target(Client *c, const char *why) {
         HttpRequest *r = &c->parser.req;
         _cleanup_(dispatch_done) Dispatch d = {.r = r};
 
-        if (!c->req->alias.conf || c->req->fallback.via || c->req->answer.engine_bytes_sent ||
+        if (!c->req->alias.conf || c->req->attempt.via_fallback || c->req->answer.engine_bytes_sent ||
             !dispatch_pick_target(c, why))
                 return false;
         metrics_alias_move(manager_metrics(c->manager), c->req->alias.conf->name);

@@ -36,7 +36,8 @@ AttemptOutcome client_attempt_failed(Client *c, AttemptFailure failure, int erro
         assert(c);
         assert(rule);
         /* the host's own probe looks again soon, and decides whether it is down */
-        Host *h = rule->reprobe && !c->req->fallback.via ? manager_host(c->manager, c->req->host) : NULL;
+        Host *h = rule->reprobe && !c->req->attempt.via_fallback ? manager_host(c->manager, c->req->host)
+                                                                 : NULL;
         if (h)
                 host_report_request_failed(h);
         if (rule->next_target && client_next_target(c, why))
@@ -54,7 +55,7 @@ void client_start_budget(Client *c) {
         usec_t b;
         assert(c);
 
-        if (!c->req->attempt.engine_conf || c->req->fallback.via)
+        if (!c->req->attempt.engine_conf || c->req->attempt.via_fallback)
                 return;
         b = c->req->ask.stream ? c->req->attempt.engine_conf->first_token_budget_usec
                                : c->req->attempt.engine_conf->request_budget_usec;
@@ -128,7 +129,7 @@ bool client_fall_back(Client *c, const char *why) {
 
         /* the client's body is still the parser's (kept for this; the one copy besides the request sent) */
         const Buffer *b = &c->parser.req.body;
-        if (!f || c->req->fallback.via || c->req->answer.engine_bytes_sent || buffer_is_empty(b))
+        if (!f || c->req->attempt.via_fallback || c->req->answer.engine_bytes_sent || buffer_is_empty(b))
                 return false;
         if (json_find_model(buffer_peek(b), buffer_size(b), &span, &model, NULL) != MODEL_FOUND)
                 return false;
@@ -148,7 +149,7 @@ bool client_fall_back(Client *c, const char *why) {
                    client_log_id(c, id));
         metrics_fallback(manager_metrics(c->manager), c->req->host->name, c->req->attempt.engine_name,
                          f->name);
-        c->req->fallback.via = true;
+        c->req->attempt.via_fallback = true;
         /* the engine's request is cancelled (its connection closed, so the GPU stops), and the engine is
          * free */
         client_attempt_end(c);

@@ -186,12 +186,6 @@ void client_process(Client *c);
 
 /* client-answer.c: writing answers, and the access line */
 void client_log_access(Client *c, const char *note);
-/* rule:key-usage, rule:usage-metrics: an answer's tokens, for its caller's day and (host: NULL for the
- * fallback's) for /metrics */
-void client_count_usage(Manager *m, const Config *config, const AccessCaller *caller, const char *peer,
-                        const char *host, const char *engine, const char *model_label, const Usage *u);
-/* The answer's tokens that the access line left to a drain (usage_owed), counted now: there is none */
-void client_count_owed(Client *c);
 void client_response_complete(Client *c, const char *note);
 int client_queue_head(Client *c, int status, const char *extra);
 /* rule:request-id: the request's id, the client's or made on the first call (out of line) */
@@ -239,6 +233,28 @@ void client_answer_message(Client *c, Answer a, int status, uint64_t retry_after
 int client_frame_body(Client *c, const char *p, size_t n);
 int client_send_held_head(Client *c, const char *framing);
 int client_queue_stream_head(Client *c);
+
+/* client-usage.c: what the answer says it cost (rule:usage) */
+/* The answer's head came: whether it is read for its cost (a generation's 200, a stream or a JSON body) */
+void client_usage_start(Client *c, const UpstreamResponse *resp, Span ct, bool sse, bool no_body);
+/* The tally an event stream's filter reads the usage into, or NULL */
+Usage *client_usage_of_answer(Client *c);
+/* A piece of a whole JSON body, and its end */
+void client_usage_body(Client *c, const char *p, size_t n);
+void client_usage_whole(Client *c);
+/* What the record says it cost, settled (seen: a copy, when a drain reads the rest on and counts it),
+ * NULL for an answer not read; cut: it ended before its last event */
+const Usage *client_usage_for_record(Client *c, Usage *seen, bool *cut);
+/* The record's tokens, for the caller's day and /metrics, unless the drain counts them */
+void client_usage_count(Client *c, const RequestRecord *rec);
+/* rule:key-usage, rule:usage-metrics: an answer's tokens, for its caller's day and (host: NULL for the
+ * fallback's) for /metrics */
+void client_count_usage(Manager *m, const Config *config, const AccessCaller *caller, const char *peer,
+                        const char *host, const char *engine, const char *model_label, const Usage *u);
+/* The answer's tokens that the access line left to a drain (usage.owed), counted now: there is none */
+void client_count_owed(Client *c);
+/* The drain takes the tally over (to), and counts it: false when the answer is not read */
+bool client_usage_hand_over(Client *c, Usage *to);
 
 /* client-request.c: the request for a host */
 /* The request for a host: the client's, with the body's bytes of span (empty: none) replaced by key and

@@ -38,23 +38,6 @@ static const char *relay_choose_mode(Client *c, const UpstreamResponse *resp, bo
         return "";
 }
 
-/* rule:usage: an answer that may say what it cost (a generation's 200, a stream or a JSON body) is read
- * for it as it passes */
-static void relay_usage_start(Client *c, const UpstreamResponse *resp, Span ct, bool sse, bool no_body) {
-        Request *req = c->req;
-
-        req->usage.on = req->usage.body = false;
-        if (no_body || req->method != HTTP_POST || resp->status != 200 || (req->answer.early && !sse))
-                return;
-        if (!sse &&
-            !(ct.p && ct.n >= 16 &&
-              (memcmp(ct.p, "application/json", 16) == 0 || strncasecmp(ct.p, "application/json", 16) == 0)))
-                return;
-        usage_init(&req->usage.tally, sse);
-        req->usage.on = true;
-        req->usage.body = !sse;
-}
-
 /* The head for the client, in held_head: the host's status and end-to-end headers, and where the
  * answer came from */
 static int relay_build_head(Client *c, const UpstreamResponse *resp, bool no_body) {
@@ -66,9 +49,9 @@ static int relay_build_head(Client *c, const UpstreamResponse *resp, bool no_bod
                 return -1;
         /* where the answer came from: host/engine, or fallback/name */
         if (buffer_append_str(b, "X-Modelgate-Served-By: ") < 0 ||
-            buffer_append_str(b, c->req->fallback.via ? "fallback" : c->req->host->name) < 0 ||
-            buffer_append_str(b, c->req->fallback.via || c->req->attempt.engine_name ? "/" : "") < 0 ||
-            buffer_append_str(b, c->req->fallback.via ? c->req->fallback.conf->name : c->req->attempt.engine_name ?: "") < 0 ||
+            buffer_append_str(b, c->req->attempt.via_fallback ? "fallback" : c->req->host->name) < 0 ||
+            buffer_append_str(b, c->req->attempt.via_fallback || c->req->attempt.engine_name ? "/" : "") < 0 ||
+            buffer_append_str(b, c->req->attempt.via_fallback ? c->req->fallback.conf->name : c->req->attempt.engine_name ?: "") < 0 ||
             buffer_append_str(b, "\r\n") < 0 || client_append_request_id(c, b) < 0)
                 return -1;
         for (size_t i = 0; i < resp->n_headers; i++) {
@@ -116,11 +99,11 @@ static int client_upstream_headers(Upstream *u, const UpstreamResponse *resp, vo
         if (c->req->answer.early) {
                 /* the 200 and its framing are out: a stream continues it, anything else becomes an error
                  * event when it is complete */
-                relay_usage_start(c, resp, ct, sse, no_body);
+                client_usage_start(c, resp, ct, sse, no_body);
                 if (sse && resp->status == 200) {
                         c->req->attempt.mode = MODE_SSE;
                         sse_filter_init(&c->req->attempt.sse, c->req->api);
-                        c->req->attempt.sse.usage = c->req->usage.on ? &c->req->usage.tally : NULL;
+                        c->req->attempt.sse.usage = client_usage_of_answer(c);
                         c->req->attempt.sse.begun =
                                 c->req->answer.begun; /* its own beginning is spliced in */
                 } else {
@@ -129,10 +112,10 @@ static int client_upstream_headers(Upstream *u, const UpstreamResponse *resp, vo
                 }
                 return 0;
         }
-        relay_usage_start(c, resp, ct, sse, no_body);
+        client_usage_start(c, resp, ct, sse, no_body);
         const char *framing = relay_choose_mode(c, resp, sse, no_body);
-        if (c->req->attempt.mode == MODE_SSE && c->req->usage.on)
-                c->req->attempt.sse.usage = &c->req->usage.tally;
+        if (c->req->attempt.mode == MODE_SSE)
+                c->req->attempt.sse.usage = client_usage_of_answer(c);
         if (relay_build_head(c, resp, no_body) < 0)
                 return -1;
         if (c->req->attempt.mode == MODE_HOLD)
@@ -208,8 +191,7 @@ static int client_upstream_body(Upstream *u, const char *p, size_t n, void *user
                         r = client_frame_body(c, buffer_peek(&c->scratch), buffer_size(&c->scratch));
                 break;
         case MODE_PASS:
-                if (c->req->usage.body)
-                        usage_body_feed(&c->req->usage.tally, p, n);
+                client_usage_body(c, p, n);
                 r = client_frame_body(c, p, n);
                 break;
         }
@@ -273,7 +255,7 @@ static void client_upstream_complete(Upstream *u, void *userdata) {
                 if (c->req->answer.chunked)
                         (void)buffer_append_str(&c->out, "0\r\n\r\n");
         }
-        c->req->usage.body = false; /* whole: not cut */
+        client_usage_whole(c);
         /* rule:list-never-stale: the list is re-read after every load or unload that worked */
         if (c->req->answer.status >= 200 && c->req->answer.status < 300 &&
             (span_eq(c->req->path, "/models/load") || span_eq(c->req->path, "/models/unload"))) {
@@ -320,7 +302,7 @@ static void answer_not_reached(Client *c, AttemptFailure failure, int error) {
                 log_debug("host %s: %s %.*s failed before an answer: %s", c->req->host->name,
                           request_method_name(c->req), (int)c->req->path.n, c->req->path.p ?: "",
                           upstream_strerror(error));
-        if (c->req->fallback.via) {
+        if (c->req->attempt.via_fallback) {
                 /* not chained, and not the host's fault: the fallback's own failure, as it is */
                 client_answer(c, ANSWER_FALLBACK_FAILED, c->req->fallback.conf->name,
                               c->req->fallback.conf->url.text, reason);
@@ -411,7 +393,7 @@ void client_attempt_answer(Client *c, AttemptFailure failure, int error, const c
                  * clients (rule:busy-423, rule:retry-after). rule:bus-backoff: a 503 the host's lost bus
                  * caused names when the bus is tried again, and Retry-After is that same time (0: the
                  * row's) */
-                Host *h = failure == ATTEMPT_REFUSED && c->req->host && !c->req->fallback.via
+                Host *h = failure == ATTEMPT_REFUSED && c->req->host && !c->req->attempt.via_fallback
                                   ? manager_host(c->manager, c->req->host)
                                   : NULL;
                 client_answer_message(c, attempt_rule(failure)->row, error, h ? host_retry_after(h) : 0,

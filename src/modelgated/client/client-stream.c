@@ -552,7 +552,7 @@ bool client_stream_drains(const Client *c) {
         const Request *req = c->req;
 
         /* the engine has the session from the moment it has the request, whatever of the answer came */
-        return req->stream.conv_id && req->attempt.upstream && !req->fallback.via &&
+        return req->stream.conv_id && req->attempt.upstream && !req->attempt.via_fallback &&
                req->attempt.waiter.host && !req->answer.complete && !c->set->closing &&
                !manager_stopping(c->manager);
 }
@@ -568,12 +568,11 @@ static int drain_take_usage(StreamDrain *d, Client *c) {
         d->config = req->config ? config_ref(req->config) : NULL;
         if (!(d->peer = strdup(c->peer)) ||
             (req->attempt.engine_name && !(d->engine = strdup(req->attempt.engine_name))) ||
-            (req->usage.model_label && !(d->model_label = strdup(req->usage.model_label))))
+            (req->model_label && !(d->model_label = strdup(req->model_label))))
                 return -ENOMEM;
-        if (!req->usage.on)
+        if (!client_usage_hand_over(c, &d->usage))
                 return 0; /* its head is still to come (drain_headers()), or its answer is not read */
         d->usage_on = true;
-        d->usage = req->usage.tally;
         if (req->attempt.mode == MODE_SSE) {
                 /* the filter with its unfinished line: the request's ends without it */
                 d->sse = req->attempt.sse;
@@ -581,7 +580,6 @@ static int drain_take_usage(StreamDrain *d, Client *c) {
                 d->sse.usage = &d->usage;
                 d->sse_on = true;
         }
-        req->usage.owed = false;
         return 0;
 }
 

@@ -19,8 +19,8 @@ void attempt_done(Attempt *a) {
         buffer_done(&a->pending);
         sse_filter_done(&a->sse);
         buffer_done(&a->held);
-        /* target and engine stay: they name the last target tried, for the record, until the next
-         * attempt names its own */
+        /* target, engine and via_fallback stay: they name the last target tried, for the record, until
+         * the next attempt names its own */
         a->awaiting_first_token = false;
         a->first_byte_seen = false;
         a->held_framing = NULL;
@@ -36,7 +36,6 @@ void request_init(Request *req, Client *client) {
         req->method = REQUEST_NO_METHOD;
         req->attempt.mode = MODE_PASS;
         req->usage.on = req->usage.body = req->usage.owed = false;
-        req->usage.model_label = NULL;
         req->id.span = (Span){};
         req->session.id = (Span){};
         req->session.hash = 0;

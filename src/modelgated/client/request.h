@@ -50,9 +50,10 @@ typedef enum ResponseMode {
  * it when it fails (attempt_done()). */
 typedef struct Attempt {
         const HttpUrl *target;
-        const EngineConf
-                *engine_conf;    /* the engine's, in the request's config; NULL: a host without engines */
+        /* the engine's, in the request's config; NULL: a host without engines */
+        const EngineConf *engine_conf;
         const char *engine_name; /* in config */
+        bool via_fallback;       /* the target is the engine's fallback, which answers now */
         HostWaiter waiter;       /* for an engine of the host, or attached to a host without engines */
         Buffer pending;          /* the request for the target, while waiting for its engine */
         Upstream *upstream;
@@ -98,7 +99,6 @@ typedef struct RequestAlias {
 typedef struct RequestFallback {
         const FallbackConf *conf;
         const char *path; /* modelgate's own path for the fallback (inference only) */
-        bool via;         /* it answers */
 } RequestFallback;
 
 /* rule:queued-and-switch: what the host said of the request's waits (HostWaiter), summed over an alias's
@@ -129,7 +129,7 @@ typedef struct RequestStream {
  * rest is written where it is first used, before anything reads it, so that a request does not pay for
  * clearing the bytes of what it may never use (they were a good part of its accounting). */
 
-/* client-relay.c reads it, client-answer.c counts it (rule:usage): what the answer says it cost (on:
+/* client-usage.c (rule:usage): what the answer says it cost (on:
  * tally below), read from an event stream (sse.usage) or from a whole JSON body as it arrives (body
  * until its end) */
 typedef struct RequestUsage {
@@ -137,9 +137,6 @@ typedef struct RequestUsage {
         /* the access line did not count them: a drain reads the rest of the answer and counts it whole,
          * or the drain could not be and client_stream_drain() counts them */
         bool owed;
-        /* rule:usage-metrics: the model's name for /metrics (a Models= glob in config, or the key where the
-         * host lists it, in model or alias.target), or NULL */
-        const char *model_label;
         Usage tally; /* when on: usage_init() */
 } RequestUsage;
 
@@ -189,6 +186,9 @@ typedef struct Request {
         const HostConf *host;
         Config *config;    /* the one it was admitted under: a reload meanwhile must not free it */
         usec_t first_byte; /* from start to the host's answer head; 0: none yet */
+        /* rule:usage-metrics: the model's name for /metrics (a Models= glob in config, or the key where the
+         * host lists it, in model or alias.target), or NULL */
+        const char *model_label;
 
         Attempt attempt;
         RequestAnswer answer;
