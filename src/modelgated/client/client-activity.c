@@ -67,8 +67,8 @@ void client_activity_begin(Client *c) {
         r->stream = req->ask.stream;
         /* rule:sessions: a turn is a generation, not a token count or a template */
         r->session_who = client_identity(c);
-        r->session = req->session.hash ? req->session.label : NULL;
-        r->turn = req->session.hash && req->method == HTTP_POST && conv_path_keeps_stream(req->path);
+        r->session = client_session_label(c);
+        r->turn = r->session && req->method == HTTP_POST && conv_path_keeps_stream(req->path);
         /* the first time, the request's own start (the same reading of the loop's clock, as a rule, and
          * no other); an alias's next target begins now */
         activity_request_begin(manager_activity(c->manager), r, r->owner ? client_now(c) : req->start);

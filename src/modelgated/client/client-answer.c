@@ -65,8 +65,7 @@ static void log_access_line(Manager *m, const RequestRecord *l) {
 static void client_record(Client *c, const char *note, const Usage *u, bool cut, char key[static 80],
                           RequestRecord *rec) {
         Request *req = c->req;
-        const char *fallback =
-                req->attempt.via_fallback ? (req->fallback.conf ? req->fallback.conf->name : "?") : NULL;
+        const char *fallback = client_fallback_name(c);
         bool left = note && streq(note, "cut=client");
         int upstream_status = req->attempt.mode == MODE_SSE ? req->attempt.sse.upstream_error_status : 0;
 
@@ -87,7 +86,7 @@ static void client_record(Client *c, const char *note, const Usage *u, bool cut,
                 .upstream_error_status = upstream_status,
                 .upstream_error = req->attempt.sse.upstream_error,
                 .key = req->caller.admitted ? access_caller_id(&req->caller, key) : NULL,
-                .session = req->session.hash ? req->session.label : NULL,
+                .session = client_session_label(c),
                 .fallback = fallback,
                 .note = note,
                 .engine = fallback ? NULL : req->attempt.engine_name,
@@ -116,8 +115,7 @@ void client_log_access(Client *c, const char *note) {
 
         client_record(c, note, u, cut, key, &rec);
         /* rule:history: the ring's entry first, whose fields the line's carry */
-        if (c->req->activity.entry.owner)
-                client_activity_done(c, &rec);
+        client_activity_done(c, &rec);
         log_access_line(c->manager, &rec);
         client_usage_count(c, &rec);
         metrics_record(manager_metrics(c->manager), &rec);

@@ -694,5 +694,5 @@ void client_set_catalogs_ready(ClientSet *set) {
 
         models_cache_catalogs_ready(set->models, set->manager);
         LIST_FOREACH (clients, c, set->clients)
-                models_merge_catalogs_ready(c->req->own.merge);
+                client_models_catalogs_ready(c);
 }

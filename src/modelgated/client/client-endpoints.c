@@ -12,6 +12,10 @@
 static void client_feed_send(FeedSubscriber *s, const FeedEvent *e);
 
 /* Only what the caller's tier may use (rule:tier-models). */
+void client_models_catalogs_ready(Client *c) {
+        models_merge_catalogs_ready(c->req->own.merge);
+}
+
 bool client_model_visible(const char *id, void *userdata) {
         Client *c = userdata;
         return access_model_allowed(&c->req->caller, id);

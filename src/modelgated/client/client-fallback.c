@@ -50,6 +50,17 @@ AttemptOutcome client_attempt_failed(Client *c, AttemptFailure failure, int erro
         return ATTEMPT_ANSWERED;
 }
 
+const char *client_fallback_name(const Client *c) {
+        if (!c->req->attempt.via_fallback)
+                return NULL;
+        return c->req->fallback.conf ? c->req->fallback.conf->name : "?";
+}
+
+void client_fallback_failed(Client *c, const char *reason) {
+        client_answer(c, ANSWER_FALLBACK_FAILED, c->req->fallback.conf->name,
+                      c->req->fallback.conf->url.text, reason);
+}
+
 /* FirstTokenBudgetSec= (streaming) or RequestBudgetSec=, from the moment the engine gets the request */
 void client_start_budget(Client *c) {
         usec_t b;

@@ -321,9 +321,15 @@ void client_attempt_end(Client *c);
 void client_start_budget(Client *c);
 const char *client_fallback_path(llhttp_method_t method, Span path);
 bool client_fall_back(Client *c, const char *why);
+/* The fallback that answered, for the record; NULL: none did */
+const char *client_fallback_name(const Client *c);
+/* The fallback's own failure, as it is: not chained, and not the host's fault */
+void client_fallback_failed(Client *c, const char *reason);
 
 /* client-endpoints.c: modelgate's own endpoints */
 bool client_model_visible(const char *id, void *userdata);
+/* Every host's catalog has been read once: a GET /v1/models that waits for them answers now */
+void client_models_catalogs_ready(Client *c);
 void client_models_done(ModelsMerge *mm, Blob *json, void *userdata);
 bool client_refuse_websocket(Client *c, Span path);
 void client_respond_health(Client *c, bool strict);
@@ -360,6 +366,8 @@ bool client_may_watch(Client *c);
  * and the session it names: rule:sessions); the session its request names, once it is admitted */
 AliasClient client_identity(const Client *c);
 void client_read_session(Client *c);
+/* Its label (hex digits), or NULL: it names none */
+const char *client_session_label(const Client *c);
 
 /* The loop's time: everything that one event dispatch decides about a request uses one "now" (every
  * caller runs inside an event callback of the loop). */

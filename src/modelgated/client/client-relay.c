@@ -304,8 +304,7 @@ static void answer_not_reached(Client *c, AttemptFailure failure, int error) {
                           upstream_strerror(error));
         if (c->req->attempt.via_fallback) {
                 /* not chained, and not the host's fault: the fallback's own failure, as it is */
-                client_answer(c, ANSWER_FALLBACK_FAILED, c->req->fallback.conf->name,
-                              c->req->fallback.conf->url.text, reason);
+                client_fallback_failed(c, reason);
                 return;
         }
         if (failure == ATTEMPT_BROKEN) {

@@ -13,6 +13,10 @@ AliasClient client_identity(const Client *c) {
         return (AliasClient){.address = c->peer, .prefix = c->address, .session = c->req->session.hash};
 }
 
+const char *client_session_label(const Client *c) {
+        return c->req->session.hash ? c->req->session.label : NULL;
+}
+
 /* rule:sessions: the session the request names, if its header is sane: for the spread, the access line and
  * the activity; the label is the known session's, so that a session's later requests cost no hash */
 void client_read_session(Client *c) {
