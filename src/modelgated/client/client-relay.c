@@ -51,7 +51,7 @@ static int relay_build_head(Client *c, const UpstreamResponse *resp, bool no_bod
         if (buffer_append_str(b, "X-Modelgate-Served-By: ") < 0 ||
             buffer_append_str(b, c->req->attempt.via_fallback ? "fallback" : c->req->host->name) < 0 ||
             buffer_append_str(b, c->req->attempt.via_fallback || c->req->attempt.engine_name ? "/" : "") < 0 ||
-            buffer_append_str(b, c->req->attempt.via_fallback ? c->req->fallback.conf->name : c->req->attempt.engine_name ?: "") < 0 ||
+            buffer_append_str(b, c->req->attempt.via_fallback ? client_fallback_name(c) : c->req->attempt.engine_name ?: "") < 0 ||
             buffer_append_str(b, "\r\n") < 0 || client_append_request_id(c, b) < 0)
                 return -1;
         for (size_t i = 0; i < resp->n_headers; i++) {
