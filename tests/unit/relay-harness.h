@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #pragma once
 
-/* modelgate in one process, for the tests of the client side (the Exchange and the relay): a Manager
+/* modelgate in one process, for the tests of the client side (the Request and the relay): a Manager
  * with one [Host] "h" (no [Engine], so no bus) whose URL is a fake host this harness listens for on
  * loopback, a ClientSet, and client connections that are socketpairs. The fake host answers its
  * catalog by itself (GET /models lists "m1"; GET /models/sse is accepted and held open); every other

@@ -6,7 +6,7 @@
 
 #define LIT(s) ((Span){"" s, sizeof(s) - 1})
 
-static const char *format(const AccessLine *l, char *buf, size_t size) {
+static const char *format(const RequestRecord *l, char *buf, size_t size) {
         size_t n = access_line_format(buf, size - 1, l);
         buf[n] = 0;
         return buf;
@@ -14,7 +14,7 @@ static const char *format(const AccessLine *l, char *buf, size_t size) {
 
 TEST(a_proxied_request) {
         char b[512];
-        AccessLine l = {.method = "POST",
+        RequestRecord l = {.method = "POST",
                         .path = LIT("/v1/chat/completions"),
                         .model = "3090-laguna-xs",
                         .user_agent = LIT("curl/7.88.1"),
@@ -31,7 +31,7 @@ TEST(a_proxied_request) {
 
 TEST(what_the_client_sent_cannot_forge_a_line) {
         char b[512];
-        AccessLine l = {.method = "POST",
+        RequestRecord l = {.method = "POST",
                         .path = LIT("/v1/x\ty"),
                         .model = "h-foo\n<3>modelgated: forged\x1b[2J",
                         .user_agent = LIT("a\"b"),
@@ -61,7 +61,7 @@ TEST(seconds_to_the_millisecond) {
         char b[512];
 
         for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
-                AccessLine l = {
+                RequestRecord l = {
                         .method = "GET", .path = LIT("/health"), .peer = "::1", .duration = cases[i].t};
                 format(&l, b, sizeof(b));
                 if (!strstr(b, cases[i].want))
@@ -72,7 +72,7 @@ TEST(seconds_to_the_millisecond) {
 
 TEST(early_answer_key_fallback_and_note) {
         char b[512];
-        AccessLine l = {.method = "POST",
+        RequestRecord l = {.method = "POST",
                         .path = LIT("/v1/messages"),
                         .model = "h-m",
                         .host = "h",
@@ -93,7 +93,7 @@ TEST(early_answer_key_fallback_and_note) {
 
 TEST(a_line_longer_than_its_buffer_is_cut_not_overrun) {
         char b[33];
-        AccessLine l = {.method = "GET", .path = LIT("/a-rather-long-path-that-does-not-fit"), .peer = "p"};
+        RequestRecord l = {.method = "GET", .path = LIT("/a-rather-long-path-that-does-not-fit"), .peer = "p"};
 
         ASSERT_EQ(access_line_format(b, 32, &l), 32u);
 }
@@ -107,7 +107,7 @@ TEST(engine_first_byte_tokens_speeds_and_id) {
                    .prompt_ms = 113.9,
                    .predicted_n = 95,
                    .predicted_ms = 2305.8};
-        AccessLine l = {.method = "POST",
+        RequestRecord l = {.method = "POST",
                         .path = LIT("/v1/chat/completions"),
                         .model = "3090-laguna-xs",
                         .host = "3090",
@@ -146,7 +146,7 @@ TEST(engine_first_byte_tokens_speeds_and_id) {
 
 TEST(queued_and_switch) {
         char b[1024];
-        AccessLine l = {.method = "POST",
+        RequestRecord l = {.method = "POST",
                         .path = LIT("/v1/chat/completions"),
                         .model = "3090-flint-40b",
                         .host = "3090",
@@ -188,7 +188,7 @@ TEST(journal_fields_only_those_known_and_escaped) {
         struct iovec f[ACCESS_LINE_MAX_FIELDS];
         Usage u = {
                 .in = 812, .cached = 640, .out = 95, .prompt_n = 172, .prompt_ms = 113.9, .predicted_n = -1};
-        AccessLine l = {.method = "POST",
+        RequestRecord l = {.method = "POST",
                         .path = LIT("/v1/chat/completions"),
                         .model = "3090-a\"\nb",
                         .host = "3090",
@@ -224,7 +224,7 @@ TEST(journal_fields_only_those_known_and_escaped) {
         ASSERT_TRUE(!field(f, n, "MODELGATE_FALLBACK", v, sizeof(v)));
 
         /* modelgate's own answer: no host, no engine, no usage, no times it did not have */
-        l = (AccessLine){.method = "GET", .path = LIT("/health"), .peer = "p", .status = 200};
+        l = (RequestRecord){.method = "GET", .path = LIT("/health"), .peer = "p", .status = 200};
         n = access_line_fields(b, sizeof(b), f, &l);
         ASSERT_TRUE(!field(f, n, "MODELGATE_HOST", v, sizeof(v)) &&
                     !field(f, n, "MODELGATE_ENGINE", v, sizeof(v)) &&
@@ -238,7 +238,7 @@ TEST(journal_fields_only_those_known_and_escaped) {
 TEST(an_engines_error_in_mid_stream) {
         char b[512], fb[1024];
         struct iovec f[ACCESS_LINE_MAX_FIELDS];
-        AccessLine l = {.method = "POST",
+        RequestRecord l = {.method = "POST",
                         .path = LIT("/v1/chat/completions"),
                         .model = "3090-laguna-xs",
                         .user_agent = LIT("curl"),

@@ -17,7 +17,7 @@ static void assert_rule(AttemptFailure f, bool next, AttemptFallback fallback, b
         ASSERT_EQ(r->fallback, fallback);
         ASSERT_EQ(r->reprobe, reprobe);
         ASSERT_EQ(r->answer, answer);
-        ASSERT_EQ(r->status, status);
+        ASSERT_EQ(attempt_status(f), status);
 }
 
 TEST(refused_host_down_moves_on_and_answers_503) {

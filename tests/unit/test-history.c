@@ -21,7 +21,7 @@
 #define str_span(s) ((Span){(s), sizeof(s) - 1})
 
 /* The line's fields as the parser gets them from the journal */
-static size_t fields_of(const AccessLine *l, char *buf, size_t size, Span *spans) {
+static size_t fields_of(const RequestRecord *l, char *buf, size_t size, Span *spans) {
         struct iovec f[ACCESS_LINE_MAX_FIELDS];
         size_t n = access_line_fields(buf, size, f, l);
 
@@ -43,7 +43,7 @@ static Usage usage_of(int64_t in, int64_t cached, int64_t out) {
 
 TEST(fields_of_a_line_make_its_ring_entry_again) {
         Usage u = usage_of(50, 10, 5);
-        AccessLine l = {
+        RequestRecord l = {
                 .method = "POST",
                 .model = "3090-laguna\"xs",
                 .path = str_span("/v1/chat/completions"),
@@ -102,7 +102,7 @@ TEST(fields_of_a_line_make_its_ring_entry_again) {
 }
 
 TEST(a_hidden_model_stays_hidden_and_unknown_numbers_stay_unknown) {
-        AccessLine l = {
+        RequestRecord l = {
                 .method = "POST",
                 .model = "gpt-*",
                 .path = str_span("/v1/messages"),
@@ -167,7 +167,7 @@ static char *snapshot(Activity *a) {
 }
 
 static void append_one(HistoryFile *f, const char *id, usec_t done_at) {
-        AccessLine l = {.method = "POST",
+        RequestRecord l = {.method = "POST",
                         .model = "m",
                         .path = str_span("/v1/chat/completions"),
                         .host = "3090",

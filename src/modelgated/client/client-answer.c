@@ -6,24 +6,23 @@
 
 #include "modelgated/client/client-internal.h"
 #include "modelgated/records/history.h"
-#include "modelgated/rules/conversation.h"
 #include "shared/message-id.h"
 
 Span client_request_id_first(Client *c) {
         assert(c);
-        Exchange *x = c->x;
+        Request *req = c->req;
 
-        if (x->method != EXCHANGE_NO_METHOD && x->method != EXCHANGE_METHOD_UNPARSED) {
+        if (req->method != REQUEST_NO_METHOD && req->method != REQUEST_METHOD_UNPARSED) {
                 /* the first X-Request-Id, as the parser noted it */
-                const HttpRequest *req = &c->parser.req;
-                if (req->request_id_at > 0) {
-                        Span h = http_header_value(req, req->request_id_at - 1);
+                const HttpRequest *hr = &c->parser.req;
+                if (hr->request_id_at > 0) {
+                        Span h = http_header_value(hr, hr->request_id_at - 1);
                         if (request_id_sane(h))
-                                return (x->request_id = h);
+                                return (req->id.span = h);
                 }
         }
-        request_id_next(&c->set->id_seed, x->made_id);
-        return (x->request_id = (Span){x->made_id, REQUEST_ID_MADE_LEN});
+        request_id_next(&c->set->id_seed, req->id.made);
+        return (req->id.span = (Span){req->id.made, REQUEST_ID_MADE_LEN});
 }
 
 /* client_append_request_id() of any id, into any buffer */
@@ -42,7 +41,7 @@ int client_append_request_id_any(Client *c, Buffer *b) {
 
 /* rule:journal-fields: under the journal, the line with its fields. rule:history: with a history file (no
  * journal, or one modelgated may not read), the fields of a request of /activity's ring go to it too. */
-static void log_access_line(Manager *m, const AccessLine *l) {
+static void log_access_line(Manager *m, const RequestRecord *l) {
         char line[LOG_MESSAGE_ROOM + 3072], fb[2560];
         struct iovec f[ACCESS_LINE_MAX_FIELDS];
         /* a byte left after the line, for log_line_in_place()'s newline */
@@ -61,115 +60,65 @@ static void log_access_line(Manager *m, const AccessLine *l) {
         log_line_fields(LOG_INFO, MESSAGE_ID_ACCESS, line, n, f, nf);
 }
 
-/* rule:key-usage, rule:usage-metrics: an answer's tokens, counted for its caller's day and (when its host
- * said them) for /metrics */
-void client_count_usage(Manager *m, const Config *config, const AccessCaller *caller, const char *peer,
-                        const char *host, const char *engine, const char *model_label, const Usage *u) {
-        Access *access;
+/* The request's record (request-record.h), filled once here: everything that tells of the request reads it
+ */
+static void client_record(Client *c, const char *note, const Usage *u, bool cut, char key[static 80],
+                          RequestRecord *rec) {
+        Request *req = c->req;
+        const char *fallback = client_fallback_name(c);
+        bool left = note && streq(note, "cut=client");
+        int upstream_status = req->attempt.mode == MODE_SSE ? req->attempt.sse.upstream_error_status : 0;
 
-        if (!usage_known(u))
-                return;
-        if (host) /* the host's own work, not the cloud's */
-                metrics_usage(manager_metrics(m), host, engine, model_label, u);
-        if (caller->admitted && config && (access = manager_access(m)))
-                access_record_usage(access, config, caller, peer, u->in, u->cached, u->out);
-}
-
-/* rule:usage: a stream that ended before its last event, or a body before its end, counts what arrived;
- * rule:usage-charge: a generation's answer is charged for what it did not say. Into u, the exchange's usage
- * or a copy of it; whether the answer was cut. */
-static bool settle_usage(Client *c, Usage *u) {
-        Exchange *x = c->x;
-        bool cut = x->usage_body || (x->mode == MODE_SSE && !x->sse.saw_done && !x->usage.ended);
-
-        if (cut)
-                usage_cut(u);
-        if ((u->in < 0 || u->out < 0) && conv_path_keeps_stream(x->path))
-                usage_charge(u, x->ask.bytes, x->ask.limited ? x->ask.max_out : -1);
-        return cut;
-}
-
-/* The host whose work the answer was, for /metrics: none when the fallback answered */
-static const char *worked(const Exchange *x) {
-        return !x->via_fallback && x->host ? x->host->name : NULL;
-}
-
-void client_count_owed(Client *c) {
-        assert(c);
-        Exchange *x = c->x;
-        Usage u;
-
-        if (!x->usage_owed)
-                return;
-        x->usage_owed = false;
-        u = x->usage;
-        (void)settle_usage(c, &u);
-        client_count_usage(c->manager, x->config, &x->caller, c->peer, worked(x), x->engine_name,
-                           x->model_label, &u);
+        *rec = (RequestRecord){
+                .method = request_method_name(req),
+                .path = req->path,
+                .model = req->model,
+                .user_agent = req->user_agent,
+                .host = req->host ? req->host->name : NULL,
+                .target = req->alias.target,
+                .peer = c->peer,
+                .status = left ? 499
+                               : req->answer.status, /* nginx's: the client left before its answer ended */
+                .bytes = req->answer.bytes,
+                .duration = client_now(c) - req->start,
+                .early = req->answer.early,
+                .error_status = req->attempt.error_status,
+                .upstream_error_status = upstream_status,
+                .upstream_error = req->attempt.sse.upstream_error,
+                .key = req->caller.admitted ? access_caller_id(&req->caller, key) : NULL,
+                .session = client_session_label(c),
+                .fallback = fallback,
+                .note = note,
+                .engine = fallback ? NULL : req->attempt.engine_name,
+                .first_byte = req->first_byte,
+                .queued = req->waited.queued,
+                .switched = req->waited.switched,
+                .usage = u,
+                .cut = cut,
+                .request_id = client_request_id(c),
+                .request_id_made = req->id.span.p == req->id.made,
+                .status_sent = req->answer.status,
+                .engine_tried = req->attempt.engine_name,
+                .alias = req->alias.conf ? req->alias.conf->name : NULL,
+                .model_label = req->model_label,
+                .caused_switch = req->waited.caused_switch,
+        };
 }
 
 void client_log_access(Client *c, const char *note) {
         assert(c);
-        char id[80];
-        Exchange *x = c->x;
-        bool left = note && streq(note, "cut=client"), cut = false;
-        Usage *u = x->usage_on ? &x->usage : NULL, seen;
+        char key[80];
+        bool cut = false;
+        Usage seen;
+        const Usage *u = client_usage_for_record(c, &seen, &cut);
+        RequestRecord rec;
 
-        if (u && client_stream_drains(c)) {
-                /* rule:resumable-streams: the rest is read on, and the answer counted whole at its end; the
-                 * line says what it said so far */
-                seen = x->usage;
-                u = &seen;
-                x->usage_owed = true;
-        }
-        if (u)
-                cut = settle_usage(c, u);
-        AccessLine l = {
-                .method = exchange_method_name(x),
-                .path = x->path,
-                .model = x->model,
-                .user_agent = x->user_agent,
-                .host = x->host ? x->host->name : NULL,
-                .target = x->alias_target,
-                .peer = c->peer,
-                .status = left ? 499 : x->status, /* nginx's: the client left before its answer ended */
-                .bytes = x->bytes,
-                .duration = client_now(c) - x->start,
-                .early = x->early,
-                .error_status = x->error_status,
-                .upstream_error_status = x->mode == MODE_SSE ? x->sse.upstream_error_status : 0,
-                .upstream_error = x->sse.upstream_error,
-                .key = x->caller.admitted ? access_caller_id(&x->caller, id) : NULL,
-                .session = x->session_hash ? x->session_label : NULL,
-                .fallback = x->via_fallback ? (x->fallback ? x->fallback->name : "?") : NULL,
-                .note = note,
-                .engine = x->via_fallback ? NULL : x->engine_name,
-                .first_byte = x->first_byte,
-                .queued = x->queued,
-                .switched = x->switched,
-                .usage = u,
-                .cut = cut,
-                .request_id = client_request_id(c),
-                .request_id_made = x->request_id.p == x->made_id,
-        };
-
+        client_record(c, note, u, cut, key, &rec);
         /* rule:history: the ring's entry first, whose fields the line's carry */
-        if (x->activity.owner) {
-                client_activity_done(c, l.status, l.duration, cut, u);
-                l.api = x->activity.api;
-                l.stream = x->activity.stream;
-                l.model_hidden = !x->activity.model && x->model;
-                l.done_at = x->activity.t + x->activity.realtime;
-        }
-        log_access_line(c->manager, &l);
-        if (u && !x->usage_owed)
-                client_count_usage(c->manager, x->config, &x->caller, c->peer, worked(x), x->engine_name,
-                                   x->model_label, u);
-        metrics_request(manager_metrics(c->manager), x->host ? x->host->name : "", x->engine_name,
-                        x->error_status ?: x->status);
-        if (x->alias)
-                metrics_alias_request(manager_metrics(c->manager), x->alias->name, x->alias_target,
-                                      x->error_status ?: x->status);
+        client_activity_done(c, &rec);
+        log_access_line(c->manager, &rec);
+        client_usage_count(c, &rec);
+        metrics_record(manager_metrics(c->manager), &rec);
 }
 
 /* The response's last byte is queued. */
@@ -177,10 +126,10 @@ void client_response_complete(Client *c, const char *note) {
         assert(c);
 
         /* the engine is free for a switch as soon as the answer has fully arrived */
-        host_release(&c->x->waiter);
+        host_release(&c->req->attempt.waiter);
         client_stream_touch(c); /* rule:resumable-streams: its time runs from the end of its stream */
         client_log_access(c, note);
-        c->x->response_complete = true;
+        c->req->answer.complete = true;
         c->answered_one = true;
 }
 
@@ -195,7 +144,7 @@ int client_queue_head(Client *c, int status, const char *extra) {
                 return r;
         if (c->close_after_response)
                 r = buffer_append_str(&c->out, "Connection: close\r\n");
-        else if (c->x->http10)
+        else if (c->req->http10)
                 r = buffer_append_str(&c->out, "Connection: keep-alive\r\n");
         if (r < 0)
                 return r;
@@ -208,12 +157,12 @@ void client_respond(Client *c, int status, const char *content_type, const char 
         char h[1024];
         assert(c);
 
-        c->x->status = status;
+        c->req->answer.status = status;
         snprintf(h, sizeof(h), "Content-Type: %s\r\nContent-Length: %zu\r\n%s", content_type, n,
                  extra_headers ?: "");
-        if (client_queue_head(c, status, h) < 0 || (!c->x->head && buffer_append(&c->out, body, n) < 0))
+        if (client_queue_head(c, status, h) < 0 || (!c->req->head && buffer_append(&c->out, body, n) < 0))
                 c->close_after_response = true; /* out of memory: what is queued will be cut */
-        c->x->bytes = c->x->head ? 0 : n;
+        c->req->answer.bytes = c->req->head ? 0 : n;
         client_response_complete(c, NULL);
 }
 
@@ -239,18 +188,18 @@ void client_respond_blob(Client *c, int status, const char *content_type, Blob *
         assert(c);
         assert(body);
 
-        if (body->size <= CLIENT_OUT_HIGH || c->x->head || c->tail) {
+        if (body->size <= CLIENT_OUT_HIGH || c->req->head || c->tail) {
                 client_respond(c, status, content_type, body->data, body->size, NULL);
                 return;
         }
-        c->x->status = status;
+        c->req->answer.status = status;
         snprintf(h, sizeof(h), "Content-Type: %s\r\nContent-Length: %zu\r\n", content_type, body->size);
         if (client_queue_head(c, status, h) < 0)
                 c->close_after_response = true;
         c->tail = blob_ref(body);
         c->tail_sent = 0;
         client_refill_out(c);
-        c->x->bytes = body->size;
+        c->req->answer.bytes = body->size;
         client_response_complete(c, NULL);
 }
 
@@ -261,7 +210,8 @@ void client_end_early(Client *c, const Buffer *event) {
         assert(event);
 
         if (client_frame_body(c, buffer_peek(event), buffer_size(event)) < 0 ||
-            (c->x->chunked && buffer_append_str(&c->out, "0\r\n\r\n") < 0) || !c->x->chunked)
+            (c->req->answer.chunked && buffer_append_str(&c->out, "0\r\n\r\n") < 0) ||
+            !c->req->answer.chunked)
                 c->close_after_response = true;
         client_response_complete(c, NULL);
 }
@@ -274,16 +224,16 @@ void client_answer_message(Client *c, Answer a, int status, uint64_t retry_after
         assert(c);
 
         status = answer_status(a, status);
-        if (c->x->early) {
+        if (c->req->answer.early) {
                 buffer_clear(&c->scratch);
-                if (sse_error_event(c->x->api, status, row->code, message, &c->scratch) < 0)
+                if (sse_error_event(c->req->api, status, row->code, message, &c->scratch) < 0)
                         c->close_after_response = true;
-                c->x->error_status = status;
+                c->req->attempt.error_status = status;
                 client_end_early(c, &c->scratch);
                 return;
         }
 
-        j = api_error_json(c->x->api, status, row->code, message, &n);
+        j = api_error_json(c->req->api, status, row->code, message, &n);
         if (!j) {
                 c->close_after_response = true;
                 j = strdup("{}");
@@ -291,7 +241,7 @@ void client_answer_message(Client *c, Answer a, int status, uint64_t retry_after
         }
         int k = answer_headers(h, sizeof(h), a, retry_after);
         /* rule:ui-key: a browser asks its user for the key (the password of Basic credentials) */
-        if (status == 401 && c->x->browser && k >= 0 && (size_t)k < sizeof(h))
+        if (status == 401 && c->req->browser && k >= 0 && (size_t)k < sizeof(h))
                 (void)snprintf(h + k, sizeof(h) - (size_t)k,
                                "WWW-Authenticate: Basic realm=\"modelgate\", charset=\"UTF-8\"\r\n");
         client_respond(c, status, "application/json", j ?: "", j ? n : 0, h);
@@ -312,7 +262,7 @@ int client_frame_body(Client *c, const char *p, size_t n) {
 
         if (n == 0)
                 return 0;
-        if (c->x->chunked) {
+        if (c->req->answer.chunked) {
                 /* the chunk-size line, written by hand: this runs for every piece of every stream */
                 char h[24], *e = h + sizeof(h), *q = e;
                 *--q = '\n';
@@ -326,9 +276,9 @@ int client_frame_body(Client *c, const char *p, size_t n) {
         }
         if (buffer_append(&c->out, p, n) < 0)
                 return -ENOMEM;
-        if (c->x->chunked && buffer_append_str(&c->out, "\r\n") < 0)
+        if (c->req->answer.chunked && buffer_append_str(&c->out, "\r\n") < 0)
                 return -ENOMEM;
-        c->x->bytes += n;
+        c->req->answer.bytes += n;
         return 0;
 }
 
@@ -341,13 +291,14 @@ int client_send_held_head(Client *c, const char *framing) {
                 return -ENOMEM;
         if (c->close_after_response && buffer_append_str(&c->out, "Connection: close\r\n") < 0)
                 return -ENOMEM;
-        if (c->x->http10 && !c->close_after_response &&
+        if (c->req->http10 && !c->close_after_response &&
             buffer_append_str(&c->out, "Connection: keep-alive\r\n") < 0)
                 return -ENOMEM;
         if (buffer_append_str(&c->out, "\r\n") < 0)
                 return -ENOMEM;
-        c->x->head_sent = true;
-        c->x->engine_bytes_sent = true; /* from here on, the answer is the engine's (or the fallback's) */
+        c->req->answer.head_sent = true;
+        c->req->answer.engine_bytes_sent =
+                true; /* from here on, the answer is the engine's (or the fallback's) */
         buffer_clear(&c->held_head);
         return 0;
 }
@@ -357,11 +308,11 @@ int client_send_held_head(Client *c, const char *framing) {
 int client_queue_stream_head(Client *c) {
         assert(c);
 
-        c->x->status = 200;
-        c->x->chunked = !c->x->http10;
-        if (!c->x->chunked)
+        c->req->answer.status = 200;
+        c->req->answer.chunked = !c->req->http10;
+        if (!c->req->answer.chunked)
                 c->close_after_response = true;
         return client_queue_head(c, 200,
-                                 c->x->chunked ? HTTP_SSE_HEADERS "Transfer-Encoding: chunked\r\n"
-                                               : HTTP_SSE_HEADERS);
+                                 c->req->answer.chunked ? HTTP_SSE_HEADERS "Transfer-Encoding: chunked\r\n"
+                                                        : HTTP_SSE_HEADERS);
 }

@@ -14,18 +14,22 @@
  * asks the host's probe to look again; a stall, a refusal or an answer says nothing about the host's
  * health, and the probe's own "down" it knows already. */
 static const AttemptRule rules[_ATTEMPT_FAILURE_MAX] = {
-        [ATTEMPT_REFUSED] = {true, ATTEMPT_FALLBACK_YES, false, ATTEMPT_ANSWER_ERROR, 503},
-        [ATTEMPT_BUSY] = {true, ATTEMPT_FALLBACK_ON_BUSY, false, ATTEMPT_ANSWER_ERROR, 423},
-        [ATTEMPT_ENGINE_FAILED] = {true, ATTEMPT_FALLBACK_YES, false, ATTEMPT_ANSWER_ERROR, 0},
-        [ATTEMPT_UNREACHABLE] = {true, ATTEMPT_FALLBACK_YES, true, ATTEMPT_ANSWER_ERROR, 503},
-        [ATTEMPT_BROKEN] = {true, ATTEMPT_FALLBACK_YES, true, ATTEMPT_ANSWER_ERROR, 502},
-        [ATTEMPT_HOST_DOWN] = {true, ATTEMPT_FALLBACK_YES, false, ATTEMPT_ANSWER_ERROR, 503},
-        [ATTEMPT_STALLED] = {true, ATTEMPT_FALLBACK_YES, false, ATTEMPT_ANSWER_ERROR, 504},
-        [ATTEMPT_NOT_HERE] = {true, ATTEMPT_FALLBACK_YES, false, ATTEMPT_ANSWER_RELAY, 0},
-        [ATTEMPT_INCOMPLETE] = {true, ATTEMPT_FALLBACK_YES, false, ATTEMPT_ANSWER_END, 502},
-        [ATTEMPT_BUDGET] = {false, ATTEMPT_FALLBACK_YES, false, ATTEMPT_ANSWER_END, 504},
+        [ATTEMPT_REFUSED] = {true, ATTEMPT_FALLBACK_YES, false, ATTEMPT_ANSWER_ERROR, ANSWER_HOST_DOWN},
+        [ATTEMPT_BUSY] = {true, ATTEMPT_FALLBACK_ON_BUSY, false, ATTEMPT_ANSWER_ERROR, ANSWER_GPU_BUSY},
+        [ATTEMPT_ENGINE_FAILED] = {true, ATTEMPT_FALLBACK_YES, false, ATTEMPT_ANSWER_ERROR,
+                                   ANSWER_ENGINE_FAILED},
+        [ATTEMPT_UNREACHABLE] = {true, ATTEMPT_FALLBACK_YES, true, ATTEMPT_ANSWER_ERROR, ANSWER_HOST_DOWN},
+        [ATTEMPT_BROKEN] = {true, ATTEMPT_FALLBACK_YES, true, ATTEMPT_ANSWER_ERROR, ANSWER_UPSTREAM_FAILED},
+        [ATTEMPT_HOST_DOWN] = {true, ATTEMPT_FALLBACK_YES, false, ATTEMPT_ANSWER_ERROR, ANSWER_HOST_DOWN},
+        [ATTEMPT_STALLED] = {true, ATTEMPT_FALLBACK_YES, false, ATTEMPT_ANSWER_ERROR,
+                             ANSWER_UPSTREAM_TIMEOUT},
+        [ATTEMPT_NOT_HERE] = {true, ATTEMPT_FALLBACK_YES, false, ATTEMPT_ANSWER_RELAY, _ANSWER_INVALID},
+        [ATTEMPT_INCOMPLETE] = {true, ATTEMPT_FALLBACK_YES, false, ATTEMPT_ANSWER_END,
+                                ANSWER_UPSTREAM_ENDED_EARLY},
+        [ATTEMPT_BUDGET] = {false, ATTEMPT_FALLBACK_YES, false, ATTEMPT_ANSWER_END, ANSWER_BUDGET_EXCEEDED},
         /* rule:probe: another target may have its engine up; the cloud is not asked for a count */
-        [ATTEMPT_PROBE] = {true, ATTEMPT_FALLBACK_NO, false, ATTEMPT_ANSWER_ERROR, 423},
+        [ATTEMPT_PROBE] = {true, ATTEMPT_FALLBACK_NO, false, ATTEMPT_ANSWER_ERROR,
+                           ANSWER_PROBE_NOT_SWITCHED},
 };
 
 static const char *const names[_ATTEMPT_FAILURE_MAX] = {
@@ -44,6 +48,11 @@ static const char *const names[_ATTEMPT_FAILURE_MAX] = {
 
 const AttemptRule *attempt_rule(AttemptFailure f) {
         return f >= 0 && f < _ATTEMPT_FAILURE_MAX ? &rules[f] : NULL;
+}
+
+int attempt_status(AttemptFailure f) {
+        const AttemptRule *r = attempt_rule(f);
+        return r && r->row != _ANSWER_INVALID ? answer_status(r->row, 0) : 0;
 }
 
 const char *attempt_failure_to_string(AttemptFailure f) {

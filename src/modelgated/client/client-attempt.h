@@ -10,6 +10,8 @@
 
 #include <stdbool.h>
 
+#include "modelgated/rules/api-answer.h"
+
 typedef enum AttemptFailure {
         ATTEMPT_REFUSED,       /* the host refused before the request was sent: it is down (503) */
         ATTEMPT_BUSY,          /* its GPU is someone else's: the switch was refused (423) */
@@ -44,8 +46,13 @@ typedef struct AttemptRule {
         AttemptFallback fallback; /* the engine's fallback may take it */
         bool reprobe;             /* the host's probe is asked to look again (never: the host is down) */
         AttemptAnswer answer;
-        int status; /* the error's status; 0: the host's (the refusal's, or its own answer's) */
+        /* the row of the answer table (api-answer.h) the client hears, whose status is the one written;
+         * _ANSWER_INVALID: the host's own answer goes on */
+        Answer row;
 } AttemptRule;
+/* The status the client hears of f: its row's, 0 where that is the host's (its refusal's, or its own
+ * answer's) */
+int attempt_status(AttemptFailure f);
 
 const AttemptRule *attempt_rule(AttemptFailure f);
 const char *attempt_failure_to_string(AttemptFailure f);

@@ -17,34 +17,35 @@ void client_go(Client *c) {
 static void client_wait_for_engine(Client *c) {
         const Config *cf = manager_config(c->manager);
 
-        if (!c->x->ask.stream || c->x->head || cf->keepalive_after_usec == USEC_INFINITY)
+        if (!c->req->ask.stream || c->req->head || cf->keepalive_after_usec == USEC_INFINITY)
                 return;
-        if (!c->x->keepalive) {
-                if (sd_event_add_time_relative(manager_event(c->manager), &c->x->keepalive, CLOCK_MONOTONIC,
-                                               cf->keepalive_after_usec, 0, client_keepalive_cb, c) < 0)
+        if (!c->req->answer.keepalive) {
+                if (sd_event_add_time_relative(manager_event(c->manager), &c->req->answer.keepalive,
+                                               CLOCK_MONOTONIC, cf->keepalive_after_usec, 0,
+                                               client_keepalive_cb, c) < 0)
                         return; /* no keepalives: the client waits in silence */
         } else
-                (void)sd_event_source_set_time_relative(c->x->keepalive, cf->keepalive_after_usec);
-        (void)sd_event_source_set_enabled(c->x->keepalive, SD_EVENT_ONESHOT);
+                (void)sd_event_source_set_time_relative(c->req->answer.keepalive, cf->keepalive_after_usec);
+        (void)sd_event_source_set_enabled(c->req->answer.keepalive, SD_EVENT_ONESHOT);
 }
 
 static void client_engine_ready(HostWaiter *w, int status, const char *message) {
-        _cleanup_(client_unrefp) Client *c = client_ref(container_of(w, Exchange, waiter)->client);
+        _cleanup_(client_unrefp) Client *c = client_ref(container_of(w, Request, attempt.waiter)->client);
 
         /* rule:queued-and-switch: summed over an alias's targets */
-        c->x->queued += w->queued;
-        c->x->switched += w->switched;
-        c->x->caused_switch = c->x->caused_switch || w->caused_switch;
+        c->req->waited.queued += w->queued;
+        c->req->waited.switched += w->switched;
+        c->req->waited.caused_switch = c->req->waited.caused_switch || w->caused_switch;
 
         /* on success the comments go on while the engine's router loads the model */
         if (status != 0) {
-                (void)sd_event_source_set_enabled(c->x->keepalive, SD_EVENT_OFF);
+                (void)sd_event_source_set_enabled(c->req->answer.keepalive, SD_EVENT_OFF);
                 (void)client_attempt_failed(c, attempt_failure_of_refusal(status), status, message);
         } else {
                 usec_t now = client_now(c);
-                metrics_wait(manager_metrics(c->manager), c->x->host->name, now - c->x->start);
-                metrics_queued(manager_metrics(c->manager), c->x->host->name, w->queued);
-                activity_request_ready(&c->x->activity, now);
+                metrics_wait(manager_metrics(c->manager), c->req->host->name, now - c->req->start);
+                metrics_queued(manager_metrics(c->manager), c->req->host->name, w->queued);
+                activity_request_ready(&c->req->activity.entry, now);
                 client_go(c);
         }
         client_flush(c);
@@ -65,22 +66,22 @@ static bool client_admit(Client *c) {
         _cleanup_free_ char *key = NULL;
         AccessDenial d;
 
-        c->x->browser = request_is_browser(r, url_path(http_request_url(r)));
+        c->req->browser = request_is_browser(r, url_path(http_request_url(r)));
         if (auth.p && auth.n > 7 && strncasecmp(auth.p, "Bearer ", 7) == 0)
                 key = strndup(auth.p + 7, auth.n - 7);
         else if (xkey.p)
                 key = strndup(xkey.p, xkey.n);
-        else if (c->x->browser && basic_auth_key(auth, &key) < 0) {
+        else if (c->req->browser && basic_auth_key(auth, &key) < 0) {
                 client_answer(c, ANSWER_OUT_OF_MEMORY);
                 return false;
         }
         /* the caller's tier points into this configuration: the request holds it, through a reload that
          * comes while its body is read or its listing waits */
-        if (!c->x->config)
-                c->x->config = config_ref(manager_config(c->manager));
-        if (access_identify(c->x->config, key, c->peer, &c->x->caller, &d) != ACCESS_ALLOWED) {
+        if (!c->req->config)
+                c->req->config = config_ref(manager_config(c->manager));
+        if (access_identify(c->req->config, key, c->peer, &c->req->caller, &d) != ACCESS_ALLOWED) {
                 client_answer_message(c, d.answer, /* status= */ 0, /* retry_after= */ 0, d.message);
-                c->x->caller.admitted = false;
+                c->req->caller.admitted = false;
                 return false;
         }
         return true;
@@ -95,8 +96,8 @@ static bool client_within_cap(Client *c) {
         Access *access = manager_access(c->manager);
         AccessDenial denial;
 
-        if (!c->x->caller.admitted || !access ||
-            access_check(access, c->x->config, &c->x->caller, c->peer, &denial) != ACCESS_OVER_CAP)
+        if (!c->req->caller.admitted || !access ||
+            access_check(access, c->req->config, &c->req->caller, c->peer, &denial) != ACCESS_OVER_CAP)
                 return true;
         client_refuse_cap(c, &denial);
         return false;
@@ -110,14 +111,14 @@ static bool request_is_open(const HttpRequest *r, Span path) {
 
 /* The body limit of the caller: its tier's MaxBodySize=, or AnonymousMaxBodySize=; 0: MaxBodySize=. */
 static uint64_t caller_body_limit(const Client *c) {
-        const AccessConf *a = &(c->x->config ?: manager_config(c->manager))->access;
-        return c->x->caller.tier ? c->x->caller.tier->max_body_size : a->anonymous_max_body_size;
+        const AccessConf *a = &(c->req->config ?: manager_config(c->manager))->access;
+        return c->req->caller.tier ? c->req->caller.tier->max_body_size : a->anonymous_max_body_size;
 }
 
 static void client_refuse_body(Client *c) {
         client_answer(c, ANSWER_BODY_TOO_LARGE,
-                      c->x->caller.tier ? "this key's tier" : "this proxy for clients without a key",
-                      c->x->caller.tier ? "MaxBodySize=" : "AnonymousMaxBodySize=",
+                      c->req->caller.tier ? "this key's tier" : "this proxy for clients without a key",
+                      c->req->caller.tier ? "MaxBodySize=" : "AnonymousMaxBodySize=",
                       (unsigned long long)caller_body_limit(c));
 }
 
@@ -135,10 +136,10 @@ bool client_admit_head(Client *c) {
                 return true; /* rule:host-check: client_dispatch() checks it */
         /* an answer on the head is the request's answer: its access line names it, and the body that
          * follows is not read (the connection closes) */
-        c->x->start = client_now(c);
-        c->x->method = r->method;
-        c->x->path = path;
-        c->x->api = api_kind_for_path(path);
+        c->req->start = client_now(c);
+        c->req->method = r->method;
+        c->req->path = path;
+        c->req->api = api_kind_for_path(path);
         c->close_after_response = true;
         if (client_host_refused(c)) /* rule:host-check: before anything else */
                 return false;
@@ -160,8 +161,8 @@ bool client_admit_head(Client *c) {
                         return false;
         }
         /* admitted: the request is dispatched when its body is in */
-        c->x->method = EXCHANGE_NO_METHOD;
-        c->x->path = (Span){};
+        c->req->method = REQUEST_NO_METHOD;
+        c->req->path = (Span){};
         c->close_after_response = close;
         return true;
 }
@@ -175,7 +176,7 @@ typedef struct Dispatch {
         bool in_body, in_query;
         const char *body;
         size_t body_len, url_len;
-        const char *model; /* as the client named it: the Exchange's copy */
+        const char *model; /* as the client named it: the Request's copy */
         char *qmodel;      /* the query's, while it is compared with the body's */
         const char *key;   /* the model without its host */
         char *quoted;      /* the key, for the query (the body's is written straight into the request) */
@@ -188,16 +189,16 @@ static void dispatch_done(Dispatch *d) {
         free(d->new_url);
 }
 
-static void exchange_begin(Client *c, Dispatch *d) {
+static void request_begin(Client *c, Dispatch *d) {
         HttpRequest *r = d->r;
 
-        c->x->start = client_now(c);
-        c->x->method = r->method;
-        c->x->path = d->path;
-        c->x->user_agent = http_request_header(r, "User-Agent");
-        c->x->api = api_kind_for_path(d->path);
-        c->x->head = r->method == HTTP_HEAD;
-        c->x->http10 = r->http_major == 1 && r->http_minor == 0;
+        c->req->start = client_now(c);
+        c->req->method = r->method;
+        c->req->path = d->path;
+        c->req->user_agent = http_request_header(r, "User-Agent");
+        c->req->api = api_kind_for_path(d->path);
+        c->req->head = r->method == HTTP_HEAD;
+        c->req->http10 = r->http_major == 1 && r->http_minor == 0;
         if (!r->keep_alive || manager_stopping(c->manager))
                 c->close_after_response = true;
 }
@@ -236,7 +237,7 @@ static bool dispatch_own(Client *c, Dispatch *d) {
                 return true;
         }
         if (manager_config(c->manager)->access.enabled) {
-                if (!c->x->caller.admitted && !client_admit(c))
+                if (!c->req->caller.admitted && !client_admit(c))
                         return true;
                 uint64_t limit = caller_body_limit(c);
                 if (limit > 0 && buffer_size(&r->body) > limit) {
@@ -276,7 +277,7 @@ static bool dispatch_own(Client *c, Dispatch *d) {
         }
         if (get && (span_eq(path, "/models") || span_eq(path, "/v1/models"))) {
                 k = models_merge_start(c->manager, c->set->models, client_model_visible, client_models_done,
-                                       c, &c->x->merge);
+                                       c, &c->req->own.merge);
                 if (k < 0)
                         client_answer(c, ANSWER_OUT_OF_MEMORY);
                 return true;
@@ -315,7 +316,7 @@ static bool dispatch_read_model(Client *c, Dispatch *d) {
         int k;
 
         if (d->body_len > 0) {
-                k = json_read_request(d->body, d->body_len, &d->span, &model, &c->x->ask);
+                k = json_read_request(d->body, d->body_len, &d->span, &model, &c->req->ask);
                 d->in_body = k == MODEL_FOUND;
                 a = model_lookup_answer(k, /* query= */ false, /* absent_ok= */ true, /* any_body= */ true);
                 if (a >= 0)
@@ -338,12 +339,12 @@ static bool dispatch_read_model(Client *c, Dispatch *d) {
         for (const char *q = model; *q; q++)
                 if ((unsigned char)*q < 0x20 || *q == 0x7f)
                         return client_answer(c, ANSWER_MODEL_CONTROL_CHARACTER), false;
-        free(c->x->model);
-        d->model = c->x->model = TAKE_PTR(model);
-        /* an alias's next target reads the model again: the activity record points at the Exchange's
+        free(c->req->model);
+        d->model = c->req->model = TAKE_PTR(model);
+        /* an alias's next target reads the model again: the activity record points at the Request's
          * string, and would point at the freed one until the next host's activity begin (which a host
          * removed by a reload never reaches) */
-        c->x->activity.model = c->x->model;
+        c->req->activity.entry.model = c->req->model;
         return true;
 }
 
@@ -351,25 +352,25 @@ static bool dispatch_read_model(Client *c, Dispatch *d) {
  * do now, never one tried before. 'after' is the refusal that moved it on, NULL for the first pick. false:
  * none is left. */
 static bool dispatch_pick_target(Client *c, const char *after) {
-        const AliasConf *a = c->x->alias;
+        const AliasConf *a = c->req->alias.conf;
         AliasClient who = client_identity(c);
         const char *why;
         ssize_t i;
 
-        i = manager_alias_pick(c->manager, a, &who, c->x->alias_tried, NULL, &why);
+        i = manager_alias_pick(c->manager, a, &who, c->req->alias.tried, NULL, &why);
         if (i < 0)
                 return false;
         if (after) {
                 _cleanup_free_ char *e = log_escape_dup(after);
                 char id[REQUEST_ID_MAX * 4 + 1];
                 log_notice("alias %s: target %s refused (%s); trying %s (%s) id=%s", a->name,
-                           c->x->alias_target, strna(e), a->targets[i], why, client_log_id(c, id));
+                           c->req->alias.target, strna(e), a->targets[i], why, client_log_id(c, id));
         } else
                 log_debug("alias %s: %s%s%s%s picks %s (%s)", a->name, who.key ? "key:" : "",
                           who.key ?: who.address, who.session ? " session " : "",
-                          who.session ? c->x->session_label : "", a->targets[i], why);
-        c->x->alias_tried |= UINT64_C(1) << i;
-        c->x->alias_target = a->targets[i];
+                          who.session ? c->req->session.label : "", a->targets[i], why);
+        c->req->alias.tried |= UINT64_C(1) << i;
+        c->req->alias.target = a->targets[i];
         manager_alias_used(c->manager, a, &who, (size_t)i);
         return true;
 }
@@ -388,15 +389,15 @@ static void dispatch_from_parser(Dispatch *d) {
 /* rule:shared-counts: Redis admitted the request (or refused it): on as dispatch_route() would have
  * gone, the request read again from the parser as client_next_target() does */
 static void client_admitted(AccessWait *w, int verdict, const AccessDenial *denial) {
-        _cleanup_(client_unrefp) Client *c = client_ref(container_of(w, Exchange, access_wait)->client);
+        _cleanup_(client_unrefp) Client *c = client_ref(container_of(w, Request, access_wait)->client);
         _cleanup_(dispatch_done) Dispatch d = {.r = &c->parser.req};
 
         dispatch_from_parser(&d);
         if (verdict == ACCESS_OVER_CAP)
                 client_refuse_cap(c, denial);
         else if (dispatch_read_model(c, &d)) {
-                c->x->host = config_host_of_model(c->x->config, c->x->alias_target ?: d.model, &d.key);
-                if (c->x->host)
+                c->req->host = config_host_of_model(c->req->config, c->req->alias.target ?: d.model, &d.key);
+                if (c->req->host)
                         dispatch_to_host(c, &d);
                 else /* routed before the wait, under the configuration the request holds */
                         client_answer(c, ANSWER_ALIAS_TARGET_LOST);
@@ -415,29 +416,29 @@ static bool dispatch_route(Client *c, Dispatch *d) {
         if (!client_within_cap(c))
                 return false;
         /* a tier's Models= limits routing as much as the list */
-        if (c->x->caller.admitted && !access_model_allowed(&c->x->caller, d->model))
-                return client_answer(c, ANSWER_MODEL_NOT_ALLOWED, c->x->caller.tier->name, c->x->model),
+        if (c->req->caller.admitted && !access_model_allowed(&c->req->caller, d->model))
+                return client_answer(c, ANSWER_MODEL_NOT_ALLOWED, c->req->caller.tier->name, c->req->model),
                        false;
-        if (!c->x->config)
-                c->x->config = config_ref(manager_config(c->manager));
+        if (!c->req->config)
+                c->req->config = config_ref(manager_config(c->manager));
         client_read_session(c);
-        c->x->alias = config_find_alias(c->x->config, d->model);
-        if (c->x->alias && !dispatch_pick_target(c, NULL))
+        c->req->alias.conf = config_find_alias(c->req->config, d->model);
+        if (c->req->alias.conf && !dispatch_pick_target(c, NULL))
                 return client_answer(c, ANSWER_OUT_OF_MEMORY), false;
         /* the host the model names, or none: never another host's copy (rule:no-substitute) */
-        c->x->host = config_host_of_model(c->x->config, c->x->alias_target ?: d->model, &d->key);
-        if (!c->x->host) {
+        c->req->host = config_host_of_model(c->req->config, c->req->alias.target ?: d->model, &d->key);
+        if (!c->req->host) {
                 char m2[160];
                 log_escape(m2, sizeof(m2), d->model, strlen(d->model));
                 return client_answer(c, ANSWER_UNKNOWN_HOST, m2), false;
         }
         /* counted once it routes: a mistyped model name costs nobody a request of the day */
-        if (c->x->caller.admitted) {
+        if (c->req->caller.admitted) {
                 AccessDenial denial;
                 Access *access = manager_access(c->manager);
-                c->x->access_wait.fn = client_admitted;
-                k = access ? access_admit(access, c->x->config, &c->x->caller, c->peer, &denial,
-                                          &c->x->access_wait)
+                c->req->access_wait.fn = client_admitted;
+                k = access ? access_admit(access, c->req->config, &c->req->caller, c->peer, &denial,
+                                          &c->req->access_wait)
                            : -ENOMEM;
                 if (k == ACCESS_PENDING)
                         return false;
@@ -470,46 +471,48 @@ static ssize_t dispatch_engine(Client *c, Dispatch *d, Host *host) {
         char k2[160];
         ssize_t engine;
 
-        c->x->model_label = NULL; /* an alias's earlier target named its own */
+        c->req->model_label = NULL; /* an alias's earlier target named its own */
         if (!host_has_engines(host)) {
                 int listed = catalog_lists(host_catalog(host), d->key);
                 if (listed > 0)
-                        c->x->model_label = d->key; /* rule:usage-metrics: the host lists it */
+                        c->req->model_label = d->key; /* rule:usage-metrics: the host lists it */
                 if (span_startswith(d->path, "/models") || listed != 0)
                         return -1;
                 /* rule:unlisted-key-404: a key the host does not list (its list is known) is 404;
                  * /models/... calls (a download of a new model, say) are the host's to judge */
                 log_escape(k2, sizeof(k2), d->key, strlen(d->key));
-                return client_answer(c, ANSWER_UNKNOWN_MODEL, c->x->host->name, k2), -2;
+                return client_answer(c, ANSWER_UNKNOWN_MODEL, c->req->host->name, k2), -2;
         }
-        engine = host_find_engine(host, d->key, &c->x->model_label);
+        engine = host_find_engine(host, d->key, &c->req->model_label);
         if (engine < 0) {
                 log_escape(k2, sizeof(k2), d->key, strlen(d->key));
-                return client_answer(c, ANSWER_NO_ENGINE, c->x->host->name, k2), -2;
+                return client_answer(c, ANSWER_NO_ENGINE, c->req->host->name, k2), -2;
         }
         /* rule:never-listed-404: no GPU moves for a name its engine is known not to have and the host never
          * listed (models-seen.json: what a list read while another engine shared its URL taught is not
          * trusted alone); /models/... calls are the host's to judge, as in rule:unlisted-key-404 */
         if (!span_startswith(d->path, "/models") && host_key_known_absent(host, (size_t)engine, d->key) &&
-            !model_memory_get(manager_model_memory(c->manager), c->x->host->name, d->key)) {
+            !model_memory_get(manager_model_memory(c->manager), c->req->host->name, d->key)) {
                 const char *e = host_engine(host, (size_t)engine)->conf->name;
                 log_escape(k2, sizeof(k2), d->key, strlen(d->key));
-                return client_answer(c, ANSWER_NEVER_LISTED, c->x->host->name, e, k2, c->x->host->name, e),
+                return client_answer(c, ANSWER_NEVER_LISTED, c->req->host->name, e, k2, c->req->host->name,
+                                     e),
                        -2;
         }
-        c->x->target = host_engine(host, (size_t)engine)->url;
-        c->x->engine_conf = host_engine(host, (size_t)engine)->conf;
-        c->x->engine_name = c->x->engine_conf->name;
+        c->req->attempt.target = host_engine(host, (size_t)engine)->url;
+        c->req->attempt.engine_conf = host_engine(host, (size_t)engine)->conf;
+        c->req->attempt.engine_name = c->req->attempt.engine_conf->name;
         /* the fallback spends the operator's cloud key: inference only, on a path of modelgate's
          * own, and only for a model in the body (the only place it can be renamed) */
-        c->x->fb_path = client_fallback_path(d->r->method, d->path);
-        c->x->fallback = c->x->fb_path && d->in_body
-                                 ? config_find_fallback(c->x->config, c->x->engine_conf->fallback)
-                                 : NULL;
-        if (c->x->fallback)
-                c->x->awaiting_first_token = c->x->ask.stream && !c->x->head;
-        if (c->x->ask.stream && c->x->engine_conf->first_token_budget_usec != 0)
-                c->x->awaiting_first_token = !c->x->head;
+        c->req->fallback.path = client_fallback_path(d->r->method, d->path);
+        c->req->fallback.conf =
+                c->req->fallback.path && d->in_body
+                        ? config_find_fallback(c->req->config, c->req->attempt.engine_conf->fallback)
+                        : NULL;
+        if (c->req->fallback.conf)
+                c->req->attempt.awaiting_first_token = c->req->ask.stream && !c->req->head;
+        if (c->req->ask.stream && c->req->attempt.engine_conf->first_token_budget_usec != 0)
+                c->req->attempt.awaiting_first_token = !c->req->head;
         return engine;
 }
 
@@ -539,8 +542,8 @@ static bool dispatch_probe_may_go(Client *c, Dispatch *d, Host *host, size_t eng
         if (probe_decide(&v) != PROBE_REFUSE)
                 return true;
         if (cold) {
-                (void)answer_format(msg, sizeof(msg), ANSWER_PROBE_NOT_LOADED, d->key, c->x->engine_name,
-                                    c->x->host->name);
+                (void)answer_format(msg, sizeof(msg), ANSWER_PROBE_NOT_LOADED, d->key,
+                                    c->req->attempt.engine_name, c->req->host->name);
                 (void)client_attempt_failed(c, ATTEMPT_PROBE, 423, msg);
                 return false;
         }
@@ -552,8 +555,8 @@ static bool dispatch_probe_may_go(Client *c, Dispatch *d, Host *host, size_t eng
         else
                 snprintf(why, sizeof(why), "%u requests are in flight or waiting there",
                          v.in_flight + v.waiting);
-        (void)answer_format(msg, sizeof(msg), ANSWER_PROBE_NOT_SWITCHED, c->x->engine_name, c->x->host->name,
-                            why);
+        (void)answer_format(msg, sizeof(msg), ANSWER_PROBE_NOT_SWITCHED, c->req->attempt.engine_name,
+                            c->req->host->name, why);
         (void)client_attempt_failed(c, ATTEMPT_PROBE, 423, msg);
         return false;
 }
@@ -565,7 +568,7 @@ void client_dispatch(Client *c) {
         _cleanup_(dispatch_done) Dispatch d = {.r = r};
 
         dispatch_from_parser(&d);
-        exchange_begin(c, &d);
+        request_begin(c, &d);
         if (client_host_refused(c) || dispatch_own(c, &d) || client_dispatch_stream(c, d.url, d.path) ||
             !dispatch_read_model(c, &d) || !dispatch_route(c, &d))
                 return;
@@ -580,18 +583,19 @@ bool client_next_target(Client *c, const char *why) {
         HttpRequest *r = &c->parser.req;
         _cleanup_(dispatch_done) Dispatch d = {.r = r};
 
-        if (!c->x->alias || c->x->via_fallback || c->x->engine_bytes_sent || !dispatch_pick_target(c, why))
+        if (!c->req->alias.conf || c->req->attempt.via_fallback || c->req->answer.engine_bytes_sent ||
+            !dispatch_pick_target(c, why))
                 return false;
-        metrics_alias_move(manager_metrics(c->manager), c->x->alias->name);
+        metrics_alias_move(manager_metrics(c->manager), c->req->alias.conf->name);
         client_attempt_end(c);
-        c->x->fallback = NULL; /* the next target's engine names its own */
+        c->req->fallback.conf = NULL; /* the next target's engine names its own */
 
         /* the request is the parser's still (its body kept for this): read again, it cannot fail now */
         dispatch_from_parser(&d);
         if (!dispatch_read_model(c, &d))
                 return true;
-        c->x->host = config_host_of_model(c->x->config, c->x->alias_target, &d.key);
-        if (!c->x->host) /* verified at load; the config is the one the pick read */
+        c->req->host = config_host_of_model(c->req->config, c->req->alias.target, &d.key);
+        if (!c->req->host) /* verified at load; the config is the one the pick read */
                 return client_answer(c, ANSWER_ALIAS_TARGET_LOST), true;
         dispatch_to_host(c, &d);
         return true;
@@ -603,47 +607,48 @@ static void dispatch_to_host(Client *c, Dispatch *d) {
 
         if (!dispatch_rewrite(c, d))
                 return;
-        Host *host = manager_host(c->manager, c->x->host);
+        Host *host = manager_host(c->manager, c->req->host);
         if (!host) {
                 /* admitted (or moved on to this alias target) under a configuration that a reload has
                  * replaced since, and the host it named is gone and drained: the host's refusal, so
                  * that an alias moves on and the fallback may answer */
                 char msg[256];
-                (void)answer_format(msg, sizeof(msg), ANSWER_HOST_REMOVED, c->x->host->name);
+                (void)answer_format(msg, sizeof(msg), ANSWER_HOST_REMOVED, c->req->host->name);
                 (void)client_attempt_failed(c, ATTEMPT_REFUSED, 503, msg);
                 return;
         }
-        c->x->target = &c->x->host->url;
+        c->req->attempt.target = &c->req->host->url;
         ssize_t engine = dispatch_engine(c, d, host);
         if (engine < -1)
                 return;
-        if (!client_stream_remember(c, d->r, d->path, engine >= 0 ? c->x->engine_name : ""))
+        if (!client_stream_remember(c, d->r, d->path, engine >= 0 ? c->req->attempt.engine_name : ""))
                 return;
         /* rule:attribution-line: Claude Code's changing first line never reaches a llama.cpp host (the
          * fallback builds its request from the client's body as it was) */
-        Span cut = c->x->api == API_ANTHROPIC && d->body && d->r->method == HTTP_POST
+        Span cut = c->req->api == API_ANTHROPIC && d->body && d->r->method == HTTP_POST
                            ? attribution_block(d->body, d->body_len)
                            : (Span){};
-        if (client_build_request(c, c->x->target, d->url, (Span){d->body ?: "", d->body ? d->body_len : 0},
-                                 d->span, d->key, cut, &c->x->pending) < 0) {
+        if (client_build_request(c, c->req->attempt.target, d->url,
+                                 (Span){d->body ?: "", d->body ? d->body_len : 0}, d->span, d->key, cut,
+                                 &c->req->attempt.pending) < 0) {
                 client_answer(c, ANSWER_OUT_OF_MEMORY);
                 return;
         }
         /* the request's own copy of the body is not needed any more, unless a fallback or an alias's next
          * target may need it */
-        if (!c->x->fallback && !c->x->alias)
+        if (!c->req->fallback.conf && !c->req->alias.conf)
                 buffer_done(&r->body);
         if (engine >= 0 && !dispatch_probe_may_go(c, d, host, (size_t)engine))
                 return;
         HostRefusal refusal;
         client_activity_begin(c);
-        HostAcquire k = engine >= 0 ? host_acquire(host, (size_t)engine, &c->x->waiter, client_engine_ready,
-                                                   client_host_went_down, c->x->alias_target ?: c->x->model,
-                                                   &refusal)
-                                    : host_attach(host, &c->x->waiter, client_host_went_down,
-                                                  c->x->alias_target ?: c->x->model, &refusal);
+        HostAcquire k = engine >= 0 ? host_acquire(host, (size_t)engine, &c->req->attempt.waiter,
+                                                   client_engine_ready, client_host_went_down,
+                                                   c->req->alias.target ?: c->req->model, &refusal)
+                                    : host_attach(host, &c->req->attempt.waiter, client_host_went_down,
+                                                  c->req->alias.target ?: c->req->model, &refusal);
         if (k != HOST_REFUSED)
-                c->x->waiter.id = client_request_id(c); /* for the switch and wait lines */
+                c->req->attempt.waiter.id = client_request_id(c); /* for the switch and wait lines */
         switch (k) {
         case HOST_REFUSED:
                 (void)client_attempt_failed(c, attempt_failure_of_refusal(refusal.status), refusal.status,
@@ -655,8 +660,8 @@ static void dispatch_to_host(Client *c, Dispatch *d) {
                 return; /* client_engine_ready() goes on */
         case HOST_ACQUIRED:
                 if (engine >= 0) {
-                        metrics_wait(manager_metrics(c->manager), c->x->host->name, 0);
-                        metrics_queued(manager_metrics(c->manager), c->x->host->name, 0);
+                        metrics_wait(manager_metrics(c->manager), c->req->host->name, 0);
+                        metrics_queued(manager_metrics(c->manager), c->req->host->name, 0);
                         client_wait_for_engine(c); /* its router may still have to load the model */
                 }
                 break;

@@ -34,7 +34,7 @@
  *         _cleanup_(client_unrefp) Client *ref = client_ref(c);
  * and whatever it calls may then end the connection with client_close(): the Client leaves every list (the
  * set's, the idle list, the feed hub), its timers and event sources stop, its upstream is cancelled and its
- * host wait released (exchange_done()), its socket is closed, and the set's reference is dropped; the
+ * host wait released (request_done()), its socket is closed, and the set's reference is dropped; the
  * memory lives until the last pin goes. Nothing calls into a closed Client any more, and no function
  * returns "it is gone": client_flush() and client_process() do nothing on a closed Client, and code that
  * goes on after a call that may close looks at client_is_closed() where it must (before it re-arms a
@@ -67,7 +67,7 @@
 #include "modelgated/host/catalog.h"
 #include "modelgated/client/client-attempt.h"
 #include "modelgated/client/client.h"
-#include "modelgated/client/exchange.h"
+#include "modelgated/client/request.h"
 #include "modelgated/event/feed-hub.h"
 #include "modelgated/rules/first-wait.h"
 #include "modelgated/host/host.h"
@@ -165,8 +165,8 @@ struct Client {
         Blob *tail;
         size_t tail_sent;
 
-        Exchange exchange;         /* the request being answered, ended with it */
-        Exchange *x;               /* &exchange */
+        Request request;           /* the request being answered, ended with it */
+        Request *req;              /* &request */
         Buffer held_head, scratch; /* working space, kept across requests */
 };
 
@@ -186,18 +186,12 @@ void client_process(Client *c);
 
 /* client-answer.c: writing answers, and the access line */
 void client_log_access(Client *c, const char *note);
-/* rule:key-usage, rule:usage-metrics: an answer's tokens, for its caller's day and (host: NULL for the
- * fallback's) for /metrics */
-void client_count_usage(Manager *m, const Config *config, const AccessCaller *caller, const char *peer,
-                        const char *host, const char *engine, const char *model_label, const Usage *u);
-/* The answer's tokens that the access line left to a drain (usage_owed), counted now: there is none */
-void client_count_owed(Client *c);
 void client_response_complete(Client *c, const char *note);
 int client_queue_head(Client *c, int status, const char *extra);
 /* rule:request-id: the request's id, the client's or made on the first call (out of line) */
 Span client_request_id_first(Client *c);
 static inline Span client_request_id(Client *c) {
-        return c->x->request_id.n > 0 ? c->x->request_id : client_request_id_first(c);
+        return c->req->id.span.n > 0 ? c->req->id.span : client_request_id_first(c);
 }
 /* The request's id escaped for a log line about it (rule:request-id: the id on every line about the
  * request), in buf */
@@ -239,6 +233,28 @@ void client_answer_message(Client *c, Answer a, int status, uint64_t retry_after
 int client_frame_body(Client *c, const char *p, size_t n);
 int client_send_held_head(Client *c, const char *framing);
 int client_queue_stream_head(Client *c);
+
+/* client-usage.c: what the answer says it cost (rule:usage) */
+/* The answer's head came: whether it is read for its cost (a generation's 200, a stream or a JSON body) */
+void client_usage_start(Client *c, const UpstreamResponse *resp, Span ct, bool sse, bool no_body);
+/* The tally an event stream's filter reads the usage into, or NULL */
+Usage *client_usage_of_answer(Client *c);
+/* A piece of a whole JSON body, and its end */
+void client_usage_body(Client *c, const char *p, size_t n);
+void client_usage_whole(Client *c);
+/* What the record says it cost, settled (seen: a copy, when a drain reads the rest on and counts it),
+ * NULL for an answer not read; cut: it ended before its last event */
+const Usage *client_usage_for_record(Client *c, Usage *seen, bool *cut);
+/* The record's tokens, for the caller's day and /metrics, unless the drain counts them */
+void client_usage_count(Client *c, const RequestRecord *rec);
+/* rule:key-usage, rule:usage-metrics: an answer's tokens, for its caller's day and (host: NULL for the
+ * fallback's) for /metrics */
+void client_count_usage(Manager *m, const Config *config, const AccessCaller *caller, const char *peer,
+                        const char *host, const char *engine, const char *model_label, const Usage *u);
+/* The answer's tokens that the access line left to a drain (usage.owed), counted now: there is none */
+void client_count_owed(Client *c);
+/* The drain takes the tally over (to), and counts it: false when the answer is not read */
+bool client_usage_hand_over(Client *c, Usage *to);
 
 /* client-request.c: the request for a host */
 /* The request for a host: the client's, with the body's bytes of span (empty: none) replaced by key and
@@ -305,9 +321,15 @@ void client_attempt_end(Client *c);
 void client_start_budget(Client *c);
 const char *client_fallback_path(llhttp_method_t method, Span path);
 bool client_fall_back(Client *c, const char *why);
+/* The fallback that answered, for the record; NULL: none did */
+const char *client_fallback_name(const Client *c);
+/* The fallback's own failure, as it is: not chained, and not the host's fault */
+void client_fallback_failed(Client *c, const char *reason);
 
 /* client-endpoints.c: modelgate's own endpoints */
 bool client_model_visible(const char *id, void *userdata);
+/* Every host's catalog has been read once: a GET /v1/models that waits for them answers now */
+void client_models_catalogs_ready(Client *c);
 void client_models_done(ModelsMerge *mm, Blob *json, void *userdata);
 bool client_refuse_websocket(Client *c, Span path);
 void client_respond_health(Client *c, bool strict);
@@ -336,7 +358,7 @@ void client_activity_begin(Client *c);
 void client_activity_queued(Client *c);
 void client_activity_first_byte(Client *c);
 void client_activity_loading(Client *c);
-void client_activity_done(Client *c, int status, usec_t duration, bool cut, const Usage *u);
+void client_activity_done(Client *c, RequestRecord *rec);
 bool client_feed_open(Client *c, const char *path);
 void client_start_activity(Client *c);
 bool client_may_watch(Client *c);
@@ -344,6 +366,8 @@ bool client_may_watch(Client *c);
  * and the session it names: rule:sessions); the session its request names, once it is admitted */
 AliasClient client_identity(const Client *c);
 void client_read_session(Client *c);
+/* Its label (hex digits), or NULL: it names none */
+const char *client_session_label(const Client *c);
 
 /* The loop's time: everything that one event dispatch decides about a request uses one "now" (every
  * caller runs inside an event callback of the loop). */

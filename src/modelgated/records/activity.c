@@ -458,6 +458,32 @@ void activity_request_done(ActivityRequest *r, usec_t now) {
                 broadcast(a, "request", r, NULL, NULL);
 }
 
+void activity_request_ended(ActivityRequest *r, const RequestRecord *rec, usec_t start) {
+        const Usage *u = rec->usage;
+
+        assert(r && rec);
+        r->status = rec->status;
+        /* rule:queued-and-switch: the access line's own figures, so that the two never disagree */
+        r->queued_usec = rec->queued;
+        r->switch_usec = rec->switched;
+        r->duration_ms = (int64_t)(rec->duration / USEC_PER_MSEC);
+        r->first_byte_ms = rec->first_byte ? (int64_t)(rec->first_byte / USEC_PER_MSEC) : -1;
+        r->tokens_in = u ? u->in : -1;
+        r->tokens_cached = u ? u->cached : -1;
+        r->tokens_prefilled = u ? usage_prefilled(u) : -1;
+        r->tokens_out = u ? u->out : -1;
+        r->prefill_tps = u ? usage_speed(u->prompt_n, u->prompt_ms) : -1;
+        r->decode_tps = u ? usage_speed(u->predicted_n, u->predicted_ms) : -1;
+        r->cut = rec->cut;
+        r->upstream_error_status = rec->upstream_error_status;
+        r->upstream_error = rec->upstream_error_status ? rec->upstream_error : NULL;
+        r->caused_switch = rec->caused_switch;
+        r->fallback = rec->fallback;
+        if (rec->fallback)
+                r->engine = NULL;
+        activity_request_done(r, start + rec->duration);
+}
+
 void activity_set_history(Activity *a, HistoryFile *f) {
         assert(a);
         a->history = f;

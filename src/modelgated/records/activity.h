@@ -3,7 +3,7 @@
 
 /* The live activity (rule:activity-feed, modelgated(8) ACTIVITY): the requests in flight, the ring of the
  * last ACTIVITY_RECENT finished ones, each host's last view, and the /activity subscribers (a FeedHub of
- * its own). A request's record is a fixed-size struct its owner embeds (the client's Exchange): the
+ * its own). A request's record is a fixed-size struct its owner embeds (the client's Request): the
  * phases change fields in it, and JSON is written only while someone subscribes; at its end its numbers
  * and copies of its names go into the ring. Nothing in it is ever prompt or answer text
  * (rule:no-text-in-activity): names, ids and numbers only. Times are CLOCK_REALTIME µs (the loop's, no
@@ -16,6 +16,7 @@
 #include <systemd/sd-event.h>
 
 #include "modelgated/event/feed-hub.h"
+#include "modelgated/rules/request-record.h"
 #include "modelgated/rules/session.h"
 #include "shared/buffer.h"
 #include "shared/list.h"
@@ -119,6 +120,9 @@ void activity_request_phase(ActivityRequest *r, ActivityPhase p, usec_t now);
 void activity_request_ready(ActivityRequest *r, usec_t now);
 /* The request ended (status and the numbers set by the caller): copied into the ring, no longer in
  * flight. Nothing for a request never begun or already done. */
+/* Its end, with the record's figures (what the access line says: the two never disagree), at start +
+ * its duration: activity_request_done() */
+void activity_request_ended(ActivityRequest *r, const RequestRecord *rec, usec_t start);
 void activity_request_done(ActivityRequest *r, usec_t now);
 /* rule:history: the file the finished requests are kept in when there is no journal (records/history.h),
  * which the access line appends each one's fields to; NULL: none. Borrowed: its owner frees it after the

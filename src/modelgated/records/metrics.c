@@ -273,6 +273,14 @@ void metrics_request(Metrics *m, const char *host, const char *engine, int statu
         count(m, F_REQUESTS, host, engine ?: "", status);
 }
 
+void metrics_record(Metrics *m, const RequestRecord *rec) {
+        int status = rec->error_status ?: rec->status_sent; /* an error told inside an early 200 counts */
+
+        metrics_request(m, rec->host ?: "", rec->engine_tried, status);
+        if (rec->alias)
+                metrics_alias_request(m, rec->alias, rec->target, status);
+}
+
 void metrics_wait(Metrics *m, const char *host, usec_t waited) {
         observe(m, F_WAIT, host, waited);
 }

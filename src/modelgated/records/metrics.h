@@ -10,6 +10,7 @@
 
 #include <stdint.h>
 
+#include "modelgated/rules/request-record.h"
 #include "modelgated/rules/usage.h"
 #include "shared/buffer.h"
 #include "shared/time-util.h"
@@ -21,6 +22,8 @@ Metrics *metrics_free(Metrics *m);
 
 /* One answered request: host "" for modelgate's own endpoints, engine "" for hosts without engines. */
 void metrics_request(Metrics *m, const char *host, const char *engine, int status);
+/* A request's end, from its record: its count by host, engine and status, and by alias and target */
+void metrics_record(Metrics *m, const RequestRecord *rec);
 /* A request's wait for its engine (0 when it went at once), and its time to the first response byte. */
 void metrics_wait(Metrics *m, const char *host, usec_t waited);
 void metrics_first_byte(Metrics *m, const char *host, usec_t t);

@@ -139,7 +139,7 @@ static void out_speed(LineOut *o, double v) {
 }
 
 /* rule:usage: the engine, its first byte, the tokens and the speeds */
-static void out_usage(LineOut *o, const AccessLine *l) {
+static void out_usage(LineOut *o, const RequestRecord *l) {
         const Usage *u = l->usage;
         double prefill, decode;
 
@@ -186,7 +186,7 @@ static Span str_span(const char *s) {
         return (Span){s, s ? strlen(s) : 0};
 }
 
-size_t access_line_format(char *buf, size_t size, const AccessLine *l) {
+size_t access_line_format(char *buf, size_t size, const RequestRecord *l) {
         LineOut o = {buf, buf + size};
 
         out_str(&o, strna(l->method));
@@ -292,7 +292,7 @@ static void field_speed(FieldsOut *f, const char *name, double v) {
         field_end(f);
 }
 
-size_t access_line_fields(char *buf, size_t size, struct iovec *fields, const AccessLine *l) {
+size_t access_line_fields(char *buf, size_t size, struct iovec *fields, const RequestRecord *l) {
         FieldsOut f = {{buf, buf + size}, fields, 0};
         const Usage *u = l->usage;
         double v;

@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* One request's state, the Exchange (exchange.h): made fresh for each request of a connection, so that
+/* One request's state, the Request (request.h): made fresh for each request of a connection, so that
  * nothing of one answer leaks into the next — pipelined requests answered in order, each with its own
  * framing; a HEAD answer with its length and no body; an answer the host cuts, which ends the client's
  * connection without a clean end while the next connection works; a client that goes away, which ends
  * the host's work. Driven against a fake host on loopback (relay-harness.h). */
 
-#include "modelgated/client/exchange.h"
+#include "modelgated/client/request.h"
 #include "relay-harness.h"
 #include "tests.h"
 
@@ -13,35 +13,38 @@
 #define PROPS "{\"n_ctx\":4096,\"ok\":1}"
 #define PROPS_LENGTH "21"
 
-TEST(a_new_exchange_is_empty_and_its_end_frees_what_it_holds) {
-        Exchange storage, *x = &storage;
+TEST(a_new_request_is_empty_and_its_end_frees_what_it_holds) {
+        Request storage, *req = &storage;
 
-        exchange_init(x, NULL);
-        ASSERT_EQ(x->mode, MODE_PASS);
-        ASSERT_TRUE(!x->upstream && !x->host && x->method == EXCHANGE_NO_METHOD && !x->head && !x->chunked &&
-                    !x->head_sent);
-        ASSERT_TRUE(!x->response_complete && !x->early && x->status == 0 && x->bytes == 0);
-        ASSERT_TRUE(buffer_is_empty(&x->held) && buffer_is_empty(&x->pending));
+        request_init(req, NULL);
+        ASSERT_EQ(req->attempt.mode, MODE_PASS);
+        ASSERT_TRUE(!req->attempt.upstream && !req->host && req->method == REQUEST_NO_METHOD && !req->head &&
+                    !req->answer.chunked && !req->answer.head_sent);
+        ASSERT_TRUE(!req->answer.complete && !req->answer.early && req->answer.status == 0 &&
+                    req->answer.bytes == 0);
+        ASSERT_TRUE(buffer_is_empty(&req->attempt.held) && buffer_is_empty(&req->attempt.pending));
         /* what a request may still hold when it ends: freed with it (LeakSanitizer watches) */
-        x->method = EXCHANGE_METHOD_UNPARSED;
-        ASSERT_STREQ(exchange_method_name(x), "-");
-        x->path = (Span){CHAT, strlen(CHAT)};
-        x->model = strdup("h-m1");
-        ASSERT_OK(buffer_append_str(&x->held, "{\"error\":"));
-        ASSERT_OK(buffer_append_str(&x->pending, "POST / HTTP/1.1\r\n"));
-        sse_filter_init(&x->sse, API_ANTHROPIC);
+        req->method = REQUEST_METHOD_UNPARSED;
+        ASSERT_STREQ(request_method_name(req), "-");
+        req->path = (Span){CHAT, strlen(CHAT)};
+        req->model = strdup("h-m1");
+        ASSERT_OK(buffer_append_str(&req->attempt.held, "{\"error\":"));
+        ASSERT_OK(buffer_append_str(&req->attempt.pending, "POST / HTTP/1.1\r\n"));
+        sse_filter_init(&req->attempt.sse, API_ANTHROPIC);
         Buffer out = {};
-        ASSERT_OK(sse_filter_feed(&x->sse, "data: {\"a\"", 10, &out)); /* a line held, unfinished */
+        ASSERT_OK(
+                sse_filter_feed(&req->attempt.sse, "data: {\"a\"", 10, &out)); /* a line held, unfinished */
         ASSERT_TRUE(buffer_is_empty(&out));
-        exchange_done(x);
+        request_done(req);
         /* empty again, for the connection's next request */
-        ASSERT_TRUE(x->method == EXCHANGE_NO_METHOD && !x->path.p && !x->model &&
-                    buffer_is_empty(&x->held) && buffer_is_empty(&x->pending) && x->mode == MODE_PASS);
-        ASSERT_TRUE(exchange_method_name(x) == NULL);
-        x->method = HTTP_POST;
-        ASSERT_STREQ(exchange_method_name(x), "POST");
-        exchange_done(x);
-        ASSERT_TRUE(x->method == EXCHANGE_NO_METHOD);
+        ASSERT_TRUE(req->method == REQUEST_NO_METHOD && !req->path.p && !req->model &&
+                    buffer_is_empty(&req->attempt.held) && buffer_is_empty(&req->attempt.pending) &&
+                    req->attempt.mode == MODE_PASS);
+        ASSERT_TRUE(request_method_name(req) == NULL);
+        req->method = HTTP_POST;
+        ASSERT_STREQ(request_method_name(req), "POST");
+        request_done(req);
+        ASSERT_TRUE(req->method == REQUEST_NO_METHOD);
 }
 
 TEST(pipelined_requests_are_answered_in_order_each_with_its_own_framing) {
@@ -179,7 +182,7 @@ TEST(a_stream_the_host_cuts_ends_with_an_error_event_and_the_connection_goes_on)
         peer_expect_nothing(p);
         ASSERT_TRUE(!p->eof);
 
-        /* the same connection's next request: a fresh exchange, with a length and no chunking */
+        /* the same connection's next request: a fresh request, with a length and no chunking */
         peer_send_request(p, "POST", CHAT, "1.1", "", PLAIN_BODY);
         f = fake_expect_request_with_length(h, TO_HOST(CHAT), PLAIN_TO_HOST);
         fake_send_with_length(f, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n", "{\"ok\":1}");
