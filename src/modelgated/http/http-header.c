@@ -25,7 +25,8 @@ int http_header_table_add_grow(HttpHeader **headers, size_t *n, size_t *n_alloc,
         return 0;
 }
 
-Span http_header_table_find_n(const char *base, const HttpHeader *headers, size_t n, const char *name, size_t l) {
+Span http_header_table_find_n(const char *base, const HttpHeader *headers, size_t n, const char *name,
+                              size_t l) {
         assert(base);
         /* a letter and its capital differ in bit 5 only: a first byte that differs elsewhere is another
          * name's (a byte that differs in bit 5 alone is left to strncasecmp()) */

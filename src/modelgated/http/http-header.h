@@ -31,7 +31,8 @@ static inline int http_header_table_add(HttpHeader **headers, size_t *n, size_t 
         return 0;
 }
 /* The value of the first header named name (l bytes; case-insensitive), or an empty Span. */
-Span http_header_table_find_n(const char *base, const HttpHeader *headers, size_t n, const char *name, size_t l);
+Span http_header_table_find_n(const char *base, const HttpHeader *headers, size_t n, const char *name,
+                              size_t l);
 /* Inline, so that a literal name's length is known where it is asked for: a request's headers are asked
  * for several names each */
 static inline Span http_header_table_find(const char *base, const HttpHeader *headers, size_t n,

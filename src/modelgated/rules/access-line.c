@@ -35,9 +35,10 @@ static void out_str(LineOut *o, const char *s) {
 }
 
 /* "00" to "99", back to back: a number's digits are written two at a time, half the divisions */
-static const char hundredths[] = "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
-                                 "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
-                                 "8081828384858687888990919293949596979899";
+static const char hundredths[] =
+        "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+        "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+        "8081828384858687888990919293949596979899";
 
 static inline size_t u64_digits(uint64_t v) {
         size_t n = 1;
@@ -89,6 +90,10 @@ static inline void out_u64(LineOut *o, uint64_t v, int width) {
         o->p += n;
 }
 
+#define BYTES(c) (UINT64_C(0x0101010101010101) * (c))
+/* Whether a byte of v is 0: its high bit set where one is (exact for whether there is one) */
+#define ZERO_BYTES(v) (((v)-BYTES(1)) & ~(v)&BYTES(0x80))
+
 /* The bytes log_escape() leaves as they are (and not the NUL that ends a string) */
 static const bool plain[256] = {
         [0x20 ... 0x21] = true, /* '"' (0x22) is escaped */
@@ -104,6 +109,19 @@ static void out_escaped(LineOut *o, Span s) {
         /* as a rule nothing in it needs escaping, and it is short enough for log_escape() to keep it
          * whole (it writes while 5 bytes are left in t): then it is copied as it is checked */
         if (s.n <= sizeof(t) - 5 && s.n <= (size_t)(o->end - o->p)) {
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+                /* eight bytes at a time while none is below ' ', DEL, '"' or '\\'; the last eight
+                 * overlapping those before */
+                for (size_t at = 0; s.n >= 8 && i < s.n; i = at + 8) {
+                        uint64_t v;
+                        at = MIN(i, s.n - 8);
+                        memcpy(&v, s.p + at, 8);
+                        if (((v - BYTES(0x20)) & ~v & BYTES(0x80)) | ZERO_BYTES(v ^ BYTES(0x7f)) |
+                            ZERO_BYTES(v ^ BYTES('"')) | ZERO_BYTES(v ^ BYTES('\\')))
+                                break;
+                        memcpy(o->p + at, &v, 8);
+                }
+#endif
                 while (i < s.n && plain[(unsigned char)s.p[i]]) {
                         o->p[i] = s.p[i];
                         i++;
@@ -290,8 +308,8 @@ typedef struct FieldsOut {
         size_t n;
 } FieldsOut;
 
-/* name: "NAME=", l bytes; a literal's length is known where it is called */
-static LineOut *field_begin_n(FieldsOut *f, const char *name, size_t l) {
+/* name: "NAME=", l bytes; inline, with a literal: its bytes are a few moves, not a call */
+static _always_inline_ LineOut *field_begin_n(FieldsOut *f, const char *name, size_t l) {
         f->iov[f->n].iov_base = f->o.p;
         out_lit_n(&f->o, name, l);
         return &f->o;
@@ -303,7 +321,7 @@ static void field_end(FieldsOut *f) {
         f->n++;
 }
 
-static void field_str_n(FieldsOut *f, const char *name, size_t l, const char *v) {
+static _always_inline_ void field_str_n(FieldsOut *f, const char *name, size_t l, const char *v) {
         if (!v)
                 return;
         out_str(field_begin_n(f, name, l), v);
@@ -311,7 +329,7 @@ static void field_str_n(FieldsOut *f, const char *name, size_t l, const char *v)
 }
 #define field_str(f, name, v) field_str_n(f, "" name "=", sizeof(name), v)
 
-static void field_u64_n(FieldsOut *f, const char *name, size_t l, uint64_t v) {
+static _always_inline_ void field_u64_n(FieldsOut *f, const char *name, size_t l, uint64_t v) {
         out_u64(field_begin_n(f, name, l), v, 0);
         field_end(f);
 }
