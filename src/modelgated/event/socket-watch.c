@@ -47,6 +47,8 @@ static int batch_cb(sd_event_source *s, int fd, uint32_t revents, void *userdata
                 w->pending = set->batch[i].events;
         }
         set->n_batch = (size_t)n;
+        /* the lines the batch logs (a request's access line) are written at its end, in this turn */
+        log_batch_begin();
         for (set->next = 0; set->next < set->n_batch;) {
                 SocketWatch *w = set->batch[set->next++].data.ptr;
                 if (!w)
@@ -55,6 +57,7 @@ static int batch_cb(sd_event_source *s, int fd, uint32_t revents, void *userdata
                 w->pending = 0;
                 w->handler(w, w->fd, ev, w->userdata);
         }
+        log_batch_end();
         set->n_batch = set->next = 0;
         return 0;
 }
