@@ -14,7 +14,9 @@ typedef struct LineOut {
         char *p, *end;
 } LineOut;
 
-static void out_mem(LineOut *o, const char *s, size_t l) {
+/* Inline, as everything that takes a LineOut: one the compiler sees go nowhere else keeps its place in a
+ * register, where it was stored and loaded again around each byte written */
+static _always_inline_ void out_mem(LineOut *o, const char *s, size_t l) {
         l = MIN(l, (size_t)(o->end - o->p));
         memcpy(o->p, s, l);
         o->p += l;
@@ -30,7 +32,7 @@ static inline void out_lit_n(LineOut *o, const char *s, size_t l) {
 }
 #define out_lit(o, s) out_lit_n(o, "" s, sizeof(s) - 1)
 
-static void out_str(LineOut *o, const char *s) {
+static _always_inline_ void out_str(LineOut *o, const char *s) {
         out_mem(o, s, strlen(s));
 }
 
@@ -102,13 +104,23 @@ static const bool plain[256] = {
         [0x80 ... 0xff] = true,
 };
 
-static void out_escaped(LineOut *o, Span s) {
+/* The string escaped (not copied as it is: out_escaped()): where it ends in buf (room bytes) */
+static __attribute__((noinline)) size_t escaped_slow(char *buf, size_t room, Span s) {
         char t[256];
+        size_t l;
+
+        log_escape(t, sizeof(t), s.p ?: "", s.n);
+        l = MIN(strlen(t), room);
+        memcpy(buf, t, l);
+        return l;
+}
+
+static _always_inline_ void out_escaped(LineOut *o, Span s) {
         size_t i = 0;
 
         /* as a rule nothing in it needs escaping, and it is short enough for log_escape() to keep it
-         * whole (it writes while 5 bytes are left in t): then it is copied as it is checked */
-        if (s.n <= sizeof(t) - 5 && s.n <= (size_t)(o->end - o->p)) {
+         * whole (it writes while 5 bytes are left in its 256): then it is copied as it is checked */
+        if (s.n <= 256 - 5 && s.n <= (size_t)(o->end - o->p)) {
 #if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
                 /* eight bytes at a time while none is below ' ', DEL, '"' or '\\'; the last eight
                  * overlapping those before */
@@ -131,8 +143,7 @@ static void out_escaped(LineOut *o, Span s) {
                         return;
                 }
         }
-        log_escape(t, sizeof(t), s.p ?: "", s.n);
-        out_str(o, t);
+        o->p += escaped_slow(o->p, (size_t)(o->end - o->p), s);
 }
 
 /* "000" to "999", back to back: the three decimals of a time are one short copy, not three divisions */
