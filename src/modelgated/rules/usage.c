@@ -493,22 +493,21 @@ void usage_scan_feed(UsageScan *s, Usage *u, const char *p, size_t n) {
         assert(u);
         const char *end = p + n;
 
-        /* what the piece before left unfinished */
-        if (s->lex == LEX_STRING && s->skip == 0)
+        /* what the piece before left unfinished; a container passed over is only entered by
+         * open_container() (below) */
+        if (s->skip > 0)
+                p = skip_container(s, p, end);
+        else if (s->lex == LEX_STRING)
                 p = scan_string(s, p, end);
         else if (s->lex == LEX_SCALAR)
                 p = scan_scalar(s, u, p, end);
         while (p < end) {
-                if (s->skip > 0) {
-                        p = skip_container(s, p, end);
-                        continue;
-                }
                 switch (*p++) {
                 case '{':
-                        open_container(s, /* array= */ false);
-                        break;
                 case '[':
-                        open_container(s, /* array= */ true);
+                        open_container(s, /* array= */ p[-1] == '[');
+                        if (s->skip > 0)
+                                p = skip_container(s, p, end);
                         break;
                 case '}':
                 case ']':
@@ -524,10 +523,23 @@ void usage_scan_feed(UsageScan *s, Usage *u, const char *p, size_t n) {
                 case '"': {
                         const char *q = string_stop(p, end);
                         if (q < end && *q == '"') {
-                                /* whole in this piece, without an escape: the rule */
-                                s->want = s->key_next ? want_of_name(s, p, (size_t)(q - p)) : WANT_NONE;
-                                s->key_next = false;
-                                p = q + 1;
+                                /* whole in this piece, without an escape: the rule; and the ':' after a
+                                 * name or the ',' after a value, as a rule the next byte, taken here as
+                                 * the cases below take them */
+                                if (s->key_next) {
+                                        s->want = want_of_name(s, p, (size_t)(q - p));
+                                        s->key_next = false;
+                                        p = q + 1;
+                                        if (p < end && *p == ':')
+                                                p++;
+                                } else {
+                                        p = q + 1;
+                                        if (p < end && *p == ',') {
+                                                p++;
+                                                s->key_next = in_object(s);
+                                        }
+                                        s->want = WANT_NONE;
+                                }
                                 break;
                         }
                         s->lex = LEX_STRING;
