@@ -33,21 +33,15 @@ Span session_id_of(const HttpRequest *r, char *const *names) {
 
         if (!names || !names[0])
                 return (Span){};
-        /* the names' lengths once, not once a header (a configuration's list longer than this is
-         * measured as it goes) */
-        size_t len[8];
-        for (size_t k = 0; k < ELEMENTSOF(len); k++) {
-                len[k] = names[k] ? strlen(names[k]) : 0;
-                if (!names[k])
-                        break;
-        }
-        /* one pass over the request's headers, each against the few names: the earliest name wins */
+        /* one pass over the request's headers, each against the few names: the earliest name wins. The
+         * first letters first (a letter and its capital differ in bit 5 only), without a strlen(): as a
+         * rule no header's is any name's */
         for (size_t i = 0; i < r->n_headers; i++) {
                 Span name = http_header_name(r, i);
                 for (size_t k = 0; names[k] && k < best; k++)
-                        if ((k < ELEMENTSOF(len) ? len[k] : strlen(names[k])) == name.n &&
+                        if (name.n > 0 &&
                             (((unsigned char)name.p[0] ^ (unsigned char)names[k][0]) & ~0x20) == 0 &&
-                            strncasecmp(name.p, names[k], name.n) == 0) {
+                            strlen(names[k]) == name.n && strncasecmp(name.p, names[k], name.n) == 0) {
                                 best = k;
                                 v = http_header_value(r, i);
                                 break;
