@@ -30,8 +30,9 @@ void log_set_prefix(bool on) {
 static void (*flush_hook)(void);
 
 void log_set_buffered(void (*request_flush)(void)) {
-        /* access lines come one per request: under load they are gathered and written when the loop
-         * has nothing else to do (or the buffer is full), instead of one write(2) each */
+        /* access lines come one per request: under load they are gathered and written at the end of the
+         * batch of events that logged them (log_batch_end()), or when the loop has nothing else to do (or
+         * the buffer is full), instead of one write(2) each */
         static char buf[64 * 1024];
         if (request_flush && !flush_hook)
                 setvbuf(stderr, buf, _IOFBF, sizeof(buf));
