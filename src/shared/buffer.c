@@ -82,12 +82,20 @@ int buffer_printf(Buffer *b, const char *fmt, ...) {
 }
 
 int buffer_append_u64(Buffer *b, uint64_t v) {
-        char t[24], *e = t + sizeof(t), *q = e;
+        size_t n = 1;
+        char *q;
 
+        /* the digits counted, then written where they go, from the last: no copy, no call to copy */
+        for (uint64_t w = v; w >= 10; w /= 10)
+                n++;
+        q = buffer_append_space(b, n);
+        if (!q)
+                return -ENOMEM;
+        q += n;
         do
                 *--q = (char)('0' + v % 10);
         while (v /= 10);
-        return buffer_append(b, q, (size_t)(e - q));
+        return 0;
 }
 
 void buffer_consume(Buffer *b, size_t n) {

@@ -30,8 +30,9 @@ void log_set_prefix(bool on) {
 static void (*flush_hook)(void);
 
 void log_set_buffered(void (*request_flush)(void)) {
-        /* access lines come one per request: under load they are gathered and written when the loop
-         * has nothing else to do (or the buffer is full), instead of one write(2) each */
+        /* access lines come one per request: under load they are gathered and written at the end of the
+         * batch of events that logged them (log_batch_end()), or when the loop has nothing else to do (or
+         * the buffer is full), instead of one write(2) each */
         static char buf[64 * 1024];
         if (request_flush && !flush_hook)
                 setvbuf(stderr, buf, _IOFBF, sizeof(buf));
@@ -42,6 +43,33 @@ void log_set_buffered(void (*request_flush)(void)) {
 
 void log_flush(void) {
         fflush(stderr);
+}
+
+/* In a batch of events (log_batch_begin()), lines wait for its end rather than for an idle turn of the
+ * loop: the turn costs more than the whole of a small request's line */
+static unsigned batch_depth;
+static bool batch_buffered;
+
+void log_batch_begin(void) {
+        batch_depth++;
+}
+
+void log_batch_end(void) {
+        assert(batch_depth > 0);
+        if (--batch_depth == 0 && batch_buffered) {
+                batch_buffered = false;
+                fflush(stderr);
+        }
+}
+
+/* After a line: written now, at the batch's end, or when the hook's owner says */
+static void line_written(int level) {
+        if (!flush_hook || LOG_PRI(level) <= LOG_WARNING)
+                fflush(stderr);
+        else if (batch_depth > 0)
+                batch_buffered = true;
+        else
+                flush_hook();
 }
 
 int log_internal(int level, int error, const char *file, int line, const char *fmt, ...) {
@@ -66,10 +94,7 @@ int log_internal(int level, int error, const char *file, int line, const char *f
         buf[n++] = '\n';
         fwrite(buf, 1, (size_t)n, stderr);
 
-        if (!flush_hook || LOG_PRI(level) <= LOG_WARNING)
-                fflush(stderr);
-        else
-                flush_hook();
+        line_written(level);
         return -error;
 }
 
@@ -98,10 +123,7 @@ void log_line(int level, const char *s, size_t n) {
                 fwrite(s, 1, n, stderr);
                 fputc('\n', stderr);
         }
-        if (!flush_hook || LOG_PRI(level) <= LOG_WARNING)
-                fflush(stderr);
-        else
-                flush_hook();
+        line_written(level);
 }
 
 void log_line_in_place(int level, char *buf, size_t n) {
@@ -122,10 +144,7 @@ void log_line_in_place(int level, char *buf, size_t n) {
         }
         s[k + n] = '\n';
         fwrite(s, 1, k + n + 1, stderr);
-        if (!flush_hook || LOG_PRI(level) <= LOG_WARNING)
-                fflush(stderr);
-        else
-                flush_hook();
+        line_written(level);
 }
 
 void log_escape(char *dst, size_t l, const char *s, size_t n) {

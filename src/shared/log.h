@@ -22,6 +22,10 @@ int log_internal(int level, int error, const char *file, int line, const char *f
  * log_flush() soon (the daemon: when its loop is idle). Warnings and errors are written at once. */
 void log_set_buffered(void (*request_flush)(void));
 void log_flush(void);
+/* Between these (they nest), buffered lines are written at the end, without request_flush(): a batch of
+ * events that the loop dispatches in one turn writes its lines once, and needs no idle turn for them */
+void log_batch_begin(void);
+void log_batch_end(void);
 /* The one escaping of client- and host-supplied text for log lines: control characters, '"' and '\\'
  * become \xNN, so that no such string can start a line of its own (a forged "<3>" priority) or move the
  * terminal. Truncates to fit dst (size l, at least 1). */

@@ -75,6 +75,7 @@
 #include "modelgated/http/http.h"
 #include "modelgated/rules/json-util.h"
 #include "modelgated/event/lazy-timer.h"
+#include "modelgated/event/socket-watch.h"
 #include "modelgated/manager/manager.h"
 #include "modelgated/records/metrics.h"
 #include "modelgated/client/models.h"
@@ -372,7 +373,5 @@ const char *client_session_label(const Client *c);
 /* The loop's time: everything that one event dispatch decides about a request uses one "now" (every
  * caller runs inside an event callback of the loop). */
 static inline usec_t client_now(Client *c) {
-        usec_t t;
-        (void)sd_event_now(manager_event(c->manager), CLOCK_MONOTONIC, &t);
-        return t;
+        return socket_watch_loop_now(manager_event(c->manager));
 }

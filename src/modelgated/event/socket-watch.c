@@ -10,6 +10,7 @@
 #include "modelgated/event/socket-watch.h"
 #include "shared/log.h"
 #include "shared/macro.h"
+#include "shared/time-util.h"
 
 /* nginx reads 512 events at once; 1000 streams under way bring about that many per tick */
 #define SOCKET_WATCH_BATCH 256
@@ -31,6 +32,23 @@ struct SocketWatchSet {
         size_t n_batch, next;
 };
 
+/* The running batch's loop and its time (0: not asked yet), for socket_watch_loop_now() */
+static sd_event *batch_event;
+static uint64_t batch_now;
+
+uint64_t socket_watch_loop_now(sd_event *event) {
+        uint64_t t;
+
+        if (event == batch_event && batch_now > 0)
+                return batch_now;
+        /* before the loop first runs it is the time now; without a loop (NULL), too */
+        if (sd_event_now(event, CLOCK_MONOTONIC, &t) < 0)
+                t = now_usec(CLOCK_MONOTONIC);
+        if (event == batch_event)
+                batch_now = t;
+        return t;
+}
+
 static int batch_cb(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
         SocketWatchSet *set = userdata;
 
@@ -47,6 +65,10 @@ static int batch_cb(sd_event_source *s, int fd, uint32_t revents, void *userdata
                 w->pending = set->batch[i].events;
         }
         set->n_batch = (size_t)n;
+        /* the lines the batch logs (a request's access line) are written at its end, in this turn */
+        log_batch_begin();
+        batch_event = sd_event_source_get_event(s);
+        batch_now = 0;
         for (set->next = 0; set->next < set->n_batch;) {
                 SocketWatch *w = set->batch[set->next++].data.ptr;
                 if (!w)
@@ -55,6 +77,8 @@ static int batch_cb(sd_event_source *s, int fd, uint32_t revents, void *userdata
                 w->pending = 0;
                 w->handler(w, w->fd, ev, w->userdata);
         }
+        batch_event = NULL;
+        log_batch_end();
         set->n_batch = set->next = 0;
         return 0;
 }

@@ -34,3 +34,8 @@ uint32_t socket_watch_pending(const SocketWatch *w);
 /* Whether a batch is being dispatched, so that socket_watch_pending() knows what the kernel had said by
  * the batch's start; outside one (a timer's or the bus's callback) events may wait unread */
 bool socket_watch_in_batch(const SocketWatch *w);
+
+/* sd_event_now(event, CLOCK_MONOTONIC): the loop's time of its iteration, which is one for the whole of a
+ * batch; so inside one it is asked of sd-event once (whose every call checks the process's pid), and
+ * kept till the batch's end. Outside a batch of event's, sd_event_now() itself. */
+uint64_t socket_watch_loop_now(sd_event *event);

@@ -30,14 +30,23 @@ static inline int http_header_table_add(HttpHeader **headers, size_t *n, size_t 
         (*headers)[(*n)++] = (HttpHeader){.name = at};
         return 0;
 }
-/* The value of the first header named name (case-insensitive), or an empty Span. */
-Span http_header_table_find(const char *base, const HttpHeader *headers, size_t n, const char *name);
+/* The value of the first header named name (l bytes; case-insensitive), or an empty Span. */
+Span http_header_table_find_n(const char *base, const HttpHeader *headers, size_t n, const char *name,
+                              size_t l);
+/* Inline, so that a literal name's length is known where it is asked for: a request's headers are asked
+ * for several names each */
+static inline Span http_header_table_find(const char *base, const HttpHeader *headers, size_t n,
+                                          const char *name) {
+        return http_header_table_find_n(base, headers, n, name, strlen(name));
+}
 
 /* Inline, so that the length of a literal t is known where it is called, and a span of another
  * length costs one comparison: every header of every request is held against several names. */
 static inline bool span_caseeq(Span s, const char *t) {
         size_t l = strlen(t);
-        return s.p && l == s.n && strncasecmp(s.p, t, l) == 0;
+        /* the first letter before the call: names of a length are told apart by it as a rule */
+        return s.p && l == s.n && (l == 0 || (((unsigned char)s.p[0] ^ (unsigned char)t[0]) & ~0x20) == 0) &&
+               strncasecmp(s.p, t, l) == 0;
 }
 /* X-Request-Id (rule:request-id): held against every header each way, so the first letter is looked at
  * before a case-insensitive compare (Content-Type has the same length) */

@@ -7,9 +7,9 @@
 
 #include "modelgated/http/http.h"
 
-Span http_request_header(const HttpRequest *r, const char *name) {
+Span http_request_header_n(const HttpRequest *r, const char *name, size_t l) {
         assert(r);
-        return http_header_table_find(buffer_peek(&r->head), r->headers, r->n_headers, name);
+        return http_header_table_find_n(buffer_peek(&r->head), r->headers, r->n_headers, name, l);
 }
 
 bool http_request_connection_lists(const HttpRequest *r, Span name) {

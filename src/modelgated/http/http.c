@@ -34,6 +34,41 @@ static const bool value_byte[256] = {
         [0x80 ... 0xff] = true,
 };
 
+#define BYTES(c) (UINT64_C(0x0101010101010101) * (c))
+/* Whether any byte of v is below c (c <= 0x80), or is c: exact, for the word as a whole */
+#define ANY_BELOW(v, c) ((((v)-BYTES(c)) & ~(v)&BYTES(0x80)) != 0)
+#define ANY_IS(v, c) ANY_BELOW((v) ^ BYTES(c), 1)
+
+/* How many bytes from at may be in a request target (target_byte): eight at a time while no byte of a
+ * word is below '!', '#', DEL or above, then one at a time. Targets and values are checked whole. */
+static inline size_t target_plain_len(const char *at, size_t n) {
+        size_t i = 0;
+
+        for (uint64_t v; n - i >= 8; i += 8) {
+                memcpy(&v, at + i, 8);
+                if (ANY_BELOW(v, 0x21) || (v & BYTES(0x80)) || ANY_IS(v, '#') || ANY_IS(v, 0x7f))
+                        break;
+        }
+        while (i < n && target_byte[(unsigned char)at[i]])
+                i++;
+        return i;
+}
+
+/* The same for a header's value (value_byte): a word with a control character (TAB too: the table tells
+ * that one) or DEL is looked at byte by byte */
+static inline size_t value_plain_len(const char *at, size_t n) {
+        size_t i = 0;
+
+        for (uint64_t v; n - i >= 8; i += 8) {
+                memcpy(&v, at + i, 8);
+                if (ANY_BELOW(v, 0x20) || ANY_IS(v, 0x7f))
+                        break;
+        }
+        while (i < n && value_byte[(unsigned char)at[i]])
+                i++;
+        return i;
+}
+
 static HttpParser *parser_of(llhttp_t *l) {
         return l->data;
 }
@@ -64,9 +99,7 @@ static int on_url(llhttp_t *l, const char *at, size_t n) {
         /* RFC 9112 §3.2, RFC 3986: no control character, TAB or byte above 0x7F goes raw in a target
          * (llhttp 8 lets TAB and 0x80-0xFF through, and they would reach the host and the log); a
          * fragment is never sent by a client, and would not be the host's business */
-        size_t i = 0;
-        while (i < n && target_byte[(unsigned char)at[i]])
-                i++;
+        size_t i = target_plain_len(at, n);
         if (i < n)
                 return at[i] == '#' ? fail(p, 400, "the request target has a #fragment")
                                     : fail(p, 400,
@@ -142,9 +175,7 @@ static int on_header_value(llhttp_t *l, const char *at, size_t n) {
                 return -1;
         /* one pass for both refusals; CR and LF are control characters too, and win wherever they are:
          * llhttp hands an obs-fold continuation to us as part of the value */
-        size_t i = 0;
-        while (i < n && value_byte[(unsigned char)at[i]])
-                i++;
+        size_t i = value_plain_len(at, n);
         if (i < n)
                 return memchr(at, '\r', n) || memchr(at, '\n', n)
                                ? fail(p, 400, "obsolete line folding in a request header")

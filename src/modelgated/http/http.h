@@ -94,7 +94,11 @@ static inline Span http_header_value(const HttpRequest *r, size_t i) {
 }
 /* http-request.c: what the rest of modelgate asks of a parsed request's headers. The value of the first
  * header called name (case-insensitive), or a NULL span */
-Span http_request_header(const HttpRequest *r, const char *name);
+Span http_request_header_n(const HttpRequest *r, const char *name, size_t l);
+/* Inline, so that a literal name's length is known where it is asked for */
+static inline Span http_request_header(const HttpRequest *r, const char *name) {
+        return http_request_header_n(r, name, strlen(name));
+}
 
 /* Whether a Connection header (any of them: the tokens of every one count) names this header. */
 bool http_request_connection_lists(const HttpRequest *r, Span name);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "modelgated/event/socket-watch.h"
 #include "modelgated/records/activity.h"
 #include "modelgated/rules/request-id.h"
 #include "modelgated/rules/route.h"
@@ -87,6 +88,8 @@ FeedHub *activity_hub(Activity *a) {
 static usec_t activity_now(Activity *a, clockid_t clock) {
         usec_t t;
 
+        if (clock == CLOCK_MONOTONIC)
+                return socket_watch_loop_now(a->event);
         if (sd_event_now(a->event, clock, &t) < 0)
                 return now_usec(clock);
         return t;

@@ -121,9 +121,19 @@ void history_file_append(HistoryFile *f, const struct iovec *fields, size_t n) {
 
         if (!f || f->fd < 0)
                 return;
-        for (size_t i = 0; i < n && i < ACCESS_LINE_MAX_FIELDS; i++) {
-                /* a line a value would break is no record: the request is not kept */
-                if (memchr(fields[i].iov_base, '\n', fields[i].iov_len))
+        n = MIN(n, (size_t)ACCESS_LINE_MAX_FIELDS);
+        /* a line a value would break is no record: the request is not kept. access_line_fields() writes
+         * its fields back to back: then they are looked through at once */
+        bool adjacent = n > 0;
+        for (size_t i = 1; i < n && adjacent; i++)
+                adjacent = (const char *)fields[i].iov_base ==
+                           (const char *)fields[i - 1].iov_base + fields[i - 1].iov_len;
+        if (adjacent && memchr(fields[0].iov_base, '\n',
+                               (size_t)((const char *)fields[n - 1].iov_base + fields[n - 1].iov_len -
+                                        (const char *)fields[0].iov_base)))
+                return;
+        for (size_t i = 0; i < n; i++) {
+                if (!adjacent && memchr(fields[i].iov_base, '\n', fields[i].iov_len))
                         return;
                 iov[k++] = fields[i];
                 iov[k++] = (struct iovec){(char *)"\n", 1};

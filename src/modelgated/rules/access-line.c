@@ -14,7 +14,9 @@ typedef struct LineOut {
         char *p, *end;
 } LineOut;
 
-static void out_mem(LineOut *o, const char *s, size_t l) {
+/* Inline, as everything that takes a LineOut: one the compiler sees go nowhere else keeps its place in a
+ * register, where it was stored and loaded again around each byte written */
+static _always_inline_ void out_mem(LineOut *o, const char *s, size_t l) {
         l = MIN(l, (size_t)(o->end - o->p));
         memcpy(o->p, s, l);
         o->p += l;
@@ -30,33 +32,69 @@ static inline void out_lit_n(LineOut *o, const char *s, size_t l) {
 }
 #define out_lit(o, s) out_lit_n(o, "" s, sizeof(s) - 1)
 
-static void out_str(LineOut *o, const char *s) {
+static _always_inline_ void out_str(LineOut *o, const char *s) {
         out_mem(o, s, strlen(s));
 }
 
-/* Written in place, digit by digit from the end: a number is in every field, and a copy through
- * memcpy() cost more than the digits */
-static inline void out_u64(LineOut *o, uint64_t v, int width) {
+/* "00" to "99", back to back: a number's digits are written two at a time, half the divisions */
+static const char hundredths[] =
+        "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+        "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+        "8081828384858687888990919293949596979899";
+
+static inline size_t u64_digits(uint64_t v) {
         size_t n = 1;
 
-        for (uint64_t w = v; w >= 10; w /= 10)
-                n++;
-        n = MAX(n, (size_t)MAX(width, 0));
-        if ((size_t)(o->end - o->p) < n) {
-                char t[24], *e = t + sizeof(t), *q = e;
-                do
-                        *--q = (char)('0' + v % 10);
-                while ((v /= 10) || e - q < width);
-                out_mem(o, q, (size_t)(e - q));
-                return;
-        }
-        char *start = o->p, *q = start + n;
-        o->p = q;
-        while (q > start) {
-                *--q = (char)('0' + v % 10);
-                v /= 10;
+        for (;;) {
+                if (v < 10)
+                        return n;
+                if (v < 100)
+                        return n + 1;
+                if (v < 1000)
+                        return n + 2;
+                if (v < 10000)
+                        return n + 3;
+                v /= 10000;
+                n += 4;
         }
 }
+
+/* v's n digits, ending at e */
+static inline void put_digits(char *e, uint64_t v) {
+        while (v >= 100) {
+                uint64_t q = v / 100;
+                e -= 2;
+                memcpy(e, hundredths + 2 * (v - q * 100), 2);
+                v = q;
+        }
+        if (v >= 10) {
+                e -= 2;
+                memcpy(e, hundredths + 2 * v, 2);
+        } else
+                *--e = (char)('0' + v);
+}
+
+/* Written in place from the end: a number is in every field, and a copy through memcpy() cost more than
+ * the digits */
+static inline void out_u64(LineOut *o, uint64_t v, int width) {
+        size_t d = u64_digits(v), n = MAX(d, (size_t)MAX(width, 0));
+
+        if ((size_t)(o->end - o->p) < n) {
+                char t[24 + 24], *e = t + sizeof(t);
+                n = MIN(n, sizeof(t));
+                put_digits(e, v);
+                memset(e - n, '0', n - d);
+                out_mem(o, e - n, n);
+                return;
+        }
+        memset(o->p, '0', n - d);
+        put_digits(o->p + n, v);
+        o->p += n;
+}
+
+#define BYTES(c) (UINT64_C(0x0101010101010101) * (c))
+/* Whether a byte of v is 0: its high bit set where one is (exact for whether there is one) */
+#define ZERO_BYTES(v) (((v)-BYTES(1)) & ~(v)&BYTES(0x80))
 
 /* The bytes log_escape() leaves as they are (and not the NUL that ends a string) */
 static const bool plain[256] = {
@@ -66,13 +104,36 @@ static const bool plain[256] = {
         [0x80 ... 0xff] = true,
 };
 
-static void out_escaped(LineOut *o, Span s) {
+/* The string escaped (not copied as it is: out_escaped()): where it ends in buf (room bytes) */
+static __attribute__((noinline)) size_t escaped_slow(char *buf, size_t room, Span s) {
         char t[256];
+        size_t l;
+
+        log_escape(t, sizeof(t), s.p ?: "", s.n);
+        l = MIN(strlen(t), room);
+        memcpy(buf, t, l);
+        return l;
+}
+
+static _always_inline_ void out_escaped(LineOut *o, Span s) {
         size_t i = 0;
 
         /* as a rule nothing in it needs escaping, and it is short enough for log_escape() to keep it
-         * whole (it writes while 5 bytes are left in t): then it is copied as it is checked */
-        if (s.n <= sizeof(t) - 5 && s.n <= (size_t)(o->end - o->p)) {
+         * whole (it writes while 5 bytes are left in its 256): then it is copied as it is checked */
+        if (s.n <= 256 - 5 && s.n <= (size_t)(o->end - o->p)) {
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+                /* eight bytes at a time while none is below ' ', DEL, '"' or '\\'; the last eight
+                 * overlapping those before */
+                for (size_t at = 0; s.n >= 8 && i < s.n; i = at + 8) {
+                        uint64_t v;
+                        at = MIN(i, s.n - 8);
+                        memcpy(&v, s.p + at, 8);
+                        if (((v - BYTES(0x20)) & ~v & BYTES(0x80)) | ZERO_BYTES(v ^ BYTES(0x7f)) |
+                            ZERO_BYTES(v ^ BYTES('"')) | ZERO_BYTES(v ^ BYTES('\\')))
+                                break;
+                        memcpy(o->p + at, &v, 8);
+                }
+#endif
                 while (i < s.n && plain[(unsigned char)s.p[i]]) {
                         o->p[i] = s.p[i];
                         i++;
@@ -82,8 +143,7 @@ static void out_escaped(LineOut *o, Span s) {
                         return;
                 }
         }
-        log_escape(t, sizeof(t), s.p ?: "", s.n);
-        out_str(o, t);
+        o->p += escaped_slow(o->p, (size_t)(o->end - o->p), s);
 }
 
 /* "000" to "999", back to back: the three decimals of a time are one short copy, not three divisions */
@@ -259,33 +319,35 @@ typedef struct FieldsOut {
         size_t n;
 } FieldsOut;
 
-static LineOut *field_begin(FieldsOut *f, const char *name) {
+/* name: "NAME=", l bytes; inline, with a literal: its bytes are a few moves, not a call */
+static _always_inline_ LineOut *field_begin_n(FieldsOut *f, const char *name, size_t l) {
         f->iov[f->n].iov_base = f->o.p;
-        out_str(&f->o, name);
-        out_lit(&f->o, "=");
+        out_lit_n(&f->o, name, l);
         return &f->o;
 }
+#define field_begin(f, name) field_begin_n(f, "" name "=", sizeof(name))
 
 static void field_end(FieldsOut *f) {
         f->iov[f->n].iov_len = (size_t)(f->o.p - (char *)f->iov[f->n].iov_base);
         f->n++;
 }
 
-static void field_str(FieldsOut *f, const char *name, const char *v) {
+static _always_inline_ void field_str_n(FieldsOut *f, const char *name, size_t l, const char *v) {
         if (!v)
                 return;
-        out_str(field_begin(f, name), v);
+        out_str(field_begin_n(f, name, l), v);
         field_end(f);
 }
+#define field_str(f, name, v) field_str_n(f, "" name "=", sizeof(name), v)
 
-static void field_u64(FieldsOut *f, const char *name, uint64_t v) {
-        out_u64(field_begin(f, name), v, 0);
+static _always_inline_ void field_u64_n(FieldsOut *f, const char *name, size_t l, uint64_t v) {
+        out_u64(field_begin_n(f, name, l), v, 0);
         field_end(f);
 }
+#define field_u64(f, name, v) field_u64_n(f, "" name "=", sizeof(name), v)
 
-static void field_speed(FieldsOut *f, const char *name, double v) {
+static void field_speed(FieldsOut *f, LineOut *o, double v) {
         uint64_t t = (uint64_t)(v * 10 + 0.5);
-        LineOut *o = field_begin(f, name);
         out_u64(o, t / 10, 0);
         out_lit(o, ".");
         out_u64(o, t % 10, 0);
@@ -338,9 +400,9 @@ size_t access_line_fields(char *buf, size_t size, struct iovec *fields, const Re
                           : u->in_charged                 ? "in"
                                                           : "out");
         if (u && (v = usage_speed(u->prompt_n, u->prompt_ms)) >= 0)
-                field_speed(&f, "MODELGATE_PREFILL_TPS", v);
+                field_speed(&f, field_begin(&f, "MODELGATE_PREFILL_TPS"), v);
         if (u && (v = usage_speed(u->predicted_n, u->predicted_ms)) >= 0)
-                field_speed(&f, "MODELGATE_DECODE_TPS", v);
+                field_speed(&f, field_begin(&f, "MODELGATE_DECODE_TPS"), v);
         if (u && usage_prefilled(u) >= 0)
                 field_u64(&f, "MODELGATE_TOKENS_PREFILLED", (uint64_t)usage_prefilled(u));
         if (l->cut)

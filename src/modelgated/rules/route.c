@@ -34,27 +34,23 @@ static const bool json_plain[256] = {
 };
 
 #define BYTES(c) (UINT64_C(0x0101010101010101) * (c))
-/* Whether any byte of v is below n (n <= 0x80): exact, as a whole (which byte is not told) */
-#define ANY_BYTE_BELOW(v, n) ((((v)-BYTES(n)) & ~(v)&BYTES(0x80)) != 0)
+/* The bytes of v below n (n <= 0x80), as their high bit: exact for the lowest one (a borrow only flags a
+ * byte above one that is), which is all that is asked of it: the first, on a little-endian machine */
+#define BYTES_BELOW(v, n) (((v)-BYTES(n)) & ~(v)&BYTES(0x80))
 
-/* Past the plain bytes of a string: keys and most values are short, and end within their first eight
- * bytes; past those, eight at a time while they are plain (the text of a conversation is most of a
- * body), then one at a time */
+/* Past the plain bytes of a string, eight at a time: keys and most values end within their first eight
+ * bytes, found at once there; the text of a conversation is most of a body. Then one at a time. */
 static inline const char *skip_plain(const char *p, const char *end) {
-        const char *first = end - p > 8 ? p + 8 : end;
-
-        while (p < first && json_plain[(unsigned char)*p])
-                p++;
-        if (p < first || p == end)
-                return p;
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
         while (end - p >= 8) {
-                uint64_t v;
+                uint64_t v, m;
                 memcpy(&v, p, 8);
-                if (ANY_BYTE_BELOW(v, 0x20) || ANY_BYTE_BELOW(v ^ BYTES('"'), 1) ||
-                    ANY_BYTE_BELOW(v ^ BYTES('\\'), 1))
-                        break;
+                m = BYTES_BELOW(v, 0x20) | BYTES_BELOW(v ^ BYTES('"'), 1) | BYTES_BELOW(v ^ BYTES('\\'), 1);
+                if (m != 0)
+                        return p + (__builtin_ctzll(m) >> 3);
                 p += 8;
         }
+#endif
         while (p < end && json_plain[(unsigned char)*p])
                 p++;
         return p;

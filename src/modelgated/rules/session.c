@@ -28,22 +28,29 @@ bool session_id_valid(Span id) {
 
 Span session_id_of(const HttpRequest *r, char *const *names) {
         assert(r);
-        size_t best = SIZE_MAX;
-        Span v = {};
+        uint32_t firsts = 0;
 
         if (!names || !names[0])
                 return (Span){};
-        /* one pass over the request's headers, each against the few names: the earliest name wins */
-        for (size_t i = 0; i < r->n_headers; i++) {
-                Span name = http_header_name(r, i);
-                for (size_t k = 0; names[k] && k < best; k++)
-                        if (strlen(names[k]) == name.n && strncasecmp(name.p, names[k], name.n) == 0) {
-                                best = k;
-                                v = http_header_value(r, i);
-                                break;
+        /* the headers' first letters, as bits (a letter and its capital differ in bit 5 only): a name whose
+         * first letter is none of them is passed over without a look at a header, as a rule all of them */
+        for (size_t i = 0; i < r->n_headers; i++)
+                if (r->headers[i].name_len > 0)
+                        firsts |= UINT32_C(1) << (http_header_name(r, i).p[0] & 31);
+        /* the earliest name wins, in the first header of that name */
+        for (size_t k = 0; names[k]; k++) {
+                if (!(firsts & (UINT32_C(1) << (names[k][0] & 31))))
+                        continue;
+                size_t l = strlen(names[k]);
+                for (size_t i = 0; i < r->n_headers; i++) {
+                        Span name = http_header_name(r, i);
+                        if (name.n == l && strncasecmp(name.p, names[k], l) == 0) {
+                                Span v = http_header_value(r, i);
+                                return session_id_valid(v) ? v : (Span){};
                         }
+                }
         }
-        return session_id_valid(v) ? v : (Span){};
+        return (Span){};
 }
 
 #define FNV_SEED UINT64_C(14695981039346656037)

@@ -7,7 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
+#include "modelgated/rules/usage-bytes.h"
 #include "modelgated/rules/usage.h"
 #include "shared/macro.h"
 
@@ -263,42 +267,11 @@ static void close_container(UsageScan *s, Usage *u) {
         s->depth--;
 }
 
-#define BYTES(c) (UINT64_C(0x0101010101010101) * (c))
-/* The bytes of v that are 0, as their high bit; exact for the lowest one (a borrow only flags a byte above
- * a zero one), which is all that is asked of it: the first, on a little-endian machine */
-#define ZERO_BYTES(v) (((v)-BYTES(1)) & ~(v)&BYTES(0x80))
-
-/* The bytes a string holds as they are: not '"' or '\\' */
-static const bool string_stop_byte[256] = {['"'] = true, ['\\'] = true};
-
-/* The next '"' or '\\' from p, eight bytes at a time: names and most values end in their first eight, and
- * the text of an answer, most of its bytes, goes by as fast */
-static inline const char *string_stop(const char *p, const char *end) {
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-        while (end - p >= 8) {
-                uint64_t v, m;
-                memcpy(&v, p, 8);
-                m = ZERO_BYTES(v ^ BYTES('"')) | ZERO_BYTES(v ^ BYTES('\\'));
-                if (m != 0)
-                        return p + (__builtin_ctzll(m) >> 3);
-                p += 8;
-        }
-#endif
-        while (p < end && !string_stop_byte[(unsigned char)*p])
-                p++;
-        return p;
-}
-
 /* The bytes that end a number or a literal */
 static const bool scalar_end_byte[256] = {
         [','] = true,  ['}'] = true, [']'] = true, [' '] = true, ['\t'] = true, ['\r'] = true,
         ['\n'] = true, [':'] = true, ['"'] = true, ['{'] = true, ['['] = true,
 };
-/* In a container passed over, the bytes that matter: its strings and its nesting */
-static const bool skip_stop_byte[256] = {
-        ['"'] = true, ['{'] = true, ['}'] = true, ['['] = true, [']'] = true,
-};
-
 /* In a string, from p: past its end, or to end (the string goes on in the next piece); a name's bytes are
  * kept, or read where they are when the name is whole in this piece */
 static const char *scan_string(UsageScan *s, const char *p, const char *end) {
@@ -341,24 +314,55 @@ static const char *scan_string(UsageScan *s, const char *p, const char *end) {
         }
 }
 
-/* The next of '"', '{', '}', '[' and ']' from p, eight bytes at a time as string_stop() goes */
-static inline const char *skip_stop(const char *p, const char *end) {
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-        while (end - p >= 8) {
-                uint64_t v, m;
-                memcpy(&v, p, 8);
-                /* '[' and '{', ']' and '}' differ in one bit (0x20) */
-                m = ZERO_BYTES(v ^ BYTES('"')) | ZERO_BYTES((v | BYTES(0x20)) ^ BYTES('{')) |
-                    ZERO_BYTES((v | BYTES(0x20)) ^ BYTES('}'));
-                if (m != 0)
-                        return p + (__builtin_ctzll(m) >> 3);
-                p += 8;
-        }
-#endif
-        while (p < end && !skip_stop_byte[(unsigned char)*p])
-                p++;
+/* The end of a container passed over: what is read after it is its parent's */
+static const char *skip_end(UsageScan *s, const char *p) {
+        s->skip = 0;
+        s->want = WANT_NONE;
+        s->key_next = false;
         return p;
 }
+
+#ifdef __SSE2__
+/* skip_container() sixteen bytes at a time, from p outside a string: which bytes are in strings is told by
+ * the quotes before them (a running parity), so only the nesting outside them is looked at one by one. To
+ * the first block with a backslash (whose quotes do not say that), or the last whole one: the scan goes on
+ * from the returned place byte by byte, in a string if s->lex says so; s->skip 0: past the container. */
+static const char *skip_blocks(UsageScan *s, const char *p, const char *end) {
+        const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'),
+                      bit5 = _mm_set1_epi8(0x20), open = _mm_set1_epi8('{'), close = _mm_set1_epi8('}');
+        unsigned in_string = 0; /* 0xffff: the block starts in one */
+
+        for (; end - p >= 16; p += 16) {
+                __m128i v = _mm_loadu_si128((const __m128i *)p), folded = _mm_or_si128(v, bit5);
+                unsigned q = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, quote)), str;
+                unsigned o = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(folded, open));  /* '{' and '[' */
+                unsigned c = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(folded, close)); /* '}' and ']' */
+
+                if (_mm_movemask_epi8(_mm_cmpeq_epi8(v, backslash)) != 0)
+                        break;
+                /* bit i: an odd number of quotes up to byte i, that is byte i in a string */
+                str = q ^ (q << 1);
+                str ^= str << 2;
+                str ^= str << 4;
+                str ^= str << 8;
+                str = (str ^ in_string) & 0xffff;
+                for (unsigned m = (o | c) & ~str; m != 0; m &= m - 1) {
+                        unsigned i = (unsigned)__builtin_ctz(m);
+                        if (o & (1u << i)) {
+                                if (s->depth < UINT32_MAX)
+                                        s->depth++;
+                        } else if (--s->depth < s->skip)
+                                return skip_end(s, p + i + 1);
+                }
+                in_string = str & 0x8000 ? 0xffff : 0;
+        }
+        if (in_string) {
+                s->lex = LEX_STRING;
+                s->in_key = false;
+        }
+        return p;
+}
+#endif
 
 /* In a container nothing in which is read, from p: past its end, or to end; only its strings and its
  * nesting are looked at */
@@ -369,6 +373,15 @@ static const char *skip_container(UsageScan *s, const char *p, const char *end) 
                         if (s->lex == LEX_STRING)
                                 return end;
                 }
+#ifdef __SSE2__
+                if (end - p >= 16) {
+                        p = skip_blocks(s, p, end);
+                        if (s->skip == 0)
+                                return p;
+                        if (s->lex == LEX_STRING)
+                                continue;
+                }
+#endif
                 p = skip_stop(p, end);
                 if (p == end)
                         return end;
@@ -389,12 +402,8 @@ static const char *skip_container(UsageScan *s, const char *p, const char *end) 
                                 s->depth++;
                         break;
                 default:
-                        if (--s->depth < s->skip) {
-                                s->skip = 0;
-                                s->want = WANT_NONE;
-                                s->key_next = false;
-                                return p;
-                        }
+                        if (--s->depth < s->skip)
+                                return skip_end(s, p);
                 }
         }
 }
@@ -424,22 +433,21 @@ void usage_scan_feed(UsageScan *s, Usage *u, const char *p, size_t n) {
         assert(u);
         const char *end = p + n;
 
-        /* what the piece before left unfinished */
-        if (s->lex == LEX_STRING && s->skip == 0)
+        /* what the piece before left unfinished; a container passed over is only entered by
+         * open_container() (below) */
+        if (s->skip > 0)
+                p = skip_container(s, p, end);
+        else if (s->lex == LEX_STRING)
                 p = scan_string(s, p, end);
         else if (s->lex == LEX_SCALAR)
                 p = scan_scalar(s, u, p, end);
         while (p < end) {
-                if (s->skip > 0) {
-                        p = skip_container(s, p, end);
-                        continue;
-                }
                 switch (*p++) {
                 case '{':
-                        open_container(s, /* array= */ false);
-                        break;
                 case '[':
-                        open_container(s, /* array= */ true);
+                        open_container(s, /* array= */ p[-1] == '[');
+                        if (s->skip > 0)
+                                p = skip_container(s, p, end);
                         break;
                 case '}':
                 case ']':
@@ -455,10 +463,23 @@ void usage_scan_feed(UsageScan *s, Usage *u, const char *p, size_t n) {
                 case '"': {
                         const char *q = string_stop(p, end);
                         if (q < end && *q == '"') {
-                                /* whole in this piece, without an escape: the rule */
-                                s->want = s->key_next ? want_of_name(s, p, (size_t)(q - p)) : WANT_NONE;
-                                s->key_next = false;
-                                p = q + 1;
+                                /* whole in this piece, without an escape: the rule; and the ':' after a
+                                 * name or the ',' after a value, as a rule the next byte, taken here as
+                                 * the cases below take them */
+                                if (s->key_next) {
+                                        s->want = want_of_name(s, p, (size_t)(q - p));
+                                        s->key_next = false;
+                                        p = q + 1;
+                                        if (p < end && *p == ':')
+                                                p++;
+                                } else {
+                                        p = q + 1;
+                                        if (p < end && *p == ',') {
+                                                p++;
+                                                s->key_next = in_object(s);
+                                        }
+                                        s->want = WANT_NONE;
+                                }
                                 break;
                         }
                         s->lex = LEX_STRING;

@@ -93,7 +93,7 @@ usec_t upstream_now(const Upstream *u) {
 
         /* the time sd-event compares its timers with, as touch() in upstream-connection.c uses; it cannot
          * fail for CLOCK_MONOTONIC, and before the loop first runs it is the time now */
-        (void)sd_event_now(u->pool->event, CLOCK_MONOTONIC, &now);
+        now = socket_watch_loop_now(u->pool->event);
         return now;
 }
 
@@ -458,7 +458,7 @@ static int upstream_timer_cb(sd_event_source *s, uint64_t usec, void *userdata) 
 /* Each sign of life from the host pushes the idle bound back. */
 static void touch(Upstream *u) {
         if (u->idle_timeout != USEC_INFINITY)
-                (void)sd_event_now(u->pool->event, CLOCK_MONOTONIC, &u->last_activity);
+                u->last_activity = socket_watch_loop_now(u->pool->event);
 }
 
 int upstream_set_idle_timeout(Upstream *u, usec_t usec) {
