@@ -15,18 +15,6 @@ static const FeedSubscriberOps client_activity_ops = {
         .send = client_activity_send,
 };
 
-static const char *api_name(Span path) {
-        if (span_eq(path, "/v1/chat/completions") || span_eq(path, "/chat/completions"))
-                return "chat";
-        if (span_eq(path, "/v1/completions") || span_eq(path, "/completions"))
-                return "completions";
-        if (span_startswith(path, "/v1/messages"))
-                return "messages";
-        if (span_startswith(path, "/v1/responses") || span_startswith(path, "/responses"))
-                return "responses";
-        return "other";
-}
-
 /* rule:no-text-in-activity: the model as the client named it, when it is a name of the configuration (an
  * alias's, or an engine's Models= entry as written) or of the host's own list; NULL, shown as unknown, for
  * anything else, which is the client's text alone (a glob, or a host that passes /models/... calls on,
@@ -62,12 +50,12 @@ void client_activity_begin(Client *c) {
         r->host = x->host ? x->host->name : NULL;
         r->engine = x->engine_name;
         r->key = x->caller.admitted ? access_caller_id(&x->caller, x->activity_key) : NULL;
-        r->api = api_name(x->path);
+        r->api = path_route_activity(x->route ?: path_route_none());
         r->stream = x->ask.stream;
         /* rule:sessions: a turn is a generation, not a token count or a template */
         r->session_who = client_identity(c);
         r->session = x->session_hash ? x->session_label : NULL;
-        r->turn = x->session_hash && x->method == HTTP_POST && conv_path_keeps_stream(x->path);
+        r->turn = x->session_hash && path_route_keeps_stream(x->route ?: path_route_none(), x->method);
         /* the first time, the request's own start (the same reading of the loop's clock, as a rule, and
          * no other); an alias's next target begins now */
         activity_request_begin(manager_activity(c->manager), r, r->owner ? client_now(c) : x->start);

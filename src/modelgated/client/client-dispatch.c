@@ -7,6 +7,7 @@
 #include "modelgated/rules/attribution.h"
 #include "modelgated/rules/basic-auth.h"
 #include "modelgated/rules/model-memory.h"
+#include "modelgated/rules/path-table.h"
 #include "modelgated/rules/probe.h"
 
 void client_go(Client *c) {
@@ -51,13 +52,6 @@ static void client_engine_ready(HostWaiter *w, int status, const char *message) 
         client_process(c);
 }
 
-/* The pages a browser reads with its own credentials (rule:ui-key): GET /ui and GET /activity, which change
- * nothing and which another site's page cannot read */
-static bool request_is_browser(const HttpRequest *r, Span path) {
-        return (r->method == HTTP_GET || r->method == HTTP_HEAD) &&
-               (span_eq(path, "/ui") || span_eq(path, "/activity"));
-}
-
 /* [Access]: who the client is. false: answered already (401). */
 static bool client_admit(Client *c) {
         HttpRequest *r = &c->parser.req;
@@ -65,7 +59,7 @@ static bool client_admit(Client *c) {
         _cleanup_free_ char *key = NULL;
         AccessDenial d;
 
-        c->x->browser = request_is_browser(r, url_path(http_request_url(r)));
+        c->x->browser = path_route_browser(c->x->route, r->method);
         if (auth.p && auth.n > 7 && strncasecmp(auth.p, "Bearer ", 7) == 0)
                 key = strndup(auth.p + 7, auth.n - 7);
         else if (xkey.p)
@@ -102,12 +96,6 @@ static bool client_within_cap(Client *c) {
         return false;
 }
 
-/* What modelgate answers itself, for anyone: no admission. */
-static bool request_is_open(const HttpRequest *r, Span path) {
-        return (r->method == HTTP_GET || r->method == HTTP_HEAD) &&
-               (span_eq(path, "/") || span_eq(path, "/health") || span_eq(path, "/metrics"));
-}
-
 /* The body limit of the caller: its tier's MaxBodySize=, or AnonymousMaxBodySize=; 0: MaxBodySize=. */
 static uint64_t caller_body_limit(const Client *c) {
         const AccessConf *a = &(c->x->config ?: manager_config(c->manager))->access;
@@ -128,8 +116,10 @@ bool client_admit_head(Client *c) {
         assert(c);
         HttpRequest *r = &c->parser.req;
         Span path = url_path(http_request_url(r));
-        bool open = request_is_open(r, path), close = c->close_after_response,
-             access = manager_config(c->manager)->access.enabled, lookup = client_stream_is_lookup(r, path);
+        const PathRoute *route = c->x->route = path_route_lookup(path); /* the request's one lookup */
+        bool open = path_route_open(route, r->method), close = c->close_after_response,
+             access = manager_config(c->manager)->access.enabled,
+             lookup = path_route_own(route, r->method) == PATH_OWN_STREAM_LOOKUP;
 
         if (!open && !lookup && !access)
                 return true; /* rule:host-check: client_dispatch() checks it */
@@ -138,7 +128,7 @@ bool client_admit_head(Client *c) {
         c->x->start = client_now(c);
         c->x->method = r->method;
         c->x->path = path;
-        c->x->api = api_kind_for_path(path);
+        c->x->api = path_route_api(route);
         c->close_after_response = true;
         if (client_host_refused(c)) /* rule:host-check: before anything else */
                 return false;
@@ -195,44 +185,105 @@ static void exchange_begin(Client *c, Dispatch *d) {
         c->x->method = r->method;
         c->x->path = d->path;
         c->x->user_agent = http_request_header(r, "User-Agent");
-        c->x->api = api_kind_for_path(d->path);
+        if (!c->x->route) /* else looked up on the head, of the same path */
+                c->x->route = path_route_lookup(d->path);
+        c->x->api = path_route_api(c->x->route);
         c->x->head = r->method == HTTP_HEAD;
         c->x->http10 = r->http_major == 1 && r->http_minor == 0;
         if (!r->keep_alive || manager_stopping(c->manager))
                 c->close_after_response = true;
 }
 
+static void own_root(Client *c, Dispatch *d) {
+        /* clients (Claude Code among them) probe the root before their first request */
+        static const char root[] = "{\"name\":\"modelgate\",\"version\":\"" MODELGATE_VERSION
+                                   "\",\"models\":\"/v1/models\",\"health\":\"/health\"}";
+        client_respond(c, 200, "application/json", root, sizeof(root) - 1, NULL);
+}
+
+static void own_health(Client *c, Dispatch *d) {
+        client_respond_health(c, query_flag(d->url, "strict"));
+}
+
+static void own_metrics(Client *c, Dispatch *d) {
+        client_respond_metrics(c);
+}
+
+static void own_ui(Client *c, Dispatch *d) {
+        client_start_ui(c);
+}
+
+/* a subscriber holds a connection for good: with [Access], only an admitted one */
+static void own_feed(Client *c, Dispatch *d) {
+        client_start_feed(c);
+}
+
+static void own_activity(Client *c, Dispatch *d) {
+        client_start_activity(c);
+}
+
+/* llama-swap's control endpoints, under the same admission (rule:swap-running, rule:swap-unload) */
+static void own_running(Client *c, Dispatch *d) {
+        client_respond_running(c);
+}
+
+static void own_unload(Client *c, Dispatch *d) {
+        client_unload_all(c, /* api= */ false);
+}
+
+static void own_unload_api(Client *c, Dispatch *d) {
+        client_unload_all(c, /* api= */ true);
+}
+
+static void own_unload_model(Client *c, Dispatch *d) {
+        client_unload_model(c, d->path);
+}
+
+static void own_models(Client *c, Dispatch *d) {
+        if (models_merge_start(c->manager, c->set->models, client_model_visible, client_models_done, c,
+                               &c->x->merge) < 0)
+                client_answer(c, ANSWER_OUT_OF_MEMORY);
+}
+
+static void own_stream(Client *c, Dispatch *d) {
+        client_dispatch_stream(c, d->url);
+}
+
+/* modelgate's own endpoints (path-table.h), one handler each */
+static void (*const own_handlers[_PATH_OWN_MAX])(Client *c, Dispatch *d) = {
+        [PATH_OWN_ROOT] = own_root,
+        [PATH_OWN_HEALTH] = own_health,
+        [PATH_OWN_METRICS] = own_metrics,
+        [PATH_OWN_UI] = own_ui,
+        [PATH_OWN_FEED] = own_feed,
+        [PATH_OWN_ACTIVITY] = own_activity,
+        [PATH_OWN_RUNNING] = own_running,
+        [PATH_OWN_UNLOAD] = own_unload,
+        [PATH_OWN_UNLOAD_API] = own_unload_api,
+        [PATH_OWN_UNLOAD_MODEL] = own_unload_model,
+        [PATH_OWN_MODELS] = own_models,
+        [PATH_OWN_STREAM] = own_stream,
+        [PATH_OWN_STREAM_LOOKUP] = own_stream,
+};
+
 /* modelgate's own answers, and admission before anything reaches a host: true when answered */
 static bool dispatch_own(Client *c, Dispatch *d) {
         HttpRequest *r = d->r;
-        Span path = d->path;
-        bool get = r->method == HTTP_GET || r->method == HTTP_HEAD;
-        int k;
+        PathOwn own = path_route_own(c->x->route, r->method);
 
         if (d->url.n == 0 || d->url.p[0] != '/') {
                 client_answer(c, ANSWER_NOT_A_PATH);
                 return true;
         }
         /* before admission and the daemon's own refusals (rule:websocket-426) */
-        if (client_refuse_websocket(c, path))
+        if (client_refuse_websocket(c))
                 return true;
         if (manager_refusal(c->manager)) {
-                client_respond_refusal(c, get && span_eq(path, "/health"));
+                client_respond_refusal(c, own == PATH_OWN_HEALTH);
                 return true;
         }
-        if (get && span_eq(path, "/")) {
-                /* clients (Claude Code among them) probe the root before their first request */
-                static const char root[] = "{\"name\":\"modelgate\",\"version\":\"" MODELGATE_VERSION
-                                           "\",\"models\":\"/v1/models\",\"health\":\"/health\"}";
-                client_respond(c, 200, "application/json", root, sizeof(root) - 1, NULL);
-                return true;
-        }
-        if (get && span_eq(path, "/health")) {
-                client_respond_health(c, query_flag(d->url, "strict"));
-                return true;
-        }
-        if (get && span_eq(path, "/metrics")) {
-                client_respond_metrics(c);
+        if (own != PATH_OWN_NONE && c->x->route->open) {
+                own_handlers[own](c, d);
                 return true;
         }
         if (manager_config(c->manager)->access.enabled) {
@@ -244,44 +295,10 @@ static bool dispatch_own(Client *c, Dispatch *d) {
                         return true;
                 }
         }
-        if (get && span_eq(path, "/ui")) {
-                client_start_ui(c);
-                return true;
-        }
-        /* a subscriber holds a connection for good: with [Access], only an admitted one */
-        if (get && span_eq(path, "/models/sse")) {
-                client_start_feed(c);
-                return true;
-        }
-        if (get && span_eq(path, "/activity")) {
-                client_start_activity(c);
-                return true;
-        }
-        /* llama-swap's control endpoints, under the same admission (rule:swap-running, rule:swap-unload) */
-        if (get && span_eq(path, "/running")) {
-                client_respond_running(c);
-                return true;
-        }
-        if (r->method == HTTP_GET && span_eq(path, "/unload")) {
-                client_unload_all(c, /* api= */ false);
-                return true;
-        }
-        if (r->method == HTTP_POST && span_eq(path, "/api/models/unload")) {
-                client_unload_all(c, /* api= */ true);
-                return true;
-        }
-        if (r->method == HTTP_POST && client_is_unload_model(path)) {
-                client_unload_model(c, path);
-                return true;
-        }
-        if (get && (span_eq(path, "/models") || span_eq(path, "/v1/models"))) {
-                k = models_merge_start(c->manager, c->set->models, client_model_visible, client_models_done,
-                                       c, &c->x->merge);
-                if (k < 0)
-                        client_answer(c, ANSWER_OUT_OF_MEMORY);
-                return true;
-        }
-        return false;
+        if (own == PATH_OWN_NONE)
+                return false;
+        own_handlers[own](c, d);
+        return true;
 }
 
 /* The answer to a lookup of the model in the body or (query) in the query that found none to route by;
@@ -475,7 +492,7 @@ static ssize_t dispatch_engine(Client *c, Dispatch *d, Host *host) {
                 int listed = catalog_lists(host_catalog(host), d->key);
                 if (listed > 0)
                         c->x->model_label = d->key; /* rule:usage-metrics: the host lists it */
-                if (span_startswith(d->path, "/models") || listed != 0)
+                if (c->x->route->models_call || listed != 0)
                         return -1;
                 /* rule:unlisted-key-404: a key the host does not list (its list is known) is 404;
                  * /models/... calls (a download of a new model, say) are the host's to judge */
@@ -490,7 +507,7 @@ static ssize_t dispatch_engine(Client *c, Dispatch *d, Host *host) {
         /* rule:never-listed-404: no GPU moves for a name its engine is known not to have and the host never
          * listed (models-seen.json: what a list read while another engine shared its URL taught is not
          * trusted alone); /models/... calls are the host's to judge, as in rule:unlisted-key-404 */
-        if (!span_startswith(d->path, "/models") && host_key_known_absent(host, (size_t)engine, d->key) &&
+        if (!c->x->route->models_call && host_key_known_absent(host, (size_t)engine, d->key) &&
             !model_memory_get(manager_model_memory(c->manager), c->x->host->name, d->key)) {
                 const char *e = host_engine(host, (size_t)engine)->conf->name;
                 log_escape(k2, sizeof(k2), d->key, strlen(d->key));
@@ -502,7 +519,7 @@ static ssize_t dispatch_engine(Client *c, Dispatch *d, Host *host) {
         c->x->engine_name = c->x->engine_conf->name;
         /* the fallback spends the operator's cloud key: inference only, on a path of modelgate's
          * own, and only for a model in the body (the only place it can be renamed) */
-        c->x->fb_path = client_fallback_path(d->r->method, d->path);
+        c->x->fb_path = path_route_fallback(c->x->route, d->r->method);
         c->x->fallback = c->x->fb_path && d->in_body
                                  ? config_find_fallback(c->x->config, c->x->engine_conf->fallback)
                                  : NULL;
@@ -515,8 +532,8 @@ static ssize_t dispatch_engine(Client *c, Dispatch *d, Host *host) {
 
 static void dispatch_to_host(Client *c, Dispatch *d);
 
-/* rule:probe: a probe (probe_path()) for an engine that is not up never moves the GPU nor waits behind a
- * switch: it goes when its engine is up and staying, may start it on a GPU nothing uses, and is answered
+/* rule:probe: a probe (path_route_probe()) for an engine that is not up never moves the GPU nor waits behind
+ * a switch: it goes when its engine is up and staying, may start it on a GPU nothing uses, and is answered
  * at once otherwise (the alias's next target may have its engine up). false: it was answered, or moved on.
  */
 static bool dispatch_probe_may_go(Client *c, Dispatch *d, Host *host, size_t engine) {
@@ -525,7 +542,7 @@ static bool dispatch_probe_may_go(Client *c, Dispatch *d, Host *host, size_t eng
         ssize_t running = host_running(host);
         char why[160], msg[512];
 
-        if (!probe_path(d->path, d->r->method == HTTP_GET || d->r->method == HTTP_HEAD))
+        if (!path_route_probe(c->x->route, d->r->method))
                 return true;
         bool cold = host_engine_up(host) == (ssize_t)engine && host_key_cold(host, d->key);
         ProbeView v = {
@@ -566,8 +583,8 @@ void client_dispatch(Client *c) {
 
         dispatch_from_parser(&d);
         exchange_begin(c, &d);
-        if (client_host_refused(c) || dispatch_own(c, &d) || client_dispatch_stream(c, d.url, d.path) ||
-            !dispatch_read_model(c, &d) || !dispatch_route(c, &d))
+        if (client_host_refused(c) || dispatch_own(c, &d) || !dispatch_read_model(c, &d) ||
+            !dispatch_route(c, &d))
                 return;
         dispatch_to_host(c, &d);
 }
@@ -617,7 +634,7 @@ static void dispatch_to_host(Client *c, Dispatch *d) {
         ssize_t engine = dispatch_engine(c, d, host);
         if (engine < -1)
                 return;
-        if (!client_stream_remember(c, d->r, d->path, engine >= 0 ? c->x->engine_name : ""))
+        if (!client_stream_remember(c, d->r, engine >= 0 ? c->x->engine_name : ""))
                 return;
         /* rule:attribution-line: Claude Code's changing first line never reaches a llama.cpp host (the
          * fallback builds its request from the client's body as it was) */

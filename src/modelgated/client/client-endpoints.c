@@ -42,8 +42,8 @@ void client_models_done(ModelsMerge *mm, Blob *json, void *userdata) {
 
 /* rule:websocket-426: only a 426 makes a Responses client that opens a WebSocket fall back to plain HTTP
  * at once; anything else costs it its retries first, or its turn. true: answered */
-bool client_refuse_websocket(Client *c, Span path) {
-        if (!api_refuses_websocket(path) || !http_request_opens_websocket(&c->parser.req))
+bool client_refuse_websocket(Client *c) {
+        if (!c->x->route->websocket_426 || !http_request_opens_websocket(&c->parser.req))
                 return false;
         client_answer(c, ANSWER_WEBSOCKET_REFUSED);
         return true;

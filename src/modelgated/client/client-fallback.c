@@ -78,22 +78,6 @@ void client_start_budget(Client *c) {
         (void)sd_event_source_set_enabled(c->x->budget, SD_EVENT_ONESHOT);
 }
 
-/* The paths a fallback serves: inference, nothing that reads or changes the cloud account. The path
- * sent is this table's string, never the client's bytes. rule:responses-api: /v1/responses goes as it is,
- * to a fallback that speaks the Responses API (OpenAI's cloud does); nothing translates it. */
-const char *client_fallback_path(llhttp_method_t method, Span path) {
-        static const char *const paths[] = {
-                "/v1/chat/completions",      "/v1/completions", "/v1/messages",
-                "/v1/messages/count_tokens", "/v1/responses",   "/v1/responses/input_tokens",
-        };
-        if (method != HTTP_POST)
-                return NULL;
-        for (size_t i = 0; i < ELEMENTSOF(paths); i++)
-                if (span_eq(path, paths[i]))
-                        return paths[i];
-        return NULL;
-}
-
 /* The fallback's request is modelgate's: POST to its path under the fallback's URL, no query, and of the
  * client's headers only what the API needs to read the body and shape the answer. The client's vendor
  * and account headers (OpenAI-Organization, OpenAI-Project, anthropic-beta, ...) never go with the

@@ -258,18 +258,17 @@ void client_go(Client *c);
 bool client_host_refused(Client *c);
 
 /* client-stream.c: resumable streams (rule:resumable-streams) */
-/* GET and DELETE /v1/stream, POST /v1/streams/lookup: true when it is one of them (answered, or on its
- * way to the host that holds the conversation) */
-bool client_dispatch_stream(Client *c, Span url, Span path);
+/* GET and DELETE /v1/stream (PATH_OWN_STREAM), POST /v1/streams/lookup (PATH_OWN_STREAM_LOOKUP): answered,
+ * or on its way to the host that holds the conversation */
+void client_dispatch_stream(Client *c, Span url);
 /* X-Conversation-Id of a request routed to its host, engine the one that serves it ("" for none): the id
  * the host gets, under the caller's mark, and, for a request that makes a session there, remembered as
  * the caller's. false: it was answered (out of memory). */
-bool client_stream_remember(Client *c, const HttpRequest *r, Span path, const char *engine);
+bool client_stream_remember(Client *c, const HttpRequest *r, const char *engine);
 /* The request's remembered conversation was used now (its stream ended): its time starts again */
 void client_stream_touch(Client *c);
-/* Whether the request is POST /v1/streams/lookup; and, on its head, its body's bound set: false when it
- * was answered (413), whoever sends it */
-bool client_stream_is_lookup(const HttpRequest *r, Span path);
+/* On the head of POST /v1/streams/lookup, its body's bound set: false when it was answered (413), whoever
+ * sends it */
 bool client_stream_limit_lookup(Client *c);
 /* The client is closing mid-stream: a stream of a remembered conversation is read on to its end, in
  * flight on its engine, instead of being cancelled */
@@ -303,13 +302,12 @@ AttemptOutcome client_attempt_failed(Client *c, AttemptFailure failure, int erro
 /* The attempt is over: what it owned is given up, for the next target or the fallback */
 void client_attempt_end(Client *c);
 void client_start_budget(Client *c);
-const char *client_fallback_path(llhttp_method_t method, Span path);
 bool client_fall_back(Client *c, const char *why);
 
 /* client-endpoints.c: modelgate's own endpoints */
 bool client_model_visible(const char *id, void *userdata);
 void client_models_done(ModelsMerge *mm, Blob *json, void *userdata);
-bool client_refuse_websocket(Client *c, Span path);
+bool client_refuse_websocket(Client *c);
 void client_respond_health(Client *c, bool strict);
 void client_respond_refusal(Client *c, bool health);
 void client_respond_metrics(Client *c);
@@ -321,13 +319,8 @@ void client_start_ui(Client *c);
 void client_respond_running(Client *c);
 /* GET /unload (api: false) or POST /api/models/unload (api: true) */
 void client_unload_all(Client *c, bool api);
-/* POST /api/models/unload/<model>: whether path is of it (inline: every POST's path is held against it, and
- * nearly every one differs at its second byte), and its answer */
+/* POST /api/models/unload/<model> (PATH_OWN_UNLOAD_MODEL) */
 #define UNLOAD_MODEL_PREFIX "/api/models/unload/"
-static inline bool client_is_unload_model(Span path) {
-        const size_t p = sizeof(UNLOAD_MODEL_PREFIX) - 1;
-        return path.n > p && path.p[1] == 'a' && memcmp(path.p, UNLOAD_MODEL_PREFIX, p) == 0;
-}
 void client_unload_model(Client *c, Span path);
 void client_start_feed(Client *c);
 

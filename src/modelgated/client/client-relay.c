@@ -271,12 +271,11 @@ static void client_upstream_complete(Upstream *u, void *userdata) {
         }
         c->x->usage_body = false; /* whole: not cut */
         /* rule:list-never-stale: the list is re-read after every load or unload that worked */
-        if (c->x->status >= 200 && c->x->status < 300 &&
-            (span_eq(c->x->path, "/models/load") || span_eq(c->x->path, "/models/unload"))) {
+        if (c->x->status >= 200 && c->x->status < 300 && c->x->route->catalog_call != PATH_CATALOG_NONE) {
                 Host *h = manager_host(c->manager, c->x->host);
                 if (h)
                         catalog_model_call_done(host_catalog(h), c->x->model,
-                                                span_eq(c->x->path, "/models/load"));
+                                                c->x->route->catalog_call == PATH_CATALOG_LOAD);
         }
         client_response_complete(c, NULL);
         client_flush(c);

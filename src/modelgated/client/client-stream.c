@@ -26,7 +26,7 @@ static const char *caller_owner(const Client *c, char buf[static 80]) {
         return access_caller_name(&c->x->caller, c->peer, buf);
 }
 
-bool client_stream_remember(Client *c, const HttpRequest *r, Span path, const char *engine) {
+bool client_stream_remember(Client *c, const HttpRequest *r, const char *engine) {
         Span id = http_request_header(r, "X-Conversation-Id");
         _cleanup_free_ char *cid = NULL;
         char owner[80];
@@ -44,7 +44,7 @@ bool client_stream_remember(Client *c, const HttpRequest *r, Span path, const ch
                 return client_answer(c, ANSWER_OUT_OF_MEMORY), false;
         /* only a generating request makes a session on the host: a header on a token count leaves it as
          * it is (under the owner's mark all the same: on a router the id names the model it served) */
-        if (r->method != HTTP_POST || !conv_path_keeps_stream(path))
+        if (!path_route_keeps_stream(c->x->route, r->method))
                 return true;
         /* out of memory: it goes on, not resumable here */
         if (manager_conv_remember(c->manager, owner, cid, c->x->host->name, engine) >= 0)
@@ -394,10 +394,6 @@ static void stream_lookup(Client *c) {
         stream_lookup_go(c);
 }
 
-bool client_stream_is_lookup(const HttpRequest *r, Span path) {
-        return r->method == HTTP_POST && span_eq(path, "/v1/streams/lookup");
-}
-
 /* A lookup's body is small whoever sends it, and read no further than its bound */
 bool client_stream_limit_lookup(Client *c) {
         if (http_parser_limit_body(&c->parser, CONV_LOOKUP_BODY_MAX,
@@ -407,16 +403,11 @@ bool client_stream_limit_lookup(Client *c) {
         return false;
 }
 
-bool client_dispatch_stream(Client *c, Span url, Span path) {
-        llhttp_method_t m = c->parser.req.method;
-
-        if (span_eq(path, "/v1/stream") && (m == HTTP_GET || m == HTTP_DELETE))
-                stream_forward(c, url, m == HTTP_GET);
-        else if (client_stream_is_lookup(&c->parser.req, path))
+void client_dispatch_stream(Client *c, Span url) {
+        if (path_route_own(c->x->route, c->parser.req.method) == PATH_OWN_STREAM_LOOKUP)
                 stream_lookup(c);
         else
-                return false;
-        return true;
+                stream_forward(c, url, c->parser.req.method == HTTP_GET);
 }
 
 /* The rest of a stream whose client left, read to its end */

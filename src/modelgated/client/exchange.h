@@ -13,6 +13,7 @@
 #include "modelgated/records/access.h"
 #include "modelgated/records/activity.h"
 #include "modelgated/rules/api-error.h"
+#include "modelgated/rules/path-table.h"
 #include "modelgated/conf/conf.h"
 #include "modelgated/host/host.h"
 #include "modelgated/rules/request-id.h"
@@ -54,6 +55,7 @@ typedef struct Exchange {
         bool first_byte_seen;
         AccessCaller caller;    /* with [Access]: who asks */
         AccessWait access_wait; /* rule:shared-counts: while Redis admits the request */
+        const PathRoute *route; /* what the path means (path-table.h): looked up once, on the head */
 
         /* an [Alias] (rule:alias-at-admission, rule:alias-next-target): the target it picked, in config; the
          * ones tried (bit i: target i) */
