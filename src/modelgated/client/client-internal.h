@@ -263,13 +263,13 @@ bool client_host_refused(Client *c);
 void client_dispatch_stream(Client *c, Span url);
 /* X-Conversation-Id of a request routed to its host, engine the one that serves it ("" for none): the id
  * the host gets, under the caller's mark, and, for a request that makes a session there, remembered as
- * the caller's. false: it was answered (out of memory). */
+ * the caller's. false: out of memory (not answered). */
 bool client_stream_remember(Client *c, const HttpRequest *r, const char *engine);
 /* The request's remembered conversation was used now (its stream ended): its time starts again */
 void client_stream_touch(Client *c);
-/* On the head of POST /v1/streams/lookup, its body's bound set: false when it was answered (413), whoever
- * sends it */
-bool client_stream_limit_lookup(Client *c);
+/* On the head of POST /v1/streams/lookup, its body's bound set: false when it is refused (413, in w),
+ * whoever sends it */
+bool client_stream_limit_lookup(Client *c, AnswerWords *w);
 /* The client is closing mid-stream: a stream of a remembered conversation is read on to its end, in
  * flight on its engine, instead of being cancelled */
 void client_stream_drain(Client *c);
@@ -308,6 +308,8 @@ bool client_fall_back(Client *c, const char *why);
 bool client_model_visible(const char *id, void *userdata);
 void client_models_done(ModelsMerge *mm, Blob *json, void *userdata);
 bool client_refuse_websocket(Client *c);
+/* modelgate's own endpoint (path-table.h), answered, or on its way */
+void client_dispatch_own(Client *c, PathOwn own, Span url, Span path);
 void client_respond_health(Client *c, bool strict);
 void client_respond_refusal(Client *c, bool health);
 void client_respond_metrics(Client *c);

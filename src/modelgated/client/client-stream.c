@@ -41,7 +41,7 @@ bool client_stream_remember(Client *c, const HttpRequest *r, const char *engine)
         if (cid)
                 c->x->conv_host_id = conv_host_id(caller_owner(c, owner), cid);
         if (!c->x->conv_host_id)
-                return client_answer(c, ANSWER_OUT_OF_MEMORY), false;
+                return false;
         /* only a generating request makes a session on the host: a header on a token count leaves it as
          * it is (under the owner's mark all the same: on a router the id names the model it served) */
         if (!path_route_keeps_stream(c->x->route, r->method))
@@ -395,11 +395,11 @@ static void stream_lookup(Client *c) {
 }
 
 /* A lookup's body is small whoever sends it, and read no further than its bound */
-bool client_stream_limit_lookup(Client *c) {
+bool client_stream_limit_lookup(Client *c, AnswerWords *w) {
         if (http_parser_limit_body(&c->parser, CONV_LOOKUP_BODY_MAX,
                                    answer_row(ANSWER_LOOKUP_TOO_LARGE)->format) >= 0)
                 return true;
-        client_answer(c, ANSWER_LOOKUP_TOO_LARGE);
+        answer_words_0(w, ANSWER_LOOKUP_TOO_LARGE);
         return false;
 }
 
