@@ -9,7 +9,6 @@
 #include "modelgated/rules/basic-auth.h"
 #include "modelgated/rules/model-memory.h"
 #include "modelgated/rules/path-table.h"
-#include "modelgated/rules/probe.h"
 
 /* The phases of a request, in their order. A wait (Redis admission, the host's engine) or an alias's next
  * target goes on from one of them (dispatch_run()). */
@@ -410,48 +409,15 @@ static PhaseEnd phase_engine(Client *c, Dispatch *d) {
         return PHASE_GOES_ON;
 }
 
-/* rule:probe: a probe (path_route_probe()) for an engine that is not up never moves the GPU nor waits behind
- * a switch: it goes when its engine is up and staying, may start it on a GPU nothing uses, and is answered
- * at once otherwise (the alias's next target may have its engine up). Done when it was answered, or moved
- * on. */
+/* rule:probe: a probe for an engine that is not up never moves the GPU nor waits behind a switch; the
+ * host says whether it goes (the alias's next target may have its engine up) */
 static PhaseEnd phase_probe(Client *c, Dispatch *d) {
-        Host *host = d->host;
-        size_t engine = (size_t)d->engine;
-        HostState st = host_state(host);
-        bool moving = st == HOST_STARTING || st == HOST_SWITCHING;
-        ssize_t running = host_running(host);
-        char why[160], msg[512];
+        HostRefusal refusal;
 
-        if (d->engine < 0 || !path_route_probe(c->x->route, d->r->method))
+        if (d->engine < 0 || !path_route_probe(c->x->route, d->r->method) ||
+            !host_refuses_probe(d->host, (size_t)d->engine, d->key, &refusal))
                 return PHASE_GOES_ON;
-        bool cold = host_engine_up(host) == (ssize_t)engine && host_key_cold(host, d->key);
-        ProbeView v = {
-                /* a router's model not loaded yet is not up: loading it may unload another */
-                .up = host_engine_up(host) == (ssize_t)engine && !cold,
-                .switch_pending = moving || host_switch_pending(host),
-                .running = moving || running >= 0,
-                .in_flight = host_in_flight(host),
-                .waiting = host_waiting(host),
-        };
-        if (probe_decide(&v) != PROBE_REFUSE)
-                return PHASE_GOES_ON;
-        if (cold) {
-                (void)answer_format(msg, sizeof(msg), ANSWER_PROBE_NOT_LOADED, d->key, c->x->engine_name,
-                                    c->x->host->name);
-                (void)client_attempt_failed(c, ATTEMPT_PROBE, 423, msg);
-                return PHASE_DONE;
-        }
-        if (moving)
-                snprintf(why, sizeof(why), "the host is switching engines");
-        else if (running >= 0)
-                snprintf(why, sizeof(why), "engine '%s' runs there",
-                         host_engine(host, (size_t)running)->conf->name);
-        else
-                snprintf(why, sizeof(why), "%u requests are in flight or waiting there",
-                         v.in_flight + v.waiting);
-        (void)answer_format(msg, sizeof(msg), ANSWER_PROBE_NOT_SWITCHED, c->x->engine_name, c->x->host->name,
-                            why);
-        (void)client_attempt_failed(c, ATTEMPT_PROBE, 423, msg);
+        (void)client_attempt_failed(c, ATTEMPT_PROBE, refusal.status, refusal.message);
         return PHASE_DONE;
 }
 
