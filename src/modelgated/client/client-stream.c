@@ -377,8 +377,7 @@ static void stream_lookup(Client *c) {
 
         /* a body that came whole with its head was not held against the bound on the way */
         if (buffer_size(&c->parser.req.body) > CONV_LOOKUP_BODY_MAX)
-                return client_answer(c, ANSWER_LOOKUP_TOO_LARGE, (unsigned long long)CONV_LOOKUP_BODY_MAX,
-                                     CONV_LOOKUP_MAX);
+                return client_answer(c, ANSWER_LOOKUP_TOO_LARGE); /* its words hold the bound */
         if (c->x->caller.admitted) {
                 c->x->access_wait.fn = lookup_admitted;
                 k = access ? access_admit(access, c->x->config, &c->x->caller, c->peer, &d,
