@@ -10,24 +10,28 @@
 #include "modelgated/rules/model-memory.h"
 #include "modelgated/rules/path-table.h"
 
-/* The phases of a request, in their order. A wait (Redis admission, the host's engine) or an alias's next
- * target goes on from one of them (dispatch_run()). */
+/* The phases of a request, in their order: each one's name, its function, and whether it only reads the
+ * request into the Dispatch (dispatch_run() reads the request again through those). A wait (Redis
+ * admission, the host's engine) or an alias's next target goes on from one of them. */
+#define DISPATCH_PHASES(X)                                                                                  \
+        X(BEGIN, phase_begin, false)                                                                        \
+        X(HOST_CHECK, phase_host_check, false) /* rule:host-check: before anything else */                  \
+        X(OWN, phase_own, false)               /* modelgate's own endpoints, and [Access]'s admission */    \
+        X(READ_MODEL, phase_read_model, true)  /* the model the request names */                            \
+        X(ROUTE, phase_route, false)           /* the caller's day and tier, the alias's target */          \
+        X(TARGET, phase_target, true)          /* the host the model (or the alias's target) names */       \
+        X(ADMIT, phase_admit, false)           /* counted for the caller's day: Redis may answer later */   \
+        X(REWRITE, phase_rewrite, false)       /* where Redis's answer and the alias's next target go on */ \
+        X(HOST, phase_host, false)                                                                          \
+        X(ENGINE, phase_engine, false)                                                                      \
+        X(BUILD, phase_build, false)                                                                        \
+        X(PROBE, phase_probe, false)                                                                        \
+        X(ACQUIRE, phase_acquire, false)                                                                    \
+        X(GO, phase_go, false) /* where the host's engine, once up, goes on */
+
+#define DISPATCH_PHASE_ENUM(name, fn, reads) DISPATCH_##name,
 typedef enum DispatchPhase {
-        DISPATCH_BEGIN,
-        DISPATCH_HOST_CHECK, /* rule:host-check: before anything else */
-        DISPATCH_OWN,        /* modelgate's own endpoints, and [Access]'s admission */
-        DISPATCH_READ_MODEL, /* the model the request names */
-        DISPATCH_ROUTE,      /* the caller's day and tier, the alias's target */
-        DISPATCH_TARGET,     /* the host the model (or the alias's target) names, and the key */
-        DISPATCH_ADMIT,      /* counted for the caller's day: Redis may answer later */
-        DISPATCH_REWRITE,    /* where the alias's next target, and Redis's answer, go on */
-        DISPATCH_HOST,
-        DISPATCH_ENGINE,
-        DISPATCH_BUILD,
-        DISPATCH_PROBE,
-        DISPATCH_ACQUIRE,
-        DISPATCH_GO, /* where the host's engine, once up, goes on */
-        _DISPATCH_PHASE_MAX,
+        DISPATCH_PHASES(DISPATCH_PHASE_ENUM) _DISPATCH_PHASE_MAX,
 } DispatchPhase;
 
 /* What a phase says: on to the next; an answer (Dispatch.answer), which dispatch_run() writes; or nothing
@@ -214,8 +218,8 @@ typedef struct Dispatch {
         char *quoted;      /* the key, for the query (the body's is written straight into the request) */
         char *new_url;
         Host *host;
-        ssize_t engine; /* -1: a host without engines */
-        AnswerWords answer;
+        ssize_t engine;      /* -1: a host without engines */
+        AnswerWords *answer; /* written only by a phase that answers: not cleared for each request */
 } Dispatch;
 
 static void dispatch_done(Dispatch *d) {
@@ -259,7 +263,7 @@ static PhaseEnd phase_own(Client *c, Dispatch *d) {
         PathOwn own = path_route_own(c->x->route, d->r->method);
 
         if (d->url.n == 0 || d->url.p[0] != '/') {
-                answer_words_0(&d->answer, ANSWER_NOT_A_PATH);
+                answer_words_0(d->answer, ANSWER_NOT_A_PATH);
                 return PHASE_ANSWERS;
         }
         /* before admission and the daemon's own refusals (rule:websocket-426) */
@@ -274,11 +278,11 @@ static PhaseEnd phase_own(Client *c, Dispatch *d) {
                 return PHASE_DONE;
         }
         if (manager_config(c->manager)->access.enabled) {
-                if (!c->x->caller.admitted && !client_admit(c, &d->answer))
+                if (!c->x->caller.admitted && !client_admit(c, d->answer))
                         return PHASE_ANSWERS;
                 uint64_t limit = caller_body_limit(c);
                 if (limit > 0 && buffer_size(&d->r->body) > limit) {
-                        refuse_body(c, &d->answer);
+                        refuse_body(c, d->answer);
                         return PHASE_ANSWERS;
                 }
         }
@@ -317,7 +321,7 @@ static PhaseEnd phase_read_model(Client *c, Dispatch *d) {
                 if ((unsigned char)*q < 0x20 || *q == 0x7f)
                         a = ANSWER_MODEL_CONTROL_CHARACTER;
         if (a >= 0) {
-                answer_words_0(&d->answer, a);
+                answer_words_0(d->answer, a);
                 return PHASE_ANSWERS;
         }
         free(c->x->model);
@@ -373,13 +377,13 @@ static PhaseEnd phase_engine(Client *c, Dispatch *d) {
                 /* rule:unlisted-key-404: a key the host does not list (its list is known) is 404;
                  * /models/... calls (a download of a new model, say) are the host's to judge */
                 log_escape(k2, sizeof(k2), d->key, strlen(d->key));
-                answer_words_ss(&d->answer, ANSWER_UNKNOWN_MODEL, c->x->host->name, k2);
+                answer_words_ss(d->answer, ANSWER_UNKNOWN_MODEL, c->x->host->name, k2);
                 return PHASE_ANSWERS;
         }
         d->engine = host_find_engine(host, d->key, &c->x->model_label);
         if (d->engine < 0) {
                 log_escape(k2, sizeof(k2), d->key, strlen(d->key));
-                answer_words_ss(&d->answer, ANSWER_NO_ENGINE, c->x->host->name, k2);
+                answer_words_ss(d->answer, ANSWER_NO_ENGINE, c->x->host->name, k2);
                 return PHASE_ANSWERS;
         }
         /* rule:never-listed-404: no GPU moves for a name its engine is known not to have and the host never
@@ -389,8 +393,8 @@ static PhaseEnd phase_engine(Client *c, Dispatch *d) {
             !model_memory_get(manager_model_memory(c->manager), c->x->host->name, d->key)) {
                 const char *e = host_engine(host, (size_t)d->engine)->conf->name;
                 log_escape(k2, sizeof(k2), d->key, strlen(d->key));
-                answer_words_sssss(&d->answer, ANSWER_NEVER_LISTED, c->x->host->name, e, k2,
-                                   c->x->host->name, e);
+                answer_words_sssss(d->answer, ANSWER_NEVER_LISTED, c->x->host->name, e, k2, c->x->host->name,
+                                   e);
                 return PHASE_ANSWERS;
         }
         c->x->target = host_engine(host, (size_t)d->engine)->url;
@@ -425,11 +429,11 @@ static PhaseEnd phase_probe(Client *c, Dispatch *d) {
 static PhaseEnd phase_route(Client *c, Dispatch *d) {
         /* a caller whose day is used up hears so first, as it does on a head with a body (the same answer
          * however the request came in pieces) */
-        if (!client_within_cap(c, &d->answer))
+        if (!client_within_cap(c, d->answer))
                 return PHASE_ANSWERS;
         /* a tier's Models= limits routing as much as the list */
         if (c->x->caller.admitted && !access_model_allowed(&c->x->caller, d->model)) {
-                answer_words_ss(&d->answer, ANSWER_MODEL_NOT_ALLOWED, c->x->caller.tier->name, c->x->model);
+                answer_words_ss(d->answer, ANSWER_MODEL_NOT_ALLOWED, c->x->caller.tier->name, c->x->model);
                 return PHASE_ANSWERS;
         }
         if (!c->x->config)
@@ -437,7 +441,7 @@ static PhaseEnd phase_route(Client *c, Dispatch *d) {
         client_read_session(c);
         c->x->alias = config_find_alias(c->x->config, d->model);
         if (c->x->alias && !dispatch_pick_target(c, NULL)) {
-                answer_words_0(&d->answer, ANSWER_OUT_OF_MEMORY);
+                answer_words_0(d->answer, ANSWER_OUT_OF_MEMORY);
                 return PHASE_ANSWERS;
         }
         return PHASE_GOES_ON;
@@ -451,10 +455,10 @@ static PhaseEnd phase_target(Client *c, Dispatch *d) {
         if (c->x->host)
                 return PHASE_GOES_ON;
         if (d->again) /* routed before, under the configuration the request holds */
-                answer_words_0(&d->answer, ANSWER_ALIAS_TARGET_LOST);
+                answer_words_0(d->answer, ANSWER_ALIAS_TARGET_LOST);
         else {
                 log_escape(m2, sizeof(m2), d->model, strlen(d->model));
-                answer_words_s(&d->answer, ANSWER_UNKNOWN_HOST, m2);
+                answer_words_s(d->answer, ANSWER_UNKNOWN_HOST, m2);
         }
         return PHASE_ANSWERS;
 }
@@ -487,11 +491,11 @@ static PhaseEnd phase_admit(Client *c, Dispatch *d) {
         if (k == ACCESS_PENDING)
                 return PHASE_WAITS;
         if (k == ACCESS_OVER_CAP) {
-                refuse_cap(&d->answer, &denial);
+                refuse_cap(d->answer, &denial);
                 return PHASE_ANSWERS;
         }
         if (k < 0) {
-                answer_words_0(&d->answer, ANSWER_OUT_OF_MEMORY);
+                answer_words_0(d->answer, ANSWER_OUT_OF_MEMORY);
                 return PHASE_ANSWERS;
         }
         return PHASE_GOES_ON;
@@ -506,7 +510,7 @@ static PhaseEnd phase_rewrite(Client *c, Dispatch *d) {
                 d->new_url = d->quoted ? span_replace(d->url, d->qspan, d->quoted, &d->url_len) : NULL;
                 d->url = (Span){d->new_url, d->url_len};
                 if (!d->new_url) {
-                        answer_words_0(&d->answer, ANSWER_OUT_OF_MEMORY);
+                        answer_words_0(d->answer, ANSWER_OUT_OF_MEMORY);
                         return PHASE_ANSWERS;
                 }
         }
@@ -532,7 +536,7 @@ static PhaseEnd phase_host(Client *c, Dispatch *d) {
 /* The request for the host, with its conversation id */
 static PhaseEnd phase_build(Client *c, Dispatch *d) {
         if (!client_stream_remember(c, d->r, d->engine >= 0 ? c->x->engine_name : "")) {
-                answer_words_0(&d->answer, ANSWER_OUT_OF_MEMORY);
+                answer_words_0(d->answer, ANSWER_OUT_OF_MEMORY);
                 return PHASE_ANSWERS;
         }
         /* rule:attribution-line: Claude Code's changing first line never reaches a llama.cpp host (the
@@ -542,7 +546,7 @@ static PhaseEnd phase_build(Client *c, Dispatch *d) {
                            : (Span){};
         if (client_build_request(c, c->x->target, d->url, (Span){d->body ?: "", d->body ? d->body_len : 0},
                                  d->span, d->key, cut, &c->x->pending) < 0) {
-                answer_words_0(&d->answer, ANSWER_OUT_OF_MEMORY);
+                answer_words_0(d->answer, ANSWER_OUT_OF_MEMORY);
                 return PHASE_ANSWERS;
         }
         /* the request's own copy of the body is not needed any more, unless a fallback or an alias's next
@@ -590,50 +594,27 @@ static PhaseEnd phase_go(Client *c, Dispatch *d) {
         return PHASE_DONE;
 }
 
-/* The phases in their order. A phase that reads reads the request into the Dispatch and changes nothing
- * but what it read: when a later phase that uses the Dispatch goes on after a wait or for an alias's next
- * target, the request is read again through them (the parser holds it: its body is kept for this), and
- * nothing else before that phase runs again. */
-static const struct {
-        PhaseEnd (*run)(Client *c, Dispatch *d);
-        bool reads, uses_request;
-} dispatch_phases[_DISPATCH_PHASE_MAX] = {
-        [DISPATCH_BEGIN] = {phase_begin},
-        [DISPATCH_HOST_CHECK] = {phase_host_check},
-        [DISPATCH_OWN] = {phase_own},
-        [DISPATCH_READ_MODEL] = {phase_read_model, .reads = true, .uses_request = true},
-        [DISPATCH_ROUTE] = {phase_route, .uses_request = true},
-        [DISPATCH_TARGET] = {phase_target, .reads = true, .uses_request = true},
-        [DISPATCH_ADMIT] = {phase_admit, .uses_request = true},
-        [DISPATCH_REWRITE] = {phase_rewrite, .uses_request = true},
-        [DISPATCH_HOST] = {phase_host, .uses_request = true},
-        [DISPATCH_ENGINE] = {phase_engine, .uses_request = true},
-        [DISPATCH_BUILD] = {phase_build, .uses_request = true},
-        [DISPATCH_PROBE] = {phase_probe, .uses_request = true},
-        [DISPATCH_ACQUIRE] = {phase_acquire, .uses_request = true},
-        [DISPATCH_GO] = {phase_go},
-};
-
-/* The phases from 'from' on, until one answers or waits; the one answer a phase decides is written here */
+/* The phases from 'from' on, until one answers or waits; the one answer a phase decides is written here.
+ * When a phase that uses the Dispatch (those from READ_MODEL to ACQUIRE) goes on after a wait or for an
+ * alias's next target, the request is read again through the phases before it that only read it (the
+ * parser holds it: its body is kept for this), and nothing else before it runs again. The phases are
+ * written out in a row, not called through a table: this runs for every request. */
 static void dispatch_run(Client *c, DispatchPhase from) {
-        _cleanup_(dispatch_done) Dispatch d = {.r = &c->parser.req, .again = from > DISPATCH_BEGIN};
-        bool read_again = dispatch_phases[from].uses_request;
+        AnswerWords answer;
+        _cleanup_(dispatch_done)
+                Dispatch d = {.r = &c->parser.req, .again = from > DISPATCH_BEGIN, .answer = &answer};
+        bool again = from > DISPATCH_READ_MODEL && from < DISPATCH_GO;
+        PhaseEnd e = PHASE_GOES_ON;
 
         dispatch_from_parser(&d);
-        for (DispatchPhase i = DISPATCH_BEGIN; i < _DISPATCH_PHASE_MAX; i++) {
-                if (i < from && !(read_again && dispatch_phases[i].reads))
-                        continue;
-                switch (dispatch_phases[i].run(c, &d)) {
-                case PHASE_GOES_ON:
-                        break;
-                case PHASE_ANSWERS:
-                        client_answer_words(c, &d.answer);
-                        return;
-                case PHASE_DONE:
-                case PHASE_WAITS:
-                        return;
-                }
-        }
+#define DISPATCH_PHASE_RUN(name, fn, reads)                                                                 \
+        if ((from <= DISPATCH_##name || (reads && again)) && (e = fn(c, &d)) != PHASE_GOES_ON)              \
+                goto end;
+        DISPATCH_PHASES(DISPATCH_PHASE_RUN)
+#undef DISPATCH_PHASE_RUN
+end:
+        if (e == PHASE_ANSWERS)
+                client_answer_words(c, &answer);
 }
 
 /* A complete request: modelgate's own answer, or on to its host (at once, or when its engine is up). */
