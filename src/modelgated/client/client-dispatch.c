@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* A request, from its head to the host: admission ([Access], body limits) as soon as the head is read,
- * then, once its body is in, the phases of dispatch_phases[] in their order: modelgate's own endpoints,
+ * then, once its body is in, the phases of DISPATCH_PHASES in their order: modelgate's own endpoints,
  * the model, the route (rule:host-in-name), the rewrite of its model, and the wait for the host's engine.
  * Every path passes through; only the model is rewritten (rule:passthrough). */
 
