@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* A request's life as /activity shows it (rule:activity-feed), and the /activity subscribers. The record
- * is the Exchange's (records/activity.h): it points at the Exchange's names, and events are written only
+ * is the Request's (records/activity.h): it points at the Request's names, and events are written only
  * while someone follows. Only names, ids and numbers go into it, never a prompt or an answer
  * (rule:no-text-in-activity). */
 
@@ -20,53 +20,53 @@ static const FeedSubscriberOps client_activity_ops = {
  * anything else, which is the client's text alone (a glob, or a host that passes /models/... calls on,
  * takes any words). Asked again at each phase: an engine that a switch starts lists its models then. */
 static const char *shown_model(Client *c) {
-        Exchange *x = c->x;
+        Request *req = c->req;
         const char *key = NULL;
         Host *h;
 
-        if (!x->model || x->alias)
-                return x->model;
-        if (!x->host || !config_host_of_model(x->config ?: manager_config(c->manager), x->model, &key) ||
-            !(h = manager_host(c->manager, x->host)))
+        if (!req->model || req->alias.conf)
+                return req->model;
+        if (!req->host || !config_host_of_model(req->config ?: manager_config(c->manager), req->model, &key) ||
+            !(h = manager_host(c->manager, req->host)))
                 return NULL;
         if (catalog_lists(host_catalog(h), key) > 0 || catalog_engine_for_key(host_catalog(h), key) >= 0)
-                return x->model;
+                return req->model;
         for (size_t i = 0; i < host_n_engines(h); i++)
                 if (strv_contains(host_engine(h, i)->conf->models, key))
-                        return x->model;
+                        return req->model;
         return NULL;
 }
 
 /* The request reached its host (again, for an alias's next target) */
 void client_activity_begin(Client *c) {
         assert(c);
-        Exchange *x = c->x;
-        ActivityRequest *r = &x->activity;
+        Request *req = c->req;
+        ActivityRequest *r = &req->activity.entry;
 
-        /* the Exchange's own strings, which live as long as it does: the record copies them only at the
+        /* the Request's own strings, which live as long as it does: the record copies them only at the
          * end, into its ring */
         r->id = client_request_id(c);
         r->model = shown_model(c);
-        r->host = x->host ? x->host->name : NULL;
-        r->engine = x->engine_name;
-        r->key = x->caller.admitted ? access_caller_id(&x->caller, x->activity_key) : NULL;
-        r->api = path_route_activity(x->route ?: path_route_none());
-        r->stream = x->ask.stream;
+        r->host = req->host ? req->host->name : NULL;
+        r->engine = req->attempt.engine_name;
+        r->key = req->caller.admitted ? access_caller_id(&req->caller, req->activity.key) : NULL;
+        r->api = path_route_activity(req->route ?: path_route_none());
+        r->stream = req->ask.stream;
         /* rule:sessions: a turn is a generation, not a token count or a template */
         r->session_who = client_identity(c);
-        r->session = x->session_hash ? x->session_label : NULL;
-        r->turn = x->session_hash && path_route_keeps_stream(x->route ?: path_route_none(), x->method);
+        r->session = req->session.hash ? req->session.label : NULL;
+        r->turn = req->session.hash && path_route_keeps_stream(req->route ?: path_route_none(), req->method);
         /* the first time, the request's own start (the same reading of the loop's clock, as a rule, and
          * no other); an alias's next target begins now */
-        activity_request_begin(manager_activity(c->manager), r, r->owner ? client_now(c) : x->start);
+        activity_request_begin(manager_activity(c->manager), r, r->owner ? client_now(c) : req->start);
 }
 
 /* It waits for its engine: why, and behind how many */
 void client_activity_queued(Client *c) {
-        ActivityRequest *r = &c->x->activity;
+        ActivityRequest *r = &c->req->activity.entry;
         usec_t hold_left;
 
-        HostWait w = host_waiter_wait(&c->x->waiter, &r->position, &hold_left);
+        HostWait w = host_waiter_wait(&c->req->attempt.waiter, &r->position, &hold_left);
         r->waits_for = host_wait_to_string(w);
         r->hold_down_left = w == HOST_WAIT_HOLD_DOWN && hold_left != USEC_INFINITY
                                     ? (double)hold_left / USEC_PER_SEC
@@ -77,8 +77,8 @@ void client_activity_queued(Client *c) {
 
 /* Its engine's router loads its model (seen at the keepalives of a waiting stream) */
 void client_activity_loading(Client *c) {
-        ActivityRequest *r = &c->x->activity;
-        int p = host_waiter_loading(&c->x->waiter);
+        ActivityRequest *r = &c->req->activity.entry;
+        int p = host_waiter_loading(&c->req->attempt.waiter);
 
         if ((p < 0 && p != -ENODATA) || (r->phase == ACTIVITY_LOADING && r->progress == p))
                 return;
@@ -88,27 +88,27 @@ void client_activity_loading(Client *c) {
 }
 
 void client_activity_first_byte(Client *c) {
-        ActivityRequest *r = &c->x->activity;
+        ActivityRequest *r = &c->req->activity.entry;
 
-        r->first_byte_ms = (int64_t)(c->x->first_byte / USEC_PER_MSEC);
+        r->first_byte_ms = (int64_t)(c->req->first_byte / USEC_PER_MSEC);
         r->model = shown_model(c);
-        activity_request_phase(r, ACTIVITY_FIRST_BYTE, c->x->start + c->x->first_byte);
+        activity_request_phase(r, ACTIVITY_FIRST_BYTE, c->req->start + c->req->first_byte);
 }
 
 /* Its end, with the access line's numbers: a struct copy into the ring */
 void client_activity_done(Client *c, int status, usec_t duration, bool cut, const Usage *u) {
-        Exchange *x = c->x;
-        ActivityRequest *r = &x->activity;
+        Request *req = c->req;
+        ActivityRequest *r = &req->activity.entry;
 
         if (!r->owner)
                 return;
         r->status = status;
         r->model = shown_model(c);
         /* rule:queued-and-switch: the access line's own figures, so that the two never disagree */
-        r->queued_usec = x->queued;
-        r->switch_usec = x->switched;
+        r->queued_usec = req->waited.queued;
+        r->switch_usec = req->waited.switched;
         r->duration_ms = (int64_t)(duration / USEC_PER_MSEC);
-        r->first_byte_ms = x->first_byte ? (int64_t)(x->first_byte / USEC_PER_MSEC) : -1;
+        r->first_byte_ms = req->first_byte ? (int64_t)(req->first_byte / USEC_PER_MSEC) : -1;
         r->tokens_in = u ? u->in : -1;
         r->tokens_cached = u ? u->cached : -1;
         r->tokens_prefilled = u ? usage_prefilled(u) : -1;
@@ -116,23 +116,23 @@ void client_activity_done(Client *c, int status, usec_t duration, bool cut, cons
         r->prefill_tps = u ? usage_speed(u->prompt_n, u->prompt_ms) : -1;
         r->decode_tps = u ? usage_speed(u->predicted_n, u->predicted_ms) : -1;
         r->cut = cut;
-        r->upstream_error_status = x->mode == MODE_SSE ? x->sse.upstream_error_status : 0;
-        r->upstream_error = r->upstream_error_status ? x->sse.upstream_error : NULL;
-        r->caused_switch = x->caused_switch;
-        r->fallback = x->via_fallback ? (x->fallback ? x->fallback->name : "?") : NULL;
-        if (x->via_fallback)
+        r->upstream_error_status = req->attempt.mode == MODE_SSE ? req->attempt.sse.upstream_error_status : 0;
+        r->upstream_error = r->upstream_error_status ? req->attempt.sse.upstream_error : NULL;
+        r->caused_switch = req->waited.caused_switch;
+        r->fallback = req->attempt.via_fallback ? (req->fallback.conf ? req->fallback.conf->name : "?") : NULL;
+        if (req->attempt.via_fallback)
                 r->engine = NULL;
-        activity_request_done(r, x->start + duration);
+        activity_request_done(r, req->start + duration);
 }
 
 /* rule:activity-feed: without [Access] anyone on the socket; with it, a tier with Activity=yes */
 bool client_may_watch(Client *c) {
         if (!manager_config(c->manager)->access.enabled)
                 return true;
-        if (c->x->caller.tier && c->x->caller.tier->activity)
+        if (c->req->caller.tier && c->req->caller.tier->activity)
                 return true;
         client_answer(c, ANSWER_ACTIVITY_NOT_ALLOWED,
-                      c->x->caller.tier ? c->x->caller.tier->name : "anonymous");
+                      c->req->caller.tier ? c->req->caller.tier->name : "anonymous");
         return false;
 }
 

@@ -11,19 +11,19 @@
 
 Span client_request_id_first(Client *c) {
         assert(c);
-        Exchange *x = c->x;
+        Request *req = c->req;
 
-        if (x->method != EXCHANGE_NO_METHOD && x->method != EXCHANGE_METHOD_UNPARSED) {
+        if (req->method != REQUEST_NO_METHOD && req->method != REQUEST_METHOD_UNPARSED) {
                 /* the first X-Request-Id, as the parser noted it */
-                const HttpRequest *req = &c->parser.req;
-                if (req->request_id_at > 0) {
-                        Span h = http_header_value(req, req->request_id_at - 1);
+                const HttpRequest *hr = &c->parser.req;
+                if (hr->request_id_at > 0) {
+                        Span h = http_header_value(hr, hr->request_id_at - 1);
                         if (request_id_sane(h))
-                                return (x->request_id = h);
+                                return (req->id.span = h);
                 }
         }
-        request_id_next(&c->set->id_seed, x->made_id);
-        return (x->request_id = (Span){x->made_id, REQUEST_ID_MADE_LEN});
+        request_id_next(&c->set->id_seed, req->id.made);
+        return (req->id.span = (Span){req->id.made, REQUEST_ID_MADE_LEN});
 }
 
 /* client_append_request_id() of any id, into any buffer */
@@ -76,100 +76,100 @@ void client_count_usage(Manager *m, const Config *config, const AccessCaller *ca
 }
 
 /* rule:usage: a stream that ended before its last event, or a body before its end, counts what arrived;
- * rule:usage-charge: a generation's answer is charged for what it did not say. Into u, the exchange's usage
+ * rule:usage-charge: a generation's answer is charged for what it did not say. Into u, the request's usage
  * or a copy of it; whether the answer was cut. */
 static bool settle_usage(Client *c, Usage *u) {
-        Exchange *x = c->x;
-        bool cut = x->usage_body || (x->mode == MODE_SSE && !x->sse.saw_done && !x->usage.ended);
+        Request *req = c->req;
+        bool cut = req->usage.body || (req->attempt.mode == MODE_SSE && !req->attempt.sse.saw_done && !req->usage.tally.ended);
 
         if (cut)
                 usage_cut(u);
-        if ((u->in < 0 || u->out < 0) && conv_path_keeps_stream(x->path))
-                usage_charge(u, x->ask.bytes, x->ask.limited ? x->ask.max_out : -1);
+        if ((u->in < 0 || u->out < 0) && conv_path_keeps_stream(req->path))
+                usage_charge(u, req->ask.bytes, req->ask.limited ? req->ask.max_out : -1);
         return cut;
 }
 
 /* The host whose work the answer was, for /metrics: none when the fallback answered */
-static const char *worked(const Exchange *x) {
-        return !x->via_fallback && x->host ? x->host->name : NULL;
+static const char *worked(const Request *req) {
+        return !req->attempt.via_fallback && req->host ? req->host->name : NULL;
 }
 
 void client_count_owed(Client *c) {
         assert(c);
-        Exchange *x = c->x;
+        Request *req = c->req;
         Usage u;
 
-        if (!x->usage_owed)
+        if (!req->usage.owed)
                 return;
-        x->usage_owed = false;
-        u = x->usage;
+        req->usage.owed = false;
+        u = req->usage.tally;
         (void)settle_usage(c, &u);
-        client_count_usage(c->manager, x->config, &x->caller, c->peer, worked(x), x->engine_name,
-                           x->model_label, &u);
+        client_count_usage(c->manager, req->config, &req->caller, c->peer, worked(req), req->attempt.engine_name,
+                           req->model_label, &u);
 }
 
 void client_log_access(Client *c, const char *note) {
         assert(c);
         char id[80];
-        Exchange *x = c->x;
+        Request *req = c->req;
         bool left = note && streq(note, "cut=client"), cut = false;
-        Usage *u = x->usage_on ? &x->usage : NULL, seen;
+        Usage *u = req->usage.on ? &req->usage.tally : NULL, seen;
 
         if (u && client_stream_drains(c)) {
                 /* rule:resumable-streams: the rest is read on, and the answer counted whole at its end; the
                  * line says what it said so far */
-                seen = x->usage;
+                seen = req->usage.tally;
                 u = &seen;
-                x->usage_owed = true;
+                req->usage.owed = true;
         }
         if (u)
                 cut = settle_usage(c, u);
         AccessLine l = {
-                .method = exchange_method_name(x),
-                .path = x->path,
-                .model = x->model,
-                .user_agent = x->user_agent,
-                .host = x->host ? x->host->name : NULL,
-                .target = x->alias_target,
+                .method = request_method_name(req),
+                .path = req->path,
+                .model = req->model,
+                .user_agent = req->user_agent,
+                .host = req->host ? req->host->name : NULL,
+                .target = req->alias.target,
                 .peer = c->peer,
-                .status = left ? 499 : x->status, /* nginx's: the client left before its answer ended */
-                .bytes = x->bytes,
-                .duration = client_now(c) - x->start,
-                .early = x->early,
-                .error_status = x->error_status,
-                .upstream_error_status = x->mode == MODE_SSE ? x->sse.upstream_error_status : 0,
-                .upstream_error = x->sse.upstream_error,
-                .key = x->caller.admitted ? access_caller_id(&x->caller, id) : NULL,
-                .session = x->session_hash ? x->session_label : NULL,
-                .fallback = x->via_fallback ? (x->fallback ? x->fallback->name : "?") : NULL,
+                .status = left ? 499 : req->answer.status, /* nginx's: the client left before its answer ended */
+                .bytes = req->answer.bytes,
+                .duration = client_now(c) - req->start,
+                .early = req->answer.early,
+                .error_status = req->attempt.error_status,
+                .upstream_error_status = req->attempt.mode == MODE_SSE ? req->attempt.sse.upstream_error_status : 0,
+                .upstream_error = req->attempt.sse.upstream_error,
+                .key = req->caller.admitted ? access_caller_id(&req->caller, id) : NULL,
+                .session = req->session.hash ? req->session.label : NULL,
+                .fallback = req->attempt.via_fallback ? (req->fallback.conf ? req->fallback.conf->name : "?") : NULL,
                 .note = note,
-                .engine = x->via_fallback ? NULL : x->engine_name,
-                .first_byte = x->first_byte,
-                .queued = x->queued,
-                .switched = x->switched,
+                .engine = req->attempt.via_fallback ? NULL : req->attempt.engine_name,
+                .first_byte = req->first_byte,
+                .queued = req->waited.queued,
+                .switched = req->waited.switched,
                 .usage = u,
                 .cut = cut,
                 .request_id = client_request_id(c),
-                .request_id_made = x->request_id.p == x->made_id,
+                .request_id_made = req->id.span.p == req->id.made,
         };
 
         /* rule:history: the ring's entry first, whose fields the line's carry */
-        if (x->activity.owner) {
+        if (req->activity.entry.owner) {
                 client_activity_done(c, l.status, l.duration, cut, u);
-                l.api = x->activity.api;
-                l.stream = x->activity.stream;
-                l.model_hidden = !x->activity.model && x->model;
-                l.done_at = x->activity.t + x->activity.realtime;
+                l.api = req->activity.entry.api;
+                l.stream = req->activity.entry.stream;
+                l.model_hidden = !req->activity.entry.model && req->model;
+                l.done_at = req->activity.entry.t + req->activity.entry.realtime;
         }
         log_access_line(c->manager, &l);
-        if (u && !x->usage_owed)
-                client_count_usage(c->manager, x->config, &x->caller, c->peer, worked(x), x->engine_name,
-                                   x->model_label, u);
-        metrics_request(manager_metrics(c->manager), x->host ? x->host->name : "", x->engine_name,
-                        x->error_status ?: x->status);
-        if (x->alias)
-                metrics_alias_request(manager_metrics(c->manager), x->alias->name, x->alias_target,
-                                      x->error_status ?: x->status);
+        if (u && !req->usage.owed)
+                client_count_usage(c->manager, req->config, &req->caller, c->peer, worked(req), req->attempt.engine_name,
+                                   req->model_label, u);
+        metrics_request(manager_metrics(c->manager), req->host ? req->host->name : "", req->attempt.engine_name,
+                        req->attempt.error_status ?: req->answer.status);
+        if (req->alias.conf)
+                metrics_alias_request(manager_metrics(c->manager), req->alias.conf->name, req->alias.target,
+                                      req->attempt.error_status ?: req->answer.status);
 }
 
 /* The response's last byte is queued. */
@@ -177,10 +177,10 @@ void client_response_complete(Client *c, const char *note) {
         assert(c);
 
         /* the engine is free for a switch as soon as the answer has fully arrived */
-        host_release(&c->x->waiter);
+        host_release(&c->req->attempt.waiter);
         client_stream_touch(c); /* rule:resumable-streams: its time runs from the end of its stream */
         client_log_access(c, note);
-        c->x->response_complete = true;
+        c->req->answer.complete = true;
         c->answered_one = true;
 }
 
@@ -195,7 +195,7 @@ int client_queue_head(Client *c, int status, const char *extra) {
                 return r;
         if (c->close_after_response)
                 r = buffer_append_str(&c->out, "Connection: close\r\n");
-        else if (c->x->http10)
+        else if (c->req->http10)
                 r = buffer_append_str(&c->out, "Connection: keep-alive\r\n");
         if (r < 0)
                 return r;
@@ -208,12 +208,12 @@ void client_respond(Client *c, int status, const char *content_type, const char 
         char h[1024];
         assert(c);
 
-        c->x->status = status;
+        c->req->answer.status = status;
         snprintf(h, sizeof(h), "Content-Type: %s\r\nContent-Length: %zu\r\n%s", content_type, n,
                  extra_headers ?: "");
-        if (client_queue_head(c, status, h) < 0 || (!c->x->head && buffer_append(&c->out, body, n) < 0))
+        if (client_queue_head(c, status, h) < 0 || (!c->req->head && buffer_append(&c->out, body, n) < 0))
                 c->close_after_response = true; /* out of memory: what is queued will be cut */
-        c->x->bytes = c->x->head ? 0 : n;
+        c->req->answer.bytes = c->req->head ? 0 : n;
         client_response_complete(c, NULL);
 }
 
@@ -239,18 +239,18 @@ void client_respond_blob(Client *c, int status, const char *content_type, Blob *
         assert(c);
         assert(body);
 
-        if (body->size <= CLIENT_OUT_HIGH || c->x->head || c->tail) {
+        if (body->size <= CLIENT_OUT_HIGH || c->req->head || c->tail) {
                 client_respond(c, status, content_type, body->data, body->size, NULL);
                 return;
         }
-        c->x->status = status;
+        c->req->answer.status = status;
         snprintf(h, sizeof(h), "Content-Type: %s\r\nContent-Length: %zu\r\n", content_type, body->size);
         if (client_queue_head(c, status, h) < 0)
                 c->close_after_response = true;
         c->tail = blob_ref(body);
         c->tail_sent = 0;
         client_refill_out(c);
-        c->x->bytes = body->size;
+        c->req->answer.bytes = body->size;
         client_response_complete(c, NULL);
 }
 
@@ -261,7 +261,7 @@ void client_end_early(Client *c, const Buffer *event) {
         assert(event);
 
         if (client_frame_body(c, buffer_peek(event), buffer_size(event)) < 0 ||
-            (c->x->chunked && buffer_append_str(&c->out, "0\r\n\r\n") < 0) || !c->x->chunked)
+            (c->req->answer.chunked && buffer_append_str(&c->out, "0\r\n\r\n") < 0) || !c->req->answer.chunked)
                 c->close_after_response = true;
         client_response_complete(c, NULL);
 }
@@ -274,16 +274,16 @@ void client_answer_message(Client *c, Answer a, int status, uint64_t retry_after
         assert(c);
 
         status = answer_status(a, status);
-        if (c->x->early) {
+        if (c->req->answer.early) {
                 buffer_clear(&c->scratch);
-                if (sse_error_event(c->x->api, status, row->code, message, &c->scratch) < 0)
+                if (sse_error_event(c->req->api, status, row->code, message, &c->scratch) < 0)
                         c->close_after_response = true;
-                c->x->error_status = status;
+                c->req->attempt.error_status = status;
                 client_end_early(c, &c->scratch);
                 return;
         }
 
-        j = api_error_json(c->x->api, status, row->code, message, &n);
+        j = api_error_json(c->req->api, status, row->code, message, &n);
         if (!j) {
                 c->close_after_response = true;
                 j = strdup("{}");
@@ -291,7 +291,7 @@ void client_answer_message(Client *c, Answer a, int status, uint64_t retry_after
         }
         int k = answer_headers(h, sizeof(h), a, retry_after);
         /* rule:ui-key: a browser asks its user for the key (the password of Basic credentials) */
-        if (status == 401 && c->x->browser && k >= 0 && (size_t)k < sizeof(h))
+        if (status == 401 && c->req->browser && k >= 0 && (size_t)k < sizeof(h))
                 (void)snprintf(h + k, sizeof(h) - (size_t)k,
                                "WWW-Authenticate: Basic realm=\"modelgate\", charset=\"UTF-8\"\r\n");
         client_respond(c, status, "application/json", j ?: "", j ? n : 0, h);
@@ -312,7 +312,7 @@ int client_frame_body(Client *c, const char *p, size_t n) {
 
         if (n == 0)
                 return 0;
-        if (c->x->chunked) {
+        if (c->req->answer.chunked) {
                 /* the chunk-size line, written by hand: this runs for every piece of every stream */
                 char h[24], *e = h + sizeof(h), *q = e;
                 *--q = '\n';
@@ -326,9 +326,9 @@ int client_frame_body(Client *c, const char *p, size_t n) {
         }
         if (buffer_append(&c->out, p, n) < 0)
                 return -ENOMEM;
-        if (c->x->chunked && buffer_append_str(&c->out, "\r\n") < 0)
+        if (c->req->answer.chunked && buffer_append_str(&c->out, "\r\n") < 0)
                 return -ENOMEM;
-        c->x->bytes += n;
+        c->req->answer.bytes += n;
         return 0;
 }
 
@@ -341,13 +341,13 @@ int client_send_held_head(Client *c, const char *framing) {
                 return -ENOMEM;
         if (c->close_after_response && buffer_append_str(&c->out, "Connection: close\r\n") < 0)
                 return -ENOMEM;
-        if (c->x->http10 && !c->close_after_response &&
+        if (c->req->http10 && !c->close_after_response &&
             buffer_append_str(&c->out, "Connection: keep-alive\r\n") < 0)
                 return -ENOMEM;
         if (buffer_append_str(&c->out, "\r\n") < 0)
                 return -ENOMEM;
-        c->x->head_sent = true;
-        c->x->engine_bytes_sent = true; /* from here on, the answer is the engine's (or the fallback's) */
+        c->req->answer.head_sent = true;
+        c->req->answer.engine_bytes_sent = true; /* from here on, the answer is the engine's (or the fallback's) */
         buffer_clear(&c->held_head);
         return 0;
 }
@@ -357,11 +357,11 @@ int client_send_held_head(Client *c, const char *framing) {
 int client_queue_stream_head(Client *c) {
         assert(c);
 
-        c->x->status = 200;
-        c->x->chunked = !c->x->http10;
-        if (!c->x->chunked)
+        c->req->answer.status = 200;
+        c->req->answer.chunked = !c->req->http10;
+        if (!c->req->answer.chunked)
                 c->close_after_response = true;
         return client_queue_head(c, 200,
-                                 c->x->chunked ? HTTP_SSE_HEADERS "Transfer-Encoding: chunked\r\n"
+                                 c->req->answer.chunked ? HTTP_SSE_HEADERS "Transfer-Encoding: chunked\r\n"
                                                : HTTP_SSE_HEADERS);
 }

@@ -12,9 +12,9 @@ static void client_linger(Client *c);
 static int client_read(Client *c);
 static void client_read_failed(Client *c, int error);
 
-/* The end of a request: the next one starts from an empty Exchange. */
+/* The end of a request: the next one starts from an empty Request. */
 static void request_reset(Client *c) {
-        exchange_done(c->x);
+        request_done(c->req);
         c->eof_probed = false;
         c->body_deadline = USEC_INFINITY;
         buffer_clear(&c->held_head);
@@ -88,7 +88,7 @@ void client_close(Client *c) {
                 c->feed = c->activity_feed = false;
         }
         client_stream_drain(c); /* rule:resumable-streams: a session's stream is read on */
-        exchange_done(c->x);    /* its upstream, its host wait, its budget and keepalive */
+        request_done(c->req);    /* its upstream, its host wait, its budget and keepalive */
         ClientSet *set = c->set;
         LIST_REMOVE(clients, set->clients, c);
         set->n_clients--;
@@ -128,14 +128,14 @@ static bool client_may_read(const Client *c) {
 
 /* The client went away while its answer was produced: its line says so (499, cut=client) */
 static void client_log_left(Client *c) {
-        if (c->state == CLIENT_RESPONDING && !c->x->response_complete) {
+        if (c->state == CLIENT_RESPONDING && !c->req->answer.complete) {
                 if (c->feed)
                         client_log_access(c, "feed");
-                else if (c->x->mode == MODE_SSE && c->x->sse.saw_done && buffer_is_empty(&c->out))
+                else if (c->req->attempt.mode == MODE_SSE && c->req->attempt.sse.saw_done && buffer_is_empty(&c->out))
                         /* it had the whole stream, its end event written out, and left before the
                          * last chunk: a complete answer (Codex closes at response.completed) */
                         client_log_access(c, NULL);
-                else if (c->x->model || c->x->method != EXCHANGE_NO_METHOD)
+                else if (c->req->model || c->req->method != REQUEST_NO_METHOD)
                         client_log_access(c, "cut=client");
         }
 }
@@ -170,18 +170,18 @@ void client_flush(Client *c) {
                 progress = true;
         }
         if (buffer_is_empty(&c->out)) {
-                if (c->x->upstream)
-                        upstream_set_reading(c->x->upstream, true);
+                if (c->req->attempt.upstream)
+                        upstream_set_reading(c->req->attempt.upstream, true);
                 /* a client whose input ended is probed again after a silence (client_probe_eof()) */
-                if (c->state == CLIENT_RESPONDING && !c->x->response_complete)
+                if (c->state == CLIENT_RESPONDING && !c->req->answer.complete)
                         client_set_timer(c, c->read_eof ? CLIENT_PROBE_USEC : USEC_INFINITY);
         } else if (progress || c->state == CLIENT_RESPONDING || c->state == CLIENT_CLOSING)
                 /* a client that stops reading is dropped after IdleTimeoutSec without progress (a last
                  * answer before a close included: every state has a deadline) */
                 client_set_timer(c, manager_config(c->manager)->idle_timeout_usec);
         /* rule:bytes-flow: a client that does not read stops the reads from its host */
-        if (!buffer_is_empty(&c->out) && buffer_size(&c->out) > CLIENT_OUT_HIGH && c->x->upstream)
-                upstream_set_reading(c->x->upstream, false);
+        if (!buffer_is_empty(&c->out) && buffer_size(&c->out) > CLIENT_OUT_HIGH && c->req->attempt.upstream)
+                upstream_set_reading(c->req->attempt.upstream, false);
 }
 
 static void client_parse_error(Client *c) {
@@ -190,13 +190,13 @@ static void client_parse_error(Client *c) {
         const char *msg = c->parser.error_message ?: "malformed request";
         char m[256];
 
-        if (c->x->method == EXCHANGE_NO_METHOD) {
-                c->x->start = client_now(c);
-                c->x->method = EXCHANGE_METHOD_UNPARSED;
+        if (c->req->method == REQUEST_NO_METHOD) {
+                c->req->start = client_now(c);
+                c->req->method = REQUEST_METHOD_UNPARSED;
         }
         snprintf(m, sizeof(m), "%s", msg);
         c->close_after_response = true;
-        c->x->api = API_OPENAI;
+        c->req->api = API_OPENAI;
         client_answer_message(c, status == 400 ? ANSWER_BAD_REQUEST : ANSWER_MALFORMED_REQUEST, status,
                               /* retry_after= */ 0, m);
         c->state = CLIENT_CLOSING;
@@ -220,15 +220,15 @@ typedef enum Step {
  * probe is written again after every CLIENT_PROBE_USEC in which nothing went out (client_timer_cb()): a
  * host that prefills in silence for minutes keeps no GPU busy for a client that left a second ago. */
 static Step client_probe_eof(Client *c) {
-        if (!c->read_eof || c->state != CLIENT_RESPONDING || c->x->response_complete || c->eof_probed)
+        if (!c->read_eof || c->state != CLIENT_RESPONDING || c->req->answer.complete || c->eof_probed)
                 return STEP_PARSE;
         c->eof_probed = true;
-        if (c->feed || (c->x->http10 && !c->x->head_sent && !c->x->early)) {
+        if (c->feed || (c->req->http10 && !c->req->answer.head_sent && !c->req->answer.early)) {
                 client_log_access(c, c->feed ? "feed" : "cut=client");
                 client_close(c);
                 return STEP_WAIT;
         }
-        if (!c->x->head_sent && !c->x->early)
+        if (!c->req->answer.head_sent && !c->req->answer.early)
                 (void)buffer_append_str(&c->out, "HTTP/1.1 100 Continue\r\n\r\n");
         else if (client_in_event_stream_line_end(c))
                 /* an event stream whose host is silent (a long prefill) would write nothing for minutes:
@@ -242,7 +242,7 @@ static Step client_probe_eof(Client *c) {
 /* Everything but parsing: the end of an answer, the close, and the end of the input */
 static Step client_advance(Client *c) {
         if (c->state == CLIENT_RESPONDING) {
-                if (!c->x->response_complete || !buffer_is_empty(&c->out))
+                if (!c->req->answer.complete || !buffer_is_empty(&c->out))
                         return STEP_WAIT;
                 request_reset(c);
                 if (c->close_after_response || (c->read_eof && buffer_is_empty(&c->in))) {
@@ -352,7 +352,7 @@ void client_process(Client *c) {
         client_flush(c);
         /* the flush may have finished a response: close, or pick up pipelined requests */
         if (buffer_is_empty(&c->out) &&
-            (c->state == CLIENT_CLOSING || (c->state == CLIENT_RESPONDING && c->x->response_complete)))
+            (c->state == CLIENT_CLOSING || (c->state == CLIENT_RESPONDING && c->req->answer.complete)))
                 client_process(c);
 }
 
@@ -487,12 +487,12 @@ static int client_timer_cb(sd_event_source *s, uint64_t usec, void *userdata) {
                 char t[FORMAT_TIMESPAN_MAX];
 
                 c->close_after_response = true;
-                c->x->start = client_now(c);
-                if (c->x->method == EXCHANGE_NO_METHOD)
-                        c->x->method = EXCHANGE_METHOD_UNPARSED;
+                c->req->start = client_now(c);
+                if (c->req->method == REQUEST_NO_METHOD)
+                        c->req->method = REQUEST_METHOD_UNPARSED;
                 if (!c->parser.headers_complete)
                         client_answer(c, ANSWER_HEADERS_TIMEOUT);
-                else if (c->x->start >= c->body_deadline)
+                else if (c->req->start >= c->body_deadline)
                         client_answer(c, ANSWER_BODY_TIMEOUT,
                                       format_timespan(t, sizeof(t), config->body_timeout_usec));
                 else
@@ -504,14 +504,14 @@ static int client_timer_cb(sd_event_source *s, uint64_t usec, void *userdata) {
                 return 0;
         }
         case CLIENT_RESPONDING:
-                if (c->read_eof && buffer_is_empty(&c->out) && !c->x->response_complete) {
+                if (c->read_eof && buffer_is_empty(&c->out) && !c->req->answer.complete) {
                         /* not a slow reader: a silence after the end of its input (client_probe_eof()) */
                         c->eof_probed = false;
                         client_process(c);
                         return 0;
                 }
                 log_info("Client %s does not read its answer, dropping the connection", c->peer);
-                if (!c->x->response_complete)
+                if (!c->req->answer.complete)
                         client_log_access(c, "cut=slow-client");
                 client_close(c);
                 return 0;
@@ -531,7 +531,7 @@ static void client_stop(Client *c) {
                                                       : manager_feed_hub(c->manager),
                                      &c->feed_sub);
                 c->feed = c->activity_feed = false;
-                if (c->x->chunked)
+                if (c->req->answer.chunked)
                         (void)buffer_append_str(&c->out, "0\r\n\r\n");
                 client_response_complete(c, "feed");
                 c->state = CLIENT_CLOSING;
@@ -549,11 +549,11 @@ static void client_stop(Client *c) {
 /* One address cannot take every connection slot: told at once, before anything is read (out of memory to
  * count it, it is refused the same way). */
 static void client_refuse_address(Client *c, uint64_t same) {
-        c->x->start = client_now(c);
-        c->x->method = EXCHANGE_METHOD_UNPARSED;
+        c->req->start = client_now(c);
+        c->req->method = REQUEST_METHOD_UNPARSED;
         c->close_after_response = true;
         c->state = CLIENT_RESPONDING;
-        c->x->api = API_OPENAI;
+        c->req->api = API_OPENAI;
         client_answer(c, ANSWER_TOO_MANY_CONNECTIONS, (unsigned long long)same,
                       (unsigned long long)manager_config(c->manager)->max_connections_per_address);
         c->state = CLIENT_CLOSING;
@@ -576,8 +576,8 @@ int client_new(ClientSet *set, int fd, const struct sockaddr *peer, socklen_t pe
                 return -ENOMEM;
         }
         c->n_ref = 1; /* the set's, dropped by client_close() */
-        c->x = &c->exchange;
-        exchange_init(c->x, c);
+        c->req = &c->request;
+        request_init(c->req, c);
         c->manager = m;
         c->set = set;
         c->fd = fd;
@@ -693,5 +693,5 @@ void client_set_catalogs_ready(ClientSet *set) {
 
         models_cache_catalogs_ready(set->models, set->manager);
         LIST_FOREACH (clients, c, set->clients)
-                models_merge_catalogs_ready(c->x->merge);
+                models_merge_catalogs_ready(c->req->own.merge);
 }

@@ -70,10 +70,10 @@ void client_respond_running(Client *c) {
 static bool client_may_control(Client *c) {
         if (!manager_config(c->manager)->access.enabled)
                 return true;
-        if (c->x->caller.tier && c->x->caller.tier->control)
+        if (c->req->caller.tier && c->req->caller.tier->control)
                 return true;
         client_answer(c, ANSWER_CONTROL_NOT_ALLOWED,
-                      c->x->caller.tier ? c->x->caller.tier->name : "anonymous");
+                      c->req->caller.tier ? c->req->caller.tier->name : "anonymous");
         return false;
 }
 
@@ -104,7 +104,7 @@ void client_unload_all(Client *c, bool api) {
                 return;
         for (size_t i = 0; i < manager_n_hosts(m); i++) {
                 Host *h = manager_host_at(m, i);
-                if (host_has_engines(h) && access_host_allowed(&c->x->caller, host_conf(h)->name))
+                if (host_has_engines(h) && access_host_allowed(&c->req->caller, host_conf(h)->name))
                         (void)unload_host(c, h);
         }
         if (api)
@@ -130,8 +130,8 @@ void client_unload_model(Client *c, Span path) {
                 return;
         }
         log_escape(m2, sizeof(m2), model, strlen(model));
-        if (!access_model_allowed(&c->x->caller, model)) {
-                client_answer(c, ANSWER_MODEL_NOT_ALLOWED, c->x->caller.tier->name, m2);
+        if (!access_model_allowed(&c->req->caller, model)) {
+                client_answer(c, ANSWER_MODEL_NOT_ALLOWED, c->req->caller.tier->name, m2);
                 return;
         }
         const HostConf *hc = config_host_of_model(manager_config(c->manager), model, &key);

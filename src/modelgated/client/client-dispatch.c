@@ -58,34 +58,34 @@ static void client_answer_words(Client *c, const AnswerWords *w) {
 static void client_wait_for_engine(Client *c) {
         const Config *cf = manager_config(c->manager);
 
-        if (!c->x->ask.stream || c->x->head || cf->keepalive_after_usec == USEC_INFINITY)
+        if (!c->req->ask.stream || c->req->head || cf->keepalive_after_usec == USEC_INFINITY)
                 return;
-        if (!c->x->keepalive) {
-                if (sd_event_add_time_relative(manager_event(c->manager), &c->x->keepalive, CLOCK_MONOTONIC,
+        if (!c->req->answer.keepalive) {
+                if (sd_event_add_time_relative(manager_event(c->manager), &c->req->answer.keepalive, CLOCK_MONOTONIC,
                                                cf->keepalive_after_usec, 0, client_keepalive_cb, c) < 0)
                         return; /* no keepalives: the client waits in silence */
         } else
-                (void)sd_event_source_set_time_relative(c->x->keepalive, cf->keepalive_after_usec);
-        (void)sd_event_source_set_enabled(c->x->keepalive, SD_EVENT_ONESHOT);
+                (void)sd_event_source_set_time_relative(c->req->answer.keepalive, cf->keepalive_after_usec);
+        (void)sd_event_source_set_enabled(c->req->answer.keepalive, SD_EVENT_ONESHOT);
 }
 
 static void client_engine_ready(HostWaiter *w, int status, const char *message) {
-        _cleanup_(client_unrefp) Client *c = client_ref(container_of(w, Exchange, waiter)->client);
+        _cleanup_(client_unrefp) Client *c = client_ref(container_of(w, Request, attempt.waiter)->client);
 
         /* rule:queued-and-switch: summed over an alias's targets */
-        c->x->queued += w->queued;
-        c->x->switched += w->switched;
-        c->x->caused_switch = c->x->caused_switch || w->caused_switch;
+        c->req->waited.queued += w->queued;
+        c->req->waited.switched += w->switched;
+        c->req->waited.caused_switch = c->req->waited.caused_switch || w->caused_switch;
 
         /* on success the comments go on while the engine's router loads the model */
         if (status != 0) {
-                (void)sd_event_source_set_enabled(c->x->keepalive, SD_EVENT_OFF);
+                (void)sd_event_source_set_enabled(c->req->answer.keepalive, SD_EVENT_OFF);
                 (void)client_attempt_failed(c, attempt_failure_of_refusal(status), status, message);
         } else {
                 usec_t now = client_now(c);
-                metrics_wait(manager_metrics(c->manager), c->x->host->name, now - c->x->start);
-                metrics_queued(manager_metrics(c->manager), c->x->host->name, w->queued);
-                activity_request_ready(&c->x->activity, now);
+                metrics_wait(manager_metrics(c->manager), c->req->host->name, now - c->req->start);
+                metrics_queued(manager_metrics(c->manager), c->req->host->name, w->queued);
+                activity_request_ready(&c->req->activity.entry, now);
                 dispatch_run(c, DISPATCH_GO);
         }
         client_flush(c);
@@ -99,22 +99,22 @@ static bool client_admit(Client *c, AnswerWords *w) {
         _cleanup_free_ char *key = NULL;
         AccessDenial d;
 
-        c->x->browser = path_route_browser(c->x->route, r->method);
+        c->req->browser = path_route_browser(c->req->route, r->method);
         if (auth.p && auth.n > 7 && strncasecmp(auth.p, "Bearer ", 7) == 0)
                 key = strndup(auth.p + 7, auth.n - 7);
         else if (xkey.p)
                 key = strndup(xkey.p, xkey.n);
-        else if (c->x->browser && basic_auth_key(auth, &key) < 0) {
+        else if (c->req->browser && basic_auth_key(auth, &key) < 0) {
                 answer_words_0(w, ANSWER_OUT_OF_MEMORY);
                 return false;
         }
         /* the caller's tier points into this configuration: the request holds it, through a reload that
          * comes while its body is read or its listing waits */
-        if (!c->x->config)
-                c->x->config = config_ref(manager_config(c->manager));
-        if (access_identify(c->x->config, key, c->peer, &c->x->caller, &d) != ACCESS_ALLOWED) {
+        if (!c->req->config)
+                c->req->config = config_ref(manager_config(c->manager));
+        if (access_identify(c->req->config, key, c->peer, &c->req->caller, &d) != ACCESS_ALLOWED) {
                 answer_words_given(w, d.answer, /* status= */ 0, /* retry_after= */ 0, d.message);
-                c->x->caller.admitted = false;
+                c->req->caller.admitted = false;
                 return false;
         }
         return true;
@@ -129,8 +129,8 @@ static bool client_within_cap(Client *c, AnswerWords *w) {
         Access *access = manager_access(c->manager);
         AccessDenial denial;
 
-        if (!c->x->caller.admitted || !access ||
-            access_check(access, c->x->config, &c->x->caller, c->peer, &denial) != ACCESS_OVER_CAP)
+        if (!c->req->caller.admitted || !access ||
+            access_check(access, c->req->config, &c->req->caller, c->peer, &denial) != ACCESS_OVER_CAP)
                 return true;
         refuse_cap(w, &denial);
         return false;
@@ -138,14 +138,14 @@ static bool client_within_cap(Client *c, AnswerWords *w) {
 
 /* The body limit of the caller: its tier's MaxBodySize=, or AnonymousMaxBodySize=; 0: MaxBodySize=. */
 static uint64_t caller_body_limit(const Client *c) {
-        const AccessConf *a = &(c->x->config ?: manager_config(c->manager))->access;
-        return c->x->caller.tier ? c->x->caller.tier->max_body_size : a->anonymous_max_body_size;
+        const AccessConf *a = &(c->req->config ?: manager_config(c->manager))->access;
+        return c->req->caller.tier ? c->req->caller.tier->max_body_size : a->anonymous_max_body_size;
 }
 
 static void refuse_body(Client *c, AnswerWords *w) {
         answer_words_ssu(w, ANSWER_BODY_TOO_LARGE,
-                         c->x->caller.tier ? "this key's tier" : "this proxy for clients without a key",
-                         c->x->caller.tier ? "MaxBodySize=" : "AnonymousMaxBodySize=",
+                         c->req->caller.tier ? "this key's tier" : "this proxy for clients without a key",
+                         c->req->caller.tier ? "MaxBodySize=" : "AnonymousMaxBodySize=",
                          (unsigned long long)caller_body_limit(c));
 }
 
@@ -175,7 +175,7 @@ bool client_admit_head(Client *c) {
         assert(c);
         HttpRequest *r = &c->parser.req;
         Span path = url_path(http_request_url(r));
-        const PathRoute *route = c->x->route = path_route_lookup(path); /* the request's one lookup */
+        const PathRoute *route = c->req->route = path_route_lookup(path); /* the request's one lookup */
         bool open = path_route_open(route, r->method), close = c->close_after_response,
              access = manager_config(c->manager)->access.enabled,
              lookup = path_route_own(route, r->method) == PATH_OWN_STREAM_LOOKUP;
@@ -185,10 +185,10 @@ bool client_admit_head(Client *c) {
                 return true; /* rule:host-check: client_dispatch() checks it */
         /* an answer on the head is the request's answer: its access line names it, and the body that
          * follows is not read (the connection closes) */
-        c->x->start = client_now(c);
-        c->x->method = r->method;
-        c->x->path = path;
-        c->x->api = path_route_api(route);
+        c->req->start = client_now(c);
+        c->req->method = r->method;
+        c->req->path = path;
+        c->req->api = path_route_api(route);
         c->close_after_response = true;
         if (client_host_refused(c)) /* rule:host-check: before anything else */
                 return false;
@@ -197,8 +197,8 @@ bool client_admit_head(Client *c) {
                 return false;
         }
         /* admitted: the request is dispatched when its body is in */
-        c->x->method = EXCHANGE_NO_METHOD;
-        c->x->path = (Span){};
+        c->req->method = REQUEST_NO_METHOD;
+        c->req->path = (Span){};
         c->close_after_response = close;
         return true;
 }
@@ -212,7 +212,7 @@ typedef struct Dispatch {
         bool again; /* the request read again, to go on from a later phase */
         const char *body;
         size_t body_len, url_len;
-        const char *model; /* as the client named it: the Exchange's copy */
+        const char *model; /* as the client named it: the Request's copy */
         char *qmodel;      /* the query's, while it is compared with the body's */
         const char *key;   /* the model without its host */
         char *quoted;      /* the key, for the query (the body's is written straight into the request) */
@@ -240,15 +240,15 @@ static void dispatch_from_parser(Dispatch *d) {
 static PhaseEnd phase_begin(Client *c, Dispatch *d) {
         HttpRequest *r = d->r;
 
-        c->x->start = client_now(c);
-        c->x->method = r->method;
-        c->x->path = d->path;
-        c->x->user_agent = http_request_header(r, "User-Agent");
-        if (!c->x->route) /* else looked up on the head, of the same path */
-                c->x->route = path_route_lookup(d->path);
-        c->x->api = path_route_api(c->x->route);
-        c->x->head = r->method == HTTP_HEAD;
-        c->x->http10 = r->http_major == 1 && r->http_minor == 0;
+        c->req->start = client_now(c);
+        c->req->method = r->method;
+        c->req->path = d->path;
+        c->req->user_agent = http_request_header(r, "User-Agent");
+        if (!c->req->route) /* else looked up on the head, of the same path */
+                c->req->route = path_route_lookup(d->path);
+        c->req->api = path_route_api(c->req->route);
+        c->req->head = r->method == HTTP_HEAD;
+        c->req->http10 = r->http_major == 1 && r->http_minor == 0;
         if (!r->keep_alive || manager_stopping(c->manager))
                 c->close_after_response = true;
         return PHASE_GOES_ON;
@@ -260,7 +260,7 @@ static PhaseEnd phase_host_check(Client *c, Dispatch *d) {
 
 /* modelgate's own answers, and admission before anything reaches a host */
 static PhaseEnd phase_own(Client *c, Dispatch *d) {
-        PathOwn own = path_route_own(c->x->route, d->r->method);
+        PathOwn own = path_route_own(c->req->route, d->r->method);
 
         if (d->url.n == 0 || d->url.p[0] != '/') {
                 answer_words_0(d->answer, ANSWER_NOT_A_PATH);
@@ -273,12 +273,12 @@ static PhaseEnd phase_own(Client *c, Dispatch *d) {
                 client_respond_refusal(c, own == PATH_OWN_HEALTH);
                 return PHASE_DONE;
         }
-        if (own != PATH_OWN_NONE && c->x->route->open) {
+        if (own != PATH_OWN_NONE && c->req->route->open) {
                 client_dispatch_own(c, own, d->url, d->path);
                 return PHASE_DONE;
         }
         if (manager_config(c->manager)->access.enabled) {
-                if (!c->x->caller.admitted && !client_admit(c, d->answer))
+                if (!c->req->caller.admitted && !client_admit(c, d->answer))
                         return PHASE_ANSWERS;
                 uint64_t limit = caller_body_limit(c);
                 if (limit > 0 && buffer_size(&d->r->body) > limit) {
@@ -299,7 +299,7 @@ static PhaseEnd phase_read_model(Client *c, Dispatch *d) {
         int k;
 
         if (d->body_len > 0) {
-                k = json_read_request(d->body, d->body_len, &d->span, &model, &c->x->ask);
+                k = json_read_request(d->body, d->body_len, &d->span, &model, &c->req->ask);
                 d->in_body = k == MODEL_FOUND;
                 a = model_lookup_answer(k, /* query= */ false, /* absent_ok= */ true, /* any_body= */ true);
         }
@@ -324,12 +324,12 @@ static PhaseEnd phase_read_model(Client *c, Dispatch *d) {
                 answer_words_0(d->answer, a);
                 return PHASE_ANSWERS;
         }
-        free(c->x->model);
-        d->model = c->x->model = TAKE_PTR(model);
-        /* an alias's next target reads the model again: the activity record points at the Exchange's
+        free(c->req->model);
+        d->model = c->req->model = TAKE_PTR(model);
+        /* an alias's next target reads the model again: the activity record points at the Request's
          * string, and would point at the freed one until the next host's activity begin (which a host
          * removed by a reload never reaches) */
-        c->x->activity.model = c->x->model;
+        c->req->activity.entry.model = c->req->model;
         return PHASE_GOES_ON;
 }
 
@@ -337,25 +337,25 @@ static PhaseEnd phase_read_model(Client *c, Dispatch *d) {
  * do now, never one tried before. 'after' is the refusal that moved it on, NULL for the first pick. false:
  * none is left. */
 static bool dispatch_pick_target(Client *c, const char *after) {
-        const AliasConf *a = c->x->alias;
+        const AliasConf *a = c->req->alias.conf;
         AliasClient who = client_identity(c);
         const char *why;
         ssize_t i;
 
-        i = manager_alias_pick(c->manager, a, &who, c->x->alias_tried, NULL, &why);
+        i = manager_alias_pick(c->manager, a, &who, c->req->alias.tried, NULL, &why);
         if (i < 0)
                 return false;
         if (after) {
                 _cleanup_free_ char *e = log_escape_dup(after);
                 char id[REQUEST_ID_MAX * 4 + 1];
                 log_notice("alias %s: target %s refused (%s); trying %s (%s) id=%s", a->name,
-                           c->x->alias_target, strna(e), a->targets[i], why, client_log_id(c, id));
+                           c->req->alias.target, strna(e), a->targets[i], why, client_log_id(c, id));
         } else
                 log_debug("alias %s: %s%s%s%s picks %s (%s)", a->name, who.key ? "key:" : "",
                           who.key ?: who.address, who.session ? " session " : "",
-                          who.session ? c->x->session_label : "", a->targets[i], why);
-        c->x->alias_tried |= UINT64_C(1) << i;
-        c->x->alias_target = a->targets[i];
+                          who.session ? c->req->session.label : "", a->targets[i], why);
+        c->req->alias.tried |= UINT64_C(1) << i;
+        c->req->alias.target = a->targets[i];
         manager_alias_used(c->manager, a, &who, (size_t)i);
         return true;
 }
@@ -366,50 +366,50 @@ static PhaseEnd phase_engine(Client *c, Dispatch *d) {
         Host *host = d->host;
         char k2[160];
 
-        c->x->model_label = NULL; /* an alias's earlier target named its own */
+        c->req->model_label = NULL; /* an alias's earlier target named its own */
         d->engine = -1;
         if (!host_has_engines(host)) {
                 int listed = catalog_lists(host_catalog(host), d->key);
                 if (listed > 0)
-                        c->x->model_label = d->key; /* rule:usage-metrics: the host lists it */
-                if (c->x->route->models_call || listed != 0)
+                        c->req->model_label = d->key; /* rule:usage-metrics: the host lists it */
+                if (c->req->route->models_call || listed != 0)
                         return PHASE_GOES_ON;
                 /* rule:unlisted-key-404: a key the host does not list (its list is known) is 404;
                  * /models/... calls (a download of a new model, say) are the host's to judge */
                 log_escape(k2, sizeof(k2), d->key, strlen(d->key));
-                answer_words_ss(d->answer, ANSWER_UNKNOWN_MODEL, c->x->host->name, k2);
+                answer_words_ss(d->answer, ANSWER_UNKNOWN_MODEL, c->req->host->name, k2);
                 return PHASE_ANSWERS;
         }
-        d->engine = host_find_engine(host, d->key, &c->x->model_label);
+        d->engine = host_find_engine(host, d->key, &c->req->model_label);
         if (d->engine < 0) {
                 log_escape(k2, sizeof(k2), d->key, strlen(d->key));
-                answer_words_ss(d->answer, ANSWER_NO_ENGINE, c->x->host->name, k2);
+                answer_words_ss(d->answer, ANSWER_NO_ENGINE, c->req->host->name, k2);
                 return PHASE_ANSWERS;
         }
         /* rule:never-listed-404: no GPU moves for a name its engine is known not to have and the host never
          * listed (models-seen.json: what a list read while another engine shared its URL taught is not
          * trusted alone); /models/... calls are the host's to judge, as in rule:unlisted-key-404 */
-        if (!c->x->route->models_call && host_key_known_absent(host, (size_t)d->engine, d->key) &&
-            !model_memory_get(manager_model_memory(c->manager), c->x->host->name, d->key)) {
+        if (!c->req->route->models_call && host_key_known_absent(host, (size_t)d->engine, d->key) &&
+            !model_memory_get(manager_model_memory(c->manager), c->req->host->name, d->key)) {
                 const char *e = host_engine(host, (size_t)d->engine)->conf->name;
                 log_escape(k2, sizeof(k2), d->key, strlen(d->key));
-                answer_words_sssss(d->answer, ANSWER_NEVER_LISTED, c->x->host->name, e, k2, c->x->host->name,
+                answer_words_sssss(d->answer, ANSWER_NEVER_LISTED, c->req->host->name, e, k2, c->req->host->name,
                                    e);
                 return PHASE_ANSWERS;
         }
-        c->x->target = host_engine(host, (size_t)d->engine)->url;
-        c->x->engine_conf = host_engine(host, (size_t)d->engine)->conf;
-        c->x->engine_name = c->x->engine_conf->name;
+        c->req->attempt.target = host_engine(host, (size_t)d->engine)->url;
+        c->req->attempt.engine_conf = host_engine(host, (size_t)d->engine)->conf;
+        c->req->attempt.engine_name = c->req->attempt.engine_conf->name;
         /* the fallback spends the operator's cloud key: inference only, on a path of modelgate's
          * own, and only for a model in the body (the only place it can be renamed) */
-        c->x->fb_path = path_route_fallback(c->x->route, d->r->method);
-        c->x->fallback = c->x->fb_path && d->in_body
-                                 ? config_find_fallback(c->x->config, c->x->engine_conf->fallback)
+        c->req->fallback.path = path_route_fallback(c->req->route, d->r->method);
+        c->req->fallback.conf = c->req->fallback.path && d->in_body
+                                 ? config_find_fallback(c->req->config, c->req->attempt.engine_conf->fallback)
                                  : NULL;
-        if (c->x->fallback)
-                c->x->awaiting_first_token = c->x->ask.stream && !c->x->head;
-        if (c->x->ask.stream && c->x->engine_conf->first_token_budget_usec != 0)
-                c->x->awaiting_first_token = !c->x->head;
+        if (c->req->fallback.conf)
+                c->req->attempt.awaiting_first_token = c->req->ask.stream && !c->req->head;
+        if (c->req->ask.stream && c->req->attempt.engine_conf->first_token_budget_usec != 0)
+                c->req->attempt.awaiting_first_token = !c->req->head;
         return PHASE_GOES_ON;
 }
 
@@ -418,7 +418,7 @@ static PhaseEnd phase_engine(Client *c, Dispatch *d) {
 static PhaseEnd phase_probe(Client *c, Dispatch *d) {
         HostRefusal refusal;
 
-        if (d->engine < 0 || !path_route_probe(c->x->route, d->r->method) ||
+        if (d->engine < 0 || !path_route_probe(c->req->route, d->r->method) ||
             !host_refuses_probe(d->host, (size_t)d->engine, d->key, &refusal))
                 return PHASE_GOES_ON;
         (void)client_attempt_failed(c, ATTEMPT_PROBE, refusal.status, refusal.message);
@@ -432,15 +432,15 @@ static PhaseEnd phase_route(Client *c, Dispatch *d) {
         if (!client_within_cap(c, d->answer))
                 return PHASE_ANSWERS;
         /* a tier's Models= limits routing as much as the list */
-        if (c->x->caller.admitted && !access_model_allowed(&c->x->caller, d->model)) {
-                answer_words_ss(d->answer, ANSWER_MODEL_NOT_ALLOWED, c->x->caller.tier->name, c->x->model);
+        if (c->req->caller.admitted && !access_model_allowed(&c->req->caller, d->model)) {
+                answer_words_ss(d->answer, ANSWER_MODEL_NOT_ALLOWED, c->req->caller.tier->name, c->req->model);
                 return PHASE_ANSWERS;
         }
-        if (!c->x->config)
-                c->x->config = config_ref(manager_config(c->manager));
+        if (!c->req->config)
+                c->req->config = config_ref(manager_config(c->manager));
         client_read_session(c);
-        c->x->alias = config_find_alias(c->x->config, d->model);
-        if (c->x->alias && !dispatch_pick_target(c, NULL)) {
+        c->req->alias.conf = config_find_alias(c->req->config, d->model);
+        if (c->req->alias.conf && !dispatch_pick_target(c, NULL)) {
                 answer_words_0(d->answer, ANSWER_OUT_OF_MEMORY);
                 return PHASE_ANSWERS;
         }
@@ -451,8 +451,8 @@ static PhaseEnd phase_route(Client *c, Dispatch *d) {
 static PhaseEnd phase_target(Client *c, Dispatch *d) {
         char m2[160];
 
-        c->x->host = config_host_of_model(c->x->config, c->x->alias_target ?: d->model, &d->key);
-        if (c->x->host)
+        c->req->host = config_host_of_model(c->req->config, c->req->alias.target ?: d->model, &d->key);
+        if (c->req->host)
                 return PHASE_GOES_ON;
         if (d->again) /* routed before, under the configuration the request holds */
                 answer_words_0(d->answer, ANSWER_ALIAS_TARGET_LOST);
@@ -465,7 +465,7 @@ static PhaseEnd phase_target(Client *c, Dispatch *d) {
 
 /* rule:shared-counts: Redis admitted the request (or refused it) */
 static void client_admitted(AccessWait *w, int verdict, const AccessDenial *denial) {
-        _cleanup_(client_unrefp) Client *c = client_ref(container_of(w, Exchange, access_wait)->client);
+        _cleanup_(client_unrefp) Client *c = client_ref(container_of(w, Request, access_wait)->client);
         AnswerWords a;
 
         if (verdict == ACCESS_OVER_CAP) {
@@ -483,10 +483,10 @@ static PhaseEnd phase_admit(Client *c, Dispatch *d) {
         Access *access = manager_access(c->manager);
         int k;
 
-        if (!c->x->caller.admitted)
+        if (!c->req->caller.admitted)
                 return PHASE_GOES_ON;
-        c->x->access_wait.fn = client_admitted;
-        k = access ? access_admit(access, c->x->config, &c->x->caller, c->peer, &denial, &c->x->access_wait)
+        c->req->access_wait.fn = client_admitted;
+        k = access ? access_admit(access, c->req->config, &c->req->caller, c->peer, &denial, &c->req->access_wait)
                    : -ENOMEM;
         if (k == ACCESS_PENDING)
                 return PHASE_WAITS;
@@ -520,38 +520,38 @@ static PhaseEnd phase_rewrite(Client *c, Dispatch *d) {
 static PhaseEnd phase_host(Client *c, Dispatch *d) {
         char msg[256];
 
-        d->host = manager_host(c->manager, c->x->host);
+        d->host = manager_host(c->manager, c->req->host);
         if (!d->host) {
                 /* admitted (or moved on to this alias target) under a configuration that a reload has
                  * replaced since, and the host it named is gone and drained: the host's refusal, so
                  * that an alias moves on and the fallback may answer */
-                (void)answer_format(msg, sizeof(msg), ANSWER_HOST_REMOVED, c->x->host->name);
+                (void)answer_format(msg, sizeof(msg), ANSWER_HOST_REMOVED, c->req->host->name);
                 (void)client_attempt_failed(c, ATTEMPT_REFUSED, 503, msg);
                 return PHASE_DONE;
         }
-        c->x->target = &c->x->host->url;
+        c->req->attempt.target = &c->req->host->url;
         return PHASE_GOES_ON;
 }
 
 /* The request for the host, with its conversation id */
 static PhaseEnd phase_build(Client *c, Dispatch *d) {
-        if (!client_stream_remember(c, d->r, d->engine >= 0 ? c->x->engine_name : "")) {
+        if (!client_stream_remember(c, d->r, d->engine >= 0 ? c->req->attempt.engine_name : "")) {
                 answer_words_0(d->answer, ANSWER_OUT_OF_MEMORY);
                 return PHASE_ANSWERS;
         }
         /* rule:attribution-line: Claude Code's changing first line never reaches a llama.cpp host (the
          * fallback builds its request from the client's body as it was) */
-        Span cut = c->x->api == API_ANTHROPIC && d->body && d->r->method == HTTP_POST
+        Span cut = c->req->api == API_ANTHROPIC && d->body && d->r->method == HTTP_POST
                            ? attribution_block(d->body, d->body_len)
                            : (Span){};
-        if (client_build_request(c, c->x->target, d->url, (Span){d->body ?: "", d->body ? d->body_len : 0},
-                                 d->span, d->key, cut, &c->x->pending) < 0) {
+        if (client_build_request(c, c->req->attempt.target, d->url, (Span){d->body ?: "", d->body ? d->body_len : 0},
+                                 d->span, d->key, cut, &c->req->attempt.pending) < 0) {
                 answer_words_0(d->answer, ANSWER_OUT_OF_MEMORY);
                 return PHASE_ANSWERS;
         }
         /* the request's own copy of the body is not needed any more, unless a fallback or an alias's next
          * target may need it */
-        if (!c->x->fallback && !c->x->alias)
+        if (!c->req->fallback.conf && !c->req->alias.conf)
                 buffer_done(&d->r->body);
         return PHASE_GOES_ON;
 }
@@ -563,12 +563,12 @@ static PhaseEnd phase_acquire(Client *c, Dispatch *d) {
         HostAcquire k;
 
         client_activity_begin(c);
-        k = d->engine >= 0 ? host_acquire(d->host, (size_t)d->engine, &c->x->waiter, client_engine_ready,
-                                          client_host_went_down, c->x->alias_target ?: c->x->model, &refusal)
-                           : host_attach(d->host, &c->x->waiter, client_host_went_down,
-                                         c->x->alias_target ?: c->x->model, &refusal);
+        k = d->engine >= 0 ? host_acquire(d->host, (size_t)d->engine, &c->req->attempt.waiter, client_engine_ready,
+                                          client_host_went_down, c->req->alias.target ?: c->req->model, &refusal)
+                           : host_attach(d->host, &c->req->attempt.waiter, client_host_went_down,
+                                         c->req->alias.target ?: c->req->model, &refusal);
         if (k != HOST_REFUSED)
-                c->x->waiter.id = client_request_id(c); /* for the switch and wait lines */
+                c->req->attempt.waiter.id = client_request_id(c); /* for the switch and wait lines */
         switch (k) {
         case HOST_REFUSED:
                 (void)client_attempt_failed(c, attempt_failure_of_refusal(refusal.status), refusal.status,
@@ -580,8 +580,8 @@ static PhaseEnd phase_acquire(Client *c, Dispatch *d) {
                 return PHASE_WAITS; /* client_engine_ready() goes on */
         case HOST_ACQUIRED:
                 if (d->engine >= 0) {
-                        metrics_wait(manager_metrics(c->manager), c->x->host->name, 0);
-                        metrics_queued(manager_metrics(c->manager), c->x->host->name, 0);
+                        metrics_wait(manager_metrics(c->manager), c->req->host->name, 0);
+                        metrics_queued(manager_metrics(c->manager), c->req->host->name, 0);
                         client_wait_for_engine(c); /* its router may still have to load the model */
                 }
                 break;
@@ -629,11 +629,11 @@ void client_dispatch(Client *c) {
 bool client_next_target(Client *c, const char *why) {
         assert(c);
 
-        if (!c->x->alias || c->x->via_fallback || c->x->engine_bytes_sent || !dispatch_pick_target(c, why))
+        if (!c->req->alias.conf || c->req->attempt.via_fallback || c->req->answer.engine_bytes_sent || !dispatch_pick_target(c, why))
                 return false;
-        metrics_alias_move(manager_metrics(c->manager), c->x->alias->name);
+        metrics_alias_move(manager_metrics(c->manager), c->req->alias.conf->name);
         client_attempt_end(c);
-        c->x->fallback = NULL; /* the next target's engine names its own */
+        c->req->fallback.conf = NULL; /* the next target's engine names its own */
         dispatch_run(c, DISPATCH_REWRITE);
         return true;
 }

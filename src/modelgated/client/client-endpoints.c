@@ -14,7 +14,7 @@ static void client_feed_send(FeedSubscriber *s, const FeedEvent *e);
 /* Only what the caller's tier may use (rule:tier-models). */
 bool client_model_visible(const char *id, void *userdata) {
         Client *c = userdata;
-        return access_model_allowed(&c->x->caller, id);
+        return access_model_allowed(&c->req->caller, id);
 }
 
 /* A /models/sse event is shown as /v1/models shows the model it is about: an event of "<host>-<key>" to a
@@ -24,14 +24,14 @@ bool client_model_visible(const char *id, void *userdata) {
  * what such a subscriber re-reads its list on. */
 static bool client_feed_visible(Client *c, const FeedEvent *e) {
         if (e->model)
-                return access_model_allowed(&c->x->caller, e->model);
-        return !e->host || access_host_allowed(&c->x->caller, e->host);
+                return access_model_allowed(&c->req->caller, e->model);
+        return !e->host || access_host_allowed(&c->req->caller, e->host);
 }
 
 void client_models_done(ModelsMerge *mm, Blob *json, void *userdata) {
         _cleanup_(client_unrefp) Client *c = client_ref(userdata);
 
-        c->x->merge = models_merge_free(mm);
+        c->req->own.merge = models_merge_free(mm);
         if (!json)
                 client_answer(c, ANSWER_OUT_OF_MEMORY);
         else
@@ -43,7 +43,7 @@ void client_models_done(ModelsMerge *mm, Blob *json, void *userdata) {
 /* rule:websocket-426: only a 426 makes a Responses client that opens a WebSocket fall back to plain HTTP
  * at once; anything else costs it its retries first, or its turn. true: answered */
 bool client_refuse_websocket(Client *c) {
-        if (!c->x->route->websocket_426 || !http_request_opens_websocket(&c->parser.req))
+        if (!c->req->route->websocket_426 || !http_request_opens_websocket(&c->parser.req))
                 return false;
         client_answer(c, ANSWER_WEBSOCKET_REFUSED);
         return true;
@@ -96,8 +96,8 @@ static bool hosts_connecting(Manager *m) {
 static int health_wait_cb(sd_event_source *s, uint64_t usec, void *userdata) {
         _cleanup_(client_unrefp) Client *c = client_ref(userdata);
 
-        c->x->health_wait = sd_event_source_disable_unref(c->x->health_wait);
-        respond_health(c, c->x->health_strict);
+        c->req->own.health_wait = sd_event_source_disable_unref(c->req->own.health_wait);
+        respond_health(c, c->req->own.health_strict);
         client_flush(c);
         client_process(c);
         return 0;
@@ -113,12 +113,12 @@ void client_respond_health(Client *c, bool strict) {
 
         (void)sd_event_now(manager_event(m), CLOCK_MONOTONIC, &now);
         if (!hosts_connecting(m) || (until = first_wait_begin(&c->set->health_wait, now)) == 0 ||
-            sd_event_add_time(manager_event(m), &c->x->health_wait, CLOCK_MONOTONIC, until, 0,
+            sd_event_add_time(manager_event(m), &c->req->own.health_wait, CLOCK_MONOTONIC, until, 0,
                               health_wait_cb, c) < 0) {
                 respond_health(c, strict);
                 return;
         }
-        c->x->health_strict = strict;
+        c->req->own.health_strict = strict;
 }
 
 void client_set_hosts_probed(ClientSet *set) {
@@ -129,8 +129,8 @@ void client_set_hosts_probed(ClientSet *set) {
         first_wait_end(&set->health_wait);
         /* answered from the loop, not from inside the host's news */
         LIST_FOREACH (clients, c, set->clients)
-                if (c->x->health_wait)
-                        (void)sd_event_source_set_time(c->x->health_wait, 0);
+                if (c->req->own.health_wait)
+                        (void)sd_event_source_set_time(c->req->own.health_wait, 0);
 }
 
 /* The configuration has errors (manager.h): every request gets them at once, and no host hears of it. A
@@ -257,7 +257,7 @@ void client_respond_ui(Client *c) {
 void client_start_ui(Client *c) {
         assert(c);
 
-        if (manager_config(c->manager)->access.enabled && !c->x->caller.tier) {
+        if (manager_config(c->manager)->access.enabled && !c->req->caller.tier) {
                 client_answer(c, ANSWER_MISSING_API_KEY);
                 return;
         }
@@ -295,9 +295,9 @@ bool client_feed_open(Client *c, const char *path) {
                 client_answer(c, ANSWER_OUT_OF_MEMORY);
                 return false;
         }
-        c->x->head_sent = true;
-        if (c->x->head) {
-                c->x->bytes = 0;
+        c->req->answer.head_sent = true;
+        if (c->req->head) {
+                c->req->answer.bytes = 0;
                 client_response_complete(c, NULL);
                 return false;
         }
@@ -320,11 +320,11 @@ void client_start_feed(Client *c) {
 
         if (!client_feed_open(c, "/models/sse"))
                 return;
-        /* the caller's tier is in the configuration it was admitted under, which the exchange holds until
+        /* the caller's tier is in the configuration it was admitted under, which the request holds until
          * the feed ends: a reload leaves it valid, and the subscriber under the tier it came with */
-        assert(!c->x->caller.tier || c->x->config);
+        assert(!c->req->caller.tier || c->req->config);
         for (size_t i = 0; i < config->n_hosts; i++)
-                hosts += access_host_allowed(&c->x->caller, config->hosts[i].name);
+                hosts += access_host_allowed(&c->req->caller, config->hosts[i].name);
         n = snprintf(hello, sizeof(hello), ": modelgate model events from %zu host(s)\n\n", hosts);
         (void)client_frame_body(c, hello, (size_t)n);
         feed_hub_subscribe(hub, &c->feed_sub, &client_feed_ops);
@@ -395,7 +395,7 @@ static void own_unload_model(Client *c, Span url, Span path) {
 
 static void own_models(Client *c, Span url, Span path) {
         if (models_merge_start(c->manager, c->set->models, client_model_visible, client_models_done, c,
-                               &c->x->merge) < 0)
+                               &c->req->own.merge) < 0)
                 client_answer(c, ANSWER_OUT_OF_MEMORY);
 }
 

@@ -15,17 +15,17 @@ static int client_budget_cb(sd_event_source *s, uint64_t usec, void *userdata);
  * the targets tried. */
 void client_attempt_end(Client *c) {
         assert(c);
-        c->x->upstream = upstream_cancel(c->x->upstream);
-        host_release(&c->x->waiter);
-        (void)sd_event_source_set_enabled(c->x->budget, SD_EVENT_OFF);
-        sse_filter_done(&c->x->sse);
-        c->x->mode = MODE_PASS;
-        c->x->awaiting_first_token = false;
-        c->x->first_byte_seen = false;
+        c->req->attempt.upstream = upstream_cancel(c->req->attempt.upstream);
+        host_release(&c->req->attempt.waiter);
+        (void)sd_event_source_set_enabled(c->req->attempt.budget, SD_EVENT_OFF);
+        sse_filter_done(&c->req->attempt.sse);
+        c->req->attempt.mode = MODE_PASS;
+        c->req->attempt.awaiting_first_token = false;
+        c->req->attempt.first_byte_seen = false;
         buffer_clear(&c->held_head);
-        buffer_done(&c->x->held);
-        c->x->error_status = 0;
-        buffer_done(&c->x->pending);
+        buffer_done(&c->req->attempt.held);
+        c->req->attempt.error_status = 0;
+        buffer_done(&c->req->attempt.pending);
 }
 
 static bool attempt_may_fall_back(const Client *c, AttemptFallback fallback) {
@@ -33,7 +33,7 @@ static bool attempt_may_fall_back(const Client *c, AttemptFallback fallback) {
         case ATTEMPT_FALLBACK_YES:
                 return true;
         case ATTEMPT_FALLBACK_ON_BUSY:
-                return c->x->fallback && c->x->fallback->on_busy != 0;
+                return c->req->fallback.conf && c->req->fallback.conf->on_busy != 0;
         default:
                 return false;
         }
@@ -45,7 +45,7 @@ AttemptOutcome client_attempt_failed(Client *c, AttemptFailure failure, int erro
         assert(c);
         assert(rule);
         /* the host's own probe looks again soon, and decides whether it is down */
-        Host *h = rule->reprobe && !c->x->via_fallback ? manager_host(c->manager, c->x->host) : NULL;
+        Host *h = rule->reprobe && !c->req->attempt.via_fallback ? manager_host(c->manager, c->req->host) : NULL;
         if (h)
                 host_report_request_failed(h);
         if (rule->next_target && client_next_target(c, why))
@@ -63,19 +63,19 @@ void client_start_budget(Client *c) {
         usec_t b;
         assert(c);
 
-        if (!c->x->engine_conf || c->x->via_fallback)
+        if (!c->req->attempt.engine_conf || c->req->attempt.via_fallback)
                 return;
-        b = c->x->ask.stream ? c->x->engine_conf->first_token_budget_usec
-                             : c->x->engine_conf->request_budget_usec;
+        b = c->req->ask.stream ? c->req->attempt.engine_conf->first_token_budget_usec
+                             : c->req->attempt.engine_conf->request_budget_usec;
         if (b == 0 || b == USEC_INFINITY)
                 return;
-        if (!c->x->budget) {
-                if (sd_event_add_time_relative(manager_event(c->manager), &c->x->budget, CLOCK_MONOTONIC, b,
+        if (!c->req->attempt.budget) {
+                if (sd_event_add_time_relative(manager_event(c->manager), &c->req->attempt.budget, CLOCK_MONOTONIC, b,
                                                0, client_budget_cb, c) < 0)
                         return;
         } else
-                (void)sd_event_source_set_time_relative(c->x->budget, b);
-        (void)sd_event_source_set_enabled(c->x->budget, SD_EVENT_ONESHOT);
+                (void)sd_event_source_set_time_relative(c->req->attempt.budget, b);
+        (void)sd_event_source_set_enabled(c->req->attempt.budget, SD_EVENT_ONESHOT);
 }
 
 /* The fallback's request is modelgate's: POST to its path under the fallback's URL, no query, and of the
@@ -88,7 +88,7 @@ static int build_fallback_request(Client *c, const FallbackConf *f, const char *
         Span accept = http_request_header(r, "Accept"),
              version = http_request_header(r, "anthropic-version");
 
-        if (http_write_request_line(out, "POST", f->url.base_path, c->x->fb_path, strlen(c->x->fb_path),
+        if (http_write_request_line(out, "POST", f->url.base_path, c->req->fallback.path, strlen(c->req->fallback.path),
                                     f->url.authority) < 0 ||
             buffer_append_str(out, "User-Agent: modelgate/" MODELGATE_VERSION
                                    "\r\nContent-Type: application/json\r\n") < 0)
@@ -96,7 +96,7 @@ static int build_fallback_request(Client *c, const FallbackConf *f, const char *
         if (accept.p && (buffer_append_str(out, "Accept: ") < 0 ||
                          buffer_append(out, accept.p, accept.n) < 0 || buffer_append_str(out, "\r\n") < 0))
                 return -ENOMEM;
-        if (c->x->api == API_ANTHROPIC && (buffer_append_str(out, "anthropic-version: ") < 0 ||
+        if (c->req->api == API_ANTHROPIC && (buffer_append_str(out, "anthropic-version: ") < 0 ||
                                            (version.p ? buffer_append(out, version.p, version.n)
                                                       : buffer_append_str(out, "2023-06-01")) < 0 ||
                                            buffer_append_str(out, "\r\n") < 0))
@@ -113,7 +113,7 @@ static int build_fallback_request(Client *c, const FallbackConf *f, const char *
  * engine's fallback instead, once. true: it went there, and the request is the fallback's now. */
 bool client_fall_back(Client *c, const char *why) {
         assert(c);
-        const FallbackConf *f = c->x->fallback;
+        const FallbackConf *f = c->req->fallback.conf;
         _cleanup_free_ char *quoted = NULL, *body = NULL, *model = NULL;
         _cleanup_free_ char *key_header = NULL;
         size_t n;
@@ -121,7 +121,7 @@ bool client_fall_back(Client *c, const char *why) {
 
         /* the client's body is still the parser's (kept for this; the one copy besides the request sent) */
         const Buffer *b = &c->parser.req.body;
-        if (!f || c->x->via_fallback || c->x->engine_bytes_sent || buffer_is_empty(b))
+        if (!f || c->req->attempt.via_fallback || c->req->answer.engine_bytes_sent || buffer_is_empty(b))
                 return false;
         if (json_find_model(buffer_peek(b), buffer_size(b), &span, &model, NULL) != MODEL_FOUND)
                 return false;
@@ -129,23 +129,23 @@ bool client_fall_back(Client *c, const char *why) {
         body = quoted ? span_replace((Span){buffer_peek(b), buffer_size(b)}, span, quoted, &n) : NULL;
         if (f->key &&
             asprintf(&key_header,
-                     c->x->api == API_ANTHROPIC ? "x-api-key: %s\r\n" : "Authorization: Bearer %s\r\n",
+                     c->req->api == API_ANTHROPIC ? "x-api-key: %s\r\n" : "Authorization: Bearer %s\r\n",
                      f->key) < 0)
                 return false;
         if (!body)
                 return false;
 
-        _cleanup_free_ char *m = log_escape_dup(c->x->model);
+        _cleanup_free_ char *m = log_escape_dup(c->req->model);
         char id[REQUEST_ID_MAX * 4 + 1];
-        log_notice("host %s: %s goes to fallback %s: %s id=%s", c->x->host->name, strna(m), f->name, why,
+        log_notice("host %s: %s goes to fallback %s: %s id=%s", c->req->host->name, strna(m), f->name, why,
                    client_log_id(c, id));
-        metrics_fallback(manager_metrics(c->manager), c->x->host->name, c->x->engine_name, f->name);
-        c->x->via_fallback = true;
+        metrics_fallback(manager_metrics(c->manager), c->req->host->name, c->req->attempt.engine_name, f->name);
+        c->req->attempt.via_fallback = true;
         /* the engine's request is cancelled (its connection closed, so the GPU stops), and the engine is
          * free */
         client_attempt_end(c);
-        c->x->target = &f->url;
-        if (build_fallback_request(c, f, body, n, key_header, &c->x->pending) < 0) {
+        c->req->attempt.target = &f->url;
+        if (build_fallback_request(c, f, body, n, key_header, &c->req->attempt.pending) < 0) {
                 client_answer(c, ANSWER_OUT_OF_MEMORY);
                 return true;
         }
@@ -156,12 +156,12 @@ bool client_fall_back(Client *c, const char *why) {
 static int client_budget_cb(sd_event_source *s, uint64_t usec, void *userdata) {
         _cleanup_(client_unrefp) Client *c = client_ref(userdata);
         char why[256], t[FORMAT_TIMESPAN_MAX];
-        bool stream = c->x->ask.stream;
+        bool stream = c->req->ask.stream;
 
         snprintf(why, sizeof(why), "%s not within %s (%s)", stream ? "no first token" : "no whole answer",
                  format_timespan(t, sizeof(t),
-                                 stream ? c->x->engine_conf->first_token_budget_usec
-                                        : c->x->engine_conf->request_budget_usec)
+                                 stream ? c->req->attempt.engine_conf->first_token_budget_usec
+                                        : c->req->attempt.engine_conf->request_budget_usec)
                          ?: "?",
                  stream ? "FirstTokenBudgetSec=" : "RequestBudgetSec=");
         if (client_attempt_failed(c, ATTEMPT_BUDGET, -ETIMEDOUT, why) == ATTEMPT_MOVED_ON) {

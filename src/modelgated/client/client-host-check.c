@@ -48,7 +48,7 @@ static bool host_served(Client *c) {
         local_address(c, local);
         (void)gethostname(hostname, sizeof(hostname) - 1);
         return host_check_allowed(name, local[0] ? local : NULL, hostname,
-                                  (c->x->config ?: manager_config(c->manager))->server_names);
+                                  (c->req->config ?: manager_config(c->manager))->server_names);
 }
 
 bool client_host_refused(Client *c) {

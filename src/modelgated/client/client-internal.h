@@ -34,7 +34,7 @@
  *         _cleanup_(client_unrefp) Client *ref = client_ref(c);
  * and whatever it calls may then end the connection with client_close(): the Client leaves every list (the
  * set's, the idle list, the feed hub), its timers and event sources stop, its upstream is cancelled and its
- * host wait released (exchange_done()), its socket is closed, and the set's reference is dropped; the
+ * host wait released (request_done()), its socket is closed, and the set's reference is dropped; the
  * memory lives until the last pin goes. Nothing calls into a closed Client any more, and no function
  * returns "it is gone": client_flush() and client_process() do nothing on a closed Client, and code that
  * goes on after a call that may close looks at client_is_closed() where it must (before it re-arms a
@@ -67,7 +67,7 @@
 #include "modelgated/host/catalog.h"
 #include "modelgated/client/client-attempt.h"
 #include "modelgated/client/client.h"
-#include "modelgated/client/exchange.h"
+#include "modelgated/client/request.h"
 #include "modelgated/event/feed-hub.h"
 #include "modelgated/rules/first-wait.h"
 #include "modelgated/host/host.h"
@@ -165,8 +165,8 @@ struct Client {
         Blob *tail;
         size_t tail_sent;
 
-        Exchange exchange;         /* the request being answered, ended with it */
-        Exchange *x;               /* &exchange */
+        Request request; /* the request being answered, ended with it */
+        Request *req;   /* &request */
         Buffer held_head, scratch; /* working space, kept across requests */
 };
 
@@ -197,7 +197,7 @@ int client_queue_head(Client *c, int status, const char *extra);
 /* rule:request-id: the request's id, the client's or made on the first call (out of line) */
 Span client_request_id_first(Client *c);
 static inline Span client_request_id(Client *c) {
-        return c->x->request_id.n > 0 ? c->x->request_id : client_request_id_first(c);
+        return c->req->id.span.n > 0 ? c->req->id.span : client_request_id_first(c);
 }
 /* The request's id escaped for a log line about it (rule:request-id: the id on every line about the
  * request), in buf */

@@ -8,30 +8,30 @@
 
 /* What failed, in words: a connection error, or what the host's probe said when it found the host down */
 static const char *failure_reason(const Client *c, int error) {
-        Host *h = error == -EHOSTDOWN ? manager_host(c->manager, c->x->host) : NULL;
+        Host *h = error == -EHOSTDOWN ? manager_host(c->manager, c->req->host) : NULL;
         return (h ? host_down_reason(h) : NULL) ?: upstream_strerror(error);
 }
 
 /* How the answer goes on (pass, SSE filter, hold) and its framing to the client: the framing header
  * (rule:own-framing) */
 static const char *relay_choose_mode(Client *c, const UpstreamResponse *resp, bool sse, bool no_body) {
-        c->x->status = resp->status;
+        c->req->answer.status = resp->status;
         if (!no_body && resp->status >= 400 && !sse)
-                c->x->mode = MODE_HOLD;
+                c->req->attempt.mode = MODE_HOLD;
         else if (!no_body && sse) {
-                c->x->mode = MODE_SSE;
-                sse_filter_init(&c->x->sse, c->x->api);
+                c->req->attempt.mode = MODE_SSE;
+                sse_filter_init(&c->req->attempt.sse, c->req->api);
         } else
-                c->x->mode = MODE_PASS;
-        if (c->x->mode != MODE_SSE)
-                c->x->awaiting_first_token = false;
+                c->req->attempt.mode = MODE_PASS;
+        if (c->req->attempt.mode != MODE_SSE)
+                c->req->attempt.awaiting_first_token = false;
 
-        if (no_body || c->x->mode == MODE_HOLD)
-                c->x->chunked = false;
-        else if (c->x->mode == MODE_PASS && resp->has_content_length && !resp->chunked)
-                c->x->chunked = false;
-        else if (!c->x->http10) {
-                c->x->chunked = true;
+        if (no_body || c->req->attempt.mode == MODE_HOLD)
+                c->req->answer.chunked = false;
+        else if (c->req->attempt.mode == MODE_PASS && resp->has_content_length && !resp->chunked)
+                c->req->answer.chunked = false;
+        else if (!c->req->http10) {
+                c->req->answer.chunked = true;
                 return "Transfer-Encoding: chunked\r\n";
         } else
                 c->close_after_response = true;
@@ -41,18 +41,18 @@ static const char *relay_choose_mode(Client *c, const UpstreamResponse *resp, bo
 /* rule:usage: an answer that may say what it cost (a generation's 200, a stream or a JSON body) is read
  * for it as it passes */
 static void relay_usage_start(Client *c, const UpstreamResponse *resp, Span ct, bool sse, bool no_body) {
-        Exchange *x = c->x;
+        Request *req = c->req;
 
-        x->usage_on = x->usage_body = false;
-        if (no_body || x->method != HTTP_POST || resp->status != 200 || (x->early && !sse))
+        req->usage.on = req->usage.body = false;
+        if (no_body || req->method != HTTP_POST || resp->status != 200 || (req->answer.early && !sse))
                 return;
         if (!sse &&
             !(ct.p && ct.n >= 16 &&
               (memcmp(ct.p, "application/json", 16) == 0 || strncasecmp(ct.p, "application/json", 16) == 0)))
                 return;
-        usage_init(&x->usage, sse);
-        x->usage_on = true;
-        x->usage_body = !sse;
+        usage_init(&req->usage.tally, sse);
+        req->usage.on = true;
+        req->usage.body = !sse;
 }
 
 /* The head for the client, in held_head: the host's status and end-to-end headers, and where the
@@ -66,9 +66,9 @@ static int relay_build_head(Client *c, const UpstreamResponse *resp, bool no_bod
                 return -1;
         /* where the answer came from: host/engine, or fallback/name */
         if (buffer_append_str(b, "X-Modelgate-Served-By: ") < 0 ||
-            buffer_append_str(b, c->x->via_fallback ? "fallback" : c->x->host->name) < 0 ||
-            buffer_append_str(b, c->x->via_fallback || c->x->engine_name ? "/" : "") < 0 ||
-            buffer_append_str(b, c->x->via_fallback ? c->x->fallback->name : c->x->engine_name ?: "") < 0 ||
+            buffer_append_str(b, c->req->attempt.via_fallback ? "fallback" : c->req->host->name) < 0 ||
+            buffer_append_str(b, c->req->attempt.via_fallback || c->req->attempt.engine_name ? "/" : "") < 0 ||
+            buffer_append_str(b, c->req->attempt.via_fallback ? c->req->fallback.conf->name : c->req->attempt.engine_name ?: "") < 0 ||
             buffer_append_str(b, "\r\n") < 0 || client_append_request_id(c, b) < 0)
                 return -1;
         for (size_t i = 0; i < resp->n_headers; i++) {
@@ -81,7 +81,7 @@ static int relay_build_head(Client *c, const UpstreamResponse *resp, bool no_bod
                     buffer_append(b, value.p, value.n) < 0 || buffer_append_str(b, "\r\n") < 0)
                         return -1;
         }
-        if (no_body || (!c->x->chunked && c->x->mode == MODE_PASS && resp->has_content_length)) {
+        if (no_body || (!c->req->answer.chunked && c->req->attempt.mode == MODE_PASS && resp->has_content_length)) {
                 /* Content-Length is framing, dropped above with the other hop-by-hop headers; when
                  * the body goes on unchanged it is still right (and a HEAD answer keeps the length
                  * the GET would have had, RFC 9110 §9.3.2) */
@@ -97,48 +97,48 @@ static int client_upstream_headers(Upstream *u, const UpstreamResponse *resp, vo
         _cleanup_(client_unrefp) Client *c = client_ref(userdata);
         Span ct = upstream_response_header(resp, "Content-Type");
         bool sse = ct.p && ct.n >= 17 && strncasecmp(ct.p, "text/event-stream", 17) == 0;
-        bool no_body = c->x->head || resp->status == 204 || resp->status == 304;
+        bool no_body = c->req->head || resp->status == 204 || resp->status == 304;
 
         /* "not here (yet)": a host that has not registered the model, or is loading */
-        if ((resp->status == 404 || resp->status == 503) && !c->x->head) {
+        if ((resp->status == 404 || resp->status == 503) && !c->req->head) {
                 char why[64];
                 snprintf(why, sizeof(why), "the engine answered %d", resp->status);
                 if (client_attempt_failed(c, ATTEMPT_NOT_HERE, resp->status, why) == ATTEMPT_MOVED_ON)
                         return 0;
         }
-        if (!c->x->first_byte_seen) {
-                c->x->first_byte_seen = true;
-                c->x->first_byte = MAX(client_now(c) - c->x->start, (usec_t)1);
-                metrics_first_byte(manager_metrics(c->manager), c->x->host->name, c->x->first_byte);
+        if (!c->req->attempt.first_byte_seen) {
+                c->req->attempt.first_byte_seen = true;
+                c->req->first_byte = MAX(client_now(c) - c->req->start, (usec_t)1);
+                metrics_first_byte(manager_metrics(c->manager), c->req->host->name, c->req->first_byte);
                 client_activity_first_byte(c);
         }
-        if (c->x->early) {
+        if (c->req->answer.early) {
                 /* the 200 and its framing are out: a stream continues it, anything else becomes an error
                  * event when it is complete */
                 relay_usage_start(c, resp, ct, sse, no_body);
                 if (sse && resp->status == 200) {
-                        c->x->mode = MODE_SSE;
-                        sse_filter_init(&c->x->sse, c->x->api);
-                        c->x->sse.usage = c->x->usage_on ? &c->x->usage : NULL;
-                        c->x->sse.begun = c->x->begun; /* its own beginning is spliced in */
+                        c->req->attempt.mode = MODE_SSE;
+                        sse_filter_init(&c->req->attempt.sse, c->req->api);
+                        c->req->attempt.sse.usage = c->req->usage.on ? &c->req->usage.tally : NULL;
+                        c->req->attempt.sse.begun = c->req->answer.begun; /* its own beginning is spliced in */
                 } else {
-                        c->x->mode = MODE_HOLD;
-                        c->x->error_status = resp->status;
+                        c->req->attempt.mode = MODE_HOLD;
+                        c->req->attempt.error_status = resp->status;
                 }
                 return 0;
         }
         relay_usage_start(c, resp, ct, sse, no_body);
         const char *framing = relay_choose_mode(c, resp, sse, no_body);
-        if (c->x->mode == MODE_SSE && c->x->usage_on)
-                c->x->sse.usage = &c->x->usage;
+        if (c->req->attempt.mode == MODE_SSE && c->req->usage.on)
+                c->req->attempt.sse.usage = &c->req->usage.tally;
         if (relay_build_head(c, resp, no_body) < 0)
                 return -1;
-        if (c->x->mode == MODE_HOLD)
+        if (c->req->attempt.mode == MODE_HOLD)
                 return 0;
-        if (c->x->awaiting_first_token) {
+        if (c->req->attempt.awaiting_first_token) {
                 /* held with the comments before it until the first data line: until then the fallback may
                  * still answer instead */
-                c->x->held_framing = framing;
+                c->req->attempt.held_framing = framing;
                 return 0;
         }
 
@@ -148,13 +148,13 @@ static int client_upstream_headers(Upstream *u, const UpstreamResponse *resp, vo
 
 static void release_held(Client *c) {
         /* too big to reword: pass it on as it is */
-        c->x->chunked = !c->x->http10;
-        if (!c->x->chunked)
+        c->req->answer.chunked = !c->req->http10;
+        if (!c->req->answer.chunked)
                 c->close_after_response = true;
-        (void)client_send_held_head(c, c->x->chunked ? "Transfer-Encoding: chunked\r\n" : "");
-        c->x->mode = MODE_PASS;
-        (void)client_frame_body(c, buffer_peek(&c->x->held), buffer_size(&c->x->held));
-        buffer_done(&c->x->held);
+        (void)client_send_held_head(c, c->req->answer.chunked ? "Transfer-Encoding: chunked\r\n" : "");
+        c->req->attempt.mode = MODE_PASS;
+        (void)client_frame_body(c, buffer_peek(&c->req->attempt.held), buffer_size(&c->req->attempt.held));
+        buffer_done(&c->req->attempt.held);
 }
 
 /* A data line (a token, or an error event) in what a stream has sent so far. */
@@ -166,12 +166,12 @@ static bool has_data_line(const Buffer *b) {
 
 /* The first token is here: the engine answers after all, and what was held goes out. */
 static int release_first_token(Client *c) {
-        c->x->awaiting_first_token = false;
-        (void)sd_event_source_set_enabled(c->x->budget, SD_EVENT_OFF);
-        if (!c->x->early && client_send_held_head(c, c->x->held_framing ?: "") < 0)
+        c->req->attempt.awaiting_first_token = false;
+        (void)sd_event_source_set_enabled(c->req->attempt.budget, SD_EVENT_OFF);
+        if (!c->req->answer.early && client_send_held_head(c, c->req->attempt.held_framing ?: "") < 0)
                 return -ENOMEM;
-        int r = client_frame_body(c, buffer_peek(&c->x->held), buffer_size(&c->x->held));
-        buffer_done(&c->x->held);
+        int r = client_frame_body(c, buffer_peek(&c->req->attempt.held), buffer_size(&c->req->attempt.held));
+        buffer_done(&c->req->attempt.held);
         return r;
 }
 
@@ -179,11 +179,11 @@ static int client_upstream_body(Upstream *u, const char *p, size_t n, void *user
         _cleanup_(client_unrefp) Client *c = client_ref(userdata);
         int r = 0;
 
-        switch (c->x->mode) {
+        switch (c->req->attempt.mode) {
         case MODE_HOLD:
-                if (buffer_size(&c->x->held) + n <= CLIENT_HELD_MAX)
-                        return buffer_append(&c->x->held, p, n) < 0 ? -1 : 0;
-                if (c->x->early) {
+                if (buffer_size(&c->req->attempt.held) + n <= CLIENT_HELD_MAX)
+                        return buffer_append(&c->req->attempt.held, p, n) < 0 ? -1 : 0;
+                if (c->req->answer.early) {
                         /* an error answer of more than 1 MiB after an early 200: its start will do */
                         return 0;
                 }
@@ -192,12 +192,12 @@ static int client_upstream_body(Upstream *u, const char *p, size_t n, void *user
                 break;
         case MODE_SSE:
                 buffer_clear(&c->scratch);
-                r = sse_filter_feed(&c->x->sse, p, n, &c->scratch);
-                if (r >= 0 && c->x->awaiting_first_token) {
-                        r = buffer_append(&c->x->held, buffer_peek(&c->scratch), buffer_size(&c->scratch));
+                r = sse_filter_feed(&c->req->attempt.sse, p, n, &c->scratch);
+                if (r >= 0 && c->req->attempt.awaiting_first_token) {
+                        r = buffer_append(&c->req->attempt.held, buffer_peek(&c->scratch), buffer_size(&c->scratch));
                         /* a data line, or more comments than are worth holding: the engine's answer it is */
                         if (r >= 0 &&
-                            (has_data_line(&c->x->held) || buffer_size(&c->x->held) > CLIENT_HELD_MAX))
+                            (has_data_line(&c->req->attempt.held) || buffer_size(&c->req->attempt.held) > CLIENT_HELD_MAX))
                                 r = release_first_token(c);
                         break;
                 }
@@ -205,13 +205,13 @@ static int client_upstream_body(Upstream *u, const char *p, size_t n, void *user
                         r = client_frame_body(c, buffer_peek(&c->scratch), buffer_size(&c->scratch));
                 break;
         case MODE_PASS:
-                if (c->x->usage_body)
-                        usage_body_feed(&c->x->usage, p, n);
+                if (c->req->usage.body)
+                        usage_body_feed(&c->req->usage.tally, p, n);
                 r = client_frame_body(c, p, n);
                 break;
         }
-        if (!c->x->awaiting_first_token && c->x->mode != MODE_HOLD)
-                c->x->engine_bytes_sent = true;
+        if (!c->req->attempt.awaiting_first_token && c->req->attempt.mode != MODE_HOLD)
+                c->req->answer.engine_bytes_sent = true;
         if (r < 0) {
                 client_close(c); /* cancels u, which the upstream ends once this returns */
                 return -1;
@@ -231,51 +231,51 @@ static void client_upstream_read_end(Upstream *u, void *userdata) {
 static void client_upstream_complete(Upstream *u, void *userdata) {
         _cleanup_(client_unrefp) Client *c = client_ref(userdata);
 
-        c->x->upstream = NULL;
-        (void)sd_event_source_set_enabled(c->x->budget, SD_EVENT_OFF);
-        if (c->x->awaiting_first_token && c->x->mode == MODE_SSE)
+        c->req->attempt.upstream = NULL;
+        (void)sd_event_source_set_enabled(c->req->attempt.budget, SD_EVENT_OFF);
+        if (c->req->attempt.awaiting_first_token && c->req->attempt.mode == MODE_SSE)
                 (void)release_first_token(c); /* a stream that ended without a data line, as it is */
-        if (c->x->mode == MODE_HOLD && c->x->early) {
+        if (c->req->attempt.mode == MODE_HOLD && c->req->answer.early) {
                 buffer_clear(&c->scratch);
-                if (sse_error_event_from_answer(c->x->api, c->x->error_status, buffer_peek(&c->x->held),
-                                                buffer_size(&c->x->held), &c->scratch) < 0)
+                if (sse_error_event_from_answer(c->req->api, c->req->attempt.error_status, buffer_peek(&c->req->attempt.held),
+                                                buffer_size(&c->req->attempt.held), &c->scratch) < 0)
                         c->close_after_response = true;
                 client_end_early(c, &c->scratch);
                 client_flush(c);
                 client_process(c);
                 return;
         }
-        if (c->x->mode == MODE_HOLD) {
+        if (c->req->attempt.mode == MODE_HOLD) {
                 _cleanup_free_ char *n = NULL;
                 size_t nl = 0;
                 char framing[64];
-                const char *body = buffer_peek(&c->x->held);
-                size_t bl = buffer_size(&c->x->held);
+                const char *body = buffer_peek(&c->req->attempt.held);
+                size_t bl = buffer_size(&c->req->attempt.held);
 
-                if (api_error_reword(c->x->api, body, bl, &n, &nl) > 0) {
+                if (api_error_reword(c->req->api, body, bl, &n, &nl) > 0) {
                         body = n;
                         bl = nl;
                 }
                 snprintf(framing, sizeof(framing), "Content-Length: %zu\r\n", bl);
                 (void)client_send_held_head(c, framing);
                 (void)buffer_append(&c->out, body, bl);
-                c->x->bytes = bl;
+                c->req->answer.bytes = bl;
         } else {
-                if (c->x->mode == MODE_SSE) {
+                if (c->req->attempt.mode == MODE_SSE) {
                         buffer_clear(&c->scratch);
-                        (void)sse_filter_finish(&c->x->sse, &c->scratch);
+                        (void)sse_filter_finish(&c->req->attempt.sse, &c->scratch);
                         (void)client_frame_body(c, buffer_peek(&c->scratch), buffer_size(&c->scratch));
                 }
-                if (c->x->chunked)
+                if (c->req->answer.chunked)
                         (void)buffer_append_str(&c->out, "0\r\n\r\n");
         }
-        c->x->usage_body = false; /* whole: not cut */
+        c->req->usage.body = false; /* whole: not cut */
         /* rule:list-never-stale: the list is re-read after every load or unload that worked */
-        if (c->x->status >= 200 && c->x->status < 300 && c->x->route->catalog_call != PATH_CATALOG_NONE) {
-                Host *h = manager_host(c->manager, c->x->host);
+        if (c->req->answer.status >= 200 && c->req->answer.status < 300 && c->req->route->catalog_call != PATH_CATALOG_NONE) {
+                Host *h = manager_host(c->manager, c->req->host);
                 if (h)
-                        catalog_model_call_done(host_catalog(h), c->x->model,
-                                                c->x->route->catalog_call == PATH_CATALOG_LOAD);
+                        catalog_model_call_done(host_catalog(h), c->req->model,
+                                                c->req->route->catalog_call == PATH_CATALOG_LOAD);
         }
         client_response_complete(c, NULL);
         client_flush(c);
@@ -285,13 +285,13 @@ static void client_upstream_complete(Upstream *u, void *userdata) {
 bool client_in_event_stream_line_end(const Client *c) {
         assert(c);
 
-        if (c->x->response_complete || (!c->x->head_sent && !c->x->early))
+        if (c->req->answer.complete || (!c->req->answer.head_sent && !c->req->answer.early))
                 return false;
         /* modelgate's own early 200: only its comments went out so far (the host's are held, if any) */
-        if (c->x->early && (c->x->mode != MODE_SSE || c->x->awaiting_first_token))
+        if (c->req->answer.early && (c->req->attempt.mode != MODE_SSE || c->req->attempt.awaiting_first_token))
                 return true;
         /* the host's stream: the filter passes on complete lines only, and holds the one not yet ended */
-        return c->x->mode == MODE_SSE && buffer_is_empty(&c->x->sse.line) && !c->x->sse.raw_until_newline;
+        return c->req->attempt.mode == MODE_SSE && buffer_is_empty(&c->req->attempt.sse.line) && !c->req->attempt.sse.raw_until_newline;
 }
 
 /* An answer that cannot be finished and has no way to say so in-band: the connection ends without the last
@@ -309,31 +309,31 @@ static void answer_not_reached(Client *c, AttemptFailure failure, int error) {
         char why[512];
         const char *reason = failure_reason(c, error);
 
-        if (!c->x->early)
-                log_debug("host %s: %s %.*s failed before an answer: %s", c->x->host->name,
-                          exchange_method_name(c->x), (int)c->x->path.n, c->x->path.p ?: "",
+        if (!c->req->answer.early)
+                log_debug("host %s: %s %.*s failed before an answer: %s", c->req->host->name,
+                          request_method_name(c->req), (int)c->req->path.n, c->req->path.p ?: "",
                           upstream_strerror(error));
-        if (c->x->via_fallback) {
+        if (c->req->attempt.via_fallback) {
                 /* not chained, and not the host's fault: the fallback's own failure, as it is */
-                client_answer(c, ANSWER_FALLBACK_FAILED, c->x->fallback->name, c->x->fallback->url.text,
+                client_answer(c, ANSWER_FALLBACK_FAILED, c->req->fallback.conf->name, c->req->fallback.conf->url.text,
                               reason);
                 return;
         }
         if (failure == ATTEMPT_BROKEN) {
                 /* rule:one-request-failure: one request's failure is not the host's (its probe says whether
                  * it is down) */
-                client_answer(c, ANSWER_UPSTREAM_FAILED, c->x->host->name, reason, c->x->host->url.text);
+                client_answer(c, ANSWER_UPSTREAM_FAILED, c->req->host->name, reason, c->req->host->url.text);
                 return;
         }
-        snprintf(why, sizeof(why), "%s (%s)", reason, c->x->host->url.text);
-        client_answer(c, ANSWER_HOST_DOWN, c->x->host->name, why);
+        snprintf(why, sizeof(why), "%s (%s)", reason, c->req->host->url.text);
+        client_answer(c, ANSWER_HOST_DOWN, c->req->host->name, why);
 }
 
 /* Stuck, not down: the connection is closed (so the GPU stops working on it) */
 static void answer_stalled(Client *c) {
         char t[FORMAT_TIMESPAN_MAX];
 
-        client_answer(c, ANSWER_UPSTREAM_TIMEOUT, c->x->host->name,
+        client_answer(c, ANSWER_UPSTREAM_TIMEOUT, c->req->host->name,
                       format_timespan(t, sizeof(t), manager_config(c->manager)->upstream_idle_timeout_usec)
                               ?: "?");
 }
@@ -343,26 +343,26 @@ static void answer_stalled(Client *c) {
 static void answer_incomplete(Client *c, int error) {
         char msg[512];
 
-        if (c->x->awaiting_first_token && c->x->mode == MODE_SSE)
+        if (c->req->attempt.awaiting_first_token && c->req->attempt.mode == MODE_SSE)
                 (void)release_first_token(c);
-        c->x->awaiting_first_token = false;
-        if (c->x->mode == MODE_HOLD && (c->x->early || !c->x->head_sent)) {
-                client_answer(c, ANSWER_UPSTREAM_ENDED_EARLY, c->x->host->name, failure_reason(c, error));
-        } else if (c->x->mode == MODE_SSE) {
+        c->req->attempt.awaiting_first_token = false;
+        if (c->req->attempt.mode == MODE_HOLD && (c->req->answer.early || !c->req->answer.head_sent)) {
+                client_answer(c, ANSWER_UPSTREAM_ENDED_EARLY, c->req->host->name, failure_reason(c, error));
+        } else if (c->req->attempt.mode == MODE_SSE) {
                 buffer_clear(&c->scratch);
-                (void)sse_filter_finish(&c->x->sse, &c->scratch);
-                if (!c->x->sse.saw_done) {
+                (void)sse_filter_finish(&c->req->attempt.sse, &c->scratch);
+                if (!c->req->attempt.sse.saw_done) {
                         Answer a = ANSWER_UPSTREAM_STREAM_CUT;
-                        (void)answer_format(msg, sizeof(msg), a, c->x->host->name, failure_reason(c, error));
-                        (void)sse_error_event(c->x->api, answer_status(a, 0), answer_row(a)->code, msg,
+                        (void)answer_format(msg, sizeof(msg), a, c->req->host->name, failure_reason(c, error));
+                        (void)sse_error_event(c->req->api, answer_status(a, 0), answer_row(a)->code, msg,
                                               &c->scratch);
                 }
                 (void)client_frame_body(c, buffer_peek(&c->scratch), buffer_size(&c->scratch));
-                if (c->x->chunked)
+                if (c->req->answer.chunked)
                         (void)buffer_append_str(&c->out, "0\r\n\r\n");
                 else
                         c->close_after_response = true;
-                client_response_complete(c, c->x->sse.saw_done ? NULL : "cut=host");
+                client_response_complete(c, c->req->attempt.sse.saw_done ? NULL : "cut=host");
         } else
                 client_cut(c, "cut=host");
 }
@@ -370,9 +370,9 @@ static void answer_incomplete(Client *c, int error) {
 /* The budget ran out and no fallback took the request: it is cancelled all the same, so that the GPU stops
  * working on it */
 static void answer_budget(Client *c, const char *why) {
-        c->x->upstream = upstream_cancel(c->x->upstream);
-        if (!c->x->engine_bytes_sent)
-                client_answer(c, ANSWER_BUDGET_EXCEEDED, strna(c->x->engine_name), c->x->host->name, why);
+        c->req->attempt.upstream = upstream_cancel(c->req->attempt.upstream);
+        if (!c->req->answer.engine_bytes_sent)
+                client_answer(c, ANSWER_BUDGET_EXCEEDED, strna(c->req->attempt.engine_name), c->req->host->name, why);
         else
                 client_cut(c, "cut=budget");
 }
@@ -385,7 +385,7 @@ void client_attempt_answer(Client *c, AttemptFailure failure, int error, const c
         case ATTEMPT_REFUSED: {
                 /* rule:bus-backoff: a 503 the host's lost bus caused names when the bus is tried again, and
                  * Retry-After is that same time (0: the row's) */
-                Host *h = c->x->host && !c->x->via_fallback ? manager_host(c->manager, c->x->host) : NULL;
+                Host *h = c->req->host && !c->req->attempt.via_fallback ? manager_host(c->manager, c->req->host) : NULL;
                 client_answer_message(c, ANSWER_HOST_DOWN, 503, h ? host_retry_after(h) : 0, why);
                 break;
         }
@@ -421,8 +421,8 @@ void client_attempt_answer(Client *c, AttemptFailure failure, int error, const c
 static void client_upstream_error(Upstream *u, int error, bool started, void *userdata) {
         _cleanup_(client_unrefp) Client *c = client_ref(userdata);
 
-        c->x->upstream = NULL;
-        (void)sd_event_source_set_enabled(c->x->budget, SD_EVENT_OFF);
+        c->req->attempt.upstream = NULL;
+        (void)sd_event_source_set_enabled(c->req->attempt.budget, SD_EVENT_OFF);
         if (client_attempt_failed(c, attempt_failure_of_error(error, started), error,
                                   failure_reason(c, error)) == ATTEMPT_MOVED_ON) {
                 /* the engine failed before any of its answer reached the client */
@@ -438,12 +438,12 @@ static void client_upstream_error(Upstream *u, int error, bool started, void *us
  * stream is cut as the host's failure. Without this it would wait for UpstreamIdleTimeoutSec=. */
 void client_host_went_down(HostWaiter *w) {
         assert(w);
-        _cleanup_(client_unrefp) Client *c = client_ref(container_of(w, Exchange, waiter)->client);
+        _cleanup_(client_unrefp) Client *c = client_ref(container_of(w, Request, attempt.waiter)->client);
 
-        if (!c->x->upstream)
+        if (!c->req->attempt.upstream)
                 return; /* not sent yet (its router may load the model), or its answer is whole */
-        bool started = upstream_answer_started(c->x->upstream);
-        c->x->upstream = upstream_cancel(c->x->upstream);
+        bool started = upstream_answer_started(c->req->attempt.upstream);
+        c->req->attempt.upstream = upstream_cancel(c->req->attempt.upstream);
         client_upstream_error(NULL, -EHOSTDOWN, started, c);
 }
 
@@ -463,27 +463,27 @@ int client_keepalive_cb(sd_event_source *s, uint64_t usec, void *userdata) {
         char what[640];
         int k, r = 0;
 
-        EarlyAnswer kind = early_answer_of(c->x->api, c->x->path);
-        if (c->x->response_complete)
+        EarlyAnswer kind = early_answer_of(c->req->api, c->req->path);
+        if (c->req->answer.complete)
                 return 0;
-        if (c->x->first_byte_seen) {
+        if (c->req->attempt.first_byte_seen) {
                 /* The engine's head is here and it reads the prompt in silence (seconds to minutes for an
                  * agent's context): where clients count only events, they keep coming until its first data
                  * line, at the boundary between events where nothing of the engine's has been sent yet.
                  * Otherwise the engine's answer speaks for itself. */
-                if (!c->x->early || kind == EARLY_COMMENT || c->x->mode != MODE_SSE || c->x->sse.saw_data ||
-                    !buffer_is_empty(&c->x->sse.line) || c->x->sse.in_begin_event || c->x->sse.event_named)
+                if (!c->req->answer.early || kind == EARLY_COMMENT || c->req->attempt.mode != MODE_SSE || c->req->attempt.sse.saw_data ||
+                    !buffer_is_empty(&c->req->attempt.sse.line) || c->req->attempt.sse.in_begin_event || c->req->attempt.sse.event_named)
                         return 0;
-                snprintf(what, sizeof(what), "engine %s is reading the prompt", strna(c->x->engine_name));
+                snprintf(what, sizeof(what), "engine %s is reading the prompt", strna(c->req->attempt.engine_name));
                 k = 1;
         } else
                 /* waiting for the engine, or for the model its router loads; in flight otherwise, and then
                  * no early 200 for an answer that is merely slow */
-                k = host_waiter_describe(&c->x->waiter, what, sizeof(what));
+                k = host_waiter_describe(&c->req->attempt.waiter, what, sizeof(what));
         if (k < 0)
                 return 0;
         client_activity_loading(c); /* rule:activity-feed: the router's load, when it is one */
-        if (k == 0 && !c->x->early) {
+        if (k == 0 && !c->req->answer.early) {
                 /* looked at again soon: a load that begins now gets its early 200 in time */
                 (void)sd_event_source_set_time_relative(
                         s, MIN(manager_config(c->manager)->keepalive_interval_usec, USEC_PER_SEC));
@@ -492,17 +492,17 @@ int client_keepalive_cb(sd_event_source *s, uint64_t usec, void *userdata) {
         }
         buffer_clear(&c->scratch);
         uint64_t created = (uint64_t)(now_usec(CLOCK_REALTIME) / USEC_PER_SEC);
-        if (!c->x->early) {
+        if (!c->req->answer.early) {
                 if (client_queue_stream_head(c) < 0) {
                         client_close(c);
                         return 0;
                 }
-                c->x->early = c->x->head_sent = true;
-                c->x->begun = early_answer_begins(kind);
-                r = early_answer_begin(kind, c->x->model, client_request_id(c), created, &c->scratch);
+                c->req->answer.early = c->req->answer.head_sent = true;
+                c->req->answer.begun = early_answer_begins(kind);
+                r = early_answer_begin(kind, c->req->model, client_request_id(c), created, &c->scratch);
         }
         if (r >= 0)
-                r = early_answer_keepalive(kind, c->x->begun, c->x->model, client_request_id(c), created,
+                r = early_answer_keepalive(kind, c->req->answer.begun, c->req->model, client_request_id(c), created,
                                            what, &c->scratch);
         if (r < 0 || client_frame_body(c, buffer_peek(&c->scratch), buffer_size(&c->scratch)) < 0)
                 client_close(c);
@@ -519,14 +519,14 @@ int client_keepalive_cb(sd_event_source *s, uint64_t usec, void *userdata) {
  * at once, and the client has its answer (or the fallback took over). */
 int client_send_upstream(Client *c) {
         assert(c);
-        int k = upstream_start(manager_pool(c->manager), c->x->target, &c->x->pending, c->x->head,
-                               &client_upstream_callbacks, c, &c->x->upstream);
-        buffer_done(&c->x->pending);
+        int k = upstream_start(manager_pool(c->manager), c->req->attempt.target, &c->req->attempt.pending, c->req->head,
+                               &client_upstream_callbacks, c, &c->req->attempt.upstream);
+        buffer_done(&c->req->attempt.pending);
         if (k < 0) {
                 (void)client_attempt_failed(c, attempt_failure_of_error(k, false), k, failure_reason(c, k));
                 return k;
         }
-        (void)upstream_set_idle_timeout(c->x->upstream,
+        (void)upstream_set_idle_timeout(c->req->attempt.upstream,
                                         manager_config(c->manager)->upstream_idle_timeout_usec);
         return 0;
 }

@@ -31,7 +31,7 @@ int client_build_request(Client *c, const HttpUrl *target, Span url, Span body, 
         /* rule:request-id: the client's when it is sane, else the one made here (the client's own goes
          * no further then) */
         if (http_request_append_forwarded_headers(r, out) < 0 || client_append_request_id(c, out) < 0 ||
-            (c->x->conv_host_id && buffer_printf(out, "X-Conversation-Id: %s\r\n", c->x->conv_host_id) < 0))
+            (c->req->stream.conv_host_id && buffer_printf(out, "X-Conversation-Id: %s\r\n", c->req->stream.conv_host_id) < 0))
                 return -ENOMEM;
         if (body_len > 0 || r->method == HTTP_POST || r->method == HTTP_PUT || r->method == HTTP_PATCH)
                 if (http_write_content_length(out, body_len) < 0)

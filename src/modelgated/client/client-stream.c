@@ -23,7 +23,7 @@
 
 /* Whose the caller's conversations are: its key, or its address as the caps count it */
 static const char *caller_owner(const Client *c, char buf[static 80]) {
-        return access_caller_name(&c->x->caller, c->peer, buf);
+        return access_caller_name(&c->req->caller, c->peer, buf);
 }
 
 bool client_stream_remember(Client *c, const HttpRequest *r, const char *engine) {
@@ -32,31 +32,31 @@ bool client_stream_remember(Client *c, const HttpRequest *r, const char *engine)
         char owner[80];
 
         /* an alias's next target remembers it anew */
-        c->x->conv_id = mfree(c->x->conv_id);
-        c->x->conv_host_id = mfree(c->x->conv_host_id);
+        c->req->stream.conv_id = mfree(c->req->stream.conv_id);
+        c->req->stream.conv_host_id = mfree(c->req->stream.conv_host_id);
         /* an id not worth remembering goes no further: a session under it could not be found again */
         if (!conv_id_valid(id.p, id.n))
                 return true;
         cid = strndup(id.p, id.n);
         if (cid)
-                c->x->conv_host_id = conv_host_id(caller_owner(c, owner), cid);
-        if (!c->x->conv_host_id)
+                c->req->stream.conv_host_id = conv_host_id(caller_owner(c, owner), cid);
+        if (!c->req->stream.conv_host_id)
                 return false;
         /* only a generating request makes a session on the host: a header on a token count leaves it as
          * it is (under the owner's mark all the same: on a router the id names the model it served) */
-        if (!path_route_keeps_stream(c->x->route, r->method))
+        if (!path_route_keeps_stream(c->req->route, r->method))
                 return true;
         /* out of memory: it goes on, not resumable here */
-        if (manager_conv_remember(c->manager, owner, cid, c->x->host->name, engine) >= 0)
-                c->x->conv_id = TAKE_PTR(cid);
+        if (manager_conv_remember(c->manager, owner, cid, c->req->host->name, engine) >= 0)
+                c->req->stream.conv_id = TAKE_PTR(cid);
         return true;
 }
 
 void client_stream_touch(Client *c) {
         char owner[80];
 
-        if (c->x->conv_id)
-                manager_conv_touch(c->manager, caller_owner(c, owner), c->x->conv_id);
+        if (c->req->stream.conv_id)
+                manager_conv_touch(c->manager, caller_owner(c, owner), c->req->stream.conv_id);
 }
 
 typedef struct ConvTarget {
@@ -73,9 +73,9 @@ static bool conv_target(Client *c, const char *id, ConvTarget *ret) {
 
         if (!e)
                 return false;
-        if (!c->x->config)
-                c->x->config = config_ref(manager_config(c->manager));
-        *ret = (ConvTarget){.conf = config_find_host(c->x->config, e->host), .engine = -1};
+        if (!c->req->config)
+                c->req->config = config_ref(manager_config(c->manager));
+        *ret = (ConvTarget){.conf = config_find_host(c->req->config, e->host), .engine = -1};
         ret->host = ret->conf ? manager_host(c->manager, ret->conf) : NULL;
         if (!ret->host)
                 return false;
@@ -93,10 +93,10 @@ static const HttpUrl *target_url(const ConvTarget *t) {
 
 /* DELETE of an id the router does not know is its 204 too: a stop is idempotent */
 static void respond_204(Client *c) {
-        c->x->status = 204;
+        c->req->answer.status = 204;
         if (client_queue_head(c, 204, "") < 0)
                 c->close_after_response = true;
-        c->x->bytes = 0;
+        c->req->answer.bytes = 0;
         client_response_complete(c, NULL);
 }
 
@@ -127,8 +127,8 @@ static bool stream_within_cap(Client *c) {
         Access *access = manager_access(c->manager);
         AccessDenial d;
 
-        if (!c->x->caller.admitted || !access ||
-            access_check(access, c->x->config, &c->x->caller, c->peer, &d) != ACCESS_OVER_CAP)
+        if (!c->req->caller.admitted || !access ||
+            access_check(access, c->req->config, &c->req->caller, c->peer, &d) != ACCESS_OVER_CAP)
                 return true;
         client_answer_message(c, d.answer, /* status= */ 0, d.retry_after, d.message);
         return false;
@@ -163,17 +163,17 @@ static void stream_forward(Client *c, Span url, bool get) {
         own_url = host_id ? conv_stream_url(host_id, k == MODEL_FOUND ? from : NULL) : NULL;
         if (!own_url)
                 return client_answer(c, ANSWER_OUT_OF_MEMORY);
-        c->x->host = t.conf;
-        c->x->target = target_url(&t);
-        c->x->engine_name = t.engine >= 0 ? host_engine(t.host, (size_t)t.engine)->conf->name : NULL;
-        c->x->ask.stream = get;
-        if (client_build_request(c, c->x->target, (Span){own_url, strlen(own_url)}, (Span){"", 0}, (Span){},
-                                 NULL, (Span){}, &c->x->pending) < 0)
+        c->req->host = t.conf;
+        c->req->attempt.target = target_url(&t);
+        c->req->attempt.engine_name = t.engine >= 0 ? host_engine(t.host, (size_t)t.engine)->conf->name : NULL;
+        c->req->ask.stream = get;
+        if (client_build_request(c, c->req->attempt.target, (Span){own_url, strlen(own_url)}, (Span){"", 0}, (Span){},
+                                 NULL, (Span){}, &c->req->attempt.pending) < 0)
                 return client_answer(c, ANSWER_OUT_OF_MEMORY);
         HostAcquire a = t.engine >= 0
-                                ? host_join(t.host, (size_t)t.engine, &c->x->waiter, client_host_went_down,
+                                ? host_join(t.host, (size_t)t.engine, &c->req->attempt.waiter, client_host_went_down,
                                             NULL, &refusal)
-                                : host_attach(t.host, &c->x->waiter, client_host_went_down, NULL, &refusal);
+                                : host_attach(t.host, &c->req->attempt.waiter, client_host_went_down, NULL, &refusal);
         if (a == HOST_REFUSED) {
                 /* the engine that held the session is not up: the session went with it */
                 if (refusal.status == 404)
@@ -340,7 +340,7 @@ static void stream_lookup_go(Client *c) {
 
         if (conv_lookup_ids(buffer_peek(&r->body), buffer_size(&r->body), &ids) < 0)
                 return client_answer(c, ANSWER_OUT_OF_MEMORY);
-        l = c->x->lookup = calloc(1, sizeof(StreamLookup));
+        l = c->req->stream.lookup = calloc(1, sizeof(StreamLookup));
         if (!l || conv_host_prefix(caller_owner(c, owner), l->prefix) < 0 ||
             !(l->merged = json_object_new_array()) || lookup_group(c, l, ids) < 0)
                 return client_answer(c, ANSWER_OUT_OF_MEMORY);
@@ -358,7 +358,7 @@ static void stream_lookup_go(Client *c) {
 
 /* rule:shared-counts: Redis counted the lookup (or refused it) */
 static void lookup_admitted(AccessWait *w, int verdict, const AccessDenial *d) {
-        _cleanup_(client_unrefp) Client *c = client_ref(container_of(w, Exchange, access_wait)->client);
+        _cleanup_(client_unrefp) Client *c = client_ref(container_of(w, Request, access_wait)->client);
 
         if (verdict == ACCESS_OVER_CAP)
                 client_answer_message(c, d->answer, /* status= */ 0, d->retry_after, d->message);
@@ -378,10 +378,10 @@ static void stream_lookup(Client *c) {
         /* a body that came whole with its head was not held against the bound on the way */
         if (buffer_size(&c->parser.req.body) > CONV_LOOKUP_BODY_MAX)
                 return client_answer(c, ANSWER_LOOKUP_TOO_LARGE); /* its words hold the bound */
-        if (c->x->caller.admitted) {
-                c->x->access_wait.fn = lookup_admitted;
-                k = access ? access_admit(access, c->x->config, &c->x->caller, c->peer, &d,
-                                          &c->x->access_wait)
+        if (c->req->caller.admitted) {
+                c->req->access_wait.fn = lookup_admitted;
+                k = access ? access_admit(access, c->req->config, &c->req->caller, c->peer, &d,
+                                          &c->req->access_wait)
                            : -ENOMEM;
                 if (k == ACCESS_PENDING)
                         return;
@@ -403,7 +403,7 @@ bool client_stream_limit_lookup(Client *c, AnswerWords *w) {
 }
 
 void client_dispatch_stream(Client *c, Span url) {
-        if (path_route_own(c->x->route, c->parser.req.method) == PATH_OWN_STREAM_LOOKUP)
+        if (path_route_own(c->req->route, c->parser.req.method) == PATH_OWN_STREAM_LOOKUP)
                 stream_lookup(c);
         else
                 stream_forward(c, url, c->parser.req.method == HTTP_GET);
@@ -417,7 +417,7 @@ struct StreamDrain {
         HostWaiter waiter; /* in flight on the engine until the stream ends */
         char *conv_id, *owner, *host;
         uint64_t bytes;
-        /* rule:usage: the answer's tokens, read on from where the client's exchange left them (or from the
+        /* rule:usage: the answer's tokens, read on from where the client's request left them (or from the
          * head, when the client left before it) and counted whole at the end for the caller, once: the
          * exchange's access line did not count them */
         bool usage_on, sse_on;
@@ -538,44 +538,44 @@ static void drain_host_down(HostWaiter *w) {
 }
 
 bool client_stream_drains(const Client *c) {
-        const Exchange *x = c->x;
+        const Request *req = c->req;
 
         /* the engine has the session from the moment it has the request, whatever of the answer came */
-        return x->conv_id && x->upstream && !x->via_fallback && x->waiter.host && !x->response_complete &&
+        return req->stream.conv_id && req->attempt.upstream && !req->attempt.via_fallback && req->attempt.waiter.host && !req->answer.complete &&
                !c->set->closing && !manager_stopping(c->manager);
 }
 
-/* What the client's exchange read of the answer so far goes on in the drain, and what counting it needs.
+/* What the client's request read of the answer so far goes on in the drain, and what counting it needs.
  * -ENOMEM */
 static int drain_take_usage(StreamDrain *d, Client *c) {
-        Exchange *x = c->x;
+        Request *req = c->req;
 
-        d->api = x->api;
-        d->ask = x->ask;
-        d->caller = x->caller;
-        d->config = x->config ? config_ref(x->config) : NULL;
-        if (!(d->peer = strdup(c->peer)) || (x->engine_name && !(d->engine = strdup(x->engine_name))) ||
-            (x->model_label && !(d->model_label = strdup(x->model_label))))
+        d->api = req->api;
+        d->ask = req->ask;
+        d->caller = req->caller;
+        d->config = req->config ? config_ref(req->config) : NULL;
+        if (!(d->peer = strdup(c->peer)) || (req->attempt.engine_name && !(d->engine = strdup(req->attempt.engine_name))) ||
+            (req->model_label && !(d->model_label = strdup(req->model_label))))
                 return -ENOMEM;
-        if (!x->usage_on)
+        if (!req->usage.on)
                 return 0; /* its head is still to come (drain_headers()), or its answer is not read */
         d->usage_on = true;
-        d->usage = x->usage;
-        if (x->mode == MODE_SSE) {
-                /* the filter with its unfinished line: the exchange's ends without it */
-                d->sse = x->sse;
-                x->sse.line = (Buffer){};
+        d->usage = req->usage.tally;
+        if (req->attempt.mode == MODE_SSE) {
+                /* the filter with its unfinished line: the request's ends without it */
+                d->sse = req->attempt.sse;
+                req->attempt.sse.line = (Buffer){};
                 d->sse.usage = &d->usage;
                 d->sse_on = true;
         }
-        x->usage_owed = false;
+        req->usage.owed = false;
         return 0;
 }
 
 void client_stream_drain(Client *c) {
-        Exchange *x = c->x;
+        Request *req = c->req;
         HostRefusal refusal;
-        Host *h = x->waiter.host;
+        Host *h = req->attempt.waiter.host;
         _cleanup_free_ char *e = NULL;
         StreamDrain *d = NULL;
         HostAcquire a;
@@ -584,17 +584,17 @@ void client_stream_drain(Client *c) {
                 goto fail;
         d = calloc(1, sizeof(StreamDrain));
         char owner[80];
-        if (!d || !(d->conv_id = strdup(x->conv_id)) || !(d->owner = strdup(caller_owner(c, owner))) ||
+        if (!d || !(d->conv_id = strdup(req->stream.conv_id)) || !(d->owner = strdup(caller_owner(c, owner))) ||
             !(d->host = strdup(host_conf(h)->name)))
                 goto fail;
         /* joined before the exchange lets go of its own: the count never falls to zero between */
-        a = x->waiter.engine >= 0
-                    ? host_join(h, (size_t)x->waiter.engine, &d->waiter, drain_host_down, NULL, &refusal)
+        a = req->attempt.waiter.engine >= 0
+                    ? host_join(h, (size_t)req->attempt.waiter.engine, &d->waiter, drain_host_down, NULL, &refusal)
                     : host_attach(h, &d->waiter, drain_host_down, NULL, &refusal);
         if (a != HOST_ACQUIRED || drain_take_usage(d, c) < 0)
                 goto fail;
         d->set = c->set;
-        d->upstream = TAKE_PTR(x->upstream);
+        d->upstream = TAKE_PTR(req->attempt.upstream);
         upstream_set_owner(d->upstream, &drain_callbacks, d);
         upstream_set_reading(d->upstream, true);
         (void)upstream_set_deadline(d->upstream, CONV_DRAIN_MAX_USEC); /* else bounded by its idle timeout */

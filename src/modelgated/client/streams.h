@@ -2,7 +2,7 @@
 #pragma once
 
 /* A POST /v1/streams/lookup on its way (rule:resumable-streams): one request to each host that served
- * some of the ids asked for, the answers merged. The Exchange holds it, and ending the exchange ends it. */
+ * some of the ids asked for, the answers merged. The Request holds it, and ending the request ends it. */
 
 typedef struct StreamLookup StreamLookup;
 
