@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 """The request's parts, checked: each feature's part of the client's Request (client/request.h) is read
 and written only by the file of that feature; every other file goes through that file's functions. The
-Request's own fields, its Attempt, its answer, its alias and its waits are the core every file may read.
-request.c, which makes and ends every part, and client_record() (client-answer.c), the one place that
-reads the whole request into its record, are the exceptions, named below.
+Request's own fields, its Attempt, its answer, its alias and its waits are the core every file may read;
+request.c, which makes and ends every part, is the one exception. client_record() (client-answer.c)
+fills the request's record through the same functions.
 
 usage: parts.py SRC_DIR        exit 0 when each part is read by its owner only, 1 with every violation
        parts.py --self-test    shows that a file reading another's part is caught

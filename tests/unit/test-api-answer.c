@@ -365,4 +365,29 @@ TEST(time_left) {
         ASSERT_STREQ(answer_time_left(b, sizeof(b), 0), "0");
 }
 
+/* The typed wrappers: the shape of each row they are used with, and the same words as answer_format() */
+TEST(typed_words) {
+        AnswerWords w;
+        char m[512];
+
+        ASSERT_TRUE(answer_shape_ok(ANSWER_NOT_A_PATH, ""));
+        ASSERT_TRUE(answer_shape_ok(ANSWER_MODEL_BAD_ESCAPE, "")); /* "%%" is no argument */
+        ASSERT_TRUE(answer_shape_ok(ANSWER_UNKNOWN_HOST, "s"));
+        ASSERT_TRUE(answer_shape_ok(ANSWER_MODEL_NOT_ALLOWED, "ss"));
+        ASSERT_TRUE(answer_shape_ok(ANSWER_PROBE_NOT_SWITCHED, "sss"));
+        ASSERT_TRUE(answer_shape_ok(ANSWER_NEVER_LISTED, "sssss"));
+        ASSERT_TRUE(answer_shape_ok(ANSWER_BODY_TOO_LARGE, "ssu"));
+        ASSERT_TRUE(!answer_shape_ok(ANSWER_BODY_TOO_LARGE, "sss"));
+        ASSERT_TRUE(!answer_shape_ok(ANSWER_UNKNOWN_HOST, ""));
+        ASSERT_TRUE(!answer_shape_ok(ANSWER_UNKNOWN_HOST, "ss"));
+        answer_words_ssu(&w, ANSWER_BODY_TOO_LARGE, "this key's tier", "MaxBodySize=", 1024);
+        (void)answer_format(m, sizeof(m), ANSWER_BODY_TOO_LARGE, "this key's tier", "MaxBodySize=", 1024ULL);
+        ASSERT_STREQ(w.message, m);
+        ASSERT_EQ(w.answer, ANSWER_BODY_TOO_LARGE);
+        ASSERT_EQ(w.status, 0);
+        answer_words_given(&w, ANSWER_DAILY_LIMIT, 0, 42, "spent");
+        ASSERT_STREQ(w.message, "spent");
+        ASSERT_EQ(w.retry_after, 42u);
+}
+
 TESTS_MAIN

@@ -1,7 +1,17 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include "modelgated/rules/api-error.h"
+#include "modelgated/rules/path-table.h"
 #include "modelgated/rules/sse.h"
 #include "tests.h"
+
+/* what the table of paths says of a path's API and of a WebSocket on it */
+static ApiKind api_kind_for_path(Span path) {
+        return path_route_api(path_route_lookup(path));
+}
+
+static bool api_refuses_websocket(Span path) {
+        return path_route_lookup(path)->websocket_426;
+}
 
 static char *reword(ApiKind api, const char *in) {
         char *o = NULL;

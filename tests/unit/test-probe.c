@@ -4,11 +4,18 @@
 
 #include <string.h>
 
+#include "modelgated/rules/path-table.h"
 #include "modelgated/rules/probe.h"
 #include "tests.h"
 
 static Span S_(const char *s) {
         return (Span){s, strlen(s)};
+}
+
+/* the table of paths' probes: get, a GET (or HEAD); else a POST */
+static bool probe_path(Span path, bool get) {
+        return path_route_probe(path_route_lookup(path), get ? HTTP_GET : HTTP_POST) &&
+               path_route_probe(path_route_lookup(path), get ? HTTP_HEAD : HTTP_PUT);
 }
 
 TEST(probe_paths_by_method) {

@@ -15,18 +15,6 @@ static const FeedSubscriberOps client_activity_ops = {
         .send = client_activity_send,
 };
 
-static const char *api_name(Span path) {
-        if (span_eq(path, "/v1/chat/completions") || span_eq(path, "/chat/completions"))
-                return "chat";
-        if (span_eq(path, "/v1/completions") || span_eq(path, "/completions"))
-                return "completions";
-        if (span_startswith(path, "/v1/messages"))
-                return "messages";
-        if (span_startswith(path, "/v1/responses") || span_startswith(path, "/responses"))
-                return "responses";
-        return "other";
-}
-
 /* rule:no-text-in-activity: the model as the client named it, when it is a name of the configuration (an
  * alias's, or an engine's Models= entry as written) or of the host's own list; NULL, shown as unknown, for
  * anything else, which is the client's text alone (a glob, or a host that passes /models/... calls on,
@@ -63,15 +51,27 @@ void client_activity_begin(Client *c) {
         r->host = req->host ? req->host->name : NULL;
         r->engine = req->attempt.engine_name;
         r->key = req->caller.admitted ? access_caller_id(&req->caller, req->activity.key) : NULL;
-        r->api = api_name(req->path);
+        r->api = path_route_activity(req->route ?: path_route_none());
         r->stream = req->ask.stream;
         /* rule:sessions: a turn is a generation, not a token count or a template */
         r->session_who = client_identity(c);
         r->session = client_session_label(c);
-        r->turn = r->session && req->method == HTTP_POST && conv_path_keeps_stream(req->path);
+        r->turn = r->session && path_route_keeps_stream(req->route ?: path_route_none(), req->method);
         /* the first time, the request's own start (the same reading of the loop's clock, as a rule, and
          * no other); an alias's next target begins now */
         activity_request_begin(manager_activity(c->manager), r, r->owner ? client_now(c) : req->start);
+}
+
+/* Its engine is up: it goes to the engine now */
+void client_activity_ready(Client *c, usec_t now) {
+        activity_request_ready(&c->req->activity.entry, now);
+}
+
+/* The model was read again (an alias's next target): the entry points at the Request's string, and would
+ * point at the freed one until the next host's activity begin (which a host removed by a reload never
+ * reaches) */
+void client_activity_model_read(Client *c) {
+        c->req->activity.entry.model = c->req->model;
 }
 
 /* It waits for its engine: why, and behind how many */

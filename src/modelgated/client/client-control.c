@@ -113,7 +113,7 @@ void client_unload_all(Client *c, bool api) {
                 client_respond(c, 200, "text/plain; charset=utf-8", "OK", 2, NULL);
 }
 
-/* POST /api/models/unload/<host>-<key> (client_is_unload_model()): the engine that serves that model stops
+/* POST /api/models/unload/<host>-<key> (PATH_OWN_UNLOAD_MODEL): the engine that serves that model stops
  * if it is the one running (llama-swap: "OK", or 404 for a model it does not know) */
 void client_unload_model(Client *c, Span path) {
         assert(c);

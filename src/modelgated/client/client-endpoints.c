@@ -46,8 +46,8 @@ void client_models_done(ModelsMerge *mm, Blob *json, void *userdata) {
 
 /* rule:websocket-426: only a 426 makes a Responses client that opens a WebSocket fall back to plain HTTP
  * at once; anything else costs it its retries first, or its turn. true: answered */
-bool client_refuse_websocket(Client *c, Span path) {
-        if (!api_refuses_websocket(path) || !http_request_opens_websocket(&c->parser.req))
+bool client_refuse_websocket(Client *c) {
+        if (!c->req->route->websocket_426 || !http_request_opens_websocket(&c->parser.req))
                 return false;
         client_answer(c, ANSWER_WEBSOCKET_REFUSED);
         return true;
@@ -350,4 +350,80 @@ static void client_feed_send(FeedSubscriber *s, const FeedEvent *e) {
                 client_close(c);
         else
                 client_flush(c);
+}
+
+static void own_root(Client *c, Span url, Span path) {
+        /* clients (Claude Code among them) probe the root before their first request */
+        static const char root[] = "{\"name\":\"modelgate\",\"version\":\"" MODELGATE_VERSION
+                                   "\",\"models\":\"/v1/models\",\"health\":\"/health\"}";
+        client_respond(c, 200, "application/json", root, sizeof(root) - 1, NULL);
+}
+
+static void own_health(Client *c, Span url, Span path) {
+        client_respond_health(c, query_flag(url, "strict"));
+}
+
+static void own_metrics(Client *c, Span url, Span path) {
+        client_respond_metrics(c);
+}
+
+static void own_ui(Client *c, Span url, Span path) {
+        client_start_ui(c);
+}
+
+/* a subscriber holds a connection for good: with [Access], only an admitted one */
+static void own_feed(Client *c, Span url, Span path) {
+        client_start_feed(c);
+}
+
+static void own_activity(Client *c, Span url, Span path) {
+        client_start_activity(c);
+}
+
+/* llama-swap's control endpoints, under the same admission (rule:swap-running, rule:swap-unload) */
+static void own_running(Client *c, Span url, Span path) {
+        client_respond_running(c);
+}
+
+static void own_unload(Client *c, Span url, Span path) {
+        client_unload_all(c, /* api= */ false);
+}
+
+static void own_unload_api(Client *c, Span url, Span path) {
+        client_unload_all(c, /* api= */ true);
+}
+
+static void own_unload_model(Client *c, Span url, Span path) {
+        client_unload_model(c, path);
+}
+
+static void own_models(Client *c, Span url, Span path) {
+        if (models_merge_start(c->manager, c->set->models, client_model_visible, client_models_done, c,
+                               &c->req->own.merge) < 0)
+                client_answer(c, ANSWER_OUT_OF_MEMORY);
+}
+
+static void own_stream(Client *c, Span url, Span path) {
+        client_dispatch_stream(c, url);
+}
+
+void client_dispatch_own(Client *c, PathOwn own, Span url, Span path) {
+        static void (*const handlers[_PATH_OWN_MAX])(Client * c, Span url, Span path) = {
+                [PATH_OWN_ROOT] = own_root,
+                [PATH_OWN_HEALTH] = own_health,
+                [PATH_OWN_METRICS] = own_metrics,
+                [PATH_OWN_UI] = own_ui,
+                [PATH_OWN_FEED] = own_feed,
+                [PATH_OWN_ACTIVITY] = own_activity,
+                [PATH_OWN_RUNNING] = own_running,
+                [PATH_OWN_UNLOAD] = own_unload,
+                [PATH_OWN_UNLOAD_API] = own_unload_api,
+                [PATH_OWN_UNLOAD_MODEL] = own_unload_model,
+                [PATH_OWN_MODELS] = own_models,
+                [PATH_OWN_STREAM] = own_stream,
+                [PATH_OWN_STREAM_LOOKUP] = own_stream,
+        };
+        assert(c);
+        assert(own > PATH_OWN_NONE && own < _PATH_OWN_MAX);
+        handlers[own](c, url, path);
 }

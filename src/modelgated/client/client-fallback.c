@@ -50,6 +50,26 @@ AttemptOutcome client_attempt_failed(Client *c, AttemptFailure failure, int erro
         return ATTEMPT_ANSWERED;
 }
 
+bool client_fallback_choose(Client *c, llhttp_method_t method, bool in_body) {
+        Request *req = c->req;
+
+        /* the fallback spends the operator's cloud key: inference only, on a path of modelgate's own, and
+         * only for a model in the body (the only place it can be renamed) */
+        req->fallback.path = path_route_fallback(req->route, method);
+        req->fallback.conf = req->fallback.path && in_body
+                                     ? config_find_fallback(req->config, req->attempt.engine_conf->fallback)
+                                     : NULL;
+        return req->fallback.conf;
+}
+
+bool client_fallback_chosen(const Client *c) {
+        return c->req->fallback.conf;
+}
+
+void client_fallback_forget(Client *c) {
+        c->req->fallback.conf = NULL;
+}
+
 const char *client_fallback_name(const Client *c) {
         if (!c->req->attempt.via_fallback)
                 return NULL;
@@ -79,22 +99,6 @@ void client_start_budget(Client *c) {
         } else
                 (void)sd_event_source_set_time_relative(c->req->attempt.budget, b);
         (void)sd_event_source_set_enabled(c->req->attempt.budget, SD_EVENT_ONESHOT);
-}
-
-/* The paths a fallback serves: inference, nothing that reads or changes the cloud account. The path
- * sent is this table's string, never the client's bytes. rule:responses-api: /v1/responses goes as it is,
- * to a fallback that speaks the Responses API (OpenAI's cloud does); nothing translates it. */
-const char *client_fallback_path(llhttp_method_t method, Span path) {
-        static const char *const paths[] = {
-                "/v1/chat/completions",      "/v1/completions", "/v1/messages",
-                "/v1/messages/count_tokens", "/v1/responses",   "/v1/responses/input_tokens",
-        };
-        if (method != HTTP_POST)
-                return NULL;
-        for (size_t i = 0; i < ELEMENTSOF(paths); i++)
-                if (span_eq(path, paths[i]))
-                        return paths[i];
-        return NULL;
 }
 
 /* The fallback's request is modelgate's: POST to its path under the fallback's URL, no query, and of the

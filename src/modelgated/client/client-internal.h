@@ -275,19 +275,18 @@ void client_go(Client *c);
 bool client_host_refused(Client *c);
 
 /* client-stream.c: resumable streams (rule:resumable-streams) */
-/* GET and DELETE /v1/stream, POST /v1/streams/lookup: true when it is one of them (answered, or on its
- * way to the host that holds the conversation) */
-bool client_dispatch_stream(Client *c, Span url, Span path);
+/* GET and DELETE /v1/stream (PATH_OWN_STREAM), POST /v1/streams/lookup (PATH_OWN_STREAM_LOOKUP): answered,
+ * or on its way to the host that holds the conversation */
+void client_dispatch_stream(Client *c, Span url);
 /* X-Conversation-Id of a request routed to its host, engine the one that serves it ("" for none): the id
  * the host gets, under the caller's mark, and, for a request that makes a session there, remembered as
- * the caller's. false: it was answered (out of memory). */
-bool client_stream_remember(Client *c, const HttpRequest *r, Span path, const char *engine);
+ * the caller's. false: out of memory (not answered). */
+bool client_stream_remember(Client *c, const HttpRequest *r, const char *engine);
 /* The request's remembered conversation was used now (its stream ended): its time starts again */
 void client_stream_touch(Client *c);
-/* Whether the request is POST /v1/streams/lookup; and, on its head, its body's bound set: false when it
- * was answered (413), whoever sends it */
-bool client_stream_is_lookup(const HttpRequest *r, Span path);
-bool client_stream_limit_lookup(Client *c);
+/* On the head of POST /v1/streams/lookup, its body's bound set: false when it is refused (413, in w),
+ * whoever sends it */
+bool client_stream_limit_lookup(Client *c, AnswerWords *w);
 /* The client is closing mid-stream: a stream of a remembered conversation is read on to its end, in
  * flight on its engine, instead of being cancelled */
 void client_stream_drain(Client *c);
@@ -320,8 +319,12 @@ AttemptOutcome client_attempt_failed(Client *c, AttemptFailure failure, int erro
 /* The attempt is over: what it owned is given up, for the next target or the fallback */
 void client_attempt_end(Client *c);
 void client_start_budget(Client *c);
-const char *client_fallback_path(llhttp_method_t method, Span path);
 bool client_fall_back(Client *c, const char *why);
+/* The engine's fallback for this request (its [Engine]'s Fallback=, for an inference path and a model in
+ * the body): whether there is one; whether one was chosen; none (an alias's next target names its own) */
+bool client_fallback_choose(Client *c, llhttp_method_t method, bool in_body);
+bool client_fallback_chosen(const Client *c);
+void client_fallback_forget(Client *c);
 /* The fallback that answered, for the record; NULL: none did */
 const char *client_fallback_name(const Client *c);
 /* The fallback's own failure, as it is: not chained, and not the host's fault */
@@ -332,7 +335,9 @@ bool client_model_visible(const char *id, void *userdata);
 /* Every host's catalog has been read once: a GET /v1/models that waits for them answers now */
 void client_models_catalogs_ready(Client *c);
 void client_models_done(ModelsMerge *mm, Blob *json, void *userdata);
-bool client_refuse_websocket(Client *c, Span path);
+bool client_refuse_websocket(Client *c);
+/* modelgate's own endpoint (path-table.h), answered, or on its way */
+void client_dispatch_own(Client *c, PathOwn own, Span url, Span path);
 void client_respond_health(Client *c, bool strict);
 void client_respond_refusal(Client *c, bool health);
 void client_respond_metrics(Client *c);
@@ -344,19 +349,16 @@ void client_start_ui(Client *c);
 void client_respond_running(Client *c);
 /* GET /unload (api: false) or POST /api/models/unload (api: true) */
 void client_unload_all(Client *c, bool api);
-/* POST /api/models/unload/<model>: whether path is of it (inline: every POST's path is held against it, and
- * nearly every one differs at its second byte), and its answer */
+/* POST /api/models/unload/<model> (PATH_OWN_UNLOAD_MODEL) */
 #define UNLOAD_MODEL_PREFIX "/api/models/unload/"
-static inline bool client_is_unload_model(Span path) {
-        const size_t p = sizeof(UNLOAD_MODEL_PREFIX) - 1;
-        return path.n > p && path.p[1] == 'a' && memcmp(path.p, UNLOAD_MODEL_PREFIX, p) == 0;
-}
 void client_unload_model(Client *c, Span path);
 void client_start_feed(Client *c);
 
 /* client-activity.c: a request as /activity shows it (rule:activity-feed), and its subscribers */
 void client_activity_begin(Client *c);
 void client_activity_queued(Client *c);
+void client_activity_ready(Client *c, usec_t now);
+void client_activity_model_read(Client *c);
 void client_activity_first_byte(Client *c);
 void client_activity_loading(Client *c);
 void client_activity_done(Client *c, RequestRecord *rec);

@@ -258,11 +258,11 @@ static void client_upstream_complete(Upstream *u, void *userdata) {
         client_usage_whole(c);
         /* rule:list-never-stale: the list is re-read after every load or unload that worked */
         if (c->req->answer.status >= 200 && c->req->answer.status < 300 &&
-            (span_eq(c->req->path, "/models/load") || span_eq(c->req->path, "/models/unload"))) {
+            c->req->route->catalog_call != PATH_CATALOG_NONE) {
                 Host *h = manager_host(c->manager, c->req->host);
                 if (h)
                         catalog_model_call_done(host_catalog(h), c->req->model,
-                                                span_eq(c->req->path, "/models/load"));
+                                                c->req->route->catalog_call == PATH_CATALOG_LOAD);
         }
         client_response_complete(c, NULL);
         client_flush(c);

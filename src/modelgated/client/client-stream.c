@@ -26,7 +26,7 @@ static const char *caller_owner(const Client *c, char buf[static 80]) {
         return access_caller_name(&c->req->caller, c->peer, buf);
 }
 
-bool client_stream_remember(Client *c, const HttpRequest *r, Span path, const char *engine) {
+bool client_stream_remember(Client *c, const HttpRequest *r, const char *engine) {
         Span id = http_request_header(r, "X-Conversation-Id");
         _cleanup_free_ char *cid = NULL;
         char owner[80];
@@ -41,10 +41,10 @@ bool client_stream_remember(Client *c, const HttpRequest *r, Span path, const ch
         if (cid)
                 c->req->stream.conv_host_id = conv_host_id(caller_owner(c, owner), cid);
         if (!c->req->stream.conv_host_id)
-                return client_answer(c, ANSWER_OUT_OF_MEMORY), false;
+                return false;
         /* only a generating request makes a session on the host: a header on a token count leaves it as
          * it is (under the owner's mark all the same: on a router the id names the model it served) */
-        if (r->method != HTTP_POST || !conv_path_keeps_stream(path))
+        if (!path_route_keeps_stream(c->req->route, r->method))
                 return true;
         /* out of memory: it goes on, not resumable here */
         if (manager_conv_remember(c->manager, owner, cid, c->req->host->name, engine) >= 0)
@@ -378,8 +378,7 @@ static void stream_lookup(Client *c) {
 
         /* a body that came whole with its head was not held against the bound on the way */
         if (buffer_size(&c->parser.req.body) > CONV_LOOKUP_BODY_MAX)
-                return client_answer(c, ANSWER_LOOKUP_TOO_LARGE, (unsigned long long)CONV_LOOKUP_BODY_MAX,
-                                     CONV_LOOKUP_MAX);
+                return client_answer(c, ANSWER_LOOKUP_TOO_LARGE); /* its words hold the bound */
         if (c->req->caller.admitted) {
                 c->req->access_wait.fn = lookup_admitted;
                 k = access ? access_admit(access, c->req->config, &c->req->caller, c->peer, &d,
@@ -395,29 +394,20 @@ static void stream_lookup(Client *c) {
         stream_lookup_go(c);
 }
 
-bool client_stream_is_lookup(const HttpRequest *r, Span path) {
-        return r->method == HTTP_POST && span_eq(path, "/v1/streams/lookup");
-}
-
 /* A lookup's body is small whoever sends it, and read no further than its bound */
-bool client_stream_limit_lookup(Client *c) {
+bool client_stream_limit_lookup(Client *c, AnswerWords *w) {
         if (http_parser_limit_body(&c->parser, CONV_LOOKUP_BODY_MAX,
                                    answer_row(ANSWER_LOOKUP_TOO_LARGE)->format) >= 0)
                 return true;
-        client_answer(c, ANSWER_LOOKUP_TOO_LARGE);
+        answer_words_0(w, ANSWER_LOOKUP_TOO_LARGE);
         return false;
 }
 
-bool client_dispatch_stream(Client *c, Span url, Span path) {
-        llhttp_method_t m = c->parser.req.method;
-
-        if (span_eq(path, "/v1/stream") && (m == HTTP_GET || m == HTTP_DELETE))
-                stream_forward(c, url, m == HTTP_GET);
-        else if (client_stream_is_lookup(&c->parser.req, path))
+void client_dispatch_stream(Client *c, Span url) {
+        if (path_route_own(c->req->route, c->parser.req.method) == PATH_OWN_STREAM_LOOKUP)
                 stream_lookup(c);
         else
-                return false;
-        return true;
+                stream_forward(c, url, c->parser.req.method == HTTP_GET);
 }
 
 /* The rest of a stream whose client left, read to its end */

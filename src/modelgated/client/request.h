@@ -23,6 +23,7 @@
 #include "modelgated/records/access.h"
 #include "modelgated/records/activity.h"
 #include "modelgated/rules/api-error.h"
+#include "modelgated/rules/path-table.h"
 #include "modelgated/rules/request-id.h"
 #include "modelgated/rules/route.h"
 #include "modelgated/rules/session.h"
@@ -171,6 +172,7 @@ typedef struct Request {
         /* in the parser's request head, which stays as it is until the request ends: the parser is fed
          * again only for the next request */
         Span path, user_agent;
+        const PathRoute *route; /* what the path means (path-table.h): looked up once, on the head */
         ApiKind api;
         bool head;
         bool http10;

@@ -2,8 +2,9 @@
 /* The words of a host that cannot serve a request, and when: at once, when the host is down, the engine
  * is held after a failed start (rule:failed-start-hold), the request would need a switch while the bus is
  * gone (rule:bus-gone) or a BusyUnits= unit is active (rule:busy-followed); or later, for a request that
- * waited, when the scheduler fails it. A 503 that the bus causes says when the bus is tried again, and the
- * client's Retry-After is the same number (host_retry_after()). */
+ * waited, when the scheduler fails it; a probe that would move the GPU (rule:probe). A 503 that the bus
+ * causes says when the bus is tried again, and the client's Retry-After is the same number
+ * (host_retry_after()). */
 
 #include <assert.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include "modelgated/host/host-internal.h"
 #include "modelgated/records/metrics.h"
 #include "modelgated/rules/api-answer.h"
+#include "modelgated/rules/probe.h"
 #include "modelgated/rules/refusal-words.h"
 #include "shared/log.h"
 #include "shared/strv.h"
@@ -160,5 +162,45 @@ bool host_refuse_at_once(Host *h, size_t i, HostRefusal *ret) {
                 busy_words(h, (ssize_t)i, ret->message, sizeof(ret->message));
                 host_set_last_error(h, ret->message); /* rule:last-error, as the switch's refusal is */
         }
+        return true;
+}
+
+/* rule:probe: beside host_join(), the other request that never switches. A probe for an engine that is not
+ * up goes when its engine is up and staying, may start it on a GPU nothing uses (probe_decide()), and is
+ * refused at once otherwise, with what holds the GPU */
+bool host_refuses_probe(Host *h, size_t i, const char *key, HostRefusal *ret) {
+        assert(h && i < h->n_engines && key && ret);
+        HostState st = host_state(h);
+        bool moving = st == HOST_STARTING || st == HOST_SWITCHING;
+        ssize_t running = host_running(h);
+        const char *engine = h->engines[i].conf->name;
+        char why[160];
+
+        bool cold = host_engine_up(h) == (ssize_t)i && host_key_cold(h, key);
+        ProbeView v = {
+                /* a router's model not loaded yet is not up: loading it may unload another */
+                .up = host_engine_up(h) == (ssize_t)i && !cold,
+                .switch_pending = moving || host_switch_pending(h),
+                .running = moving || running >= 0,
+                .in_flight = host_in_flight(h),
+                .waiting = host_waiting(h),
+        };
+        if (probe_decide(&v) != PROBE_REFUSE)
+                return false;
+        ret->status = 423;
+        if (cold) {
+                (void)answer_format(ret->message, sizeof(ret->message), ANSWER_PROBE_NOT_LOADED, key, engine,
+                                    h->conf->name);
+                return true;
+        }
+        if (moving)
+                snprintf(why, sizeof(why), "the host is switching engines");
+        else if (running >= 0)
+                snprintf(why, sizeof(why), "engine '%s' runs there", h->engines[running].conf->name);
+        else
+                snprintf(why, sizeof(why), "%u requests are in flight or waiting there",
+                         v.in_flight + v.waiting);
+        (void)answer_format(ret->message, sizeof(ret->message), ANSWER_PROBE_NOT_SWITCHED, engine,
+                            h->conf->name, why);
         return true;
 }

@@ -146,6 +146,10 @@ HostAcquire host_attach(Host *h, HostWaiter *w, HostDownFn down, const char *mod
  * host is down, 404 when i is not the engine up. Never queues, never switches. */
 HostAcquire host_join(Host *h, size_t i, HostWaiter *w, HostDownFn down, const char *model,
                       HostRefusal *ret);
+/* rule:probe: whether a probe (path-table.h) for engine i, whose model is key, is refused before
+ * host_acquire(), because that would stop an engine, wait behind a switch or queue behind other requests:
+ * true with ret's 423 and its words. Never switches, never queues. */
+bool host_refuses_probe(Host *h, size_t i, const char *key, HostRefusal *ret);
 /* The request is done or its client has gone; safe to call twice or on a waiter never used. */
 void host_release(HostWaiter *w);
 /* For a waiting client's keepalive comments, what it waits for: "waiting for engine fork on 3090, 2 ahead";

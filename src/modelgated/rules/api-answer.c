@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include <assert.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "modelgated/rules/api-answer.h"
 #include "modelgated/rules/conversation.h"
+#include "modelgated/rules/route.h"
 #include "shared/time-util.h"
 
 #define WORDS_OF_(x) #x
@@ -188,6 +190,39 @@ int answer_vformat(char *buf, size_t size, Answer a, va_list ap) {
 }
 #pragma GCC diagnostic pop
 
+bool answer_shape_ok(Answer a, const char *shape) {
+        const char *f = answer_row(a)->format;
+
+        for (f = strchr(f, '%'); f; f = strchr(f, '%')) {
+                f++;
+                if (*f == '%') {
+                        f++;
+                        continue;
+                }
+                f += strspn(f, "-+ #0123456789.*");
+                char got = startswith(f, "llu") ? 'u' : startswith(f, "zu") ? 'z' : *f == 's' ? 's' : '?';
+                if (*shape++ != got)
+                        return false;
+        }
+        return *shape == '\0';
+}
+
+void answer_words(AnswerWords *w, Answer a, const char *shape, ...) {
+        va_list ap;
+
+        /* the wrappers' shapes (api-answer.h) are what the compiler checks; this, that the row has it */
+        assert(answer_shape_ok(a, shape));
+        *w = (AnswerWords){.answer = a};
+        va_start(ap, shape);
+        (void)answer_vformat(w->message, sizeof(w->message), a, ap);
+        va_end(ap);
+}
+
+void answer_words_given(AnswerWords *w, Answer a, int status, uint64_t retry_after, const char *message) {
+        *w = (AnswerWords){.answer = a, .status = status, .retry_after = retry_after};
+        (void)snprintf(w->message, sizeof(w->message), "%s", message ?: "");
+}
+
 int answer_format(char *buf, size_t size, Answer a, ...) {
         va_list ap;
         int r;
@@ -230,5 +265,28 @@ int answer_headers(char *buf, size_t size, Answer a, uint64_t retry_after) {
                 return snprintf(buf, size, "Upgrade: HTTP/1.1\r\nConnection: Upgrade\r\n");
         default:
                 return snprintf(buf, size, "%s", "");
+        }
+}
+
+/* The answer to a lookup of the model in the body or (query) in the query that found none to route by;
+ * _ANSWER_INVALID when it found one, or found none and absent_ok (the other place may name it) */
+Answer model_lookup_answer(int k, bool query, bool absent_ok, bool any_body) {
+        switch (k) {
+        case MODEL_FOUND:
+                return _ANSWER_INVALID;
+        case MODEL_ABSENT:
+                return absent_ok  ? _ANSWER_INVALID
+                       : any_body ? ANSWER_MODEL_MISSING_IN_BODY
+                                  : ANSWER_MODEL_MISSING;
+        case MODEL_NOT_JSON:
+                return ANSWER_INVALID_JSON;
+        case MODEL_NOT_STRING:
+                return ANSWER_MODEL_NOT_STRING;
+        case MODEL_TWICE:
+                return query ? ANSWER_MODEL_TWICE_IN_QUERY : ANSWER_MODEL_TWICE_IN_BODY;
+        case MODEL_BAD_ESCAPE:
+                return ANSWER_MODEL_BAD_ESCAPE;
+        default:
+                return ANSWER_OUT_OF_MEMORY; /* k < 0: the one failure is -ENOMEM */
         }
 }

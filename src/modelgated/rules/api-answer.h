@@ -114,6 +114,51 @@ int answer_retry_after(char *buf, size_t size, uint64_t seconds, bool ms);
  * snprintf()'s return */
 int answer_headers(char *buf, size_t size, Answer a, uint64_t retry_after);
 
+/* An answer decided, to be written once by whoever sends it: its row, the status and Retry-After of a row
+ * without its own (0: the row's), and its words */
+typedef struct AnswerWords {
+        Answer answer;
+        int status;
+        uint64_t retry_after;
+        char message[512];
+} AnswerWords;
+
+/* Whether the row's words take arguments of this shape, in order: 's' a string, 'u' an unsigned long long,
+ * 'z' a size_t ("" none) */
+bool answer_shape_ok(Answer a, const char *shape);
+/* The row's words with arguments of that shape (asserted): through the wrappers below, one a shape, whose
+ * arguments the compiler checks */
+void answer_words(AnswerWords *w, Answer a, const char *shape, ...);
+/* Words found elsewhere (the host's, [Access]'s), with the status and Retry-After that came with them */
+void answer_words_given(AnswerWords *w, Answer a, int status, uint64_t retry_after, const char *message);
+
+static inline void answer_words_0(AnswerWords *w, Answer a) {
+        answer_words(w, a, "");
+}
+static inline void answer_words_s(AnswerWords *w, Answer a, const char *s1) {
+        answer_words(w, a, "s", s1);
+}
+static inline void answer_words_ss(AnswerWords *w, Answer a, const char *s1, const char *s2) {
+        answer_words(w, a, "ss", s1, s2);
+}
+static inline void answer_words_sss(AnswerWords *w, Answer a, const char *s1, const char *s2,
+                                    const char *s3) {
+        answer_words(w, a, "sss", s1, s2, s3);
+}
+static inline void answer_words_sssss(AnswerWords *w, Answer a, const char *s1, const char *s2,
+                                      const char *s3, const char *s4, const char *s5) {
+        answer_words(w, a, "sssss", s1, s2, s3, s4, s5);
+}
+static inline void answer_words_ssu(AnswerWords *w, Answer a, const char *s1, const char *s2,
+                                    unsigned long long u) {
+        answer_words(w, a, "ssu", s1, s2, u);
+}
+
+/* The answer to a lookup of the model (k: rules/route.h's ModelLookup, or -ENOMEM) in the body or (query)
+ * in the query that found none to route by; _ANSWER_INVALID when it found one, or found none and
+ * absent_ok (the other place may name it) */
+Answer model_lookup_answer(int k, bool query, bool absent_ok, bool any_body);
+
 /* The status of an answer: the row's, or 'given' for a row without one of its own */
 static inline int answer_status(Answer a, int given) {
         return answer_row(a)->status ?: given;

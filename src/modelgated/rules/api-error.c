@@ -8,28 +8,6 @@
 
 #define API_ERROR_JSON_FLAGS (JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE)
 
-static bool path_is_or_below(Span path, const char *prefix) {
-        size_t l = strlen(prefix);
-        return path.n >= l && memcmp(path.p, prefix, l) == 0 && (path.n == l || path.p[l] == '/');
-}
-
-/* rule:responses-api: /v1/responses/input_tokens (a probe that never streams) is the Responses API's too:
- * its error bodies are OpenAI's either way */
-ApiKind api_kind_for_path(Span path) {
-        if (path_is_or_below(path, "/v1/messages"))
-                return API_ANTHROPIC;
-        if (path_is_or_below(path, "/v1/responses") || path_is_or_below(path, "/responses"))
-                return API_RESPONSES;
-        return API_OPENAI;
-}
-
-bool api_refuses_websocket(Span path) {
-        static const char v1[] = "/v1/responses";
-
-        return (path.n == sizeof(v1) - 1 && memcmp(path.p, v1, path.n) == 0) ||
-               (path.n == sizeof(v1) - 4 && memcmp(path.p, v1 + 3, path.n) == 0);
-}
-
 const char *http_status_reason(int status) {
         switch (status) {
         case 100:

@@ -16,14 +16,6 @@ typedef enum ApiKind {
         _API_KIND_MAX,
 } ApiKind;
 
-/* Anthropic's on /v1/messages (and below it), the Responses API's on /v1/responses and /responses (and
- * below them), OpenAI's elsewhere */
-ApiKind api_kind_for_path(Span path);
-
-/* rule:websocket-426: the paths where a client opens a WebSocket first and takes a 426, and only that, for
- * "use plain HTTP": the Responses API's own, /v1/responses and /responses (Codex's built-in provider) */
-bool api_refuses_websocket(Span path);
-
 const char *http_status_reason(int status);
 
 /* {"error":{"message","type","code"}} (OpenAI, Responses) or {"type":"error","error":{"type","message"}};

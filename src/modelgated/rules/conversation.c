@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include "modelgated/rules/conversation.h"
+#include "modelgated/rules/path-table.h"
 #include "modelgated/rules/route.h"
 #include "shared/keys-file.h"
 #include "shared/macro.h"
@@ -96,23 +97,7 @@ static void map_make_room(ConvMap *m, const char *owner) {
 /* The routes whose handler is handle_completions_impl() in llama-server's server-context.cpp, the one
  * place that makes a stream session (server-stream.cpp) */
 bool conv_path_keeps_stream(Span path) {
-        static const char *const paths[] = {
-                "/completion",
-                "/completions",
-                "/v1/completions",
-                "/chat/completions",
-                "/v1/chat/completions",
-                "/v1/responses",
-                "/responses",
-                "/v1/messages",
-                "/infill",
-                "/v1/audio/transcriptions",
-                "/audio/transcriptions",
-        };
-        for (size_t i = 0; i < ELEMENTSOF(paths); i++)
-                if (path.n == strlen(paths[i]) && memcmp(path.p, paths[i], path.n) == 0)
-                        return true;
-        return false;
+        return path_route_keeps_stream(path_route_lookup(path), HTTP_POST);
 }
 
 int conv_map_remember(ConvMap *m, const char *owner, const char *id, const char *host, const char *engine,

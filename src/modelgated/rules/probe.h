@@ -1,16 +1,14 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #pragma once
 
-/* rule:probe: a probe never moves a GPU. Which requests are probes (token counts, the tokenizer, the chat
- * template, /props, /slots: cheap questions clients ask by the dozen, at start-up and per model), and what
- * a host may do with one for an engine, as pure functions of what the host is doing now. */
+/* rule:probe: a probe never moves a GPU. Which requests are probes (token counts, the tokenizer, the
+ * chat template, /props, /slots: cheap questions clients ask by the dozen, at start-up and per model) is
+ * the table of paths' (path-table.h); what a host may do with one for an engine is a pure function of
+ * what the host is doing now. */
 
 #include <stdbool.h>
 
 #include "shared/macro.h"
-
-/* Whether a request of this method (get: GET or HEAD; else POST) to path is a probe */
-bool probe_path(Span path, bool get);
 
 /* What the host does now, as a probe for engine 'engine' sees it */
 typedef struct ProbeView {
