@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The switch scheduler's cost per event with many requests waiting (issue 26).
- * bench/schedcost.py builds it against src/modelgated/rules/sched.c of the tree and of an older commit: the
+ * bench/schedcost.py builds it against src/modelgated/sched/sched.c of the tree and of an older commit: the
  * API it uses is the same.
  *
  * usage: sched N K    N requests waiting, then K events of each kind
@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "modelgated/rules/sched.h"
+#include "modelgated/sched/sched.h"
 
 #if __has_include(<valgrind/callgrind.h>)
 #include <valgrind/callgrind.h>

@@ -4,7 +4,7 @@
 usage: bench/schedcost.py [--before=REV]    measure, print the section, put it in bench/results.md
        (bench/run measures it too, with the rest)
 
-bench/sched.c is built twice with gcc -O2: against src/modelgated/rules/sched.c of the tree, and against the
+bench/sched.c is built twice with gcc -O2: against src/modelgated/sched/sched.c of the tree, and against the
 one of REV (by default the last commit whose scheduler walked every request on each event), taken with
 `git archive` with the src/shared headers of its time. Each runs the same events on the same host
 (bench/sched.c says which): CPU time per event, the median of ROUNDS runs alternating the two, and
@@ -35,7 +35,7 @@ KINDS = ("arrive", "leave", "keepalive")
 def build(name, src):
     exe = os.path.join(OUT, "sched-" + name)
     subprocess.run(["gcc", "-O2", "-std=gnu11", "-Wall", "-I", src, "-o", exe, os.path.join(HERE, "sched.c"),
-                    os.path.join(src, "modelgated", "rules", "sched.c")], check=True)
+                    os.path.join(src, "modelgated", "sched", "sched.c")], check=True)
     return exe
 
 
@@ -67,8 +67,8 @@ def after_rev():
     """the tree's commit, and whether its scheduler differs from it"""
     rev = subprocess.run(["git", "-C", TOP, "rev-parse", "--short", "HEAD"], capture_output=True,
                          text=True).stdout.strip() or "the tree"
-    changed = subprocess.run(["git", "-C", TOP, "diff", "--quiet", "HEAD", "--", "src/modelgated/rules/sched.c",
-                              "src/modelgated/rules/sched.h", "src/shared"]).returncode != 0
+    changed = subprocess.run(["git", "-C", TOP, "diff", "--quiet", "HEAD", "--", "src/modelgated/sched/sched.c",
+                              "src/modelgated/sched/sched.h", "src/shared"]).returncode != 0
     return rev + (" with changes to the scheduler not committed" if changed else "")
 
 
@@ -90,7 +90,7 @@ def measure_both(before):
     archive = subprocess.run(["git", "-C", TOP, "archive", before, "src/shared", "src/modelgated/sched.c",
                               "src/modelgated/sched.h"], capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", old], input=archive, check=True)
-    rules = os.path.join(old, "src", "modelgated", "rules")
+    rules = os.path.join(old, "src", "modelgated", "sched")
     os.makedirs(rules)
     os.rename(os.path.join(old, "src", "modelgated", "sched.c"), os.path.join(rules, "sched.c"))
     shutil.copy(os.path.join(old, "src", "modelgated", "sched.h"), os.path.join(rules, "sched.h"))
@@ -131,7 +131,7 @@ def report(res):
              " `schedule_cb()` makes (`sched_next()` until it has nothing, `sched_next_timer()`): a request"
              " arrives and waits; a waiting client goes away (one picked at random); a waiting client's keepalive"
              " comment asks `sched_ahead()`. Before: `src/modelgated/sched.c` of %s, which walked the requests"
-             " on each of these; after: `src/modelgated/rules/sched.c` of %s. CPU time: the thread's, over %d events of each kind, the median"
+             " on each of these; after: `src/modelgated/sched/sched.c` of %s. CPU time: the thread's, over %d events of each kind, the median"
              " of %d runs alternating the two builds (gcc -O2); instructions: callgrind, each kind's events"
              " counted apart (they move by less than 0.1 %% from run to run)." % (
                  res["waiting"], res["before_rev"], res["after_rev"], res["events"], res["rounds"]), "",

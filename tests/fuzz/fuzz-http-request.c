@@ -11,7 +11,7 @@
 
 #include "modelgated/http/http-writer.h"
 #include "modelgated/http/http.h"
-#include "modelgated/rules/route.h"
+#include "modelgated/api/route.h"
 
 /* rule:credentials-stop and RFC 9110 §7.6.1, RFC 9112 §6, §7.1.2 (hop by hop, framing, Expect): none of
  * these reaches a host, in any letter case */

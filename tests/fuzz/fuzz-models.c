@@ -8,8 +8,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "modelgated/rules/catalog-event.h"
-#include "modelgated/rules/catalog-list.h"
+#include "modelgated/catalog/catalog-event.h"
+#include "modelgated/catalog/catalog-list.h"
 #include "modelgated/client/models.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "modelgated/rules/route.h"
+#include "modelgated/api/route.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

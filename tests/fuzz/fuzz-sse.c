@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "modelgated/rules/sse.h"
+#include "modelgated/api/sse.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -17,8 +17,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "modelgated/rules/sse.h"
-#include "modelgated/rules/usage.h"
+#include "modelgated/api/sse.h"
+#include "modelgated/api/usage.h"
 
 #define N_MAX 8
 #define ASK_BYTES 4000 /* the request's body: 1000 tokens by the rule */

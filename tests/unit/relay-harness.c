@@ -9,7 +9,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "modelgated/host/catalog.h"
+#include "modelgated/catalog/catalog.h"
 #include "modelgated/client/client.h"
 #include "modelgated/host/host.h"
 #include "modelgated/manager/manager.h"

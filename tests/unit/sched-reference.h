@@ -4,7 +4,7 @@
 /* The scheduler before issue 26 (sched-reference.c): the calls of modelgated/sched.h, each prefixed ref_,
  * on types of its own. */
 
-#include "modelgated/rules/sched.h"
+#include "modelgated/sched/sched.h"
 
 typedef struct RefRequest {
         LIST_FIELDS(struct RefRequest, requests);

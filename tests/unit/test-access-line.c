@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include <sys/uio.h>
 
-#include "modelgated/rules/access-line.h"
+#include "modelgated/api/access-line.h"
 #include "tests.h"
 
 #define LIT(s) ((Span){"" s, sizeof(s) - 1})

@@ -3,8 +3,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "modelgated/records/access.h"
-#include "modelgated/records/key-usage.h"
+#include "modelgated/access/access.h"
+#include "modelgated/access/key-usage.h"
 #include "shared/fileio.h"
 #include "tests.h"
 

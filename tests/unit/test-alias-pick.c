@@ -8,9 +8,9 @@
 #include <arpa/inet.h>
 #include <string.h>
 
-#include "modelgated/records/access.h"
-#include "modelgated/rules/alias-pick.h"
-#include "modelgated/rules/sched.h"
+#include "modelgated/access/access.h"
+#include "modelgated/sched/alias-pick.h"
+#include "modelgated/sched/sched.h"
 #include "tests.h"
 
 #define S(x) ((usec_t)(x)*USEC_PER_SEC)

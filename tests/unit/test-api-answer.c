@@ -3,9 +3,9 @@
  * its status, code, headers and words are today's, byte for byte, and the body is JSON. */
 #include <json-c/json.h>
 
-#include "modelgated/rules/api-answer.h"
-#include "modelgated/rules/json-util.h"
-#include "modelgated/rules/sse.h"
+#include "modelgated/api/api-answer.h"
+#include "modelgated/api/json-util.h"
+#include "modelgated/api/sse.h"
 #include "tests.h"
 
 /* Each row's words with sample arguments, as its callers pass them */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-#include "modelgated/rules/api-error.h"
-#include "modelgated/rules/path-table.h"
-#include "modelgated/rules/sse.h"
+#include "modelgated/api/api-error.h"
+#include "modelgated/api/path-table.h"
+#include "modelgated/api/sse.h"
 #include "tests.h"
 
 /* what the table of paths says of a path's API and of a WebSocket on it */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* rule:attribution-line: only Claude Code's block, only in its shape, only as the first element of the
  * top-level "system" array */
-#include "modelgated/rules/attribution.h"
+#include "modelgated/api/attribution.h"
 #include "tests.h"
 
 #define LINE                                                                                                \

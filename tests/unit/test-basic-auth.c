@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "modelgated/rules/basic-auth.h"
+#include "modelgated/access/basic-auth.h"
 #include "tests.h"
 
 #define LIT(s) ((Span){"" s, sizeof(s) - 1})

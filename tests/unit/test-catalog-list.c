@@ -6,7 +6,7 @@
 
 #include <json-c/json.h>
 
-#include "modelgated/rules/catalog-list.h"
+#include "modelgated/catalog/catalog-list.h"
 #include "shared/buffer.h"
 #include "shared/strv.h"
 #include "tests.h"

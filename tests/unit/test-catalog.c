@@ -2,7 +2,7 @@
 /* The pure part of the catalog: how a host's /models/sse event is relabelled for the merged feed, and how a
  * status event is read and applied to the /models snapshot (rule:list-never-stale). */
 
-#include "modelgated/rules/catalog-event.h"
+#include "modelgated/catalog/catalog-event.h"
 #include "tests.h"
 
 /* model: what the event is about, as a tier's filter reads it ("-" for the whole host) */

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "modelgated/manager/manager.h"
-#include "modelgated/records/access.h"
+#include "modelgated/access/access.h"
 #include "shared/keys-file.h"
 #include "unit/relay-harness.h"
 #include "tests.h"

@@ -2,7 +2,7 @@
 /* rule:resumable-streams: the conversation map's memory and expiry, and the lookup bodies */
 #include <string.h>
 
-#include "modelgated/rules/conversation.h"
+#include "modelgated/api/conversation.h"
 #include "shared/strv.h"
 #include "tests.h"
 

@@ -3,7 +3,7 @@
  * take in the next ones, and redis-pending.json. */
 #include <stdlib.h>
 
-#include "modelgated/records/count-outbox.h"
+#include "modelgated/access/count-outbox.h"
 #include "tests.h"
 
 static const char ID[17] = "0123456789abcdef";

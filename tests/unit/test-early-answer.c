@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* rule:keepalive-events: what a waiting stream is sent per API, and the engine's beginning spliced into an
  * answer modelgate began */
-#include "modelgated/rules/early-answer.h"
-#include "modelgated/rules/sse.h"
+#include "modelgated/api/early-answer.h"
+#include "modelgated/api/sse.h"
 #include "tests.h"
 
 static const Span ID = {"abc-123", 7};

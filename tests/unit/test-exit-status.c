@@ -2,7 +2,7 @@
 /* rule:exit-status-words: systemd's own exit codes of an engine unit in words; an engine's own status as
  * the number it is. */
 
-#include "modelgated/rules/exit-status.h"
+#include "modelgated/sched/exit-status.h"
 #include "tests.h"
 
 static const char *describe(int status) {

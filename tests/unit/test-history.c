@@ -13,7 +13,7 @@
 
 #include "modelgated/records/activity.h"
 #include "modelgated/records/history.h"
-#include "modelgated/rules/access-line.h"
+#include "modelgated/api/access-line.h"
 #include "shared/buffer.h"
 #include "shared/fileio.h"
 #include "tests.h"

@@ -3,7 +3,7 @@
 
 #include <string.h>
 
-#include "modelgated/rules/host-check.h"
+#include "modelgated/access/host-check.h"
 #include "tests.h"
 
 static Span S_(const char *s) {

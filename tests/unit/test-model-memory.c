@@ -5,8 +5,8 @@
 
 #include <string.h>
 
-#include "modelgated/rules/json-util.h"
-#include "modelgated/rules/model-memory.h"
+#include "modelgated/api/json-util.h"
+#include "modelgated/sched/model-memory.h"
 #include "tests.h"
 
 #define LOADED                                                                                              \

@@ -4,7 +4,7 @@
 
 #include <string.h>
 
-#include "modelgated/rules/path-table.h"
+#include "modelgated/api/path-table.h"
 #include "tests.h"
 
 static Span S_(const char *s) {

@@ -4,8 +4,8 @@
 
 #include <string.h>
 
-#include "modelgated/rules/path-table.h"
-#include "modelgated/rules/probe.h"
+#include "modelgated/api/path-table.h"
+#include "modelgated/sched/probe.h"
 #include "tests.h"
 
 static Span S_(const char *s) {

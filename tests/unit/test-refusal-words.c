@@ -5,7 +5,7 @@
 #include <regex.h>
 #include <string.h>
 
-#include "modelgated/rules/refusal-words.h"
+#include "modelgated/api/refusal-words.h"
 #include "tests.h"
 
 static char *strip(const char *in, size_t expect_n) {

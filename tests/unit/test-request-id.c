@@ -2,7 +2,7 @@
 /* rule:request-id */
 #include <string.h>
 
-#include "modelgated/rules/request-id.h"
+#include "modelgated/api/request-id.h"
 #include "tests.h"
 
 #define LIT(s) ((Span){"" s, sizeof(s) - 1})

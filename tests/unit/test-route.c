@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-#include "modelgated/rules/route.h"
+#include "modelgated/api/route.h"
 #include "tests.h"
 
 static char *rewrite(const char *body, int *ret) {

@@ -3,7 +3,7 @@
 #include <json-c/json.h>
 #include <string.h>
 
-#include "modelgated/rules/running.h"
+#include "modelgated/sched/running.h"
 #include "shared/macro.h"
 #include "tests.h"
 

@@ -9,7 +9,7 @@
 
 #include <stdio.h>
 
-#include "modelgated/rules/sched.h"
+#include "modelgated/sched/sched.h"
 #include "tests.h"
 #include "unit/sched-reference.h"
 

@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "modelgated/conf/conf.h"
-#include "modelgated/records/access.h"
-#include "modelgated/rules/session.h"
+#include "modelgated/access/access.h"
+#include "modelgated/sched/session.h"
 #include "tests.h"
 
 #define S(x) ((usec_t)(x)*USEC_PER_SEC)

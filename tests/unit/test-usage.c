@@ -6,8 +6,8 @@
 
 #include "shared/macro.h"
 
-#include "modelgated/rules/sse.h"
-#include "modelgated/rules/usage.h"
+#include "modelgated/api/sse.h"
+#include "modelgated/api/usage.h"
 #include "tests.h"
 
 #define TIMINGS                                                                                             \

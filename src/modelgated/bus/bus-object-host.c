@@ -7,8 +7,8 @@
 #include <stdio.h>
 
 #include "modelgated/bus/bus-object-internal.h"
-#include "modelgated/host/catalog.h"
-#include "modelgated/rules/catalog-list.h"
+#include "modelgated/catalog/catalog.h"
+#include "modelgated/catalog/catalog-list.h"
 #include "shared/strv.h"
 
 static Host *host_by_name(Manager *m, const char *name) {

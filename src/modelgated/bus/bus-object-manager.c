@@ -9,7 +9,7 @@
 #include <stdio.h>
 
 #include "modelgated/bus/bus-object-internal.h"
-#include "modelgated/records/access.h"
+#include "modelgated/access/access.h"
 #include "shared/log.h"
 #include "shared/strv.h"
 

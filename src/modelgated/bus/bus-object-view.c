@@ -7,7 +7,7 @@
 #include <assert.h>
 
 #include "modelgated/bus/bus-object-internal.h"
-#include "modelgated/records/access.h"
+#include "modelgated/access/access.h"
 #include "shared/strv.h"
 
 usec_t bus_object_realtime(const BusObject *o, usec_t mono) {

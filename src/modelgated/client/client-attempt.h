@@ -10,7 +10,7 @@
 
 #include <stdbool.h>
 
-#include "modelgated/rules/api-answer.h"
+#include "modelgated/api/api-answer.h"
 
 typedef enum AttemptFailure {
         ATTEMPT_REFUSED,       /* the host refused before the request was sent: it is down (503) */

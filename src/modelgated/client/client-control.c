@@ -6,8 +6,8 @@
 #include <assert.h>
 
 #include "modelgated/client/client-internal.h"
-#include "modelgated/rules/catalog-list.h"
-#include "modelgated/rules/running.h"
+#include "modelgated/catalog/catalog-list.h"
+#include "modelgated/sched/running.h"
 
 /* The models host h's engine serves now: the entries of its list that need no load (a router's "loaded",
  * a plain server's one model), each a model the caller may use. Appended to *list (of *n). */

@@ -5,10 +5,10 @@
  * Every path passes through; only the model is rewritten (rule:passthrough). */
 
 #include "modelgated/client/client-internal.h"
-#include "modelgated/rules/attribution.h"
-#include "modelgated/rules/basic-auth.h"
-#include "modelgated/rules/model-memory.h"
-#include "modelgated/rules/path-table.h"
+#include "modelgated/api/attribution.h"
+#include "modelgated/access/basic-auth.h"
+#include "modelgated/sched/model-memory.h"
+#include "modelgated/api/path-table.h"
 
 /* The phases of a request, in their order: each one's name, its function, and whether it only reads the
  * request into the Dispatch (dispatch_run() reads the request again through those). A wait (Redis

@@ -7,7 +7,7 @@
 
 #include "modelgated/client/client-internal.h"
 #include "modelgated/client/ui-page.h"
-#include "modelgated/rules/first-wait.h"
+#include "modelgated/api/first-wait.h"
 
 static void client_feed_send(FeedSubscriber *s, const FeedEvent *e);
 

@@ -5,8 +5,8 @@
  * header lookups. */
 
 #include "modelgated/client/client-internal.h"
-#include "modelgated/rules/host-check.h"
-#include "modelgated/rules/refusal-words.h"
+#include "modelgated/access/host-check.h"
+#include "modelgated/api/refusal-words.h"
 
 /* The address the connection came in on, numeric ("" for a unix socket, or when it cannot be said) */
 static void local_address(const Client *c, char buf[static INET6_ADDRSTRLEN]) {

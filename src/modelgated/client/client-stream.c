@@ -12,8 +12,8 @@
 
 #include "modelgated/client/client-internal.h"
 #include "modelgated/client/streams.h"
-#include "modelgated/rules/conversation.h"
-#include "modelgated/rules/route.h"
+#include "modelgated/api/conversation.h"
+#include "modelgated/api/route.h"
 #include "shared/strv.h"
 
 /* A host answers a lookup from its memory: one that takes longer is left out of the answer, as the

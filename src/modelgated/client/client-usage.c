@@ -6,7 +6,7 @@
  * reads a resumable stream on (client-stream.c). */
 
 #include "modelgated/client/client-internal.h"
-#include "modelgated/rules/conversation.h"
+#include "modelgated/api/conversation.h"
 
 /* rule:usage: an answer that may say what it cost (a generation's 200, a stream or a JSON body) is read
  * for it as it passes */

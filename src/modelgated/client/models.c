@@ -3,15 +3,15 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "modelgated/rules/catalog-list.h"
-#include "modelgated/rules/first-wait.h"
-#include "modelgated/host/catalog.h"
+#include "modelgated/catalog/catalog-list.h"
+#include "modelgated/api/first-wait.h"
+#include "modelgated/catalog/catalog.h"
 #include "modelgated/host/host.h"
-#include "modelgated/rules/json-util.h"
+#include "modelgated/api/json-util.h"
 #include "modelgated/manager/manager.h"
 #include "modelgated/client/models.h"
-#include "modelgated/rules/model-memory.h"
-#include "modelgated/rules/route.h"
+#include "modelgated/sched/model-memory.h"
+#include "modelgated/api/route.h"
 #include "shared/count-map.h"
 #include "shared/log.h"
 #include "shared/strv.h"

@@ -19,7 +19,7 @@
 #include <json-c/json.h>
 
 #include "shared/blob.h"
-#include "modelgated/rules/alias-pick.h"
+#include "modelgated/sched/alias-pick.h"
 #include "modelgated/conf/conf.h"
 #include "shared/buffer.h"
 

@@ -17,7 +17,7 @@
 #include "modelgated/hostbus/host-bus.h"
 #include "modelgated/host/host.h"
 #include "modelgated/upstream/upstream.h"
-#include "modelgated/rules/catalog-list.h"
+#include "modelgated/catalog/catalog-list.h"
 
 #define HEALTH_PROBE_INTERVAL_USEC (250 * USEC_PER_MSEC)
 #define HEALTH_PROBE_TIMEOUT_USEC (2 * USEC_PER_SEC)

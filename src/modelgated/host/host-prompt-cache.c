@@ -25,8 +25,8 @@
 #include "modelgated/host/host-internal.h"
 #include "modelgated/http/http-writer.h"
 #include "modelgated/records/metrics.h"
-#include "modelgated/rules/catalog-list.h"
-#include "modelgated/rules/json-util.h"
+#include "modelgated/catalog/catalog-list.h"
+#include "modelgated/api/json-util.h"
 #include "shared/log.h"
 #include "shared/strv.h"
 

@@ -11,9 +11,9 @@
 
 #include "modelgated/host/host-internal.h"
 #include "modelgated/records/metrics.h"
-#include "modelgated/rules/api-answer.h"
-#include "modelgated/rules/probe.h"
-#include "modelgated/rules/refusal-words.h"
+#include "modelgated/api/api-answer.h"
+#include "modelgated/sched/probe.h"
+#include "modelgated/api/refusal-words.h"
 #include "shared/log.h"
 #include "shared/strv.h"
 

@@ -19,8 +19,8 @@
 
 #include "modelgated/host/host-internal.h"
 #include "modelgated/http/http-writer.h"
-#include "modelgated/rules/catalog-list.h"
-#include "modelgated/rules/json-util.h"
+#include "modelgated/catalog/catalog-list.h"
+#include "modelgated/api/json-util.h"
 #include "shared/log.h"
 
 #define SLOTS_RECHECK_USEC (250 * USEC_PER_MSEC)

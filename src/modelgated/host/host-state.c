@@ -11,8 +11,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "modelgated/rules/api-answer.h"
-#include "modelgated/host/catalog.h"
+#include "modelgated/api/api-answer.h"
+#include "modelgated/catalog/catalog.h"
 #include "modelgated/host/host-internal.h"
 #include "modelgated/records/metrics.h"
 #include "shared/log.h"

@@ -23,10 +23,10 @@
 #include <sys/uio.h>
 #include <sys/wait.h>
 
-#include "modelgated/host/catalog.h"
+#include "modelgated/catalog/catalog.h"
 #include "modelgated/host/host-internal.h"
 #include "modelgated/records/metrics.h"
-#include "modelgated/rules/exit-status.h"
+#include "modelgated/sched/exit-status.h"
 #include "shared/errno-util.h"
 #include "shared/log.h"
 #include "shared/message-id.h"

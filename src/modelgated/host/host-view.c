@@ -7,9 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "modelgated/host/catalog.h"
+#include "modelgated/catalog/catalog.h"
 #include "modelgated/host/host-internal.h"
-#include "modelgated/rules/request-id.h"
+#include "modelgated/api/request-id.h"
 #include "shared/log.h"
 #include "shared/strv.h"
 

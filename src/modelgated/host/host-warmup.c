@@ -11,7 +11,7 @@
 
 #include "modelgated/host/host-internal.h"
 #include "modelgated/http/http-writer.h"
-#include "modelgated/rules/sched.h"
+#include "modelgated/sched/sched.h"
 #include "shared/log.h"
 
 int host_probe_on_headers(Upstream *u, const UpstreamResponse *resp, void *userdata) {

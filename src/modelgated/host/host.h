@@ -14,7 +14,7 @@
 #include "modelgated/conf/conf.h"
 #include "modelgated/conf/engine.h"
 #include "modelgated/event/feed-hub.h"
-#include "modelgated/rules/sched.h"
+#include "modelgated/sched/sched.h"
 #include "shared/list.h"
 #include "shared/time-util.h"
 

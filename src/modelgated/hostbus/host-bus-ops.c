@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "modelgated/hostbus/host-bus-internal.h"
-#include "modelgated/rules/refusal-words.h"
+#include "modelgated/api/refusal-words.h"
 #include "shared/log.h"
 #include "shared/random-util.h"
 #include "shared/strv.h"

@@ -19,8 +19,8 @@
 #include "modelgated/hostbus/host-bus.h"
 #include "modelgated/manager/config-check.h"
 #include "modelgated/manager/models-seen.h"
-#include "modelgated/rules/catalog-list.h"
-#include "modelgated/rules/model-memory.h"
+#include "modelgated/catalog/catalog-list.h"
+#include "modelgated/sched/model-memory.h"
 #include "shared/log.h"
 #include "shared/strv.h"
 

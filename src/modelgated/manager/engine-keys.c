@@ -6,7 +6,7 @@
 #include <json-c/json.h>
 #include <string.h>
 
-#include "modelgated/host/catalog.h"
+#include "modelgated/catalog/catalog.h"
 #include "modelgated/manager/engine-keys.h"
 #include "modelgated/host/host.h"
 #include "shared/log.h"

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <systemd/sd-daemon.h>
 
-#include "modelgated/records/access.h"
+#include "modelgated/access/access.h"
 #include "modelgated/records/activity.h"
 #include "modelgated/manager/engine-keys.h"
 #include "modelgated/event/feed-hub.h"
@@ -18,7 +18,7 @@
 #include "modelgated/manager/models-seen.h"
 #include "modelgated/records/metrics.h"
 #include "modelgated/records/run-record.h"
-#include "modelgated/rules/model-memory.h"
+#include "modelgated/sched/model-memory.h"
 #include "modelgated/upstream/upstream.h"
 #include "shared/log.h"
 #include "shared/strv.h"

@@ -10,8 +10,8 @@
 #include <stdbool.h>
 #include <systemd/sd-event.h>
 
-#include "modelgated/rules/alias-pick.h"
-#include "modelgated/rules/conversation.h"
+#include "modelgated/sched/alias-pick.h"
+#include "modelgated/api/conversation.h"
 #include "modelgated/conf/conf.h"
 #include "modelgated/event/socket-watch.h"
 #include "modelgated/records/activity.h"

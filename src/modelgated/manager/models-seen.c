@@ -7,11 +7,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "modelgated/host/catalog.h"
+#include "modelgated/catalog/catalog.h"
 #include "modelgated/host/host.h"
 #include "modelgated/manager/models-seen.h"
-#include "modelgated/rules/catalog-list.h"
-#include "modelgated/rules/model-memory.h"
+#include "modelgated/catalog/catalog-list.h"
+#include "modelgated/sched/model-memory.h"
 #include "shared/fileio.h"
 #include "shared/log.h"
 #include "shared/state-file.h"

@@ -11,8 +11,8 @@
 
 #include "modelgated/event/socket-watch.h"
 #include "modelgated/records/activity.h"
-#include "modelgated/rules/request-id.h"
-#include "modelgated/rules/route.h"
+#include "modelgated/api/request-id.h"
+#include "modelgated/api/route.h"
 #include "shared/macro.h"
 
 /* A finished request in the ring: its record, whose names point at the slot's own copies */

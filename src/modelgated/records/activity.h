@@ -16,8 +16,8 @@
 #include <systemd/sd-event.h>
 
 #include "modelgated/event/feed-hub.h"
-#include "modelgated/rules/request-record.h"
-#include "modelgated/rules/session.h"
+#include "modelgated/api/request-record.h"
+#include "modelgated/sched/session.h"
 #include "shared/buffer.h"
 #include "shared/list.h"
 #include "shared/macro.h"

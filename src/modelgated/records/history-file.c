@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "modelgated/records/history.h"
-#include "modelgated/rules/access-line.h"
+#include "modelgated/api/access-line.h"
 #include "shared/fileio.h"
 #include "shared/log.h"
 #include "shared/state-file.h"

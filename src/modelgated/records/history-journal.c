@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "modelgated/records/history.h"
-#include "modelgated/rules/access-line.h"
+#include "modelgated/api/access-line.h"
 #include "shared/log.h"
 #include "shared/message-id.h"
 

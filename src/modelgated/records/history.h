@@ -14,7 +14,7 @@
 #include <sys/uio.h>
 
 #include "modelgated/records/activity.h"
-#include "modelgated/rules/request-id.h"
+#include "modelgated/api/request-id.h"
 #include "shared/macro.h"
 #include "shared/time-util.h"
 

@@ -10,8 +10,8 @@
 
 #include <stdint.h>
 
-#include "modelgated/rules/request-record.h"
-#include "modelgated/rules/usage.h"
+#include "modelgated/api/request-record.h"
+#include "modelgated/api/usage.h"
 #include "shared/buffer.h"
 #include "shared/time-util.h"
 
