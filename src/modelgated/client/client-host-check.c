@@ -32,7 +32,7 @@ typedef struct CheckHeaders {
         Span host, origin, sec_fetch_site, referer, user_agent;
 } CheckHeaders;
 
-static void first_of(Span *s, const HttpRequest *r, size_t i, const char *name) {
+static _always_inline_ void first_of(Span *s, const HttpRequest *r, size_t i, const char *name) {
         if (!s->p && span_caseeq(http_header_name(r, i), name))
                 *s = http_header_value(r, i);
 }
