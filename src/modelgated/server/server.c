@@ -19,6 +19,7 @@
 
 #include "modelgated/client/client.h"
 #include "modelgated/conf/listen-address.h"
+#include "modelgated/event/socket-watch.h"
 #include "modelgated/manager/manager.h"
 #include "modelgated/server/server.h"
 #include "shared/errno-util.h"
@@ -601,5 +602,5 @@ int server_start(Server *s) {
 
 int server_run(Server *s) {
         assert(s);
-        return sd_event_loop(s->event);
+        return socket_watch_loop(manager_sockets(s->manager));
 }
