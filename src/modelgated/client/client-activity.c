@@ -66,6 +66,18 @@ static const char *shown_model(Client *c) {
         return a->shown ? req->model : NULL;
 }
 
+void client_activity_model_listed(Client *c, Host *h) {
+        Request *req = c->req;
+
+        /* what model_listed() would find: the same host, key and catalog, for the model as named */
+        if (req->alias.conf || !req->config)
+                return;
+        req->activity.shown = true;
+        req->activity.shown_host = h;
+        req->activity.shown_generation = catalog_generation(host_catalog(h));
+        req->activity.shown_of = req->model;
+}
+
 /* The request reached its host (again, for an alias's next target) */
 void client_activity_begin(Client *c) {
         assert(c);

@@ -474,8 +474,10 @@ static ssize_t dispatch_engine(Client *c, Dispatch *d, Host *host) {
         c->req->model_label = NULL; /* an alias's earlier target named its own */
         if (!host_has_engines(host)) {
                 int listed = catalog_lists(host_catalog(host), d->key);
-                if (listed > 0)
+                if (listed > 0) {
                         c->req->model_label = d->key; /* rule:usage-metrics: the host lists it */
+                        client_activity_model_listed(c, host);
+                }
                 if (span_startswith(d->path, "/models") || listed != 0)
                         return -1;
                 /* rule:unlisted-key-404: a key the host does not list (its list is known) is 404;
