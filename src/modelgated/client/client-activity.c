@@ -19,23 +19,51 @@ static const FeedSubscriberOps client_activity_ops = {
  * alias's, or an engine's Models= entry as written) or of the host's own list; NULL, shown as unknown, for
  * anything else, which is the client's text alone (a glob, or a host that passes /models/... calls on,
  * takes any words). Asked again at each phase: an engine that a switch starts lists its models then. */
-static const char *shown_model(Client *c) {
+static bool model_listed(Client *c, Host *h) {
         Request *req = c->req;
         const char *key = NULL;
+
+        if (!config_host_of_model(req->config ?: manager_config(c->manager), req->model, &key))
+                return false;
+        if (catalog_lists(host_catalog(h), key) > 0 || catalog_engine_for_key(host_catalog(h), key) >= 0)
+                return true;
+        for (size_t i = 0; i < host_n_engines(h); i++)
+                if (strv_contains(host_engine(h, i)->conf->models, key))
+                        return true;
+        return false;
+}
+
+static const char *shown_model(Client *c) {
+        Request *req = c->req;
+        RequestActivity *a = &req->activity;
         Host *h;
 
         if (!req->model || req->alias.conf)
                 return req->model;
-        if (!req->host ||
-            !config_host_of_model(req->config ?: manager_config(c->manager), req->model, &key) ||
-            !(h = manager_host(c->manager, req->host)))
+        if (!req->host || !(h = manager_host(c->manager, req->host)))
                 return NULL;
-        if (catalog_lists(host_catalog(h), key) > 0 || catalog_engine_for_key(host_catalog(h), key) >= 0)
-                return req->model;
-        for (size_t i = 0; i < host_n_engines(h); i++)
-                if (strv_contains(host_engine(h, i)->conf->models, key))
-                        return req->model;
-        return NULL;
+        /* the same answer while the catalog is the same (its generation is never another catalog's), for
+         * a request that holds its configuration */
+        uint64_t g = catalog_generation(host_catalog(h));
+        if (!req->config || a->shown_host != h || a->shown_generation != g || a->shown_of != req->model) {
+                a->shown = model_listed(c, h);
+                a->shown_host = req->config ? h : NULL;
+                a->shown_generation = g;
+                a->shown_of = req->model;
+        }
+        return a->shown ? req->model : NULL;
+}
+
+void client_activity_model_listed(Client *c, Host *h) {
+        Request *req = c->req;
+
+        /* what model_listed() would find: the same host, key and catalog, for the model as named */
+        if (req->alias.conf || !req->config)
+                return;
+        req->activity.shown = true;
+        req->activity.shown_host = h;
+        req->activity.shown_generation = catalog_generation(host_catalog(h));
+        req->activity.shown_of = req->model;
 }
 
 /* The request reached its host (again, for an alias's next target) */

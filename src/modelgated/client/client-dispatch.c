@@ -368,8 +368,10 @@ static PhaseEnd phase_engine(Client *c, Dispatch *d) {
         d->engine = -1;
         if (!host_has_engines(host)) {
                 int listed = catalog_lists(host_catalog(host), d->key);
-                if (listed > 0)
+                if (listed > 0) {
                         c->req->model_label = d->key; /* rule:usage-metrics: the host lists it */
+                        client_activity_model_listed(c, host);
+                }
                 if (c->req->route->models_call || listed != 0)
                         return PHASE_GOES_ON;
                 /* rule:unlisted-key-404: a key the host does not list (its list is known) is 404;

@@ -356,6 +356,9 @@ void client_start_feed(Client *c);
 
 /* client-activity.c: a request as /activity shows it (rule:activity-feed), and its subscribers */
 void client_activity_begin(Client *c);
+/* The dispatch found the request's model in h's list (catalog_lists() > 0): the model is shown, and its
+ * first phase need not look it up again */
+void client_activity_model_listed(Client *c, Host *h);
 void client_activity_queued(Client *c);
 void client_activity_ready(Client *c, usec_t now);
 void client_activity_model_read(Client *c);

@@ -40,6 +40,7 @@ void request_init(Request *req, Client *client) {
         req->session.id = (Span){};
         req->session.hash = 0;
         req->activity.entry.owner = NULL;
+        req->activity.shown_host = NULL;
 }
 
 void request_done(Request *req) {

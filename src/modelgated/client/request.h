@@ -161,6 +161,12 @@ typedef struct RequestSession {
 typedef struct RequestActivity {
         ActivityRequest entry;
         char key[80]; /* the caller's id as entry.key shows it */
+        /* shown_model()'s last answer and what it was of (the host, its catalog's generation, the model;
+         * shown_host NULL: none): each phase asks again, and the answer changes only with the catalog */
+        const void *shown_host;
+        uint64_t shown_generation;
+        const char *shown_of;
+        bool shown;
 } RequestActivity;
 
 typedef struct Request {

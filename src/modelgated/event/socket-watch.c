@@ -49,25 +49,18 @@ uint64_t socket_watch_loop_now(sd_event *event) {
         return t;
 }
 
-static int batch_cb(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
-        SocketWatchSet *set = userdata;
-
-        int n = epoll_wait(set->epoll_fd, set->batch, SOCKET_WATCH_BATCH, 0);
-        if (n < 0) {
-                /* an error here would switch the source off, and every connection with it */
-                if (errno != EINTR)
-                        log_warning_errno(errno, "Reading the sockets' events failed: %m");
-                return 0;
-        }
+/* Dispatches the first n entries of set->batch, as epoll_wait() filled them */
+static void batch_dispatch(SocketWatchSet *set, sd_event *event, size_t n) {
         /* marked first, so that a watch freed by an earlier handler in the batch is found and skipped */
-        for (int i = 0; i < n; i++) {
+        for (size_t i = 0; i < n; i++) {
                 SocketWatch *w = set->batch[i].data.ptr;
-                w->pending = set->batch[i].events;
+                if (w)
+                        w->pending = set->batch[i].events;
         }
-        set->n_batch = (size_t)n;
+        set->n_batch = n;
         /* the lines the batch logs (a request's access line) are written at its end, in this turn */
         log_batch_begin();
-        batch_event = sd_event_source_get_event(s);
+        batch_event = event;
         batch_now = 0;
         for (set->next = 0; set->next < set->n_batch;) {
                 SocketWatch *w = set->batch[set->next++].data.ptr;
@@ -80,7 +73,67 @@ static int batch_cb(sd_event_source *s, int fd, uint32_t revents, void *userdata
         batch_event = NULL;
         log_batch_end();
         set->n_batch = set->next = 0;
+}
+
+static int batch_cb(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        SocketWatchSet *set = userdata;
+
+        int n = epoll_wait(set->epoll_fd, set->batch, SOCKET_WATCH_BATCH, 0);
+        if (n < 0) {
+                /* an error here would switch the source off, and every connection with it */
+                if (errno != EINTR)
+                        log_warning_errno(errno, "Reading the sockets' events failed: %m");
+                return 0;
+        }
+        batch_dispatch(set, sd_event_source_get_event(s), (size_t)n);
         return 0;
+}
+
+/* What stands in the set for the loop's own epoll fd (socket_watch_loop()) */
+static char loop_marker;
+
+/* One turn of socket_watch_loop() after sd_event_prepare() said nothing is pending: waits on the sockets
+ * and the loop's fd at once, lets sd-event read its own (for its time of the turn, which the handlers ask
+ * for, and its sources), then dispatches the sockets. Returns sd_event_wait()'s answer. */
+static int loop_turn(SocketWatchSet *set, sd_event *event) {
+        int n = epoll_wait(set->epoll_fd, set->batch, SOCKET_WATCH_BATCH, -1);
+        if (n < 0 && errno != EINTR)
+                log_warning_errno(errno, "Reading the sockets' events failed: %m");
+        int r = sd_event_wait(event, 0);
+        if (r < 0 || n <= 0)
+                return r;
+        for (int i = 0; i < n; i++)
+                if (set->batch[i].data.ptr == &loop_marker)
+                        set->batch[i].data.ptr = NULL;
+        batch_dispatch(set, event, (size_t)n);
+        return r;
+}
+
+int socket_watch_loop(SocketWatchSet *set) {
+        assert(set);
+        sd_event *event = sd_event_source_get_event(set->source);
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &loop_marker};
+        int r, code = 0;
+
+        /* the set leaves the loop's epoll set before the loop's fd joins the set's: no circle */
+        r = sd_event_source_set_enabled(set->source, SD_EVENT_OFF);
+        if (r >= 0 && epoll_ctl(set->epoll_fd, EPOLL_CTL_ADD, sd_event_get_fd(event), &ev) < 0)
+                r = -errno;
+        while (r >= 0) {
+                r = sd_event_prepare(event);
+                if (r == 0)
+                        r = loop_turn(set, event);
+                /* the loop ends in a dispatch: sd_event_exit()'s */
+                if (r > 0 && (r = sd_event_dispatch(event)) >= 0 &&
+                    sd_event_get_state(event) == SD_EVENT_FINISHED)
+                        break;
+        }
+        (void)epoll_ctl(set->epoll_fd, EPOLL_CTL_DEL, sd_event_get_fd(event), NULL);
+        (void)sd_event_source_set_enabled(set->source, SD_EVENT_ON);
+        if (r < 0)
+                return r;
+        (void)sd_event_get_exit_code(event, &code);
+        return code;
 }
 
 int socket_watch_set_new(sd_event *event, SocketWatchSet **ret) {

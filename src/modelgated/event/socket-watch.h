@@ -22,6 +22,14 @@ int socket_watch_set_new(sd_event *event, SocketWatchSet **ret);
 /* every watch must have been freed before (a watch left would point to a set that is gone) */
 SocketWatchSet *socket_watch_set_free(SocketWatchSet *set);
 
+/* sd_event_loop() for a loop whose proxy sockets are all in set: a turn in which only sockets are ready
+ * is one epoll_wait() of the set, which holds the loop's own fd too, and the handlers called from here,
+ * not from an sd-event source (whose dispatch costs a turn a few hundred instructions of sd-event's: two
+ * priority queues, the source's reference counts). sd-event still prepares and reads every turn, so its
+ * timers, defer sources and the time of the turn are as under sd_event_loop(). Returns the exit code
+ * given to sd_event_exit(), or a negative errno. */
+int socket_watch_loop(SocketWatchSet *set);
+
 int socket_watch_add(SocketWatchSet *set, int fd, uint32_t events, socket_watch_handler_t handler,
                      void *userdata, SocketWatch **ret);
 /* Takes the socket out of the set (before it is closed: a copy of it in a child process would keep it

@@ -177,7 +177,6 @@ void host_set_last_error(Host *h, const char *message);
 
 /* The host went down: its requests in flight hear it soon, from down_source (host_down_cb) */
 void host_tell_riders_down(Host *h);
-int host_down_cb(sd_event_source *s, void *userdata);
 
 static inline void host_unride(Host *h, HostWaiter *w) {
         if (w->riding) {
@@ -212,10 +211,10 @@ static inline void host_changed(Host *h) {
 }
 
 /* Lets schedule_cb() (host-state.c) look again, once the event at hand is done: every part calls it
- * when it changes what the scheduler decides on, so it lives here rather than in the file on top. */
-static inline void host_schedule_later(Host *h) {
-        (void)sd_event_source_set_enabled(h->schedule_source, SD_EVENT_ONESHOT);
-}
+ * when it changes what the scheduler decides on. Its source exists only while it is due: sd-event keeps
+ * a defer source in its queue of pending sources for as long as it exists, off or not, and every turn of
+ * the loop puts the source that fired into that queue and takes it out again, comparing it with each. */
+void host_schedule_later(Host *h);
 
 /* host-state.c */
 /* rule:failed-start-hold: the hold of engine i's failed start ends before its time, for 'why'. true: it

@@ -25,6 +25,10 @@ static int schedule_cb(sd_event_source *s, void *userdata) {
         SchedAction a;
         usec_t now = host_now(h), next;
 
+        /* what it does may ask for another look: a new source then (host_schedule_later()) */
+        if (s && s == h->schedule_source)
+                h->schedule_source = sd_event_source_disable_unref(h->schedule_source);
+
         while (sched_next(&h->sched, now, &a)) {
                 HostWaiter *w = a.req ? container_of(a.req, HostWaiter, req) : NULL;
 
@@ -83,6 +87,11 @@ static int schedule_cb(sd_event_source *s, void *userdata) {
         host_idle_timer_sync(h);
         host_changed(h);
         return 0;
+}
+
+void host_schedule_later(Host *h) {
+        if (!h->schedule_source)
+                (void)sd_event_add_defer(h->env.event, &h->schedule_source, schedule_cb, h);
 }
 
 static int sched_timer_cb(sd_event_source *s, uint64_t usec, void *userdata) {
@@ -212,18 +221,14 @@ Host *host_new(const HostEnv *env, Config *config, const HostConf *conf) {
         if (sched_init(&h->sched, &sc, h->n_engines) < 0)
                 goto fail;
         host_engines_idle_stop_set(h);
-        r = sd_event_add_defer(env->event, &h->schedule_source, schedule_cb, h);
-        if (r >= 0)
-                r = sd_event_add_time(env->event, &h->sched_timer, CLOCK_MONOTONIC, USEC_INFINITY, 0,
-                                      sched_timer_cb, h);
+        r = sd_event_add_time(env->event, &h->sched_timer, CLOCK_MONOTONIC, USEC_INFINITY, 0, sched_timer_cb,
+                              h);
         if (r >= 0)
                 r = sd_event_add_time_relative(env->event, &h->deadline, CLOCK_MONOTONIC, 0, 0,
                                                host_deadline_cb, h);
         if (r >= 0)
                 r = sd_event_add_time_relative(env->event, &h->probe_timer, CLOCK_MONOTONIC, 0, 0,
                                                host_probe_timer_cb, h);
-        if (r >= 0)
-                r = sd_event_add_defer(env->event, &h->down_source, host_down_cb, h);
         if (r >= 0)
                 r = host_busy_init(h);
         if (r >= 0)
@@ -235,8 +240,6 @@ Host *host_new(const HostEnv *env, Config *config, const HostConf *conf) {
                                       USEC_PER_SEC / 10, host_prime_timer_cb, h);
         if (r < 0)
                 goto fail;
-        (void)sd_event_source_set_enabled(h->schedule_source, SD_EVENT_OFF);
-        (void)sd_event_source_set_enabled(h->down_source, SD_EVENT_OFF);
         (void)sd_event_source_set_enabled(h->sched_timer, SD_EVENT_OFF);
         (void)sd_event_source_set_enabled(h->deadline, SD_EVENT_OFF);
         (void)sd_event_source_set_enabled(h->probe_timer, SD_EVENT_OFF);

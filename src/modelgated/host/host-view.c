@@ -353,8 +353,11 @@ void host_report_request_failed(Host *h) {
 /* rule:down-fails-fast: the host is down by its own probe: its requests in flight fail now instead of
  * waiting for UpstreamIdleTimeoutSec=. Each leaves the riders before it hears, since its answer may end
  * its request or start another; the waiting ones are the scheduler's (sched_host_down()) or wait on. */
-int host_down_cb(sd_event_source *s, void *userdata) {
+static int host_down_cb(sd_event_source *s, void *userdata) {
         Host *h = userdata;
+
+        /* a source only while it is due, as host_schedule_later()'s */
+        h->down_source = sd_event_source_disable_unref(h->down_source);
 
         while (h->http_down) {
                 HostWaiter *w = NULL;
@@ -374,8 +377,8 @@ int host_down_cb(sd_event_source *s, void *userdata) {
 
 void host_tell_riders_down(Host *h) {
         assert(h);
-        if (h->riders)
-                (void)sd_event_source_set_enabled(h->down_source, SD_EVENT_ONESHOT);
+        if (h->riders && !h->down_source)
+                (void)sd_event_add_defer(h->env.event, &h->down_source, host_down_cb, h);
 }
 
 /* rule:queued-and-switch: of the time since w's request asked, the part its own engine's switch (or start)

@@ -19,6 +19,7 @@
 
 #include "modelgated/client/client.h"
 #include "modelgated/conf/listen-address.h"
+#include "modelgated/event/socket-watch.h"
 #include "modelgated/manager/manager.h"
 #include "modelgated/server/server.h"
 #include "shared/errno-util.h"
@@ -62,21 +63,26 @@ static const int handled_signals[] = {SIGTERM, SIGINT, SIGHUP};
 
 static int accept_cb(sd_event_source *s, int fd, uint32_t revents, void *userdata);
 
-/* log.c's buffered lines are written when the loop has nothing else to do */
+/* log.c's buffered lines are written when the loop has nothing else to do. The source exists only while
+ * a flush is to come: sd-event keeps a defer source among its pending ones as long as it exists, and each
+ * of those costs every turn of the loop a comparison or two. */
+static sd_event *log_flush_event;
 static sd_event_source *log_flush_source;
-static bool log_flush_armed; /* log_flush_source is ONESHOT: the flush is to come */
 
 static int log_flush_cb(sd_event_source *s, void *userdata) {
-        log_flush_armed = false;
+        log_flush_source = sd_event_source_disable_unref(log_flush_source);
         log_flush();
         return 0;
 }
 
 static void log_request_flush(void) {
         /* once per turn of the loop, not once per line: each request logs one */
-        if (log_flush_armed)
+        if (log_flush_source)
                 return;
-        log_flush_armed = sd_event_source_set_enabled(log_flush_source, SD_EVENT_ONESHOT) >= 0;
+        if (sd_event_add_defer(log_flush_event, &log_flush_source, log_flush_cb, NULL) < 0)
+                log_flush(); /* now, rather than never */
+        else
+                (void)sd_event_source_set_priority(log_flush_source, SD_EVENT_PRIORITY_IDLE);
 }
 
 static void clients_changed(void *userdata);
@@ -181,7 +187,7 @@ Server *server_free(Server *s) {
         sd_event_source_disable_unref(s->exit_idle_timer);
         log_set_buffered(NULL);
         log_flush_source = sd_event_source_disable_unref(log_flush_source);
-        log_flush_armed = false;
+        log_flush_event = NULL;
         manager_set_callbacks(s->manager, NULL, NULL);
         sd_event_unref(s->event);
         return mfree(s);
@@ -572,12 +578,8 @@ int server_start(Server *s) {
         if (r < 0)
                 return r;
         (void)sd_event_set_watchdog(s->event, true);
-        if (sd_event_add_defer(s->event, &log_flush_source, log_flush_cb, NULL) >= 0) {
-                (void)sd_event_source_set_priority(log_flush_source, SD_EVENT_PRIORITY_IDLE);
-                (void)sd_event_source_set_enabled(log_flush_source, SD_EVENT_OFF);
-                log_flush_armed = false;
-                log_set_buffered(log_request_flush);
-        }
+        log_flush_event = s->event;
+        log_set_buffered(log_request_flush);
 
         o += (size_t)snprintf(status + o, sizeof(status) - o, "Listening on");
         for (size_t i = 0; i < s->n_listeners && o < sizeof(status) - 64; i++)
@@ -600,5 +602,5 @@ int server_start(Server *s) {
 
 int server_run(Server *s) {
         assert(s);
-        return sd_event_loop(s->event);
+        return socket_watch_loop(manager_sockets(s->manager));
 }
