@@ -50,7 +50,7 @@ bool log_journal(void);
 #define LOG_MESSAGE_ROOM (sizeof("MESSAGE=") - 1)
 /* buf holds LOG_MESSAGE_ROOM bytes of room, then the line (n bytes), and fields are "NAME=value" each (at
  * most LOG_MAX_FIELDS): one journal entry when log_journal(), else the line as log_line() writes it. */
-#define LOG_MAX_FIELDS 26
+#define LOG_MAX_FIELDS 28
 /* "NAME=value" written into b (cut at l), as a field for log_line_fields() */
 struct iovec log_field(char *b, size_t l, const char *name, const char *value);
 void log_line_fields(int level, const char *message_id, char *buf, size_t n, const struct iovec *fields,

@@ -3,7 +3,7 @@
 
 /* What one request was and how it ended, filled once when it ends (client_record()) and read by everything
  * that tells of it: the access line and its journal fields (access-line.h), the history file, /activity's
- * ring (activity_request_done()), /metrics (metrics_record()), and the caller's day in key usage and the
+ * ring (activity_request_ended()), /metrics (metrics_record()), and the caller's day in key usage and the
  * shared counts (access_record_usage()). A new figure of a request is one field here, written where the
  * record is filled, and read by the formatters that show it (docs/request-record.md walks one through). */
 

@@ -39,6 +39,10 @@ int client_append_request_id_any(Client *c, Buffer *b) {
         return 0;
 }
 
+/* every field the line can have reaches the journal: log_line_fields() keeps LOG_MAX_FIELDS, and a line
+ * with more would lose its last ones without a word */
+_Static_assert(ACCESS_LINE_MAX_FIELDS <= LOG_MAX_FIELDS, "the journal must keep every access line field");
+
 /* rule:journal-fields: under the journal, the line with its fields. rule:history: with a history file (no
  * journal, or one modelgated may not read), the fields of a request of /activity's ring go to it too. */
 static void log_access_line(Manager *m, const RequestRecord *l) {
