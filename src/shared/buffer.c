@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include <assert.h>
-#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,30 +7,8 @@
 
 #include "shared/buffer.h"
 
-/* Small blocks of buffers done with, for the next buffer that starts from nothing: a proxied request's
- * buffers (its body, its head for the host) are made and freed once each per request, and malloc() and
- * free() cost about a hundred instructions a pair. A few, and small: the daemon is single-threaded. */
-#define SPARE_MAX 4
-#define SPARE_SIZE_MAX 4096
-static struct {
-        char *data;
-        size_t alloc;
-} spares[SPARE_MAX];
-static size_t n_spares;
-
-static bool take_spare(Buffer *b, size_t want) {
-        if (n_spares == 0 || spares[n_spares - 1].alloc < want)
-                return false;
-        n_spares--;
-        b->data = spares[n_spares].data;
-        b->alloc = spares[n_spares].alloc;
-        return true;
-}
-
 static int buffer_reserve(Buffer *b, size_t n) {
         if (b->alloc - b->end >= n)
-                return 0;
-        if (!b->data && take_spare(b, n))
                 return 0;
         /* Slide down what is left before growing: a queue that is drained
          * as fast as it is filled never grows. */
@@ -136,12 +113,7 @@ void buffer_clear(Buffer *b) {
 }
 
 void buffer_done(Buffer *b) {
-        if (b->data && b->alloc <= SPARE_SIZE_MAX && n_spares < SPARE_MAX) {
-                spares[n_spares].data = b->data;
-                spares[n_spares].alloc = b->alloc;
-                n_spares++;
-        } else
-                free(b->data);
+        free(b->data);
         *b = (Buffer){};
 }
 
