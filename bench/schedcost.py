@@ -34,8 +34,10 @@ KINDS = ("arrive", "leave", "keepalive")
 
 def build(name, src):
     exe = os.path.join(OUT, "sched-" + name)
-    subprocess.run(["gcc", "-O2", "-std=gnu11", "-Wall", "-I", src, "-o", exe, os.path.join(HERE, "sched.c"),
-                    os.path.join(src, "modelgated", "sched", "sched.c")], check=True)
+    # the scheduler's files: sched.c, and since the tree of waiting requests moved out, sched-tree.c
+    files = [os.path.join(src, "modelgated", "sched", f) for f in ("sched.c", "sched-tree.c")]
+    subprocess.run(["gcc", "-O2", "-std=gnu11", "-Wall", "-I", src, "-o", exe, os.path.join(HERE, "sched.c")] +
+                   [f for f in files if os.path.exists(f)], check=True)
     return exe
 
 
