@@ -457,3 +457,24 @@ def test_an_alias_in_the_query_and_on_model_calls_is_its_target(make_double, mak
             if q["path"] != "/models"]
     assert ("/props?model=laguna-xs", None) in seen, seen
     assert ("/models/load", "laguna-xs") in seen and ("/v1/messages", "laguna-xs") in seen, seen
+
+
+def test_a_target_without_engines_after_one_with_names_no_engine(make_box, make_double, make_gate, tmp):
+    """rule:alias-next-target: a request that moves from a target with an engine to a host without engines is
+    exactly a request for that host: no engine in X-Modelgate-Served-By or its access line, and no engine's
+    budget. Before, the engine of the target that refused stayed on the attempt."""
+    local = make_box()
+    local.add_unit("llama-broken.service", "[Service]\nType=exec\nExecStart=/bin/sh -c 'exit 3'\n")
+    local.reload()
+    d = make_double("--models", "laguna-xs", "--loaded", "laguna-xs")
+    conf = (local_host("3090", free_port(), "[Engine]\nHost=3090\nName=broken\nUnit=llama-broken.service\n"
+                                            "Models=broken-*\nStartTimeoutSec=10s\nFirstTokenBudgetSec=1s\n")
+            + host_conf("plain", d.url)
+            + "[Alias]\nName=laguna\nTargets=3090-broken-1 plain-laguna-xs\nPolicy=ordered\n")
+    g = make_gate(conf, extra_args=["--user"], env=gate_env(local))
+    g.wait_log("host 3090 up")
+    status, served, body = ask(g)
+    assert (status, served) == (200, "plain"), body
+    g.wait_log('model="laguna" host=plain target=plain-laguna-xs status=200')
+    line = next(l for l in g.logtext().splitlines() if 'model="laguna" host=plain' in l and " status=" in l)
+    assert " engine=" not in line, line

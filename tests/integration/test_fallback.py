@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import time
+import types
 
 import pytest
 
@@ -432,3 +433,16 @@ def test_claude_codes_attribution_line_goes_to_the_fallback_as_sent(box, make_ga
     assert r.status == 200, r.read()
     (req,) = [q for q in cloud.requests() if q["path"] == "/v1/messages"][-1:]
     assert req["body"] == CLAUDE_BODY.replace('"h-laguna-xs"', '"cloud-model"'), req["body"]
+
+
+def test_a_fallback_that_cannot_be_reached_after_the_budget_charges_nothing(box, make_gate, tmp):
+    """rule:usage-charge: the engine's 200 head came and its first token did not (FirstTokenBudgetSec=); the
+    fallback that takes the request cannot be reached, and the client gets an error: no tokens are charged for
+    it. Before, the engine's attempt's usage reading outlived it, and the error was charged as a cut stream."""
+    gone = types.SimpleNamespace(url="http://127.0.0.1:%d" % free_port(), keyfile=os.path.join(tmp, "gone.key"))
+    open(gone.keyfile, "w").write(KEY + "\n")
+    g = gate_with_fallback(box, make_gate, gone, engine_extra="FirstTokenBudgetSec=1s\n")
+    r, body = ask(g, "[[hang]]", stream=True)
+    assert r.status in (502, 503), (r.status, body)
+    line = g.wait_log("POST /v1/chat/completions")
+    assert " tokens=" not in line, line

@@ -364,7 +364,10 @@ static PhaseEnd phase_engine(Client *c, Dispatch *d) {
         Host *host = d->host;
         char k2[160];
 
-        c->req->model_label = NULL; /* an alias's earlier target named its own */
+        /* an alias's earlier target named its own: a host without engines names none */
+        c->req->model_label = NULL;
+        c->req->attempt.engine_conf = NULL;
+        c->req->attempt.engine_name = NULL;
         d->engine = -1;
         if (!host_has_engines(host)) {
                 int listed = catalog_lists(host_catalog(host), d->key);

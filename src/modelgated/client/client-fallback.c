@@ -16,6 +16,7 @@ static int client_budget_cb(sd_event_source *s, uint64_t usec, void *userdata);
 void client_attempt_end(Client *c) {
         assert(c);
         attempt_done(&c->req->attempt);
+        client_usage_forget(c); /* what the attempt's answer said it cost is not the next one's */
         buffer_clear(&c->held_head);
 }
 

@@ -238,6 +238,8 @@ int client_queue_stream_head(Client *c);
 /* client-usage.c: what the answer says it cost (rule:usage) */
 /* The answer's head came: whether it is read for its cost (a generation's 200, a stream or a JSON body) */
 void client_usage_start(Client *c, const UpstreamResponse *resp, Span ct, bool sse, bool no_body);
+/* The attempt that was read for its cost failed: the next one's answer is read anew */
+void client_usage_forget(Client *c);
 /* The tally an event stream's filter reads the usage into, or NULL */
 Usage *client_usage_of_answer(Client *c);
 /* A piece of a whole JSON body, and its end */

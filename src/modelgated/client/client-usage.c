@@ -25,6 +25,10 @@ void client_usage_start(Client *c, const UpstreamResponse *resp, Span ct, bool s
         req->usage.body = !sse;
 }
 
+void client_usage_forget(Client *c) {
+        c->req->usage.on = c->req->usage.body = false;
+}
+
 Usage *client_usage_of_answer(Client *c) {
         return c->req->usage.on ? &c->req->usage.tally : NULL;
 }

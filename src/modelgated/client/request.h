@@ -8,8 +8,8 @@
  *            part of it (a sub-struct written by the file of that feature, named beside it);
  *   Attempt  one target tried (an engine of a host, a host without engines, or the fallback): the wait
  *            for its engine, the connection to it, its budget and how its answer is read. A failed
- *            attempt ends with attempt_done(), the one reset, and the next target starts from an empty
- *            Attempt.
+ *            attempt ends with attempt_done(), the one reset: the next target starts from an Attempt
+ *            that holds nothing, and names its own target and engine (a host without engines: none).
  *
  * The connection holds one Request at a time and ends it with its answer, so nothing of one request can
  * leak into the next. */
