@@ -22,12 +22,19 @@ static char *keepalive(EarlyAnswer k, bool begun, const char *words) {
 }
 
 TEST(begin_per_api) {
-        ASSERT_TRUE(early_answer_of(API_ANTHROPIC, (Span){"/v1/messages", 12}) == EARLY_MESSAGE);
-        ASSERT_TRUE(early_answer_of(API_RESPONSES, (Span){"/v1/responses", 13}) == EARLY_RESPONSE);
-        ASSERT_TRUE(early_answer_of(API_OPENAI, (Span){"/v1/chat/completions", 20}) == EARLY_CHAT_CHUNK);
-        ASSERT_TRUE(early_answer_of(API_OPENAI, (Span){"/chat/completions", 17}) == EARLY_CHAT_CHUNK);
-        ASSERT_TRUE(early_answer_of(API_OPENAI, (Span){"/v1/completions", 15}) == EARLY_COMMENT);
-        ASSERT_TRUE(early_answer_of(API_OPENAI, (Span){"/completion", 11}) == EARLY_COMMENT);
+        ASSERT_TRUE(early_answer_of(path_route_lookup((Span){"/v1/messages", sizeof("/v1/messages") - 1})) ==
+                    EARLY_MESSAGE);
+        ASSERT_TRUE(early_answer_of(path_route_lookup(
+                            (Span){"/v1/responses", sizeof("/v1/responses") - 1})) == EARLY_RESPONSE);
+        ASSERT_TRUE(early_answer_of(path_route_lookup(
+                            (Span){"/v1/chat/completions", sizeof("/v1/chat/completions") - 1})) ==
+                    EARLY_CHAT_CHUNK);
+        ASSERT_TRUE(early_answer_of(path_route_lookup((Span){
+                            "/chat/completions", sizeof("/chat/completions") - 1})) == EARLY_CHAT_CHUNK);
+        ASSERT_TRUE(early_answer_of(path_route_lookup(
+                            (Span){"/v1/completions", sizeof("/v1/completions") - 1})) == EARLY_COMMENT);
+        ASSERT_TRUE(early_answer_of(path_route_lookup((Span){"/completion", sizeof("/completion") - 1})) ==
+                    EARLY_COMMENT);
         ASSERT_TRUE(early_answer_begins(EARLY_MESSAGE) && early_answer_begins(EARLY_RESPONSE));
         ASSERT_TRUE(!early_answer_begins(EARLY_CHAT_CHUNK) && !early_answer_begins(EARLY_COMMENT));
 

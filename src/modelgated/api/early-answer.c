@@ -6,18 +6,16 @@
 #include "modelgated/api/early-answer.h"
 #include "modelgated/api/json-util.h"
 
-static bool path_is(Span path, const char *s) {
-        return path.n == strlen(s) && memcmp(path.p, s, path.n) == 0;
-}
-
-EarlyAnswer early_answer_of(ApiKind api, Span path) {
-        if (api == API_ANTHROPIC)
+EarlyAnswer early_answer_of(const PathRoute *route) {
+        switch (path_route_api(route)) {
+        case API_ANTHROPIC:
                 return EARLY_MESSAGE;
-        if (api == API_RESPONSES)
+        case API_RESPONSES:
                 return EARLY_RESPONSE;
-        if (path_is(path, "/v1/chat/completions") || path_is(path, "/chat/completions"))
-                return EARLY_CHAT_CHUNK;
-        return EARLY_COMMENT;
+        default:
+                /* the chat completions' paths, as /activity names them too */
+                return streq(path_route_activity(route), "chat") ? EARLY_CHAT_CHUNK : EARLY_COMMENT;
+        }
 }
 
 /* The answer's id: the prefix and the request id's token characters (a client's X-Request-Id may hold

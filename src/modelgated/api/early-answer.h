@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "modelgated/api/api-error.h"
+#include "modelgated/api/path-table.h"
 #include "shared/buffer.h"
 #include "shared/macro.h"
 
@@ -31,8 +32,8 @@ typedef enum EarlyAnswer {
         EARLY_RESPONSE,   /* the Responses API's response begun, then response.in_progress */
 } EarlyAnswer;
 
-/* What a waiting stream of api on path gets */
-EarlyAnswer early_answer_of(ApiKind api, Span path);
+/* What a waiting stream on the path of route (path-table.h) gets */
+EarlyAnswer early_answer_of(const PathRoute *route);
 
 /* Whether the answer is begun by modelgate itself when it sends its early 200 */
 static inline bool early_answer_begins(EarlyAnswer k) {

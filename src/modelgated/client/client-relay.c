@@ -447,7 +447,7 @@ int client_keepalive_cb(sd_event_source *s, uint64_t usec, void *userdata) {
         char what[640];
         int k, r = 0;
 
-        EarlyAnswer kind = early_answer_of(c->req->api, c->req->path);
+        EarlyAnswer kind = early_answer_of(c->req->route ?: path_route_none());
         if (c->req->answer.complete)
                 return 0;
         if (c->req->attempt.first_byte_seen) {
