@@ -141,10 +141,6 @@ static inline void answer_words_s(AnswerWords *w, Answer a, const char *s1) {
 static inline void answer_words_ss(AnswerWords *w, Answer a, const char *s1, const char *s2) {
         answer_words(w, a, "ss", s1, s2);
 }
-static inline void answer_words_sss(AnswerWords *w, Answer a, const char *s1, const char *s2,
-                                    const char *s3) {
-        answer_words(w, a, "sss", s1, s2, s3);
-}
 static inline void answer_words_sssss(AnswerWords *w, Answer a, const char *s1, const char *s2,
                                       const char *s3, const char *s4, const char *s5) {
         answer_words(w, a, "sssss", s1, s2, s3, s4, s5);
