@@ -310,10 +310,20 @@ def test_two_hundred_subscribers_and_one_that_never_reads_stay_bounded(make_doub
     lazy.connect(("127.0.0.1", g.port))
     lazy.sendall(b"GET /models/sse HTTP/1.1\r\nHost: x\r\n\r\n")
     wait_for(lambda: any(r["path"] == "/models/sse" for r in d.requests()), 10, "modelgate to follow the feed")
+    # each subscriber is subscribed once its hello comment is out (client_start_feed()): the events are
+    # sent only then, or one accepted late (a busy machine) would miss the first ones and seem behind
+    hello = b"model events from"
+    heard = {s: b"" for s in readers + [lazy]}
+    deadline = time.monotonic() + 60
+    while any(hello not in v for v in heard.values()):
+        assert time.monotonic() < deadline, "a subscriber was not subscribed"
+        rl, _, _ = select.select([s for s, v in heard.items() if hello not in v], [], [], 1)
+        for s in rl:
+            heard[s] += s.recv(4096)
     # events received per reader, counted by their relabelled model (a tail keeps split ones whole)
     pattern = b'"download_progress"'
-    got = {s: 0 for s in readers}
-    tails = {s: b"" for s in readers}
+    got = {s: heard[s].count(pattern) for s in readers}
+    tails = {s: heard[s][-(len(pattern) - 1):] for s in readers}
     before = g.rss_kb()
     # a feed is a trickle: batches of 100 events (~60 KiB), the next once every reader has the last
     batches, n, size = 40, 100, 600
