@@ -56,6 +56,8 @@ static const Row rows[] = {
         {"obs-fold with HTAB", "GET /x HTTP/1.1\r\n" H "X-A: a\r\n\tb\r\n\r\n", 0, REFUSED(400)},
         {"bare LF after a header", "GET /x HTTP/1.1\r\n" H "X-A: a\n\r\n", 0, REFUSED(400)},
         {"bare LF after the request line", "GET /x HTTP/1.1\n" H "\r\n", 0, REFUSED(400)},
+        {"CR then a byte for the empty line", "GET /x HTTP/1.1\r\n" H "\rX\r\n\r\n", 0, REFUSED(400)},
+        {"a header without a colon", "GET /x HTTP/1.1\r\n" H "X-A\r\n\r\n", 0, REFUSED(400)},
         {"bare CR in a value", "GET /x HTTP/1.1\r\n" H "X-A: a\rb\r\n\r\n", 0, REFUSED(400)},
         /* RFC 9112 §2.2: a whitespace-preceded line before the first header MUST be refused or consumed */
         {"SP before the first header line", "GET /x HTTP/1.1\r\n Host: gate\r\n\r\n", 0, REFUSED(400)},
@@ -81,6 +83,9 @@ static const Row rows[] = {
          "evil"},
 
         /* Content-Length and Transfer-Encoding (RFC 9112 §6) */
+        {"Content-Length with a trailing HTAB", "POST /x HTTP/1.1\r\n" H "Content-Length: 3\t\r\n\r\nabc", 0,
+         0, true, NULL, "content-length", "abc"},
+        {"empty Content-Length", "POST /x HTTP/1.1\r\n" H "Content-Length:\r\n\r\n", 0, REFUSED(400)},
         {"Content-Length body", "POST /x HTTP/1.1\r\n" H "Content-Length: 3\r\n\r\nabc", 0, 0, true, NULL,
          "content-length", "abc"},
         {"two Content-Length", "POST /x HTTP/1.1\r\n" H "Content-Length: 3\r\nContent-Length: 3\r\n\r\nabc",
@@ -150,6 +155,13 @@ static const Row rows[] = {
         {"trailer with SP before colon", POST_CHUNKED "3\r\nabc\r\n0\r\nX-A : a\r\n\r\n", 0, REFUSED(400)},
         {"trailer ended by a bare LF", POST_CHUNKED "3\r\nabc\r\n0\r\nX-A: a\n\r\n", 0, REFUSED(400)},
         {"trailer without a colon", POST_CHUNKED "3\r\nabc\r\n0\r\nX-A\r\n\r\n", 0, REFUSED(400)},
+        {"two extensions on a chunk", POST_CHUNKED "2;a=1;b\r\nde\r\n0;c=\"x y\"\r\n\r\n", 0, 0, true, NULL,
+         NULL, "de"},
+        {"an extension without a name", POST_CHUNKED "3;\r\nabc\r\n0\r\n\r\n", 0, REFUSED(400)},
+        {"an extension with a space for a name", POST_CHUNKED "3; =1\r\nabc\r\n0\r\n\r\n", 0, REFUSED(400)},
+        {"a backslash in a quoted extension", POST_CHUNKED "3;a=\"\\x\"\r\nabc\r\n0\r\n\r\n", 0,
+         REFUSED(400)},
+        {"bytes after a quoted extension", POST_CHUNKED "3;a=\"x\"y\r\nabc\r\n0\r\n\r\n", 0, REFUSED(400)},
 
         /* the request line (RFC 9112 §3) */
         {"origin form with a query", "GET /props?model=h-a HTTP/1.1\r\n" H "\r\n", 0, 0, true,
@@ -158,6 +170,11 @@ static const Row rows[] = {
          "http:"},
         {"absolute form without a path", "GET http://gate HTTP/1.1\r\n" H "\r\n", 0, REFUSED(400)},
         {"fragment", "GET /health#frag HTTP/1.1\r\n" H "\r\n", 0, REFUSED(400)},
+        {"neither a path nor an absolute URL", "GET health HTTP/1.1\r\n" H "\r\n", 0, REFUSED(400)},
+        {"a scheme with a digit", "GET h2://gate/health HTTP/1.1\r\n" H "\r\n", 0, REFUSED(400)},
+        {"no space before the version", "GET /x/HTTP/1.1\r\n" H "\r\n", 0, REFUSED(400)},
+        {"a malformed version", "GET /x HTTP/A.1\r\n" H "\r\n", 0, REFUSED(400)},
+        {"a version with three digits", "GET /x HTTP/1.10\r\n" H "\r\n", 0, REFUSED(400)},
         {"TAB in the target", "GET /a\tb HTTP/1.1\r\n" H "\r\n", 0, REFUSED(400)},
         {"high byte in the target", "GET /a\xc3\xa9 HTTP/1.1\r\n" H "\r\n", 0, REFUSED(400)},
         /* RFC 9112 §3: a recipient MAY split on whitespace; the line is rebuilt for the host anyway */

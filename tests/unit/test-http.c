@@ -65,6 +65,42 @@ TEST(chunked_body) {
         }
 }
 
+/* A line comes whole to the parser, but one that cannot become a request is refused before its end */
+TEST(a_request_line_that_cannot_be_one_is_refused_before_its_end) {
+        static const char *const starts[] = {"get /x", "G{T /x", "\x16\x03\x01\x02\x00"};
+        for (size_t i = 0; i < ELEMENTSOF(starts); i++) {
+                HttpParser p;
+                size_t k;
+                http_parser_init(&p, 64 * 1024, 1024);
+                ASSERT_TRUE(http_parser_feed(&p, starts[i], strlen(starts[i]), &k) < 0);
+                ASSERT_EQ(p.error_status, 400);
+                http_parser_done(&p);
+        }
+        /* an empty line before a request is no start of one; a method so far waits for the rest */
+        HttpParser p;
+        size_t k;
+        http_parser_init(&p, 64 * 1024, 1024);
+        ASSERT_EQ(http_parser_feed(&p, "\r", 1, &k), HTTP_PARSE_MORE);
+        ASSERT_TRUE(!p.started);
+        ASSERT_EQ(http_parser_feed(&p, "\nPOS", 4, &k), HTTP_PARSE_MORE);
+        ASSERT_TRUE(p.started);
+        http_parser_done(&p);
+}
+
+/* A line that comes in a trickle is bounded by MaxHeaderSize= before its end */
+TEST(a_trickled_line_is_bounded_before_its_end) {
+        HttpParser p;
+        size_t k;
+        char v[200];
+        memset(v, 'a', sizeof(v));
+        http_parser_init(&p, 100, 1024);
+        const char *head = "GET /x HTTP/1.1\r\nX-A: ";
+        ASSERT_EQ(http_parser_feed(&p, head, strlen(head), &k), HTTP_PARSE_MORE);
+        ASSERT_TRUE(http_parser_feed(&p, v, sizeof(v), &k) < 0);
+        ASSERT_EQ(p.error_status, 431);
+        http_parser_done(&p);
+}
+
 static void expect_error(const char *msg, int status, uint64_t max_header, uint64_t max_body) {
         for (size_t split = 0; split <= strlen(msg); split++) {
                 HttpParser p;

@@ -1,19 +1,23 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* One llhttp_t per client connection. llhttp callbacks may see a token in
- * pieces (a read can end anywhere), so names and values are appended to the
- * request's head buffer and closed by the *_complete callbacks. The parser is
- * paused on each complete message, which is what answers pipelined requests
- * in order: the bytes after it stay unconsumed until the caller asks for the
- * next request. Where llhttp 8 is lenient (bare LF, obs-fold, the framing of
- * chunks), the bytes are checked here before llhttp sees them: head_limit()
- * and chunk_scan(). What callers ask of a parsed request is in http-header.c. */
+/* The request parser: one HttpParser per client connection, fed the bytes as they are read. The head is
+ * taken a line at a time, each line whole (found by its LF and looked at once); a line a read cut is held
+ * in p->line until its end comes. The URL and the header names and values are copied into the request's
+ * head buffer as each line is taken. The body is counted (Content-Length), or de-chunked by a scan of its
+ * framing byte by byte (sizes, the CRLF after each chunk, trailers) that copies the data without looking
+ * at it. The parser stops at the end of each message, which is what answers pipelined requests in order:
+ * the bytes after it stay unconsumed until the caller asks for the next request. RFC 9112 is applied
+ * strictly (rule:strict-requests): CRLF line ends only, no obs-fold, one framing. What callers ask of a
+ * parsed request is in http-request.c. */
 
 #include <assert.h>
 #include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #include "modelgated/http/http.h"
+#include "shared/macro.h"
 
 /* The bytes each part of the head may hold, one lookup per byte (the checks run on every byte of every
  * request): a request target's (RFC 3986: no control character, space, byte above 0x7E or '#'), a
@@ -69,14 +73,14 @@ static inline size_t value_plain_len(const char *at, size_t n) {
         return i;
 }
 
-static HttpParser *parser_of(llhttp_t *l) {
-        return l->data;
-}
-
 static int fail(HttpParser *p, int status, const char *message) {
         p->error_status = status;
         p->error_message = message;
-        return -1;
+        return -EBADMSG;
+}
+
+static int body_too_large(HttpParser *p) {
+        return fail(p, 413, p->body_limit_message ?: "request body is larger than MaxBodySize");
 }
 
 static int account(HttpParser *p, size_t n) {
@@ -86,140 +90,237 @@ static int account(HttpParser *p, size_t n) {
         return 0;
 }
 
-static int on_message_begin(llhttp_t *l) {
-        HttpParser *p = parser_of(l);
-        p->started = true;
-        return 0;
-}
-
-static int on_url(llhttp_t *l, const char *at, size_t n) {
-        HttpParser *p = parser_of(l);
-        if (account(p, n) < 0)
-                return -1;
-        /* RFC 9112 §3.2, RFC 3986: no control character, TAB or byte above 0x7F goes raw in a target
-         * (llhttp 8 lets TAB and 0x80-0xFF through, and they would reach the host and the log); a
-         * fragment is never sent by a client, and would not be the host's business */
-        size_t i = target_plain_len(at, n);
-        if (i < n)
-                return at[i] == '#' ? fail(p, 400, "the request target has a #fragment")
-                                    : fail(p, 400,
-                                           "the request target holds a byte that must be %-encoded (a "
-                                           "control character, TAB, or a byte above 0x7E)");
-        if (buffer_append(&p->req.head, at, n) < 0)
-                return fail(p, 500, "out of memory");
-        p->req.url_len += n;
-        return 0;
-}
-
-static HttpHeader *current_header(HttpParser *p) {
-        return &p->req.headers[p->req.n_headers - 1];
-}
-
-static int on_header_field(llhttp_t *l, const char *at, size_t n) {
-        HttpParser *p = parser_of(l);
-        HttpRequest *r = &p->req;
-
-        if (account(p, n) < 0)
-                return -1;
-        if (p->headers_complete) {
-                /* a trailer (RFC 9112 §7.1.2): its syntax is checked by the chunk scan; it is dropped,
-                 * never forwarded and never used for admission (rule:trailers-dropped) */
-                r->had_trailers = true;
-                return 0;
-        }
-        if (r->n_headers == 0 || p->in_header_value) {
-                int k = http_header_table_add(&r->headers, &r->n_headers, &r->n_headers_alloc, 1000,
-                                              buffer_size(&r->head));
-                if (k == -E2BIG)
-                        return fail(p, 431, "request has too many headers");
-                if (k < 0)
-                        return fail(p, 500, "out of memory");
-                p->in_header_value = false;
-        }
-        if (buffer_append(&r->head, at, n) < 0)
-                return fail(p, 500, "out of memory");
-        current_header(p)->name_len += n;
-        return 0;
-}
-
 bool http_is_tchar(unsigned char c) {
         return tchar[c];
 }
 
-static int on_header_field_complete(llhttp_t *l) {
-        HttpParser *p = parser_of(l);
-        if (p->headers_complete)
-                return account(p, 4);
-        Span name = http_header_name(&p->req, p->req.n_headers - 1);
+/* The methods modelgate knows, llhttp's list (llhttp.h's HTTP_METHOD_MAP): a request's method is one of
+ * them, upper-case, or the request is refused */
+static const struct {
+        const char *name;
+        size_t len;
+        llhttp_method_t method;
+} methods[] = {
+#define METHOD(num, name, string) {#string, sizeof(#string) - 1, HTTP_##name},
+        HTTP_METHOD_MAP(METHOD)
+#undef METHOD
+};
 
-        /* RFC 9112 §5.1: no whitespace between a field name and the colon, a server MUST answer 400.
-         * llhttp 8 keeps "Authorization " as the name, which no filter would recognise. */
-        size_t i = 0;
-        while (i < name.n && tchar[(unsigned char)name.p[i]])
-                i++;
-        if (i < name.n)
-                return name.p[i] == ' ' || name.p[i] == '\t'
-                               ? fail(p, 400, "a request header has whitespace before its colon")
-                               : fail(p, 400, "a request header name holds a character that is not allowed");
-        if (name.n == 0)
-                return fail(p, 400, "a request header has an empty name");
-        current_header(p)->value = buffer_size(&p->req.head);
-        p->in_header_value = true;
-        return account(p, 4); /* ": " and CRLF count too, as they do for a peer */
+static int method_of(const char *s, size_t n, llhttp_method_t *ret) {
+        /* the two every agent sends, before the list */
+        if (n == 4 && memcmp(s, "POST", 4) == 0) {
+                *ret = HTTP_POST;
+                return 0;
+        }
+        if (n == 3 && memcmp(s, "GET", 3) == 0) {
+                *ret = HTTP_GET;
+                return 0;
+        }
+        for (size_t i = 0; i < ELEMENTSOF(methods); i++)
+                if (methods[i].len == n && memcmp(methods[i].name, s, n) == 0) {
+                        *ret = methods[i].method;
+                        return 0;
+                }
+        return -ENOENT;
 }
 
-static int on_header_value(llhttp_t *l, const char *at, size_t n) {
-        HttpParser *p = parser_of(l);
+/* "HTTP/" DIGIT "." DIGIT, the whole of what is left of the request line */
+static int version_of(HttpParser *p, const char *s, size_t n) {
+        if (n != 8 || memcmp(s, "HTTP/", 5) != 0 || !isdigit((unsigned char)s[5]) || s[6] != '.' ||
+            !isdigit((unsigned char)s[7]))
+                return fail(p, 400, "the request line has a malformed HTTP version");
+        if (s[5] != '1' || s[7] > '1')
+                return fail(p, 505, "modelgate speaks HTTP/1.1 and HTTP/1.0 only");
+        p->req.http_major = 1;
+        p->req.http_minor = (uint8_t)(s[7] - '0');
+        return 0;
+}
 
-        if (account(p, n) < 0)
-                return -1;
-        /* one pass for both refusals; CR and LF are control characters too, and win wherever they are:
-         * llhttp hands an obs-fold continuation to us as part of the value */
-        size_t i = value_plain_len(at, n);
-        if (i < n)
-                return memchr(at, '\r', n) || memchr(at, '\n', n)
+/* scheme "://", the scheme letters only (as llhttp took it: no digit, '+', '-' or '.') */
+static bool absolute_form(const char *t, size_t n) {
+        size_t i = 0;
+
+        if (!isalpha((unsigned char)t[0]))
+                return false;
+        while (i < n && isalpha((unsigned char)t[i]))
+                i++;
+        return n - i >= 3 && memcmp(t + i, "://", 3) == 0;
+}
+
+/* A request line's first bytes, before its end has come: a method is upper-case letters and '-', and
+ * anything else is refused at once rather than when (if ever) the line ends */
+static int request_line_start(HttpParser *p, const char *s, size_t n) {
+        for (size_t i = 0; i < n && s[i] != ' '; i++)
+                if (!((s[i] >= 'A' && s[i] <= 'Z') || s[i] == '-'))
+                        return s[i] == '\r' && i + 1 == n
+                                       ? 0
+                                       : fail(p, 400, "the request method is not one modelgate knows");
+        return 0;
+}
+
+/* METHOD SP request-target SP HTTP-version (RFC 9112 §3), without its CRLF. A recipient may split on
+ * runs of spaces (RFC 9112 §3); the line is rebuilt for the host anyway. */
+static int request_line(HttpParser *p, const char *s, size_t n) {
+        HttpRequest *r = &p->req;
+        const char *end = s + n, *sp = memchr(s, ' ', n);
+
+        if (!sp)
+                return fail(p, 400, "the request line has no request target");
+        if (method_of(s, (size_t)(sp - s), &r->method) < 0)
+                /* an HTTP/2 client's preface ("PRI * HTTP/2.0") is a version spoken elsewhere */
+                return sp - s == 3 && memcmp(s, "PRI", 3) == 0
+                               ? fail(p, 505, "modelgate speaks HTTP/1.1 and HTTP/1.0 only")
+                               : fail(p, 400, "the request method is not one modelgate knows");
+        const char *t = sp;
+        while (t < end && *t == ' ')
+                t++;
+        const char *te = memchr(t, ' ', (size_t)(end - t)) ?: end;
+        size_t tn = (size_t)(te - t);
+        if (tn == 0)
+                return fail(p, 400, "the request line has no request target");
+        /* RFC 9112 §3.2: a path ("/..."), the absolute form ("scheme://..."), "*" or, for CONNECT, an
+         * authority: nothing else is a request target */
+        if (t[0] != '/' && t[0] != '*' && r->method != HTTP_CONNECT && !absolute_form(t, tn))
+                return fail(p, 400, "the request target is neither a path nor an absolute URL");
+        if (account(p, tn) < 0)
+                return -EBADMSG;
+        /* RFC 9112 §3.2, RFC 3986: no control character, TAB or byte above 0x7E goes raw in a target (it
+         * would reach the host and the log); a fragment is never sent by a client, and would not be the
+         * host's business */
+        size_t i = target_plain_len(t, tn);
+        if (i < tn)
+                return t[i] == '#'
+                               ? fail(p, 400, "the request target has a #fragment")
+                               : fail(p, 400,
+                                      "the request target holds a byte that must be %-encoded (a control "
+                                      "character, TAB, or a byte above 0x7E)");
+        while (te < end && *te == ' ')
+                te++;
+        if (te == end) /* HTTP/0.9's request line */
+                return fail(p, 400, "the request line has no HTTP version");
+        if (version_of(p, te, (size_t)(end - te)) < 0)
+                return -EBADMSG;
+        r->url = buffer_size(&r->head);
+        r->url_len = tn;
+        if (buffer_append(&r->head, t, tn) < 0)
+                return fail(p, 500, "out of memory");
+        return 0;
+}
+
+/* Content-Length (RFC 9110 §8.6): digits, no sign, no list, no more than 2^64 - 1 */
+static int content_length_of(HttpParser *p, Span v) {
+        uint64_t x = 0;
+
+        if (v.n == 0)
+                return fail(p, 400, "Content-Length is not a number");
+        for (size_t i = 0; i < v.n; i++) {
+                unsigned d = (unsigned char)v.p[i] - '0';
+                if (d > 9)
+                        return fail(p, 400, "Content-Length is not a number");
+                if (x > (UINT64_MAX - d) / 10)
+                        return fail(p, 400, "Content-Length is larger than 2^64 - 1");
+                x = x * 10 + d;
+        }
+        p->content_length = x;
+        return 0;
+}
+
+/* What a header means to the parser: the framing, Expect, Host, Connection and Upgrade */
+static int header_seen(HttpParser *p, Span name, Span value) {
+        switch (name.n) {
+        case 4:
+                if (span_caseeq(name, "Host"))
+                        p->n_host++;
+                break;
+        case 6:
+                if (span_caseeq(name, "Expect")) {
+                        if (!span_caseeq(value, "100-continue"))
+                                return fail(p, 417, "only 'Expect: 100-continue' is supported");
+                        p->req.expect_continue = true;
+                }
+                break;
+        case 7:
+                if (span_caseeq(name, "Upgrade"))
+                        p->upgrade_header = true;
+                break;
+        case 10:
+                if (span_caseeq(name, "Connection"))
+                        p->connection_header = true;
+                break;
+        case 12:
+                if (http_header_is_request_id(name) && p->req.request_id_at == 0)
+                        p->req.request_id_at =
+                                p->req.n_headers; /* noted here, where each name is looked at */
+                break;
+        case 14:
+                if (span_caseeq(name, "Content-Length") && p->n_content_length++ == 0)
+                        return content_length_of(p, value);
+                break;
+        case 17:
+                if (span_caseeq(name, "Transfer-Encoding")) {
+                        p->n_transfer_encoding++;
+                        if (!span_caseeq(value, "chunked"))
+                                return fail(p, 400,
+                                            "Transfer-Encoding other than 'chunked' is not supported");
+                }
+                break;
+        }
+        return 0;
+}
+
+/* field-name ":" OWS field-value OWS (RFC 9112 §5), without its CRLF */
+static int header_line(HttpParser *p, const char *s, size_t n) {
+        HttpRequest *r = &p->req;
+
+        /* RFC 9112 §5.2, §2.2: a line that starts with whitespace continues the one before (obs-fold),
+         * or, right after the request line, smuggles a header: refused either way */
+        if (s[0] == ' ' || s[0] == '\t')
+                return fail(p, 400, "obsolete line folding in a request header");
+        /* RFC 9112 §5.1: no whitespace between a field name and the colon, a server MUST answer 400 */
+        size_t i = 0;
+        while (i < n && tchar[(unsigned char)s[i]])
+                i++;
+        if (i == n || s[i] != ':')
+                return i < n && (s[i] == ' ' || s[i] == '\t')
+                               ? fail(p, 400, "a request header has whitespace before its colon")
+                       : i < n ? fail(p, 400, "a request header name holds a character that is not allowed")
+                               : fail(p, 400, "a request header has no colon");
+        if (i == 0)
+                return fail(p, 400, "a request header has an empty name");
+        size_t v = i + 1;
+        while (v < n && (s[v] == ' ' || s[v] == '\t'))
+                v++;
+        size_t vn = n - v;
+        /* the value as it came, trailing whitespace and all, with ": " and CRLF: what a peer counts */
+        if (account(p, i + vn + 4) < 0)
+                return -EBADMSG;
+        /* one pass for both refusals; a CR is a control character too (a bare one, here) */
+        size_t k = value_plain_len(s + v, vn);
+        if (k < vn)
+                return memchr(s + v, '\r', vn)
                                ? fail(p, 400, "obsolete line folding in a request header")
                                : fail(p, 400, "a request header value holds a control character");
-        if (p->headers_complete)
-                return 0;
-        if (buffer_append(&p->req.head, at, n) < 0)
+        /* trailing whitespace is not part of the value (RFC 9110 §5.5) */
+        while (vn > 0 && (s[v + vn - 1] == ' ' || s[v + vn - 1] == '\t'))
+                vn--;
+        int q = http_header_table_add(&r->headers, &r->n_headers, &r->n_headers_alloc, 1000,
+                                      buffer_size(&r->head));
+        if (q == -E2BIG)
+                return fail(p, 431, "request has too many headers");
+        char *at = q < 0 ? NULL : buffer_append_space(&r->head, i + vn);
+        if (!at)
                 return fail(p, 500, "out of memory");
-        current_header(p)->value_len += n;
-        return 0;
+        memcpy(at, s, i);
+        memcpy(at + i, s + v, vn);
+        HttpHeader *h = &r->headers[r->n_headers - 1];
+        h->name_len = i;
+        h->value = h->name + i;
+        h->value_len = vn;
+        return header_seen(p, (Span){at, i}, (Span){at + i, vn});
 }
 
-static int on_header_value_complete(llhttp_t *l) {
-        HttpParser *p = parser_of(l);
-        if (p->headers_complete)
-                return 0;
-        HttpHeader *h = current_header(p);
-        Span name = http_header_name(&p->req, p->req.n_headers - 1);
-        Span value = http_header_value(&p->req, p->req.n_headers - 1);
-
-        /* Trailing whitespace is not part of the value (RFC 9110 §5.5) */
-        while (h->value_len > 0 && (value.p[h->value_len - 1] == ' ' || value.p[h->value_len - 1] == '\t'))
-                h->value_len--;
-        value.n = h->value_len;
-
-        if (span_caseeq(name, "Content-Length"))
-                p->n_content_length++;
-        else if (span_caseeq(name, "Transfer-Encoding")) {
-                p->n_transfer_encoding++;
-                if (!span_caseeq(value, "chunked"))
-                        return fail(p, 400, "Transfer-Encoding other than 'chunked' is not supported");
-        } else if (span_caseeq(name, "Expect")) {
-                if (!span_caseeq(value, "100-continue"))
-                        return fail(p, 417, "only 'Expect: 100-continue' is supported");
-                p->req.expect_continue = true;
-        } else if (span_caseeq(name, "Host"))
-                p->n_host++;
-        else if (http_header_is_request_id(name) && p->req.request_id_at == 0)
-                p->req.request_id_at = p->req.n_headers; /* noted here, where each name is looked at */
-        return 0;
-}
-
-static int on_headers_complete(llhttp_t *l) {
-        HttpParser *p = parser_of(l);
+/* The empty line: the head is whole, and what it says together is checked */
+static int head_end(HttpParser *p) {
         HttpRequest *r = &p->req;
 
         if (p->n_content_length > 1)
@@ -228,19 +329,15 @@ static int on_headers_complete(llhttp_t *l) {
                 return fail(p, 400, "request has both Content-Length and Transfer-Encoding");
         if (p->n_transfer_encoding > 1)
                 return fail(p, 400, "request has more than one Transfer-Encoding header");
-        if (l->method == HTTP_CONNECT || l->method == HTTP_TRACE)
+        if (r->method == HTTP_CONNECT || r->method == HTTP_TRACE)
                 return fail(p, 405, "method is not allowed here");
-        if (l->http_major == 0) /* llhttp's HTTP/0.9: a request line without a version */
-                return fail(p, 400, "the request line has no HTTP version");
-        if (l->http_major != 1 || l->http_minor > 1)
-                return fail(p, 505, "modelgate speaks HTTP/1.1 and HTTP/1.0 only");
         /* RFC 9112 §3.2: exactly one Host in HTTP/1.1 */
-        if (p->n_host > 1 || (l->http_minor == 1 && p->n_host == 0))
+        if (p->n_host > 1 || (r->http_minor == 1 && p->n_host == 0))
                 return fail(p, 400,
                             p->n_host ? "request has more than one Host header"
                                       : "an HTTP/1.1 request must have a Host header");
-        if (p->n_content_length > 0 && l->content_length > p->max_body_size)
-                return fail(p, 413, p->body_limit_message ?: "request body is larger than MaxBodySize");
+        if (p->n_content_length > 0 && p->content_length > p->max_body_size)
+                return body_too_large(p);
 
         /* RFC 9112 §3.2.2: a server MUST accept the absolute form; the path is what matters here */
         Span url = http_request_url(r);
@@ -258,135 +355,97 @@ static int on_headers_complete(llhttp_t *l) {
                 r->url_len -= (size_t)(slash - url.p);
         }
 
+        /* RFC 9110 §7.6.1: several Connection lines are one list. The connection stays open unless it
+         * says close (HTTP/1.1) or unless it says keep-alive (HTTP/1.0) */
+        static const Span close = {"close", 5}, keep_alive = {"keep-alive", 10}, upgrade = {"upgrade", 7};
+        r->keep_alive = r->http_minor == 1
+                                ? !(p->connection_header && http_request_connection_lists(r, close))
+                                : p->connection_header && http_request_connection_lists(r, keep_alive);
         /* modelgate never switches protocols (rule:no-upgrade): Upgrade is dropped as a hop-by-hop header
-         * and the request is an ordinary one, so that llhttp does not take what follows for another
-         * protocol's bytes */
-        if (l->upgrade) {
-                r->upgrade = true;
-                l->upgrade = 0;
-        }
-
-        r->method = l->method;
-        r->http_major = l->http_major;
-        r->http_minor = l->http_minor;
-        r->has_body = p->n_content_length > 0 ? l->content_length > 0 : p->n_transfer_encoding > 0;
+         * and the request is an ordinary one */
+        r->upgrade = p->upgrade_header && p->connection_header && http_request_connection_lists(r, upgrade);
         r->chunked = p->n_transfer_encoding > 0;
-        p->headers_complete = true;
-        if (r->chunked) {
-                /* stop where the body starts, so that the chunk scan sees every byte of it */
-                p->chunk = (ChunkScan){};
-                p->body_paused = true;
-                return HPE_PAUSED;
-        }
-        return 0;
-}
-
-static int on_body(llhttp_t *l, const char *at, size_t n) {
-        HttpParser *p = parser_of(l);
-
-        if (buffer_size(&p->req.body) + n > p->max_body_size)
-                return fail(p, 413, p->body_limit_message ?: "request body is larger than MaxBodySize");
-        if (buffer_append(&p->req.body, at, n) < 0)
-                return fail(p, 500, "out of memory");
-        return 0;
-}
-
-/* a chunk announced larger than what is left of MaxBodySize is refused before it arrives */
-static int on_chunk_header(llhttp_t *l) {
-        HttpParser *p = parser_of(l);
-
-        if (l->content_length > p->max_body_size - buffer_size(&p->req.body))
-                return fail(p, 413, p->body_limit_message ?: "request body is larger than MaxBodySize");
-        return 0;
-}
-
-static int on_message_complete(llhttp_t *l) {
-        HttpParser *p = parser_of(l);
-        p->req.keep_alive = llhttp_should_keep_alive(l);
+        r->has_body = p->n_content_length > 0 ? p->content_length > 0 : r->chunked;
         /* RFC 9112 §6.1: an HTTP/1.0 message with Transfer-Encoding has faulty framing: answer, then close
          */
-        if (p->req.chunked && p->req.http_minor == 0)
-                p->req.keep_alive = false;
-        p->message_complete = true;
-        return HPE_PAUSED;
-}
-
-static const llhttp_settings_t settings = {
-        .on_message_begin = on_message_begin,
-        .on_url = on_url,
-        .on_header_field = on_header_field,
-        .on_header_field_complete = on_header_field_complete,
-        .on_header_value = on_header_value,
-        .on_header_value_complete = on_header_value_complete,
-        .on_headers_complete = on_headers_complete,
-        .on_body = on_body,
-        .on_chunk_header = on_chunk_header,
-        .on_message_complete = on_message_complete,
-};
-
-/* A buffer that grew for one big request is given back, not kept for the connection's next one */
-static void buffer_reuse(Buffer *b) {
-        if (b->alloc > 64 * 1024)
-                buffer_done(b);
-        else
-                buffer_clear(b);
-}
-
-static void request_reset(HttpRequest *r) {
-        buffer_reuse(&r->head);
-        buffer_reuse(&r->body);
-        r->n_headers = r->request_id_at = 0;
-        r->url = r->url_len = 0;
-        r->keep_alive = r->expect_continue = r->has_body = false;
-        r->chunked = r->upgrade = r->had_trailers = false;
-}
-
-void http_parser_init(HttpParser *p, uint64_t max_header_size, uint64_t max_body_size) {
-        assert(p);
-        *p = (HttpParser){
-                .max_header_size = max_header_size,
-                .max_body_size = max_body_size,
-                .default_max_body_size = max_body_size,
-        };
-        llhttp_init(&p->llhttp, HTTP_REQUEST, &settings);
-        p->llhttp.data = p;
-}
-
-void http_parser_done(HttpParser *p) {
-        buffer_done(&p->req.head);
-        buffer_done(&p->req.body);
-        free(p->req.headers);
-        p->req.headers = NULL;
-}
-
-int http_parser_limit_body(HttpParser *p, uint64_t max, const char *why) {
-        assert(p);
-        if (max >= p->max_body_size)
-                return 0;
-        p->max_body_size = max;
-        p->body_limit_message = why;
-        if ((p->n_content_length > 0 && p->llhttp.content_length > max) || buffer_size(&p->req.body) > max)
-                return -EFBIG;
+        if (r->chunked && r->http_minor == 0)
+                r->keep_alive = false;
+        p->body_left = p->n_content_length > 0 ? p->content_length : 0;
+        p->chunk = (ChunkScan){};
+        p->headers_complete = true;
+        p->message_complete = !r->has_body;
         return 0;
 }
 
-void http_parser_next(HttpParser *p) {
-        assert(p);
-        request_reset(&p->req);
-        p->max_body_size = p->default_max_body_size;
-        p->body_limit_message = NULL;
-        p->header_bytes = 0;
-        p->n_content_length = p->n_transfer_encoding = p->n_host = 0;
-        p->in_header_value = p->headers_complete = p->headers_reported = p->body_paused = false;
-        p->message_complete = p->started = p->last_was_cr = p->last_was_lf = false;
-        if (llhttp_get_errno(&p->llhttp) == HPE_PAUSED)
-                llhttp_resume(&p->llhttp);
+/* One line of the head, its LF included */
+static int head_line(HttpParser *p, const char *s, size_t n) {
+        /* CRLF only: a peer in front of us may take a bare LF for a line end where we would not, which is
+         * the stuff of smuggling */
+        if (n < 2 || s[n - 2] != '\r') {
+                /* a bare LF before a request is a stray line end between pipelined ones (RFC 9112 §2.2) */
+                if (!p->request_line_done && n == 1)
+                        return 0;
+                return fail(p, 400, "request line or header ends with a bare LF, not CRLF");
+        }
+        n -= 2;
+        if (!p->request_line_done) {
+                if (n == 0) /* RFC 9112 §2.2: an empty line before the request line is ignored */
+                        return 0;
+                p->started = p->request_line_done = true;
+                return request_line(p, s, n);
+        }
+        if (n == 0)
+                return head_end(p);
+        return header_line(p, s, n);
+}
+
+/* Takes whole lines of the head from d; a last line without its LF is held in p->line. Returns how
+ * many bytes were taken (all of them, or up to the end of the head), or -EBADMSG. */
+static ssize_t head_feed(HttpParser *p, const char *d, size_t n) {
+        size_t i = 0;
+
+        while (i < n && !p->headers_complete) {
+                const char *lf = memchr(d + i, '\n', n - i);
+                size_t e = lf ? (size_t)(lf - d) + 1 : n;
+                int r;
+
+                if (lf && buffer_is_empty(&p->line))
+                        r = head_line(p, d + i, e - i);
+                else {
+                        if (buffer_append(&p->line, d + i, e - i) < 0)
+                                return fail(p, 500, "out of memory");
+                        /* a request has begun with its first byte that is not a line end */
+                        if (buffer_size(&p->line) > 1 || buffer_peek(&p->line)[0] != '\r')
+                                p->started = true;
+                        if (!lf) {
+                                if (!p->request_line_done &&
+                                    request_line_start(p, buffer_peek(&p->line), buffer_size(&p->line)) < 0)
+                                        return -EBADMSG;
+                                /* a line that comes in a trickle is bounded before its end: by
+                                 * MaxHeaderSize=, with room for what a line holds that is not counted
+                                 * (the method, the version, the separators) */
+                                if (p->header_bytes + buffer_size(&p->line) > p->max_header_size + 64)
+                                        return fail(p, 431, "request headers are larger than MaxHeaderSize");
+                                return (ssize_t)n;
+                        }
+                        r = head_line(p, buffer_peek(&p->line), buffer_size(&p->line));
+                        buffer_clear(&p->line);
+                }
+                if (r < 0)
+                        return r;
+                i = e;
+        }
+        return (ssize_t)i;
 }
 
 enum {
         CS_SIZE_START, /* the first hex digit of a chunk size */
         CS_SIZE,
         CS_EXT, /* after ';': extensions are not forwarded (the body goes on de-chunked) */
+        CS_EXT_NAME,
+        CS_EXT_VALUE,
+        CS_EXT_QUOTED,
+        CS_EXT_QUOTED_END,
         CS_SIZE_LF,
         CS_DATA,
         CS_DATA_CR,
@@ -434,22 +493,62 @@ static int chunk_size_byte(HttpParser *p, ChunkScan *cs, unsigned char c) {
         return 0;
 }
 
+/* CS_EXT to CS_EXT_QUOTED_END: chunk-ext = *( ";" name [ "=" ( token / quoted-string ) ] ) (RFC 9112
+ * §7.1.1, without the whitespace it calls bad; a quoted value without backslashes, as llhttp reads it) */
 static int chunk_ext_byte(HttpParser *p, ChunkScan *cs, unsigned char c) {
-        if (c == '\r')
+        bool ok;
+
+        switch (cs->state) {
+        case CS_EXT:
+                ok = tchar[c];
+                cs->state = CS_EXT_NAME;
+                break;
+        case CS_EXT_NAME:
+        case CS_EXT_VALUE:
+                if (c == '=' && cs->state == CS_EXT_NAME) {
+                        cs->state = CS_EXT_VALUE;
+                        ok = true;
+                        /* a value is a token or a quoted string: its first byte says which */
+                        cs->value_begun = false;
+                        break;
+                }
+                if (c == '"' && cs->state == CS_EXT_VALUE && !cs->value_begun) {
+                        cs->state = CS_EXT_QUOTED;
+                        ok = true;
+                        break;
+                }
+                ok = tchar[c] || c == ';' || c == '\r';
+                cs->value_begun = true;
+                break;
+        case CS_EXT_QUOTED:
+                ok = c == '\t' || (c >= 0x20 && c != 0x7f && c != '\\');
+                if (c == '"')
+                        cs->state = CS_EXT_QUOTED_END;
+                break;
+        default: /* CS_EXT_QUOTED_END */
+                ok = c == ';' || c == '\r';
+                break;
+        }
+        if (!ok)
+                return fail(p, 400, "a chunk extension is malformed");
+        if (c == ';' && cs->state != CS_EXT_QUOTED)
+                cs->state = CS_EXT;
+        else if (c == '\r' && cs->state != CS_EXT_QUOTED) {
                 cs->state = CS_SIZE_LF;
-        else if ((c < 0x20 && c != '\t') || c == 0x7f)
-                return fail(p, 400, "a chunk extension holds a control character"), -EBADMSG;
-        /* extensions are head-like bytes: bounded by MaxHeaderSize=, or a trickle of
-         * them would hold the connection for good */
-        else if (account(p, 1) < 0)
-                return -EBADMSG;
-        return 0;
+                return 0;
+        }
+        /* extensions are head-like bytes: bounded by MaxHeaderSize=, or a trickle of them would hold the
+         * connection for good */
+        return account(p, 1);
 }
 
 /* CS_SIZE_LF: a size of 0 is the last chunk, the trailer section follows it */
 static int chunk_size_lf_byte(HttpParser *p, ChunkScan *cs, unsigned char c) {
         if (c != '\n')
                 return chunk_bad_crlf(p);
+        /* a chunk announced larger than what is left of MaxBodySize is refused before it arrives */
+        if (cs->size > p->max_body_size - buffer_size(&p->req.body))
+                return body_too_large(p);
         cs->left = cs->size;
         cs->state = cs->size > 0 ? CS_DATA : CS_LINE_START;
         cs->size = 0;
@@ -457,7 +556,7 @@ static int chunk_size_lf_byte(HttpParser *p, ChunkScan *cs, unsigned char c) {
         return 0;
 }
 
-/* CS_DATA_CR, CS_DATA_LF: exactly CRLF after the data, which llhttp does not check */
+/* CS_DATA_CR, CS_DATA_LF: exactly CRLF after the data */
 static int chunk_data_end_byte(HttpParser *p, ChunkScan *cs, unsigned char c) {
         if (cs->state == CS_DATA_CR) {
                 if (c != '\r')
@@ -482,9 +581,13 @@ static int chunk_trailer_byte(HttpParser *p, ChunkScan *cs, unsigned char c) {
                         return chunk_bad_crlf(p);
                 else if (c == ' ' || c == '\t')
                         return fail(p, 400, "obsolete line folding in a request trailer"), -EBADMSG;
-                else if (http_is_tchar(c))
+                else if (http_is_tchar(c)) {
+                        /* a trailer (RFC 9112 §7.1.2): dropped, never forwarded and never used for
+                         * admission (rule:trailers-dropped); its bytes count as a header's */
+                        p->req.had_trailers = true;
                         cs->state = CS_NAME;
-                else
+                        return account(p, 5);
+                } else
                         return fail(p, 400, "a request trailer has a malformed name"), -EBADMSG;
                 break;
         case CS_NAME:
@@ -492,12 +595,16 @@ static int chunk_trailer_byte(HttpParser *p, ChunkScan *cs, unsigned char c) {
                         cs->state = CS_VALUE;
                 else if (!http_is_tchar(c))
                         return fail(p, 400, "a request trailer has a malformed name"), -EBADMSG;
+                else
+                        return account(p, 1);
                 break;
         case CS_VALUE:
                 if (c == '\r')
                         cs->state = CS_VALUE_LF;
                 else if ((c < 0x20 && c != '\t') || c == 0x7f)
                         return fail(p, 400, "a request trailer value holds a control character"), -EBADMSG;
+                else
+                        return account(p, 1);
                 break;
         case CS_VALUE_LF:
         case CS_END_LF:
@@ -515,6 +622,10 @@ static int chunk_byte(HttpParser *p, ChunkScan *cs, unsigned char c) {
         case CS_SIZE:
                 return chunk_size_byte(p, cs, c);
         case CS_EXT:
+        case CS_EXT_NAME:
+        case CS_EXT_VALUE:
+        case CS_EXT_QUOTED:
+        case CS_EXT_QUOTED_END:
                 return chunk_ext_byte(p, cs, c);
         case CS_SIZE_LF:
                 return chunk_size_lf_byte(p, cs, c);
@@ -531,18 +642,21 @@ static int chunk_byte(HttpParser *p, ChunkScan *cs, unsigned char c) {
         return 0;
 }
 
-/* Checks bytes of a chunked body. Returns how many belong to this message (all of them, or up to its
- * last byte), or -EBADMSG with the error set. */
+/* The chunked body (RFC 9112 §7.1): its framing checked byte by byte, its data copied. Returns how many
+ * bytes belong to this message (all of them, or up to its last byte), or -EBADMSG with the error set. */
 static ssize_t chunk_scan(HttpParser *p, const char *d, size_t n) {
         ChunkScan *cs = &p->chunk;
         size_t i = 0;
 
         while (i < n && cs->state != CS_DONE) {
                 if (cs->state == CS_DATA) {
-                        /* the data itself is counted, not looked at */
-                        uint64_t k = MIN(cs->left, (uint64_t)(n - i));
+                        size_t k = (size_t)MIN(cs->left, (uint64_t)(n - i));
+                        if (buffer_size(&p->req.body) + k > p->max_body_size)
+                                return body_too_large(p);
+                        if (buffer_append(&p->req.body, d + i, k) < 0)
+                                return fail(p, 500, "out of memory");
                         cs->left -= k;
-                        i += (size_t)k;
+                        i += k;
                         if (cs->left == 0)
                                 cs->state = CS_DATA_CR;
                         continue;
@@ -551,130 +665,95 @@ static ssize_t chunk_scan(HttpParser *p, const char *d, size_t n) {
                         return -EBADMSG;
                 i++;
         }
+        p->message_complete = cs->state == CS_DONE;
         return (ssize_t)i;
 }
 
-/* Hands bytes to llhttp, and remembers how the last one it took ends a line (for head_limit()). */
-static int feed_llhttp(HttpParser *p, const char *data, size_t n, size_t *ret_consumed) {
-        llhttp_errno_t e = llhttp_execute(&p->llhttp, data, n);
-        size_t k;
+/* The body's bytes from d: through the chunk scan, or counted against Content-Length */
+static ssize_t body_feed(HttpParser *p, const char *d, size_t n) {
+        if (p->req.chunked)
+                return chunk_scan(p, d, n);
+        size_t k = (size_t)MIN((uint64_t)n, p->body_left);
+        if (buffer_size(&p->req.body) + k > p->max_body_size)
+                return body_too_large(p);
+        if (buffer_append(&p->req.body, d, k) < 0)
+                return fail(p, 500, "out of memory");
+        p->body_left -= k;
+        p->message_complete = p->body_left == 0;
+        return (ssize_t)k;
+}
 
-        if (e == HPE_OK)
-                k = n;
-        else if (e == HPE_PAUSED || e == HPE_PAUSED_UPGRADE) {
-                /* not reached (on_headers_complete clears the upgrade); were it, the connection would
-                 * not be read further */
-                if (e == HPE_PAUSED_UPGRADE) {
-                        p->req.keep_alive = false;
-                        p->message_complete = true;
-                }
-                k = (size_t)(llhttp_get_error_pos(&p->llhttp) - data);
-        } else {
-                /* 505 for a version that was read and is not 1.x (llhttp says "invalid version" for a
-                 * request line whose end is malformed too, which is a 400) */
-                if (p->error_status == 0 && (e == HPE_PAUSED_H2_UPGRADE ||
-                                             (e == HPE_INVALID_VERSION &&
-                                              !(p->llhttp.http_major == 1 && p->llhttp.http_minor <= 1))))
-                        fail(p, 505, "modelgate speaks HTTP/1.1 and HTTP/1.0 only");
-                else if (p->error_status == 0)
-                        fail(p, 400, llhttp_get_error_reason(&p->llhttp) ?: "malformed request");
-                return -EBADMSG;
-        }
-        if (k > 0) {
-                p->last_was_cr = data[k - 1] == '\r';
-                p->last_was_lf = data[k - 1] == '\n';
-        }
-        *ret_consumed = k;
+/* A buffer that grew for one big request is given back, not kept for the connection's next one */
+static void buffer_reuse(Buffer *b) {
+        if (b->alloc > 64 * 1024)
+                buffer_done(b);
+        else
+                buffer_clear(b);
+}
+
+static void request_reset(HttpRequest *r) {
+        buffer_reuse(&r->head);
+        buffer_reuse(&r->body);
+        r->n_headers = r->request_id_at = 0;
+        r->url = r->url_len = 0;
+        r->keep_alive = r->expect_continue = r->has_body = false;
+        r->chunked = r->upgrade = r->had_trailers = false;
+}
+
+void http_parser_init(HttpParser *p, uint64_t max_header_size, uint64_t max_body_size) {
+        assert(p);
+        *p = (HttpParser){
+                .max_header_size = max_header_size,
+                .max_body_size = max_body_size,
+                .default_max_body_size = max_body_size,
+        };
+}
+
+void http_parser_done(HttpParser *p) {
+        buffer_done(&p->req.head);
+        buffer_done(&p->req.body);
+        buffer_done(&p->line);
+        free(p->req.headers);
+        p->req.headers = NULL;
+}
+
+int http_parser_limit_body(HttpParser *p, uint64_t max, const char *why) {
+        assert(p);
+        if (max >= p->max_body_size)
+                return 0;
+        p->max_body_size = max;
+        p->body_limit_message = why;
+        if ((p->n_content_length > 0 && p->content_length > max) || buffer_size(&p->req.body) > max)
+                return -EFBIG;
         return 0;
 }
 
-/* How much of the head llhttp may see: up to the first bare LF, or up to the line end before a folded
- * line (obs-fold, RFC 9112 §5.2: a line that starts with whitespace, which llhttp 8 would join to the
- * previous value). Only the bytes around each LF matter, so the scan goes from LF to LF. */
-static size_t head_scan(const HttpParser *p, const char *d, size_t len, bool *ret_fold) {
-        *ret_fold = false;
-        if ((d[0] == ' ' || d[0] == '\t') && p->last_was_lf && p->started) {
-                *ret_fold = true;
-                return 0;
-        }
-        for (const char *q = d, *end = d + len; (q = memchr(q, '\n', (size_t)(end - q))); q++) {
-                size_t i = (size_t)(q - d);
-                if (!(i > 0 ? d[i - 1] == '\r' : p->last_was_cr))
-                        return i;
-                if (i + 1 < len && (d[i + 1] == ' ' || d[i + 1] == '\t')) {
-                        *ret_fold = true;
-                        return i + 1;
-                }
-        }
-        return len;
-}
-
-#define HEAD_STRAY_LF 1
-
-/* llhttp 8 takes a bare LF as a line end in the head; a peer in front of us may not, which is the stuff
- * of smuggling. So the head is fed up to the first bare LF only, and if the head is not complete by
- * then, the request is refused. Sets *len to what may be fed; returns 0, HEAD_STRAY_LF (skip one
- * byte), or -EBADMSG with the error set. */
-static int head_limit(HttpParser *p, const char *d, size_t *len) {
-        bool fold;
-
-        *len = head_scan(p, d, *len, &fold);
-        if (*len > 0)
-                return 0;
-        if (fold)
-                return fail(p, 400, "obsolete line folding in a request header"), -EBADMSG;
-        /* a bare LF before any byte of a request is a stray line end between pipelined requests
-         * (RFC 9112 §2.2 allows an empty line) */
-        if (!p->started && p->header_bytes == 0)
-                return HEAD_STRAY_LF;
-        return fail(p, 400, "request line or header ends with a bare LF, not CRLF"), -EBADMSG;
+void http_parser_next(HttpParser *p) {
+        assert(p);
+        request_reset(&p->req);
+        buffer_reuse(&p->line);
+        p->max_body_size = p->default_max_body_size;
+        p->body_limit_message = NULL;
+        p->header_bytes = 0;
+        p->content_length = p->body_left = 0;
+        p->n_content_length = p->n_transfer_encoding = p->n_host = 0;
+        p->headers_complete = p->headers_reported = p->message_complete = false;
+        p->started = p->request_line_done = p->connection_header = p->upgrade_header = false;
 }
 
 int http_parser_feed(HttpParser *p, const char *data, size_t n, size_t *ret_consumed) {
         assert(p);
         size_t done = 0;
-        int r;
 
         if (p->error_status > 0)
                 return -EBADMSG;
-
         while (done < n && !p->message_complete) {
-                size_t len = n - done, k = 0;
-                const char *d = data + done;
-                bool scanned = p->headers_complete && p->req.chunked;
-
-                if (scanned) {
-                        ssize_t m = chunk_scan(p, d, len);
-                        if (m < 0)
-                                return -EBADMSG;
-                        len = (size_t)m;
-                } else if (!p->headers_complete) {
-                        r = head_limit(p, d, &len);
-                        if (r < 0)
-                                return r;
-                        if (r == HEAD_STRAY_LF) {
-                                done++;
-                                continue;
-                        }
-                }
-
-                r = feed_llhttp(p, d, len, &k);
-                if (r < 0)
-                        return r;
-                done += k;
-                if (p->body_paused) {
-                        /* the head of a chunked request: the body goes through the chunk scan */
-                        p->body_paused = false;
-                        llhttp_resume(&p->llhttp);
-                        continue;
-                }
-                /* llhttp and the scan must agree on where the message ends */
-                if (scanned && (p->message_complete != (p->chunk.state == CS_DONE) || k != len))
-                        return fail(p, 400, "malformed chunked body"), -EBADMSG;
-                if (k < len)
-                        break; /* paused */
+                ssize_t k = p->headers_complete ? body_feed(p, data + done, n - done)
+                                                : head_feed(p, data + done, n - done);
+                if (k < 0)
+                        return (int)k;
+                done += (size_t)k;
         }
-
         *ret_consumed = done;
         if (p->message_complete)
                 return HTTP_PARSE_DONE;

@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #pragma once
 
-/* The client side of HTTP/1.1: an llhttp request parser that builds one
- * HttpRequest at a time, with the limits of modelgate.conf(5) applied as the
- * bytes arrive, and the refusals that request smuggling needs (RFC 9112 §6.3,
- * §5.2: both Content-Length and Transfer-Encoding, duplicate lengths,
- * obsolete line folding, bare LF line ends; rule:strict-requests). Non-logging; no I/O. */
+/* The client side of HTTP/1.1: a request parser that builds one HttpRequest at
+ * a time, with the limits of modelgate.conf(5) applied as the bytes arrive, and
+ * the refusals that request smuggling needs (RFC 9112 §6.3, §5.2: both
+ * Content-Length and Transfer-Encoding, duplicate lengths, obsolete line
+ * folding, bare LF line ends; rule:strict-requests). Methods are llhttp's
+ * (llhttp_method_t, llhttp_method_name()). Non-logging; no I/O. */
 
 #include <llhttp.h>
 #include <stdbool.h>
@@ -40,29 +41,30 @@ typedef enum HttpParseResult {
         HTTP_PARSE_DONE,    /* a request is complete; bytes after it are not consumed */
 } HttpParseResult;
 
-/* The chunked framing of a request body (RFC 9112 §7.1), checked byte by byte beside llhttp, which
- * takes any two bytes after chunk data for CRLF, a bare LF at the end, and folded trailer lines. */
+/* The chunked framing of a request body (RFC 9112 §7.1), scanned byte by byte (http.c) */
 typedef struct ChunkScan {
         unsigned state;
         unsigned digits;
+        bool value_begun; /* an extension's value has its first byte */
         uint64_t size, left;
 } ChunkScan;
 
 typedef struct HttpParser {
-        llhttp_t llhttp;
         ChunkScan chunk;
         HttpRequest req;
+        Buffer line; /* a line of the head that a read cut: held until its LF comes */
         uint64_t max_header_size, max_body_size;
         uint64_t default_max_body_size; /* max_body_size again after each request */
         const char *body_limit_message; /* a 413's words past max_body_size; NULL: MaxBodySize='s */
         size_t header_bytes;
+        uint64_t content_length; /* the Content-Length header's */
+        uint64_t body_left;      /* of a Content-Length body */
         unsigned n_content_length, n_transfer_encoding, n_host;
-        bool in_header_value;
+        bool connection_header, upgrade_header; /* seen: the head's end reads their lists */
+        bool request_line_done;
         bool headers_complete;
         bool headers_reported;
-        bool body_paused; /* llhttp stopped at the end of a chunked request's head */
         bool message_complete;
-        bool last_was_cr, last_was_lf;
         bool started; /* a byte of this request has been seen */
         /* on error: the status to answer with and a message for people */
         int error_status;
