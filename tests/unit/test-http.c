@@ -101,6 +101,30 @@ TEST(a_trickled_line_is_bounded_before_its_end) {
         http_parser_done(&p);
 }
 
+/* The word-wise case-insensitive comparison against strncasecmp() (C locale), on random bytes of every
+ * length, most of them one case change away from each other */
+TEST(case_insensitive_comparison_agrees_with_strncasecmp) {
+        static const char alphabet[] = "aAzZ@[`{-_09\r\x80\xc1\xe1\x7f ";
+        srand(42);
+        for (unsigned k = 0; k < 200000; k++) {
+                char a[24], b[24];
+                size_t n = (size_t)rand() % 21;
+                for (size_t i = 0; i < n; i++) {
+                        a[i] = alphabet[rand() % (sizeof(alphabet) - 1)];
+                        b[i] = rand() % 3 ? a[i] ^ (rand() % 2 ? 0x20 : 0)
+                                          : alphabet[rand() % (sizeof(alphabet) - 1)];
+                }
+                bool want = true;
+                for (size_t i = 0; i < n && want; i++) {
+                        unsigned char x = (unsigned char)a[i], y = (unsigned char)b[i];
+                        want = (x >= 'A' && x <= 'Z' ? x | 0x20 : x) ==
+                               (y >= 'A' && y <= 'Z' ? y | 0x20 : y);
+                }
+                if (http_caseeq_n(a, b, n) != want)
+                        FAIL("'%.*s' and '%.*s': %d", (int)n, a, (int)n, b, !want);
+        }
+}
+
 static void expect_error(const char *msg, int status, uint64_t max_header, uint64_t max_body) {
         for (size_t split = 0; split <= strlen(msg); split++) {
                 HttpParser p;

@@ -28,15 +28,9 @@ int http_header_table_add_grow(HttpHeader **headers, size_t *n, size_t *n_alloc,
 Span http_header_table_find_n(const char *base, const HttpHeader *headers, size_t n, const char *name,
                               size_t l) {
         assert(base);
-        /* a letter and its capital differ in bit 5 only: a first byte that differs elsewhere is another
-         * name's (a byte that differs in bit 5 alone is left to strncasecmp()) */
-        unsigned first = l > 0 ? (unsigned char)name[0] & ~0x20u : 0;
-
-        /* the name's length first: most headers differ in it, then its first letter */
+        /* the name's length first: most headers differ in it */
         for (size_t i = 0; i < n; i++)
-                if (headers[i].name_len == l &&
-                    (l == 0 || ((unsigned char)base[headers[i].name] & ~0x20u) == first) &&
-                    strncasecmp(base + headers[i].name, name, l) == 0)
+                if (headers[i].name_len == l && http_caseeq_n(base + headers[i].name, name, l))
                         return (Span){base + headers[i].value, headers[i].value_len};
         return (Span){};
 }
