@@ -28,9 +28,11 @@ int http_header_table_add_grow(HttpHeader **headers, size_t *n, size_t *n_alloc,
 Span http_header_table_find_n(const char *base, const HttpHeader *headers, size_t n, const char *name,
                               size_t l) {
         assert(base);
-        /* the name's length first: most headers differ in it */
+        /* the name's length first: most headers differ in it; then its first letter (a letter and its
+         * capital differ in bit 5 only) */
         for (size_t i = 0; i < n; i++)
-                if (headers[i].name_len == l && http_caseeq_n(base + headers[i].name, name, l))
+                if (headers[i].name_len == l && l > 0 && ((base[headers[i].name] ^ name[0]) & ~0x20) == 0 &&
+                    http_caseeq_n(base + headers[i].name, name, l))
                         return (Span){base + headers[i].value, headers[i].value_len};
         return (Span){};
 }

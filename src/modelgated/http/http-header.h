@@ -33,13 +33,6 @@ static inline int http_header_table_add(HttpHeader **headers, size_t *n, size_t 
 /* The value of the first header named name (l bytes; case-insensitive), or an empty Span. */
 Span http_header_table_find_n(const char *base, const HttpHeader *headers, size_t n, const char *name,
                               size_t l);
-/* Inline, so that a literal name's length is known where it is asked for: a request's headers are asked
- * for several names each */
-static inline Span http_header_table_find(const char *base, const HttpHeader *headers, size_t n,
-                                          const char *name) {
-        return http_header_table_find_n(base, headers, n, name, strlen(name));
-}
-
 /* ASCII case-insensitive comparison, eight bytes at a time (no call, no locale). Exact for any bytes:
  * where t has a letter, bit 5 is set on both sides before they are compared, and only a letter's two
  * cases give that letter then; every other byte is compared as it is. With t a literal where it is
@@ -71,6 +64,17 @@ static inline bool http_caseeq_n(const char *p, const char *t, size_t n) {
                 if (!http_caseeq_word(http_load(p + i, 8), http_load(t + i, 8)))
                         return false;
         return http_caseeq_word(http_load(p + n - 8, 8), http_load(t + n - 8, 8));
+}
+
+/* The same for a literal name, inline: its length and its words are constants where it is asked for (a
+ * request's headers are asked for several names each) */
+static inline Span http_header_table_find(const char *base, const HttpHeader *headers, size_t n,
+                                          const char *name) {
+        size_t l = strlen(name);
+        for (size_t i = 0; i < n; i++)
+                if (headers[i].name_len == l && http_caseeq_n(base + headers[i].name, name, l))
+                        return (Span){base + headers[i].value, headers[i].value_len};
+        return (Span){};
 }
 
 /* Inline, so that the length of a literal t is known where it is called, and a span of another

@@ -97,9 +97,9 @@ static inline Span http_header_value(const HttpRequest *r, size_t i) {
 /* http-request.c: what the rest of modelgate asks of a parsed request's headers. The value of the first
  * header called name (case-insensitive), or a NULL span */
 Span http_request_header_n(const HttpRequest *r, const char *name, size_t l);
-/* Inline, so that a literal name's length is known where it is asked for */
+/* Inline, so that a literal name's length and words are known where it is asked for */
 static inline Span http_request_header(const HttpRequest *r, const char *name) {
-        return http_request_header_n(r, name, strlen(name));
+        return http_header_table_find(buffer_peek(&r->head), r->headers, r->n_headers, name);
 }
 
 /* Whether a Connection header (any of them: the tokens of every one count) names this header. */
