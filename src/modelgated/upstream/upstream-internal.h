@@ -3,12 +3,11 @@
 
 /* What the upstream files share and nothing else may see: the Upstream and its pool, and the calls by
  * which the parts hand over to each other: upstream-tls.c what https adds (the context, the handshake,
- * reads and writes through SSL), upstream-response.c the llhttp callbacks that build the
- * UpstreamResponse, upstream-pool.c the idle connections kept for reuse, and upstream-connection.c one
- * exchange on a connection (connect, send, read, retry, what the timers mean, the owner's callbacks)
- * with the Upstream's own primitives (freeing it, its event sources, the loop's time). */
+ * reads and writes through SSL), upstream-response.c the parser that builds the UpstreamResponse,
+ * upstream-pool.c the idle connections kept for reuse, and upstream-connection.c one exchange on a
+ * connection (connect, send, read, retry, what the timers mean, the owner's callbacks) with the Upstream's
+ * own primitives (freeing it, its event sources, the loop's time). */
 
-#include <llhttp.h>
 #include <openssl/types.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -47,6 +46,33 @@ typedef enum UpstreamState {
         UPSTREAM_RECEIVING,
         UPSTREAM_IDLE,
 } UpstreamState;
+
+/* Where the response parser (upstream-response.c) is in the bytes of a host's answer */
+typedef enum ParseState {
+        PARSE_START,       /* before a response: line ends skipped */
+        PARSE_STATUS,      /* the status line */
+        PARSE_HEADERS,     /* header lines, up to the empty one */
+        PARSE_BODY_LENGTH, /* Content-Length's bytes */
+        PARSE_BODY_EOF,    /* a body that the close ends */
+        PARSE_CHUNK_SIZE,  /* a chunk's size line */
+        PARSE_CHUNK_DATA,
+        PARSE_CHUNK_CR, /* the CRLF after a chunk's data */
+        PARSE_CHUNK_LF,
+        PARSE_TRAILERS,
+        PARSE_CLOSED, /* after an interim response that said it is the host's last: bytes dropped */
+        PARSE_DONE,
+} ParseState;
+
+typedef struct UpstreamParse {
+        ParseState state;
+        unsigned flags;       /* the framing and connection headers seen (RF_* of upstream-response.c) */
+        uint8_t major, minor; /* HTTP version */
+        bool skip_body;       /* HEAD, 204, 304, 1xx */
+        bool in_section;      /* a header of the head or the trailers was read: a line may continue it */
+        uint64_t left;        /* of the body or chunk being read */
+        Buffer line;          /* a line begun in an earlier read */
+        const char *reason;   /* what was malformed, for the log */
+} UpstreamParse;
 
 struct UpstreamPool {
         sd_event *event;
@@ -87,16 +113,12 @@ struct Upstream {
         bool complete;
         bool reading;
         bool in_parser;
-        unsigned n_interim;   /* 1xx responses dropped so far */
-        int write_error;      /* the send failed (the host closed early): what failed if no answer came */
-        uint64_t chunk_left;  /* of the chunk being read */
-        unsigned crlf_left;   /* bytes of the CRLF after a chunk's data still to check */
-        const char *exec_end; /* the end of the bytes llhttp is being given */
-        int cancel_error;     /* set by a callback's refusal or an error while in the parser */
+        unsigned n_interim; /* 1xx responses dropped so far */
+        int write_error;    /* the send failed (the host closed early): what failed if no answer came */
+        int cancel_error;   /* set by a callback's refusal or an error while in the parser */
 
-        llhttp_t parser;
+        UpstreamParse parse;
         UpstreamResponse resp;
-        bool in_value;
 
         const UpstreamCallbacks *cb;
         void *userdata;
@@ -121,8 +143,14 @@ ssize_t upstream_io_write(Upstream *u, const void *buf, size_t n);
 
 /* upstream-response.c: a fresh parser for the next response on this connection */
 void upstream_parser_init(Upstream *u);
-/* The CRLF after a chunk's data, as far as [p, end) holds it: 0, or -1 with cancel_error set */
-int upstream_check_chunk_end(Upstream *u, const char *p, const char *end);
+void upstream_parser_done(Upstream *u);
+/* The next bytes of the response, handed to the owner's callbacks as they are read: 0 when all were taken
+ * and more is to come; 1 when the response ended, after *ret_used of them (the rest is not this
+ * response's); -EPROTO for a malformed response (parse.reason says why); -ECANCELED when a callback
+ * refused or the exchange must end with cancel_error (set); -ENOMEM. */
+int upstream_parse(Upstream *u, const char *buf, size_t size, size_t *ret_used);
+/* The host closed: 1 when that ends the response (a body without length), else 0 */
+int upstream_parse_eof(Upstream *u);
 
 /* upstream-pool.c */
 /* Out of the pool's idle list, before the connection is freed or used */
