@@ -82,6 +82,29 @@ static inline bool value_char(unsigned char c) {
         return c >= ' ' ? c != 0x7f : c == '\t';
 }
 
+#define ONES UINT64_C(0x0101010101010101)
+#define HIGHS UINT64_C(0x8080808080808080)
+
+/* Whether [p, p + n) are all value bytes: eight at a time, where a word with a byte below space or a DEL
+ * is looked at byte by byte (a tab, most likely) */
+static bool value_chars(const char *p, size_t n) {
+        size_t i = 0;
+
+        for (; i + 8 <= n; i += 8) {
+                uint64_t w;
+                memcpy(&w, p + i, 8);
+                uint64_t d = w ^ (ONES * 0x7f);
+                if ((((w - ONES * ' ') & ~w) | ((d - ONES) & ~d)) & HIGHS)
+                        for (size_t j = i; j < i + 8; j++)
+                                if (!value_char((unsigned char)p[j]))
+                                        return false;
+        }
+        for (; i < n; i++)
+                if (!value_char((unsigned char)p[i]))
+                        return false;
+        return true;
+}
+
 static inline bool span_is(const char *p, size_t n, const char *lit, size_t l) {
         return n == l && strncasecmp(p, lit, l) == 0;
 }
@@ -252,27 +275,31 @@ static int parse_fold(Upstream *u, const char *p, size_t n) {
  * header of its own), or none at all, which no host sends but a smuggler. */
 static int parse_header_line(Upstream *u, const char *p, size_t n) {
         UpstreamResponse *r = &u->resp;
-        size_t i = 0;
 
-        for (size_t j = 0; j < n; j++)
-                if (!value_char((unsigned char)p[j]))
-                        return malformed(u, "invalid header char");
         if (*p == ' ' || *p == '\t') {
                 if (!u->parse.in_section)
                         return malformed(u, "unexpected space after start line");
+                if (!value_chars(p, n))
+                        return malformed(u, "invalid header value char");
                 return parse_fold(u, p, n);
         }
-        while (i < n && token_char[(unsigned char)p[i]])
-                i++;
-        if (i == n || p[i] != ':')
+        /* the colon is no token byte: the name's loop stops there at the latest */
+        const char *colon = memchr(p, ':', n), *q = p;
+        if (!colon)
                 return malformed(u, "invalid header token");
-        if (i == 0)
+        while (token_char[(unsigned char)*q])
+                q++;
+        if (q != colon)
+                return malformed(u, "invalid header token");
+        if (q == p)
                 return malformed(u, "empty header name");
-        size_t name_len = i++;
+        size_t name_len = (size_t)(q - p), i = name_len + 1;
         while (i < n && (p[i] == ' ' || p[i] == '\t'))
                 i++;
         const char *v = p + i;
         size_t vn = n - i;
+        if (!value_chars(v, vn))
+                return malformed(u, "invalid header value char");
 
         if (http_header_table_add(&r->headers, &r->n_headers, &r->n_headers_alloc, HEADERS_MAX,
                                   buffer_size(&r->head)) < 0 ||
@@ -418,10 +445,9 @@ static int parse_line(Upstream *u, const char *p, size_t n) {
         UpstreamParse *s = &u->parse;
         bool cr = n > 0 && p[n - 1] == '\r';
 
+        /* a CR inside is no value byte, nor part of a chunk's size line */
         if (cr)
                 n--;
-        if (memchr(p, '\r', n))
-                return malformed(u, "expected LF after CR");
         switch (s->state) {
         case PARSE_HEADERS:
         case PARSE_TRAILERS:
@@ -536,10 +562,8 @@ static int take_line(Upstream *u, const char **pp, const char *end) {
                 const char *cr = memchr(p, '\r', (size_t)(end - p));
                 if (cr && cr + 1 < end)
                         return malformed(u, "expected LF after CR");
-                if (s->state != PARSE_CHUNK_SIZE)
-                        for (const char *q = p; q < end; q++)
-                                if (!value_char((unsigned char)*q) && *q != '\r')
-                                        return malformed(u, "invalid header char");
+                if (s->state != PARSE_CHUNK_SIZE && !value_chars(p, (size_t)((cr ?: end) - p)))
+                        return malformed(u, "invalid header char");
                 return buffer_append(&s->line, p, (size_t)(end - p)) < 0 ? -ENOMEM : 0;
         }
         *pp = lf + 1;
