@@ -70,6 +70,7 @@ typedef struct UpstreamParse {
         bool skip_body;       /* HEAD, 204, 304, 1xx */
         bool in_section;      /* a header of the head or the trailers was read: a line may continue it */
         uint64_t left;        /* of the body or chunk being read */
+        size_t head_bytes;    /* of the headers' names and values (the head keeps their lines) */
         Buffer line;          /* a line begun in an earlier read */
         const char *reason;   /* what was malformed, for the log */
 } UpstreamParse;

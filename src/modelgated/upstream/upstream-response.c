@@ -31,6 +31,7 @@ enum {
         RF_TRANSFER_ENCODING = 1 << 2,
         RF_CONNECTION_CLOSE = 1 << 3,
         RF_CONNECTION_KEEP_ALIVE = 1 << 4,
+        RF_EMPTY_CONTENT_LENGTH = 1 << 5, /* refused unless the next line continues it */
 };
 
 Span upstream_response_header_name(const UpstreamResponse *r, size_t i) {
@@ -85,28 +86,53 @@ static inline bool value_char(unsigned char c) {
 #define ONES UINT64_C(0x0101010101010101)
 #define HIGHS UINT64_C(0x8080808080808080)
 
-/* Whether [p, p + n) are all value bytes: eight at a time, where a word with a byte below space or a DEL
- * is looked at byte by byte (a tab, most likely) */
-static bool value_chars(const char *p, size_t n) {
-        size_t i = 0;
-
-        for (; i + 8 <= n; i += 8) {
-                uint64_t w;
-                memcpy(&w, p + i, 8);
-                uint64_t d = w ^ (ONES * 0x7f);
-                if ((((w - ONES * ' ') & ~w) | ((d - ONES) & ~d)) & HIGHS)
-                        for (size_t j = i; j < i + 8; j++)
-                                if (!value_char((unsigned char)p[j]))
-                                        return false;
+/* The first byte of [p, end) that is no value byte (a line's CR, most likely), or end: eight at a time
+ * where the word says none of its bytes is below a space or a DEL, else from the first that may be */
+static const char *scan_value(const char *p, const char *end) {
+        while (p < end) {
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+                if (end - p >= 8) {
+                        uint64_t w, d;
+                        memcpy(&w, p, 8);
+                        d = w ^ (ONES * 0x7f);
+                        /* exact for the lowest byte flagged (borrows only go up) */
+                        uint64_t m = (((w - ONES * ' ') & ~w) | ((d - ONES) & ~d)) & HIGHS;
+                        if (m == 0) {
+                                p += 8;
+                                continue;
+                        }
+                        p += __builtin_ctzll(m) / 8;
+                }
+#endif
+                if (!value_char((unsigned char)*p))
+                        return p;
+                p++;
         }
-        for (; i < n; i++)
-                if (!value_char((unsigned char)p[i]))
-                        return false;
-        return true;
+        return end;
+}
+
+static bool value_chars(const char *p, size_t n) {
+        return scan_value(p, p + n) == p + n;
 }
 
 static inline bool span_is(const char *p, size_t n, const char *lit, size_t l) {
         return n == l && strncasecmp(p, lit, l) == 0;
+}
+
+static inline bool word_is(const char *p, const char *lit) {
+        uint64_t a, b;
+
+        memcpy(&a, p, 8);
+        memcpy(&b, lit, 8);
+        return (a | ONES * 0x20) == b;
+}
+
+/* Whether a header's name (a token) is lit, lower case, of 8 to 24 bytes: compared eight bytes at a time,
+ * the last eight overlapping, each byte with its case bit set (no token byte but an upper case letter
+ * becomes a lower case letter or '-' with it) */
+static inline bool name_is(const char *p, size_t n, const char *lit, size_t l) {
+        return n == l && word_is(p, lit) && word_is(p + l - 8, lit + l - 8) &&
+               (l <= 16 || word_is(p + 8, lit + 8));
 }
 
 /* llhttp_should_keep_alive(): HTTP/1.1 unless "Connection: close", HTTP/1.0 only with "Connection:
@@ -144,6 +170,11 @@ static int parse_status_line(Upstream *u, const char *p, size_t n) {
                 return malformed(u, "invalid HTTP version");
         if (p[8] != ' ')
                 return malformed(u, "expected space after version");
+        if (n >= 12 && (unsigned)(p[9] - '0') < 10 && (unsigned)(p[10] - '0') < 10 &&
+            (unsigned)(p[11] - '0') < 10 && (n == 12 || p[12] == ' ')) {
+                u->resp.status = (p[9] - '0') * 100 + (p[10] - '0') * 10 + (p[11] - '0');
+                return 0;
+        }
         int status = 0;
         size_t i = 9;
         for (; i < n && p[i] >= '0' && p[i] <= '9'; i++) {
@@ -157,10 +188,12 @@ static int parse_status_line(Upstream *u, const char *p, size_t n) {
         return 0;
 }
 
-static int head_append(UpstreamResponse *r, const char *p, size_t n) {
-        if (buffer_size(&r->head) + n > HEAD_MAX)
+/* More of the last header's value, at the end of the head */
+static int head_append(Upstream *u, const char *p, size_t n) {
+        if (u->parse.head_bytes + n > HEAD_MAX)
                 return -E2BIG;
-        return buffer_append(&r->head, p, n);
+        u->parse.head_bytes += n;
+        return buffer_append(&u->resp.head, p, n);
 }
 
 /* The framing and connection headers, as llhttp reads them */
@@ -169,7 +202,7 @@ static int parse_special(Upstream *u, const char *name, size_t name_len, const c
 
         switch (name_len) {
         case 10:
-                if (!span_is(name, name_len, "connection", 10))
+                if (!name_is(name, name_len, "connection", 10))
                         return 0;
                 /* tokens of a list: close and keep-alive, followed by spaces at most */
                 for (size_t i = 0; i < n;) {
@@ -189,19 +222,22 @@ static int parse_special(Upstream *u, const char *name, size_t name_len, const c
                 }
                 return 0;
         case 14: {
-                if (!span_is(name, name_len, "content-length", 14))
+                if (!name_is(name, name_len, "content-length", 14))
                         return 0;
                 if (s->flags & RF_CONTENT_LENGTH)
                         return malformed(u, "duplicate Content-Length");
                 if (s->flags & RF_TRANSFER_ENCODING)
                         return malformed(u, "Content-Length with Transfer-Encoding");
-                if (n == 0)
-                        return malformed(u, "empty Content-Length");
+                /* empty: refused unless the next line continues it (as llhttp) */
+                if (n == 0) {
+                        s->flags |= RF_EMPTY_CONTENT_LENGTH;
+                        return 0;
+                }
                 uint64_t l = 0;
                 size_t i = 0;
                 for (; i < n && v[i] >= '0' && v[i] <= '9'; i++) {
                         unsigned d = (unsigned)(v[i] - '0');
-                        if (l > UINT64_MAX / 10 || l * 10 > UINT64_MAX - d)
+                        if (l >= UINT64_MAX / 10 && (l > UINT64_MAX / 10 || d > UINT64_MAX % 10))
                                 return malformed(u, "Content-Length overflow");
                         l = l * 10 + d;
                 }
@@ -213,7 +249,7 @@ static int parse_special(Upstream *u, const char *name, size_t name_len, const c
                 return 0;
         }
         case 17: {
-                if (!span_is(name, name_len, "transfer-encoding", 17))
+                if (!name_is(name, name_len, "transfer-encoding", 17))
                         return 0;
                 /* an empty value is no coding (llhttp sets its flag where a value begins) */
                 if (n == 0)
@@ -241,6 +277,27 @@ static int parse_special(Upstream *u, const char *name, size_t name_len, const c
         }
 }
 
+/* A header whose line (its CR cut off) is [p, p + n), its name the first name_len bytes, its value from v
+ * on: kept as the line is, in one copy, with the offsets of its name and value */
+static int add_header(Upstream *u, const char *p, size_t name_len, const char *v, size_t n) {
+        UpstreamResponse *r = &u->resp;
+        UpstreamParse *s = &u->parse;
+        size_t vn = (size_t)(p + n - v), at = buffer_size(&r->head);
+
+        if (s->head_bytes + name_len + vn > HEAD_MAX)
+                return malformed(u, "headers too big");
+        s->head_bytes += name_len + vn;
+        if (http_header_table_add(&r->headers, &r->n_headers, &r->n_headers_alloc, HEADERS_MAX, at) < 0 ||
+            buffer_append(&r->head, p, n) < 0)
+                return malformed(u, "too many headers");
+        HttpHeader *h = &r->headers[r->n_headers - 1];
+        h->name_len = name_len;
+        h->value = at + (size_t)(v - p);
+        h->value_len = vn;
+        s->in_section = true;
+        return parse_special(u, p, name_len, v, vn);
+}
+
 /* A line that begins with a space or tab continues the header before it (obs-fold, RFC 9112 §5.2), as
  * llhttp reads it: the line is the value's next bytes (without the line end between), or its first ones
  * without the leading spaces where the value was empty; framing headers read it as llhttp does. */
@@ -256,16 +313,18 @@ static int parse_fold(Upstream *u, const char *p, size_t n) {
         if (n == 0)
                 return 0;
         bool first = h->value_len == 0;
-        if (head_append(r, p, n) < 0)
+        if (head_append(u, p, n) < 0)
                 return malformed(u, "headers too big");
         h->value_len += n;
-        if (first)
+        if (first) {
+                u->parse.flags &= ~RF_EMPTY_CONTENT_LENGTH;
                 return parse_special(u, name, name_len, p, n);
-        if (span_is(name, name_len, "content-length", 14))
+        }
+        if (name_is(name, name_len, "content-length", 14))
                 return malformed(u, "duplicate Content-Length");
-        if (span_is(name, name_len, "transfer-encoding", 17))
+        if (name_is(name, name_len, "transfer-encoding", 17))
                 u->parse.flags &= ~RF_CHUNKED;
-        else if (span_is(name, name_len, "connection", 10))
+        else if (name_is(name, name_len, "connection", 10))
                 return parse_special(u, name, name_len, p, n);
         return 0;
 }
@@ -274,8 +333,6 @@ static int parse_fold(Upstream *u, const char *p, size_t n) {
  * 9112 §5.1 has it: llhttp in its default mode took spaces in it ("Transfer-Encoding : chunked" as a
  * header of its own), or none at all, which no host sends but a smuggler. */
 static int parse_header_line(Upstream *u, const char *p, size_t n) {
-        UpstreamResponse *r = &u->resp;
-
         if (*p == ' ' || *p == '\t') {
                 if (!u->parse.in_section)
                         return malformed(u, "unexpected space after start line");
@@ -293,26 +350,12 @@ static int parse_header_line(Upstream *u, const char *p, size_t n) {
                 return malformed(u, "invalid header token");
         if (q == p)
                 return malformed(u, "empty header name");
-        size_t name_len = (size_t)(q - p), i = name_len + 1;
-        while (i < n && (p[i] == ' ' || p[i] == '\t'))
-                i++;
-        const char *v = p + i;
-        size_t vn = n - i;
-        if (!value_chars(v, vn))
+        const char *v = q + 1;
+        while (v < p + n && (*v == ' ' || *v == '\t'))
+                v++;
+        if (!value_chars(v, (size_t)(p + n - v)))
                 return malformed(u, "invalid header value char");
-
-        if (http_header_table_add(&r->headers, &r->n_headers, &r->n_headers_alloc, HEADERS_MAX,
-                                  buffer_size(&r->head)) < 0 ||
-            head_append(r, p, name_len) < 0)
-                return malformed(u, "too many headers");
-        HttpHeader *h = &r->headers[r->n_headers - 1];
-        h->name_len = name_len;
-        h->value = buffer_size(&r->head);
-        if (head_append(r, v, vn) < 0)
-                return malformed(u, "headers too big");
-        h->value_len = vn;
-        u->parse.in_section = true;
-        return parse_special(u, p, name_len, v, vn);
+        return add_header(u, p, (size_t)(q - p), v, n);
 }
 
 /* The end of a message: a 1xx is dropped and the next response read; a final one is complete (1). */
@@ -331,7 +374,9 @@ static int message_complete(Upstream *u) {
                 return 0;
         }
         u->complete = true;
-        u->resp.keep_alive = parse_keep_alive(u, s->skip_body);
+        /* what on_headers was told, but where the body llhttp thought of then is not there (HEAD) */
+        if (s->skip_body)
+                u->resp.keep_alive = parse_keep_alive(u, true);
         s->state = PARSE_DONE;
         return 1;
 }
@@ -490,6 +535,7 @@ static void message_begin(Upstream *u) {
         u->resp.chunked = u->resp.has_content_length = u->resp.keep_alive = false;
         u->resp.content_length = 0;
         s->flags = 0;
+        s->head_bytes = 0;
         s->skip_body = false;
         s->state = PARSE_STATUS;
 }
@@ -507,8 +553,18 @@ static int take_status_line(Upstream *u, const char **pp, const char *end) {
                 *pp = p + 1;
                 return r;
         }
-        const char *lf = memchr(p, '\n', (size_t)(end - p));
-        const char *eol = memchr(p, '\r', (size_t)((lf ?: end) - p)) ?: lf;
+        const char *eol = NULL;
+        if (buffer_is_empty(&s->line) && end - p > 9) {
+                /* the usual line, whole in the read: "HTTP/1.1 200 OK", its end looked for after the
+                 * version (a line end before it is refused all the same) */
+                const char *e = p + 9;
+                while (e < end && *e != '\r' && *e != '\n')
+                        e++;
+                eol = e < end ? e : NULL;
+        } else {
+                const char *lf = memchr(p, '\n', (size_t)(end - p));
+                eol = memchr(p, '\r', (size_t)((lf ?: end) - p)) ?: lf;
+        }
         if (!eol || eol + 1 == end) {
                 *pp = end;
                 if (buffer_size(&s->line) + (size_t)(end - p) > HEAD_LINE_MAX)
@@ -539,6 +595,27 @@ static int take_line(Upstream *u, const char **pp, const char *end) {
         const char *p = *pp;
         int r;
 
+        if (s->state != PARSE_CHUNK_SIZE && buffer_is_empty(&s->line)) {
+                if ((s->flags & RF_EMPTY_CONTENT_LENGTH) && *p != ' ' && *p != '\t')
+                        return malformed(u, "empty Content-Length");
+                /* a header line whole in the read: its bytes looked at once, where they are */
+                const char *q = p;
+                while (end - q >= 4 && token_char[(unsigned char)q[0]] && token_char[(unsigned char)q[1]] &&
+                       token_char[(unsigned char)q[2]] && token_char[(unsigned char)q[3]])
+                        q += 4;
+                while (q < end && token_char[(unsigned char)*q])
+                        q++;
+                if (q > p && q < end && *q == ':') {
+                        const char *v = q + 1;
+                        while (v < end && (*v == ' ' || *v == '\t'))
+                                v++;
+                        const char *e = scan_value(v, end);
+                        if (e + 1 < end && e[0] == '\r' && e[1] == '\n') {
+                                *pp = e + 2;
+                                return add_header(u, p, (size_t)(q - p), v, (size_t)(e - p));
+                        }
+                }
+        }
         if (s->state != PARSE_CHUNK_SIZE &&
             (buffer_is_empty(&s->line) ? *p == '\r' : *buffer_peek(&s->line) == '\r')) {
                 /* the empty line's CR and the byte after it, whatever it is, as llhttp takes it in its
