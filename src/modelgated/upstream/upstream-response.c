@@ -554,10 +554,13 @@ static int take_status_line(Upstream *u, const char **pp, const char *end) {
                 return r;
         }
         const char *eol = NULL;
-        if (buffer_is_empty(&s->line) && end - p > 9) {
+        if (buffer_is_empty(&s->line) && end - p > 13) {
                 /* the usual line, whole in the read: "HTTP/1.1 200 OK", its end looked for after the
-                 * version (a line end before it is refused all the same) */
-                const char *e = p + 9;
+                 * version and status (a line end before it is refused all the same) */
+                const char *e = p + ((unsigned)(p[9] - '0') < 10 && (unsigned)(p[10] - '0') < 10 &&
+                                                     (unsigned)(p[11] - '0') < 10 && p[12] == ' '
+                                             ? 13
+                                             : 9);
                 while (e < end && *e != '\r' && *e != '\n')
                         e++;
                 eol = e < end ? e : NULL;
@@ -595,27 +598,9 @@ static int take_line(Upstream *u, const char **pp, const char *end) {
         const char *p = *pp;
         int r;
 
-        if (s->state != PARSE_CHUNK_SIZE && buffer_is_empty(&s->line)) {
-                if ((s->flags & RF_EMPTY_CONTENT_LENGTH) && *p != ' ' && *p != '\t')
-                        return malformed(u, "empty Content-Length");
-                /* a header line whole in the read: its bytes looked at once, where they are */
-                const char *q = p;
-                while (end - q >= 4 && token_char[(unsigned char)q[0]] && token_char[(unsigned char)q[1]] &&
-                       token_char[(unsigned char)q[2]] && token_char[(unsigned char)q[3]])
-                        q += 4;
-                while (q < end && token_char[(unsigned char)*q])
-                        q++;
-                if (q > p && q < end && *q == ':') {
-                        const char *v = q + 1;
-                        while (v < end && (*v == ' ' || *v == '\t'))
-                                v++;
-                        const char *e = scan_value(v, end);
-                        if (e + 1 < end && e[0] == '\r' && e[1] == '\n') {
-                                *pp = e + 2;
-                                return add_header(u, p, (size_t)(q - p), v, (size_t)(e - p));
-                        }
-                }
-        }
+        if (s->state != PARSE_CHUNK_SIZE && buffer_is_empty(&s->line) &&
+            (s->flags & RF_EMPTY_CONTENT_LENGTH) && *p != ' ' && *p != '\t')
+                return malformed(u, "empty Content-Length");
         if (s->state != PARSE_CHUNK_SIZE &&
             (buffer_is_empty(&s->line) ? *p == '\r' : *buffer_peek(&s->line) == '\r')) {
                 /* the empty line's CR and the byte after it, whatever it is, as llhttp takes it in its
@@ -629,6 +614,27 @@ static int take_line(Upstream *u, const char **pp, const char *end) {
                 } else
                         *pp = p + 2;
                 return s->state == PARSE_HEADERS ? headers_complete(u) : message_complete(u);
+        }
+        if (s->state != PARSE_CHUNK_SIZE && buffer_is_empty(&s->line)) {
+                /* a header line whole in the read: its bytes looked at once, where they are */
+                const char *q = p;
+                if (!token_char[(unsigned char)end[-1]])
+                        /* a byte that stops the name is there before end: no bound to check */
+                        while (token_char[(unsigned char)*q])
+                                q++;
+                else
+                        while (q < end && token_char[(unsigned char)*q])
+                                q++;
+                if (q > p && q < end && *q == ':') {
+                        const char *v = q + 1;
+                        while (v < end && (*v == ' ' || *v == '\t'))
+                                v++;
+                        const char *e = scan_value(v, end);
+                        if (e + 1 < end && e[0] == '\r' && e[1] == '\n') {
+                                *pp = e + 2;
+                                return add_header(u, p, (size_t)(q - p), v, (size_t)(e - p));
+                        }
+                }
         }
         const char *lf = memchr(p, '\n', (size_t)(end - p));
         if (!lf) {
