@@ -3,12 +3,14 @@
 
 /* What the upstream files share and nothing else may see: the Upstream and its pool, and the calls by
  * which the parts hand over to each other: upstream-tls.c what https adds (the context, the handshake,
- * reads and writes through SSL), upstream-response.c the parser that builds the UpstreamResponse,
+ * reads and writes through SSL), upstream-response.c the parser that builds the UpstreamResponse (and
+ * upstream-head.c the lines of its head),
  * upstream-pool.c the idle connections kept for reuse, and upstream-connection.c one exchange on a
  * connection (connect, send, read, retry, what the timers mean, the owner's callbacks) with the Upstream's
  * own primitives (freeing it, its event sources, the loop's time). */
 
 #include <openssl/types.h>
+#include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
@@ -141,6 +143,72 @@ int upstream_handshake(Upstream *u);
  * EAGAIN when it must wait), so that one state machine serves both */
 ssize_t upstream_io_read(Upstream *u, void *buf, size_t n);
 ssize_t upstream_io_write(Upstream *u, const void *buf, size_t n);
+
+/* upstream-head.c: a response's head, a line at a time */
+/* what a response's head may hold: the bytes of its names and values */
+#define UPSTREAM_HEAD_MAX (256 * 1024)
+/* the framing and connection headers seen (UpstreamParse.flags) */
+enum {
+        RF_CHUNKED = 1 << 0,
+        RF_CONTENT_LENGTH = 1 << 1,
+        RF_TRANSFER_ENCODING = 1 << 2,
+        RF_CONNECTION_CLOSE = 1 << 3,
+        RF_CONNECTION_KEEP_ALIVE = 1 << 4,
+        RF_EMPTY_CONTENT_LENGTH = 1 << 5, /* refused unless the next line continues it */
+};
+/* RFC 9110 §5.6.2 tchar, the bytes of a header's name */
+extern const bool upstream_token_char[256];
+/* A value's bytes: tab, and all but the other controls and DEL */
+static inline bool upstream_value_char(unsigned char c) {
+        return c >= ' ' ? c != 0x7f : c == '\t';
+}
+
+#define ONES UINT64_C(0x0101010101010101)
+#define HIGHS UINT64_C(0x8080808080808080)
+
+/* The first byte of [p, end) that is no value byte (a line's CR, most likely), or end: eight at a time
+ * where the word says none of its bytes is below a space or a DEL, else from the first that may be */
+static inline const char *upstream_scan_value(const char *p, const char *end) {
+        while (p < end) {
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+                if (end - p >= 8) {
+                        uint64_t w, d;
+                        memcpy(&w, p, 8);
+                        d = w ^ (ONES * 0x7f);
+                        /* exact for the lowest byte flagged (borrows only go up) */
+                        uint64_t m = (((w - ONES * ' ') & ~w) | ((d - ONES) & ~d)) & HIGHS;
+                        if (m == 0) {
+                                p += 8;
+                                continue;
+                        }
+                        p += __builtin_ctzll(m) / 8;
+                }
+#endif
+                if (!upstream_value_char((unsigned char)*p))
+                        return p;
+                p++;
+        }
+        return end;
+}
+
+static inline bool upstream_value_chars(const char *p, size_t n) {
+        return upstream_scan_value(p, p + n) == p + n;
+}
+
+/* A malformed response: -EPROTO, and why for the log */
+static inline int upstream_malformed(Upstream *u, const char *reason) {
+        u->parse.reason = reason;
+        return -EPROTO;
+}
+/* The status line (its line end cut off); the next lines are headers. 0, or -EPROTO. */
+int upstream_head_status_line(Upstream *u, const char *p, size_t n);
+/* A header line of the head or the trailers, its CR cut off: 0, or -EPROTO. */
+int upstream_head_line(Upstream *u, const char *p, size_t n);
+/* The header whose line is [p, p + n) (its CR cut off, its bytes checked), its name the first name_len
+ * bytes, its value from v on: 0, or -EPROTO. */
+int upstream_head_add(Upstream *u, const char *p, size_t name_len, const char *v, size_t n);
+/* llhttp_should_keep_alive() for what the head said, skip_body for an answer without body (HEAD) */
+bool upstream_head_keep_alive(const Upstream *u, bool skip_body);
 
 /* upstream-response.c: a fresh parser for the next response on this connection */
 void upstream_parser_init(Upstream *u);
