@@ -587,12 +587,20 @@ TEST(mutated_answers_read_as_llhttp_read_them) {
                 "HTTP/1.1 200 OK\nContent-Length: 2\n\nok",
                 "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n1\r\nx\r\n0\r\n\r\n",
                 "HTTP/1.1 304 Not Modified\r\nX-A: a\r\n b\r\n\r\n",
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: keep-alive, close\r\n\r\n"
+                "1\r\nx\r\n0\r\nA: b\r\n c\r\nContent-Length: 1\r\n\r\n",
+                "HTTP/1.0 103 Early\r\nConnection: keep-alive\r\nLink: x\r\n\r\nHTTP/1.0 200 OK\r\n"
+                "Content-Length:  2 \r\nConnection: keep-alive\r\n\r\nok",
+                "HTTP/1.1 200 OK\r\nContent-Length:\r\n 3\r\nTransfer-Encoding:\r\n\r\nabc",
+                "HTTP/1.1 200\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked \r\n\r\n"
+                "1;a;b=\"c\";d=e\r\nx\r\n0\r\n\r\n",
         };
-        static const char alphabet[] = "\r\n \t:;,0019aFxH.\x7f\x80\x01=\"";
+        static const char alphabet[] = "\r\n \t:;,0019aFxH.\x7f\x80\x01=\"\\ck-";
         const char *env = getenv("UPSTREAM_PARSE_ROUNDS");
         unsigned rounds = env ? (unsigned)atoi(env) : 20000;
-        unsigned seed = 1;
-        char buf[512];
+        const char *seed_env = getenv("UPSTREAM_PARSE_SEED");
+        unsigned seed = seed_env ? (unsigned)atoi(seed_env) : 1;
+        char buf[1024];
 
         for (unsigned round = 0; round < rounds; round++) {
                 const char *s = seeds[rand_r(&seed) % ELEMENTSOF(seeds)];

@@ -139,8 +139,6 @@ static int parse_special(Upstream *u, const char *name, size_t name_len, const c
                         return 0;
                 if (s->flags & RF_CONTENT_LENGTH)
                         return upstream_malformed(u, "duplicate Content-Length");
-                if (s->flags & RF_TRANSFER_ENCODING)
-                        return upstream_malformed(u, "Content-Length with Transfer-Encoding");
                 /* empty: refused unless the next line continues it (as llhttp) */
                 if (n == 0) {
                         s->flags |= RF_EMPTY_CONTENT_LENGTH;
@@ -167,8 +165,6 @@ static int parse_special(Upstream *u, const char *name, size_t name_len, const c
                 /* an empty value is no coding (llhttp sets its flag where a value begins) */
                 if (n == 0)
                         return 0;
-                if (s->flags & RF_CONTENT_LENGTH)
-                        return upstream_malformed(u, "Transfer-Encoding with Content-Length");
                 s->flags |= RF_TRANSFER_ENCODING;
                 /* chunked when it is the last coding: the list's last item, spaces (not tabs) after it */
                 size_t e = n;

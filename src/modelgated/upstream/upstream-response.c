@@ -65,8 +65,9 @@ static int message_complete(Upstream *u) {
                 return 0;
         }
         u->complete = true;
-        /* what on_headers was told, but where the body llhttp thought of then is not there (HEAD) */
-        if (s->skip_body)
+        /* what on_headers was told, but where the body llhttp thought of then is not there (HEAD), or
+         * where trailers said more (Connection: close) */
+        if (s->skip_body || u->resp.chunked)
                 u->resp.keep_alive = upstream_head_keep_alive(u, true);
         s->state = PARSE_DONE;
         return 1;
@@ -78,6 +79,10 @@ static int headers_complete(Upstream *u) {
         UpstreamParse *s = &u->parse;
         UpstreamResponse *r = &u->resp;
 
+        /* RFC 9112 §6.1: which one frames the body? (checked at the head's end, as llhttp; trailers
+         * may have both) */
+        if ((s->flags & RF_TRANSFER_ENCODING) && (s->flags & RF_CONTENT_LENGTH))
+                return upstream_malformed(u, "Content-Length with Transfer-Encoding");
         /* We never ask for an upgrade: a 101 would hand the connection to another protocol. */
         if (r->status == 101) {
                 u->cancel_error = -EPROTO;
