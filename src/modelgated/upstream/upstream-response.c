@@ -133,17 +133,29 @@ static int headers_complete(Upstream *u) {
 }
 
 /* A chunk's size line: hex digits, then an extension (ignored) */
-static int parse_chunk_size(Upstream *u, const char *p, size_t n) {
+/* a hex digit's value plus one, 0 for any other byte */
+static const uint8_t hex_digit[256] = {
+        ['0'] = 1,  ['1'] = 2,  ['2'] = 3,  ['3'] = 4,  ['4'] = 5,  ['5'] = 6,  ['6'] = 7,  ['7'] = 8,
+        ['8'] = 9,  ['9'] = 10, ['a'] = 11, ['b'] = 12, ['c'] = 13, ['d'] = 14, ['e'] = 15, ['f'] = 16,
+        ['A'] = 11, ['B'] = 12, ['C'] = 13, ['D'] = 14, ['E'] = 15, ['F'] = 16,
+};
+
+/* The next chunk is size bytes, or the trailers come */
+static void chunk_size_known(Upstream *u, uint64_t size) {
         UpstreamParse *s = &u->parse;
+
+        s->left = size;
+        s->state = size > 0 ? PARSE_CHUNK_DATA : PARSE_TRAILERS;
+        s->in_section = false;
+}
+
+static int parse_chunk_size(Upstream *u, const char *p, size_t n) {
         uint64_t size = 0;
         size_t i = 0;
 
         for (; i < n; i++) {
-                unsigned char c = p[i];
-                unsigned d = c >= '0' && c <= '9'                     ? c - '0'
-                             : (c | 0x20) >= 'a' && (c | 0x20) <= 'f' ? (c | 0x20) - 'a' + 10
-                                                                      : 16;
-                if (d == 16)
+                unsigned d = hex_digit[(unsigned char)p[i]];
+                if (d-- == 0)
                         break;
                 if (size > UINT64_MAX / 16)
                         return upstream_malformed(u, "chunk size overflow");
@@ -176,9 +188,7 @@ static int parse_chunk_size(Upstream *u, const char *p, size_t n) {
                 if (i < n && p[i] == ';' && ++i < n && p[i] != ';')
                         return upstream_malformed(u, "invalid character in chunk size");
         }
-        s->left = size;
-        s->state = size > 0 ? PARSE_CHUNK_DATA : PARSE_TRAILERS;
-        s->in_section = false;
+        chunk_size_known(u, size);
         return 0;
 }
 
@@ -295,6 +305,19 @@ static int take_line(Upstream *u, const char **pp, const char *end) {
         const char *p = *pp;
         int r;
 
+        if (s->state == PARSE_CHUNK_SIZE && buffer_is_empty(&s->line)) {
+                /* the usual size line, whole in the read: hex digits (as many as cannot overflow) and
+                 * CRLF */
+                uint64_t size = 0;
+                const char *q = p;
+                for (; q < end && q - p < 16 && hex_digit[(unsigned char)*q]; q++)
+                        size = size * 16 + hex_digit[(unsigned char)*q] - 1;
+                if (q > p && end - q >= 2 && q[0] == '\r' && q[1] == '\n') {
+                        *pp = q + 2;
+                        chunk_size_known(u, size);
+                        return 0;
+                }
+        }
         if (s->state != PARSE_CHUNK_SIZE && buffer_is_empty(&s->line) &&
             (s->flags & RF_EMPTY_CONTENT_LENGTH) && *p != ' ' && *p != '\t')
                 return upstream_malformed(u, "empty Content-Length");
@@ -356,6 +379,32 @@ static int take_line(Upstream *u, const char **pp, const char *end) {
         return r;
 }
 
+/* A chunk's data, as far as [*pp, end) holds it, to the owner; its CRLF checked before, where the read
+ * holds it, and taken. 0, or < 0 as upstream_parse(). */
+static int take_chunk_data(Upstream *u, const char **pp, const char *end) {
+        UpstreamParse *s = &u->parse;
+        const char *p = *pp;
+        size_t n = (size_t)MIN((uint64_t)(end - p), s->left);
+
+        s->left -= n;
+        *pp = p + n;
+        if (s->left > 0)
+                return deliver(u, p, n);
+        if (chunk_end_bad(p + n, end)) {
+                u->cancel_error = -EPROTO;
+                return -ECANCELED;
+        }
+        int r = deliver(u, p, n);
+        if (r < 0)
+                return r;
+        if (end - (p + n) >= 2) {
+                *pp = p + n + 2;
+                s->state = PARSE_CHUNK_SIZE;
+        } else
+                s->state = PARSE_CHUNK_CR;
+        return 0;
+}
+
 int upstream_parse(Upstream *u, const char *buf, size_t size, size_t *ret_used) {
         UpstreamParse *s = &u->parse;
         const char *p = buf, *end = buf + size;
@@ -389,27 +438,24 @@ int upstream_parse(Upstream *u, const char *buf, size_t size, size_t *ret_used) 
                         if (r != 0)
                                 goto done;
                         continue;
-                case PARSE_BODY_LENGTH:
-                case PARSE_CHUNK_DATA: {
+                case PARSE_BODY_LENGTH: {
                         size_t n = (size_t)MIN((uint64_t)(end - p), s->left);
                         s->left -= n;
-                        if (s->left == 0)
-                                s->state = s->state == PARSE_CHUNK_DATA ? PARSE_CHUNK_CR : PARSE_DONE;
-                        /* a chunk's CRLF that this read holds is checked before its data goes on */
-                        if (s->state == PARSE_CHUNK_CR && chunk_end_bad(p + n, end)) {
-                                u->cancel_error = -EPROTO;
-                                return -ECANCELED;
-                        }
                         r = deliver(u, p, n);
                         p += n;
                         if (r < 0)
                                 return r;
-                        if (s->state == PARSE_DONE) {
-                                r = message_complete(u);
-                                goto done;
-                        }
-                        continue;
+                        if (s->left > 0)
+                                continue;
+                        s->state = PARSE_DONE;
+                        r = message_complete(u);
+                        goto done;
                 }
+                case PARSE_CHUNK_DATA:
+                        r = take_chunk_data(u, &p, end);
+                        if (r < 0)
+                                return r;
+                        continue;
                 case PARSE_BODY_EOF:
                         r = deliver(u, p, (size_t)(end - p));
                         if (r < 0)
