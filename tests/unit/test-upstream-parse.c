@@ -474,18 +474,29 @@ TEST(keep_alive_as_llhttp) {
                 "HTTP/1.1 200 OK\r\nConnection: foo, close\r\nContent-Length: 1\r\n\r\nx",
                 "HTTP/1.1 200 OK\r\nConnection: closed\r\nContent-Length: 1\r\n\r\nx",
                 "HTTP/1.1 200 OK\r\nConnection: Keep-Alive ,Close \r\nContent-Length: 1\r\n\r\nx",
-                "HTTP/1.1 200 OK\nContent-Length: 2\n\nok",
+                /* bare LF ending the status line and the head, not a header */
+                "HTTP/1.1 200 OK\nContent-Length: 2\r\n\nok",
                 "HTTP/1.1 200 OK\r\nX-A: a\r\n  b\r\nContent-Length: 0\r\n\r\n",
                 "HTTP/1.1 200 OK\r\nX-A: a  \r\nX-B:\r\nX-C: \t c\t\r\nContent-Length: 0\r\n\r\n",
                 "HTTP/2.0 200 OK\r\nContent-Length: 0\r\n\r\n",
                 "HTTP/1.1 200\r\nContent-Length: 0\r\n\r\n",
                 "HTTP/1.1 0200 \r\nContent-Length: 0\r\n\r\n",
-                "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n",
                 "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: gzip\r\n\r\nx",
                 "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+                /* trailers: their Connection and Transfer-Encoding count for keep-alive, and a
+                 * Content-Length there is no conflict */
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nTransfer-Encoding: gzip\r\n\r\n",
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nConnection: close\r\n\r\n",
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nContent-Length: 5\r\n\r\n",
+                /* CR and any byte end the status line and the head */
+                "HTTP/1.1 200 OK\rXContent-Length: 1\r\n\rXy",
+                /* an empty Content-Length that the next line continues */
+                "HTTP/1.1 200 OK\r\nContent-Length:\r\n 2\r\n\r\nok",
         };
         for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
                 Outcome o = check_str(cases[i], false);
+                if (o.end != 1 && !o.eof_complete)
+                        FAIL("case %zu not taken", i);
                 outcome_done(&o);
         }
 }
@@ -510,6 +521,9 @@ TEST(malformed_answers_are_refused) {
         check_refused("HTTP/1.1 200 OK\r\nA : b\r\n\r\n", false);
         check_refused("HTTP/1.1 200 OK\r\nA: b\x01\r\n\r\n", false);
         check_refused("HTTP/1.1 200 OK\r\nA: b\rc\r\n\r\n", false);
+        check_refused("HTTP/1.1 200 OK\nContent-Length: 2\n\nok", false);
+        check_refused("HTTP/1.1 200 OK\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n", false);
+        check_refused("HTTP/1.1 200 OK\r\nContent-Length:\r\nX: y\r\n\r\n", false);
         check_refused("HTTP/1.1 200 OK\r\nContent-Length: 1x\r\n\r\n", false);
         check_refused("HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx", false);
         check_refused("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n0\r\n\r\n",
@@ -644,6 +658,54 @@ TEST(mutated_answers_read_as_llhttp_read_them) {
                 Outcome o = check_cuts(buf, n, cuts, n_cuts, head);
                 outcome_done(&o);
         }
+}
+
+static int refuse_headers(Upstream *u, const UpstreamResponse *r, void *userdata) {
+        return -1;
+}
+
+static int refuse_body(Upstream *u, const char *p, size_t n, void *userdata) {
+        return -1;
+}
+
+static const UpstreamCallbacks taken_over = {.on_body = on_body};
+
+/* hands u to another owner, then refuses: the refusal is not the new owner's */
+static int hand_over(Upstream *u, const char *p, size_t n, void *userdata) {
+        upstream_set_owner(u, &taken_over, userdata);
+        return -1;
+}
+
+static int parse_with(const UpstreamCallbacks *cb, const char *s, int *ret_cancel, Outcome *o) {
+        Upstream *u = calloc(1, sizeof(Upstream));
+        size_t used = 0;
+        assert(u);
+        u->cb = cb;
+        u->userdata = o;
+        upstream_parser_init(u);
+        int r = upstream_parse(u, s, strlen(s), &used);
+        *ret_cancel = u->cancel_error;
+        buffer_done(&u->resp.head);
+        free(u->resp.headers);
+        upstream_parser_done(u);
+        free(u);
+        return r;
+}
+
+/* an owner's refusal ends the parse where it is, with cancel_error set, unless it handed u over first */
+TEST(an_owners_refusal_cancels) {
+        const char *s = "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nbody";
+        Outcome o = {};
+        int cancel;
+
+        ASSERT_EQ(parse_with(&(UpstreamCallbacks){.on_headers = refuse_headers}, s, &cancel, &o),
+                  -ECANCELED);
+        ASSERT_EQ(cancel, -ECANCELED);
+        ASSERT_EQ(parse_with(&(UpstreamCallbacks){.on_body = refuse_body}, s, &cancel, &o), -ECANCELED);
+        ASSERT_EQ(cancel, -ECANCELED);
+        ASSERT_EQ(parse_with(&(UpstreamCallbacks){.on_body = hand_over}, s, &cancel, &o), 1);
+        ASSERT_EQ(cancel, 0);
+        outcome_done(&o);
 }
 
 TESTS_MAIN

@@ -2,9 +2,9 @@
 /* A host's response's head, a line at a time, as llhttp read it in its default mode (rule:host-input):
  * the status line, header lines into the UpstreamResponse's table (with a bound on their size and
  * number), continuation lines (obs-fold), and the framing and connection headers read as llhttp read them
- * (Content-Length, Transfer-Encoding, Connection), with llhttp's refusals: a duplicate or bad
- * Content-Length, one with Transfer-Encoding. Trailers are such lines too. The parser around them is
- * upstream-response.c's. */
+ * (Content-Length, Transfer-Encoding, Connection), with llhttp's refusals: a duplicate, empty or bad
+ * Content-Length (with Transfer-Encoding: upstream-response.c, at the head's end). Trailers are such
+ * lines too. The parser around them is upstream-response.c's. */
 
 #include <assert.h>
 #include <string.h>

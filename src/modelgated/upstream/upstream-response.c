@@ -68,7 +68,7 @@ static int message_complete(Upstream *u) {
         /* what on_headers was told, but where the body llhttp thought of then is not there (HEAD), or
          * where trailers said more (Connection: close) */
         if (s->skip_body || u->resp.chunked)
-                u->resp.keep_alive = upstream_head_keep_alive(u, true);
+                u->resp.keep_alive = upstream_head_keep_alive(u, s->skip_body);
         s->state = PARSE_DONE;
         return 1;
 }
@@ -132,7 +132,6 @@ static int headers_complete(Upstream *u) {
         return 0;
 }
 
-/* A chunk's size line: hex digits, then an extension (ignored) */
 /* a hex digit's value plus one, 0 for any other byte */
 static const uint8_t hex_digit[256] = {
         ['0'] = 1,  ['1'] = 2,  ['2'] = 3,  ['3'] = 4,  ['4'] = 5,  ['5'] = 6,  ['6'] = 7,  ['7'] = 8,
@@ -149,6 +148,7 @@ static void chunk_size_known(Upstream *u, uint64_t size) {
         s->in_section = false;
 }
 
+/* A chunk's size line, its CRLF cut off: hex digits, then extensions (ignored) */
 static int parse_chunk_size(Upstream *u, const char *p, size_t n) {
         uint64_t size = 0;
         size_t i = 0;
