@@ -611,7 +611,7 @@ TEST(mutated_answers_read_as_llhttp_read_them) {
         };
         static const char alphabet[] = "\r\n \t:;,0019aFxH.\x7f\x80\x01=\"\\ck-";
         const char *env = getenv("UPSTREAM_PARSE_ROUNDS");
-        unsigned rounds = env ? (unsigned)atoi(env) : 20000;
+        unsigned rounds = env ? (unsigned)atoi(env) : 200000;
         const char *seed_env = getenv("UPSTREAM_PARSE_SEED");
         unsigned seed = seed_env ? (unsigned)atoi(seed_env) : 1;
         char buf[1024];
