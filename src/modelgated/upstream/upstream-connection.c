@@ -3,7 +3,7 @@
  * a fresh connection when a pooled one was stale, and the timers that bound it all. Lifecycle:
  * CONNECTING → (HANDSHAKE, upstream-tls.c) → SENDING → RECEIVING, then either IDLE in the pool
  * (upstream-pool.c: the host keeps it alive) or freed. Callbacks into the owner run from inside
- * llhttp_execute() (upstream-response.c); the owner never frees the Upstream there, it returns < 0 and
+ * upstream_parse() (upstream-response.c); the owner never frees the Upstream there, it returns < 0 and
  * this module cancels after the parser has returned. This is the top of the upstream files: it drives
  * the handshake by what upstream_handshake() returns. The Upstream's own primitives (freeing it,
  * re-arming its socket's edges, its one timer, the loop's time) are here too, and the pool uses them. */
@@ -68,6 +68,7 @@ Upstream *upstream_free(Upstream *u) {
         buffer_done(&u->request);
         buffer_done(&u->resp.head);
         free(u->resp.headers);
+        upstream_parser_done(u);
         free(u->authority);
         free(u);
         return NULL;
@@ -214,18 +215,10 @@ static void upstream_handle_eof(Upstream *u) {
                 return;
         }
         /* A response without length ends here (older llama.cpp builds end streams like this) */
-        u->in_parser = true;
-        llhttp_errno_t e = llhttp_finish(&u->parser);
-        u->in_parser = false;
-        if (u->complete && !u->cancel_error) {
+        if (upstream_parse_eof(u) > 0) {
                 upstream_finish_ok(u, 1); /* never reuse a closed connection */
                 return;
         }
-        if (u->cancel_error) {
-                upstream_fail(u, u->cancel_error);
-                return;
-        }
-        (void)e;
         upstream_fail(u, -ECONNABORTED);
 }
 
@@ -245,23 +238,18 @@ static bool upstream_take(Upstream *u, const char *buf, size_t k) {
         if (u->state == UPSTREAM_SENDING)
                 u->state = UPSTREAM_RECEIVING; /* the host answers before reading the whole request */
         u->got_bytes = true;
-        /* the end of a chunk that the last read left unchecked */
-        if (u->crlf_left > 0 && upstream_check_chunk_end(u, buf, buf + k) < 0)
-                return upstream_end_cancelled(u), false;
-        u->exec_end = buf + k;
+        size_t used = 0;
         u->in_parser = true;
-        llhttp_errno_t e = llhttp_execute(&u->parser, buf, k);
+        int r = upstream_parse(u, buf, k, &used);
         u->in_parser = false;
 
         if (u->cancel_error)
                 return upstream_end_cancelled(u), false;
-        if (e == HPE_PAUSED && u->complete) {
-                size_t used = (size_t)(llhttp_get_error_pos(&u->parser) - buf);
+        if (r > 0)
                 return upstream_finish_ok(u, k - used), false;
-        }
-        if (e != HPE_OK) {
-                log_debug("Malformed response from %s: %s", u->authority,
-                          llhttp_get_error_reason(&u->parser));
+        if (r < 0) {
+                if (r == -EPROTO)
+                        log_debug("Malformed response from %s: %s", u->authority, u->parse.reason);
                 return upstream_fail(u, -EPROTO), false;
         }
         /* what this read gave the owner goes on now, in one write (head and body alike) */

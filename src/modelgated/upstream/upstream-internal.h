@@ -3,13 +3,14 @@
 
 /* What the upstream files share and nothing else may see: the Upstream and its pool, and the calls by
  * which the parts hand over to each other: upstream-tls.c what https adds (the context, the handshake,
- * reads and writes through SSL), upstream-response.c the llhttp callbacks that build the
- * UpstreamResponse, upstream-pool.c the idle connections kept for reuse, and upstream-connection.c one
- * exchange on a connection (connect, send, read, retry, what the timers mean, the owner's callbacks)
- * with the Upstream's own primitives (freeing it, its event sources, the loop's time). */
+ * reads and writes through SSL), upstream-response.c the parser that builds the UpstreamResponse (and
+ * upstream-head.c the lines of its head),
+ * upstream-pool.c the idle connections kept for reuse, and upstream-connection.c one exchange on a
+ * connection (connect, send, read, retry, what the timers mean, the owner's callbacks) with the Upstream's
+ * own primitives (freeing it, its event sources, the loop's time). */
 
-#include <llhttp.h>
 #include <openssl/types.h>
+#include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
@@ -47,6 +48,34 @@ typedef enum UpstreamState {
         UPSTREAM_RECEIVING,
         UPSTREAM_IDLE,
 } UpstreamState;
+
+/* Where the response parser (upstream-response.c) is in the bytes of a host's answer */
+typedef enum ParseState {
+        PARSE_START,       /* before a response: line ends skipped */
+        PARSE_STATUS,      /* the status line */
+        PARSE_HEADERS,     /* header lines, up to the empty one */
+        PARSE_BODY_LENGTH, /* Content-Length's bytes */
+        PARSE_BODY_EOF,    /* a body that the close ends */
+        PARSE_CHUNK_SIZE,  /* a chunk's size line */
+        PARSE_CHUNK_DATA,
+        PARSE_CHUNK_CR, /* the CRLF after a chunk's data */
+        PARSE_CHUNK_LF,
+        PARSE_TRAILERS,
+        PARSE_CLOSED, /* after an interim response that said it is the host's last: bytes dropped */
+        PARSE_DONE,
+} ParseState;
+
+typedef struct UpstreamParse {
+        ParseState state;
+        unsigned flags;       /* the framing and connection headers seen (RF_* of upstream-response.c) */
+        uint8_t major, minor; /* HTTP version */
+        bool skip_body;       /* HEAD, 204, 304, 1xx */
+        bool in_section;      /* a header of the head or the trailers was read: a line may continue it */
+        uint64_t left;        /* of the body or chunk being read */
+        size_t head_bytes;    /* of the headers' names and values (the head keeps their lines) */
+        Buffer line;          /* a line begun in an earlier read */
+        const char *reason;   /* what was malformed, for the log */
+} UpstreamParse;
 
 struct UpstreamPool {
         sd_event *event;
@@ -87,16 +116,12 @@ struct Upstream {
         bool complete;
         bool reading;
         bool in_parser;
-        unsigned n_interim;   /* 1xx responses dropped so far */
-        int write_error;      /* the send failed (the host closed early): what failed if no answer came */
-        uint64_t chunk_left;  /* of the chunk being read */
-        unsigned crlf_left;   /* bytes of the CRLF after a chunk's data still to check */
-        const char *exec_end; /* the end of the bytes llhttp is being given */
-        int cancel_error;     /* set by a callback's refusal or an error while in the parser */
+        unsigned n_interim; /* 1xx responses dropped so far */
+        int write_error;    /* the send failed (the host closed early): what failed if no answer came */
+        int cancel_error;   /* set by a callback's refusal or an error while in the parser */
 
-        llhttp_t parser;
+        UpstreamParse parse;
         UpstreamResponse resp;
-        bool in_value;
 
         const UpstreamCallbacks *cb;
         void *userdata;
@@ -119,10 +144,82 @@ int upstream_handshake(Upstream *u);
 ssize_t upstream_io_read(Upstream *u, void *buf, size_t n);
 ssize_t upstream_io_write(Upstream *u, const void *buf, size_t n);
 
+/* upstream-head.c: a response's head, a line at a time */
+/* what a response's head may hold: the bytes of its names and values */
+#define UPSTREAM_HEAD_MAX (256 * 1024)
+/* the framing and connection headers seen (UpstreamParse.flags) */
+enum {
+        RF_CHUNKED = 1 << 0,
+        RF_CONTENT_LENGTH = 1 << 1,
+        RF_TRANSFER_ENCODING = 1 << 2,
+        RF_CONNECTION_CLOSE = 1 << 3,
+        RF_CONNECTION_KEEP_ALIVE = 1 << 4,
+        RF_EMPTY_CONTENT_LENGTH = 1 << 5, /* refused unless the next line continues it */
+};
+/* RFC 9110 §5.6.2 tchar, the bytes of a header's name */
+extern const bool upstream_token_char[256];
+/* A value's bytes: tab, and all but the other controls and DEL */
+static inline bool upstream_value_char(unsigned char c) {
+        return c >= ' ' ? c != 0x7f : c == '\t';
+}
+
+#define ONES UINT64_C(0x0101010101010101)
+#define HIGHS UINT64_C(0x8080808080808080)
+
+/* The first byte of [p, end) that is no value byte (a line's CR, most likely), or end: eight at a time
+ * where the word says none of its bytes is below a space or a DEL, else from the first that may be */
+static inline const char *upstream_scan_value(const char *p, const char *end) {
+        while (p < end) {
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+                if (end - p >= 8) {
+                        uint64_t w, d;
+                        memcpy(&w, p, 8);
+                        d = w ^ (ONES * 0x7f);
+                        /* exact for the lowest byte flagged (borrows only go up) */
+                        uint64_t m = (((w - ONES * ' ') & ~w) | ((d - ONES) & ~d)) & HIGHS;
+                        if (m == 0) {
+                                p += 8;
+                                continue;
+                        }
+                        p += __builtin_ctzll(m) / 8;
+                }
+#endif
+                if (!upstream_value_char((unsigned char)*p))
+                        return p;
+                p++;
+        }
+        return end;
+}
+
+static inline bool upstream_value_chars(const char *p, size_t n) {
+        return upstream_scan_value(p, p + n) == p + n;
+}
+
+/* A malformed response: -EPROTO, and why for the log */
+static inline int upstream_malformed(Upstream *u, const char *reason) {
+        u->parse.reason = reason;
+        return -EPROTO;
+}
+/* The status line (its line end cut off); the next lines are headers. 0, or -EPROTO. */
+int upstream_head_status_line(Upstream *u, const char *p, size_t n);
+/* A header line of the head or the trailers, its CR cut off: 0, or -EPROTO. */
+int upstream_head_line(Upstream *u, const char *p, size_t n);
+/* The header whose line is [p, p + n) (its CR cut off, its bytes checked), its name the first name_len
+ * bytes, its value from v on: 0, or -EPROTO. */
+int upstream_head_add(Upstream *u, const char *p, size_t name_len, const char *v, size_t n);
+/* llhttp_should_keep_alive() for what the head said, skip_body for an answer without body (HEAD) */
+bool upstream_head_keep_alive(const Upstream *u, bool skip_body);
+
 /* upstream-response.c: a fresh parser for the next response on this connection */
 void upstream_parser_init(Upstream *u);
-/* The CRLF after a chunk's data, as far as [p, end) holds it: 0, or -1 with cancel_error set */
-int upstream_check_chunk_end(Upstream *u, const char *p, const char *end);
+void upstream_parser_done(Upstream *u);
+/* The next bytes of the response, handed to the owner's callbacks as they are read: 0 when all were taken
+ * and more is to come; 1 when the response ended, after *ret_used of them (the rest is not this
+ * response's); -EPROTO for a malformed response (parse.reason says why); -ECANCELED when a callback
+ * refused or the exchange must end with cancel_error (set); -ENOMEM. */
+int upstream_parse(Upstream *u, const char *buf, size_t size, size_t *ret_used);
+/* The host closed: 1 when that ends the response (a body without length), else 0 */
+int upstream_parse_eof(Upstream *u);
 
 /* upstream-pool.c */
 /* Out of the pool's idle list, before the connection is freed or used */

@@ -3,7 +3,7 @@
 
 /* One HTTP/1.1 request to a host, and the connection it rides on. The
  * request bytes are written as the socket takes them; the response is parsed
- * with llhttp and handed to the owner as it arrives (status and headers once,
+ * as it is read and handed to the owner as it arrives (status and headers once,
  * then each piece of body as it is read). Connections a host keeps alive go
  * back to a small per-address pool. A request that fails on a pooled
  * connection before any response byte (the host closed it meanwhile) is sent
