@@ -6,7 +6,6 @@
  * reads a resumable stream on (client-stream.c). */
 
 #include "modelgated/client/client-internal.h"
-#include "modelgated/api/conversation.h"
 
 /* rule:usage: an answer that may say what it cost (a generation's 200, a stream or a JSON body) is read
  * for it as it passes */
@@ -66,7 +65,9 @@ static bool settle_usage(Client *c, Usage *u) {
 
         if (cut)
                 usage_cut(u);
-        if ((u->in < 0 || u->out < 0) && conv_path_keeps_stream(req->path))
+        /* a generation: a POST to a path that keeps its stream (the request's row of the path table) */
+        if ((u->in < 0 || u->out < 0) &&
+            path_route_keeps_stream(req->route ?: path_route_lookup(req->path), HTTP_POST))
                 usage_charge(u, req->ask.bytes, req->ask.limited ? req->ask.max_out : -1);
         return cut;
 }

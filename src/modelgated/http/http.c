@@ -268,7 +268,7 @@ static int header_seen(HttpParser *p, Span name, Span value) {
         return 0;
 }
 
-/* field-name ":" OWS field-value OWS (RFC 9112 §5), without its CRLF */
+/* field-name ":" OWS field-value OWS (RFC 9112 §5), n bytes; its CRLF follows them (s[n] is the CR) */
 static int header_line(HttpParser *p, const char *s, size_t n) {
         HttpRequest *r = &p->req;
 
@@ -277,8 +277,9 @@ static int header_line(HttpParser *p, const char *s, size_t n) {
         if (s[0] == ' ' || s[0] == '\t')
                 return fail(p, 400, "obsolete line folding in a request header");
         /* RFC 9112 §5.1: no whitespace between a field name and the colon, a server MUST answer 400 */
+        /* the line's CR (s[n]) is no token character: it bounds the scans */
         size_t i = 0;
-        while (i < n && tchar[(unsigned char)s[i]])
+        while (tchar[(unsigned char)s[i]])
                 i++;
         if (i == n || s[i] != ':')
                 return i < n && (s[i] == ' ' || s[i] == '\t')
@@ -288,7 +289,7 @@ static int header_line(HttpParser *p, const char *s, size_t n) {
         if (i == 0)
                 return fail(p, 400, "a request header has an empty name");
         size_t v = i + 1;
-        while (v < n && (s[v] == ' ' || s[v] == '\t'))
+        while (s[v] == ' ' || s[v] == '\t')
                 v++;
         size_t vn = n - v;
         /* the value as it came, trailing whitespace and all, with ": " and CRLF: what a peer counts */
@@ -307,16 +308,16 @@ static int header_line(HttpParser *p, const char *s, size_t n) {
                                       buffer_size(&r->head));
         if (q == -E2BIG)
                 return fail(p, 431, "request has too many headers");
-        char *at = q < 0 ? NULL : buffer_append_space(&r->head, i + vn);
+        /* the line whole, in one copy: the name and the value are where they were in it */
+        char *at = q < 0 ? NULL : buffer_append_space(&r->head, v + vn);
         if (!at)
                 return fail(p, 500, "out of memory");
-        memcpy(at, s, i);
-        memcpy(at + i, s + v, vn);
+        memcpy(at, s, v + vn);
         HttpHeader *h = &r->headers[r->n_headers - 1];
         h->name_len = i;
-        h->value = h->name + i;
+        h->value = h->name + v;
         h->value_len = vn;
-        return header_seen(p, (Span){at, i}, (Span){at + i, vn});
+        return header_seen(p, (Span){at, i}, (Span){at + v, vn});
 }
 
 /* The empty line: the head is whole, and what it says together is checked */

@@ -33,11 +33,6 @@ Span upstream_response_header_value(const UpstreamResponse *r, size_t i) {
         return (Span){buffer_peek(&r->head) + r->headers[i].value, r->headers[i].value_len};
 }
 
-Span upstream_response_header(const UpstreamResponse *r, const char *name) {
-        assert(r);
-        return http_header_table_find(buffer_peek(&r->head), r->headers, r->n_headers, name);
-}
-
 void upstream_parser_init(Upstream *u) {
         assert(u);
         buffer_clear(&u->parse.line);

@@ -81,7 +81,11 @@ void upstream_set_owner(Upstream *u, const UpstreamCallbacks *cb, void *userdata
 /* The owner gives up: the connection is closed (so the host stops working on it). */
 Upstream *upstream_cancel(Upstream *u);
 
-Span upstream_response_header(const UpstreamResponse *r, const char *name);
+/* The value of the first header called name (case-insensitive), or an empty Span. Inline, so that a
+ * literal name's length and words are constants where it is asked for. */
+static inline Span upstream_response_header(const UpstreamResponse *r, const char *name) {
+        return http_header_table_find(buffer_peek(&r->head), r->headers, r->n_headers, name);
+}
 Span upstream_response_header_name(const UpstreamResponse *r, size_t i);
 Span upstream_response_header_value(const UpstreamResponse *r, size_t i);
 
