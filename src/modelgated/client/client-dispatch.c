@@ -550,9 +550,10 @@ static PhaseEnd phase_build(Client *c, Dispatch *d) {
                 return PHASE_ANSWERS;
         }
         /* the request's own copy of the body is not needed any more, unless a fallback or an alias's next
-         * target may need it */
+         * target may need it: a big one is given back while the answer lasts, a small one's room is kept
+         * for the connection's next request */
         if (!client_fallback_chosen(c) && !c->req->alias.conf)
-                buffer_done(&d->r->body);
+                buffer_clear_keep(&d->r->body, CLIENT_BODY_KEEP);
         return PHASE_GOES_ON;
 }
 

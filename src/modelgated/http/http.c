@@ -685,16 +685,11 @@ static ssize_t body_feed(HttpParser *p, const char *d, size_t n) {
 }
 
 /* A buffer that grew for one big request is given back, not kept for the connection's next one */
-static void buffer_reuse(Buffer *b) {
-        if (b->alloc > 64 * 1024)
-                buffer_done(b);
-        else
-                buffer_clear(b);
-}
+#define HTTP_KEEP_BYTES (64 * 1024)
 
 static void request_reset(HttpRequest *r) {
-        buffer_reuse(&r->head);
-        buffer_reuse(&r->body);
+        buffer_clear_keep(&r->head, HTTP_KEEP_BYTES);
+        buffer_clear_keep(&r->body, HTTP_KEEP_BYTES);
         r->n_headers = r->request_id_at = 0;
         r->url = r->url_len = 0;
         r->keep_alive = r->expect_continue = r->has_body = false;
@@ -732,7 +727,7 @@ int http_parser_limit_body(HttpParser *p, uint64_t max, const char *why) {
 void http_parser_next(HttpParser *p) {
         assert(p);
         request_reset(&p->req);
-        buffer_reuse(&p->line);
+        buffer_clear_keep(&p->line, HTTP_KEEP_BYTES);
         p->max_body_size = p->default_max_body_size;
         p->body_limit_message = NULL;
         p->header_bytes = 0;
