@@ -174,10 +174,22 @@ typedef struct Labels {
         int status;
 } Labels;
 
+/* streq_ptr() without a call: labels are short names, and a record checks several of them */
+static _always_inline_ bool label_eq(const char *a, const char *b) {
+        if (!a || !b)
+                return a == b;
+        while (*a == *b) {
+                if (!*a)
+                        return true;
+                a++, b++;
+        }
+        return false;
+}
+
 static _always_inline_ bool series_is(const Series *s, Family f, const Labels *l) {
-        return s->family == f && s->status == l->status && streq_ptr(s->host, l->host) &&
-               streq_ptr(s->engine, l->engine) && streq_ptr(s->fallback, l->fallback) &&
-               streq_ptr(s->model, l->model);
+        return s->family == f && s->status == l->status && label_eq(s->host, l->host) &&
+               label_eq(s->engine, l->engine) && label_eq(s->fallback, l->fallback) &&
+               label_eq(s->model, l->model);
 }
 
 /* series_find() when the family's last series is not it: the others, else a new one */
