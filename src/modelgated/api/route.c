@@ -465,13 +465,13 @@ int query_find_param(Span url, const char *pname, Span *ret_span, char **ret_val
                 size_t s = i;
                 const char *eq = NULL;
                 bool escaped = false;
-                for (; i < qend && url.p[i] != '&'; i++)
-                        if (!eq) {
-                                if (url.p[i] == '=')
-                                        eq = url.p + i;
-                                else if (url.p[i] == '%')
-                                        escaped = true;
-                        }
+                for (; i < qend && url.p[i] != '&' && url.p[i] != '='; i++)
+                        escaped |= url.p[i] == '%';
+                if (i < qend && url.p[i] == '=') {
+                        eq = url.p + i;
+                        while (i < qend && url.p[i] != '&')
+                                i++;
+                }
                 Span param = {url.p + s, i - s};
                 Span name = {param.p, eq ? (size_t)(eq - param.p) : param.n};
                 /* names compare after %-decoding, as the host reads them ("mod%65l" is "model") */
