@@ -28,8 +28,6 @@
 /* below llama.cpp's (cpp-httplib's) 5 s keep-alive, so that we rarely send into a closing socket */
 #define UPSTREAM_IDLE_TIMEOUT_USEC (4 * USEC_PER_SEC)
 #define UPSTREAM_IDLE_MAX 64
-#define UPSTREAM_REQUEST_KEEP (4 * 1024) /* a pooled connection keeps this much room for its next request   \
-                                          */
 /* 1xx interim responses taken before the final one; more is a malformed answer */
 #define UPSTREAM_INTERIM_MAX 16
 /* what the socket is registered for, once, for its whole life */

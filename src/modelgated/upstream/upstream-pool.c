@@ -99,8 +99,7 @@ void upstream_pool_put(Upstream *u) {
         u->state = UPSTREAM_IDLE;
         u->reused = u->retried = u->got_bytes = u->headers_done = u->complete = false;
         u->head_request = false;
-        /* a small request's room is kept for the next one on the connection (the pool is bounded) */
-        buffer_clear_keep(&u->request, UPSTREAM_REQUEST_KEEP);
+        buffer_done(&u->request);
         u->request_sent = 0;
         u->reading = true;
         u->read_pending = false;
