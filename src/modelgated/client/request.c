@@ -30,8 +30,13 @@ void attempt_done(Attempt *a) {
 
 void request_init(Request *req, Client *client) {
         assert(req);
-        /* up to the parts that are not emptied whole (request.h) */
-        memset(req, 0, offsetof(Request, usage));
+        /* up to the parts that are not emptied whole (request.h); but an SSE error's text (a quarter of the
+         * bytes) is only made an empty string: sse_filter_init() writes it whole when a stream begins */
+        size_t hole = offsetof(Request, attempt.sse.upstream_error),
+               after = hole + sizeof(req->attempt.sse.upstream_error);
+        memset(req, 0, hole);
+        req->attempt.sse.upstream_error[0] = '\0';
+        memset((char *)req + after, 0, offsetof(Request, usage) - after);
         req->client = client;
         req->method = REQUEST_NO_METHOD;
         req->attempt.mode = MODE_PASS;
