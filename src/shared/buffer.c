@@ -107,19 +107,6 @@ void buffer_consume(Buffer *b, size_t n) {
         b->start += n;
 }
 
-void buffer_clear(Buffer *b) {
-        assert(b);
-        b->start = b->end = 0;
-}
-
-void buffer_clear_keep(Buffer *b, size_t keep) {
-        assert(b);
-        if (b->alloc > keep)
-                buffer_done(b);
-        else
-                buffer_clear(b);
-}
-
 void buffer_done(Buffer *b) {
         free(b->data);
         *b = (Buffer){};

@@ -53,12 +53,19 @@ int buffer_printf(Buffer *b, const char *fmt, ...) _printf_(2, 3);
 /* decimal, without printf: for what every request writes */
 int buffer_append_u64(Buffer *b, uint64_t v);
 void buffer_consume(Buffer *b, size_t n);
-void buffer_clear(Buffer *b);
+void buffer_done(Buffer *b);
+static inline void buffer_clear(Buffer *b) {
+        b->start = b->end = 0;
+}
 /* Empties b, and gives its memory back when it holds more than keep bytes: a buffer that is filled again
  * and again keeps a small allocation (malloc and free each time cost more than the bytes), not one that
  * grew for a single big content */
-void buffer_clear_keep(Buffer *b, size_t keep);
-void buffer_done(Buffer *b);
+static inline void buffer_clear_keep(Buffer *b, size_t keep) {
+        if (b->alloc > keep)
+                buffer_done(b);
+        else
+                buffer_clear(b);
+}
 /* Makes the contents a NUL-terminated string (the NUL is not counted) */
 int buffer_terminate(Buffer *b);
 /* Hands the contents to the caller as a malloc'ed NUL-terminated string and empties the buffer */

@@ -149,7 +149,7 @@ void client_flush(Client *c) {
                 return;
         /* after an EAGAIN the socket is full: the EPOLLOUT edge that comes when it drains goes on */
         for (;;) {
-                if (buffer_is_empty(&c->out))
+                if (buffer_is_empty(&c->out) && c->tail)
                         client_refill_out(c);
                 if (buffer_is_empty(&c->out) || c->out_blocked)
                         break;
