@@ -550,10 +550,10 @@ static PhaseEnd phase_build(Client *c, Dispatch *d) {
                 return PHASE_ANSWERS;
         }
         /* the request's own copy of the body is not needed any more, unless a fallback or an alias's next
-         * target may need it: a big one is given back while the answer lasts, a small one's room is kept
-         * for the connection's next request */
+         * target may need it. Given back even when small: a client waiting for its engine (the request is
+         * built before the wait) would hold its room for as long as it waits, 256 bytes each of 10,000 */
         if (!client_fallback_chosen(c) && !c->req->alias.conf)
-                buffer_clear_keep(&d->r->body, CLIENT_BODY_KEEP);
+                buffer_done(&d->r->body);
         return PHASE_GOES_ON;
 }
 

@@ -94,7 +94,6 @@ typedef struct StreamDrain StreamDrain;
 #define CLIENT_OUT_HIGH (256 * 1024)     /* above this, the host is not read until the client catches up */
 #define CLIENT_HELD_MAX (1024 * 1024)    /* error bodies held back for rewording */
 #define CLIENT_FEED_OUT_MAX (256 * 1024) /* a /models/sse subscriber this far behind is dropped */
-#define CLIENT_BODY_KEEP (4 * 1024)      /* a request body's room kept after its request is built */
 /* rule:client-gone: how long a client whose input ended may have heard nothing before it is probed again */
 #define CLIENT_PROBE_USEC (500 * USEC_PER_MSEC)
 /* Subscribers kept for /activity alone (at most half of the feeds' room): the operator's view, which any
