@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The header table, span and token comparisons, and which headers stop at each hop: see http-header.h.
- * Below the request parser (http.c) and the upstream's response parser, which both use them. */
+ * Below the request parser (http-parser.c, http-chunked.c) and the upstream's response parser, which both use them. */
 
 #include <assert.h>
 #include <stdint.h>

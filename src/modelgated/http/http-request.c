@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* What the rest of modelgate asks of a parsed request's headers: a header by name, whether Connection
- * names one, and the headers that go on to a host. Above the parser (http.c), which builds the
+ * names one, and the headers that go on to a host. Above the parser (http-parser.c), which builds the
  * HttpRequest these read, and the header rules (http-header.c) they apply. */
 
 #include <assert.h>

@@ -41,7 +41,7 @@ typedef enum HttpParseResult {
         HTTP_PARSE_DONE,    /* a request is complete; bytes after it are not consumed */
 } HttpParseResult;
 
-/* The chunked framing of a request body (RFC 9112 §7.1), scanned byte by byte (http.c) */
+/* The chunked framing of a request body (RFC 9112 §7.1), scanned byte by byte (http-chunked.c) */
 typedef struct ChunkScan {
         unsigned state;
         unsigned digits;

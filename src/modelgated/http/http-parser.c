@@ -3,11 +3,10 @@
  * taken a line at a time, each line whole (found by its LF and looked at once); a line a read cut is held
  * in p->line until its end comes. The URL and the header names and values are copied into the request's
  * head buffer as each line is taken. The body is counted (Content-Length), or de-chunked by a scan of its
- * framing byte by byte (sizes, the CRLF after each chunk, trailers) that copies the data without looking
- * at it. The parser stops at the end of each message, which is what answers pipelined requests in order:
- * the bytes after it stay unconsumed until the caller asks for the next request. RFC 9112 is applied
- * strictly (rule:strict-requests): CRLF line ends only, no obs-fold, one framing. What callers ask of a
- * parsed request is in http-request.c. */
+ * framing byte by byte that copies the data without looking at it (http-chunked.c). The parser stops at the
+ * end of each message, which is what answers pipelined requests in order: the bytes after it stay unconsumed
+ * until the caller asks for the next request. RFC 9112 is applied strictly (rule:strict-requests): CRLF line
+ * ends only, no obs-fold, one framing. What callers ask of a parsed request is in http-request.c. */
 
 #include <assert.h>
 #include <ctype.h>
@@ -16,6 +15,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "modelgated/http/http-internal.h"
 #include "modelgated/http/http.h"
 #include "shared/macro.h"
 
@@ -26,7 +26,7 @@ static const bool target_byte[256] = {
         [0x21 ... 0x22] = true, /* '#' (0x23) is not */
         [0x24 ... 0x7e] = true,
 };
-static const bool tchar[256] = {
+const bool http_tchar[256] = {
         ['0' ... '9'] = true, ['A' ... 'Z'] = true, ['a' ... 'z'] = true, ['!'] = true,  ['#'] = true,
         ['$'] = true,         ['%'] = true,         ['&'] = true,         ['\''] = true, ['*'] = true,
         ['+'] = true,         ['-'] = true,         ['.'] = true,         ['^'] = true,  ['_'] = true,
@@ -73,25 +73,8 @@ static inline size_t value_plain_len(const char *at, size_t n) {
         return i;
 }
 
-static int fail(HttpParser *p, int status, const char *message) {
-        p->error_status = status;
-        p->error_message = message;
-        return -EBADMSG;
-}
-
-static int body_too_large(HttpParser *p) {
-        return fail(p, 413, p->body_limit_message ?: "request body is larger than MaxBodySize");
-}
-
-static int account(HttpParser *p, size_t n) {
-        p->header_bytes += n;
-        if (p->header_bytes > p->max_header_size)
-                return fail(p, 431, "request headers are larger than MaxHeaderSize");
-        return 0;
-}
-
 bool http_is_tchar(unsigned char c) {
-        return tchar[c];
+        return http_tchar[c];
 }
 
 /* The methods modelgate knows, llhttp's list (llhttp.h's HTTP_METHOD_MAP): a request's method is one of
@@ -128,9 +111,9 @@ static int method_of(const char *s, size_t n, llhttp_method_t *ret) {
 static int version_of(HttpParser *p, const char *s, size_t n) {
         if (n != 8 || memcmp(s, "HTTP/", 5) != 0 || !isdigit((unsigned char)s[5]) || s[6] != '.' ||
             !isdigit((unsigned char)s[7]))
-                return fail(p, 400, "the request line has a malformed HTTP version");
+                return http_fail(p, 400, "the request line has a malformed HTTP version");
         if (s[5] != '1' || s[7] > '1')
-                return fail(p, 505, "modelgate speaks HTTP/1.1 and HTTP/1.0 only");
+                return http_fail(p, 505, "modelgate speaks HTTP/1.1 and HTTP/1.0 only");
         p->req.http_major = 1;
         p->req.http_minor = (uint8_t)(s[7] - '0');
         return 0;
@@ -154,7 +137,7 @@ static int request_line_start(HttpParser *p, const char *s, size_t n) {
                 if (!((s[i] >= 'A' && s[i] <= 'Z') || s[i] == '-'))
                         return s[i] == '\r' && i + 1 == n
                                        ? 0
-                                       : fail(p, 400, "the request method is not one modelgate knows");
+                                       : http_fail(p, 400, "the request method is not one modelgate knows");
         return 0;
 }
 
@@ -165,24 +148,24 @@ static int request_line(HttpParser *p, const char *s, size_t n) {
         const char *end = s + n, *sp = memchr(s, ' ', n);
 
         if (!sp)
-                return fail(p, 400, "the request line has no request target");
+                return http_fail(p, 400, "the request line has no request target");
         if (method_of(s, (size_t)(sp - s), &r->method) < 0)
                 /* an HTTP/2 client's preface ("PRI * HTTP/2.0") is a version spoken elsewhere */
                 return sp - s == 3 && memcmp(s, "PRI", 3) == 0
-                               ? fail(p, 505, "modelgate speaks HTTP/1.1 and HTTP/1.0 only")
-                               : fail(p, 400, "the request method is not one modelgate knows");
+                               ? http_fail(p, 505, "modelgate speaks HTTP/1.1 and HTTP/1.0 only")
+                               : http_fail(p, 400, "the request method is not one modelgate knows");
         const char *t = sp;
         while (t < end && *t == ' ')
                 t++;
         const char *te = memchr(t, ' ', (size_t)(end - t)) ?: end;
         size_t tn = (size_t)(te - t);
         if (tn == 0)
-                return fail(p, 400, "the request line has no request target");
+                return http_fail(p, 400, "the request line has no request target");
         /* RFC 9112 §3.2: a path ("/..."), the absolute form ("scheme://..."), "*" or, for CONNECT, an
          * authority: nothing else is a request target */
         if (t[0] != '/' && t[0] != '*' && r->method != HTTP_CONNECT && !absolute_form(t, tn))
-                return fail(p, 400, "the request target is neither a path nor an absolute URL");
-        if (account(p, tn) < 0)
+                return http_fail(p, 400, "the request target is neither a path nor an absolute URL");
+        if (http_account(p, tn) < 0)
                 return -EBADMSG;
         /* RFC 9112 §3.2, RFC 3986: no control character, TAB or byte above 0x7E goes raw in a target (it
          * would reach the host and the log); a fragment is never sent by a client, and would not be the
@@ -190,20 +173,21 @@ static int request_line(HttpParser *p, const char *s, size_t n) {
         size_t i = target_plain_len(t, tn);
         if (i < tn)
                 return t[i] == '#'
-                               ? fail(p, 400, "the request target has a #fragment")
-                               : fail(p, 400,
-                                      "the request target holds a byte that must be %-encoded (a control "
-                                      "character, TAB, or a byte above 0x7E)");
+                               ? http_fail(p, 400, "the request target has a #fragment")
+                               : http_fail(
+                                         p, 400,
+                                         "the request target holds a byte that must be %-encoded (a control "
+                                         "character, TAB, or a byte above 0x7E)");
         while (te < end && *te == ' ')
                 te++;
         if (te == end) /* HTTP/0.9's request line */
-                return fail(p, 400, "the request line has no HTTP version");
+                return http_fail(p, 400, "the request line has no HTTP version");
         if (version_of(p, te, (size_t)(end - te)) < 0)
                 return -EBADMSG;
         r->url = buffer_size(&r->head);
         r->url_len = tn;
         if (buffer_append(&r->head, t, tn) < 0)
-                return fail(p, 500, "out of memory");
+                return http_fail(p, 500, "out of memory");
         return 0;
 }
 
@@ -212,13 +196,13 @@ static int content_length_of(HttpParser *p, Span v) {
         uint64_t x = 0;
 
         if (v.n == 0)
-                return fail(p, 400, "Content-Length is not a number");
+                return http_fail(p, 400, "Content-Length is not a number");
         for (size_t i = 0; i < v.n; i++) {
                 unsigned d = (unsigned char)v.p[i] - '0';
                 if (d > 9)
-                        return fail(p, 400, "Content-Length is not a number");
+                        return http_fail(p, 400, "Content-Length is not a number");
                 if (x > (UINT64_MAX - d) / 10)
-                        return fail(p, 400, "Content-Length is larger than 2^64 - 1");
+                        return http_fail(p, 400, "Content-Length is larger than 2^64 - 1");
                 x = x * 10 + d;
         }
         p->content_length = x;
@@ -235,7 +219,7 @@ static int header_seen(HttpParser *p, Span name, Span value) {
         case 6:
                 if (span_caseeq(name, "Expect")) {
                         if (!span_caseeq(value, "100-continue"))
-                                return fail(p, 417, "only 'Expect: 100-continue' is supported");
+                                return http_fail(p, 417, "only 'Expect: 100-continue' is supported");
                         p->req.expect_continue = true;
                 }
                 break;
@@ -260,8 +244,8 @@ static int header_seen(HttpParser *p, Span name, Span value) {
                 if (span_caseeq(name, "Transfer-Encoding")) {
                         p->n_transfer_encoding++;
                         if (!span_caseeq(value, "chunked"))
-                                return fail(p, 400,
-                                            "Transfer-Encoding other than 'chunked' is not supported");
+                                return http_fail(p, 400,
+                                                 "Transfer-Encoding other than 'chunked' is not supported");
                 }
                 break;
         }
@@ -275,47 +259,48 @@ static int header_line(HttpParser *p, const char *s, size_t n) {
         /* RFC 9112 §5.2, §2.2: a line that starts with whitespace continues the one before (obs-fold),
          * or, right after the request line, smuggles a header: refused either way */
         if (s[0] == ' ' || s[0] == '\t')
-                return fail(p, 400, "obsolete line folding in a request header");
+                return http_fail(p, 400, "obsolete line folding in a request header");
         /* RFC 9112 §5.1: no whitespace between a field name and the colon, a server MUST answer 400 */
         /* the line's CR (s[n]) is no token character: it bounds the scans */
         size_t i = 0;
         /* four at a time: each byte is looked at only while those before it are name bytes */
-        while (tchar[(unsigned char)s[i]] && tchar[(unsigned char)s[i + 1]] && tchar[(unsigned char)s[i + 2]] &&
-               tchar[(unsigned char)s[i + 3]])
+        while (http_tchar[(unsigned char)s[i]] && http_tchar[(unsigned char)s[i + 1]] &&
+               http_tchar[(unsigned char)s[i + 2]] && http_tchar[(unsigned char)s[i + 3]])
                 i += 4;
-        while (tchar[(unsigned char)s[i]])
+        while (http_tchar[(unsigned char)s[i]])
                 i++;
         if (i == n || s[i] != ':')
                 return i < n && (s[i] == ' ' || s[i] == '\t')
-                               ? fail(p, 400, "a request header has whitespace before its colon")
-                       : i < n ? fail(p, 400, "a request header name holds a character that is not allowed")
-                               : fail(p, 400, "a request header has no colon");
+                               ? http_fail(p, 400, "a request header has whitespace before its colon")
+                       : i < n ? http_fail(p, 400,
+                                           "a request header name holds a character that is not allowed")
+                               : http_fail(p, 400, "a request header has no colon");
         if (i == 0)
-                return fail(p, 400, "a request header has an empty name");
+                return http_fail(p, 400, "a request header has an empty name");
         size_t v = i + 1;
         while (s[v] == ' ' || s[v] == '\t')
                 v++;
         size_t vn = n - v;
         /* the value as it came, trailing whitespace and all, with ": " and CRLF: what a peer counts */
-        if (account(p, i + vn + 4) < 0)
+        if (http_account(p, i + vn + 4) < 0)
                 return -EBADMSG;
         /* one pass for both refusals; a CR is a control character too (a bare one, here) */
         size_t k = value_plain_len(s + v, vn);
         if (k < vn)
                 return memchr(s + v, '\r', vn)
-                               ? fail(p, 400, "obsolete line folding in a request header")
-                               : fail(p, 400, "a request header value holds a control character");
+                               ? http_fail(p, 400, "obsolete line folding in a request header")
+                               : http_fail(p, 400, "a request header value holds a control character");
         /* trailing whitespace is not part of the value (RFC 9110 §5.5) */
         while (vn > 0 && (s[v + vn - 1] == ' ' || s[v + vn - 1] == '\t'))
                 vn--;
         int q = http_header_table_add(&r->headers, &r->n_headers, &r->n_headers_alloc, 1000,
                                       buffer_size(&r->head));
         if (q == -E2BIG)
-                return fail(p, 431, "request has too many headers");
+                return http_fail(p, 431, "request has too many headers");
         /* the line whole, in one copy: the name and the value are where they were in it */
         char *at = q < 0 ? NULL : buffer_append_space(&r->head, v + vn);
         if (!at)
-                return fail(p, 500, "out of memory");
+                return http_fail(p, 500, "out of memory");
         memcpy(at, s, v + vn);
         HttpHeader *h = &r->headers[r->n_headers - 1];
         h->name_len = i;
@@ -329,20 +314,20 @@ static int head_end(HttpParser *p) {
         HttpRequest *r = &p->req;
 
         if (p->n_content_length > 1)
-                return fail(p, 400, "request has more than one Content-Length header");
+                return http_fail(p, 400, "request has more than one Content-Length header");
         if (p->n_content_length > 0 && p->n_transfer_encoding > 0)
-                return fail(p, 400, "request has both Content-Length and Transfer-Encoding");
+                return http_fail(p, 400, "request has both Content-Length and Transfer-Encoding");
         if (p->n_transfer_encoding > 1)
-                return fail(p, 400, "request has more than one Transfer-Encoding header");
+                return http_fail(p, 400, "request has more than one Transfer-Encoding header");
         if (r->method == HTTP_CONNECT || r->method == HTTP_TRACE)
-                return fail(p, 405, "method is not allowed here");
+                return http_fail(p, 405, "method is not allowed here");
         /* RFC 9112 §3.2: exactly one Host in HTTP/1.1 */
         if (p->n_host > 1 || (r->http_minor == 1 && p->n_host == 0))
-                return fail(p, 400,
-                            p->n_host ? "request has more than one Host header"
-                                      : "an HTTP/1.1 request must have a Host header");
+                return http_fail(p, 400,
+                                 p->n_host ? "request has more than one Host header"
+                                           : "an HTTP/1.1 request must have a Host header");
         if (p->n_content_length > 0 && p->content_length > p->max_body_size)
-                return body_too_large(p);
+                return http_body_too_large(p);
 
         /* RFC 9112 §3.2.2: a server MUST accept the absolute form; the path is what matters here */
         Span url = http_request_url(r);
@@ -355,7 +340,7 @@ static int head_end(HttpParser *p) {
         if (skip > 0) {
                 const char *slash = memchr(url.p + skip, '/', url.n - skip);
                 if (!slash)
-                        return fail(p, 400, "an absolute request target must have a path");
+                        return http_fail(p, 400, "an absolute request target must have a path");
                 r->url += (size_t)(slash - url.p);
                 r->url_len -= (size_t)(slash - url.p);
         }
@@ -390,7 +375,7 @@ static int head_line(HttpParser *p, const char *s, size_t n) {
                 /* a bare LF before a request is a stray line end between pipelined ones (RFC 9112 §2.2) */
                 if (!p->request_line_done && n == 1)
                         return 0;
-                return fail(p, 400, "request line or header ends with a bare LF, not CRLF");
+                return http_fail(p, 400, "request line or header ends with a bare LF, not CRLF");
         }
         n -= 2;
         if (!p->request_line_done) {
@@ -418,7 +403,7 @@ static ssize_t head_feed(HttpParser *p, const char *d, size_t n) {
                         r = head_line(p, d + i, e - i);
                 else {
                         if (buffer_append(&p->line, d + i, e - i) < 0)
-                                return fail(p, 500, "out of memory");
+                                return http_fail(p, 500, "out of memory");
                         /* a request has begun with its first byte that is not a line end */
                         if (buffer_size(&p->line) > 1 || buffer_peek(&p->line)[0] != '\r')
                                 p->started = true;
@@ -430,7 +415,8 @@ static ssize_t head_feed(HttpParser *p, const char *d, size_t n) {
                                  * MaxHeaderSize=, with room for what a line holds that is not counted
                                  * (the method, the version, the separators) */
                                 if (p->header_bytes + buffer_size(&p->line) > p->max_header_size + 64)
-                                        return fail(p, 431, "request headers are larger than MaxHeaderSize");
+                                        return http_fail(p, 431,
+                                                         "request headers are larger than MaxHeaderSize");
                                 return (ssize_t)n;
                         }
                         r = head_line(p, buffer_peek(&p->line), buffer_size(&p->line));
@@ -443,246 +429,15 @@ static ssize_t head_feed(HttpParser *p, const char *d, size_t n) {
         return (ssize_t)i;
 }
 
-enum {
-        CS_SIZE_START, /* the first hex digit of a chunk size */
-        CS_SIZE,
-        CS_EXT, /* after ';': extensions are not forwarded (the body goes on de-chunked) */
-        CS_EXT_NAME,
-        CS_EXT_VALUE,
-        CS_EXT_QUOTED,
-        CS_EXT_QUOTED_END,
-        CS_SIZE_LF,
-        CS_DATA,
-        CS_DATA_CR,
-        CS_DATA_LF,
-        CS_LINE_START, /* a trailer line, or the empty line that ends the message */
-        CS_NAME,
-        CS_VALUE,
-        CS_VALUE_LF,
-        CS_END_LF,
-        CS_DONE,
-};
-
-static int hex_digit(unsigned char c) {
-        return c >= '0' && c <= '9'   ? c - '0'
-               : c >= 'a' && c <= 'f' ? c - 'a' + 10
-               : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                      : -1;
-}
-
-static int chunk_bad_size(HttpParser *p) {
-        return fail(p, 400, "a chunk size is not a hexadecimal number of at most 16 digits"), -EBADMSG;
-}
-
-static int chunk_bad_crlf(HttpParser *p) {
-        return fail(p, 400, "a line of the chunked body does not end with CRLF"), -EBADMSG;
-}
-
-/* Each chunk_*_byte() below takes one byte in the states it names: 0, or -EBADMSG with the error set. */
-
-/* CS_SIZE_START, CS_SIZE: at most 16 hex digits (no overflow), then ';' or CR; no whitespace, no sign */
-static int chunk_size_byte(HttpParser *p, ChunkScan *cs, unsigned char c) {
-        int x = hex_digit(c);
-
-        if (x >= 0) {
-                if (++cs->digits > 16)
-                        return chunk_bad_size(p);
-                cs->size = cs->size * 16 + (uint64_t)x;
-                cs->state = CS_SIZE;
-        } else if (cs->state == CS_SIZE && c == ';')
-                cs->state = CS_EXT;
-        else if (cs->state == CS_SIZE && c == '\r')
-                cs->state = CS_SIZE_LF;
-        else
-                return chunk_bad_size(p);
-        return 0;
-}
-
-/* CS_EXT to CS_EXT_QUOTED_END: chunk-ext = *( ";" name [ "=" ( token / quoted-string ) ] ) (RFC 9112
- * §7.1.1, without the whitespace it calls bad; a quoted value without backslashes, as llhttp reads it) */
-static int chunk_ext_byte(HttpParser *p, ChunkScan *cs, unsigned char c) {
-        bool ok;
-
-        switch (cs->state) {
-        case CS_EXT:
-                ok = tchar[c];
-                cs->state = CS_EXT_NAME;
-                break;
-        case CS_EXT_NAME:
-        case CS_EXT_VALUE:
-                if (c == '=' && cs->state == CS_EXT_NAME) {
-                        cs->state = CS_EXT_VALUE;
-                        ok = true;
-                        /* a value is a token or a quoted string: its first byte says which */
-                        cs->value_begun = false;
-                        break;
-                }
-                if (c == '"' && cs->state == CS_EXT_VALUE && !cs->value_begun) {
-                        cs->state = CS_EXT_QUOTED;
-                        ok = true;
-                        break;
-                }
-                ok = tchar[c] || c == ';' || c == '\r';
-                cs->value_begun = true;
-                break;
-        case CS_EXT_QUOTED:
-                ok = c == '\t' || (c >= 0x20 && c != 0x7f && c != '\\');
-                if (c == '"')
-                        cs->state = CS_EXT_QUOTED_END;
-                break;
-        default: /* CS_EXT_QUOTED_END */
-                ok = c == ';' || c == '\r';
-                break;
-        }
-        if (!ok)
-                return fail(p, 400, "a chunk extension is malformed");
-        if (c == ';' && cs->state != CS_EXT_QUOTED)
-                cs->state = CS_EXT;
-        else if (c == '\r' && cs->state != CS_EXT_QUOTED) {
-                cs->state = CS_SIZE_LF;
-                return 0;
-        }
-        /* extensions are head-like bytes: bounded by MaxHeaderSize=, or a trickle of them would hold the
-         * connection for good */
-        return account(p, 1);
-}
-
-/* CS_SIZE_LF: a size of 0 is the last chunk, the trailer section follows it */
-static int chunk_size_lf_byte(HttpParser *p, ChunkScan *cs, unsigned char c) {
-        if (c != '\n')
-                return chunk_bad_crlf(p);
-        /* a chunk announced larger than what is left of MaxBodySize is refused before it arrives */
-        if (cs->size > p->max_body_size - buffer_size(&p->req.body))
-                return body_too_large(p);
-        cs->left = cs->size;
-        cs->state = cs->size > 0 ? CS_DATA : CS_LINE_START;
-        cs->size = 0;
-        cs->digits = 0;
-        return 0;
-}
-
-/* CS_DATA_CR, CS_DATA_LF: exactly CRLF after the data */
-static int chunk_data_end_byte(HttpParser *p, ChunkScan *cs, unsigned char c) {
-        if (cs->state == CS_DATA_CR) {
-                if (c != '\r')
-                        return fail(p, 400, "chunk data is not followed by CRLF"), -EBADMSG;
-                cs->state = CS_DATA_LF;
-                return 0;
-        }
-        if (c != '\n')
-                return fail(p, 400, "chunk data is not followed by CRLF"), -EBADMSG;
-        cs->state = CS_SIZE_START;
-        return 0;
-}
-
-/* CS_LINE_START to CS_END_LF: trailer lines (RFC 9112 §7.1.2) with the head's rules, and the empty
- * line that ends the message */
-static int chunk_trailer_byte(HttpParser *p, ChunkScan *cs, unsigned char c) {
-        switch (cs->state) {
-        case CS_LINE_START:
-                if (c == '\r')
-                        cs->state = CS_END_LF;
-                else if (c == '\n')
-                        return chunk_bad_crlf(p);
-                else if (c == ' ' || c == '\t')
-                        return fail(p, 400, "obsolete line folding in a request trailer"), -EBADMSG;
-                else if (http_is_tchar(c)) {
-                        /* a trailer (RFC 9112 §7.1.2): dropped, never forwarded and never used for
-                         * admission (rule:trailers-dropped); its bytes count as a header's */
-                        p->req.had_trailers = true;
-                        cs->state = CS_NAME;
-                        return account(p, 5);
-                } else
-                        return fail(p, 400, "a request trailer has a malformed name"), -EBADMSG;
-                break;
-        case CS_NAME:
-                if (c == ':')
-                        cs->state = CS_VALUE;
-                else if (!http_is_tchar(c))
-                        return fail(p, 400, "a request trailer has a malformed name"), -EBADMSG;
-                else
-                        return account(p, 1);
-                break;
-        case CS_VALUE:
-                if (c == '\r')
-                        cs->state = CS_VALUE_LF;
-                else if ((c < 0x20 && c != '\t') || c == 0x7f)
-                        return fail(p, 400, "a request trailer value holds a control character"), -EBADMSG;
-                else
-                        return account(p, 1);
-                break;
-        case CS_VALUE_LF:
-        case CS_END_LF:
-                if (c != '\n')
-                        return chunk_bad_crlf(p);
-                cs->state = cs->state == CS_END_LF ? CS_DONE : CS_LINE_START;
-                break;
-        }
-        return 0;
-}
-
-static int chunk_byte(HttpParser *p, ChunkScan *cs, unsigned char c) {
-        switch (cs->state) {
-        case CS_SIZE_START:
-        case CS_SIZE:
-                return chunk_size_byte(p, cs, c);
-        case CS_EXT:
-        case CS_EXT_NAME:
-        case CS_EXT_VALUE:
-        case CS_EXT_QUOTED:
-        case CS_EXT_QUOTED_END:
-                return chunk_ext_byte(p, cs, c);
-        case CS_SIZE_LF:
-                return chunk_size_lf_byte(p, cs, c);
-        case CS_DATA_CR:
-        case CS_DATA_LF:
-                return chunk_data_end_byte(p, cs, c);
-        case CS_LINE_START:
-        case CS_NAME:
-        case CS_VALUE:
-        case CS_VALUE_LF:
-        case CS_END_LF:
-                return chunk_trailer_byte(p, cs, c);
-        }
-        return 0;
-}
-
-/* The chunked body (RFC 9112 §7.1): its framing checked byte by byte, its data copied. Returns how many
- * bytes belong to this message (all of them, or up to its last byte), or -EBADMSG with the error set. */
-static ssize_t chunk_scan(HttpParser *p, const char *d, size_t n) {
-        ChunkScan *cs = &p->chunk;
-        size_t i = 0;
-
-        while (i < n && cs->state != CS_DONE) {
-                if (cs->state == CS_DATA) {
-                        size_t k = (size_t)MIN(cs->left, (uint64_t)(n - i));
-                        if (buffer_size(&p->req.body) + k > p->max_body_size)
-                                return body_too_large(p);
-                        if (buffer_append(&p->req.body, d + i, k) < 0)
-                                return fail(p, 500, "out of memory");
-                        cs->left -= k;
-                        i += k;
-                        if (cs->left == 0)
-                                cs->state = CS_DATA_CR;
-                        continue;
-                }
-                if (chunk_byte(p, cs, (unsigned char)d[i]) < 0)
-                        return -EBADMSG;
-                i++;
-        }
-        p->message_complete = cs->state == CS_DONE;
-        return (ssize_t)i;
-}
-
 /* The body's bytes from d: through the chunk scan, or counted against Content-Length */
 static ssize_t body_feed(HttpParser *p, const char *d, size_t n) {
         if (p->req.chunked)
-                return chunk_scan(p, d, n);
+                return http_chunk_scan(p, d, n);
         size_t k = (size_t)MIN((uint64_t)n, p->body_left);
         if (buffer_size(&p->req.body) + k > p->max_body_size)
-                return body_too_large(p);
+                return http_body_too_large(p);
         if (buffer_append(&p->req.body, d, k) < 0)
-                return fail(p, 500, "out of memory");
+                return http_fail(p, 500, "out of memory");
         p->body_left -= k;
         p->message_complete = p->body_left == 0;
         return (ssize_t)k;
