@@ -9,6 +9,7 @@
 #include "modelgated/api/access-line.h"
 #include "shared/log.h"
 #include "shared/macro.h"
+#include "shared/word.h"
 
 typedef struct LineOut {
         char *p, *end;
@@ -92,10 +93,6 @@ static inline void out_u64(LineOut *o, uint64_t v, int width) {
         o->p += n;
 }
 
-#define BYTES(c) (UINT64_C(0x0101010101010101) * (c))
-/* Whether a byte of v is 0: its high bit set where one is (exact for whether there is one) */
-#define ZERO_BYTES(v) (((v)-BYTES(1)) & ~(v)&BYTES(0x80))
-
 /* The bytes log_escape() leaves as they are (and not the NUL that ends a string) */
 static const bool plain[256] = {
         [0x20 ... 0x21] = true, /* '"' (0x22) is escaped */
@@ -128,8 +125,7 @@ static _always_inline_ void out_escaped(LineOut *o, Span s) {
                         uint64_t v;
                         at = MIN(i, s.n - 8);
                         memcpy(&v, s.p + at, 8);
-                        if (((v - BYTES(0x20)) & ~v & BYTES(0x80)) | ZERO_BYTES(v ^ BYTES(0x7f)) |
-                            ZERO_BYTES(v ^ BYTES('"')) | ZERO_BYTES(v ^ BYTES('\\')))
+                        if (WORD_BELOW(v, 0x20) | WORD_IS(v, 0x7f) | WORD_IS(v, '"') | WORD_IS(v, '\\'))
                                 break;
                         memcpy(o->p + at, &v, 8);
                 }

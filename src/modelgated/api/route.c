@@ -13,6 +13,7 @@
 
 #include "modelgated/api/route.h"
 #include "shared/buffer.h"
+#include "shared/word.h"
 
 typedef struct Scanner {
         const char *p, *end;
@@ -33,11 +34,6 @@ static const bool json_plain[256] = {
         [0x5d ... 0xff] = true,
 };
 
-#define BYTES(c) (UINT64_C(0x0101010101010101) * (c))
-/* The bytes of v below n (n <= 0x80), as their high bit: exact for the lowest one (a borrow only flags a
- * byte above one that is), which is all that is asked of it: the first, on a little-endian machine */
-#define BYTES_BELOW(v, n) (((v)-BYTES(n)) & ~(v)&BYTES(0x80))
-
 /* Past the plain bytes of a string, eight at a time: keys and most values end within their first eight
  * bytes, found at once there; the text of a conversation is most of a body. Then one at a time. */
 static inline const char *skip_plain(const char *p, const char *end) {
@@ -45,7 +41,7 @@ static inline const char *skip_plain(const char *p, const char *end) {
         while (end - p >= 8) {
                 uint64_t v, m;
                 memcpy(&v, p, 8);
-                m = BYTES_BELOW(v, 0x20) | BYTES_BELOW(v ^ BYTES('"'), 1) | BYTES_BELOW(v ^ BYTES('\\'), 1);
+                m = WORD_BELOW(v, 0x20) | WORD_IS(v, '"') | WORD_IS(v, '\\');
                 if (m != 0)
                         return p + (__builtin_ctzll(m) >> 3);
                 p += 8;

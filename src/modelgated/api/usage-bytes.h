@@ -12,10 +12,7 @@
 #include <emmintrin.h>
 #endif
 
-#define BYTES(c) (UINT64_C(0x0101010101010101) * (c))
-/* The bytes of v that are 0, as their high bit; exact for the lowest one (a borrow only flags a byte above
- * a zero one), which is all that is asked of it: the first, on a little-endian machine */
-#define ZERO_BYTES(v) (((v)-BYTES(1)) & ~(v)&BYTES(0x80))
+#include "shared/word.h"
 
 /* The bytes a string holds as they are: not '"' or '\\' */
 static const bool string_stop_byte[256] = {['"'] = true, ['\\'] = true};
@@ -38,7 +35,7 @@ static inline const char *string_stop(const char *p, const char *end) {
         while (end - p >= 8) {
                 uint64_t v, m;
                 memcpy(&v, p, 8);
-                m = ZERO_BYTES(v ^ BYTES('"')) | ZERO_BYTES(v ^ BYTES('\\'));
+                m = WORD_IS(v, '"') | WORD_IS(v, '\\');
                 if (m != 0)
                         return p + (__builtin_ctzll(m) >> 3);
                 p += 8;
@@ -61,8 +58,8 @@ static inline const char *skip_stop(const char *p, const char *end) {
                 uint64_t v, m;
                 memcpy(&v, p, 8);
                 /* '[' and '{', ']' and '}' differ in one bit (0x20) */
-                m = ZERO_BYTES(v ^ BYTES('"')) | ZERO_BYTES((v | BYTES(0x20)) ^ BYTES('{')) |
-                    ZERO_BYTES((v | BYTES(0x20)) ^ BYTES('}'));
+                m = WORD_IS(v, '"') | WORD_IS(v | WORD_BYTES(0x20), '{') |
+                    WORD_IS(v | WORD_BYTES(0x20), '}');
                 if (m != 0)
                         return p + (__builtin_ctzll(m) >> 3);
                 p += 8;

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The header table, span and token comparisons, and which headers stop at each hop: see http-header.h.
- * Below the request parser (http-parser.c, http-chunked.c) and the upstream's response parser, which both use them. */
+ * Below the request parser (http-parser.c, http-chunked.c) and the upstream's response parser, which both
+ * use them. */
 
 #include <assert.h>
 #include <stdint.h>
@@ -25,6 +26,13 @@ int http_header_table_add_grow(HttpHeader **headers, size_t *n, size_t *n_alloc,
         return 0;
 }
 
+const bool http_tchar[256] = {
+        ['0' ... '9'] = true, ['A' ... 'Z'] = true, ['a' ... 'z'] = true, ['!'] = true,  ['#'] = true,
+        ['$'] = true,         ['%'] = true,         ['&'] = true,         ['\''] = true, ['*'] = true,
+        ['+'] = true,         ['-'] = true,         ['.'] = true,         ['^'] = true,  ['_'] = true,
+        ['`'] = true,         ['|'] = true,         ['~'] = true,
+};
+
 Span http_header_table_find_n(const char *base, const HttpHeader *headers, size_t n, const char *name,
                               size_t l) {
         assert(base);
@@ -41,52 +49,26 @@ bool span_has_token(Span list, const char *token) {
         return span_list_has(list, (Span){token, strlen(token)});
 }
 
-static inline uint64_t load_bytes(const char *p, size_t n) {
-        uint64_t v = 0;
-        memcpy(&v, p, n);
-        return v;
-}
-
-/* Whether the n (<= 8) bytes at p are those of 'lower' (lower-case letters and '-') in any case: bit 5
- * is set in p's bytes where lower has a letter (bit 6 set; a letter and its capital differ in bit 5
- * only), and they must then be equal. Exact: a CR (0x0d) with bit 5 set would be a '-', but the '-'
- * positions are compared as they are. */
-static inline bool chunk_is(const char *p, const char *lower, size_t n) {
-        uint64_t l = load_bytes(lower, n);
-        return (load_bytes(p, n) | ((l & UINT64_C(0x4040404040404040)) >> 1)) == l;
-}
-
-/* The same for any n: eight bytes at a time, the last eight overlapping. Inline, with n and lower
- * constants where it is called, the literal's words and masks are constants too. */
-static inline bool name_is(const char *p, const char *lower, size_t n) {
-        if (n <= 8)
-                return chunk_is(p, lower, n);
-        for (size_t i = 0; i + 8 < n; i += 8)
-                if (!chunk_is(p + i, lower + i, 8))
-                        return false;
-        return chunk_is(p + n - 8, lower + n - 8, 8);
-}
-
 /* The length first, then at most two names of that length: every header of every request and answer
  * is held against these */
 bool http_header_is_hop_by_hop(Span name) {
         switch (name.n) {
         case 2:
-                return name_is(name.p, "te", 2);
+                return http_caseeq_n(name.p, "te", 2);
         case 4:
-                return name_is(name.p, "host", 4);
+                return http_caseeq_n(name.p, "host", 4);
         case 6:
-                return name_is(name.p, "expect", 6);
+                return http_caseeq_n(name.p, "expect", 6);
         case 7:
-                return name_is(name.p, "trailer", 7) || name_is(name.p, "upgrade", 7);
+                return http_caseeq_n(name.p, "trailer", 7) || http_caseeq_n(name.p, "upgrade", 7);
         case 10:
-                return name_is(name.p, "connection", 10) || name_is(name.p, "keep-alive", 10);
+                return http_caseeq_n(name.p, "connection", 10) || http_caseeq_n(name.p, "keep-alive", 10);
         case 14:
-                return name_is(name.p, "content-length", 14);
+                return http_caseeq_n(name.p, "content-length", 14);
         case 16:
-                return name_is(name.p, "proxy-connection", 16);
+                return http_caseeq_n(name.p, "proxy-connection", 16);
         case 17:
-                return name_is(name.p, "transfer-encoding", 17);
+                return http_caseeq_n(name.p, "transfer-encoding", 17);
         default:
                 return false;
         }
@@ -95,13 +77,13 @@ bool http_header_is_hop_by_hop(Span name) {
 bool http_header_is_credential(Span name) {
         switch (name.n) {
         case 6:
-                return name_is(name.p, "cookie", 6);
+                return http_caseeq_n(name.p, "cookie", 6);
         case 9:
-                return name_is(name.p, "x-api-key", 9);
+                return http_caseeq_n(name.p, "x-api-key", 9);
         case 13:
-                return name_is(name.p, "authorization", 13);
+                return http_caseeq_n(name.p, "authorization", 13);
         case 19:
-                return name_is(name.p, "proxy-authorization", 19);
+                return http_caseeq_n(name.p, "proxy-authorization", 19);
         default:
                 return false;
         }

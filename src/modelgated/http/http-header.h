@@ -12,6 +12,47 @@
 #include <strings.h>
 
 #include "shared/buffer.h"
+#include "shared/word.h"
+
+/* RFC 9110 §5.6.2 tchar: the bytes of a header's name (a request's, a host's answer's), of a chunk
+ * extension's and a trailer's name; one lookup a byte */
+extern const bool http_tchar[256];
+static inline bool http_is_tchar(unsigned char c) {
+        return http_tchar[c];
+}
+
+/* A header value's bytes (RFC 9110 §5.5): TAB, and all but the other control characters and DEL */
+static inline bool http_is_value_char(unsigned char c) {
+        return c >= ' ' ? c != 0x7f : c == '\t';
+}
+/* The first byte of [p, end) that is no value byte (a line's CR, most likely), or end: eight at a time
+ * where the word says none of its bytes is below a space or a DEL (the last eight overlapping those
+ * before, which are value bytes: the lowest byte a word flags is then exact), else from the first that
+ * may be (a TAB is flagged, and is a value byte). One at a time only for fewer than eight. For a
+ * request's values and a host's answer's alike. */
+static inline const char *http_value_end(const char *p, const char *end) {
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        while (end - p >= 8) {
+                uint64_t w;
+                memcpy(&w, p, 8);
+                uint64_t m = WORD_BELOW(w, ' ') | WORD_IS(w, 0x7f);
+                if (m == 0) {
+                        if (end - p == 8)
+                                return end;
+                        p = end - p >= 16 ? p + 8 : end - 8;
+                        continue;
+                }
+                p += __builtin_ctzll(m) / 8;
+                if (!http_is_value_char((unsigned char)*p))
+                        return p;
+                p++;
+        }
+#endif
+        for (; p < end; p++)
+                if (!http_is_value_char((unsigned char)*p))
+                        return p;
+        return end;
+}
 
 typedef struct HttpHeader {
         size_t name, name_len; /* offsets into HttpRequest.head */
@@ -37,7 +78,6 @@ Span http_header_table_find_n(const char *base, const HttpHeader *headers, size_
  * where t has a letter, bit 5 is set on both sides before they are compared, and only a letter's two
  * cases give that letter then; every other byte is compared as it is. With t a literal where it is
  * inlined, its words and masks are constants. */
-#define HTTP_BYTES(c) (UINT64_C(0x0101010101010101) * (c))
 static inline uint64_t http_load(const char *p, size_t n) {
         uint64_t v = 0;
         if (__builtin_constant_p(n))
@@ -49,9 +89,9 @@ static inline uint64_t http_load(const char *p, size_t n) {
 }
 /* bit 5 of each byte of v that is an ASCII letter */
 static inline uint64_t http_letter_bits(uint64_t v) {
-        uint64_t low = (v | HTTP_BYTES(0x20)) & HTTP_BYTES(0x7f);
-        uint64_t ge_a = low + HTTP_BYTES(0x80 - 'a'), gt_z = low + HTTP_BYTES(0x7f - 'z');
-        return (ge_a & ~gt_z & ~v & HTTP_BYTES(0x80)) >> 2;
+        uint64_t low = (v | WORD_BYTES(0x20)) & WORD_BYTES(0x7f);
+        uint64_t ge_a = low + WORD_BYTES(0x80 - 'a'), gt_z = low + WORD_BYTES(0x7f - 'z');
+        return (ge_a & ~gt_z & ~v & WORD_BYTES(0x80)) >> 2;
 }
 static inline bool http_caseeq_word(uint64_t p, uint64_t t) {
         uint64_t m = http_letter_bits(t);

@@ -1,17 +1,14 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #pragma once
 
-/* Between the request parser's two files: the head's (http-parser.c) and the chunked body's (http-chunked.c) */
+/* Between the request parser's two files: the head's (http-parser.c) and the chunked body's
+ * (http-chunked.c) */
 
 #include <errno.h>
 #include <stdbool.h>
 #include <sys/types.h>
 
 #include "modelgated/http/http.h"
-
-/* A header name's bytes (tchar, RFC 9110 §5.6.2), one lookup a byte; a chunk extension's and a
- * trailer's name are checked against it too */
-extern const bool http_tchar[256];
 
 /* The request is refused with status and message (answered by the caller); returns -EBADMSG */
 static inline int http_fail(HttpParser *p, int status, const char *message) {

@@ -19,29 +19,13 @@
 #include "modelgated/http/http.h"
 #include "shared/macro.h"
 
-/* The bytes each part of the head may hold, one lookup per byte (the checks run on every byte of every
- * request): a request target's (RFC 3986: no control character, space, byte above 0x7E or '#'), a
- * header name's (tchar, RFC 9110 §5.6.2) and a header value's (no control character but TAB). */
+/* The bytes a request target may hold, one lookup per byte (RFC 3986: no control character, space, byte
+ * above 0x7E or '#'); a header name's are http_tchar's and a value's http_is_value_char()'s
+ * (http-header.h) */
 static const bool target_byte[256] = {
         [0x21 ... 0x22] = true, /* '#' (0x23) is not */
         [0x24 ... 0x7e] = true,
 };
-const bool http_tchar[256] = {
-        ['0' ... '9'] = true, ['A' ... 'Z'] = true, ['a' ... 'z'] = true, ['!'] = true,  ['#'] = true,
-        ['$'] = true,         ['%'] = true,         ['&'] = true,         ['\''] = true, ['*'] = true,
-        ['+'] = true,         ['-'] = true,         ['.'] = true,         ['^'] = true,  ['_'] = true,
-        ['`'] = true,         ['|'] = true,         ['~'] = true,
-};
-static const bool value_byte[256] = {
-        ['\t'] = true,
-        [0x20 ... 0x7e] = true,
-        [0x80 ... 0xff] = true,
-};
-
-#define BYTES(c) (UINT64_C(0x0101010101010101) * (c))
-/* Whether any byte of v is below c (c <= 0x80), or is c: exact, for the word as a whole */
-#define ANY_BELOW(v, c) ((((v)-BYTES(c)) & ~(v)&BYTES(0x80)) != 0)
-#define ANY_IS(v, c) ANY_BELOW((v) ^ BYTES(c), 1)
 
 /* How many bytes from at may be in a request target (target_byte): eight at a time while no byte of a
  * word is below '!', '#', DEL or above, then one at a time. Targets and values are checked whole. */
@@ -50,31 +34,12 @@ static inline size_t target_plain_len(const char *at, size_t n) {
 
         for (uint64_t v; n - i >= 8; i += 8) {
                 memcpy(&v, at + i, 8);
-                if (ANY_BELOW(v, 0x21) || (v & BYTES(0x80)) || ANY_IS(v, '#') || ANY_IS(v, 0x7f))
+                if (WORD_BELOW(v, 0x21) | (v & WORD_BYTES(0x80)) | WORD_IS(v, '#') | WORD_IS(v, 0x7f))
                         break;
         }
         while (i < n && target_byte[(unsigned char)at[i]])
                 i++;
         return i;
-}
-
-/* The same for a header's value (value_byte): a word with a control character (TAB too: the table tells
- * that one) or DEL is looked at byte by byte */
-static inline size_t value_plain_len(const char *at, size_t n) {
-        size_t i = 0;
-
-        for (uint64_t v; n - i >= 8; i += 8) {
-                memcpy(&v, at + i, 8);
-                if (ANY_BELOW(v, 0x20) || ANY_IS(v, 0x7f))
-                        break;
-        }
-        while (i < n && value_byte[(unsigned char)at[i]])
-                i++;
-        return i;
-}
-
-bool http_is_tchar(unsigned char c) {
-        return http_tchar[c];
 }
 
 /* The methods modelgate knows, llhttp's list (llhttp.h's HTTP_METHOD_MAP): a request's method is one of
@@ -285,7 +250,7 @@ static int header_line(HttpParser *p, const char *s, size_t n) {
         if (http_account(p, i + vn + 4) < 0)
                 return -EBADMSG;
         /* one pass for both refusals; a CR is a control character too (a bare one, here) */
-        size_t k = value_plain_len(s + v, vn);
+        size_t k = (size_t)(http_value_end(s + v, s + v + vn) - (s + v));
         if (k < vn)
                 return memchr(s + v, '\r', vn)
                                ? http_fail(p, 400, "obsolete line folding in a request header")

@@ -115,6 +115,3 @@ bool http_request_opens_websocket(const HttpRequest *r);
  * X-Conversation-Id (the caller writes its own of each: rule:request-id, rule:resumable-streams);
  * "Name: value\r\n" each. */
 int http_request_append_forwarded_headers(const HttpRequest *r, Buffer *out);
-
-/* RFC 9110 §5.6.2 token characters: what a header name is made of */
-bool http_is_tchar(unsigned char c);

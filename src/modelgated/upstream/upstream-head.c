@@ -15,37 +15,9 @@
 /* how many headers a response's head may have */
 #define UPSTREAM_HEADERS_MAX 1024
 
-/* RFC 9110 §5.6.2 tchar, the bytes of a header's name */
-const bool upstream_token_char[256] = {
-        ['!'] = 1, ['#'] = 1, ['$'] = 1, ['%'] = 1, ['&'] = 1, ['\''] = 1, ['*'] = 1, ['+'] = 1, ['-'] = 1,
-        ['.'] = 1, ['^'] = 1, ['_'] = 1, ['`'] = 1, ['|'] = 1, ['~'] = 1,  ['0'] = 1, ['1'] = 1, ['2'] = 1,
-        ['3'] = 1, ['4'] = 1, ['5'] = 1, ['6'] = 1, ['7'] = 1, ['8'] = 1,  ['9'] = 1, ['A'] = 1, ['B'] = 1,
-        ['C'] = 1, ['D'] = 1, ['E'] = 1, ['F'] = 1, ['G'] = 1, ['H'] = 1,  ['I'] = 1, ['J'] = 1, ['K'] = 1,
-        ['L'] = 1, ['M'] = 1, ['N'] = 1, ['O'] = 1, ['P'] = 1, ['Q'] = 1,  ['R'] = 1, ['S'] = 1, ['T'] = 1,
-        ['U'] = 1, ['V'] = 1, ['W'] = 1, ['X'] = 1, ['Y'] = 1, ['Z'] = 1,  ['a'] = 1, ['b'] = 1, ['c'] = 1,
-        ['d'] = 1, ['e'] = 1, ['f'] = 1, ['g'] = 1, ['h'] = 1, ['i'] = 1,  ['j'] = 1, ['k'] = 1, ['l'] = 1,
-        ['m'] = 1, ['n'] = 1, ['o'] = 1, ['p'] = 1, ['q'] = 1, ['r'] = 1,  ['s'] = 1, ['t'] = 1, ['u'] = 1,
-        ['v'] = 1, ['w'] = 1, ['x'] = 1, ['y'] = 1, ['z'] = 1,
-};
-
+/* Whether p (n bytes) is lit (l bytes), any case */
 static inline bool span_is(const char *p, size_t n, const char *lit, size_t l) {
-        return n == l && strncasecmp(p, lit, l) == 0;
-}
-
-static inline bool word_is(const char *p, const char *lit) {
-        uint64_t a, b;
-
-        memcpy(&a, p, 8);
-        memcpy(&b, lit, 8);
-        return (a | ONES * 0x20) == b;
-}
-
-/* Whether a header's name (a token) is lit, lower case, of 8 to 24 bytes: compared eight bytes at a time,
- * the last eight overlapping, each byte with its case bit set (no token byte but an upper case letter
- * becomes a lower case letter or '-' with it) */
-static inline bool name_is(const char *p, size_t n, const char *lit, size_t l) {
-        return n == l && word_is(p, lit) && word_is(p + l - 8, lit + l - 8) &&
-               (l <= 16 || word_is(p + 8, lit + 8));
+        return n == l && http_caseeq_n(p, lit, l);
 }
 
 /* llhttp_should_keep_alive(): HTTP/1.1 unless "Connection: close", HTTP/1.0 only with "Connection:
@@ -115,7 +87,7 @@ static int parse_special(Upstream *u, const char *name, size_t name_len, const c
 
         switch (name_len) {
         case 10:
-                if (!name_is(name, name_len, "connection", 10))
+                if (!span_is(name, name_len, "connection", 10))
                         return 0;
                 /* tokens of a list: close and keep-alive, followed by spaces at most */
                 for (size_t i = 0; i < n;) {
@@ -135,7 +107,7 @@ static int parse_special(Upstream *u, const char *name, size_t name_len, const c
                 }
                 return 0;
         case 14: {
-                if (!name_is(name, name_len, "content-length", 14))
+                if (!span_is(name, name_len, "content-length", 14))
                         return 0;
                 if (s->flags & RF_CONTENT_LENGTH)
                         return upstream_malformed(u, "duplicate Content-Length");
@@ -160,7 +132,7 @@ static int parse_special(Upstream *u, const char *name, size_t name_len, const c
                 return 0;
         }
         case 17: {
-                if (!name_is(name, name_len, "transfer-encoding", 17))
+                if (!span_is(name, name_len, "transfer-encoding", 17))
                         return 0;
                 /* an empty value is no coding (llhttp sets its flag where a value begins) */
                 if (n == 0)
@@ -230,11 +202,11 @@ static int parse_fold(Upstream *u, const char *p, size_t n) {
                 u->parse.flags &= ~RF_EMPTY_CONTENT_LENGTH;
                 return parse_special(u, name, name_len, p, n);
         }
-        if (name_is(name, name_len, "content-length", 14))
+        if (span_is(name, name_len, "content-length", 14))
                 return upstream_malformed(u, "duplicate Content-Length");
-        if (name_is(name, name_len, "transfer-encoding", 17))
+        if (span_is(name, name_len, "transfer-encoding", 17))
                 u->parse.flags &= ~RF_CHUNKED;
-        else if (name_is(name, name_len, "connection", 10))
+        else if (span_is(name, name_len, "connection", 10))
                 return parse_special(u, name, name_len, p, n);
         return 0;
 }
@@ -254,7 +226,7 @@ int upstream_head_line(Upstream *u, const char *p, size_t n) {
         const char *colon = memchr(p, ':', n), *q = p;
         if (!colon)
                 return upstream_malformed(u, "invalid header token");
-        while (upstream_token_char[(unsigned char)*q])
+        while (http_tchar[(unsigned char)*q])
                 q++;
         if (q != colon)
                 return upstream_malformed(u, "invalid header token");

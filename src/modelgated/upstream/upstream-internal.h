@@ -156,43 +156,8 @@ enum {
         RF_CONNECTION_KEEP_ALIVE = 1 << 4,
         RF_EMPTY_CONTENT_LENGTH = 1 << 5, /* refused unless the next line continues it */
 };
-/* RFC 9110 §5.6.2 tchar, the bytes of a header's name */
-extern const bool upstream_token_char[256];
-/* A value's bytes: tab, and all but the other controls and DEL */
-static inline bool upstream_value_char(unsigned char c) {
-        return c >= ' ' ? c != 0x7f : c == '\t';
-}
-
-#define ONES UINT64_C(0x0101010101010101)
-#define HIGHS UINT64_C(0x8080808080808080)
-
-/* The first byte of [p, end) that is no value byte (a line's CR, most likely), or end: eight at a time
- * where the word says none of its bytes is below a space or a DEL, else from the first that may be */
-static inline const char *upstream_scan_value(const char *p, const char *end) {
-        while (p < end) {
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-                if (end - p >= 8) {
-                        uint64_t w, d;
-                        memcpy(&w, p, 8);
-                        d = w ^ (ONES * 0x7f);
-                        /* exact for the lowest byte flagged (borrows only go up) */
-                        uint64_t m = (((w - ONES * ' ') & ~w) | ((d - ONES) & ~d)) & HIGHS;
-                        if (m == 0) {
-                                p += 8;
-                                continue;
-                        }
-                        p += __builtin_ctzll(m) / 8;
-                }
-#endif
-                if (!upstream_value_char((unsigned char)*p))
-                        return p;
-                p++;
-        }
-        return end;
-}
-
 static inline bool upstream_value_chars(const char *p, size_t n) {
-        return upstream_scan_value(p, p + n) == p + n;
+        return http_value_end(p, p + n) == p + n;
 }
 
 /* A malformed response: -EPROTO, and why for the log */

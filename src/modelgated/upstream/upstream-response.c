@@ -162,13 +162,13 @@ static int parse_chunk_size(Upstream *u, const char *p, size_t n) {
         while (i < n) {
                 if (p[i] != ';' || ++i == n || p[i] == ' ')
                         return upstream_malformed(u, "invalid character in chunk extensions");
-                while (i < n && upstream_token_char[(unsigned char)p[i]])
+                while (i < n && http_tchar[(unsigned char)p[i]])
                         i++;
                 if (i == n || p[i] == ';')
                         continue;
                 if (p[i++] != '=')
                         return upstream_malformed(u, "invalid character in chunk extensions name");
-                while (i < n && upstream_token_char[(unsigned char)p[i]])
+                while (i < n && http_tchar[(unsigned char)p[i]])
                         i++;
                 if (i < n && p[i] == '"') {
                         for (i++; i < n && p[i] != '"'; i++)
@@ -333,18 +333,18 @@ static int take_line(Upstream *u, const char **pp, const char *end) {
         if (s->state != PARSE_CHUNK_SIZE && buffer_is_empty(&s->line)) {
                 /* a header line whole in the read: its bytes looked at once, where they are */
                 const char *q = p;
-                if (!upstream_token_char[(unsigned char)end[-1]])
+                if (!http_tchar[(unsigned char)end[-1]])
                         /* a byte that stops the name is there before end: no bound to check */
-                        while (upstream_token_char[(unsigned char)*q])
+                        while (http_tchar[(unsigned char)*q])
                                 q++;
                 else
-                        while (q < end && upstream_token_char[(unsigned char)*q])
+                        while (q < end && http_tchar[(unsigned char)*q])
                                 q++;
                 if (q > p && q < end && *q == ':') {
                         const char *v = q + 1;
                         while (v < end && (*v == ' ' || *v == '\t'))
                                 v++;
-                        const char *e = upstream_scan_value(v, end);
+                        const char *e = http_value_end(v, end);
                         if (e + 1 < end && e[0] == '\r' && e[1] == '\n') {
                                 *pp = e + 2;
                                 return upstream_head_add(u, p, (size_t)(q - p), v, (size_t)(e - p));
