@@ -127,21 +127,23 @@ static int send_chunk(Conn *c) {
         return send_all(c, buf, (size_t)n);
 }
 
-static void stream_run(Conn *c) {
+/* The chunks that are due; -1 when the peer is gone and c is closed (freed: not to be looked at again) */
+static int stream_run(Conn *c) {
         while (c->chunks_left >= 0 && (c->gap_us == 0 || now_us() >= c->next_at)) {
                 if (c->stall_left == 0) {
                         c->chunks_left = -1;
                         c->held = true;
-                        return;
+                        return 0;
                 }
                 if (c->stall_left > 0)
                         c->stall_left--;
                 if (send_chunk(c) < 0) {
                         conn_close(c);
-                        return;
+                        return -1;
                 }
                 c->next_at += c->gap_us;
         }
+        return 0;
 }
 
 /* The tick runs only while a stream waits for its next chunk: fifty idle upstreams on a small machine
@@ -167,8 +169,7 @@ static void tick(void) {
                 Conn *c = conns[f];
                 if (!c || c->chunks_left < 0)
                         continue;
-                stream_run(c);
-                if (conns[f] == c && c->chunks_left >= 0)
+                if (stream_run(c) == 0 && c->chunks_left >= 0)
                         streams[k++] = f;
         }
         /* streams started meanwhile were appended after n0 */
@@ -373,8 +374,7 @@ static ssize_t handle(Conn *c) {
                 c->gap_us = query_num(c->in, "gap_us", 0);
                 c->next_at = now_us();
                 c->stall_left = stall_after;
-                stream_run(c);
-                if (!conns[c->fd] || conns[c->fd] != c)
+                if (stream_run(c) < 0)
                         return -2; /* closed */
                 if (c->chunks_left >= 0)
                         stream_add(c);
